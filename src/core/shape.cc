@@ -1,0 +1,26 @@
+#include "core/shape.h"
+
+#include "core/error.h"
+
+namespace px {
+
+int Shape::axis(int axis) const {
+  int r = rank();
+  if (axis < -r || axis >= r) fail("axis {} out of range for shape {} (rank {})", axis, str(), r);
+  return axis < 0 ? axis + r : axis;
+}
+
+int64_t Shape::operator[](int a) const { return dims_[axis(a)]; }
+int64_t& Shape::at(int a) { return dims_[axis(a)]; }
+
+int64_t Shape::numel() const { return numel(0, rank()); }
+
+int64_t Shape::numel(int begin, int end) const {
+  int64_t n = 1;
+  for (int i = begin; i < end; ++i) n *= dims_[i];
+  return n;
+}
+
+std::string Shape::str() const { return fmt::format("[{}]", fmt::join(dims_, ",")); }
+
+}  // namespace px

@@ -1,0 +1,26 @@
+// Causal multi-head self-attention on a fused q,k,v tensor.
+// Legend: B batch, T time, H heads, D head dim (C = H*D).
+//   qkv  (B, T, 3, H, D)  -- the GPT-2 c_attn output [B,T,3C] viewed; q,k,v at index 0,1,2
+//   out  (B, T, H, D)     -- viewed as [B,T,C] for c_proj
+//   probs (B, H, T, T)    -- softmax(q k^T / sqrt(D) + causal mask); saved for backward
+// Entries of probs above the diagonal are zero.
+#pragma once
+
+#include <cstdint>
+
+namespace px::kernels {
+
+void attention(int64_t B, int64_t T, int64_t H, int64_t D, const float* qkv, float* out,
+               float* probs);
+// dqkv overwritten.
+void attention_backward(int64_t B, int64_t T, int64_t H, int64_t D, const float* qkv,
+                        const float* probs, const float* dout, float* dqkv);
+
+namespace ref {
+void attention(int64_t B, int64_t T, int64_t H, int64_t D, const float* qkv, float* out,
+               float* probs);
+void attention_backward(int64_t B, int64_t T, int64_t H, int64_t D, const float* qkv,
+                        const float* probs, const float* dout, float* dqkv);
+}  // namespace ref
+
+}  // namespace px::kernels
