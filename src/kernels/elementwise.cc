@@ -1,0 +1,183 @@
+// Pointwise and bias kernels. Fast versions are flat loops over contiguous
+// floats (vectorized by the compiler) split across the pool in large chunks;
+// bias_grad splits columns, so its sums are independent of the thread count.
+#include "kernels/elementwise.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/fast_math.h"
+
+namespace px::kernels {
+namespace {
+
+constexpr int64_t kGrain = 1 << 15;  // elements per chunk for cheap pointwise ops
+constexpr int64_t kGeluGrain = 1 << 13;
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCoeff = 0.044715f;
+
+template <typename Body>
+void pointwise(int64_t n, int64_t grain, Body body) {
+  px::parallel_for(0, n, grain, [&](int64_t lo, int64_t hi) { body(lo, hi); });
+}
+
+}  // namespace
+
+void add(int64_t n, const float* a, const float* b, float* out) {
+  pointwise(n, kGrain, [=](int64_t lo, int64_t hi) {
+    const float* __restrict pa = a;
+    const float* __restrict pb = b;
+    float* __restrict po = out;
+    for (int64_t i = lo; i < hi; ++i) po[i] = pa[i] + pb[i];
+  });
+}
+
+void add_inplace(int64_t n, const float* a, float* out) {
+  pointwise(n, kGrain, [=](int64_t lo, int64_t hi) {
+    const float* __restrict pa = a;
+    float* __restrict po = out;
+    for (int64_t i = lo; i < hi; ++i) po[i] += pa[i];
+  });
+}
+
+void scale(int64_t n, float alpha, const float* x, float* out) {
+  // x may equal out (in-place scaling), so no __restrict here.
+  pointwise(n, kGrain, [=](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) out[i] = alpha * x[i];
+  });
+}
+
+void mul(int64_t n, const float* a, const float* b, float* out) {
+  pointwise(n, kGrain, [=](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) out[i] = a[i] * b[i];
+  });
+}
+
+void add_bias(int64_t rows, int64_t cols, const float* bias, float* x) {
+  int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1));
+  px::parallel_for(0, rows, grain, [=](int64_t lo, int64_t hi) {
+    const float* __restrict pb = bias;
+    for (int64_t r = lo; r < hi; ++r) {
+      float* __restrict row = x + r * cols;
+      for (int64_t c = 0; c < cols; ++c) row[c] += pb[c];
+    }
+  });
+}
+
+void bias_grad(int64_t rows, int64_t cols, const float* dy, float* dbias) {
+  // Each chunk owns a column range and walks all rows in order.
+  constexpr int64_t kColGrain = 64;
+  px::parallel_for(0, cols, rows * cols < kGrain ? cols : kColGrain, [=](int64_t c0, int64_t c1) {
+    float* __restrict out = dbias;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* __restrict row = dy + r * cols;
+      for (int64_t c = c0; c < c1; ++c) out[c] += row[c];
+    }
+  });
+}
+
+void relu(int64_t n, const float* x, float* y) {
+  pointwise(n, kGrain, [=](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  });
+}
+
+void relu_backward(int64_t n, const float* y, const float* dy, float* dx) {
+  pointwise(n, kGrain, [=](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  });
+}
+
+void gelu(int64_t n, const float* x, float* y) {
+  pointwise(n, kGeluGrain, [=](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      // 0.5 (1 + tanh(u)) = e / (e + 1) with e = exp(2u): exact in both tails.
+      float v = x[i];
+      float e = detail::exp_approx(2.0f * kSqrt2OverPi * (v + kGeluCoeff * v * v * v));
+      y[i] = v * (e / (e + 1.0f));
+    }
+  });
+}
+
+void gelu_backward(int64_t n, const float* x, const float* dy, float* dx) {
+  pointwise(n, kGeluGrain, [=](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      float v = x[i];
+      float v2 = v * v;
+      // With e = exp(2u): 0.5 (1 + tanh u) = e/(e+1), 1 - tanh^2 u = 4e/(e+1)^2.
+      float e = detail::exp_approx(2.0f * kSqrt2OverPi * (v + kGeluCoeff * v2 * v));
+      float inv = 1.0f / (e + 1.0f);
+      float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * v2);
+      float grad = e * inv + 2.0f * v * (e * inv) * inv * du;
+      dx[i] = grad * dy[i];
+    }
+  });
+}
+
+float sum_squares(int64_t n, const float* x) {
+  // Fixed 4096-element blocks, each summed in 8 double lanes (vectorizes),
+  // and the result does not depend on the thread count.
+  constexpr int64_t kBlock = 4096;
+  int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(static_cast<size_t>(blocks));
+  px::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      int64_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
+      double acc[8] = {};
+      int64_t i = lo;
+      for (; i + 8 <= hi; i += 8)
+        for (int64_t j = 0; j < 8; ++j) acc[j] += static_cast<double>(x[i + j]) * x[i + j];
+      for (; i < hi; ++i) acc[0] += static_cast<double>(x[i]) * x[i];
+      double s = 0.0;
+      for (double a : acc) s += a;
+      partial[static_cast<size_t>(b)] = s;
+    }
+  });
+  double total = 0.0;
+  for (double p : partial) total += p;
+  return static_cast<float>(total);
+}
+
+namespace ref {
+
+void add_bias(int64_t rows, int64_t cols, const float* bias, float* x) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) x[r * cols + c] += bias[c];
+}
+
+void bias_grad(int64_t rows, int64_t cols, const float* dy, float* dbias) {
+  for (int64_t c = 0; c < cols; ++c) {
+    double acc = 0.0;
+    for (int64_t r = 0; r < rows; ++r) acc += dy[r * cols + c];
+    dbias[c] += static_cast<float>(acc);
+  }
+}
+
+void gelu(int64_t n, const float* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    double v = x[i];
+    double u = std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v);
+    y[i] = static_cast<float>(0.5 * v * (1.0 + std::tanh(u)));
+  }
+}
+
+void gelu_backward(int64_t n, const float* x, const float* dy, float* dx) {
+  for (int64_t i = 0; i < n; ++i) {
+    double v = x[i];
+    double k = std::sqrt(2.0 / M_PI);
+    double t = std::tanh(k * (v + 0.044715 * v * v * v));
+    double grad = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * v * v);
+    dx[i] = static_cast<float>(grad * dy[i]);
+  }
+}
+
+float sum_squares(int64_t n, const float* x) {
+  double acc = 0.0;
+  for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]) * x[i];
+  return static_cast<float>(acc);
+}
+
+}  // namespace ref
+}  // namespace px::kernels

@@ -1,0 +1,141 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/elementwise.h"
+#include "kernel_test_util.h"
+
+namespace px::kernels {
+namespace {
+
+using testing::all_close;
+using testing::directional_derivative_matches;
+using testing::random_vector;
+
+// Sizes from tiny through several parallel chunks, mostly prime.
+const std::vector<int64_t> kSizes = {1, 3, 7, 13, 17, 31, 64, 1031, 100003};
+
+TEST(Elementwise, PointwiseOpsComputeTheirFormulas) {
+  testing::ThreadReset reset;
+  for (int threads : testing::kThreadCounts) {
+    set_threads(threads);
+    for (int64_t n : kSizes) {
+      auto a = random_vector(n, 1), b = random_vector(n, 2);
+      std::vector<float> out(static_cast<size_t>(n)), acc = b;
+      std::vector<float> sum(static_cast<size_t>(n)), prod(sum), scaled(sum), relu_out(sum),
+          relu_grad(sum);
+      for (int64_t i = 0; i < n; ++i) {
+        sum[i] = a[i] + b[i];
+        prod[i] = a[i] * b[i];
+        scaled[i] = -2.5f * a[i];
+        relu_out[i] = a[i] > 0 ? a[i] : 0.0f;
+        relu_grad[i] = a[i] > 0 ? b[i] : 0.0f;
+      }
+      add(n, a.data(), b.data(), out.data());
+      EXPECT_EQ(out, sum) << "add n=" << n;
+      add_inplace(n, a.data(), acc.data());
+      EXPECT_EQ(acc, sum) << "add_inplace n=" << n;
+      mul(n, a.data(), b.data(), out.data());
+      EXPECT_EQ(out, prod) << "mul n=" << n;
+      scale(n, -2.5f, a.data(), out.data());
+      EXPECT_EQ(out, scaled) << "scale n=" << n;
+      relu(n, a.data(), out.data());
+      EXPECT_EQ(out, relu_out) << "relu n=" << n;
+      relu_backward(n, out.data(), b.data(), out.data());
+      EXPECT_EQ(out, relu_grad) << "relu_backward n=" << n;
+    }
+  }
+}
+
+TEST(Elementwise, BiasKernelsMatchReferenceOnOddShapes) {
+  testing::ThreadReset reset;
+  for (int threads : testing::kThreadCounts) {
+    set_threads(threads);
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {31, 17}, {1031, 13},
+                              {997, 384}, {64, 1031}}) {
+      auto x = random_vector(rows * cols, 3), bias = random_vector(cols, 4);
+      auto expected = x;
+      add_bias(rows, cols, bias.data(), x.data());
+      ref::add_bias(rows, cols, bias.data(), expected.data());
+      EXPECT_EQ(x, expected);
+      auto db = random_vector(cols, 5), db_ref = db;
+      bias_grad(rows, cols, x.data(), db.data());
+      ref::bias_grad(rows, cols, x.data(), db_ref.data());
+      EXPECT_TRUE(all_close(db, db_ref, 1e-5f, 1e-4f)) << rows << "x" << cols;
+    }
+  }
+}
+
+TEST(Elementwise, GeluMatchesReferenceIncludingTails) {
+  testing::ThreadReset reset;
+  for (int threads : testing::kThreadCounts) {
+    set_threads(threads);
+    for (int64_t n : kSizes) {
+      auto x = random_vector(n, 6, -12.0f, 12.0f), dy = random_vector(n, 7);
+      std::vector<float> y(x.size()), y_ref(x.size()), dx(x.size()), dx_ref(x.size());
+      gelu(n, x.data(), y.data());
+      ref::gelu(n, x.data(), y_ref.data());
+      EXPECT_TRUE(all_close(y, y_ref, 1e-5f, 1e-6f)) << "n=" << n;
+      gelu_backward(n, x.data(), dy.data(), dx.data());
+      ref::gelu_backward(n, x.data(), dy.data(), dx_ref.data());
+      EXPECT_TRUE(all_close(dx, dx_ref, 1e-5f, 1e-6f)) << "n=" << n;
+    }
+  }
+}
+
+TEST(Elementwise, ReferenceGeluIsTheTanhApproximation) {
+  const std::vector<float> x = {-3.0f, -0.5f, 0.0f, 0.5f, 1.0f, 3.0f};
+  std::vector<float> y(x.size());
+  ref::gelu(static_cast<int64_t>(x.size()), x.data(), y.data());
+  // Values of torch.nn.functional.gelu(x, approximate='tanh').
+  const std::vector<float> expected = {-0.00363739f, -0.15428599f, 0.0f,
+                                       0.34571401f,  0.84119199f,  2.99636261f};
+  EXPECT_TRUE(all_close(y, expected, 1e-5f, 1e-6f));
+}
+
+TEST(Elementwise, GeluBackwardMatchesFiniteDifferences) {
+  const int64_t n = 257;
+  auto x = random_vector(n, 8, -4.0f, 4.0f), r = random_vector(n, 9);
+  auto loss = [&](const std::vector<float>& in) {
+    std::vector<float> y(in.size());
+    ref::gelu(n, in.data(), y.data());
+    return testing::dot(r, y);
+  };
+  std::vector<float> dx(x.size());
+  gelu_backward(n, x.data(), r.data(), dx.data());
+  EXPECT_TRUE(directional_derivative_matches(loss, x, dx, 10));
+  ref::gelu_backward(n, x.data(), r.data(), dx.data());
+  EXPECT_TRUE(directional_derivative_matches(loss, x, dx, 11));
+}
+
+TEST(Elementwise, ReluBackwardMatchesFiniteDifferences) {
+  const int64_t n = 101;
+  auto x = random_vector(n, 12), r = random_vector(n, 13);
+  auto loss = [&](const std::vector<float>& in) {
+    std::vector<float> y(in.size());
+    relu(n, in.data(), y.data());
+    return testing::dot(r, y);
+  };
+  std::vector<float> y(x.size()), dx(x.size());
+  relu(n, x.data(), y.data());
+  relu_backward(n, y.data(), r.data(), dx.data());
+  EXPECT_TRUE(directional_derivative_matches(loss, x, dx, 14, 1e-4));
+}
+
+TEST(Elementwise, SumSquaresMatchesReferenceAndIgnoresThreadCount) {
+  testing::ThreadReset reset;
+  for (int64_t n : kSizes) {
+    auto x = random_vector(n, 15);
+    set_threads(1);
+    const float one = sum_squares(n, x.data());
+    set_threads(2);
+    const float two = sum_squares(n, x.data());
+    EXPECT_EQ(one, two) << "n=" << n;
+    const float expected = ref::sum_squares(n, x.data());
+    EXPECT_NEAR(one, expected, 1e-6 * expected) << "n=" << n;
+  }
+  EXPECT_EQ(sum_squares(0, nullptr), 0.0f);
+}
+
+}  // namespace
+}  // namespace px::kernels
