@@ -21,8 +21,8 @@ uint32_t read_be32(const uint8_t* p) {
 }
 
 // Checks the IDX header of `bytes` and returns the dims that follow it.
-std::vector<int64_t> parse_idx_header(const std::vector<uint8_t>& bytes, uint32_t magic,
-                                      int rank, const std::string& path, std::string_view what,
+std::vector<int64_t> parse_idx_header(const std::vector<uint8_t>& bytes, uint32_t magic, int rank,
+                                      const std::string& path, std::string_view what,
                                       std::string_view kind) {
   const size_t header = 4 + 4 * static_cast<size_t>(rank);
   if (bytes.size() < header)

@@ -18,7 +18,8 @@ std::array<uint64_t, 4> rng_state_from_json(const nlohmann::json& json, std::str
          json.dump());
   std::array<uint64_t, 4> state{};
   for (size_t i = 0; i < 4; ++i) {
-    if (!json[i].is_number_unsigned() && !(json[i].is_number_integer() && json[i].get<int64_t>() >= 0))
+    if (!json[i].is_number_unsigned() &&
+        !(json[i].is_number_integer() && json[i].get<int64_t>() >= 0))
       fail("{}: rng_state {} is invalid, expected an array of 4 unsigned 64-bit integers", what,
            json.dump());
     state[i] = json[i].get<uint64_t>();
@@ -116,9 +117,10 @@ EpochSamplerState EpochSampler::state() const {
 void EpochSampler::set_state(const EpochSamplerState& state) {
   if (state.epoch < 0 || state.position < 0 || state.position > size_ ||
       (state.position % batch_ != 0 && state.position != size_))
-    fail("epoch sampler: state (epoch {}, position {}) does not fit a dataset of {} examples in "
-         "batches of {}, expected 0 <= position <= {} at a batch boundary",
-         state.epoch, state.position, size_, batch_, size_);
+    fail(
+        "epoch sampler: state (epoch {}, position {}) does not fit a dataset of {} examples in "
+        "batches of {}, expected 0 <= position <= {} at a batch boundary",
+        state.epoch, state.position, size_, batch_, size_);
   rng_.set_state(state.rng_state);
   start_epoch();
   epoch_ = state.epoch;
@@ -157,15 +159,16 @@ void from_json(const nlohmann::json& json, WindowSamplerState& state) {
   state.rng_state = rng_state_from_json(json["rng_state"], what);
 }
 
-WindowSampler::WindowSampler(std::span<const uint8_t> train, int64_t batch_size,
-                             int64_t block_size, uint64_t seed)
+WindowSampler::WindowSampler(std::span<const uint8_t> train, int64_t batch_size, int64_t block_size,
+                             uint64_t seed)
     : train_(train), batch_(batch_size), block_(block_size), rng_(seed) {
   if (batch_size < 1) fail("window sampler: batch size {} is invalid, expected >= 1", batch_size);
   if (block_size < 1) fail("window sampler: block size {} is invalid, expected >= 1", block_size);
   if (static_cast<int64_t>(train.size()) < block_size + 1)
-    fail("window sampler: training text of {} bytes is too short for block size {}, expected at "
-         "least {} bytes",
-         train.size(), block_size, block_size + 1);
+    fail(
+        "window sampler: training text of {} bytes is too short for block size {}, expected at "
+        "least {} bytes",
+        train.size(), block_size, block_size + 1);
 }
 
 std::vector<int64_t> WindowSampler::next_offsets() {
@@ -199,9 +202,10 @@ ValidationWindows::ValidationWindows(std::span<const uint8_t> val, int64_t batch
   if (block_size < 1)
     fail("validation windows: block size {} is invalid, expected >= 1", block_size);
   if (static_cast<int64_t>(val.size()) < block_size + 1)
-    fail("validation windows: validation text of {} bytes is too short for block size {}, "
-         "expected at least {} bytes",
-         val.size(), block_size, block_size + 1);
+    fail(
+        "validation windows: validation text of {} bytes is too short for block size {}, "
+        "expected at least {} bytes",
+        val.size(), block_size, block_size + 1);
   const int64_t windows = (static_cast<int64_t>(val.size()) - 1) / block_size;  // W >= 1
   if (windows < batch_size) {
     rows_ = windows;

@@ -11,10 +11,9 @@
 // R = world size (ranks), b = rows of one rank's shard.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <array>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <vector>
 

@@ -18,7 +18,8 @@ constexpr std::string_view kFortunesHint =
 std::vector<uint8_t> read_whole_file(const std::string& path, std::string_view what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open file '{}': {}", what, path, std::strerror(errno));
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
   if (in.bad()) fail("{}: cannot read file '{}': {}", what, path, std::strerror(errno));
   return bytes;
 }
@@ -80,9 +81,10 @@ TextCorpus split_text_corpus(std::vector<uint8_t> text, std::string source, int6
   const int64_t n_train = n - n_val;
   const int64_t need = block_size + 1;
   if (n_val < need)
-    fail("text corpus: '{}' is too short: {} bytes give a validation split (last 10%) of {} bytes, "
-         "expected at least block_size+1 = {} (so at least {} bytes of text)",
-         source, n, n_val, need, need * 10);
+    fail(
+        "text corpus: '{}' is too short: {} bytes give a validation split (last 10%) of {} bytes, "
+        "expected at least block_size+1 = {} (so at least {} bytes of text)",
+        source, n, n_val, need, need * 10);
   PX_CHECK_GE(n_train, need);  // n_train >= 9 * n_val
   TextCorpus corpus;
   corpus.source = std::move(source);

@@ -29,7 +29,8 @@ std::string parent_dir(const std::string& path) {
 void fsync_path(const std::string& path, bool directory, const std::string& target) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
   if (fd < 0)
-    fail("atomic write of '{}': cannot open '{}' to fsync it: {}", target, path, std::strerror(errno));
+    fail("atomic write of '{}': cannot open '{}' to fsync it: {}", target, path,
+         std::strerror(errno));
   int rc = ::fsync(fd);
   int err = errno;
   ::close(fd);
@@ -39,10 +40,13 @@ void fsync_path(const std::string& path, bool directory, const std::string& targ
 
 void fsync_tree(const std::string& dir, const std::string& target) {
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it); it.increment(ec)) {
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
     if (it->is_symlink(ec)) continue;
-    if (it->is_directory(ec)) fsync_path(it->path().string(), true, target);
-    else if (it->is_regular_file(ec)) fsync_path(it->path().string(), false, target);
+    if (it->is_directory(ec))
+      fsync_path(it->path().string(), true, target);
+    else if (it->is_regular_file(ec))
+      fsync_path(it->path().string(), false, target);
   }
   if (ec) fail("atomic write of '{}': cannot list '{}': {}", target, dir, ec.message());
   fsync_path(dir, true, target);
@@ -113,7 +117,8 @@ void write_directory_atomically(const std::string& dir,
       if (::rename(staging.c_str(), target.c_str()) != 0)
         fail("atomic write of '{}': renaming '{}' to it failed: {}", target, staging,
              std::strerror(errno));
-    } else if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
+    } else if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) !=
+               0) {
       if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
         fail("atomic write of '{}': exchanging it with '{}' failed: {}", target, staging,
              std::strerror(errno));

@@ -37,14 +37,16 @@ bool is_other_safetensors_dtype(std::string_view name) {
 DType parse_dtype(const std::string& name, const std::string& tensor, const std::string& path) {
   for (DType d : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8})
     if (dtype_name(d) == name) return d;
-  fail("safetensors: file '{}': tensor '{}' has {} dtype '{}', expected one of F32, F16, BF16, "
-       "I32, I64, U8",
-       path, tensor, is_other_safetensors_dtype(name) ? "unsupported" : "unknown", name);
+  fail(
+      "safetensors: file '{}': tensor '{}' has {} dtype '{}', expected one of F32, F16, BF16, "
+      "I32, I64, U8",
+      path, tensor, is_other_safetensors_dtype(name) ? "unsupported" : "unknown", name);
 }
 
 class File {
  public:
-  explicit File(const std::string& path) : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+  explicit File(const std::string& path)
+      : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
     if (fd_ < 0) fail("safetensors: cannot open file '{}': {}", path, std::strerror(errno));
   }
   ~File() { ::close(fd_); }
@@ -53,7 +55,8 @@ class File {
 
   uint64_t size() const {
     struct stat st;
-    if (::fstat(fd_, &st) != 0) fail("safetensors: cannot stat file '{}': {}", path_, std::strerror(errno));
+    if (::fstat(fd_, &st) != 0)
+      fail("safetensors: cannot stat file '{}': {}", path_, std::strerror(errno));
     if (!S_ISREG(st.st_mode)) fail("safetensors: '{}' is not a regular file", path_);
     return static_cast<uint64_t>(st.st_size);
   }
@@ -63,7 +66,8 @@ class File {
     while (bytes > 0) {
       ssize_t n = ::pread(fd_, p, bytes, static_cast<off_t>(offset));
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) fail("safetensors: file '{}': reading {} failed: {}", path_, what, std::strerror(errno));
+      if (n < 0)
+        fail("safetensors: file '{}': reading {} failed: {}", path_, what, std::strerror(errno));
       if (n == 0) fail("safetensors: file '{}' is truncated while reading {}", path_, what);
       p += n;
       bytes -= static_cast<uint64_t>(n);
@@ -84,7 +88,8 @@ struct Entry {
   uint64_t end = 0;
 };
 
-uint64_t json_offset(const nlohmann::json& value, const std::string& tensor, const std::string& path) {
+uint64_t json_offset(const nlohmann::json& value, const std::string& tensor,
+                     const std::string& path) {
   if (!value.is_number_unsigned() && !(value.is_number_integer() && value.get<int64_t>() >= 0))
     fail("safetensors: file '{}': tensor '{}' has data_offset {}, expected a non-negative integer",
          path, tensor, value.dump());
@@ -94,9 +99,10 @@ uint64_t json_offset(const nlohmann::json& value, const std::string& tensor, con
 Entry parse_entry(const std::string& name, const nlohmann::json& info, const std::string& path) {
   if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") ||
       !info.contains("data_offsets"))
-    fail("safetensors: file '{}': tensor '{}' has header entry {}, expected an object with dtype, "
-         "shape and data_offsets",
-         path, name, info.dump());
+    fail(
+        "safetensors: file '{}': tensor '{}' has header entry {}, expected an object with dtype, "
+        "shape and data_offsets",
+        path, name, info.dump());
   if (!info["dtype"].is_string())
     fail("safetensors: file '{}': tensor '{}' has dtype {}, expected a string", path, name,
          info["dtype"].dump());
@@ -131,18 +137,20 @@ Entry parse_entry(const std::string& name, const nlohmann::json& info, const std
     if (expected >> 64) break;
   }
   if (expected != entry.end - entry.begin)
-    fail("safetensors: file '{}': tensor '{}' of dtype {} and shape {} needs {} bytes, but its "
-         "data_offsets [{}, {}] span {}",
-         path, name, dtype_name(entry.dtype), entry.shape,
-         (expected >> 64) ? std::string("more than 2^64") : std::to_string(uint64_t(expected)),
-         entry.begin, entry.end, entry.end - entry.begin);
+    fail(
+        "safetensors: file '{}': tensor '{}' of dtype {} and shape {} needs {} bytes, but its "
+        "data_offsets [{}, {}] span {}",
+        path, name, dtype_name(entry.dtype), entry.shape,
+        (expected >> 64) ? std::string("more than 2^64") : std::to_string(uint64_t(expected)),
+        entry.begin, entry.end, entry.end - entry.begin);
   return entry;
 }
 
 }  // namespace
 
 bool SafetensorsFile::contains(std::string_view name) const {
-  return std::any_of(tensors.begin(), tensors.end(), [&](const auto& t) { return t.first == name; });
+  return std::any_of(tensors.begin(), tensors.end(),
+                     [&](const auto& t) { return t.first == name; });
 }
 
 const Tensor& SafetensorsFile::at(std::string_view name) const {
@@ -202,9 +210,10 @@ SafetensorsFile load_safetensors(const std::string& path) {
   uint64_t header_size = 0;
   for (int i = 0; i < 8; ++i) header_size |= uint64_t{length_bytes[i]} << (8 * i);
   if (header_size > file_size - 8)
-    fail("safetensors: file '{}' is corrupt or truncated: header length {} exceeds the {} bytes "
-         "after the length field",
-         path, header_size, file_size - 8);
+    fail(
+        "safetensors: file '{}' is corrupt or truncated: header length {} exceeds the {} bytes "
+        "after the length field",
+        path, header_size, file_size - 8);
   if (header_size > kMaxHeaderBytes)
     fail("safetensors: file '{}' has a header of {} bytes, expected at most {}", path, header_size,
          kMaxHeaderBytes);
@@ -253,13 +262,15 @@ SafetensorsFile load_safetensors(const std::string& path) {
       fail("safetensors: file '{}': tensor '{}' data_offsets [{}, {}] overlap tensor '{}' [{}, {}]",
            path, e.name, e.begin, e.end, previous->name, previous->begin, previous->end);
     if (e.begin > expected_begin)
-      fail("safetensors: file '{}': tensor '{}' begins at data offset {}, expected {} (a gap of {} "
-           "bytes)",
-           path, e.name, e.begin, expected_begin, e.begin - expected_begin);
+      fail(
+          "safetensors: file '{}': tensor '{}' begins at data offset {}, expected {} (a gap of {} "
+          "bytes)",
+          path, e.name, e.begin, expected_begin, e.begin - expected_begin);
     if (e.end > data_size)
-      fail("safetensors: file '{}' is truncated: tensor '{}' data_offsets [{}, {}] run past the {} "
-           "bytes of data",
-           path, e.name, e.begin, e.end, data_size);
+      fail(
+          "safetensors: file '{}' is truncated: tensor '{}' data_offsets [{}, {}] run past the {} "
+          "bytes of data",
+          path, e.name, e.begin, e.end, data_size);
     expected_begin = e.end;
     previous = &e;
   }

@@ -68,7 +68,8 @@ void expect_error(const std::string& dir, std::initializer_list<std::string> par
 }
 
 bool have_real_dataset() {
-  return std::filesystem::exists(std::string(kFashionMnistDefaultDir) + "/train-images-idx3-ubyte.gz");
+  return std::filesystem::exists(std::string(kFashionMnistDefaultDir) +
+                                 "/train-images-idx3-ubyte.gz");
 }
 
 TEST(FashionMnist, ReadsRealSplitsWithExpectedCountsLabelsAndStatistics) {
@@ -124,8 +125,8 @@ TEST(FashionMnist, ReadsGzippedAndPlainFilesAndNormalizesLikeTorchvision) {
 }
 
 TEST(FashionMnist, MissingDirectoryTellsHowToInstall) {
-  expect_error("/nonexistent/fashion", {"/nonexistent/fashion", "install dataset-fashion-mnist",
-                                        "--data DIR"});
+  expect_error("/nonexistent/fashion",
+               {"/nonexistent/fashion", "install dataset-fashion-mnist", "--data DIR"});
 }
 
 TEST(FashionMnist, MissingFileIsNamed) {
@@ -166,8 +167,8 @@ TEST(FashionMnist, WrongMagicIsNamed) {
   TempDir dir;
   dir.write("train-images-idx3-ubyte.gz", gzip(idx_images(1, 28, 28, 0x801)));
   dir.write("train-labels-idx1-ubyte.gz", gzip(idx_labels({1})));
-  expect_error(dir.path(), {dir.file("train-images-idx3-ubyte.gz"), "0x00000801",
-                            "expected 0x00000803"});
+  expect_error(dir.path(),
+               {dir.file("train-images-idx3-ubyte.gz"), "0x00000801", "expected 0x00000803"});
 }
 
 TEST(FashionMnist, WrongImageSizeIsNamed) {
@@ -215,8 +216,8 @@ TEST(FashionMnist, TruncatedLabelsAreNamed) {
   labels.pop_back();
   dir.write("train-images-idx3-ubyte.gz", gzip(idx_images(3)));
   dir.write("train-labels-idx1-ubyte.gz", gzip(labels));
-  expect_error(dir.path(), {dir.file("train-labels-idx1-ubyte.gz"),
-                            "expected 11 bytes of labels, found 10"});
+  expect_error(dir.path(),
+               {dir.file("train-labels-idx1-ubyte.gz"), "expected 11 bytes of labels, found 10"});
 }
 
 }  // namespace

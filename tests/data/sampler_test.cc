@@ -126,9 +126,9 @@ TEST(EpochSampler, RejectsStatesThatCannotBelongToIt) {
   EXPECT_THROW(sampler.set_state({.epoch = -1, .position = 0}), Error);
   EXPECT_NO_THROW(sampler.set_state({.epoch = 3, .position = 23}));
   EXPECT_THROW(nlohmann::json::parse(R"({"epoch": 1})").get<EpochSamplerState>(), Error);
-  EXPECT_THROW(
-      nlohmann::json::parse(R"({"epoch": 1, "position": 0, "rng_state": [1, 2]})").get<EpochSamplerState>(),
-      Error);
+  EXPECT_THROW(nlohmann::json::parse(R"({"epoch": 1, "position": 0, "rng_state": [1, 2]})")
+                   .get<EpochSamplerState>(),
+               Error);
   EXPECT_THROW(EpochSampler(0, 5, 0), Error);
   EXPECT_THROW(EpochSampler(5, 0, 0), Error);
 }

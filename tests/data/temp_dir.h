@@ -33,7 +33,8 @@ class TempDir {
   std::string file(const std::string& name) const { return path_ + "/" + name; }
   std::string write(const std::string& name, const std::vector<uint8_t>& bytes) const {
     std::ofstream out(file(name), std::ios::binary);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
     return file(name);
   }
   std::string write(const std::string& name, const std::string& text) const {

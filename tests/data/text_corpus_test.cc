@@ -40,7 +40,8 @@ TEST(TextCorpus, SplitsLastTenPercentForValidation) {
 
 TEST(TextCorpus, TooShortForEitherSplitIsNamed) {
   // 1000 bytes: val = 100 bytes; block 100 needs 101.
-  std::string message = error_of([] { split_text_corpus(std::vector<uint8_t>(1000), "tiny.txt", 100); });
+  std::string message =
+      error_of([] { split_text_corpus(std::vector<uint8_t>(1000), "tiny.txt", 100); });
   EXPECT_NE(message.find("'tiny.txt' is too short"), std::string::npos) << message;
   EXPECT_NE(message.find("at least block_size+1 = 101"), std::string::npos) << message;
   EXPECT_NO_THROW(split_text_corpus(std::vector<uint8_t>(1010), "ok", 100));

@@ -95,9 +95,8 @@ TEST(AtomicDirectory, CreatesThenReplacesWholeDirectory) {
 TEST(AtomicDirectory, WriterThrowingMidwayKeepsThePreviousCheckpoint) {
   ScratchDir dir;
   const std::string ckpt = dir.file("ckpt");
-  write_directory_atomically(ckpt, [](const std::string& staging) {
-    write_file(staging + "/model", "good");
-  });
+  write_directory_atomically(
+      ckpt, [](const std::string& staging) { write_file(staging + "/model", "good"); });
   EXPECT_THROW(write_directory_atomically(ckpt,
                                           [](const std::string& staging) {
                                             write_file(staging + "/model", "half");

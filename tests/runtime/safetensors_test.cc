@@ -105,10 +105,9 @@ TEST(Safetensors, MatchesHandComputedByteLayout) {
                     {"b", Tensor::from_vector({3}, std::vector<int32_t>{1, 2, 3})}},
                    {{"format", "pt"}});
   // 139 bytes of JSON, padded with 5 spaces to 144 = 18 * 8.
-  const std::string json =
-      R"({"__metadata__":{"format":"pt"},)"
-      R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("b":{"dtype":"I32","shape":[3],"data_offsets":[8,20]}})";
+  const std::string json = R"({"__metadata__":{"format":"pt"},)"
+                           R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                           R"("b":{"dtype":"I32","shape":[3],"data_offsets":[8,20]}})";
   ASSERT_EQ(json.size(), 139u);
   std::string expected("\x90\0\0\0\0\0\0\0", 8);  // 144, little-endian
   expected += json + std::string(5, ' ');
@@ -119,7 +118,8 @@ TEST(Safetensors, MatchesHandComputedByteLayout) {
 
 TEST(Safetensors, EqualInputsGiveIdenticalBytes) {
   ScratchDir dir;
-  NamedTensors tensors = {{"b", patterned({5, 5}, DType::f32, 1)}, {"a", patterned({3}, DType::u8, 2)}};
+  NamedTensors tensors = {{"b", patterned({5, 5}, DType::f32, 1)},
+                          {"a", patterned({3}, DType::u8, 2)}};
   save_safetensors(dir.file("1"), tensors, {{"k", "v"}, {"a", "b"}});
   save_safetensors(dir.file("2"), tensors, {{"a", "b"}, {"k", "v"}});
   EXPECT_EQ(read_file(dir.file("1")), read_file(dir.file("2")));
@@ -156,18 +156,22 @@ TEST(SafetensorsCorruption, EachProblemIsAnErrorNamingTheFile) {
       {"header_too_long", header_too_long, "header length 200 exceeds"},
       {"malformed_json", raw_file(R"({"w":{"dtype":)", ""), "malformed JSON header"},
       {"not_object", raw_file("[1,2]", ""), "expected a JSON object"},
-      {"unknown_dtype", raw_file(R"({"w":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})", kEightBytes),
+      {"unknown_dtype",
+       raw_file(R"({"w":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})", kEightBytes),
        "unknown dtype 'Q7'"},
       {"unsupported_dtype",
        raw_file(R"({"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", kEightBytes),
        "unsupported dtype 'F64'"},
-      {"size_mismatch", raw_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", kEightBytes),
+      {"size_mismatch",
+       raw_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", kEightBytes),
        "needs 12 bytes"},
-      {"negative_dim", raw_file(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", kEightBytes),
+      {"negative_dim",
+       raw_file(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", kEightBytes),
        "non-negative integer dims"},
       {"missing_field", raw_file(R"({"w":{"dtype":"F32","shape":[2]}})", kEightBytes),
        "expected an object with dtype, shape and data_offsets"},
-      {"bad_offsets", raw_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", kEightBytes),
+      {"bad_offsets",
+       raw_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", kEightBytes),
        "expected [begin, end]"},
       {"reversed_offsets",
        raw_file(R"({"w":{"dtype":"U8","shape":[0],"data_offsets":[8,0]}})", kEightBytes),
@@ -179,10 +183,12 @@ TEST(SafetensorsCorruption, EachProblemIsAnErrorNamingTheFile) {
        "overlap"},
       {"gap", raw_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", kEightBytes),
        "a gap of 4 bytes"},
-      {"out_of_range", raw_file(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", kEightBytes),
+      {"out_of_range",
+       raw_file(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", kEightBytes),
        "run past the 8 bytes of data"},
       {"truncated_data", truncated_data, "truncated"},
-      {"trailing_data", raw_file("{" + kGoodEntry + "}", kEightBytes + "xyz"), "3 bytes of data after"},
+      {"trailing_data", raw_file("{" + kGoodEntry + "}", kEightBytes + "xyz"),
+       "3 bytes of data after"},
       {"bad_metadata", raw_file(R"({"__metadata__":{"epoch":3}})", ""), "expected a string"},
       {"huge_dims",
        raw_file(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})",
@@ -211,8 +217,9 @@ TEST(Safetensors, FailedSaveKeepsThePreviousFile) {
   ScratchDir dir;
   const std::string path = dir.file("model.safetensors");
   save_safetensors(path, {{"w", Tensor::full({2}, 1.5f)}});
-  EXPECT_THROW(save_safetensors(path, {{"w", Tensor::full({2}, 9.0f)}, {"w", Tensor::full({2}, 9.0f)}}),
-               Error);
+  EXPECT_THROW(
+      save_safetensors(path, {{"w", Tensor::full({2}, 9.0f)}, {"w", Tensor::full({2}, 9.0f)}}),
+      Error);
   EXPECT_EQ(load_safetensors(path).at("w").to_vector(), (std::vector<float>{1.5f, 1.5f}));
 }
 
