@@ -1,0 +1,13 @@
+// Subcommands of the `parallax` command. Each adds itself to the app with
+// its own options struct, parsed once, and a callback that runs it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace px::cli {
+
+void add_train_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
+void add_sample_command(CLI::App& app);
+
+}  // namespace px::cli

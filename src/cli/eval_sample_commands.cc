@@ -1,0 +1,94 @@
+// `parallax eval` and `parallax sample`: load a checkpoint directory written
+// by `parallax train --save` (its state.json says which model and data).
+#include <fstream>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "kernels/threads.h"
+#include "runtime/checkpoint.h"
+#include "runtime/sampling.h"
+#include "runtime/task.h"
+
+namespace px::cli {
+namespace {
+
+// The training options a checkpoint was made with (model config, data).
+TrainOptions options_from_checkpoint(const std::string& dir, const std::string& data_override) {
+  std::ifstream in(dir + "/state.json");
+  if (!in) fail("checkpoint '{}' has no state.json: expected a directory written by parallax train --save", dir);
+  nlohmann::json state;
+  try {
+    state = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("checkpoint state '{}/state.json' is not valid JSON: {}", dir, e.what());
+  }
+  TrainOptions o;
+  apply_model_json(state.at("config"), o);
+  if (!data_override.empty()) o.data = data_override;
+  return o;
+}
+
+ParamStore load_params(const Task& task, const std::string& dir) {
+  ParamStore params = ParamStore::initialize(task.build(1, false).graph, 0);
+  params.load(load_model_weights(dir));
+  return params;
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app) {
+  struct Options {
+    std::string checkpoint, data;
+    int64_t batch = 16, eval_batches = 20;
+    int threads = 2;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("eval", "evaluate a checkpoint on its validation/test set");
+  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint directory")->required();
+  cmd->add_option("--data", o->data, "override the checkpoint's data path");
+  cmd->add_option("--batch", o->batch, "gpt: validation batch size")->capture_default_str();
+  cmd->add_option("--eval-batches", o->eval_batches, "gpt: validation batches")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "threads for kernels and BLAS")->capture_default_str();
+  cmd->callback([o] {
+    kernels::set_threads(o->threads);
+    TrainOptions t = options_from_checkpoint(o->checkpoint, o->data);
+    t.batch = o->batch;
+    t.eval_batches = o->eval_batches;
+    t.steps = 1;
+    auto task = make_task(t);
+    ParamStore params = load_params(*task, o->checkpoint);
+    Evaluation e = task->evaluate(params);
+    std::cout << fmt::format("val_loss {:.4f}", e.loss);
+    if (e.accuracy >= 0) std::cout << fmt::format(" val_accuracy {:.2f}%", 100 * e.accuracy);
+    std::cout << "\n";
+  });
+}
+
+void add_sample_command(CLI::App& app) {
+  struct Options {
+    std::string checkpoint, prompt = "\n";
+    SampleOptions sample;
+    int threads = 1;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("sample", "generate text from a GPT checkpoint");
+  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint directory")->required();
+  cmd->add_option("--prompt", o->prompt, "text to continue (default: a newline)");
+  cmd->add_option("--tokens", o->sample.tokens, "bytes to generate")->capture_default_str();
+  cmd->add_option("--temperature", o->sample.temperature, "softmax temperature (> 0)")->capture_default_str();
+  cmd->add_option("--top-k", o->sample.top_k, "sample among the k likeliest bytes (0: all)")->capture_default_str();
+  cmd->add_option("--seed", o->sample.seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "threads for kernels and BLAS")->capture_default_str();
+  cmd->callback([o] {
+    kernels::set_threads(o->threads);
+    validate(o->sample);
+    TrainOptions t = options_from_checkpoint(o->checkpoint, "");
+    if (t.model != "gpt") fail("checkpoint '{}' holds a {} model; sample needs a gpt checkpoint", o->checkpoint, t.model);
+    nn::validate(t.gpt);
+    ParamStore params = ParamStore::initialize(nn::build_gpt(t.gpt, 1, 1, false).graph, 0);
+    params.load(load_model_weights(o->checkpoint));
+    std::cout << o->prompt << sample_text(t.gpt, params, o->prompt, o->sample) << std::endl;
+  });
+}
+
+}  // namespace px::cli

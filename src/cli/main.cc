@@ -1,0 +1,30 @@
+// parallax: train deep networks across many devices.
+//   parallax train | eval | sample | bench ...      (--help on each)
+// Errors a user can fix print one line "error: ..." and exit 1.
+#include <iostream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"parallax: a C++20 engine for training deep networks across many devices"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "help for every subcommand");
+  px::cli::add_train_command(app);
+  px::cli::add_eval_command(app);
+  px::cli::add_sample_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const px::Error& e) {
+    std::cout << std::flush;
+    std::cerr << "error: " << e.what() << std::endl;
+    return 1;
+  } catch (const std::exception& e) {
+    std::cout << std::flush;
+    std::cerr << "error: internal: " << e.what() << std::endl;
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,66 @@
+// `parallax train`: parses TrainOptions from flags and runs the trainer.
+#include <iostream>
+
+#include "cli/commands.h"
+#include "runtime/progress.h"
+#include "runtime/trainer.h"
+
+namespace px::cli {
+
+void add_train_command(CLI::App& app) {
+  auto options = std::make_shared<TrainOptions>();
+  auto progress = std::make_shared<std::string>("auto");
+  TrainOptions& o = *options;
+  // Unset: the model's default, filled by apply_model_defaults (see --help text).
+  const double unset = std::numeric_limits<double>::quiet_NaN();
+  o.steps = o.epochs = o.batch = o.schedule.warmup = o.eval_every = o.sample_tokens = kModelDefault;
+  o.optimizer.kind = "";
+  o.schedule.lr = o.optimizer.weight_decay = o.grad_clip = unset;
+  o.threads = 2;
+  CLI::App* cmd = app.add_subcommand("train", "train a model (gpt on text, mlp/cnn on Fashion-MNIST)");
+  cmd->add_option("--model", o.model, "mlp, cnn or gpt")->check(CLI::IsMember({"mlp", "cnn", "gpt"}))->capture_default_str();
+  cmd->add_option("--data", o.data,
+                  "gpt: a text file (default: the fortunes corpus); mlp/cnn: the Fashion-MNIST IDX directory "
+                  "(default /usr/share/datasets/fashion-mnist)");
+  cmd->add_option("--steps", o.steps, "optimizer steps (default: gpt 2000)");
+  cmd->add_option("--epochs", o.epochs, "epochs over the training set, mlp/cnn (default 2); overrides --steps");
+  cmd->add_option("--batch", o.batch, "global batch size (default: gpt 16, mlp/cnn 64)");
+  cmd->add_option("--accumulation", o.accumulation, "micro-batches per step (gradient accumulation)")->capture_default_str();
+  cmd->add_option("--optimizer", o.optimizer.kind, "sgd or adamw (default: gpt adamw, mlp/cnn sgd)");
+  cmd->add_option("--lr", o.schedule.lr, "peak learning rate (default: gpt 1e-3, mlp/cnn 0.05)");
+  cmd->add_option("--schedule", o.schedule.kind, "cosine (decays to --min-lr-ratio) or constant")->capture_default_str();
+  cmd->add_option("--warmup", o.schedule.warmup, "linear warmup steps (default: gpt 100, mlp/cnn 0)");
+  cmd->add_option("--min-lr-ratio", o.schedule.min_ratio, "cosine floor as a fraction of --lr")->capture_default_str();
+  cmd->add_option("--weight-decay", o.optimizer.weight_decay, "decay of weight matrices (default: gpt 0.1, mlp/cnn 0)");
+  cmd->add_option("--momentum", o.optimizer.momentum, "sgd momentum")->capture_default_str();
+  cmd->add_option("--beta1", o.optimizer.beta1, "adamw beta1")->capture_default_str();
+  cmd->add_option("--beta2", o.optimizer.beta2, "adamw beta2")->capture_default_str();
+  cmd->add_option("--grad-clip", o.grad_clip, "clip the global gradient norm, 0 = off (default: gpt 1, mlp/cnn 0)");
+  cmd->add_option("--eval-every", o.eval_every, "evaluate every N steps, 0 = at the end (default: gpt 500, mlp/cnn 0)");
+  cmd->add_option("--eval-batches", o.eval_batches, "gpt: validation batches per evaluation")->capture_default_str();
+  cmd->add_option("--seed", o.seed, "seed for initialization, data order and dropout")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "threads for kernels and BLAS")->capture_default_str();
+  cmd->add_option("--metrics", o.metrics, "write JSON lines (step, train_loss, val_loss, val_accuracy) here");
+  cmd->add_option("--save", o.save, "checkpoint directory (written atomically)");
+  cmd->add_option("--save-every", o.save_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();
+  cmd->add_option("--resume", o.resume, "continue from this checkpoint directory (repeat the other flags)");
+  cmd->add_option("--sample-tokens", o.sample_tokens, "gpt: bytes of text to generate at the end (default 300)");
+  cmd->add_option("--prompt", o.prompt, "gpt: text the sample continues (default: a newline)");
+  cmd->add_option("--block", o.gpt.block, "gpt: context length")->capture_default_str();
+  cmd->add_option("--layers", o.gpt.n_layer, "gpt: transformer blocks")->capture_default_str();
+  cmd->add_option("--heads", o.gpt.n_head, "gpt: attention heads")->capture_default_str();
+  cmd->add_option("--embd", o.gpt.n_embd, "gpt: embedding width")->capture_default_str();
+  cmd->add_option("--dropout", o.gpt.dropout, "gpt: dropout probability")->capture_default_str();
+  cmd->add_option("--hidden", o.mlp.hidden, "mlp: hidden layer widths")->capture_default_str();
+  cmd->add_option("--progress", *progress, "auto (a bar on a terminal), bar or lines")
+      ->check(CLI::IsMember({"auto", "bar", "lines"}))
+      ->capture_default_str();
+  cmd->callback([options, progress] {
+    TrainOptions o = *options;
+    apply_model_defaults(o);
+    o.progress_bar = *progress == "bar" || (*progress == "auto" && stdout_is_terminal());
+    train(o, std::cout);
+  });
+}
+
+}  // namespace px::cli

@@ -1,0 +1,95 @@
+// Graph: a static dataflow graph of op nodes over typed values. Nodes are
+// kept in the order they were added, which is a topological order (a node
+// can only consume values that already exist). Values are graph inputs
+// (fed per step: token ids, images, labels), parameters (owned by the
+// runtime, named like GPT-2 checkpoints: "h.0.attn.c_attn.weight"), or
+// node outputs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "graph/op.h"
+
+namespace px {
+
+// How a parameter is initialized (the runtime draws the numbers).
+struct ParamInit {
+  enum class Kind { normal, zeros, ones, uniform } kind = Kind::zeros;
+  double scale = 0;  // normal: std; uniform: bound (values in [-scale, scale])
+  bool operator==(const ParamInit&) const = default;
+};
+
+struct Value {
+  enum class Kind { input, param, activation };
+  Kind kind = Kind::activation;
+  TensorSpec spec;
+  std::string name;
+  int producer = -1;  // node index for activations
+  int output_index = 0;
+  ParamInit init;     // params only
+  bool weight_decay = false;  // params only: does AdamW decay it (matrices yes, biases/norms no)
+};
+
+struct Node {
+  const OpDef* def = nullptr;
+  Attrs attrs;
+  std::vector<ValueId> inputs;
+  std::vector<ValueId> outputs;
+  std::string name;  // scope-qualified, e.g. "h.0.attn.c_attn"
+  const std::string& op() const { return def->name; }
+};
+
+class Graph {
+ public:
+  ValueId input(const std::string& name, const TensorSpec& spec);
+  ValueId param(const std::string& name, const TensorSpec& spec, ParamInit init, bool weight_decay);
+  // Adds a node; runs the op's shape rule, which throws px::Error naming the
+  // node and the input shapes when they do not fit.
+  std::vector<ValueId> add(const std::string& op, const std::vector<ValueId>& inputs,
+                           const Attrs& attrs = {}, const std::string& name = "");
+  // add() for ops with one result (saved-for-backward outputs are dropped from the return).
+  ValueId add1(const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs = {},
+               const std::string& name = "");
+
+  const Value& value(ValueId id) const { return values_.at(static_cast<size_t>(id)); }
+  const TensorSpec& spec(ValueId id) const { return value(id).spec; }
+  const std::vector<Value>& values() const { return values_; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::vector<ValueId>& params() const { return params_; }
+  const std::vector<ValueId>& inputs() const { return inputs_; }
+  // The param or input with this name; throws px::Error if none.
+  ValueId find(const std::string& name) const;
+  // Marks a value as a graph output (kept alive by the executor, returned).
+  void mark_output(ValueId id, const std::string& name);
+  const std::vector<std::pair<std::string, ValueId>>& outputs() const { return outputs_; }
+  ValueId output(const std::string& name) const;
+
+  // Name scope for nodes added while it is pushed: "h.0" + "attn" -> "h.0.attn".
+  void push_scope(const std::string& scope) { scopes_.push_back(scope); }
+  void pop_scope() { scopes_.pop_back(); }
+  std::string scoped(const std::string& name) const;
+
+  int64_t param_count() const;
+  std::string str() const;  // one line per node, for debugging
+
+ private:
+  ValueId new_value(Value v);
+  std::vector<Value> values_;
+  std::vector<Node> nodes_;
+  std::vector<ValueId> params_, inputs_;
+  std::vector<std::pair<std::string, ValueId>> outputs_;
+  std::vector<std::string> scopes_;
+};
+
+// RAII name scope.
+class Scope {
+ public:
+  Scope(Graph& g, const std::string& name) : g_(g) { g_.push_scope(name); }
+  ~Scope() { g_.pop_scope(); }
+
+ private:
+  Graph& g_;
+};
+
+}  // namespace px

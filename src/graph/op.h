@@ -1,0 +1,102 @@
+// An op is one unit, registered once (see ops/*.cc): its shape rule, its
+// forward kernel, its backward rule (which adds gradient nodes to the graph),
+// its cost, its placement signatures, and examples the generic test harnesses
+// (finite-difference gradients, placement check) run it on.
+//
+// Outputs: the first `differentiable_outputs` outputs are the op's results;
+// any further outputs are values saved for backward (layernorm's mean/rstd,
+// attention's probabilities, dropout's mask) and get no gradient.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "graph/attrs.h"
+#include "graph/placement.h"
+#include "graph/tensor_spec.h"
+
+namespace px {
+
+class Graph;
+struct Node;
+using ValueId = int;
+constexpr ValueId kNoValue = -1;
+
+struct OpCost {
+  double flops = 0;
+  double bytes_read = 0;
+  double bytes_written = 0;
+};
+
+// Per-call facts that are not attributes: the step's seed (dropout) and where
+// this shard's first row sits in the unsplit batch, so that a batch-split
+// shard draws the same random numbers as the unsplit run.
+struct OpContext {
+  uint64_t seed = 0;
+  int64_t row_offset = 0;  // offset along dim 0 of the op's first input
+};
+
+struct OpExample {
+  std::vector<TensorSpec> inputs;
+  Attrs attrs;
+  // For integer inputs: values are drawn from [0, int_upper[i]). Empty or 0 for floats.
+  std::vector<int64_t> int_upper;
+};
+
+using InferFn = std::function<std::vector<TensorSpec>(const std::vector<TensorSpec>&, const Attrs&)>;
+using ForwardFn = std::function<void(const OpContext&, const Attrs&, const std::vector<const Tensor*>&,
+                                     const std::vector<Tensor*>&)>;
+// Given the node and the gradients of its outputs (kNoValue where none),
+// adds nodes to `graph` and returns one gradient per input (kNoValue where
+// the input is not differentiable).
+using BackwardFn = std::function<std::vector<ValueId>(Graph& graph, const Node& node,
+                                                      const std::vector<ValueId>& output_grads)>;
+using CostFn = std::function<OpCost(const std::vector<TensorSpec>& inputs,
+                                    const std::vector<TensorSpec>& outputs, const Attrs&)>;
+using SignaturesFn = std::function<std::vector<PlacementSignature>(const std::vector<TensorSpec>&,
+                                                                   const Attrs&)>;
+
+struct OpDef {
+  std::string name;
+  InferFn infer;
+  ForwardFn forward;
+  BackwardFn backward;  // empty: not differentiable
+  CostFn cost;          // empty: bytes of inputs/outputs, no flops
+  SignaturesFn signatures;
+  std::function<std::vector<OpExample>()> examples;
+  int differentiable_outputs = 1;
+  // The first output is a view of the first input (reshape): the executor
+  // does not allocate it; forward receives it already bound.
+  bool output_is_view = false;
+};
+
+// The registry. Ops register themselves from static initializers in
+// graph/ops/*.cc (the library is linked whole-archive so none is dropped).
+class OpRegistry {
+ public:
+  static OpRegistry& instance();
+  void add(OpDef def);
+  // Throws px::Error naming the unknown op.
+  const OpDef& get(const std::string& name) const;
+  bool has(const std::string& name) const;
+  std::vector<std::string> names() const;
+
+ private:
+  std::vector<std::unique_ptr<OpDef>> defs_;
+};
+
+struct OpRegistrar {
+  explicit OpRegistrar(OpDef def) { OpRegistry::instance().add(std::move(def)); }
+};
+
+// Cost of streaming inputs and outputs once: the default for memory-bound ops.
+OpCost streaming_cost(const std::vector<TensorSpec>& inputs, const std::vector<TensorSpec>& outputs,
+                      double flops_per_output_element = 0);
+
+}  // namespace px
+
+#define PX_REGISTER_OP(ident, ...) \
+  static ::px::OpRegistrar px_op_registrar_##ident(__VA_ARGS__)

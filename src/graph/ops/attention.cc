@@ -1,0 +1,91 @@
+// Causal multi-head self-attention on fused q,k,v (see kernels/attention.h).
+// Legend: B batch, T time, H heads, D head dim.
+//   attention:      qkv (B, T, 3, H, D) -> out (B, T, H, D), probs (B, H, T, T)
+//   attention_grad: qkv, probs, dout    -> dqkv (B, T, 3, H, D)
+// Heads are independent, so besides the batch split there is a head split
+// (Megatron's attention tensor parallelism): S(3) on qkv -> S(2) on out.
+#include "graph/ops/op_util.h"
+#include "kernels/attention.h"
+
+namespace px::ops {
+namespace {
+
+void require_qkv(const Shape& s) {
+  require(s.rank() == 5 && s[2] == 3, "qkv must be (B, T, 3, H, D), got {}", s);
+}
+
+OpDef make_attention() {
+  OpDef d;
+  d.name = "attention";
+  d.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    require_count(in, 1, 1);
+    const Shape& q = in[0].shape;
+    require_qkv(q);
+    return std::vector<TensorSpec>{f32({q[0], q[1], q[3], q[4]}), f32({q[0], q[3], q[1], q[1]})};
+  };
+  d.forward = [](const OpContext&, const Attrs&, const std::vector<const Tensor*>& in,
+                 const std::vector<Tensor*>& out) {
+    const Shape& q = in[0]->shape();
+    kernels::attention(q[0], q[1], q[3], q[4], in[0]->f32(), out[0]->f32(), out[1]->f32());
+  };
+  d.backward = [](Graph& g, const Node& n, const std::vector<ValueId>& dout) {
+    return std::vector<ValueId>{
+        g.add1("attention_grad", {n.inputs[0], n.outputs[1], dout[0]}, {}, n.name + ".grad")};
+  };
+  d.cost = [](const auto& in, const auto& out, const Attrs&) {
+    const Shape& q = in[0].shape;
+    OpCost c = streaming_cost(in, out);
+    // Two (T x T x D) products per head, causal half of them useful: count full, as peers do.
+    c.flops = 4.0 * double(q[0] * q[3]) * double(q[1] * q[1]) * double(q[4]);
+    return c;
+  };
+  d.signatures = [](const std::vector<TensorSpec>&, const Attrs&) {
+    return std::vector<PlacementSignature>{
+        {"data_parallel", {Placement::S(0)}, {Placement::S(0), Placement::S(0)}},
+        {"head_parallel", {Placement::S(3)}, {Placement::S(2), Placement::S(1)}},
+        {"replicated", {Placement::B()}, {Placement::B(), Placement::B()}}};
+  };
+  d.examples = [] {
+    return std::vector<OpExample>{{{f32({2, 5, 3, 3, 4})}, {}, {}}, {{f32({3, 7, 3, 2, 3})}, {}, {}}};
+  };
+  return d;
+}
+
+OpDef make_attention_grad() {
+  OpDef d;
+  d.name = "attention_grad";
+  d.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    require_count(in, 3, 3);
+    require_qkv(in[0].shape);
+    return std::vector<TensorSpec>{in[0]};
+  };
+  d.forward = [](const OpContext&, const Attrs&, const std::vector<const Tensor*>& in,
+                 const std::vector<Tensor*>& out) {
+    const Shape& q = in[0]->shape();
+    kernels::attention_backward(q[0], q[1], q[3], q[4], in[0]->f32(), in[1]->f32(), in[2]->f32(),
+                                out[0]->f32());
+  };
+  d.cost = [](const auto& in, const auto& out, const Attrs&) {
+    const Shape& q = in[0].shape;
+    OpCost c = streaming_cost(in, out);
+    c.flops = 8.0 * double(q[0] * q[3]) * double(q[1] * q[1]) * double(q[4]);
+    return c;
+  };
+  d.signatures = [](const std::vector<TensorSpec>&, const Attrs&) {
+    return std::vector<PlacementSignature>{
+        {"data_parallel", {Placement::S(0), Placement::S(0), Placement::S(0)}, {Placement::S(0)}},
+        {"head_parallel", {Placement::S(3), Placement::S(1), Placement::S(2)}, {Placement::S(3)}},
+        {"replicated", {Placement::B(), Placement::B(), Placement::B()}, {Placement::B()}}};
+  };
+  d.examples = [] {
+    return std::vector<OpExample>{
+        {{f32({2, 5, 3, 3, 4}), f32({2, 3, 5, 5}), f32({2, 5, 3, 4})}, {}, {}}};
+  };
+  return d;
+}
+
+PX_REGISTER_OP(attention, make_attention());
+PX_REGISTER_OP(attention_grad, make_attention_grad());
+
+}  // namespace
+}  // namespace px::ops

@@ -1,0 +1,86 @@
+#include "graph/ops/op_util.h"
+
+namespace px::ops {
+
+void require_count(const std::vector<TensorSpec>& in, size_t lo, size_t hi) {
+  if (in.size() < lo || in.size() > hi) {
+    if (lo == hi) fail("expected {} inputs, got {}", lo, in.size());
+    fail("expected {} to {} inputs, got {}", lo, hi, in.size());
+  }
+}
+
+void require_dtype(const TensorSpec& s, DType dtype, const char* what) {
+  if (s.dtype != dtype) fail("{} must be {}, got {}", what, dtype_name(dtype), dtype_name(s.dtype));
+}
+
+Shape with_last(const Shape& s, int64_t last) {
+  std::vector<int64_t> d = s.dims();
+  d.back() = last;
+  return Shape(d);
+}
+
+int64_t rows_of(const Shape& s) { return s.numel(0, s.rank() - 1); }
+
+std::vector<PlacementSignature> pointwise_signatures(int rank, size_t n_inputs, size_t n_outputs,
+                                                     bool linear) {
+  std::vector<PlacementSignature> out;
+  for (int d = 0; d < rank; ++d)
+    out.push_back({fmt::format("split_{}", d), std::vector<Placement>(n_inputs, Placement::S(d)),
+                   std::vector<Placement>(n_outputs, Placement::S(d))});
+  out.push_back({"replicated", std::vector<Placement>(n_inputs, Placement::B()),
+                 std::vector<Placement>(n_outputs, Placement::B())});
+  if (linear)
+    out.push_back({"partial", std::vector<Placement>(n_inputs, Placement::P()),
+                   std::vector<Placement>(n_outputs, Placement::P())});
+  return out;
+}
+
+std::vector<TensorSpec> specs_of(const Graph& g, const std::vector<ValueId>& ids) {
+  std::vector<TensorSpec> out;
+  for (ValueId id : ids) out.push_back(g.spec(id));
+  return out;
+}
+
+}  // namespace px::ops
+
+namespace px::ops {
+
+OpDef pointwise_op(std::string name, size_t n_inputs,
+                   std::function<void(int64_t, const std::vector<const float*>&, float*)> kernel,
+                   double flops_per_element, bool linear_in_last) {
+  OpDef d;
+  d.name = std::move(name);
+  d.infer = [n_inputs](const std::vector<TensorSpec>& in, const Attrs&) {
+    require_count(in, n_inputs, n_inputs);
+    for (const auto& s : in) {
+      require_dtype(s, DType::f32, "every input");
+      require(s.shape == in[0].shape, "shapes must match: {} vs {}", s.shape, in[0].shape);
+    }
+    return std::vector<TensorSpec>{in[0]};
+  };
+  d.forward = [kernel](const OpContext&, const Attrs&, const std::vector<const Tensor*>& in,
+                       const std::vector<Tensor*>& out) {
+    std::vector<const float*> ptrs;
+    for (const Tensor* t : in) ptrs.push_back(t->f32());
+    kernel(out[0]->numel(), ptrs, out[0]->f32());
+  };
+  d.cost = [flops_per_element](const auto& in, const auto& out, const Attrs&) {
+    return streaming_cost(in, out, flops_per_element);
+  };
+  d.signatures = [n_inputs, linear_in_last](const std::vector<TensorSpec>& in, const Attrs&) {
+    auto s = pointwise_signatures(in[0].shape.rank(), n_inputs, 1, false);
+    if (linear_in_last) {
+      std::vector<Placement> ps(n_inputs, Placement::B());
+      ps.back() = Placement::P();
+      s.push_back({"partial_grad", ps, {Placement::P()}});
+    }
+    return s;
+  };
+  d.examples = [n_inputs] {
+    return std::vector<OpExample>{{std::vector<TensorSpec>(n_inputs, f32({5, 7})), {}, {}},
+                                  {std::vector<TensorSpec>(n_inputs, f32({2, 3, 13})), {}, {}}};
+  };
+  return d;
+}
+
+}  // namespace px::ops

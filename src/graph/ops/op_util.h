@@ -1,0 +1,50 @@
+// Helpers shared by op definitions: shape checks that throw px::Error with
+// the op's own words, and the signature families most ops share.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "graph/graph.h"
+#include "graph/op.h"
+
+namespace px::ops {
+
+inline TensorSpec f32(Shape shape) { return {std::move(shape), DType::f32}; }
+
+// Throws px::Error(message) if !ok. The graph prefixes the node's name and inputs.
+template <typename... Args>
+void require(bool ok, fmt::format_string<Args...> format, Args&&... args) {
+  if (!ok) fail(format, std::forward<Args>(args)...);
+}
+
+void require_count(const std::vector<TensorSpec>& in, size_t lo, size_t hi);
+void require_dtype(const TensorSpec& s, DType dtype, const char* what);
+
+// Shape with its last dim replaced.
+Shape with_last(const Shape& s, int64_t last);
+// Product of all dims but the last (the "rows" of a [..., C] tensor).
+int64_t rows_of(const Shape& s);
+
+// Pointwise ops over n same-shape inputs: S(d) for every d, and B; plus
+// all-P -> P when the op is linear in its inputs (add).
+std::vector<PlacementSignature> pointwise_signatures(int rank, size_t n_inputs, size_t n_outputs,
+                                                     bool linear);
+
+// Output specs of the inputs, for ops whose outputs mirror inputs.
+std::vector<TensorSpec> specs_of(const Graph& g, const std::vector<ValueId>& ids);
+
+}  // namespace px::ops
+
+namespace px::ops {
+
+// A pointwise op over n same-shape f32 inputs with one same-shape output;
+// `kernel(n, inputs, out)` does the work. Signatures: every split, B, and
+// (when `linear_in_last` is set) P in the last input with B elsewhere — for
+// gradient ops linear in the incoming gradient.
+OpDef pointwise_op(std::string name, size_t n_inputs,
+                   std::function<void(int64_t, const std::vector<const float*>&, float*)> kernel,
+                   double flops_per_element, bool linear_in_last);
+
+}  // namespace px::ops

@@ -1,0 +1,67 @@
+// Byte-level language modelling with GPT on a text corpus.
+#include "data/sampler.h"
+#include "data/text_corpus.h"
+#include "nn/gpt.h"
+#include "runtime/compiled_model.h"
+#include "runtime/task.h"
+
+namespace px {
+namespace {
+
+class LanguageModelTask : public Task {
+ public:
+  explicit LanguageModelTask(const TrainOptions& o)
+      : options_(o),
+        corpus_(o.data.empty() ? load_fortunes_corpus(o.gpt.block) : load_text_corpus(o.data, o.gpt.block)),
+        sampler_(corpus_.train, o.batch, o.gpt.block, o.seed),
+        validation_(corpus_.val, o.batch / o.accumulation, o.gpt.block, o.eval_batches) {}
+
+  nn::Model build(int64_t batch, bool training) const override {
+    return nn::build_gpt(options_.gpt, batch, options_.gpt.block, training);
+  }
+
+  DataBatch next_batch() override {
+    TokenBatch b = sampler_.next_batch();
+    return {b.inputs, b.targets};
+  }
+
+  Evaluation evaluate(const ParamStore& params) override {
+    if (!eval_model_)
+      eval_model_ = std::make_unique<CompiledModel>(build(validation_.windows_per_batch(), false), false);
+    double loss_sum = 0;
+    for (int64_t i = 0; i < validation_.num_batches(); ++i) {
+      TokenBatch b = validation_.batch(i);
+      loss_sum += eval_model_->run(params, b.inputs, b.targets, 0).loss;
+    }
+    return {loss_sum / double(validation_.num_batches()), -1};
+  }
+
+  nlohmann::json data_state() const override { return sampler_.state(); }
+  void restore_data_state(const nlohmann::json& state) override {
+    sampler_.set_state(state.get<WindowSamplerState>());
+  }
+  const char* unit() const override { return "tok"; }
+  int64_t units_per_row() const override { return options_.gpt.block; }
+
+ private:
+  TrainOptions options_;
+  TextCorpus corpus_;
+  WindowSampler sampler_;
+  ValidationWindows validation_;
+  std::unique_ptr<CompiledModel> eval_model_;
+};
+
+}  // namespace
+
+std::unique_ptr<Task> make_language_model_task(const TrainOptions& options) {
+  return std::make_unique<LanguageModelTask>(options);
+}
+
+std::unique_ptr<Task> make_classification_task(const TrainOptions& options);
+
+std::unique_ptr<Task> make_task(const TrainOptions& options) {
+  if (options.model == "gpt") return make_language_model_task(options);
+  return make_classification_task(options);
+}
+
+}  // namespace px

@@ -1,0 +1,44 @@
+// A training task: a model family and its data. The trainer is the same
+// loop for every task; a task builds graphs for a batch size, serves global
+// training batches, evaluates, and saves/restores where its data order is.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "nn/model.h"
+#include "runtime/param_store.h"
+#include "runtime/train_options.h"
+
+namespace px {
+
+struct DataBatch {
+  Tensor inputs;   // (rows, ...) images f32 or tokens i32
+  Tensor targets;  // (rows) labels or (rows, T) next tokens, i32
+  int64_t rows() const { return inputs.dim(0); }
+};
+
+struct Evaluation {
+  double loss = 0;
+  double accuracy = -1;  // classifiers only
+};
+
+class Task {
+ public:
+  virtual ~Task() = default;
+  virtual nn::Model build(int64_t batch, bool training) const = 0;
+  virtual DataBatch next_batch() = 0;
+  // Batches in one epoch (classifiers), 0 when training is counted in steps only.
+  virtual int64_t steps_per_epoch() const { return 0; }
+  virtual Evaluation evaluate(const ParamStore& params) = 0;
+  virtual nlohmann::json data_state() const = 0;
+  virtual void restore_data_state(const nlohmann::json& state) = 0;
+  // What one row of a batch is, for throughput: "tok" (T tokens a row) or "img".
+  virtual const char* unit() const = 0;
+  virtual int64_t units_per_row() const = 0;
+};
+
+// Loads the task's data (px::Error for missing or bad data).
+std::unique_ptr<Task> make_task(const TrainOptions& options);
+
+}  // namespace px

@@ -1,0 +1,80 @@
+#include "runtime/train_options.h"
+
+#include <cmath>
+
+namespace px {
+
+void validate(const TrainOptions& o) {
+  if (o.model != "mlp" && o.model != "cnn" && o.model != "gpt")
+    fail("model '{}' is unknown: expected mlp, cnn or gpt", o.model);
+  if (o.batch <= 0) fail("batch size {} must be positive", o.batch);
+  if (o.accumulation <= 0 || o.batch % o.accumulation != 0)
+    fail("gradient accumulation {} must be positive and divide the batch size {}", o.accumulation, o.batch);
+  if (o.steps < 0 || o.epochs < 0) fail("steps {} and epochs {} must be >= 0", o.steps, o.epochs);
+  if (o.steps == 0 && o.epochs == 0) fail("give --steps or --epochs (both are 0)");
+  if (o.epochs > 0 && o.model == "gpt") fail("--epochs is for the classifiers; give gpt --steps");
+  if (o.grad_clip < 0) fail("gradient clip {} must be >= 0", o.grad_clip);
+  if (o.threads < 1) fail("threads {} must be >= 1", o.threads);
+  if (o.eval_every < 0 || o.save_every < 0) fail("eval/save intervals must be >= 0");
+  if (o.eval_batches <= 0) fail("eval batches {} must be positive", o.eval_batches);
+  validate(o.optimizer);
+  validate(o.schedule);
+  if (o.model == "gpt") nn::validate(o.gpt);
+  if (o.model == "mlp") nn::validate(o.mlp);
+  if (o.model == "cnn") nn::validate(o.cnn);
+}
+
+nlohmann::json model_json(const TrainOptions& o) {
+  nlohmann::json j{{"model", o.model}, {"data", o.data}};
+  if (o.model == "gpt")
+    j["gpt"] = {{"vocab", o.gpt.vocab},     {"block", o.gpt.block},   {"n_layer", o.gpt.n_layer},
+                {"n_head", o.gpt.n_head},   {"n_embd", o.gpt.n_embd}, {"dropout", o.gpt.dropout}};
+  if (o.model == "mlp") j["mlp"] = {{"inputs", o.mlp.inputs}, {"hidden", o.mlp.hidden}, {"classes", o.mlp.classes}};
+  if (o.model == "cnn")
+    j["cnn"] = {{"channels1", o.cnn.channels1}, {"channels2", o.cnn.channels2}, {"hidden", o.cnn.hidden},
+                {"classes", o.cnn.classes}};
+  return j;
+}
+
+void apply_model_json(const nlohmann::json& j, TrainOptions& o) {
+  try {
+    o.model = j.at("model").get<std::string>();
+    o.data = j.value("data", std::string());
+    if (o.model == "gpt") {
+      const auto& g = j.at("gpt");
+      o.gpt = {g.at("vocab"), g.at("block"), g.at("n_layer"), g.at("n_head"), g.at("n_embd"), g.at("dropout")};
+    } else if (o.model == "mlp") {
+      const auto& m = j.at("mlp");
+      o.mlp = {m.at("inputs"), m.at("hidden").get<std::vector<int64_t>>(), m.at("classes")};
+    } else if (o.model == "cnn") {
+      const auto& c = j.at("cnn");
+      o.cnn = {c.at("channels1"), c.at("channels2"), c.at("hidden"), c.at("classes")};
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail("checkpoint model config is malformed: {}", e.what());
+  }
+}
+
+void apply_model_defaults(TrainOptions& o) {
+  const bool gpt = o.model == "gpt";
+  auto unset = [](auto value) {
+    if constexpr (std::is_floating_point_v<decltype(value)>) return std::isnan(value);
+    else return value == kModelDefault;
+  };
+  if (o.optimizer.kind.empty()) o.optimizer.kind = gpt ? "adamw" : "sgd";
+  if (unset(o.schedule.lr)) o.schedule.lr = gpt ? 1e-3 : 0.05;
+  if (unset(o.optimizer.weight_decay)) o.optimizer.weight_decay = gpt ? 0.1 : 0.0;
+  if (unset(o.grad_clip)) o.grad_clip = gpt ? 1.0 : 0.0;
+  if (unset(o.schedule.warmup)) o.schedule.warmup = gpt ? 100 : 0;
+  if (unset(o.batch)) o.batch = gpt ? 16 : 64;
+  if (unset(o.epochs)) o.epochs = 0;
+  if (unset(o.steps)) {
+    o.steps = gpt ? 2000 : 0;
+    if (!gpt && o.epochs == 0) o.epochs = 2;
+  }
+  if (o.epochs > 0) o.steps = 0;
+  if (unset(o.eval_every)) o.eval_every = gpt ? 500 : 0;
+  if (unset(o.sample_tokens)) o.sample_tokens = gpt ? 300 : 0;
+}
+
+}  // namespace px

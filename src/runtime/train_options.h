@@ -1,0 +1,62 @@
+// Everything `parallax train` is told, as one plain struct: parsed once by
+// the CLI, validated here, saved in every checkpoint (so --resume knows the
+// model and data it continues).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "nn/cnn.h"
+#include "nn/gpt.h"
+#include "nn/mlp.h"
+#include "runtime/lr_schedule.h"
+#include "runtime/optimizer.h"
+
+namespace px {
+
+// "Use the model's default" for integer options (floats use NaN).
+inline constexpr int64_t kModelDefault = std::numeric_limits<int64_t>::min();
+
+struct TrainOptions {
+  std::string model = "gpt";     // mlp | cnn | gpt
+  std::string data;              // text file (gpt) or IDX directory (mlp/cnn); empty: the default corpus
+  nn::GptConfig gpt;
+  nn::MlpConfig mlp;
+  nn::CnnConfig cnn;
+  int64_t steps = 0;             // total steps; or
+  int64_t epochs = 0;            // whole epochs (classifiers)
+  int64_t batch = 16;            // global batch
+  int64_t accumulation = 1;      // micro-batches per step (batch must divide)
+  OptimizerConfig optimizer;
+  LrSchedule schedule;           // schedule.total is filled from steps/epochs
+  double grad_clip = 0;          // global-norm clip; 0 = off
+  int64_t eval_every = 0;        // steps; 0 = only at the end
+  int64_t eval_batches = 20;     // GPT validation batches
+  uint64_t seed = 1;
+  int threads = 1;
+  std::string metrics;           // JSON-lines file
+  std::string save;              // checkpoint directory
+  int64_t save_every = 0;        // steps; 0 = only at the end
+  std::string resume;            // checkpoint directory to continue from
+  int64_t sample_tokens = 0;     // GPT: print a sample of this many bytes at the end
+  std::string prompt = "\n";
+  bool progress_bar = false;     // else plain periodic lines
+
+  bool operator==(const TrainOptions&) const = default;
+};
+
+// Checks the whole config; throws px::Error naming the bad option and value.
+void validate(const TrainOptions& options);
+// The fields that define the model and data (saved with checkpoints).
+nlohmann::json model_json(const TrainOptions& options);
+void apply_model_json(const nlohmann::json& json, TrainOptions& options);
+// Fills the fields left at their "model default" sentinel (kModelDefault,
+// NaN, empty optimizer kind): gpt trains 2000 steps of batch 16 with
+// AdamW lr 1e-3, warmup 100, cosine decay, weight decay 0.1, clip 1.0;
+// mlp/cnn train 2 epochs of batch 64 with SGD momentum 0.9, lr 0.05, cosine.
+void apply_model_defaults(TrainOptions& options);
+
+}  // namespace px

@@ -1,0 +1,26 @@
+// The training loop shared by every task: batches from the task, forward and
+// backward through a CompiledModel per micro-batch shape, gradient
+// accumulation and clipping, the optimizer step on the LR schedule,
+// evaluation, metrics, progress and checkpoints.
+#pragma once
+
+#include <ostream>
+
+#include "runtime/task.h"
+#include "runtime/train_options.h"
+
+namespace px {
+
+struct TrainResult {
+  int64_t steps = 0;
+  double last_train_loss = 0;
+  Evaluation evaluation;
+  double seconds = 0;
+  int64_t peak_tensor_bytes = 0;
+  std::vector<double> losses;  // per step run in this call
+};
+
+// Runs the whole job described by `options`; progress and results go to `log`.
+TrainResult train(TrainOptions options, std::ostream& log);
+
+}  // namespace px
