@@ -1,0 +1,40 @@
+// Entry points that create world Communicators over each backend:
+//  - inproc: ranks are threads of this process (nothing to install or launch);
+//  - mpi: ranks are MPI processes started by mpirun/srun. Built only when CMake
+//    finds MPI; otherwise mpi::available() is false and mpi::init throws.
+#pragma once
+
+#include <functional>
+
+#include "comm/communicator.h"
+
+namespace px::comm {
+
+struct InprocOptions {
+  CommunicatorOptions communicator;
+  bool operator==(const InprocOptions&) const = default;
+};
+
+// Starts one thread per rank running body(world communicator of that rank),
+// joins them and rethrows the first error. A rank that throws poisons the
+// world: every other rank's wait fails at once with "peer rank R failed: ...".
+void run_inproc(int world_size, const std::function<void(Communicator&)>& body,
+                InprocOptions options = {});
+
+namespace mpi {
+
+// True when parallax was built with the MPI backend.
+bool available();
+// MPI_Init_thread (if not yet initialized) and the world Communicator over a
+// private duplicate of MPI_COMM_WORLD.
+void init(int* argc, char*** argv, CommunicatorOptions options = {});
+bool initialized();
+Communicator& world();
+// Frees shared windows and communicators, then MPI_Finalize.
+void finalize();
+// MPI_Abort on the world: ends every rank (used when one rank fails and the
+// others would otherwise wait out their timeouts).
+[[noreturn]] void abort(int code);
+
+}  // namespace mpi
+}  // namespace px::comm

@@ -1,0 +1,43 @@
+// Buffer: `count` elements of a dtype at `data`, the unit every collective
+// moves. float32 is the reduction type; f16/bf16 are payloads (compressed
+// gradients) that are widened to float32 for each reduction and narrowed back.
+// block(): how collectives cut n elements into p nearly equal blocks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "core/dtype.h"
+
+namespace px::comm {
+
+struct Buffer {
+  void* data = nullptr;
+  int64_t count = 0;
+  DType dtype = DType::f32;
+
+  Buffer() = default;
+  Buffer(void* data, int64_t count, DType dtype) : data(data), count(count), dtype(dtype) {}
+  Buffer(std::span<float> values) : data(values.data()), count(static_cast<int64_t>(values.size())) {}
+
+  size_t element_size() const { return dtype_size(dtype); }
+  size_t bytes() const { return static_cast<size_t>(count) * element_size(); }
+  char* at(int64_t element) const { return static_cast<char*>(data) + element * element_size(); }
+  // Elements [begin, begin + n) as a Buffer.
+  Buffer slice(int64_t begin, int64_t n) const { return {at(begin), n, dtype}; }
+};
+
+// Block i of n elements cut into p blocks: the first n % p blocks hold one
+// element more. Every algorithm uses this cut, so reduce-scatter's output on
+// rank r is block r whatever the algorithm.
+struct Block {
+  int64_t begin = 0;
+  int64_t count = 0;
+};
+inline Block block(int64_t n, int p, int i) {
+  int64_t base = n / p, extra = n % p;
+  return {i * base + (i < extra ? i : extra), base + (i < extra ? 1 : 0)};
+}
+
+}  // namespace px::comm

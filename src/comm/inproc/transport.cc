@@ -1,0 +1,232 @@
+// In-process transport: ranks are threads sharing one World. Each rank has a
+// mailbox of unmatched sends addressed to it and unmatched receives it posted;
+// whoever completes a match copies the bytes (one copy, no staging).
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "comm/backends.h"
+#include "comm/transport.h"
+#include "core/error.h"
+#include "core/memory.h"
+
+namespace px::comm {
+namespace {
+
+enum OpStatus : int { kPending = 0, kDone = 1, kSizeMismatch = 2 };
+
+struct Op : RequestState {
+  int source = 0;
+  int destination = 0;
+  uint32_t tag = 0;
+  const void* send_data = nullptr;
+  void* recv_data = nullptr;
+  size_t bytes = 0;
+  size_t other_bytes = 0;  // the matching side's size, on a mismatch
+  std::atomic<int> status{kPending};
+};
+
+struct Mailbox {
+  std::mutex mutex;
+  std::deque<std::shared_ptr<Op>> sends;  // to this rank, not yet received
+  std::deque<std::shared_ptr<Op>> recvs;  // posted by this rank, not yet matched
+};
+
+class Segment : public SharedSegment {
+ public:
+  Segment(int members, size_t bytes_per_member)
+      : bytes_per_member_(bytes_per_member), total_(members * bytes_per_member) {
+    data_ = static_cast<char*>(tracked_alloc(total_));
+    std::memset(data_, 0, total_);
+  }
+  ~Segment() override { tracked_free(data_, total_); }
+  void* slot(int member) override { return data_ + member * bytes_per_member_; }
+  size_t bytes_per_member() const override { return bytes_per_member_; }
+
+ private:
+  size_t bytes_per_member_;
+  size_t total_;
+  char* data_;
+};
+
+struct World {
+  explicit World(int size) : mailboxes(size) {}
+  std::deque<Mailbox> mailboxes;
+  std::atomic<bool> poisoned{false};
+  std::mutex mutex;  // guards failure, segments
+  std::string failure;
+  std::exception_ptr first_error;
+  // Segments being handed from a group's first member to the others:
+  // (first member, tag) -> {segment, members still to pick it up}.
+  std::map<std::pair<int, uint32_t>, std::pair<std::shared_ptr<Segment>, int>> segments;
+};
+
+void complete(Op& send, Op& recv) {
+  if (send.bytes != recv.bytes) {
+    send.other_bytes = recv.bytes;
+    recv.other_bytes = send.bytes;
+    send.status.store(kSizeMismatch, std::memory_order_release);
+    recv.status.store(kSizeMismatch, std::memory_order_release);
+    return;
+  }
+  if (send.bytes > 0) std::memcpy(recv.recv_data, send.send_data, send.bytes);
+  recv.status.store(kDone, std::memory_order_release);
+  send.status.store(kDone, std::memory_order_release);
+}
+
+class InprocTransport : public Transport {
+ public:
+  InprocTransport(std::shared_ptr<World> world, int rank) : world_(std::move(world)), rank_(rank) {}
+
+  std::string_view name() const override { return "inproc"; }
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(world_->mailboxes.size()); }
+
+  Request isend(int peer, uint32_t tag, const void* data, size_t bytes) override {
+    auto op = std::make_shared<Op>();
+    op->source = rank_;
+    op->destination = peer;
+    op->tag = tag;
+    op->send_data = data;
+    op->bytes = bytes;
+    Mailbox& box = world_->mailboxes[peer];
+    std::shared_ptr<Op> match;
+    {
+      std::lock_guard lock(box.mutex);
+      auto it = std::find_if(box.recvs.begin(), box.recvs.end(), [&](const auto& recv) {
+        return recv->source == rank_ && recv->tag == tag;
+      });
+      if (it == box.recvs.end()) {
+        box.sends.push_back(op);
+      } else {
+        match = *it;
+        box.recvs.erase(it);
+      }
+    }
+    if (match) complete(*op, *match);
+    return Request{op, peer};
+  }
+
+  Request irecv(int peer, uint32_t tag, void* data, size_t bytes) override {
+    auto op = std::make_shared<Op>();
+    op->source = peer;
+    op->destination = rank_;
+    op->tag = tag;
+    op->recv_data = data;
+    op->bytes = bytes;
+    Mailbox& box = world_->mailboxes[rank_];
+    std::shared_ptr<Op> match;
+    {
+      std::lock_guard lock(box.mutex);
+      auto it = std::find_if(box.sends.begin(), box.sends.end(), [&](const auto& send) {
+        return send->source == peer && send->tag == tag;
+      });
+      if (it == box.sends.end()) {
+        box.recvs.push_back(op);
+      } else {
+        match = *it;
+        box.sends.erase(it);
+      }
+    }
+    if (match) complete(*match, *op);
+    return Request{op, peer};
+  }
+
+  bool test(Request& request) override {
+    auto& op = static_cast<Op&>(*request.state);
+    int status = op.status.load(std::memory_order_acquire);
+    if (status == kPending) return false;
+    if (status == kSizeMismatch) {
+      bool sending = op.source == rank_;
+      size_t sent = sending ? op.bytes : op.other_bytes;
+      size_t expected = sending ? op.other_bytes : op.bytes;
+      fail("rank {} sent {} bytes to rank {}, which expected {} (do the ranks disagree on the "
+           "collective's size or type?)",
+           op.source, sent, op.destination, expected);
+    }
+    return true;
+  }
+
+  std::string failure() const override {
+    if (!world_->poisoned.load(std::memory_order_acquire)) return {};
+    std::lock_guard lock(world_->mutex);
+    return world_->failure;
+  }
+
+  std::shared_ptr<SharedSegment> map_shared(std::span<const int> group, size_t bytes_per_member,
+                                            uint32_t tag) override {
+    // The group's first member allocates and registers the segment, then
+    // tells the others (a 0-byte message) to pick it up from the registry.
+    int first = group[0];
+    auto key = std::make_pair(first, tag);
+    std::shared_ptr<Segment> segment;
+    if (rank_ == first) {
+      segment = std::make_shared<Segment>(static_cast<int>(group.size()), bytes_per_member);
+      if (group.size() > 1) {
+        std::lock_guard lock(world_->mutex);
+        world_->segments[key] = {segment, static_cast<int>(group.size()) - 1};
+      }
+      for (size_t i = 1; i < group.size(); ++i) isend(group[i], tag, nullptr, 0);
+      return segment;
+    }
+    Request ready = irecv(first, tag, nullptr, 0);
+    // The first member completes the 0-byte send at once (it never waits).
+    while (!test(ready)) {
+      if (!failure().empty()) fail("shared segment setup stopped: {}", failure());
+      std::this_thread::yield();
+    }
+    std::lock_guard lock(world_->mutex);
+    auto it = world_->segments.find(key);
+    PX_CHECK(it != world_->segments.end());
+    segment = it->second.first;
+    if (--it->second.second == 0) world_->segments.erase(it);
+    return segment;
+  }
+
+  uint64_t host_id() const override { return 0; }
+
+ private:
+  std::shared_ptr<World> world_;
+  int rank_;
+};
+
+}  // namespace
+
+void run_inproc(int world_size, const std::function<void(Communicator&)>& body,
+                InprocOptions options) {
+  if (world_size < 1) fail("run_inproc: world size {} is invalid; expected >= 1", world_size);
+  auto world = std::make_shared<World>(world_size);
+  std::vector<std::thread> threads;
+  threads.reserve(world_size);
+  for (int rank = 0; rank < world_size; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        Communicator comm(std::make_shared<InprocTransport>(world, rank), options.communicator);
+        body(comm);
+      } catch (...) {
+        std::lock_guard lock(world->mutex);
+        if (!world->first_error) {
+          world->first_error = std::current_exception();
+          std::string what = "unknown exception";
+          try {
+            throw;
+          } catch (const std::exception& error) {
+            what = error.what();
+          } catch (...) {
+          }
+          world->failure = fmt::format("peer rank {} failed: {}", rank, what);
+          world->poisoned.store(true, std::memory_order_release);
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  if (world->first_error) std::rethrow_exception(world->first_error);
+}
+
+}  // namespace px::comm

@@ -1,0 +1,259 @@
+// MPI transport: ranks are MPI processes; messages are MPI_Isend/MPI_Irecv on
+// a private duplicate of MPI_COMM_WORLD (so user MPI traffic never matches
+// ours). Shared segments are MPI-3 shared windows (MPI_Win_allocate_shared)
+// over the group, when all its members share a node. Native collectives call
+// the library on a communicator made for the group.
+#include <mpi.h>
+
+#include <climits>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "comm/backends.h"
+#include "comm/transport.h"
+#include "core/error.h"
+
+namespace px::comm {
+namespace {
+
+void check_mpi(int code, const char* what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  fail("{} failed: {}", what, std::string(text, length));
+}
+
+struct MpiRequest : RequestState {
+  MPI_Request request = MPI_REQUEST_NULL;
+  bool receive = false;
+  size_t bytes = 0;
+};
+
+class Window : public SharedSegment {
+ public:
+  Window(MPI_Comm comm, size_t bytes_per_member) : comm_(comm), bytes_(bytes_per_member) {
+    int size = 0;
+    MPI_Comm_size(comm_, &size);
+    void* base = nullptr;
+    check_mpi(MPI_Win_allocate_shared(static_cast<MPI_Aint>(bytes_), 1, MPI_INFO_NULL, comm_,
+                                      &base, &window_),
+              "MPI_Win_allocate_shared");
+    std::memset(base, 0, bytes_);
+    slots_.resize(size);
+    for (int member = 0; member < size; ++member) {
+      MPI_Aint length = 0;
+      int unit = 0;
+      check_mpi(MPI_Win_shared_query(window_, member, &length, &unit, &slots_[member]),
+                "MPI_Win_shared_query");
+    }
+    MPI_Barrier(comm_);  // every slot zeroed before anyone reads flags
+  }
+  ~Window() override {
+    MPI_Win_free(&window_);
+    MPI_Comm_free(&comm_);
+  }
+  void* slot(int member) override { return slots_[member]; }
+  size_t bytes_per_member() const override { return bytes_; }
+
+ private:
+  MPI_Comm comm_;
+  size_t bytes_;
+  MPI_Win window_ = MPI_WIN_NULL;
+  std::vector<void*> slots_;
+};
+
+MPI_Op mpi_op(Reduction op) {
+  switch (op) {
+    case Reduction::max: return MPI_MAX;
+    case Reduction::min: return MPI_MIN;
+    default: return MPI_SUM;
+  }
+}
+
+class MpiTransport : public Transport, public NativeCollectives {
+ public:
+  MpiTransport() {
+    MPI_Comm_dup(MPI_COMM_WORLD, &messages_);
+    MPI_Comm_dup(MPI_COMM_WORLD, &control_);
+    MPI_Comm_set_errhandler(messages_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(messages_, &rank_);
+    MPI_Comm_size(messages_, &size_);
+    int* upper = nullptr;
+    int found = 0;
+    MPI_Comm_get_attr(messages_, MPI_TAG_UB, &upper, &found);
+    if (!found || *upper < INT_MAX)
+      fail("MPI_TAG_UB is {}; parallax needs 31-bit tags (2147483647), as OpenMPI provides",
+           found ? *upper : -1);
+    char name[MPI_MAX_PROCESSOR_NAME];
+    int length = 0;
+    MPI_Get_processor_name(name, &length);
+    host_ = std::hash<std::string>{}(std::string(name, length));
+  }
+  ~MpiTransport() override {
+    windows_.clear();  // frees in creation order, as every member created them
+    for (auto& [group, comm] : groups_) MPI_Comm_free(&comm);
+    MPI_Comm_free(&messages_);
+    MPI_Comm_free(&control_);
+  }
+
+  std::string_view name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  Request isend(int peer, uint32_t tag, const void* data, size_t bytes) override {
+    auto state = std::make_shared<MpiRequest>();
+    state->bytes = bytes;
+    check_mpi(MPI_Isend(data, count(bytes), MPI_BYTE, peer, static_cast<int>(tag), messages_,
+                        &state->request),
+              "MPI_Isend");
+    return Request{state, peer};
+  }
+  Request irecv(int peer, uint32_t tag, void* data, size_t bytes) override {
+    auto state = std::make_shared<MpiRequest>();
+    state->bytes = bytes;
+    state->receive = true;
+    check_mpi(MPI_Irecv(data, count(bytes), MPI_BYTE, peer, static_cast<int>(tag), messages_,
+                        &state->request),
+              "MPI_Irecv");
+    return Request{state, peer};
+  }
+  bool test(Request& request) override {
+    auto& state = static_cast<MpiRequest&>(*request.state);
+    int done = 0;
+    MPI_Status status;
+    int code = MPI_Test(&state.request, &done, &status);
+    if (code == MPI_ERR_TRUNCATE || (done && state.receive && status.MPI_ERROR == MPI_ERR_TRUNCATE))
+      fail("rank {} sent more than the {} bytes rank {} expected (do the ranks disagree on the "
+           "collective's size or type?)",
+           request.peer, state.bytes, rank_);
+    check_mpi(code, "MPI_Test");
+    if (done && state.receive) {
+      int received = 0;
+      MPI_Get_count(&status, MPI_BYTE, &received);
+      if (static_cast<size_t>(received) != state.bytes)
+        fail("rank {} sent {} bytes to rank {}, which expected {} (do the ranks disagree on the "
+             "collective's size or type?)",
+             request.peer, received, rank_, state.bytes);
+    }
+    return done != 0;
+  }
+
+  std::shared_ptr<SharedSegment> map_shared(std::span<const int> group, size_t bytes_per_member,
+                                            uint32_t tag) override {
+    MPI_Comm comm = group_comm(group, static_cast<int>(tag));
+    MPI_Comm node;
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    int node_size = 0;
+    MPI_Comm_size(node, &node_size);
+    int all_shared = node_size == static_cast<int>(group.size()), agreed = 0;
+    MPI_Allreduce(&all_shared, &agreed, 1, MPI_INT, MPI_MIN, comm);
+    if (!agreed) {
+      MPI_Comm_free(&node);
+      return nullptr;
+    }
+    auto window = std::make_shared<Window>(node, bytes_per_member);
+    windows_.push_back(window);
+    return window;
+  }
+
+  uint64_t host_id() const override { return host_; }
+  NativeCollectives* native() override { return this; }
+
+  void allreduce(std::span<const int> group, void* data, int64_t count, DType dtype,
+                 Reduction op) override {
+    if (dtype != DType::f32)
+      fail("allreduce(native): MPI has no {} reduction; use float32 or another algorithm",
+           dtype_name(dtype));
+    if (count > INT_MAX) fail("allreduce(native): {} elements exceed MPI's int count", count);
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, mpi_op(op),
+                            group_comm(group, 0)),
+              "MPI_Allreduce");
+  }
+
+ private:
+  static int count(size_t bytes) {
+    if (bytes > static_cast<size_t>(INT_MAX))
+      fail("MPI message of {} bytes exceeds MPI's int count; expected < 2 GiB", bytes);
+    return static_cast<int>(bytes);
+  }
+
+  // An MPI communicator over exactly `group` (world ranks, in order), made
+  // once per group (collective over the group's members only).
+  MPI_Comm group_comm(std::span<const int> group, int tag) {
+    std::vector<int> key(group.begin(), group.end());
+    auto it = groups_.find(key);
+    if (it != groups_.end()) return it->second;
+    MPI_Group world_group, sub_group;
+    MPI_Comm_group(control_, &world_group);
+    MPI_Group_incl(world_group, static_cast<int>(key.size()), key.data(), &sub_group);
+    MPI_Comm comm;
+    check_mpi(MPI_Comm_create_group(control_, sub_group, tag, &comm), "MPI_Comm_create_group");
+    MPI_Group_free(&sub_group);
+    MPI_Group_free(&world_group);
+    groups_.emplace(key, comm);
+    return comm;
+  }
+
+  MPI_Comm messages_ = MPI_COMM_NULL;
+  MPI_Comm control_ = MPI_COMM_NULL;  // for making group communicators
+  int rank_ = 0, size_ = 1;
+  uint64_t host_ = 0;
+  std::map<std::vector<int>, MPI_Comm> groups_;
+  std::vector<std::shared_ptr<Window>> windows_;
+};
+
+struct Session {
+  bool we_initialized = false;
+  std::shared_ptr<MpiTransport> transport;
+  std::unique_ptr<Communicator> world;
+};
+Session& session() {
+  static Session instance;
+  return instance;
+}
+
+}  // namespace
+
+namespace mpi {
+
+bool available() { return true; }
+
+void init(int* argc, char*** argv, CommunicatorOptions options) {
+  Session& s = session();
+  if (s.world) return;
+  int already = 0;
+  MPI_Initialized(&already);
+  if (!already) {
+    int provided = 0;
+    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    s.we_initialized = true;
+  }
+  s.transport = std::make_shared<MpiTransport>();
+  s.world = std::make_unique<Communicator>(s.transport, options);
+}
+
+bool initialized() { return session().world != nullptr; }
+
+Communicator& world() {
+  if (!session().world) fail("MPI world requested before px::comm::mpi::init");
+  return *session().world;
+}
+
+void finalize() {
+  Session& s = session();
+  if (!s.world) return;
+  s.world.reset();
+  s.transport.reset();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (s.we_initialized && !finalized) MPI_Finalize();
+}
+
+void abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); std::exit(code); }
+
+}  // namespace mpi
+}  // namespace px::comm
