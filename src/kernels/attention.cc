@@ -17,7 +17,8 @@
 namespace px::kernels {
 namespace {
 
-int64_t block_size(int64_t T) { return T <= 64 ? T : 32; }
+// 64 query rows per block measured best for T = 128 and 256 (D = 32, 64).
+int64_t block_size(int64_t T) { return std::min<int64_t>(T, 64); }
 
 // Softmax of row t of the scaled scores over keys [0, t]; zero above.
 void causal_softmax_row(float* __restrict row, int64_t t, int64_t T) {

@@ -9,23 +9,18 @@
 
 #include "core/thread_pool.h"
 #include "kernels/fast_math.h"
+#include "kernels/grain.h"
 
 namespace px::kernels {
 namespace {
 
-using detail::kLanes;
+int64_t row_grain(int64_t V) { return detail::rows_grain(V, detail::kGrain); }
 
-int64_t row_grain(int64_t V) { return std::max<int64_t>(1, 8192 / std::max<int64_t>(V, 1)); }
-
-// sum_i exp(x[i] - shift) without storing the terms.
-float sum_exp_shifted(const float* __restrict x, int64_t n, float shift) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t j = 0; j < kLanes; ++j) acc[j] += detail::exp_approx(x[i + j] - shift);
-  float s = detail::reduce_lanes(acc);
-  for (; i < n; ++i) s += detail::exp_approx(x[i] - shift);
-  return s;
+// sum_i exp(x[i] - shift), through a per-thread row buffer so both loops vectorize.
+float sum_exp_shifted(const float* x, int64_t n, float shift) {
+  thread_local std::vector<float> row;
+  if (static_cast<int64_t>(row.size()) < n) row.resize(static_cast<size_t>(n));
+  return detail::exp_shifted_sum(x, row.data(), n, shift);
 }
 
 }  // namespace

@@ -9,12 +9,13 @@
 
 #include "core/thread_pool.h"
 #include "kernels/fast_math.h"
+#include "kernels/grain.h"
 
 namespace px::kernels {
 namespace {
 
-constexpr int64_t kGrain = 1 << 15;  // elements per chunk for cheap pointwise ops
-constexpr int64_t kGeluGrain = 1 << 13;
+using detail::kCheapGrain;
+using detail::kGrain;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCoeff = 0.044715f;
 
@@ -26,7 +27,7 @@ void pointwise(int64_t n, int64_t grain, Body body) {
 }  // namespace
 
 void add(int64_t n, const float* a, const float* b, float* out) {
-  pointwise(n, kGrain, [=](int64_t lo, int64_t hi) {
+  pointwise(n, kCheapGrain, [=](int64_t lo, int64_t hi) {
     const float* __restrict pa = a;
     const float* __restrict pb = b;
     float* __restrict po = out;
@@ -35,7 +36,7 @@ void add(int64_t n, const float* a, const float* b, float* out) {
 }
 
 void add_inplace(int64_t n, const float* a, float* out) {
-  pointwise(n, kGrain, [=](int64_t lo, int64_t hi) {
+  pointwise(n, kCheapGrain, [=](int64_t lo, int64_t hi) {
     const float* __restrict pa = a;
     float* __restrict po = out;
     for (int64_t i = lo; i < hi; ++i) po[i] += pa[i];
@@ -44,19 +45,19 @@ void add_inplace(int64_t n, const float* a, float* out) {
 
 void scale(int64_t n, float alpha, const float* x, float* out) {
   // x may equal out (in-place scaling), so no __restrict here.
-  pointwise(n, kGrain, [=](int64_t lo, int64_t hi) {
+  pointwise(n, kCheapGrain, [=](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) out[i] = alpha * x[i];
   });
 }
 
 void mul(int64_t n, const float* a, const float* b, float* out) {
-  pointwise(n, kGrain, [=](int64_t lo, int64_t hi) {
+  pointwise(n, kCheapGrain, [=](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) out[i] = a[i] * b[i];
   });
 }
 
 void add_bias(int64_t rows, int64_t cols, const float* bias, float* x) {
-  int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1));
+  int64_t grain = detail::rows_grain(cols, kCheapGrain);
   px::parallel_for(0, rows, grain, [=](int64_t lo, int64_t hi) {
     const float* __restrict pb = bias;
     for (int64_t r = lo; r < hi; ++r) {
@@ -68,8 +69,7 @@ void add_bias(int64_t rows, int64_t cols, const float* bias, float* x) {
 
 void bias_grad(int64_t rows, int64_t cols, const float* dy, float* dbias) {
   // Each chunk owns a column range and walks all rows in order.
-  constexpr int64_t kColGrain = 64;
-  px::parallel_for(0, cols, rows * cols < kGrain ? cols : kColGrain, [=](int64_t c0, int64_t c1) {
+  px::parallel_for(0, cols, detail::rows_grain(rows, kCheapGrain), [=](int64_t c0, int64_t c1) {
     float* __restrict out = dbias;
     for (int64_t r = 0; r < rows; ++r) {
       const float* __restrict row = dy + r * cols;
@@ -79,19 +79,19 @@ void bias_grad(int64_t rows, int64_t cols, const float* dy, float* dbias) {
 }
 
 void relu(int64_t n, const float* x, float* y) {
-  pointwise(n, kGrain, [=](int64_t lo, int64_t hi) {
+  pointwise(n, kCheapGrain, [=](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
   });
 }
 
 void relu_backward(int64_t n, const float* y, const float* dy, float* dx) {
-  pointwise(n, kGrain, [=](int64_t lo, int64_t hi) {
+  pointwise(n, kCheapGrain, [=](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
   });
 }
 
 void gelu(int64_t n, const float* x, float* y) {
-  pointwise(n, kGeluGrain, [=](int64_t lo, int64_t hi) {
+  pointwise(n, kGrain, [=](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       // 0.5 (1 + tanh(u)) = e / (e + 1) with e = exp(2u): exact in both tails.
       float v = x[i];
@@ -102,7 +102,7 @@ void gelu(int64_t n, const float* x, float* y) {
 }
 
 void gelu_backward(int64_t n, const float* x, const float* dy, float* dx) {
-  pointwise(n, kGeluGrain, [=](int64_t lo, int64_t hi) {
+  pointwise(n, kGrain, [=](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       float v = x[i];
       float v2 = v * v;
@@ -122,7 +122,7 @@ float sum_squares(int64_t n, const float* x) {
   constexpr int64_t kBlock = 4096;
   int64_t blocks = (n + kBlock - 1) / kBlock;
   std::vector<double> partial(static_cast<size_t>(blocks));
-  px::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) {
+  px::parallel_for(0, blocks, kCheapGrain / kBlock, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       int64_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
       double acc[8] = {};

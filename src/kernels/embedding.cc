@@ -7,11 +7,12 @@
 #include <cstring>
 
 #include "core/thread_pool.h"
+#include "kernels/grain.h"
 
 namespace px::kernels {
 
 void embedding(int64_t N, int64_t C, const int32_t* ids, const float* table, float* out) {
-  int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1));
+  int64_t grain = detail::rows_grain(C, detail::kCheapGrain);
   px::parallel_for(0, N, grain, [=](int64_t lo, int64_t hi) {
     for (int64_t n = lo; n < hi; ++n)
       std::memcpy(out + n * C, table + static_cast<int64_t>(ids[n]) * C,
@@ -21,8 +22,7 @@ void embedding(int64_t N, int64_t C, const int32_t* ids, const float* table, flo
 
 void embedding_backward(int64_t N, int64_t C, const int32_t* ids, const float* dout,
                         float* dtable) {
-  // Columns per chunk: a multiple of 16 floats keeps chunks on whole cache lines.
-  int64_t grain = N * C < 32768 ? C : 64;
+  int64_t grain = detail::rows_grain(N, detail::kCheapGrain);
   px::parallel_for(0, C, grain, [=](int64_t c0, int64_t c1) {
     for (int64_t n = 0; n < N; ++n) {
       const float* __restrict src = dout + n * C;

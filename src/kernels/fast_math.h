@@ -13,7 +13,11 @@ inline float exp_approx(float x) {
   const float lo = -87.33654f, hi = 88.72283f;
   float xc = x < lo ? lo : (x > hi ? hi : x);
   // x = n ln2 + r, |r| <= ln2/2 (Cody-Waite split of ln2).
-  float n = __builtin_floorf(xc * 1.44269504088896341f + 0.5f);
+  // Round to nearest by adding 1.5 * 2^23 (floorf would block vectorization);
+  // the integer n then sits in the low mantissa bits of `shifted`.
+  const float kShift = 12582912.0f;
+  float shifted = xc * 1.44269504088896341f + kShift;
+  float n = shifted - kShift;
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   // Cephes expf polynomial.
@@ -25,7 +29,7 @@ inline float exp_approx(float x) {
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
   // 2^n via the exponent bits; n in [-126, 128], the top case split in two.
-  int32_t ni = static_cast<int32_t>(n);
+  int32_t ni = std::bit_cast<int32_t>(shifted) - 0x4B400000;
   int32_t n1 = ni >> 1;
   int32_t n2 = ni - n1;
   float s1 = std::bit_cast<float>(static_cast<int32_t>((n1 + 127) << 23));
@@ -34,47 +38,56 @@ inline float exp_approx(float x) {
   return x < lo ? 0.0f : y;
 }
 
-// Reductions over contiguous floats with 16 independent lane accumulators, a
-// shape the compiler turns into vector code without -ffast-math. The lane
-// order is fixed, so results depend only on the data.
+// Reductions use GCC/Clang vector extensions: 16 float lanes, which the
+// compiler maps to one AVX-512 register or two AVX2 ones. (Plain loops with
+// lane arrays vectorize only sometimes; reductions over a scalar never do
+// without -ffast-math.) The lane order is fixed, so results depend only on
+// the data.
+using f32x16 = float __attribute__((vector_size(64)));
 constexpr int64_t kLanes = 16;
 
-inline float reduce_lanes(const float* acc) {
+inline f32x16 load16(const float* p) {
+  f32x16 v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline float hsum(f32x16 v) {
   float s = 0.0f;
-  for (int64_t j = 0; j < kLanes; ++j) s += acc[j];
+  for (int j = 0; j < kLanes; ++j) s += v[j];
   return s;
 }
 
 inline float sum(const float* __restrict x, int64_t n) {
-  float acc[kLanes] = {};
+  f32x16 acc = {};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t j = 0; j < kLanes; ++j) acc[j] += x[i + j];
-  float s = reduce_lanes(acc);
+  for (; i + kLanes <= n; i += kLanes) acc += load16(x + i);
+  float s = hsum(acc);
   for (; i < n; ++i) s += x[i];
   return s;
 }
 
 inline float dot(const float* __restrict x, const float* __restrict y, int64_t n) {
-  float acc[kLanes] = {};
+  f32x16 acc = {};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t j = 0; j < kLanes; ++j) acc[j] += x[i + j] * y[i + j];
-  float s = reduce_lanes(acc);
+  for (; i + kLanes <= n; i += kLanes) acc += load16(x + i) * load16(y + i);
+  float s = hsum(acc);
   for (; i < n; ++i) s += x[i] * y[i];
   return s;
 }
 
 inline float max(const float* __restrict x, int64_t n) {
   float m = -__builtin_inff();
+  int64_t i = 0;
   if (n >= kLanes) {
-    float acc[kLanes];
-    for (int64_t j = 0; j < kLanes; ++j) acc[j] = x[j];
-    for (int64_t i = kLanes; i + kLanes <= n; i += kLanes)
-      for (int64_t j = 0; j < kLanes; ++j) acc[j] = acc[j] > x[i + j] ? acc[j] : x[i + j];
-    for (int64_t j = 0; j < kLanes; ++j) m = m > acc[j] ? m : acc[j];
+    f32x16 acc = load16(x);
+    for (i = kLanes; i + kLanes <= n; i += kLanes) {
+      f32x16 v = load16(x + i);
+      acc = acc > v ? acc : v;
+    }
+    for (int j = 0; j < kLanes; ++j) m = m > acc[j] ? m : acc[j];
   }
-  for (int64_t i = n - n % kLanes; i < n; ++i) m = m > x[i] ? m : x[i];
+  for (; i < n; ++i) m = m > x[i] ? m : x[i];
   return m;
 }
 

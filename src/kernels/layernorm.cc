@@ -8,23 +8,23 @@
 
 #include "core/thread_pool.h"
 #include "kernels/fast_math.h"
+#include "kernels/grain.h"
 
 namespace px::kernels {
 namespace {
 
 using detail::kLanes;
 
-int64_t row_grain(int64_t C) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)); }
+int64_t row_grain(int64_t C) { return detail::rows_grain(C, detail::kGrain); }
 
 float centered_sum_squares(const float* __restrict x, int64_t n, float mean) {
-  float acc[kLanes] = {};
+  detail::f32x16 acc = {};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t j = 0; j < kLanes; ++j) {
-      float d = x[i + j] - mean;
-      acc[j] += d * d;
-    }
-  float s = detail::reduce_lanes(acc);
+  for (; i + kLanes <= n; i += kLanes) {
+    detail::f32x16 d = detail::load16(x + i) - mean;
+    acc += d * d;
+  }
+  float s = detail::hsum(acc);
   for (; i < n; ++i) s += (x[i] - mean) * (x[i] - mean);
   return s;
 }
@@ -60,15 +60,14 @@ void layernorm_backward(int64_t rows, int64_t C, const float* x, const float* ga
       const float* __restrict g = gamma;
       float* __restrict dxr = dx + r * C;
       const float m = mean[r], s = rstd[r];
-      float acc_g[kLanes] = {}, acc_gx[kLanes] = {};
+      detail::f32x16 acc_g = {}, acc_gx = {};
       int64_t c = 0;
-      for (; c + kLanes <= C; c += kLanes)
-        for (int64_t j = 0; j < kLanes; ++j) {
-          float gd = g[c + j] * dyr[c + j];
-          acc_g[j] += gd;
-          acc_gx[j] += gd * (xr[c + j] - m) * s;
-        }
-      float sum_g = detail::reduce_lanes(acc_g), sum_gx = detail::reduce_lanes(acc_gx);
+      for (; c + kLanes <= C; c += kLanes) {
+        detail::f32x16 gd = detail::load16(g + c) * detail::load16(dyr + c);
+        acc_g += gd;
+        acc_gx += gd * ((detail::load16(xr + c) - m) * s);
+      }
+      float sum_g = detail::hsum(acc_g), sum_gx = detail::hsum(acc_gx);
       for (; c < C; ++c) {
         float gd = g[c] * dyr[c];
         sum_g += gd;
@@ -81,7 +80,7 @@ void layernorm_backward(int64_t rows, int64_t C, const float* x, const float* ga
     }
   });
   // Parameter grads: each chunk owns a column range and walks every row.
-  px::parallel_for(0, C, rows * C < 32768 ? C : 32, [=](int64_t c0, int64_t c1) {
+  px::parallel_for(0, C, detail::rows_grain(rows, detail::kCheapGrain), [=](int64_t c0, int64_t c1) {
     float* __restrict dg = dgamma;
     float* __restrict db = dbeta;
     for (int64_t r = 0; r < rows; ++r) {

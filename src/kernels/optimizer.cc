@@ -6,11 +6,10 @@
 #include <cmath>
 
 #include "core/thread_pool.h"
+#include "kernels/grain.h"
 
 namespace px::kernels {
 namespace {
-
-constexpr int64_t kGrain = 1 << 14;
 
 // Scalar coefficients of one AdamW step, as torch rounds them to float.
 struct AdamwCoeffs {
@@ -56,7 +55,7 @@ inline void sgd_one(float lr, float momentum, float wd, bool first, float& p, fl
 // momentum_buf may be null when momentum == 0 (torch keeps no buffer then).
 void sgd_momentum(int64_t n, float lr, float momentum, float weight_decay, bool first_step,
                   float* param, const float* grad, float* momentum_buf) {
-  px::parallel_for(0, n, kGrain, [=](int64_t lo, int64_t hi) {
+  px::parallel_for(0, n, detail::kGrain, [=](int64_t lo, int64_t hi) {
     if (momentum_buf == nullptr || momentum == 0.0f) {
       for (int64_t i = lo; i < hi; ++i)
         sgd_one(lr, momentum, weight_decay, first_step, param[i], grad[i], nullptr);
@@ -70,7 +69,7 @@ void sgd_momentum(int64_t n, float lr, float momentum, float weight_decay, bool 
 void adamw(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
            int64_t step, float* param, const float* grad, float* m, float* v) {
   const AdamwCoeffs k = adamw_coeffs(lr, beta1, beta2, eps, weight_decay, step);
-  px::parallel_for(0, n, kGrain, [=](int64_t lo, int64_t hi) {
+  px::parallel_for(0, n, detail::kGrain, [=](int64_t lo, int64_t hi) {
     float* __restrict p = param;
     const float* __restrict g = grad;
     float* __restrict mm = m;

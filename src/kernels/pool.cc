@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/thread_pool.h"
+#include "kernels/grain.h"
 
 namespace px::kernels {
 namespace {
@@ -34,7 +35,7 @@ void pool_plane(int64_t H, int64_t W, int64_t k, const float* x, float* y, int32
 void maxpool2d(int64_t N, int64_t C, int64_t H, int64_t W, int64_t k, const float* x, float* y,
                int32_t* argmax) {
   const int64_t out_plane = (H / k) * (W / k);
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(H * W, 1));
+  const int64_t grain = detail::rows_grain(H * W, detail::kGrain);
   px::parallel_for(0, N * C, grain, [=](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i)
       pool_plane(H, W, k, x + i * H * W, y + i * out_plane, argmax + i * out_plane);
@@ -44,7 +45,7 @@ void maxpool2d(int64_t N, int64_t C, int64_t H, int64_t W, int64_t k, const floa
 void maxpool2d_backward(int64_t N, int64_t C, int64_t H, int64_t W, int64_t k,
                         const int32_t* argmax, const float* dy, float* dx) {
   const int64_t out_plane = (H / k) * (W / k);
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(H * W, 1));
+  const int64_t grain = detail::rows_grain(H * W, detail::kCheapGrain);
   px::parallel_for(0, N * C, grain, [=](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       float* plane = dx + i * H * W;

@@ -7,10 +7,11 @@
 
 #include "core/thread_pool.h"
 #include "kernels/fast_math.h"
+#include "kernels/grain.h"
 
 namespace px::kernels {
 namespace {
-int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, 8192 / std::max<int64_t>(cols, 1)); }
+int64_t row_grain(int64_t cols) { return detail::rows_grain(cols, detail::kGrain); }
 }  // namespace
 
 void softmax(int64_t rows, int64_t cols, const float* x, float* y) {
