@@ -1,0 +1,112 @@
+// parallax allreduce next to MPI_Allreduce (the "native" algorithm: the MPI
+// library's own call on the same group), in one run, with ratios; or
+// in-process next to single-thread memcpy.
+//   mpirun --oversubscribe -np 2 px_bench_comm_allreduce [sizes...]
+//   px_bench_comm_allreduce --ranks 2 [sizes...]        (in-process)
+// Sizes like 4K, 1M, 64M (default 4K 1M 4M 16M 64M 256M). Prints per size
+// the busbw of every algorithm, MPI's, the best parallax one and best/MPI.
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "comm/backends.h"
+#include "comm/benchmark.h"
+#include "core/error.h"
+
+namespace {
+
+int64_t parse_size(const std::string& text) {
+  double value = std::stod(text);
+  char unit = text.back();
+  if (unit == 'K' || unit == 'k') value *= 1024;
+  if (unit == 'M' || unit == 'm') value *= 1 << 20;
+  if (unit == 'G' || unit == 'g') value *= 1 << 30;
+  return static_cast<int64_t>(value);
+}
+
+std::string size_name(int64_t bytes) {
+  if (bytes >= (1 << 20) && bytes % (1 << 20) == 0) return fmt::format("{} MiB", bytes >> 20);
+  if (bytes >= 1024 && bytes % 1024 == 0) return fmt::format("{} KiB", bytes >> 10);
+  return fmt::format("{} B", bytes);
+}
+
+// Single-thread memcpy GB/s at `bytes` (the in-process yardstick).
+double memcpy_rate(int64_t bytes) {
+  std::vector<char> a(bytes, 1), b(bytes, 0);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto start = std::chrono::steady_clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, bytes / s / 1e9);
+  }
+  return best;
+}
+
+void run(px::comm::Communicator& comm, const std::vector<int64_t>& sizes) {
+  using namespace px::comm;
+  std::vector<Algorithm> algorithms;
+  for (Algorithm a : {Algorithm::shared_memory, Algorithm::ring, Algorithm::halving_doubling,
+                      Algorithm::recursive_doubling, Algorithm::native})
+    if (runnable(comm, Collective::allreduce, a)) algorithms.push_back(a);
+  const bool root = comm.rank() == 0;
+  if (root) {
+    fmt::print("# allreduce float32 sum, {} ranks, backend {}, busbw GB/s (median of 5)\n",
+               comm.size(), comm.backend());
+    fmt::print("{:>9}", "size");
+    for (Algorithm a : algorithms) fmt::print(" {:>18}", algorithm_name(a));
+    fmt::print(" {:>18} {:>9} {:>12} {:>12}\n", "best", "best/MPI", "best_us", "MPI_us");
+  }
+  for (int64_t bytes : sizes) {
+    BenchmarkOptions options{.algorithms = algorithms, .sizes = {bytes}, .repeats = 5,
+                             .target_seconds = 0.05, .check = true};
+    auto rows = run_benchmark(comm, options);
+    const BenchmarkRow* best = nullptr;
+    const BenchmarkRow* mpi = nullptr;
+    for (const auto& row : rows) {
+      if (row.checked == 0 && root) fmt::print("# WRONG RESULT: {}\n", algorithm_name(row.algorithm));
+      if (row.algorithm == Algorithm::native) mpi = &row;
+      else if (!best || row.seconds < best->seconds) best = &row;
+    }
+    if (!root) continue;
+    fmt::print("{:>9}", size_name(bytes));
+    for (const auto& row : rows) fmt::print(" {:>18.3f}", row.busbw);
+    fmt::print(" {:>18} ", algorithm_name(best->algorithm));
+    if (mpi) fmt::print("{:>9.2f} {:>12.1f} {:>12.1f}\n", mpi->seconds / best->seconds,
+                        best->seconds * 1e6, mpi->seconds * 1e6);
+    else fmt::print("{:>9} {:>12.1f} {:>12}\n", "-", best->seconds * 1e6, "-");
+    if (comm.backend() == "inproc" && bytes >= (16 << 20))
+      fmt::print("{:>9}   memcpy 1 thread {:.2f} GB/s; best busbw / memcpy = {:.2f}\n", "",
+                 memcpy_rate(bytes), best->busbw / memcpy_rate(bytes));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    int ranks = 2;
+    std::vector<int64_t> sizes;
+    for (int i = 1; i < argc; ++i) {
+      std::string arg = argv[i];
+      if (arg == "--ranks" && i + 1 < argc) ranks = std::atoi(argv[++i]);
+      else sizes.push_back(parse_size(arg));
+    }
+    if (sizes.empty())
+      for (int64_t s : {4 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20}) sizes.push_back(s);
+    if (std::getenv("OMPI_COMM_WORLD_SIZE")) {  // launched by mpirun
+      px::comm::mpi::init(&argc, &argv);
+      run(px::comm::mpi::world(), sizes);
+      px::comm::mpi::finalize();
+    } else {
+      px::comm::run_inproc(ranks, [&](px::comm::Communicator& comm) { run(comm, sizes); });
+    }
+  } catch (const px::Error& error) {
+    fmt::print(stderr, "error: {}\n", error.what());
+    return 1;
+  }
+  return 0;
+}

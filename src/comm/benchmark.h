@@ -1,0 +1,61 @@
+// Measuring collectives, in the spirit of nccl-tests: per collective,
+// algorithm and size, the time per call (the slowest rank's, median of
+// repeats), algorithm bandwidth (bytes / time), bus bandwidth (algbw times
+// the collective's traffic factor, e.g. 2(p-1)/p for allreduce, so it is
+// comparable across rank counts) and the cost model's prediction. tune()
+// measures the cost model's parameters on this host. Used by
+// `parallax bench comm` and bench/comm_allreduce.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "comm/cost_model.h"
+
+namespace px::comm {
+
+struct BenchmarkOptions {
+  Collective collective = Collective::allreduce;
+  std::vector<Algorithm> algorithms{};  // empty: every runnable one
+  std::vector<int64_t> sizes{};       // bytes of the collective's n (float32)
+  int iterations = 0;                 // per repeat; 0: as many as fill target_seconds
+  int repeats = 5;                    // timed batches; the median is reported
+  double target_seconds = 0.05;       // per repeat when iterations == 0
+  bool check = false;                 // verify the result once per size and algorithm
+  CollectiveOptions collective_options{};  // servers, ranks_per_node
+  bool operator==(const BenchmarkOptions&) const = default;
+};
+
+struct BenchmarkRow {
+  Collective collective = Collective::allreduce;
+  Algorithm algorithm = Algorithm::ring;
+  int ranks = 1;
+  int64_t bytes = 0;
+  int iterations = 0;
+  double seconds = 0;  // per call: median over repeats of the slowest rank's mean
+  double algbw = 0;    // GB/s (1e9 B/s)
+  double busbw = 0;    // GB/s
+  double predicted_seconds = 0;
+  int checked = -1;    // -1 not checked, 0 wrong, 1 right
+};
+
+// nccl-tests' bus-bandwidth factor for the collective on p ranks.
+double bus_factor(Collective collective, int ranks);
+
+// Collective over comm; every rank returns the same rows. on_row (optional)
+// is called on every rank as each row completes.
+std::vector<BenchmarkRow> run_benchmark(Communicator& comm, const BenchmarkOptions& options,
+                                        const std::function<void(const BenchmarkRow&)>& on_row = {});
+
+// Collective over comm: measures link parameters (alpha, beta, gamma for the
+// transport and the shared segment) and fits each allreduce algorithm's
+// factors to times measured at `sizes`; returns the tuned model (equal on
+// every rank). progress (optional) receives a line per measurement.
+CostModel tune_cost_model(Communicator& comm, const std::vector<int64_t>& sizes,
+                          const std::function<void(const std::string&)>& progress = {});
+
+// Sizes 4 B .. 256 MiB by factors of 4 (nccl-tests' default sweep shape).
+std::vector<int64_t> default_benchmark_sizes();
+
+}  // namespace px::comm
