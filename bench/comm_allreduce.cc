@@ -3,9 +3,11 @@
 // in-process next to single-thread memcpy.
 //   mpirun --oversubscribe -np 2 px_bench_comm_allreduce [sizes...]
 //   px_bench_comm_allreduce --ranks 2 [sizes...]        (in-process)
+//   ... --tune [sizes...]   fit the cost model, print predicted vs measured
 // Sizes like 4K, 1M, 64M (default 4K 1M 4M 16M 64M 256M). Prints per size
 // the busbw of every algorithm, MPI's, the best parallax one and best/MPI.
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -84,25 +86,53 @@ void run(px::comm::Communicator& comm, const std::vector<int64_t>& sizes) {
   }
 }
 
+// --tune: fit the cost model on this host, then print predicted vs measured
+// for every algorithm (the issue asks for agreement within 25% from 64 KiB).
+void tune_and_compare(px::comm::Communicator& comm, const std::vector<int64_t>& sizes) {
+  using namespace px::comm;
+  const bool root = comm.rank() == 0;
+  tune_cost_model(comm, {64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20},
+                  [&](const std::string& line) { if (root) fmt::print("# {}\n", line); });
+  BenchmarkOptions options{.sizes = sizes, .repeats = 5, .target_seconds = 0.05};
+  double worst = 0;
+  if (root) fmt::print("{:>9} {:>26} {:>12} {:>12} {:>9}\n", "size", "algorithm", "measured_us",
+                       "predicted_us", "pred/meas");
+  run_benchmark(comm, options, [&](const BenchmarkRow& row) {
+    double ratio = row.predicted_seconds / row.seconds;
+    if (row.bytes >= (64 << 10)) worst = std::max(worst, std::fabs(ratio - 1));
+    if (root)
+      fmt::print("{:>9} {:>26} {:>12.1f} {:>12.1f} {:>9.2f}\n", size_name(row.bytes),
+                 algorithm_name(row.algorithm), row.seconds * 1e6, row.predicted_seconds * 1e6,
+                 ratio);
+  });
+  if (root) fmt::print("# worst |predicted/measured - 1| at >= 64 KiB: {:.0f}%\n", worst * 100);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     int ranks = 2;
+    bool tune = false;
     std::vector<int64_t> sizes;
     for (int i = 1; i < argc; ++i) {
       std::string arg = argv[i];
       if (arg == "--ranks" && i + 1 < argc) ranks = std::atoi(argv[++i]);
+      else if (arg == "--tune") tune = true;
       else sizes.push_back(parse_size(arg));
     }
     if (sizes.empty())
       for (int64_t s : {4 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20}) sizes.push_back(s);
     if (std::getenv("OMPI_COMM_WORLD_SIZE")) {  // launched by mpirun
       px::comm::mpi::init(&argc, &argv);
-      run(px::comm::mpi::world(), sizes);
+      if (tune) tune_and_compare(px::comm::mpi::world(), sizes);
+      else run(px::comm::mpi::world(), sizes);
       px::comm::mpi::finalize();
     } else {
-      px::comm::run_inproc(ranks, [&](px::comm::Communicator& comm) { run(comm, sizes); });
+      px::comm::run_inproc(ranks, [&](px::comm::Communicator& comm) {
+        if (tune) tune_and_compare(comm, sizes);
+        else run(comm, sizes);
+      });
     }
   } catch (const px::Error& error) {
     fmt::print(stderr, "error: {}\n", error.what());
