@@ -37,6 +37,38 @@ struct Mailbox {
   std::deque<std::shared_ptr<Op>> recvs;  // posted by this rank, not yet matched
 };
 
+// What a Request holds. Dropping it before completion (an algorithm unwinding
+// after an error) withdraws the op, or waits out a copy already under way, so
+// no other rank touches the buffer once its owner has moved on. A 0-byte op
+// has no buffer and may stay posted.
+struct Handle : RequestState {
+  std::shared_ptr<Op> op;
+  Mailbox* box = nullptr;  // where the op waits to be matched
+  bool sending = false;
+  ~Handle() override {
+    if (op->bytes == 0 || op->status.load(std::memory_order_acquire) != kPending) return;
+    {
+      std::lock_guard lock(box->mutex);
+      auto& queue = sending ? box->sends : box->recvs;
+      auto it = std::find(queue.begin(), queue.end(), op);
+      if (it != queue.end()) {
+        queue.erase(it);
+        return;
+      }
+    }
+    // Matched by a peer that is copying now: wait for it to finish.
+    while (op->status.load(std::memory_order_acquire) == kPending) std::this_thread::yield();
+  }
+};
+
+Request make_request(std::shared_ptr<Op> op, Mailbox& box, bool sending, int peer) {
+  auto handle = std::make_shared<Handle>();
+  handle->op = std::move(op);
+  handle->box = &box;
+  handle->sending = sending;
+  return Request{std::move(handle), peer};
+}
+
 class Segment : public SharedSegment {
  public:
   Segment(int members, size_t bytes_per_member)
@@ -109,7 +141,7 @@ class InprocTransport : public Transport {
       }
     }
     if (match) complete(*op, *match);
-    return Request{op, peer};
+    return make_request(std::move(op), box, true, peer);
   }
 
   Request irecv(int peer, uint32_t tag, void* data, size_t bytes) override {
@@ -134,11 +166,11 @@ class InprocTransport : public Transport {
       }
     }
     if (match) complete(*match, *op);
-    return Request{op, peer};
+    return make_request(std::move(op), box, false, peer);
   }
 
   bool test(Request& request) override {
-    auto& op = static_cast<Op&>(*request.state);
+    auto& op = *static_cast<Handle&>(*request.state).op;
     int status = op.status.load(std::memory_order_acquire);
     if (status == kPending) return false;
     if (status == kSizeMismatch) {
