@@ -44,6 +44,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--save", o.save, "checkpoint directory (written atomically)");
   cmd->add_option("--save-every", o.save_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();
   cmd->add_option("--resume", o.resume, "continue from this checkpoint directory (repeat the other flags)");
+  cmd->add_option("--stop-after", o.stop_after, "end and save after this step, as if preempted (0: off)");
   cmd->add_option("--sample-tokens", o.sample_tokens, "gpt: bytes of text to generate at the end (default 300)");
   cmd->add_option("--prompt", o.prompt, "gpt: text the sample continues (default: a newline)");
   cmd->add_option("--block", o.gpt.block, "gpt: context length")->capture_default_str();

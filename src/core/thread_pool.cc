@@ -16,9 +16,14 @@ namespace {
 thread_local bool t_inside_pool = false;
 
 // Workers wait for a generation counter to change, run their chunk, and
-// count down. One job at a time (kernels are called from one thread per rank;
-// ranks of the in-process transport each call with their own pool disabled by
-// setting threads to 1, or serialize through the mutex).
+// count down. A blocking wake-up costs tens of microseconds in a VM, and
+// kernels of a training step follow each other microseconds apart, so
+// workers spin for a while (kSpinIterations) before they sleep, and the
+// caller spins while the last chunks finish. One job at a time.
+constexpr int kSpinIterations = 20000;  // ~100-200 us of pause instructions
+
+inline void cpu_relax() { __builtin_ia32_pause(); }
+
 class Pool {
  public:
   ~Pool() { resize(0); }
@@ -27,33 +32,38 @@ class Pool {
     {
       std::lock_guard lock(mutex_);
       stop_ = true;
-      ++generation_;
+      generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
     for (auto& t : threads_) t.join();
     threads_.clear();
     stop_ = false;
-    for (int i = 0; i < workers; ++i) threads_.emplace_back([this, i] { loop(i + 1); });
+    // A worker must not miss a job published before its thread first runs:
+    // it starts from the generation current now, not from when it wakes.
+    const uint64_t start = generation_.load(std::memory_order_acquire);
+    for (int i = 0; i < workers; ++i) threads_.emplace_back([this, i, start] { loop(i + 1, start); });
   }
 
   int workers() const { return static_cast<int>(threads_.size()); }
 
   void run(int64_t begin, int64_t end, int chunks, const std::function<void(int64_t, int64_t)>& body) {
     std::lock_guard job_lock(job_mutex_);
+    body_ = &body;
+    begin_ = begin;
+    end_ = end;
+    chunks_ = chunks;
+    error_ = nullptr;
+    pending_.store(chunks - 1, std::memory_order_relaxed);
     {
       std::lock_guard lock(mutex_);
-      body_ = &body;
-      begin_ = begin;
-      end_ = end;
-      chunks_ = chunks;
-      pending_ = chunks - 1;
-      error_ = nullptr;
-      ++generation_;
+      generation_.fetch_add(1, std::memory_order_release);
     }
-    wake_.notify_all();
+    if (sleepers_.load(std::memory_order_acquire) > 0) wake_.notify_all();
     run_chunk(0);
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return pending_ == 0; });
+    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+      if (spin < kSpinIterations) cpu_relax();
+      else std::this_thread::yield();
+    }
     body_ = nullptr;
     if (error_) std::rethrow_exception(error_);
   }
@@ -74,32 +84,38 @@ class Pool {
     t_inside_pool = false;
   }
 
-  void loop(int index) {
-    uint64_t seen = 0;
+  void loop(int index, uint64_t seen) {
     for (;;) {
-      {
-        std::unique_lock lock(mutex_);
-        wake_.wait(lock, [&] { return generation_ != seen; });
-        seen = generation_;
-        if (stop_) return;
-        if (index >= chunks_ || body_ == nullptr) continue;
+      int spin = 0;
+      while (generation_.load(std::memory_order_acquire) == seen && spin < kSpinIterations) {
+        cpu_relax();
+        ++spin;
       }
+      if (generation_.load(std::memory_order_acquire) == seen) {
+        std::unique_lock lock(mutex_);
+        sleepers_.fetch_add(1, std::memory_order_acq_rel);
+        wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+        sleepers_.fetch_sub(1, std::memory_order_acq_rel);
+      }
+      seen = generation_.load(std::memory_order_acquire);
+      if (stop_) return;
+      if (index >= chunks_ || body_ == nullptr) continue;
       run_chunk(index);
-      std::lock_guard lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
     }
   }
 
   std::vector<std::thread> threads_;
   std::mutex job_mutex_;
   std::mutex mutex_;
-  std::condition_variable wake_, done_;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
+  std::condition_variable wake_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
   const std::function<void(int64_t, int64_t)>* body_ = nullptr;
   int64_t begin_ = 0, end_ = 0;
   int chunks_ = 1;
-  int pending_ = 0;
   std::exception_ptr error_;
 };
 

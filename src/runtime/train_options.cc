@@ -16,6 +16,7 @@ void validate(const TrainOptions& o) {
   if (o.grad_clip < 0) fail("gradient clip {} must be >= 0", o.grad_clip);
   if (o.threads < 1) fail("threads {} must be >= 1", o.threads);
   if (o.eval_every < 0 || o.save_every < 0) fail("eval/save intervals must be >= 0");
+  if (o.stop_after < 0) fail("stop-after step {} must be >= 0", o.stop_after);
   if (o.eval_batches <= 0) fail("eval batches {} must be positive", o.eval_batches);
   validate(o.optimizer);
   validate(o.schedule);

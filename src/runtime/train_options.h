@@ -41,6 +41,7 @@ struct TrainOptions {
   std::string save;              // checkpoint directory
   int64_t save_every = 0;        // steps; 0 = only at the end
   std::string resume;            // checkpoint directory to continue from
+  int64_t stop_after = 0;        // end (and save) after this step, as if preempted; 0 = off
   int64_t sample_tokens = 0;     // GPT: print a sample of this many bytes at the end
   std::string prompt = "\n";
   bool progress_bar = false;     // else plain periodic lines

@@ -111,7 +111,8 @@ TrainResult train(TrainOptions o, std::ostream& log) {
     return e;
   };
 
-  for (; step < total; ++step) {
+  const int64_t end = o.stop_after > 0 ? std::min(o.stop_after, total) : total;
+  for (; step < end; ++step) {
     DataBatch batch = task->next_batch();
     const int64_t rows = batch.rows();
     std::map<std::string, Tensor> grads;
@@ -144,7 +145,7 @@ TrainResult train(TrainOptions o, std::ostream& log) {
     metrics.write({{"step", step + 1}, {"train_loss", loss}, {"lr", lr}, {"grad_norm", norm},
                    {"time_s", progress.elapsed_seconds()}});
     progress.update(step + 1, loss, rows * task->units_per_row());
-    bool last = step + 1 == total;
+    bool last = step + 1 == end;
     if (o.eval_every > 0 && (step + 1) % o.eval_every == 0 && !last) evaluate(step + 1);
     if (o.save_every > 0 && (step + 1) % o.save_every == 0 && !last) save(step + 1);
   }
