@@ -3,6 +3,7 @@
 // Errors a user can fix print one line "error: ..." and exit 1.
 #include <iostream>
 
+#include "cli/bench_comm.h"
 #include "cli/commands.h"
 #include "core/error.h"
 
@@ -13,6 +14,9 @@ int main(int argc, char** argv) {
   px::cli::add_train_command(app);
   px::cli::add_eval_command(app);
   px::cli::add_sample_command(app);
+  CLI::App* bench = app.add_subcommand("bench", "benchmarks (see `parallax bench comm --help`)");
+  bench->require_subcommand(1);
+  px::cli::add_bench_comm_command(*bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
