@@ -8,6 +8,10 @@
 // A step is clean when foreign < 3% (the benchmark uses every core) or < 10%
 // (it leaves a core free), and own run delay < 2% of the step. After a dirty
 // step, settle() waits (untimed) for a quiet machine.
+// Unlike PyTorch's OpenMP team, a process can delay itself (more runnable
+// threads than cores, e.g. a kernel pool beside BLAS's own threads), so callers
+// may pass the run delay measured on a quiet machine as `own_delay`: a step is
+// then clean when its run delay stays within own_delay + 2%.
 // Header-only, used by bench/ programs only.
 #pragma once
 
@@ -86,7 +90,9 @@ struct Meter {
     foreign = machine > own ? double(machine - own) / (wall_s * cpu_count() * 1e9) : 0.0;
     run_delay = double(own_run_delay_ns() - delay0) / (wall_s * 1e9);
   }
-  bool clean(int threads_used) const { return foreign < clean_limit(threads_used) && run_delay < kCleanDelay; }
+  bool clean(int threads_used, double own_delay = 0) const {
+    return foreign < clean_limit(threads_used) && run_delay < own_delay + kCleanDelay;
+  }
 };
 
 // Waits (untimed) until the whole machine has been under kQuietFrac busy for

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# GPT training-step speed, parallax vs PyTorch 1.13 (OpenBLAS), side by side.
+#
+#   bench/compare_gpt_step.sh [--quick] [--reps 3] [--retries 2] [--configs "A B"] [--threads "1 2"]
+#                             [--steps 10] [--max-time 60] [--build build-bench]
+#                             [--peers DIR] [--results DIR] [--lock /tmp/px-build.lock]
+#
+# For every repetition, config (A = gpt-mini, B = gpt-small) and thread count
+# it runs px_bench_gpt_step and peers/torch/gpt_step.py back to back, one
+# process per run (so peak RSS is that run's own), alternating which goes
+# first. Each invocation holds the shared build/benchmark lock alone, so other
+# engineers can build in between. Both programs time only clean steps (no
+# foreign CPU load, bench/contention.h = peers/torch/contention.py) and print
+# one JSON line, collected in RESULTS/{parallax,torch}.jsonl. The table shows
+# per cell the median over repetitions of each run's median step time, their
+# ratio (target <= 0.8), peak RSS (target parallax <= torch) and parallax's
+# achieved GFLOP/s beside this machine's single-core sgemm rate.
+# A run without enough clean steps is repeated (--retries). --quick: 1
+# repetition, 1 retry, 2 warmup + 5 timed steps, 30 s cap per run.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=$REPO/build-bench
+PEERS=${PX_PEERS:-$REPO/../shared/peers}
+REPS=3 RETRIES=2 CONFIGS="A B" THREADS="1 2" STEPS=10 WARMUP=3 MAX_TIME=60 RESULTS="" LOCK=/tmp/px-build.lock
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --quick) REPS=1 RETRIES=1 STEPS=5 WARMUP=2 MAX_TIME=30; shift ;;
+    --reps) REPS=$2; shift 2 ;;
+    --retries) RETRIES=$2; shift 2 ;;
+    --configs) CONFIGS=$2; shift 2 ;;
+    --threads) THREADS=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --max-time) MAX_TIME=$2; shift 2 ;;
+    --build) BUILD=$(cd "$2" && pwd); shift 2 ;;
+    --peers) PEERS=$2; shift 2 ;;
+    --results) RESULTS=$2; shift 2 ;;
+    --lock) LOCK=$2; shift 2 ;;
+    -h|--help) usage 0 ;;
+    *) echo "error: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+PX_STEP=$BUILD/bench/px_bench_gpt_step
+PX_SGEMM=$BUILD/bench/px_bench_sgemm_rate
+for b in "$PX_STEP" "$PX_SGEMM"; do
+  [[ -x $b ]] || { echo "error: $b not built: ninja -C $BUILD px_bench_gpt_step px_bench_sgemm_rate" >&2; exit 1; }
+done
+[[ -f $PEERS/torch/gpt_step.py ]] || { echo "error: peer not found at $PEERS/torch/gpt_step.py (--peers DIR)" >&2; exit 1; }
+PY=/usr/bin/python3
+TORCH_BLAS=/usr/lib/x86_64-linux-gnu/openblas-openmp
+[[ -d $TORCH_BLAS ]] || { echo "error: $TORCH_BLAS missing: apt-get install libopenblas0-openmp" >&2; exit 1; }
+
+RESULTS=${RESULTS:-$BUILD/bench-results/gpt_step-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$RESULTS"
+echo "results in $RESULTS" >&2
+
+locked() { if [[ -n $LOCK ]]; then flock "$LOCK" "$@"; else "$@"; fi; }
+
+run_parallax() {  # config threads
+  locked "$PX_STEP" --config "$1" --threads "$2" --warmup "$WARMUP" --steps "$STEPS" --max-time "$MAX_TIME" \
+    2>>"$RESULTS/parallax.log" | tail -n 1
+}
+run_torch() {
+  LD_LIBRARY_PATH=$TORCH_BLAS locked "$PY" "$PEERS/torch/gpt_step.py" --config "$1" --threads "$2" \
+    --warmup "$WARMUP" --steps "$STEPS" --max-time "$MAX_TIME" 2>>"$RESULTS/torch.log" | grep '^{' | tail -n 1
+}
+# Runs one system for one cell; a run that could not get enough clean steps
+# (another job kept the machine busy) is repeated up to RETRIES times. Every
+# attempt goes to SYSTEM.all.jsonl, the last one to SYSTEM.jsonl.
+measure() {  # system config threads
+  local line
+  for ((try = 0; try <= RETRIES; try++)); do
+    line=$("run_$1" "$2" "$3")
+    echo "$line" >>"$RESULTS/$1.all.jsonl"
+    tail -n 1 "$RESULTS/$1.log" >&2
+    grep -Eq '"median_is_over": ?"clean"' <<<"$line" && break
+    if ((try < RETRIES)); then echo "  too few clean steps (foreign load); again" >&2; fi
+  done
+  echo "$line" >>"$RESULTS/$1.jsonl"
+}
+
+locked "$PX_SGEMM" --threads 1 >"$RESULTS/sgemm.json"
+echo "sgemm (1 thread): $(cat "$RESULTS/sgemm.json")" >&2
+
+for ((rep = 1; rep <= REPS; rep++)); do
+  for cfg in $CONFIGS; do
+    for th in $THREADS; do
+      echo "[rep $rep/$REPS] config $cfg threads $th" >&2
+      if ((rep % 2)); then measure parallax "$cfg" "$th"; measure torch "$cfg" "$th"
+      else measure torch "$cfg" "$th"; measure parallax "$cfg" "$th"; fi
+    done
+  done
+done
+
+"$PY" - "$RESULTS" <<'EOF' | tee "$RESULTS/summary.txt"
+import json, statistics, sys
+d = sys.argv[1]
+load = lambda f: [json.loads(l) for l in open(f"{d}/{f}") if l.strip()]
+px, pt = load("parallax.jsonl"), load("torch.jsonl")
+sg = json.load(open(f"{d}/sgemm.json"))
+cells = sorted({(r["config"], r["threads"]) for r in px})
+print(f"sgemm single-core: best {sg['best_gflops']:.1f} GFLOP/s {sg['gflops_by_size']}; "
+      f"triad 64 MiB {sg['triad64MiB_gbs_1t']:.1f} GB/s")
+print(f"{'config':<16}{'thr':>4}{'parallax ms':>13}{'torch ms':>10}{'ratio':>7}{'<=0.8':>6}"
+      f"{'px RSS':>8}{'pt RSS':>8}{'RSS ok':>7}{'px GF/s':>9}{'pt GF/s':>9}{'sgemm1c':>8}  reps (px/torch ms)")
+ok_all = True
+for cfg, th in cells:
+    a = [r for r in px if (r["config"], r["threads"]) == (cfg, th)]
+    b = [r for r in pt if (r["config"], r["threads"]) == (cfg, th)]
+    if not b:
+        continue
+    pm = statistics.median(r["median_ms"] for r in a)
+    tm = statistics.median(r["median_ms"] for r in b)
+    prss = max(r["peak_rss_mib"] for r in a)
+    trss = max(r["peak_rss_mib"] for r in b)
+    ratio = pm / tm
+    ok_all &= ratio <= 0.8 and prss <= trss
+    reps = " ".join(f"{x['median_ms']:.0f}/{y['median_ms']:.0f}" for x, y in zip(a, b))
+    dirty = sum(r["median_is_over"] != "clean" for r in a + b)
+    print(f"{a[0]['name'] + ' (' + cfg + ')':<16}{th:>4}{pm:>13.1f}{tm:>10.1f}{ratio:>7.2f}"
+          f"{'yes' if ratio <= 0.8 else 'NO':>6}{prss:>8.0f}{trss:>8.0f}{'yes' if prss <= trss else 'NO':>7}"
+          f"{statistics.median(r['achieved_gflops'] for r in a):>9.1f}"
+          f"{statistics.median(r['achieved_gflops'] for r in b):>9.1f}{sg['best_gflops']:>8.1f}  {reps}"
+          + (f"  ({dirty} runs without enough clean steps)" if dirty else ""))
+print("all targets met" if ok_all else "some targets NOT met")
+EOF
