@@ -86,7 +86,9 @@ void Communicator::wait(Request& request, const Step& step) {
     try {
       return state_->transport->test(request);
     } catch (const Error& error) {
-      fail("{} step {} on rank {}: {}", step.collective, step.index, rank(), error.what());
+      // e.g. the MPI library reporting a lost connection: name the peer too.
+      fail("{} step {} on rank {}: {}: {}", step.collective, step.index, rank(), peer_name(peer),
+           error.what());
     }
   };
   spin_until(done, peer, step, "did not answer");
