@@ -19,8 +19,13 @@ int main(int argc, char** argv) {
   px::cli::add_bench_comm_command(*bench);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "error: " << e.what() << " (see --help)" << std::endl;
+    return 1;
   } catch (const px::Error& e) {
     std::cout << std::flush;
     std::cerr << "error: " << e.what() << std::endl;

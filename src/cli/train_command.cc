@@ -15,9 +15,11 @@ void add_train_command(CLI::App& app) {
   const double unset = std::numeric_limits<double>::quiet_NaN();
   o.steps = o.epochs = o.batch = o.schedule.warmup = o.eval_every = o.sample_tokens = kModelDefault;
   o.optimizer.kind = "";
-  o.schedule.lr = o.optimizer.weight_decay = o.grad_clip = unset;
+  o.schedule.lr = o.schedule.min_ratio = o.optimizer.weight_decay = o.grad_clip = unset;
   o.threads = 2;
   CLI::App* cmd = app.add_subcommand("train", "train a model (gpt on text, mlp/cnn on Fashion-MNIST)");
+  // A flag given twice takes its last value, so scripts can append overrides.
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cmd->add_option("--model", o.model, "mlp, cnn or gpt")->check(CLI::IsMember({"mlp", "cnn", "gpt"}))->capture_default_str();
   cmd->add_option("--data", o.data,
                   "gpt: a text file (default: the fortunes corpus); mlp/cnn: the Fashion-MNIST IDX directory "
@@ -30,8 +32,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--lr", o.schedule.lr, "peak learning rate (default: gpt 1e-3, mlp/cnn 0.05)");
   cmd->add_option("--schedule", o.schedule.kind, "cosine (decays to --min-lr-ratio) or constant")->capture_default_str();
   cmd->add_option("--warmup", o.schedule.warmup, "linear warmup steps (default: gpt 100, mlp/cnn 0)");
-  cmd->add_option("--min-lr-ratio", o.schedule.min_ratio, "cosine floor as a fraction of --lr")->capture_default_str();
-  cmd->add_option("--weight-decay", o.optimizer.weight_decay, "decay of weight matrices (default: gpt 0.1, mlp/cnn 0)");
+  cmd->add_option("--min-lr-ratio", o.schedule.min_ratio, "cosine floor as a fraction of --lr (default: gpt 0.1, mlp/cnn 0)");
+  cmd->add_option("--weight-decay", o.optimizer.weight_decay, "decay of weight matrices (default: gpt 0.1, cnn 5e-4, mlp 0)");
   cmd->add_option("--momentum", o.optimizer.momentum, "sgd momentum")->capture_default_str();
   cmd->add_option("--beta1", o.optimizer.beta1, "adamw beta1")->capture_default_str();
   cmd->add_option("--beta2", o.optimizer.beta2, "adamw beta2")->capture_default_str();
@@ -52,7 +54,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--heads", o.gpt.n_head, "gpt: attention heads")->capture_default_str();
   cmd->add_option("--embd", o.gpt.n_embd, "gpt: embedding width")->capture_default_str();
   cmd->add_option("--dropout", o.gpt.dropout, "gpt: dropout probability")->capture_default_str();
-  cmd->add_option("--hidden", o.mlp.hidden, "mlp: hidden layer widths")->capture_default_str();
+  cmd->add_option("--hidden", o.mlp.hidden, "mlp: hidden layer widths")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->capture_default_str();
   cmd->add_option("--progress", *progress, "auto (a bar on a terminal), bar or lines")
       ->check(CLI::IsMember({"auto", "bar", "lines"}))
       ->capture_default_str();

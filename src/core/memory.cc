@@ -1,6 +1,8 @@
 #include "core/memory.h"
 
 #include <atomic>
+#include <malloc.h>
+
 #include <cstdlib>
 #include <new>
 
@@ -9,6 +11,16 @@ namespace {
 std::atomic<int64_t> g_live{0};
 std::atomic<int64_t> g_peak{0};
 constexpr size_t kAlignment = 64;
+
+// A training step frees and reallocates the same activation sizes every
+// step. glibc serves large blocks with mmap and returns them with munmap, so
+// each step would pay page faults for every activation again; keeping large
+// blocks in the heap (and not trimming it) lets the next step reuse them.
+const bool g_heap_tuned = [] {
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  return true;
+}();
 }  // namespace
 
 MemoryStats memory_stats() { return {g_live.load(), g_peak.load()}; }

@@ -64,7 +64,8 @@ void apply_model_defaults(TrainOptions& o) {
   };
   if (o.optimizer.kind.empty()) o.optimizer.kind = gpt ? "adamw" : "sgd";
   if (unset(o.schedule.lr)) o.schedule.lr = gpt ? 1e-3 : 0.05;
-  if (unset(o.optimizer.weight_decay)) o.optimizer.weight_decay = gpt ? 0.1 : 0.0;
+  if (unset(o.optimizer.weight_decay)) o.optimizer.weight_decay = gpt ? 0.1 : (o.model == "cnn" ? 5e-4 : 0.0);
+  if (unset(o.schedule.min_ratio)) o.schedule.min_ratio = gpt ? 0.1 : 0.0;
   if (unset(o.grad_clip)) o.grad_clip = gpt ? 1.0 : 0.0;
   if (unset(o.schedule.warmup)) o.schedule.warmup = gpt ? 100 : 0;
   if (unset(o.batch)) o.batch = gpt ? 16 : 64;
