@@ -71,7 +71,7 @@ void apply_model_defaults(TrainOptions& o) {
   if (unset(o.batch)) o.batch = gpt ? 16 : 64;
   if (unset(o.epochs)) o.epochs = 0;
   if (unset(o.steps)) {
-    o.steps = gpt ? 2000 : 0;
+    o.steps = gpt ? 3500 : 0;
     if (!gpt && o.epochs == 0) o.epochs = 2;
   }
   if (o.epochs > 0) o.steps = 0;
