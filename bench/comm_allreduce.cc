@@ -4,6 +4,7 @@
 //   mpirun --oversubscribe -np 2 px_bench_comm_allreduce [sizes...]
 //   px_bench_comm_allreduce --ranks 2 [sizes...]        (in-process)
 //   ... --tune [sizes...]   fit the cost model, print predicted vs measured
+//                           (default sizes 64K..64M by 2x: half never tuned)
 // Sizes like 4K, 1M, 64M (default 4K 1M 4M 16M 64M 256M). Prints per size
 // the busbw of every algorithm, MPI's, the best parallax one and best/MPI.
 #include <chrono>
@@ -86,26 +87,47 @@ void run(px::comm::Communicator& comm, const std::vector<int64_t>& sizes) {
   }
 }
 
-// --tune: fit the cost model on this host, then print predicted vs measured
-// for every algorithm (the issue asks for agreement within 25% from 64 KiB).
+// --tune: fit the cost model on this host (at 64 KiB..64 MiB by factors of
+// 4), then print predicted vs measured for every algorithm at `sizes`, which
+// should include sizes the fit never saw; the issue asks for agreement within
+// 25% from 64 KiB.
 void tune_and_compare(px::comm::Communicator& comm, const std::vector<int64_t>& sizes) {
   using namespace px::comm;
   const bool root = comm.rank() == 0;
   tune_cost_model(comm, {64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20},
                   [&](const std::string& line) { if (root) fmt::print("# {}\n", line); });
-  BenchmarkOptions options{.sizes = sizes, .repeats = 5, .target_seconds = 0.05};
+  BenchmarkOptions options{.sizes = sizes, .repeats = 5, .target_seconds = 0.03};
+  if (root) {
+    fmt::print("# allreduce float32 sum, {} ranks, backend {}: measured = slowest rank, median of "
+               "{} interleaved repeats; tuned sizes 64K..64M by 4x\n",
+               comm.size(), comm.backend(), options.repeats);
+    fmt::print("{:>9} {:>26} {:>12} {:>12} {:>9} {:>7} {:>8}\n", "size", "algorithm",
+               "measured_us", "predicted_us", "pred/meas", "spread", "retaken");
+  }
   double worst = 0;
-  if (root) fmt::print("{:>9} {:>26} {:>12} {:>12} {:>9}\n", "size", "algorithm", "measured_us",
-                       "predicted_us", "pred/meas");
+  int outside = 0, dirty = 0;
+  std::string worst_what;
   run_benchmark(comm, options, [&](const BenchmarkRow& row) {
-    double ratio = row.predicted_seconds / row.seconds;
-    if (row.bytes >= (64 << 10)) worst = std::max(worst, std::fabs(ratio - 1));
-    if (root)
-      fmt::print("{:>9} {:>26} {:>12.1f} {:>12.1f} {:>9.2f}\n", size_name(row.bytes),
-                 algorithm_name(row.algorithm), row.seconds * 1e6, row.predicted_seconds * 1e6,
-                 ratio);
+    const double ratio = row.predicted_seconds / row.seconds;
+    if (row.bytes >= (64 << 10)) {
+      outside += std::fabs(ratio - 1) > 0.25;
+      dirty += row.dirty;
+      if (std::fabs(ratio - 1) > worst) {
+        worst = std::fabs(ratio - 1);
+        worst_what = fmt::format("{} at {}", algorithm_name(row.algorithm), size_name(row.bytes));
+      }
+    }
+    if (!root) return;
+    fmt::print("{:>9} {:>26} {:>12.1f} {:>12.1f} {:>9.2f} {:>6.0f}% {:>8}{}\n",
+               size_name(row.bytes), algorithm_name(row.algorithm), row.seconds * 1e6,
+               row.predicted_seconds * 1e6, ratio, row.spread * 100, row.retaken,
+               std::fabs(ratio - 1) > 0.25 && row.bytes >= (64 << 10) ? "  <- outside 25%" : "");
+    std::fflush(stdout);
   });
-  if (root) fmt::print("# worst |predicted/measured - 1| at >= 64 KiB: {:.0f}%\n", worst * 100);
+  if (root)
+    fmt::print("# every algorithm within 25% at >= 64 KiB: {} (worst {:.0f}%: {}; {} outside; {} "
+               "repeats kept despite foreign load)\n",
+               outside == 0 ? "YES" : "NO", worst * 100, worst_what, outside, dirty);
 }
 
 }  // namespace
@@ -121,6 +143,8 @@ int main(int argc, char** argv) {
       else if (arg == "--tune") tune = true;
       else sizes.push_back(parse_size(arg));
     }
+    if (sizes.empty() && tune)  // tuned sizes and the ones between them
+      for (int64_t s = 64 << 10; s <= (64 << 20); s *= 2) sizes.push_back(s);
     if (sizes.empty())
       for (int64_t s : {4 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20}) sizes.push_back(s);
     if (std::getenv("OMPI_COMM_WORLD_SIZE")) {  // launched by mpirun

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "comm/machine_load.h"
 #include "comm/reduction.h"
 #include "core/error.h"
 
@@ -79,27 +80,55 @@ bool check_once(Communicator& comm, Collective collective, int64_t n, Buffers& b
   return bad == 0.0f;
 }
 
-// Mean seconds per call on the slowest rank, median over repeats.
-std::pair<double, int> time_calls(Communicator& comm, const std::function<void()>& body,
-                                  int iterations, int repeats, double target_seconds) {
+// Calls per timed batch so that a batch lasts about target_seconds on the
+// slowest rank (agreed by all ranks), after two warm-up calls.
+int calibrate(Communicator& comm, const std::function<void()>& body, int iterations,
+              double target_seconds) {
   body();  // warm-up: pages, shared segments, sub-groups
-  if (iterations <= 0) {
+  body();
+  if (iterations > 0) return iterations;
+  int calls = 1;
+  double elapsed = 0;
+  for (;;) {  // grow until a batch lasts a tenth of the target
     barrier(comm);
     auto start = Clock::now();
-    body();
-    double one = max_over_ranks(comm, std::chrono::duration<double>(Clock::now() - start).count());
-    iterations = std::clamp(static_cast<int>(target_seconds / std::max(one, 1e-7)), 1, 20000);
+    for (int i = 0; i < calls; ++i) body();
+    elapsed = max_over_ranks(comm, std::chrono::duration<double>(Clock::now() - start).count());
+    if (elapsed >= target_seconds / 10 || calls >= 4096) break;
+    calls *= 4;
   }
-  std::vector<double> samples;
-  for (int rep = 0; rep < repeats; ++rep) {
+  return std::clamp(static_cast<int>(std::ceil(target_seconds * calls / elapsed)), 1, 1 << 20);
+}
+
+struct Sample {
+  double seconds = 0;
+  bool clean = true;
+};
+
+// One batch of `iterations` calls: mean seconds per call on the slowest rank,
+// retaken (after the machine quietens) while foreign load exceeds the limit.
+Sample timed_batch(Communicator& comm, const std::function<void()>& body, int iterations,
+                   const BenchmarkOptions& options, int& retaken) {
+  LoadMeter meter(comm);
+  for (int attempt = 0;; ++attempt) {
     barrier(comm);
+    meter.start();
     auto start = Clock::now();
     for (int i = 0; i < iterations; ++i) body();
     double mean = std::chrono::duration<double>(Clock::now() - start).count() / iterations;
-    samples.push_back(max_over_ranks(comm, mean));
+    Sample sample{max_over_ranks(comm, mean), true};
+    const double foreign = meter.finish();  // collective: equal on every rank
+    if (foreign <= options.max_foreign_load) return sample;
+    if (attempt >= options.max_retakes) return {sample.seconds, false};
+    ++retaken;
+    wait_for_quiet_machine(options.max_foreign_load, 0.05, 2.0);
   }
-  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-  return {samples[samples.size() / 2], iterations};
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 }  // namespace
@@ -128,31 +157,56 @@ std::vector<BenchmarkRow> run_benchmark(Communicator& comm, const BenchmarkOptio
     for (Algorithm a : algorithms_for(options.collective))
       if (runnable(comm, options.collective, a)) algorithms.push_back(a);
   std::vector<BenchmarkRow> rows;
+  const int count = static_cast<int>(algorithms.size());
   for (int64_t bytes : options.sizes) {
     const int64_t n = bytes / 4;
     Buffers buffers;
     buffers.input.assign(n, 0.0f);
     buffers.output.assign(n, 0.0f);
-    for (Algorithm algorithm : algorithms) {
-      CollectiveOptions collective_options = options.collective_options;
-      collective_options.algorithm = algorithm;
-      BenchmarkRow row{.collective = options.collective, .algorithm = algorithm,
+    std::vector<BenchmarkRow> size_rows;
+    std::vector<std::function<void()>> bodies;
+    std::vector<CollectiveOptions> per_algorithm(count, options.collective_options);
+    for (int a = 0; a < count; ++a) {
+      per_algorithm[a].algorithm = algorithms[a];
+      BenchmarkRow row{.collective = options.collective, .algorithm = algorithms[a],
                        .ranks = comm.size(), .bytes = n * 4};
       if (options.check)
-        row.checked = check_once(comm, options.collective, n, buffers, collective_options);
-      std::fill(buffers.output.begin(), buffers.output.end(), 0.0f);  // no inf growth
-      auto [seconds, iterations] = time_calls(
-          comm, [&] { call(comm, options.collective, n, buffers, collective_options); },
-          options.iterations, options.repeats, options.target_seconds);
-      row.seconds = seconds;
-      row.iterations = iterations;
-      row.algbw = row.bytes / seconds / 1e9;
+        row.checked = check_once(comm, options.collective, n, buffers, per_algorithm[a]);
+      size_rows.push_back(row);
+      bodies.push_back([&, a] { call(comm, options.collective, n, buffers, per_algorithm[a]); });
+    }
+    std::fill(buffers.output.begin(), buffers.output.end(), 0.0f);  // sums of 0 stay finite
+    for (int a = 0; a < count; ++a)
+      size_rows[a].iterations =
+          calibrate(comm, bodies[a], options.iterations, options.target_seconds);
+    // Repeats interleaved across algorithms, the order rotating each round.
+    std::vector<std::vector<Sample>> samples(count);
+    for (int rep = 0; rep < options.repeats; ++rep)
+      for (int i = 0; i < count; ++i) {
+        const int a = (rep + i) % count;
+        samples[a].push_back(
+            timed_batch(comm, bodies[a], size_rows[a].iterations, options, size_rows[a].retaken));
+      }
+    for (int a = 0; a < count; ++a) {
+      BenchmarkRow& row = size_rows[a];
+      std::vector<double> clean, all;
+      for (const Sample& s : samples[a]) {
+        all.push_back(s.seconds);
+        if (s.clean) clean.push_back(s.seconds);
+      }
+      const std::vector<double>& kept = clean.empty() ? all : clean;
+      row.dirty = static_cast<int>(all.size() - clean.size());
+      row.seconds = median(kept);
+      row.spread = (*std::max_element(kept.begin(), kept.end()) -
+                    *std::min_element(kept.begin(), kept.end())) / row.seconds;
+      row.algbw = row.bytes / row.seconds / 1e9;
       row.busbw = row.algbw * bus_factor(options.collective, comm.size());
+      const Algorithm modelled =
+          row.algorithm == Algorithm::automatic ? Algorithm::ring : row.algorithm;
       row.predicted_seconds = predicted_seconds(
           comm.cost_model(),
-          CostQuery{options.collective, algorithm == Algorithm::automatic ? Algorithm::ring : algorithm,
-                    static_cast<double>(row.bytes), comm.size(), collective_options.servers,
-                    collective_options.ranks_per_node});
+          CostQuery{options.collective, modelled, static_cast<double>(row.bytes), comm.size(),
+                    options.collective_options.servers, options.collective_options.ranks_per_node});
       rows.push_back(row);
       if (on_row) on_row(row);
     }

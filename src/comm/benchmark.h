@@ -5,6 +5,12 @@
 // comparable across rank counts) and the cost model's prediction. tune()
 // measures the cost model's parameters on this host. Used by
 // `parallax bench comm` and bench/comm_allreduce.
+//
+// The host is shared and noisy, so a timing is a batch of calls lasting at
+// least target_seconds; the repeats of every algorithm at one size are
+// interleaved (round-robin, rotating the order) so drift hits all alike; and a
+// batch during which other processes used more than max_foreign_load of the
+// machine's CPU (machine_load.h) is retaken after the machine quietens.
 #pragma once
 
 #include <functional>
@@ -21,7 +27,9 @@ struct BenchmarkOptions {
   std::vector<int64_t> sizes{};       // bytes of the collective's n (float32)
   int iterations = 0;                 // per repeat; 0: as many as fill target_seconds
   int repeats = 5;                    // timed batches; the median is reported
-  double target_seconds = 0.05;       // per repeat when iterations == 0
+  double target_seconds = 0.03;       // per repeat when iterations == 0
+  double max_foreign_load = 0.10;     // retake a batch when others used more CPU
+  int max_retakes = 8;                // per batch; then it is kept, counted as dirty
   bool check = false;                 // verify the result once per size and algorithm
   CollectiveOptions collective_options{};  // servers, ranks_per_node
   bool operator==(const BenchmarkOptions&) const = default;
@@ -33,7 +41,10 @@ struct BenchmarkRow {
   int ranks = 1;
   int64_t bytes = 0;
   int iterations = 0;
-  double seconds = 0;  // per call: median over repeats of the slowest rank's mean
+  double seconds = 0;  // per call: median over clean repeats of the slowest rank's mean
+  double spread = 0;   // (max - min) / median over the repeats kept
+  int retaken = 0;     // batches retaken because of foreign CPU load
+  int dirty = 0;       // repeats kept although still contaminated
   double algbw = 0;    // GB/s (1e9 B/s)
   double busbw = 0;    // GB/s
   double predicted_seconds = 0;
@@ -54,6 +65,15 @@ std::vector<BenchmarkRow> run_benchmark(Communicator& comm, const BenchmarkOptio
 // every rank). progress (optional) receives a line per measurement.
 CostModel tune_cost_model(Communicator& comm, const std::vector<int64_t>& sizes,
                           const std::function<void(const std::string&)>& progress = {});
+
+// The fitting half of tune_cost_model: `links` with its link parameters
+// measured; rows are allreduce timings (any algorithms and rank counts, at
+// least three sizes each). Returns `links` with the cache size and cliff and
+// every (algorithm, ranks)'s factors that minimize the squared relative error
+// of the predictions (factors >= 0); *rms_relative_error (optional) gets its
+// root mean square over all rows.
+CostModel fit_allreduce_model(const CostModel& links, const std::vector<BenchmarkRow>& rows,
+                              double* rms_relative_error = nullptr);
 
 // Sizes 4 B .. 256 MiB by factors of 4 (nccl-tests' default sweep shape).
 std::vector<int64_t> default_benchmark_sizes();

@@ -107,6 +107,11 @@ std::string fit_key(Collective collective, Algorithm algorithm, int ranks) {
   return fmt::format("{}/{}/{}", collective_name(collective), algorithm_name(algorithm), ranks);
 }
 
+double cached_share(const CostModel& model, const CostQuery& query) {
+  const double working_set = query.bytes * std::max(1, query.ranks);
+  return 1 / (1 + std::pow(working_set / model.cache_bytes, model.cache_cliff));
+}
+
 double predicted_seconds(const CostModel& model, const CostQuery& query) {
   const CostTerms terms = cost_terms(query);
   const LinkCost& link = terms.shared_memory ? model.shared_memory : model.transport;
@@ -115,8 +120,9 @@ double predicted_seconds(const CostModel& model, const CostQuery& query) {
       it != model.fits.end())
     fit = it->second;
   const double volume = link.beta * terms.bytes_sent + link.gamma * terms.bytes_reduced;
-  return fit.latency * link.alpha * terms.messages + fit.bandwidth * volume +
-         fit.memory * volume * query.bytes / (query.bytes + model.cache_bytes);
+  const double cached = cached_share(model, query);
+  return fit.latency * link.alpha * terms.messages +
+         (fit.bandwidth * cached + fit.memory * (1 - cached)) * volume;
 }
 
 CostModel default_cost_model(std::string_view backend) {
@@ -143,6 +149,7 @@ std::string cost_model_to_json(const CostModel& model) {
                       {"transport", link(model.transport)},
                       {"shared_memory", link(model.shared_memory)},
                       {"cache_bytes", model.cache_bytes},
+                      {"cache_cliff", model.cache_cliff},
                       {"fits", fits}};
   return json.dump(2);
 }
@@ -159,9 +166,12 @@ CostModel cost_model_from_json(const std::string& text, std::string_view origin)
     model.transport = link(json.at("transport"));
     model.shared_memory = link(json.at("shared_memory"));
     model.cache_bytes = json.value("cache_bytes", model.cache_bytes);
-    for (const auto& [key, fit] : json.value("fits", nlohmann::json::object()).items())
+    model.cache_cliff = json.value("cache_cliff", model.cache_cliff);
+    // A named copy: items() of a temporary would dangle in the loop.
+    const nlohmann::json fits = json.value("fits", nlohmann::json::object());
+    for (const auto& [key, fit] : fits.items())
       model.fits[key] = {fit.at("latency").get<double>(), fit.at("bandwidth").get<double>(),
-                         fit.value("memory", 0.0)};
+                         fit.value("memory", AlgorithmFit{}.memory)};
     return model;
   } catch (const nlohmann::json::exception& error) {
     fail("cost model {}: {}; expected the JSON written by 'parallax bench comm --tune'", origin,

@@ -2,15 +2,19 @@
 // algorithm, message size and group size, and picks the cheapest (what
 // Algorithm::automatic runs). docs/collectives.md lists the same formulas.
 //
-//   time = fit.latency · alpha · messages
-//        + fit.bandwidth · (beta · bytes_sent + gamma · bytes_reduced)
-//        + fit.memory · (beta · bytes_sent + gamma · bytes_reduced) · n / (n + cache_bytes)
+//   volume = beta · bytes_sent + gamma · bytes_reduced
+//   time   = fit.latency · alpha · messages
+//          + (fit.bandwidth · cached + fit.memory · (1 - cached)) · volume
+//   cached = 1 / (1 + (working_set / cache_bytes)^cache_cliff),  working_set = p · n
 //
 // alpha (s per message), beta (s per byte sent) and gamma (s per byte
-// reduced) are per link class: `transport` for point-to-point messages,
-// `shared_memory` for the staging segment. `parallax bench comm --tune`
-// measures them on this host and fits per-algorithm factors `fit` (default 1,
-// 1, 0) to measured times; the result is saved as JSON and loaded later.
+// reduced) are per link class, measured in cache: `transport` for
+// point-to-point messages, `shared_memory` for the staging segment. `cached`
+// is the share of the traffic served by the last-level cache, which all
+// ranks of a host share; past it each byte costs fit.memory instead of
+// fit.bandwidth. `parallax bench comm --tune` measures the link parameters,
+// the cache's effective size and cliff on this host, and each algorithm's
+// factors `fit` (default 1, 1, 2.5); the result is saved as JSON.
 #pragma once
 
 #include <map>
@@ -28,11 +32,12 @@ struct LinkCost {
   bool operator==(const LinkCost&) const = default;
 };
 
-// Per-algorithm correction fitted by --tune.
+// Per-algorithm factors fitted by --tune: what the algorithm's implementation
+// adds to the link's cost (extra copies, synchronization, poorer overlap).
 struct AlgorithmFit {
-  double latency = 1.0;
-  double bandwidth = 1.0;
-  double memory = 0.0;  // extra bandwidth term once the working set leaves cache
+  double latency = 1.0;    // x alpha · messages
+  double bandwidth = 1.0;  // x volume while the working set is in cache
+  double memory = 2.5;     // x volume once it has left the cache (2-3x on this host class)
   bool operator==(const AlgorithmFit&) const = default;
 };
 
@@ -40,7 +45,8 @@ struct CostModel {
   std::string backend = "inproc";  // what the parameters were measured on
   LinkCost transport;
   LinkCost shared_memory{.alpha = 1e-6, .beta = 1e-10, .gamma = 1e-10};
-  double cache_bytes = 32 << 20;  // L3: beyond it the memory term grows
+  double cache_bytes = 32 << 20;  // effective last-level cache (L3 here)
+  double cache_cliff = 2;         // how sharply traffic leaves the cache past it
   // "<collective>/<algorithm>/<ranks>" -> fit; absent = defaults.
   std::map<std::string, AlgorithmFit> fits;
   bool operator==(const CostModel&) const = default;
@@ -64,6 +70,8 @@ struct CostQuery {
 };
 
 CostTerms cost_terms(const CostQuery& query);
+// Share (0..1) of the traffic served from cache for the query's working set.
+double cached_share(const CostModel& model, const CostQuery& query);
 double predicted_seconds(const CostModel& model, const CostQuery& query);
 std::string fit_key(Collective collective, Algorithm algorithm, int ranks);
 

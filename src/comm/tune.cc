@@ -1,10 +1,12 @@
 // tune_cost_model (benchmark.h): measure the link parameters, then fit each
 // allreduce algorithm's factors to measured times, so predictions track this
 // host (its caches, its scheduler) rather than textbook constants.
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "comm/benchmark.h"
 #include "comm/reduction.h"
@@ -64,31 +66,104 @@ double reduce_rate(Communicator& comm) {
   return agree_max(comm, seconds_since(start) / rounds / (a.size() * 4.0));
 }
 
-// Least squares in relative error: t_i ~ w · x_i with x = (latency, volume, memory terms).
-AlgorithmFit fit(const std::vector<std::array<double, 3>>& x, const std::vector<double>& t,
-                 bool with_memory) {
-  const int k = with_memory ? 3 : 2;
-  double m[3][4] = {};
-  for (size_t i = 0; i < t.size(); ++i)
-    for (int r = 0; r < k; ++r) {
-      for (int c = 0; c < k; ++c) m[r][c] += x[i][r] * x[i][c] / (t[i] * t[i]);
-      m[r][3] += x[i][r] / t[i];
+// One measured time and the model's terms for it: t ~ w · x with
+// x = (alpha · messages, volume · cached, volume · (1 - cached)).
+struct Observation {
+  std::array<double, 3> x;
+  double seconds;
+};
+
+// Non-negative least squares in relative error, sum ((w · x_i - t_i) / t_i)^2
+// with w >= 0: with three unknowns, the best of the unconstrained solutions
+// over every subset of free factors (the others 0) that is feasible.
+// Returns the factors and the sum of squared relative errors.
+std::pair<std::array<double, 3>, double> fit_relative(const std::vector<Observation>& data) {
+  std::array<double, 3> best{};
+  double best_error = INFINITY;
+  for (int mask = 1; mask < 8; ++mask) {
+    int index[3], k = 0;
+    for (int j = 0; j < 3; ++j)
+      if (mask & (1 << j)) index[k++] = j;
+    double m[3][4] = {};
+    for (const Observation& o : data)
+      for (int r = 0; r < k; ++r) {
+        for (int c = 0; c < k; ++c)
+          m[r][c] += o.x[index[r]] * o.x[index[c]] / (o.seconds * o.seconds);
+        m[r][3] += o.x[index[r]] / o.seconds;
+      }
+    bool singular = false;
+    for (int c = 0; c < k && !singular; ++c) {  // Gauss-Jordan; the matrix is SPD
+      if (m[c][c] <= 0) { singular = true; break; }
+      for (int r = 0; r < k; ++r) {
+        if (r == c) continue;
+        double f = m[r][c] / m[c][c];
+        for (int j = 0; j < 4; ++j) m[r][j] -= f * m[c][j];
+      }
     }
-  for (int r = 0; r < k; ++r) m[r][r] += 1e-12;  // tiny ridge: rank-deficient sweeps
-  for (int c = 0; c < k; ++c)  // Gauss-Jordan (the matrix is SPD: no pivoting)
+    if (singular) continue;
+    std::array<double, 3> w{};
+    bool feasible = true;
     for (int r = 0; r < k; ++r) {
-      if (r == c) continue;
-      double f = m[r][c] / m[c][c];
-      for (int j = 0; j < 4; ++j) m[r][j] -= f * m[c][j];
+      w[index[r]] = m[r][3] / m[r][r];
+      feasible &= w[index[r]] >= 0 && std::isfinite(w[index[r]]);
     }
-  AlgorithmFit result;
-  result.latency = m[0][3] / m[0][0];
-  result.bandwidth = m[1][3] / m[1][1];
-  result.memory = with_memory ? m[2][3] / m[2][2] : 0.0;
-  return result;
+    if (!feasible) continue;
+    double error = 0;
+    for (const Observation& o : data) {
+      double predicted = w[0] * o.x[0] + w[1] * o.x[1] + w[2] * o.x[2];
+      error += (predicted / o.seconds - 1) * (predicted / o.seconds - 1);
+    }
+    if (error < best_error) best_error = error, best = w;
+  }
+  return {best, best_error};
+}
+
+std::vector<Observation> observations(const CostModel& model, const std::vector<BenchmarkRow>& rows,
+                                      Algorithm algorithm, int ranks) {
+  std::vector<Observation> data;
+  for (const auto& row : rows) {
+    if (row.algorithm != algorithm || row.ranks != ranks) continue;
+    CostQuery query{Collective::allreduce, algorithm, static_cast<double>(row.bytes), row.ranks};
+    CostTerms terms = cost_terms(query);
+    const LinkCost& link = terms.shared_memory ? model.shared_memory : model.transport;
+    const double volume = link.beta * terms.bytes_sent + link.gamma * terms.bytes_reduced;
+    const double cached = cached_share(model, query);
+    data.push_back({{link.alpha * terms.messages, volume * cached, volume * (1 - cached)},
+                    row.seconds});
+  }
+  return data;
 }
 
 }  // namespace
+
+CostModel fit_allreduce_model(const CostModel& links, const std::vector<BenchmarkRow>& rows,
+                              double* rms_relative_error) {
+  std::vector<std::pair<Algorithm, int>> groups;  // (algorithm, ranks) seen in rows
+  for (const auto& row : rows)
+    if (std::find(groups.begin(), groups.end(), std::pair{row.algorithm, row.ranks}) ==
+        groups.end())
+      groups.emplace_back(row.algorithm, row.ranks);
+  // The cache's effective size and cliff are the host's, shared by every
+  // algorithm: the pair (from a small grid around L3) that fits all best.
+  double best_error = INFINITY;
+  CostModel best = links;
+  for (double cache_mib : {8.0, 16.0, 32.0, 64.0})
+    for (double cliff : {1.0, 2.0, 3.0, 4.0}) {
+      CostModel candidate = links;
+      candidate.cache_bytes = cache_mib * (1 << 20);
+      candidate.cache_cliff = cliff;
+      double error = 0;
+      for (auto [algorithm, ranks] : groups) {
+        auto [w, e] = fit_relative(observations(candidate, rows, algorithm, ranks));
+        candidate.fits[fit_key(Collective::allreduce, algorithm, ranks)] = {w[0], w[1], w[2]};
+        error += e;
+      }
+      if (error < best_error) best_error = error, best = candidate;
+    }
+  if (rms_relative_error)
+    *rms_relative_error = std::sqrt(best_error / std::max<size_t>(1, rows.size()));
+  return best;
+}
 
 CostModel tune_cost_model(Communicator& comm, const std::vector<int64_t>& sizes,
                           const std::function<void(const std::string&)>& progress) {
@@ -124,32 +199,23 @@ CostModel tune_cost_model(Communicator& comm, const std::vector<int64_t>& sizes,
   // Per-algorithm factors over the measured sizes.
   model.fits.clear();
   comm.set_cost_model(std::make_shared<CostModel>(model));
-  BenchmarkOptions sweep{.sizes = sizes, .repeats = 3, .target_seconds = 0.03};
-  auto rows = run_benchmark(comm, sweep);
+  BenchmarkOptions sweep{.sizes = sizes, .repeats = 5, .target_seconds = 0.02};
+  auto rows = run_benchmark(comm, sweep, [&](const BenchmarkRow& row) {
+    say(fmt::format("sweep {:>9} B {:<26} {:>12.1f} us (spread {:.0f}%, retaken {}, dirty {})",
+                    row.bytes, algorithm_name(row.algorithm), row.seconds * 1e6,
+                    row.spread * 100, row.retaken, row.dirty));
+  });
   std::vector<Algorithm> algorithms;
   for (const auto& row : rows)
     if (std::find(algorithms.begin(), algorithms.end(), row.algorithm) == algorithms.end())
       algorithms.push_back(row.algorithm);
+  double rms = 0;
+  model = fit_allreduce_model(model, rows, &rms);
+  say(fmt::format("cache: effective {:.0f} MiB, cliff exponent {:.0f}; rms relative error {:.1f}%",
+                  model.cache_bytes / (1 << 20), model.cache_cliff, 100 * rms));
   for (Algorithm algorithm : algorithms) {
-    std::vector<std::array<double, 3>> x;
-    std::vector<double> t;
-    for (const auto& row : rows) {
-      if (row.algorithm != algorithm) continue;
-      CostQuery query{Collective::allreduce, algorithm, static_cast<double>(row.bytes), comm.size()};
-      CostTerms terms = cost_terms(query);
-      const LinkCost& link = terms.shared_memory ? model.shared_memory : model.transport;
-      double volume = link.beta * terms.bytes_sent + link.gamma * terms.bytes_reduced;
-      x.push_back({link.alpha * terms.messages, volume,
-                   volume * row.bytes / (row.bytes + model.cache_bytes)});
-      t.push_back(row.seconds);
-    }
-    AlgorithmFit f = fit(x, t, true);
-    if (f.latency < 0 || f.bandwidth < 0 || f.memory < 0) f = fit(x, t, false);
-    f.latency = std::max(0.0, f.latency);
-    f.bandwidth = std::max(0.0, f.bandwidth);
-    f.memory = std::max(0.0, f.memory);
-    model.fits[fit_key(Collective::allreduce, algorithm, comm.size())] = f;
-    say(fmt::format("{:<26} latency x{:.2f}  bandwidth x{:.2f}  memory x{:.2f}",
+    const AlgorithmFit& f = model.fits[fit_key(Collective::allreduce, algorithm, comm.size())];
+    say(fmt::format("{:<26} latency x{:.2f}  in-cache bandwidth x{:.2f}  memory x{:.2f}",
                     algorithm_name(algorithm), f.latency, f.bandwidth, f.memory));
   }
   comm.set_cost_model(std::make_shared<CostModel>(model));
