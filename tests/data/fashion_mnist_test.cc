@@ -7,12 +7,12 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "data/temp_dir.h"
+#include "testing/scratch_dir.h"
 
 namespace px {
 namespace {
 
-using testing::TempDir;
+using testing::ScratchDir;
 
 std::vector<uint8_t> be32(uint32_t v) {
   return {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)};
@@ -109,7 +109,7 @@ TEST(FashionMnist, ReadsRealSplitsWithExpectedCountsLabelsAndStatistics) {
 }
 
 TEST(FashionMnist, ReadsGzippedAndPlainFilesAndNormalizesLikeTorchvision) {
-  TempDir dir;
+  ScratchDir dir;
   dir.write("train-images-idx3-ubyte.gz", gzip(idx_images(3)));
   dir.write("train-labels-idx1-ubyte", idx_labels({0, 9, 4}));  // uncompressed
   LabeledImages split = load_fashion_mnist(dir.path(), FashionMnistSplit::train);
@@ -130,13 +130,13 @@ TEST(FashionMnist, MissingDirectoryTellsHowToInstall) {
 }
 
 TEST(FashionMnist, MissingFileIsNamed) {
-  TempDir dir;
+  ScratchDir dir;
   dir.write("train-labels-idx1-ubyte.gz", gzip(idx_labels({1})));
   expect_error(dir.path(), {dir.file("train-images-idx3-ubyte.gz"), "not found"});
 }
 
 TEST(FashionMnist, TruncatedImagesAreNamedWithExpectedAndFoundSizes) {
-  TempDir dir;
+  ScratchDir dir;
   std::vector<uint8_t> images = idx_images(2);
   images.resize(1000);
   dir.write("train-images-idx3-ubyte.gz", gzip(images));
@@ -146,7 +146,7 @@ TEST(FashionMnist, TruncatedImagesAreNamedWithExpectedAndFoundSizes) {
 }
 
 TEST(FashionMnist, TruncatedGzipStreamIsNamed) {
-  TempDir dir;
+  ScratchDir dir;
   std::vector<uint8_t> compressed = gzip(idx_images(50));
   compressed.resize(compressed.size() / 2);
   dir.write("train-images-idx3-ubyte.gz", compressed);
@@ -155,7 +155,7 @@ TEST(FashionMnist, TruncatedGzipStreamIsNamed) {
 }
 
 TEST(FashionMnist, CorruptGzipDataIsNamed) {
-  TempDir dir;
+  ScratchDir dir;
   std::vector<uint8_t> compressed = gzip(idx_images(50));
   for (size_t i = 20; i < compressed.size() - 20; i += 7) compressed[i] ^= 0x5a;
   dir.write("train-images-idx3-ubyte.gz", compressed);
@@ -164,7 +164,7 @@ TEST(FashionMnist, CorruptGzipDataIsNamed) {
 }
 
 TEST(FashionMnist, WrongMagicIsNamed) {
-  TempDir dir;
+  ScratchDir dir;
   dir.write("train-images-idx3-ubyte.gz", gzip(idx_images(1, 28, 28, 0x801)));
   dir.write("train-labels-idx1-ubyte.gz", gzip(idx_labels({1})));
   expect_error(dir.path(),
@@ -172,14 +172,14 @@ TEST(FashionMnist, WrongMagicIsNamed) {
 }
 
 TEST(FashionMnist, WrongImageSizeIsNamed) {
-  TempDir dir;
+  ScratchDir dir;
   dir.write("train-images-idx3-ubyte.gz", gzip(idx_images(1, 32, 32)));
   dir.write("train-labels-idx1-ubyte.gz", gzip(idx_labels({1})));
   expect_error(dir.path(), {dir.file("train-images-idx3-ubyte.gz"), "32x32", "expected 28x28"});
 }
 
 TEST(FashionMnist, TrailingBytesAreCorrupt) {
-  TempDir dir;
+  ScratchDir dir;
   std::vector<uint8_t> images = idx_images(1);
   images.push_back(7);
   dir.write("train-images-idx3-ubyte.gz", gzip(images));
@@ -188,7 +188,7 @@ TEST(FashionMnist, TrailingBytesAreCorrupt) {
 }
 
 TEST(FashionMnist, HugeDimsInHeaderAreTruncationNotAllocation) {
-  TempDir dir;
+  ScratchDir dir;
   std::vector<uint8_t> images = idx_images(0);
   images[7] = 0xff, images[6] = 0xff, images[5] = 0xff, images[4] = 0xff;  // N = 2^32 - 1
   dir.write("train-images-idx3-ubyte", images);
@@ -197,21 +197,21 @@ TEST(FashionMnist, HugeDimsInHeaderAreTruncationNotAllocation) {
 }
 
 TEST(FashionMnist, LabelCountMismatchNamesBothFiles) {
-  TempDir dir;
+  ScratchDir dir;
   dir.write("train-images-idx3-ubyte.gz", gzip(idx_images(3)));
   dir.write("train-labels-idx1-ubyte.gz", gzip(idx_labels({1, 2})));
   expect_error(dir.path(), {dir.file("train-labels-idx1-ubyte.gz"), "2 labels", "3 images"});
 }
 
 TEST(FashionMnist, OutOfRangeLabelIsCorrupt) {
-  TempDir dir;
+  ScratchDir dir;
   dir.write("train-images-idx3-ubyte.gz", gzip(idx_images(2)));
   dir.write("train-labels-idx1-ubyte.gz", gzip(idx_labels({1, 10})));
   expect_error(dir.path(), {dir.file("train-labels-idx1-ubyte.gz"), "label 10 of example 1"});
 }
 
 TEST(FashionMnist, TruncatedLabelsAreNamed) {
-  TempDir dir;
+  ScratchDir dir;
   std::vector<uint8_t> labels = idx_labels({1, 2, 3});
   labels.pop_back();
   dir.write("train-images-idx3-ubyte.gz", gzip(idx_images(3)));

@@ -5,12 +5,12 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "data/temp_dir.h"
+#include "testing/scratch_dir.h"
 
 namespace px {
 namespace {
 
-using testing::TempDir;
+using testing::ScratchDir;
 
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
@@ -50,7 +50,7 @@ TEST(TextCorpus, TooShortForEitherSplitIsNamed) {
 }
 
 TEST(TextCorpus, LoadsUserFileAndNamesBadPaths) {
-  TempDir dir;
+  ScratchDir dir;
   std::string path = dir.write("mine.txt", std::string(180, 'a') + std::string(20, 'b'));
   TextCorpus c = load_text_corpus(path, 8);
   EXPECT_EQ(text(c.val), std::string(20, 'b'));
@@ -81,7 +81,7 @@ TEST(TextCorpus, StripsFortuneSeparatorLinesLikeThePythonFormula) {
 }
 
 TEST(TextCorpus, ReadsFortuneFilesInSortedOrderSkippingIndexesAndSubdirectories) {
-  TempDir dir;
+  ScratchDir dir;
   dir.write("b", "second\n%\n");
   dir.write("a", "first\n%\nmore\n%\n");
   dir.write("a.dat", "INDEX");

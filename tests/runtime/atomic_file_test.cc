@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "core/error.h"
-#include "runtime/scratch_dir.h"
+#include "testing/scratch_dir.h"
 
 namespace px {
 namespace {

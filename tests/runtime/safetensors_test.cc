@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "runtime/scratch_dir.h"
+#include "testing/scratch_dir.h"
 
 namespace px {
 namespace {

@@ -11,7 +11,7 @@
 #include "core/rng.h"
 #include "runtime/checkpoint.h"
 #include "runtime/trainer.h"
-#include "scratch_dir.h"
+#include "testing/scratch_dir.h"
 
 namespace px {
 namespace {

@@ -1,5 +1,6 @@
-// A fresh directory for a test under the system temp dir, removed with its
-// contents at scope exit, plus whole-file read/write helpers.
+// Test helpers shared by every suite: a fresh directory under the system
+// temp dir, removed with its contents at scope exit, and whole-file
+// read/write helpers.
 #pragma once
 
 #include <unistd.h>
@@ -19,7 +20,7 @@ class ScratchDir {
   ScratchDir() {
     static std::atomic<int> counter{0};
     path_ = (std::filesystem::temp_directory_path() /
-             ("px_runtime_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++)))
+             ("px_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++)))
                 .string();
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
@@ -33,6 +34,15 @@ class ScratchDir {
 
   const std::string& path() const { return path_; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
+  // Writes `bytes` to file(name) and returns its path.
+  std::string write(const std::string& name, const std::vector<uint8_t>& bytes) const {
+    std::ofstream out(file(name), std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    return file(name);
+  }
+  std::string write(const std::string& name, const std::string& text) const {
+    return write(name, std::vector<uint8_t>(text.begin(), text.end()));
+  }
 
  private:
   std::string path_;
