@@ -87,8 +87,7 @@ void run(comm::Communicator& world, const BenchCommOptions& options) {
     bool have_previous = std::filesystem::exists(path);
     if (have_previous) previous = load_cost_model(path);
     say(fmt::format("tuning the cost model on {} ranks ({})", world.size(), world.backend()));
-    CostModel model = tune_cost_model(
-        world, {64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20}, say);
+    CostModel model = tune_cost_model(world, default_tuning_sizes(), say);
     if (have_previous && previous.backend == model.backend)  // keep fits for other rank counts
       for (const auto& [key, fit] : previous.fits) model.fits.emplace(key, fit);
     if (root) {

@@ -150,6 +150,12 @@ std::vector<int64_t> default_benchmark_sizes() {
   return sizes;
 }
 
+std::vector<int64_t> default_tuning_sizes() {
+  std::vector<int64_t> sizes;
+  for (int64_t bytes = 64 << 10; bytes <= (64 << 20); bytes *= 2) sizes.push_back(bytes);
+  return sizes;
+}
+
 std::vector<BenchmarkRow> run_benchmark(Communicator& comm, const BenchmarkOptions& options,
                                         const std::function<void(const BenchmarkRow&)>& on_row) {
   std::vector<Algorithm> algorithms = options.algorithms;

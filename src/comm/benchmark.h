@@ -75,6 +75,10 @@ CostModel tune_cost_model(Communicator& comm, const std::vector<int64_t>& sizes,
 CostModel fit_allreduce_model(const CostModel& links, const std::vector<BenchmarkRow>& rows,
                               double* rms_relative_error = nullptr);
 
+// Sizes --tune times: 64 KiB .. 64 MiB by factors of 2 (the cache cliff,
+// between 4 and 16 MiB here, needs points inside it to be located).
+std::vector<int64_t> default_tuning_sizes();
+
 // Sizes 4 B .. 256 MiB by factors of 4 (nccl-tests' default sweep shape).
 std::vector<int64_t> default_benchmark_sizes();
 

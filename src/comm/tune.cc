@@ -147,8 +147,8 @@ CostModel fit_allreduce_model(const CostModel& links, const std::vector<Benchmar
   // algorithm: the pair (from a small grid around L3) that fits all best.
   double best_error = INFINITY;
   CostModel best = links;
-  for (double cache_mib : {8.0, 16.0, 32.0, 64.0})
-    for (double cliff : {1.0, 2.0, 3.0, 4.0}) {
+  for (double cache_mib : {12.0, 16.0, 20.0, 24.0, 28.0, 32.0, 40.0, 48.0})
+    for (double cliff : {2.0, 3.0, 4.0, 6.0}) {
       CostModel candidate = links;
       candidate.cache_bytes = cache_mib * (1 << 20);
       candidate.cache_cliff = cliff;
