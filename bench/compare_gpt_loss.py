@@ -233,16 +233,16 @@ def main():
     rows, worst = [], 0.0
     print(f"gpt-mini {cfg}, batch {a.batch}, {a.steps} steps, lr {a.lr} warmup {a.warmup} cosine to "
           f"{a.min_lr_ratio}, wd {a.weight_decay}, clip {a.grad_clip}, seed {a.seed}, threads {a.threads}")
-    print(f"{'step':>6}{'px train':>10}{'pt train':>10}{'px val':>9}{'pt val':>9}{'rel diff':>10}")
+    print(f"{'step':>6}{'px train':>10}{'pt train':>10}{'px val':>9}{'pt val':>9}{'rel diff':>12}")
     for step in sorted(set(px_val) & set(pt_val)):
         rel = (px_val[step] - pt_val[step]) / pt_val[step]
         worst = max(worst, abs(rel))
         rows.append({"step": step, "parallax_val": px_val[step], "torch_val": pt_val[step], "rel_diff": rel,
                      "parallax_train": px_train.get(step), "torch_train": pt_train.get(step)})
         print(f"{step:>6}{px_train.get(step, float('nan')):>10.4f}{pt_train.get(step, float('nan')):>10.4f}"
-              f"{px_val[step]:>9.4f}{pt_val[step]:>9.4f}{100 * rel:>+9.2f}%")
+              f"{px_val[step]:>9.4f}{pt_val[step]:>9.4f}{100 * rel:>+11.2e}%")
     ok = bool(rows) and worst <= 0.02
-    print(f"max |relative difference| {100 * worst:.2f}% (target <= 2%): {'ok' if ok else 'NOT met'}; "
+    print(f"max |relative difference| {100 * worst:.2e}% (target <= 2%): {'ok' if ok else 'NOT met'}; "
           f"wall time parallax {px_s:.0f} s, torch {pt_s:.0f} s")
     with open(os.path.join(a.results, "summary.json"), "w") as f:
         json.dump({"config": cfg, "args": vars(a), "rows": rows, "max_abs_rel_diff": worst,
