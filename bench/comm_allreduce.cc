@@ -95,18 +95,26 @@ void run(px::comm::Communicator& comm, const std::vector<int64_t>& sizes) {
 void tune_and_compare(px::comm::Communicator& comm, const std::vector<int64_t>& sizes) {
   using namespace px::comm;
   const bool root = comm.rank() == 0;
+  std::vector<BenchmarkRow> sweep;
   tune_cost_model(comm, px::comm::default_tuning_sizes(),
-                  [&](const std::string& line) { if (root) fmt::print("# {}\n", line); });
+                  [&](const std::string& line) { if (root) fmt::print("# {}\n", line); }, &sweep);
+  // The sweep's own time for (algorithm, bytes): an oracle "model" that
+  // predicts the tuned sizes perfectly, so sweep/measured is the noise floor.
+  auto swept = [&](const BenchmarkRow& row) {
+    for (const auto& s : sweep)
+      if (s.algorithm == row.algorithm && s.bytes == row.bytes) return s.seconds;
+    return 0.0;
+  };
   BenchmarkOptions options{.sizes = sizes, .repeats = 5, .target_seconds = 0.03};
   if (root) {
     fmt::print("# allreduce float32 sum, {} ranks, backend {}: measured = slowest rank, median of "
                "{} interleaved repeats; tuned sizes 64K..64M by 2x\n",
                comm.size(), comm.backend(), options.repeats);
-    fmt::print("{:>9} {:>26} {:>12} {:>12} {:>9} {:>7} {:>8}\n", "size", "algorithm",
-               "measured_us", "predicted_us", "pred/meas", "spread", "retaken");
+    fmt::print("{:>9} {:>26} {:>12} {:>12} {:>9} {:>7} {:>8} {:>11}\n", "size", "algorithm",
+               "measured_us", "predicted_us", "pred/meas", "spread", "retaken", "sweep/meas");
   }
-  double worst = 0;
-  int outside = 0, dirty = 0;
+  double worst = 0, worst_floor = 0;
+  int outside = 0, dirty = 0, floor_rows = 0, floor_outside = 0;
   std::string worst_what;
   run_benchmark(comm, options, [&](const BenchmarkRow& row) {
     const double ratio = row.predicted_seconds / row.seconds;
@@ -118,10 +126,17 @@ void tune_and_compare(px::comm::Communicator& comm, const std::vector<int64_t>& 
         worst_what = fmt::format("{} at {}", algorithm_name(row.algorithm), size_name(row.bytes));
       }
     }
+    const double tuned = swept(row);
+    if (tuned > 0) {
+      ++floor_rows;
+      floor_outside += std::fabs(tuned / row.seconds - 1) > 0.25;
+      worst_floor = std::max(worst_floor, std::fabs(tuned / row.seconds - 1));
+    }
     if (!root) return;
-    fmt::print("{:>9} {:>26} {:>12.1f} {:>12.1f} {:>9.2f} {:>6.0f}% {:>8}{}\n",
+    fmt::print("{:>9} {:>26} {:>12.1f} {:>12.1f} {:>9.2f} {:>6.0f}% {:>8} {:>11}{}\n",
                size_name(row.bytes), algorithm_name(row.algorithm), row.seconds * 1e6,
                row.predicted_seconds * 1e6, ratio, row.spread * 100, row.retaken,
+               tuned > 0 ? fmt::format("{:.2f}", tuned / row.seconds) : "-",
                std::fabs(ratio - 1) > 0.25 && row.bytes >= (64 << 10) ? "  <- outside 25%" : "");
     std::fflush(stdout);
   });
@@ -129,6 +144,10 @@ void tune_and_compare(px::comm::Communicator& comm, const std::vector<int64_t>& 
     fmt::print("# every algorithm within 25% at >= 64 KiB: {} (worst {:.0f}%: {}; {} outside; {} "
                "repeats kept despite foreign load)\n",
                outside == 0 ? "YES" : "NO", worst * 100, worst_what, outside, dirty);
+  if (root && floor_rows)
+    fmt::print("# noise floor: the tuning sweep's own times vs these, at the {} tuned (size, "
+               "algorithm) pairs: worst {:.0f}%, {} outside 25%\n",
+               floor_rows, worst_floor * 100, floor_outside);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "comm/machine_load.h"
 #include "comm/reduction.h"
@@ -105,10 +106,19 @@ struct Sample {
   bool clean = true;
 };
 
+// Rank 0's DRAM probe (its memory is contended when slowed), agreed by all.
+bool memory_contended(Communicator& comm, MemoryProbe& probe, double limit) {
+  float slowdown = comm.rank() == 0 ? static_cast<float>(probe.slowdown()) : 0.0f;
+  allreduce(comm, std::span<float>(&slowdown, 1), Reduction::max,
+            {.algorithm = Algorithm::recursive_doubling});
+  return slowdown > limit;
+}
+
 // One batch of `iterations` calls: mean seconds per call on the slowest rank,
-// retaken (after the machine quietens) while foreign load exceeds the limit.
+// retaken (after the machine quietens) while foreign CPU load exceeds the
+// limit or, with `probe`, while a DRAM copy after the batch ran slow.
 Sample timed_batch(Communicator& comm, const std::function<void()>& body, int iterations,
-                   const BenchmarkOptions& options, int& retaken) {
+                   const BenchmarkOptions& options, MemoryProbe* probe, int& retaken) {
   LoadMeter meter(comm);
   for (int attempt = 0;; ++attempt) {
     barrier(comm);
@@ -118,10 +128,16 @@ Sample timed_batch(Communicator& comm, const std::function<void()>& body, int it
     double mean = std::chrono::duration<double>(Clock::now() - start).count() / iterations;
     Sample sample{max_over_ranks(comm, mean), true};
     const double foreign = meter.finish();  // collective: equal on every rank
-    if (foreign <= options.max_foreign_load) return sample;
+    const bool contended =
+        probe && memory_contended(comm, *probe, options.max_memory_slowdown);
+    if (foreign <= options.max_foreign_load && !contended) return sample;
     if (attempt >= options.max_retakes) return {sample.seconds, false};
     ++retaken;
     wait_for_quiet_machine(options.max_foreign_load, 0.05, 2.0);
+    if (probe)  // and for the memory to recover, up to a second
+      for (int wait = 0; wait < 10 && memory_contended(comm, *probe, options.max_memory_slowdown);
+           ++wait)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
 
@@ -164,6 +180,7 @@ std::vector<BenchmarkRow> run_benchmark(Communicator& comm, const BenchmarkOptio
       if (runnable(comm, options.collective, a)) algorithms.push_back(a);
   std::vector<BenchmarkRow> rows;
   const int count = static_cast<int>(algorithms.size());
+  MemoryProbe probe;  // used on rank 0 only
   for (int64_t bytes : options.sizes) {
     const int64_t n = bytes / 4;
     Buffers buffers;
@@ -186,12 +203,15 @@ std::vector<BenchmarkRow> run_benchmark(Communicator& comm, const BenchmarkOptio
       size_rows[a].iterations =
           calibrate(comm, bodies[a], options.iterations, options.target_seconds);
     // Repeats interleaved across algorithms, the order rotating each round.
+    const bool probe_memory =
+        static_cast<double>(n) * 4 * comm.size() > options.memory_probe_above;
     std::vector<std::vector<Sample>> samples(count);
     for (int rep = 0; rep < options.repeats; ++rep)
       for (int i = 0; i < count; ++i) {
         const int a = (rep + i) % count;
         samples[a].push_back(
-            timed_batch(comm, bodies[a], size_rows[a].iterations, options, size_rows[a].retaken));
+            timed_batch(comm, bodies[a], size_rows[a].iterations, options,
+                        probe_memory ? &probe : nullptr, size_rows[a].retaken));
       }
     for (int a = 0; a < count; ++a) {
       BenchmarkRow& row = size_rows[a];

@@ -10,7 +10,9 @@
 // least target_seconds; the repeats of every algorithm at one size are
 // interleaved (round-robin, rotating the order) so drift hits all alike; and a
 // batch during which other processes used more than max_foreign_load of the
-// machine's CPU (machine_load.h) is retaken after the machine quietens.
+// machine's CPU, or (for working sets past the cache) after which a DRAM copy
+// ran max_memory_slowdown slower than the fastest seen (machine_load.h), is
+// retaken after the machine quietens.
 #pragma once
 
 #include <functional>
@@ -29,6 +31,8 @@ struct BenchmarkOptions {
   int repeats = 5;                    // timed batches; the median is reported
   double target_seconds = 0.03;       // per repeat when iterations == 0
   double max_foreign_load = 0.10;     // retake a batch when others used more CPU
+  double max_memory_slowdown = 1.25;  // retake a batch when a DRAM copy was this much slower
+  double memory_probe_above = 8 << 20;  // probe DRAM when p · n exceeds this many bytes
   int max_retakes = 8;                // per batch; then it is kept, counted as dirty
   bool check = false;                 // verify the result once per size and algorithm
   CollectiveOptions collective_options{};  // servers, ranks_per_node
@@ -63,8 +67,10 @@ std::vector<BenchmarkRow> run_benchmark(Communicator& comm, const BenchmarkOptio
 // transport and the shared segment) and fits each allreduce algorithm's
 // factors to times measured at `sizes`; returns the tuned model (equal on
 // every rank). progress (optional) receives a line per measurement.
+// sweep (optional) receives the timings the fit was made from.
 CostModel tune_cost_model(Communicator& comm, const std::vector<int64_t>& sizes,
-                          const std::function<void(const std::string&)>& progress = {});
+                          const std::function<void(const std::string&)>& progress = {},
+                          std::vector<BenchmarkRow>* sweep = nullptr);
 
 // The fitting half of tune_cost_model: `links` with its link parameters
 // measured; rows are allreduce timings (any algorithms and rank counts, at

@@ -107,18 +107,25 @@ std::string fit_key(Collective collective, Algorithm algorithm, int ranks) {
   return fmt::format("{}/{}/{}", collective_name(collective), algorithm_name(algorithm), ranks);
 }
 
+namespace {
+AlgorithmFit fit_for(const CostModel& model, const CostQuery& query) {
+  auto it = model.fits.find(fit_key(query.collective, query.algorithm, query.ranks));
+  return it == model.fits.end() ? AlgorithmFit{} : it->second;
+}
+}  // namespace
+
 double cached_share(const CostModel& model, const CostQuery& query) {
+  const AlgorithmFit fit = fit_for(model, query);
+  const double cache = fit.cache_bytes > 0 ? fit.cache_bytes : model.cache_bytes;
+  const double cliff = fit.cache_cliff > 0 ? fit.cache_cliff : model.cache_cliff;
   const double working_set = query.bytes * std::max(1, query.ranks);
-  return 1 / (1 + std::pow(working_set / model.cache_bytes, model.cache_cliff));
+  return 1 / (1 + std::pow(working_set / cache, cliff));
 }
 
 double predicted_seconds(const CostModel& model, const CostQuery& query) {
   const CostTerms terms = cost_terms(query);
   const LinkCost& link = terms.shared_memory ? model.shared_memory : model.transport;
-  AlgorithmFit fit;
-  if (auto it = model.fits.find(fit_key(query.collective, query.algorithm, query.ranks));
-      it != model.fits.end())
-    fit = it->second;
+  const AlgorithmFit fit = fit_for(model, query);
   const double volume = link.beta * terms.bytes_sent + link.gamma * terms.bytes_reduced;
   const double cached = cached_share(model, query);
   return fit.latency * link.alpha * terms.messages +
@@ -144,7 +151,9 @@ std::string cost_model_to_json(const CostModel& model) {
   };
   nlohmann::json fits = nlohmann::json::object();
   for (const auto& [key, fit] : model.fits)
-    fits[key] = {{"latency", fit.latency}, {"bandwidth", fit.bandwidth}, {"memory", fit.memory}};
+    fits[key] = {{"latency", fit.latency},         {"bandwidth", fit.bandwidth},
+                 {"memory", fit.memory},           {"cache_bytes", fit.cache_bytes},
+                 {"cache_cliff", fit.cache_cliff}};
   nlohmann::json json{{"backend", model.backend},
                       {"transport", link(model.transport)},
                       {"shared_memory", link(model.shared_memory)},
@@ -171,7 +180,8 @@ CostModel cost_model_from_json(const std::string& text, std::string_view origin)
     const nlohmann::json fits = json.value("fits", nlohmann::json::object());
     for (const auto& [key, fit] : fits.items())
       model.fits[key] = {fit.at("latency").get<double>(), fit.at("bandwidth").get<double>(),
-                         fit.value("memory", AlgorithmFit{}.memory)};
+                         fit.value("memory", AlgorithmFit{}.memory),
+                         fit.value("cache_bytes", 0.0), fit.value("cache_cliff", 0.0)};
     return model;
   } catch (const nlohmann::json::exception& error) {
     fail("cost model {}: {}; expected the JSON written by 'parallax bench comm --tune'", origin,

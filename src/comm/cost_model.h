@@ -5,7 +5,7 @@
 //   volume = beta · bytes_sent + gamma · bytes_reduced
 //   time   = fit.latency · alpha · messages
 //          + (fit.bandwidth · cached + fit.memory · (1 - cached)) · volume
-//   cached = 1 / (1 + (working_set / cache_bytes)^cache_cliff),  working_set = p · n
+//   cached = 1 / (1 + (p · n / cache_bytes)^cache_cliff)   (per algorithm, fitted)
 //
 // alpha (s per message), beta (s per byte sent) and gamma (s per byte
 // reduced) are per link class, measured in cache: `transport` for
@@ -38,6 +38,10 @@ struct AlgorithmFit {
   double latency = 1.0;    // x alpha · messages
   double bandwidth = 1.0;  // x volume while the working set is in cache
   double memory = 2.5;     // x volume once it has left the cache (2-3x on this host class)
+  // Where this algorithm's traffic leaves the cache (0: the model's): its
+  // working set is p · n plus its own scratch, so the cliff sits apart per algorithm.
+  double cache_bytes = 0;
+  double cache_cliff = 0;
   bool operator==(const AlgorithmFit&) const = default;
 };
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <utility>
 
 #include "comm/benchmark.h"
@@ -143,30 +144,42 @@ CostModel fit_allreduce_model(const CostModel& links, const std::vector<Benchmar
     if (std::find(groups.begin(), groups.end(), std::pair{row.algorithm, row.ranks}) ==
         groups.end())
       groups.emplace_back(row.algorithm, row.ranks);
-  // The cache's effective size and cliff are the host's, shared by every
-  // algorithm: the pair (from a small grid around L3) that fits all best.
-  double best_error = INFINITY;
+  // Per (algorithm, ranks): the cache size and cliff (from a small grid
+  // around L3) with the factors that fit its timings best. The model's own
+  // pair, for algorithms not tuned, is the one that fits most rows best.
   CostModel best = links;
-  for (double cache_mib : {12.0, 16.0, 20.0, 24.0, 28.0, 32.0, 40.0, 48.0})
-    for (double cliff : {2.0, 3.0, 4.0, 6.0}) {
-      CostModel candidate = links;
-      candidate.cache_bytes = cache_mib * (1 << 20);
-      candidate.cache_cliff = cliff;
-      double error = 0;
-      for (auto [algorithm, ranks] : groups) {
+  double best_error = 0;
+  std::map<std::pair<double, double>, double> total_by_pair;
+  for (auto [algorithm, ranks] : groups) {
+    const std::string key = fit_key(Collective::allreduce, algorithm, ranks);
+    double group_best = INFINITY;
+    for (double cache_mib : {8.0, 12.0, 16.0, 20.0, 24.0, 28.0, 32.0, 40.0, 48.0})
+      for (double cliff : {2.0, 3.0, 4.0, 6.0}) {
+        CostModel candidate = links;
+        candidate.fits[key] = {.cache_bytes = cache_mib * (1 << 20), .cache_cliff = cliff};
         auto [w, e] = fit_relative(observations(candidate, rows, algorithm, ranks));
-        candidate.fits[fit_key(Collective::allreduce, algorithm, ranks)] = {w[0], w[1], w[2]};
-        error += e;
+        total_by_pair[{cache_mib, cliff}] += e;
+        if (e < group_best) {
+          group_best = e;
+          best.fits[key] = {w[0], w[1], w[2], cache_mib * (1 << 20), cliff};
+        }
       }
-      if (error < best_error) best_error = error, best = candidate;
-    }
+    best_error += group_best;
+  }
+  if (!total_by_pair.empty()) {
+    auto most = std::min_element(total_by_pair.begin(), total_by_pair.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });
+    best.cache_bytes = most->first.first * (1 << 20);
+    best.cache_cliff = most->first.second;
+  }
   if (rms_relative_error)
     *rms_relative_error = std::sqrt(best_error / std::max<size_t>(1, rows.size()));
   return best;
 }
 
 CostModel tune_cost_model(Communicator& comm, const std::vector<int64_t>& sizes,
-                          const std::function<void(const std::string&)>& progress) {
+                          const std::function<void(const std::string&)>& progress,
+                          std::vector<BenchmarkRow>* sweep_rows) {
   auto say = [&](const std::string& line) {
     if (progress) progress(line);
   };
@@ -205,18 +218,20 @@ CostModel tune_cost_model(Communicator& comm, const std::vector<int64_t>& sizes,
                     row.bytes, algorithm_name(row.algorithm), row.seconds * 1e6,
                     row.spread * 100, row.retaken, row.dirty));
   });
+  if (sweep_rows) *sweep_rows = rows;
   std::vector<Algorithm> algorithms;
   for (const auto& row : rows)
     if (std::find(algorithms.begin(), algorithms.end(), row.algorithm) == algorithms.end())
       algorithms.push_back(row.algorithm);
   double rms = 0;
   model = fit_allreduce_model(model, rows, &rms);
-  say(fmt::format("cache: effective {:.0f} MiB, cliff exponent {:.0f}; rms relative error {:.1f}%",
-                  model.cache_bytes / (1 << 20), model.cache_cliff, 100 * rms));
+  say(fmt::format("fit: rms relative error {:.1f}% over {} timings", 100 * rms, rows.size()));
   for (Algorithm algorithm : algorithms) {
     const AlgorithmFit& f = model.fits[fit_key(Collective::allreduce, algorithm, comm.size())];
-    say(fmt::format("{:<26} latency x{:.2f}  in-cache bandwidth x{:.2f}  memory x{:.2f}",
-                    algorithm_name(algorithm), f.latency, f.bandwidth, f.memory));
+    say(fmt::format("{:<26} latency x{:.2f}  in-cache bandwidth x{:.2f}  memory x{:.2f}  "
+                    "cache {:.0f} MiB, cliff {:.0f}",
+                    algorithm_name(algorithm), f.latency, f.bandwidth, f.memory,
+                    f.cache_bytes / (1 << 20), f.cache_cliff));
   }
   comm.set_cost_model(std::make_shared<CostModel>(model));
   return model;
