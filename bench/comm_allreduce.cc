@@ -118,7 +118,8 @@ void tune_and_compare(px::comm::Communicator& comm, const std::vector<int64_t>& 
   std::string worst_what;
   run_benchmark(comm, options, [&](const BenchmarkRow& row) {
     const double ratio = row.predicted_seconds / row.seconds;
-    if (row.bytes >= (64 << 10)) {
+    const bool judged = row.bytes >= (64 << 10) && comm.size() > 1;  // 1 rank: nothing to predict
+    if (judged) {
       outside += std::fabs(ratio - 1) > 0.25;
       dirty += row.dirty;
       if (std::fabs(ratio - 1) > worst) {
@@ -137,7 +138,7 @@ void tune_and_compare(px::comm::Communicator& comm, const std::vector<int64_t>& 
                size_name(row.bytes), algorithm_name(row.algorithm), row.seconds * 1e6,
                row.predicted_seconds * 1e6, ratio, row.spread * 100, row.retaken,
                tuned > 0 ? fmt::format("{:.2f}", tuned / row.seconds) : "-",
-               std::fabs(ratio - 1) > 0.25 && row.bytes >= (64 << 10) ? "  <- outside 25%" : "");
+               judged && std::fabs(ratio - 1) > 0.25 ? "  <- outside 25%" : "");
     std::fflush(stdout);
   });
   if (root)

@@ -130,7 +130,7 @@ void run(comm::Communicator& world, const BenchCommOptions& options) {
   run_benchmark(world, bench, [&](const BenchmarkRow& row) {
     wrong += row.checked == 0;
     const double ratio = row.predicted_seconds / row.seconds;
-    if (row.bytes >= (64 << 10) && row.algorithm != Algorithm::automatic) {
+    if (row.bytes >= (64 << 10) && row.ranks > 1 && row.algorithm != Algorithm::automatic) {
       outside += std::fabs(ratio - 1) > 0.25;
       if (std::fabs(ratio - 1) > worst) {
         worst = std::fabs(ratio - 1);
