@@ -6,7 +6,6 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/blas.h"
-#include "kernels/blas_kernels.h"
 
 namespace px::kernels {
 namespace detail {
@@ -15,7 +14,6 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
            int64_t ldc) {
   PX_CHECK(M >= 0 && N >= 0 && K >= 0, "M={} N={} K={}", M, N, K);
-  PX_CHECK(blas_kernels_selected());
   if (M == 0 || N == 0) return;
   PX_CHECK_GE(ldc, N);
   if (K == 0) {  // BLAS rejects lda < 1; the product is empty, so C = beta * C.

@@ -1,14 +1,12 @@
 #include "kernels/threads.h"
 
 #include "core/thread_pool.h"
-#include "kernels/blas_kernels.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace px::kernels {
 
 void set_threads(int threads) {
-  blas_kernels_selected();
   px::set_num_threads(threads);  // validates threads >= 1
   openblas_set_num_threads(threads);
 }

@@ -6,7 +6,6 @@
 
 #include "core/rng.h"
 #include "data/sampler.h"
-#include "kernels/blas_kernels.h"
 #include "kernels/elementwise.h"
 #include "kernels/threads.h"
 #include "runtime/checkpoint.h"
@@ -75,10 +74,9 @@ TrainResult train(TrainOptions o, std::ostream& log) {
     task->restore_data_state(resumed.state.at("data"));
     log << fmt::format("resumed from '{}' at step {}\n", o.resume, step);
   }
-  log << fmt::format("model {} with {} parameters; {} steps of batch {}{}; threads {}; BLAS kernels {}\n", o.model,
-                     params.count(), total, o.batch,
-                     o.accumulation > 1 ? fmt::format(" ({} micro-batches)", o.accumulation) : "", o.threads,
-                     kernels::blas_kernel_name());
+  log << fmt::format("model {} with {} parameters; {} steps of batch {}{}; threads {}\n", o.model, params.count(),
+                     total, o.batch, o.accumulation > 1 ? fmt::format(" ({} micro-batches)", o.accumulation) : "",
+                     o.threads);
 
   MetricsLog metrics(o.metrics, !o.resume.empty());
   auto save = [&](int64_t at_step) {
