@@ -13,6 +13,9 @@
 #include "runtime/progress.h"
 #include "runtime/sampling.h"
 
+// The kernel set OpenBLAS runs (it honours OPENBLAS_CORETYPE), for the log.
+extern "C" char* openblas_get_corename(void);
+
 namespace px {
 namespace {
 
@@ -74,9 +77,10 @@ TrainResult train(TrainOptions o, std::ostream& log) {
     task->restore_data_state(resumed.state.at("data"));
     log << fmt::format("resumed from '{}' at step {}\n", o.resume, step);
   }
-  log << fmt::format("model {} with {} parameters; {} steps of batch {}{}; threads {}\n", o.model, params.count(),
-                     total, o.batch, o.accumulation > 1 ? fmt::format(" ({} micro-batches)", o.accumulation) : "",
-                     o.threads);
+  log << fmt::format("model {} with {} parameters; {} steps of batch {}{}; threads {}; BLAS {}\n", o.model,
+                     params.count(), total, o.batch,
+                     o.accumulation > 1 ? fmt::format(" ({} micro-batches)", o.accumulation) : "", o.threads,
+                     openblas_get_corename());
 
   MetricsLog metrics(o.metrics, !o.resume.empty());
   auto save = [&](int64_t at_step) {
