@@ -8,7 +8,9 @@ namespace px::kernels {
 
 void set_threads(int threads) {
   px::set_num_threads(threads);  // validates threads >= 1
-  openblas_set_num_threads(threads);
+  // BLAS runs single-threaded inside parallax's own pool (kernels split large GEMMs
+  // across it): two thread pools spinning on two cores slow each other down.
+  openblas_set_num_threads(1);
 }
 
 int threads() { return px::num_threads(); }
