@@ -9,9 +9,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 passed=0 failed=0
 
-# expect_error NAME FRAGMENT -- ARGS...: runs parallax ARGS, wants exit != 0,
+# assert_error NAME FRAGMENT -- ARGS...: runs parallax ARGS, wants exit != 0,
 # one stderr line "error: ..." containing FRAGMENT.
-expect_error() {
+assert_error() {
   local name="$1" fragment="$2"; shift 3
   local err status
   err=$("$px" "$@" 2>&1 >/dev/null); status=$?
@@ -21,7 +21,7 @@ expect_error() {
     failed=$((failed + 1)); echo "FAIL $name: status $status, stderr: $err"
   fi
 }
-check() {  # check NAME CONDITION-COMMAND...
+assert_true() {  # assert_true NAME CONDITION-COMMAND...
   local name="$1"; shift
   if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $name"; fi
 }
@@ -30,38 +30,38 @@ text="$work/text.txt"
 for i in $(seq 1 400); do echo "the quick brown fox jumps over the lazy dog $i"; done > "$text"
 tiny=(--data "$text" --block 16 --layers 1 --heads 2 --embd 16 --batch 4 --threads 1 --progress lines --eval-batches 1 --sample-tokens 0)
 
-expect_error unknown-model "resnet" -- train --model resnet
-expect_error heads-divide "n_head=3" -- train "${tiny[@]}" --heads 3
-expect_error zero-batch "batch size 0" -- train "${tiny[@]}" --batch 0
-expect_error negative-lr "learning rate -0.1" -- train "${tiny[@]}" --lr -0.1
-expect_error missing-text "$work/nope.txt" -- train --data "$work/nope.txt" --steps 1
-expect_error missing-fmnist "$work/no-dir" -- train --model mlp --data "$work/no-dir"
+assert_error unknown-model "resnet" -- train --model resnet
+assert_error heads-divide "n_head=3" -- train "${tiny[@]}" --heads 3
+assert_error zero-batch "batch size 0" -- train "${tiny[@]}" --batch 0
+assert_error negative-lr "learning rate -0.1" -- train "${tiny[@]}" --lr -0.1
+assert_error missing-text "$work/nope.txt" -- train --data "$work/nope.txt" --steps 1
+assert_error missing-fmnist "$work/no-dir" -- train --model mlp --data "$work/no-dir"
 mkdir -p "$work/fmnist"
 cp /usr/share/datasets/fashion-mnist/* "$work/fmnist/"
 head -c 100000 /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz > "$work/fmnist/train-images-idx3-ubyte.gz"
-expect_error truncated-fmnist "train-images-idx3-ubyte.gz" -- train --model mlp --data "$work/fmnist"
-expect_error bad-config-saves-nothing "n_head=3" -- train "${tiny[@]}" --heads 3 --save "$work/never"
-check no-partial-checkpoint test ! -e "$work/never"
+assert_error truncated-fmnist "train-images-idx3-ubyte.gz" -- train --model mlp --data "$work/fmnist"
+assert_error bad-config-saves-nothing "n_head=3" -- train "${tiny[@]}" --heads 3 --save "$work/never"
+assert_true no-partial-checkpoint test ! -e "$work/never"
 
 "$px" train "${tiny[@]}" --steps 2 --save "$work/ckpt" > /dev/null 2>&1
-check checkpoint-written test -f "$work/ckpt/model.safetensors"
+assert_true checkpoint-written test -f "$work/ckpt/model.safetensors"
 cp -r "$work/ckpt" "$work/trunc"
 size=$(stat -c %s "$work/trunc/model.safetensors")
 truncate -s $((size / 2)) "$work/trunc/model.safetensors"
-expect_error truncated-checkpoint "model.safetensors" -- eval --checkpoint "$work/trunc" --threads 1
+assert_error truncated-checkpoint "model.safetensors" -- eval --checkpoint "$work/trunc" --threads 1
 cp -r "$work/ckpt" "$work/garbage"
 printf 'not a safetensors file at all' > "$work/garbage/model.safetensors"
-expect_error corrupt-checkpoint "model.safetensors" -- sample --checkpoint "$work/garbage" --tokens 5
+assert_error corrupt-checkpoint "model.safetensors" -- sample --checkpoint "$work/garbage" --tokens 5
 cp -r "$work/ckpt" "$work/wider"
 sed -i 's/"n_embd": 16/"n_embd": 32/' "$work/wider/state.json"
-expect_error shape-mismatch "[256,16]" -- sample --checkpoint "$work/wider" --tokens 5
-expect_error missing-checkpoint "$work/none" -- eval --checkpoint "$work/none"
-expect_error resume-truncated "model.safetensors" -- train "${tiny[@]}" --steps 4 --resume "$work/trunc"
-expect_error bad-flag-value "abc" -- train --steps abc
+assert_error shape-mismatch "[256,16]" -- sample --checkpoint "$work/wider" --tokens 5
+assert_error missing-checkpoint "$work/none" -- eval --checkpoint "$work/none"
+assert_error resume-truncated "model.safetensors" -- train "${tiny[@]}" --steps 4 --resume "$work/trunc"
+assert_error bad-flag-value "abc" -- train --steps abc
 
 for sub in train eval sample "bench comm"; do
   # shellcheck disable=SC2086
-  check "help-$sub" "$px" $sub --help > /dev/null
+  assert_true "help-$sub" "$px" $sub --help > /dev/null
 done
 
 echo "$passed passed, $failed failed"
