@@ -1,5 +1,7 @@
 #include "comm/shared_memory.h"
 
+#include <cstring>
+
 #include "core/error.h"
 
 namespace px::comm {
@@ -66,6 +68,19 @@ void SharedMemoryGroup::check_signature(int member, uint64_t stage_number, const
     fail("{} step {} on rank {}: {} is running a different collective, size, dtype or root "
          "(signature {:016x}, this rank {:016x}); every rank must make the same call",
          step.collective, step.index, comm_.rank(), comm_.peer_name(member), theirs, mine);
+}
+
+void SharedMemoryGroup::stage_from_all(uint64_t s, const void* source, size_t bytes, uint64_t sig,
+                                       const Step& step) {
+  const int me = comm_.rank();
+  acquire(s, step);
+  std::memcpy(stage(me, s), source, bytes);
+  signature(me, s) = sig;
+  publish(ready, s + 1);
+  for (int q = 0; q < comm_.size(); ++q) {
+    wait_for(q, ready, s + 1, step);
+    check_signature(q, s, step);
+  }
 }
 
 uint64_t stage_signature(int collective, int64_t count, int dtype, int op, int root) {

@@ -41,6 +41,11 @@ class SharedMemoryGroup {
   void acquire(uint64_t stage_number, const Step& step);
   // Throws px::Error if member's signature for this stage differs from mine.
   void check_signature(int member, uint64_t stage_number, const Step& step);
+  // The "every rank contributes" opening of a stage: acquire it, copy
+  // `bytes` of `source` into my buffer, sign and publish it, then wait until
+  // every member's buffer is ready and signed like mine.
+  void stage_from_all(uint64_t stage_number, const void* source, size_t bytes, uint64_t signature,
+                      const Step& step);
 
   // The next stage number; each collective takes its stages from here.
   uint64_t next_stage = 0;

@@ -45,14 +45,7 @@ void allreduce_shared_memory(Communicator& comm, Buffer data, Reduction op) {
     const int64_t n = std::min(chunk, data.count - begin);
     const uint64_t s = shm->next_stage++;
     const Step step{kName, index};
-    shm->acquire(s, step);
-    std::memcpy(shm->stage(r, s), data.at(begin), n * element);
-    shm->signature(r, s) = signature;
-    shm->publish(SharedMemoryGroup::ready, s + 1);
-    for (int q = 0; q < p; ++q) {
-      shm->wait_for(q, SharedMemoryGroup::ready, s + 1, step);
-      shm->check_signature(q, s, step);
-    }
+    shm->stage_from_all(s, data.at(begin), n * element, signature, step);
     if (n * element <= kSmallBytes) {
       for (int q = 0; q < p; ++q) sources[q] = shm->stage(q, s);
       reduce_many(data.at(begin), sources.data(), p, n, data.dtype, op, factor);

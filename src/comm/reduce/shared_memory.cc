@@ -33,14 +33,7 @@ void reduce_shared_memory(Communicator& comm, Buffer data, Reduction op, int roo
     const int64_t n = std::min(chunk, data.count - begin);
     const uint64_t s = shm->next_stage++;
     const Step step{kName, index};
-    shm->acquire(s, step);
-    std::memcpy(shm->stage(r, s), data.at(begin), n * element);
-    shm->signature(r, s) = signature;
-    shm->publish(SharedMemoryGroup::ready, s + 1);
-    for (int q = 0; q < p; ++q) {
-      shm->wait_for(q, SharedMemoryGroup::ready, s + 1, step);
-      shm->check_signature(q, s, step);
-    }
+    shm->stage_from_all(s, data.at(begin), n * element, signature, step);
     const Block part = block(n, p, r);
     for (int q = 0; q < p; ++q) sources[q] = shm->stage(q, s) + part.begin * element;
     reduce_many(shm->stage(r, s) + part.begin * element, sources.data(), p, part.count,
