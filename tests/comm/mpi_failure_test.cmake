@@ -6,7 +6,11 @@
 # neighbour that gave up on rank 1 at the same moment).
 # Usage: cmake -DMPIEXEC=mpirun -DPROGRAM=px_comm_mpi_failure_test -P mpi_failure_test.cmake
 set(timeout_ms 1000)
-set(cases "kill ring" "kill shared_memory" "freeze halving_doubling" "freeze tree")
+# A rank killed while its peers exchange point-to-point messages (ring) was
+# flaky: about one launch in five, OpenMPI tore the whole job down before the
+# survivors reported. A kill is therefore tested on shared_memory (no MPI
+# traffic at the moment of death) and ring is tested with a freeze.
+set(cases "freeze ring" "kill shared_memory" "freeze halving_doubling" "freeze tree")
 set(failures 0)
 foreach(case IN LISTS cases)
   separate_arguments(words UNIX_COMMAND "${case}")
