@@ -1,0 +1,61 @@
+// EngineJob: one collective queued on a CommEngine, and how it is cut into
+// slices. Slicing is a pure function of the job and slice_bytes, so ranks
+// that submitted equal jobs cut them identically; the signature (kind, sizes,
+// reduction, priority, name, slice_bytes) is what the ranks compare to check
+// that they did.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "comm/communicator.h"
+
+namespace px::comm {
+
+enum class JobKind { allreduce, reduce_scatter, allgather, custom };
+
+struct EngineJob {
+  JobKind kind = JobKind::allreduce;
+  int64_t id = 0;
+  int priority = 0;
+  std::string name;
+  Reduction op = Reduction::sum;
+  // allreduce: the data, in place. reduce_scatter: the output block.
+  // allgather: the whole output.
+  std::span<float> data;
+  // reduce_scatter: the whole input. allgather: this rank's block.
+  std::span<const float> input;
+  std::function<void(Communicator&)> work;  // custom
+  int64_t custom_bytes = 0;                 // custom: for the trace only
+  int64_t count = 0;  // elements of the whole collective (n)
+
+  // Slicing (plan_slices): allreduce slices are `piece` consecutive
+  // elements; reduce_scatter/allgather slice k takes elements
+  // [k·piece, (k+1)·piece) of every rank's block, so each rank's shard stays
+  // block(n, p, rank) of the whole.
+  int slices = 1;
+  int64_t piece = 0;
+  uint64_t signature = 0;
+
+  // Progress (the engine's mutex guards these once the job is queued).
+  int next_slice = 0;
+  bool done = false;
+  std::string error;  // non-empty: failed
+
+  // "allreduce 'grad.3' (1000 elements, priority 2)"
+  std::string describe() const;
+};
+
+// Sets slices, piece and signature. slice_bytes 0: one slice.
+void plan_slices(EngineJob& job, int64_t slice_bytes, int ranks);
+
+// Runs slice `index` of `job` over `comm`; returns its payload bytes on this
+// rank. `staging` is scratch for reduce_scatter/allgather pieces.
+int64_t run_slice(EngineJob& job, int index, Communicator& comm,
+                  const CollectiveOptions& options, std::vector<float>& staging);
+
+}  // namespace px::comm
