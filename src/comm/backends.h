@@ -12,6 +12,13 @@ namespace px::comm {
 
 struct InprocOptions {
   CommunicatorOptions communicator;
+  // Each rank's outgoing link as a serial pipe of this many Gb/s (0:
+  // unlimited, memcpy speed): a send of b bytes finishes at
+  // max(now, link free) + 8b / (link_gbps · 1e9), and its receiver sees it
+  // only then, so collectives take the time a NIC of that speed would.
+  // Limited worlds share no memory (shared_memory algorithms are not
+  // runnable), so every byte goes through the links.
+  double link_gbps = 0;
   bool operator==(const InprocOptions&) const = default;
 };
 

@@ -1,6 +1,9 @@
 // In-process transport: ranks are threads sharing one World. Each rank has a
 // mailbox of unmatched sends addressed to it and unmatched receives it posted;
 // whoever completes a match copies the bytes (one copy, no staging).
+// With a link limit (InprocOptions::link_gbps) every send reserves its
+// sender's Link (inproc/link.h) and both sides complete only when the link
+// has delivered it; waiting for that due time sleeps rather than spins.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -11,6 +14,7 @@
 #include <thread>
 
 #include "comm/backends.h"
+#include "comm/inproc/link.h"
 #include "comm/transport.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -28,8 +32,15 @@ struct Op : RequestState {
   void* recv_data = nullptr;
   size_t bytes = 0;
   size_t other_bytes = 0;  // the matching side's size, on a mismatch
+  // Link-limited worlds: when the last byte arrives (the send's, copied to
+  // the receive at the match). Default: no delay.
+  inproc::Link::Clock::time_point due{};
   std::atomic<int> status{kPending};
 };
+
+// A request that is done but not yet due sleeps in test() for at most this
+// long per call, so its waiter still checks timeouts and failed peers.
+constexpr auto kMaxDueSleep = std::chrono::milliseconds(2);
 
 struct Mailbox {
   std::mutex mutex;
@@ -87,8 +98,10 @@ class Segment : public SharedSegment {
 };
 
 struct World {
-  explicit World(int size) : mailboxes(size) {}
+  World(int size, double link_gbps) : mailboxes(size), link_gbps(link_gbps), links(size) {}
   std::deque<Mailbox> mailboxes;
+  double link_gbps = 0;          // 0: unlimited
+  std::deque<inproc::Link> links;  // by sending rank
   std::atomic<bool> poisoned{false};
   std::mutex mutex;  // guards failure, segments
   std::string failure;
@@ -107,6 +120,7 @@ void complete(Op& send, Op& recv) {
     return;
   }
   if (send.bytes > 0) std::memcpy(recv.recv_data, send.send_data, send.bytes);
+  recv.due = send.due;
   recv.status.store(kDone, std::memory_order_release);
   send.status.store(kDone, std::memory_order_release);
 }
@@ -126,6 +140,7 @@ class InprocTransport : public Transport {
     op->tag = tag;
     op->send_data = data;
     op->bytes = bytes;
+    if (world_->link_gbps > 0) op->due = world_->links[rank_].reserve(bytes, world_->link_gbps);
     Mailbox& box = world_->mailboxes[peer];
     std::shared_ptr<Op> match;
     {
@@ -181,7 +196,7 @@ class InprocTransport : public Transport {
            "collective's size or type?)",
            op.source, sent, op.destination, expected);
     }
-    return true;
+    return arrived(op);
   }
 
   std::string failure() const override {
@@ -192,6 +207,8 @@ class InprocTransport : public Transport {
 
   std::shared_ptr<SharedSegment> map_shared(std::span<const int> group, size_t bytes_per_member,
                                             uint32_t tag) override {
+    // Shared memory would bypass the links: a limited world has none.
+    if (world_->link_gbps > 0) return nullptr;
     // The group's first member allocates and registers the segment, then
     // tells the others (a 0-byte message) to pick it up from the registry.
     int first = group[0];
@@ -223,6 +240,20 @@ class InprocTransport : public Transport {
   uint64_t host_id() const override { return 0; }
 
  private:
+  // Whether a matched op's bytes have arrived; sleeps (not spins) towards its
+  // due time, since there is nothing else to do for this request.
+  static bool arrived(const Op& op) {
+    if (op.due == inproc::Link::Clock::time_point{}) return true;
+    const auto now = inproc::Link::Clock::now();
+    if (op.due <= now) return true;
+    if (op.due - now <= kMaxDueSleep) {
+      std::this_thread::sleep_until(op.due);
+      return true;
+    }
+    std::this_thread::sleep_for(kMaxDueSleep);
+    return false;
+  }
+
   std::shared_ptr<World> world_;
   int rank_;
 };
@@ -232,7 +263,10 @@ class InprocTransport : public Transport {
 void run_inproc(int world_size, const std::function<void(Communicator&)>& body,
                 InprocOptions options) {
   if (world_size < 1) fail("run_inproc: world size {} is invalid; expected >= 1", world_size);
-  auto world = std::make_shared<World>(world_size);
+  if (!(options.link_gbps >= 0))
+    fail("run_inproc: link_gbps {} is invalid; expected 0 (unlimited) or a positive rate",
+         options.link_gbps);
+  auto world = std::make_shared<World>(world_size, options.link_gbps);
   std::vector<std::thread> threads;
   threads.reserve(world_size);
   for (int rank = 0; rank < world_size; ++rank) {

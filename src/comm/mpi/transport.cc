@@ -3,6 +3,12 @@
 // ours). Shared segments are MPI-3 shared windows (MPI_Win_allocate_shared)
 // over the group, when all its members share a node. Native collectives call
 // the library on a communicator made for the group.
+//
+// Threads: a rank's caller thread and its CommEngine progress thread call the
+// transport concurrently. init() asks for MPI_THREAD_MULTIPLE; when the
+// library grants less, every MPI call of the transport is serialized by a
+// mutex (then a blocking call — a native allreduce, a shared window's
+// creation — holds it until done, so two threads must not both make one).
 #include <mpi.h>
 
 #include <climits>
@@ -10,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "comm/backends.h"
@@ -76,7 +83,8 @@ MPI_Op mpi_op(Reduction op) {
 
 class MpiTransport : public Transport, public NativeCollectives {
  public:
-  MpiTransport() {
+  // serialize: the library is not MPI_THREAD_MULTIPLE; one MPI call at a time.
+  explicit MpiTransport(bool serialize) : serialize_(serialize) {
     MPI_Comm_dup(MPI_COMM_WORLD, &messages_);
     MPI_Comm_dup(MPI_COMM_WORLD, &control_);
     MPI_Comm_set_errhandler(messages_, MPI_ERRORS_RETURN);
@@ -107,6 +115,7 @@ class MpiTransport : public Transport, public NativeCollectives {
   Request isend(int peer, uint32_t tag, const void* data, size_t bytes) override {
     auto state = std::make_shared<MpiRequest>();
     state->bytes = bytes;
+    auto lock = serialized();
     check_mpi(MPI_Isend(data, count(bytes), MPI_BYTE, peer, static_cast<int>(tag), messages_,
                         &state->request),
               "MPI_Isend");
@@ -116,6 +125,7 @@ class MpiTransport : public Transport, public NativeCollectives {
     auto state = std::make_shared<MpiRequest>();
     state->bytes = bytes;
     state->receive = true;
+    auto lock = serialized();
     check_mpi(MPI_Irecv(data, count(bytes), MPI_BYTE, peer, static_cast<int>(tag), messages_,
                         &state->request),
               "MPI_Irecv");
@@ -125,7 +135,9 @@ class MpiTransport : public Transport, public NativeCollectives {
     auto& state = static_cast<MpiRequest&>(*request.state);
     int done = 0;
     MPI_Status status;
+    auto lock = serialized();
     int code = MPI_Test(&state.request, &done, &status);
+    if (lock.owns_lock()) lock.unlock();
     if (code == MPI_ERR_TRUNCATE || (done && state.receive && status.MPI_ERROR == MPI_ERR_TRUNCATE))
       fail("rank {} sent more than the {} bytes rank {} expected (do the ranks disagree on the "
            "collective's size or type?)",
@@ -144,6 +156,7 @@ class MpiTransport : public Transport, public NativeCollectives {
 
   std::shared_ptr<SharedSegment> map_shared(std::span<const int> group, size_t bytes_per_member,
                                             uint32_t tag) override {
+    auto lock = serialized();
     MPI_Comm comm = group_comm(group, static_cast<int>(tag));
     MPI_Comm node;
     MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
@@ -169,12 +182,17 @@ class MpiTransport : public Transport, public NativeCollectives {
       fail("allreduce(native): MPI has no {} reduction; use float32 or another algorithm",
            dtype_name(dtype));
     if (count > INT_MAX) fail("allreduce(native): {} elements exceed MPI's int count", count);
+    auto lock = serialized();
     check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, mpi_op(op),
                             group_comm(group, 0)),
               "MPI_Allreduce");
   }
 
  private:
+  std::unique_lock<std::mutex> serialized() {
+    return serialize_ ? std::unique_lock(call_mutex_) : std::unique_lock<std::mutex>();
+  }
+
   static int count(size_t bytes) {
     if (bytes > static_cast<size_t>(INT_MAX))
       fail("MPI message of {} bytes exceeds MPI's int count; expected < 2 GiB", bytes);
@@ -204,6 +222,8 @@ class MpiTransport : public Transport, public NativeCollectives {
   uint64_t host_ = 0;
   std::map<std::vector<int>, MPI_Comm> groups_;
   std::vector<std::shared_ptr<Window>> windows_;
+  bool serialize_ = false;
+  std::mutex call_mutex_;
 };
 
 struct Session {
@@ -227,12 +247,16 @@ void init(int* argc, char*** argv, CommunicatorOptions options) {
   if (s.world) return;
   int already = 0;
   MPI_Initialized(&already);
+  // MULTIPLE: the CommEngine's progress thread and the caller's thread both
+  // make MPI calls.
+  int provided = 0;
   if (!already) {
-    int provided = 0;
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     s.we_initialized = true;
+  } else {
+    MPI_Query_thread(&provided);
   }
-  s.transport = std::make_shared<MpiTransport>();
+  s.transport = std::make_shared<MpiTransport>(provided < MPI_THREAD_MULTIPLE);
   s.world = std::make_unique<Communicator>(s.transport, options);
 }
 
