@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "comm/collectives.h"
 #include "runtime/progress.h"
 #include "runtime/trainer.h"
 
@@ -10,6 +11,8 @@ namespace px::cli {
 void add_train_command(CLI::App& app) {
   auto options = std::make_shared<TrainOptions>();
   auto progress = std::make_shared<std::string>("auto");
+  auto bucket_mb = std::make_shared<double>(4.0);
+  auto allreduce = std::make_shared<std::string>("auto");
   TrainOptions& o = *options;
   // Unset: the model's default, filled by apply_model_defaults (see --help text).
   const double unset = std::numeric_limits<double>::quiet_NaN();
@@ -41,7 +44,16 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--eval-every", o.eval_every, "evaluate every N steps, 0 = at the end (default: gpt 500, mlp/cnn 0)");
   cmd->add_option("--eval-batches", o.eval_batches, "gpt: validation batches per evaluation")->capture_default_str();
   cmd->add_option("--seed", o.seed, "seed for initialization, data order and dropout")->capture_default_str();
-  cmd->add_option("--threads", o.threads, "threads for kernels and BLAS")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "threads for kernels and BLAS (per MPI rank; in-process ranks use 1 each)")
+      ->capture_default_str();
+  cmd->add_option("--ranks", o.ranks, "data-parallel ranks as threads of this process (under mpirun: leave at 1, "
+                                      "the MPI processes are the ranks)")
+      ->capture_default_str();
+  cmd->add_option("--bucket-mb", *bucket_mb, "gradients are reduced in buckets of about this many MiB (0: one per tensor)")
+      ->capture_default_str();
+  cmd->add_option("--allreduce", *allreduce, "gradient allreduce algorithm: auto (the cost model's pick), ring, "
+                                             "halving_doubling, tree, ... (see `parallax bench comm --help`)")
+      ->capture_default_str();
   cmd->add_option("--metrics", o.metrics, "write JSON lines (step, train_loss, val_loss, val_accuracy) here");
   cmd->add_option("--save", o.save, "checkpoint directory (written atomically)");
   cmd->add_option("--save-every", o.save_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();
@@ -60,9 +72,14 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--progress", *progress, "auto (a bar on a terminal), bar or lines")
       ->check(CLI::IsMember({"auto", "bar", "lines"}))
       ->capture_default_str();
-  cmd->callback([options, progress] {
+  cmd->callback([options, progress, bucket_mb, allreduce] {
     TrainOptions o = *options;
     apply_model_defaults(o);
+    if (!(*bucket_mb >= 0)) fail("--bucket-mb {} must be >= 0", *bucket_mb);
+    o.sync.bucket_bytes = static_cast<int64_t>(*bucket_mb * (1 << 20));
+    o.sync.collective.algorithm = comm::algorithm_from_name(*allreduce);
+    // In-process ranks are the parallelism: each runs its kernels on its own thread.
+    if (o.ranks > 1) o.threads = 1;
     o.progress_bar = *progress == "bar" || (*progress == "auto" && stdout_is_terminal());
     train(o, std::cout);
   });

@@ -24,6 +24,7 @@ Executor::Executor(const Graph& graph, std::vector<ValueId> wanted)
 
   keep_.assign(n_values, false);
   for (ValueId v : wanted_) keep_[v] = true;
+  wanted_set_ = keep_;
   for (const auto& v : graph.values())
     if (v.kind != Value::Kind::activation) keep_[&v - graph.values().data()] = true;
 
@@ -40,7 +41,8 @@ Executor::Executor(const Graph& graph, std::vector<ValueId> wanted)
     if (!keep_[v] && last_use[v] >= 0) frees_[last_use[v]].push_back(static_cast<ValueId>(v));
 }
 
-std::vector<Tensor> Executor::run(const std::vector<Tensor>& bound, const OpContext& context) {
+std::vector<Tensor> Executor::run(const std::vector<Tensor>& bound, const OpContext& context,
+                                  const ReadyFn& on_ready) {
   const auto& nodes = graph_.nodes();
   std::vector<Tensor> live(graph_.values().size());
   for (size_t v = 0; v < graph_.values().size(); ++v)
@@ -70,6 +72,9 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& bound, const OpCont
       out_ptrs.push_back(&live[out]);
     }
     node.def->forward(context, node.attrs, in_ptrs, out_ptrs);
+    if (on_ready)
+      for (ValueId out : node.outputs)
+        if (wanted_set_[static_cast<size_t>(out)]) on_ready(out, live[out]);
     for (ValueId dead : frees_[s]) live[dead] = Tensor();
   }
   peak_bytes_ = std::max(memory_stats().peak_bytes, at_start.live_bytes);

@@ -6,6 +6,7 @@
 // this for the local compute of each rank.)
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -19,7 +20,12 @@ class Executor {
 
   // `bound[v]` holds every param and input the schedule reads (indexed by
   // ValueId; other entries ignored). Returns tensors for `wanted`, in order.
-  std::vector<Tensor> run(const std::vector<Tensor>& bound, const OpContext& context = {});
+  // `on_ready(v, t)`, if given, is called as soon as each wanted value is
+  // computed (before later nodes run): the data-parallel runtime starts
+  // reducing a gradient while backward goes on.
+  using ReadyFn = std::function<void(ValueId, const Tensor&)>;
+  std::vector<Tensor> run(const std::vector<Tensor>& bound, const OpContext& context = {},
+                          const ReadyFn& on_ready = {});
 
   // Peak live tensor bytes (process-wide tracker) during the last run().
   int64_t peak_bytes() const { return peak_bytes_; }
@@ -31,6 +37,7 @@ class Executor {
   std::vector<int> schedule_;                  // node indices, in order
   std::vector<std::vector<ValueId>> frees_;    // per schedule step: values dead after it
   std::vector<bool> keep_;                     // per value: wanted or bound, never freed
+  std::vector<bool> wanted_set_;               // per value: wanted
   int64_t peak_bytes_ = 0;
 };
 

@@ -30,6 +30,11 @@ class ClassificationTask : public Task {
     return {gather_rows(train_.images, b.indices), gather_rows(train_.labels, b.indices)};
   }
 
+  DataBatch next_batch(int rank, int world) override {
+    EpochBatch b = sampler_.next_batch(rank, world);
+    return {gather_rows(train_.images, b.indices), gather_rows(train_.labels, b.indices)};
+  }
+
   int64_t steps_per_epoch() const override { return sampler_.batches_per_epoch(); }
 
   Evaluation evaluate(const ParamStore& params) override {

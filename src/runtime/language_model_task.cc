@@ -25,6 +25,11 @@ class LanguageModelTask : public Task {
     return {b.inputs, b.targets};
   }
 
+  DataBatch next_batch(int rank, int world) override {
+    TokenBatch b = sampler_.next_batch(rank, world);
+    return {b.inputs, b.targets};
+  }
+
   Evaluation evaluate(const ParamStore& params) override {
     if (!eval_model_)
       eval_model_ = std::make_unique<CompiledModel>(build(validation_.windows_per_batch(), false), false);

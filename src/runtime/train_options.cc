@@ -15,6 +15,11 @@ void validate(const TrainOptions& o) {
   if (o.epochs > 0 && o.model == "gpt") fail("--epochs is for the classifiers; give gpt --steps");
   if (o.grad_clip < 0) fail("gradient clip {} must be >= 0", o.grad_clip);
   if (o.threads < 1) fail("threads {} must be >= 1", o.threads);
+  if (o.ranks < 1) fail("ranks {} must be >= 1", o.ranks);
+  if (o.batch < o.ranks)
+    fail("batch size {} is smaller than the {} data-parallel ranks: expected at least one row a rank", o.batch,
+         o.ranks);
+  if (o.sync.bucket_bytes < 0) fail("bucket size {} bytes must be >= 0", o.sync.bucket_bytes);
   if (o.eval_every < 0 || o.save_every < 0) fail("eval/save intervals must be >= 0");
   if (o.stop_after < 0) fail("stop-after step {} must be >= 0", o.stop_after);
   if (o.eval_batches <= 0) fail("eval batches {} must be positive", o.eval_batches);

@@ -12,6 +12,7 @@
 #include "nn/cnn.h"
 #include "nn/gpt.h"
 #include "nn/mlp.h"
+#include "parallel/strategy.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/optimizer.h"
 
@@ -37,6 +38,8 @@ struct TrainOptions {
   int64_t eval_batches = 20;     // GPT validation batches
   uint64_t seed = 1;
   int threads = 1;
+  int ranks = 1;                 // data-parallel ranks in this process (under mpirun: the MPI world)
+  parallel::GradientSyncOptions sync;  // how gradients are reduced across ranks
   std::string metrics;           // JSON-lines file
   std::string save;              // checkpoint directory
   int64_t save_every = 0;        // steps; 0 = only at the end

@@ -1,6 +1,8 @@
 #include "runtime/trainer.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <iostream>
 #include <fstream>
 #include <map>
 
@@ -8,7 +10,9 @@
 #include "data/sampler.h"
 #include "kernels/elementwise.h"
 #include "kernels/threads.h"
+#include "comm/backends.h"
 #include "runtime/checkpoint.h"
+#include "runtime/data_parallel_step.h"
 #include "runtime/compiled_model.h"
 #include "runtime/progress.h"
 #include "runtime/sampling.h"
@@ -54,13 +58,18 @@ class MetricsLog {
 
 }  // namespace
 
-TrainResult train(TrainOptions o, std::ostream& log) {
-  kernels::set_threads(o.threads);
+// One rank's whole job. `group` is the data-parallel group (nullptr: one
+// rank); only rank 0 writes logs, metrics and checkpoints (`log` is a null
+// stream elsewhere).
+static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& log) {
+  const int rank = group ? group->rank() : 0, world = group ? group->size() : 1;
+  const bool lead = rank == 0;
   Checkpoint resumed;
   if (!o.resume.empty()) {
     resumed = load_checkpoint(o.resume);
     apply_model_json(resumed.state.at("config"), o);
   }
+  o.ranks = world;
   validate(o);
   std::unique_ptr<Task> task = make_task(o);
   int64_t total = o.steps > 0 ? o.steps : o.epochs * task->steps_per_epoch();
@@ -75,34 +84,34 @@ TrainResult train(TrainOptions o, std::ostream& log) {
     step = resumed.state.at("step").get<int64_t>();
     optimizer.load_state(resumed.optimizer, resumed.state.at("optimizer_steps").get<int64_t>());
     task->restore_data_state(resumed.state.at("data"));
-    log << fmt::format("resumed from '{}' at step {}\n", o.resume, step);
+    log << fmt::format("resumed from '{}' at step {}{}\n", o.resume, step,
+                       resumed.state.contains("ranks")
+                           ? fmt::format(" (saved at {} ranks, continuing at {})", resumed.state["ranks"].get<int>(), world)
+                           : "");
   }
-  log << fmt::format("model {} with {} parameters; {} steps of batch {}{}; threads {}; BLAS {}\n", o.model,
+  log << fmt::format("model {} with {} parameters; {} steps of batch {}{}; {}threads {}; BLAS {}\n", o.model,
                      params.count(), total, o.batch,
-                     o.accumulation > 1 ? fmt::format(" ({} micro-batches)", o.accumulation) : "", o.threads,
-                     openblas_get_corename());
+                     o.accumulation > 1 ? fmt::format(" ({} micro-batches)", o.accumulation) : "",
+                     world > 1 ? fmt::format("{} data-parallel ranks ({}); ", world, group->backend()) : "",
+                     o.threads, openblas_get_corename());
 
-  MetricsLog metrics(o.metrics, !o.resume.empty());
+  MetricsLog metrics(lead ? o.metrics : std::string(), !o.resume.empty());
   auto save = [&](int64_t at_step) {
-    if (o.save.empty()) return;
+    if (o.save.empty() || !lead) return;
     nlohmann::json state{{"step", at_step},
                          {"config", model_json(o)},
                          {"data", task->data_state()},
                          {"optimizer", o.optimizer.kind},
-                         {"optimizer_steps", optimizer.steps()}};
+                         {"optimizer_steps", optimizer.steps()},
+                         {"ranks", world}};
     save_checkpoint(o.save, params, optimizer, state);
   };
 
-  std::map<int64_t, std::unique_ptr<CompiledModel>> models;  // by micro-batch rows
-  auto model_for = [&](int64_t rows) -> CompiledModel& {
-    auto& m = models[rows];
-    if (!m) m = std::make_unique<CompiledModel>(task->build(rows, true), true);
-    return *m;
-  };
-
+  DataParallelStep step_runner(task->build(o.batch, true), o.batch, group, o.sync);
   TrainResult result;
   Progress progress(total, step, task->unit(), o.progress_bar, log);
   auto evaluate = [&](int64_t at_step) {
+    if (!lead) return Evaluation{};  // replicas hold the same weights
     Evaluation e = task->evaluate(params);
     nlohmann::json line{{"step", at_step}, {"val_loss", e.loss}};
     std::string text = fmt::format("eval at step {}: val_loss {:.4f}", at_step, e.loss);
@@ -117,26 +126,13 @@ TrainResult train(TrainOptions o, std::ostream& log) {
 
   const int64_t end = o.stop_after > 0 ? std::min(o.stop_after, total) : total;
   for (; step < end; ++step) {
-    DataBatch batch = task->next_batch();
-    const int64_t rows = batch.rows();
-    std::map<std::string, Tensor> grads;
-    double loss = 0;
-    for (int64_t micro = 0; micro < o.accumulation; ++micro) {
-      RowRange r = shard_rows(rows, static_cast<int>(micro), static_cast<int>(o.accumulation));
-      if (r.size() == 0) continue;
-      uint64_t seed = splitmix64(o.seed ^ splitmix64(static_cast<uint64_t>(step) * 1024 + micro));
-      StepOutput out = model_for(r.size()).run(params, batch.inputs.slice_rows(r.begin, r.end),
-                                               batch.targets.slice_rows(r.begin, r.end), seed);
-      double weight = double(r.size()) / double(rows);
-      loss += weight * out.loss;
-      result.peak_tensor_bytes = std::max(result.peak_tensor_bytes, out.peak_bytes);
-      for (auto& [name, g] : out.grads) {
-        if (o.accumulation > 1) kernels::scale(g.numel(), static_cast<float>(weight), g.f32(), g.f32());
-        auto it = grads.find(name);
-        if (it == grads.end()) grads.emplace(name, g);
-        else kernels::add_inplace(g.numel(), g.f32(), it->second.f32());
-      }
-    }
+    DataBatch batch = task->next_batch(rank, world);
+    const int64_t row_offset = shard_rows(o.batch, rank, world).begin;
+    const uint64_t seed = splitmix64(o.seed ^ splitmix64(static_cast<uint64_t>(step) * 1024));
+    StepResult out = step_runner.run(params, batch, row_offset, static_cast<int>(o.accumulation), seed);
+    result.peak_tensor_bytes = std::max(result.peak_tensor_bytes, out.peak_bytes);
+    const double loss = out.loss;
+    std::map<std::string, Tensor>& grads = step_runner.grads();
     if (!std::isfinite(loss))
       fail("training diverged at step {}: loss is {} (lower the learning rate {} or enable --grad-clip)", step + 1,
            loss, o.schedule.lr);
@@ -148,7 +144,7 @@ TrainResult train(TrainOptions o, std::ostream& log) {
     result.last_train_loss = loss;
     metrics.write({{"step", step + 1}, {"train_loss", loss}, {"lr", lr}, {"grad_norm", norm},
                    {"time_s", progress.elapsed_seconds()}});
-    progress.update(step + 1, loss, rows * task->units_per_row());
+    progress.update(step + 1, loss, o.batch * task->units_per_row());
     bool last = step + 1 == end;
     if (o.eval_every > 0 && (step + 1) % o.eval_every == 0 && !last) evaluate(step + 1);
     if (o.save_every > 0 && (step + 1) % o.save_every == 0 && !last) save(step + 1);
@@ -158,14 +154,62 @@ TrainResult train(TrainOptions o, std::ostream& log) {
   result.seconds = progress.elapsed_seconds();
   result.evaluation = evaluate(step);
   save(step);
-  if (!o.save.empty()) log << fmt::format("saved checkpoint to '{}'\n", o.save);
+  if (!o.save.empty() && lead) log << fmt::format("saved checkpoint to '{}'\n", o.save);
   log << fmt::format("trained {} steps in {:.1f} s; peak tensor memory {:.1f} MiB\n", result.losses.size(),
                      result.seconds, double(result.peak_tensor_bytes) / (1 << 20));
-  if (o.model == "gpt" && o.sample_tokens > 0) {
+  if (o.model == "gpt" && o.sample_tokens > 0 && lead) {
     SampleOptions so{.tokens = o.sample_tokens, .temperature = 0.8, .top_k = 40, .seed = o.seed};
     log << "sample:\n" << o.prompt << sample_text(o.gpt, params, o.prompt, so) << "\n";
   }
   return result;
+}
+
+}  // namespace px
+
+namespace px {
+namespace {
+
+// Discards everything: the log of ranks other than 0.
+class NullBuffer : public std::streambuf {
+ protected:
+  int overflow(int c) override { return c; }
+};
+
+bool launched_by_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+}
+
+}  // namespace
+
+TrainResult train(TrainOptions o, std::ostream& log) {
+  kernels::set_threads(o.threads);
+  NullBuffer null_buffer;
+  std::ostream quiet(&null_buffer);
+  if (launched_by_mpirun()) {
+    if (!comm::mpi::available())
+      fail("parallax was launched by mpirun but built without MPI: rebuild with MPI (libopenmpi-dev)");
+    if (o.ranks != 1)
+      fail("--ranks {} starts in-process ranks; under mpirun the ranks are the MPI processes (give -np to mpirun)",
+           o.ranks);
+    comm::mpi::init(nullptr, nullptr);
+    comm::Communicator& world = comm::mpi::world();
+    TrainResult result;
+    try {
+      result = train_rank(o, world.size() > 1 ? &world : nullptr, world.rank() == 0 ? log : quiet);
+    } catch (const Error& e) {
+      // The other ranks would wait for this one until their timeout: end the job now.
+      std::cerr << fmt::format("error: rank {}: {}\n", world.rank(), e.what());
+      comm::mpi::abort(1);
+    }
+    comm::mpi::finalize();
+    return result;
+  }
+  if (o.ranks == 1) return train_rank(o, nullptr, log);
+  std::vector<TrainResult> results(static_cast<size_t>(o.ranks));
+  comm::run_inproc(o.ranks, [&](comm::Communicator& world) {
+    results[static_cast<size_t>(world.rank())] = train_rank(o, &world, world.rank() == 0 ? log : quiet);
+  });
+  return results[0];
 }
 
 }  // namespace px

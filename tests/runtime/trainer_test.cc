@@ -12,37 +12,15 @@
 #include "runtime/checkpoint.h"
 #include "runtime/trainer.h"
 #include "testing/scratch_dir.h"
+#include "testing/tiny_jobs.h"
 
 namespace px {
 namespace {
 
 using testing::ScratchDir;
 
-// ~40 KB of English-like text so the byte corpus has a train and a validation split.
-std::string write_text(const ScratchDir& dir) {
-  std::string path = dir.file("text.txt");
-  std::ofstream out(path);
-  const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "lazy ", "dogs ", "\n"};
-  Rng rng(3);
-  for (int i = 0; i < 8000; ++i) out << words[rng.below(9)];
-  return path;
-}
-
-TrainOptions tiny_gpt(const std::string& data) {
-  TrainOptions o;
-  o.model = "gpt";
-  o.data = data;
-  o.gpt = {.vocab = 256, .block = 16, .n_layer = 2, .n_head = 2, .n_embd = 16, .dropout = 0.1};
-  o.steps = 8;
-  o.batch = 4;
-  o.schedule = {.kind = "cosine", .lr = 3e-3, .warmup = 2, .total = 8, .min_ratio = 0.1};
-  o.optimizer.kind = "adamw";
-  o.optimizer.weight_decay = 0.1;
-  o.grad_clip = 1.0;
-  o.eval_batches = 2;
-  o.seed = 5;
-  return o;
-}
+using testing::tiny_gpt;
+using testing::write_text;
 
 class TrainerAtThreads : public ::testing::TestWithParam<int> {};
 

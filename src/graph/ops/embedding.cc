@@ -79,6 +79,9 @@ OpDef make_embedding_grad() {
     for (int dim = 0; dim < r; ++dim)
       s.push_back({fmt::format("reduce_split_{}", dim), {Placement::S(dim), Placement::S(dim)}, {Placement::P()}});
     s.push_back({"embedding_dim_parallel", {Placement::B(), Placement::S(r)}, {Placement::S(1)}});
+    // Linear in dy: summands of dy give summands of the table gradient (the
+    // position table's gradient under a batch split: ids B, dy P).
+    s.push_back({"partial_grad", {Placement::B(), Placement::P()}, {Placement::P()}});
     s.push_back({"replicated", {Placement::B(), Placement::B()}, {Placement::B()}});
     return s;
   };

@@ -1,0 +1,50 @@
+// Strategy: how a graph is split over a device mesh. For data parallelism
+// (this issue) the batch inputs are S(0) along the "dp" axis, everything
+// else is seeded B, and propagation (propagate.h) derives the rest: weight
+// gradients come out P, which the lowering turns into the gradient
+// allreduce (P -> B) or, with sharded optimizer state, a reduce-scatter
+// (P -> S). Tensor and pipeline strategies add axes and seeds to the same
+// structure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "graph/graph.h"
+#include "parallel/mesh.h"
+#include "parallel/propagate.h"
+
+namespace px::parallel {
+
+// How the P gradients of B weights are reduced.
+struct GradientSyncOptions {
+  // Gradients are fused into buckets of about this many bytes, reduced as
+  // soon as the bucket's last gradient is produced (0: one bucket per tensor).
+  int64_t bucket_bytes = 4 << 20;
+  // Reduce buckets on a progress thread while backward continues; otherwise
+  // after backward, in the same order.
+  bool overlap = true;
+  // 0: allreduce, every rank updates everything; 1: reduce-scatter to S,
+  // each rank updates its shard of optimizer state, parameters all-gathered
+  // (ZeRO-1 keeps full gradients until the step, ZeRO-2 frees the rest).
+  int zero_stage = 0;
+  comm::CollectiveOptions collective;
+  bool operator==(const GradientSyncOptions&) const = default;
+};
+
+struct Strategy {
+  DeviceMesh mesh;
+  std::string data_axis = "dp";
+  Propagation placement;  // along data_axis, for every value and node of the graph
+  GradientSyncOptions sync;
+
+  int data_ranks() const { return mesh.size(data_axis); }
+};
+
+// Batch inputs split S(0) across `ranks`, params and other inputs B.
+Strategy data_parallel(const Graph& graph, const std::vector<ValueId>& batch_inputs, int ranks,
+                       GradientSyncOptions sync = {});
+
+}  // namespace px::parallel

@@ -1,0 +1,66 @@
+// One training step's forward and backward on this rank's rows of the global
+// batch, with the gradients reduced across the data-parallel group: the
+// executor for a lowered data-parallel Program (parallel/lower.h).
+//
+// The global graph is built once for the global batch (so the loss carries
+// the global scale 1/rows and every shard's loss and gradients are summands
+// of the global ones); lowering gives a local program per distinct local
+// micro-batch size. Gradients land in one flat arena, bucket by bucket in the
+// order backward produces them; on the last micro-batch each bucket is
+// reduced as soon as it is complete.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "graph/executor.h"
+#include "nn/model.h"
+#include "parallel/lower.h"
+#include "runtime/param_store.h"
+#include "runtime/task.h"
+
+namespace px {
+
+struct StepResult {
+  double loss = 0;  // global (summed over every rank's rows)
+  int64_t peak_bytes = 0;
+};
+
+class DataParallelStep {
+ public:
+  // `group` is the data-parallel communicator (nullptr: one rank). `global`
+  // is the model built for the global batch of `global_rows` rows.
+  DataParallelStep(nn::Model global, int64_t global_rows, comm::Communicator* group,
+                   parallel::GradientSyncOptions sync);
+  ~DataParallelStep();
+
+  // Forward + backward over this rank's rows (`rows` starts at global row
+  // `row_offset`), split into `accumulation` micro-batches, then the
+  // gradient reduction. `seed` is the step's seed (dropout masks depend on
+  // seed and global row, so any split draws the same masks).
+  StepResult run(const ParamStore& params, const DataBatch& rows, int64_t row_offset, int accumulation,
+                 uint64_t seed);
+
+  // The reduced gradients by parameter name, identical on every rank
+  // (views into the arena, valid until the next run).
+  std::map<std::string, Tensor>& grads() { return grads_; }
+  const parallel::Strategy& strategy() const { return strategy_; }
+
+ private:
+  struct Local;  // a lowered program and its executor, per micro-batch rows
+  Local& local_for(int64_t rows);
+  void reduce_bucket(int bucket);
+
+  nn::Model global_;
+  std::vector<std::pair<ValueId, ValueId>> param_grads_;
+  comm::Communicator* group_;
+  parallel::Strategy strategy_;
+  std::map<int64_t, std::unique_ptr<Local>> locals_;
+  Tensor arena_;
+  std::map<std::string, Tensor> grads_;
+  Tensor positions_;  // GPT: 0..T-1
+};
+
+}  // namespace px

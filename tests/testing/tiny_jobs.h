@@ -1,0 +1,57 @@
+// Small training jobs for tests that run the whole trainer: a generated
+// English-like text file and tiny GPT / CNN configurations (CNN on the
+// installed Fashion-MNIST).
+#pragma once
+
+#include <fstream>
+#include <string>
+
+#include "core/rng.h"
+#include "runtime/train_options.h"
+#include "testing/scratch_dir.h"
+
+namespace px::testing {
+
+// ~40 KB of English-like text so the byte corpus has a train and a validation split.
+inline std::string write_text(const ScratchDir& dir) {
+  std::string path = dir.file("text.txt");
+  std::ofstream out(path);
+  const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "lazy ", "dogs ", "\n"};
+  Rng rng(3);
+  for (int i = 0; i < 8000; ++i) out << words[rng.below(9)];
+  return path;
+}
+
+// 2 layers, 16 wide, block 16, batch 4, dropout 0.1, AdamW with clipping.
+inline TrainOptions tiny_gpt(const std::string& data) {
+  TrainOptions o;
+  o.model = "gpt";
+  o.data = data;
+  o.gpt = {.vocab = 256, .block = 16, .n_layer = 2, .n_head = 2, .n_embd = 16, .dropout = 0.1};
+  o.steps = 8;
+  o.batch = 4;
+  o.schedule = {.kind = "cosine", .lr = 3e-3, .warmup = 2, .total = 8, .min_ratio = 0.1};
+  o.optimizer.kind = "adamw";
+  o.optimizer.weight_decay = 0.1;
+  o.grad_clip = 1.0;
+  o.eval_batches = 2;
+  o.seed = 5;
+  return o;
+}
+
+// conv 4 -> conv 8 -> fc 32 -> 10 on Fashion-MNIST, SGD momentum 0.9.
+inline TrainOptions tiny_cnn() {
+  TrainOptions o;
+  o.model = "cnn";
+  o.cnn = {.channels1 = 4, .channels2 = 8, .hidden = 32, .classes = 10};
+  o.steps = 8;
+  o.batch = 16;
+  o.schedule = {.kind = "cosine", .lr = 0.05, .warmup = 0, .total = 8, .min_ratio = 0.0};
+  o.optimizer.kind = "sgd";
+  o.optimizer.momentum = 0.9;
+  o.optimizer.weight_decay = 5e-4;
+  o.seed = 7;
+  return o;
+}
+
+}  // namespace px::testing
