@@ -57,16 +57,19 @@ void run(px::comm::Communicator& comm, const std::vector<int64_t>& sizes) {
     if (runnable(comm, Collective::allreduce, a)) algorithms.push_back(a);
   const bool root = comm.rank() == 0;
   if (root) {
-    fmt::print("# allreduce float32 sum, {} ranks, backend {}, busbw GB/s (median of 5)\n",
-               comm.size(), comm.backend());
+    fmt::print("# allreduce float32 sum, {} ranks, backend {}, busbw GB/s (median of {} rounds)\n",
+               comm.size(), comm.backend(), BenchmarkOptions{}.rounds);
     fmt::print("{:>9}", "size");
     for (Algorithm a : algorithms) fmt::print(" {:>18}", algorithm_name(a));
     fmt::print(" {:>18} {:>9} {:>12} {:>12}\n", "best", "best/MPI", "best_us", "MPI_us");
   }
+  BenchmarkOptions options{.algorithms = algorithms, .sizes = sizes, .target_seconds = 0.05,
+                           .check = true};
+  const auto all_rows = run_benchmark(comm, options);
   for (int64_t bytes : sizes) {
-    BenchmarkOptions options{.algorithms = algorithms, .sizes = {bytes}, .repeats = 5,
-                             .target_seconds = 0.05, .check = true};
-    auto rows = run_benchmark(comm, options);
+    std::vector<BenchmarkRow> rows;
+    for (const auto& row : all_rows)
+      if (row.bytes == bytes) rows.push_back(row);
     const BenchmarkRow* best = nullptr;
     const BenchmarkRow* mpi = nullptr;
     for (const auto& row : rows) {
@@ -95,31 +98,35 @@ void run(px::comm::Communicator& comm, const std::vector<int64_t>& sizes) {
 void tune_and_compare(px::comm::Communicator& comm, const std::vector<int64_t>& sizes) {
   using namespace px::comm;
   const bool root = comm.rank() == 0;
-  std::vector<BenchmarkRow> sweep;
-  tune_cost_model(comm, px::comm::default_tuning_sizes(),
-                  [&](const std::string& line) { if (root) fmt::print("# {}\n", line); }, &sweep);
+  auto say = [&](const std::string& line) {
+    if (root) fmt::print("# {}\n", line);
+    std::fflush(stdout);
+  };
+  const BenchmarkOptions options{.sizes = sizes};
+  const TunedCheck tuned = tune_and_check(comm, default_tuning_sizes(), options, say);
   // The sweep's own time for (algorithm, bytes): an oracle "model" that
   // predicts the tuned sizes perfectly, so sweep/measured is the noise floor.
   auto swept = [&](const BenchmarkRow& row) {
-    for (const auto& s : sweep)
+    for (const auto& s : tuned.sweep)
       if (s.algorithm == row.algorithm && s.bytes == row.bytes) return s.seconds;
     return 0.0;
   };
-  BenchmarkOptions options{.sizes = sizes, .repeats = 5, .target_seconds = 0.03};
   if (root) {
     fmt::print("# allreduce float32 sum, {} ranks, backend {}: measured = slowest rank, median of "
-               "{} interleaved repeats; tuned sizes 64K..64M by 2x\n",
-               comm.size(), comm.backend(), options.repeats);
+               "{} rounds (batches of the sweep and of this check interleaved, never shared); "
+               "tuned sizes 64K..64M by 2x\n",
+               comm.size(), comm.backend(), options.rounds);
     fmt::print("{:>9} {:>26} {:>12} {:>12} {:>9} {:>7} {:>8} {:>11}\n", "size", "algorithm",
                "measured_us", "predicted_us", "pred/meas", "spread", "retaken", "sweep/meas");
   }
   double worst = 0, worst_floor = 0;
-  int outside = 0, dirty = 0, floor_rows = 0, floor_outside = 0;
+  int judged_rows = 0, outside = 0, dirty = 0, floor_rows = 0, floor_outside = 0;
   std::string worst_what;
-  run_benchmark(comm, options, [&](const BenchmarkRow& row) {
+  for (const BenchmarkRow& row : tuned.check) {
     const double ratio = row.predicted_seconds / row.seconds;
     const bool judged = row.bytes >= (64 << 10) && comm.size() > 1;  // 1 rank: nothing to predict
     if (judged) {
+      ++judged_rows;
       outside += std::fabs(ratio - 1) > 0.25;
       dirty += row.dirty;
       if (std::fabs(ratio - 1) > worst) {
@@ -127,24 +134,23 @@ void tune_and_compare(px::comm::Communicator& comm, const std::vector<int64_t>& 
         worst_what = fmt::format("{} at {}", algorithm_name(row.algorithm), size_name(row.bytes));
       }
     }
-    const double tuned = swept(row);
-    if (tuned > 0) {
+    const double tuned_seconds = swept(row);
+    if (tuned_seconds > 0) {
       ++floor_rows;
-      floor_outside += std::fabs(tuned / row.seconds - 1) > 0.25;
-      worst_floor = std::max(worst_floor, std::fabs(tuned / row.seconds - 1));
+      floor_outside += std::fabs(tuned_seconds / row.seconds - 1) > 0.25;
+      worst_floor = std::max(worst_floor, std::fabs(tuned_seconds / row.seconds - 1));
     }
-    if (!root) return;
+    if (!root) continue;
     fmt::print("{:>9} {:>26} {:>12.1f} {:>12.1f} {:>9.2f} {:>6.0f}% {:>8} {:>11}{}\n",
                size_name(row.bytes), algorithm_name(row.algorithm), row.seconds * 1e6,
                row.predicted_seconds * 1e6, ratio, row.spread * 100, row.retaken,
-               tuned > 0 ? fmt::format("{:.2f}", tuned / row.seconds) : "-",
+               tuned_seconds > 0 ? fmt::format("{:.2f}", tuned_seconds / row.seconds) : "-",
                judged && std::fabs(ratio - 1) > 0.25 ? "  <- outside 25%" : "");
-    std::fflush(stdout);
-  });
+  }
   if (root)
-    fmt::print("# every algorithm within 25% at >= 64 KiB: {} (worst {:.0f}%: {}; {} outside; {} "
-               "repeats kept despite foreign load)\n",
-               outside == 0 ? "YES" : "NO", worst * 100, worst_what, outside, dirty);
+    fmt::print("# every algorithm within 25% at >= 64 KiB: {} ({} of {} outside; worst {:.0f}%: "
+               "{}; {} batches kept despite foreign load)\n",
+               outside == 0 ? "YES" : "NO", outside, judged_rows, worst * 100, worst_what, dirty);
   if (root && floor_rows)
     fmt::print("# noise floor: the tuning sweep's own times vs these, at the {} tuned (size, "
                "algorithm) pairs: worst {:.0f}%, {} outside 25%\n",

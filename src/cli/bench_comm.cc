@@ -80,14 +80,25 @@ void run(comm::Communicator& world, const BenchCommOptions& options) {
   const bool root = world.rank() == 0;
   auto say = [&](const std::string& line) {
     if (root) fmt::print("# {}\n", line);
+    std::fflush(stdout);
   };
+  BenchmarkOptions bench{.collective = collective_from_name(options.collective),
+                         .sizes = parse_sizes(options.sizes),
+                         .iterations = options.iters,
+                         .check = options.check,
+                         .collective_options = {.servers = options.servers,
+                                                .ranks_per_node = options.ranks_per_node}};
+  if (options.algorithm != "all") bench.algorithms = {algorithm_from_name(options.algorithm)};
   const std::string path = options.tune_file.empty() ? default_tune_file() : options.tune_file;
+  std::vector<BenchmarkRow> rows;
   if (options.tune) {
     CostModel previous;
     bool have_previous = std::filesystem::exists(path);
     if (have_previous) previous = load_cost_model(path);
-    say(fmt::format("tuning the cost model on {} ranks ({})", world.size(), world.backend()));
-    CostModel model = tune_cost_model(world, default_tuning_sizes(), say);
+    say(fmt::format("tuning the cost model on {} ranks ({}), timing the benchmark beside it",
+                    world.size(), world.backend()));
+    TunedCheck tuned = tune_and_check(world, default_tuning_sizes(), bench, say);
+    CostModel model = tuned.model;
     if (have_previous && previous.backend == model.backend)  // keep fits for other rank counts
       for (const auto& [key, fit] : previous.fits) model.fits.emplace(key, fit);
     if (root) {
@@ -96,60 +107,58 @@ void run(comm::Communicator& world, const BenchCommOptions& options) {
     }
     say(fmt::format("saved {}", path));
     world.set_cost_model(std::make_shared<CostModel>(model));
-  } else if (std::filesystem::exists(path)) {
-    CostModel model = load_cost_model(path);
-    if (model.backend == world.backend()) {
-      world.set_cost_model(std::make_shared<CostModel>(model));
-      say(fmt::format("cost model: {}", path));
-    } else {
-      say(fmt::format("cost model {} was tuned for '{}', not '{}': using defaults", path,
-                      model.backend, world.backend()));
-    }
+    rows = std::move(tuned.check);
   } else {
-    say("cost model: built-in defaults (run with --tune to measure this host)");
+    if (std::filesystem::exists(path)) {
+      CostModel model = load_cost_model(path);
+      if (model.backend == world.backend()) {
+        world.set_cost_model(std::make_shared<CostModel>(model));
+        say(fmt::format("cost model: {}", path));
+      } else {
+        say(fmt::format("cost model {} was tuned for '{}', not '{}': using defaults", path,
+                        model.backend, world.backend()));
+      }
+    } else {
+      say("cost model: built-in defaults (run with --tune to measure this host)");
+    }
+    rows = run_benchmark(world, bench, {}, say);
   }
 
-  BenchmarkOptions bench{.collective = collective_from_name(options.collective),
-                         .sizes = parse_sizes(options.sizes),
-                         .iterations = options.iters,
-                         .check = options.check,
-                         .collective_options = {.servers = options.servers,
-                                                .ranks_per_node = options.ranks_per_node}};
-  if (options.algorithm != "all") bench.algorithms = {algorithm_from_name(options.algorithm)};
   if (root) {
-    fmt::print("# {} float32, {} ranks, backend {}; time = slowest rank, median of {} repeats "
-               "interleaved across algorithms, retaken under foreign CPU load\n",
-               options.collective, world.size(), world.backend(), bench.repeats);
+    fmt::print("# {} float32, {} ranks, backend {}; time = slowest rank, median of {} rounds "
+               "(passes over every size and algorithm), foreign CPU load and disturbed "
+               "stretches retaken\n",
+               options.collective, world.size(), world.backend(), bench.rounds);
     fmt::print("{:>6} {:>26} {:>7} {:>12} {:>10} {:>10} {:>12} {:>9} {:>7} {:>7} {:>6}\n",
                "size", "algorithm", "iters", "time_us", "algbw_GBs", "busbw_GBs", "predict_us",
                "pred/meas", "spread", "retaken", "check");
   }
-  int wrong = 0, outside = 0;
+  int wrong = 0, outside = 0, judged = 0;
   double worst = 0;
   std::string worst_what;
-  run_benchmark(world, bench, [&](const BenchmarkRow& row) {
+  for (const BenchmarkRow& row : rows) {
     wrong += row.checked == 0;
     const double ratio = row.predicted_seconds / row.seconds;
     if (row.bytes >= (64 << 10) && row.ranks > 1 && row.algorithm != Algorithm::automatic) {
+      ++judged;
       outside += std::fabs(ratio - 1) > 0.25;
       if (std::fabs(ratio - 1) > worst) {
         worst = std::fabs(ratio - 1);
         worst_what = fmt::format("{} at {}", algorithm_name(row.algorithm), size_name(row.bytes));
       }
     }
-    if (!root) return;
+    if (!root) continue;
     fmt::print("{:>6} {:>26} {:>7} {:>12.2f} {:>10.3f} {:>10.3f} {:>12.2f} {:>9.2f} {:>6.0f}% "
                "{:>7} {:>6}\n",
                size_name(row.bytes), algorithm_name(row.algorithm), row.iterations,
                row.seconds * 1e6, row.algbw, row.busbw, row.predicted_seconds * 1e6, ratio,
                row.spread * 100, row.retaken,
                row.checked < 0 ? "-" : row.checked ? "ok" : "WRONG");
-    std::fflush(stdout);
-  });
+  }
   if (root && bench.collective == Collective::allreduce && !worst_what.empty())
     fmt::print("# predicted within 25% of measured for every algorithm at >= 64 KiB: {} "
-               "(worst {:.0f}%: {}; {} outside)\n",
-               outside == 0 ? "YES" : "NO", worst * 100, worst_what, outside);
+               "({} of {} outside; worst {:.0f}%: {})\n",
+               outside == 0 ? "YES" : "NO", outside, judged, worst * 100, worst_what);
   if (wrong) fail("bench comm: {} results were wrong (see the check column)", wrong);
 }
 
@@ -171,7 +180,7 @@ void add_bench_comm_command(CLI::App& bench) {
       ->capture_default_str();
   command->add_option("--sizes", options->sizes, "bytes per call, comma separated (K, M, G)")
       ->capture_default_str();
-  command->add_option("--iters", options->iters, "calls per timed repeat (0: about 50 ms worth)")
+  command->add_option("--iters", options->iters, "calls per timed batch (0: about 20 ms worth)")
       ->capture_default_str();
   command->add_flag("--check", options->check, "verify every result");
   command->add_flag("--tune", options->tune, "measure the cost model on this host and save it");

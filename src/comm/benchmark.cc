@@ -4,6 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <numeric>
+#include <random>
 #include <thread>
 
 #include "comm/machine_load.h"
@@ -14,6 +17,18 @@ namespace px::comm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Consecutive batches judged together by find_disturbed (about half a second).
+constexpr int kWindowBatches = 24;
+// Points whose working set p · n exceeds this are DRAM-bound here (L2 1 MiB
+// per core, L3 32 MiB shared with other tenants): a family of their own.
+constexpr double kCacheFamilyBytes = 8 << 20;
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
 
 double max_over_ranks(Communicator& comm, double value) {
   float v = static_cast<float>(value);
@@ -101,24 +116,11 @@ int calibrate(Communicator& comm, const std::function<void()>& body, int iterati
   return std::clamp(static_cast<int>(std::ceil(target_seconds * calls / elapsed)), 1, 1 << 20);
 }
 
-struct Sample {
-  double seconds = 0;
-  bool clean = true;
-};
-
-// Rank 0's DRAM probe (its memory is contended when slowed), agreed by all.
-bool memory_contended(Communicator& comm, MemoryProbe& probe, double limit) {
-  float slowdown = comm.rank() == 0 ? static_cast<float>(probe.slowdown()) : 0.0f;
-  allreduce(comm, std::span<float>(&slowdown, 1), Reduction::max,
-            {.algorithm = Algorithm::recursive_doubling});
-  return slowdown > limit;
-}
-
 // One batch of `iterations` calls: mean seconds per call on the slowest rank,
-// retaken (after the machine quietens) while foreign CPU load exceeds the
-// limit or, with `probe`, while a DRAM copy after the batch ran slow.
-Sample timed_batch(Communicator& comm, const std::function<void()>& body, int iterations,
-                   const BenchmarkOptions& options, MemoryProbe* probe, int& retaken) {
+// retaken at once (after the machine quietens) while other processes used
+// more than max_foreign_load of the CPU; counted in `retaken`.
+TimedBatch timed_batch(Communicator& comm, const std::function<void()>& body, int iterations,
+                       const BenchmarkOptions& options, int& retaken) {
   LoadMeter meter(comm);
   for (int attempt = 0;; ++attempt) {
     barrier(comm);
@@ -126,25 +128,13 @@ Sample timed_batch(Communicator& comm, const std::function<void()>& body, int it
     auto start = Clock::now();
     for (int i = 0; i < iterations; ++i) body();
     double mean = std::chrono::duration<double>(Clock::now() - start).count() / iterations;
-    Sample sample{max_over_ranks(comm, mean), true};
+    TimedBatch batch{.seconds = max_over_ranks(comm, mean)};
     const double foreign = meter.finish();  // collective: equal on every rank
-    const bool contended =
-        probe && memory_contended(comm, *probe, options.max_memory_slowdown);
-    if (foreign <= options.max_foreign_load && !contended) return sample;
-    if (attempt >= options.max_retakes) return {sample.seconds, false};
+    if (foreign <= options.max_foreign_load) return batch;
+    if (attempt >= options.max_retakes) return {.seconds = batch.seconds, .clean = false};
     ++retaken;
     wait_for_quiet_machine(options.max_foreign_load, 0.05, 2.0);
-    if (probe)  // and for the memory to recover, up to a second
-      for (int wait = 0; wait < 10 && memory_contended(comm, *probe, options.max_memory_slowdown);
-           ++wait)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 }  // namespace
@@ -172,71 +162,184 @@ std::vector<int64_t> default_tuning_sizes() {
   return sizes;
 }
 
+int find_disturbed(std::vector<std::vector<TimedBatch>>& batches, const std::vector<int>& family,
+                   double max_drift) {
+  constexpr size_t kMinBatches = 4;  // fewer in a (window, family): judged by the whole window
+  constexpr int kAll = -1;           // the family key of a whole window
+  auto usable = [](const TimedBatch& b) { return b.clean && !b.disturbed && b.seconds > 0; };
+  const size_t points = batches.size();
+  std::map<std::pair<int, int>, double> effect;  // (window, family or kAll) -> log slowdown
+  auto effect_of = [&](const TimedBatch& b, size_t p) {
+    auto it = effect.find({b.window, family[p]});
+    if (it == effect.end()) it = effect.find({b.window, kAll});
+    return it == effect.end() ? 0.0 : it->second;
+  };
+  std::vector<double> level(points, 0.0);  // per point: log seconds in a typical stretch
+  for (int iteration = 0; iteration < 4; ++iteration) {
+    for (size_t p = 0; p < points; ++p) {
+      std::vector<double> values;
+      for (const TimedBatch& b : batches[p])
+        if (usable(b)) values.push_back(std::log(b.seconds) - effect_of(b, p));
+      level[p] = values.empty() ? 0.0 : median(values);
+    }
+    std::map<std::pair<int, int>, std::vector<double>> residuals;
+    for (size_t p = 0; p < points; ++p)
+      for (const TimedBatch& b : batches[p])
+        if (usable(b)) {
+          const double r = std::log(b.seconds) - level[p];
+          residuals[{b.window, family[p]}].push_back(r);
+          residuals[{b.window, kAll}].push_back(r);
+        }
+    effect.clear();
+    std::map<int, std::vector<double>> by_family;
+    for (const auto& [key, values] : residuals)
+      if (values.size() >= kMinBatches) by_family[key.second].push_back(effect[key] = median(values));
+    for (auto& [key, value] : effect) value -= median(by_family[key.second]);  // typical = 0
+  }
+  int marked = 0;
+  for (size_t p = 0; p < points; ++p)
+    for (TimedBatch& b : batches[p])
+      if (usable(b) && std::fabs(effect_of(b, p)) > std::log1p(max_drift)) {
+        b.disturbed = true;
+        ++marked;
+      }
+  return marked;
+}
+
+std::vector<BenchmarkRow> time_points(Communicator& comm, const BenchmarkOptions& options,
+                                      const std::vector<BenchmarkPoint>& points,
+                                      const ProgressFn& progress) {
+  auto say = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
+  const int count = static_cast<int>(points.size());
+  int64_t most = 0;  // elements; every point uses a prefix of the same buffers
+  for (const BenchmarkPoint& point : points) most = std::max(most, point.bytes / 4);
+  Buffers buffers;
+  buffers.input.assign(most, 0.0f);
+  buffers.output.assign(most, 0.0f);
+  std::vector<BenchmarkRow> rows(count);
+  std::vector<CollectiveOptions> per_point(count, options.collective_options);
+  std::vector<std::function<void()>> bodies;
+  std::vector<int> family(count);
+  for (int i = 0; i < count; ++i) {
+    const int64_t n = points[i].bytes / 4;
+    per_point[i].algorithm = points[i].algorithm;
+    rows[i] = {.collective = options.collective, .algorithm = points[i].algorithm,
+               .ranks = comm.size(), .bytes = n * 4};
+    if (options.check) rows[i].checked = check_once(comm, options.collective, n, buffers, per_point[i]);
+    bodies.push_back([&, i, n] { call(comm, options.collective, n, buffers, per_point[i]); });
+    // Slow spells of other tenants hit DRAM-bound points, not cache-bound ones.
+    family[i] = static_cast<double>(n) * 4 * comm.size() > kCacheFamilyBytes;
+  }
+  std::fill(buffers.output.begin(), buffers.output.end(), 0.0f);  // sums of 0 stay finite
+  for (int i = 0; i < count; ++i)
+    rows[i].iterations = calibrate(comm, bodies[i], options.iterations, options.target_seconds);
+
+  std::vector<std::vector<TimedBatch>> batches(count);
+  int taken = 0;
+  auto take = [&](int i) {
+    TimedBatch batch = timed_batch(comm, bodies[i], rows[i].iterations, options, rows[i].retaken);
+    batch.window = taken++ / kWindowBatches;
+    batches[i].push_back(batch);
+  };
+  std::mt19937 shuffler(20261121);  // the same order on every rank
+  for (int round = 0; round < options.rounds; ++round) {
+    const auto start = Clock::now();
+    std::vector<int> order(count);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), shuffler);
+    for (int i : order) take(i);
+    say(fmt::format("round {}/{}: {} batches in {:.1f} s", round + 1, options.rounds, count,
+                    std::chrono::duration<double>(Clock::now() - start).count()));
+  }
+  // Retake what find_disturbed rejects, a window at a time, padded with
+  // batches of other points so that every window can be judged; while the
+  // window just taken is itself disturbed the spell goes on: pause, retry.
+  auto usable_count = [&](int i) {
+    return static_cast<int>(std::count_if(batches[i].begin(), batches[i].end(), [](const TimedBatch& b) {
+      return b.clean && !b.disturbed;
+    }));
+  };
+  std::vector<int> owed;  // points short of `rounds` usable batches, one entry per batch
+  auto judge = [&] {
+    const int marked = find_disturbed(batches, family, options.max_drift);
+    owed.clear();
+    for (int i = 0; i < count; ++i)
+      for (int k = usable_count(i); k < options.rounds; ++k) owed.push_back(i);
+    std::shuffle(owed.begin(), owed.end(), shuffler);
+    return marked;
+  };
+  std::vector<int> fillers(count);
+  std::iota(fillers.begin(), fillers.end(), 0);
+  std::shuffle(fillers.begin(), fillers.end(), shuffler);
+  size_t next_filler = 0;
+  const auto retakes_start = Clock::now();
+  int marked = judge(), windows = 0, pauses = 0, retaken = 0;
+  if (marked) say(fmt::format("{} batches in disturbed stretches: retaking", marked));
+  while (!owed.empty()) {
+    const double elapsed = max_over_ranks(
+        comm, std::chrono::duration<double>(Clock::now() - retakes_start).count());
+    if (elapsed > options.max_retake_seconds) break;
+    taken = (taken + kWindowBatches - 1) / kWindowBatches * kWindowBatches;  // a fresh window
+    const int window = taken / kWindowBatches;
+    std::vector<int> chunk(owed.begin(), owed.begin() + std::min<size_t>(owed.size(), kWindowBatches));
+    for (int i : chunk) ++rows[i].retaken;
+    retaken += static_cast<int>(chunk.size());
+    while (chunk.size() < kWindowBatches) chunk.push_back(fillers[next_filler++ % fillers.size()]);
+    for (int i : chunk) take(i);
+    ++windows;
+    judge();
+    bool spell = false;
+    for (int i : chunk)
+      for (const TimedBatch& b : batches[i]) spell |= b.window == window && b.disturbed;
+    if (spell) {
+      ++pauses;
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  }
+  if (windows)
+    say(fmt::format("retook {} batches in {} windows ({} still disturbed, 1 s pause each); "
+                    "{} batches short of {} per point left out",
+                    retaken, windows, pauses, owed.size(), options.rounds));
+
+  for (int i = 0; i < count; ++i) {
+    BenchmarkRow& row = rows[i];
+    std::vector<double> clean, undisturbed, all;
+    for (const TimedBatch& b : batches[i]) {
+      all.push_back(b.seconds);
+      if (!b.disturbed) undisturbed.push_back(b.seconds);
+      if (!b.disturbed && b.clean) clean.push_back(b.seconds);
+    }
+    const std::vector<double>& kept = !clean.empty() ? clean : !undisturbed.empty() ? undisturbed : all;
+    row.dirty = static_cast<int>(kept.size() - clean.size());
+    row.seconds = median(kept);
+    row.spread = (*std::max_element(kept.begin(), kept.end()) -
+                  *std::min_element(kept.begin(), kept.end())) / row.seconds;
+    row.algbw = row.bytes / row.seconds / 1e9;
+    row.busbw = row.algbw * bus_factor(options.collective, comm.size());
+    const Algorithm modelled = row.algorithm == Algorithm::automatic ? Algorithm::ring : row.algorithm;
+    row.predicted_seconds = predicted_seconds(
+        comm.cost_model(),
+        CostQuery{options.collective, modelled, static_cast<double>(row.bytes), comm.size(),
+                  options.collective_options.servers, options.collective_options.ranks_per_node});
+  }
+  return rows;
+}
+
 std::vector<BenchmarkRow> run_benchmark(Communicator& comm, const BenchmarkOptions& options,
-                                        const std::function<void(const BenchmarkRow&)>& on_row) {
+                                        const std::function<void(const BenchmarkRow&)>& on_row,
+                                        const ProgressFn& progress) {
   std::vector<Algorithm> algorithms = options.algorithms;
   if (algorithms.empty())
     for (Algorithm a : algorithms_for(options.collective))
       if (runnable(comm, options.collective, a)) algorithms.push_back(a);
-  std::vector<BenchmarkRow> rows;
-  const int count = static_cast<int>(algorithms.size());
-  MemoryProbe probe;  // used on rank 0 only
-  for (int64_t bytes : options.sizes) {
-    const int64_t n = bytes / 4;
-    Buffers buffers;
-    buffers.input.assign(n, 0.0f);
-    buffers.output.assign(n, 0.0f);
-    std::vector<BenchmarkRow> size_rows;
-    std::vector<std::function<void()>> bodies;
-    std::vector<CollectiveOptions> per_algorithm(count, options.collective_options);
-    for (int a = 0; a < count; ++a) {
-      per_algorithm[a].algorithm = algorithms[a];
-      BenchmarkRow row{.collective = options.collective, .algorithm = algorithms[a],
-                       .ranks = comm.size(), .bytes = n * 4};
-      if (options.check)
-        row.checked = check_once(comm, options.collective, n, buffers, per_algorithm[a]);
-      size_rows.push_back(row);
-      bodies.push_back([&, a] { call(comm, options.collective, n, buffers, per_algorithm[a]); });
-    }
-    std::fill(buffers.output.begin(), buffers.output.end(), 0.0f);  // sums of 0 stay finite
-    for (int a = 0; a < count; ++a)
-      size_rows[a].iterations =
-          calibrate(comm, bodies[a], options.iterations, options.target_seconds);
-    // Repeats interleaved across algorithms, the order rotating each round.
-    const bool probe_memory =
-        static_cast<double>(n) * 4 * comm.size() > options.memory_probe_above;
-    std::vector<std::vector<Sample>> samples(count);
-    for (int rep = 0; rep < options.repeats; ++rep)
-      for (int i = 0; i < count; ++i) {
-        const int a = (rep + i) % count;
-        samples[a].push_back(
-            timed_batch(comm, bodies[a], size_rows[a].iterations, options,
-                        probe_memory ? &probe : nullptr, size_rows[a].retaken));
-      }
-    for (int a = 0; a < count; ++a) {
-      BenchmarkRow& row = size_rows[a];
-      std::vector<double> clean, all;
-      for (const Sample& s : samples[a]) {
-        all.push_back(s.seconds);
-        if (s.clean) clean.push_back(s.seconds);
-      }
-      const std::vector<double>& kept = clean.empty() ? all : clean;
-      row.dirty = static_cast<int>(all.size() - clean.size());
-      row.seconds = median(kept);
-      row.spread = (*std::max_element(kept.begin(), kept.end()) -
-                    *std::min_element(kept.begin(), kept.end())) / row.seconds;
-      row.algbw = row.bytes / row.seconds / 1e9;
-      row.busbw = row.algbw * bus_factor(options.collective, comm.size());
-      const Algorithm modelled =
-          row.algorithm == Algorithm::automatic ? Algorithm::ring : row.algorithm;
-      row.predicted_seconds = predicted_seconds(
-          comm.cost_model(),
-          CostQuery{options.collective, modelled, static_cast<double>(row.bytes), comm.size(),
-                    options.collective_options.servers, options.collective_options.ranks_per_node});
-      rows.push_back(row);
-      if (on_row) on_row(row);
-    }
-  }
+  std::vector<BenchmarkPoint> points;
+  for (int64_t bytes : options.sizes)
+    for (Algorithm a : algorithms) points.push_back({a, bytes});
+  std::vector<BenchmarkRow> rows = time_points(comm, options, points, progress);
+  if (on_row)
+    for (const BenchmarkRow& row : rows) on_row(row);
   return rows;
 }
 

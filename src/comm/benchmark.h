@@ -1,21 +1,25 @@
 // Measuring collectives, in the spirit of nccl-tests: per collective,
-// algorithm and size, the time per call (the slowest rank's, median of
-// repeats), algorithm bandwidth (bytes / time), bus bandwidth (algbw times
-// the collective's traffic factor, e.g. 2(p-1)/p for allreduce, so it is
-// comparable across rank counts) and the cost model's prediction. tune()
-// measures the cost model's parameters on this host. Used by
+// algorithm and size, the time per call (the slowest rank's, median over
+// rounds), algorithm bandwidth (bytes / time), bus bandwidth (algbw times the
+// collective's traffic factor, e.g. 2(p-1)/p for allreduce, so it is
+// comparable across rank counts) and the cost model's prediction.
+// tune_cost_model() measures the cost model's parameters on this host. Used by
 // `parallax bench comm` and bench/comm_allreduce.
 //
-// The host is shared and noisy, so a timing is a batch of calls lasting at
-// least target_seconds; the repeats of every algorithm at one size are
-// interleaved (round-robin, rotating the order) so drift hits all alike; and a
+// The host is shared and noisy: other tenants of the hardware slow it 1.5-4x
+// for tens of seconds, invisibly to its CPU counters. So a timing is a batch
+// of calls lasting at least target_seconds; every (size, algorithm) point gets
+// one batch per round, a round being a pass over all points in a shuffled
+// order, so a slow spell hits a few rounds of a point, not all of them; a
 // batch during which other processes used more than max_foreign_load of the
-// machine's CPU, or (for working sets past the cache) after which a DRAM copy
-// ran max_memory_slowdown slower than the fastest seen (machine_load.h), is
-// retaken after the machine quietens.
+// CPU is retaken at once; and a stretch of time in which the points measured
+// ran, together, more than max_drift slower (or faster) than their own
+// medians is retaken after the rounds (find_disturbed). The reported time is
+// the median of a point's batches that were kept.
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "comm/collectives.h"
@@ -27,13 +31,13 @@ struct BenchmarkOptions {
   Collective collective = Collective::allreduce;
   std::vector<Algorithm> algorithms{};  // empty: every runnable one
   std::vector<int64_t> sizes{};       // bytes of the collective's n (float32)
-  int iterations = 0;                 // per repeat; 0: as many as fill target_seconds
-  int repeats = 5;                    // timed batches; the median is reported
-  double target_seconds = 0.03;       // per repeat when iterations == 0
+  int iterations = 0;                 // per batch; 0: as many as fill target_seconds
+  int rounds = 7;                     // batches per point, one per pass over all points
+  double target_seconds = 0.02;       // per batch when iterations == 0
   double max_foreign_load = 0.10;     // retake a batch when others used more CPU
-  double max_memory_slowdown = 1.25;  // retake a batch when a DRAM copy was this much slower
-  double memory_probe_above = 8 << 20;  // probe DRAM when p · n exceeds this many bytes
   int max_retakes = 8;                // per batch; then it is kept, counted as dirty
+  double max_drift = 0.15;            // retake stretches of time this much off (find_disturbed)
+  double max_retake_seconds = 60;     // then batches still disturbed are left out
   bool check = false;                 // verify the result once per size and algorithm
   CollectiveOptions collective_options{};  // servers, ranks_per_node
   bool operator==(const BenchmarkOptions&) const = default;
@@ -45,23 +49,55 @@ struct BenchmarkRow {
   int ranks = 1;
   int64_t bytes = 0;
   int iterations = 0;
-  double seconds = 0;  // per call: median over clean repeats of the slowest rank's mean
-  double spread = 0;   // (max - min) / median over the repeats kept
-  int retaken = 0;     // batches retaken because of foreign CPU load
-  int dirty = 0;       // repeats kept although still contaminated
+  double seconds = 0;  // per call: median over kept batches of the slowest rank's mean
+  double spread = 0;   // (max - min) / median over the batches kept
+  int retaken = 0;     // batches retaken (foreign CPU load, or a disturbed stretch)
+  int dirty = 0;       // batches kept although still contaminated
   double algbw = 0;    // GB/s (1e9 B/s)
   double busbw = 0;    // GB/s
   double predicted_seconds = 0;
   int checked = -1;    // -1 not checked, 0 wrong, 1 right
 };
 
+// One (algorithm, size) to time; a point listed twice is timed twice, apart.
+struct BenchmarkPoint {
+  Algorithm algorithm = Algorithm::ring;
+  int64_t bytes = 0;
+};
+
+using ProgressFn = std::function<void(const std::string&)>;
+
 // nccl-tests' bus-bandwidth factor for the collective on p ranks.
 double bus_factor(Collective collective, int ranks);
 
-// Collective over comm; every rank returns the same rows. on_row (optional)
-// is called on every rank as each row completes.
+// Collective over comm; every rank returns the same rows, sizes outer and
+// algorithms inner. on_row (optional) is called on every rank for each row
+// once all rounds are done; progress (optional) gets a line per round.
 std::vector<BenchmarkRow> run_benchmark(Communicator& comm, const BenchmarkOptions& options,
-                                        const std::function<void(const BenchmarkRow&)>& on_row = {});
+                                        const std::function<void(const BenchmarkRow&)>& on_row = {},
+                                        const ProgressFn& progress = {});
+
+// Collective: times `points` (options.sizes and options.algorithms unused)
+// in the same rounds; rows in the order of points.
+std::vector<BenchmarkRow> time_points(Communicator& comm, const BenchmarkOptions& options,
+                                      const std::vector<BenchmarkPoint>& points,
+                                      const ProgressFn& progress = {});
+
+// One timed batch as find_disturbed sees it.
+struct TimedBatch {
+  double seconds = 0;    // per call
+  int window = 0;        // the stretch of time it ran in (consecutive batches)
+  bool clean = true;     // no foreign CPU load seen
+  bool disturbed = false;  // in a stretch find_disturbed rejected
+};
+
+// batches[i]: point i's batches; family[i]: which points a slow spell hits
+// alike (here: working set in cache or past it). Fits log time = point level
+// + stretch effect (per window and family, robustly, by medians), the
+// effects' median being 0, and marks disturbed every clean batch whose
+// stretch is off by more than max_drift; returns how many it marked. Pure.
+int find_disturbed(std::vector<std::vector<TimedBatch>>& batches, const std::vector<int>& family,
+                   double max_drift);
 
 // Collective over comm: measures link parameters (alpha, beta, gamma for the
 // transport and the shared segment) and fits each allreduce algorithm's
@@ -69,8 +105,21 @@ std::vector<BenchmarkRow> run_benchmark(Communicator& comm, const BenchmarkOptio
 // every rank). progress (optional) receives a line per measurement.
 // sweep (optional) receives the timings the fit was made from.
 CostModel tune_cost_model(Communicator& comm, const std::vector<int64_t>& sizes,
-                          const std::function<void(const std::string&)>& progress = {},
+                          const ProgressFn& progress = {},
                           std::vector<BenchmarkRow>* sweep = nullptr);
+
+struct TunedCheck {
+  CostModel model;
+  std::vector<BenchmarkRow> sweep;  // what the model was fitted to
+  std::vector<BenchmarkRow> check;  // timed apart from the sweep; predicted by `model`
+};
+
+// tune_cost_model at tuning_sizes, then `check` measured and predicted by the
+// tuned model. An allreduce check is timed in the same rounds as the sweep
+// (its own batches, never fitted), so both see the same machine; other
+// collectives after it. Collective; sets comm's cost model.
+TunedCheck tune_and_check(Communicator& comm, const std::vector<int64_t>& tuning_sizes,
+                          const BenchmarkOptions& check, const ProgressFn& progress = {});
 
 // The fitting half of tune_cost_model: `links` with its link parameters
 // measured; rows are allreduce timings (any algorithms and rank counts, at

@@ -77,26 +77,6 @@ double LoadMeter::finish() {
   return std::max(0.0, foreign);
 }
 
-double MemoryProbe::measure() {
-  if (source_.empty()) {
-    source_.assign(kBytes, 1);
-    destination_.assign(kBytes, 0);
-  }
-  // Thread CPU time, not wall time: stalls on memory count, being descheduled
-  // (ranks that outnumber cores, waiting beside it) does not.
-  const int64_t start = cpu_clock_ns(CLOCK_THREAD_CPUTIME_ID);
-  std::memcpy(destination_.data(), source_.data(), kBytes);
-  const double seconds = (cpu_clock_ns(CLOCK_THREAD_CPUTIME_ID) - start) * 1e-9;
-  if (fastest_ == 0 || seconds < fastest_) fastest_ = seconds;
-  return seconds;
-}
-
-double MemoryProbe::slowdown() {
-  if (fastest_ == 0)
-    for (int i = 0; i < 3; ++i) measure();  // pages touched, a first reference
-  return measure() / fastest_;
-}
-
 double wait_for_quiet_machine(double busy, double window_seconds, double max_seconds) {
   const double start = now_seconds();
   if (machine_cpu_ns() < 0) return 0;

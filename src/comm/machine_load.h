@@ -6,11 +6,11 @@
 // rank's own CPU is its thread's (in-process ranks are threads) or its
 // process's (MPI ranks are processes). The ranks' CPU is summed against rank
 // 0's host, so across hosts the fraction is underestimated (often 0).
+// Other tenants of the hardware (other VMs) are invisible to these counters;
+// find_disturbed (benchmark.h) finds their slow spells in the timings.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
-#include <vector>
 
 namespace px::comm {
 
@@ -36,26 +36,6 @@ class LoadMeter {
   bool per_thread_;
   int64_t machine0_ = 0, own0_ = 0;
   double wall0_ = 0;
-};
-
-// The host's DRAM bandwidth is shared with work the CPU counters cannot see
-// (other virtual machines on the same hardware): a DRAM-bound allreduce here
-// slowed 2-3x for tens of seconds with no foreign CPU time. MemoryProbe times
-// (in thread CPU time) a copy well beyond the last-level cache (about 5 ms) and
-// compares it with the fastest copy this process has seen: a ratio above ~1.25
-// means the memory is contended. Not collective; run it while nothing of ours
-// runs.
-class MemoryProbe {
- public:
-  static constexpr size_t kBytes = 64 << 20;
-  // Seconds of one copy now, and updates the fastest seen.
-  double measure();
-  // measure() / fastest seen (1 when uncontended).
-  double slowdown();
-
- private:
-  std::vector<char> source_, destination_;
-  double fastest_ = 0;
 };
 
 // Sleeps until the machine has been less than `busy` loaded (by anyone) for

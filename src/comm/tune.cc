@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <string>
 #include <utility>
 
 #include "comm/benchmark.h"
@@ -135,6 +137,13 @@ std::vector<Observation> observations(const CostModel& model, const std::vector<
   return data;
 }
 
+// Where the cliff may sit (working set p · n, MiB) and how sharp it may be:
+// around the 32 MiB L3, which other tenants share, in steps fine enough
+// for the 1.5x sizes between tuned ones. At 4 ranks one cliff spanned
+// p · n = 12..24 MiB (exponent 6-8); at 2 ranks 16..32 MiB.
+constexpr double kCacheGridMib[] = {6, 8, 10, 12, 14, 16, 18, 20, 24, 28, 32, 40, 48};
+constexpr double kCliffGrid[] = {2, 3, 4, 6, 8};
+
 }  // namespace
 
 CostModel fit_allreduce_model(const CostModel& links, const std::vector<BenchmarkRow>& rows,
@@ -153,8 +162,8 @@ CostModel fit_allreduce_model(const CostModel& links, const std::vector<Benchmar
   for (auto [algorithm, ranks] : groups) {
     const std::string key = fit_key(Collective::allreduce, algorithm, ranks);
     double group_best = INFINITY;
-    for (double cache_mib : {8.0, 12.0, 16.0, 20.0, 24.0, 28.0, 32.0, 40.0, 48.0})
-      for (double cliff : {2.0, 3.0, 4.0, 6.0}) {
+    for (double cache_mib : kCacheGridMib)
+      for (double cliff : kCliffGrid) {
         CostModel candidate = links;
         candidate.fits[key] = {.cache_bytes = cache_mib * (1 << 20), .cache_cliff = cliff};
         auto [w, e] = fit_relative(observations(candidate, rows, algorithm, ranks));
@@ -177,16 +186,14 @@ CostModel fit_allreduce_model(const CostModel& links, const std::vector<Benchmar
   return best;
 }
 
-CostModel tune_cost_model(Communicator& comm, const std::vector<int64_t>& sizes,
-                          const std::function<void(const std::string&)>& progress,
-                          std::vector<BenchmarkRow>* sweep_rows) {
-  auto say = [&](const std::string& line) {
-    if (progress) progress(line);
-  };
-  CostModel model = default_cost_model(comm.backend());
-  if (comm.size() < 2) return model;
+namespace {
 
-  // Links.
+// The link parameters alpha, beta, gamma of the transport and the shared
+// segment, measured in cache; the fits are left empty. Collective.
+CostModel measure_links(Communicator& comm, const ProgressFn& say) {
+  CostModel model = default_cost_model(comm.backend());
+  model.fits.clear();
+  if (comm.size() < 2) return model;
   const double small = ping_pong(comm, 8, 2000);
   const double large = ping_pong(comm, 4 << 20, 20);
   model.transport.alpha = small;
@@ -198,7 +205,7 @@ CostModel tune_cost_model(Communicator& comm, const std::vector<int64_t>& sizes,
                   1e-9 / model.transport.gamma));
   if (runnable(comm, Collective::allreduce, Algorithm::shared_memory)) {
     BenchmarkOptions probe{.algorithms = {Algorithm::shared_memory}, .sizes = {4, 256 << 10},
-                           .repeats = 3, .target_seconds = 0.02};
+                           .rounds = 3, .max_retake_seconds = 0};
     auto rows = run_benchmark(comm, probe);
     model.shared_memory.alpha = rows[0].seconds / 2;  // 2 synchronizations per stage
     // 2n moved + n reduced per stage: split the rest evenly between beta and gamma.
@@ -208,23 +215,22 @@ CostModel tune_cost_model(Communicator& comm, const std::vector<int64_t>& sizes,
     say(fmt::format("shared memory: alpha {:.2f} us, beta {:.3f} GB/s", model.shared_memory.alpha * 1e6,
                     1e-9 / per_byte));
   }
+  return model;
+}
 
-  // Per-algorithm factors over the measured sizes.
-  model.fits.clear();
-  comm.set_cost_model(std::make_shared<CostModel>(model));
-  BenchmarkOptions sweep{.sizes = sizes, .repeats = 5, .target_seconds = 0.02};
-  auto rows = run_benchmark(comm, sweep, [&](const BenchmarkRow& row) {
+// Fits `links` to the sweep and reports the fit; the model every rank uses.
+CostModel fit_sweep(Communicator& comm, const CostModel& links,
+                    const std::vector<BenchmarkRow>& rows, const ProgressFn& say) {
+  for (const BenchmarkRow& row : rows)
     say(fmt::format("sweep {:>9} B {:<26} {:>12.1f} us (spread {:.0f}%, retaken {}, dirty {})",
                     row.bytes, algorithm_name(row.algorithm), row.seconds * 1e6,
                     row.spread * 100, row.retaken, row.dirty));
-  });
-  if (sweep_rows) *sweep_rows = rows;
   std::vector<Algorithm> algorithms;
   for (const auto& row : rows)
     if (std::find(algorithms.begin(), algorithms.end(), row.algorithm) == algorithms.end())
       algorithms.push_back(row.algorithm);
   double rms = 0;
-  model = fit_allreduce_model(model, rows, &rms);
+  CostModel model = fit_allreduce_model(links, rows, &rms);
   say(fmt::format("fit: rms relative error {:.1f}% over {} timings", 100 * rms, rows.size()));
   for (Algorithm algorithm : algorithms) {
     const AlgorithmFit& f = model.fits[fit_key(Collective::allreduce, algorithm, comm.size())];
@@ -235,6 +241,62 @@ CostModel tune_cost_model(Communicator& comm, const std::vector<int64_t>& sizes,
   }
   comm.set_cost_model(std::make_shared<CostModel>(model));
   return model;
+}
+
+}  // namespace
+
+CostModel tune_cost_model(Communicator& comm, const std::vector<int64_t>& sizes,
+                          const ProgressFn& progress, std::vector<BenchmarkRow>* sweep_rows) {
+  auto say = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
+  CostModel model = measure_links(comm, say);
+  if (comm.size() < 2) return model;
+  comm.set_cost_model(std::make_shared<CostModel>(model));
+  auto rows = run_benchmark(comm, {.sizes = sizes}, {}, say);
+  if (sweep_rows) *sweep_rows = rows;
+  return fit_sweep(comm, model, rows, say);
+}
+
+TunedCheck tune_and_check(Communicator& comm, const std::vector<int64_t>& tuning_sizes,
+                          const BenchmarkOptions& check, const ProgressFn& progress) {
+  auto say = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
+  TunedCheck result;
+  if (check.collective != Collective::allreduce || comm.size() < 2) {
+    result.model = tune_cost_model(comm, tuning_sizes, say, &result.sweep);
+    result.check = run_benchmark(comm, check, {}, say);
+    return result;
+  }
+  CostModel links = measure_links(comm, say);
+  comm.set_cost_model(std::make_shared<CostModel>(links));
+  // The sweep's points, then the check's: one set of rounds, separate batches.
+  std::vector<BenchmarkPoint> points;
+  for (int64_t bytes : tuning_sizes)
+    for (Algorithm a : algorithms_for(Collective::allreduce))
+      if (runnable(comm, Collective::allreduce, a)) points.push_back({a, bytes});
+  const size_t swept = points.size();
+  for (int64_t bytes : check.sizes)
+    if (check.algorithms.empty()) {
+      for (Algorithm a : algorithms_for(Collective::allreduce))
+        if (runnable(comm, Collective::allreduce, a)) points.push_back({a, bytes});
+    } else {
+      for (Algorithm a : check.algorithms) points.push_back({a, bytes});
+    }
+  say(fmt::format("timing {} sweep and {} check points together, {} rounds", swept,
+                  points.size() - swept, check.rounds));
+  std::vector<BenchmarkRow> rows = time_points(comm, check, points, say);
+  result.sweep.assign(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(swept));
+  result.check.assign(rows.begin() + static_cast<std::ptrdiff_t>(swept), rows.end());
+  result.model = fit_sweep(comm, links, result.sweep, say);
+  for (BenchmarkRow& row : result.check) {
+    const Algorithm modelled = row.algorithm == Algorithm::automatic ? Algorithm::ring : row.algorithm;
+    row.predicted_seconds = predicted_seconds(
+        result.model, {Collective::allreduce, modelled, static_cast<double>(row.bytes), row.ranks,
+                       check.collective_options.servers, check.collective_options.ranks_per_node});
+  }
+  return result;
 }
 
 }  // namespace px::comm

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
 #include "comm/backends.h"
 #include "comm/benchmark.h"
@@ -66,7 +67,7 @@ TEST(CostModelFit, RecoversKnownCacheCliffAndFactorsFromExactTimings) {
 TEST(Benchmark, InterleavedRepeatsGiveAMedianPerAlgorithmAndSize) {
   run_inproc(3, [](Communicator& world) {
     BenchmarkOptions options{.algorithms = {Algorithm::ring, Algorithm::naive},
-                             .sizes = {4096, 65536}, .repeats = 3, .target_seconds = 0.002,
+                             .sizes = {4096, 65536}, .rounds = 3, .target_seconds = 0.002,
                              .check = true};
     auto rows = run_benchmark(world, options);
     ASSERT_EQ(rows.size(), 4u);
@@ -80,6 +81,45 @@ TEST(Benchmark, InterleavedRepeatsGiveAMedianPerAlgorithmAndSize) {
     EXPECT_EQ(rows[0].bytes, 4096);
     EXPECT_EQ(rows[1].algorithm, Algorithm::naive);
   });
+}
+
+// A slow spell of the DRAM-bound points (family 1) over a few windows is
+// found whole; ordinary 5% noise elsewhere is left alone.
+TEST(FindDisturbed, MarksTheWindowsOfASlowSpellAndLeavesNoiseAlone) {
+  constexpr int kPoints = 48, kRounds = 7, kPerWindow = 24;
+  std::vector<std::vector<TimedBatch>> batches(kPoints);
+  std::vector<int> family(kPoints);
+  for (int p = 0; p < kPoints; ++p) family[p] = p % 3 == 0;
+  std::mt19937 rng(7);
+  std::normal_distribution<double> noise(0.0, 0.05);
+  auto spell = [](int window, int fam) { return fam == 1 && window >= 4 && window < 7; };
+  int taken = 0;
+  for (int round = 0; round < kRounds; ++round)
+    for (int p = 0; p < kPoints; ++p) {
+      const int window = taken++ / kPerWindow;
+      const double seconds = 1e-4 * (p + 1) * std::exp(noise(rng)) * (spell(window, family[p]) ? 2 : 1);
+      batches[p].push_back({.seconds = seconds, .window = window});
+    }
+  const int marked = find_disturbed(batches, family, 0.15);
+  int in_spell = 0, wrong = 0;
+  for (int p = 0; p < kPoints; ++p)
+    for (const TimedBatch& b : batches[p]) {
+      in_spell += spell(b.window, family[p]);
+      if (b.disturbed != spell(b.window, family[p])) ++wrong;
+    }
+  EXPECT_GT(in_spell, 0);
+  EXPECT_EQ(marked, in_spell);
+  EXPECT_EQ(wrong, 0);
+}
+
+// Batches kept despite foreign load are not judged (they are known to be bad).
+TEST(FindDisturbed, IgnoresBatchesAlreadyRejected) {
+  std::vector<std::vector<TimedBatch>> batches(8);
+  for (int p = 0; p < 8; ++p)
+    for (int w = 0; w < 5; ++w) batches[p].push_back({.seconds = 1e-3, .window = w});
+  batches[3][2] = {.seconds = 5e-3, .window = 2, .clean = false};
+  EXPECT_EQ(find_disturbed(batches, std::vector<int>(8, 0), 0.15), 0);
+  EXPECT_FALSE(batches[3][2].disturbed);
 }
 
 }  // namespace
