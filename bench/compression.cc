@@ -3,6 +3,8 @@
 // allreduce, and the time per call (in-process ranks, slowest rank, median of
 // 5 batches). See docs/compression.md.
 //   px_bench_compression [--ranks 4] [--rows 1024] [--cols 1024] [--calls 10] [methods...]
+//   px_bench_compression --cnn [methods...]   one compressor per parameter of the
+//                                             Fashion-MNIST CNN, summed over its tensors
 // Methods as parsed by Spec::parse (default: every method).
 #include <algorithm>
 #include <chrono>
@@ -26,6 +28,7 @@ struct Options {
   int ranks = 4;
   int64_t rows = 1024, cols = 1024;
   int calls = 10;
+  bool cnn = false;
   std::vector<std::string> methods = {"none", "fp16", "bf16", "int8", "sign", "topk:0.01",
                                       "topk:0.001", "threshold:0.02", "powersgd:1",
                                       "powersgd:2", "powersgd:4"};
@@ -44,6 +47,7 @@ Options parse(int argc, char** argv) {
     else if (arg == "--rows") options.rows = std::stoll(value());
     else if (arg == "--cols") options.cols = std::stoll(value());
     else if (arg == "--calls") options.calls = std::stoi(value());
+    else if (arg == "--cnn") options.cnn = true;
     else if (arg.starts_with("--")) px::fail("unknown option {}", arg);
     else methods.push_back(arg);
   }
@@ -59,29 +63,53 @@ std::vector<float> gradient(int64_t n, int rank, uint64_t step) {
   return g;
 }
 
+struct Tensor {
+  int64_t rows, cols;
+};
+
+// The parameters of nn/cnn.h's default Fashion-MNIST CNN as (rows, cols)
+// matrices: conv weights (out, in·3·3), linear weights (out, in), biases.
+std::vector<Tensor> cnn_tensors() {
+  return {{32, 9}, {1, 32}, {64, 288}, {1, 64}, {128, 1600}, {1, 128}, {10, 128}, {1, 10}};
+}
+
+int64_t cnn_floats() {
+  int64_t total = 0;
+  for (const Tensor& t : cnn_tensors()) total += t.rows * t.cols;
+  return total;
+}
+
 void bench(Communicator& comm, const Options& options, const std::string& text) {
   const Spec spec = Spec::parse(text);
-  const int64_t n = options.rows * options.cols;
-  GradientCompressor compressor(spec, n, options.rows, options.cols, 1);
-  std::vector<std::vector<float>> inputs;
-  for (int s = 0; s < 4; ++s) inputs.push_back(gradient(n, comm.rank(), s));
-  std::vector<float> grad(n);
+  const std::vector<Tensor> tensors =
+      options.cnn ? cnn_tensors() : std::vector<Tensor>{{options.rows, options.cols}};
+  std::vector<GradientCompressor> compressors;
+  std::vector<std::vector<std::vector<float>>> inputs;  // [tensor][step % 4]
+  for (const Tensor& t : tensors) {
+    compressors.emplace_back(spec, t.rows * t.cols, t.rows, t.cols, 1);
+    inputs.emplace_back();
+    for (int s = 0; s < 4; ++s) inputs.back().push_back(gradient(t.rows * t.cols, comm.rank(), s));
+  }
+  std::vector<float> grad;
   uint64_t step = 0;
   WireStats last;
-  for (int warm = 0; warm < 2; ++warm) {
-    grad = inputs[step % inputs.size()];
-    last = compressor.allreduce_sum(comm, grad, step++);
-  }
+  auto call = [&](double* seconds) {
+    last = {};
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      grad = inputs[t][step % 4];  // copy outside the timed region
+      auto start = std::chrono::steady_clock::now();
+      last += compressors[t].allreduce_sum(comm, grad, step);
+      if (seconds)
+        *seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    ++step;
+  };
+  for (int warm = 0; warm < 2; ++warm) call(nullptr);
   std::vector<double> batches;
   for (int batch = 0; batch < 5; ++batch) {
     barrier(comm);
     double seconds = 0;
-    for (int call = 0; call < options.calls; ++call) {
-      grad = inputs[step % inputs.size()];  // copy outside the timed region
-      auto start = std::chrono::steady_clock::now();
-      last = compressor.allreduce_sum(comm, grad, step++);
-      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    }
+    for (int c = 0; c < options.calls; ++c) call(&seconds);
     std::vector<float> slowest = {static_cast<float>(seconds / options.calls)};
     allreduce(comm, slowest, Reduction::max);
     batches.push_back(slowest[0]);
@@ -99,9 +127,15 @@ void bench(Communicator& comm, const Options& options, const std::string& text) 
 int main(int argc, char** argv) {
   try {
     const Options options = parse(argc, argv);
-    fmt::print("# gradient compression, {} in-process ranks, {}x{} floats ({} MiB), {} calls per batch\n",
-               options.ranks, options.rows, options.cols, options.rows * options.cols * 4 >> 20,
-               options.calls);
+    if (options.cnn)
+      fmt::print("# gradient compression, {} in-process ranks, Fashion-MNIST CNN ({} tensors, "
+                 "{} floats, one compressor each), {} calls per batch\n",
+                 options.ranks, cnn_tensors().size(), cnn_floats(), options.calls);
+    else
+      fmt::print("# gradient compression, {} in-process ranks, {}x{} floats ({} MiB), {} calls per "
+                 "batch\n",
+                 options.ranks, options.rows, options.cols, options.rows * options.cols * 4 >> 20,
+                 options.calls);
     fmt::print("{:<16} {:>12} {:>12} {:>10} {:>10}\n", "method", "bytes/rank", "f32 ring", "reduction",
                "ms/call");
     run_inproc(options.ranks, [&](Communicator& comm) {
