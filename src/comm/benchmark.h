@@ -32,8 +32,8 @@ struct BenchmarkOptions {
   std::vector<Algorithm> algorithms{};  // empty: every runnable one
   std::vector<int64_t> sizes{};       // bytes of the collective's n (float32)
   int iterations = 0;                 // per batch; 0: as many as fill target_seconds
-  int rounds = 7;                     // batches per point, one per pass over all points
-  double target_seconds = 0.02;       // per batch when iterations == 0
+  int rounds = 15;                    // batches per point, one per pass over all points
+  double target_seconds = 0.01;       // per batch when iterations == 0
   double max_foreign_load = 0.10;     // retake a batch when others used more CPU
   int max_retakes = 8;                // per batch; then it is kept, counted as dirty
   double max_drift = 0.15;            // retake stretches of time this much off (find_disturbed)
