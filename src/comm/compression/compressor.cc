@@ -1,6 +1,7 @@
 #include "comm/compression/compressor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "comm/compression/exchange.h"
@@ -131,8 +132,14 @@ WireStats GradientCompressor::allreduce_sum(Communicator& comm, std::span<float>
 uint64_t GradientCompressor::run_dense_half(Communicator& comm, std::span<float> x) {
   const bool half = spec_.method == Method::fp16;
   const DType dtype = half ? DType::f16 : DType::bf16;
+  // fp16 saturates at its largest finite value instead of overflowing, so a
+  // rare large element leaves a finite residual (sent later) rather than a
+  // residual of -inf that would poison every later step. NaN stays NaN.
+  constexpr float kHalfMax = 65504.0f;
   std::vector<uint16_t> narrow(count_);
-  for (int64_t i = 0; i < count_; ++i) narrow[i] = half ? f32_to_f16(x[i]) : f32_to_bf16(x[i]);
+  for (int64_t i = 0; i < count_; ++i)
+    narrow[i] = half ? f32_to_f16(std::isnan(x[i]) ? x[i] : std::clamp(x[i], -kHalfMax, kHalfMax))
+                     : f32_to_bf16(x[i]);
   auto widen = [&](uint16_t v) { return half ? f16_to_f32(v) : bf16_to_f32(v); };
   for (size_t i = 0; i < residual_.size(); ++i) residual_[i] = x[i] - widen(narrow[i]);
   const uint64_t sent = detail::ring_allreduce_sum(comm, Buffer(narrow.data(), count_, dtype));

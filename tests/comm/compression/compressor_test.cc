@@ -264,6 +264,20 @@ TEST(PowerSgd, RecoversALowRankSumExactly) {
   for (int64_t i = 0; i < m * n; ++i) EXPECT_NEAR(results[0][i], sum[i], 1e-4) << i;
 }
 
+TEST(HalfPrecision, Fp16SaturatesAndSendsTheExcessLater) {
+  on_ranks(1, [](Communicator& comm) {
+    GradientCompressor compressor(Spec::parse("fp16"), 2, 1);
+    std::vector<float> g = {1e5f, -3.0f};
+    compressor.allreduce_sum(comm, g, 0);
+    EXPECT_EQ(g, (std::vector<float>{65504.0f, -3.0f}));
+    EXPECT_EQ(compressor.residual()[0], 1e5f - 65504.0f);
+    g = {0.0f, 0.0f};
+    compressor.allreduce_sum(comm, g, 1);
+    EXPECT_EQ(g[0], 34496.0f);  // 1e5 - 65504, exact in fp16
+    EXPECT_EQ(compressor.residual()[0], 0.0f);
+  });
+}
+
 TEST(CompressorErrors, RanksThatDisagreeGetBothDescriptions) {
   auto error_of = [](auto body) -> std::string {
     try {
