@@ -134,7 +134,11 @@ class MpiTransport : public Transport, public NativeCollectives {
   bool test(Request& request) override {
     auto& state = static_cast<MpiRequest&>(*request.state);
     int done = 0;
-    MPI_Status status;
+    // MPI_Test need not set MPI_ERROR (only the multiple-completion calls
+    // must): start from success so stale stack bytes never read as a
+    // truncation.
+    MPI_Status status{};
+    status.MPI_ERROR = MPI_SUCCESS;
     auto lock = serialized();
     int code = MPI_Test(&state.request, &done, &status);
     if (lock.owns_lock()) lock.unlock();
