@@ -81,8 +81,13 @@ TEST(EngineFailure, ThrowingRankSurfacesFromWaitOnTheOthers) {
     std::vector<float> data(1000, 1.0f);
     auto first = engine.allreduce(data, 0, "warmup");
     engine.wait(first);
-    if (world.rank() == 1) throw Error("rank 1 broke down");
-    std::this_thread::sleep_for(20ms);
+    if (world.rank() == 1) {
+      // Late enough that the others have left the warm-up (a shared-memory
+      // allreduce stops on a poisoned world even in its last step) and wait
+      // for grad.7.
+      std::this_thread::sleep_for(100ms);
+      throw Error("rank 1 broke down");
+    }
     engine.wait(engine.allreduce(data, 0, "grad.7"));
   });
   EXPECT_LT(Clock::now() - start, 10s) << "failed fast, not by the 20 s timeout";

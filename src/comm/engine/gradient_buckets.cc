@@ -1,0 +1,87 @@
+#include "comm/engine/gradient_buckets.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace px::comm {
+
+GradientBuckets::GradientBuckets(CommEngine& engine, std::span<float> arena,
+                                 std::vector<GradientSlot> grads, int64_t bucket_bytes,
+                                 Reduction op)
+    : engine_(engine), arena_(arena), grads_(std::move(grads)), op_(op) {
+  const int64_t bucket_elements = bucket_bytes / static_cast<int64_t>(sizeof(float));
+  for (int i = 0; i < static_cast<int>(grads_.size()); ++i) {
+    const GradientSlot& g = grads_[i];
+    if (g.offset < 0 || g.count < 0 || g.offset + g.count > static_cast<int64_t>(arena_.size()))
+      fail("GradientBuckets: gradient '{}' spans elements [{}, {}) of an arena of {}", g.name,
+           g.offset, g.offset + g.count, arena_.size());
+    bool joins = false;
+    if (!buckets_.empty() && bucket_elements > 0) {
+      GradientBucket& b = buckets_.back();
+      const bool adjacent = g.offset == b.offset + b.count || g.offset + g.count == b.offset;
+      joins = adjacent && b.count + g.count <= bucket_elements;
+    }
+    if (joins) {
+      GradientBucket& b = buckets_.back();
+      b.offset = std::min(b.offset, g.offset);
+      b.count += g.count;
+      b.last = i;
+      b.priority = std::min(b.priority, g.priority);
+    } else {
+      buckets_.push_back({.offset = g.offset, .count = g.count, .first = i, .last = i,
+                          .priority = g.priority});
+    }
+    bucket_of_.push_back(static_cast<int>(buckets_.size()) - 1);
+  }
+  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
+    GradientBucket& bucket = buckets_[b];
+    bucket.name = bucket.first == bucket.last
+                      ? fmt::format("bucket {} ({})", b, grads_[bucket.first].name)
+                      : fmt::format("bucket {} ({} .. {})", b, grads_[bucket.first].name,
+                                    grads_[bucket.last].name);
+  }
+  ready_.assign(grads_.size(), false);
+  missing_.resize(buckets_.size());
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    missing_[b] = buckets_[b].last - buckets_[b].first + 1;
+}
+
+void GradientBuckets::ready(int index) {
+  PX_CHECK(index >= 0 && index < static_cast<int>(grads_.size()), "gradient index {}", index);
+  if (ready_[index]) fail("GradientBuckets: gradient '{}' marked ready twice in one step",
+                          grads_[index].name);
+  ready_[index] = true;
+  --missing_[bucket_of_[index]];
+  while (next_bucket_ < static_cast<int>(buckets_.size()) && missing_[next_bucket_] == 0) {
+    const GradientBucket& b = buckets_[next_bucket_];
+    jobs_.push_back(engine_.allreduce(arena_.subspan(b.offset, b.count), b.priority, b.name, op_));
+    ++next_bucket_;
+  }
+}
+
+void GradientBuckets::wait_for(int index) {
+  const int b = bucket_of_.at(index);
+  if (b >= next_bucket_)
+    fail("GradientBuckets::wait_for: '{}' is in {}, not submitted yet (are all its gradients "
+         "and those of earlier buckets marked ready?)",
+         grads_[index].name, buckets_[b].name);
+  engine_.wait(jobs_[b]);
+}
+
+void GradientBuckets::wait() {
+  std::vector<std::string> never;
+  for (size_t i = 0; i < grads_.size(); ++i)
+    if (!ready_[i]) never.push_back(grads_[i].name);
+  for (CommEngine::JobId id : jobs_) engine_.wait(id);
+  if (!never.empty())
+    fail("GradientBuckets::wait: gradients never marked ready this step: {}",
+         fmt::join(never, ", "));
+  jobs_.clear();
+  next_bucket_ = 0;
+  std::fill(ready_.begin(), ready_.end(), false);
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    missing_[b] = buckets_[b].last - buckets_[b].first + 1;
+}
+
+}  // namespace px::comm
