@@ -11,7 +11,7 @@ namespace px::cli {
 void add_train_command(CLI::App& app) {
   auto options = std::make_shared<TrainOptions>();
   auto progress = std::make_shared<std::string>("auto");
-  auto bucket_mb = std::make_shared<double>(4.0);
+  auto bucket_mb = std::make_shared<double>(2.0);
   auto allreduce = std::make_shared<std::string>("auto");
   TrainOptions& o = *options;
   // Unset: the model's default, filled by apply_model_defaults (see --help text).
@@ -51,6 +51,8 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--bucket-mb", *bucket_mb, "gradients are reduced in buckets of about this many MiB (0: one per tensor)")
       ->capture_default_str();
+  cmd->add_flag("--no-overlap", [options](int64_t) { options->sync.overlap = false; },
+                "reduce gradients after backward instead of on a progress thread during it");
   cmd->add_option("--allreduce", *allreduce, "gradient allreduce algorithm: auto (the cost model's pick), ring, "
                                              "halving_doubling, tree, ... (see `parallax bench comm --help`)")
       ->capture_default_str();

@@ -22,7 +22,8 @@ namespace px::parallel {
 struct GradientSyncOptions {
   // Gradients are fused into buckets of about this many bytes, reduced as
   // soon as the bucket's last gradient is produced (0: one bucket per tensor).
-  int64_t bucket_bytes = 4 << 20;
+  // Default: comm::kDefaultBucketBytes, measured (docs/comm_engine.md).
+  int64_t bucket_bytes = 2 << 20;
   // Reduce buckets on a progress thread while backward continues; otherwise
   // after backward, in the same order.
   bool overlap = true;

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "comm/engine/comm_engine.h"
 #include "graph/executor.h"
 #include "nn/model.h"
 #include "parallel/lower.h"
@@ -51,7 +52,13 @@ class DataParallelStep {
  private:
   struct Local;  // a lowered program and its executor, per micro-batch rows
   Local& local_for(int64_t rows);
-  void reduce_bucket(int bucket);
+  // Every local program shares one gradient layout (lowering is deterministic).
+  const parallel::Program& layout() const;
+  std::span<float> bucket_span(int bucket);
+  // Overlap: marks gradient `index` final; submits, in bucket order, every
+  // bucket that is now complete (so every rank submits the same jobs in the
+  // same order).
+  void gradient_ready(int index);
 
   nn::Model global_;
   std::vector<std::pair<ValueId, ValueId>> param_grads_;
@@ -61,6 +68,9 @@ class DataParallelStep {
   Tensor arena_;
   std::map<std::string, Tensor> grads_;
   Tensor positions_;  // GPT: 0..T-1
+  std::unique_ptr<comm::CommEngine> engine_;  // overlap on, more than one rank
+  std::vector<int> missing_;                  // per bucket: gradients not yet final this step
+  int next_bucket_ = 0;                       // first bucket not yet submitted
 };
 
 }  // namespace px

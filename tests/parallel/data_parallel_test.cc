@@ -63,8 +63,9 @@ TEST_P(CnnDataParallel, MatchesOneRank) {
 }
 INSTANTIATE_TEST_SUITE_P(Ranks, CnnDataParallel, ::testing::Values(2, 3, 4, 7, 8));
 
-// Bucket sizes: one bucket per tensor, small buckets, everything in one.
-class GptBuckets : public ::testing::TestWithParam<int64_t> {};
+// Bucket sizes (one bucket per tensor, small buckets, everything in one),
+// each reduced during backward on the progress thread or after it.
+class GptBuckets : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
 
 TEST_P(GptBuckets, MatchOneRank) {
   static testing::ScratchDir dir;
@@ -72,11 +73,22 @@ TEST_P(GptBuckets, MatchOneRank) {
   TrainOptions o = gpt_job(text);
   const auto& single = reference("gpt-buckets", o);
   o.ranks = 3;
-  o.sync.bucket_bytes = GetParam();
+  o.sync.bucket_bytes = std::get<0>(GetParam());
+  o.sync.overlap = std::get<1>(GetParam());
   testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
-                              fmt::format("gpt at 3 ranks, buckets of {} bytes", GetParam()));
+                              fmt::format("gpt at 3 ranks, buckets of {} bytes, overlap {}", o.sync.bucket_bytes,
+                                          o.sync.overlap));
 }
-INSTANTIATE_TEST_SUITE_P(Sizes, GptBuckets, ::testing::Values(0, 4096, int64_t{1} << 30));
+INSTANTIATE_TEST_SUITE_P(Sizes, GptBuckets,
+                         ::testing::Combine(::testing::Values(0, 4096, int64_t{1} << 30), ::testing::Bool()));
+
+TEST(DataParallel, CnnWithoutOverlapMatchesOneRank) {
+  TrainOptions o = cnn_job();
+  const auto& single = reference("cnn", o);
+  o.ranks = 4;
+  o.sync.overlap = false;
+  testing::expect_same_losses(single, testing::train_losses(o), kTolerance, "cnn at 4 ranks without overlap");
+}
 
 // Accumulation inside each rank: 2 ranks x 2 micro-batches = 1 rank x 4.
 TEST(DataParallel, AccumulationInsideRanksMatchesOneRank) {

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Data parallelism under mpirun against one rank: `mpirun -np N parallax
+# train` (MPI transport, chosen automatically) must give the single rank's
+# per-step losses over 50 steps, within 1e-5 relative, for GPT (with dropout)
+# and the CNN; and a checkpoint saved by the MPI job at step 25 must resume
+# in-process at another rank count with the same losses.
+#
+#   mpi_equivalence_test.sh PARALLAX MPIEXEC RANKS
+set -euo pipefail
+PARALLAX=$1 MPIEXEC=$2 RANKS=$3
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN=("$MPIEXEC" --allow-run-as-root --oversubscribe -np "$RANKS")
+
+GPT=(train --model gpt --layers 2 --heads 2 --embd 32 --block 32 --batch 8 --steps 50 --dropout 0.1
+     --eval-every 0 --eval-batches 2 --sample-tokens 0 --threads 1 --progress lines)
+CNN=(train --model cnn --batch 16 --steps 50 --threads 1 --progress lines)
+
+compare() {  # compare REFERENCE CANDIDATE WHAT
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+def losses(path):
+    return [json.loads(l)["train_loss"] for l in open(path) if "train_loss" in json.loads(l)]
+ref, got, what = losses(sys.argv[1]), losses(sys.argv[2]), sys.argv[3]
+if len(ref) != len(got) or not ref:
+    sys.exit(f"FAIL {what}: {len(got)} steps vs {len(ref)} on one rank")
+worst = max(abs(a - b) / abs(a) for a, b in zip(ref, got))
+print(f"{what}: {len(ref)} steps, worst relative difference {worst:.2e}")
+if worst > 1e-5:
+    sys.exit(f"FAIL {what}: losses differ from one rank by {worst:.2e} > 1e-5")
+PY
+}
+
+for job in GPT CNN; do
+  declare -n args=$job
+  "$PARALLAX" "${args[@]}" --metrics "$WORK/$job-1.jsonl" > "$WORK/$job-1.log"
+  "${MPIRUN[@]}" "$PARALLAX" "${args[@]}" --metrics "$WORK/$job-mpi.jsonl" > "$WORK/$job-mpi.log"
+  grep -q "$RANKS data-parallel ranks (mpi)" "$WORK/$job-mpi.log" ||
+    { echo "FAIL: the MPI job did not run $RANKS MPI ranks:"; cat "$WORK/$job-mpi.log"; exit 1; }
+  compare "$WORK/$job-1.jsonl" "$WORK/$job-mpi.jsonl" "$job at $RANKS MPI ranks"
+done
+
+# Saved at N MPI ranks, resumed at 3 in-process ranks: the resumed steps
+# match the uninterrupted single-rank run.
+"${MPIRUN[@]}" "$PARALLAX" "${GPT[@]}" --stop-after 25 --save "$WORK/ckpt" > /dev/null
+"$PARALLAX" "${GPT[@]}" --resume "$WORK/ckpt" --ranks 3 --metrics "$WORK/resumed.jsonl" > "$WORK/resumed.log"
+grep -q "saved at $RANKS ranks, continuing at 3" "$WORK/resumed.log" ||
+  { echo "FAIL: resume did not report the rank change:"; cat "$WORK/resumed.log"; exit 1; }
+python3 - "$WORK/GPT-1.jsonl" "$WORK/resumed.jsonl" <<'PY'
+import json, sys
+rows = lambda p: {j["step"]: j["train_loss"] for j in map(json.loads, open(p)) if "train_loss" in j}
+ref, got = rows(sys.argv[1]), rows(sys.argv[2])
+steps = sorted(got)
+if steps != list(range(26, 51)):
+    sys.exit(f"FAIL resume: resumed steps {steps[:3]}..{steps[-3:]}, expected 26..50")
+worst = max(abs(ref[s] - got[s]) / abs(ref[s]) for s in steps)
+print(f"resume at 3 ranks from an MPI checkpoint: worst relative difference {worst:.2e}")
+if worst > 1e-5:
+    sys.exit(f"FAIL resume: {worst:.2e} > 1e-5")
+PY
+echo PASS
