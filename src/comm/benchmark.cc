@@ -300,19 +300,25 @@ std::vector<BenchmarkRow> time_points(Communicator& comm, const BenchmarkOptions
   }
   if (windows)
     say(fmt::format("retook {} batches in {} windows ({} still disturbed, 1 s pause each); "
-                    "{} batches short of {} per point left out",
-                    retaken, windows, pauses, owed.size(), options.rounds));
+                    "{} disturbed batches not replaced within {:.0f} s, kept",
+                    retaken, windows, pauses, owed.size(), options.max_retake_seconds));
 
   for (int i = 0; i < count; ++i) {
     BenchmarkRow& row = rows[i];
-    std::vector<double> clean, undisturbed, all;
+    // A disturbed batch is dropped only for a retake that replaced it: short
+    // of `rounds`, the point keeps disturbed batches, in the order taken.
+    std::vector<double> kept, all;
     for (const TimedBatch& b : batches[i]) {
       all.push_back(b.seconds);
-      if (!b.disturbed) undisturbed.push_back(b.seconds);
-      if (!b.disturbed && b.clean) clean.push_back(b.seconds);
+      if (!b.disturbed && b.clean) kept.push_back(b.seconds);
     }
-    const std::vector<double>& kept = !clean.empty() ? clean : !undisturbed.empty() ? undisturbed : all;
-    row.dirty = static_cast<int>(kept.size() - clean.size());
+    for (const TimedBatch& b : batches[i])
+      if (b.disturbed && b.clean && static_cast<int>(kept.size()) < options.rounds)
+        kept.push_back(b.seconds);
+    if (kept.empty()) {  // no clean batch: every one ran under foreign load
+      kept = all;
+      row.dirty = static_cast<int>(all.size());
+    }
     row.seconds = median(kept);
     row.spread = (*std::max_element(kept.begin(), kept.end()) -
                   *std::min_element(kept.begin(), kept.end())) / row.seconds;
