@@ -300,22 +300,26 @@ std::vector<BenchmarkRow> time_points(Communicator& comm, const BenchmarkOptions
   }
   if (windows)
     say(fmt::format("retook {} batches in {} windows ({} still disturbed, 1 s pause each); "
-                    "{} disturbed batches not replaced within {:.0f} s, kept",
+                    "{} disturbed batches not replaced within {:.0f} s, left out",
                     retaken, windows, pauses, owed.size(), options.max_retake_seconds));
 
+  constexpr size_t kFewBatches = 5;
+  int few = 0;  // points left with fewer batches than that
   for (int i = 0; i < count; ++i) {
     BenchmarkRow& row = rows[i];
-    // A disturbed batch is dropped only for a retake that replaced it: short
-    // of `rounds`, the point keeps disturbed batches, in the order taken.
+    // Batches of disturbed stretches are left out even when no retake
+    // replaced them: a point keeps the machine's typical state only (a mix
+    // of two states, near half and half, gives a median from either).
     std::vector<double> kept, all;
     for (const TimedBatch& b : batches[i]) {
       all.push_back(b.seconds);
       if (!b.disturbed && b.clean) kept.push_back(b.seconds);
     }
-    for (const TimedBatch& b : batches[i])
-      if (b.disturbed && b.clean && static_cast<int>(kept.size()) < options.rounds)
-        kept.push_back(b.seconds);
-    if (kept.empty()) {  // no clean batch: every one ran under foreign load
+    few += kept.size() < kFewBatches;
+    if (kept.empty())  // every batch disturbed or under foreign load
+      for (const TimedBatch& b : batches[i])
+        if (b.clean) kept.push_back(b.seconds);
+    if (kept.empty()) {  // ... and every one under foreign load
       kept = all;
       row.dirty = static_cast<int>(all.size());
     }
@@ -330,6 +334,7 @@ std::vector<BenchmarkRow> time_points(Communicator& comm, const BenchmarkOptions
         CostQuery{options.collective, modelled, static_cast<double>(row.bytes), comm.size(),
                   options.collective_options.servers, options.collective_options.ranks_per_node});
   }
+  if (few) say(fmt::format("{} of {} points kept fewer than {} batches", few, count, kFewBatches));
   return rows;
 }
 

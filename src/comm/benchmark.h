@@ -14,8 +14,9 @@
 // batch during which other processes used more than max_foreign_load of the
 // CPU is retaken at once; and a stretch of time in which the points measured
 // ran, together, more than max_drift slower (or faster) than their own
-// medians is retaken after the rounds (find_disturbed). The reported time is
-// the median of a point's batches that were kept.
+// medians is retaken after the rounds (find_disturbed), for at most
+// max_retake_seconds. The reported time is the median of a point's batches
+// kept, those of disturbed stretches left out.
 #pragma once
 
 #include <functional>
@@ -36,7 +37,7 @@ struct BenchmarkOptions {
   double target_seconds = 0.01;       // per batch when iterations == 0
   double max_foreign_load = 0.10;     // retake a batch when others used more CPU
   int max_retakes = 8;                // per batch; then it is kept, counted as dirty
-  double max_drift = 0.15;            // retake stretches of time this much off (find_disturbed)
+  double max_drift = 0.20;            // retake stretches of time this much off (find_disturbed)
   double max_retake_seconds = 60;     // then batches still disturbed are left out
   bool check = false;                 // verify the result once per size and algorithm
   CollectiveOptions collective_options{};  // servers, ranks_per_node
