@@ -4,7 +4,9 @@
 //   mpirun --oversubscribe -np 2 px_bench_comm_allreduce [sizes...]
 //   px_bench_comm_allreduce --ranks 2 [sizes...]        (in-process)
 //   ... --tune [sizes...]   fit the cost model, print predicted vs measured
-//                           (default sizes 64K..64M by 2x and 1.5x each, never tuned)
+//                           (default sizes 64K..64M by 2x and 1.5x each, never
+//                           tuned; timed in the tuning sweep's rounds, in
+//                           batches of their own that the fit never sees)
 // Sizes like 4K, 1M, 64M (default 4K 1M 4M 16M 64M 256M). Prints per size
 // the busbw of every algorithm, MPI's, the best parallax one and best/MPI.
 #include <chrono>
