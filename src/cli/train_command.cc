@@ -1,8 +1,10 @@
 // `parallax train`: parses TrainOptions from flags and runs the trainer.
+#include <cstdio>
 #include <iostream>
 
 #include "cli/commands.h"
 #include "comm/collectives.h"
+#include "comm/compression/spec.h"
 #include "runtime/progress.h"
 #include "runtime/trainer.h"
 
@@ -13,6 +15,8 @@ void add_train_command(CLI::App& app) {
   auto progress = std::make_shared<std::string>("auto");
   auto bucket_mb = std::make_shared<double>(2.0);
   auto allreduce = std::make_shared<std::string>("auto");
+  auto compress = std::make_shared<std::string>("none");
+  auto inject_delay = std::make_shared<std::string>();
   TrainOptions& o = *options;
   // Unset: the model's default, filled by apply_model_defaults (see --help text).
   const double unset = std::numeric_limits<double>::quiet_NaN();
@@ -51,12 +55,19 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--bucket-mb", *bucket_mb, "gradients are reduced in buckets of about this many MiB (0: one per tensor)")
       ->capture_default_str();
+  cmd->add_option("--compress", *compress, "gradient compression with error feedback: none, fp16, bf16, int8, sign, "
+                                           "topk:FRACTION, threshold:T, powersgd:RANK (add ,ef=off to drop error feedback)")
+      ->capture_default_str();
+  cmd->add_option("--link-gbps", o.link_gbps, "in-process ranks: limit each rank's link to X Gb/s (0: unlimited)")
+      ->capture_default_str();
+  cmd->add_option("--inject-delay", *inject_delay, "RANK:MS - that rank sleeps MS milliseconds before every step (a straggler)");
   cmd->add_flag("--no-overlap", [options](int64_t) { options->sync.overlap = false; },
                 "reduce gradients after backward instead of on a progress thread during it");
   cmd->add_option("--allreduce", *allreduce, "gradient allreduce algorithm: auto (the cost model's pick), ring, "
                                              "halving_doubling, tree, ... (see `parallax bench comm --help`)")
       ->capture_default_str();
   cmd->add_option("--metrics", o.metrics, "write JSON lines (step, train_loss, val_loss, val_accuracy) here");
+  cmd->add_option("--trace", o.trace, "write a Chrome trace (Perfetto) of steps 2-4: compute and communication per rank");
   cmd->add_option("--save", o.save, "checkpoint directory (written atomically)");
   cmd->add_option("--save-every", o.save_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();
   cmd->add_option("--resume", o.resume, "continue from this checkpoint directory (repeat the other flags)");
@@ -74,12 +85,22 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--progress", *progress, "auto (a bar on a terminal), bar or lines")
       ->check(CLI::IsMember({"auto", "bar", "lines"}))
       ->capture_default_str();
-  cmd->callback([options, progress, bucket_mb, allreduce] {
+  cmd->callback([options, progress, bucket_mb, allreduce, compress, inject_delay] {
     TrainOptions o = *options;
     apply_model_defaults(o);
     if (!(*bucket_mb >= 0)) fail("--bucket-mb {} must be >= 0", *bucket_mb);
     o.sync.bucket_bytes = static_cast<int64_t>(*bucket_mb * (1 << 20));
     o.sync.collective.algorithm = comm::algorithm_from_name(*allreduce);
+    o.sync.compression = comm::compression::Spec::parse(*compress);
+    if (!inject_delay->empty()) {
+      int rank = -1;
+      long long ms = -1;
+      char tail = 0;
+      if (std::sscanf(inject_delay->c_str(), "%d:%lld%c", &rank, &ms, &tail) != 2 || rank < 0 || ms < 0)
+        fail("--inject-delay '{}' is not RANK:MS (e.g. 1:200)", *inject_delay);
+      o.inject_delay_rank = rank;
+      o.inject_delay_ms = ms;
+    }
     // In-process ranks are the parallelism: each runs its kernels on its own thread.
     if (o.ranks > 1) o.threads = 1;
     o.progress_bar = *progress == "bar" || (*progress == "auto" && stdout_is_terminal());

@@ -71,7 +71,9 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& bound, const OpCont
         live[out] = Tensor::empty(spec.shape, spec.dtype);
       out_ptrs.push_back(&live[out]);
     }
+    const auto started = timings_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     node.def->forward(context, node.attrs, in_ptrs, out_ptrs);
+    if (timings_) timings_->push_back({schedule_[s], started, std::chrono::steady_clock::now()});
     if (on_ready)
       for (ValueId out : node.outputs)
         if (wanted_set_[static_cast<size_t>(out)]) on_ready(out, live[out]);

@@ -6,6 +6,7 @@
 // this for the local compute of each rank.)
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <vector>
 
@@ -27,6 +28,13 @@ class Executor {
   std::vector<Tensor> run(const std::vector<Tensor>& bound, const OpContext& context = {},
                           const ReadyFn& on_ready = {});
 
+  // When set, run() appends the start and end of every node it runs (for traces).
+  struct NodeTiming {
+    int node = 0;
+    std::chrono::steady_clock::time_point start, end;
+  };
+  void record_timings(std::vector<NodeTiming>* sink) { timings_ = sink; }
+
   // Peak live tensor bytes (process-wide tracker) during the last run().
   int64_t peak_bytes() const { return peak_bytes_; }
   const std::vector<int>& schedule() const { return schedule_; }
@@ -39,6 +47,7 @@ class Executor {
   std::vector<bool> keep_;                     // per value: wanted or bound, never freed
   std::vector<bool> wanted_set_;               // per value: wanted
   int64_t peak_bytes_ = 0;
+  std::vector<NodeTiming>* timings_ = nullptr;
 };
 
 }  // namespace px

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/collectives.h"
+#include "comm/compression/spec.h"
 #include "graph/graph.h"
 #include "parallel/mesh.h"
 #include "parallel/propagate.h"
@@ -32,6 +33,10 @@ struct GradientSyncOptions {
   // (ZeRO-1 keeps full gradients until the step, ZeRO-2 frees the rest).
   int zero_stage = 0;
   comm::CollectiveOptions collective;
+  // Lossy gradient compression with error feedback (comm/compression): each
+  // weight gradient is compressed and exchanged on its own (PowerSGD needs
+  // its matrix), instead of in buckets.
+  comm::compression::Spec compression;
   bool operator==(const GradientSyncOptions&) const = default;
 };
 

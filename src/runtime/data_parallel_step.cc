@@ -15,9 +15,19 @@ struct DataParallelStep::Local {
   std::map<ValueId, int> grad_index;  // gradient value -> index in program.grads
 };
 
+namespace {
+
+// comm::now_us() of a steady_clock time point (the trace's one clock).
+double to_trace_us(std::chrono::steady_clock::time_point t) {
+  const double now = comm::now_us();
+  return now - std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
 DataParallelStep::DataParallelStep(nn::Model global, int64_t global_rows, comm::Communicator* group,
-                                   parallel::GradientSyncOptions sync)
-    : global_(std::move(global)), group_(group) {
+                                   parallel::GradientSyncOptions sync, bool trace)
+    : global_(std::move(global)), group_(group), trace_(trace) {
   Graph& g = global_.graph;
   Gradients grads = build_backward(g, global_.loss, g.params());
   for (ValueId p : g.params()) param_grads_.emplace_back(p, grads.at(p));
@@ -30,6 +40,7 @@ DataParallelStep::DataParallelStep(nn::Model global, int64_t global_rows, comm::
   if (ranks > 1 && sync.overlap) {
     comm::EngineOptions engine;
     engine.collective = sync.collective;
+    engine.trace = trace;
     engine_ = std::make_unique<comm::CommEngine>(*group_, engine);
   }
   if (global_.positions != kNoValue) {
@@ -56,6 +67,21 @@ DataParallelStep::Local& DataParallelStep::local_for(int64_t rows) {
       grads_[gs.name] = arena_.slice_rows(gs.offset, gs.offset + gs.count).reshape(global_.graph.spec(gs.param).shape);
   }
   PX_CHECK_EQ(slot->program.arena_count, arena_.numel());
+  if (group_ && group_->size() > 1 && strategy_.sync.compression.method != comm::compression::Method::none &&
+      compressors_.empty()) {
+    // A weight's matrix view: rows = its first dim (conv (out, in, kh, kw) ->
+    // (out, in*kh*kw)). Vectors (biases, norm scales: a fraction of a percent
+    // of the bytes) go uncompressed, as DGC and PowerSGD do: top-k of a
+    // 10-element bias would starve it.
+    for (const parallel::GradientSync& gs : slot->program.grads) {
+      const Shape& shape = global_.graph.spec(gs.param).shape;
+      const int64_t rows = shape.rank() >= 2 ? shape[0] : 1;
+      comm::compression::Spec spec = strategy_.sync.compression;
+      if (shape.rank() < 2) spec = comm::compression::Spec{};
+      compressors_.emplace_back(spec, gs.count, rows, gs.count / rows, 0x9e3779b9u);
+    }
+    wire_.resize(compressors_.size());
+  }
   return *slot;
 }
 
@@ -64,6 +90,16 @@ const parallel::Program& DataParallelStep::layout() const { return locals_.begin
 std::span<float> DataParallelStep::bucket_span(int bucket) {
   const parallel::Bucket& b = layout().buckets[static_cast<size_t>(bucket)];
   return {arena_.f32() + b.offset, static_cast<size_t>(b.count)};
+}
+
+void DataParallelStep::compress_and_reduce(int index, uint64_t step) {
+  const parallel::GradientSync& gs = layout().grads[static_cast<size_t>(index)];
+  std::span<float> grad(arena_.f32() + gs.offset, static_cast<size_t>(gs.count));
+  auto work = [this, index, grad, step](comm::Communicator& comm) {
+    wire_[static_cast<size_t>(index)] = compressors_[static_cast<size_t>(index)].allreduce_sum(comm, grad, step);
+  };
+  if (engine_) engine_->submit(0, fmt::format("compressed {}", gs.name), work, gs.count * 4);
+  else work(*group_);
 }
 
 void DataParallelStep::gradient_ready(int index) {
@@ -77,7 +113,7 @@ void DataParallelStep::gradient_ready(int index) {
 }
 
 StepResult DataParallelStep::run(const ParamStore& params, const DataBatch& rows, int64_t row_offset,
-                                 int accumulation, uint64_t seed) {
+                                 int accumulation, uint64_t seed, uint64_t step) {
   StepResult result;
   const int64_t n = rows.rows();
   // Micro-batches that have rows; the first overwrites the arena, later ones add.
@@ -93,8 +129,10 @@ StepResult DataParallelStep::run(const ParamStore& params, const DataBatch& rows
   next_bucket_ = 0;
   if (micro.empty()) {  // no rows here: contribute zeros to every reduction
     std::memset(arena_.f32(), 0, static_cast<size_t>(arena_.numel()) * sizeof(float));
-    if (engine_)
-      for (size_t i = 0; i < layout().grads.size(); ++i) gradient_ready(static_cast<int>(i));
+    for (size_t i = 0; i < layout().grads.size(); ++i) {
+      if (compressing()) compress_and_reduce(static_cast<int>(i), step);
+      else if (engine_) gradient_ready(static_cast<int>(i));
+    }
   }
   for (size_t m = 0; m < micro.size(); ++m) {
     const RowRange r = micro[m];
@@ -113,18 +151,53 @@ StepResult DataParallelStep::run(const ParamStore& params, const DataBatch& rows
       float* dst = arena_.f32() + gs.offset;
       if (first) std::memcpy(dst, t.f32(), static_cast<size_t>(gs.count) * sizeof(float));
       else kernels::add_inplace(gs.count, t.f32(), dst);
-      if (last && engine_) gradient_ready(it->second);
+      if (!last) return;
+      if (compressing() && engine_) compress_and_reduce(it->second, step);
+      else if (engine_) gradient_ready(it->second);
     };
+    timings_.clear();
+    local.executor->record_timings(tracing_ ? &timings_ : nullptr);
     std::vector<Tensor> out =
         local.executor->run(bound, {.seed = seed, .row_offset = row_offset + r.begin}, on_ready);
+    for (const Executor::NodeTiming& t : timings_) {
+      const Node& node = g.nodes()[static_cast<size_t>(t.node)];
+      trace_records_.push_back({.name = fmt::format("{} ({})", node.name, node.op()),
+                                .lane = TraceRecord::Lane::compute,
+                                .start_us = to_trace_us(t.start),
+                                .duration_us = std::chrono::duration<double, std::micro>(t.end - t.start).count(),
+                                .bytes = 0,
+                                .step = static_cast<int64_t>(step)});
+    }
     loss += static_cast<double>(out[0].f32()[0]);
     result.peak_bytes = std::max(result.peak_bytes, local.executor->peak_bytes());
   }
+  if (compressing() && !engine_ && !micro.empty()) {
+    for (size_t i = 0; i < layout().grads.size(); ++i) compress_and_reduce(static_cast<int>(i), step);
+  }
   if (engine_) {
     engine_->wait_all();
-  } else if (group_ && group_->size() > 1) {
-    for (size_t b = 0; b < layout().buckets.size(); ++b)
-      comm::allreduce(*group_, bucket_span(static_cast<int>(b)), comm::Reduction::sum, strategy_.sync.collective);
+    std::vector<comm::TraceEvent> events = engine_->take_trace();
+    if (tracing_)
+      for (const comm::TraceEvent& e : events)
+        trace_records_.push_back({.name = e.slices > 1 ? fmt::format("{} [{}/{}]", e.name, e.slice + 1, e.slices) : e.name,
+                                  .lane = TraceRecord::Lane::comm,
+                                  .start_us = e.start_us,
+                                  .duration_us = e.duration_us,
+                                  .bytes = e.bytes,
+                                  .step = static_cast<int64_t>(step)});
+  } else if (group_ && group_->size() > 1 && !compressing()) {
+    for (size_t b = 0; b < layout().buckets.size(); ++b) {
+      const double start = comm::now_us();
+      std::span<float> span = bucket_span(static_cast<int>(b));
+      comm::allreduce(*group_, span, comm::Reduction::sum, strategy_.sync.collective);
+      if (tracing_)
+        trace_records_.push_back({.name = fmt::format("grad bucket {}", b),
+                                  .lane = TraceRecord::Lane::comm,
+                                  .start_us = start,
+                                  .duration_us = comm::now_us() - start,
+                                  .bytes = static_cast<int64_t>(span.size() * sizeof(float)),
+                                  .step = static_cast<int64_t>(step)});
+    }
   }
   if (group_ && group_->size() > 1) {
     float total = static_cast<float>(loss);
@@ -132,6 +205,13 @@ StepResult DataParallelStep::run(const ParamStore& params, const DataBatch& rows
     loss = total;
   }
   result.loss = loss;
+  const int p = group_ ? group_->size() : 1;
+  if (compressing()) {
+    for (const auto& w : wire_) result.wire += w;
+  } else if (p > 1) {  // every bucket by the float32 allreduce
+    const uint64_t dense = static_cast<uint64_t>(2.0 * (p - 1) / p * 4.0 * static_cast<double>(arena_.numel()));
+    result.wire = {.bytes_sent = dense, .dense_bytes = dense};
+  }
   return result;
 }
 

@@ -15,26 +15,33 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "comm/compression/compressor.h"
 #include "comm/engine/comm_engine.h"
 #include "graph/executor.h"
 #include "nn/model.h"
 #include "parallel/lower.h"
 #include "runtime/param_store.h"
 #include "runtime/task.h"
+#include "runtime/trace.h"
 
 namespace px {
 
 struct StepResult {
   double loss = 0;  // global (summed over every rank's rows)
   int64_t peak_bytes = 0;
+  // This rank's gradient bytes handed to the transport this step, and what a
+  // float32 ring allreduce of the same gradients sends (2(p-1)/p * 4n).
+  comm::compression::WireStats wire;
 };
 
 class DataParallelStep {
  public:
   // `group` is the data-parallel communicator (nullptr: one rank). `global`
   // is the model built for the global batch of `global_rows` rows.
+  // `trace`: keep compute and communication timings (take_trace) for the
+  // steps run with tracing on (set_tracing).
   DataParallelStep(nn::Model global, int64_t global_rows, comm::Communicator* group,
-                   parallel::GradientSyncOptions sync);
+                   parallel::GradientSyncOptions sync, bool trace = false);
   ~DataParallelStep();
 
   // Forward + backward over this rank's rows (`rows` starts at global row
@@ -42,12 +49,14 @@ class DataParallelStep {
   // gradient reduction. `seed` is the step's seed (dropout masks depend on
   // seed and global row, so any split draws the same masks).
   StepResult run(const ParamStore& params, const DataBatch& rows, int64_t row_offset, int accumulation,
-                 uint64_t seed);
+                 uint64_t seed, uint64_t step);
 
   // The reduced gradients by parameter name, identical on every rank
   // (views into the arena, valid until the next run).
   std::map<std::string, Tensor>& grads() { return grads_; }
   const parallel::Strategy& strategy() const { return strategy_; }
+  void set_tracing(bool on) { tracing_ = on && trace_; }
+  std::vector<TraceRecord> take_trace() { return std::move(trace_records_); }
 
  private:
   struct Local;  // a lowered program and its executor, per micro-batch rows
@@ -59,6 +68,10 @@ class DataParallelStep {
   // bucket that is now complete (so every rank submits the same jobs in the
   // same order).
   void gradient_ready(int index);
+  // Compression: gradient `index` is final; exchanges it (on the engine
+  // when overlapping) through its compressor.
+  void compress_and_reduce(int index, uint64_t step);
+  bool compressing() const { return !compressors_.empty(); }
 
   nn::Model global_;
   std::vector<std::pair<ValueId, ValueId>> param_grads_;
@@ -71,6 +84,11 @@ class DataParallelStep {
   std::unique_ptr<comm::CommEngine> engine_;  // overlap on, more than one rank
   std::vector<int> missing_;                  // per bucket: gradients not yet final this step
   int next_bucket_ = 0;                       // first bucket not yet submitted
+  std::vector<comm::compression::GradientCompressor> compressors_;  // per gradient (layout order)
+  std::vector<comm::compression::WireStats> wire_;                  // per gradient, this step
+  bool trace_ = false, tracing_ = false;
+  std::vector<TraceRecord> trace_records_;
+  std::vector<Executor::NodeTiming> timings_;
 };
 
 }  // namespace px

@@ -19,6 +19,10 @@ void validate(const TrainOptions& o) {
   if (o.batch < o.ranks)
     fail("batch size {} is smaller than the {} data-parallel ranks: expected at least one row a rank", o.batch,
          o.ranks);
+  if (o.link_gbps < 0) fail("link limit {} Gb/s must be >= 0 (0: unlimited)", o.link_gbps);
+  if (o.inject_delay_rank >= o.ranks)
+    fail("--inject-delay names rank {}, but the job has ranks 0..{}", o.inject_delay_rank, o.ranks - 1);
+  if (o.inject_delay_ms < 0) fail("injected delay {} ms must be >= 0", o.inject_delay_ms);
   if (o.sync.bucket_bytes < 0) fail("bucket size {} bytes must be >= 0", o.sync.bucket_bytes);
   if (o.eval_every < 0 || o.save_every < 0) fail("eval/save intervals must be >= 0");
   if (o.stop_after < 0) fail("stop-after step {} must be >= 0", o.stop_after);

@@ -40,7 +40,11 @@ struct TrainOptions {
   int threads = 1;
   int ranks = 1;                 // data-parallel ranks in this process (under mpirun: the MPI world)
   parallel::GradientSyncOptions sync;  // how gradients are reduced across ranks
+  double link_gbps = 0;          // in-process ranks: each rank's link limited to this many Gb/s (0: off)
+  int inject_delay_rank = -1;    // fault injection: this rank sleeps inject_delay_ms before each step
+  int64_t inject_delay_ms = 0;
   std::string metrics;           // JSON-lines file
+  std::string trace;             // Chrome trace of steps 2-4 (compute and communication per rank)
   std::string save;              // checkpoint directory
   int64_t save_every = 0;        // steps; 0 = only at the end
   std::string resume;            // checkpoint directory to continue from

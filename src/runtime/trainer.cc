@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <thread>
 #include <fstream>
 #include <map>
 
@@ -107,7 +108,11 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     save_checkpoint(o.save, params, optimizer, state);
   };
 
-  DataParallelStep step_runner(task->build(o.batch, true), o.batch, group, o.sync);
+  DataParallelStep step_runner(task->build(o.batch, true), o.batch, group, o.sync, !o.trace.empty());
+  // --trace: steps 2..4 of this run (the first one warms caches and pools up).
+  const int64_t trace_begin = step + 1, trace_end = step + 4;
+  std::vector<TraceRecord> trace;
+  comm::compression::WireStats wire;  // summed over the steps run
   TrainResult result;
   Progress progress(total, step, task->unit(), o.progress_bar, log);
   auto evaluate = [&](int64_t at_step) {
@@ -129,7 +134,13 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     DataBatch batch = task->next_batch(rank, world);
     const int64_t row_offset = shard_rows(o.batch, rank, world).begin;
     const uint64_t seed = splitmix64(o.seed ^ splitmix64(static_cast<uint64_t>(step) * 1024));
-    StepResult out = step_runner.run(params, batch, row_offset, static_cast<int>(o.accumulation), seed);
+    if (rank == o.inject_delay_rank)  // a straggler, for demonstrations (--inject-delay)
+      std::this_thread::sleep_for(std::chrono::milliseconds(o.inject_delay_ms));
+    step_runner.set_tracing(step >= trace_begin && step < trace_end);
+    StepResult out =
+        step_runner.run(params, batch, row_offset, static_cast<int>(o.accumulation), seed, static_cast<uint64_t>(step));
+    wire += out.wire;
+    for (TraceRecord& r : step_runner.take_trace()) trace.push_back(std::move(r));
     result.peak_tensor_bytes = std::max(result.peak_tensor_bytes, out.peak_bytes);
     const double loss = out.loss;
     std::map<std::string, Tensor>& grads = step_runner.grads();
@@ -142,14 +153,21 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
 
     result.losses.push_back(loss);
     result.last_train_loss = loss;
-    metrics.write({{"step", step + 1}, {"train_loss", loss}, {"lr", lr}, {"grad_norm", norm},
-                   {"time_s", progress.elapsed_seconds()}});
+    nlohmann::json line{{"step", step + 1}, {"train_loss", loss}, {"lr", lr}, {"grad_norm", norm},
+                        {"time_s", progress.elapsed_seconds()}};
+    if (world > 1) line["wire_bytes"] = out.wire.bytes_sent;
+    metrics.write(line);
     progress.update(step + 1, loss, o.batch * task->units_per_row());
     bool last = step + 1 == end;
     if (o.eval_every > 0 && (step + 1) % o.eval_every == 0 && !last) evaluate(step + 1);
     if (o.save_every > 0 && (step + 1) % o.save_every == 0 && !last) save(step + 1);
   }
   progress.finish();
+  if (!o.trace.empty()) {
+    write_chrome_trace(o.trace, group, trace);
+    log << fmt::format("wrote a trace of steps {}-{} to '{}' (open it in https://ui.perfetto.dev)\n", trace_begin + 1,
+                       std::min(trace_end, end), o.trace);
+  }
   result.steps = step;
   result.seconds = progress.elapsed_seconds();
   result.evaluation = evaluate(step);
@@ -157,6 +175,15 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   if (!o.save.empty() && lead) log << fmt::format("saved checkpoint to '{}'\n", o.save);
   log << fmt::format("trained {} steps in {:.1f} s; peak tensor memory {:.1f} MiB\n", result.losses.size(),
                      result.seconds, double(result.peak_tensor_bytes) / (1 << 20));
+  if (world > 1 && !result.losses.empty()) {
+    const double n = static_cast<double>(result.losses.size());
+    log << fmt::format("gradient bytes on the wire per step (rank 0): {:.3f} MB; a float32 ring allreduce sends "
+                       "{:.3f} MB ({:.1f}x {})\n",
+                       double(wire.bytes_sent) / n / 1e6, double(wire.dense_bytes) / n / 1e6, wire.reduction(),
+                       o.sync.compression.method == comm::compression::Method::none
+                           ? "- uncompressed"
+                           : "fewer with " + o.sync.compression.to_string());
+  }
   if (o.model == "gpt" && o.sample_tokens > 0 && lead) {
     SampleOptions so{.tokens = o.sample_tokens, .temperature = 0.8, .top_k = 40, .seed = o.seed};
     log << "sample:\n" << o.prompt << sample_text(o.gpt, params, o.prompt, so) << "\n";
@@ -188,6 +215,7 @@ TrainResult train(TrainOptions o, std::ostream& log) {
   if (launched_by_mpirun()) {
     if (!comm::mpi::available())
       fail("parallax was launched by mpirun but built without MPI: rebuild with MPI (libopenmpi-dev)");
+    if (o.link_gbps > 0) fail("--link-gbps limits in-process links; under mpirun the network is real");
     if (o.ranks != 1)
       fail("--ranks {} starts in-process ranks; under mpirun the ranks are the MPI processes (give -np to mpirun)",
            o.ranks);
@@ -206,9 +234,14 @@ TrainResult train(TrainOptions o, std::ostream& log) {
   }
   if (o.ranks == 1) return train_rank(o, nullptr, log);
   std::vector<TrainResult> results(static_cast<size_t>(o.ranks));
-  comm::run_inproc(o.ranks, [&](comm::Communicator& world) {
-    results[static_cast<size_t>(world.rank())] = train_rank(o, &world, world.rank() == 0 ? log : quiet);
-  });
+  comm::InprocOptions inproc;
+  inproc.link_gbps = o.link_gbps;
+  comm::run_inproc(
+      o.ranks,
+      [&](comm::Communicator& world) {
+        results[static_cast<size_t>(world.rank())] = train_rank(o, &world, world.rank() == 0 ? log : quiet);
+      },
+      inproc);
   return results[0];
 }
 

@@ -1,0 +1,28 @@
+// Chrome trace (JSON, opens in Perfetto / chrome://tracing) of compute and
+// communication per rank: one process per rank, a "compute" lane with every
+// graph node run and a "comm" lane with every collective (or slice) the
+// gradient reduction ran. Times are comm::now_us() microseconds.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace px {
+
+struct TraceRecord {
+  enum class Lane { compute = 0, comm = 1 };
+  std::string name;
+  Lane lane = Lane::compute;
+  double start_us = 0;
+  double duration_us = 0;
+  int64_t bytes = 0;  // comm: payload bytes
+  int64_t step = 0;
+};
+
+// Collective over `group` (nullptr: one rank): gathers every rank's records
+// to rank 0, which writes `path` atomically.
+void write_chrome_trace(const std::string& path, comm::Communicator* group, const std::vector<TraceRecord>& mine);
+
+}  // namespace px
