@@ -37,6 +37,11 @@ struct GradientSyncOptions {
   // weight gradient is compressed and exchanged on its own (PowerSGD needs
   // its matrix), instead of in buckets.
   comm::compression::Spec compression;
+  // DGC's momentum correction (Lin et al. 2018) for sparsified gradients:
+  // each rank keeps its own velocity u = m*u + g and compresses u (with
+  // error feedback), zeroing u where an entry was sent; the optimizer then
+  // runs without momentum. 0: off.
+  double local_momentum = 0;
   bool operator==(const GradientSyncOptions&) const = default;
 };
 

@@ -81,6 +81,9 @@ DataParallelStep::Local& DataParallelStep::local_for(int64_t rows) {
       compressors_.emplace_back(spec, gs.count, rows, gs.count / rows, 0x9e3779b9u);
     }
     wire_.resize(compressors_.size());
+    if (strategy_.sync.local_momentum > 0)
+      for (const parallel::GradientSync& gs : slot->program.grads)
+        velocity_.emplace_back(static_cast<size_t>(gs.count), 0.0f);
   }
   return *slot;
 }
@@ -96,7 +99,28 @@ void DataParallelStep::compress_and_reduce(int index, uint64_t step) {
   const parallel::GradientSync& gs = layout().grads[static_cast<size_t>(index)];
   std::span<float> grad(arena_.f32() + gs.offset, static_cast<size_t>(gs.count));
   auto work = [this, index, grad, step](comm::Communicator& comm) {
-    wire_[static_cast<size_t>(index)] = compressors_[static_cast<size_t>(index)].allreduce_sum(comm, grad, step);
+    auto& compressor = compressors_[static_cast<size_t>(index)];
+    if (velocity_.empty()) {
+      wire_[static_cast<size_t>(index)] = compressor.allreduce_sum(comm, grad, step);
+      return;
+    }
+    // Momentum correction: send the velocity; an entry was sent exactly when
+    // the residual after the call differs from (velocity + residual before),
+    // which unsent entries keep bitwise; their momentum is then cleared.
+    std::vector<float>& u = velocity_[static_cast<size_t>(index)];
+    const float m = static_cast<float>(strategy_.sync.local_momentum);
+    std::span<const float> residual = compressor.residual();
+    std::vector<float> kept(grad.size());
+    for (size_t i = 0; i < grad.size(); ++i) {
+      u[i] = m * u[i] + grad[i];
+      grad[i] = u[i];
+      kept[i] = residual.empty() ? u[i] : u[i] + residual[i];
+    }
+    wire_[static_cast<size_t>(index)] = compressor.allreduce_sum(comm, grad, step);
+    residual = compressor.residual();
+    if (residual.size() == u.size())
+      for (size_t i = 0; i < u.size(); ++i)
+        if (residual[i] != kept[i]) u[i] = 0.0f;
   };
   if (engine_) engine_->submit(0, fmt::format("compressed {}", gs.name), work, gs.count * 4);
   else work(*group_);

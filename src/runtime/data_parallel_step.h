@@ -86,6 +86,7 @@ class DataParallelStep {
   int next_bucket_ = 0;                       // first bucket not yet submitted
   std::vector<comm::compression::GradientCompressor> compressors_;  // per gradient (layout order)
   std::vector<comm::compression::WireStats> wire_;                  // per gradient, this step
+  std::vector<std::vector<float>> velocity_;  // per gradient: local momentum (sync.local_momentum)
   bool trace_ = false, tracing_ = false;
   std::vector<TraceRecord> trace_records_;
   std::vector<Executor::NodeTiming> timings_;

@@ -78,6 +78,16 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
 
   nn::Model shape_model = task->build(1, false);
   ParamStore params = ParamStore::initialize(shape_model.graph, o.seed);
+  // Sparsified gradients with SGD momentum: the momentum moves into the
+  // ranks, before compression (DGC momentum correction), and the optimizer
+  // applies the aggregated velocity without momentum of its own.
+  using comm::compression::Method;
+  const Method method = o.sync.compression.method;
+  if (world > 1 && (method == Method::topk || method == Method::threshold) && o.optimizer.kind == "sgd" &&
+      o.optimizer.momentum > 0) {
+    o.sync.local_momentum = o.optimizer.momentum;
+    o.optimizer.momentum = 0;
+  }
   Optimizer optimizer(o.optimizer, params, decay_flags(shape_model.graph));
   int64_t step = 0;
   if (!o.resume.empty()) {
