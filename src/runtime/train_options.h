@@ -18,6 +18,17 @@
 
 namespace px {
 
+// Parameter-server training (docs/parameter_server.md): ranks 0..servers-1
+// hold the parameters and optimizer state in contiguous shards; the other
+// ranks are workers. mode "" trains data-parallel instead.
+struct ParameterServerOptions {
+  std::string mode;            // "" (off), bsp, asp or ssp
+  int servers = 1;             // K shards, one per server rank
+  int staleness = 0;           // ssp: bound s on how many clocks a worker may run ahead of the slowest
+  int slow_worker_ms = 0;      // tests: the last worker sleeps this long before each step
+  bool operator==(const ParameterServerOptions&) const = default;
+};
+
 // "Use the model's default" for integer options (floats use NaN).
 inline constexpr int64_t kModelDefault = std::numeric_limits<int64_t>::min();
 
@@ -40,6 +51,7 @@ struct TrainOptions {
   int threads = 1;
   int ranks = 1;                 // data-parallel ranks in this process (under mpirun: the MPI world)
   parallel::GradientSyncOptions sync;  // how gradients are reduced across ranks
+  ParameterServerOptions ps;     // parameter-server mode instead of data parallelism
   std::string metrics;           // JSON-lines file
   std::string save;              // checkpoint directory
   int64_t save_every = 0;        // steps; 0 = only at the end
