@@ -66,6 +66,15 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--allreduce", *allreduce, "gradient allreduce algorithm: auto (the cost model's pick), ring, "
                                              "halving_doubling, tree, ... (see `parallax bench comm --help`)")
       ->capture_default_str();
+  cmd->add_option("--ps", o.ps.mode, "parameter-server training instead of data parallelism: bsp (synchronous), "
+                                     "asp (asynchronous) or ssp (stale-synchronous, see --staleness); ranks "
+                                     "0..K-1 serve, the rest are workers")
+      ->check(CLI::IsMember({"bsp", "asp", "ssp"}));
+  cmd->add_option("--ps-servers", o.ps.servers, "--ps: K server ranks, each holding 1/K of the parameters")
+      ->capture_default_str();
+  cmd->add_option("--staleness", o.ps.staleness, "--ps ssp: a worker may run at most this many steps ahead of the "
+                                                 "slowest")
+      ->capture_default_str();
   cmd->add_option("--metrics", o.metrics, "write JSON lines (step, train_loss, val_loss, val_accuracy) here");
   cmd->add_option("--trace", o.trace, "write a Chrome trace (Perfetto) of steps 2-4: compute and communication per rank");
   cmd->add_option("--save", o.save, "checkpoint directory (written atomically)");

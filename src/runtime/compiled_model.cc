@@ -23,7 +23,7 @@ CompiledModel::CompiledModel(nn::Model model, bool training) : model_(std::move(
 }
 
 StepOutput CompiledModel::run(const ParamStore& params, const Tensor& inputs, const Tensor& targets,
-                              uint64_t seed) {
+                              uint64_t seed, int64_t row_offset) {
   const Graph& g = model_.graph;
   std::vector<Tensor> bound;
   params.bind(g, bound);
@@ -36,7 +36,7 @@ StepOutput CompiledModel::run(const ParamStore& params, const Tensor& inputs, co
   expect(model_.inputs, inputs, "input");
   expect(model_.targets, targets, "target");
   if (model_.positions != kNoValue) bound[model_.positions] = positions_;
-  std::vector<Tensor> out = executor_->run(bound, {.seed = seed, .row_offset = 0});
+  std::vector<Tensor> out = executor_->run(bound, {.seed = seed, .row_offset = row_offset});
   StepOutput result;
   result.loss = out[0].f32()[0];
   result.peak_bytes = executor_->peak_bytes();

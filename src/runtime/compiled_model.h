@@ -26,7 +26,10 @@ class CompiledModel {
   CompiledModel(nn::Model model, bool training);
   const nn::Model& model() const { return model_; }
   // Runs one batch: inputs (rows, ...) and targets (rows, ...) of the graph's batch size.
-  StepOutput run(const ParamStore& params, const Tensor& inputs, const Tensor& targets, uint64_t seed);
+  // `row_offset` is the batch's first row in a larger global batch (dropout
+  // masks depend on seed and global row, so a shard draws what the whole would).
+  StepOutput run(const ParamStore& params, const Tensor& inputs, const Tensor& targets, uint64_t seed,
+                 int64_t row_offset = 0);
 
  private:
   nn::Model model_;

@@ -4,6 +4,28 @@
 
 namespace px {
 
+static void validate_parameter_server(const TrainOptions& o) {
+  const ParameterServerOptions& ps = o.ps;
+  if (ps.mode.empty()) {
+    if (ps.servers != 1) fail("--ps-servers {} needs a parameter-server mode: give --ps bsp, asp or ssp", ps.servers);
+    if (ps.staleness != 0) fail("--staleness {} needs --ps ssp", ps.staleness);
+    return;
+  }
+  if (ps.mode != "bsp" && ps.mode != "asp" && ps.mode != "ssp")
+    fail("parameter-server mode '{}' is unknown: expected bsp, asp or ssp", ps.mode);
+  if (ps.servers < 1) fail("--ps-servers {} must be >= 1", ps.servers);
+  if (ps.servers >= o.ranks)
+    fail("--ps-servers {} leaves no worker among {} ranks: expected more ranks than servers (e.g. --ranks {})",
+         ps.servers, o.ranks, ps.servers + 1);
+  if (ps.staleness < 0) fail("--staleness {} must be >= 0", ps.staleness);
+  if (ps.staleness != 0 && ps.mode != "ssp")
+    fail("--staleness {} is for --ps ssp; mode '{}' does not take a bound", ps.staleness, ps.mode);
+  if (ps.slow_worker_ms < 0) fail("slow-worker delay {} ms must be >= 0", ps.slow_worker_ms);
+  if (o.save_every > 0)
+    fail("--save-every {} is not supported with --ps {}: parameter-server runs save at the end (or --stop-after)",
+         o.save_every, ps.mode);
+}
+
 void validate(const TrainOptions& o) {
   if (o.model != "mlp" && o.model != "cnn" && o.model != "gpt")
     fail("model '{}' is unknown: expected mlp, cnn or gpt", o.model);
@@ -27,6 +49,7 @@ void validate(const TrainOptions& o) {
   if (o.eval_every < 0 || o.save_every < 0) fail("eval/save intervals must be >= 0");
   if (o.stop_after < 0) fail("stop-after step {} must be >= 0", o.stop_after);
   if (o.eval_batches <= 0) fail("eval batches {} must be positive", o.eval_batches);
+  validate_parameter_server(o);
   validate(o.optimizer);
   validate(o.schedule);
   if (o.model == "gpt") nn::validate(o.gpt);

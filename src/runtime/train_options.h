@@ -18,6 +18,17 @@
 
 namespace px {
 
+// Parameter-server training (docs/parameter_server.md): ranks 0..servers-1
+// hold the parameters and optimizer state in contiguous shards; the other
+// ranks are workers. mode "" trains data-parallel instead.
+struct ParameterServerOptions {
+  std::string mode;            // "" (off), bsp, asp or ssp
+  int servers = 1;             // K shards, one per server rank
+  int staleness = 0;           // ssp: bound s on how many clocks a worker may run ahead of the slowest
+  int slow_worker_ms = 0;      // tests: the last worker sleeps this long before each step
+  bool operator==(const ParameterServerOptions&) const = default;
+};
+
 // "Use the model's default" for integer options (floats use NaN).
 inline constexpr int64_t kModelDefault = std::numeric_limits<int64_t>::min();
 
@@ -43,6 +54,7 @@ struct TrainOptions {
   double link_gbps = 0;          // in-process ranks: each rank's link limited to this many Gb/s (0: off)
   int inject_delay_rank = -1;    // fault injection: this rank sleeps inject_delay_ms before each step
   int64_t inject_delay_ms = 0;
+  ParameterServerOptions ps;     // parameter-server mode instead of data parallelism
   std::string metrics;           // JSON-lines file
   std::string trace;             // Chrome trace of steps 2-4 (compute and communication per rank)
   std::string save;              // checkpoint directory

@@ -14,6 +14,7 @@
 #include "comm/backends.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data_parallel_step.h"
+#include "runtime/parameter_server.h"
 #include "runtime/compiled_model.h"
 #include "runtime/progress.h"
 #include "runtime/sampling.h"
@@ -233,7 +234,9 @@ TrainResult train(TrainOptions o, std::ostream& log) {
     comm::Communicator& world = comm::mpi::world();
     TrainResult result;
     try {
-      result = train_rank(o, world.size() > 1 ? &world : nullptr, world.rank() == 0 ? log : quiet);
+      std::ostream& rank_log = world.rank() == 0 ? log : quiet;
+      result = o.ps.mode.empty() ? train_rank(o, world.size() > 1 ? &world : nullptr, rank_log)
+                                 : train_parameter_server(o, world, rank_log);
     } catch (const Error& e) {
       // The other ranks would wait for this one until their timeout: end the job now.
       std::cerr << fmt::format("error: rank {}: {}\n", world.rank(), e.what());
@@ -242,14 +245,16 @@ TrainResult train(TrainOptions o, std::ostream& log) {
     comm::mpi::finalize();
     return result;
   }
-  if (o.ranks == 1) return train_rank(o, nullptr, log);
+  if (o.ranks == 1 && o.ps.mode.empty()) return train_rank(o, nullptr, log);
   std::vector<TrainResult> results(static_cast<size_t>(o.ranks));
   comm::InprocOptions inproc;
   inproc.link_gbps = o.link_gbps;
   comm::run_inproc(
       o.ranks,
       [&](comm::Communicator& world) {
-        results[static_cast<size_t>(world.rank())] = train_rank(o, &world, world.rank() == 0 ? log : quiet);
+        std::ostream& rank_log = world.rank() == 0 ? log : quiet;
+        results[static_cast<size_t>(world.rank())] =
+            o.ps.mode.empty() ? train_rank(o, &world, rank_log) : train_parameter_server(o, world, rank_log);
       },
       inproc);
   return results[0];

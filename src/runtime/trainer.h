@@ -18,6 +18,7 @@ struct TrainResult {
   double seconds = 0;
   int64_t peak_tensor_bytes = 0;
   std::vector<double> losses;  // per step run in this call
+  int64_t max_staleness = 0;   // parameter-server modes: the most clocks a worker's parameters lagged behind
 };
 
 // Runs the whole job described by `options`; progress and results go to `log`.

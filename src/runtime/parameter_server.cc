@@ -1,0 +1,219 @@
+#include "runtime/parameter_server.h"
+
+#include <cstring>
+#include <fstream>
+
+#include "runtime/checkpoint.h"
+#include "runtime/parameter_server/poll.h"
+#include "runtime/parameter_server/server.h"
+#include "runtime/parameter_server/shard_optimizer.h"
+#include "runtime/parameter_server/worker.h"
+#include "runtime/progress.h"
+
+namespace px {
+namespace {
+
+using ps::Layout;
+
+std::map<std::string, bool> decay_flags(const Graph& g) {
+  std::map<std::string, bool> out;
+  for (ValueId p : g.params()) out[g.value(p).name] = g.value(p).weight_decay;
+  return out;
+}
+
+// Server j > 0 sends its shard to rank 0: a GatherHeader, then one message of
+// (1 + slots) x count floats: parameters, then each optimizer slot.
+void send_shard(comm::Communicator& comm, const ps::ShardOptimizer& shard) {
+  ps::GatherHeader header{.updates = shard.updates()};
+  std::vector<float> values(shard.params().begin(), shard.params().end());
+  for (const auto& slot : shard.slots()) values.insert(values.end(), slot.begin(), slot.end());
+  comm::Request requests[] = {comm.isend(0, ps::kGatherHeader, &header, sizeof(header)),
+                              comm.isend(0, ps::kGatherTensors, values.data(), values.size() * sizeof(float))};
+  for (comm::Request& request : requests) ps::await(comm, request, "rank 0 to gather the final parameters");
+}
+
+// Rank 0: every server's shard into flat (N) parameters and (slots, N) optimizer state.
+struct Gathered {
+  std::vector<float> params;
+  std::vector<std::vector<float>> slots;
+  int64_t updates = 0;
+};
+
+Gathered gather_shards(comm::Communicator& comm, const Layout& layout, const ps::ShardOptimizer& own) {
+  const size_t slot_count = own.slots().size();
+  Gathered out{.params = std::vector<float>(static_cast<size_t>(layout.params)),
+               .slots = std::vector<std::vector<float>>(slot_count, std::vector<float>(static_cast<size_t>(layout.params))),
+               .updates = own.updates()};
+  auto place = [&](comm::Block shard, const float* values) {
+    const size_t count = static_cast<size_t>(shard.count);
+    std::memcpy(out.params.data() + shard.begin, values, count * sizeof(float));
+    for (size_t s = 0; s < slot_count; ++s)
+      std::memcpy(out.slots[s].data() + shard.begin, values + (s + 1) * count, count * sizeof(float));
+  };
+  std::vector<float> mine(own.params().begin(), own.params().end());
+  for (const auto& slot : own.slots()) mine.insert(mine.end(), slot.begin(), slot.end());
+  place(own.slice(), mine.data());
+  for (int j = 1; j < layout.servers; ++j) {
+    const comm::Block shard = layout.shard(j);
+    ps::GatherHeader header;
+    std::vector<float> values(static_cast<size_t>(shard.count) * (1 + slot_count));
+    comm::Request requests[] = {comm.irecv(j, ps::kGatherHeader, &header, sizeof(header)),
+                                comm.irecv(j, ps::kGatherTensors, values.data(), values.size() * sizeof(float))};
+    for (comm::Request& request : requests)
+      ps::await(comm, request, fmt::format("server rank {}'s final shard", j));
+    PX_CHECK_EQ(header.updates, out.updates);  // every server applies every push
+    place(shard, values.data());
+  }
+  return out;
+}
+
+// Writes the gathered flat state back into a ParamStore and a full Optimizer.
+void unflatten(const Gathered& gathered, ParamStore& params, Optimizer& optimizer) {
+  std::vector<int64_t> offsets = ps::flat_offsets(params);
+  NamedTensors state = optimizer.state();  // (param, slot) in ParamStore order: names and shapes
+  const size_t slot_count = gathered.slots.size();
+  SafetensorsFile file{.path = "(the servers' gathered optimizer state)", .tensors = {}, .metadata = {}};
+  for (size_t t = 0; t < offsets.size(); ++t) {
+    Tensor& value = params.at(params.names()[t]);
+    const size_t bytes = static_cast<size_t>(value.numel()) * sizeof(float);
+    std::memcpy(value.f32(), gathered.params.data() + offsets[t], bytes);
+    for (size_t s = 0; s < slot_count; ++s) {
+      const auto& [name, like] = state[t * slot_count + s];
+      Tensor slot = Tensor::empty(like.shape());
+      std::memcpy(slot.f32(), gathered.slots[s].data() + offsets[t], bytes);
+      file.tensors.emplace_back(name, slot);
+    }
+  }
+  optimizer.load_state(file, gathered.updates);
+}
+
+void send_data_state(comm::Communicator& comm, const nlohmann::json& state) {
+  const std::string text = state.dump();
+  const int64_t size = static_cast<int64_t>(text.size());
+  comm::Request requests[] = {comm.isend(0, ps::kDataStateSize, &size, sizeof(size)),
+                              comm.isend(0, ps::kDataState, text.data(), text.size())};
+  for (comm::Request& request : requests) ps::await(comm, request, "rank 0 to take the data-order state");
+}
+
+nlohmann::json receive_data_state(comm::Communicator& comm, int from) {
+  int64_t size = 0;
+  comm::Request request = comm.irecv(from, ps::kDataStateSize, &size, sizeof(size));
+  ps::await(comm, request, "the first worker's data-order state");
+  std::string text(static_cast<size_t>(size), '\0');
+  request = comm.irecv(from, ps::kDataState, text.data(), text.size());
+  ps::await(comm, request, "the first worker's data-order state");
+  return nlohmann::json::parse(text);
+}
+
+}  // namespace
+
+TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, std::ostream& log) {
+  // A private tag space: the protocol's fixed tags never meet another user's.
+  comm::Communicator comm = world.split(0, world.rank());
+  const int rank = comm.rank();
+  Checkpoint resumed;
+  if (!o.resume.empty()) {
+    resumed = load_checkpoint(o.resume);
+    apply_model_json(resumed.state.at("config"), o);
+  }
+  o.ranks = comm.size();
+  validate(o);
+  std::unique_ptr<Task> task = make_task(o);
+  const int64_t total = o.steps > 0 ? o.steps : o.epochs * task->steps_per_epoch();
+  o.schedule.total = total;
+
+  nn::Model shape_model = task->build(1, false);
+  const std::map<std::string, bool> decays = decay_flags(shape_model.graph);
+  ParamStore params = ParamStore::initialize(shape_model.graph, o.seed);
+  Optimizer optimizer(o.optimizer, params, decays);
+  int64_t start = 0;
+  if (!o.resume.empty()) {
+    params.load(resumed.model);
+    start = resumed.state.at("step").get<int64_t>();
+    optimizer.load_state(resumed.optimizer, resumed.state.at("optimizer_steps").get<int64_t>());
+    task->restore_data_state(resumed.state.at("data"));
+    log << fmt::format("resumed from '{}' at step {}\n", o.resume, start);
+  }
+  const int64_t end = o.stop_after > 0 ? std::min(o.stop_after, total) : total;
+  const Layout layout{.servers = o.ps.servers, .workers = comm.size() - o.ps.servers, .params = params.count()};
+  log << fmt::format(
+      "model {} with {} parameters; {} steps of global batch {}; parameter server ({}{}): {} server{}, {} workers "
+      "({}); threads {}\n",
+      o.model, params.count(), total, o.batch, o.ps.mode,
+      o.ps.mode == "ssp" ? fmt::format(", staleness {}", o.ps.staleness) : "", layout.servers,
+      layout.servers > 1 ? "s" : "", layout.workers, comm.backend(), o.threads);
+
+  TrainResult result;
+  if (!layout.is_server(rank)) {
+    const int worker = layout.worker_of(rank);
+    ps::Worker runner(comm, layout, *task, params,
+                      {.start_clock = start, .end_clock = end, .global_batch = o.batch, .grad_clip = o.grad_clip,
+                       .seed = o.seed, .slow_ms = worker == layout.workers - 1 ? o.ps.slow_worker_ms : 0});
+    ps::WorkerStats stats = runner.run();
+    if (worker == 0) send_data_state(comm, task->data_state());
+    result.steps = end;
+    result.max_staleness = stats.max_staleness;
+    result.peak_tensor_bytes = stats.peak_tensor_bytes;
+    return result;
+  }
+
+  ps::ShardOptimizer shard(o.optimizer, params, optimizer, decays, layout.shard(rank));
+  ps::Server server(comm, layout, shard,
+                    {.mode = o.ps.mode, .staleness = o.ps.staleness, .start_clock = start, .end_clock = end,
+                     .global_batch = o.batch, .schedule = o.schedule});
+  const bool lead = rank == 0;
+  std::ofstream metrics;
+  if (lead && !o.metrics.empty()) {
+    metrics.open(o.metrics, o.resume.empty() ? std::ios::trunc : std::ios::app);
+    if (!metrics) fail("cannot open metrics file '{}' for writing", o.metrics);
+  }
+  Progress progress(total, start, task->unit(), o.progress_bar, log);
+  server.run([&](int64_t clock, double loss) {
+    if (!lead) return;
+    if (!std::isfinite(loss)) fail("training diverged at step {}: loss is {}", clock + 1, loss);
+    result.losses.push_back(loss);
+    result.last_train_loss = loss;
+    if (metrics.is_open())
+      metrics << nlohmann::json{{"step", clock + 1}, {"train_loss", loss}, {"lr", o.schedule.at(clock)},
+                                {"time_s", progress.elapsed_seconds()}}.dump()
+              << "\n" << std::flush;
+    progress.update(clock + 1, loss, o.batch * task->units_per_row());
+  });
+  progress.finish();
+  result.steps = end;
+  result.seconds = progress.elapsed_seconds();
+  result.max_staleness = server.max_staleness();
+  if (!lead) {
+    send_shard(comm, shard);
+    return result;
+  }
+
+  unflatten(gather_shards(comm, layout, shard), params, optimizer);
+  task->restore_data_state(receive_data_state(comm, layout.rank_of_worker(0)));
+  Evaluation e = task->evaluate(params);
+  result.evaluation = e;
+  nlohmann::json line{{"step", end}, {"val_loss", e.loss}};
+  std::string text = fmt::format("eval at step {}: val_loss {:.4f}", end, e.loss);
+  if (e.accuracy >= 0) {
+    line["val_accuracy"] = e.accuracy;
+    text += fmt::format(", val_accuracy {:.2f}%", 100 * e.accuracy);
+  }
+  if (metrics.is_open()) metrics << line.dump() << "\n" << std::flush;
+  log << text << "\n";
+  if (!o.save.empty()) {
+    nlohmann::json state{{"step", end},
+                         {"config", model_json(o)},
+                         {"data", task->data_state()},
+                         {"optimizer", o.optimizer.kind},
+                         {"optimizer_steps", optimizer.steps()},
+                         {"ranks", comm.size()},
+                         {"parameter_server", o.ps.mode}};
+    save_checkpoint(o.save, params, optimizer, state);
+    log << fmt::format("saved checkpoint to '{}'\n", o.save);
+  }
+  log << fmt::format("trained {} steps in {:.1f} s; largest staleness a worker computed with: {}\n",
+                     result.losses.size(), result.seconds, result.max_staleness);
+  return result;
+}
+
+}  // namespace px

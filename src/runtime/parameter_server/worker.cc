@@ -1,0 +1,108 @@
+#include "runtime/parameter_server/worker.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "core/rng.h"
+#include "data/sampler.h"
+#include "kernels/elementwise.h"
+#include "runtime/parameter_server/poll.h"
+#include "runtime/parameter_server/shard_optimizer.h"
+
+namespace px::ps {
+
+Worker::Worker(comm::Communicator& comm, const Layout& layout, Task& task, ParamStore& params, WorkerConfig config)
+    : comm_(comm),
+      layout_(layout),
+      worker_(layout.worker_of(comm.rank())),
+      task_(task),
+      params_(params),
+      config_(config),
+      offsets_(flat_offsets(params)) {
+  arena_ = Tensor::zeros({layout_.params});
+  for (size_t t = 0; t < offsets_.size(); ++t) {
+    Tensor& tensor = params_.at(params_.names()[t]);
+    Tensor view = arena_.slice_rows(offsets_[t], offsets_[t] + tensor.numel()).reshape(tensor.shape());
+    view.copy_from(tensor);
+    tensor = view;
+  }
+  gradient_.resize(static_cast<size_t>(layout_.params));
+}
+
+CompiledModel& Worker::model_for(int64_t rows) {
+  auto& slot = models_[rows];
+  if (!slot) slot = std::make_unique<CompiledModel>(task_.build(rows, true), true);
+  return *slot;
+}
+
+void Worker::pull(int64_t clock) {
+  const size_t servers = static_cast<size_t>(layout_.servers);
+  std::vector<PullRequest> requests(servers, PullRequest{clock});
+  std::vector<PullHeader> headers(servers);
+  std::vector<comm::Request> pending;
+  for (int j = 0; j < layout_.servers; ++j) {
+    const comm::Block shard = layout_.shard(j);
+    pending.push_back(comm_.isend(j, kPullRequest, &requests[static_cast<size_t>(j)], sizeof(PullRequest)));
+    pending.push_back(comm_.irecv(j, kPullHeader, &headers[static_cast<size_t>(j)], sizeof(PullHeader)));
+    pending.push_back(comm_.irecv(j, kPullParams, arena_.f32() + shard.begin,
+                                  static_cast<size_t>(shard.count) * sizeof(float)));
+  }
+  for (comm::Request& request : pending)
+    await(comm_, request, fmt::format("server rank {}'s parameters for clock {}", request.peer, clock));
+  for (const PullHeader& header : headers)
+    stats_.max_staleness = std::max(stats_.max_staleness, clock - header.complete_clocks);
+}
+
+void Worker::compute_and_push(int64_t clock) {
+  DataBatch batch = task_.next_batch(worker_, layout_.workers);
+  const int64_t rows = batch.rows();
+  // The previous push reads gradient_ and push_header_ until its sends are done.
+  for (comm::Request& request : push_sends_) await(comm_, request, "a server to take a pushed gradient");
+  push_sends_.clear();
+  double weighted_loss = 0;
+  if (rows == 0) {
+    std::fill(gradient_.begin(), gradient_.end(), 0.0f);
+  } else {
+    const uint64_t seed = splitmix64(config_.seed ^ splitmix64(static_cast<uint64_t>(clock) * 1024));
+    const int64_t row_offset = shard_rows(config_.global_batch, worker_, layout_.workers).begin;
+    StepOutput out = model_for(rows).run(params_, batch.inputs, batch.targets, seed, row_offset);
+    stats_.peak_tensor_bytes = std::max(stats_.peak_tensor_bytes, out.peak_bytes);
+    if (!std::isfinite(out.loss))
+      fail("training diverged at step {} on worker {}: loss is {} (lower the learning rate or enable --grad-clip)",
+           clock + 1, worker_, out.loss);
+    double squares = 0;
+    for (const auto& [name, g] : out.grads) squares += kernels::sum_squares(g.numel(), g.f32());
+    const double norm = std::sqrt(squares);
+    const double share = double(rows) / double(config_.global_batch);
+    double scale = share;
+    if (config_.grad_clip > 0 && norm > config_.grad_clip) scale *= config_.grad_clip / (norm + 1e-6);
+    for (size_t t = 0; t < offsets_.size(); ++t) {
+      const Tensor& g = out.grads.at(params_.names()[t]);
+      kernels::scale(g.numel(), static_cast<float>(scale), g.f32(), gradient_.data() + offsets_[t]);
+    }
+    weighted_loss = double(out.loss) * share;
+  }
+  push_header_ = {.clock = clock, .rows = rows, .weighted_loss = weighted_loss,
+                  .max_staleness = stats_.max_staleness};
+  for (int j = 0; j < layout_.servers; ++j) {
+    const comm::Block shard = layout_.shard(j);
+    push_sends_.push_back(comm_.isend(j, kPushHeader, &push_header_, sizeof(PushHeader)));
+    push_sends_.push_back(comm_.isend(j, kPushGradient, gradient_.data() + shard.begin,
+                                      static_cast<size_t>(shard.count) * sizeof(float)));
+  }
+}
+
+WorkerStats Worker::run() {
+  for (int64_t clock = config_.start_clock; clock < config_.end_clock; ++clock) {
+    if (config_.slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(config_.slow_ms));
+    pull(clock);
+    compute_and_push(clock);
+  }
+  for (comm::Request& request : push_sends_) await(comm_, request, "a server to take the last pushed gradient");
+  push_sends_.clear();
+  return stats_;
+}
+
+}  // namespace px::ps
