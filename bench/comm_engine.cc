@@ -1,17 +1,18 @@
 // Overlap of gradient communication with compute, on in-process ranks over a
 // bandwidth-limited link: a synthetic model of L layers whose forward and
 // backward are sleeps (or busy loops with --busy), each backward layer
-// releasing its gradients (a weight and a small bias). Three schedules:
+// releasing its gradients (a weight and a few small tensors). Three schedules:
 //   none    : backward, then every bucket allreduced, then the next forward
 //   buckets : buckets allreduced as their gradients become ready (DDP-style);
 //             the next forward starts when all are done
-//   p3      : one job per tensor, priority = layer, sliced; the next
-//             forward's layer i waits only for layer i's gradients (P3)
+//   p3      : buckets that never span two layers, priority = layer, run in
+//             slices, so a later, more urgent bucket preempts; the next
+//             forward's layer i waits only for layer i's buckets (P3)
 // Prints step times (mean of --steps after one warm-up step, rank 0) and
 // ratios, and how much of the communication ran under backward compute.
-//   px_bench_comm_engine [--ranks 4] [--gbps 1] [--layers 8] [--layer-mib 1.15]
+//   px_bench_comm_engine [--ranks 4] [--gbps 1] [--layers 8] [--layer-mib 1.15] [--small-per-layer 4]
 //                        [--forward-ms 5] [--backward-ms 10] [--bucket 2M] [--slice 256K]
-//                        [--steps 5] [--busy] [--sweep-buckets]
+//                        [--steps 5] [--busy] [--algorithm ring] [--sweep-buckets]
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -32,12 +33,14 @@ struct Config {
   double gbps = 1.0;
   int layers = 8;
   double layer_mib = 1.15;  // weight gradient per layer
+  int small_per_layer = 4;  // small tensors per layer (biases, norms): 768 floats each
   double forward_ms = 5, backward_ms = 10;  // per layer
   int64_t bucket_bytes = kDefaultBucketBytes;
   int64_t slice_bytes = 256 << 10;
   int steps = 5;
   bool busy = false;
   bool sweep_buckets = false;
+  Algorithm algorithm = Algorithm::ring;
 };
 
 enum class Schedule { none, buckets, p3 };
@@ -62,20 +65,22 @@ void compute(double ms, bool busy) {
     for (int i = 0; i < 1000; ++i) x = x * 1.0000001 + 1e-9;
 }
 
-// Gradients in backward order: layer L-1's weight, its bias, ..., layer 0's.
-// The arena is laid out in forward order, so backward walks it backwards.
+// Gradients in backward order: layer L-1's small tensors, its weight, ...,
+// layer 0's. The arena is laid out in forward order (each layer: weight, then
+// its small tensors), so backward walks it backwards.
 struct Model {
   std::vector<GradientSlot> slots;
   int64_t elements = 0;
 };
 Model make_model(const Config& c) {
   const int64_t weight = static_cast<int64_t>(c.layer_mib * (1 << 20) / sizeof(float));
-  const int64_t bias = 1024;
+  const int64_t small = 768, per_layer = weight + c.small_per_layer * small;
   Model m;
-  m.elements = c.layers * (weight + bias);
+  m.elements = c.layers * per_layer;
   for (int layer = c.layers - 1; layer >= 0; --layer) {
-    const int64_t base = layer * (weight + bias);
-    m.slots.push_back({fmt::format("l{}.b", layer), base + weight, bias, layer});
+    const int64_t base = layer * per_layer;
+    for (int k = c.small_per_layer - 1; k >= 0; --k)
+      m.slots.push_back({fmt::format("l{}.s{}", layer, k), base + weight + k * small, small, layer});
     m.slots.push_back({fmt::format("l{}.w", layer), base, weight, layer});
   }
   return m;
@@ -84,6 +89,8 @@ Model make_model(const Config& c) {
 struct Result {
   double step_ms = 0;
   double under_backward = 0;  // share of communication time inside backward
+  double comm_ms = 0;         // communication per step (sum of slice times)
+  int64_t rounds = 0;         // agreement rounds per step
 };
 
 // Length of the intersection of [a0, a1) with a union of sorted intervals.
@@ -103,11 +110,12 @@ Result run_schedule(const Config& c, Schedule schedule) {
         EngineOptions engine_options{
             .slice_bytes = schedule == Schedule::p3 ? c.slice_bytes : 0,
             .trace = true,
-            .collective = {.algorithm = Algorithm::ring}};
+            .collective = {.algorithm = c.algorithm}};
         CommEngine engine(world, engine_options);
+        const int per_layer = c.small_per_layer + 1;  // tensors
         std::vector<float> arena(model.elements, 1.0f);
-        GradientBuckets buckets(engine, arena, model.slots,
-                                schedule == Schedule::p3 ? 0 : c.bucket_bytes, Reduction::avg);
+        GradientBuckets buckets(engine, arena, model.slots, c.bucket_bytes, Reduction::avg,
+                                /*mix_priorities=*/schedule != Schedule::p3);
         std::vector<std::pair<double, double>> backward_spans;
         double start = 0;
         for (int step = 0; step <= c.steps; ++step) {
@@ -118,25 +126,22 @@ Result run_schedule(const Config& c, Schedule schedule) {
           }
           // Forward: layer i needs layer i's parameters, i.e. last step's gradients.
           for (int layer = 0; layer < c.layers; ++layer) {
-            if (schedule == Schedule::p3 && step > 0) {
-              buckets.wait_for(2 * (c.layers - 1 - layer));      // bias
-              buckets.wait_for(2 * (c.layers - 1 - layer) + 1);  // weight
-            }
+            if (schedule == Schedule::p3 && step > 0)
+              for (int t = 0; t < per_layer; ++t)
+                buckets.wait_for(per_layer * (c.layers - 1 - layer) + t);
             compute(c.forward_ms, c.busy);
           }
           if (schedule == Schedule::p3 && step > 0) buckets.wait();
           const double backward_start = now_us();
           for (int layer = c.layers - 1; layer >= 0; --layer) {
             compute(c.backward_ms, c.busy);
-            const int index = 2 * (c.layers - 1 - layer);
-            if (schedule != Schedule::none) {
-              buckets.ready(index);
-              buckets.ready(index + 1);
-            }
+            if (schedule != Schedule::none)
+              for (int t = 0; t < per_layer; ++t)
+                buckets.ready(per_layer * (c.layers - 1 - layer) + t);
           }
           if (step > 0) backward_spans.emplace_back(backward_start, now_us());
           if (schedule == Schedule::none)
-            for (int i = 0; i < 2 * c.layers; ++i) buckets.ready(i);
+            for (int i = 0; i < per_layer * c.layers; ++i) buckets.ready(i);
           if (schedule != Schedule::p3) buckets.wait();
         }
         if (schedule == Schedule::p3) buckets.wait();
@@ -149,6 +154,8 @@ Result run_schedule(const Config& c, Schedule schedule) {
           under += overlap(e.start_us, e.start_us + e.duration_us, backward_spans);
         }
         result.under_backward = comm > 0 ? under / comm : 0;
+        result.comm_ms = comm / 1000.0 / c.steps;
+        result.rounds = engine.agreement_rounds() / (c.steps + 1);
       },
       options);
   return result;
@@ -160,18 +167,20 @@ void compare(const Config& c) {
   const double ring_ms = 2.0 * (c.ranks - 1) / c.ranks * grad_mib * (1 << 20) * 8 / (c.gbps * 1e9) * 1e3;
   fmt::print("# {} in-process ranks, link {} Gb/s, {} layers, {:.2f} MiB of gradients "
              "(ring allreduce of all: >= {:.0f} ms), forward {:.0f} ms, backward {:.0f} ms, "
-             "compute by {}, bucket {} KiB, P3 slice {} KiB\n",
+             "compute by {}, bucket {} KiB, P3 slice {} KiB, {} allreduce\n",
              c.ranks, c.gbps, c.layers, grad_mib, ring_ms, c.forward_ms * c.layers,
              c.backward_ms * c.layers, c.busy ? "busy loops" : "sleeping", c.bucket_bytes >> 10,
-             c.slice_bytes >> 10);
+             c.slice_bytes >> 10, algorithm_name(c.algorithm));
   Result none = run_schedule(c, Schedule::none);
   Result buckets = run_schedule(c, Schedule::buckets);
   Result p3 = run_schedule(c, Schedule::p3);
-  fmt::print("{:<10} {:>10} {:>10} {:>22}\n", "schedule", "step ms", "vs none", "comm under backward");
+  fmt::print("{:<10} {:>10} {:>10} {:>14} {:>10} {:>22}\n", "schedule", "step ms", "vs none",
+             "comm ms/step", "rounds", "comm under backward");
   for (auto [schedule, r] : {std::pair{Schedule::none, none}, std::pair{Schedule::buckets, buckets},
                              std::pair{Schedule::p3, p3}})
-    fmt::print("{:<10} {:>10.1f} {:>10.2f} {:>21.0f}%\n", schedule_name(schedule), r.step_ms,
-               r.step_ms / none.step_ms, 100 * r.under_backward);
+    fmt::print("{:<10} {:>10.1f} {:>10.2f} {:>14.1f} {:>10} {:>21.0f}%\n",
+               schedule_name(schedule), r.step_ms, r.step_ms / none.step_ms, r.comm_ms, r.rounds,
+               100 * r.under_backward);
   fmt::print("p3 / buckets: {:.2f}\n", p3.step_ms / buckets.step_ms);
 }
 
@@ -211,12 +220,14 @@ int main(int argc, char** argv) {
       else if (arg == "--gbps") c.gbps = std::stod(value());
       else if (arg == "--layers") c.layers = std::stoi(value());
       else if (arg == "--layer-mib") c.layer_mib = std::stod(value());
+      else if (arg == "--small-per-layer") c.small_per_layer = std::stoi(value());
       else if (arg == "--forward-ms") c.forward_ms = std::stod(value());
       else if (arg == "--backward-ms") c.backward_ms = std::stod(value());
       else if (arg == "--bucket") c.bucket_bytes = parse_size(value());
       else if (arg == "--slice") c.slice_bytes = parse_size(value());
       else if (arg == "--steps") c.steps = std::stoi(value());
       else if (arg == "--busy") c.busy = true;
+      else if (arg == "--algorithm") c.algorithm = algorithm_from_name(value());
       else if (arg == "--sweep-buckets") c.sweep_buckets = true;
       else px::fail("unknown argument '{}' (see the header of bench/comm_engine.cc)", arg);
     }

@@ -139,12 +139,9 @@ std::vector<Observation> observations(const CostModel& model, const std::vector<
 
 // Where the cliff may sit (working set p · n, MiB) and how sharp it may be:
 // around the 32 MiB L3, which other tenants share, in steps fine enough
-// for the 1.5x sizes between tuned ones (at 4 ranks one cliff spanned
-// p · n = 12..24 MiB, exponent 6-8; at 2 ranks 16..32 MiB); and down to the
-// 1 MiB L2 per core, where algorithms that send the whole buffer at once
-// (naive, parameter servers, recursive doubling) jumped 2-3x at 1 MiB.
-constexpr double kCacheGridMib[] = {1,  1.5, 2,  3,  4,  6,  8,  10, 12,
-                                    14, 16,  18, 20, 24, 28, 32, 40, 48};
+// for the 1.5x sizes between tuned ones. At 4 ranks one cliff spanned
+// p · n = 12..24 MiB (exponent 6-8); at 2 ranks 16..32 MiB.
+constexpr double kCacheGridMib[] = {6, 8, 10, 12, 14, 16, 18, 20, 24, 28, 32, 40, 48};
 constexpr double kCliffGrid[] = {2, 3, 4, 6, 8};
 
 }  // namespace

@@ -1,7 +1,5 @@
 #include "comm/engine/agreement.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -13,12 +11,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Polls `request` until done: a few yields first (peers are usually close
-// behind), then sleeps doubling from 20 us to 1 ms, so a rank waiting for a
-// peer that is still computing costs no CPU.
+// Polls `request` until done, sleeping between polls: 10 us doubling up to
+// 1 ms, so a rank waiting for a peer that is still computing costs no CPU.
+// Sleeps, not yields: when ranks outnumber cores a yield hands the core to a
+// computing thread until the next scheduler tick (4 ms), a sleep's wake-up
+// preempts it.
 void wait_sleeping(Communicator& comm, Request& request, int peer, Clock::time_point start) {
-  auto sleep = std::chrono::microseconds(20);
-  for (int polls = 0;; ++polls) {
+  auto sleep = std::chrono::microseconds(10);
+  for (;;) {
     bool done = false;
     try {
       done = comm.transport().test(request);
@@ -32,12 +32,8 @@ void wait_sleeping(Communicator& comm, Request& request, int peer, Clock::time_p
       fail("agreement round on rank {}: {} did not announce its jobs within the {} ms timeout "
            "(does it submit fewer jobs, or has it stopped?)",
            comm.rank(), comm.peer_name(peer), comm.timeout().count());
-    if (polls < 16) {
-      sched_yield();
-    } else {
-      std::this_thread::sleep_for(sleep);
-      sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
-    }
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
   }
   request.done = true;
 }

@@ -1,5 +1,9 @@
 #include "comm/engine/comm_engine.h"
 
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <utility>
 
@@ -163,6 +167,11 @@ int64_t CommEngine::agreement_rounds() const {
 }
 
 void CommEngine::progress_loop() {
+  // This thread sleeps whenever it waits (agreement rounds, limited links):
+  // a 1 ns timer slack makes those sleeps end ~30 us late instead of ~100 us.
+  prctl(PR_SET_TIMERSLACK, 1UL);
+  if (options_.progress_nice != 0)
+    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), options_.progress_nice);
   for (;;) {
     {
       std::unique_lock lock(mutex_);

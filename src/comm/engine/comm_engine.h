@@ -46,6 +46,12 @@ struct EngineOptions {
   // (InprocOptions::link_gbps) pick ring or halving_doubling: the cost model
   // does not know the limit.
   CollectiveOptions collective = {};
+  // Nice value of the progress thread (Linux; needs CAP_SYS_NICE to go below
+  // 0, silently kept at the caller's otherwise). It sleeps most of the time,
+  // but when ranks outnumber cores and compute saturates them, every
+  // wake-up of a nice-0 progress thread waits behind compute for a slice
+  // (P3 measured 1.25x slower than buckets at nice 0; see docs/comm_engine.md).
+  int progress_nice = -10;
   bool operator==(const EngineOptions&) const = default;
 };
 

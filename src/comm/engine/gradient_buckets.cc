@@ -8,7 +8,7 @@ namespace px::comm {
 
 GradientBuckets::GradientBuckets(CommEngine& engine, std::span<float> arena,
                                  std::vector<GradientSlot> grads, int64_t bucket_bytes,
-                                 Reduction op)
+                                 Reduction op, bool mix_priorities)
     : engine_(engine), arena_(arena), grads_(std::move(grads)), op_(op) {
   const int64_t bucket_elements = bucket_bytes / static_cast<int64_t>(sizeof(float));
   for (int i = 0; i < static_cast<int>(grads_.size()); ++i) {
@@ -20,7 +20,8 @@ GradientBuckets::GradientBuckets(CommEngine& engine, std::span<float> arena,
     if (!buckets_.empty() && bucket_elements > 0) {
       GradientBucket& b = buckets_.back();
       const bool adjacent = g.offset == b.offset + b.count || g.offset + g.count == b.offset;
-      joins = adjacent && b.count + g.count <= bucket_elements;
+      joins = adjacent && b.count + g.count <= bucket_elements &&
+              (mix_priorities || g.priority == grads_[b.first].priority);
     }
     if (joins) {
       GradientBucket& b = buckets_.back();
@@ -29,7 +30,7 @@ GradientBuckets::GradientBuckets(CommEngine& engine, std::span<float> arena,
       b.last = i;
       b.priority = std::min(b.priority, g.priority);
     } else {
-      buckets_.push_back({.offset = g.offset, .count = g.count, .first = i, .last = i,
+      buckets_.push_back({.name = {}, .offset = g.offset, .count = g.count, .first = i, .last = i,
                           .priority = g.priority});
     }
     bucket_of_.push_back(static_cast<int>(buckets_.size()) - 1);

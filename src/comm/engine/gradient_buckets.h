@@ -45,9 +45,13 @@ struct GradientBucket {
 class GradientBuckets {
  public:
   // grads: in the order backward produces them; every rank passes the same
-  // list. bucket_bytes 0: one bucket per gradient.
+  // list. bucket_bytes 0: one bucket per gradient. mix_priorities false:
+  // gradients of different priorities never share a bucket (P3: one layer's
+  // small tensors fuse, layers stay apart so the next forward waits for its
+  // own layer only).
   GradientBuckets(CommEngine& engine, std::span<float> arena, std::vector<GradientSlot> grads,
-                  int64_t bucket_bytes = kDefaultBucketBytes, Reduction op = Reduction::sum);
+                  int64_t bucket_bytes = kDefaultBucketBytes, Reduction op = Reduction::sum,
+                  bool mix_priorities = true);
 
   // Gradient `index` is final for this step. Submits, in bucket order, every
   // bucket whose gradients are all ready (bucket order, not readiness order,

@@ -4,6 +4,14 @@
 // With a link limit (InprocOptions::link_gbps) every send reserves its
 // sender's Link (inproc/link.h) and both sides complete only when the link
 // has delivered it; waiting for that due time sleeps rather than spins.
+#include <linux/futex.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
+#include <ctime>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -38,9 +46,47 @@ struct Op : RequestState {
   std::atomic<int> status{kPending};
 };
 
-// A request that is done but not yet due sleeps in test() for at most this
-// long per call, so its waiter still checks timeouts and failed peers.
-constexpr auto kMaxDueSleep = std::chrono::milliseconds(2);
+// Limited links: test() blocks (futex or sleep) for at most this long per
+// call, so its waiter still checks timeouts and failed peers between calls.
+// It never returns "not yet" quickly after the first few polls, since the
+// caller's wait would then sched_yield — and when ranks outnumber cores a
+// yield hands the core to a computing thread until the next scheduler tick
+// (4 ms), while a blocked thread's wake-up preempts it.
+constexpr auto kMaxBlock = std::chrono::milliseconds(2);
+// Polls that return at once before test() blocks (peers usually post within
+// microseconds of each other).
+constexpr int kQuickPolls = 32;
+// Sleeping towards a due time ends this much early (a VM wakes ~30 us late
+// even with a 1 ns timer slack, ~100 us with the default 50 us); a spin
+// covers the rest.
+constexpr auto kWakeUpMargin = std::chrono::microseconds(40);
+
+using LinkClock = inproc::Link::Clock;
+
+// Blocks until *status is no longer kPending or `until` passes (futex on the
+// atomic's int; complete() wakes it in limited worlds).
+void wait_while_pending(std::atomic<int>& status, LinkClock::time_point until) {
+  static_assert(sizeof(std::atomic<int>) == sizeof(int));
+  const auto left = until - LinkClock::now();
+  if (left <= LinkClock::duration::zero()) return;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+  timespec timeout{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  syscall(SYS_futex, reinterpret_cast<int*>(&status), FUTEX_WAIT_PRIVATE, kPending, &timeout,
+          nullptr, 0);
+}
+void wake_waiters(std::atomic<int>& status) {
+  syscall(SYS_futex, reinterpret_cast<int*>(&status), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
+          nullptr, 0);
+}
+
+// Precise sleeps for the calling thread (it waits on a limited link): a
+// 1 ns timer slack instead of Linux's default 50 us. Once per thread.
+void use_precise_sleeps() {
+  thread_local bool done = false;
+  if (done) return;
+  prctl(PR_SET_TIMERSLACK, 1UL);
+  done = true;
+}
 
 struct Mailbox {
   std::mutex mutex;
@@ -56,6 +102,7 @@ struct Handle : RequestState {
   std::shared_ptr<Op> op;
   Mailbox* box = nullptr;  // where the op waits to be matched
   bool sending = false;
+  int polls = 0;  // test() calls so far (limited links)
   ~Handle() override {
     if (op->bytes == 0 || op->status.load(std::memory_order_acquire) != kPending) return;
     {
@@ -111,7 +158,16 @@ struct World {
   std::map<std::pair<int, uint32_t>, std::pair<std::shared_ptr<Segment>, int>> segments;
 };
 
-void complete(Op& send, Op& recv) {
+void complete(Op& send, Op& recv, bool limited) {
+  struct Wake {  // after either outcome below, in limited worlds
+    Op &send, &recv;
+    bool limited;
+    ~Wake() {
+      if (!limited) return;
+      wake_waiters(send.status);
+      wake_waiters(recv.status);
+    }
+  } wake{send, recv, limited};
   if (send.bytes != recv.bytes) {
     send.other_bytes = recv.bytes;
     recv.other_bytes = send.bytes;
@@ -155,7 +211,7 @@ class InprocTransport : public Transport {
         box.recvs.erase(it);
       }
     }
-    if (match) complete(*op, *match);
+    if (match) complete(*op, *match, world_->link_gbps > 0);
     return make_request(std::move(op), box, true, peer);
   }
 
@@ -180,14 +236,22 @@ class InprocTransport : public Transport {
         box.sends.erase(it);
       }
     }
-    if (match) complete(*match, *op);
+    if (match) complete(*match, *op, world_->link_gbps > 0);
     return make_request(std::move(op), box, false, peer);
   }
 
   bool test(Request& request) override {
-    auto& op = *static_cast<Handle&>(*request.state).op;
+    auto& handle = static_cast<Handle&>(*request.state);
+    auto& op = *handle.op;
+    const bool limited = world_->link_gbps > 0;
+    const auto until = LinkClock::now() + kMaxBlock;
     int status = op.status.load(std::memory_order_acquire);
-    if (status == kPending) return false;
+    if (status == kPending) {
+      if (!limited || ++handle.polls <= kQuickPolls) return false;
+      wait_while_pending(op.status, until);
+      status = op.status.load(std::memory_order_acquire);
+      if (status == kPending) return false;
+    }
     if (status == kSizeMismatch) {
       bool sending = op.source == rank_;
       size_t sent = sending ? op.bytes : op.other_bytes;
@@ -196,7 +260,7 @@ class InprocTransport : public Transport {
            "collective's size or type?)",
            op.source, sent, op.destination, expected);
     }
-    return arrived(op);
+    return !limited || arrived(op, until);
   }
 
   std::string failure() const override {
@@ -240,18 +304,19 @@ class InprocTransport : public Transport {
   uint64_t host_id() const override { return 0; }
 
  private:
-  // Whether a matched op's bytes have arrived; sleeps (not spins) towards its
-  // due time, since there is nothing else to do for this request.
-  static bool arrived(const Op& op) {
-    if (op.due == inproc::Link::Clock::time_point{}) return true;
-    const auto now = inproc::Link::Clock::now();
+  // Whether a matched op's bytes have arrived by `until`: sleeps towards its
+  // due time (nothing else to do for this request), spins the last margin.
+  static bool arrived(const Op& op, LinkClock::time_point until) {
+    auto now = LinkClock::now();
     if (op.due <= now) return true;
-    if (op.due - now <= kMaxDueSleep) {
-      std::this_thread::sleep_until(op.due);
-      return true;
+    if (op.due - now > kWakeUpMargin) {
+      use_precise_sleeps();
+      std::this_thread::sleep_until(std::min(op.due - kWakeUpMargin, until));
+      now = LinkClock::now();
     }
-    std::this_thread::sleep_for(kMaxDueSleep);
-    return false;
+    if (op.due - now > kWakeUpMargin) return false;  // blocked long enough for one call
+    while (LinkClock::now() < op.due) __builtin_ia32_pause();
+    return true;
   }
 
   std::shared_ptr<World> world_;

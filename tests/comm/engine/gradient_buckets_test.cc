@@ -50,6 +50,22 @@ TEST(GradientBuckets, FusesNeighboursUpToTheBucketSizeAndKeepsBigTensorsWhole) {
   EXPECT_EQ(buckets_for(slots, 0, 5400).size(), 5u);  // one per gradient
 }
 
+TEST(GradientBuckets, WithoutMixingPrioritiesEachLayerGetsItsOwnBuckets) {
+  std::vector<GradientSlot> slots = {
+      {"l1.b", 30, 10, 1}, {"l1.w", 20, 10, 1}, {"l0.b", 10, 10, 0}, {"l0.w", 0, 10, 0}};
+  std::vector<GradientBucket> buckets;
+  run_inproc(1, [&](Communicator& world) {
+    CommEngine engine(world);
+    std::vector<float> data(40);
+    buckets = GradientBuckets(engine, data, slots, 1 << 20, Reduction::sum, false).buckets();
+  });
+  ASSERT_EQ(buckets.size(), 2u);
+  EXPECT_EQ(buckets[0].name, "bucket 0 (l1.b .. l1.w)");
+  EXPECT_EQ(buckets[1].offset, 0);
+  EXPECT_EQ(buckets[1].count, 20);
+  EXPECT_EQ(buckets_for(slots, 1 << 20, 40).size(), 1u);  // mixing: one bucket
+}
+
 TEST(GradientBuckets, GradientsThatAreNotNeighboursInTheArenaNeverShareABucket) {
   std::vector<GradientSlot> slots = {{"a", 0, 10, 0}, {"b", 20, 10, 0}, {"c", 30, 10, 0}};
   auto buckets = buckets_for(slots, 1 << 20, 40);
