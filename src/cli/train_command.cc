@@ -17,6 +17,7 @@ void add_train_command(CLI::App& app) {
   auto allreduce = std::make_shared<std::string>("auto");
   auto compress = std::make_shared<std::string>("none");
   auto inject_delay = std::make_shared<std::string>();
+  auto p3_slice_kb = std::make_shared<double>(0.0);
   TrainOptions& o = *options;
   // Unset: the model's default, filled by apply_model_defaults (see --help text).
   const double unset = std::numeric_limits<double>::quiet_NaN();
@@ -61,6 +62,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--link-gbps", o.link_gbps, "in-process ranks: limit each rank's link to X Gb/s (0: unlimited)")
       ->capture_default_str();
   cmd->add_option("--inject-delay", *inject_delay, "RANK:MS - that rank sleeps MS milliseconds before every step (a straggler)");
+  cmd->add_option("--p3-slice-kb", *p3_slice_kb, "P3: reduce each weight's gradient in slices of this many KiB, "
+                                                 "first-needed layers first, updating each just before the next forward "
+                                                 "reads it (0: off; needs --grad-clip 0)")
+      ->capture_default_str();
   cmd->add_flag("--no-overlap", [options](int64_t) { options->sync.overlap = false; },
                 "reduce gradients after backward instead of on a progress thread during it");
   cmd->add_option("--allreduce", *allreduce, "gradient allreduce algorithm: auto (the cost model's pick), ring, "
@@ -94,13 +99,15 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--progress", *progress, "auto (a bar on a terminal), bar or lines")
       ->check(CLI::IsMember({"auto", "bar", "lines"}))
       ->capture_default_str();
-  cmd->callback([options, progress, bucket_mb, allreduce, compress, inject_delay] {
+  cmd->callback([options, progress, bucket_mb, allreduce, compress, inject_delay, p3_slice_kb] {
     TrainOptions o = *options;
     apply_model_defaults(o);
     if (!(*bucket_mb >= 0)) fail("--bucket-mb {} must be >= 0", *bucket_mb);
     o.sync.bucket_bytes = static_cast<int64_t>(*bucket_mb * (1 << 20));
     o.sync.collective.algorithm = comm::algorithm_from_name(*allreduce);
     o.sync.compression = comm::compression::Spec::parse(*compress);
+    if (!(*p3_slice_kb >= 0)) fail("--p3-slice-kb {} must be >= 0", *p3_slice_kb);
+    o.sync.p3_slice_bytes = static_cast<int64_t>(*p3_slice_kb * 1024);
     if (!inject_delay->empty()) {
       int rank = -1;
       long long ms = -1;

@@ -42,7 +42,7 @@ Executor::Executor(const Graph& graph, std::vector<ValueId> wanted)
 }
 
 std::vector<Tensor> Executor::run(const std::vector<Tensor>& bound, const OpContext& context,
-                                  const ReadyFn& on_ready) {
+                                  const ReadyFn& on_ready, const BeforeFn& before) {
   const auto& nodes = graph_.nodes();
   std::vector<Tensor> live(graph_.values().size());
   for (size_t v = 0; v < graph_.values().size(); ++v)
@@ -54,6 +54,7 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& bound, const OpCont
   std::vector<Tensor*> out_ptrs;
   for (size_t s = 0; s < schedule_.size(); ++s) {
     const Node& node = nodes[schedule_[s]];
+    if (before) before(node);
     in_ptrs.clear();
     out_ptrs.clear();
     for (ValueId in : node.inputs) {

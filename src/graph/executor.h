@@ -24,9 +24,12 @@ class Executor {
   // `on_ready(v, t)`, if given, is called as soon as each wanted value is
   // computed (before later nodes run): the data-parallel runtime starts
   // reducing a gradient while backward goes on.
+  // `before(node)`, if given, is called before each node runs (P3: a
+  // parameter's update may still be in flight until the node reading it).
   using ReadyFn = std::function<void(ValueId, const Tensor&)>;
+  using BeforeFn = std::function<void(const Node&)>;
   std::vector<Tensor> run(const std::vector<Tensor>& bound, const OpContext& context = {},
-                          const ReadyFn& on_ready = {});
+                          const ReadyFn& on_ready = {}, const BeforeFn& before = {});
 
   // When set, run() appends the start and end of every node it runs (for traces).
   struct NodeTiming {

@@ -42,6 +42,13 @@ struct GradientSyncOptions {
   // error feedback), zeroing u where an entry was sent; the optimizer then
   // runs without momentum. 0: off.
   double local_momentum = 0;
+  // P3 (Jayarajan et al. 2019): > 0 turns it on with slices of about this
+  // many bytes. Every weight gradient is its own job, prioritized by when
+  // forward needs the weight (the first layer first), sliced so a more
+  // urgent gradient overtakes a queued one; the step returns with the
+  // reductions still in flight and each weight is updated just before the
+  // next forward reads it.
+  int64_t p3_slice_bytes = 0;
   bool operator==(const GradientSyncOptions&) const = default;
 };
 

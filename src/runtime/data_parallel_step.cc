@@ -36,10 +36,17 @@ DataParallelStep::DataParallelStep(nn::Model global, int64_t global_rows, comm::
   if (global_rows < ranks)
     fail("the global batch of {} rows cannot be split over {} data-parallel ranks: expected at least one row a rank",
          global_rows, ranks);
+  if (sync.p3_slice_bytes > 0) {
+    if (!sync.overlap) fail("P3 reduces gradients on the progress thread: it cannot run with --no-overlap");
+    if (sync.compression.method != comm::compression::Method::none)
+      fail("P3 and gradient compression ({}) do not combine yet: choose one", sync.compression.to_string());
+    sync.bucket_bytes = 0;  // every weight its own job, with its own priority
+  }
   strategy_ = parallel::data_parallel(g, batch_inputs, ranks, sync);
   if (ranks > 1 && sync.overlap) {
     comm::EngineOptions engine;
     engine.collective = sync.collective;
+    engine.slice_bytes = sync.p3_slice_bytes;
     engine.trace = trace;
     engine_ = std::make_unique<comm::CommEngine>(*group_, engine);
   }
@@ -131,13 +138,50 @@ void DataParallelStep::gradient_ready(int index) {
   --missing_[static_cast<size_t>(layout().grads[static_cast<size_t>(index)].bucket)];
   while (next_bucket_ < static_cast<int>(buckets.size()) && missing_[static_cast<size_t>(next_bucket_)] == 0) {
     // Plain bucketed overlap runs buckets first come, first served (equal priorities).
-    engine_->allreduce(bucket_span(next_bucket_), 0, fmt::format("grad bucket {}", next_bucket_));
+    const parallel::Bucket& b = buckets[static_cast<size_t>(next_bucket_)];
+    const bool p3 = strategy_.sync.p3_slice_bytes > 0;
+    jobs_[static_cast<size_t>(next_bucket_)] = engine_->allreduce(
+        bucket_span(next_bucket_), p3 ? b.priority : 0,
+        p3 ? layout().grads[static_cast<size_t>(b.members.front())].name : fmt::format("grad bucket {}", next_bucket_));
     ++next_bucket_;
   }
 }
 
+void DataParallelStep::collect_engine_trace(uint64_t step) {
+  std::vector<comm::TraceEvent> events = engine_->take_trace();
+  if (!tracing_ && !trace_deferred_) return;
+  for (const comm::TraceEvent& e : events)
+    trace_records_.push_back({.name = e.slices > 1 ? fmt::format("{} [{}/{}]", e.name, e.slice + 1, e.slices) : e.name,
+                              .lane = TraceRecord::Lane::comm,
+                              .start_us = e.start_us,
+                              .duration_us = e.duration_us,
+                              .bytes = e.bytes,
+                              .step = static_cast<int64_t>(step)});
+}
+
+void DataParallelStep::wait_gradient(const std::string& name) {
+  if (!engine_) return;
+  auto bit = bucket_of_.find(name);
+  PX_CHECK(bit != bucket_of_.end(), "no gradient bucket for parameter {} ({} known)", name, bucket_of_.size());
+  PX_CHECK_LT(static_cast<size_t>(bit->second), jobs_.size());
+  const comm::CommEngine::JobId job = jobs_[static_cast<size_t>(bit->second)];
+  if (job >= 0) engine_->wait(job);
+}
+
+void DataParallelStep::finish() {
+  if (!engine_) return;
+  engine_->wait_all();
+  if (in_flight_) {
+    collect_engine_trace(trace_step_);
+    trace_deferred_ = false;
+    in_flight_ = false;
+    jobs_.assign(jobs_.size(), -1);
+  }
+}
+
 StepResult DataParallelStep::run(const ParamStore& params, const DataBatch& rows, int64_t row_offset,
-                                 int accumulation, uint64_t seed, uint64_t step) {
+                                 int accumulation, uint64_t seed, uint64_t step,
+                                 const std::function<void(const std::string&)>& before_param_read) {
   StepResult result;
   const int64_t n = rows.rows();
   // Micro-batches that have rows; the first overwrites the arena, later ones add.
@@ -151,6 +195,9 @@ StepResult DataParallelStep::run(const ParamStore& params, const DataBatch& rows
   missing_.clear();
   for (const parallel::Bucket& b : layout().buckets) missing_.push_back(static_cast<int>(b.members.size()));
   next_bucket_ = 0;
+  if (!in_flight_) jobs_.assign(layout().buckets.size(), -1);
+  if (bucket_of_.empty())
+    for (const parallel::GradientSync& gs : layout().grads) bucket_of_[gs.name] = gs.bucket;
   if (micro.empty()) {  // no rows here: contribute zeros to every reduction
     std::memset(arena_.f32(), 0, static_cast<size_t>(arena_.numel()) * sizeof(float));
     for (size_t i = 0; i < layout().grads.size(); ++i) {
@@ -171,6 +218,7 @@ StepResult DataParallelStep::run(const ParamStore& params, const DataBatch& rows
     auto on_ready = [&](ValueId v, const Tensor& t) {
       auto it = local.grad_index.find(v);
       if (it == local.grad_index.end()) return;
+      if (in_flight_) finish();  // P3: the previous step's reductions, before the arena is rewritten
       const parallel::GradientSync& gs = local.program.grads[static_cast<size_t>(it->second)];
       float* dst = arena_.f32() + gs.offset;
       if (first) std::memcpy(dst, t.f32(), static_cast<size_t>(gs.count) * sizeof(float));
@@ -181,8 +229,14 @@ StepResult DataParallelStep::run(const ParamStore& params, const DataBatch& rows
     };
     timings_.clear();
     local.executor->record_timings(tracing_ ? &timings_ : nullptr);
+    Executor::BeforeFn before;
+    if (before_param_read)
+      before = [&](const Node& node) {
+        for (ValueId in : node.inputs)
+          if (g.value(in).kind == Value::Kind::param) before_param_read(g.value(in).name);
+      };
     std::vector<Tensor> out =
-        local.executor->run(bound, {.seed = seed, .row_offset = row_offset + r.begin}, on_ready);
+        local.executor->run(bound, {.seed = seed, .row_offset = row_offset + r.begin}, on_ready, before);
     for (const Executor::NodeTiming& t : timings_) {
       const Node& node = g.nodes()[static_cast<size_t>(t.node)];
       trace_records_.push_back({.name = fmt::format("{} ({})", node.name, node.op()),
@@ -198,17 +252,13 @@ StepResult DataParallelStep::run(const ParamStore& params, const DataBatch& rows
   if (compressing() && !engine_ && !micro.empty()) {
     for (size_t i = 0; i < layout().grads.size(); ++i) compress_and_reduce(static_cast<int>(i), step);
   }
-  if (engine_) {
-    engine_->wait_all();
-    std::vector<comm::TraceEvent> events = engine_->take_trace();
-    if (tracing_)
-      for (const comm::TraceEvent& e : events)
-        trace_records_.push_back({.name = e.slices > 1 ? fmt::format("{} [{}/{}]", e.name, e.slice + 1, e.slices) : e.name,
-                                  .lane = TraceRecord::Lane::comm,
-                                  .start_us = e.start_us,
-                                  .duration_us = e.duration_us,
-                                  .bytes = e.bytes,
-                                  .step = static_cast<int64_t>(step)});
+  if (engine_ && !deferred()) {
+    finish();
+    collect_engine_trace(step);
+  } else if (deferred()) {
+    trace_step_ = step;  // the in-flight reductions are traced when they are waited for
+    trace_deferred_ = tracing_;
+    in_flight_ = true;
   } else if (group_ && group_->size() > 1 && !compressing()) {
     for (size_t b = 0; b < layout().buckets.size(); ++b) {
       const double start = comm::now_us();

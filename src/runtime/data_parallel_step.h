@@ -48,8 +48,16 @@ class DataParallelStep {
   // `row_offset`), split into `accumulation` micro-batches, then the
   // gradient reduction. `seed` is the step's seed (dropout masks depend on
   // seed and global row, so any split draws the same masks).
+  // `before_param_read(name)`, if given, is called before any node reads
+  // that parameter (P3: the caller finishes the parameter's update there).
   StepResult run(const ParamStore& params, const DataBatch& rows, int64_t row_offset, int accumulation,
-                 uint64_t seed, uint64_t step);
+                 uint64_t seed, uint64_t step,
+                 const std::function<void(const std::string&)>& before_param_read = {});
+  // P3: whether run() returns with reductions in flight; then wait for a
+  // gradient before using it, and finish() before anything reads them all.
+  bool deferred() const { return strategy_.sync.p3_slice_bytes > 0 && engine_ != nullptr; }
+  void wait_gradient(const std::string& name);
+  void finish();
 
   // The reduced gradients by parameter name, identical on every rank
   // (views into the arena, valid until the next run).
@@ -86,8 +94,14 @@ class DataParallelStep {
   int next_bucket_ = 0;                       // first bucket not yet submitted
   std::vector<comm::compression::GradientCompressor> compressors_;  // per gradient (layout order)
   std::vector<comm::compression::WireStats> wire_;                  // per gradient, this step
+  std::vector<comm::CommEngine::JobId> jobs_;  // per bucket, this step
+  std::map<std::string, int> bucket_of_;       // parameter name -> bucket
+  void collect_engine_trace(uint64_t step);
   std::vector<std::vector<float>> velocity_;  // per gradient: local momentum (sync.local_momentum)
   bool trace_ = false, tracing_ = false;
+  bool trace_deferred_ = false;
+  bool in_flight_ = false;       // P3: the last run() returned with reductions running  // P3: this step's reductions are traced when waited for
+  uint64_t trace_step_ = 0;
   std::vector<TraceRecord> trace_records_;
   std::vector<Executor::NodeTiming> timings_;
 };

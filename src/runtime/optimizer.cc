@@ -28,21 +28,25 @@ Optimizer::Optimizer(OptimizerConfig config, const ParamStore& params, std::map<
 }
 
 void Optimizer::step(ParamStore& params, const std::map<std::string, Tensor>& grads, double lr) {
-  ++steps_;
+  begin_step();
   for (const auto& name : names_) {
     auto it = grads.find(name);
     PX_CHECK(it != grads.end(), "no gradient for {}", name);
-    Tensor& p = params.at(name);
-    auto& slots = slots_[name];
-    float wd = decays_[name] ? static_cast<float>(config_.weight_decay) : 0.0f;
-    if (config_.kind == "sgd")
-      kernels::sgd_momentum(p.numel(), static_cast<float>(lr), static_cast<float>(config_.momentum), wd,
-                            steps_ == 1, p.f32(), it->second.f32(), slots[0].f32());
-    else
-      kernels::adamw(p.numel(), static_cast<float>(lr), static_cast<float>(config_.beta1),
-                     static_cast<float>(config_.beta2), static_cast<float>(config_.eps), wd, steps_, p.f32(),
-                     it->second.f32(), slots[0].f32(), slots[1].f32());
+    update(params, name, it->second, lr);
   }
+}
+
+void Optimizer::update(ParamStore& params, const std::string& name, const Tensor& grad, double lr) {
+  Tensor& p = params.at(name);
+  auto& slots = slots_.at(name);
+  float wd = decays_[name] ? static_cast<float>(config_.weight_decay) : 0.0f;
+  if (config_.kind == "sgd")
+    kernels::sgd_momentum(p.numel(), static_cast<float>(lr), static_cast<float>(config_.momentum), wd, steps_ == 1,
+                          p.f32(), grad.f32(), slots[0].f32());
+  else
+    kernels::adamw(p.numel(), static_cast<float>(lr), static_cast<float>(config_.beta1),
+                   static_cast<float>(config_.beta2), static_cast<float>(config_.eps), wd, steps_, p.f32(), grad.f32(),
+                   slots[0].f32(), slots[1].f32());
 }
 
 NamedTensors Optimizer::state() const {

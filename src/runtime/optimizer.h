@@ -25,6 +25,10 @@ class Optimizer {
   Optimizer(OptimizerConfig config, const ParamStore& params, std::map<std::string, bool> decays);
   // One update with learning rate lr; grads by parameter name.
   void step(ParamStore& params, const std::map<std::string, Tensor>& grads, double lr);
+  // The same step one parameter at a time (P3 updates each layer as soon as
+  // its gradient has arrived): begin_step(), then update() every parameter.
+  void begin_step() { ++steps_; }
+  void update(ParamStore& params, const std::string& name, const Tensor& grad, double lr);
   int64_t steps() const { return steps_; }
   NamedTensors state() const;
   void load_state(const SafetensorsFile& file, int64_t steps);

@@ -5,7 +5,9 @@
 #include <iostream>
 #include <thread>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <set>
 
 #include "core/rng.h"
 #include "data/sampler.h"
@@ -124,6 +126,28 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   const int64_t trace_begin = step + 1, trace_end = step + 4;
   std::vector<TraceRecord> trace;
   comm::compression::WireStats wire;  // summed over the steps run
+  // P3: the step returns with reductions in flight; each parameter is updated
+  // (with the previous step's lr) just before the next forward reads it.
+  const bool p3 = step_runner.deferred();
+  if (p3 && o.grad_clip > 0)
+    fail("P3 updates each layer as soon as its gradient arrives; --grad-clip {} needs every gradient first "
+         "(give --grad-clip 0)",
+         o.grad_clip);
+  std::set<std::string> pending;
+  double pending_lr = 0;
+  const std::function<void(const std::string&)> no_hook;
+  const std::function<void(const std::string&)> update_before_read = [&](const std::string& name) {
+    if (pending.erase(name) == 0) return;
+    step_runner.wait_gradient(name);
+    optimizer.update(params, name, step_runner.grads().at(name), pending_lr);
+  };
+  auto finish_updates = [&] {
+    while (!pending.empty()) {
+      const std::string name = *pending.begin();  // a copy: erasing it from the set ends a reference's life
+      update_before_read(name);
+    }
+    step_runner.finish();
+  };
   TrainResult result;
   Progress progress(total, step, task->unit(), o.progress_bar, log);
   auto evaluate = [&](int64_t at_step) {
@@ -148,8 +172,8 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     if (rank == o.inject_delay_rank)  // a straggler, for demonstrations (--inject-delay)
       std::this_thread::sleep_for(std::chrono::milliseconds(o.inject_delay_ms));
     step_runner.set_tracing(step >= trace_begin && step < trace_end);
-    StepResult out =
-        step_runner.run(params, batch, row_offset, static_cast<int>(o.accumulation), seed, static_cast<uint64_t>(step));
+    StepResult out = step_runner.run(params, batch, row_offset, static_cast<int>(o.accumulation), seed,
+                                     static_cast<uint64_t>(step), p3 ? update_before_read : no_hook);
     wire += out.wire;
     for (TraceRecord& r : step_runner.take_trace()) trace.push_back(std::move(r));
     result.peak_tensor_bytes = std::max(result.peak_tensor_bytes, out.peak_bytes);
@@ -158,9 +182,16 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     if (!std::isfinite(loss))
       fail("training diverged at step {}: loss is {} (lower the learning rate {} or enable --grad-clip)", step + 1,
            loss, o.schedule.lr);
-    double norm = clip_gradients(grads, o.grad_clip);
+    double norm = 0;
     double lr = o.schedule.at(step);
-    optimizer.step(params, grads, lr);
+    if (p3) {
+      optimizer.begin_step();
+      for (const std::string& name : params.names()) pending.insert(name);
+      pending_lr = lr;
+    } else {
+      norm = clip_gradients(grads, o.grad_clip);
+      optimizer.step(params, grads, lr);
+    }
 
     result.losses.push_back(loss);
     result.last_train_loss = loss;
@@ -170,9 +201,13 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     metrics.write(line);
     progress.update(step + 1, loss, o.batch * task->units_per_row());
     bool last = step + 1 == end;
-    if (o.eval_every > 0 && (step + 1) % o.eval_every == 0 && !last) evaluate(step + 1);
-    if (o.save_every > 0 && (step + 1) % o.save_every == 0 && !last) save(step + 1);
+    const bool eval_now = o.eval_every > 0 && (step + 1) % o.eval_every == 0 && !last;
+    const bool save_now = o.save_every > 0 && (step + 1) % o.save_every == 0 && !last;
+    if (eval_now || save_now) finish_updates();
+    if (eval_now) evaluate(step + 1);
+    if (save_now) save(step + 1);
   }
+  finish_updates();
   progress.finish();
   if (!o.trace.empty()) {
     write_chrome_trace(o.trace, group, trace);

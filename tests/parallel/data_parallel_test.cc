@@ -32,7 +32,7 @@ TrainOptions cnn_job() {
 }
 
 // Single-rank losses, computed once per job.
-const std::vector<double>& reference(const std::string& key, const TrainOptions& o) {
+[[maybe_unused]] const std::vector<double>& reference(const std::string& key, const TrainOptions& o) {
   static std::map<std::string, std::vector<double>> cache;
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, testing::train_losses(o)).first;
@@ -99,6 +99,52 @@ TEST(DataParallel, AccumulationInsideRanksMatchesOneRank) {
   o.ranks = 2;
   o.accumulation = 2;
   testing::expect_same_losses(single, testing::train_losses(o), kTolerance, "gpt 2 ranks x 2 micro-batches");
+}
+
+}  // namespace
+}  // namespace px
+
+namespace px {
+namespace {
+
+// P3: per-weight jobs in small slices by forward priority, each weight
+// updated just before the next forward reads it — the same update, so the
+// same losses (clipping off: it needs every gradient before any update).
+class P3 : public ::testing::TestWithParam<int> {};
+
+TEST_P(P3, GptMatchesOneRank) {
+  testing::ScratchDir dir;
+  TrainOptions o = gpt_job(testing::write_text(dir));
+  o.grad_clip = 0;
+  o.eval_every = 20;  // updates are finished before evaluating mid-run
+  const std::vector<double> single = testing::train_losses(o);
+  o.ranks = GetParam();
+  o.sync.p3_slice_bytes = 1024;
+  testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
+                              fmt::format("gpt with P3 at {} ranks", o.ranks));
+}
+
+TEST_P(P3, CnnMatchesOneRank) {
+  TrainOptions o = cnn_job();
+  const auto& single = reference("cnn", o);
+  o.ranks = GetParam();
+  o.sync.p3_slice_bytes = 4096;
+  testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
+                              fmt::format("cnn with P3 at {} ranks", o.ranks));
+}
+INSTANTIATE_TEST_SUITE_P(Ranks, P3, ::testing::Values(2, 3, 4));
+
+TEST(P3Options, GradientClippingIsANamedError) {
+  testing::ScratchDir dir;
+  TrainOptions o = gpt_job(testing::write_text(dir));
+  o.ranks = 2;
+  o.sync.p3_slice_bytes = 1024;
+  try {
+    testing::train_losses(o);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--grad-clip"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
