@@ -10,7 +10,7 @@
 //             forward's layer i waits only for layer i's buckets (P3)
 // Prints step times (mean of --steps after one warm-up step, rank 0) and
 // ratios, and how much of the communication ran under backward compute.
-//   px_bench_comm_engine [--ranks 4] [--gbps 1] [--layers 8] [--layer-mib 1.15] [--small-per-layer 4]
+//   px_bench_comm_engine [--ranks 4] [--gbps 1] [--layers 8] [--layer-mib 0.9] [--small-per-layer 4]
 //                        [--forward-ms 5] [--backward-ms 10] [--bucket 2M] [--slice 256K]
 //                        [--steps 5] [--busy] [--algorithm ring] [--sweep-buckets]
 #include <chrono>
@@ -32,7 +32,7 @@ struct Config {
   int ranks = 4;
   double gbps = 1.0;
   int layers = 8;
-  double layer_mib = 1.15;  // weight gradient per layer
+  double layer_mib = 0.9;  // weight gradient per layer
   int small_per_layer = 4;  // small tensors per layer (biases, norms): 768 floats each
   double forward_ms = 5, backward_ms = 10;  // per layer
   int64_t bucket_bytes = kDefaultBucketBytes;

@@ -63,8 +63,8 @@ TEST(CostModelFit, RecoversKnownCacheCliffAndFactorsFromExactTimings) {
   }
 }
 
-// The benchmark reports what it kept: a median, its spread, and retakes.
-TEST(Benchmark, InterleavedRepeatsGiveAMedianPerAlgorithmAndSize) {
+// The benchmark reports what it kept: a median over rounds, its spread, and retakes.
+TEST(Benchmark, RoundsGiveAMedianPerAlgorithmAndSize) {
   run_inproc(3, [](Communicator& world) {
     BenchmarkOptions options{.algorithms = {Algorithm::ring, Algorithm::naive},
                              .sizes = {4096, 65536}, .rounds = 3, .target_seconds = 0.002,

@@ -31,8 +31,9 @@ struct Announcement {
 // px::Error on the communicator's timeout or a failed peer.
 std::vector<Announcement> exchange_announcements(Communicator& comm, const Announcement& mine);
 
-// The new agreed count (>= agreed). Throws px::Error, with the same text on
-// every rank, when the ranks' signatures of a newly agreed job differ.
+// The new agreed count (>= agreed). Throws px::Error on every rank (the same
+// verdict: job and differing ranks) when the ranks' signatures of a newly
+// agreed job differ.
 // `describe(k)` describes this rank's job k (for the message).
 int64_t agree_on_jobs(std::span<const Announcement> all, int64_t agreed, int rank,
                       const std::function<std::string(int64_t)>& describe);

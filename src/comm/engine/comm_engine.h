@@ -47,10 +47,10 @@ struct EngineOptions {
   // does not know the limit.
   CollectiveOptions collective = {};
   // Nice value of the progress thread (Linux; needs CAP_SYS_NICE to go below
-  // 0, silently kept at the caller's otherwise). It sleeps most of the time,
-  // but when ranks outnumber cores and compute saturates them, every
-  // wake-up of a nice-0 progress thread waits behind compute for a slice
-  // (P3 measured 1.25x slower than buckets at nice 0; see docs/comm_engine.md).
+  // 0, silently kept at the caller's otherwise). It sleeps most of the time;
+  // when ranks outnumber cores and compute saturates them, a higher priority
+  // lets its wake-ups preempt compute instead of queueing behind it, as a
+  // NIC would not wait for the CPU (docs/comm_engine.md).
   int progress_nice = -10;
   bool operator==(const EngineOptions&) const = default;
 };

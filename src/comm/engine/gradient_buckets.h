@@ -20,10 +20,12 @@
 namespace px::comm {
 
 // Default bucket size, chosen by bench/comm_engine.cc --sweep-buckets (see
-// docs/comm_engine.md): on 4 in-process ranks at 1 Gb/s the step time is
-// flat from 1 to 4 MiB and worse below (a round and a ring of 2(p-1)
-// messages per bucket) and above (the last bucket's tail after backward).
-constexpr int64_t kDefaultBucketBytes = 2 << 20;
+// docs/comm_engine.md): at 1 Gb/s on 2 and 4 in-process ranks, with
+// sleeping or CPU-saturating compute, 256 KiB was the best or within 1% of
+// it (2 MiB: 10-19% slower at 4 ranks, the last bucket's tail after
+// backward); per-tensor jobs lost under CPU load (a round and 2(p-1)
+// messages each), and on an unlimited link 256 KiB was best or in the noise.
+constexpr int64_t kDefaultBucketBytes = 256 << 10;
 
 struct GradientSlot {
   std::string name;
