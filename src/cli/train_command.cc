@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "comm/collectives.h"
 #include "comm/compression/spec.h"
+#include "comm/engine/gradient_buckets.h"
 #include "runtime/progress.h"
 #include "runtime/trainer.h"
 
@@ -13,7 +14,7 @@ namespace px::cli {
 void add_train_command(CLI::App& app) {
   auto options = std::make_shared<TrainOptions>();
   auto progress = std::make_shared<std::string>("auto");
-  auto bucket_mb = std::make_shared<double>(2.0);
+  auto bucket_mb = std::make_shared<double>(double(comm::kDefaultBucketBytes) / (1 << 20));
   auto allreduce = std::make_shared<std::string>("auto");
   auto compress = std::make_shared<std::string>("none");
   auto inject_delay = std::make_shared<std::string>();
