@@ -3,7 +3,7 @@
 # OpenBLAS), side by side at 1 and 2 ranks of one kernel thread each.
 #
 #   bench/compare_ddp.sh [--quick] [--reps 2] [--retries 1] [--configs "A B"] [--steps 10]
-#                        [--warmup 3] [--max-time 60] [--build build] [--peers DIR]
+#                        [--warmup 3] [--max-time 60] [--build build-bench] [--peers DIR]
 #                        [--results DIR] [--lock /tmp/px-build.lock] [--mpirun "mpirun -np 2"]
 #
 # For every repetition and config (A = gpt-mini, global batch 16; B =
@@ -25,7 +25,7 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD=$REPO/build
+BUILD=$REPO/build-bench
 PEERS=${PX_PEERS:-$REPO/../shared/peers}
 REPS=2 RETRIES=1 CONFIGS="A B" STEPS=10 WARMUP=3 MAX_TIME=60 RESULTS="" LOCK=/tmp/px-build.lock
 # OpenMPI's defaults at -np 2 (each rank bound to a core, busy-polling): with

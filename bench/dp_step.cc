@@ -242,6 +242,8 @@ nlohmann::json run_rank(const Args& args, comm::Communicator* group, bool meters
       {"tokens_per_s", double(B * T) / med_s}, {"approx_gflop_per_step", flops / 1e9},
       {"achieved_gflops", flops / med_s / 1e9}, {"loss_first", losses.front()}, {"loss_last", losses.back()},
       {"rss_start_mib", rss_start}, {"rss_after_build_mib", rss_build}, {"peak_rss_mib_max_rank", peak_rss},
+      // In-process ranks share one process: its peak RSS holds every rank.
+      {"peak_rss_of", group && group->backend() == "inproc" ? "the process (all ranks)" : "one rank"},
       {"peak_tensor_mib", double(peak_tensor_bytes) / (1 << 20)}, {"blas_libs", blas_in_use()}};
   res.update(steps.summary());
   return res;
@@ -251,13 +253,13 @@ void report(const Args& args, const nlohmann::json& res) {
   std::cout << res.dump() << std::endl;
   std::fprintf(stderr,
                "[px_bench_dp_step] config %s (%s) %d rank(s) (%s%s) median %.1f ms/step (fwd+bwd+allreduce %.1f / "
-               "opt %.1f), %.0f tok/s, loss %.3f->%.3f, peak RSS/rank %.0f MiB, clean steps %d/%d (median all %.1f)\n",
+               "opt %.1f), %.0f tok/s, loss %.3f->%.3f, peak RSS of %s %.0f MiB, clean steps %d/%d (median all %.1f)\n",
                args.config.c_str(), res["name"].get<std::string>().c_str(), res["world"].get<int>(),
                res["backend"].get<std::string>().c_str(), args.overlap ? "" : ", no overlap",
                res["median_ms"].get<double>(), res["fwd_bwd_allreduce_median_ms"].get<double>(),
                res["opt_median_ms"].get<double>(), res["tokens_per_s"].get<double>(),
                res["loss_first"].get<double>(), res["loss_last"].get<double>(),
-               res["peak_rss_mib_max_rank"].get<double>(), res["clean_steps"].get<int>(),
+               res["peak_rss_of"].get<std::string>().c_str(), res["peak_rss_mib_max_rank"].get<double>(), res["clean_steps"].get<int>(),
                res["timed_steps"].get<int>(), res["median_all_ms"].get<double>());
   if (!args.json.empty()) std::ofstream(args.json, std::ios::app) << res.dump() << "\n";
 }
