@@ -70,11 +70,19 @@ inline double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Foreign load: the machine's CPU time not spent by `own`, as a fraction of
+// every core over `wall_s` (own and machine in ns over the same interval).
+inline double foreign_frac(double wall_s, double own_ns, double machine_ns) {
+  return machine_ns > own_ns ? (machine_ns - own_ns) / (wall_s * cpu_count() * 1e9) : 0.0;
+}
+
 struct Meter {
   double wall0 = 0;
   int64_t own0 = 0, machine0 = 0, delay0 = 0;
-  // Results of the last stop().
+  // Results of the last stop(); the raw deltas (ns) let several processes
+  // (MPI ranks) combine theirs into one verdict.
   double wall_s = 0, foreign = 0, run_delay = 0;
+  int64_t own_ns = 0, machine_ns = 0, run_delay_ns = 0;
 
   void start() {
     delay0 = own_run_delay_ns();
@@ -84,11 +92,12 @@ struct Meter {
   }
   void stop() {
     wall_s = now_s() - wall0;
-    int64_t own = own_cpu_ns() - own0;
+    own_ns = own_cpu_ns() - own0;
     int64_t m1 = machine_cpu_ns();
-    int64_t machine = (m1 < 0 || machine0 < 0) ? own : m1 - machine0;
-    foreign = machine > own ? double(machine - own) / (wall_s * cpu_count() * 1e9) : 0.0;
-    run_delay = double(own_run_delay_ns() - delay0) / (wall_s * 1e9);
+    machine_ns = (m1 < 0 || machine0 < 0) ? own_ns : m1 - machine0;
+    run_delay_ns = own_run_delay_ns() - delay0;
+    foreign = foreign_frac(wall_s, double(own_ns), double(machine_ns));
+    run_delay = double(run_delay_ns) / (wall_s * 1e9);
   }
   bool clean(int threads_used, double own_delay = 0) const {
     return foreign < clean_limit(threads_used) && run_delay < own_delay + kCleanDelay;
