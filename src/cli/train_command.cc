@@ -67,6 +67,9 @@ void add_train_command(CLI::App& app) {
                                                  "first-needed layers first, updating each just before the next forward "
                                                  "reads it (0: off; needs --grad-clip 0)")
       ->capture_default_str();
+  cmd->add_option("--zero", o.sync.zero_stage, "1: ZeRO-1, gradients reduce-scattered and optimizer state sharded "
+                                               "across ranks, parameters all-gathered (0: off)")
+      ->capture_default_str();
   cmd->add_flag("--no-overlap", [options](int64_t) { options->sync.overlap = false; },
                 "reduce gradients after backward instead of on a progress thread during it");
   cmd->add_option("--allreduce", *allreduce, "gradient allreduce algorithm: auto (the cost model's pick), ring, "

@@ -9,10 +9,15 @@ namespace px {
 
 void save_checkpoint(const std::string& dir, const ParamStore& params, const Optimizer& optimizer,
                      const nlohmann::json& state) {
+  save_checkpoint(dir, params, optimizer.state(), state);
+}
+
+void save_checkpoint(const std::string& dir, const ParamStore& params, const NamedTensors& optimizer_state,
+                     const nlohmann::json& state) {
   std::map<std::string, std::string> metadata{{"format", "pt"}, {"parallax", state.at("config").dump()}};
   write_directory_atomically(dir, [&](const std::string& staging) {
     save_safetensors(staging + "/model.safetensors", params.named(), metadata);
-    save_safetensors(staging + "/optimizer.safetensors", optimizer.state());
+    save_safetensors(staging + "/optimizer.safetensors", optimizer_state);
     write_file_atomically(staging + "/state.json", state.dump(2) + "\n");
   });
 }

@@ -24,6 +24,9 @@ struct Checkpoint {
 
 void save_checkpoint(const std::string& dir, const ParamStore& params, const Optimizer& optimizer,
                      const nlohmann::json& state);
+// The same with the optimizer state already gathered (sharded optimizer state, ZeRO).
+void save_checkpoint(const std::string& dir, const ParamStore& params, const NamedTensors& optimizer_state,
+                     const nlohmann::json& state);
 // Reads all three files; px::Error names the directory and what is wrong
 // (missing, truncated, corrupt).
 Checkpoint load_checkpoint(const std::string& dir);

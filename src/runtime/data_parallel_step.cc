@@ -36,6 +36,11 @@ DataParallelStep::DataParallelStep(nn::Model global, int64_t global_rows, comm::
   if (global_rows < ranks)
     fail("the global batch of {} rows cannot be split over {} data-parallel ranks: expected at least one row a rank",
          global_rows, ranks);
+  if (sync.zero_stage < 0 || sync.zero_stage > 1)
+    fail("ZeRO stage {} is not available: expected 0 (off) or 1 (sharded optimizer state; stage 2 is not built yet)",
+         sync.zero_stage);
+  if (sync.zero_stage > 0 && (sync.p3_slice_bytes > 0 || sync.compression.method != comm::compression::Method::none))
+    fail("ZeRO-1 combines with neither P3 nor gradient compression yet: choose one");
   if (sync.p3_slice_bytes > 0) {
     if (!sync.overlap) fail("P3 reduces gradients on the progress thread: it cannot run with --no-overlap");
     if (sync.compression.method != comm::compression::Method::none)
@@ -74,6 +79,15 @@ DataParallelStep::Local& DataParallelStep::local_for(int64_t rows) {
       grads_[gs.name] = arena_.slice_rows(gs.offset, gs.offset + gs.count).reshape(global_.graph.spec(gs.param).shape);
   }
   PX_CHECK_EQ(slot->program.arena_count, arena_.numel());
+  if (sharded() && shard_blocks_.empty()) {
+    int64_t at = 0;
+    for (const parallel::Bucket& b : slot->program.buckets) {
+      const comm::Block block = comm::block(b.count, group_->size(), group_->rank());
+      shard_blocks_.push_back({.arena_offset = b.offset + block.begin, .count = block.count, .shard_offset = at});
+      at += block.count;
+    }
+    grad_shard_.assign(static_cast<size_t>(at), 0.0f);
+  }
   if (group_ && group_->size() > 1 && strategy_.sync.compression.method != comm::compression::Method::none &&
       compressors_.empty()) {
     // A weight's matrix view: rows = its first dim (conv (out, in, kh, kw) ->
@@ -140,6 +154,15 @@ void DataParallelStep::gradient_ready(int index) {
     // Plain bucketed overlap runs buckets first come, first served (equal priorities).
     const parallel::Bucket& b = buckets[static_cast<size_t>(next_bucket_)];
     const bool p3 = strategy_.sync.p3_slice_bytes > 0;
+    if (sharded()) {
+      const ShardBlock& mine = shard_blocks_[static_cast<size_t>(next_bucket_)];
+      jobs_[static_cast<size_t>(next_bucket_)] = engine_->reduce_scatter(
+          bucket_span(next_bucket_),
+          std::span<float>(grad_shard_.data() + mine.shard_offset, static_cast<size_t>(mine.count)), 0,
+          fmt::format("grad bucket {} (reduce-scatter)", next_bucket_));
+      ++next_bucket_;
+      continue;
+    }
     jobs_[static_cast<size_t>(next_bucket_)] = engine_->allreduce(
         bucket_span(next_bucket_), p3 ? b.priority : 0,
         p3 ? layout().grads[static_cast<size_t>(b.members.front())].name : fmt::format("grad bucket {}", next_bucket_));
@@ -157,6 +180,83 @@ void DataParallelStep::collect_engine_trace(uint64_t step) {
                               .duration_us = e.duration_us,
                               .bytes = e.bytes,
                               .step = static_cast<int64_t>(step)});
+}
+
+bool DataParallelStep::sharded() const {
+  return strategy_.sync.zero_stage > 0 && group_ != nullptr && group_->size() > 1;
+}
+
+int64_t DataParallelStep::shard_count() {
+  if (locals_.empty()) local_for(1);
+  return static_cast<int64_t>(grad_shard_.size());
+}
+
+std::vector<ShardPiece> DataParallelStep::shard_pieces(const std::map<std::string, bool>& decay) {
+  if (locals_.empty()) local_for(1);
+  std::vector<ShardPiece> pieces;
+  for (const ShardBlock& block : shard_blocks_) {
+    const int64_t begin = block.arena_offset, end = block.arena_offset + block.count;
+    for (const parallel::GradientSync& gs : layout().grads) {
+      const int64_t lo = std::max(begin, gs.offset), hi = std::min(end, gs.offset + gs.count);
+      if (lo >= hi) continue;
+      pieces.push_back({.name = gs.name,
+                        .param_offset = lo - gs.offset,
+                        .count = hi - lo,
+                        .shard_offset = block.shard_offset + (lo - begin),
+                        .arena_offset = lo,
+                        .decay = decay.at(gs.name)});
+    }
+  }
+  return pieces;
+}
+
+void DataParallelStep::allgather_arena(std::vector<float>& arena) {
+  const auto& buckets = layout().buckets;
+  std::vector<float> mine;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const ShardBlock& block = shard_blocks_[b];
+    mine.assign(arena.begin() + block.arena_offset, arena.begin() + block.arena_offset + block.count);
+    comm::allgather(*group_, mine.data(),
+                    comm::Buffer(std::span<float>(arena.data() + buckets[b].offset, static_cast<size_t>(buckets[b].count))),
+                    strategy_.sync.collective);
+  }
+}
+
+void DataParallelStep::gather_params(ParamStore& params) {
+  std::vector<float> arena(static_cast<size_t>(arena_.numel()));
+  for (const parallel::GradientSync& gs : layout().grads) {
+    const float* p = params.at(gs.name).f32();
+    for (const ShardBlock& block : shard_blocks_) {
+      const int64_t lo = std::max(block.arena_offset, gs.offset);
+      const int64_t hi = std::min(block.arena_offset + block.count, gs.offset + gs.count);
+      if (lo < hi) std::memcpy(arena.data() + lo, p + (lo - gs.offset), static_cast<size_t>(hi - lo) * sizeof(float));
+    }
+  }
+  allgather_arena(arena);
+  for (const parallel::GradientSync& gs : layout().grads)
+    std::memcpy(params.at(gs.name).f32(), arena.data() + gs.offset, static_cast<size_t>(gs.count) * sizeof(float));
+}
+
+NamedTensors DataParallelStep::gather_state(const ShardedOptimizer& optimizer,
+                                            const std::vector<std::string>& slot_names) {
+  NamedTensors out;
+  std::vector<std::vector<float>> full(optimizer.slot_count());
+  for (size_t i = 0; i < optimizer.slot_count(); ++i) {
+    full[i].assign(static_cast<size_t>(arena_.numel()), 0.0f);
+    std::span<const float> slot = optimizer.slot(i);
+    for (const ShardBlock& block : shard_blocks_)
+      std::memcpy(full[i].data() + block.arena_offset, slot.data() + block.shard_offset,
+                  static_cast<size_t>(block.count) * sizeof(float));
+    allgather_arena(full[i]);
+  }
+  // Per parameter, its slots (the names a single-rank Optimizer saves).
+  for (const parallel::GradientSync& gs : layout().grads)
+    for (size_t i = 0; i < full.size(); ++i) {
+      Tensor t = Tensor::empty(global_.graph.spec(gs.param).shape, DType::f32);
+      std::memcpy(t.f32(), full[i].data() + gs.offset, static_cast<size_t>(gs.count) * sizeof(float));
+      out.emplace_back(gs.name + "." + slot_names[i], t);
+    }
+  return out;
 }
 
 void DataParallelStep::wait_gradient(const std::string& name) {
@@ -263,7 +363,15 @@ StepResult DataParallelStep::run(const ParamStore& params, const DataBatch& rows
     for (size_t b = 0; b < layout().buckets.size(); ++b) {
       const double start = comm::now_us();
       std::span<float> span = bucket_span(static_cast<int>(b));
-      comm::allreduce(*group_, span, comm::Reduction::sum, strategy_.sync.collective);
+      if (sharded()) {
+        const ShardBlock& mine = shard_blocks_[b];
+        comm::reduce_scatter(*group_, span.data(),
+                             comm::Buffer(std::span<float>(grad_shard_.data() + mine.shard_offset,
+                                                           static_cast<size_t>(mine.count))),
+                             static_cast<int64_t>(span.size()), comm::Reduction::sum, strategy_.sync.collective);
+      } else {
+        comm::allreduce(*group_, span, comm::Reduction::sum, strategy_.sync.collective);
+      }
       if (tracing_)
         trace_records_.push_back({.name = fmt::format("grad bucket {}", b),
                                   .lane = TraceRecord::Lane::comm,

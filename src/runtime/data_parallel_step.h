@@ -22,6 +22,7 @@
 #include "parallel/lower.h"
 #include "runtime/param_store.h"
 #include "runtime/task.h"
+#include "runtime/sharded_optimizer.h"
 #include "runtime/trace.h"
 
 namespace px {
@@ -58,6 +59,19 @@ class DataParallelStep {
   bool deferred() const { return strategy_.sync.p3_slice_bytes > 0 && engine_ != nullptr; }
   void wait_gradient(const std::string& name);
   void finish();
+
+  // ZeRO-1 (sync.zero_stage 1, more than one rank): run() reduce-scatters
+  // every bucket, so this rank holds the summed gradients of its shard only:
+  // block(bucket, p, rank) of every bucket, concatenated.
+  bool sharded() const;
+  std::span<float> grad_shard() { return grad_shard_; }
+  // The parameter runs making up this rank's shard (decay: per parameter name).
+  std::vector<ShardPiece> shard_pieces(const std::map<std::string, bool>& decay);
+  int64_t shard_count();
+  // Collective: every rank's updated shard of the parameters into `params`.
+  void gather_params(ParamStore& params);
+  // Collective: the full optimizer state, by "<param>.<slot>" (for checkpoints).
+  NamedTensors gather_state(const ShardedOptimizer& optimizer, const std::vector<std::string>& slot_names);
 
   // The reduced gradients by parameter name, identical on every rank
   // (views into the arena, valid until the next run).
@@ -97,7 +111,14 @@ class DataParallelStep {
   std::vector<comm::CommEngine::JobId> jobs_;  // per bucket, this step
   std::map<std::string, int> bucket_of_;       // parameter name -> bucket
   void collect_engine_trace(uint64_t step);
-  std::vector<std::vector<float>> velocity_;  // per gradient: local momentum (sync.local_momentum)
+  std::vector<std::vector<float>> velocity_;
+  struct ShardBlock {  // this rank's block of one bucket
+    int64_t arena_offset = 0, count = 0, shard_offset = 0;
+  };
+  std::vector<ShardBlock> shard_blocks_;  // per bucket (ZeRO)
+  std::vector<float> grad_shard_;
+  // Fills `arena` (arena layout) from every rank's blocks; this rank's are set.
+  void allgather_arena(std::vector<float>& arena);  // per gradient: local momentum (sync.local_momentum)
   bool trace_ = false, tracing_ = false;
   bool trace_deferred_ = false;
   bool in_flight_ = false;       // P3: the last run() returned with reductions running  // P3: this step's reductions are traced when waited for

@@ -12,7 +12,7 @@ void validate(const OptimizerConfig& c) {
   if (c.weight_decay < 0) fail("weight decay {} must be >= 0", c.weight_decay);
 }
 
-static std::vector<std::string> slot_names(const std::string& kind) {
+std::vector<std::string> optimizer_slot_names(const std::string& kind) {
   if (kind == "sgd") return {"momentum"};
   return {"exp_avg", "exp_avg_sq"};
 }
@@ -22,7 +22,7 @@ Optimizer::Optimizer(OptimizerConfig config, const ParamStore& params, std::map<
   validate(config_);
   for (const auto& name : names_) {
     auto& slots = slots_[name];
-    for (size_t i = 0; i < slot_names(config_.kind).size(); ++i)
+    for (size_t i = 0; i < optimizer_slot_names(config_.kind).size(); ++i)
       slots.push_back(Tensor::zeros(params.at(name).shape()));
   }
 }
@@ -51,14 +51,14 @@ void Optimizer::update(ParamStore& params, const std::string& name, const Tensor
 
 NamedTensors Optimizer::state() const {
   NamedTensors out;
-  auto slot = slot_names(config_.kind);
+  auto slot = optimizer_slot_names(config_.kind);
   for (const auto& name : names_)
     for (size_t i = 0; i < slot.size(); ++i) out.emplace_back(name + "." + slot[i], slots_.at(name)[i]);
   return out;
 }
 
 void Optimizer::load_state(const SafetensorsFile& file, int64_t steps) {
-  auto slot = slot_names(config_.kind);
+  auto slot = optimizer_slot_names(config_.kind);
   for (const auto& name : names_)
     for (size_t i = 0; i < slot.size(); ++i) {
       std::string key = name + "." + slot[i];

@@ -19,6 +19,9 @@ struct OptimizerConfig {
 };
 
 void validate(const OptimizerConfig& config);
+// Names of an optimizer's per-parameter state tensors: sgd {"momentum"},
+// adamw {"exp_avg", "exp_avg_sq"}; saved as "<param>.<slot>".
+std::vector<std::string> optimizer_slot_names(const std::string& kind);
 
 class Optimizer {
  public:

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/rng.h"
@@ -16,6 +17,7 @@
 #include "comm/backends.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data_parallel_step.h"
+#include "runtime/sharded_optimizer.h"
 #include "runtime/parameter_server.h"
 #include "runtime/compiled_model.h"
 #include "runtime/progress.h"
@@ -91,12 +93,23 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     o.sync.local_momentum = o.optimizer.momentum;
     o.optimizer.momentum = 0;
   }
-  Optimizer optimizer(o.optimizer, params, decay_flags(shape_model.graph));
+  DataParallelStep step_runner(task->build(o.batch, true), o.batch, group, o.sync, !o.trace.empty());
+  // ZeRO-1: only this rank's shard of the optimizer state exists.
+  const bool zero = step_runner.sharded();
+  std::optional<Optimizer> optimizer;
+  std::optional<ShardedOptimizer> sharded;
+  if (zero)
+    sharded.emplace(o.optimizer, step_runner.shard_pieces(decay_flags(shape_model.graph)), step_runner.shard_count());
+  else
+    optimizer.emplace(o.optimizer, params, decay_flags(shape_model.graph));
+  auto optimizer_steps = [&] { return zero ? sharded->steps() : optimizer->steps(); };
   int64_t step = 0;
   if (!o.resume.empty()) {
     params.load(resumed.model);
     step = resumed.state.at("step").get<int64_t>();
-    optimizer.load_state(resumed.optimizer, resumed.state.at("optimizer_steps").get<int64_t>());
+    const int64_t steps_done = resumed.state.at("optimizer_steps").get<int64_t>();
+    if (zero) sharded->load(resumed.optimizer, steps_done);
+    else optimizer->load_state(resumed.optimizer, steps_done);
     task->restore_data_state(resumed.state.at("data"));
     log << fmt::format("resumed from '{}' at step {}{}\n", o.resume, step,
                        resumed.state.contains("ranks")
@@ -108,20 +121,31 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
                      o.accumulation > 1 ? fmt::format(" ({} micro-batches)", o.accumulation) : "",
                      world > 1 ? fmt::format("{} data-parallel ranks ({}); ", world, group->backend()) : "",
                      o.threads, openblas_get_corename());
+  if (zero) {
+    const double slots = double(optimizer_slot_names(o.optimizer.kind).size());
+    log << fmt::format("ZeRO-1: optimizer state {:.2f} MiB on this rank (slots {} x 4 B x {} parameters / {} ranks "
+                       "= {:.2f} MiB; unsharded {:.2f} MiB)\n",
+                       double(sharded->state_bytes()) / (1 << 20), slots, params.count(), world,
+                       slots * 4 * double(params.count()) / world / (1 << 20),
+                       slots * 4 * double(params.count()) / (1 << 20));
+  }
 
   MetricsLog metrics(lead ? o.metrics : std::string(), !o.resume.empty());
   auto save = [&](int64_t at_step) {
-    if (o.save.empty() || !lead) return;
+    if (o.save.empty()) return;
+    NamedTensors gathered;  // ZeRO: every rank takes part in gathering the state
+    if (zero) gathered = step_runner.gather_state(*sharded, optimizer_slot_names(o.optimizer.kind));
+    if (!lead) return;
     nlohmann::json state{{"step", at_step},
                          {"config", model_json(o)},
                          {"data", task->data_state()},
                          {"optimizer", o.optimizer.kind},
-                         {"optimizer_steps", optimizer.steps()},
+                         {"optimizer_steps", optimizer_steps()},
                          {"ranks", world}};
-    save_checkpoint(o.save, params, optimizer, state);
+    if (zero) save_checkpoint(o.save, params, gathered, state);
+    else save_checkpoint(o.save, params, *optimizer, state);
   };
 
-  DataParallelStep step_runner(task->build(o.batch, true), o.batch, group, o.sync, !o.trace.empty());
   // --trace: steps 2..4 of this run (the first one warms caches and pools up).
   const int64_t trace_begin = step + 1, trace_end = step + 4;
   std::vector<TraceRecord> trace;
@@ -139,7 +163,7 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   const std::function<void(const std::string&)> update_before_read = [&](const std::string& name) {
     if (pending.erase(name) == 0) return;
     step_runner.wait_gradient(name);
-    optimizer.update(params, name, step_runner.grads().at(name), pending_lr);
+    optimizer->update(params, name, step_runner.grads().at(name), pending_lr);
   };
   auto finish_updates = [&] {
     while (!pending.empty()) {
@@ -185,12 +209,22 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     double norm = 0;
     double lr = o.schedule.at(step);
     if (p3) {
-      optimizer.begin_step();
+      optimizer->begin_step();
       for (const std::string& name : params.names()) pending.insert(name);
       pending_lr = lr;
+    } else if (zero) {
+      std::span<float> shard = step_runner.grad_shard();
+      float sq = static_cast<float>(kernels::sum_squares(static_cast<int64_t>(shard.size()), shard.data()));
+      comm::allreduce(*group, std::span<float>(&sq, 1), comm::Reduction::sum);
+      norm = std::sqrt(double(sq));
+      if (o.grad_clip > 0 && norm > o.grad_clip)
+        kernels::scale(static_cast<int64_t>(shard.size()), static_cast<float>(o.grad_clip / (norm + 1e-6)),
+                       shard.data(), shard.data());
+      sharded->step(params, shard, lr);
+      step_runner.gather_params(params);
     } else {
       norm = clip_gradients(grads, o.grad_clip);
-      optimizer.step(params, grads, lr);
+      optimizer->step(params, grads, lr);
     }
 
     result.losses.push_back(loss);

@@ -149,3 +149,64 @@ TEST(P3Options, GradientClippingIsANamedError) {
 
 }  // namespace
 }  // namespace px
+
+namespace px {
+namespace {
+
+// ZeRO-1: gradients reduce-scattered, each rank updating its shard of the
+// parameters with its shard of the optimizer state, parameters all-gathered:
+// the same update, so the same losses (with clipping: the norm is summed
+// over the shards).
+class Zero1 : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(Zero1, GptMatchesOneRank) {
+  static testing::ScratchDir dir;
+  static const std::string text = testing::write_text(dir);
+  TrainOptions o = gpt_job(text);
+  const auto& single = reference("gpt-zero", o);
+  o.ranks = std::get<0>(GetParam());
+  o.sync.overlap = std::get<1>(GetParam());
+  o.sync.zero_stage = 1;
+  testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
+                              fmt::format("gpt with ZeRO-1 at {} ranks, overlap {}", o.ranks, o.sync.overlap));
+}
+
+TEST_P(Zero1, CnnMatchesOneRank) {
+  TrainOptions o = cnn_job();
+  const auto& single = reference("cnn", o);
+  o.ranks = std::get<0>(GetParam());
+  o.sync.overlap = std::get<1>(GetParam());
+  o.sync.zero_stage = 1;
+  testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
+                              fmt::format("cnn with ZeRO-1 at {} ranks, overlap {}", o.ranks, o.sync.overlap));
+}
+INSTANTIATE_TEST_SUITE_P(RanksOverlap, Zero1, ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Bool()));
+
+// A checkpoint saved with sharded optimizer state (gathered) resumes without
+// sharding at another rank count, and the other way round.
+TEST(Zero1Checkpoint, ResumesAcrossRankCountsAndSharding) {
+  testing::ScratchDir dir;
+  TrainOptions o = gpt_job(testing::write_text(dir));
+  const std::vector<double> single = testing::train_losses(o);
+  TrainOptions first = o;
+  first.ranks = 3;
+  first.sync.zero_stage = 1;
+  first.stop_after = 20;
+  first.save = dir.file("zero");
+  testing::train_losses(first);
+  TrainOptions second = o;
+  second.resume = first.save;
+  second.ranks = 2;
+  std::vector<double> tail = testing::train_losses(second);
+  testing::expect_same_losses(std::vector<double>(single.begin() + 20, single.end()), tail, kTolerance,
+                              "resumed at 2 ranks from ZeRO-1 at 3");
+  TrainOptions third = o;
+  third.resume = first.save;
+  third.ranks = 4;
+  third.sync.zero_stage = 1;
+  testing::expect_same_losses(std::vector<double>(single.begin() + 20, single.end()), testing::train_losses(third),
+                              kTolerance, "resumed with ZeRO-1 at 4 ranks");
+}
+
+}  // namespace
+}  // namespace px

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Data parallelism under mpirun against one rank: `mpirun -np N parallax
 # train` (MPI transport, chosen automatically) must give the single rank's
-# per-step losses over 50 steps, within 1e-5 relative, for GPT (with dropout)
-# and the CNN; and a checkpoint saved by the MPI job at step 25 must resume
+# per-step losses over 50 steps, within 1e-5 relative, for GPT (with dropout,
+# also with ZeRO-1) and the CNN; and a checkpoint saved by the MPI job at step 25 must resume
 # in-process at another rank count with the same losses.
 #
 #   mpi_equivalence_test.sh PARALLAX MPIEXEC RANKS
@@ -40,6 +40,11 @@ for job in GPT CNN; do
     { echo "FAIL: the MPI job did not run $RANKS MPI ranks:"; cat "$WORK/$job-mpi.log"; exit 1; }
   compare "$WORK/$job-1.jsonl" "$WORK/$job-mpi.jsonl" "$job at $RANKS MPI ranks"
 done
+
+# ZeRO-1 under mpirun: reduce-scatter, sharded optimizer state, parameter allgather.
+"${MPIRUN[@]}" "$PARALLAX" "${GPT[@]}" --zero 1 --metrics "$WORK/GPT-zero.jsonl" > "$WORK/GPT-zero.log"
+grep -q "ZeRO-1: optimizer state" "$WORK/GPT-zero.log" || { echo "FAIL: ZeRO-1 was not on:"; cat "$WORK/GPT-zero.log"; exit 1; }
+compare "$WORK/GPT-1.jsonl" "$WORK/GPT-zero.jsonl" "GPT with ZeRO-1 at $RANKS MPI ranks"
 
 # Saved at N MPI ranks, resumed at 3 in-process ranks: the resumed steps
 # match the uninterrupted single-rank run.
