@@ -34,6 +34,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/backends.h"
+#include "comm/engine/gradient_buckets.h"
 #include "comm/collectives.h"
 #include "contention.h"
 #include "data/sampler.h"
@@ -56,7 +57,7 @@ struct Args {
   int max_steps = 200;
   double max_time = 360;
   bool overlap = true;
-  double bucket_mb = 2;
+  double bucket_mb = double(px::comm::kDefaultBucketBytes) / (1 << 20);  // the trainer's default
   uint64_t seed = 0;
   std::string json;
 };
@@ -64,7 +65,7 @@ struct Args {
 [[noreturn]] void usage(int code) {
   std::fprintf(code ? stderr : stdout,
                "usage: px_bench_dp_step --config A|B [--ranks 1] [--warmup 3] [--steps 20] [--max-steps 200]\n"
-               "                        [--max-time 360] [--no-overlap] [--bucket-mb 2] [--seed 0] [--json FILE]\n"
+               "                        [--max-time 360] [--no-overlap] [--bucket-mb 0.25] [--seed 0] [--json FILE]\n"
                "       mpirun -np N px_bench_dp_step --config A|B ...   (one rank per MPI process)\n");
   std::exit(code);
 }
