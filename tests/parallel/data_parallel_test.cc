@@ -31,6 +31,13 @@ TrainOptions cnn_job() {
   return o;
 }
 
+// One generated text for every GPT test of this binary (written once).
+const std::string& shared_text() {
+  static testing::ScratchDir dir;
+  static const std::string text = testing::write_text(dir);
+  return text;
+}
+
 // Single-rank losses, computed once per job.
 [[maybe_unused]] const std::vector<double>& reference(const std::string& key, const TrainOptions& o) {
   static std::map<std::string, std::vector<double>> cache;
@@ -42,9 +49,7 @@ TrainOptions cnn_job() {
 class GptDataParallel : public ::testing::TestWithParam<int> {};
 
 TEST_P(GptDataParallel, MatchesOneRank) {
-  static testing::ScratchDir dir;
-  static const std::string text = testing::write_text(dir);
-  TrainOptions o = gpt_job(text);
+  TrainOptions o = gpt_job(shared_text());
   const auto& single = reference("gpt", o);
   o.ranks = GetParam();
   testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
@@ -68,9 +73,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CnnDataParallel, ::testing::Values(2, 3, 4, 7, 8
 class GptBuckets : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
 
 TEST_P(GptBuckets, MatchOneRank) {
-  static testing::ScratchDir dir;
-  static const std::string text = testing::write_text(dir);
-  TrainOptions o = gpt_job(text);
+  TrainOptions o = gpt_job(shared_text());
   const auto& single = reference("gpt-buckets", o);
   o.ranks = 3;
   o.sync.bucket_bytes = std::get<0>(GetParam());
@@ -160,9 +163,7 @@ namespace {
 class Zero1 : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(Zero1, GptMatchesOneRank) {
-  static testing::ScratchDir dir;
-  static const std::string text = testing::write_text(dir);
-  TrainOptions o = gpt_job(text);
+  TrainOptions o = gpt_job(shared_text());
   const auto& single = reference("gpt-zero", o);
   o.ranks = std::get<0>(GetParam());
   o.sync.overlap = std::get<1>(GetParam());
