@@ -68,7 +68,8 @@ void add_train_command(CLI::App& app) {
                                                  "reads it (0: off; needs --grad-clip 0)")
       ->capture_default_str();
   cmd->add_option("--zero", o.sync.zero_stage, "1: ZeRO-1, gradients reduce-scattered and optimizer state sharded "
-                                               "across ranks, parameters all-gathered (0: off)")
+                                               "across ranks, parameters all-gathered; 2: ZeRO-2, gradients kept "
+                                               "only as each rank's shard as well (0: off)")
       ->capture_default_str();
   cmd->add_flag("--no-overlap", [options](int64_t) { options->sync.overlap = false; },
                 "reduce gradients after backward instead of on a progress thread during it");

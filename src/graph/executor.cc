@@ -39,6 +39,18 @@ Executor::Executor(const Graph& graph, std::vector<ValueId> wanted)
   frees_.assign(schedule_.size(), {});
   for (size_t v = 0; v < n_values; ++v)
     if (!keep_[v] && last_use[v] >= 0) frees_[last_use[v]].push_back(static_cast<ValueId>(v));
+  last_use_ = std::move(last_use);
+  ready_frees_.assign(schedule_.size(), {});
+}
+
+void Executor::release_after_ready(const std::vector<ValueId>& values) {
+  ready_frees_.assign(schedule_.size(), {});
+  for (ValueId v : values) {
+    PX_CHECK(wanted_set_[static_cast<size_t>(v)], "executor: released value '{}' is not a wanted value",
+             graph_.value(v).name);
+    if (graph_.value(v).kind != Value::Kind::activation || last_use_[static_cast<size_t>(v)] < 0) continue;
+    ready_frees_[static_cast<size_t>(last_use_[static_cast<size_t>(v)])].push_back(v);
+  }
 }
 
 std::vector<Tensor> Executor::run(const std::vector<Tensor>& bound, const OpContext& context,
@@ -79,6 +91,8 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& bound, const OpCont
       for (ValueId out : node.outputs)
         if (wanted_set_[static_cast<size_t>(out)]) on_ready(out, live[out]);
     for (ValueId dead : frees_[s]) live[dead] = Tensor();
+    if (on_ready)
+      for (ValueId dead : ready_frees_[s]) live[dead] = Tensor();
   }
   peak_bytes_ = std::max(memory_stats().peak_bytes, at_start.live_bytes);
 

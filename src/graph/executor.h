@@ -38,6 +38,12 @@ class Executor {
   };
   void record_timings(std::vector<NodeTiming>* sink) { timings_ = sink; }
 
+  // Wanted values the caller takes in on_ready (copies them out): they are
+  // freed after their last use like activations, and run() returns them
+  // undefined. The data-parallel runtime hands gradients over this way, so
+  // a gradient's memory lives in its bucket only, not twice until the end.
+  void release_after_ready(const std::vector<ValueId>& values);
+
   // Peak live tensor bytes (process-wide tracker) during the last run().
   int64_t peak_bytes() const { return peak_bytes_; }
   const std::vector<int>& schedule() const { return schedule_; }
@@ -49,6 +55,8 @@ class Executor {
   std::vector<std::vector<ValueId>> frees_;    // per schedule step: values dead after it
   std::vector<bool> keep_;                     // per value: wanted or bound, never freed
   std::vector<bool> wanted_set_;               // per value: wanted
+  std::vector<int> last_use_;                  // per value: schedule step of its last read (or production)
+  std::vector<std::vector<ValueId>> ready_frees_;  // per schedule step: released wanted values dead after it
   int64_t peak_bytes_ = 0;
   std::vector<NodeTiming>* timings_ = nullptr;
 };

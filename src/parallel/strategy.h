@@ -31,8 +31,14 @@ struct GradientSyncOptions {
   bool overlap = true;
   // 0: allreduce, every rank updates everything; 1: reduce-scatter to S,
   // each rank updates its shard of optimizer state, parameters all-gathered
-  // (ZeRO-1 keeps full gradients until the step, ZeRO-2 frees the rest).
+  // (ZeRO-1 keeps full gradients until the step, ZeRO-2 only the rank's
+  // shard: each bucket's buffer is freed once its reduce-scatter ran).
   int zero_stage = 0;
+  // ZeRO-2: at most this many bucket buffers alive at once (the one backward
+  // fills plus those still being reduced); backward waits for the oldest
+  // reduction past that. Bounds gradient memory to the shard plus this many
+  // buckets.
+  int bucket_buffers = 4;
   comm::CollectiveOptions collective;
   // Lossy gradient compression with error feedback (comm/compression): each
   // weight gradient is compressed and exchanged on its own (PowerSGD needs

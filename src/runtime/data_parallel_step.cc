@@ -36,11 +36,14 @@ DataParallelStep::DataParallelStep(nn::Model global, int64_t global_rows, comm::
   if (global_rows < ranks)
     fail("the global batch of {} rows cannot be split over {} data-parallel ranks: expected at least one row a rank",
          global_rows, ranks);
-  if (sync.zero_stage < 0 || sync.zero_stage > 1)
-    fail("ZeRO stage {} is not available: expected 0 (off) or 1 (sharded optimizer state; stage 2 is not built yet)",
+  if (sync.zero_stage < 0 || sync.zero_stage > 2)
+    fail("ZeRO stage {} is not available: expected 0 (off), 1 (sharded optimizer state) or 2 (sharded optimizer "
+         "state and gradients)",
          sync.zero_stage);
   if (sync.zero_stage > 0 && (sync.p3_slice_bytes > 0 || sync.compression.method != comm::compression::Method::none))
-    fail("ZeRO-1 combines with neither P3 nor gradient compression yet: choose one");
+    fail("ZeRO-{} combines with neither P3 nor gradient compression yet: choose one", sync.zero_stage);
+  if (sync.zero_stage >= 2 && sync.bucket_buffers < 1)
+    fail("ZeRO-2 bucket buffers {}: expected at least 1 (the bucket backward fills)", sync.bucket_buffers);
   if (sync.p3_slice_bytes > 0) {
     if (!sync.overlap) fail("P3 reduces gradients on the progress thread: it cannot run with --no-overlap");
     if (sync.compression.method != comm::compression::Method::none)
@@ -73,12 +76,20 @@ DataParallelStep::Local& DataParallelStep::local_for(int64_t rows) {
   slot->executor = std::make_unique<Executor>(slot->program.local, slot->program.wanted());
   for (size_t i = 0; i < slot->program.grads.size(); ++i) slot->grad_index[slot->program.grads[i].grad] = static_cast<int>(i);
   // Every local program shares one arena layout (lowering is deterministic).
-  if (!arena_.defined()) {
-    arena_ = Tensor::zeros({slot->program.arena_count}, DType::f32);
-    for (const parallel::GradientSync& gs : slot->program.grads)
-      grads_[gs.name] = arena_.slice_rows(gs.offset, gs.offset + gs.count).reshape(global_.graph.spec(gs.param).shape);
+  // ZeRO-2 has no arena: gradients live in bucket buffers, then the shard.
+  if (locals_.size() == 1) {
+    arena_count_ = slot->program.arena_count;
+    if (!sharded_gradients()) {
+      arena_ = Tensor::zeros({arena_count_}, DType::f32);
+      for (const parallel::GradientSync& gs : slot->program.grads)
+        grads_[gs.name] = arena_.slice_rows(gs.offset, gs.offset + gs.count).reshape(global_.graph.spec(gs.param).shape);
+    }
   }
-  PX_CHECK_EQ(slot->program.arena_count, arena_.numel());
+  PX_CHECK_EQ(slot->program.arena_count, arena_count_);
+  // on_ready copies every gradient out; the executor need not keep them.
+  std::vector<ValueId> grad_values;
+  for (const parallel::GradientSync& gs : slot->program.grads) grad_values.push_back(gs.grad);
+  slot->executor->release_after_ready(grad_values);
   if (sharded() && shard_blocks_.empty()) {
     int64_t at = 0;
     for (const parallel::Bucket& b : slot->program.buckets) {
@@ -170,6 +181,83 @@ void DataParallelStep::gradient_ready(int index) {
   }
 }
 
+float* DataParallelStep::bucket_buffer_slot(const parallel::GradientSync& gs) {
+  const parallel::Bucket& b = layout().buckets[static_cast<size_t>(gs.bucket)];
+  auto it = filling_.find(gs.bucket);
+  if (it == filling_.end()) {
+    release_finished_buffers(false);
+    const size_t cap = static_cast<size_t>(strategy_.sync.bucket_buffers);
+    while (filling_.size() + reducing_.size() >= cap && !reducing_.empty()) release_finished_buffers(true);
+    Tensor buffer = Tensor::empty({b.count}, DType::f32);
+    buffer_bytes_live_ += b.count * static_cast<int64_t>(sizeof(float));
+    buffer_bytes_peak_ = std::max(buffer_bytes_peak_, buffer_bytes_live_);
+    it = filling_.emplace(gs.bucket, std::move(buffer)).first;
+  }
+  return it->second.f32() + (gs.offset - b.offset);
+}
+
+void DataParallelStep::release_finished_buffers(bool wait_oldest) {
+  if (wait_oldest && !reducing_.empty() && reducing_.front().job >= 0) engine_->wait(reducing_.front().job);
+  // The engine runs these equal-priority jobs in submission order.
+  while (!reducing_.empty() && (reducing_.front().job < 0 || engine_->finished(reducing_.front().job))) {
+    buffer_bytes_live_ -= reducing_.front().buffer.numel() * static_cast<int64_t>(sizeof(float));
+    reducing_.pop_front();
+  }
+}
+
+void DataParallelStep::sharded_gradient_ready(int index, bool accumulate, uint64_t step) {
+  const auto& buckets = layout().buckets;
+  --missing_[static_cast<size_t>(layout().grads[static_cast<size_t>(index)].bucket)];
+  while (next_bucket_ < static_cast<int>(buckets.size()) && missing_[static_cast<size_t>(next_bucket_)] == 0)
+    reduce_scatter_bucket(next_bucket_++, accumulate, step);
+}
+
+void DataParallelStep::reduce_scatter_bucket(int bucket, bool accumulate, uint64_t step) {
+  auto node = filling_.extract(bucket);
+  PX_CHECK(!node.empty(), "ZeRO-2: bucket {} is complete but has no buffer", bucket);
+  Tensor buffer = std::move(node.mapped());
+  const ShardBlock& mine = shard_blocks_[static_cast<size_t>(bucket)];
+  std::span<const float> input(buffer.f32(), static_cast<size_t>(buffer.numel()));
+  std::span<float> shard(grad_shard_.data() + mine.shard_offset, static_cast<size_t>(mine.count));
+  const std::string name = fmt::format("grad bucket {} (reduce-scatter{})", bucket, accumulate ? ", accumulate" : "");
+  const comm::CollectiveOptions collective = strategy_.sync.collective;
+  // A later micro-batch adds its reduced block to the shard.
+  auto reduce_and_add = [input, shard, collective](comm::Communicator& comm) {
+    std::vector<float> part(shard.size());
+    comm::reduce_scatter(comm, input.data(), comm::Buffer(std::span<float>(part)), static_cast<int64_t>(input.size()),
+                         comm::Reduction::sum, collective);
+    kernels::add_inplace(static_cast<int64_t>(part.size()), part.data(), shard.data());
+  };
+  if (engine_) {
+    const comm::CommEngine::JobId job =
+        accumulate ? engine_->submit(0, name, reduce_and_add, static_cast<int64_t>(input.size_bytes()))
+                   : engine_->reduce_scatter(input, shard, 0, name);
+    reducing_.push_back({std::move(buffer), job});
+    return;
+  }
+  const double start = comm::now_us();
+  if (accumulate) reduce_and_add(*group_);
+  else
+    comm::reduce_scatter(*group_, input.data(), comm::Buffer(shard), static_cast<int64_t>(input.size()),
+                         comm::Reduction::sum, collective);
+  if (tracing_)
+    trace_records_.push_back({.name = name,
+                              .lane = TraceRecord::Lane::comm,
+                              .start_us = start,
+                              .duration_us = comm::now_us() - start,
+                              .bytes = static_cast<int64_t>(input.size_bytes()),
+                              .step = static_cast<int64_t>(step)});
+  buffer_bytes_live_ -= buffer.numel() * static_cast<int64_t>(sizeof(float));
+}
+
+DataParallelStep::GradientMemory DataParallelStep::gradient_memory() {
+  if (locals_.empty()) local_for(1);
+  const int64_t shard_bytes = static_cast<int64_t>(grad_shard_.size() * sizeof(float));
+  return {.stored_bytes = (arena_.defined() ? arena_.numel() * static_cast<int64_t>(sizeof(float)) : 0) + shard_bytes,
+          .buffer_peak_bytes = buffer_bytes_peak_,
+          .elements = arena_count_};
+}
+
 void DataParallelStep::collect_engine_trace(uint64_t step) {
   std::vector<comm::TraceEvent> events = engine_->take_trace();
   if (!tracing_ && !trace_deferred_) return;
@@ -223,18 +311,29 @@ void DataParallelStep::allgather_arena(std::vector<float>& arena) {
 }
 
 void DataParallelStep::gather_params(ParamStore& params) {
-  std::vector<float> arena(static_cast<size_t>(arena_.numel()));
-  for (const parallel::GradientSync& gs : layout().grads) {
-    const float* p = params.at(gs.name).f32();
-    for (const ShardBlock& block : shard_blocks_) {
+  // Bucket by bucket through one bucket-sized staging buffer: no full-size
+  // copy of the parameters on top of the parameters themselves.
+  std::vector<float> mine, bucket;
+  const auto& buckets = layout().buckets;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const ShardBlock& block = shard_blocks_[b];
+    mine.resize(static_cast<size_t>(block.count));
+    bucket.resize(static_cast<size_t>(buckets[b].count));
+    for (int member : buckets[b].members) {
+      const parallel::GradientSync& gs = layout().grads[static_cast<size_t>(member)];
       const int64_t lo = std::max(block.arena_offset, gs.offset);
       const int64_t hi = std::min(block.arena_offset + block.count, gs.offset + gs.count);
-      if (lo < hi) std::memcpy(arena.data() + lo, p + (lo - gs.offset), static_cast<size_t>(hi - lo) * sizeof(float));
+      if (lo < hi)
+        std::memcpy(mine.data() + (lo - block.arena_offset), params.at(gs.name).f32() + (lo - gs.offset),
+                    static_cast<size_t>(hi - lo) * sizeof(float));
+    }
+    comm::allgather(*group_, mine.data(), comm::Buffer(std::span<float>(bucket)), strategy_.sync.collective);
+    for (int member : buckets[b].members) {
+      const parallel::GradientSync& gs = layout().grads[static_cast<size_t>(member)];
+      std::memcpy(params.at(gs.name).f32(), bucket.data() + (gs.offset - buckets[b].offset),
+                  static_cast<size_t>(gs.count) * sizeof(float));
     }
   }
-  allgather_arena(arena);
-  for (const parallel::GradientSync& gs : layout().grads)
-    std::memcpy(params.at(gs.name).f32(), arena.data() + gs.offset, static_cast<size_t>(gs.count) * sizeof(float));
 }
 
 NamedTensors DataParallelStep::gather_state(const ShardedOptimizer& optimizer,
@@ -242,7 +341,7 @@ NamedTensors DataParallelStep::gather_state(const ShardedOptimizer& optimizer,
   NamedTensors out;
   std::vector<std::vector<float>> full(optimizer.slot_count());
   for (size_t i = 0; i < optimizer.slot_count(); ++i) {
-    full[i].assign(static_cast<size_t>(arena_.numel()), 0.0f);
+    full[i].assign(static_cast<size_t>(arena_count_), 0.0f);
     std::span<const float> slot = optimizer.slot(i);
     for (const ShardBlock& block : shard_blocks_)
       std::memcpy(full[i].data() + block.arena_offset, slot.data() + block.shard_offset,
@@ -292,13 +391,22 @@ StepResult DataParallelStep::run(const ParamStore& params, const DataBatch& rows
   }
   double loss = 0;
   local_for(micro.empty() ? std::max<int64_t>(n, 1) : micro.back().size());
-  missing_.clear();
-  for (const parallel::Bucket& b : layout().buckets) missing_.push_back(static_cast<int>(b.members.size()));
-  next_bucket_ = 0;
+  auto reset_buckets = [this] {
+    missing_.clear();
+    for (const parallel::Bucket& b : layout().buckets) missing_.push_back(static_cast<int>(b.members.size()));
+    next_bucket_ = 0;
+  };
+  reset_buckets();
   if (!in_flight_) jobs_.assign(layout().buckets.size(), -1);
   if (bucket_of_.empty())
     for (const parallel::GradientSync& gs : layout().grads) bucket_of_[gs.name] = gs.bucket;
-  if (micro.empty()) {  // no rows here: contribute zeros to every reduction
+  if (micro.empty() && sharded_gradients()) {  // no rows here: contribute zeros to every reduction
+    for (size_t i = 0; i < layout().grads.size(); ++i) {
+      const parallel::GradientSync& gs = layout().grads[i];
+      std::memset(bucket_buffer_slot(gs), 0, static_cast<size_t>(gs.count) * sizeof(float));
+      sharded_gradient_ready(static_cast<int>(i), false, step);
+    }
+  } else if (micro.empty()) {
     std::memset(arena_.f32(), 0, static_cast<size_t>(arena_.numel()) * sizeof(float));
     for (size_t i = 0; i < layout().grads.size(); ++i) {
       if (compressing()) compress_and_reduce(static_cast<int>(i), step);
@@ -315,11 +423,17 @@ StepResult DataParallelStep::run(const ParamStore& params, const DataBatch& rows
     bound[global_.targets] = rows.targets.slice_rows(r.begin, r.end);
     if (global_.positions != kNoValue) bound[global_.positions] = positions_;
     const bool first = m == 0, last = m + 1 == micro.size();
+    if (sharded_gradients()) reset_buckets();  // every micro-batch reduces its own buckets
     auto on_ready = [&](ValueId v, const Tensor& t) {
       auto it = local.grad_index.find(v);
       if (it == local.grad_index.end()) return;
       if (in_flight_) finish();  // P3: the previous step's reductions, before the arena is rewritten
       const parallel::GradientSync& gs = local.program.grads[static_cast<size_t>(it->second)];
+      if (sharded_gradients()) {
+        std::memcpy(bucket_buffer_slot(gs), t.f32(), static_cast<size_t>(gs.count) * sizeof(float));
+        sharded_gradient_ready(it->second, !first, step);
+        return;
+      }
       float* dst = arena_.f32() + gs.offset;
       if (first) std::memcpy(dst, t.f32(), static_cast<size_t>(gs.count) * sizeof(float));
       else kernels::add_inplace(gs.count, t.f32(), dst);
@@ -355,11 +469,12 @@ StepResult DataParallelStep::run(const ParamStore& params, const DataBatch& rows
   if (engine_ && !deferred()) {
     finish();
     collect_engine_trace(step);
+    if (sharded_gradients()) release_finished_buffers(false);
   } else if (deferred()) {
     trace_step_ = step;  // the in-flight reductions are traced when they are waited for
     trace_deferred_ = tracing_;
     in_flight_ = true;
-  } else if (group_ && group_->size() > 1 && !compressing()) {
+  } else if (group_ && group_->size() > 1 && !compressing() && !sharded_gradients()) {
     for (size_t b = 0; b < layout().buckets.size(); ++b) {
       const double start = comm::now_us();
       std::span<float> span = bucket_span(static_cast<int>(b));
@@ -390,9 +505,11 @@ StepResult DataParallelStep::run(const ParamStore& params, const DataBatch& rows
   const int p = group_ ? group_->size() : 1;
   if (compressing()) {
     for (const auto& w : wire_) result.wire += w;
-  } else if (p > 1) {  // every bucket by the float32 allreduce
-    const uint64_t dense = static_cast<uint64_t>(2.0 * (p - 1) / p * 4.0 * static_cast<double>(arena_.numel()));
-    result.wire = {.bytes_sent = dense, .dense_bytes = dense};
+  } else if (p > 1) {  // every bucket by the float32 allreduce (ZeRO: reduce-scatter + parameter allgather)
+    const double pass = (p - 1.0) / p * 4.0 * static_cast<double>(arena_count_);
+    // ZeRO-2 reduce-scatters every micro-batch's gradients, then gathers once.
+    const double passes = sharded_gradients() ? static_cast<double>(std::max<size_t>(micro.size(), 1)) + 1 : 2;
+    result.wire = {.bytes_sent = static_cast<uint64_t>(passes * pass), .dense_bytes = static_cast<uint64_t>(2 * pass)};
   }
   return result;
 }

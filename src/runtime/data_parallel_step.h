@@ -7,9 +7,13 @@
 // of the global ones); lowering gives a local program per distinct local
 // micro-batch size. Gradients land in one flat arena, bucket by bucket in the
 // order backward produces them; on the last micro-batch each bucket is
-// reduced as soon as it is complete.
+// reduced as soon as it is complete. ZeRO-2 keeps no arena: each bucket's
+// gradients are gathered in a bucket buffer that lives until the bucket's
+// reduce-scatter has run (every micro-batch), so only this rank's shard of
+// the gradients persists.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -60,10 +64,13 @@ class DataParallelStep {
   void wait_gradient(const std::string& name);
   void finish();
 
-  // ZeRO-1 (sync.zero_stage 1, more than one rank): run() reduce-scatters
-  // every bucket, so this rank holds the summed gradients of its shard only:
-  // block(bucket, p, rank) of every bucket, concatenated.
+  // ZeRO-1 and -2 (sync.zero_stage 1 or 2, more than one rank): run()
+  // reduce-scatters every bucket, so this rank holds the summed gradients of
+  // its shard only: block(bucket, p, rank) of every bucket, concatenated.
+  // ZeRO-1 reduces once per step from the full arena; ZeRO-2 reduces every
+  // micro-batch's buckets as they fill and adds into the shard.
   bool sharded() const;
+  bool sharded_gradients() const { return sharded() && strategy_.sync.zero_stage >= 2; }
   std::span<float> grad_shard() { return grad_shard_; }
   // The parameter runs making up this rank's shard (decay: per parameter name).
   std::vector<ShardPiece> shard_pieces(const std::map<std::string, bool>& decay);
@@ -74,8 +81,18 @@ class DataParallelStep {
   NamedTensors gather_state(const ShardedOptimizer& optimizer, const std::vector<std::string>& slot_names);
 
   // The reduced gradients by parameter name, identical on every rank
-  // (views into the arena, valid until the next run).
+  // (views into the arena, valid until the next run; empty under ZeRO-2).
   std::map<std::string, Tensor>& grads() { return grads_; }
+
+  // Gradient memory on this rank: what persists between steps (the full
+  // arena, or under ZeRO-2 the shard) and, under ZeRO-2, the most bucket
+  // buffer bytes alive at once (at most sync.bucket_buffers buckets).
+  struct GradientMemory {
+    int64_t stored_bytes = 0;
+    int64_t buffer_peak_bytes = 0;
+    int64_t elements = 0;  // of the whole model's gradients
+  };
+  GradientMemory gradient_memory();
   const parallel::Strategy& strategy() const { return strategy_; }
   void set_tracing(bool on) { tracing_ = on && trace_; }
   std::vector<TraceRecord> take_trace() { return std::move(trace_records_); }
@@ -86,6 +103,16 @@ class DataParallelStep {
   // Every local program shares one gradient layout (lowering is deterministic).
   const parallel::Program& layout() const;
   std::span<float> bucket_span(int bucket);
+  // ZeRO-2: where gradient `gs` goes in its bucket's buffer (acquired if the
+  // bucket has none yet, after freeing, or waiting for, reduced buffers);
+  // marking it final reduce-scatters every bucket that is now complete, in
+  // bucket order (accumulate: add into the shard instead of overwriting it).
+  float* bucket_buffer_slot(const parallel::GradientSync& gs);
+  void sharded_gradient_ready(int index, bool accumulate, uint64_t step);
+  void reduce_scatter_bucket(int bucket, bool accumulate, uint64_t step);
+  // Frees the reduced buffers whose reduce-scatter is done (first waiting for
+  // the oldest one's, when `wait_oldest`).
+  void release_finished_buffers(bool wait_oldest);
   // Overlap: marks gradient `index` final; submits, in bucket order, every
   // bucket that is now complete (so every rank submits the same jobs in the
   // same order).
@@ -117,6 +144,16 @@ class DataParallelStep {
   };
   std::vector<ShardBlock> shard_blocks_;  // per bucket (ZeRO)
   std::vector<float> grad_shard_;
+  int64_t arena_count_ = 0;  // elements of the gradient layout
+  // ZeRO-2 bucket buffers: being filled (by bucket), and handed to a
+  // reduce-scatter (oldest first; freed once its job is done).
+  struct InFlightBuffer {
+    Tensor buffer;
+    comm::CommEngine::JobId job = -1;
+  };
+  std::map<int, Tensor> filling_;
+  std::deque<InFlightBuffer> reducing_;
+  int64_t buffer_bytes_live_ = 0, buffer_bytes_peak_ = 0;
   // Fills `arena` (arena layout) from every rank's blocks; this rank's are set.
   void allgather_arena(std::vector<float>& arena);  // per gradient: local momentum (sync.local_momentum)
   bool trace_ = false, tracing_ = false;

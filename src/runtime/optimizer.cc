@@ -74,4 +74,11 @@ void Optimizer::load_state(const SafetensorsFile& file, int64_t steps) {
   steps_ = steps;
 }
 
+int64_t Optimizer::state_bytes() const {
+  int64_t n = 0;
+  for (const auto& [name, slots] : slots_)
+    for (const Tensor& t : slots) n += t.numel() * static_cast<int64_t>(sizeof(float));
+  return n;
+}
+
 }  // namespace px

@@ -34,6 +34,7 @@ class Optimizer {
   void update(ParamStore& params, const std::string& name, const Tensor& grad, double lr);
   int64_t steps() const { return steps_; }
   NamedTensors state() const;
+  int64_t state_bytes() const;  // every slot of every parameter
   void load_state(const SafetensorsFile& file, int64_t steps);
 
  private:

@@ -17,6 +17,7 @@
 #include "comm/backends.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data_parallel_step.h"
+#include "runtime/memory_report.h"
 #include "runtime/sharded_optimizer.h"
 #include "runtime/parameter_server.h"
 #include "runtime/compiled_model.h"
@@ -94,7 +95,7 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     o.optimizer.momentum = 0;
   }
   DataParallelStep step_runner(task->build(o.batch, true), o.batch, group, o.sync, !o.trace.empty());
-  // ZeRO-1: only this rank's shard of the optimizer state exists.
+  // ZeRO-1/2: only this rank's shard of the optimizer state exists.
   const bool zero = step_runner.sharded();
   std::optional<Optimizer> optimizer;
   std::optional<ShardedOptimizer> sharded;
@@ -121,14 +122,13 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
                      o.accumulation > 1 ? fmt::format(" ({} micro-batches)", o.accumulation) : "",
                      world > 1 ? fmt::format("{} data-parallel ranks ({}); ", world, group->backend()) : "",
                      o.threads, openblas_get_corename());
-  if (zero) {
-    const double slots = double(optimizer_slot_names(o.optimizer.kind).size());
-    log << fmt::format("ZeRO-1: optimizer state {:.2f} MiB on this rank (slots {} x 4 B x {} parameters / {} ranks "
-                       "= {:.2f} MiB; unsharded {:.2f} MiB)\n",
-                       double(sharded->state_bytes()) / (1 << 20), slots, params.count(), world,
-                       slots * 4 * double(params.count()) / world / (1 << 20),
-                       slots * 4 * double(params.count()) / (1 << 20));
-  }
+  TrainResult result;
+  const int slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size());
+  result.memory = {.parameters = 4.0 * static_cast<double>(params.count()),
+                   .gradients = static_cast<double>(step_runner.gradient_memory().stored_bytes),
+                   .optimizer_state = static_cast<double>(zero ? sharded->state_bytes() : optimizer->state_bytes())};
+  if (world > 1)
+    log << describe_rank_memory(zero ? o.sync.zero_stage : 0, world, slots, params.count(), result.memory) << "\n";
 
   MetricsLog metrics(lead ? o.metrics : std::string(), !o.resume.empty());
   auto save = [&](int64_t at_step) {
@@ -172,7 +172,6 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     }
     step_runner.finish();
   };
-  TrainResult result;
   Progress progress(total, step, task->unit(), o.progress_bar, log);
   auto evaluate = [&](int64_t at_step) {
     if (!lead) return Evaluation{};  // replicas hold the same weights
@@ -255,6 +254,11 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   if (!o.save.empty() && lead) log << fmt::format("saved checkpoint to '{}'\n", o.save);
   log << fmt::format("trained {} steps in {:.1f} s; peak tensor memory {:.1f} MiB\n", result.losses.size(),
                      result.seconds, double(result.peak_tensor_bytes) / (1 << 20));
+  result.gradient_buffer_peak_bytes = step_runner.gradient_memory().buffer_peak_bytes;
+  if (step_runner.sharded_gradients())
+    log << fmt::format("ZeRO-2 bucket buffers: at most {:.2f} MiB alive at once (up to {} buckets of ~{:.2f} MiB)\n",
+                       double(result.gradient_buffer_peak_bytes) / (1 << 20), o.sync.bucket_buffers,
+                       double(o.sync.bucket_bytes) / (1 << 20));
   if (world > 1 && !result.losses.empty()) {
     const double n = static_cast<double>(result.losses.size());
     log << fmt::format("gradient bytes on the wire per step (rank 0): {:.3f} MB; a float32 ring allreduce sends "

@@ -6,6 +6,7 @@
 
 #include <ostream>
 
+#include "runtime/memory_report.h"
 #include "runtime/task.h"
 #include "runtime/train_options.h"
 
@@ -19,6 +20,10 @@ struct TrainResult {
   int64_t peak_tensor_bytes = 0;
   std::vector<double> losses;  // per step run in this call
   int64_t max_staleness = 0;   // parameter-server modes: the most clocks a worker's parameters lagged behind
+  // Data parallelism, rank 0: bytes held between steps (runtime/memory_report.h)
+  // and, under ZeRO-2, the most bucket-buffer bytes alive at once.
+  RankMemory memory;
+  int64_t gradient_buffer_peak_bytes = 0;
 };
 
 // Runs the whole job described by `options`; progress and results go to `log`.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <sstream>
 
 #include "parallel/strategy_equivalence.h"
 #include "testing/scratch_dir.h"
@@ -156,36 +157,95 @@ TEST(P3Options, GradientClippingIsANamedError) {
 namespace px {
 namespace {
 
-// ZeRO-1: gradients reduce-scattered, each rank updating its shard of the
-// parameters with its shard of the optimizer state, parameters all-gathered:
-// the same update, so the same losses (with clipping: the norm is summed
-// over the shards).
-class Zero1 : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+// ZeRO-1 and -2: gradients reduce-scattered, each rank updating its shard of
+// the parameters with its shard of the optimizer state, parameters
+// all-gathered: the same update, so the same losses (with clipping: the norm
+// is summed over the shards). ZeRO-2 reduces bucket by bucket from buffers
+// freed after their reduce-scatter; parameters: (stage, ranks, overlap).
+class Zero : public ::testing::TestWithParam<std::tuple<int, int, bool>> {
+ protected:
+  TrainOptions sharded(TrainOptions o) const {
+    o.sync.zero_stage = std::get<0>(GetParam());
+    o.ranks = std::get<1>(GetParam());
+    o.sync.overlap = std::get<2>(GetParam());
+    return o;
+  }
+  std::string what(const std::string& model, const TrainOptions& o) const {
+    return fmt::format("{} with ZeRO-{} at {} ranks, overlap {}", model, o.sync.zero_stage, o.ranks, o.sync.overlap);
+  }
+};
 
-TEST_P(Zero1, GptMatchesOneRank) {
+TEST_P(Zero, GptMatchesOneRank) {
   TrainOptions o = gpt_job(shared_text());
   const auto& single = reference("gpt-zero", o);
-  o.ranks = std::get<0>(GetParam());
-  o.sync.overlap = std::get<1>(GetParam());
-  o.sync.zero_stage = 1;
-  testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
-                              fmt::format("gpt with ZeRO-1 at {} ranks, overlap {}", o.ranks, o.sync.overlap));
+  o = sharded(o);
+  testing::expect_same_losses(single, testing::train_losses(o), kTolerance, what("gpt", o));
 }
 
-TEST_P(Zero1, CnnMatchesOneRank) {
+TEST_P(Zero, CnnMatchesOneRank) {
   TrainOptions o = cnn_job();
   const auto& single = reference("cnn", o);
-  o.ranks = std::get<0>(GetParam());
-  o.sync.overlap = std::get<1>(GetParam());
-  o.sync.zero_stage = 1;
-  testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
-                              fmt::format("cnn with ZeRO-1 at {} ranks, overlap {}", o.ranks, o.sync.overlap));
+  o = sharded(o);
+  testing::expect_same_losses(single, testing::train_losses(o), kTolerance, what("cnn", o));
 }
-INSTANTIATE_TEST_SUITE_P(RanksOverlap, Zero1, ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(StagesRanksOverlap, Zero,
+                         ::testing::Combine(::testing::Values(1, 2), ::testing::Values(2, 3, 4), ::testing::Bool()));
+
+// ZeRO-2 with micro-batches: every micro-batch's buckets are reduce-scattered
+// and added into the shard (2 ranks x 2 micro-batches = 1 rank x 4), with
+// one-bucket-per-tensor and a single bucket buffer (backward waits for every
+// reduction before the next bucket) as the tightest memory setting.
+TEST(Zero2, AccumulationMatchesOneRank) {
+  TrainOptions o = gpt_job(shared_text());
+  o.accumulation = 4;
+  const std::vector<double> single = testing::train_losses(o);
+  o.ranks = 2;
+  o.accumulation = 2;
+  o.sync.zero_stage = 2;
+  testing::expect_same_losses(single, testing::train_losses(o), kTolerance, "gpt ZeRO-2, 2 ranks x 2 micro-batches");
+  o.sync.bucket_bytes = 0;
+  o.sync.bucket_buffers = 1;
+  testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
+                              "gpt ZeRO-2, 2 ranks x 2 micro-batches, one buffer of one tensor");
+}
+
+// Memory per rank follows runtime/memory_report.h: parameters 4Ψ; gradients
+// 4Ψ, 4Ψ + 4Ψ/p, 4Ψ/p; optimizer state 4KΨ, then 4KΨ/p — up to one element
+// per bucket from the block split. ZeRO-2's bucket buffers stay within
+// bucket_buffers buckets.
+TEST(ZeroMemory, PerRankBytesMatchTheFormula) {
+  TrainOptions o = gpt_job(shared_text());
+  o.steps = 2;
+  o.ranks = 4;
+  o.sync.bucket_bytes = 16 << 10;
+  int64_t parameters = 0;
+  for (int stage : {0, 1, 2}) {
+    o.sync.zero_stage = stage;
+    std::ostringstream log;
+    const TrainResult result = train(o, log);
+    if (parameters == 0) parameters = static_cast<int64_t>(result.memory.parameters / 4);
+    const RankMemory expected = expected_rank_memory(stage, o.ranks, 2, parameters);  // AdamW: 2 slots
+    // Buckets of >= 16 KiB: at most Ψ/4096 + tensors of them, one element of slack each.
+    const double slack = 4.0 * 2 * (static_cast<double>(parameters) / 4096 + 64);
+    EXPECT_EQ(result.memory.parameters, expected.parameters) << "ZeRO-" << stage;
+    EXPECT_NEAR(result.memory.gradients, expected.gradients, slack) << "ZeRO-" << stage;
+    EXPECT_NEAR(result.memory.optimizer_state, expected.optimizer_state, slack) << "ZeRO-" << stage;
+    EXPECT_NE(log.str().find("memory per rank (ZeRO-" + std::to_string(stage)), std::string::npos) << log.str();
+    if (stage == 2) {
+      EXPECT_GT(result.gradient_buffer_peak_bytes, 0);
+      // The largest bucket is the largest tensor (the tied embedding) or ~16 KiB.
+      EXPECT_LE(result.gradient_buffer_peak_bytes, o.sync.bucket_buffers * std::max<double>(expected.parameters / 2, 16 << 10));
+      EXPECT_LT(result.memory.gradients, expected_rank_memory(1, o.ranks, 2, parameters).gradients / 4);
+    } else {
+      EXPECT_EQ(result.gradient_buffer_peak_bytes, 0);
+    }
+  }
+  EXPECT_GT(parameters, 0);
+}
 
 // A checkpoint saved with sharded optimizer state (gathered) resumes without
-// sharding at another rank count, and the other way round.
-TEST(Zero1Checkpoint, ResumesAcrossRankCountsAndSharding) {
+// sharding at another rank count, and the other way round, across stages.
+TEST(ZeroCheckpoint, ResumesAcrossRankCountsAndSharding) {
   testing::ScratchDir dir;
   TrainOptions o = gpt_job(testing::write_text(dir));
   const std::vector<double> single = testing::train_losses(o);
@@ -199,14 +259,26 @@ TEST(Zero1Checkpoint, ResumesAcrossRankCountsAndSharding) {
   second.resume = first.save;
   second.ranks = 2;
   std::vector<double> tail = testing::train_losses(second);
-  testing::expect_same_losses(std::vector<double>(single.begin() + 20, single.end()), tail, kTolerance,
-                              "resumed at 2 ranks from ZeRO-1 at 3");
+  const std::vector<double> single_tail(single.begin() + 20, single.end());
+  testing::expect_same_losses(single_tail, tail, kTolerance, "resumed at 2 ranks from ZeRO-1 at 3");
   TrainOptions third = o;
   third.resume = first.save;
   third.ranks = 4;
-  third.sync.zero_stage = 1;
-  testing::expect_same_losses(std::vector<double>(single.begin() + 20, single.end()), testing::train_losses(third),
-                              kTolerance, "resumed with ZeRO-1 at 4 ranks");
+  third.sync.zero_stage = 2;
+  testing::expect_same_losses(single_tail, testing::train_losses(third), kTolerance,
+                              "resumed with ZeRO-2 at 4 ranks from ZeRO-1 at 3");
+}
+
+TEST(ZeroOptions, UnknownStageIsANamedError) {
+  TrainOptions o = gpt_job(shared_text());
+  o.ranks = 2;
+  o.sync.zero_stage = 3;
+  try {
+    testing::train_losses(o);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ZeRO stage 3"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

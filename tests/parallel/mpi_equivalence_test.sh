@@ -41,10 +41,14 @@ for job in GPT CNN; do
   compare "$WORK/$job-1.jsonl" "$WORK/$job-mpi.jsonl" "$job at $RANKS MPI ranks"
 done
 
-# ZeRO-1 under mpirun: reduce-scatter, sharded optimizer state, parameter allgather.
-"${MPIRUN[@]}" "$PARALLAX" "${GPT[@]}" --zero 1 --metrics "$WORK/GPT-zero.jsonl" > "$WORK/GPT-zero.log"
-grep -q "ZeRO-1: optimizer state" "$WORK/GPT-zero.log" || { echo "FAIL: ZeRO-1 was not on:"; cat "$WORK/GPT-zero.log"; exit 1; }
-compare "$WORK/GPT-1.jsonl" "$WORK/GPT-zero.jsonl" "GPT with ZeRO-1 at $RANKS MPI ranks"
+# ZeRO-1 and -2 under mpirun: reduce-scatter, sharded optimizer state (and
+# sharded gradients), parameter allgather.
+for stage in 1 2; do
+  "${MPIRUN[@]}" "$PARALLAX" "${GPT[@]}" --zero $stage --metrics "$WORK/GPT-zero$stage.jsonl" > "$WORK/GPT-zero$stage.log"
+  grep -q "memory per rank (ZeRO-$stage" "$WORK/GPT-zero$stage.log" ||
+    { echo "FAIL: ZeRO-$stage was not on:"; cat "$WORK/GPT-zero$stage.log"; exit 1; }
+  compare "$WORK/GPT-1.jsonl" "$WORK/GPT-zero$stage.jsonl" "GPT with ZeRO-$stage at $RANKS MPI ranks"
+done
 
 # Saved at N MPI ranks, resumed at 3 in-process ranks: the resumed steps
 # match the uninterrupted single-rank run.

@@ -1,0 +1,33 @@
+// Memory per data-parallel rank by ZeRO stage (Rajbhandari et al., "ZeRO:
+// Memory Optimizations Toward Training Trillion Parameter Models", 2020),
+// for float32 training with Ψ parameters, K optimizer slots per parameter
+// (SGD momentum: 1; AdamW exp_avg, exp_avg_sq: 2) and p ranks:
+//
+//   stage  parameters  gradients                   optimizer state
+//   0      4Ψ          4Ψ (the arena)              4KΨ
+//   1      4Ψ          4Ψ + 4Ψ/p (arena + shard)   4KΨ/p
+//   2      4Ψ          4Ψ/p (shard)                4KΨ/p
+//
+// ZeRO-2 adds at most GradientSyncOptions::bucket_buffers bucket buffers
+// while backward runs; activations (the executor's peak) come on top of all.
+// Shards are block(bucket, p, rank) of every bucket, so a rank's share is
+// Ψ/p give or take one element per bucket.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace px {
+
+struct RankMemory {  // bytes
+  double parameters = 0, gradients = 0, optimizer_state = 0;
+  double total() const { return parameters + gradients + optimizer_state; }
+};
+
+RankMemory expected_rank_memory(int zero_stage, int ranks, int slots, int64_t parameters);
+
+// One log line: measured against the formula, and what stage 0 would hold.
+std::string describe_rank_memory(int zero_stage, int ranks, int slots, int64_t parameters,
+                                 const RankMemory& measured);
+
+}  // namespace px
