@@ -97,7 +97,7 @@ DataParallelStep::Local& DataParallelStep::local_for(int64_t rows) {
       shard_blocks_.push_back({.arena_offset = b.offset + block.begin, .count = block.count, .shard_offset = at});
       at += block.count;
     }
-    grad_shard_.assign(static_cast<size_t>(at), 0.0f);
+    grad_shard_ = Tensor::zeros({at}, DType::f32);
   }
   if (group_ && group_->size() > 1 && strategy_.sync.compression.method != comm::compression::Method::none &&
       compressors_.empty()) {
@@ -169,7 +169,7 @@ void DataParallelStep::gradient_ready(int index) {
       const ShardBlock& mine = shard_blocks_[static_cast<size_t>(next_bucket_)];
       jobs_[static_cast<size_t>(next_bucket_)] = engine_->reduce_scatter(
           bucket_span(next_bucket_),
-          std::span<float>(grad_shard_.data() + mine.shard_offset, static_cast<size_t>(mine.count)), 0,
+          std::span<float>(grad_shard_.f32() + mine.shard_offset, static_cast<size_t>(mine.count)), 0,
           fmt::format("grad bucket {} (reduce-scatter)", next_bucket_));
       ++next_bucket_;
       continue;
@@ -218,7 +218,7 @@ void DataParallelStep::reduce_scatter_bucket(int bucket, bool accumulate, uint64
   Tensor buffer = std::move(node.mapped());
   const ShardBlock& mine = shard_blocks_[static_cast<size_t>(bucket)];
   std::span<const float> input(buffer.f32(), static_cast<size_t>(buffer.numel()));
-  std::span<float> shard(grad_shard_.data() + mine.shard_offset, static_cast<size_t>(mine.count));
+  std::span<float> shard(grad_shard_.f32() + mine.shard_offset, static_cast<size_t>(mine.count));
   const std::string name = fmt::format("grad bucket {} (reduce-scatter{})", bucket, accumulate ? ", accumulate" : "");
   const comm::CollectiveOptions collective = strategy_.sync.collective;
   // A later micro-batch adds its reduced block to the shard.
@@ -252,7 +252,7 @@ void DataParallelStep::reduce_scatter_bucket(int bucket, bool accumulate, uint64
 
 DataParallelStep::GradientMemory DataParallelStep::gradient_memory() {
   if (locals_.empty()) local_for(1);
-  const int64_t shard_bytes = static_cast<int64_t>(grad_shard_.size() * sizeof(float));
+  const int64_t shard_bytes = grad_shard_.defined() ? static_cast<int64_t>(grad_shard_.nbytes()) : 0;
   return {.stored_bytes = (arena_.defined() ? arena_.numel() * static_cast<int64_t>(sizeof(float)) : 0) + shard_bytes,
           .buffer_peak_bytes = buffer_bytes_peak_,
           .elements = arena_count_};
@@ -276,7 +276,7 @@ bool DataParallelStep::sharded() const {
 
 int64_t DataParallelStep::shard_count() {
   if (locals_.empty()) local_for(1);
-  return static_cast<int64_t>(grad_shard_.size());
+  return grad_shard_.numel();
 }
 
 std::vector<ShardPiece> DataParallelStep::shard_pieces(const std::map<std::string, bool>& decay) {
@@ -481,7 +481,7 @@ StepResult DataParallelStep::run(const ParamStore& params, const DataBatch& rows
       if (sharded()) {
         const ShardBlock& mine = shard_blocks_[b];
         comm::reduce_scatter(*group_, span.data(),
-                             comm::Buffer(std::span<float>(grad_shard_.data() + mine.shard_offset,
+                             comm::Buffer(std::span<float>(grad_shard_.f32() + mine.shard_offset,
                                                            static_cast<size_t>(mine.count))),
                              static_cast<int64_t>(span.size()), comm::Reduction::sum, strategy_.sync.collective);
       } else {

@@ -71,7 +71,7 @@ class DataParallelStep {
   // micro-batch's buckets as they fill and adds into the shard.
   bool sharded() const;
   bool sharded_gradients() const { return sharded() && strategy_.sync.zero_stage >= 2; }
-  std::span<float> grad_shard() { return grad_shard_; }
+  std::span<float> grad_shard() { return {grad_shard_.f32(), static_cast<size_t>(grad_shard_.numel())}; }
   // The parameter runs making up this rank's shard (decay: per parameter name).
   std::vector<ShardPiece> shard_pieces(const std::map<std::string, bool>& decay);
   int64_t shard_count();
@@ -143,7 +143,7 @@ class DataParallelStep {
     int64_t arena_offset = 0, count = 0, shard_offset = 0;
   };
   std::vector<ShardBlock> shard_blocks_;  // per bucket (ZeRO)
-  std::vector<float> grad_shard_;
+  Tensor grad_shard_;  // a Tensor, so the memory tracker counts it
   int64_t arena_count_ = 0;  // elements of the gradient layout
   // ZeRO-2 bucket buffers: being filled (by bucket), and handed to a
   // reduce-scatter (oldest first; freed once its job is done).

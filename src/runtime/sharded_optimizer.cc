@@ -9,7 +9,8 @@ namespace px {
 ShardedOptimizer::ShardedOptimizer(OptimizerConfig config, std::vector<ShardPiece> pieces, int64_t shard_count)
     : config_(std::move(config)), pieces_(std::move(pieces)) {
   validate(config_);
-  slots_.assign(optimizer_slot_names(config_.kind).size(), std::vector<float>(static_cast<size_t>(shard_count), 0.0f));
+  for (size_t i = 0; i < optimizer_slot_names(config_.kind).size(); ++i)
+    slots_.push_back(Tensor::zeros({shard_count}, DType::f32));
 }
 
 void ShardedOptimizer::step(ParamStore& params, std::span<const float> grad_shard, double lr) {
@@ -21,17 +22,17 @@ void ShardedOptimizer::step(ParamStore& params, std::span<const float> grad_shar
     const size_t at = static_cast<size_t>(piece.shard_offset);
     if (config_.kind == "sgd")
       kernels::sgd_momentum(piece.count, static_cast<float>(lr), static_cast<float>(config_.momentum), wd,
-                            steps_ == 1, p, g, slots_[0].data() + at);
+                            steps_ == 1, p, g, slots_[0].f32() + at);
     else
       kernels::adamw(piece.count, static_cast<float>(lr), static_cast<float>(config_.beta1),
                      static_cast<float>(config_.beta2), static_cast<float>(config_.eps), wd, steps_, p, g,
-                     slots_[0].data() + at, slots_[1].data() + at);
+                     slots_[0].f32() + at, slots_[1].f32() + at);
   }
 }
 
 int64_t ShardedOptimizer::state_bytes() const {
   int64_t n = 0;
-  for (const auto& s : slots_) n += static_cast<int64_t>(s.size() * sizeof(float));
+  for (const Tensor& s : slots_) n += s.numel() * static_cast<int64_t>(sizeof(float));
   return n;
 }
 
@@ -47,7 +48,7 @@ void ShardedOptimizer::load(const SafetensorsFile& file, int64_t steps) {
       if (saved.numel() < piece.param_offset + piece.count)
         fail("optimizer tensor '{}' in '{}' has {} elements, the model needs {}", key, file.path, saved.numel(),
              piece.param_offset + piece.count);
-      std::memcpy(slots_[i].data() + piece.shard_offset, saved.f32() + piece.param_offset,
+      std::memcpy(slots_[i].f32() + piece.shard_offset, saved.f32() + piece.param_offset,
                   static_cast<size_t>(piece.count) * sizeof(float));
     }
   steps_ = steps;

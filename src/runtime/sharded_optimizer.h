@@ -33,7 +33,7 @@ class ShardedOptimizer {
   int64_t steps() const { return steps_; }
   int64_t state_bytes() const;
   size_t slot_count() const { return slots_.size(); }
-  std::span<const float> slot(size_t i) const { return slots_[i]; }
+  std::span<const float> slot(size_t i) const { return {slots_[i].f32(), static_cast<size_t>(slots_[i].numel())}; }
   // Takes this shard's elements of a full saved state (checkpoint written at
   // any rank count); px::Error names a missing tensor.
   void load(const SafetensorsFile& file, int64_t steps);
@@ -41,7 +41,7 @@ class ShardedOptimizer {
  private:
   OptimizerConfig config_;
   std::vector<ShardPiece> pieces_;
-  std::vector<std::vector<float>> slots_;
+  std::vector<Tensor> slots_;  // Tensors, so the memory tracker counts them
   int64_t steps_ = 0;
 };
 
