@@ -24,11 +24,21 @@
 namespace {
 
 int64_t parse_size(const std::string& text) {
-  double value = std::stod(text);
-  char unit = text.back();
-  if (unit == 'K' || unit == 'k') value *= 1024;
-  if (unit == 'M' || unit == 'm') value *= 1 << 20;
-  if (unit == 'G' || unit == 'g') value *= 1 << 30;
+  size_t used = 0;
+  double value = -1;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = text.substr(used);
+  if (used == 0 || value < 0 || unit.size() > 1 || (unit.size() == 1 && std::strchr("KkMmGg", unit[0]) == nullptr))
+    px::fail("argument '{}' is not a size or an option: expected a size such as 4K, 1M or 64M, --ranks N, --tune "
+             "(see --help)",
+             text);
+  if (unit == "K" || unit == "k") value *= 1024;
+  if (unit == "M" || unit == "m") value *= 1 << 20;
+  if (unit == "G" || unit == "g") value *= 1 << 30;
   return static_cast<int64_t>(value);
 }
 
@@ -168,8 +178,19 @@ int main(int argc, char** argv) {
     std::vector<int64_t> sizes;
     for (int i = 1; i < argc; ++i) {
       std::string arg = argv[i];
-      if (arg == "--ranks" && i + 1 < argc) ranks = std::atoi(argv[++i]);
-      else if (arg == "--tune") tune = true;
+      if (arg == "--help" || arg == "-h") {
+        fmt::print("parallax allreduce next to MPI_Allreduce (under mpirun) or memcpy (in-process):\n"
+                   "  mpirun --oversubscribe -np 2 px_bench_comm_allreduce [sizes...]\n"
+                   "  px_bench_comm_allreduce --ranks N [sizes...]\n"
+                   "  ... --tune [sizes...]  fit the cost model (saved for later runs), print predicted vs measured\n"
+                   "Sizes like 4K, 1M, 64M (default 4K 1M 4M 16M 64M 256M; with --tune 64K..64M by 2x and 1.5x).\n");
+        return 0;
+      }
+      if (arg == "--ranks") {
+        if (i + 1 >= argc || std::atoi(argv[i + 1]) < 1)
+          px::fail("--ranks needs a rank count >= 1, got '{}'", i + 1 < argc ? argv[i + 1] : "nothing");
+        ranks = std::atoi(argv[++i]);
+      } else if (arg == "--tune") tune = true;
       else sizes.push_back(parse_size(arg));
     }
     if (sizes.empty() && tune)  // tuned sizes and, never tuned, 1.5x each
