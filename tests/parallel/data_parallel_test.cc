@@ -1,4 +1,4 @@
-// Data parallelism against a single rank: N in-process ranks (1..8, odd
+// Data parallelism against a single rank: N in-process ranks (2..8, odd
 // counts included) give the single rank's per-step losses over 50 steps on
 // the same global batch, for GPT (with dropout) and the CNN, with gradients
 // reduced in buckets of several sizes.
@@ -56,7 +56,7 @@ TEST_P(GptDataParallel, MatchesOneRank) {
   testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
                               fmt::format("gpt at {} ranks", o.ranks));
 }
-INSTANTIATE_TEST_SUITE_P(Ranks, GptDataParallel, ::testing::Values(2, 3, 4, 5, 8));
+INSTANTIATE_TEST_SUITE_P(Ranks, GptDataParallel, ::testing::Values(2, 3, 4, 5, 6, 7, 8));
 
 class CnnDataParallel : public ::testing::TestWithParam<int> {};
 
@@ -67,7 +67,7 @@ TEST_P(CnnDataParallel, MatchesOneRank) {
   testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
                               fmt::format("cnn at {} ranks", o.ranks));
 }
-INSTANTIATE_TEST_SUITE_P(Ranks, CnnDataParallel, ::testing::Values(2, 3, 4, 7, 8));
+INSTANTIATE_TEST_SUITE_P(Ranks, CnnDataParallel, ::testing::Values(2, 3, 4, 5, 6, 7, 8));
 
 // Bucket sizes (one bucket per tensor, small buckets, everything in one),
 // each reduced during backward on the progress thread or after it.
