@@ -85,6 +85,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--staleness", o.ps.staleness, "--ps ssp: a worker may run at most this many steps ahead of the "
                                                  "slowest")
       ->capture_default_str();
+  cmd->add_option("--backup-workers", o.ps.backup_workers, "--ps bsp: each step's update takes the first W-B "
+                                                          "of the W workers' gradients to arrive and drops the rest "
+                                                          "(stragglers)")
+      ->capture_default_str();
   cmd->add_option("--metrics", o.metrics, "write JSON lines (step, train_loss, val_loss, val_accuracy) here");
   cmd->add_option("--trace", o.trace, "write a Chrome trace (Perfetto) of steps 2-4: compute and communication per rank");
   cmd->add_option("--save", o.save, "checkpoint directory (written atomically)");

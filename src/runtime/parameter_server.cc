@@ -137,10 +137,14 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
   const int64_t end = o.stop_after > 0 ? std::min(o.stop_after, total) : total;
   const Layout layout{.servers = o.ps.servers, .workers = comm.size() - o.ps.servers, .params = params.count()};
   log << fmt::format(
-      "model {} with {} parameters; {} steps of global batch {}; parameter server ({}{}): {} server{}, {} workers "
+      "model {} with {} parameters; {} steps of global batch {}; parameter server ({}{}{}): {} server{}, {} workers "
       "({}); threads {}\n",
       o.model, params.count(), total, o.batch, o.ps.mode,
-      o.ps.mode == "ssp" ? fmt::format(", staleness {}", o.ps.staleness) : "", layout.servers,
+      o.ps.mode == "ssp" ? fmt::format(", staleness {}", o.ps.staleness) : "",
+      o.ps.backup_workers > 0 ? fmt::format(", {} backup worker{}", o.ps.backup_workers,
+                                            o.ps.backup_workers > 1 ? "s" : "")
+                              : "",
+      layout.servers,
       layout.servers > 1 ? "s" : "", layout.workers, comm.backend(), o.threads);
 
   TrainResult result;
@@ -148,7 +152,8 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
     const int worker = layout.worker_of(rank);
     ps::Worker runner(comm, layout, *task, params,
                       {.start_clock = start, .end_clock = end, .global_batch = o.batch, .grad_clip = o.grad_clip,
-                       .seed = o.seed, .slow_ms = worker == layout.workers - 1 ? o.ps.slow_worker_ms : 0});
+                       .seed = o.seed, .bsp = o.ps.mode == "bsp",
+                       .delay_ms = rank == o.inject_delay_rank ? o.inject_delay_ms : 0});
     ps::WorkerStats stats = runner.run();
     if (worker == 0) send_data_state(comm, task->data_state());
     result.steps = end;
@@ -159,7 +164,8 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
 
   ps::ShardOptimizer shard(o.optimizer, params, optimizer, decays, layout.shard(rank));
   ps::Server server(comm, layout, shard,
-                    {.mode = o.ps.mode, .staleness = o.ps.staleness, .start_clock = start, .end_clock = end,
+                    {.mode = o.ps.mode, .staleness = o.ps.staleness, .backup_workers = o.ps.backup_workers,
+                     .late_worker = o.ps.late_worker, .start_clock = start, .end_clock = end,
                      .global_batch = o.batch, .schedule = o.schedule});
   const bool lead = rank == 0;
   std::ofstream metrics;
@@ -183,6 +189,10 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
   result.steps = end;
   result.seconds = progress.elapsed_seconds();
   result.max_staleness = server.max_staleness();
+  if (o.ps.mode == "bsp") {
+    result.dropped_pushes = server.dropped_pushes();
+    result.gradients_per_update = server.gradients_per_update();
+  }
   if (!lead) {
     send_shard(comm, shard);
     return result;
@@ -213,6 +223,9 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
   }
   log << fmt::format("trained {} steps in {:.1f} s; largest staleness a worker computed with: {}\n",
                      result.losses.size(), result.seconds, result.max_staleness);
+  if (o.ps.backup_workers > 0)
+    log << fmt::format("{} backup worker{}: gradients dropped per worker (too late for their step's update): [{}]\n",
+                       o.ps.backup_workers, o.ps.backup_workers > 1 ? "s" : "", fmt::join(result.dropped_pushes, ", "));
   return result;
 }
 

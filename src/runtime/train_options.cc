@@ -9,6 +9,7 @@ static void validate_parameter_server(const TrainOptions& o) {
   if (ps.mode.empty()) {
     if (ps.servers != 1) fail("--ps-servers {} needs a parameter-server mode: give --ps bsp, asp or ssp", ps.servers);
     if (ps.staleness != 0) fail("--staleness {} needs --ps ssp", ps.staleness);
+    if (ps.backup_workers != 0) fail("--backup-workers {} needs --ps bsp", ps.backup_workers);
     return;
   }
   if (ps.mode != "bsp" && ps.mode != "asp" && ps.mode != "ssp")
@@ -20,7 +21,20 @@ static void validate_parameter_server(const TrainOptions& o) {
   if (ps.staleness < 0) fail("--staleness {} must be >= 0", ps.staleness);
   if (ps.staleness != 0 && ps.mode != "ssp")
     fail("--staleness {} is for --ps ssp; mode '{}' does not take a bound", ps.staleness, ps.mode);
-  if (ps.slow_worker_ms < 0) fail("slow-worker delay {} ms must be >= 0", ps.slow_worker_ms);
+  const int workers = o.ranks - ps.servers;
+  if (ps.backup_workers < 0) fail("--backup-workers {} must be >= 0", ps.backup_workers);
+  if (ps.backup_workers != 0 && ps.mode != "bsp")
+    fail("--backup-workers {} is for --ps bsp; mode '{}' applies every gradient as it arrives", ps.backup_workers,
+         ps.mode);
+  if (ps.backup_workers >= workers)
+    fail("--backup-workers {} leaves no gradient for an update: expected fewer than the {} workers ({} ranks - {} "
+         "server{})",
+         ps.backup_workers, workers, o.ranks, ps.servers, ps.servers > 1 ? "s" : "");
+  if (ps.late_worker < -1 || ps.late_worker >= workers)
+    fail("late worker {} is not a worker: expected -1 (none) or 0..{}", ps.late_worker, workers - 1);
+  if (o.inject_delay_rank >= 0 && o.inject_delay_rank < ps.servers)
+    fail("--inject-delay names rank {}, a parameter server (ranks 0..{}): name a worker rank, {}..{}",
+         o.inject_delay_rank, ps.servers - 1, ps.servers, o.ranks - 1);
   if (o.save_every > 0)
     fail("--save-every {} is not supported with --ps {}: parameter-server runs save at the end (or --stop-after)",
          o.save_every, ps.mode);

@@ -25,7 +25,8 @@ struct ParameterServerOptions {
   std::string mode;            // "" (off), bsp, asp or ssp
   int servers = 1;             // K shards, one per server rank
   int staleness = 0;           // ssp: bound s on how many clocks a worker may run ahead of the slowest
-  int slow_worker_ms = 0;      // tests: the last worker sleeps this long before each step
+  int backup_workers = 0;      // bsp: b; each update takes the first W - b gradients of its clock, drops the rest
+  int late_worker = -1;        // tests: server 0 takes this worker's pushes as arriving after every other's
   bool operator==(const ParameterServerOptions&) const = default;
 };
 

@@ -20,6 +20,8 @@ struct TrainResult {
   int64_t peak_tensor_bytes = 0;
   std::vector<double> losses;  // per step run in this call
   int64_t max_staleness = 0;   // parameter-server modes: the most clocks a worker's parameters lagged behind
+  std::vector<int64_t> dropped_pushes;  // parameter-server bsp: per worker, gradients left out of their step's update
+  std::vector<int> gradients_per_update;  // parameter-server bsp: per step, the workers' gradients its update summed
   // Data parallelism, rank 0: bytes held between steps (runtime/memory_report.h)
   // and, under ZeRO-2, the most bucket-buffer bytes alive at once.
   RankMemory memory;

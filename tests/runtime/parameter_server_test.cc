@@ -1,15 +1,22 @@
 // Parameter-server training against the data-parallel trainer: BSP over 1
 // and 2 servers gives a single rank's per-step losses on the same global
-// batch (the rank's rows are the workers' shards concatenated); ASP and SSP
-// train; SSP never computes with parameters staler than its bound even with
-// one worker slowed down (while ASP, so slowed, does); a BSP checkpoint
-// resumes in the data-parallel trainer; bad options are named errors.
+// batch (the rank's rows are the workers' shards concatenated); with backup
+// workers each update is the mean over the rows of the pushes it took (one
+// rank trained on those rows only) and a straggler's gradients are dropped;
+// ASP and SSP train; SSP never computes with parameters staler than its bound
+// even with one worker slowed down (while ASP, so slowed, does); a BSP
+// checkpoint resumes in the data-parallel trainer; bad options are named
+// errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <numeric>
 #include <sstream>
 
+#include "data/sampler.h"
+#include "runtime/compiled_model.h"
+#include "runtime/optimizer.h"
+#include "runtime/task.h"
 #include "runtime/trainer.h"
 #include "testing/scratch_dir.h"
 #include "testing/tiny_jobs.h"
@@ -38,6 +45,13 @@ TrainResult run(const TrainOptions& o) {
   return train(o, log);
 }
 
+// The last worker sleeps `ms` before each step's compute (--inject-delay).
+TrainOptions with_straggler(TrainOptions o, int64_t ms) {
+  o.inject_delay_rank = o.ranks - 1;
+  o.inject_delay_ms = ms;
+  return o;
+}
+
 double mean_of_last(const std::vector<double>& losses, size_t n) {
   return std::accumulate(losses.end() - static_cast<std::ptrdiff_t>(n), losses.end(), 0.0) / double(n);
 }
@@ -52,6 +66,8 @@ TEST_P(BspMatchesOneRank, Cnn) {
   testing::expect_same_losses(single, r.losses, kTolerance,
                               fmt::format("bsp with {} servers, {} workers", servers, workers));
   EXPECT_EQ(r.max_staleness, 0);
+  EXPECT_EQ(r.dropped_pushes, std::vector<int64_t>(static_cast<size_t>(workers), 0));
+  EXPECT_EQ(r.gradients_per_update, std::vector<int>(20, workers));
 }
 INSTANTIATE_TEST_SUITE_P(Layouts, BspMatchesOneRank,
                          ::testing::Values(std::tuple{1, 2}, std::tuple{1, 3}, std::tuple{2, 2}, std::tuple{2, 3}));
@@ -83,9 +99,7 @@ class SspStaleness : public ::testing::TestWithParam<int> {};
 // The last worker sleeps 15 ms a step, so the others run ahead until the bound stops them.
 TEST_P(SspStaleness, NeverExceedsTheBoundWithASlowWorker) {
   const int bound = GetParam();
-  TrainOptions o = with_ps(cnn_job(16), "ssp", 1, 3, bound);
-  o.ps.slow_worker_ms = 15;
-  TrainResult r = run(o);
+  TrainResult r = run(with_straggler(with_ps(cnn_job(16), "ssp", 1, 3, bound), 15));
   EXPECT_LE(r.max_staleness, bound);
   if (bound > 0) {
     EXPECT_GE(r.max_staleness, 1) << "the fast workers never ran ahead: the test shows nothing";
@@ -94,9 +108,7 @@ TEST_P(SspStaleness, NeverExceedsTheBoundWithASlowWorker) {
 INSTANTIATE_TEST_SUITE_P(Bounds, SspStaleness, ::testing::Values(0, 1, 3));
 
 TEST(ParameterServer, AspWithASlowWorkerRunsPastAnyBound) {
-  TrainOptions o = with_ps(cnn_job(16), "asp", 2, 3);
-  o.ps.slow_worker_ms = 15;
-  EXPECT_GT(run(o).max_staleness, 3);
+  EXPECT_GT(run(with_straggler(with_ps(cnn_job(16), "asp", 2, 3), 15)).max_staleness, 3);
 }
 
 // BSP is synchronous SGD: stopped and saved under it, the checkpoint resumes
@@ -116,6 +128,92 @@ TEST(ParameterServer, BspCheckpointResumesDataParallel) {
   std::vector<double> joined = first.losses;
   joined.insert(joined.end(), rest.losses.begin(), rest.losses.end());
   testing::expect_same_losses(single, joined, kTolerance, "bsp head + data-parallel tail");
+}
+
+// One rank trained on rows [begin, end) of every global batch only: what BSP
+// with backup workers must equal when the same workers' pushes always make
+// the update (the mean gradient over their rows, the mean loss over them).
+std::vector<double> one_rank_on_rows(const TrainOptions& o, int64_t begin, int64_t end) {
+  std::unique_ptr<Task> task = make_task(o);
+  nn::Model shape_model = task->build(1, false);
+  std::map<std::string, bool> decays;
+  for (ValueId p : shape_model.graph.params())
+    decays[shape_model.graph.value(p).name] = shape_model.graph.value(p).weight_decay;
+  ParamStore params = ParamStore::initialize(shape_model.graph, o.seed);
+  Optimizer optimizer(o.optimizer, params, decays);
+  CompiledModel model(task->build(end - begin, true), true);
+  std::vector<double> losses;
+  for (int64_t step = 0; step < o.steps; ++step) {
+    DataBatch batch = task->next_batch(0, 1);  // (B, ...) the whole global batch
+    StepOutput out = model.run(params, batch.inputs.slice_rows(begin, end), batch.targets.slice_rows(begin, end),
+                               o.seed, begin);
+    optimizer.step(params, out.grads, o.schedule.at(step));
+    losses.push_back(out.loss);
+  }
+  return losses;
+}
+
+// Deterministic without timing: server 0 takes worker 0's pushes as arriving
+// after the others' (ParameterServerOptions::late_worker), so with one backup
+// worker every update is workers 1 and 2's: rows [5, 16) of each global batch
+// of 16, 11 rows, rescaled from their 11/16 share to the mean over the 11.
+TEST(ParameterServer, BackupWorkersUpdateWithTheMeanOverTheRowsThatArrived) {
+  const TrainOptions o = cnn_job(20);
+  const RowRange worker0 = shard_rows(o.batch, 0, 3);
+  ASSERT_EQ(worker0, (RowRange{0, 5}));
+  const std::vector<double> reference = one_rank_on_rows(o, worker0.end, o.batch);
+  for (int servers : {1, 2}) {  // 2: server 1 must take server 0's choice, not its own arrival order
+    TrainOptions backup = with_ps(o, "bsp", servers, 3);
+    backup.ps.backup_workers = 1;
+    backup.ps.late_worker = 0;
+    TrainResult r = run(backup);
+    testing::expect_same_losses(reference, r.losses, kTolerance,
+                                fmt::format("bsp, 1 backup worker, worker 0 always last, {} servers", servers));
+    EXPECT_EQ(r.gradients_per_update, std::vector<int>(20, 2));
+    ASSERT_EQ(r.dropped_pushes.size(), 3u);
+    // Worker 0's push of a clock is dropped, or it skipped the clock: the two
+    // others are not held back by it and may finish all 20 (~20 ms) before
+    // it even starts.
+    EXPECT_LE(r.dropped_pushes[0], 20);
+    EXPECT_EQ(r.dropped_pushes[1], 0);
+    EXPECT_EQ(r.dropped_pushes[2], 0);
+  }
+}
+
+// A straggler sleeping 15 ms a step, 1 backup worker: the others' updates go
+// on without it; its late gradients are dropped and it jumps to the current
+// step. Over 1 and 2 servers (2: the servers agree on each update's workers).
+// 200 steps: the fast workers take ~1 ms a step, so fewer would let them
+// finish while the straggler still starts up (it would only skip clocks).
+TEST(ParameterServer, BackupWorkersDropAStragglersGradients) {
+  for (int servers : {1, 2}) {
+    TrainOptions o = with_straggler(with_ps(cnn_job(200), "bsp", servers, 3), 15);
+    o.ps.backup_workers = 1;
+    TrainResult r = run(o);
+    ASSERT_EQ(r.losses.size(), 200u) << servers << " servers";
+    EXPECT_EQ(r.gradients_per_update, std::vector<int>(200, 2)) << servers << " servers";
+    ASSERT_EQ(r.dropped_pushes.size(), 3u);
+    EXPECT_GT(r.dropped_pushes[2], 0) << "the straggler's gradients were all in time: the test shows nothing";
+    EXPECT_LT(mean_of_last(r.losses, 5), r.losses.front()) << servers << " servers";
+    EXPECT_EQ(r.max_staleness, 0);  // every update still computed on the current parameters
+  }
+}
+
+// No straggler: whichever pushes come last are dropped (maybe none), the run
+// ends (no worker left waiting at the last clocks) and trains.
+TEST(ParameterServer, BackupWorkersWithoutAStragglerTrain) {
+  for (const auto& [servers, workers, backups] : {std::tuple{1, 4, 1}, std::tuple{2, 4, 2}, std::tuple{2, 3, 1}}) {
+    TrainOptions o = with_ps(cnn_job(60), "bsp", servers, workers);
+    o.ps.backup_workers = backups;
+    TrainResult r = run(o);
+    const std::string what = fmt::format("{} servers, {} workers, {} backups", servers, workers, backups);
+    ASSERT_EQ(r.losses.size(), 60u) << what;
+    EXPECT_EQ(r.gradients_per_update, std::vector<int>(60, workers - backups)) << what;
+    // Every clock leaves out `backups` workers: their push is dropped or they skipped it.
+    EXPECT_LE(std::accumulate(r.dropped_pushes.begin(), r.dropped_pushes.end(), int64_t{0}), 60 * backups) << what;
+    EXPECT_LT(mean_of_last(r.losses, 10), 0.8 * std::log(10.0)) << what;
+    EXPECT_GT(r.evaluation.accuracy, 0.4) << what;
+  }
 }
 
 void expect_error(const TrainOptions& o, const std::string& fragment) {
@@ -141,6 +239,23 @@ TEST(ParameterServer, BadOptionsAreNamedErrors) {
   TrainOptions periodic = with_ps(o, "bsp", 1, 2);
   periodic.save_every = 1;
   expect_error(periodic, "--save-every 1 is not supported with --ps bsp");
+  TrainOptions backup = with_ps(o, "bsp", 2, 3);
+  backup.ps.backup_workers = 3;
+  expect_error(backup, "--backup-workers 3 leaves no gradient for an update: expected fewer than the 3 workers "
+                       "(5 ranks - 2 servers)");
+  backup.ps.backup_workers = -1;
+  expect_error(backup, "--backup-workers -1 must be >= 0");
+  TrainOptions async_backup = with_ps(o, "asp", 1, 3);
+  async_backup.ps.backup_workers = 1;
+  expect_error(async_backup, "--backup-workers 1 is for --ps bsp; mode 'asp' applies every gradient as it arrives");
+  TrainOptions no_mode_backup = o;
+  no_mode_backup.ranks = 3;
+  no_mode_backup.ps.backup_workers = 1;
+  expect_error(no_mode_backup, "--backup-workers 1 needs --ps bsp");
+  TrainOptions slow_server = with_ps(o, "bsp", 2, 2);
+  slow_server.inject_delay_rank = 1;
+  slow_server.inject_delay_ms = 10;
+  expect_error(slow_server, "--inject-delay names rank 1, a parameter server (ranks 0..1): name a worker rank, 2..3");
 }
 
 }  // namespace

@@ -5,16 +5,24 @@
 // shard j and its optimizer state.
 //
 // Per worker clock c (one step on its rows of global batch c), for every server j:
-//   worker -> j  kPullRequest  PullRequest{c}
+//   worker -> j  kWorkerHeader WorkerHeader{pull, c}
 //   j -> worker  kPullHeader   PullHeader{complete clocks}     once the mode's gate allows
 //   j -> worker  kPullParams   shard j of the parameters       (count_j floats)
-//   worker -> j  kPushHeader   PushHeader{c, rows, loss, staleness}
+//   worker -> j  kWorkerHeader WorkerHeader{push, c, rows, loss, staleness}
 //   worker -> j  kPushGradient shard j of the weighted gradient (count_j floats)
+// Everything a worker sends a server goes through one header tag, so a server
+// keeps exactly one receive posted per worker and learns from the header what
+// comes next: in bsp with backup workers a worker may pull a server again (it
+// lagged behind the others) or stop after a pull (it fell behind to the end),
+// and no receive may be left posted for a message that never comes.
+// bsp with backup workers and K > 1: server 0 picks the workers whose pushes
+// make each clock's update and sends servers j > 0 a kDecision.
 // At the end, to rank 0: servers j > 0 send kGatherHeader + kGatherTensors
 // (parameters, then each optimizer slot, of their shard); the first worker
 // sends its data-order state (kDataStateSize, kDataState).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "comm/buffer.h"
@@ -35,33 +43,41 @@ struct Layout {
 // Tags inside the parameter-server communicator (its own tag space, used for
 // nothing else). Messages with equal tags between a pair match in order.
 enum Tag : uint32_t {
-  kPullRequest = 1,
+  kWorkerHeader = 1,
   kPullHeader,
   kPullParams,
-  kPushHeader,
   kPushGradient,
+  kDecision,
   kGatherHeader,
   kGatherTensors,
   kDataStateSize,
   kDataState,
 };
 
-struct PullRequest {
-  int64_t clock = 0;
+// A pull request (kind pull: only `clock`) or a push (then kPushGradient follows).
+struct WorkerHeader {
+  enum Kind : int64_t { kPull = 0, kPush = 1 };
+  Kind kind = kPull;
+  int64_t clock = 0;           // pull: the clock the worker wants to compute; push: the clock computed
+  int64_t rows = 0;            // push: rows of the worker's shard (0: an empty shard, nothing to apply)
+  double weighted_loss = 0;    // push: the worker's mean loss x rows / global batch
+  int64_t max_staleness = 0;   // push: the largest staleness the worker has computed with so far
 };
 
 struct PullHeader {
-  // Clocks every worker has pushed to this server (updates of clocks
-  // 0 .. complete_clocks-1 are in the parameters that follow).
+  // Updates of clocks 0 .. complete_clocks-1 are in the parameters that
+  // follow. bsp: the clocks applied (a worker computes clock complete_clocks
+  // next, skipping any it fell behind on); asp/ssp: the clocks every worker
+  // has pushed to this server.
   int64_t complete_clocks = 0;
 };
 
-struct PushHeader {
-  int64_t clock = 0;
-  int64_t rows = 0;            // rows of the worker's shard (0: an empty shard, nothing to apply)
-  double weighted_loss = 0;    // the worker's mean loss x rows / global batch
-  int64_t max_staleness = 0;   // the largest staleness the worker has computed with so far
-};
+// kDecision (bsp, backup workers B > 0, K > 1), server 0 -> server j > 0:
+// (1 + W - B) int64: the clock, then the workers whose pushes make its update,
+// in increasing order.
+inline size_t decision_size(const Layout& layout, int backup_workers) {
+  return static_cast<size_t>(1 + layout.workers - backup_workers);
+}
 
 struct GatherHeader {
   int64_t updates = 0;  // optimizer updates the server applied (optimizer steps)

@@ -37,26 +37,58 @@ CompiledModel& Worker::model_for(int64_t rows) {
   return *slot;
 }
 
-void Worker::pull(int64_t clock) {
-  const size_t servers = static_cast<size_t>(layout_.servers);
-  std::vector<PullRequest> requests(servers, PullRequest{clock});
-  std::vector<PullHeader> headers(servers);
+void Worker::pull_from(const std::vector<int>& servers, int64_t clock, std::vector<int64_t>& complete) {
+  std::vector<WorkerHeader> requests(servers.size(), WorkerHeader{.kind = WorkerHeader::kPull, .clock = clock});
+  std::vector<PullHeader> headers(servers.size());
   std::vector<comm::Request> pending;
-  for (int j = 0; j < layout_.servers; ++j) {
+  for (size_t i = 0; i < servers.size(); ++i) {
+    const int j = servers[i];
     const comm::Block shard = layout_.shard(j);
-    pending.push_back(comm_.isend(j, kPullRequest, &requests[static_cast<size_t>(j)], sizeof(PullRequest)));
-    pending.push_back(comm_.irecv(j, kPullHeader, &headers[static_cast<size_t>(j)], sizeof(PullHeader)));
+    pending.push_back(comm_.isend(j, kWorkerHeader, &requests[i], sizeof(WorkerHeader)));
+    pending.push_back(comm_.irecv(j, kPullHeader, &headers[i], sizeof(PullHeader)));
     pending.push_back(comm_.irecv(j, kPullParams, arena_.f32() + shard.begin,
                                   static_cast<size_t>(shard.count) * sizeof(float)));
   }
   for (comm::Request& request : pending)
     await(comm_, request, fmt::format("server rank {}'s parameters for clock {}", request.peer, clock));
-  for (const PullHeader& header : headers)
-    stats_.max_staleness = std::max(stats_.max_staleness, clock - header.complete_clocks);
+  for (size_t i = 0; i < servers.size(); ++i) complete[static_cast<size_t>(servers[i])] = headers[i].complete_clocks;
+}
+
+int64_t Worker::pull(int64_t clock) {
+  std::vector<int> servers(static_cast<size_t>(layout_.servers));
+  for (int j = 0; j < layout_.servers; ++j) servers[static_cast<size_t>(j)] = j;
+  std::vector<int64_t> complete(servers.size());
+  pull_from(servers, clock, complete);
+  if (config_.bsp) {
+    // Servers apply a clock one after another, so their replies may stand a
+    // clock apart (with backup workers the clocks may also have moved past
+    // `clock`): pull the ones behind again until every shard has the same
+    // clocks applied, and compute the clock after those.
+    for (;;) {
+      const int64_t newest = *std::max_element(complete.begin(), complete.end());
+      std::vector<int> behind;
+      for (int j = 0; j < layout_.servers; ++j)
+        if (complete[static_cast<size_t>(j)] < newest) behind.push_back(j);
+      if (behind.empty()) {
+        clock = newest;
+        break;
+      }
+      pull_from(behind, newest, complete);
+    }
+  }
+  const int64_t stalest = *std::min_element(complete.begin(), complete.end());
+  stats_.max_staleness = std::max(stats_.max_staleness, clock - stalest);
+  return clock;
+}
+
+void Worker::skip_batches_until(int64_t clock) {
+  for (; next_batch_clock_ < clock; ++next_batch_clock_) task_.next_batch(worker_, layout_.workers);
 }
 
 void Worker::compute_and_push(int64_t clock) {
+  PX_CHECK_EQ(next_batch_clock_, clock);
   DataBatch batch = task_.next_batch(worker_, layout_.workers);
+  ++next_batch_clock_;
   const int64_t rows = batch.rows();
   // The previous push reads gradient_ and push_header_ until its sends are done.
   for (comm::Request& request : push_sends_) await(comm_, request, "a server to take a pushed gradient");
@@ -84,20 +116,23 @@ void Worker::compute_and_push(int64_t clock) {
     }
     weighted_loss = double(out.loss) * share;
   }
-  push_header_ = {.clock = clock, .rows = rows, .weighted_loss = weighted_loss,
+  push_header_ = {.kind = WorkerHeader::kPush, .clock = clock, .rows = rows, .weighted_loss = weighted_loss,
                   .max_staleness = stats_.max_staleness};
   for (int j = 0; j < layout_.servers; ++j) {
     const comm::Block shard = layout_.shard(j);
-    push_sends_.push_back(comm_.isend(j, kPushHeader, &push_header_, sizeof(PushHeader)));
+    push_sends_.push_back(comm_.isend(j, kWorkerHeader, &push_header_, sizeof(WorkerHeader)));
     push_sends_.push_back(comm_.isend(j, kPushGradient, gradient_.data() + shard.begin,
                                       static_cast<size_t>(shard.count) * sizeof(float)));
   }
 }
 
 WorkerStats Worker::run() {
+  next_batch_clock_ = config_.start_clock;
   for (int64_t clock = config_.start_clock; clock < config_.end_clock; ++clock) {
-    if (config_.slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(config_.slow_ms));
-    pull(clock);
+    clock = pull(clock);
+    skip_batches_until(std::min(clock, config_.end_clock));
+    if (clock >= config_.end_clock) break;  // bsp: every clock was applied while this worker fell behind
+    if (config_.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(config_.delay_ms));
     compute_and_push(clock);
   }
   for (comm::Request& request : push_sends_) await(comm_, request, "a server to take the last pushed gradient");

@@ -3,6 +3,12 @@
 // forward and backward on its rows of global batch c with a single-device
 // CompiledModel, and pushes each server its shard of the gradient.
 //
+// bsp: the pull answers where the servers are. A worker that fell behind
+// (with backup workers its pushes came too late and the clocks went on)
+// continues at the servers' clock, skipping the global batches it missed so
+// that it keeps reading its shard of the same global batch as the others;
+// when every clock is applied it stops.
+//
 // Update scaling: the worker's gradient is the mean over its b rows, sent
 // multiplied by b / B (B = the global batch), so the W pushes of a clock sum
 // to the gradient of the global batch's loss (what one rank computes on all
@@ -25,7 +31,8 @@ struct WorkerConfig {
   int64_t global_batch = 1;  // B
   double grad_clip = 0;
   uint64_t seed = 1;         // the job's seed (dropout masks per clock, as the data-parallel trainer draws them)
-  int slow_ms = 0;           // tests: sleep this long before each step
+  bool bsp = false;          // continue at the servers' clock after each pull (and so skip batches)
+  int64_t delay_ms = 0;      // a straggler (--inject-delay): sleep this long before each step's compute
 };
 
 struct WorkerStats {
@@ -40,7 +47,14 @@ class Worker {
   WorkerStats run();
 
  private:
-  void pull(int64_t clock);
+  // Pulls every server's shard for `clock` and returns the clock to compute:
+  // `clock`, or in bsp the servers' clock (>= clock; all shards agree on it).
+  int64_t pull(int64_t clock);
+  // Pulls the shards of `servers` for clock `clock` into the arena; their
+  // complete clocks go to complete[j].
+  void pull_from(const std::vector<int>& servers, int64_t clock, std::vector<int64_t>& complete);
+  // Draws (and drops) this worker's shards of global batches up to `clock`.
+  void skip_batches_until(int64_t clock);
   // Computes and pushes the weighted gradient of clock `clock`.
   void compute_and_push(int64_t clock);
   CompiledModel& model_for(int64_t rows);
@@ -54,10 +68,11 @@ class Worker {
   std::vector<int64_t> offsets_;  // each tensor's offset in the flat vector
   Tensor arena_;                  // (N) parameters as pulled
   std::vector<float> gradient_;   // (N) weighted gradient being pushed
-  PushHeader push_header_;
+  WorkerHeader push_header_;
   std::vector<comm::Request> push_sends_;
   std::map<int64_t, std::unique_ptr<CompiledModel>> models_;  // by rows
   WorkerStats stats_;
+  int64_t next_batch_clock_ = 0;  // the clock whose batch task_.next_batch returns next
 };
 
 }  // namespace px::ps
