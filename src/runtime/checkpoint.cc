@@ -13,11 +13,12 @@ void save_checkpoint(const std::string& dir, const ParamStore& params, const Opt
 }
 
 void save_checkpoint(const std::string& dir, const ParamStore& params, const NamedTensors& optimizer_state,
-                     const nlohmann::json& state) {
+                     const nlohmann::json& state, const NamedTensors& compression_state) {
   std::map<std::string, std::string> metadata{{"format", "pt"}, {"parallax", state.at("config").dump()}};
   write_directory_atomically(dir, [&](const std::string& staging) {
     save_safetensors(staging + "/model.safetensors", params.named(), metadata);
     save_safetensors(staging + "/optimizer.safetensors", optimizer_state);
+    if (!compression_state.empty()) save_safetensors(staging + "/compression.safetensors", compression_state);
     write_file_atomically(staging + "/state.json", state.dump(2) + "\n");
   });
 }
@@ -39,6 +40,8 @@ Checkpoint load_checkpoint(const std::string& dir) {
   c.state = read_state(dir + "/state.json");
   c.model = load_safetensors(dir + "/model.safetensors");
   c.optimizer = load_safetensors(dir + "/optimizer.safetensors");
+  if (std::filesystem::exists(dir + "/compression.safetensors"))
+    c.compression = load_safetensors(dir + "/compression.safetensors");
   return c;
 }
 

@@ -3,9 +3,12 @@
 //   model.safetensors      the parameters, GPT-2 names; any safetensors reader loads it
 //   optimizer.safetensors  optimizer state ("<param>.exp_avg", ...)
 //   state.json             step, model config, data-order state, optimizer steps
+//   compression.safetensors (compressed data parallelism only) every rank's
+//                          error-feedback residuals, PowerSGD Q, DGC velocities
 // A crash while saving leaves the previous checkpoint intact.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -19,14 +22,16 @@ namespace px {
 struct Checkpoint {
   SafetensorsFile model;
   SafetensorsFile optimizer;
+  std::optional<SafetensorsFile> compression;  // when the run compressed gradients
   nlohmann::json state;
 };
 
 void save_checkpoint(const std::string& dir, const ParamStore& params, const Optimizer& optimizer,
                      const nlohmann::json& state);
-// The same with the optimizer state already gathered (sharded optimizer state, ZeRO).
+// The same with the optimizer state already gathered (sharded optimizer state,
+// ZeRO), and the ranks' compression state (written when not empty).
 void save_checkpoint(const std::string& dir, const ParamStore& params, const NamedTensors& optimizer_state,
-                     const nlohmann::json& state);
+                     const nlohmann::json& state, const NamedTensors& compression_state = {});
 // Reads all three files; px::Error names the directory and what is wrong
 // (missing, truncated, corrupt).
 Checkpoint load_checkpoint(const std::string& dir);

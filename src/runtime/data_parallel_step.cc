@@ -158,6 +158,63 @@ void DataParallelStep::compress_and_reduce(int index, uint64_t step) {
   else work(*group_);
 }
 
+comm::compression::GradientCompressor::State DataParallelStep::compression_state() const {
+  comm::compression::GradientCompressor::State state;
+  for (size_t i = 0; i < compressors_.size(); ++i) {
+    const std::string& name = layout().grads[i].name;
+    for (auto& [entry, values] : compressors_[i].state()) state.emplace_back(name + "." + entry, std::move(values));
+    if (!velocity_.empty()) state.emplace_back(name + ".velocity", velocity_[i]);
+  }
+  return state;
+}
+
+NamedTensors DataParallelStep::gather_compression_state() {
+  if (locals_.empty()) local_for(1);
+  if (!compressing()) return {};
+  // Every rank holds the same entries (same layout and spec): one flat
+  // allgather of equal-sized blocks.
+  const auto state = compression_state();
+  std::vector<float> mine;
+  for (const auto& [name, values] : state) mine.insert(mine.end(), values.begin(), values.end());
+  const int p = group_->size();
+  std::vector<float> all(mine.size() * static_cast<size_t>(p));
+  comm::allgather(*group_, mine.data(), comm::Buffer(std::span<float>(all)));
+  NamedTensors out;
+  for (int r = 0; r < p; ++r) {
+    const float* at = all.data() + mine.size() * static_cast<size_t>(r);
+    for (const auto& [name, values] : state) {
+      Tensor t = Tensor::empty({static_cast<int64_t>(values.size())}, DType::f32);
+      std::memcpy(t.f32(), at, values.size() * sizeof(float));
+      at += values.size();
+      out.emplace_back(fmt::format("rank{}.{}", r, name), std::move(t));
+    }
+  }
+  return out;
+}
+
+void DataParallelStep::load_compression_state(const SafetensorsFile& file) {
+  if (locals_.empty()) local_for(1);
+  const int rank = group_ ? group_->rank() : 0;
+  auto take = [&](const std::string& name, std::vector<float>& into) {
+    const std::string key = fmt::format("rank{}.{}", rank, name);
+    if (!file.contains(key))
+      fail("compression state '{}' has no tensor '{}' (saved with another compression or rank count?)", file.path,
+           key);
+    const Tensor& saved = file.at(key);
+    if (saved.numel() != static_cast<int64_t>(into.size()))
+      fail("compression state '{}': '{}' has {} elements, this run needs {}", file.path, key, saved.numel(),
+           into.size());
+    std::memcpy(into.data(), saved.f32(), into.size() * sizeof(float));
+  };
+  for (size_t i = 0; i < compressors_.size(); ++i) {
+    const std::string& name = layout().grads[i].name;
+    auto state = compressors_[i].state();
+    for (auto& [entry, values] : state) take(name + "." + entry, values);
+    compressors_[i].load_state(state);
+    if (!velocity_.empty()) take(name + ".velocity", velocity_[i]);
+  }
+}
+
 void DataParallelStep::gradient_ready(int index) {
   const auto& buckets = layout().buckets;
   --missing_[static_cast<size_t>(layout().grads[static_cast<size_t>(index)].bucket)];

@@ -80,6 +80,15 @@ class DataParallelStep {
   // Collective: the full optimizer state, by "<param>.<slot>" (for checkpoints).
   NamedTensors gather_state(const ShardedOptimizer& optimizer, const std::vector<std::string>& slot_names);
 
+  // Compressed gradients: every rank's error-feedback state (residuals,
+  // PowerSGD's Q, DGC velocities) as "rank<r>.<param>.<entry>", for a
+  // checkpoint. Collective; empty without compression.
+  NamedTensors gather_compression_state();
+  // This rank's entries of a state saved at the same rank count with the
+  // same compression; px::Error names a missing or mis-sized entry.
+  void load_compression_state(const SafetensorsFile& file);
+  bool compressing() const { return !compressors_.empty(); }
+
   // The reduced gradients by parameter name, identical on every rank
   // (views into the arena, valid until the next run; empty under ZeRO-2).
   std::map<std::string, Tensor>& grads() { return grads_; }
@@ -120,7 +129,8 @@ class DataParallelStep {
   // Compression: gradient `index` is final; exchanges it (on the engine
   // when overlapping) through its compressor.
   void compress_and_reduce(int index, uint64_t step);
-  bool compressing() const { return !compressors_.empty(); }
+  // This rank's compression state, by entry name (gradient order).
+  comm::compression::GradientCompressor::State compression_state() const;
 
   nn::Model global_;
   std::vector<std::pair<ValueId, ValueId>> param_grads_;

@@ -65,6 +65,26 @@ class MetricsLog {
 
 }  // namespace
 
+// Compressed training resumed: each rank takes its own error-feedback state
+// back when the checkpoint was saved at this rank count with this
+// compression; otherwise the residuals start at zero (said in the log).
+static void restore_compression_state(const Checkpoint& resumed, DataParallelStep& step_runner, const TrainOptions& o,
+                                      int world, std::ostream& log) {
+  const std::string spec = o.sync.compression.to_string();
+  const std::string saved_spec = resumed.state.value("compression", std::string());
+  const int saved_ranks = resumed.state.value("ranks", 1);
+  std::string why;
+  if (!resumed.compression) why = "the checkpoint has none";
+  else if (saved_spec != spec) why = fmt::format("it was saved with --compress {}", saved_spec.empty() ? "none" : saved_spec);
+  else if (saved_ranks != world) why = fmt::format("it holds {} ranks' residuals, this run has {}", saved_ranks, world);
+  if (!why.empty()) {
+    log << fmt::format("compression state not restored ({}): error-feedback residuals start at zero\n", why);
+    return;
+  }
+  step_runner.load_compression_state(*resumed.compression);
+  log << fmt::format("restored the error-feedback state of {} ranks ({})\n", world, spec);
+}
+
 // One rank's whole job. `group` is the data-parallel group (nullptr: one
 // rank); only rank 0 writes logs, metrics and checkpoints (`log` is a null
 // stream elsewhere).
@@ -95,6 +115,7 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     o.optimizer.momentum = 0;
   }
   DataParallelStep step_runner(task->build(o.batch, true), o.batch, group, o.sync, !o.trace.empty());
+  const bool compressed = world > 1 && method != Method::none;
   // ZeRO-1/2: only this rank's shard of the optimizer state exists.
   const bool zero = step_runner.sharded();
   std::optional<Optimizer> optimizer;
@@ -112,6 +133,7 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     if (zero) sharded->load(resumed.optimizer, steps_done);
     else optimizer->load_state(resumed.optimizer, steps_done);
     task->restore_data_state(resumed.state.at("data"));
+    if (compressed) restore_compression_state(resumed, step_runner, o, world, log);
     log << fmt::format("resumed from '{}' at step {}{}\n", o.resume, step,
                        resumed.state.contains("ranks")
                            ? fmt::format(" (saved at {} ranks, continuing at {})", resumed.state["ranks"].get<int>(), world)
@@ -135,6 +157,7 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     if (o.save.empty()) return;
     NamedTensors gathered;  // ZeRO: every rank takes part in gathering the state
     if (zero) gathered = step_runner.gather_state(*sharded, optimizer_slot_names(o.optimizer.kind));
+    const NamedTensors compression = compressed ? step_runner.gather_compression_state() : NamedTensors{};
     if (!lead) return;
     nlohmann::json state{{"step", at_step},
                          {"config", model_json(o)},
@@ -142,8 +165,8 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
                          {"optimizer", o.optimizer.kind},
                          {"optimizer_steps", optimizer_steps()},
                          {"ranks", world}};
-    if (zero) save_checkpoint(o.save, params, gathered, state);
-    else save_checkpoint(o.save, params, *optimizer, state);
+    if (compressed) state["compression"] = o.sync.compression.to_string();
+    save_checkpoint(o.save, params, zero ? gathered : optimizer->state(), state, compression);
   };
 
   // --trace: steps 2..4 of this run (the first one warms caches and pools up).
