@@ -5,7 +5,6 @@
 #include <map>
 
 #include "comm/buffer.h"
-#include "comm/engine/gradient_buckets.h"
 #include "core/error.h"
 
 namespace px::parallel {
@@ -110,21 +109,20 @@ Program lower(const Graph& graph, ValueId loss, const std::vector<std::pair<Valu
   std::stable_sort(program.grads.begin(), program.grads.end(),
                    [&](const GradientSync& a, const GradientSync& b) { return producer(a) < producer(b); });
 
-  // The arena holds the gradients back to back in ready order; buckets by
-  // the engine's one rule (comm::plan_buckets).
-  std::vector<comm::GradientSlot> slots;
-  for (GradientSync& g : program.grads) {
+  const int64_t bucket_elems = std::max<int64_t>(1, strategy.sync.bucket_bytes / 4);
+  for (size_t i = 0; i < program.grads.size(); ++i) {
+    GradientSync& g = program.grads[i];
+    if (program.buckets.empty() || program.buckets.back().count >= bucket_elems ||
+        strategy.sync.bucket_bytes == 0)
+      program.buckets.push_back({.offset = program.arena_count, .count = 0, .members = {},
+                                 .priority = std::numeric_limits<int>::max()});
+    Bucket& b = program.buckets.back();
     g.offset = program.arena_count;
+    g.bucket = static_cast<int>(program.buckets.size() - 1);
+    b.count += g.count;
+    b.members.push_back(static_cast<int>(i));
+    b.priority = std::min(b.priority, g.forward_order);
     program.arena_count += g.count;
-    slots.push_back({.name = g.name, .offset = g.offset, .count = g.count, .priority = g.forward_order});
-  }
-  for (const comm::GradientBucket& planned : comm::plan_buckets(slots, strategy.sync.bucket_bytes)) {
-    Bucket b{.offset = planned.offset, .count = planned.count, .members = {}, .priority = planned.priority};
-    for (int i = planned.first; i <= planned.last; ++i) {
-      program.grads[static_cast<size_t>(i)].bucket = static_cast<int>(program.buckets.size());
-      b.members.push_back(i);
-    }
-    program.buckets.push_back(std::move(b));
   }
   return program;
 }

@@ -6,46 +6,37 @@
 
 namespace px::comm {
 
-std::vector<GradientBucket> plan_buckets(const std::vector<GradientSlot>& grads, int64_t bucket_bytes,
-                                         bool mix_priorities) {
+GradientBuckets::GradientBuckets(CommEngine& engine, std::span<float> arena,
+                                 std::vector<GradientSlot> grads, int64_t bucket_bytes,
+                                 Reduction op, bool mix_priorities)
+    : engine_(engine), arena_(arena), grads_(std::move(grads)), op_(op) {
   const int64_t bucket_elements = bucket_bytes / static_cast<int64_t>(sizeof(float));
-  std::vector<GradientBucket> buckets;
-  for (int i = 0; i < static_cast<int>(grads.size()); ++i) {
-    const GradientSlot& g = grads[static_cast<size_t>(i)];
+  for (int i = 0; i < static_cast<int>(grads_.size()); ++i) {
+    const GradientSlot& g = grads_[i];
+    if (g.offset < 0 || g.count < 0 || g.offset + g.count > static_cast<int64_t>(arena_.size()))
+      fail("GradientBuckets: gradient '{}' spans elements [{}, {}) of an arena of {}", g.name,
+           g.offset, g.offset + g.count, arena_.size());
     bool joins = false;
-    if (!buckets.empty() && bucket_elements > 0) {
-      const GradientBucket& b = buckets.back();
+    if (!buckets_.empty() && bucket_elements > 0) {
+      GradientBucket& b = buckets_.back();
       const bool adjacent = g.offset == b.offset + b.count || g.offset + g.count == b.offset;
       joins = adjacent && b.count + g.count <= bucket_elements &&
-              (mix_priorities || g.priority == grads[static_cast<size_t>(b.first)].priority);
+              (mix_priorities || g.priority == grads_[b.first].priority);
     }
     if (joins) {
-      GradientBucket& b = buckets.back();
+      GradientBucket& b = buckets_.back();
       b.offset = std::min(b.offset, g.offset);
       b.count += g.count;
       b.last = i;
       b.priority = std::min(b.priority, g.priority);
     } else {
-      buckets.push_back({.name = {}, .offset = g.offset, .count = g.count, .first = i, .last = i,
-                         .priority = g.priority});
+      buckets_.push_back({.name = {}, .offset = g.offset, .count = g.count, .first = i, .last = i,
+                          .priority = g.priority});
     }
+    bucket_of_.push_back(static_cast<int>(buckets_.size()) - 1);
   }
-  return buckets;
-}
-
-GradientBuckets::GradientBuckets(CommEngine& engine, std::span<float> arena,
-                                 std::vector<GradientSlot> grads, int64_t bucket_bytes,
-                                 Reduction op, bool mix_priorities)
-    : engine_(engine), arena_(arena), grads_(std::move(grads)), op_(op) {
-  for (const GradientSlot& g : grads_)
-    if (g.offset < 0 || g.count < 0 || g.offset + g.count > static_cast<int64_t>(arena_.size()))
-      fail("GradientBuckets: gradient '{}' spans elements [{}, {}) of an arena of {}", g.name,
-           g.offset, g.offset + g.count, arena_.size());
-  buckets_ = plan_buckets(grads_, bucket_bytes, mix_priorities);
-  bucket_of_.resize(grads_.size());
   for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
     GradientBucket& bucket = buckets_[b];
-    for (int i = bucket.first; i <= bucket.last; ++i) bucket_of_[static_cast<size_t>(i)] = b;
     bucket.name = bucket.first == bucket.last
                       ? fmt::format("bucket {} ({})", b, grads_[bucket.first].name)
                       : fmt::format("bucket {} ({} .. {})", b, grads_[bucket.first].name,

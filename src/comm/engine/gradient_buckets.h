@@ -44,16 +44,6 @@ struct GradientBucket {
   int priority = 0;
 };
 
-// The one bucketing rule (the data-parallel lowering and GradientBuckets
-// both use it): walking `grads` in backward order, a gradient joins the
-// current bucket when it is the arena neighbour of the bucket, the bucket
-// stays within bucket_bytes, and (unless mix_priorities) its priority equals
-// the bucket's first member's; otherwise it opens a new bucket. A gradient
-// larger than bucket_bytes is a bucket of its own; bucket_bytes 0 gives one
-// bucket per gradient. Names are left empty.
-std::vector<GradientBucket> plan_buckets(const std::vector<GradientSlot>& grads, int64_t bucket_bytes,
-                                         bool mix_priorities = true);
-
 class GradientBuckets {
  public:
   // grads: in the order backward produces them; every rank passes the same
