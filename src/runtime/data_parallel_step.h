@@ -148,7 +148,7 @@ class DataParallelStep {
   std::vector<comm::CommEngine::JobId> jobs_;  // per bucket, this step
   std::map<std::string, int> bucket_of_;       // parameter name -> bucket
   void collect_engine_trace(uint64_t step);
-  std::vector<std::vector<float>> velocity_;
+  std::vector<std::vector<float>> velocity_;  // per gradient: local momentum (sync.local_momentum)
   struct ShardBlock {  // this rank's block of one bucket
     int64_t arena_offset = 0, count = 0, shard_offset = 0;
   };
@@ -165,10 +165,10 @@ class DataParallelStep {
   std::deque<InFlightBuffer> reducing_;
   int64_t buffer_bytes_live_ = 0, buffer_bytes_peak_ = 0;
   // Fills `arena` (arena layout) from every rank's blocks; this rank's are set.
-  void allgather_arena(std::vector<float>& arena);  // per gradient: local momentum (sync.local_momentum)
+  void allgather_arena(std::vector<float>& arena);
   bool trace_ = false, tracing_ = false;
-  bool trace_deferred_ = false;
-  bool in_flight_ = false;       // P3: the last run() returned with reductions running  // P3: this step's reductions are traced when waited for
+  bool trace_deferred_ = false;  // P3: this step's reductions are traced when waited for
+  bool in_flight_ = false;       // P3: the last run() returned with reductions running
   uint64_t trace_step_ = 0;
   std::vector<TraceRecord> trace_records_;
   std::vector<Executor::NodeTiming> timings_;

@@ -18,6 +18,7 @@
 #include "runtime/optimizer.h"
 #include "runtime/task.h"
 #include "runtime/trainer.h"
+#include "testing/expect_train_error.h"
 #include "testing/scratch_dir.h"
 #include "testing/tiny_jobs.h"
 #include "parallel/strategy_equivalence.h"
@@ -216,46 +217,37 @@ TEST(ParameterServer, BackupWorkersWithoutAStragglerTrain) {
   }
 }
 
-void expect_error(const TrainOptions& o, const std::string& fragment) {
-  try {
-    run(o);
-    ADD_FAILURE() << "expected an error containing '" << fragment << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
-
 TEST(ParameterServer, BadOptionsAreNamedErrors) {
   const TrainOptions o = cnn_job(2);
-  expect_error(with_ps(o, "hogwild", 1, 2), "parameter-server mode 'hogwild' is unknown: expected bsp, asp or ssp");
-  expect_error(with_ps(o, "asp", 0, 2), "--ps-servers 0 must be >= 1");
+  testing::expect_train_error(with_ps(o, "hogwild", 1, 2), "parameter-server mode 'hogwild' is unknown: expected bsp, asp or ssp");
+  testing::expect_train_error(with_ps(o, "asp", 0, 2), "--ps-servers 0 must be >= 1");
   TrainOptions all_servers = with_ps(o, "asp", 3, 0);
-  expect_error(all_servers, "--ps-servers 3 leaves no worker among 3 ranks");
-  expect_error(with_ps(o, "ssp", 1, 2, -1), "--staleness -1 must be >= 0");
-  expect_error(with_ps(o, "asp", 1, 2, 2), "--staleness 2 is for --ps ssp");
+  testing::expect_train_error(all_servers, "--ps-servers 3 leaves no worker among 3 ranks");
+  testing::expect_train_error(with_ps(o, "ssp", 1, 2, -1), "--staleness -1 must be >= 0");
+  testing::expect_train_error(with_ps(o, "asp", 1, 2, 2), "--staleness 2 is for --ps ssp");
   TrainOptions no_mode = o;
   no_mode.ps.servers = 2;
-  expect_error(no_mode, "--ps-servers 2 needs a parameter-server mode");
+  testing::expect_train_error(no_mode, "--ps-servers 2 needs a parameter-server mode");
   TrainOptions periodic = with_ps(o, "bsp", 1, 2);
   periodic.save_every = 1;
-  expect_error(periodic, "--save-every 1 is not supported with --ps bsp");
+  testing::expect_train_error(periodic, "--save-every 1 is not supported with --ps bsp");
   TrainOptions backup = with_ps(o, "bsp", 2, 3);
   backup.ps.backup_workers = 3;
-  expect_error(backup, "--backup-workers 3 leaves no gradient for an update: expected fewer than the 3 workers "
+  testing::expect_train_error(backup, "--backup-workers 3 leaves no gradient for an update: expected fewer than the 3 workers "
                        "(5 ranks - 2 servers)");
   backup.ps.backup_workers = -1;
-  expect_error(backup, "--backup-workers -1 must be >= 0");
+  testing::expect_train_error(backup, "--backup-workers -1 must be >= 0");
   TrainOptions async_backup = with_ps(o, "asp", 1, 3);
   async_backup.ps.backup_workers = 1;
-  expect_error(async_backup, "--backup-workers 1 is for --ps bsp; mode 'asp' applies every gradient as it arrives");
+  testing::expect_train_error(async_backup, "--backup-workers 1 is for --ps bsp; mode 'asp' applies every gradient as it arrives");
   TrainOptions no_mode_backup = o;
   no_mode_backup.ranks = 3;
   no_mode_backup.ps.backup_workers = 1;
-  expect_error(no_mode_backup, "--backup-workers 1 needs --ps bsp");
+  testing::expect_train_error(no_mode_backup, "--backup-workers 1 needs --ps bsp");
   TrainOptions slow_server = with_ps(o, "bsp", 2, 2);
   slow_server.inject_delay_rank = 1;
   slow_server.inject_delay_ms = 10;
-  expect_error(slow_server, "--inject-delay names rank 1, a parameter server (ranks 0..1): name a worker rank, 2..3");
+  testing::expect_train_error(slow_server, "--inject-delay names rank 1, a parameter server (ranks 0..1): name a worker rank, 2..3");
 }
 
 }  // namespace
