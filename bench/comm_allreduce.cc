@@ -7,6 +7,7 @@
 //                           (default sizes 64K..64M by 2x and 1.5x each, never
 //                           tuned; timed in the tuning sweep's rounds, in
 //                           batches of their own that the fit never sees)
+//   ... --tune --dump FILE  also every batch kept (sweep and check) as JSON
 // Sizes like 4K, 1M, 64M (default 4K 1M 4M 16M 64M 256M). Prints per size
 // the busbw of every algorithm, MPI's, the best parallax one and best/MPI.
 #include <chrono>
@@ -16,6 +17,9 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "comm/backends.h"
 #include "comm/benchmark.h"
@@ -102,12 +106,33 @@ void run(px::comm::Communicator& comm, const std::vector<int64_t>& sizes) {
   }
 }
 
-// --tune: fit the cost model on this host (at 64 KiB..64 MiB by factors of
-// 2: the cache cliff lies between 4 and 16 MiB and needs points inside it),
+// --dump FILE: every batch kept of the sweep and the check, with the links
+// measured, as JSON, so fits and statistics can be studied offline.
+void dump_batches(const px::comm::TunedCheck& tuned, const std::string& path) {
+  using namespace px::comm;
+  auto rows = [](const std::vector<BenchmarkRow>& list) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const BenchmarkRow& row : list)
+      out.push_back({{"algorithm", algorithm_name(row.algorithm)}, {"bytes", row.bytes},
+                     {"ranks", row.ranks}, {"iterations", row.iterations}, {"seconds", row.seconds},
+                     {"batches", row.batches}});
+    return out;
+  };
+  nlohmann::json json{{"model", nlohmann::json::parse(cost_model_to_json(tuned.model))},
+                      {"sweep", rows(tuned.sweep)},
+                      {"check", rows(tuned.check)}};
+  std::ofstream out(path);
+  if (!out) px::fail("--dump: cannot write '{}'", path);
+  out << json.dump(1) << "\n";
+}
+
+// --tune: fit the cost model on this host (at default_tuning_sizes(): the
+// cache cliffs lie between 1 and 16 MiB and need points inside them),
 // then print predicted vs measured for every algorithm at `sizes`, which
 // should include sizes the fit never saw; the issue asks for agreement within
 // 25% from 64 KiB.
-void tune_and_compare(px::comm::Communicator& comm, const std::vector<int64_t>& sizes) {
+void tune_and_compare(px::comm::Communicator& comm, const std::vector<int64_t>& sizes,
+                      const std::string& dump_path) {
   using namespace px::comm;
   const bool root = comm.rank() == 0;
   auto say = [&](const std::string& line) {
@@ -116,6 +141,7 @@ void tune_and_compare(px::comm::Communicator& comm, const std::vector<int64_t>& 
   };
   const BenchmarkOptions options{.sizes = sizes};
   const TunedCheck tuned = tune_and_check(comm, default_tuning_sizes(), options, say);
+  if (root && !dump_path.empty()) dump_batches(tuned, dump_path);
   // The sweep's own time for (algorithm, bytes): an oracle "model" that
   // predicts the tuned sizes perfectly, so sweep/measured is the noise floor.
   auto swept = [&](const BenchmarkRow& row) {
@@ -126,7 +152,7 @@ void tune_and_compare(px::comm::Communicator& comm, const std::vector<int64_t>& 
   if (root) {
     fmt::print("# allreduce float32 sum, {} ranks, backend {}: measured = slowest rank, median of "
                "{} rounds (batches of the sweep and of this check interleaved, never shared); "
-               "tuned sizes 64K..64M by 2x\n",
+               "tuned sizes 64K..64M by 2x, and x sqrt(2) from 512K to 16M\n",
                comm.size(), comm.backend(), options.rounds);
     fmt::print("{:>9} {:>26} {:>12} {:>12} {:>9} {:>7} {:>8} {:>11}\n", "size", "algorithm",
                "measured_us", "predicted_us", "pred/meas", "spread", "retaken", "sweep/meas");
@@ -175,6 +201,7 @@ int main(int argc, char** argv) {
   try {
     int ranks = 2;
     bool tune = false;
+    std::string dump_path;
     std::vector<int64_t> sizes;
     for (int i = 1; i < argc; ++i) {
       std::string arg = argv[i];
@@ -183,6 +210,7 @@ int main(int argc, char** argv) {
                    "  mpirun --oversubscribe -np 2 px_bench_comm_allreduce [sizes...]\n"
                    "  px_bench_comm_allreduce --ranks N [sizes...]\n"
                    "  ... --tune [sizes...]  fit the cost model (saved for later runs), print predicted vs measured\n"
+                   "  ... --tune --dump FILE  also write every batch kept (sweep and check) as JSON\n"
                    "Sizes like 4K, 1M, 64M (default 4K 1M 4M 16M 64M 256M; with --tune 64K..64M by 2x and 1.5x).\n");
         return 0;
       }
@@ -191,6 +219,10 @@ int main(int argc, char** argv) {
           px::fail("--ranks needs a rank count >= 1, got '{}'", i + 1 < argc ? argv[i + 1] : "nothing");
         ranks = std::atoi(argv[++i]);
       } else if (arg == "--tune") tune = true;
+      else if (arg == "--dump") {
+        if (i + 1 >= argc) px::fail("--dump needs a file name");
+        dump_path = argv[++i];
+      }
       else sizes.push_back(parse_size(arg));
     }
     if (sizes.empty() && tune)  // tuned sizes and, never tuned, 1.5x each
@@ -202,12 +234,12 @@ int main(int argc, char** argv) {
       for (int64_t s : {4 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20}) sizes.push_back(s);
     if (std::getenv("OMPI_COMM_WORLD_SIZE")) {  // launched by mpirun
       px::comm::mpi::init(&argc, &argv);
-      if (tune) tune_and_compare(px::comm::mpi::world(), sizes);
+      if (tune) tune_and_compare(px::comm::mpi::world(), sizes, dump_path);
       else run(px::comm::mpi::world(), sizes);
       px::comm::mpi::finalize();
     } else {
       px::comm::run_inproc(ranks, [&](px::comm::Communicator& comm) {
-        if (tune) tune_and_compare(comm, sizes);
+        if (tune) tune_and_compare(comm, sizes, dump_path);
         else run(comm, sizes);
       });
     }

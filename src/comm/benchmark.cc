@@ -157,8 +157,18 @@ std::vector<int64_t> default_benchmark_sizes() {
 }
 
 std::vector<int64_t> default_tuning_sizes() {
+  // Where the cliffs lie (a rank's part passing the 1 MiB L2, p · n the
+  // shared L3), a step can fall anywhere between two 2x sizes, and a fit to
+  // them cannot tell where: at 4 ranks sharded_parameter_server's cost per
+  // byte rose 1.8x between 3 and 4 MiB, and fits to 2 and 4 MiB that differed
+  // by noise alone predicted 3 MiB 6% or 30% high. So between 512 KiB and
+  // 32 MiB a size sqrt(2) above each 2x one is tuned too.
   std::vector<int64_t> sizes;
-  for (int64_t bytes = 64 << 10; bytes <= (64 << 20); bytes *= 2) sizes.push_back(bytes);
+  for (int64_t bytes = 64 << 10; bytes <= (64 << 20); bytes *= 2) {
+    sizes.push_back(bytes);
+    if (bytes >= (512 << 10) && bytes < (32 << 20))
+      sizes.push_back(static_cast<int64_t>(std::llround(bytes * std::sqrt(2.0) / 4)) * 4);
+  }
   return sizes;
 }
 
@@ -225,8 +235,10 @@ std::vector<BenchmarkRow> time_points(Communicator& comm, const BenchmarkOptions
   for (int i = 0; i < count; ++i) {
     const int64_t n = points[i].bytes / 4;
     per_point[i].algorithm = points[i].algorithm;
-    rows[i] = {.collective = options.collective, .algorithm = points[i].algorithm,
-               .ranks = comm.size(), .bytes = n * 4};
+    rows[i].collective = options.collective;
+    rows[i].algorithm = points[i].algorithm;
+    rows[i].ranks = comm.size();
+    rows[i].bytes = n * 4;
     if (options.check) rows[i].checked = check_once(comm, options.collective, n, buffers, per_point[i]);
     bodies.push_back([&, i, n] { call(comm, options.collective, n, buffers, per_point[i]); });
     // Slow spells of other tenants hit DRAM-bound points, not cache-bound ones.
@@ -324,6 +336,7 @@ std::vector<BenchmarkRow> time_points(Communicator& comm, const BenchmarkOptions
       row.dirty = static_cast<int>(all.size());
     }
     row.seconds = median(kept);
+    row.batches = kept;
     row.spread = (*std::max_element(kept.begin(), kept.end()) -
                   *std::min_element(kept.begin(), kept.end())) / row.seconds;
     row.algbw = row.bytes / row.seconds / 1e9;

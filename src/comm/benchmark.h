@@ -58,6 +58,7 @@ struct BenchmarkRow {
   double busbw = 0;    // GB/s
   double predicted_seconds = 0;
   int checked = -1;    // -1 not checked, 0 wrong, 1 right
+  std::vector<double> batches;  // per-call seconds of the batches kept, in the order taken
 };
 
 // One (algorithm, size) to time; a point listed twice is timed twice, apart.
@@ -131,8 +132,9 @@ TunedCheck tune_and_check(Communicator& comm, const std::vector<int64_t>& tuning
 CostModel fit_allreduce_model(const CostModel& links, const std::vector<BenchmarkRow>& rows,
                               double* rms_relative_error = nullptr);
 
-// Sizes --tune times: 64 KiB .. 64 MiB by factors of 2 (the cache cliff,
-// between 4 and 16 MiB here, needs points inside it to be located).
+// Sizes --tune times: 64 KiB .. 64 MiB by factors of 2, and between 512 KiB
+// and 32 MiB also sqrt(2) above each (the cache cliffs, between 1 and 16 MiB
+// here, need points inside them to be located).
 std::vector<int64_t> default_tuning_sizes();
 
 // Sizes 4 B .. 256 MiB by factors of 4 (nccl-tests' default sweep shape).
