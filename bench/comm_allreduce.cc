@@ -193,6 +193,9 @@ void tune_and_compare(px::comm::Communicator& comm, const std::vector<int64_t>& 
     fmt::print("# noise floor: the tuning sweep's own times vs these, at the {} tuned (size, "
                "algorithm) pairs: worst {:.0f}%, {} outside 25%\n",
                floor_rows, worst_floor * 100, floor_outside);
+  if (root)
+    fmt::print("# timed {} time(s); the last timing {}\n", tuned.attempts,
+               tuned.unsettled.empty() ? "settled" : "still unsettled: " + tuned.unsettled);
 }
 
 }  // namespace

@@ -337,6 +337,7 @@ std::vector<BenchmarkRow> time_points(Communicator& comm, const BenchmarkOptions
     }
     row.seconds = median(kept);
     row.batches = kept;
+    row.unreplaced = std::max(0, options.rounds - static_cast<int>(kept.size()));
     row.spread = (*std::max_element(kept.begin(), kept.end()) -
                   *std::min_element(kept.begin(), kept.end())) / row.seconds;
     row.algbw = row.bytes / row.seconds / 1e9;

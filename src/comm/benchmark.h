@@ -54,11 +54,12 @@ struct BenchmarkRow {
   double spread = 0;   // (max - min) / median over the batches kept
   int retaken = 0;     // batches retaken (foreign CPU load, or a disturbed stretch)
   int dirty = 0;       // batches kept although still contaminated
+  int unreplaced = 0;  // disturbed batches no retake replaced (the point has rounds - this)
   double algbw = 0;    // GB/s (1e9 B/s)
   double busbw = 0;    // GB/s
   double predicted_seconds = 0;
   int checked = -1;    // -1 not checked, 0 wrong, 1 right
-  std::vector<double> batches;  // per-call seconds of the batches kept, in the order taken
+  std::vector<double> batches{};  // per-call seconds of the batches kept, in the order taken
 };
 
 // One (algorithm, size) to time; a point listed twice is timed twice, apart.
@@ -114,14 +115,29 @@ struct TunedCheck {
   CostModel model;
   std::vector<BenchmarkRow> sweep;  // what the model was fitted to
   std::vector<BenchmarkRow> check;  // timed apart from the sweep; predicted by `model`
+  int attempts = 1;        // timings taken (a new one when the last was unsettled)
+  std::string unsettled;   // why the last attempt's timings disagree with themselves; empty: settled
 };
+
+// Whether a timing of the sweep and the check can be trusted, from the
+// timings alone (never the model): the points both timed, measured twice in
+// the same rounds, agree within max_disagreement, and at most 1% of the
+// batches were disturbed and never replaced. Returns why not; empty when
+// settled.
+std::string unsettled_reason(const std::vector<BenchmarkRow>& sweep,
+                             const std::vector<BenchmarkRow>& check, int rounds,
+                             double max_disagreement = 0.25);
 
 // tune_cost_model at tuning_sizes, then `check` measured and predicted by the
 // tuned model. An allreduce check is timed in the same rounds as the sweep
-// (its own batches, never fitted), so both see the same machine; other
-// collectives after it. Collective; sets comm's cost model.
+// (its own batches, never fitted), so both see the same machine; when those
+// timings are unsettled (unsettled_reason: the host changed state for a
+// minute) they are taken again, at most max_attempts times in all, and the
+// model is fitted to the last. Other collectives are checked after the
+// tuning. Collective; sets comm's cost model.
 TunedCheck tune_and_check(Communicator& comm, const std::vector<int64_t>& tuning_sizes,
-                          const BenchmarkOptions& check, const ProgressFn& progress = {});
+                          const BenchmarkOptions& check, const ProgressFn& progress = {},
+                          int max_attempts = 3);
 
 // The fitting half of tune_cost_model: `links` with its link parameters
 // measured; rows are allreduce timings (any algorithms and rank counts, at

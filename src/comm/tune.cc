@@ -258,8 +258,40 @@ CostModel tune_cost_model(Communicator& comm, const std::vector<int64_t>& sizes,
   return fit_sweep(comm, model, rows, say);
 }
 
+std::string unsettled_reason(const std::vector<BenchmarkRow>& sweep,
+                             const std::vector<BenchmarkRow>& check, int rounds,
+                             double max_disagreement) {
+  std::vector<std::string> why;
+  double worst = 0;
+  std::string worst_what;
+  for (const BenchmarkRow& c : check)
+    for (const BenchmarkRow& s : sweep)
+      if (s.algorithm == c.algorithm && s.bytes == c.bytes && s.seconds > 0 && c.seconds > 0) {
+        // As the check judges a prediction: the sweep's time predicting the check's.
+        const double off = std::fabs(s.seconds / c.seconds - 1);
+        if (off > worst) {
+          worst = off;
+          worst_what = fmt::format("{} at {} B", algorithm_name(c.algorithm), c.bytes);
+        }
+      }
+  if (worst > max_disagreement)
+    why.push_back(fmt::format("{} timed twice differs by {:.0f}%, more than {:.0f}%", worst_what,
+                              100 * worst, 100 * max_disagreement));
+  int unreplaced = 0;
+  for (const auto* rows : {&sweep, &check})
+    for (const BenchmarkRow& row : *rows) unreplaced += row.unreplaced;
+  const double all = static_cast<double>(rounds) * static_cast<double>(sweep.size() + check.size());
+  if (unreplaced > 0.01 * all)
+    why.push_back(fmt::format("{} of {} batches disturbed and not replaced", unreplaced,
+                              static_cast<int64_t>(all)));
+  std::string text;
+  for (const std::string& w : why) text += (text.empty() ? "" : "; ") + w;
+  return text;
+}
+
 TunedCheck tune_and_check(Communicator& comm, const std::vector<int64_t>& tuning_sizes,
-                          const BenchmarkOptions& check, const ProgressFn& progress) {
+                          const BenchmarkOptions& check, const ProgressFn& progress,
+                          int max_attempts) {
   auto say = [&](const std::string& line) {
     if (progress) progress(line);
   };
@@ -284,11 +316,22 @@ TunedCheck tune_and_check(Communicator& comm, const std::vector<int64_t>& tuning
     } else {
       for (Algorithm a : check.algorithms) points.push_back({a, bytes});
     }
-  say(fmt::format("timing {} sweep and {} check points together, {} rounds", swept,
-                  points.size() - swept, check.rounds));
-  std::vector<BenchmarkRow> rows = time_points(comm, check, points, say);
-  result.sweep.assign(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(swept));
-  result.check.assign(rows.begin() + static_cast<std::ptrdiff_t>(swept), rows.end());
+  for (result.attempts = 1;; ++result.attempts) {
+    say(fmt::format("timing {} sweep and {} check points together, {} rounds", swept,
+                    points.size() - swept, check.rounds));
+    std::vector<BenchmarkRow> rows = time_points(comm, check, points, say);
+    result.sweep.assign(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(swept));
+    result.check.assign(rows.begin() + static_cast<std::ptrdiff_t>(swept), rows.end());
+    result.unsettled = unsettled_reason(result.sweep, result.check, check.rounds);
+    if (result.unsettled.empty()) break;
+    if (result.attempts >= max_attempts) {
+      say(fmt::format("timings still unsettled after {} attempts ({}); fitting the last",
+                      result.attempts, result.unsettled));
+      break;
+    }
+    say(fmt::format("timings unsettled ({}): the host changed state; timing again",
+                    result.unsettled));
+  }
   result.model = fit_sweep(comm, links, result.sweep, say);
   for (BenchmarkRow& row : result.check) {
     const Algorithm modelled = row.algorithm == Algorithm::automatic ? Algorithm::ring : row.algorithm;

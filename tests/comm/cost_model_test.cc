@@ -122,5 +122,34 @@ TEST(FindDisturbed, IgnoresBatchesAlreadyRejected) {
   EXPECT_FALSE(batches[3][2].disturbed);
 }
 
+// A tuning's timings are trusted only when they agree with themselves: the
+// points both the sweep and the check timed, and the batches left out.
+TEST(UnsettledReason, NamesThePointTimedTwiceThatDisagreesAndTheBatchesLeftOut) {
+  auto row = [](Algorithm algorithm, int64_t bytes, double seconds, int unreplaced = 0) {
+    BenchmarkRow r;
+    r.algorithm = algorithm;
+    r.bytes = bytes;
+    r.seconds = seconds;
+    r.unreplaced = unreplaced;
+    return r;
+  };
+  const std::vector<BenchmarkRow> sweep = {row(Algorithm::ring, 1 << 20, 1.0e-3),
+                                           row(Algorithm::tree, 1 << 20, 2.0e-3)};
+  std::vector<BenchmarkRow> check = {row(Algorithm::ring, 1 << 20, 1.1e-3),
+                                     row(Algorithm::tree, 1 << 20, 2.2e-3),
+                                     row(Algorithm::tree, 3 << 19, 9.0e-3)};  // timed once: not compared
+  EXPECT_EQ(unsettled_reason(sweep, check, 15), "");
+
+  check[1].seconds = 1.5e-3;  // the sweep's 2.0 ms predicts it 33% high
+  const std::string why = unsettled_reason(sweep, check, 15);
+  EXPECT_NE(why.find("tree at 1048576 B timed twice differs by 33%"), std::string::npos) << why;
+
+  check[1].seconds = 2.2e-3;
+  check[2].unreplaced = 1;  // 1 of 75 batches (1.3%)
+  EXPECT_NE(unsettled_reason(sweep, check, 15).find("1 of 75 batches disturbed and not replaced"),
+            std::string::npos);
+  EXPECT_EQ(unsettled_reason(sweep, check, 150), "");  // 1 of 750 is within 1%
+}
+
 }  // namespace
 }  // namespace px::comm
