@@ -14,11 +14,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "comm/backends.h"

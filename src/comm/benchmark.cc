@@ -328,6 +328,8 @@ std::vector<BenchmarkRow> time_points(Communicator& comm, const BenchmarkOptions
       if (!b.disturbed && b.clean) kept.push_back(b.seconds);
     }
     few += kept.size() < kFewBatches;
+    // Counted before the fallbacks below, which keep disturbed batches.
+    row.unreplaced = std::max(0, options.rounds - static_cast<int>(kept.size()));
     if (kept.empty())  // every batch disturbed or under foreign load
       for (const TimedBatch& b : batches[i])
         if (b.clean) kept.push_back(b.seconds);
@@ -337,7 +339,6 @@ std::vector<BenchmarkRow> time_points(Communicator& comm, const BenchmarkOptions
     }
     row.seconds = median(kept);
     row.batches = kept;
-    row.unreplaced = std::max(0, options.rounds - static_cast<int>(kept.size()));
     row.spread = (*std::max_element(kept.begin(), kept.end()) -
                   *std::min_element(kept.begin(), kept.end())) / row.seconds;
     row.algbw = row.bytes / row.seconds / 1e9;
