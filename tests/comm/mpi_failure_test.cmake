@@ -3,7 +3,8 @@
 # the time limit and both survivors (ranks 0 and 2) printed an error naming
 # the collective, the step and a peer rank, within the timeout plus slack,
 # and at least one of them named rank 1 itself (the other may name a
-# neighbour that gave up on rank 1 at the same moment).
+# neighbour that gave up on rank 1 at the same moment). When mpirun tore a
+# "kill" launch down itself (below), one survivor's error is enough.
 # Usage: cmake -DMPIEXEC=mpirun -DPROGRAM=px_comm_mpi_failure_test -P mpi_failure_test.cmake
 set(timeout_ms 1000)
 # A rank killed while its peers exchange point-to-point messages (ring) was
@@ -30,10 +31,11 @@ foreach(case IN LISTS cases)
     list(APPEND problems "mpirun exit status '${status}', expected non-zero within 25 s")
   endif()
   set(named_victim FALSE)
+  set(silent_survivors 0)
   foreach(rank 0 2)
     string(REGEX MATCH "survivor rank ${rank} failed after ([0-9.]+) s: ([^\n]*)" line "${output}")
     if(NOT line)
-      list(APPEND problems "rank ${rank} printed no error")
+      math(EXPR silent_survivors "${silent_survivors} + 1")
       continue()
     endif()
     set(seconds "${CMAKE_MATCH_1}")
@@ -51,6 +53,19 @@ foreach(case IN LISTS cases)
       list(APPEND problems "rank ${rank} failed only after ${seconds} s")
     endif()
   endforeach()
+  # A killed victim: mpirun itself, seeing rank 1 die by SIGKILL, now and
+  # then tears the job down within the survivors' timeout (about 1 launch in
+  # 10 under load), so a survivor may be killed before it reports. That is
+  # the launcher ending the job, not a hang: one survivor's named error is
+  # then enough, provided mpirun reported the signal. Frozen victims leave
+  # mpirun nothing to notice, so there both survivors must report.
+  set(launcher_ended_job FALSE)
+  if(mode STREQUAL "kill" AND "${output}${errors}" MATCHES "process rank 1 [^\n]*exited on signal 9")
+    set(launcher_ended_job TRUE)
+  endif()
+  if(silent_survivors EQUAL 2 OR (silent_survivors EQUAL 1 AND NOT launcher_ended_job))
+    list(APPEND problems "${silent_survivors} of the 2 survivors printed no error")
+  endif()
   if(NOT named_victim)
     list(APPEND problems "no survivor named rank 1")
   endif()
