@@ -54,8 +54,9 @@ foreach(case IN LISTS cases)
     endif()
   endforeach()
   # A killed victim: mpirun itself, seeing rank 1 die by SIGKILL, now and
-  # then tears the job down within the survivors' timeout (about 1 launch in
-  # 10 under load), so a survivor may be killed before it reports. That is
+  # then tears the job down within the survivors' timeout (4 launches of 13
+  # on 2026-11-22, 3 of them with other tests running), so a survivor may be
+  # killed before it reports. That is
   # the launcher ending the job, not a hang: one survivor's named error is
   # then enough, provided mpirun reported the signal. Frozen victims leave
   # mpirun nothing to notice, so there both survivors must report.
