@@ -56,10 +56,10 @@ foreach(case IN LISTS cases)
   # A killed victim: mpirun itself, seeing rank 1 die by SIGKILL, now and
   # then tears the job down within the survivors' timeout (4 launches of 13
   # on 2026-11-22, 3 of them with other tests running), so a survivor may be
-  # killed before it reports. That is
-  # the launcher ending the job, not a hang: one survivor's named error is
-  # then enough, provided mpirun reported the signal. Frozen victims leave
-  # mpirun nothing to notice, so there both survivors must report.
+  # killed before it reports. That is the launcher ending the job, not a
+  # hang: one survivor's named error is then enough, provided mpirun
+  # reported the signal. Frozen victims leave mpirun nothing to notice, so
+  # there both survivors must report.
   set(launcher_ended_job FALSE)
   if(mode STREQUAL "kill" AND "${output}${errors}" MATCHES "process rank 1 [^\n]*exited on signal 9")
     set(launcher_ended_job TRUE)
