@@ -73,11 +73,11 @@ Model build_gpt(const GptConfig& c, int64_t batch, int64_t T, bool training) {
   Builder b{c, g, T, training};
   m.inputs = g.input("tokens", {Shape{batch, T}, DType::i32});   // (B, T)
   m.targets = g.input("targets", {Shape{batch, T}, DType::i32}); // (B, T)
-  m.positions = g.input("positions", {Shape{T}, DType::i32});    // (T)
   ValueId wte = g.param("wte.weight", {Shape{c.vocab, c.n_embd}}, {ParamInit::Kind::normal, 0.02}, true);
   ValueId wpe = g.param("wpe.weight", {Shape{c.block, c.n_embd}}, {ParamInit::Kind::normal, 0.02}, true);
   ValueId tok = g.add1("embedding", {m.inputs, wte}, {}, "wte");      // (B, T, C)
-  ValueId pos = g.add1("embedding", {m.positions, wpe}, {}, "wpe");   // (T, C)
+  ValueId positions = g.add1("arange", {}, {{"n", T}}, "positions");  // (T): 0..T-1
+  ValueId pos = g.add1("embedding", {positions, wpe}, {}, "wpe");     // (T, C)
   ValueId x = b.dropout(g.add1("broadcast_add", {tok, pos}, {}, "embed"), "embed_dropout");
   for (int64_t i = 0; i < c.n_layer; ++i) x = b.block(x, i);
   x = layer_norm(g, "ln_f", x, c.n_embd);

@@ -27,7 +27,9 @@ struct GptConfig {
 
 // Throws px::Error for impossible configs (n_embd not divisible by n_head, ...).
 void validate(const GptConfig& config);
-// batch B sequences of length T <= block. `training` enables dropout.
+// batch B sequences of length T <= block. `training` enables dropout. The
+// graph's inputs are tokens and targets (B, T); positions 0..T-1 come from
+// an `arange` node inside it.
 Model build_gpt(const GptConfig& config, int64_t batch, int64_t seq_len, bool training);
 
 }  // namespace px::nn

@@ -13,7 +13,6 @@ namespace px::nn {
 struct Model {
   Graph graph;
   ValueId inputs = kNoValue;     // images (N, 1, 28, 28) f32 or tokens (B, T) i32
-  ValueId positions = kNoValue;  // GPT only: (T) i32, 0..T-1
   ValueId targets = kNoValue;    // labels (N) or next tokens (B, T), i32
   ValueId logits = kNoValue;     // (N, classes) or (B, T, V)
   ValueId loss = kNoValue;       // [] mean cross-entropy over the batch

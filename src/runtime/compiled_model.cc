@@ -15,11 +15,6 @@ CompiledModel::CompiledModel(nn::Model model, bool training) : model_(std::move(
     wanted.push_back(model_.logits);
   }
   executor_ = std::make_unique<Executor>(g, wanted);
-  if (model_.positions != kNoValue) {
-    int64_t T = g.spec(model_.positions).shape[0];
-    positions_ = Tensor::empty({T}, DType::i32);
-    for (int64_t t = 0; t < T; ++t) positions_.data<int32_t>()[t] = static_cast<int32_t>(t);
-  }
 }
 
 StepOutput CompiledModel::run(const ParamStore& params, const Tensor& inputs, const Tensor& targets,
@@ -35,7 +30,6 @@ StepOutput CompiledModel::run(const ParamStore& params, const Tensor& inputs, co
   };
   expect(model_.inputs, inputs, "input");
   expect(model_.targets, targets, "target");
-  if (model_.positions != kNoValue) bound[model_.positions] = positions_;
   std::vector<Tensor> out = executor_->run(bound, {.seed = seed, .row_offset = row_offset});
   StepOutput result;
   result.loss = out[0].f32()[0];

@@ -36,7 +36,6 @@ class CompiledModel {
   bool training_;
   std::vector<std::string> grad_names_;
   std::unique_ptr<Executor> executor_;
-  Tensor positions_;  // GPT: 0..T-1
 };
 
 }  // namespace px

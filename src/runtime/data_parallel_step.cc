@@ -58,11 +58,6 @@ DataParallelStep::DataParallelStep(nn::Model global, int64_t global_rows, comm::
     engine.trace = trace;
     engine_ = std::make_unique<comm::CommEngine>(*group_, engine);
   }
-  if (global_.positions != kNoValue) {
-    int64_t T = g.spec(global_.positions).shape[0];
-    positions_ = Tensor::empty({T}, DType::i32);
-    for (int64_t t = 0; t < T; ++t) positions_.data<int32_t>()[t] = static_cast<int32_t>(t);
-  }
 }
 
 DataParallelStep::~DataParallelStep() = default;
@@ -478,7 +473,6 @@ StepResult DataParallelStep::run(const ParamStore& params, const DataBatch& rows
     params.bind(g, bound);
     bound[global_.inputs] = rows.inputs.slice_rows(r.begin, r.end);
     bound[global_.targets] = rows.targets.slice_rows(r.begin, r.end);
-    if (global_.positions != kNoValue) bound[global_.positions] = positions_;
     const bool first = m == 0, last = m + 1 == micro.size();
     if (sharded_gradients()) reset_buckets();  // every micro-batch reduces its own buckets
     auto on_ready = [&](ValueId v, const Tensor& t) {

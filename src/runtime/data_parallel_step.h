@@ -139,7 +139,6 @@ class DataParallelStep {
   std::map<int64_t, std::unique_ptr<Local>> locals_;
   Tensor arena_;
   std::map<std::string, Tensor> grads_;
-  Tensor positions_;  // GPT: 0..T-1
   std::unique_ptr<comm::CommEngine> engine_;  // overlap on, more than one rank
   std::vector<int> missing_;                  // per bucket: gradients not yet final this step
   int next_bucket_ = 0;                       // first bucket not yet submitted

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/memory.h"
 #include "graph/autodiff.h"
 #include "graph/executor.h"
@@ -51,6 +53,37 @@ TEST(Autodiff, TiedWeightGetsTheSumOfBothUses) {
   // A single class: the softmax is 1 everywhere, so the loss is 0 and so is its gradient.
   EXPECT_EQ(out[1].f32()[0], 0.0f);
   EXPECT_EQ(out[0].to_vector(), (std::vector<float>{0, 0}));
+}
+
+// A zero-input, integer-valued op on the loss path (GPT's positions): the
+// graph adds it, autodiff passes it by, and the executor runs it with
+// nothing bound for it. loss = CE(table[arange(4)], t): row r of the table's
+// gradient is softmax(table[r]) - onehot(t[r]); the unused row 4 gets none.
+TEST(Autodiff, GradientFlowsPastAZeroInputIntegerOp) {
+  Graph g;
+  ValueId table = g.param("table", {Shape{5, 3}}, {}, true);
+  ValueId t = g.input("t", {Shape{4}, DType::i32});
+  ValueId positions = g.add1("arange", {}, {{"n", int64_t{4}}}, "positions");
+  ValueId rows = g.add1("embedding", {positions, table});  // (4, 3)
+  ValueId loss = g.add1("cross_entropy", {rows, t}, {{"scale", 1.0}});
+  Gradients grads = build_backward(g, loss, {table});
+  Executor exec(g, {positions, grads.at(table)});
+  std::vector<Tensor> bound(g.values().size());
+  std::vector<float> values{0.1f, -1, 2, 0.5f, 0.5f, 0, 3, -2, 1, -0.3f, 0.7f, 0.2f, 9, 9, 9};
+  bound[table] = Tensor::from_vector({5, 3}, values);
+  bound[t] = Tensor::from_vector({4}, std::vector<int32_t>{2, 0, 1, 1});
+  auto out = exec.run(bound);
+  auto got = out[0].span<int32_t>();
+  EXPECT_EQ(std::vector<int32_t>(got.begin(), got.end()), (std::vector<int32_t>{0, 1, 2, 3}));
+  const std::vector<int> target{2, 0, 1, 1};
+  for (int r = 0; r < 5; ++r) {
+    double total = 0;
+    for (int c = 0; c < 3; ++c) total += std::exp(double(values[r * 3 + c]));
+    for (int c = 0; c < 3; ++c) {
+      double want = r < 4 ? std::exp(double(values[r * 3 + c])) / total - (c == target[r]) : 0.0;
+      EXPECT_NEAR(out[1].f32()[r * 3 + c], want, 1e-5) << "row " << r << " column " << c;
+    }
+  }
 }
 
 TEST(Executor, FreesActivationsAfterLastUse) {
