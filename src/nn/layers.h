@@ -8,6 +8,7 @@
 
 namespace px::nn {
 
+// A linear layer is two nodes, `linear` (x · w) and `bias_add`.
 // torch.nn.Linear-initialized linear layer (uniform within 1/sqrt(in)); w (in, out).
 ValueId torch_linear(Graph& g, const std::string& name, ValueId x, int64_t in, int64_t out);
 // GPT-2-initialized linear layer: w ~ N(0, std), bias zero; w (in, out).

@@ -6,6 +6,8 @@
 // the ground data, tensor and sequence parallelism stand on.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "op_harness.h"
 
 namespace px {
@@ -124,6 +126,25 @@ TEST(PlacementCheck, MatMulOffersDataColumnAndRowParallelism) {
   EXPECT_TRUE(has("data_parallel_0: (S(0), B) -> (S(0))"));
   EXPECT_TRUE(has("column_parallel: (B, S(1)) -> (S(1))"));
   EXPECT_TRUE(has("row_parallel: (S(1), S(0)) -> (P)"));
+}
+
+// A bias is a parameter, stored whole (B) or split with the features, never
+// partial. bias_add must not take a partial x with a whole bias: each rank
+// would add all of b to its summand, so the sum would hold b k times, which
+// the harness catches. Row-parallel linear (P out) therefore has no bias.
+TEST(PlacementCheck, BiasAddTakesNoPartialInputWithAWholeBias) {
+  const OpDef& def = OpRegistry::instance().get("bias_add");
+  OpExample ex{{{Shape{6, 5}, DType::f32}, {Shape{5}, DType::f32}}, {}, {}};
+  for (const auto& sig : def.signatures(ex.inputs, ex.attrs))
+    EXPECT_FALSE(sig.inputs[0] == Placement::P() && sig.inputs[1] == Placement::B()) << sig.str();
+  PlacementSignature unsound{"partial", {Placement::P(), Placement::B()}, {Placement::P()}};
+  Rng rng(3);
+  EXPECT_NE(check_signature(def, ex, unsound, 2, rng), "");
+
+  std::vector<TensorSpec> x_w{{Shape{6, 5}, DType::f32}, {Shape{5, 4}, DType::f32}};
+  std::vector<std::string> linear;
+  for (const auto& sig : OpRegistry::instance().get("linear").signatures(x_w, {})) linear.push_back(sig.str());
+  EXPECT_NE(std::find(linear.begin(), linear.end(), "row_parallel: (S(1), S(0)) -> (P)"), linear.end());
 }
 
 TEST(PlacementCheck, AWrongSignatureIsCaught) {
