@@ -2,7 +2,8 @@
 // configs and token batches, process facts for the JSON (RSS, BLAS), and the
 // series of timed steps with its clean-step stopping rule and summary, so both
 // programs filter and report steps exactly as ../shared/peers/torch does.
-// Header-only, used by bench/ programs only.
+// Header-only, used by bench/ programs and by tests/nn/cost_test.cc, which
+// checks the graph's op costs against flops_per_step.
 #pragma once
 
 #include <sys/resource.h>
