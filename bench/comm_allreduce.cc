@@ -22,7 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/backends.h"
-#include "comm/benchmark.h"
+#include "comm/tuning/benchmark.h"
 #include "core/error.h"
 
 namespace {

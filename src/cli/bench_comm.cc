@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "comm/backends.h"
-#include "comm/benchmark.h"
 #include "comm/cost_model.h"
+#include "comm/tuning/benchmark.h"
 #include "core/error.h"
 
 namespace px::cli {

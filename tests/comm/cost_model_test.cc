@@ -4,8 +4,8 @@
 #include <random>
 
 #include "comm/backends.h"
-#include "comm/benchmark.h"
 #include "comm/cost_model.h"
+#include "comm/tuning/benchmark.h"
 
 namespace px::comm {
 namespace {

@@ -11,8 +11,8 @@
 #include <string>
 #include <utility>
 
-#include "comm/benchmark.h"
 #include "comm/reduction.h"
+#include "comm/tuning/benchmark.h"
 
 namespace px::comm {
 namespace {

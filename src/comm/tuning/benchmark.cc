@@ -1,4 +1,4 @@
-#include "comm/benchmark.h"
+#include "comm/tuning/benchmark.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,8 +9,8 @@
 #include <random>
 #include <thread>
 
-#include "comm/machine_load.h"
 #include "comm/reduction.h"
+#include "comm/tuning/machine_load.h"
 #include "core/error.h"
 
 namespace px::comm {

@@ -1,4 +1,4 @@
-#include "comm/machine_load.h"
+#include "comm/tuning/machine_load.h"
 
 #include <unistd.h>
 
