@@ -23,6 +23,7 @@
 #include "comm/engine/comm_engine.h"
 #include "comm/engine/gradient_buckets.h"
 #include "core/error.h"
+#include "parallel/strategy.h"
 
 namespace {
 
@@ -35,7 +36,7 @@ struct Config {
   double layer_mib = 0.9;  // weight gradient per layer
   int small_per_layer = 4;  // small tensors per layer (biases, norms): 768 floats each
   double forward_ms = 5, backward_ms = 10;  // per layer
-  int64_t bucket_bytes = kDefaultBucketBytes;
+  int64_t bucket_bytes = px::parallel::kDefaultBucketBytes;  // the trainer's default
   int64_t slice_bytes = 256 << 10;
   int steps = 5;
   bool busy = false;

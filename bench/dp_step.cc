@@ -1,8 +1,9 @@
 // px_bench_dp_step: times full data-parallel GPT training steps (forward,
 // backward, gradient reduction, AdamW) the way ../shared/peers/torch/ddp.py
 // times PyTorch DDP's, and prints one JSON line with the peer's keys
-// (median_ms, tokens_per_s, ...). The step is the trainer's own:
-// DataParallelStep over the rank's rows of the global batch, then Optimizer.
+// (median_ms, tokens_per_s, ...). The step is the trainer's own: the
+// data-parallel Program of the rank run by a ProgramExecutor (forward,
+// backward, bucketed gradient reduction, AdamW update).
 //
 //   px_bench_dp_step --config A|B [--ranks 1] [--warmup 3] [--steps 20]
 //                    [--max-steps 200] [--max-time 360] [--no-overlap]
@@ -34,17 +35,22 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/backends.h"
-#include "comm/engine/gradient_buckets.h"
 #include "comm/collectives.h"
 #include "contention.h"
 #include "data/sampler.h"
 #include "gpt_bench.h"
 #include "kernels/threads.h"
-#include "runtime/data_parallel_step.h"
+#include "runtime/program_executor.h"
 #include "runtime/optimizer.h"
 #include "runtime/param_store.h"
 
 namespace {
+
+px::ExecutorOptions overlap_options(bool overlap) {
+  px::ExecutorOptions options;
+  options.overlap = overlap;
+  return options;
+}
 
 using namespace px::bench;
 namespace comm = px::comm;
@@ -57,7 +63,7 @@ struct Args {
   int max_steps = 200;
   double max_time = 360;
   bool overlap = true;
-  double bucket_mb = double(px::comm::kDefaultBucketBytes) / (1 << 20);  // the trainer's default
+  double bucket_mb = double(px::parallel::kDefaultBucketBytes) / (1 << 20);  // the trainer's default
   uint64_t seed = 0;
   std::string json;
 };
@@ -121,14 +127,14 @@ bool launched_by_mpirun() {
 // One step as the ranks agree on it: times are the slowest rank's, CPU time
 // and run delay summed over the processes that metered.
 struct StepTotals {
-  double wall_s = 0, run_s = 0, opt_s = 0;
+  double wall_s = 0;
   double own_ns = 0, machine_ns = 0, run_delay_ns = 0;
 };
 
-StepTotals combine(comm::Communicator* group, double wall_s, double run_s, double opt_s, const Meter* meter) {
+StepTotals combine(comm::Communicator* group, double wall_s, const Meter* meter) {
   // float32 is the collectives' reduction type: ns deltas of one step keep
   // 7 significant digits, plenty for a percentage.
-  std::vector<float> slowest{float(wall_s), float(run_s), float(opt_s)};
+  std::vector<float> slowest{float(wall_s)};
   std::vector<float> sums{meter ? float(meter->own_ns) : 0.f, meter ? float(meter->machine_ns) : 0.f,
                           meter ? float(meter->run_delay_ns) : 0.f};
   if (group && group->rank() != 0) sums[1] = 0;  // the machine counter is one for all processes
@@ -136,7 +142,7 @@ StepTotals combine(comm::Communicator* group, double wall_s, double run_s, doubl
     comm::allreduce(*group, std::span<float>(slowest), comm::Reduction::max);
     comm::allreduce(*group, std::span<float>(sums), comm::Reduction::sum);
   }
-  return {slowest[0], slowest[1], slowest[2], sums[0], sums[1], sums[2]};
+  return {slowest[0], sums[0], sums[1], sums[2]};
 }
 
 // Rank 0's `decision` for everyone. The others wait polling with sleeps, not
@@ -166,15 +172,13 @@ nlohmann::json run_rank(const Args& args, comm::Communicator* group, bool meters
   const double rss_start = rss_now_mib();
 
   px::nn::Model model = px::nn::build_gpt(cfg.gpt, B, T, /*training=*/true);
-  std::map<std::string, bool> decays;  // every parameter, like torch.optim.AdamW(model.parameters())
-  for (px::ValueId p : model.graph.params()) decays[model.graph.value(p).name] = true;
+  // Every parameter decays, like torch.optim.AdamW(model.parameters()).
   px::ParamStore params = px::ParamStore::initialize(model.graph, args.seed);  // same on every rank
   const int64_t n_params = params.count();
-  px::Optimizer optimizer({.kind = "adamw", .weight_decay = 0.01}, params, decays);
-  px::parallel::GradientSyncOptions sync;
-  sync.overlap = args.overlap;
-  sync.bucket_bytes = static_cast<int64_t>(args.bucket_mb * (1 << 20));
-  px::DataParallelStep runner(std::move(model), B, group, sync);
+  px::ProgramExecutor runner(
+      bench_program(model, world, rank, static_cast<int64_t>(args.bucket_mb * (1 << 20)), /*decay_all=*/true), group,
+      {.kind = "adamw", .weight_decay = 0.01}, overlap_options(args.overlap));
+  runner.set_parameters(params);
   const px::RowRange mine = px::shard_rows(B, rank, world);
   std::vector<px::DataBatch> batches;  // this rank's rows of each global batch
   for (auto& [x, y] : random_token_batches(cfg))
@@ -192,15 +196,15 @@ nlohmann::json run_rank(const Args& args, comm::Communicator* group, bool meters
     if (group) comm::barrier(*group);
     if (meters) meter.start();
     const double t0 = now_s();
-    px::StepResult out = runner.run(params, batches[static_cast<size_t>(i) % batches.size()], mine.begin,
-                                    /*accumulation=*/1, args.seed + static_cast<uint64_t>(i), static_cast<uint64_t>(i));
+    px::StepResult out = runner.run({.feeds = px::feeds_of(model, batches[static_cast<size_t>(i) % batches.size()]),
+                                     .seed = args.seed + static_cast<uint64_t>(i),
+                                     .step = static_cast<uint64_t>(i),
+                                     .lr = 3e-4});
     const double t1 = now_s();
-    optimizer.step(params, runner.grads(), 3e-4);
-    const double t2 = now_s();
     if (meters) meter.stop();
     losses.push_back(out.loss);
     peak_tensor_bytes = std::max(peak_tensor_bytes, out.peak_bytes);
-    const StepTotals s = combine(group, t2 - t0, t1 - t0, t2 - t1, meters ? &meter : nullptr);
+    const StepTotals s = combine(group, t1 - t0, meters ? &meter : nullptr);
     const double foreign = foreign_frac(s.wall_s, s.own_ns, s.machine_ns);
     const double run_delay = s.run_delay_ns / (s.wall_s * 1e9);
     int stop = 0;
@@ -217,7 +221,7 @@ nlohmann::json run_rank(const Args& args, comm::Communicator* group, bool meters
       // under mpirun -np 2); foreign CPU still shows in the cgroup counter.
       const bool delay_ok = world > 1 || run_delay < self_delay + kCleanDelay;
       const bool ok = foreign < clean_limit(world) && delay_ok;
-      steps.add({s.wall_s, s.run_s, s.opt_s, foreign, run_delay, ok});
+      steps.add({s.wall_s, foreign, run_delay, ok});
       if (rank == 0) {
         if (!ok) paused_s += settle();
         stop = steps.done(now_s() - t_begin, paused_s);
@@ -239,7 +243,6 @@ nlohmann::json run_rank(const Args& args, comm::Communicator* group, bool meters
       {"backend", group ? std::string(group->backend()) : std::string("none")}, {"overlap", args.overlap},
       {"bucket_mb", args.bucket_mb}, {"grad_bytes", n_params * 4}, {"warmup", args.warmup}, {"steps", args.steps},
       {"paused_s_rank0", paused_s}, {"self_run_delay", self_delay}, {"weight_decay", 0.01}, {"params", n_params},
-      {"fwd_bwd_allreduce_median_ms", steps.median_of(&TimedStep::run_s) * 1e3},
       {"tokens_per_s", double(B * T) / med_s}, {"approx_gflop_per_step", flops / 1e9},
       {"achieved_gflops", flops / med_s / 1e9}, {"loss_first", losses.front()}, {"loss_last", losses.back()},
       {"rss_start_mib", rss_start}, {"rss_after_build_mib", rss_build}, {"peak_rss_mib_max_rank", peak_rss},
@@ -253,12 +256,11 @@ nlohmann::json run_rank(const Args& args, comm::Communicator* group, bool meters
 void report(const Args& args, const nlohmann::json& res) {
   std::cout << res.dump() << std::endl;
   std::fprintf(stderr,
-               "[px_bench_dp_step] config %s (%s) %d rank(s) (%s%s) median %.1f ms/step (fwd+bwd+allreduce %.1f / "
-               "opt %.1f), %.0f tok/s, loss %.3f->%.3f, peak RSS of %s %.0f MiB, clean steps %d/%d (median all %.1f)\n",
+               "[px_bench_dp_step] config %s (%s) %d rank(s) (%s%s) median %.1f ms/step, %.0f tok/s, loss %.3f->%.3f, "
+               "peak RSS of %s %.0f MiB, clean steps %d/%d (median all %.1f)\n",
                args.config.c_str(), res["name"].get<std::string>().c_str(), res["world"].get<int>(),
                res["backend"].get<std::string>().c_str(), args.overlap ? "" : ", no overlap",
-               res["median_ms"].get<double>(), res["fwd_bwd_allreduce_median_ms"].get<double>(),
-               res["opt_median_ms"].get<double>(), res["tokens_per_s"].get<double>(),
+               res["median_ms"].get<double>(), res["tokens_per_s"].get<double>(),
                res["loss_first"].get<double>(), res["loss_last"].get<double>(),
                res["peak_rss_of"].get<std::string>().c_str(), res["peak_rss_mib_max_rank"].get<double>(), res["clean_steps"].get<int>(),
                res["timed_steps"].get<int>(), res["median_all_ms"].get<double>());

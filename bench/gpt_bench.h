@@ -23,6 +23,8 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "nn/gpt.h"
+#include "parallel/lower.h"
+#include "runtime/task.h"
 
 namespace px::bench {
 
@@ -39,6 +41,20 @@ inline BenchConfig config_named(const std::string& key) {
     return {"gpt-small-ish", {.vocab = 256, .block = 256, .n_layer = 6, .n_head = 6, .n_embd = 384}, 8};
   std::fprintf(stderr, "error: --config '%s' is unknown: expected A (gpt-mini) or B (gpt-small)\n", key.c_str());
   std::exit(2);
+}
+
+// The trainer's program for `cfg` on `ranks` data-parallel ranks, as the
+// peer trains: AdamW weight decay on every parameter, no clipping (so no
+// global norm), buckets of `bucket_bytes`.
+inline px::parallel::Program bench_program(const px::nn::Model& model, int ranks, int rank, int64_t bucket_bytes,
+                                           bool decay_all) {
+  px::parallel::Strategy strategy = px::parallel::data_parallel(ranks, px::batch_input_names(model));
+  strategy.lowering.bucket_bytes = bucket_bytes;
+  strategy.lowering.global_norm = false;
+  px::parallel::Program program = px::parallel::lower({.forward = &model.graph, .loss = model.loss, .outputs = {}}, strategy, rank);
+  if (decay_all)
+    for (px::parallel::ParamLayout& p : program.params) p.weight_decay = true;
+  return program;
 }
 
 // A pool of `count` random global batches: (inputs, next tokens), each (B, T) i32.
@@ -103,8 +119,8 @@ inline std::vector<std::string> blas_in_use() {
 }
 
 struct TimedStep {
-  double step_s = 0, run_s = 0, opt_s = 0;  // whole step; forward+backward(+reduction); optimizer
-  double foreign = 0, run_delay = 0;        // contention.h
+  double step_s = 0;                  // forward, backward, gradient reduction and optimizer: one executor run
+  double foreign = 0, run_delay = 0;  // contention.h
   bool clean = false;
 };
 
@@ -151,7 +167,6 @@ class StepSeries {
             {"median_ms", median_of(&TimedStep::step_s) * 1e3},
             {"min_ms", min_s * 1e3},
             {"max_ms", max_s * 1e3},
-            {"opt_median_ms", median_of(&TimedStep::opt_s) * 1e3},
             {"per_step", per_step}};  // [ms, foreign frac, run delay, clean]
   }
 

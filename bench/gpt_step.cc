@@ -1,5 +1,5 @@
 // px_bench_gpt_step: times full GPT training steps (forward + backward +
-// AdamW) the way ../shared/peers/torch/gpt_step.py times PyTorch's, and prints
+// AdamW, one ProgramExecutor run) the way ../shared/peers/torch/gpt_step.py times PyTorch's, and prints
 // one JSON line with the same keys (median_ms, peak_rss_mib, achieved_gflops).
 //
 //   px_bench_gpt_step --config A|B --threads N [--warmup 3] [--steps 20]
@@ -30,7 +30,7 @@
 #include "gpt_bench.h"
 #include "kernels/threads.h"
 #include "nn/gpt.h"
-#include "runtime/compiled_model.h"
+#include "runtime/program_executor.h"
 #include "runtime/optimizer.h"
 #include "runtime/param_store.h"
 
@@ -111,13 +111,11 @@ int main(int argc, char** argv) {
   const double rss_start = rss_now_mib();
 
   px::nn::Model model = px::nn::build_gpt(cfg.gpt, cfg.batch, cfg.gpt.block, /*training=*/true);
-  std::map<std::string, bool> decays;
-  for (px::ValueId p : model.graph.params())
-    decays[model.graph.value(p).name] = args.decay == "all" || model.graph.value(p).weight_decay;
   px::ParamStore params = px::ParamStore::initialize(model.graph, args.seed);
   const int64_t n_params = params.count();
-  px::CompiledModel compiled(std::move(model), /*training=*/true);
-  px::Optimizer optimizer({.kind = "adamw", .weight_decay = 0.01}, params, decays);
+  px::ProgramExecutor executor(bench_program(model, 1, 0, px::parallel::kDefaultBucketBytes, args.decay == "all"),
+                               nullptr, {.kind = "adamw", .weight_decay = 0.01});
+  executor.set_parameters(params);
   const auto batches = random_token_batches(cfg);
   const int64_t B = cfg.batch, T = cfg.gpt.block;
   const double rss_build = rss_now_mib();
@@ -132,10 +130,11 @@ int main(int argc, char** argv) {
     const auto& [x, y] = batches[static_cast<size_t>(i) % batches.size()];
     meter.start();
     double t0 = now_s();
-    px::StepOutput out = compiled.run(params, x, y, static_cast<uint64_t>(i));
+    px::StepResult out = executor.run({.feeds = px::feeds_of(model, {x, y}),
+                                       .seed = static_cast<uint64_t>(i),
+                                       .step = static_cast<uint64_t>(i),
+                                       .lr = 3e-4});
     double t1 = now_s();
-    optimizer.step(params, out.grads, 3e-4);
-    double t2 = now_s();
     meter.stop();
     losses.push_back(out.loss);
     peak_tensor_bytes = std::max(peak_tensor_bytes, out.peak_bytes);
@@ -146,7 +145,7 @@ int main(int argc, char** argv) {
     if (t_begin < 0) t_begin = t0;
     if (args.warmup == 0) self_delay = 0;
     const bool ok = meter.clean(args.threads, self_delay);
-    steps.add({t2 - t0, t1 - t0, t2 - t1, meter.foreign, meter.run_delay, ok});
+    steps.add({t1 - t0, meter.foreign, meter.run_delay, ok});
     if (!ok) paused_s += settle();
     if (steps.done(now_s() - t_begin, paused_s)) break;
   }
@@ -159,7 +158,6 @@ int main(int argc, char** argv) {
       {"n_head", cfg.gpt.n_head}, {"n_embd", cfg.gpt.n_embd}, {"batch", cfg.batch}, {"threads", args.threads},
       {"warmup", args.warmup}, {"steps", args.steps}, {"paused_s", paused_s}, {"self_run_delay", self_delay},
       {"weight_decay", 0.01}, {"decay", args.decay}, {"params", n_params},
-      {"fwd_bwd_median_ms", steps.median_of(&TimedStep::run_s) * 1e3},
       {"tokens_per_s", double(B * T) / med_s}, {"approx_gflop_per_step", flops / 1e9},
       {"achieved_gflops", flops / med_s / 1e9}, {"loss_first", losses.front()}, {"loss_last", losses.back()},
       {"rss_start_mib", rss_start}, {"rss_after_build_mib", rss_build}, {"peak_rss_mib", peak_rss_mib()},
@@ -167,10 +165,10 @@ int main(int argc, char** argv) {
   res.update(steps.summary());
   std::cout << res.dump() << std::endl;
   std::fprintf(stderr,
-               "[px_bench_gpt_step] config %s (%s) threads=%d params=%lld median %.1f ms/step (fwd+bwd %.1f / "
-               "opt %.1f), %.0f tok/s, ~%.1f GFLOP/s, peak RSS %.0f MiB, clean steps %d/%zu (median all %.1f)\n",
+               "[px_bench_gpt_step] config %s (%s) threads=%d params=%lld median %.1f ms/step, %.0f tok/s, "
+               "~%.1f GFLOP/s, peak RSS %.0f MiB, clean steps %d/%zu (median all %.1f)\n",
                args.config.c_str(), cfg.name, args.threads, static_cast<long long>(n_params), med_s * 1e3,
-               res["fwd_bwd_median_ms"].get<double>(), res["opt_median_ms"].get<double>(), double(B * T) / med_s,
+               double(B * T) / med_s,
                flops / med_s / 1e9, peak_rss_mib(), steps.clean_count(), res["timed_steps"].get<size_t>(),
                res["median_all_ms"].get<double>());
   if (!args.json.empty()) std::ofstream(args.json, std::ios::app) << res.dump() << "\n";

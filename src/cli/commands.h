@@ -9,5 +9,6 @@ namespace px::cli {
 void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_sample_command(CLI::App& app);
+void add_lower_command(CLI::App& app);
 
 }  // namespace px::cli

@@ -1,5 +1,5 @@
 // parallax: train deep networks across many devices.
-//   parallax train | eval | sample | bench ...      (--help on each)
+//   parallax train | eval | sample | lower | bench ...      (--help on each)
 // Errors a user can fix print one line "error: ..." and exit 1.
 #include <iostream>
 
@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   px::cli::add_train_command(app);
   px::cli::add_eval_command(app);
   px::cli::add_sample_command(app);
+  px::cli::add_lower_command(app);
   CLI::App* bench = app.add_subcommand("bench", "benchmarks (see `parallax bench comm --help`)");
   bench->require_subcommand(1);
   px::cli::add_bench_comm_command(*bench);

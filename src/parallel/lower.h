@@ -1,56 +1,45 @@
-// Lowering: graph + strategy -> the Program one rank runs. The program's
-// local graph is the global graph with every value re-specified to this
-// rank's shard (S(d) dims cut, B and P whole) and the shape rules re-run;
-// attributes are shard-invariant (docs/architecture.md), so every node runs
-// unchanged on its shard. The communication the placements imply is listed
-// beside it: each weight gradient that comes out P is reduced, fused into
-// buckets in the order backward produces them.
+// Lowering: graph + strategy -> the Program one rank runs (program.h), as a
+// chain of pure passes, one file each under lower/:
+//
+//   propagate   placements of every value along the data axis (lower/propagate.h)
+//   reshard     the one rule: where placements change, which collective (lower/reshard.h)
+//   localize    the rank's local graphs: S(d) dims cut to its shard, one per micro-batch size
+//   buckets     the flat parameter layout, gradient buckets (the one bucket rule), ZeRO blocks
+//   schedule    compute per micro-batch, gradient accumulation, the collectives the
+//               transitions need (ZeRO-3 gathers before each use), the loss
+//   optimizer   the global norm, Update after each shard's gradient is complete,
+//               the parameter gather after a sharded update
+//   liveness    the last use of every value and buffer; Free after each buffer's
+//
+// The graph is built once for the global batch: the loss carries the
+// global scale (1/rows), so every rank's loss and gradients are summands of
+// the global ones and accumulation needs no re-weighting.
 #pragma once
 
-#include <string>
 #include <vector>
 
 #include "graph/graph.h"
+#include "parallel/program.h"
 #include "parallel/strategy.h"
 
 namespace px::parallel {
 
-// One weight gradient to reduce: where it lives in the rank's flat gradient
-// arena (bucket-contiguous, in ready order) and how urgent it is.
-struct GradientSync {
-  ValueId param = kNoValue;
-  ValueId grad = kNoValue;
-  std::string name;       // the parameter's name
-  int64_t count = 0;      // elements
-  int64_t offset = 0;     // in the arena
-  int bucket = 0;
-  int forward_order = 0;  // rank of the param's first use in forward: 0 is needed first
+struct LowerRequest {
+  const Graph* forward = nullptr;  // forward graph built for the global batch
+  ValueId loss = kNoValue;         // a scalar
+  std::vector<ValueId> outputs;    // also returned per micro-batch (evaluation: the logits)
+  bool training = true;            // add backward, the gradient collectives and the updates
 };
 
-struct Bucket {
-  int64_t offset = 0;  // in the arena
-  int64_t count = 0;
-  std::vector<int> members;  // indices into Program::grads
-  int priority = 0;          // the most urgent member's forward_order
-};
+// The program of `rank` (0 <= rank < strategy.mesh.ranks()). Throws
+// px::Error naming what does not fit (a placement no op signature takes,
+// fewer rows than ranks, ...).
+Program lower(const LowerRequest& request, const Strategy& strategy, int rank);
 
-struct Program {
-  Graph local;                  // ValueIds equal the global graph's
-  ValueId loss = kNoValue;      // this rank's summand (P) of the loss
-  std::vector<GradientSync> grads;  // in the order backward produces them
-  std::vector<Bucket> buckets;      // in ready order
-  int64_t arena_count = 0;
-  std::vector<ValueId> wanted() const;  // loss, then every grad in ready order
-};
-
-// Re-specifies `graph` for shard `index` of `shards`: S(d) values get
-// block(n, shards, index) of dim d, except batch inputs (S(0) inputs), which
-// get `batch_rows` rows (a micro-batch of the rank's shard).
-Graph localize(const Graph& graph, const std::vector<Placement>& placement, int shards, int index,
-               int64_t batch_rows);
-
-// `param_grads`: (param, gradient) pairs from build_backward.
-Program lower(const Graph& graph, ValueId loss, const std::vector<std::pair<ValueId, ValueId>>& param_grads,
-              const Strategy& strategy, int rank, int64_t batch_rows);
+// A one-rank program over `model`'s graph: evaluation and sampling
+// (training false) or a parameter-server worker's gradients (training true,
+// no updates). `batch_inputs` are fed per step.
+Program lower_single(const Graph& forward, ValueId loss, const std::vector<ValueId>& outputs,
+                     const std::vector<std::string>& batch_inputs, bool training);
 
 }  // namespace px::parallel

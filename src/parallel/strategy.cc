@@ -1,18 +1,154 @@
 #include "parallel/strategy.h"
 
-#include <algorithm>
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
 
 namespace px::parallel {
 
-Strategy data_parallel(const Graph& graph, const std::vector<ValueId>& batch_inputs, int ranks,
-                       GradientSyncOptions sync) {
+Strategy data_parallel(int ranks, const std::vector<std::string>& batch_inputs) {
   Strategy s;
   s.mesh = DeviceMesh::data_parallel(ranks);
-  s.sync = sync;
-  std::vector<Placement> seeds(graph.values().size(), Placement::B());
-  for (ValueId v : batch_inputs) seeds[static_cast<size_t>(v)] = Placement::S(0);
-  s.placement = propagate(graph, seeds);
+  for (const std::string& name : batch_inputs) s.seeds.push_back({name, "dp", Placement::S(0)});
   return s;
+}
+
+void validate(const Strategy& s) {
+  s.mesh.axis(s.data_axis);  // names the mesh when the axis is missing
+  if (s.mesh.axes().size() != 1)
+    fail("strategy: mesh {} has {} axes; this build lowers the data axis '{}' only (tensor and pipeline axes are "
+         "not lowered yet)",
+         s.mesh.str(), s.mesh.axes().size(), s.data_axis);
+  for (const PlacementSeed& seed : s.seeds) {
+    s.mesh.axis(seed.axis);
+    if (seed.placement.kind == Placement::Kind::partial)
+      fail("strategy: seed '{}' is P on axis '{}': a graph input or parameter is S(d) or B", seed.value, seed.axis);
+  }
+  if (s.zero_stage < 0 || s.zero_stage > 3)
+    fail("strategy: ZeRO stage {} is not available: expected 0 (off), 1 (optimizer state sharded), 2 (and "
+         "gradients) or 3 (and parameters)",
+         s.zero_stage);
+  if (s.micro_batches < 1) fail("strategy: micro_batches {} must be >= 1", s.micro_batches);
+  if (s.lowering.bucket_bytes < 0) fail("strategy: bucket_bytes {} must be >= 0", s.lowering.bucket_bytes);
+  if (s.lowering.local_momentum < 0 || s.lowering.local_momentum >= 1)
+    fail("strategy: local_momentum {} must be in [0, 1)", s.lowering.local_momentum);
+  if (s.zero_stage > 0 && s.lowering.compression.lossy())
+    fail("strategy: ZeRO-{} and gradient compression ({}) do not combine: compression exchanges whole gradients",
+         s.zero_stage, s.lowering.compression.to_string());
+  if (s.zero_stage > 0 && !s.lowering.updates)
+    fail("strategy: ZeRO-{} shards the optimizer; a program without updates keeps whole gradients (zero_stage 0)",
+         s.zero_stage);
+}
+
+Placement placement_from_string(const std::string& text) {
+  if (text == "B") return Placement::B();
+  if (text == "P") return Placement::P();
+  int dim = -1;
+  char close = 0, tail = 0;
+  if (std::sscanf(text.c_str(), "S(%d%c%c", &dim, &close, &tail) == 2 && close == ')' && dim >= 0)
+    return Placement::S(dim);
+  fail("placement '{}' is not one of S(d) with d >= 0, B or P", text);
+}
+
+nlohmann::json to_json(const Strategy& s) {
+  nlohmann::json mesh = nlohmann::json::array();
+  for (const MeshAxis& a : s.mesh.axes()) mesh.push_back({{"name", a.name}, {"size", a.size}});
+  nlohmann::json seeds = nlohmann::json::array();
+  for (const PlacementSeed& seed : s.seeds)
+    seeds.push_back({{"value", seed.value}, {"axis", seed.axis}, {"placement", seed.placement.str()}});
+  return {{"mesh", mesh},
+          {"data_axis", s.data_axis},
+          {"seeds", seeds},
+          {"zero_stage", s.zero_stage},
+          {"micro_batches", s.micro_batches},
+          {"lowering",
+           {{"bucket_bytes", s.lowering.bucket_bytes},
+            {"global_norm", s.lowering.global_norm},
+            {"updates", s.lowering.updates},
+            {"compression", s.lowering.compression.to_string()},
+            {"local_momentum", s.lowering.local_momentum}}}};
+}
+
+namespace {
+
+// Reads `json` as an object with exactly the keys in `known` (all optional).
+void check_keys(const nlohmann::json& json, const std::string& where, const std::set<std::string>& known) {
+  if (!json.is_object()) fail("strategy: {} must be a JSON object, got {}", where, json.dump());
+  for (const auto& [key, value] : json.items())
+    if (!known.count(key)) {
+      std::string list;
+      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+      fail("strategy: {} has an unknown key '{}' (expected {})", where, key, list);
+    }
+}
+
+template <typename T>
+T field(const nlohmann::json& json, const std::string& where, const std::string& key, T fallback) {
+  if (!json.contains(key)) return fallback;
+  try {
+    return json.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    fail("strategy: {}.{} is {}, expected a {}", where, key, json.at(key).dump(),
+         std::is_same_v<T, std::string> ? "string" : std::is_same_v<T, bool> ? "boolean" : "number");
+  }
+}
+
+}  // namespace
+
+Strategy strategy_from_json(const nlohmann::json& json) {
+  check_keys(json, "the strategy", {"mesh", "data_axis", "seeds", "zero_stage", "micro_batches", "lowering"});
+  Strategy s;
+  if (json.contains("mesh")) {
+    const nlohmann::json& mesh = json.at("mesh");
+    if (!mesh.is_array()) fail("strategy: mesh must be an array of {{\"name\", \"size\"}} axes, got {}", mesh.dump());
+    std::vector<MeshAxis> axes;
+    for (const nlohmann::json& axis : mesh) {
+      check_keys(axis, "a mesh axis", {"name", "size"});
+      axes.push_back({field<std::string>(axis, "mesh axis", "name", ""), field<int>(axis, "mesh axis", "size", 0)});
+    }
+    s.mesh = DeviceMesh(std::move(axes));
+  }
+  s.data_axis = field<std::string>(json, "strategy", "data_axis", s.data_axis);
+  if (json.contains("seeds")) {
+    if (!json.at("seeds").is_array()) fail("strategy: seeds must be an array, got {}", json.at("seeds").dump());
+    for (const nlohmann::json& seed : json.at("seeds")) {
+      check_keys(seed, "a seed", {"value", "axis", "placement"});
+      s.seeds.push_back({field<std::string>(seed, "seed", "value", ""), field<std::string>(seed, "seed", "axis", ""),
+                         placement_from_string(field<std::string>(seed, "seed", "placement", ""))});
+    }
+  }
+  s.zero_stage = field<int>(json, "strategy", "zero_stage", s.zero_stage);
+  s.micro_batches = field<int>(json, "strategy", "micro_batches", s.micro_batches);
+  if (json.contains("lowering")) {
+    const nlohmann::json& l = json.at("lowering");
+    check_keys(l, "lowering", {"bucket_bytes", "global_norm", "updates", "compression", "local_momentum"});
+    s.lowering.bucket_bytes = field<int64_t>(l, "lowering", "bucket_bytes", s.lowering.bucket_bytes);
+    s.lowering.global_norm = field<bool>(l, "lowering", "global_norm", s.lowering.global_norm);
+    s.lowering.updates = field<bool>(l, "lowering", "updates", s.lowering.updates);
+    s.lowering.compression = comm::compression::Spec::parse(field<std::string>(l, "lowering", "compression", "none"));
+    s.lowering.local_momentum = field<double>(l, "lowering", "local_momentum", s.lowering.local_momentum);
+  }
+  validate(s);
+  return s;
+}
+
+Strategy load_strategy(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("cannot open strategy file '{}'", path);
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("strategy file '{}' is not valid JSON: {}", path, e.what());
+  }
+  try {
+    return strategy_from_json(json);
+  } catch (const Error& e) {
+    fail("strategy file '{}': {}", path, e.what());
+  }
 }
 
 }  // namespace px::parallel

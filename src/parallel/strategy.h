@@ -1,75 +1,92 @@
-// Strategy: how a graph is split over a device mesh. For data parallelism
-// (this issue) the batch inputs are S(0) along the "dp" axis, everything
-// else is seeded B, and propagation (propagate.h) derives the rest: weight
-// gradients come out P, which the lowering turns into the gradient
-// allreduce (P -> B) or, with sharded optimizer state, a reduce-scatter
-// (P -> S). Tensor and pipeline strategies add axes and seeds to the same
-// structure.
+// Strategy: how a model's graph is split over a device mesh, as a plain
+// value (JSON round trip: `parallax train --strategy FILE`, `parallax lower
+// ... --print-strategy`). It says *what* runs where; how fast the executor
+// runs it (overlap, P3 slices, bucket buffers, the collective algorithm) is
+// the executor's business (runtime/program_executor.h).
+//
+// Data parallelism seeds the batch inputs S(0) along the data axis and
+// everything else B; propagation (lower/propagate.h) derives that every
+// weight gradient and the loss come out P, and the one resharding rule
+// (lower/reshard.h) turns those into the collectives. ZeRO moves where
+// optimizer state, gradients and parameters are stored: S along the data
+// axis instead of B.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "comm/collectives.h"
+#include <nlohmann/json_fwd.hpp>
+
 #include "comm/compression/spec.h"
-#include "comm/engine/gradient_buckets.h"
-#include "graph/graph.h"
+#include "graph/placement.h"
 #include "parallel/mesh.h"
-#include "parallel/propagate.h"
 
 namespace px::parallel {
 
-// How the P gradients of B weights are reduced.
-struct GradientSyncOptions {
-  // Gradients are fused into buckets of about this many bytes, reduced as
-  // soon as the bucket's last gradient is produced (0: one bucket per tensor).
-  // Default: the engine benchmark's measured best (docs/comm_engine.md).
-  int64_t bucket_bytes = comm::kDefaultBucketBytes;
-  // Reduce buckets on a progress thread while backward continues; otherwise
-  // after backward, in the same order.
-  bool overlap = true;
-  // 0: allreduce, every rank updates everything; 1: reduce-scatter to S,
-  // each rank updates its shard of optimizer state, parameters all-gathered
-  // (ZeRO-1 keeps full gradients until the step, ZeRO-2 only the rank's
-  // shard: each bucket's buffer is freed once its reduce-scatter ran).
-  int zero_stage = 0;
-  // ZeRO-2: at most this many bucket buffers alive at once (the one backward
-  // fills plus those still being reduced); backward waits for the oldest
-  // reduction past that. Bounds gradient memory to the shard plus this many
-  // buckets.
-  int bucket_buffers = 4;
-  comm::CollectiveOptions collective;
-  // Lossy gradient compression with error feedback (comm/compression): each
-  // weight gradient is compressed and exchanged on its own (PowerSGD needs
-  // its matrix), instead of in buckets.
+// Default gradient bucket size (bench/dp_step --sweep-buckets measures it on
+// the trainer's code path; docs/data_parallel.md).
+constexpr int64_t kDefaultBucketBytes = 256 << 10;
+
+// A graph input or parameter, by name, placed on one mesh axis. Inputs and
+// parameters without a seed are B on every axis.
+struct PlacementSeed {
+  std::string value;
+  std::string axis;
+  Placement placement;
+  bool operator==(const PlacementSeed&) const = default;
+};
+
+struct LoweringOptions {
+  // Gradients are fused into buckets in the order backward produces them; a
+  // bucket closes once it holds at least this many bytes (0: one per tensor).
+  int64_t bucket_bytes = kDefaultBucketBytes;
+  // The squared global gradient norm is computed before any update (for
+  // clipping and the metrics). Off, every update may run as soon as its own
+  // gradient is reduced (P3).
+  bool global_norm = true;
+  // The program applies the optimizer. Off, it ends with the reduced
+  // gradients (a parameter-server worker pushes them instead).
+  bool updates = true;
+  // Lossy gradient compression with error feedback: every weight gradient
+  // is its own collective with this codec (PowerSGD needs the matrix);
+  // vectors (biases, norm scales) go uncompressed, as DGC and PowerSGD do.
   comm::compression::Spec compression;
   // DGC's momentum correction (Lin et al. 2018) for sparsified gradients:
-  // each rank keeps its own velocity u = m*u + g and compresses u (with
-  // error feedback), zeroing u where an entry was sent; the optimizer then
-  // runs without momentum. 0: off.
+  // each rank keeps its own velocity u = m*u + g and compresses u; the
+  // optimizer then runs without momentum. 0: off.
   double local_momentum = 0;
-  // P3 (Jayarajan et al. 2019): > 0 turns it on with slices of about this
-  // many bytes. Every weight gradient is its own job, prioritized by when
-  // forward needs the weight (the first layer first), sliced so a more
-  // urgent gradient overtakes a queued one; the step returns with the
-  // reductions still in flight and each weight is updated just before the
-  // next forward reads it.
-  int64_t p3_slice_bytes = 0;
-  bool operator==(const GradientSyncOptions&) const = default;
+  bool operator==(const LoweringOptions&) const = default;
 };
 
 struct Strategy {
-  DeviceMesh mesh;
+  DeviceMesh mesh = DeviceMesh::data_parallel(1);
   std::string data_axis = "dp";
-  Propagation placement;  // along data_axis, for every value and node of the graph
-  GradientSyncOptions sync;
+  std::vector<PlacementSeed> seeds;
+  // 0: every rank stores parameters, gradients and optimizer state whole.
+  // 1: optimizer state S along the data axis (gradients reduce-scattered to
+  //    the shard, updated parameters all-gathered);
+  // 2: gradients too (each micro-batch's buckets reduce-scattered and freed);
+  // 3: parameters too (all-gathered before each use, freed after).
+  int zero_stage = 0;
+  int micro_batches = 1;  // gradient accumulation: the rank's rows in this many parts
+  LoweringOptions lowering;
 
   int data_ranks() const { return mesh.size(data_axis); }
+  bool operator==(const Strategy&) const = default;
 };
 
-// Batch inputs split S(0) across `ranks`, params and other inputs B.
-Strategy data_parallel(const Graph& graph, const std::vector<ValueId>& batch_inputs, int ranks,
-                       GradientSyncOptions sync = {});
+// `ranks`-way data parallelism: the named batch inputs S(0) along "dp".
+Strategy data_parallel(int ranks, const std::vector<std::string>& batch_inputs);
+
+// Throws px::Error naming the field, its value and what is expected.
+void validate(const Strategy& strategy);
+
+nlohmann::json to_json(const Strategy& strategy);
+// Reads what to_json writes; unknown keys and bad values are named errors.
+Strategy strategy_from_json(const nlohmann::json& json);
+Strategy load_strategy(const std::string& path);
+
+Placement placement_from_string(const std::string& text);
 
 }  // namespace px::parallel

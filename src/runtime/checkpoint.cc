@@ -7,11 +7,6 @@
 
 namespace px {
 
-void save_checkpoint(const std::string& dir, const ParamStore& params, const Optimizer& optimizer,
-                     const nlohmann::json& state) {
-  save_checkpoint(dir, params, optimizer.state(), state);
-}
-
 void save_checkpoint(const std::string& dir, const ParamStore& params, const NamedTensors& optimizer_state,
                      const nlohmann::json& state, const NamedTensors& compression_state) {
   std::map<std::string, std::string> metadata{{"format", "pt"}, {"parallax", state.at("config").dump()}};

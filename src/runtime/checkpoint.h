@@ -26,10 +26,8 @@ struct Checkpoint {
   nlohmann::json state;
 };
 
-void save_checkpoint(const std::string& dir, const ParamStore& params, const Optimizer& optimizer,
-                     const nlohmann::json& state);
-// The same with the optimizer state already gathered (sharded optimizer state,
-// ZeRO), and the ranks' compression state (written when not empty).
+// `optimizer_state`: whole tensors "<param>.<slot>" (sharded state gathered
+// first); `compression_state`: every rank's, written when not empty.
 void save_checkpoint(const std::string& dir, const ParamStore& params, const NamedTensors& optimizer_state,
                      const nlohmann::json& state, const NamedTensors& compression_state = {});
 // Reads all three files; px::Error names the directory and what is wrong

@@ -5,7 +5,8 @@
 #include "data/sampler.h"
 #include "nn/cnn.h"
 #include "nn/mlp.h"
-#include "runtime/compiled_model.h"
+#include "parallel/lower.h"
+#include "runtime/program_executor.h"
 #include "runtime/task.h"
 
 namespace px {
@@ -21,9 +22,7 @@ class ClassificationTask : public Task {
         test_(load_fashion_mnist(data_dir(), FashionMnistSplit::test)),
         sampler_(train_.size(), o.batch, o.seed) {}
 
-  nn::Model build(int64_t batch, bool) const override {
-    return options_.model == "mlp" ? nn::build_mlp(options_.mlp, batch) : nn::build_cnn(options_.cnn, batch);
-  }
+  nn::Model build(int64_t batch, bool training) const override { return build_model(options_, batch, training); }
 
   DataBatch next_batch() override {
     EpochBatch b = sampler_.next_batch();
@@ -42,12 +41,15 @@ class ClassificationTask : public Task {
     int64_t correct = 0, n = test_.size();
     for (int64_t begin = 0; begin < n; begin += kEvalBatch) {
       int64_t rows = std::min(kEvalBatch, n - begin);
-      auto& compiled = eval_model(rows);
+      Evaluator& evaluator = evaluator_for(rows);
+      evaluator.executor->use_parameters(params);
       Tensor labels = test_.labels.slice_rows(begin, begin + rows);
-      StepOutput out = compiled.run(params, test_.images.slice_rows(begin, begin + rows), labels, 0);
-      loss_sum += double(out.loss) * double(rows);
-      const float* logits = out.logits.f32();
-      int64_t classes = out.logits.dim(1);
+      StepResult out = evaluator.executor->run(
+          {.feeds = feeds_of(evaluator.model, {test_.images.slice_rows(begin, begin + rows), labels})});
+      loss_sum += out.loss * double(rows);
+      const Tensor& logit_tensor = out.outputs.front().front();  // (rows, classes)
+      const float* logits = logit_tensor.f32();
+      int64_t classes = logit_tensor.dim(1);
       for (int64_t r = 0; r < rows; ++r) {
         const float* row = logits + r * classes;
         int64_t best = std::max_element(row, row + classes) - row;
@@ -68,17 +70,25 @@ class ClassificationTask : public Task {
   std::string data_dir() const {
     return options_.data.empty() ? std::string(kFashionMnistDefaultDir) : options_.data;
   }
-  CompiledModel& eval_model(int64_t rows) {
-    auto it = eval_models_.find(rows);
-    if (it == eval_models_.end())
-      it = eval_models_.emplace(rows, std::make_unique<CompiledModel>(build(rows, false), false)).first;
-    return *it->second;
+  // A one-rank forward program per evaluation batch size, returning the logits.
+  struct Evaluator {
+    nn::Model model;
+    std::unique_ptr<ProgramExecutor> executor;
+  };
+  Evaluator& evaluator_for(int64_t rows) {
+    auto it = evaluators_.find(rows);
+    if (it != evaluators_.end()) return it->second;
+    Evaluator e{build(rows, false), nullptr};
+    e.executor = std::make_unique<ProgramExecutor>(
+        parallel::lower_single(e.model.graph, e.model.loss, {e.model.logits}, batch_input_names(e.model), false),
+        nullptr);
+    return evaluators_.emplace(rows, std::move(e)).first->second;
   }
 
   TrainOptions options_;
   LabeledImages train_, test_;
   EpochSampler sampler_;
-  std::map<int64_t, std::unique_ptr<CompiledModel>> eval_models_;
+  std::map<int64_t, Evaluator> evaluators_;
 };
 
 }  // namespace

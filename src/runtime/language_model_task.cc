@@ -2,7 +2,8 @@
 #include "data/sampler.h"
 #include "data/text_corpus.h"
 #include "nn/gpt.h"
-#include "runtime/compiled_model.h"
+#include "parallel/lower.h"
+#include "runtime/program_executor.h"
 #include "runtime/task.h"
 
 namespace px {
@@ -17,7 +18,7 @@ class LanguageModelTask : public Task {
         validation_(corpus_.val, o.batch / o.accumulation, o.gpt.block, o.eval_batches) {}
 
   nn::Model build(int64_t batch, bool training) const override {
-    return nn::build_gpt(options_.gpt, batch, options_.gpt.block, training);
+    return build_model(options_, batch, training);
   }
 
   DataBatch next_batch() override {
@@ -31,12 +32,17 @@ class LanguageModelTask : public Task {
   }
 
   Evaluation evaluate(const ParamStore& params) override {
-    if (!eval_model_)
-      eval_model_ = std::make_unique<CompiledModel>(build(validation_.windows_per_batch(), false), false);
+    if (!eval_) {
+      eval_model_ = build(validation_.windows_per_batch(), false);
+      eval_ = std::make_unique<ProgramExecutor>(
+          parallel::lower_single(eval_model_.graph, eval_model_.loss, {}, batch_input_names(eval_model_), false),
+          nullptr);
+    }
+    eval_->use_parameters(params);
     double loss_sum = 0;
     for (int64_t i = 0; i < validation_.num_batches(); ++i) {
       TokenBatch b = validation_.batch(i);
-      loss_sum += eval_model_->run(params, b.inputs, b.targets, 0).loss;
+      loss_sum += eval_->run({.feeds = feeds_of(eval_model_, {b.inputs, b.targets})}).loss;
     }
     return {loss_sum / double(validation_.num_batches()), -1};
   }
@@ -53,7 +59,8 @@ class LanguageModelTask : public Task {
   TextCorpus corpus_;
   WindowSampler sampler_;
   ValidationWindows validation_;
-  std::unique_ptr<CompiledModel> eval_model_;
+  nn::Model eval_model_;
+  std::unique_ptr<ProgramExecutor> eval_;  // a one-rank forward program
 };
 
 }  // namespace

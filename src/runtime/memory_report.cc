@@ -10,6 +10,7 @@ RankMemory expected_rank_memory(int zero_stage, int ranks, int slots, int64_t pa
   if (ranks <= 1 || zero_stage == 0) return m;
   m.optimizer_state /= p;
   m.gradients = zero_stage == 1 ? 4 * psi + 4 * psi / p : 4 * psi / p;
+  if (zero_stage >= 3) m.parameters /= p;
   return m;
 }
 
@@ -18,13 +19,14 @@ std::string describe_rank_memory(int zero_stage, int ranks, int slots, int64_t p
   const RankMemory expected = expected_rank_memory(zero_stage, ranks, slots, parameters);
   const RankMemory unsharded = expected_rank_memory(0, ranks, slots, parameters);
   auto mib = [](double bytes) { return bytes / (1 << 20); };
+  const char* params = zero_stage >= 3 && ranks > 1 ? "4Ψ/p" : "4Ψ";
   const char* grads = zero_stage == 0 || ranks <= 1 ? "4Ψ" : zero_stage == 1 ? "4Ψ+4Ψ/p" : "4Ψ/p";
   const char* state = zero_stage == 0 || ranks <= 1 ? "4KΨ" : "4KΨ/p";
   return fmt::format(
       "memory per rank (ZeRO-{}, p = {}, Ψ = {} parameters, K = {} optimizer slots): parameters {:.2f} MiB "
-      "(4Ψ = {:.2f}), gradients {:.2f} MiB ({} = {:.2f}), optimizer state {:.2f} MiB ({} = {:.2f}); "
+      "({} = {:.2f}), gradients {:.2f} MiB ({} = {:.2f}), optimizer state {:.2f} MiB ({} = {:.2f}); "
       "total {:.2f} MiB, {:.2f} MiB without sharding",
-      zero_stage, ranks, parameters, slots, mib(measured.parameters), mib(expected.parameters),
+      zero_stage, ranks, parameters, slots, mib(measured.parameters), params, mib(expected.parameters),
       mib(measured.gradients), grads, mib(expected.gradients), mib(measured.optimizer_state), state,
       mib(expected.optimizer_state), mib(measured.total()), mib(unsharded.total()));
 }

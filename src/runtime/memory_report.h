@@ -3,13 +3,15 @@
 // for float32 training with Ψ parameters, K optimizer slots per parameter
 // (SGD momentum: 1; AdamW exp_avg, exp_avg_sq: 2) and p ranks:
 //
-//   stage  parameters  gradients                   optimizer state
-//   0      4Ψ          4Ψ (the arena)              4KΨ
-//   1      4Ψ          4Ψ + 4Ψ/p (arena + shard)   4KΨ/p
-//   2      4Ψ          4Ψ/p (shard)                4KΨ/p
+//   stage  parameters  gradients                     optimizer state
+//   0      4Ψ          4Ψ (the buckets)              4KΨ
+//   1      4Ψ          4Ψ + 4Ψ/p (buckets + shard)   4KΨ/p
+//   2      4Ψ          4Ψ/p (shard)                  4KΨ/p
+//   3      4Ψ/p        4Ψ/p (shard)                  4KΨ/p
 //
-// ZeRO-2 adds at most GradientSyncOptions::bucket_buffers bucket buffers
-// while backward runs; activations (the executor's peak) come on top of all.
+// ZeRO-2/3 add at most ExecutorOptions::bucket_buffers gradient bucket
+// buffers while backward runs, ZeRO-3 the parameter buckets gathered for
+// use (a few buckets); activations (the executor's peak) come on top of all.
 // Shards are block(bucket, p, rank) of every bucket, so a rank's share is
 // Ψ/p give or take one element per bucket.
 #pragma once

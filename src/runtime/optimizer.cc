@@ -1,5 +1,7 @@
 #include "runtime/optimizer.h"
 
+#include <cstring>
+
 #include "kernels/optimizer.h"
 
 namespace px {
@@ -17,68 +19,80 @@ std::vector<std::string> optimizer_slot_names(const std::string& kind) {
   return {"exp_avg", "exp_avg_sq"};
 }
 
-Optimizer::Optimizer(OptimizerConfig config, const ParamStore& params, std::map<std::string, bool> decays)
-    : config_(std::move(config)), decays_(std::move(decays)), names_(params.names()) {
+std::vector<ParamShard> whole_parameters(const Graph& graph) {
+  std::vector<ParamShard> shards;
+  for (ValueId p : graph.params()) {
+    const Value& v = graph.value(p);
+    shards.push_back({v.name, v.spec.shape, 0, v.spec.shape.numel(), v.weight_decay});
+  }
+  return shards;
+}
+
+Optimizer::Optimizer(OptimizerConfig config, std::vector<ParamShard> shards)
+    : config_(std::move(config)), shards_(std::move(shards)) {
   validate(config_);
-  for (const auto& name : names_) {
-    auto& slots = slots_[name];
-    for (size_t i = 0; i < optimizer_slot_names(config_.kind).size(); ++i)
-      slots.push_back(Tensor::zeros(params.at(name).shape()));
+  int64_t total = 0;
+  for (const ParamShard& s : shards_) {
+    PX_CHECK(s.offset >= 0 && s.count >= 0 && s.offset + s.count <= s.shape.numel(), "shard of {}: [{}, {}) of {}",
+             s.name, s.offset, s.offset + s.count, s.shape.numel());
+    at_.push_back(total);
+    total += s.count;
   }
+  for (size_t i = 0; i < optimizer_slot_names(config_.kind).size(); ++i)
+    slots_.push_back(Tensor::zeros({total}, DType::f32));
 }
 
-void Optimizer::step(ParamStore& params, const std::map<std::string, Tensor>& grads, double lr) {
-  begin_step();
-  for (const auto& name : names_) {
-    auto it = grads.find(name);
-    PX_CHECK(it != grads.end(), "no gradient for {}", name);
-    update(params, name, it->second, lr);
-  }
-}
-
-void Optimizer::update(ParamStore& params, const std::string& name, const Tensor& grad, double lr) {
-  Tensor& p = params.at(name);
-  auto& slots = slots_.at(name);
-  float wd = decays_[name] ? static_cast<float>(config_.weight_decay) : 0.0f;
+void Optimizer::update(size_t index, float* param, const float* grad, double lr, double decay_scale) {
+  const ParamShard& s = shards_.at(index);
+  const size_t at = static_cast<size_t>(at_[index]);
+  const float wd = s.decay ? static_cast<float>(config_.weight_decay * decay_scale) : 0.0f;
   if (config_.kind == "sgd")
-    kernels::sgd_momentum(p.numel(), static_cast<float>(lr), static_cast<float>(config_.momentum), wd, steps_ == 1,
-                          p.f32(), grad.f32(), slots[0].f32());
+    kernels::sgd_momentum(s.count, static_cast<float>(lr), static_cast<float>(config_.momentum), wd, steps_ == 1,
+                          param, grad, slots_[0].f32() + at);
   else
-    kernels::adamw(p.numel(), static_cast<float>(lr), static_cast<float>(config_.beta1),
-                   static_cast<float>(config_.beta2), static_cast<float>(config_.eps), wd, steps_, p.f32(), grad.f32(),
-                   slots[0].f32(), slots[1].f32());
-}
-
-NamedTensors Optimizer::state() const {
-  NamedTensors out;
-  auto slot = optimizer_slot_names(config_.kind);
-  for (const auto& name : names_)
-    for (size_t i = 0; i < slot.size(); ++i) out.emplace_back(name + "." + slot[i], slots_.at(name)[i]);
-  return out;
-}
-
-void Optimizer::load_state(const SafetensorsFile& file, int64_t steps) {
-  auto slot = optimizer_slot_names(config_.kind);
-  for (const auto& name : names_)
-    for (size_t i = 0; i < slot.size(); ++i) {
-      std::string key = name + "." + slot[i];
-      if (!file.contains(key))
-        fail("optimizer state '{}' has no tensor '{}' (was it saved by the {} optimizer?)", file.path, key,
-             config_.kind);
-      Tensor& dst = slots_[name][i];
-      if (file.at(key).shape() != dst.shape())
-        fail("optimizer tensor '{}' has shape {} in '{}', expected {}", key, file.at(key).shape(), file.path,
-             dst.shape());
-      dst.copy_from(file.at(key));
-    }
-  steps_ = steps;
+    kernels::adamw(s.count, static_cast<float>(lr), static_cast<float>(config_.beta1),
+                   static_cast<float>(config_.beta2), static_cast<float>(config_.eps), wd, steps_, param, grad,
+                   slots_[0].f32() + at, slots_[1].f32() + at);
 }
 
 int64_t Optimizer::state_bytes() const {
   int64_t n = 0;
-  for (const auto& [name, slots] : slots_)
-    for (const Tensor& t : slots) n += t.numel() * static_cast<int64_t>(sizeof(float));
+  for (const Tensor& t : slots_) n += static_cast<int64_t>(t.nbytes());
   return n;
+}
+
+std::span<const float> Optimizer::state(size_t slot, size_t index) const {
+  return {slots_.at(slot).f32() + at_.at(index), static_cast<size_t>(shards_.at(index).count)};
+}
+
+NamedTensors Optimizer::whole_state() const {
+  NamedTensors out;
+  const std::vector<std::string> names = optimizer_slot_names(config_.kind);
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    const ParamShard& s = shards_[i];
+    PX_CHECK(s.offset == 0 && s.count == s.shape.numel(), "optimizer state of '{}' is a shard [{}, {}) of {}", s.name,
+             s.offset, s.offset + s.count, s.shape.numel());
+    for (size_t k = 0; k < names.size(); ++k)
+      out.emplace_back(s.name + "." + names[k], slots_[k].slice_rows(at_[i], at_[i] + s.count).reshape(s.shape));
+  }
+  return out;
+}
+
+void Optimizer::load(const SafetensorsFile& file, int64_t steps) {
+  const std::vector<std::string> names = optimizer_slot_names(config_.kind);
+  for (size_t k = 0; k < names.size(); ++k)
+    for (size_t i = 0; i < shards_.size(); ++i) {
+      const ParamShard& s = shards_[i];
+      const std::string key = s.name + "." + names[k];
+      if (!file.contains(key))
+        fail("optimizer state '{}' has no tensor '{}' (was it saved by the {} optimizer?)", file.path, key,
+             config_.kind);
+      const Tensor& saved = file.at(key);
+      if (saved.shape() != s.shape)
+        fail("optimizer tensor '{}' has shape {} in '{}', expected {}", key, saved.shape(), file.path, s.shape);
+      std::memcpy(slots_[k].f32() + at_[i], saved.f32() + s.offset, static_cast<size_t>(s.count) * sizeof(float));
+    }
+  steps_ = steps;
 }
 
 }  // namespace px

@@ -1,11 +1,20 @@
-// Optimizers over a ParamStore: SGD with momentum and AdamW, with torch's
-// exact update rules (kernels/optimizer.h). State tensors are named
-// "<param>.momentum" / "<param>.exp_avg" / "<param>.exp_avg_sq" for checkpoints.
+// The optimizer: SGD with momentum and AdamW with torch's exact update rules
+// (kernels/optimizer.h), over *parameter shards*. A shard is a run of one
+// parameter's elements; a full replica is one whole shard per parameter, a
+// ZeRO rank holds the pieces of its blocks, a parameter server its slice.
+// The rules are elementwise, so any sharding updates exactly as one replica
+// would. State per slot is one flat tensor over the shards (tracked by the
+// memory tracker). Saved state is always whole tensors named
+// "<param>.momentum" / "<param>.exp_avg" / "<param>.exp_avg_sq", so a
+// checkpoint loads into any sharding.
 #pragma once
 
 #include <map>
+#include <span>
 #include <string>
+#include <vector>
 
+#include "graph/graph.h"
 #include "runtime/param_store.h"
 
 namespace px {
@@ -23,25 +32,49 @@ void validate(const OptimizerConfig& config);
 // adamw {"exp_avg", "exp_avg_sq"}; saved as "<param>.<slot>".
 std::vector<std::string> optimizer_slot_names(const std::string& kind);
 
+// Elements [offset, offset + count) of parameter `name` (of shape `shape`).
+struct ParamShard {
+  std::string name;
+  Shape shape;  // the whole parameter's
+  int64_t offset = 0;
+  int64_t count = 0;
+  bool decay = false;  // weight decay applies
+  bool operator==(const ParamShard&) const = default;
+};
+
+// Every parameter of `graph` whole, in declaration order (one replica).
+std::vector<ParamShard> whole_parameters(const Graph& graph);
+
 class Optimizer {
  public:
-  Optimizer(OptimizerConfig config, const ParamStore& params, std::map<std::string, bool> decays);
-  // One update with learning rate lr; grads by parameter name.
-  void step(ParamStore& params, const std::map<std::string, Tensor>& grads, double lr);
-  // The same step one parameter at a time (P3 updates each layer as soon as
-  // its gradient has arrived): begin_step(), then update() every parameter.
+  Optimizer(OptimizerConfig config, std::vector<ParamShard> shards);
+
+  // One optimizer step: begin_step(), then update() every shard once.
   void begin_step() { ++steps_; }
-  void update(ParamStore& params, const std::string& name, const Tensor& grad, double lr);
+  // Shard `index`'s elements: `param` and `grad` point at its first element.
+  // `decay_scale` scales the weight decay (a parameter server applying one
+  // worker's share of the batch).
+  void update(size_t index, float* param, const float* grad, double lr, double decay_scale = 1.0);
+
+  const std::vector<ParamShard>& shards() const { return shards_; }
+  const OptimizerConfig& config() const { return config_; }
   int64_t steps() const { return steps_; }
-  NamedTensors state() const;
-  int64_t state_bytes() const;  // every slot of every parameter
-  void load_state(const SafetensorsFile& file, int64_t steps);
+  int64_t state_bytes() const;  // every slot of every shard
+  size_t slot_count() const { return slots_.size(); }
+  // Slot `slot`'s values of shard `index` (count elements).
+  std::span<const float> state(size_t slot, size_t index) const;
+  // Whole tensors "<param>.<slot>"; every shard must be a whole parameter
+  // (sharded state is gathered by its owner first).
+  NamedTensors whole_state() const;
+  // Takes each shard's elements from whole saved tensors (a checkpoint of
+  // any sharding); px::Error names a missing or mis-sized tensor.
+  void load(const SafetensorsFile& file, int64_t steps);
 
  private:
   OptimizerConfig config_;
-  std::map<std::string, bool> decays_;
-  std::vector<std::string> names_;
-  std::map<std::string, std::vector<Tensor>> slots_;  // momentum | exp_avg, exp_avg_sq
+  std::vector<ParamShard> shards_;
+  std::vector<int64_t> at_;    // per shard: offset in the flat slots
+  std::vector<Tensor> slots_;  // per slot: (sum of shard counts)
   int64_t steps_ = 0;
 };
 

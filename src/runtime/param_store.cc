@@ -27,6 +27,15 @@ ParamStore ParamStore::initialize(const Graph& graph, uint64_t seed) {
   return store;
 }
 
+ParamStore ParamStore::of(NamedTensors tensors) {
+  ParamStore store;
+  for (auto& [name, tensor] : tensors) {
+    store.names_.push_back(name);
+    store.tensors_.push_back(std::move(tensor));
+  }
+  return store;
+}
+
 bool ParamStore::has(const std::string& name) const {
   for (const auto& n : names_)
     if (n == name) return true;

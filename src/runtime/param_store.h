@@ -17,6 +17,8 @@ class ParamStore {
   // Draws every parameter of `graph` from its ParamInit with one Rng(seed),
   // in declaration order.
   static ParamStore initialize(const Graph& graph, uint64_t seed);
+  // A store over existing tensors (views or not), in the given order.
+  static ParamStore of(NamedTensors tensors);
 
   bool has(const std::string& name) const;
   Tensor& at(const std::string& name);

@@ -6,7 +6,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/parameter_server/poll.h"
 #include "runtime/parameter_server/server.h"
-#include "runtime/parameter_server/shard_optimizer.h"
+#include "runtime/parameter_server/server_slice.h"
 #include "runtime/parameter_server/worker.h"
 #include "runtime/progress.h"
 
@@ -21,12 +21,21 @@ std::map<std::string, bool> decay_flags(const Graph& g) {
   return out;
 }
 
-// Server j > 0 sends its shard to rank 0: a GatherHeader, then one message of
-// (1 + slots) x count floats: parameters, then each optimizer slot.
-void send_shard(comm::Communicator& comm, const ps::ShardOptimizer& shard) {
-  ps::GatherHeader header{.updates = shard.updates()};
+// The slice's parameters, then each optimizer slot: (1 + slots) x count floats.
+std::vector<float> flatten(const ps::ServerSlice& shard) {
   std::vector<float> values(shard.params().begin(), shard.params().end());
-  for (const auto& slot : shard.slots()) values.insert(values.end(), slot.begin(), slot.end());
+  for (size_t k = 0; k < shard.slot_count(); ++k) {
+    const std::vector<float> slot = shard.slot(k);
+    values.insert(values.end(), slot.begin(), slot.end());
+  }
+  return values;
+}
+
+// Server j > 0 sends its slice to rank 0: a GatherHeader, then one message
+// of (1 + slots) x count floats.
+void send_shard(comm::Communicator& comm, const ps::ServerSlice& shard) {
+  ps::GatherHeader header{.updates = shard.updates()};
+  std::vector<float> values = flatten(shard);
   comm::Request requests[] = {comm.isend(0, ps::kGatherHeader, &header, sizeof(header)),
                               comm.isend(0, ps::kGatherTensors, values.data(), values.size() * sizeof(float))};
   for (comm::Request& request : requests) ps::await(comm, request, "rank 0 to gather the final parameters");
@@ -39,8 +48,8 @@ struct Gathered {
   int64_t updates = 0;
 };
 
-Gathered gather_shards(comm::Communicator& comm, const Layout& layout, const ps::ShardOptimizer& own) {
-  const size_t slot_count = own.slots().size();
+Gathered gather_shards(comm::Communicator& comm, const Layout& layout, const ps::ServerSlice& own) {
+  const size_t slot_count = own.slot_count();
   Gathered out{.params = std::vector<float>(static_cast<size_t>(layout.params)),
                .slots = std::vector<std::vector<float>>(slot_count, std::vector<float>(static_cast<size_t>(layout.params))),
                .updates = own.updates()};
@@ -50,9 +59,7 @@ Gathered gather_shards(comm::Communicator& comm, const Layout& layout, const ps:
     for (size_t s = 0; s < slot_count; ++s)
       std::memcpy(out.slots[s].data() + shard.begin, values + (s + 1) * count, count * sizeof(float));
   };
-  std::vector<float> mine(own.params().begin(), own.params().end());
-  for (const auto& slot : own.slots()) mine.insert(mine.end(), slot.begin(), slot.end());
-  place(own.slice(), mine.data());
+  place(own.slice(), flatten(own).data());
   for (int j = 1; j < layout.servers; ++j) {
     const comm::Block shard = layout.shard(j);
     ps::GatherHeader header;
@@ -67,24 +74,25 @@ Gathered gather_shards(comm::Communicator& comm, const Layout& layout, const ps:
   return out;
 }
 
-// Writes the gathered flat state back into a ParamStore and a full Optimizer.
-void unflatten(const Gathered& gathered, ParamStore& params, Optimizer& optimizer) {
+// Writes the gathered flat state back into a ParamStore; returns the whole
+// optimizer state "<param>.<slot>".
+NamedTensors unflatten(const Gathered& gathered, ParamStore& params, const std::string& optimizer) {
   std::vector<int64_t> offsets = ps::flat_offsets(params);
-  NamedTensors state = optimizer.state();  // (param, slot) in ParamStore order: names and shapes
-  const size_t slot_count = gathered.slots.size();
-  SafetensorsFile file{.path = "(the servers' gathered optimizer state)", .tensors = {}, .metadata = {}};
+  const std::vector<std::string> slot_names = optimizer_slot_names(optimizer);
+  PX_CHECK_EQ(slot_names.size(), gathered.slots.size());
+  NamedTensors state;
   for (size_t t = 0; t < offsets.size(); ++t) {
-    Tensor& value = params.at(params.names()[t]);
+    const std::string& name = params.names()[t];
+    Tensor& value = params.at(name);
     const size_t bytes = static_cast<size_t>(value.numel()) * sizeof(float);
     std::memcpy(value.f32(), gathered.params.data() + offsets[t], bytes);
-    for (size_t s = 0; s < slot_count; ++s) {
-      const auto& [name, like] = state[t * slot_count + s];
-      Tensor slot = Tensor::empty(like.shape());
+    for (size_t s = 0; s < slot_names.size(); ++s) {
+      Tensor slot = Tensor::empty(value.shape());
       std::memcpy(slot.f32(), gathered.slots[s].data() + offsets[t], bytes);
-      file.tensors.emplace_back(name, slot);
+      state.emplace_back(name + "." + slot_names[s], slot);
     }
   }
-  optimizer.load_state(file, gathered.updates);
+  return state;
 }
 
 void send_data_state(comm::Communicator& comm, const nlohmann::json& state) {
@@ -125,12 +133,12 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
   nn::Model shape_model = task->build(1, false);
   const std::map<std::string, bool> decays = decay_flags(shape_model.graph);
   ParamStore params = ParamStore::initialize(shape_model.graph, o.seed);
-  Optimizer optimizer(o.optimizer, params, decays);
-  int64_t start = 0;
+  validate(o.optimizer);
+  int64_t start = 0, optimizer_steps = 0;
   if (!o.resume.empty()) {
     params.load(resumed.model);
     start = resumed.state.at("step").get<int64_t>();
-    optimizer.load_state(resumed.optimizer, resumed.state.at("optimizer_steps").get<int64_t>());
+    optimizer_steps = resumed.state.at("optimizer_steps").get<int64_t>();
     task->restore_data_state(resumed.state.at("data"));
     log << fmt::format("resumed from '{}' at step {}\n", o.resume, start);
   }
@@ -162,7 +170,8 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
     return result;
   }
 
-  ps::ShardOptimizer shard(o.optimizer, params, optimizer, decays, layout.shard(rank));
+  ps::ServerSlice shard(o.optimizer, params, decays, layout.shard(rank), o.resume.empty() ? nullptr : &resumed.optimizer,
+                        optimizer_steps);
   ps::Server server(comm, layout, shard,
                     {.mode = o.ps.mode, .staleness = o.ps.staleness, .backup_workers = o.ps.backup_workers,
                      .late_worker = o.ps.late_worker, .start_clock = start, .end_clock = end,
@@ -198,7 +207,8 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
     return result;
   }
 
-  unflatten(gather_shards(comm, layout, shard), params, optimizer);
+  const Gathered gathered = gather_shards(comm, layout, shard);
+  const NamedTensors optimizer_state = unflatten(gathered, params, o.optimizer.kind);
   task->restore_data_state(receive_data_state(comm, layout.rank_of_worker(0)));
   Evaluation e = task->evaluate(params);
   result.evaluation = e;
@@ -215,10 +225,10 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
                          {"config", model_json(o)},
                          {"data", task->data_state()},
                          {"optimizer", o.optimizer.kind},
-                         {"optimizer_steps", optimizer.steps()},
+                         {"optimizer_steps", gathered.updates},
                          {"ranks", comm.size()},
                          {"parameter_server", o.ps.mode}};
-    save_checkpoint(o.save, params, optimizer, state);
+    save_checkpoint(o.save, params, optimizer_state, state);
     log << fmt::format("saved checkpoint to '{}'\n", o.save);
   }
   log << fmt::format("trained {} steps in {:.1f} s; largest staleness a worker computed with: {}\n",

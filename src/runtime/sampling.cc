@@ -6,7 +6,9 @@
 #include <memory>
 
 #include "core/rng.h"
-#include "runtime/compiled_model.h"
+#include "parallel/lower.h"
+#include "runtime/program_executor.h"
+#include "runtime/task.h"
 
 namespace px {
 
@@ -22,19 +24,31 @@ std::string sample_text(const nn::GptConfig& config, const ParamStore& params, c
   std::vector<int32_t> context;
   for (unsigned char ch : prompt) context.push_back(ch);
   if (context.empty()) context.push_back('\n');
-  std::map<int64_t, std::unique_ptr<CompiledModel>> models;  // by context length
+  // A one-rank forward program per context length, returning the logits.
+  struct Sampler {
+    nn::Model model;
+    std::unique_ptr<ProgramExecutor> executor;
+  };
+  std::map<int64_t, Sampler> samplers;
   Rng rng(o.seed);
   std::string out;
   std::vector<std::pair<float, int>> ranked;
   for (int64_t i = 0; i < o.tokens; ++i) {
     int64_t T = std::min<int64_t>(static_cast<int64_t>(context.size()), config.block);
-    auto& model = models[T];
-    if (!model) model = std::make_unique<CompiledModel>(nn::build_gpt(config, 1, T, false), false);
+    Sampler& sampler = samplers[T];
+    if (!sampler.executor) {
+      sampler.model = nn::build_gpt(config, 1, T, false);
+      sampler.executor = std::make_unique<ProgramExecutor>(
+          parallel::lower_single(sampler.model.graph, sampler.model.loss, {sampler.model.logits},
+                                 batch_input_names(sampler.model), false),
+          nullptr);
+      sampler.executor->use_parameters(params);
+    }
     Tensor tokens = Tensor::empty({1, T}, DType::i32);
     std::copy(context.end() - T, context.end(), tokens.data<int32_t>());
     Tensor targets = Tensor::zeros({1, T}, DType::i32);
-    StepOutput step = model->run(params, tokens, targets, 0);
-    const float* logits = step.logits.f32() + (T - 1) * config.vocab;  // (1, T, V): last position
+    StepResult step = sampler.executor->run({.feeds = feeds_of(sampler.model, {tokens, targets})});
+    const float* logits = step.outputs.front().front().f32() + (T - 1) * config.vocab;  // (1, T, V): last position
 
     ranked.clear();
     for (int v = 0; v < config.vocab; ++v) ranked.emplace_back(logits[v] / static_cast<float>(o.temperature), v);

@@ -24,6 +24,7 @@ nlohmann::json events_of(int rank, const std::vector<TraceRecord>& records) {
                      {"dur", r.duration_us},
                      {"args", {{"step", r.step}}}};
     if (r.lane == TraceRecord::Lane::comm) e["args"]["bytes"] = r.bytes;
+    if (r.instr >= 0) e["args"]["instr"] = r.instr;
     events.push_back(std::move(e));
   }
   return events;

@@ -1,7 +1,9 @@
 // Chrome trace (JSON, opens in Perfetto / chrome://tracing) of compute and
 // communication per rank: one process per rank, a "compute" lane with every
 // graph node run and a "comm" lane with every collective (or slice) the
-// gradient reduction ran. Times are comm::now_us() microseconds.
+// gradient reduction ran, each tagged with its Program instruction id (the
+// id a simulator's trace of the same Program uses). Times are
+// comm::now_us() microseconds.
 #pragma once
 
 #include <string>
@@ -19,6 +21,7 @@ struct TraceRecord {
   double duration_us = 0;
   int64_t bytes = 0;  // comm: payload bytes
   int64_t step = 0;
+  int instr = -1;  // the Program instruction it ran (parallel/program.h), -1 if none
 };
 
 // Collective over `group` (nullptr: one rank): gathers every rank's records

@@ -12,6 +12,8 @@
 #include "nn/cnn.h"
 #include "nn/gpt.h"
 #include "nn/mlp.h"
+#include "comm/collectives.h"
+#include "comm/compression/spec.h"
 #include "parallel/strategy.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/optimizer.h"
@@ -28,6 +30,23 @@ struct ParameterServerOptions {
   int backup_workers = 0;      // bsp: b; each update takes the first W - b gradients of its clock, drops the rest
   int late_worker = -1;        // tests: server 0 takes this worker's pushes as arriving after every other's
   bool operator==(const ParameterServerOptions&) const = default;
+};
+
+// What the user asked of data parallelism (`parallax train` flags). The
+// trainer turns it into a parallel::Strategy (what runs where: buckets,
+// ZeRO, compression) and ExecutorOptions (how it runs: overlap, P3, bucket
+// buffers, the algorithm), unless --strategy gives the strategy whole.
+struct DataParallelOptions {
+  int64_t bucket_bytes = parallel::kDefaultBucketBytes;  // gradients fused into buckets of about this many bytes
+  bool overlap = true;           // reduce on a progress thread while backward continues
+  int zero_stage = 0;            // 0-3 (parallel/strategy.h)
+  int bucket_buffers = 4;        // ZeRO-2/3: most gradient bucket buffers alive at once
+  comm::CollectiveOptions collective;
+  comm::compression::Spec compression;  // lossy gradient compression with error feedback
+  double local_momentum = 0;     // DGC momentum correction (set by the trainer for sparsified SGD)
+  int64_t p3_slice_bytes = 0;    // P3: > 0 slices gradients and updates each layer before the next forward reads it
+  std::string strategy;          // a strategy JSON file (parallax lower --print-strategy writes one); overrides the above's strategy part
+  bool operator==(const DataParallelOptions&) const = default;
 };
 
 // "Use the model's default" for integer options (floats use NaN).
@@ -51,7 +70,8 @@ struct TrainOptions {
   uint64_t seed = 1;
   int threads = 1;
   int ranks = 1;                 // data-parallel ranks in this process (under mpirun: the MPI world)
-  parallel::GradientSyncOptions sync;  // how gradients are reduced across ranks
+  bool mpi = false;              // launched by mpirun/mpiexec (the CLI tells): the ranks are the MPI processes
+  DataParallelOptions sync;      // how gradients are reduced across ranks
   double link_gbps = 0;          // in-process ranks: each rank's link limited to this many Gb/s (0: off)
   int inject_delay_rank = -1;    // fault injection: this rank sleeps inject_delay_ms before each step
   int64_t inject_delay_ms = 0;

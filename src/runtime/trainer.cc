@@ -16,11 +16,10 @@
 #include "kernels/threads.h"
 #include "comm/backends.h"
 #include "runtime/checkpoint.h"
-#include "runtime/data_parallel_step.h"
+#include "parallel/lower.h"
 #include "runtime/memory_report.h"
-#include "runtime/sharded_optimizer.h"
 #include "runtime/parameter_server.h"
-#include "runtime/compiled_model.h"
+#include "runtime/program_executor.h"
 #include "runtime/progress.h"
 #include "runtime/sampling.h"
 
@@ -29,24 +28,6 @@ extern "C" char* openblas_get_corename(void);
 
 namespace px {
 namespace {
-
-std::map<std::string, bool> decay_flags(const Graph& g) {
-  std::map<std::string, bool> out;
-  for (ValueId p : g.params()) out[g.value(p).name] = g.value(p).weight_decay;
-  return out;
-}
-
-// Scales every gradient so their global L2 norm is at most `clip`; returns the norm before.
-double clip_gradients(std::map<std::string, Tensor>& grads, double clip) {
-  double sq = 0;
-  for (auto& [name, g] : grads) sq += kernels::sum_squares(g.numel(), g.f32());
-  double norm = std::sqrt(sq);
-  if (clip > 0 && norm > clip) {
-    float s = static_cast<float>(clip / (norm + 1e-6));
-    for (auto& [name, g] : grads) kernels::scale(g.numel(), s, g.f32(), g.f32());
-  }
-  return norm;
-}
 
 class MetricsLog {
  public:
@@ -68,7 +49,7 @@ class MetricsLog {
 // Compressed training resumed: each rank takes its own error-feedback state
 // back when the checkpoint was saved at this rank count with this
 // compression; otherwise the residuals start at zero (said in the log).
-static void restore_compression_state(const Checkpoint& resumed, DataParallelStep& step_runner, const TrainOptions& o,
+static void restore_compression_state(const Checkpoint& resumed, ProgramExecutor& executor, const TrainOptions& o,
                                       int world, std::ostream& log) {
   const std::string spec = o.sync.compression.to_string();
   const std::string saved_spec = resumed.state.value("compression", std::string());
@@ -81,8 +62,37 @@ static void restore_compression_state(const Checkpoint& resumed, DataParallelSte
     log << fmt::format("compression state not restored ({}): error-feedback residuals start at zero\n", why);
     return;
   }
-  step_runner.load_compression_state(*resumed.compression);
+  executor.load_compression_state(*resumed.compression);
   log << fmt::format("restored the error-feedback state of {} ranks ({})\n", world, spec);
+}
+
+parallel::Strategy strategy_for(const TrainOptions& o, const nn::Model& model, int world) {
+  parallel::Strategy s;
+  if (!o.sync.strategy.empty()) {
+    s = parallel::load_strategy(o.sync.strategy);
+    if (s.mesh.ranks() != world)
+      fail("strategy '{}' has mesh {} of {} ranks; this job has {}", o.sync.strategy, s.mesh.str(), s.mesh.ranks(),
+           world);
+  } else {
+    s = parallel::data_parallel(world, batch_input_names(model));
+    s.zero_stage = o.sync.zero_stage;
+    s.micro_batches = static_cast<int>(o.accumulation);
+    s.lowering.bucket_bytes = o.sync.bucket_bytes;
+    s.lowering.compression = o.sync.compression;
+    s.lowering.local_momentum = o.sync.local_momentum;
+  }
+  // P3 updates each parameter as soon as its own gradient is in, and every
+  // gradient is its own job with its own priority.
+  if (o.sync.p3_slice_bytes > 0) {
+    if (o.grad_clip > 0)
+      fail("P3 updates each layer as soon as its gradient arrives; --grad-clip {} needs every gradient first "
+           "(give --grad-clip 0)",
+           o.grad_clip);
+    s.lowering.global_norm = false;
+    s.lowering.bucket_bytes = 0;
+  }
+  parallel::validate(s);
+  return s;
 }
 
 // One rank's whole job. `group` is the data-parallel group (nullptr: one
@@ -102,8 +112,6 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   int64_t total = o.steps > 0 ? o.steps : o.epochs * task->steps_per_epoch();
   o.schedule.total = total;
 
-  nn::Model shape_model = task->build(1, false);
-  ParamStore params = ParamStore::initialize(shape_model.graph, o.seed);
   // Sparsified gradients with SGD momentum: the momentum moves into the
   // ranks, before compression (DGC momentum correction), and the optimizer
   // applies the aggregated velocity without momentum of its own.
@@ -114,89 +122,78 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     o.sync.local_momentum = o.optimizer.momentum;
     o.optimizer.momentum = 0;
   }
-  DataParallelStep step_runner(task->build(o.batch, true), o.batch, group, o.sync, !o.trace.empty());
-  const bool compressed = world > 1 && method != Method::none;
-  // ZeRO-1/2: only this rank's shard of the optimizer state exists.
-  const bool zero = step_runner.sharded();
-  std::optional<Optimizer> optimizer;
-  std::optional<ShardedOptimizer> sharded;
-  if (zero)
-    sharded.emplace(o.optimizer, step_runner.shard_pieces(decay_flags(shape_model.graph)), step_runner.shard_count());
-  else
-    optimizer.emplace(o.optimizer, params, decay_flags(shape_model.graph));
-  auto optimizer_steps = [&] { return zero ? sharded->steps() : optimizer->steps(); };
+  const nn::Model model = task->build(o.batch, true);
+  const parallel::Strategy strategy = strategy_for(o, model, world);
+  ExecutorOptions run_options{.overlap = o.sync.overlap,
+                              .p3_slice_bytes = o.sync.p3_slice_bytes,
+                              .bucket_buffers = o.sync.bucket_buffers,
+                              .collective = o.sync.collective,
+                              .trace = !o.trace.empty()};
+  ProgramExecutor executor(parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, rank), group,
+                           o.optimizer, run_options);
+  const bool compressed = executor.compressing();
   int64_t step = 0;
+  int64_t parameter_count = 0;
+  {
+    // Every rank draws the same initial parameters; the executor keeps its
+    // storage of them (all, or its ZeRO-3 shard) and these go.
+    ParamStore initial = ParamStore::initialize(model.graph, o.seed);
+    parameter_count = initial.count();
+    if (!o.resume.empty()) initial.load(resumed.model);
+    executor.set_parameters(initial);
+  }
   if (!o.resume.empty()) {
-    params.load(resumed.model);
     step = resumed.state.at("step").get<int64_t>();
-    const int64_t steps_done = resumed.state.at("optimizer_steps").get<int64_t>();
-    if (zero) sharded->load(resumed.optimizer, steps_done);
-    else optimizer->load_state(resumed.optimizer, steps_done);
+    executor.optimizer().load(resumed.optimizer, resumed.state.at("optimizer_steps").get<int64_t>());
     task->restore_data_state(resumed.state.at("data"));
-    if (compressed) restore_compression_state(resumed, step_runner, o, world, log);
+    if (compressed) restore_compression_state(resumed, executor, o, world, log);
     log << fmt::format("resumed from '{}' at step {}{}\n", o.resume, step,
                        resumed.state.contains("ranks")
                            ? fmt::format(" (saved at {} ranks, continuing at {})", resumed.state["ranks"].get<int>(), world)
                            : "");
   }
   log << fmt::format("model {} with {} parameters; {} steps of batch {}{}; {}threads {}; BLAS {}\n", o.model,
-                     params.count(), total, o.batch,
+                     parameter_count, total, o.batch,
                      o.accumulation > 1 ? fmt::format(" ({} micro-batches)", o.accumulation) : "",
                      world > 1 ? fmt::format("{} data-parallel ranks ({}); ", world, group->backend()) : "",
                      o.threads, openblas_get_corename());
   TrainResult result;
   const int slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size());
-  result.memory = {.parameters = 4.0 * static_cast<double>(params.count()),
-                   .gradients = static_cast<double>(step_runner.gradient_memory().stored_bytes),
-                   .optimizer_state = static_cast<double>(zero ? sharded->state_bytes() : optimizer->state_bytes())};
-  if (world > 1)
-    log << describe_rank_memory(zero ? o.sync.zero_stage : 0, world, slots, params.count(), result.memory) << "\n";
+  const int zero = world > 1 ? strategy.zero_stage : 0;
+  auto memory_now = [&] {
+    const ExecutorMemory m = executor.memory();
+    return RankMemory{.parameters = static_cast<double>(m.parameters),
+                      .gradients = static_cast<double>(m.gradients),
+                      .optimizer_state = static_cast<double>(m.optimizer_state)};
+  };
+  result.memory = memory_now();
+  if (world > 1) log << describe_rank_memory(zero, world, slots, parameter_count, result.memory) << "\n";
 
   MetricsLog metrics(lead ? o.metrics : std::string(), !o.resume.empty());
   auto save = [&](int64_t at_step) {
     if (o.save.empty()) return;
-    NamedTensors gathered;  // ZeRO: every rank takes part in gathering the state
-    if (zero) gathered = step_runner.gather_state(*sharded, optimizer_slot_names(o.optimizer.kind));
-    const NamedTensors compression = compressed ? step_runner.gather_compression_state() : NamedTensors{};
+    // Collective: every rank takes part in gathering sharded state.
+    const NamedTensors optimizer_state = executor.gather_optimizer_state();
+    const NamedTensors compression = compressed ? executor.gather_compression_state() : NamedTensors{};
+    const ParamStore params = executor.parameters();
     if (!lead) return;
     nlohmann::json state{{"step", at_step},
                          {"config", model_json(o)},
                          {"data", task->data_state()},
                          {"optimizer", o.optimizer.kind},
-                         {"optimizer_steps", optimizer_steps()},
+                         {"optimizer_steps", executor.optimizer().steps()},
                          {"ranks", world}};
     if (compressed) state["compression"] = o.sync.compression.to_string();
-    save_checkpoint(o.save, params, zero ? gathered : optimizer->state(), state, compression);
+    save_checkpoint(o.save, params, optimizer_state, state, compression);
   };
 
   // --trace: steps 2..4 of this run (the first one warms caches and pools up).
   const int64_t trace_begin = step + 1, trace_end = step + 4;
   std::vector<TraceRecord> trace;
   comm::compression::WireStats wire;  // summed over the steps run
-  // P3: the step returns with reductions in flight; each parameter is updated
-  // (with the previous step's lr) just before the next forward reads it.
-  const bool p3 = step_runner.deferred();
-  if (p3 && o.grad_clip > 0)
-    fail("P3 updates each layer as soon as its gradient arrives; --grad-clip {} needs every gradient first "
-         "(give --grad-clip 0)",
-         o.grad_clip);
-  std::set<std::string> pending;
-  double pending_lr = 0;
-  const std::function<void(const std::string&)> no_hook;
-  const std::function<void(const std::string&)> update_before_read = [&](const std::string& name) {
-    if (pending.erase(name) == 0) return;
-    step_runner.wait_gradient(name);
-    optimizer->update(params, name, step_runner.grads().at(name), pending_lr);
-  };
-  auto finish_updates = [&] {
-    while (!pending.empty()) {
-      const std::string name = *pending.begin();  // a copy: erasing it from the set ends a reference's life
-      update_before_read(name);
-    }
-    step_runner.finish();
-  };
   Progress progress(total, step, task->unit(), o.progress_bar, log);
   auto evaluate = [&](int64_t at_step) {
+    const ParamStore params = executor.parameters();  // collective under ZeRO-3
     if (!lead) return Evaluation{};  // replicas hold the same weights
     Evaluation e = task->evaluate(params);
     nlohmann::json line{{"step", at_step}, {"val_loss", e.loss}};
@@ -213,45 +210,26 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   const int64_t end = o.stop_after > 0 ? std::min(o.stop_after, total) : total;
   for (; step < end; ++step) {
     DataBatch batch = task->next_batch(rank, world);
-    const int64_t row_offset = shard_rows(o.batch, rank, world).begin;
     const uint64_t seed = splitmix64(o.seed ^ splitmix64(static_cast<uint64_t>(step) * 1024));
     if (rank == o.inject_delay_rank)  // a straggler, for demonstrations (--inject-delay)
       std::this_thread::sleep_for(std::chrono::milliseconds(o.inject_delay_ms));
-    step_runner.set_tracing(step >= trace_begin && step < trace_end);
-    StepResult out = step_runner.run(params, batch, row_offset, static_cast<int>(o.accumulation), seed,
-                                     static_cast<uint64_t>(step), p3 ? update_before_read : no_hook);
+    executor.set_tracing(step >= trace_begin && step < trace_end);
+    const double lr = o.schedule.at(step);
+    StepResult out = executor.run({.feeds = feeds_of(model, batch),
+                                   .seed = seed,
+                                   .step = static_cast<uint64_t>(step),
+                                   .lr = lr,
+                                   .grad_clip = o.grad_clip});
     wire += out.wire;
-    for (TraceRecord& r : step_runner.take_trace()) trace.push_back(std::move(r));
+    for (TraceRecord& r : executor.take_trace()) trace.push_back(std::move(r));
     result.peak_tensor_bytes = std::max(result.peak_tensor_bytes, out.peak_bytes);
     const double loss = out.loss;
-    std::map<std::string, Tensor>& grads = step_runner.grads();
     if (!std::isfinite(loss))
       fail("training diverged at step {}: loss is {} (lower the learning rate {} or enable --grad-clip)", step + 1,
            loss, o.schedule.lr);
-    double norm = 0;
-    double lr = o.schedule.at(step);
-    if (p3) {
-      optimizer->begin_step();
-      for (const std::string& name : params.names()) pending.insert(name);
-      pending_lr = lr;
-    } else if (zero) {
-      std::span<float> shard = step_runner.grad_shard();
-      float sq = static_cast<float>(kernels::sum_squares(static_cast<int64_t>(shard.size()), shard.data()));
-      comm::allreduce(*group, std::span<float>(&sq, 1), comm::Reduction::sum);
-      norm = std::sqrt(double(sq));
-      if (o.grad_clip > 0 && norm > o.grad_clip)
-        kernels::scale(static_cast<int64_t>(shard.size()), static_cast<float>(o.grad_clip / (norm + 1e-6)),
-                       shard.data(), shard.data());
-      sharded->step(params, shard, lr);
-      step_runner.gather_params(params);
-    } else {
-      norm = clip_gradients(grads, o.grad_clip);
-      optimizer->step(params, grads, lr);
-    }
-
     result.losses.push_back(loss);
     result.last_train_loss = loss;
-    nlohmann::json line{{"step", step + 1}, {"train_loss", loss}, {"lr", lr}, {"grad_norm", norm},
+    nlohmann::json line{{"step", step + 1}, {"train_loss", loss}, {"lr", lr}, {"grad_norm", out.grad_norm},
                         {"time_s", progress.elapsed_seconds()}};
     if (world > 1) line["wire_bytes"] = out.wire.bytes_sent;
     metrics.write(line);
@@ -259,11 +237,11 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     bool last = step + 1 == end;
     const bool eval_now = o.eval_every > 0 && (step + 1) % o.eval_every == 0 && !last;
     const bool save_now = o.save_every > 0 && (step + 1) % o.save_every == 0 && !last;
-    if (eval_now || save_now) finish_updates();
+    if (eval_now || save_now) executor.finish();
     if (eval_now) evaluate(step + 1);
     if (save_now) save(step + 1);
   }
-  finish_updates();
+  executor.finish();
   progress.finish();
   if (!o.trace.empty()) {
     write_chrome_trace(o.trace, group, trace);
@@ -277,11 +255,17 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   if (!o.save.empty() && lead) log << fmt::format("saved checkpoint to '{}'\n", o.save);
   log << fmt::format("trained {} steps in {:.1f} s; peak tensor memory {:.1f} MiB\n", result.losses.size(),
                      result.seconds, double(result.peak_tensor_bytes) / (1 << 20));
-  result.gradient_buffer_peak_bytes = step_runner.gradient_memory().buffer_peak_bytes;
-  if (step_runner.sharded_gradients())
-    log << fmt::format("ZeRO-2 bucket buffers: at most {:.2f} MiB alive at once (up to {} buckets of ~{:.2f} MiB)\n",
-                       double(result.gradient_buffer_peak_bytes) / (1 << 20), o.sync.bucket_buffers,
-                       double(o.sync.bucket_bytes) / (1 << 20));
+  const ExecutorMemory memory = executor.memory();
+  result.gradient_buffer_peak_bytes = memory.gradient_buffer_peak;
+  result.gathered_parameter_peak_bytes = memory.gathered_parameter_peak;
+  if (zero >= 2)
+    log << fmt::format("ZeRO-{} bucket buffers: at most {:.2f} MiB alive at once (up to {} buckets of ~{:.2f} MiB)\n",
+                       zero, double(result.gradient_buffer_peak_bytes) / (1 << 20), o.sync.bucket_buffers,
+                       double(strategy.lowering.bucket_bytes) / (1 << 20));
+  if (zero >= 3)
+    log << fmt::format("ZeRO-3 gathered parameters: at most {:.2f} MiB alive at once beside the {:.2f} MiB shard\n",
+                       double(result.gathered_parameter_peak_bytes) / (1 << 20),
+                       result.memory.parameters / (1 << 20));
   if (world > 1 && !result.losses.empty()) {
     const double n = static_cast<double>(result.losses.size());
     log << fmt::format("gradient bytes on the wire per step (rank 0): {:.3f} MB; a float32 ring allreduce sends "
@@ -291,9 +275,10 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
                            ? "- uncompressed"
                            : "fewer with " + o.sync.compression.to_string());
   }
-  if (o.model == "gpt" && o.sample_tokens > 0 && lead) {
+  if (o.model == "gpt" && o.sample_tokens > 0) {
+    const ParamStore params = executor.parameters();
     SampleOptions so{.tokens = o.sample_tokens, .temperature = 0.8, .top_k = 40, .seed = o.seed};
-    log << "sample:\n" << o.prompt << sample_text(o.gpt, params, o.prompt, so) << "\n";
+    if (lead) log << "sample:\n" << o.prompt << sample_text(o.gpt, params, o.prompt, so) << "\n";
   }
   return result;
 }
@@ -309,17 +294,13 @@ class NullBuffer : public std::streambuf {
   int overflow(int c) override { return c; }
 };
 
-bool launched_by_mpirun() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
-}
-
 }  // namespace
 
 TrainResult train(TrainOptions o, std::ostream& log) {
   kernels::set_threads(o.threads);
   NullBuffer null_buffer;
   std::ostream quiet(&null_buffer);
-  if (launched_by_mpirun()) {
+  if (o.mpi) {
     if (!comm::mpi::available())
       fail("parallax was launched by mpirun but built without MPI: rebuild with MPI (libopenmpi-dev)");
     if (o.link_gbps > 0) fail("--link-gbps limits in-process links; under mpirun the network is real");

@@ -1,7 +1,7 @@
-// The training loop shared by every task: batches from the task, forward and
-// backward through a CompiledModel per micro-batch shape, gradient
-// accumulation and clipping, the optimizer step on the LR schedule,
-// evaluation, metrics, progress and checkpoints.
+// The training loop shared by every task: the strategy (from the flags or
+// --strategy) lowered to this rank's Program, run step by step by a
+// ProgramExecutor on batches from the task, on the LR schedule; evaluation,
+// metrics, progress, traces and checkpoints.
 #pragma once
 
 #include <ostream>
@@ -22,11 +22,17 @@ struct TrainResult {
   int64_t max_staleness = 0;   // parameter-server modes: the most clocks a worker's parameters lagged behind
   std::vector<int64_t> dropped_pushes;  // parameter-server bsp: per worker, gradients left out of their step's update
   std::vector<int> gradients_per_update;  // parameter-server bsp: per step, the workers' gradients its update summed
-  // Data parallelism, rank 0: bytes held between steps (runtime/memory_report.h)
-  // and, under ZeRO-2, the most bucket-buffer bytes alive at once.
+  // Data parallelism, rank 0: bytes held between steps (runtime/memory_report.h),
+  // under ZeRO-2/3 the most bucket-buffer bytes alive at once, and under
+  // ZeRO-3 the most gathered parameter bytes alive at once.
   RankMemory memory;
   int64_t gradient_buffer_peak_bytes = 0;
+  int64_t gathered_parameter_peak_bytes = 0;
 };
+
+// The strategy the options describe for `world` ranks, or the one
+// --strategy names (its mesh must have `world` ranks), validated.
+parallel::Strategy strategy_for(const TrainOptions& options, const nn::Model& model, int world);
 
 // Runs the whole job described by `options`; progress and results go to `log`.
 TrainResult train(TrainOptions options, std::ostream& log);

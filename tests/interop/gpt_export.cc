@@ -19,7 +19,9 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "nn/gpt.h"
-#include "runtime/compiled_model.h"
+#include "parallel/lower.h"
+#include "runtime/program_executor.h"
+#include "runtime/task.h"
 #include "runtime/param_store.h"
 #include "runtime/safetensors.h"
 
@@ -47,12 +49,17 @@ int main(int argc, char** argv) {
       targets.push_back(static_cast<int32_t>(rng.below(config.vocab)));
     }
     px::Tensor x = px::Tensor::from_vector({B, T}, tokens), y = px::Tensor::from_vector({B, T}, targets);
-    px::CompiledModel compiled(std::move(model), /*training=*/false);
-    px::StepOutput out = compiled.run(params, x, y, 0);
+    px::ProgramExecutor forward(
+        px::parallel::lower_single(model.graph, model.loss, {model.logits}, px::batch_input_names(model), false),
+        nullptr);
+    forward.use_parameters(params);
+    px::StepResult out = forward.run({.feeds = px::feeds_of(model, {x, y})});
+    const px::Tensor logits = out.outputs.front().front();
+    const float loss = static_cast<float>(out.loss);
     px::save_safetensors(dir + "/model.safetensors", params.named());
     px::save_safetensors(dir + "/logits.safetensors",
-                         {{"tokens", x}, {"targets", y}, {"logits", out.logits},
-                          {"loss", px::Tensor::from_vector({1}, std::vector<float>{out.loss})}},
+                         {{"tokens", x}, {"targets", y}, {"logits", logits},
+                          {"loss", px::Tensor::from_vector({1}, std::vector<float>{loss})}},
                          {{"vocab", std::to_string(config.vocab)},
                           {"block", std::to_string(config.block)},
                           {"n_layer", std::to_string(config.n_layer)},

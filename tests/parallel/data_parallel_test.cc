@@ -268,8 +268,8 @@ TEST(ZeroCheckpoint, ResumesAcrossRankCountsAndSharding) {
 TEST(ZeroOptions, UnknownStageIsANamedError) {
   TrainOptions o = gpt_job(shared_text());
   o.ranks = 2;
-  o.sync.zero_stage = 3;
-  testing::expect_train_error(o, "ZeRO stage 3");
+  o.sync.zero_stage = 4;
+  testing::expect_train_error(o, "ZeRO stage 4");
 }
 
 }  // namespace

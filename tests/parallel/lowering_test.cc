@@ -1,7 +1,9 @@
 // Placement propagation and lowering on real model graphs: a batch split
-// makes every weight gradient and the loss P, the local graph has the
-// shard's shapes, gradients are bucketed in the order backward produces
-// them, and an unsupported placement is a named error.
+// makes every weight gradient and the loss P, the resharding rule turns
+// placement changes into the collectives, the local graphs have the shard's
+// shapes, gradients are bucketed in the order backward produces them, the
+// liveness frees every step buffer, and an unsupported placement is a named
+// error.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -9,88 +11,194 @@
 #include "graph/autodiff.h"
 #include "nn/gpt.h"
 #include "parallel/lower.h"
+#include "parallel/lower/liveness.h"
+#include "parallel/lower/reshard.h"
+#include "runtime/task.h"
 
 namespace px::parallel {
 namespace {
 
-struct GptGraph {
-  nn::Model model;
-  std::vector<std::pair<ValueId, ValueId>> param_grads;
-};
-
-GptGraph gpt(int64_t batch) {
+nn::Model gpt(int64_t batch) {
   nn::GptConfig c{.vocab = 64, .block = 8, .n_layer = 2, .n_head = 2, .n_embd = 16, .dropout = 0.1};
-  GptGraph g{nn::build_gpt(c, batch, c.block, true), {}};
-  Gradients grads = build_backward(g.model.graph, g.model.loss, g.model.graph.params());
-  for (ValueId p : g.model.graph.params()) g.param_grads.emplace_back(p, grads.at(p));
-  return g;
+  return nn::build_gpt(c, batch, c.block, true);
+}
+
+Program lowered(const nn::Model& m, const Strategy& s, int rank) {
+  return lower({.forward = &m.graph, .loss = m.loss}, s, rank);
 }
 
 TEST(Propagation, BatchSplitMakesEveryWeightGradientAndTheLossPartial) {
-  GptGraph g = gpt(6);
-  Strategy s = data_parallel(g.model.graph, {g.model.inputs, g.model.targets}, 3);
-  EXPECT_EQ(s.placement.of_value[g.model.loss], Placement::P());
-  EXPECT_EQ(s.placement.of_value[g.model.logits], Placement::S(0));
-  for (const auto& [param, grad] : g.param_grads) {
-    EXPECT_EQ(s.placement.of_value[param], Placement::B()) << g.model.graph.value(param).name;
-    EXPECT_EQ(s.placement.of_value[grad], Placement::P()) << g.model.graph.value(param).name;
+  nn::Model m = gpt(6);
+  Graph graph = m.graph;
+  Gradients grads = build_backward(graph, m.loss, graph.params());
+  std::vector<Placement> seeds(graph.values().size(), Placement::B());
+  seeds[m.inputs] = seeds[m.targets] = Placement::S(0);
+  Propagation p = propagate(graph, seeds);
+  EXPECT_EQ(p.of_value[m.loss], Placement::P());
+  EXPECT_EQ(p.of_value[m.logits], Placement::S(0));
+  for (ValueId param : graph.params()) {
+    EXPECT_EQ(p.of_value[param], Placement::B()) << graph.value(param).name;
+    EXPECT_EQ(p.of_value[grads.at(param)], Placement::P()) << graph.value(param).name;
   }
+}
+
+TEST(Resharding, TheOneTableOfDesignMd) {
+  EXPECT_EQ(resharding(Placement::P(), Placement::B()), Resharding::allreduce);
+  EXPECT_EQ(resharding(Placement::P(), Placement::S(1)), Resharding::reduce_scatter);
+  EXPECT_EQ(resharding(Placement::S(0), Placement::B()), Resharding::allgather);
+  EXPECT_EQ(resharding(Placement::S(0), Placement::S(1)), Resharding::all_to_all);
+  EXPECT_EQ(resharding(Placement::B(), Placement::S(0)), Resharding::slice);
+  EXPECT_EQ(resharding(Placement::S(2), Placement::S(2)), Resharding::none);
+  EXPECT_THROW(resharding(Placement::B(), Placement::P()), Error);
+  EXPECT_EQ(collective_of(Resharding::slice), std::nullopt);
+}
+
+// Which collectives a data-parallel step costs, by ZeRO stage: nothing
+// hand-placed, each comes from a placement change the rule maps.
+TEST(Lowering, EachZeroStageCostsTheCollectivesOfItsPlacements) {
+  nn::Model m = gpt(4);
+  auto count = [&](int zero, comm::Collective kind) {
+    Strategy s = data_parallel(2, batch_input_names(m));
+    s.zero_stage = zero;
+    s.lowering.bucket_bytes = 1 << 30;  // one bucket
+    const Program p = lowered(m, s, 1);
+    int n = 0;
+    for (const Instr& i : p.instrs)
+      if (const auto* c = std::get_if<Collective>(&i.op)) n += c->kind == kind;
+    return n;
+  };
+  using comm::Collective;
+  // Stage 0: the gradient bucket and the loss, P -> B.
+  EXPECT_EQ(count(0, Collective::allreduce), 2);
+  EXPECT_EQ(count(0, Collective::reduce_scatter), 0);
+  EXPECT_EQ(count(0, Collective::allgather), 0);
+  // Stage 1/2: gradients P -> S, updated parameters S -> B.
+  for (int zero : {1, 2}) {
+    EXPECT_EQ(count(zero, Collective::allreduce), 1) << zero;  // the loss
+    EXPECT_EQ(count(zero, Collective::reduce_scatter), 1) << zero;
+    EXPECT_EQ(count(zero, Collective::allgather), 1) << zero;
+  }
+  // Stage 3: parameters stored S, gathered for forward and again for backward.
+  EXPECT_EQ(count(3, Collective::reduce_scatter), 1);
+  EXPECT_EQ(count(3, Collective::allgather), 2);
 }
 
 TEST(Lowering, LocalGraphHasTheShardShapesAndTheSameValueIds) {
-  GptGraph g = gpt(6);
-  Strategy s = data_parallel(g.model.graph, {g.model.inputs, g.model.targets}, 3);
-  Program p = lower(g.model.graph, g.model.loss, g.param_grads, s, 1, 2);
-  const Graph& local = p.local;
-  ASSERT_EQ(local.values().size(), g.model.graph.values().size());
-  EXPECT_EQ(local.spec(g.model.inputs).shape, Shape({2, 8}));
-  EXPECT_EQ(local.spec(g.model.logits).shape, Shape({2, 8, 64}));
-  for (const auto& [param, grad] : g.param_grads) {
-    EXPECT_EQ(local.spec(param).shape, g.model.graph.spec(param).shape);
-    EXPECT_EQ(local.spec(grad).shape, g.model.graph.spec(param).shape);
-    EXPECT_EQ(local.value(param).name, g.model.graph.value(param).name);
+  nn::Model m = gpt(6);
+  Strategy s = data_parallel(3, batch_input_names(m));
+  Program p = lowered(m, s, 1);
+  ASSERT_EQ(p.graphs.size(), 1u);
+  const Graph& local = p.graphs[0];
+  EXPECT_EQ(local.spec(m.inputs).shape, Shape({2, 8}));
+  EXPECT_EQ(local.spec(m.logits).shape, Shape({2, 8, 64}));
+  EXPECT_EQ(p.micro_batches[0].row_offset, 2);
+  for (ValueId param : m.graph.params()) {
+    EXPECT_EQ(local.spec(param).shape, m.graph.spec(param).shape);
+    EXPECT_EQ(local.value(param).name, m.graph.value(param).name);
   }
 }
 
-TEST(Lowering, BucketsFollowBackwardOrderAndTileTheArena) {
-  GptGraph g = gpt(4);
-  GradientSyncOptions sync;
-  sync.bucket_bytes = 4096;
-  Strategy s = data_parallel(g.model.graph, {g.model.inputs, g.model.targets}, 2, sync);
-  Program p = lower(g.model.graph, g.model.loss, g.param_grads, s, 0, 2);
-  ASSERT_EQ(p.grads.size(), g.param_grads.size());
+TEST(Lowering, UnevenMicroBatchesGetTheirOwnLocalGraphs) {
+  nn::Model m = gpt(7);
+  Strategy s = data_parallel(2, batch_input_names(m));
+  s.micro_batches = 2;
+  Program p = lowered(m, s, 0);  // rows 0..2 of 7: micro-batches of 1 and 2 rows
+  ASSERT_EQ(p.micro_batches.size(), 2u);
+  EXPECT_EQ(p.micro_batches[0].rows + p.micro_batches[1].rows, 3);
+  EXPECT_EQ(p.graphs.size(), 2u);
+  EXPECT_EQ(p.graph_of(1).spec(m.inputs).shape[0], p.micro_batches[1].rows);
+}
+
+TEST(Lowering, BucketsFollowBackwardOrderAndTileTheFlatLayout) {
+  nn::Model m = gpt(4);
+  Strategy s = data_parallel(2, batch_input_names(m));
+  s.lowering.bucket_bytes = 4096;
+  Program p = lowered(m, s, 0);
+  Graph full = m.graph;
+  Gradients grads = build_backward(full, m.loss, full.params());
+  ASSERT_EQ(p.params.size(), m.graph.params().size());
   int64_t offset = 0;
   int last_producer = -1;
-  for (const GradientSync& gs : p.grads) {
-    EXPECT_EQ(gs.offset, offset) << gs.name;
-    offset += gs.count;
-    int producer = g.model.graph.value(gs.grad).producer;
+  for (const ParamLayout& param : p.params) {
+    EXPECT_EQ(param.offset, offset) << param.name;
+    offset += param.shape.numel();
+    const int producer = full.value(grads.at(param.value)).producer;
     // (one node may produce several, e.g. layernorm's weight and bias gradients)
-    EXPECT_GE(producer, last_producer) << gs.name << " is produced before the previous gradient";
+    EXPECT_GE(producer, last_producer) << param.name << " is produced before the previous gradient";
     last_producer = producer;
   }
-  EXPECT_EQ(offset, p.arena_count);
+  EXPECT_EQ(offset, p.param_count);
   ASSERT_GT(p.buckets.size(), 2u);
   int64_t covered = 0;
-  for (const Bucket& b : p.buckets) {
+  for (const BucketLayout& b : p.buckets) {
     EXPECT_EQ(b.offset, covered);
     covered += b.count;
     // A bucket closes once it reaches the size: all but its last member fit below it.
-    EXPECT_LT(b.count - p.grads[static_cast<size_t>(b.members.back())].count, 4096 / 4);
+    EXPECT_LT(b.count - p.params[static_cast<size_t>(b.members.back())].shape.numel(), 4096 / 4);
   }
-  EXPECT_EQ(covered, p.arena_count);
+  EXPECT_EQ(covered, p.param_count);
   // Backward runs last layer first: the first bucket holds the head / last block,
   // which forward needs last; the last bucket holds the embeddings, needed first.
   EXPECT_GT(p.buckets.front().priority, p.buckets.back().priority);
   EXPECT_EQ(p.buckets.back().priority, 0);
 }
 
+// Every non-persistent buffer a program allocates it also frees, after its
+// last reader; ZeRO-2 frees a gradient bucket right after its reduce-scatter.
+TEST(Liveness, EveryStepBufferIsFreedAfterItsLastUse) {
+  nn::Model m = gpt(4);
+  for (int zero : {0, 1, 2, 3}) {
+    Strategy s = data_parallel(2, batch_input_names(m));
+    s.zero_stage = zero;
+    s.micro_batches = 2;
+    s.lowering.bucket_bytes = 8192;
+    const Program p = lowered(m, s, 1);
+    const Liveness live = liveness(p);
+    std::map<int, int> allocated;  // buffer -> instances
+    for (const auto& list : live.allocates)
+      for (int b : list) ++allocated[b];
+    std::map<int, int> freed;
+    for (size_t i = 0; i < p.instrs.size(); ++i)
+      if (const auto* f = std::get_if<Free>(&p.instrs[i].op)) {
+        ++freed[f->buffer];
+        ASSERT_FALSE(p.instrs[i].after.empty());
+      }
+    EXPECT_EQ(allocated, freed) << "ZeRO-" << zero;
+    for (const auto& [b, n] : allocated) {
+      EXPECT_FALSE(p.buffers[static_cast<size_t>(b)].persistent);
+      // ZeRO-2/3 refill a gradient bucket per micro-batch; ZeRO-3 gathers parameters per phase.
+      const Buffer::Kind kind = p.buffers[static_cast<size_t>(b)].kind;
+      if (kind == Buffer::Kind::grad_bucket) EXPECT_EQ(n, zero >= 2 ? 2 : 1) << "ZeRO-" << zero;
+      if (kind == Buffer::Kind::param_bucket) EXPECT_EQ(n, 4) << "ZeRO-" << zero;
+    }
+  }
+}
+
+TEST(Strategy, JsonRoundTripsAndNamesBadFields) {
+  Strategy s = data_parallel(4, {"tokens", "targets"});
+  s.zero_stage = 2;
+  s.micro_batches = 3;
+  s.lowering.bucket_bytes = 1 << 20;
+  EXPECT_EQ(strategy_from_json(to_json(s)), s);
+  nlohmann::json bad = to_json(s);
+  bad["zero_stage"] = 5;
+  EXPECT_THROW(strategy_from_json(bad), Error);
+  bad = to_json(s);
+  bad["shards"] = 2;
+  try {
+    strategy_from_json(bad);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown key 'shards'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Lowering, AWeightSplitNoOpAcceptsIsANamedError) {
-  GptGraph g = gpt(4);
-  Graph& graph = g.model.graph;
+  nn::Model m = gpt(4);
+  Graph& graph = m.graph;
   std::vector<Placement> seeds(graph.values().size(), Placement::B());
-  seeds[g.model.inputs] = Placement::S(0);
-  seeds[g.model.targets] = Placement::S(0);
+  seeds[m.inputs] = Placement::S(0);
+  seeds[m.targets] = Placement::S(0);
   seeds[graph.find("ln_f.weight")] = Placement::S(0);
   try {
     propagate(graph, seeds);

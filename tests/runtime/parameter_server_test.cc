@@ -14,7 +14,8 @@
 #include <sstream>
 
 #include "data/sampler.h"
-#include "runtime/compiled_model.h"
+#include "parallel/lower.h"
+#include "runtime/program_executor.h"
 #include "runtime/optimizer.h"
 #include "runtime/task.h"
 #include "runtime/trainer.h"
@@ -136,19 +137,20 @@ TEST(ParameterServer, BspCheckpointResumesDataParallel) {
 // the update (the mean gradient over their rows, the mean loss over them).
 std::vector<double> one_rank_on_rows(const TrainOptions& o, int64_t begin, int64_t end) {
   std::unique_ptr<Task> task = make_task(o);
-  nn::Model shape_model = task->build(1, false);
-  std::map<std::string, bool> decays;
-  for (ValueId p : shape_model.graph.params())
-    decays[shape_model.graph.value(p).name] = shape_model.graph.value(p).weight_decay;
-  ParamStore params = ParamStore::initialize(shape_model.graph, o.seed);
-  Optimizer optimizer(o.optimizer, params, decays);
-  CompiledModel model(task->build(end - begin, true), true);
+  const nn::Model model = task->build(end - begin, true);
+  parallel::Strategy strategy = parallel::data_parallel(1, batch_input_names(model));
+  strategy.lowering.global_norm = false;
+  ProgramExecutor executor(parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, 0), nullptr,
+                           o.optimizer);
+  executor.set_parameters(ParamStore::initialize(task->build(1, false).graph, o.seed));
   std::vector<double> losses;
   for (int64_t step = 0; step < o.steps; ++step) {
     DataBatch batch = task->next_batch(0, 1);  // (B, ...) the whole global batch
-    StepOutput out = model.run(params, batch.inputs.slice_rows(begin, end), batch.targets.slice_rows(begin, end),
-                               o.seed, begin);
-    optimizer.step(params, out.grads, o.schedule.at(step));
+    StepResult out = executor.run(
+        {.feeds = feeds_of(model, {batch.inputs.slice_rows(begin, end), batch.targets.slice_rows(begin, end)}),
+         .seed = o.seed,
+         .row_offset = begin,
+         .lr = o.schedule.at(step)});
     losses.push_back(out.loss);
   }
   return losses;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "comm/engine/bucket_plan.h"
 #include "core/error.h"
 
 namespace px::comm {
@@ -10,30 +11,30 @@ GradientBuckets::GradientBuckets(CommEngine& engine, std::span<float> arena,
                                  std::vector<GradientSlot> grads, int64_t bucket_bytes,
                                  Reduction op, bool mix_priorities)
     : engine_(engine), arena_(arena), grads_(std::move(grads)), op_(op) {
-  const int64_t bucket_elements = bucket_bytes / static_cast<int64_t>(sizeof(float));
+  // Gradients must be arena neighbours to share a bucket (a bucket is one
+  // contiguous range), and with separate priorities of equal priority.
+  std::vector<int64_t> counts;
+  std::vector<bool> starts(grads_.size(), false);
   for (int i = 0; i < static_cast<int>(grads_.size()); ++i) {
     const GradientSlot& g = grads_[i];
     if (g.offset < 0 || g.count < 0 || g.offset + g.count > static_cast<int64_t>(arena_.size()))
       fail("GradientBuckets: gradient '{}' spans elements [{}, {}) of an arena of {}", g.name,
            g.offset, g.offset + g.count, arena_.size());
-    bool joins = false;
-    if (!buckets_.empty() && bucket_elements > 0) {
-      GradientBucket& b = buckets_.back();
-      const bool adjacent = g.offset == b.offset + b.count || g.offset + g.count == b.offset;
-      joins = adjacent && b.count + g.count <= bucket_elements &&
-              (mix_priorities || g.priority == grads_[b.first].priority);
+    counts.push_back(g.count);
+    if (i == 0) continue;
+    const GradientSlot& prev = grads_[i - 1];
+    const bool adjacent = g.offset == prev.offset + prev.count || g.offset + g.count == prev.offset;
+    starts[i] = !adjacent || (!mix_priorities && g.priority != prev.priority);
+  }
+  for (const BucketSpan& span : plan_buckets(counts, bucket_bytes, starts)) {
+    GradientBucket b{.name = {}, .offset = grads_[span.first].offset, .count = span.count, .first = span.first,
+                     .last = span.last, .priority = grads_[span.first].priority};
+    for (int i = span.first; i <= span.last; ++i) {
+      b.offset = std::min(b.offset, grads_[i].offset);
+      b.priority = std::min(b.priority, grads_[i].priority);
+      bucket_of_.push_back(static_cast<int>(buckets_.size()));
     }
-    if (joins) {
-      GradientBucket& b = buckets_.back();
-      b.offset = std::min(b.offset, g.offset);
-      b.count += g.count;
-      b.last = i;
-      b.priority = std::min(b.priority, g.priority);
-    } else {
-      buckets_.push_back({.name = {}, .offset = g.offset, .count = g.count, .first = i, .last = i,
-                          .priority = g.priority});
-    }
-    bucket_of_.push_back(static_cast<int>(buckets_.size()) - 1);
+    buckets_.push_back(b);
   }
   for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
     GradientBucket& bucket = buckets_[b];

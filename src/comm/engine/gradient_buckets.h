@@ -2,12 +2,12 @@
 // and hands each bucket to a CommEngine as one allreduce as soon as all its
 // gradients are ready (backward still computing the earlier layers).
 //
-// Gradients live in one flat arena owned by the caller, so a bucket is a
-// contiguous range of it and nothing is copied: gradients that follow each
-// other in backward order must be neighbours in the arena (a forward-order
-// layout works too, read backwards). A gradient that is not next to the
-// bucket being filled starts a new one; one larger than bucket_bytes gets a
-// bucket of its own (never split; the engine's slicing cuts big jobs).
+// Buckets follow the one bucket rule (bucket_plan.h). Gradients live in one
+// flat arena owned by the caller, so a bucket is a contiguous range of it
+// and nothing is copied: gradients that follow each other in backward order
+// must be neighbours in the arena (a forward-order layout works too, read
+// backwards). A gradient that is not next to the previous one starts a new
+// bucket; buckets are never split (the engine's slicing cuts big jobs).
 #pragma once
 
 #include <cstdint>
@@ -19,13 +19,6 @@
 
 namespace px::comm {
 
-// Default bucket size, chosen by bench/comm_engine.cc --sweep-buckets (see
-// docs/comm_engine.md): at 1 Gb/s on 2 and 4 in-process ranks, with
-// sleeping or CPU-saturating compute, 256 KiB was the best or within 1% of
-// it (2 MiB: 10-19% slower at 4 ranks, the last bucket's tail after
-// backward); per-tensor jobs lost under CPU load (a round and 2(p-1)
-// messages each), and on an unlimited link 256 KiB was best or in the noise.
-constexpr int64_t kDefaultBucketBytes = 256 << 10;
 
 struct GradientSlot {
   std::string name;
@@ -52,7 +45,7 @@ class GradientBuckets {
   // small tensors fuse, layers stay apart so the next forward waits for its
   // own layer only).
   GradientBuckets(CommEngine& engine, std::span<float> arena, std::vector<GradientSlot> grads,
-                  int64_t bucket_bytes = kDefaultBucketBytes, Reduction op = Reduction::sum,
+                  int64_t bucket_bytes, Reduction op = Reduction::sum,
                   bool mix_priorities = true);
 
   // Gradient `index` is final for this step. Submits, in bucket order, every

@@ -35,9 +35,9 @@ struct Server::Peer {
   comm::Request reply_header_send, reply_send;
 };
 
-Server::Server(comm::Communicator& comm, const Layout& layout, ShardOptimizer& optimizer, ServerConfig config)
-    : comm_(comm), layout_(layout), optimizer_(optimizer), config_(std::move(config)) {
-  const size_t count = static_cast<size_t>(optimizer_.slice().count);
+Server::Server(comm::Communicator& comm, const Layout& layout, ServerSlice& slice, ServerConfig config)
+    : comm_(comm), layout_(layout), slice_(slice), config_(std::move(config)) {
+  const size_t count = static_cast<size_t>(slice_.slice().count);
   peers_.resize(static_cast<size_t>(layout_.workers));
   for (int w = 0; w < layout_.workers; ++w) {
     Peer& peer = peers_[static_cast<size_t>(w)];
@@ -153,7 +153,7 @@ void Server::receive_push(int worker, const std::function<void(int64_t, double)>
   // One push is `rows / B` of a global batch: its gradient is weighted so
   // already, and so is its share of the weight decay.
   if (push.rows > 0)
-    optimizer_.step(peer.gradient, config_.schedule.at(push.clock),
+    slice_.step(peer.gradient, config_.schedule.at(push.clock),
                     double(push.rows) / double(config_.global_batch));
 }
 
@@ -216,7 +216,7 @@ void Server::update(const std::vector<int>& chosen, const std::function<void(int
     for (float& value : sum_) value = static_cast<float>(value * scale);
     loss *= scale;
   }
-  optimizer_.step(sum_, config_.schedule.at(clock), 1.0);
+  slice_.step(sum_, config_.schedule.at(clock), 1.0);
   gradients_per_update_.push_back(static_cast<int>(chosen.size()));
   for (int w = 0; w < layout_.workers; ++w) {
     Peer& peer = peers_[static_cast<size_t>(w)];
@@ -233,7 +233,7 @@ void Server::update(const std::vector<int>& chosen, const std::function<void(int
 void Server::answer_pull(int worker) {
   Peer& peer = peers_[static_cast<size_t>(worker)];
   peer.reply_header.complete_clocks = complete_clocks();
-  std::span<const float> params = optimizer_.params();
+  std::span<const float> params = slice_.params();
   std::copy(params.begin(), params.end(), peer.reply.begin());
   peer.reply_header_send = comm_.isend(peer.rank, kPullHeader, &peer.reply_header, sizeof(PullHeader));
   peer.reply_send = comm_.isend(peer.rank, kPullParams, peer.reply.data(), peer.reply.size() * sizeof(float));

@@ -1,5 +1,5 @@
 // A parameter-server rank: serves its shard's pulls and applies the workers'
-// pushed gradients with its ShardOptimizer, by mode:
+// pushed gradients with its ServerSlice, by mode:
 //   bsp  a clock's update sums the first W - B of its W gradients to arrive
 //        (B = backup workers, 0 by default: all W), in worker order, and is
 //        applied once; later pushes of that clock are dropped. A pull for
@@ -26,7 +26,7 @@
 #include "comm/communicator.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/parameter_server/protocol.h"
-#include "runtime/parameter_server/shard_optimizer.h"
+#include "runtime/parameter_server/server_slice.h"
 
 namespace px::ps {
 
@@ -43,7 +43,7 @@ struct ServerConfig {
 
 class Server {
  public:
-  Server(comm::Communicator& comm, const Layout& layout, ShardOptimizer& optimizer, ServerConfig config);
+  Server(comm::Communicator& comm, const Layout& layout, ServerSlice& slice, ServerConfig config);
   ~Server();
 
   // Serves until every worker has sent its last message (its last push, or in
@@ -83,7 +83,7 @@ class Server {
 
   comm::Communicator& comm_;
   Layout layout_;
-  ShardOptimizer& optimizer_;
+  ServerSlice& slice_;
   ServerConfig config_;
   std::vector<Peer> peers_;
   // bsp

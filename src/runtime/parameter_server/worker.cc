@@ -9,7 +9,8 @@
 #include "data/sampler.h"
 #include "kernels/elementwise.h"
 #include "runtime/parameter_server/poll.h"
-#include "runtime/parameter_server/shard_optimizer.h"
+#include "parallel/lower.h"
+#include "runtime/parameter_server/server_slice.h"
 
 namespace px::ps {
 
@@ -31,10 +32,15 @@ Worker::Worker(comm::Communicator& comm, const Layout& layout, Task& task, Param
   gradient_.resize(static_cast<size_t>(layout_.params));
 }
 
-CompiledModel& Worker::model_for(int64_t rows) {
-  auto& slot = models_[rows];
-  if (!slot) slot = std::make_unique<CompiledModel>(task_.build(rows, true), true);
-  return *slot;
+Worker::Gradients& Worker::gradients_for(int64_t rows) {
+  Gradients& g = programs_[rows];
+  if (!g.executor) {
+    g.model = task_.build(rows, true);
+    g.executor = std::make_unique<ProgramExecutor>(
+        parallel::lower_single(g.model.graph, g.model.loss, {}, batch_input_names(g.model), true), nullptr);
+    g.executor->use_parameters(params_);  // views into the arena pulls land in
+  }
+  return g;
 }
 
 void Worker::pull_from(const std::vector<int>& servers, int64_t clock, std::vector<int64_t>& complete) {
@@ -99,19 +105,23 @@ void Worker::compute_and_push(int64_t clock) {
   } else {
     const uint64_t seed = splitmix64(config_.seed ^ splitmix64(static_cast<uint64_t>(clock) * 1024));
     const int64_t row_offset = shard_rows(config_.global_batch, worker_, layout_.workers).begin;
-    StepOutput out = model_for(rows).run(params_, batch.inputs, batch.targets, seed, row_offset);
+    Gradients& program = gradients_for(rows);
+    StepResult out =
+        program.executor->run({.feeds = feeds_of(program.model, batch), .seed = seed, .row_offset = row_offset});
     stats_.peak_tensor_bytes = std::max(stats_.peak_tensor_bytes, out.peak_bytes);
     if (!std::isfinite(out.loss))
       fail("training diverged at step {} on worker {}: loss is {} (lower the learning rate or enable --grad-clip)",
            clock + 1, worker_, out.loss);
+    std::vector<Tensor> grads;  // ParamStore order
+    for (const std::string& name : params_.names()) grads.push_back(program.executor->gradient(name));
     double squares = 0;
-    for (const auto& [name, g] : out.grads) squares += kernels::sum_squares(g.numel(), g.f32());
+    for (const Tensor& g : grads) squares += kernels::sum_squares(g.numel(), g.f32());
     const double norm = std::sqrt(squares);
     const double share = double(rows) / double(config_.global_batch);
     double scale = share;
     if (config_.grad_clip > 0 && norm > config_.grad_clip) scale *= config_.grad_clip / (norm + 1e-6);
     for (size_t t = 0; t < offsets_.size(); ++t) {
-      const Tensor& g = out.grads.at(params_.names()[t]);
+      const Tensor& g = grads[t];
       kernels::scale(g.numel(), static_cast<float>(scale), g.f32(), gradient_.data() + offsets_[t]);
     }
     weighted_loss = double(out.loss) * share;

@@ -1,7 +1,8 @@
 // A parameter-server worker: per clock c it pulls every server's shard of
 // the parameters (the servers' gate decides how stale they may be), runs
-// forward and backward on its rows of global batch c with a single-device
-// CompiledModel, and pushes each server its shard of the gradient.
+// forward and backward on its rows of global batch c with a one-rank
+// program without updates (parallel::lower_single), and pushes each server
+// its shard of the gradient.
 //
 // bsp: the pull answers where the servers are. A worker that fell behind
 // (with backup workers its pushes came too late and the clocks went on)
@@ -19,7 +20,7 @@
 #include <memory>
 
 #include "comm/communicator.h"
-#include "runtime/compiled_model.h"
+#include "runtime/program_executor.h"
 #include "runtime/parameter_server/protocol.h"
 #include "runtime/task.h"
 
@@ -57,7 +58,12 @@ class Worker {
   void skip_batches_until(int64_t clock);
   // Computes and pushes the weighted gradient of clock `clock`.
   void compute_and_push(int64_t clock);
-  CompiledModel& model_for(int64_t rows);
+  // A one-rank gradient program per batch size (the last batch of an epoch may be short).
+  struct Gradients {
+    nn::Model model;
+    std::unique_ptr<ProgramExecutor> executor;
+  };
+  Gradients& gradients_for(int64_t rows);
 
   comm::Communicator& comm_;
   Layout layout_;
@@ -70,7 +76,7 @@ class Worker {
   std::vector<float> gradient_;   // (N) weighted gradient being pushed
   WorkerHeader push_header_;
   std::vector<comm::Request> push_sends_;
-  std::map<int64_t, std::unique_ptr<CompiledModel>> models_;  // by rows
+  std::map<int64_t, Gradients> programs_;  // by rows
   WorkerStats stats_;
   int64_t next_batch_clock_ = 0;  // the clock whose batch task_.next_batch returns next
 };

@@ -33,21 +33,25 @@ std::vector<GradientBucket> buckets_for(const std::vector<GradientSlot>& slots, 
   return result;
 }
 
-TEST(GradientBuckets, FusesNeighboursUpToTheBucketSizeAndKeepsBigTensorsWhole) {
-  // Floats: 100, 100, 5000, 100, 100 (forward order); 1600-byte buckets (400 floats).
-  auto slots = reversed_layers({100, 100, 5000, 100, 100});
-  auto buckets = buckets_for(slots, 1600, 5400);
+TEST(GradientBuckets, TakesGradientsUntilABucketHoldsAtLeastTheSizeAndKeepsTensorsWhole) {
+  // Floats: 100, 100, 5000, 100, 100, 300 (forward order); 1600-byte buckets
+  // (400 floats). Backward order g5, g4, ...: g5 + g4 = 400 closes the first
+  // bucket; g3 + g2 passes the size inside g2, which is not split; g1 + g0
+  // stays below the size and is the last bucket.
+  auto slots = reversed_layers({100, 100, 5000, 100, 100, 300});
+  auto buckets = buckets_for(slots, 1600, 5700);
   ASSERT_EQ(buckets.size(), 3u);
-  EXPECT_EQ(buckets[0].first, 0);  // g4, g3
+  EXPECT_EQ(buckets[0].first, 0);  // g5, g4
   EXPECT_EQ(buckets[0].last, 1);
-  EXPECT_EQ(buckets[0].offset, 5200);
-  EXPECT_EQ(buckets[0].count, 200);
-  EXPECT_EQ(buckets[0].priority, 3);
-  EXPECT_EQ(buckets[1].count, 5000);  // g2 alone, not split
+  EXPECT_EQ(buckets[0].offset, 5300);
+  EXPECT_EQ(buckets[0].count, 400);
+  EXPECT_EQ(buckets[0].priority, 4);
+  EXPECT_EQ(buckets[1].count, 5100);  // g3, g2 whole
+  EXPECT_EQ(buckets[1].offset, 200);
   EXPECT_EQ(buckets[2].count, 200);   // g1, g0
   EXPECT_EQ(buckets[2].priority, 0);
   EXPECT_EQ(buckets[2].name, "bucket 2 (g1 .. g0)");
-  EXPECT_EQ(buckets_for(slots, 0, 5400).size(), 5u);  // one per gradient
+  EXPECT_EQ(buckets_for(slots, 0, 5700).size(), 6u);  // one per gradient
 }
 
 TEST(GradientBuckets, WithoutMixingPrioritiesEachLayerGetsItsOwnBuckets) {

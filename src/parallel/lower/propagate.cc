@@ -1,4 +1,4 @@
-#include "parallel/propagate.h"
+#include "parallel/lower/propagate.h"
 
 #include "core/error.h"
 

@@ -1,0 +1,40 @@
+// `parallax lower`: prints the Program one rank runs for a model and a
+// strategy, so a user sees exactly which collectives a strategy costs;
+// --print-strategy writes the strategy as JSON (for --strategy FILE).
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/train_flags.h"
+#include "parallel/lower.h"
+#include "runtime/task.h"
+#include "runtime/trainer.h"
+
+namespace px::cli {
+
+void add_lower_command(CLI::App& app) {
+  auto flags = std::make_shared<TrainFlags>();
+  auto rank = std::make_shared<int>(0);
+  auto print_strategy = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand("lower", "print the Program a rank runs for a model and strategy");
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_model_flags(*cmd, *flags);
+  add_parallel_flags(*cmd, *flags);
+  cmd->add_option("--rank", *rank, "the rank whose Program to print")->capture_default_str();
+  cmd->add_flag("--print-strategy", *print_strategy, "print the strategy as JSON instead (for --strategy FILE)");
+  cmd->callback([flags, rank, print_strategy] {
+    apply(*flags);
+    const TrainOptions& o = flags->options;
+    validate(o);
+    const nn::Model model = build_model(o, o.batch, true);
+    const parallel::Strategy strategy = strategy_for(o, model, o.ranks);
+    if (*print_strategy) {
+      std::cout << parallel::to_json(strategy).dump(2) << "\n";
+      return;
+    }
+    std::cout << parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, *rank).str();
+  });
+}
+
+}  // namespace px::cli

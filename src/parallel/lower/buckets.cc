@@ -1,0 +1,129 @@
+// buckets: the flat parameter layout. Parameters are ordered by when
+// backward completes their gradients and fused into buckets by the one
+// bucket rule (comm/engine/bucket_plan.h); a bucket is a contiguous range of
+// the flat layout, for gradients and parameters alike. ZeRO cuts every
+// bucket into blocks, block(count, p, rank) on this rank: the rank's shard
+// is its blocks, concatenated.
+#include <algorithm>
+#include <limits>
+
+#include "comm/buffer.h"
+#include "comm/engine/bucket_plan.h"
+#include "core/error.h"
+#include "parallel/lower/passes.h"
+
+namespace px::parallel::passes {
+namespace {
+
+// Rank of each parameter's first use among the forward nodes (0 is needed first).
+std::vector<int> forward_order(const Graph& graph, int forward_nodes) {
+  std::vector<int> order(graph.values().size(), std::numeric_limits<int>::max());
+  int next = 0;
+  for (int n = 0; n < forward_nodes; ++n)
+    for (ValueId in : graph.nodes()[static_cast<size_t>(n)].inputs)
+      if (graph.value(in).kind == Value::Kind::param && order[static_cast<size_t>(in)] == std::numeric_limits<int>::max())
+        order[static_cast<size_t>(in)] = next++;
+  return order;
+}
+
+int add_buffer(Program& program, Buffer buffer) {
+  program.buffers.push_back(std::move(buffer));
+  return static_cast<int>(program.buffers.size() - 1);
+}
+
+}  // namespace
+
+void buckets(const Context& c, Program& program) {
+  const Graph& graph = c.graph;
+  const std::vector<int> first_use = forward_order(graph, c.forward_nodes);
+  for (const ParamGrad& pg : c.grads) {
+    const Value& value = graph.value(pg.param);
+    program.params.push_back({.value = pg.param,
+                              .grad = pg.grad,
+                              .name = value.name,
+                              .shape = value.spec.shape,
+                              .weight_decay = value.weight_decay,
+                              .offset = 0,
+                              .bucket = -1,
+                              .forward_order = first_use[static_cast<size_t>(pg.param)]});
+  }
+  // Ready order: by the node producing each gradient (declaration order without backward).
+  if (program.training) {
+    auto producer = [&](const ParamLayout& p) { return graph.value(p.grad).producer; };
+    std::stable_sort(program.params.begin(), program.params.end(),
+                     [&](const ParamLayout& a, const ParamLayout& b) { return producer(a) < producer(b); });
+  }
+  std::vector<int64_t> counts;
+  for (ParamLayout& p : program.params) {
+    p.offset = program.param_count;
+    program.param_count += p.shape.numel();
+    counts.push_back(p.shape.numel());
+  }
+  const bool sharded = c.strategy.zero_stage >= 1 && c.data_size > 1;
+  if (program.training) {
+    // A compressed gradient is exchanged alone (PowerSGD needs its matrix).
+    const int64_t bucket_bytes = c.strategy.lowering.compression.lossy() ? 0 : c.strategy.lowering.bucket_bytes;
+    for (const comm::BucketSpan& span : comm::plan_buckets(counts, bucket_bytes)) {
+      BucketLayout b{.offset = program.params[static_cast<size_t>(span.first)].offset, .count = span.count,
+                     .priority = std::numeric_limits<int>::max()};
+      for (int i = span.first; i <= span.last; ++i) {
+        ParamLayout& p = program.params[static_cast<size_t>(i)];
+        p.bucket = static_cast<int>(program.buckets.size());
+        b.members.push_back(i);
+        b.priority = std::min(b.priority, p.forward_order);
+      }
+      if (sharded) {
+        const comm::Block block = comm::block(b.count, c.data_size, c.data_rank);
+        b.block_begin = block.begin;
+        b.block_count = block.count;
+        b.shard_offset = program.shard_count;
+        program.shard_count += block.count;
+      }
+      program.buckets.push_back(b);
+    }
+  }
+
+  // Storage: whole parameters, or (ZeRO-3) this rank's blocks of them.
+  auto members_of = [&](int64_t base, const std::vector<int>& indices) {
+    std::vector<BufferMember> members;
+    for (int i : indices) {
+      const ParamLayout& p = program.params[static_cast<size_t>(i)];
+      members.push_back({p.value, p.name, p.offset - base, p.shape.numel()});
+    }
+    return members;
+  };
+  std::vector<int> all(program.params.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  if (c.strategy.zero_stage >= 3 && c.data_size > 1)
+    program.param_shard_buffer = add_buffer(
+        program, {.kind = Buffer::Kind::param_shard, .name = "param.shard", .count = program.shard_count,
+                  .persistent = true});
+  else
+    program.params_buffer = add_buffer(program, {.kind = Buffer::Kind::params, .name = "params",
+                                                 .count = program.param_count, .persistent = true,
+                                                 .members = members_of(0, all)});
+  // Without updates the caller takes the reduced gradients after the step.
+  const bool keep_gradients = !c.strategy.lowering.updates;
+  for (size_t b = 0; b < program.buckets.size(); ++b) {
+    BucketLayout& bucket = program.buckets[b];
+    bucket.grad_buffer = add_buffer(program, {.kind = Buffer::Kind::grad_bucket,
+                                              .name = fmt::format("grad.bucket{}", b),
+                                              .count = bucket.count,
+                                              .persistent = keep_gradients,
+                                              .bucket = static_cast<int>(b),
+                                              .members = members_of(bucket.offset, bucket.members)});
+    if (program.param_shard_buffer >= 0)
+      bucket.param_buffer = add_buffer(program, {.kind = Buffer::Kind::param_bucket,
+                                                 .name = fmt::format("param.bucket{}", b),
+                                                 .count = bucket.count,
+                                                 .bucket = static_cast<int>(b),
+                                                 .members = members_of(bucket.offset, bucket.members)});
+  }
+  if (sharded)
+    program.grad_shard_buffer = add_buffer(program, {.kind = Buffer::Kind::grad_shard, .name = "grad.shard",
+                                                     .count = program.shard_count, .persistent = true});
+  // The executor reads the loss after the step.
+  program.loss_buffer = add_buffer(program, {.kind = Buffer::Kind::loss, .name = "loss", .count = 1, .persistent = true});
+}
+
+}  // namespace px::parallel::passes

@@ -1,0 +1,148 @@
+#include "parallel/lower/liveness.h"
+
+#include <map>
+
+#include "core/error.h"
+#include "parallel/lower/passes.h"
+
+namespace px::parallel {
+namespace {
+
+// The buffers an instruction reads and writes (a read-modify-write, like an
+// in-place allreduce or an accumulation into a shard, is both).
+struct Access {
+  std::vector<int> reads, writes;
+};
+
+Access access(const Program& p, const Instr& instr, const std::vector<int>& param_of) {
+  Access a;
+  auto read = [&](const Region& r) {
+    if (r.buffer >= 0) a.reads.push_back(r.buffer);
+  };
+  auto write = [&](const Region& r) {
+    if (r.buffer >= 0) a.writes.push_back(r.buffer);
+  };
+  std::visit(
+      [&](const auto& op) {
+        using T = std::decay_t<decltype(op)>;
+        if constexpr (std::is_same_v<T, Compute>) {
+          for (ValueId in : p.graph_of(instr.micro_batch).nodes()[static_cast<size_t>(op.node)].inputs)
+            if (param_of[static_cast<size_t>(in)] >= 0) read(p.param_source(param_of[static_cast<size_t>(in)]));
+        } else if constexpr (std::is_same_v<T, Collective>) {
+          read(op.input);
+          if (op.output.buffer < 0) write(op.input);  // in place
+          else {
+            write(op.output);
+            if (op.accumulate) read(op.output);
+          }
+        } else if constexpr (std::is_same_v<T, Send>) {
+          read(op.slot);
+        } else if constexpr (std::is_same_v<T, Recv>) {
+          write(op.slot);
+        } else if constexpr (std::is_same_v<T, Accumulate>) {
+          write(op.into);
+        } else if constexpr (std::is_same_v<T, Norm>) {
+          for (const Region& r : op.gradients) read(r);
+        } else if constexpr (std::is_same_v<T, Update>) {
+          read(op.gradient);
+          read(op.storage);
+          write(op.storage);
+        }
+      },
+      instr.op);
+  return a;
+}
+
+}  // namespace
+
+Liveness liveness(const Program& p) {
+  const size_t n = p.instrs.size();
+  Liveness live{.values = std::vector<std::vector<ValueId>>(n), .buffers = std::vector<std::vector<int>>(n),
+                .allocates = std::vector<std::vector<int>>(n)};
+  size_t values = 0;
+  for (const Graph& g : p.graphs) values = std::max(values, g.values().size());
+  std::vector<int> param_of(values, -1);
+  for (size_t i = 0; i < p.params.size(); ++i) param_of[static_cast<size_t>(p.params[i].value)] = static_cast<int>(i);
+  std::vector<bool> kept(values, false);  // never freed: the executor's or the caller's
+  for (ValueId v : p.outputs) kept[static_cast<size_t>(v)] = true;
+
+  // Values: the last instruction of their micro-batch that reads (or produces) them.
+  std::map<std::pair<int, ValueId>, int> last;
+  for (size_t i = 0; i < n; ++i) {
+    const Instr& instr = p.instrs[i];
+    if (const auto* c = std::get_if<Compute>(&instr.op)) {
+      const Node& node = p.graph_of(instr.micro_batch).nodes()[static_cast<size_t>(c->node)];
+      for (ValueId in : node.inputs) last[{instr.micro_batch, in}] = static_cast<int>(i);
+      for (ValueId out : node.outputs) last.try_emplace({instr.micro_batch, out}, static_cast<int>(i));
+    } else if (const auto* a = std::get_if<Accumulate>(&instr.op)) {
+      last[{instr.micro_batch, a->from}] = static_cast<int>(i);
+    }
+  }
+  for (const auto& [key, at] : last) {
+    const auto& [micro_batch, value] = key;
+    if (kept[static_cast<size_t>(value)]) continue;
+    if (p.graph_of(micro_batch).value(value).kind != Value::Kind::activation) continue;
+    live.values[static_cast<size_t>(at)].push_back(value);
+  }
+
+  // Buffers: instances between a (re)first write and the last read before the next.
+  struct State {
+    bool open = false;       // an instance exists
+    bool read_since = false;  // read since its last write
+    int last_read = -1;
+  };
+  std::vector<State> state(p.buffers.size());
+  auto close = [&](int b) {
+    State& s = state[static_cast<size_t>(b)];
+    if (s.open && s.last_read >= 0) live.buffers[static_cast<size_t>(s.last_read)].push_back(b);
+    s = State{};
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const Access a = access(p, p.instrs[i], param_of);
+    for (int b : a.writes) {
+      if (p.buffers[static_cast<size_t>(b)].persistent) continue;
+      State& s = state[static_cast<size_t>(b)];
+      if (s.open && s.read_since) close(b);
+      if (!s.open) {
+        live.allocates[i].push_back(b);
+        state[static_cast<size_t>(b)].open = true;
+      }
+      state[static_cast<size_t>(b)].read_since = false;
+    }
+    for (int b : a.reads) {
+      if (p.buffers[static_cast<size_t>(b)].persistent) continue;
+      State& s = state[static_cast<size_t>(b)];
+      // Read unwritten: this rank had no rows to contribute (the executor zero-fills it).
+      if (!s.open) {
+        live.allocates[i].push_back(b);
+        s.open = true;
+      }
+      s.read_since = true;
+      s.last_read = static_cast<int>(i);
+    }
+  }
+  for (size_t b = 0; b < p.buffers.size(); ++b) close(static_cast<int>(b));
+  return live;
+}
+
+namespace passes {
+
+void frees(Program& p) {
+  const Liveness live = liveness(p);
+  // Rebuild the list with a Free after each buffer's last read; ids shift,
+  // so dependencies are renumbered.
+  std::vector<Instr> old = std::move(p.instrs);
+  p.instrs.clear();
+  std::vector<int> id(old.size());
+  for (size_t i = 0; i < old.size(); ++i) {
+    Instr instr = std::move(old[i]);
+    for (int& dep : instr.after) dep = id[static_cast<size_t>(dep)];
+    id[i] = emit(p, std::move(instr));
+    for (int b : live.buffers[i])
+      emit(p, {.op = Free{b}, .stream = p.instrs[static_cast<size_t>(id[i])].stream,
+               .micro_batch = p.instrs[static_cast<size_t>(id[i])].micro_batch, .after = {id[i]}});
+  }
+}
+
+}  // namespace passes
+}  // namespace px::parallel

@@ -1,0 +1,53 @@
+// The lowering passes (lower.h chains them). Each takes what the earlier
+// ones decided and fills its part of the Program.
+#pragma once
+
+#include <vector>
+
+#include "parallel/lower/propagate.h"
+#include "parallel/lower/reshard.h"
+#include "parallel/program.h"
+
+namespace px::parallel::passes {
+
+// What every pass may read: the global graph (forward + backward), its
+// placements along the data axis and the transitions the rule chose.
+struct Context {
+  const Graph& graph;
+  const Strategy& strategy;
+  int data_rank = 0, data_size = 1;
+  int data_axis = 0;   // index in the mesh
+  int zero_stage = 0;  // the strategy's, or 0 on a data axis of one rank (nothing to shard)
+  int forward_nodes = 0;  // nodes [0, forward_nodes) are forward, the rest backward
+  ValueId loss = kNoValue;
+  std::vector<ParamGrad> grads;  // in parameter declaration order
+  Propagation placement;
+  std::vector<Transition> transitions;
+  const Transition& transition(Transition::Site site, ValueId value) const;
+};
+
+// Micro-batches of this rank's rows and a local graph per distinct size:
+// S(d) values cut to block(n, data_size, data_rank) of dim d, batch inputs
+// (S(0) inputs) to the micro-batch's rows; B and P values whole.
+void localize(const Context& context, Program& program);
+// Re-specifies `graph` with every S(d) value cut; batch inputs get `batch_rows` rows.
+Graph localize_graph(const Graph& graph, const std::vector<Placement>& placement, int shards, int index,
+                     int64_t batch_rows);
+
+// Parameters laid out flat, bucket by bucket in the order backward completes
+// their gradients; this rank's block of every bucket (ZeRO shards).
+void buckets(const Context& context, Program& program);
+
+// The step's instructions up to the reduced gradients.
+void schedule(const Context& context, Program& program);
+
+// Norm, Updates and (ZeRO-1/2) the gather of updated parameters.
+void optimizer(const Context& context, Program& program);
+
+// Free instructions after every non-persistent buffer's last use.
+void frees(Program& program);
+
+// Appends an instruction; returns its id.
+int emit(Program& program, Instr instr);
+
+}  // namespace px::parallel::passes

@@ -1,0 +1,70 @@
+#include "parallel/lower/reshard.h"
+
+#include "core/error.h"
+
+namespace px::parallel {
+
+std::string_view resharding_name(Resharding r) {
+  switch (r) {
+    case Resharding::none: return "none";
+    case Resharding::allreduce: return "allreduce";
+    case Resharding::reduce_scatter: return "reduce_scatter";
+    case Resharding::allgather: return "allgather";
+    case Resharding::all_to_all: return "all_to_all";
+    case Resharding::slice: return "slice";
+  }
+  return "?";
+}
+
+Resharding resharding(Placement from, Placement to) {
+  using K = Placement::Kind;
+  if (from == to) return Resharding::none;
+  if (from.kind == K::partial) return to.kind == K::broadcast ? Resharding::allreduce : Resharding::reduce_scatter;
+  if (to.kind == K::partial)
+    fail("resharding {} -> {}: no collective makes a partial value from a {} one", from.str(), to.str(),
+         from.kind == K::broadcast ? "broadcast" : "split");
+  if (from.kind == K::split) return to.kind == K::broadcast ? Resharding::allgather : Resharding::all_to_all;
+  return Resharding::slice;  // B -> S(d)
+}
+
+std::optional<comm::Collective> collective_of(Resharding r) {
+  switch (r) {
+    case Resharding::allreduce: return comm::Collective::allreduce;
+    case Resharding::reduce_scatter: return comm::Collective::reduce_scatter;
+    case Resharding::allgather: return comm::Collective::allgather;
+    case Resharding::all_to_all: return comm::Collective::all_to_all;
+    case Resharding::none:
+    case Resharding::slice: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+std::vector<Transition> transitions(const Graph& graph, const Propagation& placement, ValueId loss,
+                                    const std::vector<ParamGrad>& grads, const Strategy& strategy) {
+  const auto at = [&](ValueId v) { return placement.of_value[static_cast<size_t>(v)]; };
+  // Where the optimizer wants gradients and where parameters are stored.
+  const Placement grad_storage = strategy.zero_stage >= 1 ? Placement::S(0) : Placement::B();
+  const Placement param_storage = strategy.zero_stage >= 3 ? Placement::S(0) : Placement::B();
+  std::vector<Transition> out;
+  auto add = [&](Transition::Site site, ValueId v, Placement from, Placement to) {
+    out.push_back({site, v, from, to, resharding(from, to)});
+  };
+  add(Transition::Site::loss, loss, at(loss), Placement::B());
+  for (const ParamGrad& pg : grads) {
+    const std::string& name = graph.value(pg.param).name;
+    if (at(pg.param) != Placement::B())
+      fail("lowering: parameter '{}' is used {} along the data axis '{}'; data parallelism computes with whole "
+           "weights (B)",
+           name, at(pg.param).str(), strategy.data_axis);
+    if (at(pg.grad) != Placement::P())
+      fail("lowering: the gradient of '{}' comes out {} along '{}'; a replicated weight's gradient must be P", name,
+           at(pg.grad).str(), strategy.data_axis);
+    add(Transition::Site::parameter_use, pg.param, param_storage, at(pg.param));
+    add(Transition::Site::gradient, pg.grad, at(pg.grad), grad_storage);
+    // A sharded update leaves the shard S; replicated storage takes it back whole.
+    if (strategy.zero_stage >= 1) add(Transition::Site::parameter_update, pg.param, Placement::S(0), param_storage);
+  }
+  return out;
+}
+
+}  // namespace px::parallel

@@ -1,0 +1,147 @@
+#include "parallel/program.h"
+
+#include <fmt/format.h>
+
+#include "comm/collectives.h"
+#include "comm/reduction.h"
+#include "core/error.h"
+
+namespace px::parallel {
+
+std::string_view buffer_kind_name(Buffer::Kind kind) {
+  switch (kind) {
+    case Buffer::Kind::params: return "params";
+    case Buffer::Kind::param_shard: return "param_shard";
+    case Buffer::Kind::param_bucket: return "param_bucket";
+    case Buffer::Kind::grad_bucket: return "grad_bucket";
+    case Buffer::Kind::grad_shard: return "grad_shard";
+    case Buffer::Kind::loss: return "loss";
+  }
+  return "?";
+}
+
+Region Program::param_source(int param) const {
+  const ParamLayout& p = params.at(static_cast<size_t>(param));
+  const int64_t count = p.shape.numel();
+  if (params_buffer >= 0) return {params_buffer, p.offset, count};
+  const BucketLayout& b = buckets.at(static_cast<size_t>(p.bucket));
+  PX_CHECK_GE(b.param_buffer, 0);
+  return {b.param_buffer, p.offset - b.offset, count};
+}
+
+namespace {
+
+std::string region_str(const Program& p, const Region& r) {
+  if (r.buffer < 0) return "-";
+  return fmt::format("{}[{}:{}]", p.buffers.at(static_cast<size_t>(r.buffer)).name, r.offset, r.offset + r.count);
+}
+
+std::string stream_str(const Program& p, int stream) {
+  if (stream == kComputeStream) return "compute";
+  const int axis = stream - 1;
+  const auto& axes = p.strategy.mesh.axes();
+  return fmt::format("comm:{}", axis >= 0 && axis < static_cast<int>(axes.size()) ? axes[static_cast<size_t>(axis)].name : "?");
+}
+
+std::string axis_str(const Program& p, int axis) {
+  if (axis < 0) return "-";
+  return p.strategy.mesh.axes().at(static_cast<size_t>(axis)).name;
+}
+
+struct OperationPrinter {
+  const Program& p;
+  const Instr& instr;
+  std::string operator()(const Compute& c) const {
+    const Graph& g = p.graph_of(instr.micro_batch);
+    const Node& node = g.nodes().at(static_cast<size_t>(c.node));
+    std::string shapes;
+    for (ValueId out : node.outputs) shapes += (shapes.empty() ? "" : ", ") + g.spec(out).str();
+    return fmt::format("compute {} ({}) -> {}", node.name, node.op(), shapes);
+  }
+  std::string operator()(const Collective& c) const {
+    const bool reduces = c.kind == comm::Collective::allreduce || c.kind == comm::Collective::reduce_scatter;
+    std::string s = fmt::format("{} {}{} {}", comm::collective_name(c.kind), axis_str(p, c.axis),
+                                reduces ? fmt::format(" {}", comm::reduction_name(c.op)) : "", region_str(p, c.input));
+    if (c.output.buffer >= 0) s += fmt::format(" -> {}{}", region_str(p, c.output), c.accumulate ? " (add)" : "");
+    if (c.codec.lossy()) s += fmt::format(" codec {} ({}x{})", c.codec.to_string(), c.codec_rows, c.codec_cols);
+    return s;
+  }
+  std::string operator()(const Send& s) const { return fmt::format("send {} to {}", region_str(p, s.slot), s.peer); }
+  std::string operator()(const Recv& r) const { return fmt::format("recv {} from {}", region_str(p, r.slot), r.peer); }
+  std::string operator()(const Accumulate& a) const {
+    const Graph& g = p.graph_of(instr.micro_batch);
+    return fmt::format("accumulate {} -> {}", g.value(a.from).name, region_str(p, a.into));
+  }
+  std::string operator()(const Norm& n) const {
+    std::string s = "norm";
+    for (const Region& r : n.gradients) s += " " + region_str(p, r);
+    if (n.axis >= 0) s += fmt::format(" (sum over {})", axis_str(p, n.axis));
+    return s;
+  }
+  std::string operator()(const Update& u) const {
+    const ParamLayout& param = p.params.at(static_cast<size_t>(u.param));
+    return fmt::format("update {}[{}:{}] grad {} param {}", param.name, u.offset, u.offset + u.count,
+                       region_str(p, u.gradient), region_str(p, u.storage));
+  }
+  std::string operator()(const Free& f) const {
+    return fmt::format("free {}", p.buffers.at(static_cast<size_t>(f.buffer)).name);
+  }
+};
+
+}  // namespace
+
+std::string Program::str(size_t i) const {
+  const Instr& instr = instrs.at(i);
+  std::string line = fmt::format("#{} {} {}", i, instr.micro_batch >= 0 ? fmt::format("mb{}", instr.micro_batch) : "-",
+                                 stream_str(*this, instr.stream));
+  line += " " + std::visit(OperationPrinter{*this, instr}, instr.op);
+  if (instr.priority != 0) line += fmt::format(" prio {}", instr.priority);
+  if (!instr.after.empty()) line += fmt::format(" after #{}", fmt::join(instr.after, " #"));
+  if (!instr.name.empty()) line += fmt::format("  \"{}\"", instr.name);
+  return line;
+}
+
+std::string Program::str() const {
+  std::string s = fmt::format("program: rank {} of mesh {} (coords [{}]), ZeRO-{}, {} micro-batch{}, {}\n", rank,
+                              strategy.mesh.str(), fmt::join(coords, ","), strategy.zero_stage,
+                              micro_batches.size(), micro_batches.size() == 1 ? "" : "es",
+                              training ? "training" : "forward only");
+  for (size_t m = 0; m < micro_batches.size(); ++m) {
+    const MicroBatch& mb = micro_batches[m];
+    s += fmt::format("micro-batch {}: {} rows from global row {}\n", m, mb.rows, mb.row_offset);
+  }
+  s += fmt::format("parameters: {} tensors, {} elements; shard {} elements\n", params.size(), param_count, shard_count);
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const BucketLayout& bucket = buckets[b];
+    std::string names;
+    for (int m : bucket.members) names += (names.empty() ? "" : " ") + params[static_cast<size_t>(m)].name;
+    s += fmt::format("bucket {}: [{}:{}] prio {} block [{}:{}] -> shard[{}:{}]: {}\n", b, bucket.offset,
+                     bucket.offset + bucket.count, bucket.priority, bucket.block_begin,
+                     bucket.block_begin + bucket.block_count, bucket.shard_offset,
+                     bucket.shard_offset + bucket.block_count, names);
+  }
+  for (size_t b = 0; b < buffers.size(); ++b)
+    s += fmt::format("buffer {}: {} {} F32[{}]{}\n", b, buffers[b].name, buffer_kind_name(buffers[b].kind),
+                     buffers[b].count, buffers[b].persistent ? " persistent" : "");
+  for (size_t i = 0; i < instrs.size(); ++i) s += str(i) + "\n";
+  return s;
+}
+
+bool Program::operator==(const Program& other) const {
+  if (graphs.size() != other.graphs.size()) return false;
+  for (size_t g = 0; g < graphs.size(); ++g) {
+    if (graphs[g].str() != other.graphs[g].str() || graphs[g].values().size() != other.graphs[g].values().size())
+      return false;
+    for (size_t v = 0; v < graphs[g].values().size(); ++v)
+      if (!(graphs[g].values()[v].spec == other.graphs[g].values()[v].spec)) return false;
+  }
+  return strategy == other.strategy && rank == other.rank && coords == other.coords &&
+         micro_batches == other.micro_batches && batch_inputs == other.batch_inputs && loss == other.loss &&
+         outputs == other.outputs && params == other.params && buckets == other.buckets &&
+         param_count == other.param_count && shard_count == other.shard_count && buffers == other.buffers &&
+         instrs == other.instrs && params_buffer == other.params_buffer &&
+         param_shard_buffer == other.param_shard_buffer && grad_shard_buffer == other.grad_shard_buffer &&
+         loss_buffer == other.loss_buffer && training == other.training;
+}
+
+}  // namespace px::parallel

@@ -1,0 +1,223 @@
+// Program: what one rank runs for one training (or evaluation) step. It is
+// the rank's local graph(s) plus a list of typed instructions; the runtime's
+// ProgramExecutor runs it and a simulator can cost the very same list.
+//
+//   Compute{node}                    run one node of the micro-batch's local graph
+//   Collective{kind, axis, op, in, out, codec}   over the mesh axis' group
+//   Send / Recv{slot, peer}          point-to-point (pipeline stages)
+//   Accumulate{value -> buffer}      a gradient into its bucket (copy, then add)
+//   Norm{buffers}                    the squared global gradient norm
+//   Update{param shard}              the optimizer on a shard of parameters
+//   Free{buffer}                     a program buffer's last use
+//
+// Every instruction has a stream (compute, or one comm stream per mesh
+// axis), a micro-batch (-1: once per step), a priority (lower is more
+// urgent), dependencies (`after`: instruction indices; an instruction also
+// follows everything before it on its stream) and a readable name.
+//
+// Values of a local graph are addressed by ValueId; every local graph has
+// the global graph's ids (parallel/lower.h), so one id names a value in
+// every micro-batch. Flat float buffers (gradient buckets, parameter and
+// gradient shards, gathered parameters, the loss) are addressed by Region:
+// a buffer index and an element range.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "comm/compression/spec.h"
+#include "comm/collectives.h"
+#include "comm/transport.h"
+#include "graph/graph.h"
+#include "parallel/strategy.h"
+
+namespace px::parallel {
+
+// A value laid out in a flat buffer (a gradient in its bucket, a parameter
+// in the flat parameter buffer).
+struct BufferMember {
+  ValueId value = kNoValue;  // the parameter (for gradients: the parameter whose gradient it is)
+  std::string name;          // the parameter's name
+  int64_t offset = 0;        // elements, in the buffer
+  int64_t count = 0;
+  bool operator==(const BufferMember&) const = default;
+};
+
+struct Buffer {
+  enum class Kind {
+    params,        // every parameter, flat in bucket layout (replicated storage)
+    param_shard,   // this rank's block of every parameter bucket (ZeRO-3 storage)
+    param_bucket,  // one bucket's parameters gathered whole (ZeRO-3, freed after use)
+    grad_bucket,   // one bucket's gradients (summands, then reduced)
+    grad_shard,    // this rank's block of every gradient bucket, reduced (ZeRO-1/2/3)
+    loss,          // the step's loss (one float)
+  };
+  Kind kind = Kind::grad_bucket;
+  std::string name;
+  int64_t count = 0;        // float32 elements
+  bool persistent = false;  // lives across steps (parameters, sharded gradients)
+  int bucket = -1;          // grad_bucket / param_bucket: the bucket it holds
+  std::vector<BufferMember> members;
+  bool operator==(const Buffer&) const = default;
+};
+
+std::string_view buffer_kind_name(Buffer::Kind kind);
+
+struct Region {
+  int buffer = -1;
+  int64_t offset = 0;  // elements
+  int64_t count = 0;
+  bool operator==(const Region&) const = default;
+};
+
+// One bucket: gradients fused in the order backward produces them, and the
+// same parameters' storage (ZeRO shards are this rank's block of each bucket).
+struct BucketLayout {
+  int64_t offset = 0;  // elements, in the flat parameter layout
+  int64_t count = 0;
+  std::vector<int> members;  // indices into Program::params
+  int priority = 0;          // the most urgent member's forward order (0: needed first)
+  int64_t shard_offset = 0;  // this rank's block: offset in the shard buffers
+  int64_t block_begin = 0;   // and where it starts within the bucket
+  int64_t block_count = 0;
+  int grad_buffer = -1;   // its Buffer::Kind::grad_bucket
+  int param_buffer = -1;  // ZeRO-3: its Buffer::Kind::param_bucket
+  bool operator==(const BucketLayout&) const = default;
+};
+
+// A parameter of the model and where it sits.
+struct ParamLayout {
+  ValueId value = kNoValue;
+  ValueId grad = kNoValue;  // kNoValue in programs without backward
+  std::string name;
+  Shape shape;
+  bool weight_decay = false;
+  int64_t offset = 0;  // elements, in the flat parameter layout (bucket-contiguous)
+  int bucket = -1;
+  int forward_order = 0;  // rank of its first use in forward: 0 is needed first
+  bool operator==(const ParamLayout&) const = default;
+};
+
+// Instructions. Indices into Program::instrs are instruction ids.
+struct Compute {
+  int node = -1;  // in the micro-batch's local graph
+  bool operator==(const Compute&) const = default;
+};
+
+struct Collective {
+  comm::Collective kind = comm::Collective::allreduce;
+  int axis = 0;  // mesh axis
+  comm::Reduction op = comm::Reduction::sum;
+  Region input;   // allreduce: in place (input only)
+  Region output;  // reduce_scatter: this rank's block; allgather: the whole
+  bool accumulate = false;  // reduce_scatter: add into the output instead of overwriting it
+  // Gradient compression with error feedback (one tensor, viewed as a
+  // rows x cols matrix); Method::none for a plain collective.
+  comm::compression::Spec codec;
+  int64_t codec_rows = 1, codec_cols = 1;
+  bool operator==(const Collective&) const = default;
+};
+
+struct Send {
+  Region slot;
+  int peer = 0;
+  bool operator==(const Send&) const = default;
+};
+
+struct Recv {
+  Region slot;
+  int peer = 0;
+  bool operator==(const Recv&) const = default;
+};
+
+struct Accumulate {
+  ValueId from = kNoValue;  // a value of the micro-batch's local graph
+  Region into;
+  bool operator==(const Accumulate&) const = default;
+};
+
+struct Norm {
+  std::vector<Region> gradients;  // the squares of these, summed (and reduced over `axis`)
+  int axis = -1;                  // -1: every rank holds the whole gradient already
+  bool operator==(const Norm&) const = default;
+};
+
+// The optimizer on parameter elements: parameter `param` of Program::params,
+// elements [offset, offset + count), gradient in `gradient`, parameter
+// storage in `storage`.
+struct Update {
+  int param = -1;
+  int64_t offset = 0;
+  int64_t count = 0;
+  Region gradient;
+  Region storage;
+  bool operator==(const Update&) const = default;
+};
+
+struct Free {
+  int buffer = -1;
+  bool operator==(const Free&) const = default;
+};
+
+using Operation = std::variant<Compute, Collective, Send, Recv, Accumulate, Norm, Update, Free>;
+
+struct Instr {
+  Operation op;
+  int stream = 0;        // kComputeStream or comm_stream(axis)
+  int micro_batch = -1;  // -1: once per step
+  int priority = 0;
+  std::vector<int> after;
+  std::string name;
+  bool operator==(const Instr&) const = default;
+};
+
+constexpr int kComputeStream = 0;
+inline int comm_stream(int axis) { return 1 + axis; }
+
+// One micro-batch of this rank's rows.
+struct MicroBatch {
+  int64_t rows = 0;        // 0: this rank has no rows in it (computes nothing, contributes zeros)
+  int64_t row_begin = 0;   // within the rank's rows
+  int64_t row_offset = 0;  // of its first row in the global batch (dropout masks)
+  int graph = -1;          // index into Program::graphs (-1 with no rows)
+  bool operator==(const MicroBatch&) const = default;
+};
+
+struct Program {
+  Strategy strategy;
+  int rank = 0;
+  std::vector<int> coords;  // in strategy.mesh
+  // Local graphs, one per distinct micro-batch size, every one with the
+  // global graph's value ids (forward and, when training, backward).
+  std::vector<Graph> graphs;
+  std::vector<MicroBatch> micro_batches;
+  std::vector<ValueId> batch_inputs;  // split S(0) along the data axis: fed per micro-batch
+  ValueId loss = kNoValue;
+  std::vector<ValueId> outputs;  // returned per micro-batch (evaluation: logits)
+  std::vector<ParamLayout> params;
+  std::vector<BucketLayout> buckets;  // in the order backward completes them
+  int64_t param_count = 0;            // elements of every parameter
+  int64_t shard_count = 0;            // elements of this rank's shard (ZeRO; 0 otherwise)
+  std::vector<Buffer> buffers;
+  std::vector<Instr> instrs;
+  int params_buffer = -1;  // Buffer::Kind::params, or
+  int param_shard_buffer = -1;  // Buffer::Kind::param_shard (ZeRO-3)
+  int grad_shard_buffer = -1;   // ZeRO-1/2/3
+  int loss_buffer = -1;
+  bool training = false;
+
+  // Where compute reads parameter `param` (an index into params) from: the
+  // flat parameters, or (ZeRO-3) its bucket's gathered buffer.
+  Region param_source(int param) const;
+  const Graph& graph_of(int micro_batch) const {
+    return graphs.at(static_cast<size_t>(micro_batches.at(static_cast<size_t>(micro_batch)).graph));
+  }
+  // One instruction a line (golden files pin this form).
+  std::string str() const;
+  std::string str(size_t instr) const;
+  bool operator==(const Program& other) const;
+};
+
+}  // namespace px::parallel

@@ -1,0 +1,187 @@
+// What outlives a step: the parameters (whole, or this rank's ZeRO-3
+// shard), the optimizer state over the program's shards, the compression
+// state, and the memory they take.
+#include <cstring>
+
+#include "comm/collectives.h"
+#include "runtime/program_executor.h"
+
+namespace px {
+
+using parallel::Buffer;
+
+namespace {
+
+// The part of parameter `param` inside this rank's block of its bucket, in
+// parameter elements [begin, end), or begin == end.
+struct Piece {
+  int64_t begin = 0, end = 0;
+  int64_t shard_offset = 0;  // of `begin` in the shard buffers
+};
+
+Piece piece_of(const parallel::Program& p, const parallel::ParamLayout& param) {
+  const parallel::BucketLayout& b = p.buckets[static_cast<size_t>(param.bucket)];
+  const int64_t in_bucket = param.offset - b.offset;
+  const int64_t lo = std::max(in_bucket, b.block_begin);
+  const int64_t hi = std::min(in_bucket + param.shape.numel(), b.block_begin + b.block_count);
+  if (lo >= hi) return {};
+  return {lo - in_bucket, hi - in_bucket, b.shard_offset + (lo - b.block_begin)};
+}
+
+}  // namespace
+
+void ProgramExecutor::set_parameters(const ParamStore& store) {
+  for (const parallel::ParamLayout& param : program_.params) {
+    const Tensor& value = store.at(param.name);
+    if (value.shape() != param.shape)
+      fail("parameter '{}' has shape {}, the program expects {}", param.name, value.shape(), param.shape);
+    if (program_.params_buffer >= 0) {
+      std::memcpy(buffers_[static_cast<size_t>(program_.params_buffer)].f32() + param.offset, value.f32(),
+                  static_cast<size_t>(value.numel()) * sizeof(float));
+      continue;
+    }
+    const Piece piece = piece_of(program_, param);
+    std::memcpy(buffers_[static_cast<size_t>(program_.param_shard_buffer)].f32() + piece.shard_offset,
+                value.f32() + piece.begin, static_cast<size_t>(piece.end - piece.begin) * sizeof(float));
+  }
+}
+
+void ProgramExecutor::gather_buckets(std::vector<float>& flat) {
+  std::vector<float> mine;
+  for (const parallel::BucketLayout& b : program_.buckets) {
+    mine.assign(flat.begin() + b.offset + b.block_begin, flat.begin() + b.offset + b.block_begin + b.block_count);
+    comm::allgather(*group_, mine.data(),
+                    comm::Buffer(std::span<float>(flat.data() + b.offset, static_cast<size_t>(b.count))),
+                    options_.collective);
+  }
+}
+
+ParamStore ProgramExecutor::parameters() {
+  NamedTensors named;
+  std::map<std::string, const parallel::ParamLayout*> by_name;
+  for (const parallel::ParamLayout& p : program_.params) by_name[p.name] = &p;
+  if (program_.params_buffer >= 0) {
+    const Tensor& flat = buffers_[static_cast<size_t>(program_.params_buffer)];
+    for (const std::string& name : declared_) {
+      const parallel::ParamLayout& p = *by_name.at(name);
+      named.emplace_back(name, flat.slice_rows(p.offset, p.offset + p.shape.numel()).reshape(p.shape));
+    }
+    return ParamStore::of(std::move(named));
+  }
+  // ZeRO-3: every rank's blocks, bucket by bucket.
+  std::vector<float> flat(static_cast<size_t>(program_.param_count));
+  const float* shard = buffers_[static_cast<size_t>(program_.param_shard_buffer)].f32();
+  for (const parallel::BucketLayout& b : program_.buckets)
+    std::memcpy(flat.data() + b.offset + b.block_begin, shard + b.shard_offset,
+                static_cast<size_t>(b.block_count) * sizeof(float));
+  gather_buckets(flat);
+  for (const std::string& name : declared_) {
+    const parallel::ParamLayout& p = *by_name.at(name);
+    Tensor t = Tensor::empty(p.shape, DType::f32);
+    std::memcpy(t.f32(), flat.data() + p.offset, static_cast<size_t>(p.shape.numel()) * sizeof(float));
+    named.emplace_back(name, std::move(t));
+  }
+  return ParamStore::of(std::move(named));
+}
+
+Tensor ProgramExecutor::gradient(const std::string& name) const {
+  for (const parallel::ParamLayout& p : program_.params) {
+    if (p.name != name) continue;
+    const parallel::BucketLayout& b = program_.buckets.at(static_cast<size_t>(p.bucket));
+    return view({b.grad_buffer, p.offset - b.offset, p.shape.numel()}).reshape(p.shape);
+  }
+  fail("the program has no gradient of parameter '{}'", name);
+}
+
+NamedTensors ProgramExecutor::gather_optimizer_state() {
+  PX_CHECK(optimizer_.has_value(), "the program has no optimizer");
+  if (program_.grad_shard_buffer < 0) return optimizer_->whole_state();
+  // Each shard's state at its place in the flat layout, then every rank's blocks.
+  const std::vector<std::string> slot_names = optimizer_slot_names(optimizer_->config().kind);
+  std::map<std::string, const parallel::ParamLayout*> by_name;
+  for (const parallel::ParamLayout& p : program_.params) by_name[p.name] = &p;
+  NamedTensors out;
+  for (size_t slot = 0; slot < optimizer_->slot_count(); ++slot) {
+    std::vector<float> flat(static_cast<size_t>(program_.param_count), 0.0f);
+    for (size_t k = 0; k < optimizer_->shards().size(); ++k) {
+      const ParamShard& s = optimizer_->shards()[k];
+      std::span<const float> state = optimizer_->state(slot, k);
+      std::memcpy(flat.data() + by_name.at(s.name)->offset + s.offset, state.data(), state.size_bytes());
+    }
+    gather_buckets(flat);
+    for (const std::string& name : declared_) {
+      const parallel::ParamLayout& p = *by_name.at(name);
+      Tensor t = Tensor::empty(p.shape, DType::f32);
+      std::memcpy(t.f32(), flat.data() + p.offset, static_cast<size_t>(p.shape.numel()) * sizeof(float));
+      out.emplace_back(name + "." + slot_names[slot], std::move(t));
+    }
+  }
+  return out;
+}
+
+NamedTensors ProgramExecutor::gather_compression_state() {
+  if (!compressing()) return {};
+  // Every rank holds the same entries (same program and spec): one flat
+  // allgather of equal-sized blocks.
+  std::vector<std::pair<std::string, std::vector<float>>> state;
+  for (const Codec* codec : compressors_) {
+    for (auto& [entry, values] : codec->compressor.state()) state.emplace_back(codec->param + "." + entry, std::move(values));
+    if (!codec->velocity.empty()) state.emplace_back(codec->param + ".velocity", codec->velocity);
+  }
+  std::vector<float> mine;
+  for (const auto& [name, values] : state) mine.insert(mine.end(), values.begin(), values.end());
+  const int p = group_->size();
+  std::vector<float> all(mine.size() * static_cast<size_t>(p));
+  comm::allgather(*group_, mine.data(), comm::Buffer(std::span<float>(all)));
+  NamedTensors out;
+  for (int r = 0; r < p; ++r) {
+    const float* at = all.data() + mine.size() * static_cast<size_t>(r);
+    for (const auto& [name, values] : state) {
+      Tensor t = Tensor::empty({static_cast<int64_t>(values.size())}, DType::f32);
+      std::memcpy(t.f32(), at, values.size() * sizeof(float));
+      at += values.size();
+      out.emplace_back(fmt::format("rank{}.{}", r, name), std::move(t));
+    }
+  }
+  return out;
+}
+
+void ProgramExecutor::load_compression_state(const SafetensorsFile& file) {
+  const int rank = group_ ? group_->rank() : 0;
+  auto take = [&](const std::string& name, std::vector<float>& into) {
+    const std::string key = fmt::format("rank{}.{}", rank, name);
+    if (!file.contains(key))
+      fail("compression state '{}' has no tensor '{}' (saved with another compression or rank count?)", file.path,
+           key);
+    const Tensor& saved = file.at(key);
+    if (saved.numel() != static_cast<int64_t>(into.size()))
+      fail("compression state '{}': '{}' has {} elements, this run needs {}", file.path, key, saved.numel(),
+           into.size());
+    std::memcpy(into.data(), saved.f32(), into.size() * sizeof(float));
+  };
+  for (Codec* codec : compressors_) {
+    auto state = codec->compressor.state();
+    for (auto& [entry, values] : state) take(codec->param + "." + entry, values);
+    codec->compressor.load_state(state);
+    if (!codec->velocity.empty()) take(codec->param + ".velocity", codec->velocity);
+  }
+}
+
+ExecutorMemory ProgramExecutor::memory() const {
+  auto bytes = [&](int buffer) {
+    return buffer < 0 ? int64_t{0} : program_.buffers[static_cast<size_t>(buffer)].count * static_cast<int64_t>(sizeof(float));
+  };
+  ExecutorMemory m;
+  m.parameters = bytes(program_.params_buffer) + bytes(program_.param_shard_buffer);
+  m.gradients = bytes(program_.grad_shard_buffer);
+  // ZeRO-0/1 keep every bucket through backward; ZeRO-2/3 only the ones in flight.
+  if (program_.strategy.zero_stage < 2 || program_.grad_shard_buffer < 0)
+    for (const parallel::BucketLayout& b : program_.buckets) m.gradients += bytes(b.grad_buffer);
+  else
+    m.gradient_buffer_peak = grad_buffer_peak_;
+  m.gathered_parameter_peak = param_buffer_peak_;
+  m.optimizer_state = optimizer_ ? optimizer_->state_bytes() : 0;
+  return m;
+}
+
+}  // namespace px

@@ -1,0 +1,417 @@
+// The step loop and the instructions that run on the calling thread:
+// compute, accumulate, norm, update, free.
+#include "runtime/program_executor.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "comm/collectives.h"
+#include "core/memory.h"
+#include "kernels/elementwise.h"
+
+namespace px {
+
+using parallel::Buffer;
+using parallel::Instr;
+using parallel::Region;
+
+void validate(const ExecutorOptions& o, const parallel::Program& program) {
+  if (o.p3_slice_bytes < 0) fail("P3 slice size {} bytes must be >= 0", o.p3_slice_bytes);
+  if (o.bucket_buffers < 1)
+    fail("gradient bucket buffers {}: expected at least 1 (the bucket backward fills)", o.bucket_buffers);
+  if (o.p3_slice_bytes > 0) {
+    if (!o.overlap) fail("P3 reduces gradients on the progress thread: it cannot run with --no-overlap");
+    if (program.strategy.lowering.global_norm)
+      fail("P3 updates each layer as soon as its gradient arrives; the program computes a global gradient norm "
+           "first (clipping needs every gradient): lower it without (global_norm false, --grad-clip 0)");
+    if (program.strategy.zero_stage > 0)
+      fail("ZeRO-{} and P3 do not combine: P3 defers whole-parameter updates to the next forward",
+           program.strategy.zero_stage);
+    if (program.strategy.lowering.compression.lossy())
+      fail("P3 and gradient compression ({}) do not combine yet: choose one",
+           program.strategy.lowering.compression.to_string());
+  }
+}
+
+ProgramExecutor::ProgramExecutor(parallel::Program program, comm::Communicator* group, OptimizerConfig optimizer,
+                                 ExecutorOptions options)
+    : program_(std::move(program)), liveness_(parallel::liveness(program_)), group_(group), options_(options) {
+  const int group_size = group_ ? group_->size() : 1;
+  if (group_size != program_.strategy.data_ranks())
+    fail("the program's data axis '{}' has {} ranks, its communicator {}", program_.strategy.data_axis,
+         program_.strategy.data_ranks(), group_size);
+  validate(options_, program_);
+  PX_CHECK(!program_.graphs.empty(), "a program without a local graph (rank {} has no rows)", program_.rank);
+  if (group_size > 1 && options_.overlap) {
+    comm::EngineOptions engine;
+    engine.collective = options_.collective;
+    engine.slice_bytes = options_.p3_slice_bytes;
+    engine.trace = options_.trace;
+    engine_ = std::make_unique<comm::CommEngine>(*group_, engine);
+  }
+  size_t values = 0;
+  for (const Graph& g : program_.graphs) values = std::max(values, g.values().size());
+  param_of_.assign(values, -1);
+  for (size_t i = 0; i < program_.params.size(); ++i)
+    param_of_[static_cast<size_t>(program_.params[i].value)] = static_cast<int>(i);
+  const Graph& local = program_.graphs.front();
+  for (ValueId p : local.params()) declared_.push_back(local.value(p).name);
+
+  buffers_.resize(program_.buffers.size());
+  written_.resize(program_.buffers.size());
+  for (size_t b = 0; b < program_.buffers.size(); ++b) {
+    const Buffer& buffer = program_.buffers[b];
+    written_[b].assign(buffer.members.size(), false);
+    if (buffer.persistent) buffers_[b] = Tensor::zeros({buffer.count}, DType::f32);
+  }
+  const size_t n = program_.instrs.size();
+  member_of_.assign(n, -1);
+  shard_of_update_.assign(n, -1);
+  std::vector<ParamShard> shards;
+  for (size_t i = 0; i < n; ++i) {
+    const Instr& instr = program_.instrs[i];
+    if (const auto* a = std::get_if<parallel::Accumulate>(&instr.op)) {
+      const Buffer& buffer = program_.buffers[static_cast<size_t>(a->into.buffer)];
+      for (size_t m = 0; m < buffer.members.size(); ++m)
+        if (buffer.members[m].offset == a->into.offset) member_of_[i] = static_cast<int>(m);
+      if (buffer.kind == Buffer::Kind::loss) member_of_[i] = 0;
+    } else if (const auto* u = std::get_if<parallel::Update>(&instr.op)) {
+      const parallel::ParamLayout& param = program_.params[static_cast<size_t>(u->param)];
+      shard_of_update_[i] = static_cast<int>(shards.size());
+      shards.push_back({param.name, param.shape, u->offset, u->count, param.weight_decay});
+    }
+  }
+  for (Buffer::Kind kind : {Buffer::Kind::loss})
+    for (size_t b = 0; b < program_.buffers.size(); ++b)
+      if (program_.buffers[b].kind == kind) written_[b].assign(1, false);
+  if (!shards.empty()) optimizer_.emplace(std::move(optimizer), std::move(shards));
+  job_.assign(n, -1);
+  wire_.assign(n, {});
+  // Compressed gradients: every gradient collective through its own
+  // compressor (vectors with Method::none: dense, but counted alike).
+  if (program_.strategy.lowering.compression.lossy() && group_size > 1)
+    for (size_t i = 0; i < n; ++i) {
+      const auto* c = std::get_if<parallel::Collective>(&program_.instrs[i].op);
+      if (c == nullptr || program_.buffers[static_cast<size_t>(c->input.buffer)].kind != Buffer::Kind::grad_bucket)
+        continue;
+      codecs_[static_cast<int>(i)] = make_codec(*c);
+      compressors_.push_back(codecs_[static_cast<int>(i)].get());
+    }
+}
+
+ProgramExecutor::~ProgramExecutor() = default;
+
+Tensor ProgramExecutor::view(const Region& r) const {
+  const Tensor& buffer = buffers_.at(static_cast<size_t>(r.buffer));
+  PX_CHECK(buffer.defined(), "buffer '{}' is read while not allocated", program_.buffers[static_cast<size_t>(r.buffer)].name);
+  return buffer.slice_rows(r.offset, r.offset + r.count);
+}
+
+float* ProgramExecutor::data(const Region& r) const {
+  Tensor buffer = buffers_.at(static_cast<size_t>(r.buffer));  // a handle: the data is not const
+  PX_CHECK(buffer.defined(), "buffer '{}' is used while not allocated", program_.buffers[static_cast<size_t>(r.buffer)].name);
+  return buffer.f32() + r.offset;
+}
+
+void ProgramExecutor::allocate(int b) {
+  const Buffer& buffer = program_.buffers[static_cast<size_t>(b)];
+  if (buffer.persistent) return;
+  const int64_t bytes = buffer.count * static_cast<int64_t>(sizeof(float));
+  if (buffer.kind == Buffer::Kind::grad_bucket) {
+    // P3: the previous step's updates read this bucket until they ran.
+    if (!deferred_.empty()) finish();
+    // ZeRO-2/3: room for one more bucket buffer, waiting for the oldest reductions.
+    int live = 0;
+    for (size_t other = 0; other < buffers_.size(); ++other)
+      live += buffers_[other].defined() && program_.buffers[other].kind == Buffer::Kind::grad_bucket &&
+              !program_.buffers[other].persistent;
+    while (program_.grad_shard_buffer >= 0 && live >= options_.bucket_buffers && !pending_frees_.empty()) {
+      const size_t before = pending_frees_.size();
+      release_finished(true);
+      live -= static_cast<int>(before - pending_frees_.size());
+    }
+  }
+  if (buffers_[static_cast<size_t>(b)].defined()) free_buffer(b, -1);
+  buffers_[static_cast<size_t>(b)] = Tensor::empty({buffer.count}, DType::f32);
+  written_[static_cast<size_t>(b)].assign(buffer.members.size(), false);
+  if (buffer.kind == Buffer::Kind::grad_bucket) {
+    grad_buffer_bytes_ += bytes;
+    grad_buffer_peak_ = std::max(grad_buffer_peak_, grad_buffer_bytes_);
+  } else if (buffer.kind == Buffer::Kind::param_bucket) {
+    param_buffer_bytes_ += bytes;
+    param_buffer_peak_ = std::max(param_buffer_peak_, param_buffer_bytes_);
+  }
+}
+
+void ProgramExecutor::free_buffer(int b, int after) {
+  const Buffer& buffer = program_.buffers[static_cast<size_t>(b)];
+  if (buffer.persistent || !buffers_[static_cast<size_t>(b)].defined()) return;
+  // Its last reader still running on the engine: freed once that finishes.
+  if (after >= 0 && engine_ && job_[static_cast<size_t>(after)] >= 0 &&
+      !engine_->finished(job_[static_cast<size_t>(after)])) {
+    pending_frees_.push_back({b, job_[static_cast<size_t>(after)]});
+    return;
+  }
+  const int64_t bytes = buffer.count * static_cast<int64_t>(sizeof(float));
+  if (buffer.kind == Buffer::Kind::grad_bucket) grad_buffer_bytes_ -= bytes;
+  if (buffer.kind == Buffer::Kind::param_bucket) param_buffer_bytes_ -= bytes;
+  buffers_[static_cast<size_t>(b)] = Tensor();
+}
+
+void ProgramExecutor::release_finished(bool wait_oldest) {
+  if (wait_oldest && !pending_frees_.empty()) engine_->wait(pending_frees_.front().job);
+  while (!pending_frees_.empty() && engine_->finished(pending_frees_.front().job)) {
+    const int b = pending_frees_.front().buffer;
+    pending_frees_.pop_front();
+    free_buffer(b, -1);
+  }
+}
+
+void ProgramExecutor::wait_for(int id) {
+  const JobId job = job_[static_cast<size_t>(id)];
+  if (job >= 0) engine_->wait(job);
+}
+
+void ProgramExecutor::zero_unwritten(int b) {
+  std::vector<bool>& written = written_[static_cast<size_t>(b)];
+  const Buffer& buffer = program_.buffers[static_cast<size_t>(b)];
+  for (size_t m = 0; m < written.size(); ++m) {
+    if (written[m]) continue;
+    const int64_t offset = buffer.members.empty() ? 0 : buffer.members[m].offset;
+    const int64_t count = buffer.members.empty() ? buffer.count : buffer.members[m].count;
+    std::memset(buffers_[static_cast<size_t>(b)].f32() + offset, 0, static_cast<size_t>(count) * sizeof(float));
+    written[m] = true;
+  }
+}
+
+void ProgramExecutor::compute(int id, const parallel::Compute& op, const StepInput& input) {
+  const Instr& instr = program_.instrs[static_cast<size_t>(id)];
+  const int m = instr.micro_batch;
+  const Graph& g = program_.graph_of(m);
+  const Node& node = g.nodes()[static_cast<size_t>(op.node)];
+  std::vector<Tensor>& live = live_[static_cast<size_t>(m)];
+  std::vector<Tensor> params;  // views that must outlive the call
+  std::vector<const Tensor*> in;
+  params.reserve(node.inputs.size());
+  for (ValueId v : node.inputs) {
+    const int param = param_of_[static_cast<size_t>(v)];
+    if (param >= 0) {
+      if (!deferred_.empty()) run_deferred_updates_of(param);
+      params.push_back(external_.empty() ? view(program_.param_source(param)).reshape(g.spec(v).shape)
+                                         : external_[static_cast<size_t>(param)]);
+      in.push_back(&params.back());
+      continue;
+    }
+    if (!live[static_cast<size_t>(v)].defined())
+      fail("executor: node '{}' ({}) reads value '{}' which was not fed or computed", node.name, node.op(),
+           g.value(v).name);
+    in.push_back(&live[static_cast<size_t>(v)]);
+  }
+  std::vector<Tensor*> out;
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    const ValueId v = node.outputs[i];
+    const TensorSpec& spec = g.spec(v);
+    live[static_cast<size_t>(v)] =
+        i == 0 && node.def->output_is_view ? in[0]->reshape(spec.shape) : Tensor::empty(spec.shape, spec.dtype);
+    out.push_back(&live[static_cast<size_t>(v)]);
+  }
+  const double start = tracing_ ? comm::now_us() : 0;
+  node.def->forward({.seed = input.seed,
+                     .row_offset = input.row_offset + program_.micro_batches[static_cast<size_t>(m)].row_offset},
+                    node.attrs, in, out);
+  if (tracing_)
+    trace_.push_back({.name = fmt::format("{} ({})", node.name, node.op()),
+                      .lane = TraceRecord::Lane::compute,
+                      .start_us = start,
+                      .duration_us = comm::now_us() - start,
+                      .bytes = 0,
+                      .step = static_cast<int64_t>(input.step),
+                      .instr = id});
+}
+
+void ProgramExecutor::use_parameters(const ParamStore& store) {
+  PX_CHECK(!optimizer_.has_value(), "use_parameters: this program updates its own parameters");
+  external_.clear();
+  for (const parallel::ParamLayout& param : program_.params) {
+    const Tensor& t = store.at(param.name);
+    if (t.shape() != param.shape)
+      fail("parameter '{}' has shape {}, the program expects {}", param.name, t.shape(), param.shape);
+    external_.push_back(t);
+  }
+}
+
+void ProgramExecutor::accumulate(int id, const parallel::Accumulate& op) {
+  const Instr& instr = program_.instrs[static_cast<size_t>(id)];
+  const Tensor& from = live_[static_cast<size_t>(instr.micro_batch)][static_cast<size_t>(op.from)];
+  PX_CHECK(from.defined() && from.numel() == op.into.count, "accumulate #{}: value {} has {} elements, region {}", id,
+           op.from, from.defined() ? from.numel() : -1, op.into.count);
+  const int member = member_of_[static_cast<size_t>(id)];
+  PX_CHECK_GE(member, 0);
+  std::vector<bool>& written = written_[static_cast<size_t>(op.into.buffer)];
+  float* into = data(op.into);
+  if (!written[static_cast<size_t>(member)]) {
+    std::memcpy(into, from.f32(), static_cast<size_t>(op.into.count) * sizeof(float));
+    written[static_cast<size_t>(member)] = true;
+  } else {
+    kernels::add_inplace(op.into.count, from.f32(), into);
+  }
+}
+
+double ProgramExecutor::norm(const parallel::Norm& op, double clip) {
+  double squares = 0;
+  for (const Region& r : op.gradients) {
+    zero_unwritten(r.buffer);
+    squares += kernels::sum_squares(r.count, data(r));
+  }
+  if (op.axis >= 0 && group_ && group_->size() > 1) {
+    float sq = static_cast<float>(squares);
+    comm::allreduce(*group_, std::span<float>(&sq, 1), comm::Reduction::sum);
+    squares = sq;
+  }
+  const double norm = std::sqrt(squares);
+  if (clip > 0 && norm > clip) {
+    const float scale = static_cast<float>(clip / (norm + 1e-6));
+    for (const Region& r : op.gradients) kernels::scale(r.count, scale, data(r), data(r));
+  }
+  return norm;
+}
+
+void ProgramExecutor::update(int id, const parallel::Update& op, double lr) {
+  zero_unwritten(op.gradient.buffer);
+  optimizer_->update(static_cast<size_t>(shard_of_update_[static_cast<size_t>(id)]), data(op.storage),
+                     data(op.gradient), lr);
+}
+
+void ProgramExecutor::run_deferred_updates_of(int param) {
+  auto it = deferred_.find(param);
+  if (it == deferred_.end()) return;
+  const std::vector<int> ids = std::move(it->second);
+  deferred_.erase(it);
+  for (int id : ids) {
+    const Instr& instr = program_.instrs[static_cast<size_t>(id)];
+    for (int dep : instr.after) wait_for(dep);
+    update(id, std::get<parallel::Update>(instr.op), deferred_lr_);
+  }
+  if (deferred_.empty()) {
+    for (int id : deferred_frees_) free_buffer(std::get<parallel::Free>(program_.instrs[static_cast<size_t>(id)].op).buffer, -1);
+    deferred_frees_.clear();
+  }
+}
+
+void ProgramExecutor::finish() {
+  while (!deferred_.empty()) run_deferred_updates_of(deferred_.begin()->first);
+  if (!engine_) return;
+  engine_->wait_all();
+  release_finished(false);
+  collect_engine_trace();
+}
+
+StepResult ProgramExecutor::run(const StepInput& input) {
+  const size_t micro = program_.micro_batches.size();
+  step_ = input.step;
+  live_.assign(micro, {});
+  for (size_t m = 0; m < micro; ++m) {
+    const parallel::MicroBatch& mb = program_.micro_batches[m];
+    if (mb.rows == 0) continue;
+    live_[m].resize(program_.graphs[static_cast<size_t>(mb.graph)].values().size());
+    for (ValueId v : program_.batch_inputs) {
+      const Tensor* feed = nullptr;
+      for (const auto& [id, t] : input.feeds)
+        if (id == v) feed = &t;
+      const Graph& g = program_.graphs[static_cast<size_t>(mb.graph)];
+      if (feed == nullptr) fail("executor: batch input '{}' was not fed", g.value(v).name);
+      if (feed->dim(0) < mb.row_begin + mb.rows)
+        fail("executor: batch input '{}' has {} rows, this rank's micro-batches need {}", g.value(v).name,
+             feed->dim(0), mb.row_begin + mb.rows);
+      Tensor rows = feed->slice_rows(mb.row_begin, mb.row_begin + mb.rows);
+      if (rows.shape() != g.spec(v).shape || rows.dtype() != g.spec(v).dtype)
+        fail("{} batch has shape {} {}, the model expects {}", g.value(v).name, rows.shape(), dtype_name(rows.dtype()),
+             g.spec(v).str());
+      live_[m][static_cast<size_t>(v)] = rows;
+    }
+  }
+  // Gradient buckets kept for the caller (programs without updates) are refilled every step.
+  for (size_t b = 0; b < program_.buffers.size(); ++b)
+    if (program_.buffers[b].persistent && program_.buffers[b].kind == Buffer::Kind::grad_bucket)
+      written_[b].assign(written_[b].size(), false);
+  // The loss buffer sums the micro-batches' summands.
+  if (program_.loss_buffer >= 0) {
+    buffers_[static_cast<size_t>(program_.loss_buffer)].f32()[0] = 0;
+    written_[static_cast<size_t>(program_.loss_buffer)].assign(1, true);
+  }
+  // Engine jobs of the previous step stay referenced by deferred updates (resolved there).
+  if (deferred_.empty()) job_.assign(program_.instrs.size(), -1);
+  wire_.assign(program_.instrs.size(), {});
+  StepResult result;
+  const MemoryStats at_start = memory_stats();
+  reset_peak_memory();
+  bool begun = false;
+  for (size_t i = 0; i < program_.instrs.size(); ++i) {
+    const Instr& instr = program_.instrs[i];
+    const int id = static_cast<int>(i);
+    const bool defer_update = deferred_updates() && std::holds_alternative<parallel::Update>(instr.op);
+    if (!defer_update)
+      for (int dep : instr.after) wait_for(dep);
+    for (int b : liveness_.allocates[i]) allocate(b);
+    std::visit(
+        [&](const auto& op) {
+          using T = std::decay_t<decltype(op)>;
+          if constexpr (std::is_same_v<T, parallel::Compute>) {
+            compute(id, op, input);
+          } else if constexpr (std::is_same_v<T, parallel::Accumulate>) {
+            accumulate(id, op);
+          } else if constexpr (std::is_same_v<T, parallel::Collective>) {
+            collective(id, op, input.step);
+          } else if constexpr (std::is_same_v<T, parallel::Norm>) {
+            result.grad_norm = norm(op, input.grad_clip);
+          } else if constexpr (std::is_same_v<T, parallel::Update>) {
+            if (defer_update) {
+              deferred_[op.param].push_back(id);
+              return;
+            }
+            if (!begun) optimizer_->begin_step();
+            begun = true;
+            update(id, op, input.lr);
+          } else if constexpr (std::is_same_v<T, parallel::Free>) {
+            if (deferred_updates() && program_.buffers[static_cast<size_t>(op.buffer)].kind == Buffer::Kind::grad_bucket)
+              deferred_frees_.push_back(id);
+            else
+              free_buffer(op.buffer, instr.after.empty() ? -1 : instr.after.front());
+          } else {
+            fail("executor: instruction #{} ({}) is point-to-point; this build lowers no pipeline stages", id,
+                 program_.str(i));
+          }
+        },
+        instr.op);
+    for (ValueId v : liveness_.values[i]) live_[static_cast<size_t>(instr.micro_batch)][static_cast<size_t>(v)] = Tensor();
+    if (engine_ && !pending_frees_.empty()) release_finished(false);
+  }
+  if (deferred_updates()) {
+    // P3: the gradient reductions run on; each update happens before the
+    // next forward reads its parameter. The loss is needed now.
+    for (size_t i = 0; i < program_.instrs.size(); ++i) {
+      const auto* c = std::get_if<parallel::Collective>(&program_.instrs[i].op);
+      if (c != nullptr && program_.buffers[static_cast<size_t>(c->input.buffer)].kind == Buffer::Kind::loss)
+        wait_for(static_cast<int>(i));
+    }
+    optimizer_->begin_step();
+    deferred_lr_ = input.lr;
+  } else if (engine_) {
+    engine_->wait_all();
+    release_finished(false);
+  }
+  if (engine_) collect_engine_trace();
+  result.peak_bytes = std::max(memory_stats().peak_bytes, at_start.live_bytes);
+  if (program_.loss_buffer >= 0) result.loss = buffers_[static_cast<size_t>(program_.loss_buffer)].f32()[0];
+  for (size_t m = 0; m < micro; ++m) {
+    std::vector<Tensor> outputs;
+    for (ValueId v : program_.outputs) outputs.push_back(live_[m].empty() ? Tensor() : live_[m][static_cast<size_t>(v)]);
+    result.outputs.push_back(std::move(outputs));
+  }
+  live_.clear();
+  result.wire = step_wire();
+  return result;
+}
+
+}  // namespace px

@@ -1,0 +1,215 @@
+// ProgramExecutor: runs a lowered Program (parallel/program.h), one step a
+// call, on this rank. It is the only executor there is: data parallelism
+// and ZeRO-1/2/3 training, a parameter-server worker's gradients, and
+// evaluation and sampling (one-rank forward programs) all run through it.
+//
+// Compute instructions run their node's kernel on the calling thread (the
+// kernels thread through kernels/threads.h); collectives run inline, or with
+// overlap on the rank's progress engine (comm/engine) while compute goes on;
+// an instruction waits for the instructions it lists in `after`. Values are
+// freed right after their last use and buffers at their Free (liveness);
+// trace records carry the instruction id.
+//
+// How it runs (not what runs) is the executor's: overlap, P3's slices and
+// deferred updates, the most gradient bucket buffers alive at once, the
+// collective algorithm.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/compression/compressor.h"
+#include "comm/engine/comm_engine.h"
+#include "parallel/lower/liveness.h"
+#include "parallel/program.h"
+#include "runtime/optimizer.h"
+#include "runtime/param_store.h"
+#include "runtime/safetensors.h"
+#include "runtime/trace.h"
+
+namespace px {
+
+struct ExecutorOptions {
+  // Collectives on a progress thread while compute continues (more than one
+  // rank); otherwise each runs inline where the program lists it.
+  bool overlap = true;
+  // P3 (Jayarajan et al. 2019): > 0 reduces gradients in slices of about
+  // this many bytes, the first-needed layer first (the program's
+  // priorities), a more urgent gradient overtaking a queued one; the step
+  // returns with reductions in flight and each parameter's update runs just
+  // before the next forward reads it. Needs overlap and a program without a
+  // global norm.
+  int64_t p3_slice_bytes = 0;
+  // ZeRO-2/3: at most this many gradient bucket buffers alive at once (the
+  // ones backward fills plus those still being reduced); backward waits for
+  // the oldest reduction past that.
+  int bucket_buffers = 4;
+  comm::CollectiveOptions collective;
+  // Keep compute and communication timings (take_trace) for the steps run
+  // with set_tracing(true).
+  bool trace = false;
+  bool operator==(const ExecutorOptions&) const = default;
+};
+
+void validate(const ExecutorOptions& options, const parallel::Program& program);
+
+struct StepInput {
+  // This rank's rows of every batch input (Program::batch_inputs), whole:
+  // the executor cuts the micro-batches.
+  std::vector<std::pair<ValueId, Tensor>> feeds;
+  uint64_t seed = 0;  // dropout masks depend on (seed, global row)
+  // Added to every micro-batch's global row (a one-rank program over a shard
+  // of a larger batch, as a parameter-server worker runs).
+  int64_t row_offset = 0;
+  uint64_t step = 0;
+  double lr = 0;
+  double grad_clip = 0;  // clip the global gradient norm to this (0: off)
+};
+
+struct StepResult {
+  double loss = 0;       // the global loss (summed over every rank's rows)
+  double grad_norm = 0;  // before clipping (0 without a global norm)
+  int64_t peak_bytes = 0;
+  // This rank's gradient bytes handed to the transport, and what a float32
+  // ring allreduce of the same gradients sends (2(p-1)/p * 4n).
+  comm::compression::WireStats wire;
+  std::vector<std::vector<Tensor>> outputs;  // per micro-batch: Program::outputs
+};
+
+// Bytes this rank holds between steps, and the most buffer bytes alive at once.
+struct ExecutorMemory {
+  int64_t parameters = 0;         // whole flat parameters, or the ZeRO-3 shard
+  int64_t gradients = 0;          // gradient buckets kept through the step (ZeRO-0/1) and the shard
+  int64_t gradient_buffer_peak = 0;  // ZeRO-2/3: the most bucket-buffer bytes alive at once
+  int64_t gathered_parameter_peak = 0;  // ZeRO-3: the most gathered parameter bytes alive at once
+  int64_t optimizer_state = 0;
+};
+
+class ProgramExecutor {
+ public:
+  // `group`: the data axis' communicator (nullptr: one rank). `optimizer`
+  // is used by programs with updates.
+  ProgramExecutor(parallel::Program program, comm::Communicator* group, OptimizerConfig optimizer = {},
+                  ExecutorOptions options = {});
+  ~ProgramExecutor();
+  ProgramExecutor(const ProgramExecutor&) = delete;
+  ProgramExecutor& operator=(const ProgramExecutor&) = delete;
+
+  // Takes the parameters from a whole ParamStore (identical on every rank):
+  // copies them into the flat parameters, or (ZeRO-3) its blocks of them.
+  void set_parameters(const ParamStore& params);
+  // The whole parameters. Replicated storage: views into the executor's
+  // (they change with every step). ZeRO-3: gathered from every rank into new
+  // tensors, so every rank must call it (collective).
+  ParamStore parameters();
+
+  // Programs without updates (evaluation, sampling, a parameter-server
+  // worker): read the parameters from `params` itself, no copy. Call again
+  // when its tensors are replaced.
+  void use_parameters(const ParamStore& params);
+
+  StepResult run(const StepInput& input);
+  // P3: runs every deferred update (before anything else reads the parameters).
+  void finish();
+
+  // Programs without updates: the reduced gradient of parameter `name` (a
+  // view, valid until the next run).
+  Tensor gradient(const std::string& name) const;
+
+  Optimizer& optimizer() { return *optimizer_; }
+  // The whole optimizer state "<param>.<slot>" (collective when sharded).
+  NamedTensors gather_optimizer_state();
+
+  // Compressed gradients: every rank's error-feedback state (residuals,
+  // PowerSGD's Q, DGC velocities) as "rank<r>.<param>.<entry>" (collective).
+  NamedTensors gather_compression_state();
+  // This rank's entries of a state saved at the same rank count with the
+  // same compression; px::Error names a missing or mis-sized entry.
+  void load_compression_state(const SafetensorsFile& file);
+  bool compressing() const { return !compressors_.empty(); }
+
+  ExecutorMemory memory() const;
+  const parallel::Program& program() const { return program_; }
+  bool deferred_updates() const { return options_.p3_slice_bytes > 0 && engine_ != nullptr; }
+  void set_tracing(bool on) { tracing_ = on && options_.trace; }
+  std::vector<TraceRecord> take_trace() { return std::move(trace_); }
+
+ private:
+  // A compressed gradient's compressor and, with DGC's momentum correction,
+  // this rank's velocity.
+  struct Codec {
+    std::string param;  // the one parameter whose gradient it exchanges
+    comm::compression::GradientCompressor compressor;
+    std::vector<float> velocity;  // empty without local momentum
+  };
+  using JobId = comm::CommEngine::JobId;
+
+  // program_executor.cc: the step loop and the local instructions.
+  void compute(int id, const parallel::Compute& op, const StepInput& input);
+  void accumulate(int id, const parallel::Accumulate& op);
+  double norm(const parallel::Norm& op, double clip);
+  void update(int id, const parallel::Update& op, double lr);
+  void free_buffer(int buffer, int after);
+  void allocate(int buffer);
+  void release_finished(bool wait_oldest);
+  void wait_for(int id);
+  Tensor view(const parallel::Region& region) const;
+  float* data(const parallel::Region& region) const;
+  void zero_unwritten(int buffer);
+  void run_deferred_updates_of(int param);
+
+  // executor_collectives.cc: collectives inline or on the engine.
+  void collective(int id, const parallel::Collective& op, uint64_t step);
+  void collect_engine_trace();
+  std::unique_ptr<Codec> make_codec(const parallel::Collective& op) const;
+  // Bytes this rank sent for the step's gradient and parameter collectives.
+  comm::compression::WireStats step_wire() const;
+
+  // executor_state.cc: parameters, optimizer and compression state.
+  void gather_buckets(std::vector<float>& flat);  // every rank's blocks into `flat` (param layout)
+
+  parallel::Program program_;
+  parallel::Liveness liveness_;
+  comm::Communicator* group_;
+  ExecutorOptions options_;
+  std::unique_ptr<comm::CommEngine> engine_;
+  std::optional<Optimizer> optimizer_;
+  std::vector<int> shard_of_update_;  // per instruction: its optimizer shard (-1)
+  std::vector<std::string> declared_;  // parameter names in declaration order
+
+  std::vector<Tensor> buffers_;          // by buffer id (undefined while not allocated)
+  std::vector<std::vector<bool>> written_;  // per buffer, per member: written this instance
+  std::vector<int> member_of_;           // per instruction: Accumulate's member index
+  std::vector<std::vector<Tensor>> live_;  // per micro-batch, by value id
+  std::vector<JobId> job_;               // per instruction: its engine job this step (-1)
+  std::vector<int> param_of_;            // per value id: index into program params (-1)
+  std::vector<Tensor> external_;         // per program param: the caller's tensor (use_parameters)
+  struct PendingFree {
+    int buffer = -1;
+    JobId job = -1;
+  };
+  std::deque<PendingFree> pending_frees_;
+  int64_t grad_buffer_bytes_ = 0, grad_buffer_peak_ = 0;
+  int64_t param_buffer_bytes_ = 0, param_buffer_peak_ = 0;
+  std::map<int, std::unique_ptr<Codec>> codecs_;  // by collective instruction
+  std::map<JobId, std::vector<float>> staging_;   // allgather inputs copied out of their output
+  std::map<JobId, int> instr_of_job_;             // for the trace
+  std::vector<Codec*> compressors_;               // in instruction order
+  std::vector<comm::compression::WireStats> wire_;  // per instruction, this step
+
+  // P3: updates (and the frees after them) deferred to the next forward.
+  std::map<int, std::vector<int>> deferred_;  // param index -> instruction ids
+  std::vector<int> deferred_frees_;
+  double deferred_lr_ = 0;
+
+  bool tracing_ = false;
+  uint64_t step_ = 0;
+  std::vector<TraceRecord> trace_;
+};
+
+}  // namespace px
