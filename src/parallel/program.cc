@@ -16,6 +16,7 @@ std::string_view buffer_kind_name(Buffer::Kind kind) {
     case Buffer::Kind::grad_bucket: return "grad_bucket";
     case Buffer::Kind::grad_shard: return "grad_shard";
     case Buffer::Kind::loss: return "loss";
+    case Buffer::Kind::norm: return "norm";
   }
   return "?";
 }
@@ -75,8 +76,12 @@ struct OperationPrinter {
   std::string operator()(const Norm& n) const {
     std::string s = "norm";
     for (const Region& r : n.gradients) s += " " + region_str(p, r);
-    if (n.axis >= 0) s += fmt::format(" (sum over {})", axis_str(p, n.axis));
-    return s;
+    return s + " -> " + region_str(p, n.into);
+  }
+  std::string operator()(const Clip& c) const {
+    std::string s = "clip";
+    for (const Region& r : c.gradients) s += " " + region_str(p, r);
+    return s + " to " + region_str(p, c.norm);
   }
   std::string operator()(const Update& u) const {
     const ParamLayout& param = p.params.at(static_cast<size_t>(u.param));
@@ -108,7 +113,7 @@ std::string Program::str() const {
                               training ? "training" : "forward only");
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     const MicroBatch& mb = micro_batches[m];
-    s += fmt::format("micro-batch {}: {} rows from global row {}\n", m, mb.rows, mb.row_offset);
+    s += fmt::format("micro-batch {}: {} row{} from global row {}\n", m, mb.rows, mb.rows == 1 ? "" : "s", mb.row_offset);
   }
   s += fmt::format("parameters: {} tensors, {} elements; shard {} elements\n", params.size(), param_count, shard_count);
   for (size_t b = 0; b < buckets.size(); ++b) {
@@ -141,7 +146,7 @@ bool Program::operator==(const Program& other) const {
          param_count == other.param_count && shard_count == other.shard_count && buffers == other.buffers &&
          instrs == other.instrs && params_buffer == other.params_buffer &&
          param_shard_buffer == other.param_shard_buffer && grad_shard_buffer == other.grad_shard_buffer &&
-         loss_buffer == other.loss_buffer && training == other.training;
+         loss_buffer == other.loss_buffer && norm_buffer == other.norm_buffer && training == other.training;
 }
 
 }  // namespace px::parallel

@@ -6,7 +6,8 @@
 //   Collective{kind, axis, op, in, out, codec}   over the mesh axis' group
 //   Send / Recv{slot, peer}          point-to-point (pipeline stages)
 //   Accumulate{value -> buffer}      a gradient into its bucket (copy, then add)
-//   Norm{buffers}                    the squared global gradient norm
+//   Norm{gradients -> norm}          this rank's part of the squared gradient norm
+//   Clip{gradients, norm}            the global norm read; gradients scaled to the clip
 //   Update{param shard}              the optimizer on a shard of parameters
 //   Free{buffer}                     a program buffer's last use
 //
@@ -53,6 +54,7 @@ struct Buffer {
     grad_bucket,   // one bucket's gradients (summands, then reduced)
     grad_shard,    // this rank's block of every gradient bucket, reduced (ZeRO-1/2/3)
     loss,          // the step's loss (one float)
+    norm,          // the step's squared gradient norm (one float)
   };
   Kind kind = Kind::grad_bucket;
   std::string name;
@@ -138,10 +140,21 @@ struct Accumulate {
   bool operator==(const Accumulate&) const = default;
 };
 
+// The squares of `gradients` summed into `into` (one float): the squared
+// global gradient norm, or this rank's part of it when the gradients are
+// sharded (an allreduce of `into` follows).
 struct Norm {
-  std::vector<Region> gradients;  // the squares of these, summed (and reduced over `axis`)
-  int axis = -1;                  // -1: every rank holds the whole gradient already
+  std::vector<Region> gradients;
+  Region into;
   bool operator==(const Norm&) const = default;
+};
+
+// The global gradient norm is sqrt(norm); when it exceeds the step's clip
+// every gradient is scaled by clip / norm (before any update reads them).
+struct Clip {
+  std::vector<Region> gradients;
+  Region norm;
+  bool operator==(const Clip&) const = default;
 };
 
 // The optimizer on parameter elements: parameter `param` of Program::params,
@@ -161,7 +174,7 @@ struct Free {
   bool operator==(const Free&) const = default;
 };
 
-using Operation = std::variant<Compute, Collective, Send, Recv, Accumulate, Norm, Update, Free>;
+using Operation = std::variant<Compute, Collective, Send, Recv, Accumulate, Norm, Clip, Update, Free>;
 
 struct Instr {
   Operation op;
@@ -206,6 +219,7 @@ struct Program {
   int param_shard_buffer = -1;  // Buffer::Kind::param_shard (ZeRO-3)
   int grad_shard_buffer = -1;   // ZeRO-1/2/3
   int loss_buffer = -1;
+  int norm_buffer = -1;  // with a global gradient norm
   bool training = false;
 
   // Where compute reads parameter `param` (an index into params) from: the

@@ -41,7 +41,9 @@ comm::compression::WireStats ProgramExecutor::step_wire() const {
   }
   for (size_t i = 0; i < program_.instrs.size(); ++i) {
     const auto* c = std::get_if<parallel::Collective>(&program_.instrs[i].op);
-    if (c == nullptr || program_.buffers[static_cast<size_t>(c->input.buffer)].kind == Buffer::Kind::loss) continue;
+    if (c == nullptr) continue;
+    const Buffer::Kind kind = program_.buffers[static_cast<size_t>(c->input.buffer)].kind;
+    if (kind == Buffer::Kind::loss || kind == Buffer::Kind::norm) continue;  // one float each
     const int64_t n = c->kind == comm::Collective::allgather ? c->output.count : c->input.count;
     wire.bytes_sent += (c->kind == comm::Collective::allreduce ? 2 : 1) * ring_pass_bytes(p, n);
   }

@@ -258,18 +258,17 @@ void ProgramExecutor::accumulate(int id, const parallel::Accumulate& op) {
   }
 }
 
-double ProgramExecutor::norm(const parallel::Norm& op, double clip) {
+void ProgramExecutor::norm(const parallel::Norm& op) {
   double squares = 0;
   for (const Region& r : op.gradients) {
     zero_unwritten(r.buffer);
     squares += kernels::sum_squares(r.count, data(r));
   }
-  if (op.axis >= 0 && group_ && group_->size() > 1) {
-    float sq = static_cast<float>(squares);
-    comm::allreduce(*group_, std::span<float>(&sq, 1), comm::Reduction::sum);
-    squares = sq;
-  }
-  const double norm = std::sqrt(squares);
+  *data(op.into) = static_cast<float>(squares);
+}
+
+double ProgramExecutor::clip(const parallel::Clip& op, double clip) {
+  const double norm = std::sqrt(static_cast<double>(*data(op.norm)));
   if (clip > 0 && norm > clip) {
     const float scale = static_cast<float>(clip / (norm + 1e-6));
     for (const Region& r : op.gradients) kernels::scale(r.count, scale, data(r), data(r));
@@ -364,7 +363,9 @@ StepResult ProgramExecutor::run(const StepInput& input) {
           } else if constexpr (std::is_same_v<T, parallel::Collective>) {
             collective(id, op, input.step);
           } else if constexpr (std::is_same_v<T, parallel::Norm>) {
-            result.grad_norm = norm(op, input.grad_clip);
+            norm(op);
+          } else if constexpr (std::is_same_v<T, parallel::Clip>) {
+            result.grad_norm = clip(op, input.grad_clip);
           } else if constexpr (std::is_same_v<T, parallel::Update>) {
             if (defer_update) {
               deferred_[op.param].push_back(id);

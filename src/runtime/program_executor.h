@@ -152,7 +152,8 @@ class ProgramExecutor {
   // program_executor.cc: the step loop and the local instructions.
   void compute(int id, const parallel::Compute& op, const StepInput& input);
   void accumulate(int id, const parallel::Accumulate& op);
-  double norm(const parallel::Norm& op, double clip);
+  void norm(const parallel::Norm& op);
+  double clip(const parallel::Clip& op, double clip);  // returns the global norm
   void update(int id, const parallel::Update& op, double lr);
   void free_buffer(int buffer, int after);
   void allocate(int buffer);

@@ -72,13 +72,15 @@ TEST(Lowering, EachZeroStageCostsTheCollectivesOfItsPlacements) {
   EXPECT_EQ(count(0, Collective::allreduce), 2);
   EXPECT_EQ(count(0, Collective::reduce_scatter), 0);
   EXPECT_EQ(count(0, Collective::allgather), 0);
-  // Stage 1/2: gradients P -> S, updated parameters S -> B.
+  // Stage 1/2: gradients P -> S, updated parameters S -> B; the loss and
+  // the squared gradient norm (summed over the shards) allreduced.
   for (int zero : {1, 2}) {
-    EXPECT_EQ(count(zero, Collective::allreduce), 1) << zero;  // the loss
+    EXPECT_EQ(count(zero, Collective::allreduce), 2) << zero;
     EXPECT_EQ(count(zero, Collective::reduce_scatter), 1) << zero;
     EXPECT_EQ(count(zero, Collective::allgather), 1) << zero;
   }
   // Stage 3: parameters stored S, gathered for forward and again for backward.
+  EXPECT_EQ(count(3, Collective::allreduce), 2);
   EXPECT_EQ(count(3, Collective::reduce_scatter), 1);
   EXPECT_EQ(count(3, Collective::allgather), 2);
 }

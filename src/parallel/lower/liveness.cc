@@ -1,5 +1,6 @@
 #include "parallel/lower/liveness.h"
 
+#include <algorithm>
 #include <map>
 
 #include "core/error.h"
@@ -43,6 +44,13 @@ Access access(const Program& p, const Instr& instr, const std::vector<int>& para
           write(op.into);
         } else if constexpr (std::is_same_v<T, Norm>) {
           for (const Region& r : op.gradients) read(r);
+          write(op.into);
+        } else if constexpr (std::is_same_v<T, Clip>) {
+          for (const Region& r : op.gradients) {
+            read(r);
+            write(r);
+          }
+          read(op.norm);
         } else if constexpr (std::is_same_v<T, Update>) {
           read(op.gradient);
           read(op.storage);
@@ -102,7 +110,10 @@ Liveness liveness(const Program& p) {
     for (int b : a.writes) {
       if (p.buffers[static_cast<size_t>(b)].persistent) continue;
       State& s = state[static_cast<size_t>(b)];
-      if (s.open && s.read_since) close(b);
+      // A write after a read starts a new instance, unless the same
+      // instruction reads it too (a read-modify-write: clipping in place).
+      const bool modifies = std::find(a.reads.begin(), a.reads.end(), b) != a.reads.end();
+      if (s.open && s.read_since && !modifies) close(b);
       if (!s.open) {
         live.allocates[i].push_back(b);
         state[static_cast<size_t>(b)].open = true;

@@ -1,5 +1,6 @@
 // optimizer: the squared global gradient norm once every gradient is
-// reduced (clipping and the metrics need it before any update), then an
+// reduced (summed over the data axis when gradients are sharded) and the
+// clip to it (clipping and the metrics need it before any update), then an
 // Update per parameter (or, sharded, per piece of a parameter inside this
 // rank's block of a bucket) as soon as its bucket's gradient is complete,
 // and, where the parameters are stored whole but updated as shards
@@ -22,16 +23,31 @@ void optimizer(const Context& c, Program& p) {
     const Buffer& buffer = p.buffers[static_cast<size_t>(collective->input.buffer)];
     if (buffer.kind == Buffer::Kind::grad_bucket) reduced[static_cast<size_t>(buffer.bucket)] = static_cast<int>(i);
   }
+  // The norm: squares summed locally, summed over the data axis when every
+  // rank holds a shard, then the clip that every update waits for.
   int norm = -1;
   if (c.strategy.lowering.global_norm) {
-    Norm n{.gradients = {}, .axis = sharded ? c.data_axis : -1};
-    if (sharded) n.gradients.push_back({p.grad_shard_buffer, 0, p.shard_count});
+    std::vector<Region> gradients;
+    if (sharded) gradients.push_back({p.grad_shard_buffer, 0, p.shard_count});
     else
-      for (const BucketLayout& b : p.buckets) n.gradients.push_back({b.grad_buffer, 0, b.count});
+      for (const BucketLayout& b : p.buckets) gradients.push_back({b.grad_buffer, 0, b.count});
     std::vector<int> after;
     for (int r : reduced)
       if (r >= 0) after.push_back(r);
-    norm = emit(p, {.op = n, .stream = kComputeStream, .after = after, .name = "gradient norm"});
+    const Region squares{p.norm_buffer, 0, 1};
+    norm = emit(p, {.op = Norm{.gradients = gradients, .into = squares},
+                    .stream = kComputeStream,
+                    .after = after,
+                    .name = "gradient norm"});
+    if (sharded)
+      norm = emit(p, {.op = Collective{.kind = comm::Collective::allreduce, .axis = c.data_axis, .input = squares},
+                      .stream = comm_stream(c.data_axis),
+                      .after = {norm},
+                      .name = "gradient norm"});
+    norm = emit(p, {.op = Clip{.gradients = gradients, .norm = squares},
+                    .stream = kComputeStream,
+                    .after = {norm},
+                    .name = "clip"});
   }
   for (size_t b = 0; b < p.buckets.size(); ++b) {
     const BucketLayout& bucket = p.buckets[b];
