@@ -43,7 +43,6 @@ struct DataParallelOptions {
   int bucket_buffers = 4;        // ZeRO-2/3: most gradient bucket buffers alive at once
   comm::CollectiveOptions collective;
   comm::compression::Spec compression;  // lossy gradient compression with error feedback
-  double local_momentum = 0;     // DGC momentum correction (set by the trainer for sparsified SGD)
   int64_t p3_slice_bytes = 0;    // P3: > 0 slices gradients and updates each layer before the next forward reads it
   std::string strategy;          // a strategy JSON file (parallax lower --print-strategy writes one); overrides the above's strategy part
   bool operator==(const DataParallelOptions&) const = default;

@@ -49,9 +49,9 @@ class MetricsLog {
 // Compressed training resumed: each rank takes its own error-feedback state
 // back when the checkpoint was saved at this rank count with this
 // compression; otherwise the residuals start at zero (said in the log).
-static void restore_compression_state(const Checkpoint& resumed, ProgramExecutor& executor, const TrainOptions& o,
-                                      int world, std::ostream& log) {
-  const std::string spec = o.sync.compression.to_string();
+static void restore_compression_state(const Checkpoint& resumed, ProgramExecutor& executor, int world,
+                                      std::ostream& log) {
+  const std::string spec = executor.program().strategy.lowering.compression.to_string();
   const std::string saved_spec = resumed.state.value("compression", std::string());
   const int saved_ranks = resumed.state.value("ranks", 1);
   std::string why;
@@ -79,20 +79,35 @@ parallel::Strategy strategy_for(const TrainOptions& o, const nn::Model& model, i
     s.micro_batches = static_cast<int>(o.accumulation);
     s.lowering.bucket_bytes = o.sync.bucket_bytes;
     s.lowering.compression = o.sync.compression;
-    s.lowering.local_momentum = o.sync.local_momentum;
+    // P3 updates each parameter as soon as its own gradient is in, and
+    // every gradient is its own job with its own priority. (A strategy
+    // file that computes a global norm is refused by the executor's
+    // validation, naming both.)
+    if (o.sync.p3_slice_bytes > 0) {
+      if (o.grad_clip > 0)
+        fail("P3 updates each layer as soon as its gradient arrives; --grad-clip {} needs every gradient first "
+             "(give --grad-clip 0)",
+             o.grad_clip);
+      s.lowering.global_norm = false;
+      s.lowering.bucket_bytes = 0;
+    }
   }
-  // P3 updates each parameter as soon as its own gradient is in, and every
-  // gradient is its own job with its own priority.
-  if (o.sync.p3_slice_bytes > 0) {
-    if (o.grad_clip > 0)
-      fail("P3 updates each layer as soon as its gradient arrives; --grad-clip {} needs every gradient first "
-           "(give --grad-clip 0)",
-           o.grad_clip);
-    s.lowering.global_norm = false;
-    s.lowering.bucket_bytes = 0;
-  }
+  // Sparsified gradients with SGD momentum (DGC's momentum correction, Lin
+  // et al. 2018): the momentum moves into the ranks, before compression,
+  // and the optimizer applies the aggregated velocity without momentum of
+  // its own (the trainer zeroes it: optimizer_for_strategy).
+  using comm::compression::Method;
+  const Method method = s.lowering.compression.method;
+  if (s.data_ranks() > 1 && (method == Method::topk || method == Method::threshold) && o.optimizer.kind == "sgd" &&
+      o.optimizer.momentum > 0 && s.lowering.local_momentum == 0)
+    s.lowering.local_momentum = o.optimizer.momentum;
   parallel::validate(s);
   return s;
+}
+
+OptimizerConfig optimizer_for_strategy(OptimizerConfig optimizer, const parallel::Strategy& strategy) {
+  if (strategy.lowering.local_momentum > 0) optimizer.momentum = 0;  // applied by the ranks instead
+  return optimizer;
 }
 
 // One rank's whole job. `group` is the data-parallel group (nullptr: one
@@ -112,18 +127,9 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   int64_t total = o.steps > 0 ? o.steps : o.epochs * task->steps_per_epoch();
   o.schedule.total = total;
 
-  // Sparsified gradients with SGD momentum: the momentum moves into the
-  // ranks, before compression (DGC momentum correction), and the optimizer
-  // applies the aggregated velocity without momentum of its own.
-  using comm::compression::Method;
-  const Method method = o.sync.compression.method;
-  if (world > 1 && (method == Method::topk || method == Method::threshold) && o.optimizer.kind == "sgd" &&
-      o.optimizer.momentum > 0) {
-    o.sync.local_momentum = o.optimizer.momentum;
-    o.optimizer.momentum = 0;
-  }
   const nn::Model model = task->build(o.batch, true);
   const parallel::Strategy strategy = strategy_for(o, model, world);
+  o.optimizer = optimizer_for_strategy(o.optimizer, strategy);
   ExecutorOptions run_options{.overlap = o.sync.overlap,
                               .p3_slice_bytes = o.sync.p3_slice_bytes,
                               .bucket_buffers = o.sync.bucket_buffers,
@@ -146,7 +152,7 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     step = resumed.state.at("step").get<int64_t>();
     executor.optimizer().load(resumed.optimizer, resumed.state.at("optimizer_steps").get<int64_t>());
     task->restore_data_state(resumed.state.at("data"));
-    if (compressed) restore_compression_state(resumed, executor, o, world, log);
+    if (compressed) restore_compression_state(resumed, executor, world, log);
     log << fmt::format("resumed from '{}' at step {}{}\n", o.resume, step,
                        resumed.state.contains("ranks")
                            ? fmt::format(" (saved at {} ranks, continuing at {})", resumed.state["ranks"].get<int>(), world)
@@ -183,7 +189,7 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
                          {"optimizer", o.optimizer.kind},
                          {"optimizer_steps", executor.optimizer().steps()},
                          {"ranks", world}};
-    if (compressed) state["compression"] = o.sync.compression.to_string();
+    if (compressed) state["compression"] = strategy.lowering.compression.to_string();
     save_checkpoint(o.save, params, optimizer_state, state, compression);
   };
 

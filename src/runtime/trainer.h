@@ -33,6 +33,9 @@ struct TrainResult {
 // The strategy the options describe for `world` ranks, or the one
 // --strategy names (its mesh must have `world` ranks), validated.
 parallel::Strategy strategy_for(const TrainOptions& options, const nn::Model& model, int world);
+// The optimizer a strategy's updates run: without momentum when the
+// strategy moved it into the ranks (DGC's momentum correction).
+OptimizerConfig optimizer_for_strategy(OptimizerConfig optimizer, const parallel::Strategy& strategy);
 
 // Runs the whole job described by `options`; progress and results go to `log`.
 TrainResult train(TrainOptions options, std::ostream& log);
