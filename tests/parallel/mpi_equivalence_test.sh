@@ -2,7 +2,7 @@
 # Data parallelism under mpirun against one rank: `mpirun -np N parallax
 # train` (MPI transport, chosen automatically) must give the single rank's
 # per-step losses over 50 steps, within 1e-5 relative, for GPT (with dropout,
-# also with ZeRO-1) and the CNN; and a checkpoint saved by the MPI job at step 25 must resume
+# also with ZeRO-1, -2 and -3) and the CNN (also with ZeRO-3); and a checkpoint saved by the MPI job at step 25 must resume
 # in-process at another rank count with the same losses.
 #
 #   mpi_equivalence_test.sh PARALLAX MPIEXEC RANKS
@@ -41,14 +41,19 @@ for job in GPT CNN; do
   compare "$WORK/$job-1.jsonl" "$WORK/$job-mpi.jsonl" "$job at $RANKS MPI ranks"
 done
 
-# ZeRO-1 and -2 under mpirun: reduce-scatter, sharded optimizer state (and
-# sharded gradients), parameter allgather.
-for stage in 1 2; do
+# ZeRO-1, -2 and -3 under mpirun: reduce-scatter, sharded optimizer state
+# (and sharded gradients), parameter allgather (ZeRO-3: before each use, the
+# parameters stored sharded).
+for stage in 1 2 3; do
   "${MPIRUN[@]}" "$PARALLAX" "${GPT[@]}" --zero $stage --metrics "$WORK/GPT-zero$stage.jsonl" > "$WORK/GPT-zero$stage.log"
   grep -q "memory per rank (ZeRO-$stage" "$WORK/GPT-zero$stage.log" ||
     { echo "FAIL: ZeRO-$stage was not on:"; cat "$WORK/GPT-zero$stage.log"; exit 1; }
   compare "$WORK/GPT-1.jsonl" "$WORK/GPT-zero$stage.jsonl" "GPT with ZeRO-$stage at $RANKS MPI ranks"
 done
+
+# ZeRO-3 on the CNN: convolution weights gathered before use and freed.
+"${MPIRUN[@]}" "$PARALLAX" "${CNN[@]}" --zero 3 --metrics "$WORK/CNN-zero3.jsonl" > "$WORK/CNN-zero3.log"
+compare "$WORK/CNN-1.jsonl" "$WORK/CNN-zero3.jsonl" "CNN with ZeRO-3 at $RANKS MPI ranks"
 
 # Saved at N MPI ranks, resumed at 3 in-process ranks: the resumed steps
 # match the uninterrupted single-rank run.
