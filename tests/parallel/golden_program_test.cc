@@ -1,0 +1,86 @@
+// Golden Programs: what a 2-layer GPT lowers to for one rank, 2-rank data
+// parallelism and ZeRO-1, -2 and -3 (rank 1; two micro-batches each, where
+// ZeRO-1 reduces once and ZeRO-2/3 every micro-batch), printed by Program::str() —
+// the form `parallax lower` shows — and checked in under golden/. A change
+// to the lowering shows up as a diff of these files that a reviewer reads:
+// every collective, its buffers, stream and dependencies.
+//
+// After a deliberate change, regenerate them and read the diff:
+//   PX_UPDATE_GOLDEN=1 build/tests/parallel/px_parallel_tests --gtest_filter='*GoldenProgram*'
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "nn/gpt.h"
+#include "parallel/lower.h"
+#include "runtime/task.h"
+
+namespace px::parallel {
+namespace {
+
+struct Golden {
+  const char* file;
+  int ranks;
+  int zero_stage;
+  int rank;
+  int micro_batches;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+class GoldenProgram : public ::testing::TestWithParam<Golden> {};
+
+TEST_P(GoldenProgram, PrintsAsCheckedIn) {
+  const Golden& g = GetParam();
+  // (B=4, T=8), vocabulary 64, C=16: small shapes, every op of the real model.
+  const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = 2, .n_head = 2, .n_embd = 16, .dropout = 0.1};
+  const nn::Model model = nn::build_gpt(config, 4, config.block, true);
+  Strategy strategy = data_parallel(g.ranks, batch_input_names(model));
+  strategy.zero_stage = g.zero_stage;
+  strategy.micro_batches = g.micro_batches;
+  strategy.lowering.bucket_bytes = 4096;  // several buckets, so their order and priorities show
+  const std::string printed = lower({.forward = &model.graph, .loss = model.loss}, strategy, g.rank).str();
+  const std::string path = std::string(PX_GOLDEN_DIR) + "/" + g.file;
+  const char* update = std::getenv("PX_UPDATE_GOLDEN");
+  if (update != nullptr && std::string(update) == "1") {
+    std::ofstream(path) << printed;
+    GTEST_SKIP() << "wrote " << path;
+  }
+  const std::string expected = read_file(path);
+  ASSERT_FALSE(expected.empty()) << path << " is missing or empty; PX_UPDATE_GOLDEN=1 writes it";
+  if (printed == expected) return;
+  // The first differing line, so the failure reads without a diff tool.
+  std::istringstream a(expected), b(printed);
+  std::string want, got;
+  for (int line = 1;; ++line) {
+    const bool more_a = static_cast<bool>(std::getline(a, want)), more_b = static_cast<bool>(std::getline(b, got));
+    if (!more_a && !more_b) break;
+    if (!more_a || !more_b || want != got) {
+      ADD_FAILURE() << path << " line " << line << ":\n  checked in: " << (more_a ? want : "<end>")
+                    << "\n  lowered:    " << (more_b ? got : "<end>")
+                    << "\nIf the change is intended, regenerate with PX_UPDATE_GOLDEN=1 and read the diff.";
+      break;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpt2Layers, GoldenProgram,
+                         ::testing::Values(Golden{"gpt2l_1rank.program", 1, 0, 0, 1},
+                                           Golden{"gpt2l_dp2_rank1.program", 2, 0, 1, 1},
+                                           Golden{"gpt2l_zero1_rank1.program", 2, 1, 1, 2},
+                                           Golden{"gpt2l_zero2_rank1.program", 2, 2, 1, 2},
+                                           Golden{"gpt2l_zero3_rank1.program", 2, 3, 1, 2}),
+                         [](const ::testing::TestParamInfo<Golden>& info) {
+                           std::string name = info.param.file;
+                           return name.substr(0, name.find('.'));
+                         });
+
+}  // namespace
+}  // namespace px::parallel
