@@ -24,7 +24,6 @@ Executor::Executor(const Graph& graph, std::vector<ValueId> wanted)
 
   keep_.assign(n_values, false);
   for (ValueId v : wanted_) keep_[v] = true;
-  wanted_set_ = keep_;
   for (const auto& v : graph.values())
     if (v.kind != Value::Kind::activation) keep_[&v - graph.values().data()] = true;
 
@@ -39,22 +38,9 @@ Executor::Executor(const Graph& graph, std::vector<ValueId> wanted)
   frees_.assign(schedule_.size(), {});
   for (size_t v = 0; v < n_values; ++v)
     if (!keep_[v] && last_use[v] >= 0) frees_[last_use[v]].push_back(static_cast<ValueId>(v));
-  last_use_ = std::move(last_use);
-  ready_frees_.assign(schedule_.size(), {});
 }
 
-void Executor::release_after_ready(const std::vector<ValueId>& values) {
-  ready_frees_.assign(schedule_.size(), {});
-  for (ValueId v : values) {
-    PX_CHECK(wanted_set_[static_cast<size_t>(v)], "executor: released value '{}' is not a wanted value",
-             graph_.value(v).name);
-    if (graph_.value(v).kind != Value::Kind::activation || last_use_[static_cast<size_t>(v)] < 0) continue;
-    ready_frees_[static_cast<size_t>(last_use_[static_cast<size_t>(v)])].push_back(v);
-  }
-}
-
-std::vector<Tensor> Executor::run(const std::vector<Tensor>& bound, const OpContext& context,
-                                  const ReadyFn& on_ready, const BeforeFn& before) {
+std::vector<Tensor> Executor::run(const std::vector<Tensor>& bound, const OpContext& context) {
   const auto& nodes = graph_.nodes();
   std::vector<Tensor> live(graph_.values().size());
   for (size_t v = 0; v < graph_.values().size(); ++v)
@@ -66,7 +52,6 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& bound, const OpCont
   std::vector<Tensor*> out_ptrs;
   for (size_t s = 0; s < schedule_.size(); ++s) {
     const Node& node = nodes[schedule_[s]];
-    if (before) before(node);
     in_ptrs.clear();
     out_ptrs.clear();
     for (ValueId in : node.inputs) {
@@ -84,15 +69,8 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& bound, const OpCont
         live[out] = Tensor::empty(spec.shape, spec.dtype);
       out_ptrs.push_back(&live[out]);
     }
-    const auto started = timings_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     node.def->forward(context, node.attrs, in_ptrs, out_ptrs);
-    if (timings_) timings_->push_back({schedule_[s], started, std::chrono::steady_clock::now()});
-    if (on_ready)
-      for (ValueId out : node.outputs)
-        if (wanted_set_[static_cast<size_t>(out)]) on_ready(out, live[out]);
     for (ValueId dead : frees_[s]) live[dead] = Tensor();
-    if (on_ready)
-      for (ValueId dead : ready_frees_[s]) live[dead] = Tensor();
   }
   peak_bytes_ = std::max(memory_stats().peak_bytes, at_start.live_bytes);
 

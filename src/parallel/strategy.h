@@ -24,8 +24,9 @@
 
 namespace px::parallel {
 
-// Default gradient bucket size (bench/dp_step --sweep-buckets measures it on
-// the trainer's code path; docs/data_parallel.md).
+// Default gradient bucket size: bench/sweep_buckets.sh times 2-rank GPT
+// steps on the trainer's own code path (the lowered Program in the
+// ProgramExecutor) at several sizes against it (docs/data_parallel.md).
 constexpr int64_t kDefaultBucketBytes = 256 << 10;
 
 // A graph input or parameter, by name, placed on one mesh axis. Inputs and

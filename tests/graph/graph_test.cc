@@ -102,32 +102,6 @@ TEST(Executor, FreesActivationsAfterLastUse) {
   EXPECT_GE(exec.peak_bytes(), 2 * mib);
 }
 
-// Wanted values handed over through on_ready and released: the chain's 20
-// intermediate values are all wanted, yet only ~2 live at a time, and
-// run() returns them undefined; unreleased wanted values stay.
-TEST(Executor, ReleasedReadyValuesAreFreedAfterLastUse) {
-  Graph g;
-  ValueId x = g.input("x", {Shape{256, 1024}});
-  std::vector<ValueId> chain;
-  ValueId h = x;
-  for (int i = 0; i < 20; ++i) chain.push_back(h = g.add1("relu", {h}));
-  Executor exec(g, chain);
-  exec.release_after_ready(std::vector<ValueId>(chain.begin(), chain.end() - 1));
-  std::vector<Tensor> bound(g.values().size());
-  bound[x] = Tensor::full({256, 1024}, 1.0f);
-  int handed = 0;
-  auto out = exec.run(bound, {}, [&](ValueId, const Tensor& t) {
-    EXPECT_EQ(t.f32()[7], 1.0f);
-    ++handed;
-  });
-  EXPECT_EQ(handed, 20);
-  EXPECT_FALSE(out[0].defined());
-  ASSERT_TRUE(out[19].defined());
-  EXPECT_EQ(out[19].f32()[5], 1.0f);
-  const int64_t mib = 1 << 20;
-  EXPECT_LE(exec.peak_bytes() - memory_stats().live_bytes, 3 * mib);
-}
-
 TEST(Executor, MissingBindingIsANamedError) {
   Graph g;
   ValueId x = g.input("tokens", {Shape{4}});

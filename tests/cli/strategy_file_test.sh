@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# A strategy is a value a user can save and run: `parallax lower
+# --print-strategy` writes the strategy the flags describe as JSON, and
+# `parallax train --strategy FILE` runs it. The file must lower to the very
+# Program the flags lower to, and train to the same per-step losses, bitwise
+# (ZeRO-2 with micro-batches, and top-k compression whose SGD momentum moves
+# into the ranks). `parallax lower` shows every collective of ZeRO-3.
+# usage: strategy_file_test.sh PATH/TO/parallax
+set -euo pipefail
+px="$1"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+text="$work/text.txt"
+for i in $(seq 1 400); do echo "the quick brown fox jumps over the lazy dog $i"; done > "$text"
+gpt=(--model gpt --block 16 --layers 1 --heads 2 --embd 16 --batch 8 --dropout 0.1)
+cnn=(--model cnn --batch 16)
+run=(--steps 6 --threads 1 --progress lines --eval-every 0 --eval-batches 1)
+
+check() {  # check NAME MODEL-AND-STRATEGY-FLAGS... -- TRAIN-ONLY-FLAGS...
+  local name=$1; shift
+  local flags=() extra=()
+  while [[ $1 != -- ]]; do flags+=("$1"); shift; done
+  shift
+  extra=("$@")
+  "$px" lower "${flags[@]}" --print-strategy > "$work/$name.json"
+  "$px" lower "${flags[@]}" --rank 1 > "$work/$name.flags.program"
+  "$px" lower "${flags[@]}" --strategy "$work/$name.json" --rank 1 > "$work/$name.file.program"
+  cmp -s "$work/$name.flags.program" "$work/$name.file.program" ||
+    fail "$name: the strategy file lowers to another Program than its flags: $(diff "$work/$name.flags.program" "$work/$name.file.program" | head -5)"
+  "$px" train "${flags[@]}" "${run[@]}" "${extra[@]}" --metrics "$work/$name.flags.jsonl" > /dev/null
+  "$px" train "${flags[@]}" "${run[@]}" "${extra[@]}" --strategy "$work/$name.json" --metrics "$work/$name.file.jsonl" > /dev/null
+  grep -o '"train_loss":[^,}]*' "$work/$name.flags.jsonl" > "$work/$name.flags.losses"
+  grep -o '"train_loss":[^,}]*' "$work/$name.file.jsonl" > "$work/$name.file.losses"
+  [[ $(wc -l < "$work/$name.flags.losses") -eq 6 ]] || fail "$name: expected 6 losses, got $(cat "$work/$name.flags.losses")"
+  cmp -s "$work/$name.flags.losses" "$work/$name.file.losses" ||
+    fail "$name: --strategy FILE trained to other losses than the flags: $(paste "$work/$name.flags.losses" "$work/$name.file.losses" | head -3)"
+  echo "$name: the strategy file lowers and trains as its flags"
+}
+
+check zero2 "${gpt[@]}" --ranks 2 --zero 2 --accumulation 2 --bucket-mb 0.01 -- --data "$text"
+check topk-momentum "${cnn[@]}" --ranks 2 --compress topk:0.1 -- --optimizer sgd --momentum 0.9
+grep -q '"local_momentum": 0.9' "$work/topk-momentum.json" ||
+  fail "the printed top-k strategy does not carry SGD's momentum into the ranks: $(cat "$work/topk-momentum.json")"
+
+# ZeRO-3's Program names its collectives: gathers before use, reduce-scatters, the loss and norm.
+"$px" lower "${gpt[@]}" --ranks 2 --zero 3 --rank 1 > "$work/zero3.program"
+for want in "allgather dp param.shard" "reduce_scatter dp sum grad.bucket" "allreduce dp sum loss" "allreduce dp sum norm"; do
+  grep -q "$want" "$work/zero3.program" || fail "parallax lower --zero 3 shows no '$want'"
+done
+echo "parallax lower --zero 3 shows its collectives"
