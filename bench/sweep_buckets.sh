@@ -7,35 +7,29 @@
 # measured in the same repetitions; below 1 is faster than the default.
 #
 #   bench/sweep_buckets.sh [--quick] [--reps 2] [--configs "A B"] [--sizes "0 0.0625 0.25 1 4"]
-#                          [--steps 10] [--warmup 3] [--max-time 60] [--build build-bench]
-#                          [--results DIR] [--lock /tmp/px-build.lock] [--mpirun "mpirun -np 2"]
+#                          [--steps 10] [--build build-bench]
 #
 # Every repetition runs every size once per transport, in rising order on odd
-# repetitions and falling on even ones (drift cancels). Each run holds the
-# shared build/benchmark lock alone. --quick: 1 repetition of gpt-mini, 2
-# warmup + 5 timed steps.
+# repetitions and falling on even ones (drift cancels), 3 warmup steps, at
+# most 60 s a run. Each run holds the shared build/benchmark lock
+# (/tmp/px-build.lock) alone. Results go to BUILD/bench-results/buckets-TIME/.
+# --quick: 1 repetition of gpt-mini, 5 timed steps.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=$REPO/build-bench
-REPS=2 CONFIGS="A B" SIZES="0 0.0625 0.25 1 4" STEPS=10 WARMUP=3 MAX_TIME=60 RESULTS="" LOCK=/tmp/px-build.lock
-MPIRUN="mpirun -np 2"
+REPS=2 CONFIGS="A B" SIZES="0 0.0625 0.25 1 4" STEPS=10
 DEFAULT=0.25
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
   case $1 in
-    --quick) REPS=1 CONFIGS=A STEPS=5 WARMUP=2 MAX_TIME=30; shift ;;
+    --quick) REPS=1 CONFIGS=A STEPS=5; shift ;;
     --reps) REPS=$2; shift 2 ;;
     --configs) CONFIGS=$2; shift 2 ;;
     --sizes) SIZES=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
-    --warmup) WARMUP=$2; shift 2 ;;
-    --max-time) MAX_TIME=$2; shift 2 ;;
     --build) BUILD=$(cd "$2" && pwd); shift 2 ;;
-    --results) RESULTS=$2; shift 2 ;;
-    --lock) LOCK=$2; shift 2 ;;
-    --mpirun) MPIRUN=$2; shift 2 ;;
     -h|--help) usage 0 ;;
     *) echo "error: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -45,20 +39,19 @@ done
 PX_DP=$BUILD/bench/px_bench_dp_step
 [[ -x $PX_DP ]] || { echo "error: $PX_DP not built: ninja -C $BUILD px_bench_dp_step" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-RESULTS=${RESULTS:-$BUILD/bench-results/buckets-$(date +%Y%m%d-%H%M%S)}
+RESULTS=$BUILD/bench-results/buckets-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$RESULTS"
 echo "results in $RESULTS" >&2
 
-locked() { if [[ -n $LOCK ]]; then flock "$LOCK" "$@"; else "$@"; fi; }
-timing=(--warmup "$WARMUP" --steps "$STEPS" --max-time "$MAX_TIME")
+locked() { flock /tmp/px-build.lock "$@"; }
+timing=(--warmup 3 --steps "$STEPS" --max-time 60)
 
 run() {  # transport config size: appends the JSON line, tagged with the size
   local line
   if [[ $1 == inproc ]]; then
     line=$(locked "$PX_DP" --config "$2" --ranks 2 --bucket-mb "$3" "${timing[@]}" 2>>"$RESULTS/log" | grep '^{' | tail -n 1) || true
   else
-    # shellcheck disable=SC2086  # MPIRUN is a command line
-    line=$(locked $MPIRUN "$PX_DP" --config "$2" --bucket-mb "$3" "${timing[@]}" 2>>"$RESULTS/log" | grep '^{' | tail -n 1) || true
+    line=$(locked mpirun -np 2 "$PX_DP" --config "$2" --bucket-mb "$3" "${timing[@]}" 2>>"$RESULTS/log" | grep '^{' | tail -n 1) || true
   fi
   [[ -n $line ]] || { echo "error: $1 config $2 --bucket-mb $3 printed no result (see $RESULTS/log)" >&2; exit 1; }
   echo "$line" >>"$RESULTS/runs.jsonl"

@@ -265,42 +265,33 @@ TEST(ZeroCheckpoint, ResumesAcrossRankCountsAndSharding) {
   testing::ScratchDir dir;
   TrainOptions o = gpt_job(testing::write_text(dir));
   const std::vector<double> single = testing::train_losses(o);
-  TrainOptions first = o;
-  first.ranks = 3;
-  first.sync.zero_stage = 1;
-  first.stop_after = 20;
-  first.save = dir.file("zero");
-  testing::train_losses(first);
-  TrainOptions second = o;
-  second.resume = first.save;
-  second.ranks = 2;
-  std::vector<double> tail = testing::train_losses(second);
   const std::vector<double> single_tail(single.begin() + 20, single.end());
-  testing::expect_same_losses(single_tail, tail, kTolerance, "resumed at 2 ranks from ZeRO-1 at 3");
-  TrainOptions third = o;
-  third.resume = first.save;
-  third.ranks = 4;
-  third.sync.zero_stage = 2;
-  testing::expect_same_losses(single_tail, testing::train_losses(third), kTolerance,
-                              "resumed with ZeRO-2 at 4 ranks from ZeRO-1 at 3");
+  // Trains the first 20 steps at (ranks, stage) and saves them to `name`.
+  auto save = [&](int ranks, int stage, const std::string& name) {
+    TrainOptions first = o;
+    first.ranks = ranks;
+    first.sync.zero_stage = stage;
+    first.stop_after = 20;
+    first.save = dir.file(name);
+    testing::train_losses(first);
+    return first.save;
+  };
+  // Resumes `checkpoint` at (ranks, stage): the single rank's last 30 losses.
+  auto expect_resumed = [&](const std::string& checkpoint, int ranks, int stage, const std::string& what) {
+    TrainOptions resumed = o;
+    resumed.resume = checkpoint;
+    resumed.ranks = ranks;
+    resumed.sync.zero_stage = stage;
+    testing::expect_same_losses(single_tail, testing::train_losses(resumed), kTolerance, what);
+  };
+  const std::string zero1 = save(3, 1, "zero");
+  expect_resumed(zero1, 2, 0, "resumed at 2 ranks from ZeRO-1 at 3");
+  expect_resumed(zero1, 4, 2, "resumed with ZeRO-2 at 4 ranks from ZeRO-1 at 3");
   // Saved with parameters stored sharded too (ZeRO-3 gathers them into the
   // checkpoint), resumed with ZeRO-3 at another rank count and at one rank.
-  TrainOptions fourth = o;
-  fourth.ranks = 2;
-  fourth.sync.zero_stage = 3;
-  fourth.stop_after = 20;
-  fourth.save = dir.file("zero3");
-  testing::train_losses(fourth);
-  TrainOptions fifth = o;
-  fifth.resume = fourth.save;
-  fifth.ranks = 3;
-  fifth.sync.zero_stage = 3;
-  testing::expect_same_losses(single_tail, testing::train_losses(fifth), kTolerance,
-                              "resumed with ZeRO-3 at 3 ranks from ZeRO-3 at 2");
-  TrainOptions sixth = o;
-  sixth.resume = fourth.save;
-  testing::expect_same_losses(single_tail, testing::train_losses(sixth), kTolerance,
-                              "resumed at one rank from ZeRO-3 at 2");
+  const std::string zero3 = save(2, 3, "zero3");
+  expect_resumed(zero3, 3, 3, "resumed with ZeRO-3 at 3 ranks from ZeRO-3 at 2");
+  expect_resumed(zero3, 1, 0, "resumed at one rank from ZeRO-3 at 2");
 }
 
 TEST(ZeroOptions, UnknownStageIsANamedError) {
