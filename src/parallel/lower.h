@@ -7,9 +7,11 @@
 //   buckets     the flat parameter layout, gradient buckets (the one bucket rule), ZeRO blocks
 //   schedule    compute per micro-batch, gradient accumulation, the collectives the
 //               transitions need (ZeRO-3 gathers before each use), the loss
-//   optimizer   the global norm, Update after each shard's gradient is complete,
-//               the parameter gather after a sharded update
-//   liveness    the last use of every value and buffer; Free after each buffer's
+//   optimizer   the global norm (Norm, its allreduce when sharded, Clip), Update
+//               after each shard's gradient is complete, the parameter gather
+//               after a sharded update
+//   liveness    the last use of every value and buffer; a Free after each buffer
+//               instance's last read (lower/liveness.h)
 //
 // The graph is built once for the global batch: the loss carries the
 // global scale (1/rows), so every rank's loss and gradients are summands of
