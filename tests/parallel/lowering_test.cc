@@ -170,8 +170,12 @@ TEST(Liveness, EveryStepBufferIsFreedAfterItsLastUse) {
       EXPECT_FALSE(p.buffers[static_cast<size_t>(b)].persistent);
       // ZeRO-2/3 refill a gradient bucket per micro-batch; ZeRO-3 gathers parameters per phase.
       const Buffer::Kind kind = p.buffers[static_cast<size_t>(b)].kind;
-      if (kind == Buffer::Kind::grad_bucket) EXPECT_EQ(n, zero >= 2 ? 2 : 1) << "ZeRO-" << zero;
-      if (kind == Buffer::Kind::param_bucket) EXPECT_EQ(n, 4) << "ZeRO-" << zero;
+      if (kind == Buffer::Kind::grad_bucket) {
+        EXPECT_EQ(n, zero >= 2 ? 2 : 1) << "ZeRO-" << zero;
+      }
+      if (kind == Buffer::Kind::param_bucket) {
+        EXPECT_EQ(n, 4) << "ZeRO-" << zero;
+      }
     }
   }
 }
