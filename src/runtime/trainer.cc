@@ -277,9 +277,9 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     log << fmt::format("gradient bytes on the wire per step (rank 0): {:.3f} MB; a float32 ring allreduce sends "
                        "{:.3f} MB ({:.1f}x {})\n",
                        double(wire.bytes_sent) / n / 1e6, double(wire.dense_bytes) / n / 1e6, wire.reduction(),
-                       o.sync.compression.method == comm::compression::Method::none
+                       strategy.lowering.compression.method == comm::compression::Method::none
                            ? "- uncompressed"
-                           : "fewer with " + o.sync.compression.to_string());
+                           : "fewer with " + strategy.lowering.compression.to_string());
   }
   if (o.model == "gpt" && o.sample_tokens > 0) {
     const ParamStore params = executor.parameters();
