@@ -26,12 +26,12 @@ std::vector<int> forward_order(const Graph& graph, int forward_nodes) {
   return order;
 }
 
+}  // namespace
+
 int add_buffer(Program& program, Buffer buffer) {
   program.buffers.push_back(std::move(buffer));
   return static_cast<int>(program.buffers.size() - 1);
 }
-
-}  // namespace
 
 void buckets(const Context& c, Program& program) {
   const Graph& graph = c.graph;
@@ -124,9 +124,6 @@ void buckets(const Context& c, Program& program) {
                                                      .count = program.shard_count, .persistent = true});
   // The executor reads the loss after the step.
   program.loss_buffer = add_buffer(program, {.kind = Buffer::Kind::loss, .name = "loss", .count = 1, .persistent = true});
-  // And the gradient norm (metrics, clipping).
-  if (program.training && c.strategy.lowering.updates && c.strategy.lowering.global_norm)
-    program.norm_buffer = add_buffer(program, {.kind = Buffer::Kind::norm, .name = "norm", .count = 1, .persistent = true});
 }
 
 }  // namespace px::parallel::passes

@@ -34,6 +34,8 @@ void optimizer(const Context& c, Program& p) {
     std::vector<int> after;
     for (int r : reduced)
       if (r >= 0) after.push_back(r);
+    // One float the executor reads after the step (metrics, clipping).
+    p.norm_buffer = add_buffer(p, {.kind = Buffer::Kind::norm, .name = "norm", .count = 1, .persistent = true});
     const Region squares{p.norm_buffer, 0, 1};
     norm = emit(p, {.op = Norm{.gradients = gradients, .into = squares},
                     .stream = kComputeStream,

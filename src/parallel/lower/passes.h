@@ -49,5 +49,7 @@ void frees(Program& program);
 
 // Appends an instruction; returns its id.
 int emit(Program& program, Instr instr);
+// Appends a buffer; returns its index.
+int add_buffer(Program& program, Buffer buffer);
 
 }  // namespace px::parallel::passes
