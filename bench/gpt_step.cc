@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
   px::ParamStore params = px::ParamStore::initialize(model.graph, args.seed);
   const int64_t n_params = params.count();
   px::ProgramExecutor executor(bench_program(model, 1, 0, px::parallel::kDefaultBucketBytes, args.decay == "all"),
-                               nullptr, {.kind = "adamw", .weight_decay = 0.01});
+                               {}, {.kind = "adamw", .weight_decay = 0.01});
   executor.set_parameters(params);
   const auto batches = random_token_batches(cfg);
   const int64_t B = cfg.batch, T = cfg.gpt.block;

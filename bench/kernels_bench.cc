@@ -90,7 +90,7 @@ void run(const Config& c, int steps) {
   Timer t;
   for (int step = -1; step < steps; ++step) {
     if (step == 0) t.reset();  // step -1 warms up
-    t.time("embedding", [&] { embedding(N, C, ids.data(), wte.data(), x.data()); });
+    t.time("embedding", [&] { embedding(N, C, ids.data(), wte.data(), 0, c.V, x.data()); });
     for (int64_t l = 0; l < c.L; ++l) {
       t.time("layernorm", [&] {
         layernorm(N, C, 1e-5f, x.data(), g.data(), g.data(), ln.data(), mean.data(), rstd.data());
@@ -145,7 +145,7 @@ void run(const Config& c, int steps) {
                       g.data());
       t.time("residual", [&] { add_inplace(N * C, ln.data(), dx.data()); });
     }
-    t.time("embedding", [&] { embedding_backward(N, C, ids.data(), dx.data(), dwte.data()); });
+    t.time("embedding", [&] { embedding_backward(N, C, ids.data(), dx.data(), 0, c.V, dwte.data()); });
     t.time("adamw", [&] {
       adamw(params, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step + 2, p.data(), pg.data(), m.data(),
             v.data());

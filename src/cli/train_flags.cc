@@ -1,5 +1,8 @@
 #include "cli/train_flags.h"
 
+#include <cstdio>
+#include <sstream>
+
 #include <limits>
 
 #include "comm/collectives.h"
@@ -54,6 +57,14 @@ void add_parallel_flags(CLI::App& cmd, TrainFlags& flags) {
   cmd.add_option("--allreduce", flags.allreduce, "gradient allreduce algorithm: auto (the cost model's pick), ring, "
                                                  "halving_doubling, tree, ... (see `parallax bench comm --help`)")
       ->capture_default_str();
+  cmd.add_option("--tp", o.sync.tensor_parallel, "Megatron tensor parallelism: ranks per tensor-parallel group; the "
+                                                 "mesh is {dp: ranks / tp, tp: tp} (GPT: tp must divide --heads)")
+      ->capture_default_str();
+  cmd.add_option("--mesh", flags.mesh, "the device mesh as axis=size pairs, e.g. dp=2,tp=2 (sets --tp; dp x tp "
+                                       "must equal the ranks)");
+  cmd.add_flag("--sequence-parallel", o.sync.sequence_parallel,
+               "with --tp: LayerNorm, dropout and residuals split along the sequence (reduce-scatter / all-gather "
+               "pairs instead of allreduces)");
   cmd.add_option("--strategy", o.sync.strategy, "a strategy JSON file (mesh, placement seeds, ZeRO, micro-batches, "
                                                 "buckets, compression; `parallax lower --print-strategy` writes one) "
                                                 "instead of the flags above");
@@ -68,6 +79,27 @@ void apply(TrainFlags& flags) {
   o.sync.compression = comm::compression::Spec::parse(flags.compress);
   if (!(flags.p3_slice_kb >= 0)) fail("--p3-slice-kb {} must be >= 0", flags.p3_slice_kb);
   o.sync.p3_slice_bytes = static_cast<int64_t>(flags.p3_slice_kb * 1024);
+  if (!flags.mesh.empty()) {
+    // axis=size pairs; the mesh is {dp, tp} whatever the order given.
+    int dp = 1, tp = 1;
+    std::stringstream pairs(flags.mesh);
+    for (std::string pair; std::getline(pairs, pair, ',');) {
+      const size_t eq = pair.find('=');
+      const std::string axis = pair.substr(0, eq);
+      int size = 0;
+      if (eq == std::string::npos || std::sscanf(pair.c_str() + eq + 1, "%d", &size) != 1 || size < 1)
+        fail("--mesh '{}': '{}' is not axis=size with a size >= 1", flags.mesh, pair);
+      if (axis == "dp") dp = size;
+      else if (axis == "tp") tp = size;
+      else fail("--mesh '{}': axis '{}' is not one of dp, tp", flags.mesh, axis);
+    }
+    if (o.sync.tensor_parallel != 1 && o.sync.tensor_parallel != tp)
+      fail("--mesh '{}' says tp={}, --tp says {}", flags.mesh, tp, o.sync.tensor_parallel);
+    o.sync.tensor_parallel = tp;
+    o.sync.mesh_ranks = dp * tp;
+    if (o.ranks != 1 && o.ranks != dp * tp)
+      fail("--mesh '{}' has {} ranks, --ranks says {}", flags.mesh, dp * tp, o.ranks);
+  }
 }
 
 }  // namespace px::cli

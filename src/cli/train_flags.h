@@ -17,6 +17,7 @@ struct TrainFlags {
   std::string allreduce = "auto";
   std::string compress = "none";
   double p3_slice_kb = 0;
+  std::string mesh;  // "dp=2,tp=2"
 };
 
 // Unset integer and float options take the model's default (apply()).

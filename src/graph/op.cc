@@ -8,6 +8,13 @@ namespace px {
 
 std::string TensorSpec::str() const { return fmt::format("{}{}", dtype_name(dtype), shape.str()); }
 
+namespace {
+const ShardBox kWhole{};
+}
+
+const ShardBox& OpContext::input_box(size_t i) const { return i < inputs.size() ? inputs[i] : kWhole; }
+const ShardBox& OpContext::output_box(size_t i) const { return i < outputs.size() ? outputs[i] : kWhole; }
+
 OpRegistry& OpRegistry::instance() {
   static OpRegistry registry;
   return registry;

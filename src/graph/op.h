@@ -31,12 +31,29 @@ struct OpCost {
   double bytes_written = 0;
 };
 
-// Per-call facts that are not attributes: the step's seed (dropout) and where
-// this shard's first row sits in the unsplit batch, so that a batch-split
-// shard draws the same random numbers as the unsplit run.
+// Where a local tensor sits in the unsplit one: its first element's index
+// along every dim and the unsplit shape. Empty (offset {}): the tensor is
+// whole. Ops that need global positions read it: dropout draws by the
+// element's global index, the vocab-parallel embedding and cross-entropy
+// find which vocabulary rows or columns this shard holds.
+struct ShardBox {
+  std::vector<int64_t> offset;
+  Shape global;
+  bool whole() const { return offset.empty(); }
+  int64_t offset_of(int dim) const { return offset.empty() ? 0 : offset[static_cast<size_t>(dim)]; }
+  // The unsplit extent of `dim`, given the local one.
+  int64_t extent_of(int dim, int64_t local) const { return offset.empty() ? local : global[dim]; }
+  bool operator==(const ShardBox&) const = default;
+};
+
+// Per-call facts that are not attributes: the step's seed (dropout) and the
+// boxes of the inputs and outputs (empty on one rank), so that a shard draws
+// the same random numbers and addresses the same rows as the unsplit run.
 struct OpContext {
   uint64_t seed = 0;
-  int64_t row_offset = 0;  // offset along dim 0 of the op's first input
+  std::vector<ShardBox> inputs, outputs;  // empty, or one per input / output
+  const ShardBox& input_box(size_t i) const;
+  const ShardBox& output_box(size_t i) const;
 };
 
 struct OpExample {
@@ -44,6 +61,8 @@ struct OpExample {
   Attrs attrs;
   // For integer inputs: values are drawn from [0, int_upper[i]). Empty or 0 for floats.
   std::vector<int64_t> int_upper;
+  // Float inputs marked here are drawn from [0.5, 1.5) (a logarithm's argument).
+  std::vector<bool> positive;
 };
 
 using InferFn = std::function<std::vector<TensorSpec>(const std::vector<TensorSpec>&, const Attrs&)>;
@@ -58,6 +77,12 @@ using CostFn = std::function<OpCost(const std::vector<TensorSpec>& inputs,
                                     const std::vector<TensorSpec>& outputs, const Attrs&)>;
 using SignaturesFn = std::function<std::vector<PlacementSignature>(const std::vector<TensorSpec>&,
                                                                    const Attrs&)>;
+// Attributes for a shard: given the local input and output specs, the
+// attributes that make the shape rule produce those outputs (reshape's
+// target shape, embedding_grad's vocabulary). Most ops need none: their
+// attributes are shard-invariant.
+using LocalizeFn = std::function<Attrs(const Attrs&, const std::vector<TensorSpec>& inputs,
+                                       const std::vector<TensorSpec>& outputs)>;
 
 struct OpDef {
   std::string name;
@@ -66,8 +91,16 @@ struct OpDef {
   BackwardFn backward;  // empty: not differentiable
   CostFn cost;          // empty: bytes of inputs/outputs, no flops
   SignaturesFn signatures;
+  LocalizeFn localize;  // empty: attributes are the same on every shard
+  // Signatures name grouped splits S(d,g) themselves (reshape); otherwise
+  // propagation carries the inputs' groups to the outputs.
+  bool signatures_see_groups = false;
   std::function<std::vector<OpExample>()> examples;
   int differentiable_outputs = 1;
+  // Float inputs backward treats as constants: a shift the composite it is
+  // part of does not depend on (cross-entropy's row maximum). The
+  // finite-difference check skips them.
+  std::vector<int> constant_inputs;
   // The first output is a view of the first input (reshape): the executor
   // does not allocate it; forward receives it already bound.
   bool output_is_view = false;

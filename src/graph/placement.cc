@@ -1,16 +1,34 @@
 #include "graph/placement.h"
 
+#include <cstdio>
+
 #include <fmt/format.h>
+
+#include "core/error.h"
 
 namespace px {
 
 std::string Placement::str() const {
   switch (kind) {
-    case Kind::split: return fmt::format("S({})", dim);
+    case Kind::split: return groups == 1 ? fmt::format("S({})", dim) : fmt::format("S({},{})", dim, groups);
     case Kind::broadcast: return "B";
-    case Kind::partial: return "P";
+    case Kind::partial: return reduce == Reduce::max ? "P(max)" : "P";
   }
   return "?";
+}
+
+Placement placement_from_string(const std::string& text) {
+  if (text == "B") return Placement::B();
+  if (text == "P" || text == "P(sum)") return Placement::P();
+  if (text == "P(max)") return Placement::P(Placement::Reduce::max);
+  int dim = -1, groups = 1;
+  char close = 0, tail = 0;
+  if (std::sscanf(text.c_str(), "S(%d%c%c", &dim, &close, &tail) == 2 && close == ')' && dim >= 0)
+    return Placement::S(dim);
+  if (std::sscanf(text.c_str(), "S(%d,%d%c%c", &dim, &groups, &close, &tail) == 3 && close == ')' && dim >= 0 &&
+      groups >= 1)
+    return Placement::S(dim, groups);
+  fail("placement '{}' is not one of S(d), S(d,groups) with d >= 0 and groups >= 1, B, P or P(max)", text);
 }
 
 static std::string join(const std::vector<Placement>& ps) {

@@ -1,9 +1,16 @@
 // Placements of a tensor along one mesh axis (DESIGN.md): split along a
 // tensor dim S(d), broadcast B (every rank holds it whole), or partial P
-// (every rank holds a summand). An op's placement signature says which
-// combination of input placements it can run on locally, and what placements
-// its outputs then have: for Y = X·W, (S(0), B) -> S(0) is data parallel,
-// (B, S(1)) -> S(1) column parallel, (S(1), S(0)) -> P row parallel.
+// (every rank holds a summand, or for P(max) a candidate of the maximum).
+// An op's placement signature says which combination of input placements
+// it can run on locally, and what placements its outputs then have: for
+// Y = X·W, (S(0), B) -> S(0) is data parallel, (B, S(1)) -> S(1) column
+// parallel, (S(1), S(0)) -> P row parallel.
+//
+// A split may be grouped: S(d,g) views dim d as g groups of n/g and splits
+// every group in blocks, so a rank holds its block of each group. GPT's
+// fused q|k|v projection is split this way: each rank gets its heads of q,
+// of k and of v. Signatures of ops other than reshape never name groups:
+// propagation carries the groups of a split input to the split outputs.
 #pragma once
 
 #include <string>
@@ -13,21 +20,32 @@ namespace px {
 
 struct Placement {
   enum class Kind { split, broadcast, partial };
+  enum class Reduce { sum, max };  // partial: how the ranks' terms combine
   Kind kind = Kind::broadcast;
-  int dim = 0;  // for split: the tensor dim, >= 0
+  int dim = 0;     // split: the tensor dim, >= 0
+  int groups = 1;  // split: dim d seen as `groups` groups, each split in blocks
+  Reduce reduce = Reduce::sum;
 
-  static Placement S(int dim) { return {Kind::split, dim}; }
-  static Placement B() { return {Kind::broadcast, 0}; }
-  static Placement P() { return {Kind::partial, 0}; }
+  static Placement S(int dim, int groups = 1) { return {Kind::split, dim, groups, Reduce::sum}; }
+  static Placement B() { return {Kind::broadcast, 0, 1, Reduce::sum}; }
+  static Placement P(Reduce reduce = Reduce::sum) { return {Kind::partial, 0, 1, reduce}; }
   bool is_split() const { return kind == Kind::split; }
+  bool is_partial() const { return kind == Kind::partial; }
   bool operator==(const Placement&) const = default;
-  std::string str() const;  // "S(0)", "B", "P"
+  std::string str() const;  // "S(0)", "S(1,3)", "B", "P", "P(max)"
 };
+
+// Parses what str() prints; px::Error naming the text otherwise.
+Placement placement_from_string(const std::string& text);
 
 struct PlacementSignature {
   std::string name;  // e.g. "data_parallel", "column_parallel"
   std::vector<Placement> inputs;
   std::vector<Placement> outputs;
+  // Holds only when every split dim (of inputs and outputs) divides evenly
+  // by the shard count: a reshape that splits heads with their channels
+  // inside needs whole heads on every shard.
+  bool even = false;
   bool operator==(const PlacementSignature&) const = default;
   std::string str() const;  // "data_parallel: (S(0), B) -> (S(0))"
 };

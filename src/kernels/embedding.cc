@@ -11,22 +11,29 @@
 
 namespace px::kernels {
 
-void embedding(int64_t N, int64_t C, const int32_t* ids, const float* table, float* out) {
+void embedding(int64_t N, int64_t C, const int32_t* ids, const float* table, int64_t first, int64_t rows,
+               float* out) {
   int64_t grain = detail::rows_grain(C, detail::kCheapGrain);
   px::parallel_for(0, N, grain, [=](int64_t lo, int64_t hi) {
-    for (int64_t n = lo; n < hi; ++n)
-      std::memcpy(out + n * C, table + static_cast<int64_t>(ids[n]) * C,
-                  static_cast<size_t>(C) * sizeof(float));
+    for (int64_t n = lo; n < hi; ++n) {
+      const int64_t row = static_cast<int64_t>(ids[n]) - first;
+      if (row >= 0 && row < rows)
+        std::memcpy(out + n * C, table + row * C, static_cast<size_t>(C) * sizeof(float));
+      else
+        std::memset(out + n * C, 0, static_cast<size_t>(C) * sizeof(float));
+    }
   });
 }
 
-void embedding_backward(int64_t N, int64_t C, const int32_t* ids, const float* dout,
+void embedding_backward(int64_t N, int64_t C, const int32_t* ids, const float* dout, int64_t first, int64_t rows,
                         float* dtable) {
   int64_t grain = detail::rows_grain(N, detail::kCheapGrain);
   px::parallel_for(0, C, grain, [=](int64_t c0, int64_t c1) {
     for (int64_t n = 0; n < N; ++n) {
+      const int64_t row = static_cast<int64_t>(ids[n]) - first;
+      if (row < 0 || row >= rows) continue;
       const float* __restrict src = dout + n * C;
-      float* __restrict dst = dtable + static_cast<int64_t>(ids[n]) * C;
+      float* __restrict dst = dtable + row * C;
       for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
     }
   });
@@ -34,15 +41,21 @@ void embedding_backward(int64_t N, int64_t C, const int32_t* ids, const float* d
 
 namespace ref {
 
-void embedding(int64_t N, int64_t C, const int32_t* ids, const float* table, float* out) {
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c) out[n * C + c] = table[ids[n] * C + c];
+void embedding(int64_t N, int64_t C, const int32_t* ids, const float* table, int64_t first, int64_t rows,
+               float* out) {
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t row = ids[n] - first;
+    for (int64_t c = 0; c < C; ++c) out[n * C + c] = row >= 0 && row < rows ? table[row * C + c] : 0.0f;
+  }
 }
 
-void embedding_backward(int64_t N, int64_t C, const int32_t* ids, const float* dout,
+void embedding_backward(int64_t N, int64_t C, const int32_t* ids, const float* dout, int64_t first, int64_t rows,
                         float* dtable) {
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c) dtable[ids[n] * C + c] += dout[n * C + c];
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t row = ids[n] - first;
+    if (row < 0 || row >= rows) continue;
+    for (int64_t c = 0; c < C; ++c) dtable[row * C + c] += dout[n * C + c];
+  }
 }
 
 }  // namespace ref

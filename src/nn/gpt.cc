@@ -82,7 +82,12 @@ Model build_gpt(const GptConfig& c, int64_t batch, int64_t T, bool training) {
   for (int64_t i = 0; i < c.n_layer; ++i) x = b.block(x, i);
   x = layer_norm(g, "ln_f", x, c.n_embd);
   m.logits = g.add1("matmul", {x, wte}, {{"trans_b", int64_t{1}}}, "lm_head");  // (B, T, V)
-  m.loss = g.add1("cross_entropy", {m.logits, m.targets},
+  // The loss in parts (graph/ops/cross_entropy_parts.cc), so that logits
+  // split along the vocabulary are never gathered: three row reductions.
+  ValueId shift = g.add1("logits_max", {m.logits}, {}, "loss.max");                    // (B, T)
+  ValueId sum_exp = g.add1("logits_sum_exp", {m.logits, shift}, {}, "loss.sum_exp");   // (B, T)
+  ValueId target = g.add1("target_logit", {m.logits, m.targets}, {}, "loss.target");  // (B, T)
+  m.loss = g.add1("cross_entropy_loss", {shift, sum_exp, target},
                   {{"scale", 1.0 / static_cast<double>(batch * T)}}, "loss");
   return m;
 }

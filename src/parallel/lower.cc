@@ -1,5 +1,8 @@
 #include "parallel/lower.h"
 
+#include <map>
+#include <optional>
+
 #include "core/error.h"
 #include "graph/autodiff.h"
 #include "parallel/lower/passes.h"
@@ -19,12 +22,20 @@ const Transition& Context::transition(Transition::Site site, ValueId value) cons
 
 namespace {
 
-// Seeds along the data axis, by value id (every input and parameter; B unless named).
-std::vector<Placement> data_axis_seeds(const Graph& graph, const Strategy& strategy) {
-  std::vector<Placement> seeds(graph.values().size(), Placement::B());
+// The strategy's seeds by value id and axis. A seed names an input, a
+// parameter or an activation (a node's output, by its name).
+std::vector<std::vector<std::optional<Placement>>> seeds_by_value(const Graph& graph, const Strategy& strategy) {
+  const size_t axes = strategy.mesh.axes().size();
+  std::map<std::string, ValueId> by_name;
+  for (size_t v = 0; v < graph.values().size(); ++v) by_name.emplace(graph.values()[v].name, static_cast<ValueId>(v));
+  std::vector<std::vector<std::optional<Placement>>> seeds(graph.values().size(),
+                                                           std::vector<std::optional<Placement>>(axes));
   for (const PlacementSeed& seed : strategy.seeds) {
-    if (seed.axis != strategy.data_axis) continue;
-    seeds[static_cast<size_t>(graph.find(seed.value))] = seed.placement;
+    auto it = by_name.find(seed.value);
+    if (it == by_name.end())
+      fail("strategy: a seed places '{}' along '{}', but the model has no input, parameter or value of that name",
+           seed.value, seed.axis);
+    seeds[static_cast<size_t>(it->second)][static_cast<size_t>(strategy.mesh.axis(seed.axis))] = seed.placement;
   }
   return seeds;
 }
@@ -47,31 +58,56 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   }
   const int axis = strategy.mesh.axis(strategy.data_axis);
   const std::vector<int> coords = strategy.mesh.coords(rank);
-  passes::Context context{.graph = graph,
+
+  // Placements on every axis, the rule's reshard nodes inserted. Along the
+  // model axes each gradient is resharded to where its parameter is stored;
+  // along the data axis the buckets carry it (the transitions below).
+  PlacementRequest placing{.graph = &graph, .mesh = &strategy.mesh, .seeds = seeds_by_value(graph, strategy),
+                           .targets = {}};
+  for (const ParamGrad& pg : grads) {
+    if (pg.grad == kNoValue) continue;
+    std::vector<std::optional<Placement>> where = placing.seeds[static_cast<size_t>(pg.param)];
+    for (size_t a = 0; a < where.size(); ++a)
+      where[a] = static_cast<int>(a) == axis ? std::nullopt : std::optional(where[a].value_or(Placement::B()));
+    placing.targets.push_back({pg.grad, where});
+  }
+  const Propagation placement = propagate(placing);
+  for (size_t i = 0, t = 0; i < grads.size(); ++i) {
+    grads[i].param = placement.value_of[static_cast<size_t>(grads[i].param)];
+    if (grads[i].grad != kNoValue) grads[i].grad = placement.target_of[t++];
+  }
+  const ValueId loss = placement.value_of[static_cast<size_t>(request.loss)];
+  std::vector<ValueId> outputs;
+  for (ValueId v : request.outputs) outputs.push_back(placement.value_of[static_cast<size_t>(v)]);
+  const int local_forward_nodes = forward_nodes < static_cast<int>(placement.node_of.size())
+                                      ? placement.node_of[static_cast<size_t>(forward_nodes)]
+                                      : static_cast<int>(placement.graph.nodes().size());
+
+  passes::Context context{.graph = placement.graph,
                           .strategy = strategy,
+                          .coords = coords,
                           .data_rank = coords[static_cast<size_t>(axis)],
                           .data_size = strategy.data_ranks(),
                           .data_axis = axis,
                           .zero_stage = strategy.data_ranks() > 1 ? strategy.zero_stage : 0,
-                          .forward_nodes = forward_nodes,
-                          .loss = request.loss,
-                          .grads = {},
-                          .placement = propagate(graph, data_axis_seeds(graph, strategy)),
+                          .forward_nodes = local_forward_nodes,
+                          .loss = loss,
+                          .grads = grads,
+                          .placement = placement,
                           .transitions = {}};
   Strategy effective = strategy;
   effective.zero_stage = context.zero_stage;
   std::vector<ParamGrad> with_gradients;
   for (const ParamGrad& pg : grads)
     if (pg.grad != kNoValue) with_gradients.push_back(pg);
-  context.transitions = transitions(graph, context.placement, request.loss, with_gradients, effective);
-  context.grads = grads;
+  context.transitions = transitions(placement.graph, placement, axis, loss, with_gradients, effective);
 
   Program program;
   program.strategy = strategy;
   program.rank = rank;
   program.coords = coords;
-  program.loss = request.loss;
-  program.outputs = request.outputs;
+  program.loss = loss;
+  program.outputs = outputs;
   program.training = request.training;
   passes::localize(context, program);
   passes::buckets(context, program);

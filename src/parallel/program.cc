@@ -5,6 +5,7 @@
 #include "comm/collectives.h"
 #include "comm/reduction.h"
 #include "core/error.h"
+#include "parallel/lower/reshard.h"
 
 namespace px::parallel {
 
@@ -57,7 +58,7 @@ struct OperationPrinter {
     const Node& node = g.nodes().at(static_cast<size_t>(c.node));
     std::string shapes;
     for (ValueId out : node.outputs) shapes += (shapes.empty() ? "" : ", ") + g.spec(out).str();
-    return fmt::format("compute {} ({}) -> {}", node.name, node.op(), shapes);
+    return fmt::format("{} ({}) -> {}", node.name, node.op(), shapes);
   }
   std::string operator()(const Collective& c) const {
     const bool reduces = c.kind == comm::Collective::allreduce || c.kind == comm::Collective::reduce_scatter;
@@ -67,6 +68,13 @@ struct OperationPrinter {
     if (c.codec.lossy()) s += fmt::format(" codec {} ({}x{})", c.codec.to_string(), c.codec_rows, c.codec_cols);
     return s;
   }
+  std::string operator()(const Reshard& r) const {
+    const Graph& g = p.graph_of(instr.micro_batch);
+    const Node& node = g.nodes().at(static_cast<size_t>(r.node));
+    return fmt::format("reshard {} {} -> {} ({}) {} -> {}", axis_str(p, r.axis), r.from.str(), r.to.str(),
+                       resharding_name(resharding(r.from, r.to)), g.value(node.inputs.front()).name,
+                       g.spec(node.outputs.front()).str());
+  }
   std::string operator()(const Send& s) const { return fmt::format("send {} to {}", region_str(p, s.slot), s.peer); }
   std::string operator()(const Recv& r) const { return fmt::format("recv {} from {}", region_str(p, r.slot), r.peer); }
   std::string operator()(const Accumulate& a) const {
@@ -75,7 +83,9 @@ struct OperationPrinter {
   }
   std::string operator()(const Norm& n) const {
     std::string s = "norm";
-    for (const Region& r : n.gradients) s += " " + region_str(p, r);
+    for (size_t i = 0; i < n.gradients.size(); ++i)
+      s += " " + region_str(p, n.gradients[i]) +
+           (i < n.weights.size() && n.weights[i] != 1 ? fmt::format("x{:.4g}", n.weights[i]) : "");
     return s + " -> " + region_str(p, n.into);
   }
   std::string operator()(const Clip& c) const {
@@ -141,7 +151,8 @@ bool Program::operator==(const Program& other) const {
       if (!(graphs[g].values()[v].spec == other.graphs[g].values()[v].spec)) return false;
   }
   return strategy == other.strategy && rank == other.rank && coords == other.coords &&
-         micro_batches == other.micro_batches && batch_inputs == other.batch_inputs && loss == other.loss &&
+         micro_batches == other.micro_batches && batch_inputs == other.batch_inputs && boxes == other.boxes &&
+         batch_rows == other.batch_rows && loss == other.loss &&
          outputs == other.outputs && params == other.params && buckets == other.buckets &&
          param_count == other.param_count && shard_count == other.shard_count && buffers == other.buffers &&
          instrs == other.instrs && params_buffer == other.params_buffer &&

@@ -4,6 +4,7 @@
 //
 //   Compute{node}                    run one node of the micro-batch's local graph
 //   Collective{kind, axis, op, in, out, codec}   over the mesh axis' group
+//   Reshard{node, axis, from, to}    a local value's placement changed along an axis
 //   Send / Recv{slot, peer}          point-to-point (pipeline stages)
 //   Accumulate{value -> buffer}      a gradient into its bucket (copy, then add)
 //   Norm{gradients -> norm}          this rank's part of the squared gradient norm
@@ -32,6 +33,7 @@
 #include "comm/collectives.h"
 #include "comm/transport.h"
 #include "graph/graph.h"
+#include "parallel/lower/propagate.h"
 #include "parallel/strategy.h"
 
 namespace px::parallel {
@@ -94,7 +96,9 @@ struct ParamLayout {
   ValueId value = kNoValue;
   ValueId grad = kNoValue;  // kNoValue in programs without backward
   std::string name;
-  Shape shape;
+  Shape shape;         // this rank's part (split along the model axes), or the whole
+  Shape global_shape;  // the whole parameter
+  AxisPlacements placement;  // per mesh axis; B on the data axis (ZeRO's shards are the buckets')
   bool weight_decay = false;
   int64_t offset = 0;  // elements, in the flat parameter layout (bucket-contiguous)
   int bucket = -1;
@@ -122,6 +126,16 @@ struct Collective {
   bool operator==(const Collective&) const = default;
 };
 
+// A value of the micro-batch's local graph placed differently along one
+// mesh axis (lower/propagate.h inserted a reshard node): the one rule's
+// collective over the axis' group, from the node's input into its output.
+struct Reshard {
+  int node = -1;  // the reshard node of the micro-batch's local graph
+  int axis = 0;
+  Placement from, to;
+  bool operator==(const Reshard&) const = default;
+};
+
 struct Send {
   Region slot;
   int peer = 0;
@@ -142,9 +156,12 @@ struct Accumulate {
 
 // The squares of `gradients` summed into `into` (one float): the squared
 // global gradient norm, or this rank's part of it when the gradients are
-// sharded (an allreduce of `into` follows).
+// sharded (an allreduce of `into` follows over each axis that shards them).
+// `weights` (empty: all 1) counts a region that the ranks of a model axis
+// hold alike once: 1 / (their number).
 struct Norm {
   std::vector<Region> gradients;
+  std::vector<double> weights;
   Region into;
   bool operator==(const Norm&) const = default;
 };
@@ -174,7 +191,7 @@ struct Free {
   bool operator==(const Free&) const = default;
 };
 
-using Operation = std::variant<Compute, Collective, Send, Recv, Accumulate, Norm, Clip, Update, Free>;
+using Operation = std::variant<Compute, Collective, Reshard, Send, Recv, Accumulate, Norm, Clip, Update, Free>;
 
 struct Instr {
   Operation op;
@@ -207,6 +224,12 @@ struct Program {
   std::vector<Graph> graphs;
   std::vector<MicroBatch> micro_batches;
   std::vector<ValueId> batch_inputs;  // split S(0) along the data axis: fed per micro-batch
+  // Per local graph, per value: where the shard sits in the unsplit value
+  // (ops read it: graph/op.h), without the micro-batch's rows; and per value
+  // whether dim 0 is the batch split along the data axis (the executor adds
+  // the micro-batch's global row offset there).
+  std::vector<std::vector<ShardBox>> boxes;
+  std::vector<bool> batch_rows;
   ValueId loss = kNoValue;
   std::vector<ValueId> outputs;  // returned per micro-batch (evaluation: logits)
   std::vector<ParamLayout> params;

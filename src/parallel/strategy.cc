@@ -18,14 +18,11 @@ Strategy data_parallel(int ranks, const std::vector<std::string>& batch_inputs) 
 
 void validate(const Strategy& s) {
   s.mesh.axis(s.data_axis);  // names the mesh when the axis is missing
-  if (s.mesh.axes().size() != 1)
-    fail("strategy: mesh {} has {} axes; this build lowers the data axis '{}' only (tensor and pipeline axes are "
-         "not lowered yet)",
-         s.mesh.str(), s.mesh.axes().size(), s.data_axis);
   for (const PlacementSeed& seed : s.seeds) {
     s.mesh.axis(seed.axis);
     if (seed.placement.kind == Placement::Kind::partial)
-      fail("strategy: seed '{}' is P on axis '{}': a graph input or parameter is S(d) or B", seed.value, seed.axis);
+      fail("strategy: seed '{}' is {} on axis '{}': a value is seeded S(d) or B (partial values come out of ops)",
+           seed.value, seed.placement.str(), seed.axis);
   }
   if (s.zero_stage < 0 || s.zero_stage > 3)
     fail("strategy: ZeRO stage {} is not available: expected 0 (off), 1 (optimizer state sharded), 2 (and "
@@ -41,16 +38,6 @@ void validate(const Strategy& s) {
   if (s.zero_stage > 0 && !s.lowering.updates)
     fail("strategy: ZeRO-{} shards the optimizer; a program without updates keeps whole gradients (zero_stage 0)",
          s.zero_stage);
-}
-
-Placement placement_from_string(const std::string& text) {
-  if (text == "B") return Placement::B();
-  if (text == "P") return Placement::P();
-  int dim = -1;
-  char close = 0, tail = 0;
-  if (std::sscanf(text.c_str(), "S(%d%c%c", &dim, &close, &tail) == 2 && close == ')' && dim >= 0)
-    return Placement::S(dim);
-  fail("placement '{}' is not one of S(d) with d >= 0, B or P", text);
 }
 
 nlohmann::json to_json(const Strategy& s) {

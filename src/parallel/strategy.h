@@ -88,6 +88,5 @@ nlohmann::json to_json(const Strategy& strategy);
 Strategy strategy_from_json(const nlohmann::json& json);
 Strategy load_strategy(const std::string& path);
 
-Placement placement_from_string(const std::string& text);
 
 }  // namespace px::parallel

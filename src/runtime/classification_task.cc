@@ -81,7 +81,7 @@ class ClassificationTask : public Task {
     Evaluator e{build(rows, false), nullptr};
     e.executor = std::make_unique<ProgramExecutor>(
         parallel::lower_single(e.model.graph, e.model.loss, {e.model.logits}, batch_input_names(e.model), false),
-        nullptr);
+        AxisGroups{});
     return evaluators_.emplace(rows, std::move(e)).first->second;
   }
 

@@ -53,6 +53,16 @@ comm::compression::WireStats ProgramExecutor::step_wire() const {
 
 void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_t step) {
   const parallel::Instr& instr = program_.instrs[static_cast<size_t>(id)];
+  if (groups_[static_cast<size_t>(op.axis)] != group_) {
+    // A model axis' collective on a flat buffer (the gradient norm's sum):
+    // inline, on that axis' group.
+    PX_CHECK(op.kind == comm::Collective::allreduce && op.output.buffer < 0,
+             "instruction #{}: only allreduces run on a model axis' flat buffers", id);
+    if (comm::Communicator* comm = groups_[static_cast<size_t>(op.axis)])
+      comm::allreduce(*comm, std::span<float>(data(op.input), static_cast<size_t>(op.input.count)), op.op,
+                      options_.collective);
+    return;
+  }
   const Buffer& input_buffer = program_.buffers[static_cast<size_t>(op.input.buffer)];
   if (input_buffer.kind == Buffer::Kind::grad_bucket) zero_unwritten(op.input.buffer);
   const int priority = options_.p3_slice_bytes > 0 ? instr.priority : 0;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "comm/collectives.h"
+#include "parallel/shard.h"
 #include "runtime/program_executor.h"
 
 namespace px {
@@ -28,13 +29,41 @@ Piece piece_of(const parallel::Program& p, const parallel::ParamLayout& param) {
   return {lo - in_bucket, hi - in_bucket, b.shard_offset + (lo - b.block_begin)};
 }
 
+// Whether the model axes (every axis but the data axis) split the parameter.
+bool model_split(const parallel::ParamLayout& param) { return param.shape != param.global_shape; }
+
 }  // namespace
+
+Tensor ProgramExecutor::local_of(const Tensor& whole, const parallel::ParamLayout& param) const {
+  if (whole.shape() != param.global_shape)
+    fail("parameter '{}' has shape {}, the model expects {}", param.name, whole.shape(), param.global_shape);
+  if (!model_split(param)) return whole;
+  Tensor local = Tensor::empty(param.shape, DType::f32);
+  const int data_axis = program_.strategy.mesh.axis(program_.strategy.data_axis);
+  parallel::copy_to_local(whole, parallel::shard_pieces(param.global_shape, param.placement, program_.strategy.mesh,
+                                                        program_.coords, data_axis),
+                          local);
+  return local;
+}
+
+Tensor ProgramExecutor::whole_of(const Tensor& local, const parallel::ParamLayout& param) {
+  if (!model_split(param)) return local;
+  // Undo the splits one axis at a time, the inner axes first.
+  Tensor t = local;
+  parallel::AxisPlacements placement = param.placement;
+  for (size_t a = placement.size(); a-- > 0;) {
+    if (!placement[a].is_split() || groups_[a] == nullptr) continue;
+    const parallel::AxisPlacements was = placement;
+    placement[a] = Placement::B();
+    const Shape whole = parallel::local_shape(param.global_shape, placement, program_.strategy.mesh, program_.coords);
+    t = reshard_tensor(*groups_[a], t, was[a], Placement::B(), whole, options_.collective);
+  }
+  return t;
+}
 
 void ProgramExecutor::set_parameters(const ParamStore& store) {
   for (const parallel::ParamLayout& param : program_.params) {
-    const Tensor& value = store.at(param.name);
-    if (value.shape() != param.shape)
-      fail("parameter '{}' has shape {}, the program expects {}", param.name, value.shape(), param.shape);
+    const Tensor value = local_of(store.at(param.name), param);
     if (program_.params_buffer >= 0) {
       std::memcpy(buffers_[static_cast<size_t>(program_.params_buffer)].f32() + param.offset, value.f32(),
                   static_cast<size_t>(value.numel()) * sizeof(float));
@@ -64,7 +93,7 @@ ParamStore ProgramExecutor::parameters() {
     const Tensor& flat = buffers_[static_cast<size_t>(program_.params_buffer)];
     for (const std::string& name : declared_) {
       const parallel::ParamLayout& p = *by_name.at(name);
-      named.emplace_back(name, flat.slice_rows(p.offset, p.offset + p.shape.numel()).reshape(p.shape));
+      named.emplace_back(name, whole_of(flat.slice_rows(p.offset, p.offset + p.shape.numel()).reshape(p.shape), p));
     }
     return ParamStore::of(std::move(named));
   }
@@ -79,7 +108,7 @@ ParamStore ProgramExecutor::parameters() {
     const parallel::ParamLayout& p = *by_name.at(name);
     Tensor t = Tensor::empty(p.shape, DType::f32);
     std::memcpy(t.f32(), flat.data() + p.offset, static_cast<size_t>(p.shape.numel()) * sizeof(float));
-    named.emplace_back(name, std::move(t));
+    named.emplace_back(name, whole_of(t, p));
   }
   return ParamStore::of(std::move(named));
 }
@@ -95,7 +124,16 @@ Tensor ProgramExecutor::gradient(const std::string& name) const {
 
 NamedTensors ProgramExecutor::gather_optimizer_state() {
   PX_CHECK(optimizer_.has_value(), "the program has no optimizer");
-  if (program_.grad_shard_buffer < 0) return optimizer_->whole_state();
+  std::map<std::string, const parallel::ParamLayout*> param_named;
+  for (const parallel::ParamLayout& p : program_.params) param_named[p.name] = &p;
+  if (program_.grad_shard_buffer < 0) {
+    NamedTensors state = optimizer_->whole_state();  // "<param>.<slot>", this rank's model shard
+    for (auto& [key, tensor] : state) {
+      const std::string param = key.substr(0, key.rfind('.'));
+      tensor = whole_of(tensor, *param_named.at(param));
+    }
+    return state;
+  }
   // Each shard's state at its place in the flat layout, then every rank's blocks.
   const std::vector<std::string> slot_names = optimizer_slot_names(optimizer_->config().kind);
   std::map<std::string, const parallel::ParamLayout*> by_name;
@@ -113,10 +151,24 @@ NamedTensors ProgramExecutor::gather_optimizer_state() {
       const parallel::ParamLayout& p = *by_name.at(name);
       Tensor t = Tensor::empty(p.shape, DType::f32);
       std::memcpy(t.f32(), flat.data() + p.offset, static_cast<size_t>(p.shape.numel()) * sizeof(float));
-      out.emplace_back(name + "." + slot_names[slot], std::move(t));
+      out.emplace_back(name + "." + slot_names[slot], whole_of(t, p));
     }
   }
   return out;
+}
+
+void ProgramExecutor::load_optimizer_state(const SafetensorsFile& file, int64_t steps) {
+  PX_CHECK(optimizer_.has_value(), "the program has no optimizer");
+  // The saved tensors are whole; the optimizer's shards are runs of this
+  // rank's model shard of each parameter.
+  SafetensorsFile local{.path = file.path, .tensors = {}, .metadata = file.metadata};
+  std::map<std::string, const parallel::ParamLayout*> by_name;
+  for (const parallel::ParamLayout& p : program_.params) by_name[p.name] = &p;
+  for (const auto& [key, tensor] : file.tensors) {
+    auto it = by_name.find(key.substr(0, key.rfind('.')));
+    local.tensors.emplace_back(key, it == by_name.end() ? tensor : local_of(tensor, *it->second));
+  }
+  optimizer_->load(local, steps);
 }
 
 NamedTensors ProgramExecutor::gather_compression_state() {

@@ -36,7 +36,7 @@ class LanguageModelTask : public Task {
       eval_model_ = build(validation_.windows_per_batch(), false);
       eval_ = std::make_unique<ProgramExecutor>(
           parallel::lower_single(eval_model_.graph, eval_model_.loss, {}, batch_input_names(eval_model_), false),
-          nullptr);
+          AxisGroups{});
     }
     eval_->use_parameters(params);
     double loss_sum = 0;

@@ -34,13 +34,24 @@ void validate(const ExecutorOptions& o, const parallel::Program& program) {
   }
 }
 
-ProgramExecutor::ProgramExecutor(parallel::Program program, comm::Communicator* group, OptimizerConfig optimizer,
+ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, OptimizerConfig optimizer,
                                  ExecutorOptions options)
-    : program_(std::move(program)), liveness_(parallel::liveness(program_)), group_(group), options_(options) {
+    : program_(std::move(program)), liveness_(parallel::liveness(program_)), groups_(std::move(groups)),
+      group_(nullptr), options_(options) {
+  const auto& axes = program_.strategy.mesh.axes();
+  if (groups_.empty()) groups_.assign(axes.size(), nullptr);
+  if (groups_.size() != axes.size())
+    fail("the program's mesh {} has {} axes, the executor was given {} groups", program_.strategy.mesh.str(),
+         axes.size(), groups_.size());
+  for (size_t a = 0; a < axes.size(); ++a) {
+    const int size = groups_[a] ? groups_[a]->size() : 1;
+    if (size != axes[a].size)
+      fail("the program's mesh axis '{}' has {} ranks, its communicator {}", axes[a].name, axes[a].size, size);
+    if (size == 1) groups_[a] = nullptr;
+  }
+  axis_bytes_.assign(axes.size(), 0);
+  group_ = groups_[static_cast<size_t>(program_.strategy.mesh.axis(program_.strategy.data_axis))];
   const int group_size = group_ ? group_->size() : 1;
-  if (group_size != program_.strategy.data_ranks())
-    fail("the program's data axis '{}' has {} ranks, its communicator {}", program_.strategy.data_axis,
-         program_.strategy.data_ranks(), group_size);
   validate(options_, program_);
   PX_CHECK(!program_.graphs.empty(), "a program without a local graph (rank {} has no rows)", program_.rank);
   if (group_size > 1 && options_.overlap) {
@@ -216,10 +227,20 @@ void ProgramExecutor::compute(int id, const parallel::Compute& op, const StepInp
         i == 0 && node.def->output_is_view ? in[0]->reshape(spec.shape) : Tensor::empty(spec.shape, spec.dtype);
     out.push_back(&live[static_cast<size_t>(v)]);
   }
+  // Where the shards sit in the unsplit values: the lowering's boxes plus
+  // the micro-batch's global rows on the batch dim.
+  const std::vector<ShardBox>& boxes = program_.boxes[static_cast<size_t>(program_.micro_batches[static_cast<size_t>(m)].graph)];
+  const int64_t rows = input.row_offset + program_.micro_batches[static_cast<size_t>(m)].row_offset;
+  auto box_of = [&](ValueId v) {
+    ShardBox box = boxes[static_cast<size_t>(v)];
+    if (program_.batch_rows[static_cast<size_t>(v)] && !box.offset.empty()) box.offset[0] += rows;
+    return box;
+  };
+  OpContext context{.seed = input.seed, .inputs = {}, .outputs = {}};
+  for (ValueId v : node.inputs) context.inputs.push_back(box_of(v));
+  for (ValueId v : node.outputs) context.outputs.push_back(box_of(v));
   const double start = tracing_ ? comm::now_us() : 0;
-  node.def->forward({.seed = input.seed,
-                     .row_offset = input.row_offset + program_.micro_batches[static_cast<size_t>(m)].row_offset},
-                    node.attrs, in, out);
+  node.def->forward(context, node.attrs, in, out);
   if (tracing_)
     trace_.push_back({.name = fmt::format("{} ({})", node.name, node.op()),
                       .lane = TraceRecord::Lane::compute,
@@ -260,9 +281,10 @@ void ProgramExecutor::accumulate(int id, const parallel::Accumulate& op) {
 
 void ProgramExecutor::norm(const parallel::Norm& op) {
   double squares = 0;
-  for (const Region& r : op.gradients) {
+  for (size_t i = 0; i < op.gradients.size(); ++i) {
+    const Region& r = op.gradients[i];
     zero_unwritten(r.buffer);
-    squares += kernels::sum_squares(r.count, data(r));
+    squares += kernels::sum_squares(r.count, data(r)) * (i < op.weights.size() ? op.weights[i] : 1.0);
   }
   *data(op.into) = static_cast<float>(squares);
 }
@@ -342,6 +364,7 @@ StepResult ProgramExecutor::run(const StepInput& input) {
   // Engine jobs of the previous step stay referenced by deferred updates (resolved there).
   if (deferred_.empty()) job_.assign(program_.instrs.size(), -1);
   wire_.assign(program_.instrs.size(), {});
+  axis_bytes_.assign(axis_bytes_.size(), 0);
   StepResult result;
   const MemoryStats at_start = memory_stats();
   reset_peak_memory();
@@ -362,6 +385,8 @@ StepResult ProgramExecutor::run(const StepInput& input) {
             accumulate(id, op);
           } else if constexpr (std::is_same_v<T, parallel::Collective>) {
             collective(id, op, input.step);
+          } else if constexpr (std::is_same_v<T, parallel::Reshard>) {
+            reshard(id, op, input);
           } else if constexpr (std::is_same_v<T, parallel::Norm>) {
             norm(op);
           } else if constexpr (std::is_same_v<T, parallel::Clip>) {
@@ -412,6 +437,9 @@ StepResult ProgramExecutor::run(const StepInput& input) {
   }
   live_.clear();
   result.wire = step_wire();
+  result.axis_bytes = axis_bytes_;
+  const size_t data_axis = static_cast<size_t>(program_.strategy.mesh.axis(program_.strategy.data_axis));
+  result.axis_bytes[data_axis] += static_cast<int64_t>(result.wire.bytes_sent);
   return result;
 }
 

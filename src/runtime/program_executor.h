@@ -78,6 +78,9 @@ struct StepResult {
   // This rank's gradient bytes handed to the transport, and what a float32
   // ring allreduce of the same gradients sends (2(p-1)/p * 4n).
   comm::compression::WireStats wire;
+  // Per mesh axis: bytes this rank sent this step (ring formulas): the
+  // data axis' gradient and parameter collectives, every axis' reshards.
+  std::vector<int64_t> axis_bytes;
   std::vector<std::vector<Tensor>> outputs;  // per micro-batch: Program::outputs
 };
 
@@ -90,22 +93,36 @@ struct ExecutorMemory {
   int64_t optimizer_state = 0;
 };
 
+// The one rule's collective on a local tensor along one axis: `in` placed
+// `from` becomes `to`; `whole` is the value's local shape with this axis'
+// split undone. Collective over `comm` (every rank of the axis calls it).
+Tensor reshard_tensor(comm::Communicator& comm, const Tensor& in, const Placement& from, const Placement& to,
+                      const Shape& whole, const comm::CollectiveOptions& options = {});
+// Bytes one rank sends for a Reshard of a value of `bytes` over `p` ranks (ring formulas).
+int64_t resharding_wire_bytes(const parallel::Reshard& op, int p, int64_t bytes);
+
+// This rank's communicator on each mesh axis, by axis index (nullptr: the
+// axis has one rank). Empty: one rank everywhere.
+using AxisGroups = std::vector<comm::Communicator*>;
+
 class ProgramExecutor {
  public:
-  // `group`: the data axis' communicator (nullptr: one rank). `optimizer`
-  // is used by programs with updates.
-  ProgramExecutor(parallel::Program program, comm::Communicator* group, OptimizerConfig optimizer = {},
+  // `groups`: this rank's group on each axis of the program's mesh.
+  // `optimizer` is used by programs with updates.
+  ProgramExecutor(parallel::Program program, AxisGroups groups, OptimizerConfig optimizer = {},
                   ExecutorOptions options = {});
   ~ProgramExecutor();
   ProgramExecutor(const ProgramExecutor&) = delete;
   ProgramExecutor& operator=(const ProgramExecutor&) = delete;
 
   // Takes the parameters from a whole ParamStore (identical on every rank):
-  // copies them into the flat parameters, or (ZeRO-3) its blocks of them.
+  // copies this rank's part of each (its model-axis shard; under ZeRO-3 its
+  // blocks of that) into its storage.
   void set_parameters(const ParamStore& params);
-  // The whole parameters. Replicated storage: views into the executor's
-  // (they change with every step). ZeRO-3: gathered from every rank into new
-  // tensors, so every rank must call it (collective).
+  // The whole parameters. Replicated storage on one model shard: views into
+  // the executor's (they change with every step). Split along a model axis
+  // or ZeRO-3: gathered from every rank into new tensors, so every rank
+  // must call it (collective).
   ParamStore parameters();
 
   // Programs without updates (evaluation, sampling, a parameter-server
@@ -124,6 +141,9 @@ class ProgramExecutor {
   Optimizer& optimizer() { return *optimizer_; }
   // The whole optimizer state "<param>.<slot>" (collective when sharded).
   NamedTensors gather_optimizer_state();
+  // Loads whole "<param>.<slot>" tensors (any sharding saved them): this
+  // rank takes its part.
+  void load_optimizer_state(const SafetensorsFile& file, int64_t steps);
 
   // Compressed gradients: every rank's error-feedback state (residuals,
   // PowerSGD's Q, DGC velocities) as "rank<r>.<param>.<entry>" (collective).
@@ -151,6 +171,8 @@ class ProgramExecutor {
 
   // program_executor.cc: the step loop and the local instructions.
   void compute(int id, const parallel::Compute& op, const StepInput& input);
+  // executor_reshard.cc
+  void reshard(int id, const parallel::Reshard& op, const StepInput& input);
   void accumulate(int id, const parallel::Accumulate& op);
   void norm(const parallel::Norm& op);
   double clip(const parallel::Clip& op, double clip);  // returns the global norm
@@ -173,10 +195,16 @@ class ProgramExecutor {
 
   // executor_state.cc: parameters, optimizer and compression state.
   void gather_buckets(std::vector<float>& flat);  // every rank's blocks into `flat` (param layout)
+  // A parameter-shaped tensor of this rank's model shard -> the whole one
+  // (collective over the model axes that split it), and back.
+  Tensor whole_of(const Tensor& local, const parallel::ParamLayout& param);
+  Tensor local_of(const Tensor& whole, const parallel::ParamLayout& param) const;
 
   parallel::Program program_;
   parallel::Liveness liveness_;
-  comm::Communicator* group_;
+  AxisGroups groups_;
+  comm::Communicator* group_;  // the data axis'
+  std::vector<int64_t> axis_bytes_;  // per mesh axis: bytes this rank sent for reshards this step
   ExecutorOptions options_;
   std::unique_ptr<comm::CommEngine> engine_;
   std::optional<Optimizer> optimizer_;

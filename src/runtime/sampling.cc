@@ -41,7 +41,7 @@ std::string sample_text(const nn::GptConfig& config, const ParamStore& params, c
       sampler.executor = std::make_unique<ProgramExecutor>(
           parallel::lower_single(sampler.model.graph, sampler.model.loss, {sampler.model.logits},
                                  batch_input_names(sampler.model), false),
-          nullptr);
+          AxisGroups{});
       sampler.executor->use_parameters(params);
     }
     Tensor tokens = Tensor::empty({1, T}, DType::i32);

@@ -1,5 +1,7 @@
 #include "runtime/train_options.h"
 
+#include <numeric>
+
 #include <cmath>
 
 namespace px {
@@ -52,9 +54,26 @@ void validate(const TrainOptions& o) {
   if (o.grad_clip < 0) fail("gradient clip {} must be >= 0", o.grad_clip);
   if (o.threads < 1) fail("threads {} must be >= 1", o.threads);
   if (o.ranks < 1) fail("ranks {} must be >= 1", o.ranks);
-  if (o.batch < o.ranks)
+  const int tp = o.sync.tensor_parallel;
+  if (tp < 1) fail("--tp {} must be >= 1", tp);
+  if (o.ranks % tp != 0)
+    fail("--tp {} does not divide the {} ranks: the mesh is {{dp: ranks / tp, tp: tp}}", tp, o.ranks);
+  if (o.batch < o.ranks / tp)
     fail("batch size {} is smaller than the {} data-parallel ranks: expected at least one row a rank", o.batch,
-         o.ranks);
+         o.ranks / tp);
+  if (tp > 1 || o.sync.sequence_parallel) {
+    if (!o.ps.mode.empty()) fail("tensor parallelism and parameter servers do not combine: drop --tp or --ps");
+    if (o.model == "cnn") fail("tensor parallelism splits the GPT's and the MLP's layers; the cnn trains data-parallel");
+    if (o.model == "gpt" && o.gpt.n_head % tp != 0)
+      fail("--tp {} does not divide n_head={}: each tensor-parallel rank computes whole attention heads (try --tp "
+           "{} or --heads {})",
+           tp, o.gpt.n_head, std::gcd(static_cast<int64_t>(tp), o.gpt.n_head), tp * ((o.gpt.n_head + tp - 1) / tp));
+    if (o.sync.sequence_parallel && o.model != "gpt") fail("--sequence-parallel needs a sequence: the gpt model");
+    if (o.sync.compression.lossy())
+      fail("gradient compression ({}) and tensor parallelism do not combine yet: choose one",
+           o.sync.compression.to_string());
+    if (o.sync.p3_slice_bytes > 0) fail("P3 and tensor parallelism do not combine yet: choose one");
+  }
   if (o.link_gbps < 0) fail("link limit {} Gb/s must be >= 0 (0: unlimited)", o.link_gbps);
   if (o.inject_delay_rank >= o.ranks)
     fail("--inject-delay names rank {}, but the job has ranks 0..{}", o.inject_delay_rank, o.ranks - 1);

@@ -44,6 +44,9 @@ struct DataParallelOptions {
   comm::CollectiveOptions collective;
   comm::compression::Spec compression;  // lossy gradient compression with error feedback
   int64_t p3_slice_bytes = 0;    // P3: > 0 slices gradients and updates each layer before the next forward reads it
+  int tensor_parallel = 1;       // Megatron tensor parallelism: ranks per tensor-parallel group (mesh {dp, tp})
+  bool sequence_parallel = false;  // and LayerNorm/dropout/residuals split along the sequence
+  int mesh_ranks = 0;            // --mesh: the ranks it names (0: not given)
   std::string strategy;          // a strategy JSON file (parallax lower --print-strategy writes one); overrides the above's strategy part
   bool operator==(const DataParallelOptions&) const = default;
 };

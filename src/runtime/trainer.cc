@@ -17,6 +17,7 @@
 #include "comm/backends.h"
 #include "runtime/checkpoint.h"
 #include "parallel/lower.h"
+#include "parallel/tensor_parallel.h"
 #include "runtime/memory_report.h"
 #include "runtime/parameter_server.h"
 #include "runtime/program_executor.h"
@@ -74,7 +75,13 @@ parallel::Strategy strategy_for(const TrainOptions& o, const nn::Model& model, i
       fail("strategy '{}' has mesh {} of {} ranks; this job has {}", o.sync.strategy, s.mesh.str(), s.mesh.ranks(),
            world);
   } else {
-    s = parallel::data_parallel(world, batch_input_names(model));
+    const int tp = o.sync.tensor_parallel;
+    if (o.sync.mesh_ranks > 0 && o.sync.mesh_ranks != world)
+      fail("--mesh names {} ranks; this job has {}", o.sync.mesh_ranks, world);
+    if (world % tp != 0) fail("--tp {} does not divide the job's {} ranks", tp, world);
+    s = tp > 1 || o.sync.sequence_parallel
+            ? parallel::tensor_parallel(model.graph, world / tp, tp, batch_input_names(model), o.sync.sequence_parallel)
+            : parallel::data_parallel(world, batch_input_names(model));
     s.zero_stage = o.sync.zero_stage;
     s.micro_batches = static_cast<int>(o.accumulation);
     s.lowering.bucket_bytes = o.sync.bucket_bytes;
@@ -135,7 +142,17 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
                               .bucket_buffers = o.sync.bucket_buffers,
                               .collective = o.sync.collective,
                               .trace = !o.trace.empty()};
-  ProgramExecutor executor(parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, rank), group,
+  // This rank's group on every mesh axis (tp innermost: consecutive ranks).
+  parallel::MeshGroups mesh_groups;
+  AxisGroups groups;
+  if (group != nullptr) {
+    mesh_groups = parallel::make_mesh_groups(*group, strategy.mesh);
+    for (comm::Communicator& c : mesh_groups.axis) groups.push_back(&c);
+  }
+  const int data_axis = strategy.mesh.axis(strategy.data_axis);
+  const int data_rank = strategy.mesh.coords(rank)[static_cast<size_t>(data_axis)];
+  const int data_ranks = strategy.data_ranks();
+  ProgramExecutor executor(parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, rank), groups,
                            o.optimizer, run_options);
   const bool compressed = executor.compressing();
   int64_t step = 0;
@@ -150,7 +167,7 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   }
   if (!o.resume.empty()) {
     step = resumed.state.at("step").get<int64_t>();
-    executor.optimizer().load(resumed.optimizer, resumed.state.at("optimizer_steps").get<int64_t>());
+    executor.load_optimizer_state(resumed.optimizer, resumed.state.at("optimizer_steps").get<int64_t>());
     task->restore_data_state(resumed.state.at("data"));
     if (compressed) restore_compression_state(resumed, executor, world, log);
     log << fmt::format("resumed from '{}' at step {}{}\n", o.resume, step,
@@ -161,11 +178,12 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   log << fmt::format("model {} with {} parameters; {} steps of batch {}{}; {}threads {}; BLAS {}\n", o.model,
                      parameter_count, total, o.batch,
                      o.accumulation > 1 ? fmt::format(" ({} micro-batches)", o.accumulation) : "",
-                     world > 1 ? fmt::format("{} data-parallel ranks ({}); ", world, group->backend()) : "",
+                     world > 1 ? fmt::format("{} ranks, mesh {} ({}); ", world, strategy.mesh.str(), group->backend())
+                               : "",
                      o.threads, openblas_get_corename());
   TrainResult result;
   const int slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size());
-  const int zero = world > 1 ? strategy.zero_stage : 0;
+  const int zero = data_ranks > 1 ? strategy.zero_stage : 0;
   auto memory_now = [&] {
     const ExecutorMemory m = executor.memory();
     return RankMemory{.parameters = static_cast<double>(m.parameters),
@@ -215,7 +233,7 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
 
   const int64_t end = o.stop_after > 0 ? std::min(o.stop_after, total) : total;
   for (; step < end; ++step) {
-    DataBatch batch = task->next_batch(rank, world);
+    DataBatch batch = task->next_batch(data_rank, data_ranks);
     const uint64_t seed = splitmix64(o.seed ^ splitmix64(static_cast<uint64_t>(step) * 1024));
     if (rank == o.inject_delay_rank)  // a straggler, for demonstrations (--inject-delay)
       std::this_thread::sleep_for(std::chrono::milliseconds(o.inject_delay_ms));
@@ -304,6 +322,8 @@ class NullBuffer : public std::streambuf {
 
 TrainResult train(TrainOptions o, std::ostream& log) {
   kernels::set_threads(o.threads);
+  // --mesh names the ranks: in-process, that many threads.
+  if (!o.mpi && o.sync.mesh_ranks > 0) o.ranks = o.sync.mesh_ranks;
   NullBuffer null_buffer;
   std::ostream quiet(&null_buffer);
   if (o.mpi) {

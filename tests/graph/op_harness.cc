@@ -11,9 +11,12 @@ std::vector<Tensor> random_inputs(const OpExample& example, Rng& rng) {
     const TensorSpec& s = example.inputs[i];
     Tensor t = Tensor::empty(s.shape, s.dtype);
     int64_t upper = i < example.int_upper.size() ? example.int_upper[i] : 0;
+    const bool positive = i < example.positive.size() && example.positive[i];
     for (int64_t j = 0; j < t.numel(); ++j) {
       switch (s.dtype) {
-        case DType::f32: t.f32()[j] = static_cast<float>(rng.normal()); break;
+        case DType::f32:
+          t.f32()[j] = static_cast<float>(positive ? 0.5 + rng.uniform() : rng.normal());
+          break;
         case DType::i32: t.data<int32_t>()[j] = static_cast<int32_t>(rng.below(upper)); break;
         case DType::u8: t.data<uint8_t>()[j] = static_cast<uint8_t>(rng.below(upper)); break;
         default: PX_CHECK(false, "unsupported example dtype");

@@ -42,22 +42,66 @@ std::vector<Tensor> partial_parts(const Tensor& full, int k, Rng& rng) {
   return parts;
 }
 
+// Rows [lo, hi) of split `p` of a tensor of shape `shape`: dim p.dim seen as
+// p.groups groups, each cut the same way.
+Tensor slice_split(const Tensor& t, const Placement& p, Split s) {
+  if (p.groups == 1) return slice_dim(t, p.dim, s.lo, s.hi);
+  std::vector<int64_t> grouped = t.shape().dims();
+  const int64_t n = grouped[static_cast<size_t>(p.dim)];
+  grouped[static_cast<size_t>(p.dim)] = n / p.groups;
+  grouped.insert(grouped.begin() + p.dim, p.groups);
+  Tensor part = slice_dim(t.reshape(Shape(grouped)), p.dim + 1, s.lo, s.hi);
+  std::vector<int64_t> dims = t.shape().dims();
+  dims[static_cast<size_t>(p.dim)] = p.groups * (s.hi - s.lo);
+  return part.reshape(Shape(dims));
+}
+
+Tensor concat_split(const std::vector<Tensor>& parts, const Placement& p) {
+  if (p.groups == 1) return concat_dim(parts, p.dim);
+  std::vector<Tensor> grouped;
+  for (const Tensor& t : parts) {
+    std::vector<int64_t> dims = t.shape().dims();
+    dims[static_cast<size_t>(p.dim)] /= p.groups;
+    dims.insert(dims.begin() + p.dim, p.groups);
+    grouped.push_back(t.reshape(Shape(dims)));
+  }
+  Tensor whole = concat_dim(grouped, p.dim + 1);
+  std::vector<int64_t> dims = whole.shape().dims();
+  dims[static_cast<size_t>(p.dim)] *= dims[static_cast<size_t>(p.dim) + 1];
+  dims.erase(dims.begin() + p.dim + 1);
+  return whole.reshape(Shape(dims));
+}
+
+// The box of shard r of a tensor placed `p` (empty when whole or grouped).
+ShardBox box_of(const Shape& full, const Placement& p, int k, int r) {
+  if (!p.is_split() || p.groups != 1) return {};
+  ShardBox box{std::vector<int64_t>(static_cast<size_t>(full.rank()), 0), full};
+  box.offset[static_cast<size_t>(p.dim)] = chunk(full[p.dim], k, r).lo;
+  return box;
+}
+
 // Returns "" when the signature holds, else a description of the mismatch.
 std::string check_signature(const OpDef& def, const OpExample& ex, const PlacementSignature& sig, int k,
                             Rng& rng) {
   std::vector<Tensor> inputs = random_inputs(ex, rng);
   std::vector<Tensor> full = run_op(def, ex.attrs, inputs, {.seed = kSeed});
+  auto splits_evenly = [&](const Placement& p, const Shape& shape) {
+    return !p.is_split() || (shape[p.dim] % p.groups == 0 && (!sig.even || (shape[p.dim] / p.groups) % k == 0));
+  };
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!splits_evenly(sig.inputs[i], inputs[i].shape())) return "skip";
+  for (size_t o = 0; o < full.size(); ++o)
+    if (!splits_evenly(sig.outputs[o], full[o].shape())) return "skip";
 
   std::vector<std::vector<Tensor>> shard_inputs(k);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Placement& p = sig.inputs[i];
     if (p.kind == Placement::Kind::split) {
-      if (inputs[i].dim(p.dim) < k) return "skip";  // a shard would be empty
-      for (int r = 0; r < k; ++r) {
-        Split s = chunk(inputs[i].dim(p.dim), k, r);
-        shard_inputs[r].push_back(slice_dim(inputs[i], p.dim, s.lo, s.hi));
-      }
+      if (inputs[i].dim(p.dim) / p.groups < k) return "skip";  // a shard would be empty
+      for (int r = 0; r < k; ++r)
+        shard_inputs[r].push_back(slice_split(inputs[i], p, chunk(inputs[i].dim(p.dim) / p.groups, k, r)));
     } else if (p.kind == Placement::Kind::partial) {
+      if (p.reduce != Placement::Reduce::sum) return "skip";  // no op consumes a partial maximum
       auto parts = partial_parts(inputs[i], k, rng);
       for (int r = 0; r < k; ++r) shard_inputs[r].push_back(parts[r]);
     } else {
@@ -67,10 +111,24 @@ std::string check_signature(const OpDef& def, const OpExample& ex, const Placeme
 
   std::vector<std::vector<Tensor>> shard_outputs(k);
   for (int r = 0; r < k; ++r) {
-    OpContext ctx{.seed = kSeed, .row_offset = 0};
-    if (!sig.inputs.empty() && sig.inputs[0] == Placement::S(0))
-      ctx.row_offset = chunk(inputs[0].dim(0), k, r).lo;
-    shard_outputs[r] = run_op(def, ex.attrs, shard_inputs[r], ctx);
+    OpContext ctx{.seed = kSeed};
+    std::vector<TensorSpec> local_in, local_out;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      ctx.inputs.push_back(box_of(inputs[i].shape(), sig.inputs[i], k, r));
+      local_in.push_back({shard_inputs[r][i].shape(), shard_inputs[r][i].dtype()});
+    }
+    for (size_t o = 0; o < full.size(); ++o) {
+      const Placement& p = sig.outputs[o];
+      ctx.outputs.push_back(box_of(full[o].shape(), p, k, r));
+      std::vector<int64_t> dims = full[o].shape().dims();
+      if (p.is_split()) {
+        const Split s = chunk(dims[static_cast<size_t>(p.dim)] / p.groups, k, r);
+        dims[static_cast<size_t>(p.dim)] = p.groups * (s.hi - s.lo);
+      }
+      local_out.push_back({Shape(dims), full[o].dtype()});
+    }
+    const Attrs attrs = def.localize ? def.localize(ex.attrs, local_in, local_out) : ex.attrs;
+    shard_outputs[r] = run_op(def, attrs, shard_inputs[r], ctx);
   }
 
   for (size_t o = 0; o < full.size(); ++o) {
@@ -79,11 +137,14 @@ std::string check_signature(const OpDef& def, const OpExample& ex, const Placeme
     for (int r = 0; r < k; ++r) parts.push_back(shard_outputs[r][o]);
     Tensor combined;
     if (p.kind == Placement::Kind::split) {
-      combined = concat_dim(parts, p.dim);
+      combined = concat_split(parts, p);
     } else if (p.kind == Placement::Kind::partial) {
       combined = parts[0].clone();
+      const bool max = p.reduce == Placement::Reduce::max;
       for (int r = 1; r < k; ++r)
-        for (int64_t j = 0; j < combined.numel(); ++j) combined.f32()[j] += parts[r].f32()[j];
+        for (int64_t j = 0; j < combined.numel(); ++j)
+          combined.f32()[j] = max ? std::max(combined.f32()[j], parts[r].f32()[j])
+                                  : combined.f32()[j] + parts[r].f32()[j];
     } else {
       for (int r = 1; r < k; ++r)
         if (max_relative_diff(parts[r], full[o]) > 1e-4) return fmt::format("output {} differs on shard {}", o, r);

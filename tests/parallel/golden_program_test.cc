@@ -1,6 +1,8 @@
 // Golden Programs: what a 2-layer GPT lowers to for one rank, 2-rank data
 // parallelism and ZeRO-1, -2 and -3 (rank 1; two micro-batches each, where
-// ZeRO-1 reduces once and ZeRO-2/3 every micro-batch), printed by Program::str() —
+// ZeRO-1 reduces once and ZeRO-2/3 every micro-batch), and a 1-layer GPT
+// under Megatron tensor parallelism (tp=2, with and without sequence
+// parallelism; dp=2 x tp=2 with ZeRO-1), printed by Program::str() —
 // the form `parallax lower` shows — and checked in under golden/. A change
 // to the lowering shows up as a diff of these files that a reviewer reads:
 // every collective, its buffers, stream and dependencies.
@@ -15,6 +17,7 @@
 
 #include "nn/gpt.h"
 #include "parallel/lower.h"
+#include "parallel/tensor_parallel.h"
 #include "runtime/task.h"
 
 namespace px::parallel {
@@ -26,6 +29,9 @@ struct Golden {
   int zero_stage;
   int rank;
   int micro_batches;
+  int layers = 2;
+  int tp = 1;
+  bool sequence_parallel = false;
 };
 
 std::string read_file(const std::string& path) {
@@ -40,9 +46,11 @@ class GoldenProgram : public ::testing::TestWithParam<Golden> {};
 TEST_P(GoldenProgram, PrintsAsCheckedIn) {
   const Golden& g = GetParam();
   // (B=4, T=8), vocabulary 64, C=16: small shapes, every op of the real model.
-  const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = 2, .n_head = 2, .n_embd = 16, .dropout = 0.1};
+  const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = g.layers, .n_head = 2, .n_embd = 16, .dropout = 0.1};
   const nn::Model model = nn::build_gpt(config, 4, config.block, true);
-  Strategy strategy = data_parallel(g.ranks, batch_input_names(model));
+  Strategy strategy = g.tp > 1 ? tensor_parallel(model.graph, g.ranks / g.tp, g.tp, batch_input_names(model),
+                                                 g.sequence_parallel)
+                               : data_parallel(g.ranks, batch_input_names(model));
   strategy.zero_stage = g.zero_stage;
   strategy.micro_batches = g.micro_batches;
   strategy.lowering.bucket_bytes = 4096;  // several buckets, so their order and priorities show
@@ -76,7 +84,10 @@ INSTANTIATE_TEST_SUITE_P(Gpt2Layers, GoldenProgram,
                                            Golden{"gpt2l_dp2_rank1.program", 2, 0, 1, 1},
                                            Golden{"gpt2l_zero1_rank1.program", 2, 1, 1, 2},
                                            Golden{"gpt2l_zero2_rank1.program", 2, 2, 1, 2},
-                                           Golden{"gpt2l_zero3_rank1.program", 2, 3, 1, 2}),
+                                           Golden{"gpt2l_zero3_rank1.program", 2, 3, 1, 2},
+                                           Golden{"gpt1l_tp2_rank1.program", 2, 0, 1, 1, 1, 2, false},
+                                           Golden{"gpt1l_tp2_sp_rank1.program", 2, 0, 1, 1, 1, 2, true},
+                                           Golden{"gpt1l_dp2_tp2_zero1_rank3.program", 4, 1, 3, 1, 1, 2, false}),
                          [](const ::testing::TestParamInfo<Golden>& info) {
                            std::string name = info.param.file;
                            return name.substr(0, name.find('.'));

@@ -27,18 +27,33 @@ Program lowered(const nn::Model& m, const Strategy& s, int rank) {
   return lower({.forward = &m.graph, .loss = m.loss}, s, rank);
 }
 
+// Propagation on a one-axis mesh {dp: 2} from the seeds of inputs and
+// parameters (by value id; activations' entries are ignored).
+Propagation place(const Graph& graph, const std::vector<Placement>& seeds) {
+  static const DeviceMesh mesh = DeviceMesh::data_parallel(2);
+  PlacementRequest request{.graph = &graph, .mesh = &mesh, .seeds = {}, .targets = {}};
+  for (size_t v = 0; v < seeds.size(); ++v) {
+    const bool seeded = graph.values()[v].kind != Value::Kind::activation;
+    request.seeds.push_back({seeded ? std::optional(seeds[v]) : std::nullopt});
+  }
+  return propagate(request);
+}
+
 TEST(Propagation, BatchSplitMakesEveryWeightGradientAndTheLossPartial) {
   nn::Model m = gpt(6);
   Graph graph = m.graph;
   Gradients grads = build_backward(graph, m.loss, graph.params());
   std::vector<Placement> seeds(graph.values().size(), Placement::B());
   seeds[m.inputs] = seeds[m.targets] = Placement::S(0);
-  Propagation p = propagate(graph, seeds);
-  EXPECT_EQ(p.of_value[m.loss], Placement::P());
-  EXPECT_EQ(p.of_value[m.logits], Placement::S(0));
+  Propagation p = place(graph, seeds);
+  // Data parallelism needs no resharding inside the graph: nothing inserted.
+  EXPECT_EQ(p.graph.nodes().size(), graph.nodes().size());
+  auto at = [&](ValueId v) { return p.of_value[static_cast<size_t>(p.value_of[static_cast<size_t>(v)])].front(); };
+  EXPECT_EQ(at(m.loss), Placement::P());
+  EXPECT_EQ(at(m.logits), Placement::S(0));
   for (ValueId param : graph.params()) {
-    EXPECT_EQ(p.of_value[param], Placement::B()) << graph.value(param).name;
-    EXPECT_EQ(p.of_value[grads.at(param)], Placement::P()) << graph.value(param).name;
+    EXPECT_EQ(at(param), Placement::B()) << graph.value(param).name;
+    EXPECT_EQ(at(grads.at(param)), Placement::P()) << graph.value(param).name;
   }
 }
 
@@ -207,7 +222,7 @@ TEST(Lowering, AWeightSplitNoOpAcceptsIsANamedError) {
   seeds[m.targets] = Placement::S(0);
   seeds[graph.find("ln_f.weight")] = Placement::S(0);
   try {
-    propagate(graph, seeds);
+    place(graph, seeds);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     std::string what = e.what();

@@ -140,7 +140,7 @@ std::vector<double> one_rank_on_rows(const TrainOptions& o, int64_t begin, int64
   const nn::Model model = task->build(end - begin, true);
   parallel::Strategy strategy = parallel::data_parallel(1, batch_input_names(model));
   strategy.lowering.global_norm = false;
-  ProgramExecutor executor(parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, 0), nullptr,
+  ProgramExecutor executor(parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, 0), AxisGroups{},
                            o.optimizer);
   executor.set_parameters(ParamStore::initialize(task->build(1, false).graph, o.seed));
   std::vector<double> losses;

@@ -2,7 +2,7 @@
 //   dropout:      x -> y, mask (u8, same shape)
 //   dropout_grad: mask, dy -> dx                  attrs: p
 // The draw for an element depends on (step seed, salt, its index in the
-// unsplit batch), so a batch-split shard (given its row offset) drops
+// unsplit tensor), so a shard split along any dims (given its box) drops
 // exactly what the single-device run drops.
 #include "core/rng.h"
 #include "graph/ops/op_util.h"
@@ -27,22 +27,40 @@ OpDef make_dropout() {
   d.forward = [](const OpContext& ctx, const Attrs& a, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
     const Tensor& x = *in[0];
-    int64_t row = x.rank() > 0 && x.dim(0) > 0 ? x.numel() / x.dim(0) : 0;
-    uint64_t seed = splitmix64(ctx.seed ^ splitmix64(static_cast<uint64_t>(a.get_int("salt", 0))));
-    kernels::dropout(x.numel(), static_cast<float>(a.get_float("p")), seed,
-                     static_cast<uint64_t>(ctx.row_offset * row), x.f32(), out[0]->f32(),
-                     out[1]->data<uint8_t>());
+    const uint64_t seed = splitmix64(ctx.seed ^ splitmix64(static_cast<uint64_t>(a.get_int("salt", 0))));
+    const float p = static_cast<float>(a.get_float("p"));
+    const ShardBox& box = ctx.input_box(0);
+    const Shape& local = x.shape();
+    // Runs of elements contiguous in both the shard and the unsplit tensor:
+    // the dims after the last split one are whole.
+    int last_split = -1;
+    for (int d = 0; d < local.rank(); ++d)
+      if (box.offset_of(d) != 0 || box.extent_of(d, local[d]) != local[d]) last_split = d;
+    const int64_t inner = local.numel(last_split + 1, local.rank());
+    const int64_t run = last_split < 0 ? local.numel() : local[last_split] * inner;
+    const int64_t runs = run == 0 ? 0 : local.numel() / run;
+    for (int64_t r = 0; r < runs; ++r) {
+      // Global index of the run's first element: its local multi-index over
+      // dims [0, last_split) plus the box offsets, in the unsplit strides.
+      int64_t rest = r, global = 0, stride = inner;
+      for (int d = last_split; d >= 0; --d) {
+        const int64_t i = d == last_split ? 0 : rest % local[d];
+        if (d != last_split) rest /= local[d];
+        global += (box.offset_of(d) + i) * stride;
+        stride *= box.extent_of(d, local[d]);
+      }
+      kernels::dropout(run, p, seed, static_cast<uint64_t>(global), x.f32() + r * run, out[0]->f32() + r * run,
+                       out[1]->data<uint8_t>() + r * run);
+    }
   };
   d.backward = [](Graph& g, const Node& n, const std::vector<ValueId>& dout) {
     return std::vector<ValueId>{
         g.add1("dropout_grad", {n.outputs[1], dout[0]}, {{"p", n.attrs.get_float("p")}}, n.name + ".grad")};
   };
   d.cost = [](const auto& in, const auto& out, const Attrs&) { return streaming_cost(in, out, 2); };
-  d.signatures = [](const std::vector<TensorSpec>&, const Attrs&) {
-    // Only the batch split keeps element indices consistent with the unsplit run.
-    return std::vector<PlacementSignature>{
-        {"data_parallel", {Placement::S(0)}, {Placement::S(0), Placement::S(0)}},
-        {"replicated", {Placement::B()}, {Placement::B(), Placement::B()}}};
+  // Any split: a shard draws by its elements' global indices (its box).
+  d.signatures = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    return pointwise_signatures(in[0].shape.rank(), 1, 2, false);
   };
   d.examples = [] {
     return std::vector<OpExample>{{{f32({7, 5})}, {{"p", 0.3}, {"salt", int64_t{11}}}, {}},

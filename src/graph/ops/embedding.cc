@@ -2,6 +2,10 @@
 //   embedding:      ids (N...) i32, table (V, C) -> out (N..., C)
 //   embedding_grad: ids (N...), dout (N..., C)   -> dtable (V, C)   attrs: vocab = V
 // Ids outside [0, V) are a user error (bad data), checked in forward.
+// Vocabulary parallelism (Megatron): a shard of the table's rows (its box
+// says which) looks up the ids it holds and gives zeros for the rest, so
+// the shards' outputs are summands (P); the gradient of the rows a shard
+// holds needs only the ids and the whole output gradient (B -> S(0)).
 #include "graph/ops/op_util.h"
 #include "kernels/embedding.h"
 
@@ -25,10 +29,12 @@ OpDef make_embedding() {
     dims.push_back(in[1].shape[1]);
     return std::vector<TensorSpec>{f32(Shape(dims))};
   };
-  d.forward = [](const OpContext&, const Attrs&, const std::vector<const Tensor*>& in,
+  d.forward = [](const OpContext& ctx, const Attrs&, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
-    check_ids(*in[0], in[1]->dim(0));
-    kernels::embedding(in[0]->numel(), in[1]->dim(1), in[0]->data<int32_t>(), in[1]->f32(), out[0]->f32());
+    const int64_t rows = in[1]->dim(0);
+    check_ids(*in[0], ctx.input_box(1).extent_of(0, rows));
+    kernels::embedding(in[0]->numel(), in[1]->dim(1), in[0]->data<int32_t>(), in[1]->f32(),
+                       ctx.input_box(1).offset_of(0), rows, out[0]->f32());
   };
   d.backward = [](Graph& g, const Node& n, const std::vector<ValueId>& dout) {
     ValueId dt = g.add1("embedding_grad", {n.inputs[0], dout[0]},
@@ -46,6 +52,7 @@ OpDef make_embedding() {
     for (int dim = 0; dim < r; ++dim)
       s.push_back({fmt::format("data_parallel_{}", dim), {Placement::S(dim), Placement::B()}, {Placement::S(dim)}});
     s.push_back({"embedding_dim_parallel", {Placement::B(), Placement::S(1)}, {Placement::S(r)}});
+    s.push_back({"vocab_parallel", {Placement::B(), Placement::S(0)}, {Placement::P()}});
     s.push_back({"replicated", {Placement::B(), Placement::B()}, {Placement::B()}});
     return s;
   };
@@ -66,11 +73,11 @@ OpDef make_embedding_grad() {
             in[1].shape, in[0].shape);
     return std::vector<TensorSpec>{f32({a.get_int("vocab"), in[1].shape[-1]})};
   };
-  d.forward = [](const OpContext&, const Attrs&, const std::vector<const Tensor*>& in,
+  d.forward = [](const OpContext& ctx, const Attrs&, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
     out[0]->zero();
     kernels::embedding_backward(in[0]->numel(), out[0]->dim(1), in[0]->data<int32_t>(), in[1]->f32(),
-                                out[0]->f32());
+                                ctx.output_box(0).offset_of(0), out[0]->dim(0), out[0]->f32());
   };
   d.cost = [](const auto& in, const auto& out, const Attrs&) { return streaming_cost(in, out, 0); };
   d.signatures = [](const std::vector<TensorSpec>& in, const Attrs&) {
@@ -82,8 +89,14 @@ OpDef make_embedding_grad() {
     // Linear in dy: summands of dy give summands of the table gradient (the
     // position table's gradient under a batch split: ids B, dy P).
     s.push_back({"partial_grad", {Placement::B(), Placement::P()}, {Placement::P()}});
+    s.push_back({"vocab_parallel", {Placement::B(), Placement::B()}, {Placement::S(0)}});
     s.push_back({"replicated", {Placement::B(), Placement::B()}, {Placement::B()}});
     return s;
+  };
+  d.localize = [](const Attrs& a, const std::vector<TensorSpec>&, const std::vector<TensorSpec>& out) {
+    Attrs local = a;
+    local.set("vocab", out[0].shape[0]);
+    return local;
   };
   d.examples = [] {
     return std::vector<OpExample>{{{{Shape{3, 5}, DType::i32}, f32({3, 5, 4})}, {{"vocab", int64_t{7}}}, {7, 0}}};

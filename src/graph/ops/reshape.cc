@@ -28,6 +28,47 @@ Shape resolve(const Shape& x, const std::vector<int64_t>& target) {
   return Shape(dims);
 }
 
+// Splits that survive the view. The dims of x and y fall into groups of
+// equal size (a dim kept, one dim split into several, several merged into
+// one). A kept dim keeps its split. Where x's dim i becomes y's dims
+// (n0, n1, ..., nk), splitting y's dim j is splitting dim i seen as
+// n0·…·n(j-1) groups (S(i, groups)), and conversely for a merge; unless j
+// is the last of its group, a block must hold whole units of the dims
+// after j, so the signature needs an even split.
+std::vector<PlacementSignature> reshape_signatures(const Shape& x, const Shape& y) {
+  std::vector<PlacementSignature> s{{"replicated", {Placement::B()}, {Placement::B()}},
+                                    {"partial", {Placement::P()}, {Placement::P()}}};
+  int i = 0, j = 0;
+  while (i < x.rank() && j < y.rank()) {
+    const int i0 = i, j0 = j;
+    int64_t px = x[i++], py = y[j++];
+    while (px != py) {
+      if (px < py && i < x.rank()) px *= x[i++];
+      else if (py < px && j < y.rank()) py *= y[j++];
+      else return s;
+    }
+    auto product = [](const Shape& shape, int from, int to) {
+      int64_t p = 1;
+      for (int d = from; d < to; ++d) p *= shape[d];
+      return p;
+    };
+    if (i - i0 == 1 && j - j0 == 1) {
+      s.push_back({fmt::format("split_{}", i0), {Placement::S(i0)}, {Placement::S(j0)}});
+    } else if (i - i0 == 1) {
+      for (int o = j0; o < j; ++o)
+        if (y[o] > 1)
+          s.push_back({fmt::format("split_{}_as_{}", i0, o), {Placement::S(i0, static_cast<int>(product(y, j0, o)))},
+                       {Placement::S(o)}, product(y, o + 1, j) > 1});
+    } else if (j - j0 == 1) {
+      for (int d = i0; d < i; ++d)
+        if (x[d] > 1)
+          s.push_back({fmt::format("split_{}_as_{}", d, j0), {Placement::S(d)},
+                       {Placement::S(j0, static_cast<int>(product(x, i0, d)))}, product(x, d + 1, i) > 1});
+    }
+  }
+  return s;
+}
+
 OpDef make() {
   OpDef d;
   d.name = "reshape";
@@ -44,17 +85,17 @@ OpDef make() {
     return std::vector<ValueId>{g.add1("reshape", {dout[0]}, {{"shape", dims}}, n.name + ".grad")};
   };
   d.cost = [](const auto&, const auto&, const Attrs&) { return OpCost{}; };
+  d.signatures_see_groups = true;
   d.signatures = [](const std::vector<TensorSpec>& in, const Attrs& a) {
-    std::vector<PlacementSignature> s{{"replicated", {Placement::B()}, {Placement::B()}},
-                                      {"partial", {Placement::P()}, {Placement::P()}}};
-    const auto& target = a.get_ints("shape");
-    const Shape& x = in[0].shape;
-    if (!target.empty() && target[0] == -1 && x.rank() > 0) {
-      int64_t rest = 1;
-      for (size_t i = 1; i < target.size(); ++i) rest *= target[i];
-      if (rest == x.numel(1, x.rank())) s.push_back({"batch_split", {Placement::S(0)}, {Placement::S(0)}});
-    }
-    return s;
+    return reshape_signatures(in[0].shape, resolve(in[0].shape, a.get_ints("shape")));
+  };
+  // On a shard the target is the shard's own shape (the batch dim stays -1).
+  d.localize = [](const Attrs& a, const std::vector<TensorSpec>&, const std::vector<TensorSpec>& out) {
+    std::vector<int64_t> dims = out[0].shape.dims();
+    if (!dims.empty() && !a.get_ints("shape").empty() && a.get_ints("shape")[0] == -1) dims[0] = -1;
+    Attrs local = a;
+    local.set("shape", dims);
+    return local;
   };
   d.examples = [] {
     return std::vector<OpExample>{{{f32({6, 4, 6})}, {{"shape", std::vector<int64_t>{-1, 4, 3, 2}}}, {}},

@@ -11,6 +11,7 @@
 #include "comm/engine/bucket_plan.h"
 #include "core/error.h"
 #include "parallel/lower/passes.h"
+#include "parallel/shard.h"
 
 namespace px::parallel::passes {
 namespace {
@@ -38,10 +39,13 @@ void buckets(const Context& c, Program& program) {
   const std::vector<int> first_use = forward_order(graph, c.forward_nodes);
   for (const ParamGrad& pg : c.grads) {
     const Value& value = graph.value(pg.param);
+    const AxisPlacements& placement = c.placement.of_value[static_cast<size_t>(pg.param)];
     program.params.push_back({.value = pg.param,
                               .grad = pg.grad,
                               .name = value.name,
-                              .shape = value.spec.shape,
+                              .shape = local_shape(value.spec.shape, placement, c.strategy.mesh, c.coords, c.data_axis),
+                              .global_shape = value.spec.shape,
+                              .placement = placement,
                               .weight_decay = value.weight_decay,
                               .offset = 0,
                               .bucket = -1,

@@ -78,8 +78,11 @@ Liveness liveness(const Program& p) {
   std::map<std::pair<int, ValueId>, int> last;
   for (size_t i = 0; i < n; ++i) {
     const Instr& instr = p.instrs[i];
-    if (const auto* c = std::get_if<Compute>(&instr.op)) {
-      const Node& node = p.graph_of(instr.micro_batch).nodes()[static_cast<size_t>(c->node)];
+    const int node_index = std::holds_alternative<Compute>(instr.op)   ? std::get<Compute>(instr.op).node
+                           : std::holds_alternative<Reshard>(instr.op) ? std::get<Reshard>(instr.op).node
+                                                                       : -1;
+    if (node_index >= 0) {
+      const Node& node = p.graph_of(instr.micro_batch).nodes()[static_cast<size_t>(node_index)];
       for (ValueId in : node.inputs) last[{instr.micro_batch, in}] = static_cast<int>(i);
       for (ValueId out : node.outputs) last.try_emplace({instr.micro_batch, out}, static_cast<int>(i));
     } else if (const auto* a = std::get_if<Accumulate>(&instr.op)) {

@@ -1,32 +1,55 @@
-// localize: the rank's local graphs. Every S(d) value is cut to the rank's
-// block of dim d; batch inputs (S(0) inputs) get the micro-batch's rows;
-// the shape rules re-run, so every node's output has its local shape.
+// localize: the rank's local graphs. Every value is cut to the rank's part
+// on the model axes (parallel/shard.h: blocks, grouped blocks, nested
+// blocks); values split S(0) along the data axis get the micro-batch's
+// rows. Attributes that name sizes are rewritten by the op's localize hook
+// (reshape's target, a reshard's shape), and the shape rules re-run as a
+// check: a split an op cannot take (heads not divisible by the ranks) is a
+// named error here, before anything runs.
 #include <map>
 
 #include "comm/buffer.h"
 #include "core/error.h"
 #include "data/sampler.h"
 #include "parallel/lower/passes.h"
+#include "parallel/shard.h"
 
 namespace px::parallel::passes {
+namespace {
 
-Graph localize_graph(const Graph& graph, const std::vector<Placement>& placement, int shards, int index,
-                     int64_t batch_rows) {
-  Graph local;
+struct LocalGraph {
+  Graph graph;
+  std::vector<ShardBox> boxes;
+};
+
+LocalGraph localize_graph(const Context& c, int64_t batch_rows) {
+  const Graph& graph = c.graph;
+  const DeviceMesh& mesh = c.strategy.mesh;
   const auto& values = graph.values();
   const auto& nodes = graph.nodes();
+  LocalGraph out;
+  // The data axis' batch split is the micro-batch's rows; its ZeRO split is the buckets'.
+  auto placement_without_batch = [&](size_t v) {
+    AxisPlacements p = c.placement.of_value[v];
+    if (p[static_cast<size_t>(c.data_axis)] == Placement::S(0)) p[static_cast<size_t>(c.data_axis)] = Placement::B();
+    return p;
+  };
   auto local_spec = [&](size_t v) {
     TensorSpec spec = values[v].spec;
-    const Placement& p = placement[v];
-    if (!p.is_split()) return spec;
-    PX_CHECK_LT(p.dim, spec.shape.rank());
-    std::vector<int64_t> dims = spec.shape.dims();
-    int64_t& extent = dims[static_cast<size_t>(p.dim)];
-    if (values[v].kind == Value::Kind::input && p.dim == 0) extent = batch_rows;
-    else extent = comm::block(extent, shards, index).count;
-    spec.shape = Shape(std::move(dims));
+    const Placement& data = c.placement.of_value[v][static_cast<size_t>(c.data_axis)];
+    spec.shape = local_shape(spec.shape, placement_without_batch(v), mesh, c.coords);
+    if (data == Placement::S(0)) {
+      std::vector<int64_t> dims = spec.shape.dims();
+      dims[0] = batch_rows;
+      spec.shape = Shape(dims);
+    }
     return spec;
   };
+  for (size_t v = 0; v < values.size(); ++v) {
+    TensorSpec global = values[v].spec;
+    ShardBox box = shard_box(global.shape, placement_without_batch(v), mesh, c.coords);
+    if (box.whole()) box = {std::vector<int64_t>(static_cast<size_t>(global.shape.rank()), 0), global.shape};
+    out.boxes.push_back(std::move(box));
+  }
   // Values are numbered in creation order and a node creates its outputs
   // together, so re-adding inputs, params and nodes in value order gives
   // every local value the global value's id.
@@ -35,31 +58,45 @@ Graph localize_graph(const Graph& graph, const std::vector<Placement>& placement
     const Value& value = values[v];
     ValueId id = kNoValue;
     if (value.kind == Value::Kind::input) {
-      id = local.input(value.name, local_spec(v));
+      id = out.graph.input(value.name, local_spec(v));
     } else if (value.kind == Value::Kind::param) {
-      id = local.param(value.name, local_spec(v), value.init, value.weight_decay);
+      id = out.graph.param(value.name, local_spec(v), value.init, value.weight_decay);
     } else {
       if (value.output_index != 0) continue;  // created with output 0
       PX_CHECK_EQ(static_cast<size_t>(value.producer), next_node);
       const Node& node = nodes[next_node++];
+      std::vector<TensorSpec> in, expected;
+      for (ValueId i : node.inputs) in.push_back(out.graph.spec(i));
+      for (ValueId o : node.outputs) expected.push_back(local_spec(static_cast<size_t>(o)));
+      const Attrs attrs = node.def->localize ? node.def->localize(node.attrs, in, expected) : node.attrs;
       try {
-        id = local.add(node.op(), node.inputs, node.attrs, node.name).front();
+        id = out.graph.add(node.op(), node.inputs, attrs, node.name).front();
       } catch (const Error& e) {
-        fail("lowering shard {} of {}: {}", index, shards, e.what());
+        fail("lowering rank {} (mesh coords [{}]): {}", c.strategy.mesh.rank_of(c.coords), fmt::join(c.coords, ","),
+             e.what());
       }
+      for (size_t o = 0; o < node.outputs.size(); ++o)
+        if (out.graph.spec(node.outputs[o]) != expected[o])
+          fail("lowering: on rank {} node '{}' ({}) gives {} for its output {}, but its placement {} asks for {}: "
+               "the op cannot run on this split (split dims must hold whole units, e.g. heads, on every rank)",
+               c.strategy.mesh.rank_of(c.coords), node.name, node.op(), out.graph.spec(node.outputs[o]).str(), o,
+               placements_str(c.placement.of_value[static_cast<size_t>(node.outputs[o])]),
+               expected[o].str());
     }
     PX_CHECK_EQ(id, static_cast<ValueId>(v));
   }
-  for (const auto& [name, id] : graph.outputs()) local.mark_output(id, name);
-  return local;
+  for (const auto& [name, id] : graph.outputs()) out.graph.mark_output(id, name);
+  return out;
 }
+
+}  // namespace
 
 void localize(const Context& c, Program& program) {
   const Graph& graph = c.graph;
   // The global batch is the batch inputs' dim 0 (they must agree).
   int64_t global_rows = -1;
   for (ValueId v : graph.inputs()) {
-    if (c.placement.of_value[static_cast<size_t>(v)] != Placement::S(0)) continue;
+    if (c.data_placement(v) != Placement::S(0)) continue;
     program.batch_inputs.push_back(v);
     const int64_t rows = graph.spec(v).shape[0];
     if (global_rows >= 0 && rows != global_rows)
@@ -77,6 +114,7 @@ void localize(const Context& c, Program& program) {
   if (global_rows < c.data_size)
     fail("the global batch of {} rows cannot be split over {} data-parallel ranks: expected at least one row a rank",
          global_rows, c.data_size);
+  for (size_t v = 0; v < graph.values().size(); ++v) program.batch_rows.push_back(c.data_placement(static_cast<ValueId>(v)) == Placement::S(0));
   // The rows the samplers serve this rank (data/sampler.h), in micro-batches cut the same way.
   const RowRange mine = shard_rows(global_rows, c.data_rank, c.data_size);
   std::map<int64_t, int> graph_of_rows;
@@ -85,9 +123,11 @@ void localize(const Context& c, Program& program) {
     MicroBatch mb{.rows = part.size(), .row_begin = part.begin, .row_offset = mine.begin + part.begin, .graph = -1};
     if (part.size() > 0) {
       auto [it, fresh] = graph_of_rows.emplace(part.size(), static_cast<int>(program.graphs.size()));
-      if (fresh)
-        program.graphs.push_back(
-            localize_graph(graph, c.placement.of_value, c.data_size, c.data_rank, part.size()));
+      if (fresh) {
+        LocalGraph local = localize_graph(c, part.size());
+        program.graphs.push_back(std::move(local.graph));
+        program.boxes.push_back(std::move(local.boxes));
+      }
       mb.graph = it->second;
     }
     program.micro_batches.push_back(mb);

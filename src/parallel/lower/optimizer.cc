@@ -1,5 +1,6 @@
 // optimizer: the squared global gradient norm once every gradient is
-// reduced (summed over the data axis when gradients are sharded) and the
+// reduced (summed over the data axis when gradients are sharded, and over
+// the model axes, where a replicated parameter counts once) and the
 // clip to it (clipping and the metrics need it before any update), then an
 // Update per parameter (or, sharded, per piece of a parameter inside this
 // rank's block of a bucket) as soon as its bucket's gradient is complete,
@@ -12,6 +13,42 @@
 
 namespace px::parallel::passes {
 
+namespace {
+
+// One Update's worth: a run of one parameter's elements, its gradient and its storage.
+struct Piece {
+  int param = -1;
+  int64_t offset = 0, count = 0;
+  Region gradient, storage;
+};
+
+// Per bucket, the pieces this rank updates: whole parameters, or (sharded)
+// the part of each inside the rank's block of the bucket.
+std::vector<std::vector<Piece>> pieces_of(const Program& p, bool sharded) {
+  std::vector<std::vector<Piece>> out(p.buckets.size());
+  for (size_t b = 0; b < p.buckets.size(); ++b) {
+    const BucketLayout& bucket = p.buckets[b];
+    for (int i : bucket.members) {
+      const ParamLayout& param = p.params[static_cast<size_t>(i)];
+      const int64_t in_bucket = param.offset - bucket.offset, count = param.shape.numel();
+      if (!sharded) {
+        out[b].push_back({i, 0, count, {bucket.grad_buffer, in_bucket, count}, {p.params_buffer, param.offset, count}});
+        continue;
+      }
+      const int64_t lo = std::max(in_bucket, bucket.block_begin);
+      const int64_t hi = std::min(in_bucket + count, bucket.block_begin + bucket.block_count);
+      if (lo >= hi) continue;
+      const Region gradient{p.grad_shard_buffer, bucket.shard_offset + (lo - bucket.block_begin), hi - lo};
+      const Region storage = p.param_shard_buffer >= 0 ? Region{p.param_shard_buffer, gradient.offset, hi - lo}
+                                                       : Region{p.params_buffer, bucket.offset + lo, hi - lo};
+      out[b].push_back({i, lo - in_bucket, hi - lo, gradient, storage});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 void optimizer(const Context& c, Program& p) {
   if (!p.training || !c.strategy.lowering.updates) return;
   const bool sharded = c.zero_stage >= 1 && c.data_size > 1;
@@ -23,30 +60,59 @@ void optimizer(const Context& c, Program& p) {
     const Buffer& buffer = p.buffers[static_cast<size_t>(collective->input.buffer)];
     if (buffer.kind == Buffer::Kind::grad_bucket) reduced[static_cast<size_t>(buffer.bucket)] = static_cast<int>(i);
   }
+  const std::vector<std::vector<Piece>> pieces = pieces_of(p, sharded);
+  // Model axes (not the data axis) of more than one rank: parameters split
+  // along them hold different elements on each rank, replicated ones the same.
+  std::vector<int> model_axes;
+  for (size_t a = 0; a < c.strategy.mesh.axes().size(); ++a)
+    if (static_cast<int>(a) != c.data_axis && c.strategy.mesh.axes()[a].size > 1) model_axes.push_back(static_cast<int>(a));
   // The norm: squares summed locally, summed over the data axis when every
-  // rank holds a shard, then the clip that every update waits for.
+  // rank holds a shard and over the model axes, then the clip that every
+  // update waits for.
   int norm = -1;
   if (c.strategy.lowering.global_norm) {
     std::vector<Region> gradients;
-    if (sharded) gradients.push_back({p.grad_shard_buffer, 0, p.shard_count});
-    else
+    std::vector<double> weights;
+    if (!model_axes.empty()) {
+      // Per piece: a parameter the model axes replicate counts once over them.
+      for (const std::vector<Piece>& bucket : pieces)
+        for (const Piece& piece : bucket) {
+          const ParamLayout& param = p.params[static_cast<size_t>(piece.param)];
+          double copies = 1;
+          for (int a : model_axes)
+            if (!param.placement[static_cast<size_t>(a)].is_split())
+              copies *= c.strategy.mesh.axes()[static_cast<size_t>(a)].size;
+          gradients.push_back(piece.gradient);
+          weights.push_back(1 / copies);
+        }
+    } else if (sharded) {
+      gradients.push_back({p.grad_shard_buffer, 0, p.shard_count});
+    } else {
       for (const BucketLayout& b : p.buckets) gradients.push_back({b.grad_buffer, 0, b.count});
+    }
     std::vector<int> after;
     for (int r : reduced)
       if (r >= 0) after.push_back(r);
     // One float the executor reads after the step (metrics, clipping).
     p.norm_buffer = add_buffer(p, {.kind = Buffer::Kind::norm, .name = "norm", .count = 1, .persistent = true});
     const Region squares{p.norm_buffer, 0, 1};
-    norm = emit(p, {.op = Norm{.gradients = gradients, .into = squares},
+    norm = emit(p, {.op = Norm{.gradients = gradients, .weights = weights, .into = squares},
                     .stream = kComputeStream,
                     .after = after,
                     .name = "gradient norm"});
-    if (sharded)
-      norm = emit(p, {.op = Collective{.kind = comm::Collective::allreduce, .axis = c.data_axis, .input = squares},
-                      .stream = comm_stream(c.data_axis),
+    std::vector<int> sum_over = model_axes;
+    if (sharded) sum_over.insert(sum_over.begin(), c.data_axis);
+    for (int axis : sum_over)
+      norm = emit(p, {.op = Collective{.kind = comm::Collective::allreduce, .axis = axis, .input = squares},
+                      .stream = comm_stream(axis),
                       .after = {norm},
                       .name = "gradient norm"});
-    norm = emit(p, {.op = Clip{.gradients = gradients, .norm = squares},
+    std::vector<Region> clipped;
+    if (model_axes.empty()) clipped = gradients;
+    else if (sharded) clipped.push_back({p.grad_shard_buffer, 0, p.shard_count});
+    else
+      for (const BucketLayout& b : p.buckets) clipped.push_back({b.grad_buffer, 0, b.count});
+    norm = emit(p, {.op = Clip{.gradients = clipped, .norm = squares},
                     .stream = kComputeStream,
                     .after = {norm},
                     .name = "clip"});
@@ -57,32 +123,11 @@ void optimizer(const Context& c, Program& p) {
     if (reduced[b] >= 0) after.push_back(reduced[b]);
     if (norm >= 0) after.push_back(norm);
     std::vector<int> updates;
-    for (int i : bucket.members) {
-      const ParamLayout& param = p.params[static_cast<size_t>(i)];
-      const int64_t in_bucket = param.offset - bucket.offset, count = param.shape.numel();
-      if (!sharded) {
-        updates.push_back(emit(p, {.op = Update{.param = i,
-                                                .offset = 0,
-                                                .count = count,
-                                                .gradient = {bucket.grad_buffer, in_bucket, count},
-                                                .storage = {p.params_buffer, param.offset, count}},
-                                   .stream = kComputeStream,
-                                   .after = after}));
-        continue;
-      }
-      // The part of this parameter inside the rank's block of the bucket.
-      const int64_t lo = std::max(in_bucket, bucket.block_begin);
-      const int64_t hi = std::min(in_bucket + count, bucket.block_begin + bucket.block_count);
-      if (lo >= hi) continue;
-      const Region gradient{p.grad_shard_buffer, bucket.shard_offset + (lo - bucket.block_begin), hi - lo};
-      const Region storage = p.param_shard_buffer >= 0
-                                 ? Region{p.param_shard_buffer, gradient.offset, hi - lo}
-                                 : Region{p.params_buffer, bucket.offset + lo, hi - lo};
-      updates.push_back(emit(p, {.op = Update{.param = i, .offset = lo - in_bucket, .count = hi - lo,
-                                              .gradient = gradient, .storage = storage},
+    for (const Piece& piece : pieces[b])
+      updates.push_back(emit(p, {.op = Update{.param = piece.param, .offset = piece.offset, .count = piece.count,
+                                              .gradient = piece.gradient, .storage = piece.storage},
                                  .stream = kComputeStream,
                                  .after = after}));
-    }
     if (!sharded || p.params_buffer < 0) continue;
     const Transition& t = c.transition(Transition::Site::parameter_update,
                                        p.params[static_cast<size_t>(bucket.members.front())].value);

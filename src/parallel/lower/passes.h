@@ -10,29 +10,32 @@
 
 namespace px::parallel::passes {
 
-// What every pass may read: the global graph (forward + backward), its
-// placements along the data axis and the transitions the rule chose.
+// What every pass may read: the global graph (forward + backward, with the
+// reshard nodes propagation inserted), its placements on every mesh axis
+// and the transitions the rule chose along the data axis.
 struct Context {
   const Graph& graph;
   const Strategy& strategy;
+  std::vector<int> coords;  // this rank's, in the mesh
   int data_rank = 0, data_size = 1;
   int data_axis = 0;   // index in the mesh
   int zero_stage = 0;  // the strategy's, or 0 on a data axis of one rank (nothing to shard)
   int forward_nodes = 0;  // nodes [0, forward_nodes) are forward, the rest backward
   ValueId loss = kNoValue;
   std::vector<ParamGrad> grads;  // in parameter declaration order
-  Propagation placement;
+  const Propagation& placement;
   std::vector<Transition> transitions;
   const Transition& transition(Transition::Site site, ValueId value) const;
+  const Placement& data_placement(ValueId v) const {
+    return placement.of_value[static_cast<size_t>(v)][static_cast<size_t>(data_axis)];
+  }
 };
 
 // Micro-batches of this rank's rows and a local graph per distinct size:
-// S(d) values cut to block(n, data_size, data_rank) of dim d, batch inputs
-// (S(0) inputs) to the micro-batch's rows; B and P values whole.
+// every value cut to the rank's part (parallel/shard.h) on the model axes,
+// and values split S(0) along the data axis (the batch) to the
+// micro-batch's rows; B and P values whole. Also each value's box.
 void localize(const Context& context, Program& program);
-// Re-specifies `graph` with every S(d) value cut; batch inputs get `batch_rows` rows.
-Graph localize_graph(const Graph& graph, const std::vector<Placement>& placement, int shards, int index,
-                     int64_t batch_rows);
 
 // Parameters laid out flat, bucket by bucket in the order backward completes
 // their gradients; this rank's block of every bucket (ZeRO shards).

@@ -1,9 +1,15 @@
 #include "parallel/lower/propagate.h"
 
+#include <limits>
+#include <map>
+#include <tuple>
+
 #include "core/error.h"
 
 namespace px::parallel {
 namespace {
+
+constexpr int kNever = std::numeric_limits<int>::max();
 
 std::string list(const std::vector<Placement>& placements) {
   std::string s = "(";
@@ -11,43 +17,220 @@ std::string list(const std::vector<Placement>& placements) {
   return s + ")";
 }
 
+// `signature` with the groups of the split inputs it takes carried to every
+// split entry (ops other than reshape never name groups themselves).
+PlacementSignature carry_groups(const PlacementSignature& signature, const std::vector<Placement>& actual,
+                                bool signatures_see_groups) {
+  if (signatures_see_groups) return signature;
+  int groups = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const Placement& want = signature.inputs[i];
+    if (!want.is_split() || !actual[i].is_split() || actual[i].dim != want.dim) continue;
+    if (groups == 0) groups = actual[i].groups;
+    else if (groups != actual[i].groups) return signature;  // they disagree: one of them is resharded
+  }
+  if (groups <= 1) return signature;
+  PlacementSignature carried = signature;
+  for (Placement& p : carried.inputs)
+    if (p.is_split()) p.groups = groups;
+  for (Placement& p : carried.outputs)
+    if (p.is_split()) p.groups = groups;
+  return carried;
+}
+
+// Whether every split of the signature cuts its dim into whole groups (and,
+// for an even signature, every group's part evenly over `ranks`).
+bool fits(const PlacementSignature& s, const std::vector<TensorSpec>& in, const std::vector<TensorSpec>& out,
+          int ranks) {
+  auto ok = [&](const Placement& p, const TensorSpec& spec) {
+    if (!p.is_split()) return true;
+    if (p.dim >= spec.shape.rank()) return false;
+    const int64_t n = spec.shape[p.dim];
+    return n % p.groups == 0 && (!s.even || (n / p.groups) % ranks == 0);
+  };
+  for (size_t i = 0; i < in.size(); ++i)
+    if (!ok(s.inputs[i], in[i])) return false;
+  for (size_t o = 0; o < out.size() && o < s.outputs.size(); ++o)
+    if (!ok(s.outputs[o], out[o])) return false;
+  return true;
+}
+
 }  // namespace
 
-Propagation propagate(const Graph& graph, const std::vector<Placement>& seeds) {
+std::string placements_str(const AxisPlacements& placements) {
+  std::string s = list(placements);
+  return "[" + s.substr(1, s.size() - 2) + "]";
+}
+
+std::optional<int> resharding_cost(const Placement& from, const Placement& to) {
+  if (from == to) return 0;
+  if (to.is_partial()) return std::nullopt;                        // no collective makes a summand
+  if (from.is_partial()) return to.is_split() ? 11 : 10;           // reduce-scatter, allreduce
+  if (from.is_split()) return to.is_split() ? 12 : 10;             // all-to-all, allgather
+  return 1;                                                        // B -> S: a local slice
+}
+
+Propagation propagate(const PlacementRequest& request) {
+  PX_CHECK(request.graph != nullptr && request.mesh != nullptr, "propagate: no graph or mesh");
+  const Graph& graph = *request.graph;
+  const DeviceMesh& mesh = *request.mesh;
+  const int axes = static_cast<int>(mesh.axes().size());
   const auto& values = graph.values();
-  Propagation result;
-  result.of_value.assign(values.size(), Placement::B());
+  auto seed = [&](size_t v, int a) -> std::optional<Placement> {
+    if (v >= request.seeds.size() || request.seeds[v].empty()) return std::nullopt;
+    return request.seeds[v][static_cast<size_t>(a)];
+  };
+
+  Propagation out;
+  out.value_of.assign(values.size(), kNoValue);
+  out.node_of.assign(graph.nodes().size(), -1);
+  out.target_of.assign(request.targets.size(), kNoValue);
+  std::vector<int> target_index(values.size(), -1);
+  for (size_t t = 0; t < request.targets.size(); ++t)
+    target_index[static_cast<size_t>(request.targets[t].first)] = static_cast<int>(t);
+  Graph& g = out.graph;
+  auto placed = [&](ValueId v) -> AxisPlacements& {
+    if (out.of_value.size() <= static_cast<size_t>(v)) out.of_value.resize(static_cast<size_t>(v) + 1);
+    return out.of_value[static_cast<size_t>(v)];
+  };
+
+  // The rule, one axis at a time; a value resharded the same way twice is resharded once.
+  std::map<std::tuple<ValueId, int, std::string>, ValueId> resharded;
+  auto reshard_one = [&](ValueId v, int axis, const Placement& to) {
+    const auto key = std::make_tuple(v, axis, to.str());
+    if (auto it = resharded.find(key); it != resharded.end()) return it->second;
+    const AxisPlacements from = placed(v);
+    const Placement& was = from[static_cast<size_t>(axis)];
+    for (int inner = axis + 1; inner < axes; ++inner) {
+      const Placement& p = from[static_cast<size_t>(inner)];
+      if (p.is_split() && ((was.is_split() && was.dim == p.dim) || (to.is_split() && to.dim == p.dim)))
+        fail("placement: '{}' is split along dim {} by mesh axes '{}' and '{}'; resharding it along the outer axis "
+             "'{}' ({} -> {}) would need the inner split undone first: split different dims on the two axes",
+             g.value(v).name, p.dim, mesh.axes()[static_cast<size_t>(axis)].name,
+             mesh.axes()[static_cast<size_t>(inner)].name, mesh.axes()[static_cast<size_t>(axis)].name, was.str(),
+             to.str());
+    }
+    const std::string& axis_name = mesh.axes()[static_cast<size_t>(axis)].name;
+    const ValueId r = g.add1("reshard", {v},
+                             {{"axis", int64_t{axis}},
+                              {"from", was.str()},
+                              {"to", to.str()},
+                              {"shape", g.spec(v).shape.dims()}},
+                             fmt::format("{}.{}_{}", g.value(v).name, axis_name, to.str()));
+    AxisPlacements now = from;
+    now[static_cast<size_t>(axis)] = to;
+    placed(r) = now;
+    resharded[key] = r;
+    return r;
+  };
+  // Inner axes first: an outer axis' block holds the inner axes' blocks.
+  auto reshard_to = [&](ValueId v, const std::vector<std::optional<Placement>>& want) {
+    for (int a = axes; a-- > 0;)
+      if (static_cast<size_t>(a) < want.size() && want[static_cast<size_t>(a)] &&
+          *want[static_cast<size_t>(a)] != placed(v)[static_cast<size_t>(a)])
+        v = reshard_one(v, a, *want[static_cast<size_t>(a)]);
+    return v;
+  };
+
+  size_t next_node = 0;
   for (size_t v = 0; v < values.size(); ++v) {
-    if (values[v].kind == Value::Kind::activation) continue;
-    if (v >= seeds.size()) fail("placement of '{}' was not given", values[v].name);
-    result.of_value[v] = seeds[v];
-  }
-  for (const Node& node : graph.nodes()) {
-    std::vector<Placement> in;
-    std::vector<TensorSpec> specs;
-    for (ValueId id : node.inputs) {
-      in.push_back(result.of_value[static_cast<size_t>(id)]);
-      specs.push_back(graph.spec(id));
+    const Value& value = values[v];
+    if (value.kind != Value::Kind::activation) {
+      const ValueId id = value.kind == Value::Kind::input ? g.input(value.name, value.spec)
+                                                          : g.param(value.name, value.spec, value.init, value.weight_decay);
+      AxisPlacements& p = placed(id);
+      for (int a = 0; a < axes; ++a) p.push_back(seed(v, a).value_or(Placement::B()));
+      out.value_of[v] = id;
+      continue;
     }
-    const std::vector<PlacementSignature> offered = node.def->signatures(specs, node.attrs);
-    const PlacementSignature* chosen = nullptr;
-    for (const PlacementSignature& s : offered)
-      if (s.inputs == in) {
-        chosen = &s;
-        break;
+    if (value.output_index != 0) continue;  // created with output 0
+    PX_CHECK_EQ(static_cast<size_t>(value.producer), next_node);
+    const int n = static_cast<int>(next_node++);
+    const Node& node = graph.nodes()[static_cast<size_t>(n)];
+    std::vector<ValueId> inputs;
+    std::vector<TensorSpec> in_specs, out_specs;
+    for (ValueId in : node.inputs) {
+      inputs.push_back(out.value_of[static_cast<size_t>(in)]);
+      in_specs.push_back(graph.spec(in));
+    }
+    for (ValueId o : node.outputs) out_specs.push_back(graph.spec(o));
+    const std::vector<PlacementSignature> offered = node.def->signatures(in_specs, node.attrs);
+
+    std::vector<PlacementSignature> chosen;
+    for (int a = 0; a < axes; ++a) {
+      std::vector<Placement> actual;
+      for (ValueId in : inputs) actual.push_back(placed(in)[static_cast<size_t>(a)]);
+      // What output 0 should be: its seed, or where a gradient is headed.
+      const size_t first_out = static_cast<size_t>(node.outputs.front());
+      std::optional<Placement> wanted_out = seed(first_out, a);
+      if (!wanted_out && target_index[first_out] >= 0)
+        wanted_out = request.targets[static_cast<size_t>(target_index[first_out])].second[static_cast<size_t>(a)];
+      struct Candidate {
+        PlacementSignature signature;
+        int cost = kNever, volume = 0;
+        bool seeded = false;
+      };
+      std::vector<Candidate> candidates;
+      for (const PlacementSignature& s : offered) {
+        PX_CHECK_EQ(s.inputs.size(), inputs.size());
+        Candidate c{carry_groups(s, actual, node.def->signatures_see_groups), 0, 0, false};
+        if (!fits(c.signature, in_specs, out_specs, mesh.axes()[static_cast<size_t>(a)].size)) continue;
+        for (size_t i = 0; i < inputs.size() && c.cost != kNever; ++i) {
+          const Placement& want = c.signature.inputs[i];
+          const bool param = graph.value(node.inputs[i]).kind == Value::Kind::param;
+          const std::optional<int> cost = param && want != actual[i] ? std::nullopt : resharding_cost(actual[i], want);
+          c.cost = cost ? c.cost + *cost : kNever;
+        }
+        if (c.cost == kNever) continue;
+        for (const Placement& p : c.signature.outputs) c.volume += p.is_split() ? 1 : 2;
+        c.seeded = wanted_out && c.signature.outputs.front() == *wanted_out;
+        candidates.push_back(std::move(c));
       }
-    if (chosen == nullptr) {
-      std::string options;
-      for (const PlacementSignature& s : offered) options += "\n  " + s.str();
-      fail("placement: node '{}' ({}) gets inputs {} and no signature of the op takes them; it offers:{}",
-           node.name, node.op(), list(in), options);
+      bool any_seeded = false;
+      for (const Candidate& c : candidates) any_seeded = any_seeded || c.seeded;
+      const Candidate* best = nullptr;
+      for (const Candidate& c : candidates) {
+        if (any_seeded && !c.seeded) continue;
+        if (best == nullptr || std::tie(c.cost, c.volume) < std::tie(best->cost, best->volume)) best = &c;
+      }
+      if (best == nullptr) {
+        std::string options;
+        for (const PlacementSignature& s : offered) options += "\n  " + s.str();
+        fail("placement: node '{}' ({}) gets inputs {} along mesh axis '{}' and no signature of the op can take "
+             "them (parameters are used where they are stored; nothing makes a partial value); it offers:{}",
+             node.name, node.op(), list(actual), mesh.axes()[static_cast<size_t>(a)].name, options);
+      }
+      PX_CHECK_EQ(best->signature.outputs.size(), node.outputs.size());
+      chosen.push_back(best->signature);
     }
-    PX_CHECK_EQ(chosen->outputs.size(), node.outputs.size());
-    for (size_t i = 0; i < node.outputs.size(); ++i)
-      result.of_value[static_cast<size_t>(node.outputs[i])] = chosen->outputs[i];
-    result.of_node.push_back(*chosen);
+
+    out.node_of[static_cast<size_t>(n)] = static_cast<int>(g.nodes().size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      std::vector<std::optional<Placement>> want;
+      for (int a = 0; a < axes; ++a) want.push_back(chosen[static_cast<size_t>(a)].inputs[i]);
+      inputs[i] = reshard_to(inputs[i], want);
+    }
+    const std::vector<ValueId> outputs = g.add(node.op(), inputs, node.attrs, node.name);
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      AxisPlacements& p = placed(outputs[o]);
+      for (int a = 0; a < axes; ++a) p.push_back(chosen[static_cast<size_t>(a)].outputs[o]);
+      const size_t old = static_cast<size_t>(node.outputs[o]);
+      std::vector<std::optional<Placement>> seeded;
+      for (int a = 0; a < axes; ++a) seeded.push_back(seed(old, a));
+      out.value_of[old] = reshard_to(outputs[o], seeded);
+      if (target_index[old] >= 0)
+        out.target_of[static_cast<size_t>(target_index[old])] =
+            reshard_to(out.value_of[old], request.targets[static_cast<size_t>(target_index[old])].second);
+    }
   }
-  return result;
+  for (size_t t = 0; t < request.targets.size(); ++t)
+    if (out.target_of[t] == kNoValue) {  // an input or parameter named as a target
+      const ValueId v = out.value_of[static_cast<size_t>(request.targets[t].first)];
+      out.target_of[t] = reshard_to(v, request.targets[t].second);
+    }
+  for (const auto& [name, id] : graph.outputs()) g.mark_output(out.value_of[static_cast<size_t>(id)], name);
+  out.of_value.resize(g.values().size());
+  return out;
 }
 
 }  // namespace px::parallel

@@ -19,10 +19,10 @@ std::string_view resharding_name(Resharding r) {
 Resharding resharding(Placement from, Placement to) {
   using K = Placement::Kind;
   if (from == to) return Resharding::none;
-  if (from.kind == K::partial) return to.kind == K::broadcast ? Resharding::allreduce : Resharding::reduce_scatter;
   if (to.kind == K::partial)
     fail("resharding {} -> {}: no collective makes a partial value from a {} one", from.str(), to.str(),
-         from.kind == K::broadcast ? "broadcast" : "split");
+         from.kind == K::broadcast ? "broadcast" : from.kind == K::split ? "split" : "differently reduced");
+  if (from.kind == K::partial) return to.kind == K::broadcast ? Resharding::allreduce : Resharding::reduce_scatter;
   if (from.kind == K::split) return to.kind == K::broadcast ? Resharding::allgather : Resharding::all_to_all;
   return Resharding::slice;  // B -> S(d)
 }
@@ -39,9 +39,9 @@ std::optional<comm::Collective> collective_of(Resharding r) {
   return std::nullopt;
 }
 
-std::vector<Transition> transitions(const Graph& graph, const Propagation& placement, ValueId loss,
+std::vector<Transition> transitions(const Graph& graph, const Propagation& placement, int data_axis, ValueId loss,
                                     const std::vector<ParamGrad>& grads, const Strategy& strategy) {
-  const auto at = [&](ValueId v) { return placement.of_value[static_cast<size_t>(v)]; };
+  const auto at = [&](ValueId v) { return placement.of_value[static_cast<size_t>(v)][static_cast<size_t>(data_axis)]; };
   // Where the optimizer wants gradients and where parameters are stored.
   const Placement grad_storage = strategy.zero_stage >= 1 ? Placement::S(0) : Placement::B();
   const Placement param_storage = strategy.zero_stage >= 3 ? Placement::S(0) : Placement::B();

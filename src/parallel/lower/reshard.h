@@ -55,9 +55,11 @@ struct ParamGrad {
   ValueId grad = kNoValue;
 };
 
-// Every transition of the step. `placement` is the propagation along the
-// data axis; `grads` may be empty (a program without backward).
-std::vector<Transition> transitions(const Graph& graph, const Propagation& placement, ValueId loss,
+// Every transition of the step along the data axis (index `data_axis` of
+// the mesh). Along the other axes a gradient is resharded to its
+// parameter's placement inside the graph (propagate.h's targets). `grads`
+// may be empty (a program without backward).
+std::vector<Transition> transitions(const Graph& graph, const Propagation& placement, int data_axis, ValueId loss,
                                     const std::vector<ParamGrad>& grads, const Strategy& strategy);
 
 }  // namespace px::parallel

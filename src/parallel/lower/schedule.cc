@@ -104,6 +104,15 @@ void schedule(const Context& c, Program& p) {
     for (int n : nodes) {
       const Node& node = graph.nodes()[static_cast<size_t>(n)];
       Instr compute{.op = Compute{n}, .stream = kComputeStream, .micro_batch = m};
+      if (node.op() == "reshard") {
+        // A placement change propagation inserted: the rule's collective on the value.
+        const int axis = static_cast<int>(node.attrs.get_int("axis"));
+        compute.op = Reshard{.node = n,
+                             .axis = axis,
+                             .from = placement_from_string(node.attrs.get_string("from")),
+                             .to = placement_from_string(node.attrs.get_string("to"))};
+        compute.stream = comm_stream(axis);
+      }
       if (gather) {
         const int node_phase = n < c.forward_nodes ? 0 : 1;
         if (node_phase != phase) {
