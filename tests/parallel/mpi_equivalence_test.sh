@@ -2,7 +2,9 @@
 # Data parallelism under mpirun against one rank: `mpirun -np N parallax
 # train` (MPI transport, chosen automatically) must give the single rank's
 # per-step losses over 50 steps, within 1e-5 relative, for GPT (with dropout,
-# also with ZeRO-1, -2 and -3) and the CNN (also with ZeRO-3); and a checkpoint saved by the MPI job at step 25 must resume
+# also with ZeRO-1, -2 and -3; at 4 ranks also dp=2 x tp=2, with sequence
+# parallelism and with ZeRO-1) and the CNN (also with ZeRO-3); and a
+# checkpoint saved by the MPI job at step 25 must resume
 # in-process at another rank count with the same losses.
 #
 #   mpi_equivalence_test.sh PARALLAX MPIEXEC RANKS
@@ -36,7 +38,7 @@ for job in GPT CNN; do
   declare -n args=$job
   "$PARALLAX" "${args[@]}" --metrics "$WORK/$job-1.jsonl" > "$WORK/$job-1.log"
   "${MPIRUN[@]}" "$PARALLAX" "${args[@]}" --metrics "$WORK/$job-mpi.jsonl" > "$WORK/$job-mpi.log"
-  grep -q "$RANKS data-parallel ranks (mpi)" "$WORK/$job-mpi.log" ||
+  grep -q "$RANKS ranks, mesh {dp:$RANKS} (mpi)" "$WORK/$job-mpi.log" ||
     { echo "FAIL: the MPI job did not run $RANKS MPI ranks:"; cat "$WORK/$job-mpi.log"; exit 1; }
   compare "$WORK/$job-1.jsonl" "$WORK/$job-mpi.jsonl" "$job at $RANKS MPI ranks"
 done
@@ -50,6 +52,17 @@ for stage in 1 2 3; do
     { echo "FAIL: ZeRO-$stage was not on:"; cat "$WORK/GPT-zero$stage.log"; exit 1; }
   compare "$WORK/GPT-1.jsonl" "$WORK/GPT-zero$stage.jsonl" "GPT with ZeRO-$stage at $RANKS MPI ranks"
 done
+
+# Megatron tensor parallelism across MPI processes: dp=2 x tp=2 (tp groups
+# consecutive ranks), with sequence parallelism and with ZeRO-1 over dp.
+if [ "$RANKS" = 4 ]; then
+  for extra in "" "--sequence-parallel" "--zero 1"; do
+    "${MPIRUN[@]}" "$PARALLAX" "${GPT[@]}" --mesh dp=2,tp=2 $extra --metrics "$WORK/GPT-tp.jsonl" > "$WORK/GPT-tp.log"
+    grep -q "4 ranks, mesh {dp:2, tp:2} (mpi)" "$WORK/GPT-tp.log" ||
+      { echo "FAIL: the MPI job did not run mesh dp=2 x tp=2:"; cat "$WORK/GPT-tp.log"; exit 1; }
+    compare "$WORK/GPT-1.jsonl" "$WORK/GPT-tp.jsonl" "GPT at dp=2 x tp=2 $extra under MPI"
+  done
+fi
 
 # ZeRO-3 on the CNN: convolution weights gathered before use and freed.
 "${MPIRUN[@]}" "$PARALLAX" "${CNN[@]}" --zero 3 --metrics "$WORK/CNN-zero3.jsonl" > "$WORK/CNN-zero3.log"

@@ -54,4 +54,13 @@ inline TrainOptions tiny_cnn() {
   return o;
 }
 
+// 784 -> 64 -> 32 -> 10 on Fashion-MNIST, SGD momentum 0.9.
+inline TrainOptions tiny_mlp() {
+  TrainOptions o = tiny_cnn();
+  o.model = "mlp";
+  o.mlp = {.inputs = 784, .hidden = {64, 32}, .classes = 10};
+  o.seed = 11;
+  return o;
+}
+
 }  // namespace px::testing
