@@ -1,5 +1,7 @@
 #include "comm/communicator.h"
 
+#include <atomic>
+
 #include <sched.h>
 
 #include <algorithm>
@@ -34,6 +36,7 @@ struct Communicator::State {
   // ranks_per_node -> {node group, leader group or null}
   std::map<int, std::pair<std::unique_ptr<Communicator>, std::unique_ptr<Communicator>>> nodes;
   std::vector<std::vector<char>> scratch;
+  std::atomic<uint64_t> bytes_sent{0};
 };
 
 Communicator::Communicator(std::shared_ptr<Transport> transport, CommunicatorOptions options)
@@ -65,8 +68,11 @@ uint32_t Communicator::next_tag() {
 }
 
 Request Communicator::isend(int peer, uint32_t tag, const void* data, size_t bytes) {
+  state_->bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
   return state_->transport->isend(world_rank(peer), tag, data, bytes);
 }
+uint64_t Communicator::bytes_sent() const { return state_->bytes_sent.load(std::memory_order_relaxed); }
+
 Request Communicator::irecv(int peer, uint32_t tag, void* data, size_t bytes) {
   return state_->transport->irecv(world_rank(peer), tag, data, bytes);
 }

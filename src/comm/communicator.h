@@ -57,6 +57,10 @@ class Communicator {
   // in posting order.
   uint32_t next_tag();
 
+  // Bytes this rank has posted to send on this group so far (every
+  // algorithm over the transport; shared-memory copies are not sends).
+  uint64_t bytes_sent() const;
+
   // Point-to-point on group ranks.
   Request isend(int peer, uint32_t tag, const void* data, size_t bytes);
   Request irecv(int peer, uint32_t tag, void* data, size_t bytes);

@@ -129,7 +129,6 @@ void ProgramExecutor::reshard(int id, const parallel::Reshard& op, const StepInp
   PX_CHECK(out.shape() == out_shape, "reshard #{} gives {}, the program expects {}", id, out.shape(), out_shape);
   live[static_cast<size_t>(node.outputs.front())] = out;
   const int64_t bytes = std::max(in.numel(), out.numel()) * static_cast<int64_t>(sizeof(float));
-  axis_bytes_[static_cast<size_t>(op.axis)] += resharding_wire_bytes(op, comm ? comm->size() : 1, bytes);
   if (tracing_)
     trace_.push_back({.name = fmt::format("{} ({} -> {})", node.name, op.from.str(), op.to.str()),
                       .lane = TraceRecord::Lane::comm,
@@ -138,17 +137,6 @@ void ProgramExecutor::reshard(int id, const parallel::Reshard& op, const StepInp
                       .bytes = bytes,
                       .step = static_cast<int64_t>(input.step),
                       .instr = id});
-}
-
-// What one rank sends for a resharding of a value of `bytes` (its larger
-// side) by the ring formulas of docs/collectives.md: (p-1)/p of it for a
-// reduce-scatter, allgather or all-to-all, twice that for an allreduce.
-int64_t resharding_wire_bytes(const parallel::Reshard& op, int p, int64_t bytes) {
-  if (p <= 1 || op.from == op.to) return 0;
-  const double pass = (p - 1.0) / p * static_cast<double>(bytes);
-  if (op.from.is_partial() && !op.to.is_split()) return static_cast<int64_t>(2 * pass);
-  if (!op.from.is_split() && !op.from.is_partial()) return 0;  // a local slice
-  return static_cast<int64_t>(pass);
 }
 
 }  // namespace px

@@ -49,7 +49,7 @@ ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, O
       fail("the program's mesh axis '{}' has {} ranks, its communicator {}", axes[a].name, axes[a].size, size);
     if (size == 1) groups_[a] = nullptr;
   }
-  axis_bytes_.assign(axes.size(), 0);
+  sent_before_.assign(axes.size(), 0);
   group_ = groups_[static_cast<size_t>(program_.strategy.mesh.axis(program_.strategy.data_axis))];
   const int group_size = group_ ? group_->size() : 1;
   validate(options_, program_);
@@ -364,7 +364,7 @@ StepResult ProgramExecutor::run(const StepInput& input) {
   // Engine jobs of the previous step stay referenced by deferred updates (resolved there).
   if (deferred_.empty()) job_.assign(program_.instrs.size(), -1);
   wire_.assign(program_.instrs.size(), {});
-  axis_bytes_.assign(axis_bytes_.size(), 0);
+  for (size_t a = 0; a < groups_.size(); ++a) sent_before_[a] = groups_[a] ? groups_[a]->bytes_sent() : 0;
   StepResult result;
   const MemoryStats at_start = memory_stats();
   reset_peak_memory();
@@ -437,9 +437,8 @@ StepResult ProgramExecutor::run(const StepInput& input) {
   }
   live_.clear();
   result.wire = step_wire();
-  result.axis_bytes = axis_bytes_;
-  const size_t data_axis = static_cast<size_t>(program_.strategy.mesh.axis(program_.strategy.data_axis));
-  result.axis_bytes[data_axis] += static_cast<int64_t>(result.wire.bytes_sent);
+  for (size_t a = 0; a < groups_.size(); ++a)
+    result.axis_bytes.push_back(groups_[a] ? static_cast<int64_t>(groups_[a]->bytes_sent() - sent_before_[a]) : 0);
   return result;
 }
 

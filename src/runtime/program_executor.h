@@ -78,8 +78,8 @@ struct StepResult {
   // This rank's gradient bytes handed to the transport, and what a float32
   // ring allreduce of the same gradients sends (2(p-1)/p * 4n).
   comm::compression::WireStats wire;
-  // Per mesh axis: bytes this rank sent this step (ring formulas): the
-  // data axis' gradient and parameter collectives, every axis' reshards.
+  // Per mesh axis: bytes this rank posted to send this step, counted by the
+  // axis' communicator (whatever algorithm each collective used).
   std::vector<int64_t> axis_bytes;
   std::vector<std::vector<Tensor>> outputs;  // per micro-batch: Program::outputs
 };
@@ -204,7 +204,7 @@ class ProgramExecutor {
   parallel::Liveness liveness_;
   AxisGroups groups_;
   comm::Communicator* group_;  // the data axis'
-  std::vector<int64_t> axis_bytes_;  // per mesh axis: bytes this rank sent for reshards this step
+  std::vector<uint64_t> sent_before_;  // per mesh axis: its communicator's count when the step began
   ExecutorOptions options_;
   std::unique_ptr<comm::CommEngine> engine_;
   std::optional<Optimizer> optimizer_;

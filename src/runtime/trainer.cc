@@ -255,7 +255,14 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     result.last_train_loss = loss;
     nlohmann::json line{{"step", step + 1}, {"train_loss", loss}, {"lr", lr}, {"grad_norm", out.grad_norm},
                         {"time_s", progress.elapsed_seconds()}};
-    if (world > 1) line["wire_bytes"] = out.wire.bytes_sent;
+    if (world > 1) {
+      line["wire_bytes"] = out.wire.bytes_sent;
+      for (size_t a = 0; a < out.axis_bytes.size(); ++a) {
+        const std::string& axis = strategy.mesh.axes()[a].name;
+        line["bytes_sent"][axis] = out.axis_bytes[a];
+        result.bytes_per_axis[axis] = out.axis_bytes[a];
+      }
+    }
     metrics.write(line);
     progress.update(step + 1, loss, o.batch * task->units_per_row());
     bool last = step + 1 == end;

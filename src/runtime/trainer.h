@@ -4,6 +4,8 @@
 // metrics, progress, traces and checkpoints.
 #pragma once
 
+#include <map>
+
 #include <ostream>
 
 #include "runtime/memory_report.h"
@@ -28,6 +30,8 @@ struct TrainResult {
   RankMemory memory;
   int64_t gradient_buffer_peak_bytes = 0;
   int64_t gathered_parameter_peak_bytes = 0;
+  // Rank 0's bytes sent in its last step, by mesh axis name.
+  std::map<std::string, int64_t> bytes_per_axis;
 };
 
 // The strategy the options describe for `world` ranks, or the one

@@ -180,6 +180,59 @@ TEST(TensorParallelCheckpoint, ResumesUnderEveryOtherStrategy) {
   }
 }
 
+// The bytes rank 0 sends along tp in a step, counted by its communicator,
+// equal the ring formulas of docs/collectives.md summed over the tp
+// collectives of its program: 2(p-1)/p·n·4 per allreduce (n = b·s·h for
+// the layers' activations), (p-1)/p·n·4 per reduce-scatter or allgather.
+// Per transformer layer sequence parallelism moves exactly what plain
+// tensor parallelism does.
+TEST(TensorParallelBytes, CountedBytesEqualTheRingFormulas) {
+  std::map<bool, double> layer_bytes;
+  for (bool sp : {false, true}) {
+    TrainOptions o = gpt_job(4);
+    o.steps = 2;
+    o.schedule.total = 2;
+    o.ranks = 2;
+    o.sync.tensor_parallel = 2;
+    o.sync.sequence_parallel = sp;
+    o.sync.collective.algorithm = comm::Algorithm::ring;
+    std::ostringstream log;
+    const TrainResult result = train(o, log);
+
+    const nn::Model model = make_task(o)->build(o.batch, true);
+    const parallel::Strategy s = parallel::tensor_parallel(model.graph, 1, 2, batch_input_names(model), sp);
+    const parallel::Program p = parallel::lower({.forward = &model.graph, .loss = model.loss}, s, 0);
+    const int tp = s.mesh.axis("tp");
+    const double ranks = 2, pass = (ranks - 1) / ranks;
+    double expected = 0;
+    for (const parallel::Instr& instr : p.instrs) {
+      if (const auto* c = std::get_if<parallel::Collective>(&instr.op); c != nullptr && c->axis == tp)
+        expected += 2 * pass * 4.0 * static_cast<double>(c->input.count);  // the gradient norm's allreduce
+      const auto* r = std::get_if<parallel::Reshard>(&instr.op);
+      if (r == nullptr || r->axis != tp) continue;
+      const Graph& g = p.graph_of(instr.micro_batch);
+      const Node& node = g.nodes()[static_cast<size_t>(r->node)];
+      const double in = static_cast<double>(g.spec(node.inputs.front()).shape.numel());
+      const double out = static_cast<double>(g.spec(node.outputs.front()).shape.numel());
+      double bytes = 0;
+      switch (parallel::resharding(r->from, r->to)) {
+        case parallel::Resharding::allreduce: bytes = 2 * pass * 4 * in; break;
+        case parallel::Resharding::reduce_scatter: bytes = pass * 4 * in; break;
+        case parallel::Resharding::allgather: bytes = pass * 4 * out; break;
+        default: break;
+      }
+      expected += bytes;
+      if (g.value(node.inputs.front()).name.rfind("h.", 0) == 0 &&
+          g.value(node.inputs.front()).name.find(".grad:") == std::string::npos)
+        layer_bytes[sp] += bytes;
+    }
+    EXPECT_EQ(static_cast<double>(result.bytes_per_axis.at("tp")), expected)
+        << (sp ? "with" : "without") << " sequence parallelism";
+  }
+  EXPECT_EQ(layer_bytes[false], layer_bytes[true]);
+  EXPECT_GT(layer_bytes[false], 0);
+}
+
 TEST(TensorParallelLowering, HeadsTheTensorAxisDoesNotDivideAreANamedError) {
   TrainOptions o = gpt_job(4);
   o.ranks = 3;
