@@ -31,4 +31,12 @@ std::string describe_rank_memory(int zero_stage, int ranks, int slots, int64_t p
       mib(expected.optimizer_state), mib(measured.total()), mib(unsharded.total()));
 }
 
+std::string describe_tensor_parallel_share(const TensorParallelShare& s, int64_t measured) {
+  return fmt::format(
+      "tensor parallel over T = {}: Ψ_T = Ψ_split/T + Ψ_replicated = {}/{} + {} = {:.0f} parameters per rank "
+      "(measured {}; {:.3f} of the whole model's {})",
+      s.ranks, s.split, s.ranks, s.replicated, s.per_rank(), measured,
+      static_cast<double>(measured) / static_cast<double>(s.split + s.replicated), s.split + s.replicated);
+}
+
 }  // namespace px

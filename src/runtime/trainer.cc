@@ -191,7 +191,15 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
                       .optimizer_state = static_cast<double>(m.optimizer_state)};
   };
   result.memory = memory_now();
-  if (world > 1) log << describe_rank_memory(zero, world, slots, parameter_count, result.memory) << "\n";
+  // Ψ here is this rank's model shard (all of it without tensor parallelism).
+  const int64_t shard_parameters = executor.program().param_count;
+  if (world > 1) log << describe_rank_memory(zero, data_ranks, slots, shard_parameters, result.memory) << "\n";
+  if (strategy.mesh.ranks() > data_ranks) {
+    TensorParallelShare share{.split = 0, .replicated = 0, .ranks = strategy.mesh.ranks() / data_ranks};
+    for (const parallel::ParamLayout& p : executor.program().params)
+      (p.shape == p.global_shape ? share.replicated : share.split) += p.global_shape.numel();
+    log << describe_tensor_parallel_share(share, shard_parameters) << "\n";
+  }
 
   MetricsLog metrics(lead ? o.metrics : std::string(), !o.resume.empty());
   auto save = [&](int64_t at_step) {
