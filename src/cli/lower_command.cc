@@ -25,7 +25,8 @@ void add_lower_command(CLI::App& app) {
   cmd->add_flag("--print-strategy", *print_strategy, "print the strategy as JSON instead (for --strategy FILE)");
   cmd->callback([flags, rank, print_strategy] {
     apply(*flags);
-    const TrainOptions& o = flags->options;
+    TrainOptions& o = flags->options;
+    if (o.sync.mesh_ranks > 0) o.ranks = o.sync.mesh_ranks;  // --mesh names the ranks
     validate(o);
     const nn::Model model = build_model(o, o.batch, true);
     const parallel::Strategy strategy = strategy_for(o, model, o.ranks);
