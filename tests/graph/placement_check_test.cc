@@ -178,6 +178,141 @@ TEST(PlacementCheck, EverySignatureOfEveryOpReproducesTheUnsplitResult) {
   EXPECT_GT(checked, 100);
 }
 
+// One level of splitting: `parts[r]` of `whole` placed `p` over 2 shards,
+// with each part's offset along every dim added to `offset`.
+struct Split2 {
+  std::vector<Tensor> parts;
+  std::vector<std::vector<int64_t>> offsets;
+};
+
+Split2 split_two(const Tensor& whole, const Placement& p, const std::vector<int64_t>& offset, Rng& rng) {
+  Split2 out;
+  if (p.is_partial()) {
+    out.parts = partial_parts(whole, 2, rng);
+    out.offsets = {offset, offset};
+    return out;
+  }
+  for (int r = 0; r < 2; ++r) {
+    std::vector<int64_t> o = offset;
+    if (p.is_split()) {
+      const Split s = chunk(whole.dim(p.dim), 2, r);
+      out.parts.push_back(slice_dim(whole, p.dim, s.lo, s.hi));
+      o[static_cast<size_t>(p.dim)] += s.lo;
+    } else {
+      out.parts.push_back(whole);
+    }
+    out.offsets.push_back(o);
+  }
+  return out;
+}
+
+Tensor combine_two(const std::vector<Tensor>& parts, const Placement& p, const Tensor& expected_if_whole,
+                   std::string& problem) {
+  if (p.is_split()) return concat_dim(parts, p.dim);
+  if (p.is_partial()) {
+    Tensor sum = parts[0].clone();
+    for (int64_t j = 0; j < sum.numel(); ++j)
+      sum.f32()[j] = p.reduce == Placement::Reduce::max ? std::max(sum.f32()[j], parts[1].f32()[j])
+                                                        : sum.f32()[j] + parts[1].f32()[j];
+    return sum;
+  }
+  if (max_relative_diff(parts[0], parts[1]) > 1e-4 && problem.empty()) problem = "a B output differs between shards";
+  (void)expected_if_whole;
+  return parts[0];
+}
+
+// Signatures compose across two mesh axes: the inputs split by `outer`
+// over 2 ranks, each part split by `inner` over 2 more (nested blocks where
+// both split one dim), the op run on the 4 shards with their boxes, and the
+// outputs combined inner then outer match the unsplit result.
+std::string check_two_axes(const OpDef& def, const OpExample& ex, const PlacementSignature& outer,
+                           const PlacementSignature& inner, Rng& rng) {
+  for (const PlacementSignature* s : {&outer, &inner}) {
+    if (s->even) return "skip";
+    for (const Placement& p : s->inputs)
+      if ((p.is_split() && p.groups != 1) || (p.is_partial() && p.reduce != Placement::Reduce::sum)) return "skip";
+    for (const Placement& p : s->outputs)
+      if (p.is_split() && p.groups != 1) return "skip";
+  }
+  std::vector<Tensor> inputs = random_inputs(ex, rng);
+  const std::vector<Tensor> full = run_op(def, ex.attrs, inputs, {.seed = kSeed});
+  for (size_t i = 0; i < inputs.size(); ++i)
+    for (const PlacementSignature* s : {&outer, &inner})
+      if (s->inputs[i].is_split() && inputs[i].dim(s->inputs[i].dim) < 4) return "skip";
+  for (size_t o = 0; o < full.size(); ++o)
+    for (const PlacementSignature* s : {&outer, &inner})
+      if (s->outputs[o].is_split() && full[o].dim(s->outputs[o].dim) < 4) return "skip";
+
+  // shard[a][b]: inputs and their offsets.
+  std::vector<std::vector<std::vector<Tensor>>> shard(2, std::vector<std::vector<Tensor>>(2));
+  std::vector<std::vector<std::vector<ShardBox>>> boxes(2, std::vector<std::vector<ShardBox>>(2));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::vector<int64_t> zero(static_cast<size_t>(inputs[i].rank()), 0);
+    const Split2 first = split_two(inputs[i], outer.inputs[i], zero, rng);
+    for (int a = 0; a < 2; ++a) {
+      const Split2 second = split_two(first.parts[a], inner.inputs[i], first.offsets[a], rng);
+      for (int b = 0; b < 2; ++b) {
+        shard[a][b].push_back(second.parts[b]);
+        boxes[a][b].push_back({second.offsets[b], inputs[i].shape()});
+      }
+    }
+  }
+  // Outputs: the same nesting gives each shard's output box and local shape.
+  std::vector<std::vector<std::vector<ShardBox>>> out_boxes(2, std::vector<std::vector<ShardBox>>(2));
+  std::vector<std::vector<std::vector<TensorSpec>>> out_specs(2, std::vector<std::vector<TensorSpec>>(2));
+  for (size_t o = 0; o < full.size(); ++o)
+    for (int a = 0; a < 2; ++a)
+      for (int b = 0; b < 2; ++b) {
+        std::vector<int64_t> offset(static_cast<size_t>(full[o].rank()), 0), dims = full[o].shape().dims();
+        for (auto [p, r] : {std::pair{outer.outputs[o], a}, std::pair{inner.outputs[o], b}})
+          if (p.is_split()) {
+            const Split s = chunk(dims[static_cast<size_t>(p.dim)], 2, r);
+            offset[static_cast<size_t>(p.dim)] += s.lo;
+            dims[static_cast<size_t>(p.dim)] = s.hi - s.lo;
+          }
+        out_boxes[a][b].push_back({offset, full[o].shape()});
+        out_specs[a][b].push_back({Shape(dims), full[o].dtype()});
+      }
+  std::vector<std::vector<std::vector<Tensor>>> outs(2, std::vector<std::vector<Tensor>>(2));
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 2; ++b) {
+      std::vector<TensorSpec> local_in;
+      for (const Tensor& t : shard[a][b]) local_in.push_back({t.shape(), t.dtype()});
+      const Attrs attrs = def.localize ? def.localize(ex.attrs, local_in, out_specs[a][b]) : ex.attrs;
+      outs[a][b] = run_op(def, attrs, shard[a][b], {.seed = kSeed, .inputs = boxes[a][b], .outputs = out_boxes[a][b]});
+    }
+  std::string problem;
+  for (size_t o = 0; o < full.size(); ++o) {
+    std::vector<Tensor> per_outer;
+    for (int a = 0; a < 2; ++a) per_outer.push_back(combine_two({outs[a][0][o], outs[a][1][o]}, inner.outputs[o], full[o], problem));
+    const Tensor combined = combine_two(per_outer, outer.outputs[o], full[o], problem);
+    if (!problem.empty()) return fmt::format("output {}: {}", o, problem);
+    if (combined.shape() != full[o].shape())
+      return fmt::format("output {} combines to {} but the unsplit op gives {}", o, combined.shape(), full[o].shape());
+    const double diff = max_relative_diff(combined, full[o]);
+    if (diff > 1e-4) return fmt::format("output {} differs by {}", o, diff);
+  }
+  return "";
+}
+
+TEST(PlacementCheck, EveryPairOfSignaturesComposesOnATwoAxisMesh) {
+  Rng rng(17);
+  int checked = 0;
+  for (const auto& name : OpRegistry::instance().names()) {
+    const OpDef& def = OpRegistry::instance().get(name);
+    for (const OpExample& ex : def.examples())
+      for (const auto& outer : def.signatures(ex.inputs, ex.attrs))
+        for (const auto& inner : def.signatures(ex.inputs, ex.attrs)) {
+          const std::string problem = check_two_axes(def, ex, outer, inner, rng);
+          if (problem == "skip") continue;
+          EXPECT_EQ(problem, "") << name << " " << ex.attrs.str() << " outer " << outer.str() << ", inner "
+                                 << inner.str();
+          ++checked;
+        }
+  }
+  EXPECT_GT(checked, 300);
+}
+
 TEST(PlacementCheck, MatMulOffersDataColumnAndRowParallelism) {
   const OpDef& def = OpRegistry::instance().get("matmul");
   std::vector<TensorSpec> in{{Shape{8, 4}, DType::f32}, {Shape{4, 6}, DType::f32}};
