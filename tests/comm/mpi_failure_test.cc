@@ -6,8 +6,8 @@
 // checks what the survivors printed.
 //   mpirun --oversubscribe -np 3 px_comm_mpi_failure_test kill|freeze <algorithm> <timeout_ms>
 // OpenMPI 4.1's mpirun does not end the job when the victim dies by a
-// signal, but does once a survivor exits non-zero: so each survivor waits a
-// grace second after printing, letting the others print theirs.
+// signal, but does once a survivor exits non-zero: so each survivor waits
+// (two timeouts and a second) after printing, letting the others print theirs.
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -73,7 +73,10 @@ int main(int argc, char** argv) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     std::printf("survivor rank %d failed after %.2f s: %s\n", rank, seconds, error.what());
     std::fflush(stdout);
-    std::this_thread::sleep_for(std::chrono::seconds(1));  // grace for the other survivors
+    // Grace for the other survivors: one may be waiting on this rank (a ring
+    // neighbour) and only time out a full timeout after this rank stopped
+    // answering, later still on a loaded machine.
+    std::this_thread::sleep_for(2 * timeout + std::chrono::seconds(1));
     std::_Exit(3);  // no MPI_Finalize: a peer is gone
   }
   std::printf("rank %d finished every allreduce: the victim was not missed\n", rank);
