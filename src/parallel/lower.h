@@ -1,9 +1,10 @@
 // Lowering: graph + strategy -> the Program one rank runs (program.h), as a
 // chain of pure passes, one file each under lower/:
 //
-//   propagate   placements of every value along the data axis (lower/propagate.h)
+//   propagate   placements of every value on every mesh axis; reshard nodes where they
+//               change (lower/propagate.h)
 //   reshard     the one rule: where placements change, which collective (lower/reshard.h)
-//   localize    the rank's local graphs: S(d) dims cut to its shard, one per micro-batch size
+//   localize    the rank's local graphs: values cut to its shard, one per micro-batch size
 //   buckets     the flat parameter layout, gradient buckets (the one bucket rule), ZeRO blocks
 //   schedule    compute per micro-batch, gradient accumulation, the collectives the
 //               transitions need (ZeRO-3 gathers before each use), the loss

@@ -9,7 +9,8 @@
 // weight gradient and the loss come out P, and the one resharding rule
 // (lower/reshard.h) turns those into the collectives. ZeRO moves where
 // optimizer state, gradients and parameters are stored: S along the data
-// axis instead of B.
+// axis instead of B. Tensor parallelism seeds parameters (and, for sequence
+// parallelism, activations) on a model axis (parallel/tensor_parallel.h).
 #pragma once
 
 #include <cstdint>
