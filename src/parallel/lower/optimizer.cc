@@ -71,9 +71,15 @@ void optimizer(const Context& c, Program& p) {
   // update waits for.
   int norm = -1;
   if (c.strategy.lowering.global_norm) {
-    std::vector<Region> gradients;
+    // The gradients this rank holds reduced: its shard, or every bucket.
+    std::vector<Region> whole;
+    if (sharded) whole.push_back({p.grad_shard_buffer, 0, p.shard_count});
+    else
+      for (const BucketLayout& b : p.buckets) whole.push_back({b.grad_buffer, 0, b.count});
+    std::vector<Region> gradients = whole;
     std::vector<double> weights;
     if (!model_axes.empty()) {
+      gradients.clear();
       // Per piece: a parameter the model axes replicate counts once over them.
       for (const std::vector<Piece>& bucket : pieces)
         for (const Piece& piece : bucket) {
@@ -85,10 +91,6 @@ void optimizer(const Context& c, Program& p) {
           gradients.push_back(piece.gradient);
           weights.push_back(1 / copies);
         }
-    } else if (sharded) {
-      gradients.push_back({p.grad_shard_buffer, 0, p.shard_count});
-    } else {
-      for (const BucketLayout& b : p.buckets) gradients.push_back({b.grad_buffer, 0, b.count});
     }
     std::vector<int> after;
     for (int r : reduced)
@@ -107,12 +109,7 @@ void optimizer(const Context& c, Program& p) {
                       .stream = comm_stream(axis),
                       .after = {norm},
                       .name = "gradient norm"});
-    std::vector<Region> clipped;
-    if (model_axes.empty()) clipped = gradients;
-    else if (sharded) clipped.push_back({p.grad_shard_buffer, 0, p.shard_count});
-    else
-      for (const BucketLayout& b : p.buckets) clipped.push_back({b.grad_buffer, 0, b.count});
-    norm = emit(p, {.op = Clip{.gradients = clipped, .norm = squares},
+    norm = emit(p, {.op = Clip{.gradients = whole, .norm = squares},
                     .stream = kComputeStream,
                     .after = {norm},
                     .name = "clip"});
