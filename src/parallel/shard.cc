@@ -1,6 +1,9 @@
 #include "parallel/shard.h"
 
+#include <algorithm>
 #include <cstring>
+
+#include <fmt/ranges.h>
 
 #include "comm/buffer.h"
 #include "core/error.h"
@@ -129,6 +132,129 @@ void copy_to_whole(const Tensor& local, const std::vector<ShardPiece>& pieces, T
   for (const ShardPiece& p : pieces)
     copy_piece(p, whole.shape(), local.shape(), static_cast<const char*>(local.raw()), static_cast<char*>(whole.raw()),
                dtype_size(whole.dtype()), false);
+}
+
+}  // namespace px::parallel
+
+namespace px::parallel {
+
+ShardRun ShardRun::whole(const Shape& shape) {
+  const std::vector<int64_t> zeros(static_cast<size_t>(shape.rank()), 0);
+  return {shape, shape, {{zeros, zeros, shape.dims()}}, 0, shape.numel()};
+}
+
+ShardRun ShardRun::of(const Shape& global, const Shape& local, std::vector<ShardPiece> pieces, int64_t begin,
+                      int64_t end) {
+  ShardRun run{global, local, std::move(pieces), begin, end};
+  const std::string problem = run.problem();
+  PX_CHECK(problem.empty(), "{}", problem);
+  return run;
+}
+
+std::string ShardRun::problem() const {
+  if (begin < 0 || end < begin || end > local.numel())
+    return fmt::format("run [{}, {}) is not inside a local tensor of {} elements", begin, end, local.numel());
+  if (global.rank() != local.rank())
+    return fmt::format("global shape {} and local shape {} differ in rank", global, local);
+  int64_t covered = 0;
+  for (const ShardPiece& p : pieces) {
+    const size_t n = static_cast<size_t>(global.rank());
+    if (p.global_offset.size() != n || p.local_offset.size() != n || p.extent.size() != n)
+      return fmt::format("a piece has {} / {} / {} dims, the tensor {}", p.global_offset.size(),
+                         p.local_offset.size(), p.extent.size(), n);
+    int64_t elements = 1;
+    for (size_t d = 0; d < n; ++d) {
+      const int dim = static_cast<int>(d);
+      if (p.extent[d] < 0 || p.global_offset[d] < 0 || p.local_offset[d] < 0 ||
+          p.global_offset[d] + p.extent[d] > global[dim] || p.local_offset[d] + p.extent[d] > local[dim])
+        return fmt::format("piece at global [{}] local [{}] of extent [{}] is outside global {} or local {}",
+                           fmt::join(p.global_offset, ","), fmt::join(p.local_offset, ","),
+                           fmt::join(p.extent, ","), global, local);
+      elements *= p.extent[d];
+    }
+    covered += elements;
+  }
+  if (covered != local.numel())
+    return fmt::format("pieces cover {} elements of a local tensor of {} ({})", covered, local.numel(), local);
+  return {};
+}
+
+namespace {
+
+// Row-major strides of `shape`.
+std::vector<int64_t> strides_of(const Shape& shape) {
+  std::vector<int64_t> strides(static_cast<size_t>(shape.rank()), 1);
+  for (int d = shape.rank() - 2; d >= 0; --d)
+    strides[static_cast<size_t>(d)] = strides[static_cast<size_t>(d) + 1] * shape[d + 1];
+  return strides;
+}
+
+// The box two pieces share, in global coordinates: lo and hi per dim; empty
+// when they do not meet.
+bool intersect(const ShardPiece& a, const ShardPiece& b, std::vector<int64_t>& lo, std::vector<int64_t>& hi) {
+  const size_t n = a.extent.size();
+  lo.resize(n);
+  hi.resize(n);
+  for (size_t d = 0; d < n; ++d) {
+    lo[d] = std::max(a.global_offset[d], b.global_offset[d]);
+    hi[d] = std::min(a.global_offset[d] + a.extent[d], b.global_offset[d] + b.extent[d]);
+    if (lo[d] >= hi[d]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool boxes_meet(const ShardRun& a, const ShardRun& b) {
+  std::vector<int64_t> lo, hi;
+  for (const ShardPiece& p : a.pieces)
+    for (const ShardPiece& q : b.pieces)
+      if (intersect(p, q, lo, hi)) return true;
+  return false;
+}
+
+int64_t copy_overlap(const ShardRun& from, const void* source, const ShardRun& to, void* target, size_t element,
+                     std::vector<uint8_t>* written) {
+  PX_CHECK(from.global == to.global, "copy_overlap: global shapes {} and {} differ", from.global, to.global);
+  const auto* src = static_cast<const char*>(source);
+  auto* dst = static_cast<char*>(target);
+  const std::vector<int64_t> from_strides = strides_of(from.local), to_strides = strides_of(to.local);
+  const int n = from.global.rank();
+  int64_t copied = 0;
+  std::vector<int64_t> lo, hi;
+  for (const ShardPiece& fp : from.pieces)
+    for (const ShardPiece& tp : to.pieces) {
+      if (!intersect(fp, tp, lo, hi)) continue;
+      // Runs along the innermost dim, contiguous on both sides.
+      int64_t rows = 1;
+      for (int d = 0; d + 1 < n; ++d) rows *= hi[static_cast<size_t>(d)] - lo[static_cast<size_t>(d)];
+      const int64_t length = n == 0 ? 1 : hi.back() - lo.back();
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t rest = r, f = 0, t = 0;
+        for (int d = n - 1; d >= 0; --d) {
+          const size_t k = static_cast<size_t>(d);
+          int64_t g = lo[k];
+          if (d != n - 1) {
+            const int64_t extent = hi[k] - lo[k];
+            g += rest % extent;
+            rest /= extent;
+          }
+          f += (fp.local_offset[k] + g - fp.global_offset[k]) * from_strides[k];
+          t += (tp.local_offset[k] + g - tp.global_offset[k]) * to_strides[k];
+        }
+        // Offsets k in [0, length) with f + k in from's run and t + k in to's.
+        const int64_t first = std::max({int64_t{0}, from.begin - f, to.begin - t});
+        const int64_t last = std::min({length, from.end - f, to.end - t});
+        if (first >= last) continue;
+        const int64_t at = t + first - to.begin;
+        std::memcpy(dst + static_cast<size_t>(at) * element, src + static_cast<size_t>(f + first - from.begin) * element,
+                    static_cast<size_t>(last - first) * element);
+        if (written != nullptr)
+          std::fill(written->begin() + at, written->begin() + at + (last - first), uint8_t{1});
+        copied += last - first;
+      }
+    }
+  return copied;
 }
 
 }  // namespace px::parallel

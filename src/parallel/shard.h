@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -40,5 +41,36 @@ ShardBox shard_box(const Shape& global, const AxisPlacements& placement, const D
 // Copies the pieces between a whole tensor and a local one (same dtype).
 void copy_to_local(const Tensor& whole, const std::vector<ShardPiece>& pieces, Tensor& local);
 void copy_to_whole(const Tensor& local, const std::vector<ShardPiece>& pieces, Tensor& whole);
+
+// A flat run of a rank's local tensor, placed in the global tensor: the
+// elements [begin, end) (row-major) of a local tensor of shape `local` that
+// is made of `pieces` of the global tensor of shape `global`. A whole tensor
+// is one piece and the run [0, numel); a ZeRO rank's share of a parameter is
+// the run of its block inside its model shard. Checkpoints save runs and
+// each rank asks for the runs it holds (runtime/sharded_tensors.h).
+struct ShardRun {
+  Shape global, local;
+  std::vector<ShardPiece> pieces;
+  int64_t begin = 0, end = 0;
+
+  static ShardRun whole(const Shape& shape);
+  // The run [begin, end) of the local tensor made of `pieces`.
+  static ShardRun of(const Shape& global, const Shape& local, std::vector<ShardPiece> pieces, int64_t begin,
+                     int64_t end);
+  int64_t count() const { return end - begin; }
+  // What is inconsistent (a run outside the local tensor, a piece outside
+  // either shape, pieces that do not tile the local tensor), or empty.
+  std::string problem() const;
+};
+
+// Whether the boxes of `a` and `b` meet (their flat ranges aside): a cheap
+// test before reading a saved run.
+bool boxes_meet(const ShardRun& a, const ShardRun& b);
+// Copies every element `from` and `to` share, from `source` (from.count()
+// elements of `element` bytes) into `target` (to.count() elements), and
+// sets written[i] for every target element i it copies when `written` is
+// given (to.count() entries). Returns the number of elements copied.
+int64_t copy_overlap(const ShardRun& from, const void* source, const ShardRun& to, void* target, size_t element,
+                     std::vector<uint8_t>* written = nullptr);
 
 }  // namespace px::parallel

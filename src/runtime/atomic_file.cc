@@ -100,51 +100,75 @@ void write_file_atomically(const std::string& path, std::string_view contents) {
   write_file_atomically(path, [&](FileSink& sink) { sink.write(contents); });
 }
 
-void write_directory_atomically(const std::string& dir,
-                                const std::function<void(const std::string& staging_dir)>& write) {
-  std::string target = dir;
-  while (target.size() > 1 && target.back() == '/') target.pop_back();
-  const std::string staging = temp_name(target, "tmp");
+namespace {
+
+std::string without_trailing_slashes(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
+}
+
+}  // namespace
+
+std::string staging_directory(const std::string& dir, long id) {
+  return fmt::format("{}.tmp.{}", without_trailing_slashes(dir), id);
+}
+
+StagedDirectory::StagedDirectory(const std::string& dir, long id)
+    : target_(without_trailing_slashes(dir)), staging_(staging_directory(dir, id)) {
   std::error_code ec;
-  fs::remove_all(staging, ec);  // a leftover of a dead process with our pid
-  if (!fs::create_directory(staging, ec) || ec)
-    fail("atomic write of '{}': cannot create staging directory '{}': {}", target, staging,
+  fs::remove_all(staging_, ec);  // a leftover of a dead process with the same id
+  if (!fs::create_directory(staging_, ec) || ec)
+    fail("atomic write of '{}': cannot create staging directory '{}': {}", target_, staging_,
          ec ? ec.message() : "it already exists");
-  try {
-    write(staging);
-    fsync_tree(staging, target);
-    if (!fs::exists(fs::symlink_status(target, ec))) {
-      if (::rename(staging.c_str(), target.c_str()) != 0)
-        fail("atomic write of '{}': renaming '{}' to it failed: {}", target, staging,
-             std::strerror(errno));
-    } else if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) !=
-               0) {
-      if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
-        fail("atomic write of '{}': exchanging it with '{}' failed: {}", target, staging,
-             std::strerror(errno));
-      // No RENAME_EXCHANGE here: two renames, the old contents parked aside.
-      const std::string old = temp_name(target, "old");
-      fs::remove_all(old, ec);
-      if (::rename(target.c_str(), old.c_str()) != 0)
-        fail("atomic write of '{}': moving it aside to '{}' failed: {}", target, old,
-             std::strerror(errno));
-      if (::rename(staging.c_str(), target.c_str()) != 0) {
-        int err = errno;
-        ::rename(old.c_str(), target.c_str());  // put the previous checkpoint back
-        fail("atomic write of '{}': renaming '{}' to it failed: {}", target, staging,
-             std::strerror(err));
-      }
-      fsync_path(parent_dir(target), true, target);
-      fs::remove_all(old, ec);
-      return;
-    }
-  } catch (...) {
-    fs::remove_all(staging, ec);
-    throw;
+}
+
+StagedDirectory::~StagedDirectory() {
+  if (committed_) return;
+  std::error_code ec;
+  fs::remove_all(staging_, ec);
+}
+
+void StagedDirectory::commit() {
+  PX_CHECK(!committed_, "staging directory '{}' committed twice", staging_);
+  const std::string& target = target_;
+  std::error_code ec;
+  fsync_tree(staging_, target);
+  if (!fs::exists(fs::symlink_status(target, ec))) {
+    if (::rename(staging_.c_str(), target.c_str()) != 0)
+      fail("atomic write of '{}': renaming '{}' to it failed: {}", target, staging_, std::strerror(errno));
+    committed_ = true;
+    fsync_path(parent_dir(target), true, target);
+    return;
   }
+  if (::renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+      fail("atomic write of '{}': exchanging it with '{}' failed: {}", target, staging_, std::strerror(errno));
+    // No RENAME_EXCHANGE here: two renames, the old contents parked aside.
+    const std::string old = temp_name(target, "old");
+    fs::remove_all(old, ec);
+    if (::rename(target.c_str(), old.c_str()) != 0)
+      fail("atomic write of '{}': moving it aside to '{}' failed: {}", target, old, std::strerror(errno));
+    if (::rename(staging_.c_str(), target.c_str()) != 0) {
+      int err = errno;
+      ::rename(old.c_str(), target.c_str());  // put the previous checkpoint back
+      fail("atomic write of '{}': renaming '{}' to it failed: {}", target, staging_, std::strerror(err));
+    }
+    committed_ = true;
+    fsync_path(parent_dir(target), true, target);
+    fs::remove_all(old, ec);
+    return;
+  }
+  committed_ = true;
   fsync_path(parent_dir(target), true, target);
   // After an exchange the previous contents sit at the staging name.
-  fs::remove_all(staging, ec);
+  fs::remove_all(staging_, ec);
+}
+
+void write_directory_atomically(const std::string& dir,
+                                const std::function<void(const std::string& staging_dir)>& write) {
+  StagedDirectory staged(dir, static_cast<long>(::getpid()));
+  write(staged.path());
+  staged.commit();
 }
 
 }  // namespace px

@@ -61,4 +61,27 @@ void write_file_atomically(const std::string& path, std::string_view contents);
 void write_directory_atomically(const std::string& dir,
                                 const std::function<void(const std::string& staging_dir)>& write);
 
+// The same, in steps, for a directory many processes fill (a checkpoint
+// every rank writes its shards into): the lead process creates the staging
+// directory `staging_directory(dir, id)`, where `id` is agreed among them
+// (the lead's pid), the others write into it, and the lead commits.
+// Destroyed without commit(), it removes the staging directory.
+std::string staging_directory(const std::string& dir, long id);
+class StagedDirectory {
+ public:
+  StagedDirectory(const std::string& dir, long id);
+  ~StagedDirectory();
+  StagedDirectory(const StagedDirectory&) = delete;
+  StagedDirectory& operator=(const StagedDirectory&) = delete;
+
+  const std::string& path() const { return staging_; }
+  // fsyncs everything in the staging directory and swaps it in for `dir`;
+  // px::Error leaves `dir` as it was.
+  void commit();
+
+ private:
+  std::string target_, staging_;
+  bool committed_ = false;
+};
+
 }  // namespace px

@@ -1,6 +1,7 @@
 // What outlives a step: the parameters (whole, or this rank's ZeRO-3
 // shard), the optimizer state over the program's shards, the compression
 // state, and the memory they take.
+#include <algorithm>
 #include <cstring>
 
 #include "comm/collectives.h"
@@ -27,6 +28,13 @@ Piece piece_of(const parallel::Program& p, const parallel::ParamLayout& param) {
   const int64_t hi = std::min(in_bucket + param.shape.numel(), b.block_begin + b.block_count);
   if (lo >= hi) return {};
   return {lo - in_bucket, hi - in_bucket, b.shard_offset + (lo - b.block_begin)};
+}
+
+// A 1-D tensor holding a copy of `count` floats at `values`.
+Tensor copy_of(const float* values, int64_t count) {
+  Tensor t = Tensor::empty(Shape{count}, DType::f32);
+  std::memcpy(t.f32(), values, static_cast<size_t>(count) * sizeof(float));
+  return t;
 }
 
 // Whether the model axes (every axis but the data axis) split the parameter.
@@ -122,53 +130,86 @@ Tensor ProgramExecutor::gradient(const std::string& name) const {
   fail("the program has no gradient of parameter '{}'", name);
 }
 
-NamedTensors ProgramExecutor::gather_optimizer_state() {
-  PX_CHECK(optimizer_.has_value(), "the program has no optimizer");
-  std::map<std::string, const parallel::ParamLayout*> param_named;
-  for (const parallel::ParamLayout& p : program_.params) param_named[p.name] = &p;
-  if (program_.grad_shard_buffer < 0) {
-    NamedTensors state = optimizer_->whole_state();  // "<param>.<slot>", this rank's model shard
-    for (auto& [key, tensor] : state) {
-      const std::string param = key.substr(0, key.rfind('.'));
-      tensor = whole_of(tensor, *param_named.at(param));
-    }
-    return state;
-  }
-  // Each shard's state at its place in the flat layout, then every rank's blocks.
-  const std::vector<std::string> slot_names = optimizer_slot_names(optimizer_->config().kind);
-  std::map<std::string, const parallel::ParamLayout*> by_name;
-  for (const parallel::ParamLayout& p : program_.params) by_name[p.name] = &p;
-  NamedTensors out;
-  for (size_t slot = 0; slot < optimizer_->slot_count(); ++slot) {
-    std::vector<float> flat(static_cast<size_t>(program_.param_count), 0.0f);
-    for (size_t k = 0; k < optimizer_->shards().size(); ++k) {
-      const ParamShard& s = optimizer_->shards()[k];
-      std::span<const float> state = optimizer_->state(slot, k);
-      std::memcpy(flat.data() + by_name.at(s.name)->offset + s.offset, state.data(), state.size_bytes());
-    }
-    gather_buckets(flat);
-    for (const std::string& name : declared_) {
-      const parallel::ParamLayout& p = *by_name.at(name);
-      Tensor t = Tensor::empty(p.shape, DType::f32);
-      std::memcpy(t.f32(), flat.data() + p.offset, static_cast<size_t>(p.shape.numel()) * sizeof(float));
-      out.emplace_back(name + "." + slot_names[slot], whole_of(t, p));
-    }
-  }
-  return out;
+parallel::ShardRun ProgramExecutor::run_of(const parallel::ParamLayout& param, int64_t begin, int64_t end) const {
+  const int data_axis = program_.strategy.mesh.axis(program_.strategy.data_axis);
+  return parallel::ShardRun::of(
+      param.global_shape, param.shape,
+      parallel::shard_pieces(param.global_shape, param.placement, program_.strategy.mesh, program_.coords, data_axis),
+      begin, end);
 }
 
-void ProgramExecutor::load_optimizer_state(const SafetensorsFile& file, int64_t steps) {
+bool ProgramExecutor::writes_copy(const parallel::ParamLayout& param, bool split_over_data) const {
+  const int data_axis = program_.strategy.mesh.axis(program_.strategy.data_axis);
+  for (size_t a = 0; a < program_.coords.size(); ++a) {
+    const bool split = static_cast<int>(a) == data_axis ? split_over_data : param.placement[a].is_split();
+    if (!split && program_.coords[a] != 0) return false;
+  }
+  return true;
+}
+
+std::vector<SavedRun> ProgramExecutor::state_runs() const {
   PX_CHECK(optimizer_.has_value(), "the program has no optimizer");
-  // The saved tensors are whole; the optimizer's shards are runs of this
-  // rank's model shard of each parameter.
-  SafetensorsFile local{.path = file.path, .tensors = {}, .metadata = file.metadata};
+  std::vector<SavedRun> runs;
+  // Parameters: the whole model shard, or (ZeRO-3) this rank's block of it.
+  const bool params_split = program_.params_buffer < 0;
+  for (const std::string& name : declared_) {
+    const parallel::ParamLayout& p = *std::find_if(program_.params.begin(), program_.params.end(),
+                                                   [&](const parallel::ParamLayout& q) { return q.name == name; });
+    if (!writes_copy(p, params_split)) continue;
+    if (!params_split) {
+      const float* values = buffers_[static_cast<size_t>(program_.params_buffer)].f32() + p.offset;
+      runs.push_back({name, run_of(p, 0, p.shape.numel()), copy_of(values, p.shape.numel())});
+      continue;
+    }
+    const Piece piece = piece_of(program_, p);
+    if (piece.begin == piece.end) continue;
+    const float* values = buffers_[static_cast<size_t>(program_.param_shard_buffer)].f32() + piece.shard_offset;
+    runs.push_back({name, run_of(p, piece.begin, piece.end), copy_of(values, piece.end - piece.begin)});
+  }
+  // Optimizer state: one run per shard and slot (a whole model shard, or
+  // under ZeRO the run of this rank's block).
   std::map<std::string, const parallel::ParamLayout*> by_name;
   for (const parallel::ParamLayout& p : program_.params) by_name[p.name] = &p;
-  for (const auto& [key, tensor] : file.tensors) {
-    auto it = by_name.find(key.substr(0, key.rfind('.')));
-    local.tensors.emplace_back(key, it == by_name.end() ? tensor : local_of(tensor, *it->second));
+  const bool state_split = program_.grad_shard_buffer >= 0;
+  const std::vector<std::string> slot_names = optimizer_slot_names(optimizer_->config().kind);
+  for (size_t slot = 0; slot < optimizer_->slot_count(); ++slot)
+    for (size_t k = 0; k < optimizer_->shards().size(); ++k) {
+      const ParamShard& s = optimizer_->shards()[k];
+      const parallel::ParamLayout& p = *by_name.at(s.name);
+      if (s.count == 0 || !writes_copy(p, state_split)) continue;
+      const std::span<const float> state = optimizer_->state(slot, k);
+      runs.push_back({s.name + "." + slot_names[slot], run_of(p, s.offset, s.offset + s.count),
+                      copy_of(state.data(), s.count)});
+    }
+  return runs;
+}
+
+void ProgramExecutor::load_state(const ShardedTensors& saved, int64_t optimizer_steps) {
+  PX_CHECK(optimizer_.has_value(), "the program has no optimizer");
+  for (const parallel::ParamLayout& p : program_.params) {
+    if (program_.params_buffer >= 0) {
+      const Tensor values = saved.read(p.name, run_of(p, 0, p.shape.numel()));
+      std::memcpy(buffers_[static_cast<size_t>(program_.params_buffer)].f32() + p.offset, values.f32(),
+                  values.nbytes());
+      continue;
+    }
+    const Piece piece = piece_of(program_, p);
+    if (piece.begin == piece.end) continue;
+    const Tensor values = saved.read(p.name, run_of(p, piece.begin, piece.end));
+    std::memcpy(buffers_[static_cast<size_t>(program_.param_shard_buffer)].f32() + piece.shard_offset, values.f32(),
+                values.nbytes());
   }
-  optimizer_->load(local, steps);
+  std::map<std::string, const parallel::ParamLayout*> by_name;
+  for (const parallel::ParamLayout& p : program_.params) by_name[p.name] = &p;
+  optimizer_->load(
+      [&](const ParamShard& s, const std::string& slot) {
+        const std::string key = s.name + "." + slot;
+        if (!saved.contains(key))
+          fail("checkpoint '{}' has no optimizer state '{}' (was it saved by another optimizer than {}?)",
+               saved.where(), key, optimizer_->config().kind);
+        return saved.read(key, run_of(*by_name.at(s.name), s.offset, s.offset + s.count));
+      },
+      optimizer_steps);
 }
 
 NamedTensors ProgramExecutor::gather_compression_state() {

@@ -65,32 +65,16 @@ std::span<const float> Optimizer::state(size_t slot, size_t index) const {
   return {slots_.at(slot).f32() + at_.at(index), static_cast<size_t>(shards_.at(index).count)};
 }
 
-NamedTensors Optimizer::whole_state() const {
-  NamedTensors out;
-  const std::vector<std::string> names = optimizer_slot_names(config_.kind);
-  for (size_t i = 0; i < shards_.size(); ++i) {
-    const ParamShard& s = shards_[i];
-    PX_CHECK(s.offset == 0 && s.count == s.shape.numel(), "optimizer state of '{}' is a shard [{}, {}) of {}", s.name,
-             s.offset, s.offset + s.count, s.shape.numel());
-    for (size_t k = 0; k < names.size(); ++k)
-      out.emplace_back(s.name + "." + names[k], slots_[k].slice_rows(at_[i], at_[i] + s.count).reshape(s.shape));
-  }
-  return out;
-}
-
-void Optimizer::load(const SafetensorsFile& file, int64_t steps) {
+void Optimizer::load(const SavedState& saved, int64_t steps) {
   const std::vector<std::string> names = optimizer_slot_names(config_.kind);
   for (size_t k = 0; k < names.size(); ++k)
     for (size_t i = 0; i < shards_.size(); ++i) {
       const ParamShard& s = shards_[i];
-      const std::string key = s.name + "." + names[k];
-      if (!file.contains(key))
-        fail("optimizer state '{}' has no tensor '{}' (was it saved by the {} optimizer?)", file.path, key,
-             config_.kind);
-      const Tensor& saved = file.at(key);
-      if (saved.shape() != s.shape)
-        fail("optimizer tensor '{}' has shape {} in '{}', expected {}", key, saved.shape(), file.path, s.shape);
-      std::memcpy(slots_[k].f32() + at_[i], saved.f32() + s.offset, static_cast<size_t>(s.count) * sizeof(float));
+      const Tensor values = saved(s, names[k]);
+      if (values.numel() != s.count || values.dtype() != DType::f32)
+        fail("optimizer state '{}.{}' for elements [{}, {}) has {} {} elements, expected {} float32", s.name,
+             names[k], s.offset, s.offset + s.count, values.numel(), dtype_name(values.dtype()), s.count);
+      std::memcpy(slots_[k].f32() + at_[i], values.f32(), static_cast<size_t>(s.count) * sizeof(float));
     }
   steps_ = steps;
 }

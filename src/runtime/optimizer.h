@@ -4,11 +4,12 @@
 // ZeRO rank holds the pieces of its blocks, a parameter server its slice.
 // The rules are elementwise, so any sharding updates exactly as one replica
 // would. State per slot is one flat tensor over the shards (tracked by the
-// memory tracker). Saved state is always whole tensors named
-// "<param>.momentum" / "<param>.exp_avg" / "<param>.exp_avg_sq", so a
-// checkpoint loads into any sharding.
+// memory tracker). Checkpoints save each shard's state as a run of the
+// tensor "<param>.momentum" / "<param>.exp_avg" / "<param>.exp_avg_sq" with
+// its place in the whole (checkpoint.h), so they load into any sharding.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -63,12 +64,11 @@ class Optimizer {
   size_t slot_count() const { return slots_.size(); }
   // Slot `slot`'s values of shard `index` (count elements).
   std::span<const float> state(size_t slot, size_t index) const;
-  // Whole tensors "<param>.<slot>"; every shard must be a whole parameter
-  // (sharded state is gathered by its owner first).
-  NamedTensors whole_state() const;
-  // Takes each shard's elements from whole saved tensors (a checkpoint of
-  // any sharding); px::Error names a missing or mis-sized tensor.
-  void load(const SafetensorsFile& file, int64_t steps);
+  // Takes each shard's state from `saved(shard, slot)`: shard.count float32
+  // elements (read from a checkpoint of any sharding); px::Error names a
+  // mis-sized one.
+  using SavedState = std::function<Tensor(const ParamShard& shard, const std::string& slot)>;
+  void load(const SavedState& saved, int64_t steps);
 
  private:
   OptimizerConfig config_;

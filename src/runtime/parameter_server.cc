@@ -74,25 +74,27 @@ Gathered gather_shards(comm::Communicator& comm, const Layout& layout, const ps:
   return out;
 }
 
-// Writes the gathered flat state back into a ParamStore; returns the whole
-// optimizer state "<param>.<slot>".
-NamedTensors unflatten(const Gathered& gathered, ParamStore& params, const std::string& optimizer) {
+// Writes the gathered flat state back into a ParamStore; returns every
+// parameter and optimizer slot "<param>.<slot>" whole, for a checkpoint.
+std::vector<SavedRun> unflatten(const Gathered& gathered, ParamStore& params, const std::string& optimizer) {
   std::vector<int64_t> offsets = ps::flat_offsets(params);
   const std::vector<std::string> slot_names = optimizer_slot_names(optimizer);
   PX_CHECK_EQ(slot_names.size(), gathered.slots.size());
-  NamedTensors state;
+  std::vector<SavedRun> runs;
   for (size_t t = 0; t < offsets.size(); ++t) {
     const std::string& name = params.names()[t];
     Tensor& value = params.at(name);
     const size_t bytes = static_cast<size_t>(value.numel()) * sizeof(float);
     std::memcpy(value.f32(), gathered.params.data() + offsets[t], bytes);
+    const parallel::ShardRun whole = parallel::ShardRun::whole(value.shape());
+    runs.push_back({name, whole, value.clone().reshape(Shape{value.numel()})});
     for (size_t s = 0; s < slot_names.size(); ++s) {
-      Tensor slot = Tensor::empty(value.shape());
+      Tensor slot = Tensor::empty(Shape{value.numel()});
       std::memcpy(slot.f32(), gathered.slots[s].data() + offsets[t], bytes);
-      state.emplace_back(name + "." + slot_names[s], slot);
+      runs.push_back({name + "." + slot_names[s], whole, slot});
     }
   }
-  return state;
+  return runs;
 }
 
 void send_data_state(comm::Communicator& comm, const nlohmann::json& state) {
@@ -136,7 +138,8 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
   validate(o.optimizer);
   int64_t start = 0, optimizer_steps = 0;
   if (!o.resume.empty()) {
-    params.load(resumed.model);
+    for (const std::string& name : params.names())
+      params.at(name) = resumed.shards.read_whole(name, params.at(name).shape());
     start = resumed.state.at("step").get<int64_t>();
     optimizer_steps = resumed.state.at("optimizer_steps").get<int64_t>();
     task->restore_data_state(resumed.state.at("data"));
@@ -170,7 +173,7 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
     return result;
   }
 
-  ps::ServerSlice shard(o.optimizer, params, decays, layout.shard(rank), o.resume.empty() ? nullptr : &resumed.optimizer,
+  ps::ServerSlice shard(o.optimizer, params, decays, layout.shard(rank), o.resume.empty() ? nullptr : &resumed.shards,
                         optimizer_steps);
   ps::Server server(comm, layout, shard,
                     {.mode = o.ps.mode, .staleness = o.ps.staleness, .backup_workers = o.ps.backup_workers,
@@ -208,7 +211,7 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
   }
 
   const Gathered gathered = gather_shards(comm, layout, shard);
-  const NamedTensors optimizer_state = unflatten(gathered, params, o.optimizer.kind);
+  std::vector<SavedRun> state_runs = unflatten(gathered, params, o.optimizer.kind);
   task->restore_data_state(receive_data_state(comm, layout.rank_of_worker(0)));
   Evaluation e = task->evaluate(params);
   result.evaluation = e;
@@ -228,7 +231,8 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
                          {"optimizer_steps", gathered.updates},
                          {"ranks", comm.size()},
                          {"parameter_server", o.ps.mode}};
-    save_checkpoint(o.save, params, optimizer_state, state);
+    // The lead gathered everything: one shard file of whole tensors.
+    save_checkpoint(o.save, nullptr, {.shards = std::move(state_runs), .model = &params, .state = state});
     log << fmt::format("saved checkpoint to '{}'\n", o.save);
   }
   log << fmt::format("trained {} steps in {:.1f} s; largest staleness a worker computed with: {}\n",

@@ -30,6 +30,7 @@
 #include "runtime/optimizer.h"
 #include "runtime/param_store.h"
 #include "runtime/safetensors.h"
+#include "runtime/sharded_tensors.h"
 #include "runtime/trace.h"
 
 namespace px {
@@ -139,11 +140,15 @@ class ProgramExecutor {
   Tensor gradient(const std::string& name) const;
 
   Optimizer& optimizer() { return *optimizer_; }
-  // The whole optimizer state "<param>.<slot>" (collective when sharded).
-  NamedTensors gather_optimizer_state();
-  // Loads whole "<param>.<slot>" tensors (any sharding saved them): this
-  // rank takes its part.
-  void load_optimizer_state(const SafetensorsFile& file, int64_t steps);
+  // For a checkpoint: this rank's runs of every parameter ("<param>") and
+  // optimizer slot ("<param>.<slot>") with their global boxes, leaving out
+  // copies another rank writes (this rank writes a copy when it sits at
+  // coordinate 0 of every mesh axis that replicates it). Local: no
+  // communication.
+  std::vector<SavedRun> state_runs() const;
+  // Parameters and optimizer state from a checkpoint saved under any
+  // strategy: this rank reads the runs it holds.
+  void load_state(const ShardedTensors& saved, int64_t optimizer_steps);
 
   // Compressed gradients: every rank's error-feedback state (residuals,
   // PowerSGD's Q, DGC velocities) as "rank<r>.<param>.<entry>" (collective).
@@ -199,6 +204,11 @@ class ProgramExecutor {
   // (collective over the model axes that split it), and back.
   Tensor whole_of(const Tensor& local, const parallel::ParamLayout& param);
   Tensor local_of(const Tensor& whole, const parallel::ParamLayout& param) const;
+  // A run of the rank's model shard of `param`: its elements [begin, end).
+  parallel::ShardRun run_of(const parallel::ParamLayout& param, int64_t begin, int64_t end) const;
+  // Whether this rank writes its copy of `param`'s run to a checkpoint;
+  // `split_over_data`: ZeRO gives each data rank its own run.
+  bool writes_copy(const parallel::ParamLayout& param, bool split_over_data) const;
 
   parallel::Program program_;
   parallel::Liveness liveness_;

@@ -80,13 +80,7 @@ class File {
   int fd_;
 };
 
-struct Entry {
-  std::string name;
-  DType dtype = DType::f32;
-  Shape shape;
-  uint64_t begin = 0;
-  uint64_t end = 0;
-};
+using Entry = SafetensorsReader::Entry;
 
 uint64_t json_offset(const nlohmann::json& value, const std::string& tensor,
                      const std::string& path) {
@@ -199,12 +193,13 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   });
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
-  File file(path);
+SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) {
+  const std::string& p = path_;
+  File file(p);
   const uint64_t file_size = file.size();
   if (file_size < 8)
     fail("safetensors: file '{}' is truncated: {} bytes, expected at least 8 for the header length",
-         path, file_size);
+         p, file_size);
   uint8_t length_bytes[8];
   file.read(length_bytes, 8, 0, "the header length");
   uint64_t header_size = 0;
@@ -213,9 +208,9 @@ SafetensorsFile load_safetensors(const std::string& path) {
     fail(
         "safetensors: file '{}' is corrupt or truncated: header length {} exceeds the {} bytes "
         "after the length field",
-        path, header_size, file_size - 8);
+        p, header_size, file_size - 8);
   if (header_size > kMaxHeaderBytes)
-    fail("safetensors: file '{}' has a header of {} bytes, expected at most {}", path, header_size,
+    fail("safetensors: file '{}' has a header of {} bytes, expected at most {}", p, header_size,
          kMaxHeaderBytes);
   std::string text(header_size, '\0');
   file.read(text.data(), header_size, 8, "the header");
@@ -224,67 +219,82 @@ SafetensorsFile load_safetensors(const std::string& path) {
   try {
     header = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    fail("safetensors: file '{}' has a malformed JSON header: {}", path, e.what());
+    fail("safetensors: file '{}' has a malformed JSON header: {}", p, e.what());
   }
   if (!header.is_object())
-    fail("safetensors: file '{}' has header {}, expected a JSON object", path,
+    fail("safetensors: file '{}' has header {}, expected a JSON object", p,
          header.dump().substr(0, 80));
 
-  SafetensorsFile out;
-  out.path = path;
-  std::vector<Entry> entries;
   for (const auto& [name, info] : header.items()) {
     if (name == kMetadataKey) {
       if (!info.is_object())
-        fail("safetensors: file '{}' has __metadata__ {}, expected an object of strings", path,
+        fail("safetensors: file '{}' has __metadata__ {}, expected an object of strings", p,
              info.dump().substr(0, 80));
       for (const auto& [key, value] : info.items()) {
         if (!value.is_string())
-          fail("safetensors: file '{}' has metadata '{}' = {}, expected a string", path, key,
+          fail("safetensors: file '{}' has metadata '{}' = {}, expected a string", p, key,
                value.dump().substr(0, 80));
-        out.metadata[key] = value.get<std::string>();
+        metadata_[key] = value.get<std::string>();
       }
       continue;
     }
-    entries.push_back(parse_entry(name, info, path));
+    entries_.push_back(parse_entry(name, info, p));
   }
 
   // The tensors must tile the data section exactly, in offset order.
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+  std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
-  const uint64_t data_start = 8 + header_size;
-  const uint64_t data_size = file_size - data_start;
+  data_start_ = 8 + header_size;
+  const uint64_t data_size = file_size - data_start_;
   uint64_t expected_begin = 0;
   const Entry* previous = nullptr;
-  for (const Entry& e : entries) {
+  for (const Entry& e : entries_) {
     if (e.begin < expected_begin)
       fail("safetensors: file '{}': tensor '{}' data_offsets [{}, {}] overlap tensor '{}' [{}, {}]",
-           path, e.name, e.begin, e.end, previous->name, previous->begin, previous->end);
+           p, e.name, e.begin, e.end, previous->name, previous->begin, previous->end);
     if (e.begin > expected_begin)
       fail(
           "safetensors: file '{}': tensor '{}' begins at data offset {}, expected {} (a gap of {} "
           "bytes)",
-          path, e.name, e.begin, expected_begin, e.begin - expected_begin);
+          p, e.name, e.begin, expected_begin, e.begin - expected_begin);
     if (e.end > data_size)
       fail(
           "safetensors: file '{}' is truncated: tensor '{}' data_offsets [{}, {}] run past the {} "
           "bytes of data",
-          path, e.name, e.begin, e.end, data_size);
+          p, e.name, e.begin, e.end, data_size);
     expected_begin = e.end;
     previous = &e;
   }
   if (expected_begin != data_size)
-    fail("safetensors: file '{}' has {} bytes of data after the last tensor, expected none", path,
+    fail("safetensors: file '{}' has {} bytes of data after the last tensor, expected none", p,
          data_size - expected_begin);
+}
 
-  for (const Entry& e : entries) {
-    Tensor tensor = Tensor::empty(e.shape, e.dtype);
-    if (tensor.nbytes() > 0)
-      file.read(tensor.raw(), tensor.nbytes(), data_start + e.begin,
-                fmt::format("tensor '{}'", e.name));
-    out.tensors.emplace_back(e.name, std::move(tensor));
-  }
+bool SafetensorsReader::contains(std::string_view name) const {
+  return std::any_of(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.name == name; });
+}
+
+const Entry& SafetensorsReader::entry(std::string_view name) const {
+  for (const Entry& e : entries_)
+    if (e.name == name) return e;
+  fail("safetensors: file '{}' has no tensor '{}' ({} tensors in the file)", path_, name, entries_.size());
+}
+
+Tensor SafetensorsReader::read(std::string_view name) const {
+  const Entry& e = entry(name);
+  Tensor tensor = Tensor::empty(e.shape, e.dtype);
+  if (tensor.nbytes() > 0)
+    File(path_).read(tensor.raw(), tensor.nbytes(), data_start_ + e.begin, fmt::format("tensor '{}'", e.name));
+  return tensor;
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  const SafetensorsReader reader(path);
+  SafetensorsFile out;
+  out.path = path;
+  out.metadata = reader.metadata();
+  for (const Entry& e : reader.entries()) out.tensors.emplace_back(e.name, reader.read(e.name));
   return out;
 }
 

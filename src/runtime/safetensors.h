@@ -45,4 +45,35 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 // (truncated file), and bytes after the last tensor.
 SafetensorsFile load_safetensors(const std::string& path);
 
+// A safetensors file opened to read one tensor at a time: the header is
+// read and checked on construction exactly as load_safetensors checks it
+// (the same errors); read() then reads one tensor's bytes. Checkpoint shard
+// files are read this way: a rank reads only the runs it needs.
+class SafetensorsReader {
+ public:
+  struct Entry {
+    std::string name;
+    DType dtype = DType::f32;
+    Shape shape;
+    uint64_t begin = 0, end = 0;  // byte offsets in the data section
+  };
+
+  explicit SafetensorsReader(std::string path);
+  const std::string& path() const { return path_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::vector<Entry>& entries() const { return entries_; }  // in data order
+  bool contains(std::string_view name) const;
+  // px::Error naming the file and the tensor when it is absent, or when the
+  // file was cut short since it was opened.
+  Tensor read(std::string_view name) const;
+
+ private:
+  const Entry& entry(std::string_view name) const;
+
+  std::string path_;
+  std::map<std::string, std::string> metadata_;
+  std::vector<Entry> entries_;
+  uint64_t data_start_ = 0;
+};
+
 }  // namespace px

@@ -157,23 +157,19 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   const bool compressed = executor.compressing();
   int64_t step = 0;
   int64_t parameter_count = 0;
-  {
+  for (const parallel::ParamLayout& p : executor.program().params) parameter_count += p.global_shape.numel();
+  if (o.resume.empty()) {
     // Every rank draws the same initial parameters; the executor keeps its
-    // storage of them (all, or its ZeRO-3 shard) and these go.
-    ParamStore initial = ParamStore::initialize(model.graph, o.seed);
-    parameter_count = initial.count();
-    if (!o.resume.empty()) initial.load(resumed.model);
-    executor.set_parameters(initial);
-  }
-  if (!o.resume.empty()) {
+    // storage of them (its model shard, or its ZeRO-3 block) and these go.
+    executor.set_parameters(ParamStore::initialize(model.graph, o.seed));
+  } else {
     step = resumed.state.at("step").get<int64_t>();
-    executor.load_optimizer_state(resumed.optimizer, resumed.state.at("optimizer_steps").get<int64_t>());
+    executor.load_state(resumed.shards, resumed.state.at("optimizer_steps").get<int64_t>());
     task->restore_data_state(resumed.state.at("data"));
     if (compressed) restore_compression_state(resumed, executor, world, log);
-    log << fmt::format("resumed from '{}' at step {}{}\n", o.resume, step,
-                       resumed.state.contains("ranks")
-                           ? fmt::format(" (saved at {} ranks, continuing at {})", resumed.state["ranks"].get<int>(), world)
-                           : "");
+    log << fmt::format("resumed from '{}' at step {} (saved at {} ranks, mesh {}; continuing at {} ranks, mesh {})\n",
+                       o.resume, step, resumed.state.value("ranks", 1), resumed.state.value("mesh", std::string("?")),
+                       world, strategy.mesh.str());
   }
   log << fmt::format("model {} with {} parameters; {} steps of batch {}{}; {}threads {}; BLAS {}\n", o.model,
                      parameter_count, total, o.batch,
@@ -204,19 +200,25 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   MetricsLog metrics(lead ? o.metrics : std::string(), !o.resume.empty());
   auto save = [&](int64_t at_step) {
     if (o.save.empty()) return;
-    // Collective: every rank takes part in gathering sharded state.
-    const NamedTensors optimizer_state = executor.gather_optimizer_state();
-    const NamedTensors compression = compressed ? executor.gather_compression_state() : NamedTensors{};
+    // Collective: the model is gathered whole for model.safetensors, and
+    // every rank writes its own runs of the training state.
     const ParamStore params = executor.parameters();
-    if (!lead) return;
-    nlohmann::json state{{"step", at_step},
-                         {"config", model_json(o)},
-                         {"data", task->data_state()},
-                         {"optimizer", o.optimizer.kind},
-                         {"optimizer_steps", executor.optimizer().steps()},
-                         {"ranks", world}};
-    if (compressed) state["compression"] = strategy.lowering.compression.to_string();
-    save_checkpoint(o.save, params, optimizer_state, state, compression);
+    CheckpointPart part{.shards = executor.state_runs(),
+                        .who = {{"mesh", strategy.mesh.str()},
+                                {"coords", nlohmann::json(executor.program().coords).dump()}}};
+    if (compressed) part.compression = executor.gather_compression_state();
+    if (lead) {
+      part.model = &params;
+      part.state = {{"step", at_step},
+                    {"config", model_json(o)},
+                    {"data", task->data_state()},
+                    {"optimizer", o.optimizer.kind},
+                    {"optimizer_steps", executor.optimizer().steps()},
+                    {"ranks", world},
+                    {"mesh", strategy.mesh.str()}};
+      if (compressed) part.state["compression"] = strategy.lowering.compression.to_string();
+    }
+    save_checkpoint(o.save, group, part);
   };
 
   // --trace: steps 2..4 of this run (the first one warms caches and pools up).

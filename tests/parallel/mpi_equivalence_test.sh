@@ -4,8 +4,8 @@
 # per-step losses over 50 steps, within 1e-5 relative, for GPT (with dropout,
 # also with ZeRO-1, -2 and -3; at 4 ranks also dp=2 x tp=2, with sequence
 # parallelism and with ZeRO-1) and the CNN (also with ZeRO-3); and a
-# checkpoint saved by the MPI job at step 25 must resume
-# in-process at another rank count with the same losses.
+# checkpoint every MPI process wrote its shards of at step 25 must resume
+# in-process at another rank count and strategy with the same losses.
 #
 #   mpi_equivalence_test.sh PARALLAX MPIEXEC RANKS
 set -euo pipefail
@@ -68,11 +68,18 @@ fi
 "${MPIRUN[@]}" "$PARALLAX" "${CNN[@]}" --zero 3 --metrics "$WORK/CNN-zero3.jsonl" > "$WORK/CNN-zero3.log"
 compare "$WORK/CNN-1.jsonl" "$WORK/CNN-zero3.jsonl" "CNN with ZeRO-3 at $RANKS MPI ranks"
 
-# Saved at N MPI ranks, resumed at 3 in-process ranks: the resumed steps
-# match the uninterrupted single-rank run.
-"${MPIRUN[@]}" "$PARALLAX" "${GPT[@]}" --stop-after 25 --save "$WORK/ckpt" > /dev/null
+# Saved at N MPI ranks (ZeRO-1, and at 4 ranks dp=2 x tp=2: every process
+# writes its own shard file into the directory the lead staged), resumed
+# at 3 in-process ranks: the resumed steps match the uninterrupted
+# single-rank run.
+SAVE=(--zero 1) SAVE_MESH="{dp:$RANKS}"
+if [ "$RANKS" = 4 ]; then SAVE=(--zero 1 --mesh dp=2,tp=2) SAVE_MESH="{dp:2, tp:2}"; fi
+"${MPIRUN[@]}" "$PARALLAX" "${GPT[@]}" "${SAVE[@]}" --stop-after 25 --save "$WORK/ckpt" > /dev/null
+shards=$(ls "$WORK/ckpt/shards" | wc -l)
+[ "$shards" = "$RANKS" ] || { echo "FAIL: $shards shard files, expected one per rank:"; ls -R "$WORK"; exit 1; }
+! ls -d "$WORK"/ckpt.tmp.* 2> /dev/null || { echo "FAIL: a staging directory was left behind"; exit 1; }
 "$PARALLAX" "${GPT[@]}" --resume "$WORK/ckpt" --ranks 3 --metrics "$WORK/resumed.jsonl" > "$WORK/resumed.log"
-grep -q "saved at $RANKS ranks, continuing at 3" "$WORK/resumed.log" ||
+grep -qF "saved at $RANKS ranks, mesh $SAVE_MESH; continuing at 3 ranks" "$WORK/resumed.log" ||
   { echo "FAIL: resume did not report the rank change:"; cat "$WORK/resumed.log"; exit 1; }
 python3 - "$WORK/GPT-1.jsonl" "$WORK/resumed.jsonl" <<'PY'
 import json, sys

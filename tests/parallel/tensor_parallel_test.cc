@@ -7,6 +7,8 @@
 // a checkpoint under another strategy.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <filesystem>
 #include <map>
 #include <sstream>
 
@@ -15,6 +17,7 @@
 #include "parallel/lower/reshard.h"
 #include "parallel/strategy_equivalence.h"
 #include "parallel/tensor_parallel.h"
+#include "runtime/checkpoint.h"
 #include "runtime/task.h"
 #include "testing/expect_train_error.h"
 #include "testing/scratch_dir.h"
@@ -139,7 +142,9 @@ TEST(TensorParallelLowering, EachLayerCostsTwoCollectivesForwardAndTwoBackward) 
 }
 
 // A checkpoint saved under one strategy resumes under another: dp=4 ->
-// tp=2 -> dp=2 x tp=2 -> 1 rank, 20 steps each, optimizer state included.
+// tp=2 -> dp=2 x tp=2 (ZeRO-1) -> dp=3 (ZeRO-3) -> 1 rank, 20 steps each,
+// optimizer state included: each rank reads its runs from the shard files
+// the previous strategy's ranks wrote.
 // Each resumed segment matches an uninterrupted run of its own strategy.
 TEST(TensorParallelCheckpoint, ResumesUnderEveryOtherStrategy) {
   testing::ScratchDir dir;
@@ -147,7 +152,10 @@ TEST(TensorParallelCheckpoint, ResumesUnderEveryOtherStrategy) {
     const char* name;
     int ranks, tp, zero_stage;
   };
-  const std::vector<Stage> chain{{"dp=4", 4, 1, 0}, {"tp=2", 2, 2, 0}, {"dp=2 x tp=2, ZeRO-1", 4, 2, 1},
+  const std::vector<Stage> chain{{"dp=4", 4, 1, 0},
+                                 {"tp=2", 2, 2, 0},
+                                 {"dp=2 x tp=2, ZeRO-1", 4, 2, 1},
+                                 {"dp=3 x tp=1, ZeRO-3", 3, 1, 3},
                                  {"1 rank", 1, 1, 0}};
   constexpr int kSegment = 20;
   TrainOptions base = gpt_job(4);
@@ -177,6 +185,55 @@ TEST(TensorParallelCheckpoint, ResumesUnderEveryOtherStrategy) {
     testing::expect_same_losses(tail, resumed, kTolerance,
                                 fmt::format("resumed under {} from {}", chain[i].name,
                                             i == 0 ? "the start" : chain[i - 1].name));
+  }
+}
+
+// Each rank saves only what no other rank saves: over the shard files,
+// every parameter and optimizer slot has each of its elements exactly once,
+// and the runs read back whole equal the gathered model.safetensors.
+// Replicated copies come from coordinate 0 of the replicating axes: at
+// dp=2 x tp=2 the two ranks of dp coordinate 0 write; under ZeRO every
+// rank holds its own optimizer runs and writes them.
+TEST(TensorParallelCheckpoint, EveryElementIsSavedOnceWithItsBox) {
+  struct Case {
+    const char* name;
+    int zero_stage;
+    std::vector<int> writers;
+  };
+  for (const Case& c : {Case{"dp=2 x tp=2", 0, {0, 1}}, Case{"dp=2 x tp=2, ZeRO-1", 1, {0, 1, 2, 3}},
+                        Case{"dp=2 x tp=2, ZeRO-3", 3, {0, 1, 2, 3}}}) {
+    testing::ScratchDir dir;
+    TrainOptions o = gpt_job(4);
+    o.steps = 2;
+    o.schedule.total = 2;
+    o.ranks = 4;
+    o.sync.tensor_parallel = 2;
+    o.sync.zero_stage = c.zero_stage;
+    o.save = dir.file("ckpt");
+    testing::train_losses(o);
+    std::vector<int> writers;
+    std::map<std::string, int64_t> saved, global;
+    for (int r = 0; r < 4; ++r) {
+      const std::string path = fmt::format("{}/shards/rank{}.safetensors", o.save, r);
+      if (!std::filesystem::exists(path)) continue;
+      writers.push_back(r);
+      const SafetensorsReader reader(path);
+      EXPECT_EQ(reader.metadata().at("mesh"), "{dp:2, tp:2}") << c.name;
+      for (const SafetensorsReader::Entry& e : reader.entries()) {
+        const nlohmann::json box = nlohmann::json::parse(reader.metadata().at(e.name));
+        saved[e.name] += box.at("end").get<int64_t>() - box.at("begin").get<int64_t>();
+        global[e.name] = Shape(box.at("global").get<std::vector<int64_t>>()).numel();
+      }
+    }
+    EXPECT_EQ(writers, c.writers) << c.name;
+    EXPECT_EQ(saved, global) << c.name << ": some element is saved twice or not at all";
+    const Checkpoint checkpoint = load_checkpoint(o.save);
+    const SafetensorsFile model = load_model_weights(o.save);
+    EXPECT_EQ(saved.size(), 3 * model.tensors.size()) << c.name << ": each parameter and its two AdamW slots";
+    for (const auto& [name, whole] : model.tensors) {
+      const Tensor from_shards = checkpoint.shards.read_whole(name, whole.shape());
+      EXPECT_EQ(std::memcmp(from_shards.f32(), whole.f32(), whole.nbytes()), 0) << c.name << ": " << name;
+    }
   }
 }
 

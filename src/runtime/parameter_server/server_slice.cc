@@ -38,14 +38,21 @@ std::vector<ParamShard> shards_in(const ParamStore& store, const std::map<std::s
 }  // namespace
 
 ServerSlice::ServerSlice(OptimizerConfig config, const ParamStore& store, const std::map<std::string, bool>& decays,
-                         comm::Block slice, const SafetensorsFile* state, int64_t steps)
+                         comm::Block slice, const ShardedTensors* state, int64_t steps)
     : slice_(slice), optimizer_(std::move(config), shards_in(store, decays, slice, begin_)) {
   params_.resize(static_cast<size_t>(slice.count));
   for (size_t k = 0; k < optimizer_.shards().size(); ++k) {
     const ParamShard& s = optimizer_.shards()[k];
     std::memcpy(params_.data() + begin_[k], store.at(s.name).f32() + s.offset, static_cast<size_t>(s.count) * sizeof(float));
   }
-  if (state != nullptr) optimizer_.load(*state, steps);
+  if (state == nullptr) return;
+  optimizer_.load(
+      [&](const ParamShard& s, const std::string& slot) {
+        return state->read(s.name + "." + slot, parallel::ShardRun::of(s.shape, s.shape,
+                                                                       parallel::ShardRun::whole(s.shape).pieces,
+                                                                       s.offset, s.offset + s.count));
+      },
+      steps);
 }
 
 void ServerSlice::step(std::span<const float> gradient, double lr, double decay_scale) {

@@ -12,15 +12,16 @@
 
 #include "comm/buffer.h"
 #include "runtime/optimizer.h"
+#include "runtime/sharded_tensors.h"
 
 namespace px::ps {
 
 class ServerSlice {
  public:
-  // `store` gives the initial (or resumed) values, `state` the optimizer
-  // state to take the slice's elements from (empty: fresh) after `steps`.
+  // `store` gives the initial (or resumed) values, `state` the checkpoint
+  // to take the slice's optimizer state from (nullptr: fresh) after `steps`.
   ServerSlice(OptimizerConfig config, const ParamStore& store, const std::map<std::string, bool>& decays,
-              comm::Block slice, const SafetensorsFile* state, int64_t steps);
+              comm::Block slice, const ShardedTensors* state, int64_t steps);
 
   // One update: params -= lr * rule(gradient) with weight decay scaled by
   // `decay_scale` (a push's share of the global batch in asynchronous modes).

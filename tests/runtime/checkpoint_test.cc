@@ -1,0 +1,169 @@
+// The collective checkpoint protocol (runtime/checkpoint.h) on in-process
+// ranks: every rank writes its runs, the lead the model and the state; a
+// failure on any rank reaches every rank and leaves the previous
+// checkpoint; a missing, truncated or unlisted shard file is a named error.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+
+#include "comm/backends.h"
+#include "core/error.h"
+#include "runtime/checkpoint.h"
+#include "testing/scratch_dir.h"
+
+namespace px {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int kRanks = 3;
+
+// A [6, 4] tensor "w" whose element i is i.
+Tensor whole_w() {
+  Tensor t = Tensor::empty(Shape{6, 4});
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>(i);
+  return t;
+}
+
+// Rank r's part: rows [2r, 2r + 2) of "w" (its "exp_avg" too, times 10);
+// `duplicate` makes the rank save one name twice, which its write refuses.
+CheckpointPart part_of(int rank, const Tensor& whole, const ParamStore& model, bool duplicate = false) {
+  const parallel::ShardRun run =
+      parallel::ShardRun::of(whole.shape(), Shape{2, 4}, {{{2 * rank, 0}, {0, 0}, {2, 4}}}, 0, 8);
+  Tensor rows = Tensor::empty(Shape{8});
+  Tensor state = Tensor::empty(Shape{8});
+  for (int i = 0; i < 8; ++i) {
+    rows.f32()[i] = whole.f32()[8 * rank + i];
+    state.f32()[i] = 10 * rows.f32()[i];
+  }
+  CheckpointPart part{.shards = {{"w", run, rows}, {duplicate ? "w" : "w.exp_avg", run, state}},
+                      .who = {{"mesh", "{dp:3}"}, {"coords", fmt::format("[{}]", rank)}}};
+  if (rank == 0) {
+    part.model = &model;
+    part.state = {{"step", 7}, {"config", {{"model", "test"}}}};
+  }
+  return part;
+}
+
+// Saves on kRanks in-process ranks; returns each rank's error ("" if none).
+std::vector<std::string> save_on_ranks(const std::string& dir, int failing_rank = -1) {
+  const Tensor whole = whole_w();
+  const ParamStore model = ParamStore::of({{"w", whole}});
+  std::vector<std::string> errors(kRanks);
+  comm::run_inproc(kRanks, [&](comm::Communicator& world) {
+    try {
+      save_checkpoint(dir, &world, part_of(world.rank(), whole, model, world.rank() == failing_rank));
+    } catch (const Error& e) {
+      errors[static_cast<size_t>(world.rank())] = e.what();
+    }
+  });
+  return errors;
+}
+
+std::vector<std::string> leftovers(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().find(".tmp.") != std::string::npos) out.push_back(e.path().string());
+  return out;
+}
+
+TEST(CollectiveCheckpoint, EveryRankWritesItsShardFileAndTheLeadTheRest) {
+  testing::ScratchDir dir;
+  const std::string ckpt = dir.file("ckpt");
+  EXPECT_EQ(save_on_ranks(ckpt), std::vector<std::string>(kRanks));
+  for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(fs::exists(fmt::format("{}/shards/rank{}.safetensors", ckpt, r)));
+  const Checkpoint c = load_checkpoint(ckpt);
+  EXPECT_EQ(c.state.at("step"), 7);
+  EXPECT_EQ(c.state.at("files").size(), 4u);  // three shard files and the model
+  const Tensor w = c.shards.read_whole("w", Shape{6, 4});
+  const Tensor m = c.shards.read_whole("w.exp_avg", Shape{6, 4});
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    EXPECT_EQ(w.f32()[i], static_cast<float>(i));
+    EXPECT_EQ(m.f32()[i], 10.0f * static_cast<float>(i));
+  }
+  // A rank of another split reads its columns [1, 3) of rows [3, 6).
+  const parallel::ShardRun cols =
+      parallel::ShardRun::of(Shape{6, 4}, Shape{3, 2}, {{{3, 1}, {0, 0}, {3, 2}}}, 0, 6);
+  const Tensor part = c.shards.read("w", cols);
+  EXPECT_EQ(std::vector<float>(part.f32(), part.f32() + 6), (std::vector<float>{13, 14, 17, 18, 21, 22}));
+  EXPECT_EQ(load_model_weights(ckpt).at("w").f32()[23], 23.0f);
+  EXPECT_TRUE(leftovers(dir.path()).empty());
+}
+
+TEST(CollectiveCheckpoint, AFailingRankReachesEveryRankAndKeepsThePreviousCheckpoint) {
+  testing::ScratchDir dir;
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(save_on_ranks(ckpt), std::vector<std::string>(kRanks));
+  const std::vector<std::string> errors = save_on_ranks(ckpt, 1);
+  EXPECT_NE(errors[1].find("'w' is saved twice"), std::string::npos) << errors[1];
+  for (int r : {0, 2}) {
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("rank 1 failed while writing its shard file"), std::string::npos)
+        << errors[static_cast<size_t>(r)];
+    EXPECT_NE(errors[static_cast<size_t>(r)].find(ckpt), std::string::npos) << errors[static_cast<size_t>(r)];
+  }
+  const Checkpoint c = load_checkpoint(ckpt);  // the first save, whole
+  EXPECT_EQ(c.shards.read_whole("w", Shape{6, 4}).f32()[5], 5.0f);
+  EXPECT_TRUE(leftovers(dir.path()).empty());
+}
+
+TEST(CollectiveCheckpoint, AnUncreatableDirectoryIsAnErrorOnEveryRank) {
+  testing::ScratchDir dir;
+  std::ofstream(dir.file("file")) << "not a directory";
+  const std::vector<std::string> errors = save_on_ranks(dir.file("file/ckpt"));
+  EXPECT_NE(errors[0].find("cannot create staging directory"), std::string::npos) << errors[0];
+  for (int r : {1, 2})
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("rank 0 failed while creating the staging directory"),
+              std::string::npos)
+        << errors[static_cast<size_t>(r)];
+}
+
+TEST(LoadCheckpoint, AMissingOrTruncatedShardFileIsNamed) {
+  testing::ScratchDir dir;
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(save_on_ranks(ckpt), std::vector<std::string>(kRanks));
+  const std::string shard = ckpt + "/shards/rank1.safetensors";
+  fs::resize_file(shard, fs::file_size(shard) - 4);
+  try {
+    load_checkpoint(ckpt);
+    FAIL() << "a truncated shard file loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'shards/rank1.safetensors' has"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+  fs::remove(shard);
+  try {
+    load_checkpoint(ckpt);
+    FAIL() << "a checkpoint without a shard file loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'shards/rank1.safetensors' is missing"), std::string::npos) << e.what();
+  }
+}
+
+// Without the file list's help (the file and its entry both gone), the
+// elements nobody holds are named.
+TEST(LoadCheckpoint, ElementsNoShardHoldsAreNamed) {
+  testing::ScratchDir dir;
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(save_on_ranks(ckpt), std::vector<std::string>(kRanks));
+  fs::remove(ckpt + "/shards/rank2.safetensors");
+  nlohmann::json state;
+  std::ifstream(ckpt + "/state.json") >> state;
+  state["files"].erase("shards/rank2.safetensors");
+  std::ofstream(ckpt + "/state.json") << state.dump();
+  const Checkpoint c = load_checkpoint(ckpt);
+  try {
+    c.shards.read_whole("w", Shape{6, 4});
+    FAIL() << "rows 4 and 5 of 'w' are in no shard file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no shard file holds element [4,0] of tensor 'w'"), std::string::npos)
+        << e.what();
+  }
+  // What the remaining files hold still reads.
+  EXPECT_EQ(c.shards.read("w", parallel::ShardRun::of(Shape{6, 4}, Shape{4, 4}, {{{0, 0}, {0, 0}, {4, 4}}}, 0, 16))
+                .f32()[15],
+            15.0f);
+}
+
+}  // namespace
+}  // namespace px
