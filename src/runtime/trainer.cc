@@ -167,9 +167,10 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     executor.load_state(resumed.shards, resumed.state.at("optimizer_steps").get<int64_t>());
     task->restore_data_state(resumed.state.at("data"));
     if (compressed) restore_compression_state(resumed, executor, world, log);
-    log << fmt::format("resumed from '{}' at step {} (saved at {} ranks, mesh {}; continuing at {} ranks, mesh {})\n",
-                       o.resume, step, resumed.state.value("ranks", 1), resumed.state.value("mesh", std::string("?")),
-                       world, strategy.mesh.str());
+    const auto ranks = [](int n) { return fmt::format("{} rank{}", n, n == 1 ? "" : "s"); };
+    log << fmt::format("resumed from '{}' at step {} (saved at {}, mesh {}; continuing at {}, mesh {})\n", o.resume,
+                       step, ranks(resumed.state.value("ranks", 1)), resumed.state.value("mesh", std::string("?")),
+                       ranks(world), strategy.mesh.str());
   }
   log << fmt::format("model {} with {} parameters; {} steps of batch {}{}; {}threads {}; BLAS {}\n", o.model,
                      parameter_count, total, o.batch,
