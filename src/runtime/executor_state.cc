@@ -1,7 +1,6 @@
 // What outlives a step: the parameters (whole, or this rank's ZeRO-3
 // shard), the optimizer state over the program's shards, the compression
 // state, and the memory they take.
-#include <algorithm>
 #include <cstring>
 
 #include "comm/collectives.h"
@@ -149,12 +148,13 @@ bool ProgramExecutor::writes_copy(const parallel::ParamLayout& param, bool split
 
 std::vector<SavedRun> ProgramExecutor::state_runs() const {
   PX_CHECK(optimizer_.has_value(), "the program has no optimizer");
+  std::map<std::string, const parallel::ParamLayout*> by_name;
+  for (const parallel::ParamLayout& p : program_.params) by_name[p.name] = &p;
   std::vector<SavedRun> runs;
   // Parameters: the whole model shard, or (ZeRO-3) this rank's block of it.
   const bool params_split = program_.params_buffer < 0;
   for (const std::string& name : declared_) {
-    const parallel::ParamLayout& p = *std::find_if(program_.params.begin(), program_.params.end(),
-                                                   [&](const parallel::ParamLayout& q) { return q.name == name; });
+    const parallel::ParamLayout& p = *by_name.at(name);
     if (!writes_copy(p, params_split)) continue;
     if (!params_split) {
       const float* values = buffers_[static_cast<size_t>(program_.params_buffer)].f32() + p.offset;
@@ -168,8 +168,6 @@ std::vector<SavedRun> ProgramExecutor::state_runs() const {
   }
   // Optimizer state: one run per shard and slot (a whole model shard, or
   // under ZeRO the run of this rank's block).
-  std::map<std::string, const parallel::ParamLayout*> by_name;
-  for (const parallel::ParamLayout& p : program_.params) by_name[p.name] = &p;
   const bool state_split = program_.grad_shard_buffer >= 0;
   const std::vector<std::string> slot_names = optimizer_slot_names(optimizer_->config().kind);
   for (size_t slot = 0; slot < optimizer_->slot_count(); ++slot)
