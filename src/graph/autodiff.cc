@@ -36,7 +36,9 @@ Gradients build_backward(Graph& graph, ValueId loss, const std::vector<ValueId>&
       it->second = graph.add1("add", {it->second, g}, {}, graph.value(value).name + ".grad_sum");
     }
   };
+  const int seed_node = static_cast<int>(graph.nodes().size());
   grad[loss] = graph.add1("fill", {}, {{"value", 1.0}, {"shape", std::vector<int64_t>{}}}, "loss.grad");
+  graph.set_origin(seed_node, graph.value(loss).producer);
 
   for (size_t n = forward_nodes; n-- > 0;) {
     // Copy: backward rules append nodes, which may reallocate the node vector.
@@ -54,11 +56,13 @@ Gradients build_backward(Graph& graph, ValueId loss, const std::vector<ValueId>&
     if (!any || !needs) continue;
     PX_CHECK(static_cast<bool>(node.def->backward), "op '{}' ('{}') is on the loss path but has no backward rule",
              node.op(), node.name);
+    const int first = static_cast<int>(graph.nodes().size());
     std::vector<ValueId> in_grads = node.def->backward(graph, node, out_grads);
     PX_CHECK_EQ(in_grads.size(), node.inputs.size());
     for (size_t i = 0; i < node.inputs.size(); ++i)
       if (in_grads[i] != kNoValue && requires_grad.count(node.inputs[i]))
         accumulate(node.inputs[i], in_grads[i]);
+    graph.set_origin(first, static_cast<int>(n));
   }
 
   Gradients out;

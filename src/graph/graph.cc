@@ -69,6 +69,10 @@ std::vector<ValueId> Graph::add(const std::string& op, const std::vector<ValueId
   return nodes_.back().outputs;
 }
 
+void Graph::set_origin(int first, int origin) {
+  for (size_t n = static_cast<size_t>(first); n < nodes_.size(); ++n) nodes_[n].origin = origin;
+}
+
 ValueId Graph::add1(const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs,
                     const std::string& name) {
   return add(op, inputs, attrs, name).front();

@@ -37,6 +37,10 @@ struct Node {
   std::vector<ValueId> inputs;
   std::vector<ValueId> outputs;
   std::string name;  // scope-qualified, e.g. "h.0.attn.c_attn"
+  // A backward node: the forward node whose backward rule (or gradient
+  // sum) added it; -1 for forward nodes. Pipeline stages and recomputation
+  // place a backward node with its origin.
+  int origin = -1;
   const std::string& op() const { return def->name; }
 };
 
@@ -69,6 +73,9 @@ class Graph {
   void push_scope(const std::string& scope) { scopes_.push_back(scope); }
   void pop_scope() { scopes_.pop_back(); }
   std::string scoped(const std::string& name) const;
+
+  // Stamps nodes [first, end) as backward nodes of forward node `origin`.
+  void set_origin(int first, int origin);
 
   int64_t param_count() const;
   std::string str() const;  // one line per node, for debugging

@@ -204,7 +204,8 @@ Propagation propagate(const PlacementRequest& request) {
       chosen.push_back(best->signature);
     }
 
-    out.node_of[static_cast<size_t>(n)] = static_cast<int>(g.nodes().size());
+    const int first = static_cast<int>(g.nodes().size());
+    out.node_of[static_cast<size_t>(n)] = first;
     for (size_t i = 0; i < inputs.size(); ++i) {
       std::vector<std::optional<Placement>> want;
       for (int a = 0; a < axes; ++a) want.push_back(chosen[static_cast<size_t>(a)].inputs[i]);
@@ -222,6 +223,9 @@ Propagation propagate(const PlacementRequest& request) {
         out.target_of[static_cast<size_t>(target_index[old])] =
             reshard_to(out.value_of[old], request.targets[static_cast<size_t>(target_index[old])].second);
     }
+    // The node and its reshards keep its place: forward, or the backward of
+    // its origin (which came earlier, so is already mapped).
+    if (node.origin >= 0) g.set_origin(first, out.node_of[static_cast<size_t>(node.origin)]);
   }
   for (size_t t = 0; t < request.targets.size(); ++t)
     if (out.target_of[t] == kNoValue) {  // an input or parameter named as a target
