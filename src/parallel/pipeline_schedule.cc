@@ -14,9 +14,7 @@ namespace {
 using Op = PipelineOp;
 using Order = std::vector<PipelineAction>;  // one rank's compute actions
 
-Order gpipe(int P, int M, int rank) {
-  (void)P;
-  (void)rank;
+Order gpipe(int M) {
   Order order;
   for (int m = 0; m < M; ++m) order.push_back({Op::forward, m, 0, -1});
   for (int m = 0; m < M; ++m) order.push_back({Op::backward, m, 0, -1});
@@ -104,8 +102,7 @@ std::vector<Order> zb_h1(int P, int M) {
   return orders;
 }
 
-// The virtual stage a value goes to next (+1) or back to (−1), as
-// (rank, chunk); nullopt past either end.
+// Where a virtual stage runs: its rank and its chunk there.
 struct Place {
   int rank = 0, chunk = 0;
 };
@@ -211,7 +208,7 @@ PipelineSchedule make_pipeline_schedule(PipelineKind kind, int stages, int micro
     orders = zb_h1(stages, micro_batches);
   } else {
     for (int r = 0; r < stages; ++r)
-      orders.push_back(kind == PipelineKind::gpipe         ? gpipe(stages, micro_batches, r)
+      orders.push_back(kind == PipelineKind::gpipe         ? gpipe(micro_batches)
                        : kind == PipelineKind::one_f_one_b ? one_f_one_b(stages, micro_batches, r)
                                                            : interleaved(stages, micro_batches, virtual_stages, r));
   }
