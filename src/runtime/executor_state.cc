@@ -2,6 +2,7 @@
 // shard), the optimizer state over the program's shards, the compression
 // state, and the memory they take.
 #include <cstring>
+#include <map>
 
 #include "comm/collectives.h"
 #include "parallel/shard.h"
@@ -27,6 +28,13 @@ Piece piece_of(const parallel::Program& p, const parallel::ParamLayout& param) {
   const int64_t hi = std::min(in_bucket + param.shape.numel(), b.block_begin + b.block_count);
   if (lo >= hi) return {};
   return {lo - in_bucket, hi - in_bucket, b.shard_offset + (lo - b.block_begin)};
+}
+
+// The program's parameter layouts by parameter name.
+std::map<std::string, const parallel::ParamLayout*> layouts_by_name(const parallel::Program& program) {
+  std::map<std::string, const parallel::ParamLayout*> by_name;
+  for (const parallel::ParamLayout& p : program.params) by_name[p.name] = &p;
+  return by_name;
 }
 
 // A 1-D tensor holding a copy of `count` floats at `values`.
@@ -94,8 +102,7 @@ void ProgramExecutor::gather_buckets(std::vector<float>& flat) {
 
 ParamStore ProgramExecutor::parameters() {
   NamedTensors named;
-  std::map<std::string, const parallel::ParamLayout*> by_name;
-  for (const parallel::ParamLayout& p : program_.params) by_name[p.name] = &p;
+  const auto by_name = layouts_by_name(program_);
   if (program_.params_buffer >= 0) {
     const Tensor& flat = buffers_[static_cast<size_t>(program_.params_buffer)];
     for (const std::string& name : declared_) {
@@ -148,8 +155,7 @@ bool ProgramExecutor::writes_copy(const parallel::ParamLayout& param, bool split
 
 std::vector<SavedRun> ProgramExecutor::state_runs() const {
   PX_CHECK(optimizer_.has_value(), "the program has no optimizer");
-  std::map<std::string, const parallel::ParamLayout*> by_name;
-  for (const parallel::ParamLayout& p : program_.params) by_name[p.name] = &p;
+  const auto by_name = layouts_by_name(program_);
   std::vector<SavedRun> runs;
   // Parameters: the whole model shard, or (ZeRO-3) this rank's block of it.
   const bool params_split = program_.params_buffer < 0;
@@ -197,8 +203,7 @@ void ProgramExecutor::load_state(const ShardedTensors& saved, int64_t optimizer_
     std::memcpy(buffers_[static_cast<size_t>(program_.param_shard_buffer)].f32() + piece.shard_offset, values.f32(),
                 values.nbytes());
   }
-  std::map<std::string, const parallel::ParamLayout*> by_name;
-  for (const parallel::ParamLayout& p : program_.params) by_name[p.name] = &p;
+  const auto by_name = layouts_by_name(program_);
   optimizer_->load(
       [&](const ParamShard& s, const std::string& slot) {
         const std::string key = s.name + "." + slot;
