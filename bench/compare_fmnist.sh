@@ -55,7 +55,7 @@ for m in $MODELS; do
     echo "[$m seed $seed] parallax, lr $lr constant" >&2
     rm -f "$RESULTS/parallax-$m-$seed.jsonl" "$RESULTS/torch-$m-$seed.jsonl"
     locked "$PARALLAX" train --model "$m" --epochs "$EPOCHS" --batch 64 --optimizer sgd --momentum 0.9 \
-      --lr "$lr" --schedule constant --weight-decay 0 --seed "$seed" --threads "$THREADS" --progress lines \
+      --lr "$lr" --lr-schedule constant --weight-decay 0 --seed "$seed" --threads "$THREADS" --progress lines \
       --metrics "$RESULTS/parallax-$m-$seed.jsonl" >"$RESULTS/parallax-$m-$seed.log" 2>&1
     tail -n 2 "$RESULTS/parallax-$m-$seed.log" >&2
     echo "[$m seed $seed] torch, lr $lr" >&2

@@ -126,7 +126,7 @@ def run_parallax(a, cfg, init_path):
     cmd = [os.path.join(a.build, "src", "cli", "parallax"), "train", "--model", "gpt",
            "--block", str(cfg["block"]), "--layers", str(cfg["n_layer"]), "--heads", str(cfg["n_head"]),
            "--embd", str(cfg["n_embd"]), "--dropout", "0", "--steps", str(a.steps), "--batch", str(a.batch),
-           "--optimizer", "adamw", "--lr", str(a.lr), "--schedule", "cosine", "--warmup", str(a.warmup),
+           "--optimizer", "adamw", "--lr", str(a.lr), "--lr-schedule", "cosine", "--warmup", str(a.warmup),
            "--min-lr-ratio", str(a.min_lr_ratio), "--weight-decay", str(a.weight_decay),
            "--grad-clip", str(a.grad_clip), "--eval-every", str(a.eval_every), "--eval-batches",
            str(a.eval_batches), "--seed", str(a.seed), "--threads", str(a.threads), "--sample-tokens", "0",

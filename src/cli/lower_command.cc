@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/train_flags.h"
 #include "parallel/lower.h"
+#include "runtime/pipeline_report.h"
 #include "runtime/task.h"
 #include "runtime/trainer.h"
 
@@ -17,16 +18,21 @@ void add_lower_command(CLI::App& app) {
   auto flags = std::make_shared<TrainFlags>();
   auto rank = std::make_shared<int>(0);
   auto print_strategy = std::make_shared<bool>(false);
+  auto print_schedule = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand("lower", "print the Program a rank runs for a model and strategy");
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_model_flags(*cmd, *flags);
   add_parallel_flags(*cmd, *flags);
   cmd->add_option("--rank", *rank, "the rank whose Program to print")->capture_default_str();
   cmd->add_flag("--print-strategy", *print_strategy, "print the strategy as JSON instead (for --strategy FILE)");
-  cmd->callback([flags, rank, print_strategy] {
+  cmd->add_flag("--print-schedule", *print_schedule,
+                "print the pipeline schedule as a text timeline (one row per stage) and the stages instead");
+  cmd->callback([flags, rank, print_strategy, print_schedule] {
     apply(*flags);
     TrainOptions& o = flags->options;
     if (o.sync.mesh_ranks > 0) o.ranks = o.sync.mesh_ranks;  // --mesh names the ranks
+    // --pp / --tp alone: one rank per stage and tensor shard.
+    if (o.ranks == 1) o.ranks = o.sync.pipeline_parallel * o.sync.tensor_parallel;
     validate(o);
     const nn::Model model = build_model(o, o.batch, true);
     const parallel::Strategy strategy = strategy_for(o, model, o.ranks);
@@ -34,7 +40,13 @@ void add_lower_command(CLI::App& app) {
       std::cout << parallel::to_json(strategy).dump(2) << "\n";
       return;
     }
-    std::cout << parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, *rank).str();
+    const parallel::Program program = parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, *rank);
+    if (*print_schedule) {
+      if (program.pipeline.axis < 0) fail("--print-schedule: the strategy has no pipeline stages (give --pp)");
+      std::cout << describe_pipeline(program.pipeline);
+      return;
+    }
+    std::cout << program.str();
   });
 }
 

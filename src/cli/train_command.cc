@@ -35,7 +35,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--epochs", o.epochs, "epochs over the training set, mlp/cnn (default 2); overrides --steps");
   cmd->add_option("--optimizer", o.optimizer.kind, "sgd or adamw (default: gpt adamw, mlp/cnn sgd)");
   cmd->add_option("--lr", o.schedule.lr, "peak learning rate (default: gpt 1e-3, mlp/cnn 0.05)");
-  cmd->add_option("--schedule", o.schedule.kind, "cosine (decays to --min-lr-ratio) or constant")->capture_default_str();
+  cmd->add_option("--lr-schedule", o.schedule.kind, "learning-rate schedule: cosine (decays to --min-lr-ratio) or constant")->capture_default_str();
   cmd->add_option("--warmup", o.schedule.warmup, "linear warmup steps (default: gpt 100, mlp/cnn 0)");
   cmd->add_option("--min-lr-ratio", o.schedule.min_ratio, "cosine floor as a fraction of --lr (default: gpt 0.1, mlp/cnn 0)");
   cmd->add_option("--weight-decay", o.optimizer.weight_decay, "decay of weight matrices (default: gpt 0.1, cnn 5e-4, mlp 0)");

@@ -60,8 +60,23 @@ void add_parallel_flags(CLI::App& cmd, TrainFlags& flags) {
   cmd.add_option("--tp", o.sync.tensor_parallel, "Megatron tensor parallelism: ranks per tensor-parallel group; the "
                                                  "mesh is {dp: ranks / tp, tp: tp} (GPT: tp must divide --heads)")
       ->capture_default_str();
-  cmd.add_option("--mesh", flags.mesh, "the device mesh as axis=size pairs, e.g. dp=2,tp=2 (sets --tp; dp x tp "
-                                       "must equal the ranks)");
+  cmd.add_option("--mesh", flags.mesh, "the device mesh as axis=size pairs, e.g. pp=2,dp=2,tp=2 (sets --pp and "
+                                       "--tp; pp x dp x tp must equal the ranks)");
+  cmd.add_option("--pp", o.sync.pipeline_parallel, "pipeline stages: the graph cut into this many stages, each on "
+                                                   "its own ranks (mesh {pp, dp, tp})")
+      ->capture_default_str();
+  cmd.add_option("--schedule", flags.schedule, "pipeline schedule: gpipe, 1f1b, interleaved (with --virtual-stages) "
+                                               "or zb-h1 (zero bubble)")
+      ->capture_default_str();
+  cmd.add_option("--micro-batches", flags.micro_batches, "micro-batches per step (the pipeline's M; the same as "
+                                                         "--accumulation)");
+  cmd.add_option("--virtual-stages", o.sync.pipeline.virtual_stages, "interleaved: model chunks per pipeline rank")
+      ->capture_default_str();
+  cmd.add_option("--stage-cuts", flags.stage_cuts, "layers that start pipeline stages 1, 2, ..., e.g. h.2,h.4 "
+                                                   "(default: balanced by the ops' costs)");
+  cmd.add_option("--recompute", flags.recompute, "activation recomputation: none, selective (the attention core) or "
+                                                 "full (each layer from its input, before its backward)")
+      ->capture_default_str();
   cmd.add_flag("--sequence-parallel", o.sync.sequence_parallel,
                "with --tp: LayerNorm, dropout and residuals split along the sequence (reduce-scatter / all-gather "
                "pairs instead of allreduces)");
@@ -79,9 +94,21 @@ void apply(TrainFlags& flags) {
   o.sync.compression = comm::compression::Spec::parse(flags.compress);
   if (!(flags.p3_slice_kb >= 0)) fail("--p3-slice-kb {} must be >= 0", flags.p3_slice_kb);
   o.sync.p3_slice_bytes = static_cast<int64_t>(flags.p3_slice_kb * 1024);
+  if (flags.micro_batches != 0) {
+    if (o.accumulation != 1 && o.accumulation != flags.micro_batches)
+      fail("--micro-batches {} and --accumulation {} disagree (they are the same number)", flags.micro_batches,
+           o.accumulation);
+    o.accumulation = flags.micro_batches;
+  }
+  o.sync.pipeline.schedule = parallel::pipeline_kind_from_name(flags.schedule);
+  o.sync.recompute = parallel::recompute_from_name(flags.recompute);
+  o.sync.pipeline.stage_cuts.clear();
+  std::stringstream cuts(flags.stage_cuts);
+  for (std::string layer; std::getline(cuts, layer, ',');)
+    if (!layer.empty()) o.sync.pipeline.stage_cuts.push_back(layer);
   if (!flags.mesh.empty()) {
-    // axis=size pairs; the mesh is {dp, tp} whatever the order given.
-    int dp = 1, tp = 1;
+    // axis=size pairs; the mesh is {pp, dp, tp} whatever the order given.
+    int pp = 1, dp = 1, tp = 1;
     std::stringstream pairs(flags.mesh);
     for (std::string pair; std::getline(pairs, pair, ',');) {
       const size_t eq = pair.find('=');
@@ -91,14 +118,18 @@ void apply(TrainFlags& flags) {
         fail("--mesh '{}': '{}' is not axis=size with a size >= 1", flags.mesh, pair);
       if (axis == "dp") dp = size;
       else if (axis == "tp") tp = size;
-      else fail("--mesh '{}': axis '{}' is not one of dp, tp", flags.mesh, axis);
+      else if (axis == "pp") pp = size;
+      else fail("--mesh '{}': axis '{}' is not one of pp, dp, tp", flags.mesh, axis);
     }
     if (o.sync.tensor_parallel != 1 && o.sync.tensor_parallel != tp)
       fail("--mesh '{}' says tp={}, --tp says {}", flags.mesh, tp, o.sync.tensor_parallel);
+    if (o.sync.pipeline_parallel != 1 && o.sync.pipeline_parallel != pp)
+      fail("--mesh '{}' says pp={}, --pp says {}", flags.mesh, pp, o.sync.pipeline_parallel);
     o.sync.tensor_parallel = tp;
-    o.sync.mesh_ranks = dp * tp;
-    if (o.ranks != 1 && o.ranks != dp * tp)
-      fail("--mesh '{}' has {} ranks, --ranks says {}", flags.mesh, dp * tp, o.ranks);
+    o.sync.pipeline_parallel = pp;
+    o.sync.mesh_ranks = pp * dp * tp;
+    if (o.ranks != 1 && o.ranks != pp * dp * tp)
+      fail("--mesh '{}' has {} ranks, --ranks says {}", flags.mesh, pp * dp * tp, o.ranks);
   }
 }
 

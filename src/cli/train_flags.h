@@ -17,7 +17,11 @@ struct TrainFlags {
   std::string allreduce = "auto";
   std::string compress = "none";
   double p3_slice_kb = 0;
-  std::string mesh;  // "dp=2,tp=2"
+  std::string mesh;  // "pp=2,dp=2,tp=2"
+  int micro_batches = 0;  // --micro-batches (0: not given; --accumulation's number)
+  std::string schedule = "1f1b";
+  std::string stage_cuts;  // "h.2,h.4"
+  std::string recompute = "none";
 };
 
 // Unset integer and float options take the model's default (apply()).

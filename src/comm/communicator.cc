@@ -67,6 +67,11 @@ uint32_t Communicator::next_tag() {
   return (static_cast<uint32_t>(state_->context) << kSequenceBits) | sequence;
 }
 
+uint32_t Communicator::fixed_tag(uint32_t index) const {
+  PX_CHECK_LE(index, kSequenceMask);
+  return (static_cast<uint32_t>(state_->context) << kSequenceBits) | index;
+}
+
 Request Communicator::isend(int peer, uint32_t tag, const void* data, size_t bytes) {
   state_->bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
   return state_->transport->isend(world_rank(peer), tag, data, bytes);

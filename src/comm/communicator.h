@@ -56,6 +56,10 @@ class Communicator {
   // order, so they draw the same tag. Messages of one call share it and match
   // in posting order.
   uint32_t next_tag();
+  // The tag `index` (< 2^21) of this communicator's space, drawn by no
+  // counter: for point-to-point messages whose tags both sides compute (a
+  // pipeline's transfers) on a communicator no collective runs on.
+  uint32_t fixed_tag(uint32_t index) const;
 
   // Bytes this rank has posted to send on this group so far (every
   // algorithm over the transport; shared-memory copies are not sends).

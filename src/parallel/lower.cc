@@ -63,7 +63,9 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   // model axes each gradient is resharded to where its parameter is stored;
   // along the data axis the buckets carry it (the transitions below).
   PlacementRequest placing{.graph = &graph, .mesh = &strategy.mesh, .seeds = seeds_by_value(graph, strategy),
-                           .targets = {}};
+                           .targets = {},
+                          .whole_axes = std::vector<bool>(strategy.mesh.axes().size(), false)};
+  if (strategy.pipeline_ranks() > 1) placing.whole_axes[static_cast<size_t>(strategy.mesh.axis(strategy.pipeline.axis))] = true;
   for (const ParamGrad& pg : grads) {
     if (pg.grad == kNoValue) continue;
     std::vector<std::optional<Placement>> where = placing.seeds[static_cast<size_t>(pg.param)];
@@ -109,6 +111,8 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   program.loss = loss;
   program.outputs = outputs;
   program.training = request.training;
+  context.work = passes::plan_work(context, program);
+  passes::recompute(context, context.work);
   passes::localize(context, program);
   passes::buckets(context, program);
   passes::schedule(context, program);

@@ -62,6 +62,7 @@ struct PipelineSchedule {
   std::vector<std::vector<PipelineAction>> ranks;  // per pipeline rank, in order
 
   int virtual_stage(int rank, int chunk) const { return chunk * stages + rank; }
+  bool operator==(const PipelineSchedule&) const = default;
   bool splits_backward() const { return kind == PipelineKind::zb_h1; }
 };
 

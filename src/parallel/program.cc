@@ -66,6 +66,8 @@ struct OperationPrinter {
                                 reduces ? fmt::format(" {}", comm::reduction_name(c.op)) : "", region_str(p, c.input));
     if (c.output.buffer >= 0) s += fmt::format(" -> {}{}", region_str(p, c.output), c.accumulate ? " (add)" : "");
     if (c.codec.lossy()) s += fmt::format(" codec {} ({}x{})", c.codec.to_string(), c.codec_rows, c.codec_cols);
+    if (c.subgroup >= 0)
+      s += fmt::format(" among [{}]", fmt::join(p.subgroups.at(static_cast<size_t>(c.subgroup)).coords, ","));
     return s;
   }
   std::string operator()(const Reshard& r) const {
@@ -75,8 +77,16 @@ struct OperationPrinter {
                        resharding_name(resharding(r.from, r.to)), g.value(node.inputs.front()).name,
                        g.spec(node.outputs.front()).str());
   }
-  std::string operator()(const Send& s) const { return fmt::format("send {} to {}", region_str(p, s.slot), s.peer); }
-  std::string operator()(const Recv& r) const { return fmt::format("recv {} from {}", region_str(p, r.slot), r.peer); }
+  std::string operator()(const Send& s) const {
+    const Graph& g = p.graph_of(instr.micro_batch);
+    return fmt::format("send {} {} to {}:{} tag {}", g.value(s.value).name, g.spec(s.value).str(), axis_str(p, s.axis),
+                       s.peer, s.tag);
+  }
+  std::string operator()(const Recv& r) const {
+    const Graph& g = p.graph_of(instr.micro_batch);
+    return fmt::format("recv {} {} from {}:{} tag {}", g.value(r.value).name, g.spec(r.value).str(),
+                       axis_str(p, r.axis), r.peer, r.tag);
+  }
   std::string operator()(const Accumulate& a) const {
     const Graph& g = p.graph_of(instr.micro_batch);
     return fmt::format("accumulate {} -> {}", g.value(a.from).name, region_str(p, a.into));
@@ -125,6 +135,17 @@ std::string Program::str() const {
     const MicroBatch& mb = micro_batches[m];
     s += fmt::format("micro-batch {}: {} row{} from global row {}\n", m, mb.rows, mb.rows == 1 ? "" : "s", mb.row_offset);
   }
+  if (pipeline.axis >= 0) {
+    const PipelineSchedule& ps = pipeline.schedule;
+    s += fmt::format("pipeline: {} over '{}', {} stages x {} chunk{}, this rank's virtual stages", pipeline_kind_name(ps.kind),
+                     axis_str(*this, pipeline.axis), ps.stages, ps.virtual_stages, ps.virtual_stages == 1 ? "" : "s");
+    const int r = coords[static_cast<size_t>(pipeline.axis)];
+    for (int c = 0; c < ps.virtual_stages; ++c) {
+      const size_t v = static_cast<size_t>(ps.virtual_stage(r, c));
+      s += fmt::format(" {} ({})", v, pipeline.stage_layers.at(v));
+    }
+    s += "\n";
+  }
   s += fmt::format("parameters: {} tensors, {} elements; shard {} elements\n", params.size(), param_count, shard_count);
   for (size_t b = 0; b < buckets.size(); ++b) {
     const BucketLayout& bucket = buckets[b];
@@ -157,7 +178,8 @@ bool Program::operator==(const Program& other) const {
          param_count == other.param_count && shard_count == other.shard_count && buffers == other.buffers &&
          instrs == other.instrs && params_buffer == other.params_buffer &&
          param_shard_buffer == other.param_shard_buffer && grad_shard_buffer == other.grad_shard_buffer &&
-         loss_buffer == other.loss_buffer && norm_buffer == other.norm_buffer && training == other.training;
+         loss_buffer == other.loss_buffer && norm_buffer == other.norm_buffer && training == other.training &&
+         subgroups == other.subgroups && pipeline == other.pipeline;
 }
 
 }  // namespace px::parallel

@@ -5,7 +5,7 @@
 //   Compute{node}                    run one node of the micro-batch's local graph
 //   Collective{kind, axis, op, in, out, codec}   over the mesh axis' group
 //   Reshard{node, axis, from, to}    a local value's placement changed along an axis
-//   Send / Recv{slot, peer}          point-to-point (pipeline stages)
+//   Send / Recv{value, peer}         a value to / from another pipeline stage
 //   Accumulate{value -> buffer}      a gradient into its bucket (copy, then add)
 //   Norm{gradients -> norm}          this rank's part of the squared gradient norm
 //   Clip{gradients, norm}            the global norm read; gradients scaled to the clip
@@ -34,6 +34,7 @@
 #include "comm/transport.h"
 #include "graph/graph.h"
 #include "parallel/lower/propagate.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/strategy.h"
 
 namespace px::parallel {
@@ -123,6 +124,9 @@ struct Collective {
   // rows x cols matrix); Method::none for a plain collective.
   comm::compression::Spec codec;
   int64_t codec_rows = 1, codec_cols = 1;
+  // >= 0: over Program::subgroups[subgroup], some of the axis' ranks (the
+  // pipeline stages sharing a parameter) instead of all of them.
+  int subgroup = -1;
   bool operator==(const Collective&) const = default;
 };
 
@@ -136,15 +140,24 @@ struct Reshard {
   bool operator==(const Reshard&) const = default;
 };
 
+// Point-to-point between pipeline stages: a value of the micro-batch's
+// local graph to (from) the rank at coordinate `peer` along `axis`. The
+// sender does not wait (the schedule was checked for deadlock with sends
+// that never block); the receiver waits for the value. `tag` is unique per
+// value, micro-batch and direction within a step.
 struct Send {
-  Region slot;
+  ValueId value = kNoValue;
+  int axis = 0;
   int peer = 0;
+  uint32_t tag = 0;
   bool operator==(const Send&) const = default;
 };
 
 struct Recv {
-  Region slot;
+  ValueId value = kNoValue;
+  int axis = 0;
   int peer = 0;
+  uint32_t tag = 0;
   bool operator==(const Recv&) const = default;
 };
 
@@ -215,6 +228,36 @@ struct MicroBatch {
   bool operator==(const MicroBatch&) const = default;
 };
 
+// Some ranks of one mesh axis, by coordinate along it: a collective's
+// group smaller than the axis (Collective::subgroup). Equal on every rank
+// of the axis, which splits the axis' communicator once for each.
+struct Subgroup {
+  int axis = 0;
+  std::vector<int> coords;
+  bool operator==(const Subgroup&) const = default;
+};
+
+// What pipeline parallelism decided (lower/pipeline.h); axis -1 without a
+// pipeline.
+struct PipelineLayout {
+  int axis = -1;
+  PipelineSchedule schedule;        // every pipeline rank's action list
+  std::vector<int> stage_starts;    // per virtual stage: its first forward node in the lowered global graph
+  std::vector<std::string> stage_layers;  // per virtual stage: its first and last node names, for people
+  std::vector<double> stage_cost;   // per virtual stage: flops + bytes, forward and backward
+  // Every parameter of the model, in declaration order, with its whole
+  // shape and the pipeline coordinate that owns it (its first holder:
+  // gathers and checkpoints take it from there).
+  struct Param {
+    std::string name;
+    Shape shape;
+    int owner = 0;
+    bool operator==(const Param&) const = default;
+  };
+  std::vector<Param> params;
+  bool operator==(const PipelineLayout&) const = default;
+};
+
 struct Program {
   Strategy strategy;
   int rank = 0;
@@ -244,6 +287,8 @@ struct Program {
   int loss_buffer = -1;
   int norm_buffer = -1;  // with a global gradient norm
   bool training = false;
+  std::vector<Subgroup> subgroups;
+  PipelineLayout pipeline;
 
   // Where compute reads parameter `param` (an index into params) from: the
   // flat parameters, or (ZeRO-3) its bucket's gathered buffer.

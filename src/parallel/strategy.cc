@@ -16,6 +16,36 @@ Strategy data_parallel(int ranks, const std::vector<std::string>& batch_inputs) 
   return s;
 }
 
+Recompute recompute_from_name(std::string_view name) {
+  if (name == "none") return Recompute::none;
+  if (name == "selective") return Recompute::selective;
+  if (name == "full") return Recompute::full;
+  fail("recompute '{}' is not one of none, selective (the attention core), full (each layer from its input)", name);
+}
+
+std::string_view recompute_name(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
+
+int Strategy::pipeline_ranks() const {
+  for (const MeshAxis& a : mesh.axes())
+    if (a.name == pipeline.axis) return a.size;
+  return 1;
+}
+
+Strategy with_pipeline(Strategy base, int stages, PipelineOptions pipeline) {
+  std::vector<MeshAxis> axes{{pipeline.axis, stages}};
+  for (const MeshAxis& a : base.mesh.axes()) axes.push_back(a);
+  base.mesh = DeviceMesh(std::move(axes));
+  base.pipeline = std::move(pipeline);
+  return base;
+}
+
 void validate(const Strategy& s) {
   s.mesh.axis(s.data_axis);  // names the mesh when the axis is missing
   for (const PlacementSeed& seed : s.seeds) {
@@ -38,6 +68,28 @@ void validate(const Strategy& s) {
   if (s.zero_stage > 0 && !s.lowering.updates)
     fail("strategy: ZeRO-{} shards the optimizer; a program without updates keeps whole gradients (zero_stage 0)",
          s.zero_stage);
+  if (s.pipeline.virtual_stages < 1) fail("strategy: virtual_stages {} must be >= 1", s.pipeline.virtual_stages);
+  const int stages = s.pipeline_ranks();
+  if (stages > 1) {
+    if (s.pipeline.axis == s.data_axis)
+      fail("strategy: the pipeline axis '{}' is also the data axis", s.pipeline.axis);
+    for (const PlacementSeed& seed : s.seeds)
+      if (seed.axis == s.pipeline.axis)
+        fail("strategy: seed '{}' places a value along the pipeline axis '{}'; stages split the graph, not values",
+             seed.value, seed.axis);
+    if (s.zero_stage > 2)
+      fail("strategy: ZeRO-3 does not combine with pipeline stages (it would gather every parameter once per "
+           "micro-batch and chunk); use ZeRO-1 or -2 over '{}'",
+           s.data_axis);
+    if (s.lowering.compression.lossy())
+      fail("strategy: gradient compression ({}) does not combine with pipeline stages yet",
+           s.lowering.compression.to_string());
+    // Names an M the schedule cannot take, with the nearest valid values.
+    make_pipeline_schedule(s.pipeline.schedule, stages, s.micro_batches, s.pipeline.virtual_stages);
+  } else if (s.pipeline.virtual_stages > 1) {
+    fail("strategy: {} virtual stages need a pipeline axis '{}' of more than one rank in mesh {}",
+         s.pipeline.virtual_stages, s.pipeline.axis, s.mesh.str());
+  }
 }
 
 nlohmann::json to_json(const Strategy& s) {
@@ -56,7 +108,13 @@ nlohmann::json to_json(const Strategy& s) {
             {"global_norm", s.lowering.global_norm},
             {"updates", s.lowering.updates},
             {"compression", s.lowering.compression.to_string()},
-            {"local_momentum", s.lowering.local_momentum}}}};
+            {"local_momentum", s.lowering.local_momentum},
+            {"recompute", recompute_name(s.lowering.recompute)}}},
+          {"pipeline",
+           {{"axis", s.pipeline.axis},
+            {"schedule", pipeline_kind_name(s.pipeline.schedule)},
+            {"virtual_stages", s.pipeline.virtual_stages},
+            {"stage_cuts", s.pipeline.stage_cuts}}}};
 }
 
 namespace {
@@ -86,7 +144,7 @@ T field(const nlohmann::json& json, const std::string& where, const std::string&
 }  // namespace
 
 Strategy strategy_from_json(const nlohmann::json& json) {
-  check_keys(json, "the strategy", {"mesh", "data_axis", "seeds", "zero_stage", "micro_batches", "lowering"});
+  check_keys(json, "the strategy", {"mesh", "data_axis", "seeds", "zero_stage", "micro_batches", "lowering", "pipeline"});
   Strategy s;
   if (json.contains("mesh")) {
     const nlohmann::json& mesh = json.at("mesh");
@@ -111,12 +169,28 @@ Strategy strategy_from_json(const nlohmann::json& json) {
   s.micro_batches = field<int>(json, "strategy", "micro_batches", s.micro_batches);
   if (json.contains("lowering")) {
     const nlohmann::json& l = json.at("lowering");
-    check_keys(l, "lowering", {"bucket_bytes", "global_norm", "updates", "compression", "local_momentum"});
+    check_keys(l, "lowering",
+               {"bucket_bytes", "global_norm", "updates", "compression", "local_momentum", "recompute"});
     s.lowering.bucket_bytes = field<int64_t>(l, "lowering", "bucket_bytes", s.lowering.bucket_bytes);
     s.lowering.global_norm = field<bool>(l, "lowering", "global_norm", s.lowering.global_norm);
     s.lowering.updates = field<bool>(l, "lowering", "updates", s.lowering.updates);
     s.lowering.compression = comm::compression::Spec::parse(field<std::string>(l, "lowering", "compression", "none"));
     s.lowering.local_momentum = field<double>(l, "lowering", "local_momentum", s.lowering.local_momentum);
+    s.lowering.recompute = recompute_from_name(field<std::string>(l, "lowering", "recompute", "none"));
+  }
+  if (json.contains("pipeline")) {
+    const nlohmann::json& pl = json.at("pipeline");
+    check_keys(pl, "pipeline", {"axis", "schedule", "virtual_stages", "stage_cuts"});
+    s.pipeline.axis = field<std::string>(pl, "pipeline", "axis", s.pipeline.axis);
+    s.pipeline.schedule = pipeline_kind_from_name(field<std::string>(pl, "pipeline", "schedule", "1f1b"));
+    s.pipeline.virtual_stages = field<int>(pl, "pipeline", "virtual_stages", s.pipeline.virtual_stages);
+    if (pl.contains("stage_cuts")) {
+      if (!pl.at("stage_cuts").is_array()) fail("strategy: pipeline.stage_cuts must be an array of layer names");
+      for (const nlohmann::json& cut : pl.at("stage_cuts")) {
+        if (!cut.is_string()) fail("strategy: pipeline.stage_cuts holds {}, expected layer names", cut.dump());
+        s.pipeline.stage_cuts.push_back(cut.get<std::string>());
+      }
+    }
   }
   validate(s);
   return s;

@@ -22,6 +22,7 @@
 #include "comm/compression/spec.h"
 #include "graph/placement.h"
 #include "parallel/mesh.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace px::parallel {
 
@@ -37,6 +38,26 @@ struct PlacementSeed {
   std::string axis;
   Placement placement;
   bool operator==(const PlacementSeed&) const = default;
+};
+
+// Activation recomputation (lower/recompute.h): none keeps every forward
+// value backward reads; full keeps only each layer's input (a layer is a
+// node scope "h.<i>") and recomputes the layer before its backward;
+// selective recomputes the attention core only (its T x T probabilities).
+enum class Recompute { none, selective, full };
+Recompute recompute_from_name(std::string_view name);  // px::Error naming the choices
+std::string_view recompute_name(Recompute recompute);
+
+// Pipeline parallelism: the graph cut into stages that run along a mesh
+// axis, in the order a schedule gives (parallel/pipeline_schedule.h). Off
+// unless the mesh has the axis with more than one rank. The micro-batches
+// are Strategy::micro_batches.
+struct PipelineOptions {
+  std::string axis = "pp";
+  PipelineKind schedule = PipelineKind::one_f_one_b;
+  int virtual_stages = 1;               // model chunks per rank (interleaved)
+  std::vector<std::string> stage_cuts;  // layers that start stages 1, 2, ... (empty: balanced by cost)
+  bool operator==(const PipelineOptions&) const = default;
 };
 
 struct LoweringOptions {
@@ -58,6 +79,7 @@ struct LoweringOptions {
   // each rank keeps its own velocity u = m*u + g and compresses u; the
   // optimizer then runs without momentum. 0: off.
   double local_momentum = 0;
+  Recompute recompute = Recompute::none;
   bool operator==(const LoweringOptions&) const = default;
 };
 
@@ -71,15 +93,23 @@ struct Strategy {
   // 2: gradients too (each micro-batch's buckets reduce-scattered and freed);
   // 3: parameters too (all-gathered before each use, freed after).
   int zero_stage = 0;
-  int micro_batches = 1;  // gradient accumulation: the rank's rows in this many parts
+  int micro_batches = 1;  // gradient accumulation (and the pipeline's M): the rank's rows in this many parts
   LoweringOptions lowering;
+  PipelineOptions pipeline;
 
   int data_ranks() const { return mesh.size(data_axis); }
+  // Ranks along the pipeline axis (1: no pipeline).
+  int pipeline_ranks() const;
   bool operator==(const Strategy&) const = default;
 };
 
 // `ranks`-way data parallelism: the named batch inputs S(0) along "dp".
 Strategy data_parallel(int ranks, const std::vector<std::string>& batch_inputs);
+
+// `base` (over its own mesh) repeated on `stages` pipeline ranks: the
+// pipeline axis goes first (outermost), so a stage's data and tensor
+// groups are consecutive ranks.
+Strategy with_pipeline(Strategy base, int stages, PipelineOptions pipeline);
 
 // Throws px::Error naming the field, its value and what is expected.
 void validate(const Strategy& strategy);

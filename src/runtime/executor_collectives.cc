@@ -53,14 +53,28 @@ comm::compression::WireStats ProgramExecutor::step_wire() const {
 
 void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_t step) {
   const parallel::Instr& instr = program_.instrs[static_cast<size_t>(id)];
-  if (groups_[static_cast<size_t>(op.axis)] != group_) {
-    // A model axis' collective on a flat buffer (the gradient norm's sum):
-    // inline, on that axis' group.
+  if (groups_[static_cast<size_t>(op.axis)] != group_ || op.subgroup >= 0) {
+    // A model or pipeline axis' collective on a flat buffer (the gradient
+    // norm's sum, the loss, a gradient the stages sharing its parameter
+    // sum): inline, on that axis' group or the subgroup of it.
     PX_CHECK(op.kind == comm::Collective::allreduce && op.output.buffer < 0,
              "instruction #{}: only allreduces run on a model axis' flat buffers", id);
-    if (comm::Communicator* comm = groups_[static_cast<size_t>(op.axis)])
+    if (program_.buffers[static_cast<size_t>(op.input.buffer)].kind == Buffer::Kind::grad_bucket)
+      zero_unwritten(op.input.buffer);
+    comm::Communicator* comm = op.subgroup >= 0 ? &subgroups_[static_cast<size_t>(op.subgroup)]
+                                                : groups_[static_cast<size_t>(op.axis)];
+    const double start = tracing_ ? comm::now_us() : 0;
+    if (comm != nullptr)
       comm::allreduce(*comm, std::span<float>(data(op.input), static_cast<size_t>(op.input.count)), op.op,
                       options_.collective);
+    if (tracing_)
+      trace_.push_back({.name = instr.name,
+                        .lane = TraceRecord::Lane::comm,
+                        .start_us = start,
+                        .duration_us = comm::now_us() - start,
+                        .bytes = op.input.count * static_cast<int64_t>(sizeof(float)),
+                        .step = static_cast<int64_t>(step),
+                        .instr = id});
     return;
   }
   const Buffer& input_buffer = program_.buffers[static_cast<size_t>(op.input.buffer)];

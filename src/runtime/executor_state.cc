@@ -106,9 +106,11 @@ ParamStore ProgramExecutor::parameters() {
   if (program_.params_buffer >= 0) {
     const Tensor& flat = buffers_[static_cast<size_t>(program_.params_buffer)];
     for (const std::string& name : declared_) {
+      if (!by_name.count(name)) continue;  // another pipeline stage's
       const parallel::ParamLayout& p = *by_name.at(name);
       named.emplace_back(name, whole_of(flat.slice_rows(p.offset, p.offset + p.shape.numel()).reshape(p.shape), p));
     }
+    if (program_.pipeline.axis >= 0) named = gather_stages(std::move(named));
     return ParamStore::of(std::move(named));
   }
   // ZeRO-3: every rank's blocks, bucket by bucket.
@@ -147,6 +149,12 @@ parallel::ShardRun ProgramExecutor::run_of(const parallel::ParamLayout& param, i
 bool ProgramExecutor::writes_copy(const parallel::ParamLayout& param, bool split_over_data) const {
   const int data_axis = program_.strategy.mesh.axis(program_.strategy.data_axis);
   for (size_t a = 0; a < program_.coords.size(); ++a) {
+    if (static_cast<int>(a) == program_.pipeline.axis) {
+      // Stages hold different parameters; one sharing a parameter with another is not its owner.
+      for (const parallel::PipelineLayout::Param& p : program_.pipeline.params)
+        if (p.name == param.name && p.owner != program_.coords[a]) return false;
+      continue;
+    }
     const bool split = static_cast<int>(a) == data_axis ? split_over_data : param.placement[a].is_split();
     if (!split && program_.coords[a] != 0) return false;
   }
@@ -160,6 +168,7 @@ std::vector<SavedRun> ProgramExecutor::state_runs() const {
   // Parameters: the whole model shard, or (ZeRO-3) this rank's block of it.
   const bool params_split = program_.params_buffer < 0;
   for (const std::string& name : declared_) {
+    if (!by_name.count(name)) continue;  // another pipeline stage's
     const parallel::ParamLayout& p = *by_name.at(name);
     if (!writes_copy(p, params_split)) continue;
     if (!params_split) {

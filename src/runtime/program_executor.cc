@@ -50,6 +50,7 @@ ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, O
     if (size == 1) groups_[a] = nullptr;
   }
   sent_before_.assign(axes.size(), 0);
+  make_pipeline_groups();
   group_ = groups_[static_cast<size_t>(program_.strategy.mesh.axis(program_.strategy.data_axis))];
   const int group_size = group_ ? group_->size() : 1;
   validate(options_, program_);
@@ -77,6 +78,8 @@ ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, O
     if (buffer.persistent) buffers_[b] = Tensor::zeros({buffer.count}, DType::f32);
   }
   const size_t n = program_.instrs.size();
+  for (size_t i = 0; i < n; ++i)
+    if (std::holds_alternative<parallel::Compute>(program_.instrs[i].op)) last_compute_ = static_cast<int>(i);
   member_of_.assign(n, -1);
   shard_of_update_.assign(n, -1);
   std::vector<ParamShard> shards;
@@ -223,8 +226,9 @@ void ProgramExecutor::compute(int id, const parallel::Compute& op, const StepInp
   for (size_t i = 0; i < node.outputs.size(); ++i) {
     const ValueId v = node.outputs[i];
     const TensorSpec& spec = g.spec(v);
-    live[static_cast<size_t>(v)] =
-        i == 0 && node.def->output_is_view ? in[0]->reshape(spec.shape) : Tensor::empty(spec.shape, spec.dtype);
+    const bool view = i == 0 && node.def->output_is_view;
+    live[static_cast<size_t>(v)] = view ? in[0]->reshape(spec.shape) : Tensor::empty(spec.shape, spec.dtype);
+    hold(m, v, live[static_cast<size_t>(v)], !view && node.origin < 0);  // forward nodes have no origin
     out.push_back(&live[static_cast<size_t>(v)]);
   }
   // Where the shards sit in the unsplit values: the lowering's boxes plus
@@ -249,6 +253,21 @@ void ProgramExecutor::compute(int id, const parallel::Compute& op, const StepInp
                       .bytes = 0,
                       .step = static_cast<int64_t>(input.step),
                       .instr = id});
+}
+
+void ProgramExecutor::hold(int micro, ValueId v, const Tensor& t, bool counts) {
+  release(micro, v);
+  if (!counts) return;
+  const int64_t bytes = static_cast<int64_t>(t.nbytes());
+  held_bytes_[static_cast<size_t>(micro)][static_cast<size_t>(v)] = bytes;
+  activation_bytes_ += bytes;
+  activation_peak_ = std::max(activation_peak_, activation_bytes_);
+}
+
+void ProgramExecutor::release(int micro, ValueId v) {
+  int64_t& bytes = held_bytes_[static_cast<size_t>(micro)][static_cast<size_t>(v)];
+  activation_bytes_ -= bytes;
+  bytes = 0;
 }
 
 void ProgramExecutor::use_parameters(const ParamStore& store) {
@@ -332,10 +351,13 @@ StepResult ProgramExecutor::run(const StepInput& input) {
   const size_t micro = program_.micro_batches.size();
   step_ = input.step;
   live_.assign(micro, {});
+  held_bytes_.assign(micro, {});
+  activation_bytes_ = activation_peak_ = 0;
   for (size_t m = 0; m < micro; ++m) {
     const parallel::MicroBatch& mb = program_.micro_batches[m];
     if (mb.rows == 0) continue;
     live_[m].resize(program_.graphs[static_cast<size_t>(mb.graph)].values().size());
+    held_bytes_[m].assign(live_[m].size(), 0);
     for (ValueId v : program_.batch_inputs) {
       const Tensor* feed = nullptr;
       for (const auto& [id, t] : input.feeds)
@@ -369,6 +391,8 @@ StepResult ProgramExecutor::run(const StepInput& input) {
   const MemoryStats at_start = memory_stats();
   reset_peak_memory();
   bool begun = false;
+  const bool pipelined = program_.pipeline.axis >= 0;
+  const double step_start = pipelined ? comm::now_us() : 0;
   for (size_t i = 0; i < program_.instrs.size(); ++i) {
     const Instr& instr = program_.instrs[i];
     const int id = static_cast<int>(i);
@@ -380,7 +404,14 @@ StepResult ProgramExecutor::run(const StepInput& input) {
         [&](const auto& op) {
           using T = std::decay_t<decltype(op)>;
           if constexpr (std::is_same_v<T, parallel::Compute>) {
+            const double start = pipelined ? comm::now_us() : 0;
             compute(id, op, input);
+            if (pipelined) result.pipeline_busy_us += comm::now_us() - start;
+            if (pipelined && id == last_compute_) result.pipeline_span_us = comm::now_us() - step_start;
+          } else if constexpr (std::is_same_v<T, parallel::Send>) {
+            send(id, op);
+          } else if constexpr (std::is_same_v<T, parallel::Recv>) {
+            recv(id, op, input.step);
           } else if constexpr (std::is_same_v<T, parallel::Accumulate>) {
             accumulate(id, op);
           } else if constexpr (std::is_same_v<T, parallel::Collective>) {
@@ -404,15 +435,17 @@ StepResult ProgramExecutor::run(const StepInput& input) {
               deferred_frees_.push_back(id);
             else
               free_buffer(op.buffer, instr.after.empty() ? -1 : instr.after.front());
-          } else {
-            fail("executor: instruction #{} ({}) is point-to-point; this build lowers no pipeline stages", id,
-                 program_.str(i));
           }
         },
         instr.op);
-    for (ValueId v : liveness_.values[i]) live_[static_cast<size_t>(instr.micro_batch)][static_cast<size_t>(v)] = Tensor();
+    for (ValueId v : liveness_.values[i]) {
+      release(instr.micro_batch, v);
+      live_[static_cast<size_t>(instr.micro_batch)][static_cast<size_t>(v)] = Tensor();
+    }
     if (engine_ && !pending_frees_.empty()) release_finished(false);
   }
+  finish_sends();
+  result.activation_peak_bytes = activation_peak_;
   if (deferred_updates()) {
     // P3: the gradient reductions run on; each update happens before the
     // next forward reads its parameter. The loss is needed now.

@@ -83,6 +83,14 @@ struct StepResult {
   // axis' communicator (whatever algorithm each collective used).
   std::vector<int64_t> axis_bytes;
   std::vector<std::vector<Tensor>> outputs;  // per micro-batch: Program::outputs
+  // The most bytes of forward activations (values forward nodes made or
+  // this rank received from an earlier stage) alive at once: what a
+  // pipeline schedule keeps for backward.
+  int64_t activation_peak_bytes = 0;
+  // Pipelines: from the step's start to its last compute, and how much of
+  // that this rank spent computing (the rest is its bubble).
+  double pipeline_span_us = 0;
+  double pipeline_busy_us = 0;
 };
 
 // Bytes this rank holds between steps, and the most buffer bytes alive at once.
@@ -159,6 +167,10 @@ class ProgramExecutor {
   bool compressing() const { return !compressors_.empty(); }
 
   ExecutorMemory memory() const;
+  // Bytes of one micro-batch's activations this rank keeps from its
+  // forward for its backward (values made in forward, or received from an
+  // earlier stage, that a backward node reads last), from the program.
+  int64_t stashed_bytes_per_micro_batch() const;
   const parallel::Program& program() const { return program_; }
   bool deferred_updates() const { return options_.p3_slice_bytes > 0 && engine_ != nullptr; }
   void set_tracing(bool on) { tracing_ = on && options_.trace; }
@@ -190,6 +202,15 @@ class ProgramExecutor {
   float* data(const parallel::Region& region) const;
   void zero_unwritten(int buffer);
   void run_deferred_updates_of(int param);
+
+  // executor_pipeline.cc: transfers between pipeline stages, and the
+  // communicators of the pipeline axis they and the subgroups run on.
+  void make_pipeline_groups();
+  void send(int id, const parallel::Send& op);
+  void recv(int id, const parallel::Recv& op, uint64_t step);
+  void finish_sends();
+  // The gathered parameters of every pipeline stage (collective over the pipeline axis).
+  NamedTensors gather_stages(NamedTensors mine);
 
   // executor_collectives.cc: collectives inline or on the engine.
   void collective(int id, const parallel::Collective& op, uint64_t step);
@@ -245,6 +266,23 @@ class ProgramExecutor {
   std::map<int, std::vector<int>> deferred_;  // param index -> instruction ids
   std::vector<int> deferred_frees_;
   double deferred_lr_ = 0;
+
+  // Pipelines: the pipeline axis split again (its transfers use the
+  // program's tags, so no collective may share its tag space), one
+  // communicator per Program::subgroups entry, sends still in flight.
+  std::unique_ptr<comm::Communicator> transfers_;
+  std::vector<comm::Communicator> subgroups_;
+  struct PendingSend {
+    comm::Request request;
+    Tensor value;  // kept alive until sent
+  };
+  std::vector<PendingSend> pending_sends_;
+  int last_compute_ = -1;  // the last Compute instruction (where a pipeline's span ends)
+  // Forward activations alive (bytes per micro-batch and value) and their peak this step.
+  std::vector<std::vector<int64_t>> held_bytes_;
+  int64_t activation_bytes_ = 0, activation_peak_ = 0;
+  void hold(int micro, ValueId v, const Tensor& t, bool counts);
+  void release(int micro, ValueId v);
 
   bool tracing_ = false;
   uint64_t step_ = 0;

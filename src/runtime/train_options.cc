@@ -54,13 +54,21 @@ void validate(const TrainOptions& o) {
   if (o.grad_clip < 0) fail("gradient clip {} must be >= 0", o.grad_clip);
   if (o.threads < 1) fail("threads {} must be >= 1", o.threads);
   if (o.ranks < 1) fail("ranks {} must be >= 1", o.ranks);
-  const int tp = o.sync.tensor_parallel;
+  const int tp = o.sync.tensor_parallel, pp = o.sync.pipeline_parallel;
   if (tp < 1) fail("--tp {} must be >= 1", tp);
-  if (o.ranks % tp != 0)
-    fail("--tp {} does not divide the {} ranks: the mesh is {{dp: ranks / tp, tp: tp}}", tp, o.ranks);
-  if (o.batch < o.ranks / tp)
-    fail("batch size {} is smaller than the {} data-parallel ranks: expected at least one row a rank", o.batch,
-         o.ranks / tp);
+  if (pp < 1) fail("--pp {} must be >= 1", pp);
+  if (o.ranks % (tp * pp) != 0)
+    fail("--pp {} x --tp {} does not divide the {} ranks: the mesh is {{pp: pp, dp: ranks / (pp tp), tp: tp}}", pp,
+         tp, o.ranks);
+  const int dp = o.ranks / (tp * pp);
+  if (o.batch < dp)
+    fail("batch size {} is smaller than the {} data-parallel ranks: expected at least one row a rank", o.batch, dp);
+  if (pp > 1) {
+    if (!o.ps.mode.empty()) fail("pipeline stages and parameter servers do not combine: drop --pp or --ps");
+    if (o.sync.p3_slice_bytes > 0) fail("P3 and pipeline stages do not combine yet: choose one");
+  } else if (o.sync.pipeline.virtual_stages > 1) {
+    fail("--virtual-stages {} needs pipeline stages (--pp or --mesh pp=...)", o.sync.pipeline.virtual_stages);
+  }
   if (tp > 1 || o.sync.sequence_parallel) {
     if (!o.ps.mode.empty()) fail("tensor parallelism and parameter servers do not combine: drop --tp or --ps");
     if (o.model == "cnn") fail("tensor parallelism splits the GPT's and the MLP's layers; the cnn trains data-parallel");

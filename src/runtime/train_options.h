@@ -46,6 +46,9 @@ struct DataParallelOptions {
   int64_t p3_slice_bytes = 0;    // P3: > 0 slices gradients and updates each layer before the next forward reads it
   int tensor_parallel = 1;       // Megatron tensor parallelism: ranks per tensor-parallel group (mesh {dp, tp})
   bool sequence_parallel = false;  // and LayerNorm/dropout/residuals split along the sequence
+  int pipeline_parallel = 1;     // pipeline stages (mesh {pp, dp, tp}: pp outermost)
+  parallel::PipelineOptions pipeline;  // schedule, virtual stages, stage cuts
+  parallel::Recompute recompute = parallel::Recompute::none;  // activation recomputation
   int mesh_ranks = 0;            // --mesh: the ranks it names (0: not given)
   std::string strategy;          // a strategy JSON file (parallax lower --print-strategy writes one); overrides the above's strategy part
   bool operator==(const DataParallelOptions&) const = default;

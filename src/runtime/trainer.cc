@@ -15,6 +15,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/threads.h"
 #include "comm/backends.h"
+#include "comm/collectives.h"
 #include "runtime/checkpoint.h"
 #include "parallel/lower.h"
 #include "parallel/tensor_parallel.h"
@@ -67,6 +68,31 @@ static void restore_compression_state(const Checkpoint& resumed, ProgramExecutor
   log << fmt::format("restored the error-feedback state of {} ranks ({})\n", world, spec);
 }
 
+// Every pipeline rank's measurements, as its rank at data and tensor
+// coordinate 0 took them (collective over the world).
+static std::vector<StageMeasurement> gather_stage_measurements(comm::Communicator& world,
+                                                               const parallel::Strategy& strategy,
+                                                               const StageMeasurement& mine) {
+  // Milliseconds and KiB: floats hold them exactly enough.
+  const std::vector<float> own{static_cast<float>(mine.busy_us / 1e3), static_cast<float>(mine.span_us / 1e3),
+                               static_cast<float>(double(mine.activation_peak_bytes) / 1024),
+                               static_cast<float>(double(mine.stashed_bytes_per_micro_batch) / 1024)};
+  std::vector<float> all(own.size() * static_cast<size_t>(world.size()));
+  comm::allgather(world, own.data(), comm::Buffer(std::span<float>(all)));
+  const int axis = strategy.mesh.axis(strategy.pipeline.axis);
+  std::vector<StageMeasurement> stages;
+  for (int r = 0; r < strategy.pipeline_ranks(); ++r) {
+    std::vector<int> coords(strategy.mesh.axes().size(), 0);
+    coords[static_cast<size_t>(axis)] = r;
+    const float* at = all.data() + own.size() * static_cast<size_t>(strategy.mesh.rank_of(coords));
+    stages.push_back({.busy_us = double(at[0]) * 1e3,
+                      .span_us = double(at[1]) * 1e3,
+                      .activation_peak_bytes = static_cast<int64_t>(double(at[2]) * 1024),
+                      .stashed_bytes_per_micro_batch = static_cast<int64_t>(double(at[3]) * 1024)});
+  }
+  return stages;
+}
+
 parallel::Strategy strategy_for(const TrainOptions& o, const nn::Model& model, int world) {
   parallel::Strategy s;
   if (!o.sync.strategy.empty()) {
@@ -75,17 +101,21 @@ parallel::Strategy strategy_for(const TrainOptions& o, const nn::Model& model, i
       fail("strategy '{}' has mesh {} of {} ranks; this job has {}", o.sync.strategy, s.mesh.str(), s.mesh.ranks(),
            world);
   } else {
-    const int tp = o.sync.tensor_parallel;
+    const int tp = o.sync.tensor_parallel, pp = o.sync.pipeline_parallel;
     if (o.sync.mesh_ranks > 0 && o.sync.mesh_ranks != world)
       fail("--mesh names {} ranks; this job has {}", o.sync.mesh_ranks, world);
-    if (world % tp != 0) fail("--tp {} does not divide the job's {} ranks", tp, world);
+    if (world % (tp * pp) != 0) fail("--pp {} x --tp {} does not divide the job's {} ranks", pp, tp, world);
+    const int stage_ranks = world / pp;  // a stage's data x tensor ranks
     s = tp > 1 || o.sync.sequence_parallel
-            ? parallel::tensor_parallel(model.graph, world / tp, tp, batch_input_names(model), o.sync.sequence_parallel)
-            : parallel::data_parallel(world, batch_input_names(model));
+            ? parallel::tensor_parallel(model.graph, stage_ranks / tp, tp, batch_input_names(model),
+                                        o.sync.sequence_parallel)
+            : parallel::data_parallel(stage_ranks, batch_input_names(model));
     s.zero_stage = o.sync.zero_stage;
     s.micro_batches = static_cast<int>(o.accumulation);
     s.lowering.bucket_bytes = o.sync.bucket_bytes;
     s.lowering.compression = o.sync.compression;
+    s.lowering.recompute = o.sync.recompute;
+    if (pp > 1) s = parallel::with_pipeline(std::move(s), pp, o.sync.pipeline);
     // P3 updates each parameter as soon as its own gradient is in, and
     // every gradient is its own job with its own priority. (A strategy
     // file that computes a global norm is refused by the executor's
@@ -158,6 +188,10 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   int64_t step = 0;
   int64_t parameter_count = 0;
   for (const parallel::ParamLayout& p : executor.program().params) parameter_count += p.global_shape.numel();
+  if (!executor.program().pipeline.params.empty()) {  // every stage's
+    parameter_count = 0;
+    for (const auto& p : executor.program().pipeline.params) parameter_count += p.shape.numel();
+  }
   if (o.resume.empty()) {
     // Every rank draws the same initial parameters; the executor keeps its
     // storage of them (its model shard, or its ZeRO-3 block) and these go.
@@ -191,8 +225,9 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   // Ψ here is this rank's model shard (all of it without tensor parallelism).
   const int64_t shard_parameters = executor.program().param_count;
   if (world > 1) log << describe_rank_memory(zero, data_ranks, slots, shard_parameters, result.memory) << "\n";
-  if (strategy.mesh.ranks() > data_ranks) {
-    TensorParallelShare share{.split = 0, .replicated = 0, .ranks = strategy.mesh.ranks() / data_ranks};
+  if (strategy.mesh.ranks() > data_ranks * strategy.pipeline_ranks()) {
+    TensorParallelShare share{.split = 0, .replicated = 0,
+                              .ranks = strategy.mesh.ranks() / data_ranks / strategy.pipeline_ranks()};
     for (const parallel::ParamLayout& p : executor.program().params)
       (p.shape == p.global_shape ? share.replicated : share.split) += p.global_shape.numel();
     log << describe_tensor_parallel_share(share, shard_parameters) << "\n";
@@ -226,6 +261,7 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   const int64_t trace_begin = step + 1, trace_end = step + 4;
   std::vector<TraceRecord> trace;
   comm::compression::WireStats wire;  // summed over the steps run
+  StageMeasurement stage;  // this rank's pipeline measurements
   Progress progress(total, step, task->unit(), o.progress_bar, log);
   auto evaluate = [&](int64_t at_step) {
     const ParamStore params = executor.parameters();  // collective under ZeRO-3
@@ -258,6 +294,11 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     wire += out.wire;
     for (TraceRecord& r : executor.take_trace()) trace.push_back(std::move(r));
     result.peak_tensor_bytes = std::max(result.peak_tensor_bytes, out.peak_bytes);
+    result.activation_peak_bytes = std::max(result.activation_peak_bytes, out.activation_peak_bytes);
+    if (step > trace_begin - 1) {  // the first step of a run warms caches and pools up
+      stage.busy_us += out.pipeline_busy_us;
+      stage.span_us += out.pipeline_span_us;
+    }
     const double loss = out.loss;
     if (!std::isfinite(loss))
       fail("training diverged at step {}: loss is {} (lower the learning rate {} or enable --grad-clip)", step + 1,
@@ -292,6 +333,12 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   }
   result.steps = step;
   result.seconds = progress.elapsed_seconds();
+  if (strategy.pipeline_ranks() > 1) {
+    stage.activation_peak_bytes = result.activation_peak_bytes;
+    stage.stashed_bytes_per_micro_batch = executor.stashed_bytes_per_micro_batch();
+    result.pipeline_stages = gather_stage_measurements(*group, strategy, stage);
+    log << describe_measured_pipeline(executor.program().pipeline, result.pipeline_stages);
+  }
   result.evaluation = evaluate(step);
   save(step);
   if (!o.save.empty() && lead) log << fmt::format("saved checkpoint to '{}'\n", o.save);

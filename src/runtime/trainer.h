@@ -8,6 +8,7 @@
 
 #include <ostream>
 
+#include "runtime/pipeline_report.h"
 #include "runtime/memory_report.h"
 #include "runtime/task.h"
 #include "runtime/train_options.h"
@@ -32,6 +33,11 @@ struct TrainResult {
   int64_t gathered_parameter_peak_bytes = 0;
   // Rank 0's bytes sent in its last step, by mesh axis name.
   std::map<std::string, int64_t> bytes_per_axis;
+  // Pipelines, rank 0: every pipeline rank's measurements (its data and
+  // tensor coordinate 0) over the steps after the first, and the peak of
+  // forward activations any step kept (bytes; every run, pipelined or not).
+  std::vector<StageMeasurement> pipeline_stages;
+  int64_t activation_peak_bytes = 0;
 };
 
 // The strategy the options describe for `world` ranks, or the one

@@ -37,7 +37,16 @@ int add_buffer(Program& program, Buffer buffer) {
 void buckets(const Context& c, Program& program) {
   const Graph& graph = c.graph;
   const std::vector<int> first_use = forward_order(graph, c.forward_nodes);
+  // When this rank's part of each gradient is complete: its last part's producer.
+  std::vector<int> ready(graph.values().size(), -1);
+  for (const auto& [value, grad] : c.work.gradient_parts) {
+    const ValueId param = c.grads[static_cast<size_t>(grad)].param;
+    ready[static_cast<size_t>(param)] = std::max(ready[static_cast<size_t>(param)], graph.value(value).producer);
+  }
+  std::vector<bool> shared(graph.values().size(), false);
+  for (const auto& [value, group] : c.work.shared) shared[static_cast<size_t>(value)] = true;
   for (const ParamGrad& pg : c.grads) {
+    if (!c.work.holds[static_cast<size_t>(pg.param)]) continue;  // another pipeline stage's
     const Value& value = graph.value(pg.param);
     const AxisPlacements& placement = c.placement.of_value[static_cast<size_t>(pg.param)];
     program.params.push_back({.value = pg.param,
@@ -51,9 +60,9 @@ void buckets(const Context& c, Program& program) {
                               .bucket = -1,
                               .forward_order = first_use[static_cast<size_t>(pg.param)]});
   }
-  // Ready order: by the node producing each gradient (declaration order without backward).
+  // Ready order: by the node completing each gradient (declaration order without backward).
   if (program.training) {
-    auto producer = [&](const ParamLayout& p) { return graph.value(p.grad).producer; };
+    auto producer = [&](const ParamLayout& p) { return ready[static_cast<size_t>(p.value)]; };
     std::stable_sort(program.params.begin(), program.params.end(),
                      [&](const ParamLayout& a, const ParamLayout& b) { return producer(a) < producer(b); });
   }
@@ -67,7 +76,15 @@ void buckets(const Context& c, Program& program) {
   if (program.training) {
     // A compressed gradient is exchanged alone (PowerSGD needs its matrix).
     const int64_t bucket_bytes = c.strategy.lowering.compression.lossy() ? 0 : c.strategy.lowering.bucket_bytes;
-    for (const comm::BucketSpan& span : comm::plan_buckets(counts, bucket_bytes)) {
+    // A parameter pipeline stages share is a bucket alone: the stages sum
+    // just its gradient.
+    std::vector<bool> starts(counts.size(), false);
+    for (size_t i = 0; i < counts.size(); ++i) {
+      if (!shared[static_cast<size_t>(program.params[i].value)]) continue;
+      starts[i] = true;
+      if (i + 1 < counts.size()) starts[i + 1] = true;
+    }
+    for (const comm::BucketSpan& span : comm::plan_buckets(counts, bucket_bytes, starts)) {
       BucketLayout b{.offset = program.params[static_cast<size_t>(span.first)].offset, .count = span.count,
                      .priority = std::numeric_limits<int>::max()};
       for (int i = span.first; i <= span.last; ++i) {

@@ -36,10 +36,6 @@ Access access(const Program& p, const Instr& instr, const std::vector<int>& para
             write(op.output);
             if (op.accumulate) read(op.output);
           }
-        } else if constexpr (std::is_same_v<T, Send>) {
-          read(op.slot);
-        } else if constexpr (std::is_same_v<T, Recv>) {
-          write(op.slot);
         } else if constexpr (std::is_same_v<T, Accumulate>) {
           write(op.into);
         } else if constexpr (std::is_same_v<T, Norm>) {
@@ -74,27 +70,45 @@ Liveness liveness(const Program& p) {
   std::vector<bool> kept(values, false);  // never freed: the executor's or the caller's
   for (ValueId v : p.outputs) kept[static_cast<size_t>(v)] = true;
 
-  // Values: the last instruction of their micro-batch that reads (or produces) them.
-  std::map<std::pair<int, ValueId>, int> last;
+  // Values: instances from a production (a node's output, a Recv) to the
+  // last instruction of their micro-batch that reads them (the production
+  // itself when none does). A value recomputed before its backward is
+  // produced twice: the first instance dies after its last forward read.
+  std::map<std::pair<int, ValueId>, int> open;  // -> the instance's last use so far
+  auto end_instance = [&](const std::pair<int, ValueId>& key) {
+    auto it = open.find(key);
+    if (it == open.end()) return;
+    const auto& [micro_batch, value] = key;
+    if (!kept[static_cast<size_t>(value)] &&
+        p.graph_of(micro_batch).value(value).kind == Value::Kind::activation)
+      live.values[static_cast<size_t>(it->second)].push_back(value);
+    open.erase(it);
+  };
+  auto read = [&](int micro_batch, ValueId v, int at) { open[{micro_batch, v}] = at; };
+  auto produce = [&](int micro_batch, ValueId v, int at) {
+    end_instance({micro_batch, v});
+    open[{micro_batch, v}] = at;
+  };
   for (size_t i = 0; i < n; ++i) {
     const Instr& instr = p.instrs[i];
+    const int at = static_cast<int>(i);
     const int node_index = std::holds_alternative<Compute>(instr.op)   ? std::get<Compute>(instr.op).node
                            : std::holds_alternative<Reshard>(instr.op) ? std::get<Reshard>(instr.op).node
                                                                        : -1;
     if (node_index >= 0) {
       const Node& node = p.graph_of(instr.micro_batch).nodes()[static_cast<size_t>(node_index)];
-      for (ValueId in : node.inputs) last[{instr.micro_batch, in}] = static_cast<int>(i);
-      for (ValueId out : node.outputs) last.try_emplace({instr.micro_batch, out}, static_cast<int>(i));
+      for (ValueId in : node.inputs) read(instr.micro_batch, in, at);
+      for (ValueId out : node.outputs) produce(instr.micro_batch, out, at);
     } else if (const auto* a = std::get_if<Accumulate>(&instr.op)) {
-      last[{instr.micro_batch, a->from}] = static_cast<int>(i);
+      read(instr.micro_batch, a->from, at);
+    } else if (const auto* s = std::get_if<Send>(&instr.op)) {
+      read(instr.micro_batch, s->value, at);
+    } else if (const auto* r = std::get_if<Recv>(&instr.op)) {
+      produce(instr.micro_batch, r->value, at);
     }
   }
-  for (const auto& [key, at] : last) {
-    const auto& [micro_batch, value] = key;
-    if (kept[static_cast<size_t>(value)]) continue;
-    if (p.graph_of(micro_batch).value(value).kind != Value::Kind::activation) continue;
-    live.values[static_cast<size_t>(at)].push_back(value);
-  }
+  while (!open.empty()) end_instance(open.begin()->first);
+  for (std::vector<ValueId>& dead : live.values) std::sort(dead.begin(), dead.end());
 
   // Buffers: instances between a (re)first write and the last read before the next.
   struct State {

@@ -71,6 +71,8 @@ LocalGraph localize_graph(const Context& c, int64_t batch_rows) {
       const Attrs attrs = node.def->localize ? node.def->localize(node.attrs, in, expected) : node.attrs;
       try {
         id = out.graph.add(node.op(), node.inputs, attrs, node.name).front();
+        // Backward nodes keep their forward origin (the executor tells forward activations by it).
+        if (node.origin >= 0) out.graph.set_origin(static_cast<int>(out.graph.nodes().size()) - 1, node.origin);
       } catch (const Error& e) {
         fail("lowering rank {} (mesh coords [{}]): {}", c.strategy.mesh.rank_of(c.coords), fmt::join(c.coords, ","),
              e.what());

@@ -1,6 +1,7 @@
 // optimizer: the squared global gradient norm once every gradient is
 // reduced (summed over the data axis when gradients are sharded, and over
-// the model axes, where a replicated parameter counts once) and the
+// the model and pipeline axes, where a replicated parameter counts once,
+// as does one two pipeline stages share) and the
 // clip to it (clipping and the metrics need it before any update), then an
 // Update per parameter (or, sharded, per piece of a parameter inside this
 // rank's block of a bucket) as soon as its bucket's gradient is complete,
@@ -76,6 +77,11 @@ void optimizer(const Context& c, Program& p) {
     if (sharded) whole.push_back({p.grad_shard_buffer, 0, p.shard_count});
     else
       for (const BucketLayout& b : p.buckets) whole.push_back({b.grad_buffer, 0, b.count});
+    // Pipeline stages hold different parameters, a shared one on each of its stages.
+    std::vector<int> holders(p.params.size(), 1);
+    for (const auto& [value, group] : c.work.shared)
+      for (size_t i = 0; i < p.params.size(); ++i)
+        if (p.params[i].value == value) holders[i] = static_cast<int>(p.subgroups[static_cast<size_t>(group)].coords.size());
     std::vector<Region> gradients = whole;
     std::vector<double> weights;
     if (!model_axes.empty()) {
@@ -86,7 +92,8 @@ void optimizer(const Context& c, Program& p) {
           const ParamLayout& param = p.params[static_cast<size_t>(piece.param)];
           double copies = 1;
           for (int a : model_axes)
-            if (!param.placement[static_cast<size_t>(a)].is_split())
+            if (a == c.work.pipeline_axis) copies *= holders[static_cast<size_t>(piece.param)];
+            else if (!param.placement[static_cast<size_t>(a)].is_split())
               copies *= c.strategy.mesh.axes()[static_cast<size_t>(a)].size;
           gradients.push_back(piece.gradient);
           weights.push_back(1 / copies);

@@ -10,6 +10,35 @@
 
 namespace px::parallel::passes {
 
+// A run of one micro-batch's nodes, or values sent to or received from
+// another pipeline stage, in the order this rank runs them.
+struct Phase {
+  enum class Kind { compute, send, recv };
+  Kind kind = Kind::compute;
+  int micro = 0;
+  bool backward = false;        // compute: backward nodes (ZeRO-3 gathers per phase)
+  std::vector<int> nodes;       // compute: in order
+  std::vector<ValueId> values;  // send / recv
+  std::vector<uint32_t> tags;   // send / recv: per value
+  int peer = -1;                // send / recv: the other stage's pipeline coordinate
+};
+
+// What this rank runs (lower/pipeline.cc): without a pipeline, every
+// micro-batch's forward and backward; with one, its stages' nodes in its
+// schedule's order with the transfers between stages.
+struct RankWork {
+  std::vector<Phase> phases;
+  std::vector<bool> holds;  // by value id: a parameter this rank reads
+  // Values accumulated into a parameter's gradient (index into
+  // Context::grads): its gradient, or, for a parameter two stages share,
+  // the summands computed on this rank's stages.
+  std::vector<std::pair<ValueId, int>> gradient_parts;
+  // Parameters held by more than one pipeline rank: the value and the
+  // Program::subgroups entry their gradients are summed over.
+  std::vector<std::pair<ValueId, int>> shared;
+  int pipeline_axis = -1;
+};
+
 // What every pass may read: the global graph (forward + backward, with the
 // reshard nodes propagation inserted), its placements on every mesh axis
 // and the transitions the rule chose along the data axis.
@@ -25,11 +54,22 @@ struct Context {
   std::vector<ParamGrad> grads;  // in parameter declaration order
   const Propagation& placement;
   std::vector<Transition> transitions;
+  RankWork work;
   const Transition& transition(Transition::Site site, ValueId value) const;
   const Placement& data_placement(ValueId v) const {
     return placement.of_value[static_cast<size_t>(v)][static_cast<size_t>(data_axis)];
   }
 };
+
+// Which nodes this rank runs in which order (the pipeline's stages and
+// schedule, or every node per micro-batch); fills Program::pipeline and
+// Program::subgroups.
+RankWork plan_work(const Context& context, Program& program);
+
+// Activation recomputation (Strategy::lowering.recompute): forward nodes
+// inserted into the backward phases, before the first backward node that
+// reads what they make.
+void recompute(const Context& context, RankWork& work);
 
 // Micro-batches of this rank's rows and a local graph per distinct size:
 // every value cut to the rank's part (parallel/shard.h) on the model axes,

@@ -158,6 +158,11 @@ Propagation propagate(const PlacementRequest& request) {
 
     std::vector<PlacementSignature> chosen;
     for (int a = 0; a < axes; ++a) {
+      if (static_cast<size_t>(a) < request.whole_axes.size() && request.whole_axes[static_cast<size_t>(a)]) {
+        chosen.push_back({"whole", std::vector<Placement>(inputs.size(), Placement::B()),
+                          std::vector<Placement>(node.outputs.size(), Placement::B())});
+        continue;
+      }
       std::vector<Placement> actual;
       for (ValueId in : inputs) actual.push_back(placed(in)[static_cast<size_t>(a)]);
       // What output 0 should be: its seed, or where a gradient is headed.

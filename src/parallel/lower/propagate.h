@@ -43,6 +43,10 @@ struct PlacementRequest {
   // Values resharded to these placements right after they are produced
   // (nullopt on an axis: left as produced).
   std::vector<std::pair<ValueId, std::vector<std::optional<Placement>>>> targets;
+  // Axes along which every value stays whole (B) and no signature is
+  // chosen: a pipeline axis, whose ranks split the graph, not its values.
+  // Without this, an unseeded axis would slice values for free.
+  std::vector<bool> whole_axes;
 };
 
 struct Propagation {

@@ -1,38 +1,26 @@
 // schedule: the step's instructions up to the reduced gradients.
 //
-// Per micro-batch, every needed node of the local graph in order (forward,
-// then backward); each weight gradient accumulated into its bucket as it is
-// produced; a bucket's gradient collective (the transition's: allreduce
-// P -> B, or reduce-scatter P -> S into the shard) right after its last
-// gradient, on the last micro-batch (ZeRO-2/3: every micro-batch, each
-// adding into the shard). ZeRO-3 gathers a parameter bucket (S -> B) before
-// its first use in forward and again in backward, one bucket ahead.
-// A micro-batch where this rank has no rows computes nothing but runs the
-// same collectives (its gradient contribution is zero).
+// The phases plan_work chose, in order: a compute phase's nodes of the
+// local graph (a Compute each, a Reshard for a reshard node), a transfer
+// phase's Sends or Recvs. Each gradient part is accumulated into its bucket
+// as it is produced; a bucket's gradient collective (the transition's:
+// allreduce P -> B, or reduce-scatter P -> S into the shard) follows its
+// last gradient part of the step (ZeRO-2/3: of every micro-batch, each
+// adding into the shard). A bucket of a parameter pipeline stages share is
+// first summed over those stages, at the end of the step (every stage is
+// done with its schedule by then, so the sum cannot wait on a transfer).
+// ZeRO-3 gathers a parameter bucket (S -> B) before its first use in each
+// phase, one bucket ahead. A micro-batch where this rank has no rows
+// computes and transfers nothing but runs the same collectives (its
+// gradient contribution is zero).
 #include <algorithm>
 
+#include "comm/collectives.h"
 #include "core/error.h"
 #include "parallel/lower/passes.h"
 
 namespace px::parallel::passes {
 namespace {
-
-// Nodes the loss, the outputs and the gradients need.
-std::vector<int> needed_nodes(const Graph& graph, const std::vector<ValueId>& wanted) {
-  std::vector<bool> value(graph.values().size(), false);
-  for (ValueId v : wanted) value[static_cast<size_t>(v)] = true;
-  std::vector<int> order;
-  for (size_t n = graph.nodes().size(); n-- > 0;) {
-    const Node& node = graph.nodes()[n];
-    bool any = false;
-    for (ValueId out : node.outputs) any = any || value[static_cast<size_t>(out)];
-    if (!any) continue;
-    order.push_back(static_cast<int>(n));
-    for (ValueId in : node.inputs) value[static_cast<size_t>(in)] = true;
-  }
-  std::reverse(order.begin(), order.end());
-  return order;
-}
 
 comm::Collective collective_for(const Transition& t) {
   const std::optional<comm::Collective> kind = collective_of(t.how);
@@ -51,43 +39,88 @@ void schedule(const Context& c, Program& p) {
   const Graph& graph = c.graph;
   const bool multi = c.data_size > 1;
   const int stream = comm_stream(c.data_axis);
-  std::vector<ValueId> wanted{c.loss};
-  for (ValueId v : p.outputs) wanted.push_back(v);
-  std::vector<int> param_of(graph.values().size(), -1), grad_of(graph.values().size(), -1);
-  for (size_t i = 0; i < p.params.size(); ++i) {
-    param_of[static_cast<size_t>(p.params[i].value)] = static_cast<int>(i);
-    if (p.params[i].grad != kNoValue) {
-      grad_of[static_cast<size_t>(p.params[i].grad)] = static_cast<int>(i);
-      wanted.push_back(p.params[i].grad);
-    }
+  const RankWork& work = c.work;
+  std::vector<int> param_of(graph.values().size(), -1), part_of(graph.values().size(), -1);
+  for (size_t i = 0; i < p.params.size(); ++i) param_of[static_cast<size_t>(p.params[i].value)] = static_cast<int>(i);
+  std::vector<int> shared_group(p.params.size(), -1);  // per program param: the pipeline subgroup summing it
+  for (const auto& [value, group] : work.shared) shared_group[static_cast<size_t>(param_of[static_cast<size_t>(value)])] = group;
+  // Per bucket: gradient parts per micro-batch (all equal: the same nodes run).
+  std::vector<int> parts_per_micro(p.buckets.size(), 0);
+  for (const auto& [value, grad] : work.gradient_parts) {
+    const int i = param_of[static_cast<size_t>(c.grads[static_cast<size_t>(grad)].param)];
+    PX_CHECK_GE(i, 0);
+    part_of[static_cast<size_t>(value)] = i;
+    ++parts_per_micro[static_cast<size_t>(p.params[static_cast<size_t>(i)].bucket)];
   }
-  const std::vector<int> nodes = needed_nodes(graph, wanted);
 
-  // ZeRO-3: per phase (forward, backward), buckets in the order of their first use.
+  // ZeRO-3: per kind of phase (forward, backward), buckets in the order of their first use.
   const bool gather = p.param_shard_buffer >= 0;
   std::vector<std::vector<int>> gather_order(2);
   if (gather)
-    for (int n : nodes) {
-      std::vector<int>& order = gather_order[n < c.forward_nodes ? 0 : 1];
-      for (ValueId in : graph.nodes()[static_cast<size_t>(n)].inputs)
-        if (param_of[static_cast<size_t>(in)] >= 0) {
-          const int b = p.params[static_cast<size_t>(param_of[static_cast<size_t>(in)])].bucket;
-          if (std::find(order.begin(), order.end(), b) == order.end()) order.push_back(b);
-        }
-    }
+    for (const Phase& phase : work.phases)
+      for (int n : phase.nodes) {
+        std::vector<int>& order = gather_order[phase.backward ? 1 : 0];
+        for (ValueId in : graph.nodes()[static_cast<size_t>(n)].inputs)
+          if (param_of[static_cast<size_t>(in)] >= 0) {
+            const int b = p.params[static_cast<size_t>(param_of[static_cast<size_t>(in)])].bucket;
+            if (std::find(order.begin(), order.end(), b) == order.end()) order.push_back(b);
+          }
+      }
 
   const int micro = static_cast<int>(p.micro_batches.size());
   const bool reduce_every_micro_batch = c.zero_stage >= 2;
+  // Gradient parts still to come per bucket: this step's, and per micro-batch.
+  std::vector<int> missing(p.buckets.size()), last_accumulate(p.buckets.size(), -1);
+  std::vector<std::vector<int>> missing_of_micro(static_cast<size_t>(micro), parts_per_micro);
+  for (size_t b = 0; b < p.buckets.size(); ++b) missing[b] = parts_per_micro[b] * micro;
+  std::vector<int> deferred;  // shared buckets: reduced at the end of the step
+  auto emit_reduction = [&](int b, int m, int after) {
+    const BucketLayout& bucket = p.buckets[static_cast<size_t>(b)];
+    const ParamLayout& param = p.params[static_cast<size_t>(bucket.members.front())];
+    const Transition& t = c.transition(Transition::Site::gradient, param.grad);
+    Collective reduce{.kind = collective_for(t), .axis = c.data_axis, .input = {bucket.grad_buffer, 0, bucket.count}};
+    if (reduce.kind == comm::Collective::reduce_scatter) {
+      reduce.output = {p.grad_shard_buffer, bucket.shard_offset, bucket.block_count};
+      reduce.accumulate = reduce_every_micro_batch && m > 0;
+    }
+    // Compressed: one gradient a bucket, seen as (first dim, the rest);
+    // vectors (a fraction of a percent of the bytes) go uncompressed, as
+    // DGC and PowerSGD do: top-k of a 10-element bias would starve it.
+    if (c.strategy.lowering.compression.lossy()) {
+      const bool matrix = param.shape.rank() >= 2;
+      if (matrix) reduce.codec = c.strategy.lowering.compression;
+      reduce.codec_rows = matrix ? param.shape[0] : 1;
+      reduce.codec_cols = param.shape.numel() / reduce.codec_rows;
+    }
+    emit(p, {.op = reduce,
+             .stream = stream,
+             .micro_batch = m,
+             .priority = bucket.priority,
+             .after = after >= 0 ? std::vector<int>{after} : std::vector<int>{},
+             .name = fmt::format("grad bucket {}", b)});
+  };
+
   int last_loss = -1;
-  for (int m = 0; m < micro; ++m) {
+  for (const Phase& phase : work.phases) {
+    const int m = phase.micro;
     const bool computes = p.micro_batches[static_cast<size_t>(m)].rows > 0;
-    const bool reduce_now = reduce_every_micro_batch || m == micro - 1;
-    std::vector<int> missing(p.buckets.size()), last_accumulate(p.buckets.size(), -1);
-    for (size_t b = 0; b < p.buckets.size(); ++b) missing[b] = static_cast<int>(p.buckets[b].members.size());
+    if (phase.kind != Phase::Kind::compute) {
+      if (!computes) continue;  // no rows: every stage skips the micro-batch alike
+      for (size_t i = 0; i < phase.values.size(); ++i) {
+        const ValueId v = phase.values[i];
+        const Operation op = phase.kind == Phase::Kind::send
+                                 ? Operation{Send{.value = v, .axis = work.pipeline_axis, .peer = phase.peer,
+                                                  .tag = phase.tags[i]}}
+                                 : Operation{Recv{.value = v, .axis = work.pipeline_axis, .peer = phase.peer,
+                                                  .tag = phase.tags[i]}};
+        emit(p, {.op = op, .stream = comm_stream(work.pipeline_axis), .micro_batch = m});
+      }
+      continue;
+    }
     std::vector<int> gathered(p.buckets.size(), -1);  // this phase's gather instruction per bucket
     std::vector<bool> used(p.buckets.size(), false);  // read by a node of this phase yet
-    int phase = -1;
     size_t next_gather = 0;
+    const std::vector<int>& order = gather_order[phase.backward ? 1 : 0];
     auto emit_gather = [&](int b) {
       const BucketLayout& bucket = p.buckets[static_cast<size_t>(b)];
       const Transition& t = c.transition(Transition::Site::parameter_use,
@@ -99,9 +132,9 @@ void schedule(const Context& c, Program& p) {
                                .output = {bucket.param_buffer, 0, bucket.count}},
               .stream = stream,
               .micro_batch = m,
-              .name = fmt::format("gather bucket {} ({})", b, phase == 0 ? "forward" : "backward")});
+              .name = fmt::format("gather bucket {} ({})", b, phase.backward ? "backward" : "forward")});
     };
-    for (int n : nodes) {
+    for (int n : phase.nodes) {
       const Node& node = graph.nodes()[static_cast<size_t>(n)];
       Instr compute{.op = Compute{n}, .stream = kComputeStream, .micro_batch = m};
       if (node.op() == "reshard") {
@@ -114,14 +147,6 @@ void schedule(const Context& c, Program& p) {
         compute.stream = comm_stream(axis);
       }
       if (gather) {
-        const int node_phase = n < c.forward_nodes ? 0 : 1;
-        if (node_phase != phase) {
-          phase = node_phase;
-          std::fill(gathered.begin(), gathered.end(), -1);
-          std::fill(used.begin(), used.end(), false);
-          next_gather = 0;
-        }
-        const std::vector<int>& order = gather_order[static_cast<size_t>(phase)];
         bool first_use = false;
         for (ValueId in : node.inputs) {
           if (param_of[static_cast<size_t>(in)] < 0) continue;
@@ -140,48 +165,57 @@ void schedule(const Context& c, Program& p) {
       for (ValueId out : node.outputs) {
         if (out == c.loss && computes)
           last_loss = emit(p, {.op = Accumulate{out, {p.loss_buffer, 0, 1}}, .stream = kComputeStream, .micro_batch = m});
-        const int i = grad_of[static_cast<size_t>(out)];
+        const int i = part_of[static_cast<size_t>(out)];
         if (i < 0) continue;
         const ParamLayout& param = p.params[static_cast<size_t>(i)];
-        const BucketLayout& bucket = p.buckets[static_cast<size_t>(param.bucket)];
+        const int b = param.bucket;
+        const BucketLayout& bucket = p.buckets[static_cast<size_t>(b)];
         if (computes)
-          last_accumulate[static_cast<size_t>(param.bucket)] =
+          last_accumulate[static_cast<size_t>(b)] =
               emit(p, {.op = Accumulate{out, {bucket.grad_buffer, param.offset - bucket.offset, param.shape.numel()}},
                        .stream = kComputeStream,
                        .micro_batch = m});
-        if (--missing[static_cast<size_t>(param.bucket)] > 0 || !reduce_now || !multi) continue;
-        const Transition& t = c.transition(Transition::Site::gradient, param.grad);
-        Collective reduce{.kind = collective_for(t), .axis = c.data_axis, .input = {bucket.grad_buffer, 0, bucket.count}};
-        if (reduce.kind == comm::Collective::reduce_scatter) {
-          reduce.output = {p.grad_shard_buffer, bucket.shard_offset, bucket.block_count};
-          reduce.accumulate = reduce_every_micro_batch && m > 0;
+        --missing[static_cast<size_t>(b)];
+        const bool complete = reduce_every_micro_batch ? --missing_of_micro[static_cast<size_t>(m)][static_cast<size_t>(b)] == 0
+                                                       : missing[static_cast<size_t>(b)] == 0;
+        if (!complete) continue;
+        if (shared_group[static_cast<size_t>(i)] >= 0) {
+          deferred.push_back(b);
+          continue;
         }
-        // Compressed: one gradient a bucket, seen as (first dim, the rest);
-        // vectors (a fraction of a percent of the bytes) go uncompressed, as
-        // DGC and PowerSGD do: top-k of a 10-element bias would starve it.
-        if (c.strategy.lowering.compression.lossy()) {
-          const bool matrix = param.shape.rank() >= 2;
-          if (matrix) reduce.codec = c.strategy.lowering.compression;
-          reduce.codec_rows = matrix ? param.shape[0] : 1;
-          reduce.codec_cols = param.shape.numel() / reduce.codec_rows;
-        }
-        const int last = last_accumulate[static_cast<size_t>(param.bucket)];
-        emit(p, {.op = reduce,
-                 .stream = stream,
-                 .micro_batch = m,
-                 .priority = bucket.priority,
-                 .after = last >= 0 ? std::vector<int>{last} : std::vector<int>{},
-                 .name = fmt::format("grad bucket {}", param.bucket)});
+        if (multi) emit_reduction(b, m, last_accumulate[static_cast<size_t>(b)]);
       }
     }
   }
+  // Parameters pipeline stages share: their gradient summed over those
+  // stages, then reduced over the data axis like any other.
+  for (int b : deferred) {
+    const BucketLayout& bucket = p.buckets[static_cast<size_t>(b)];
+    const int group = shared_group[static_cast<size_t>(bucket.members.front())];
+    const int last = last_accumulate[static_cast<size_t>(b)];
+    const int sum = emit(p, {.op = Collective{.kind = comm::Collective::allreduce,
+                                              .axis = work.pipeline_axis,
+                                              .input = {bucket.grad_buffer, 0, bucket.count},
+                                              .subgroup = group},
+                             .stream = comm_stream(work.pipeline_axis),
+                             .after = last >= 0 ? std::vector<int>{last} : std::vector<int>{},
+                             .name = fmt::format("grad bucket {} over the stages sharing it", b)});
+    if (multi) emit_reduction(b, micro - 1, sum);
+  }
   if (multi) {
     const Transition& t = c.transition(Transition::Site::loss, c.loss);
-    emit(p, {.op = Collective{.kind = collective_for(t), .axis = c.data_axis, .input = {p.loss_buffer, 0, 1}},
-             .stream = stream,
-             .after = last_loss >= 0 ? std::vector<int>{last_loss} : std::vector<int>{},
-             .name = "loss"});
+    last_loss = emit(p, {.op = Collective{.kind = collective_for(t), .axis = c.data_axis, .input = {p.loss_buffer, 0, 1}},
+                         .stream = stream,
+                         .after = last_loss >= 0 ? std::vector<int>{last_loss} : std::vector<int>{},
+                         .name = "loss"});
   }
+  // The last stage computed the loss; every stage reports it.
+  if (work.pipeline_axis >= 0)
+    emit(p, {.op = Collective{.kind = comm::Collective::allreduce, .axis = work.pipeline_axis,
+                              .input = {p.loss_buffer, 0, 1}},
+             .stream = comm_stream(work.pipeline_axis),
+             .after = last_loss >= 0 ? std::vector<int>{last_loss} : std::vector<int>{},
+             .name = "loss over the stages"});
 }
 
 }  // namespace px::parallel::passes
