@@ -4,10 +4,15 @@
 //   propagate   placements of every value on every mesh axis; reshard nodes where they
 //               change (lower/propagate.h)
 //   reshard     the one rule: where placements change, which collective (lower/reshard.h)
+//   plan_work   which nodes this rank runs, in which order: every node per micro-batch, or
+//               its pipeline stages' nodes in its schedule's order with the transfers
+//               between stages (lower/pipeline.cc)
+//   recompute   forward nodes run again before the backward that reads what they made
+//               (lower/recompute.cc)
 //   localize    the rank's local graphs: values cut to its shard, one per micro-batch size
 //   buckets     the flat parameter layout, gradient buckets (the one bucket rule), ZeRO blocks
-//   schedule    compute per micro-batch, gradient accumulation, the collectives the
-//               transitions need (ZeRO-3 gathers before each use), the loss
+//   schedule    the phases' computes and transfers, gradient accumulation, the collectives
+//               the transitions need (ZeRO-3 gathers before each use), the loss
 //   optimizer   the global norm (Norm, its allreduce when sharded, Clip), Update
 //               after each shard's gradient is complete, the parameter gather
 //               after a sharded update

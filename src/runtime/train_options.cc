@@ -46,8 +46,10 @@ void validate(const TrainOptions& o) {
   if (o.model != "mlp" && o.model != "cnn" && o.model != "gpt")
     fail("model '{}' is unknown: expected mlp, cnn or gpt", o.model);
   if (o.batch <= 0) fail("batch size {} must be positive", o.batch);
-  if (o.accumulation <= 0 || o.batch % o.accumulation != 0)
-    fail("gradient accumulation {} must be positive and divide the batch size {}", o.accumulation, o.batch);
+  // Micro-batches need not divide the batch: a rank's rows are cut as evenly
+  // as they go (some micro-batches one row longer; more micro-batches than
+  // rows leaves some empty).
+  if (o.accumulation <= 0) fail("micro-batches (gradient accumulation) {} must be >= 1", o.accumulation);
   if (o.steps < 0 || o.epochs < 0) fail("steps {} and epochs {} must be >= 0", o.steps, o.epochs);
   if (o.steps == 0 && o.epochs == 0) fail("give --steps or --epochs (both are 0)");
   if (o.epochs > 0 && o.model == "gpt") fail("--epochs is for the classifiers; give gpt --steps");

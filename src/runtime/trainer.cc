@@ -342,8 +342,13 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   result.evaluation = evaluate(step);
   save(step);
   if (!o.save.empty() && lead) log << fmt::format("saved checkpoint to '{}'\n", o.save);
-  log << fmt::format("trained {} steps in {:.1f} s; peak tensor memory {:.1f} MiB\n", result.losses.size(),
-                     result.seconds, double(result.peak_tensor_bytes) / (1 << 20));
+  log << fmt::format("trained {} steps in {:.1f} s; peak tensor memory {:.1f} MiB, of it forward activations {:.1f} "
+                     "MiB{}\n",
+                     result.losses.size(), result.seconds, double(result.peak_tensor_bytes) / (1 << 20),
+                     double(result.activation_peak_bytes) / (1 << 20),
+                     strategy.lowering.recompute == parallel::Recompute::none
+                         ? ""
+                         : fmt::format(" (recompute {})", parallel::recompute_name(strategy.lowering.recompute)));
   const ExecutorMemory memory = executor.memory();
   result.gradient_buffer_peak_bytes = memory.gradient_buffer_peak;
   result.gathered_parameter_peak_bytes = memory.gathered_parameter_peak;

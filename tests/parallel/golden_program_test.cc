@@ -2,7 +2,9 @@
 // parallelism and ZeRO-1, -2 and -3 (rank 1; two micro-batches each, where
 // ZeRO-1 reduces once and ZeRO-2/3 every micro-batch), and a 1-layer GPT
 // under Megatron tensor parallelism (tp=2, with and without sequence
-// parallelism; dp=2 x tp=2 with ZeRO-1), printed by Program::str() —
+// parallelism; dp=2 x tp=2 with ZeRO-1), two pipeline stages (1F1B's first,
+// zero bubble's last, two micro-batches) and one rank recomputing every
+// layer, printed by Program::str() —
 // the form `parallax lower` shows — and checked in under golden/. A change
 // to the lowering shows up as a diff of these files that a reviewer reads:
 // every collective, its buffers, stream and dependencies.
@@ -32,6 +34,9 @@ struct Golden {
   int layers = 2;
   int tp = 1;
   bool sequence_parallel = false;
+  int pp = 1;  // pipeline stages (ranks counts the data x tensor ranks of one stage)
+  const char* schedule = "1f1b";
+  Recompute recompute = Recompute::none;
 };
 
 std::string read_file(const std::string& path) {
@@ -54,6 +59,9 @@ TEST_P(GoldenProgram, PrintsAsCheckedIn) {
   strategy.zero_stage = g.zero_stage;
   strategy.micro_batches = g.micro_batches;
   strategy.lowering.bucket_bytes = 4096;  // several buckets, so their order and priorities show
+  strategy.lowering.recompute = g.recompute;
+  if (g.pp > 1)
+    strategy = with_pipeline(strategy, g.pp, {.schedule = pipeline_kind_from_name(g.schedule)});
   const std::string printed = lower({.forward = &model.graph, .loss = model.loss}, strategy, g.rank).str();
   const std::string path = std::string(PX_GOLDEN_DIR) + "/" + g.file;
   const char* update = std::getenv("PX_UPDATE_GOLDEN");
@@ -87,7 +95,11 @@ INSTANTIATE_TEST_SUITE_P(Gpt2Layers, GoldenProgram,
                                            Golden{"gpt2l_zero3_rank1.program", 2, 3, 1, 2},
                                            Golden{"gpt1l_tp2_rank1.program", 2, 0, 1, 1, 1, 2, false},
                                            Golden{"gpt1l_tp2_sp_rank1.program", 2, 0, 1, 1, 1, 2, true},
-                                           Golden{"gpt1l_dp2_tp2_zero1_rank3.program", 4, 1, 3, 1, 1, 2, false}),
+                                           Golden{"gpt1l_dp2_tp2_zero1_rank3.program", 4, 1, 3, 1, 1, 2, false},
+                                           Golden{"gpt2l_pp2_1f1b_rank0.program", 1, 0, 0, 2, 2, 1, false, 2},
+                                           Golden{"gpt2l_pp2_zbh1_rank1.program", 1, 0, 1, 2, 2, 1, false, 2, "zb-h1"},
+                                           Golden{"gpt2l_recompute_full.program", 1, 0, 0, 1, 2, 1, false, 1, "1f1b",
+                                                  Recompute::full}),
                          [](const ::testing::TestParamInfo<Golden>& info) {
                            std::string name = info.param.file;
                            return name.substr(0, name.find('.'));
