@@ -98,16 +98,14 @@ for m in (4, 8):
     print(f"M={m}: zero bubble {bubble[('zb-h1', m)]:.1f}% vs 1F1B {bubble[('1f1b', m)]:.1f}% (target: below)")
 
 print("\n3. activation memory")
-def first_stage_peak(name):
-    log = open(f"{results}/{name}.log").read()
-    return float(re.search(r"stage 0: .*peak activations ([\d.]+) MiB", log).group(1))
-g, o = first_stage_peak("bubble-gpipe-m8"), first_stage_peak("bubble-1f1b-m8")
+def megabytes(name, pattern):
+    return float(re.search(pattern, open(f"{results}/{name}.log").read()).group(1))
+g = megabytes("bubble-gpipe-m8", r"stage 0: .*peak activations ([\d.]+) MiB")
+o = megabytes("bubble-1f1b-m8", r"stage 0: .*peak activations ([\d.]+) MiB")
 print(f"first stage, M=8: GPipe {g:.2f} MiB, 1F1B {o:.2f} MiB, ratio {g/o:.2f} (formula M/P = 4.00; "
       f"within 15%: {abs(g/o/4 - 1) <= 0.15})")
-def activations(name):
-    log = open(f"{results}/{name}.log").read()
-    return float(re.search(r"of it forward activations ([\d.]+) MiB", log).group(1))
-n, f = activations("recompute-none"), activations("recompute-full")
+n = megabytes("recompute-none", r"of it forward activations ([\d.]+) MiB")
+f = megabytes("recompute-full", r"of it forward activations ([\d.]+) MiB")
 print(f"gpt-small, one rank: forward activations {n:.1f} MiB without recomputation, {f:.1f} MiB with full "
       f"({n/f:.1f}x fewer; target >= 3x)")
 PY

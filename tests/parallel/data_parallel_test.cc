@@ -33,26 +33,11 @@ TrainOptions cnn_job() {
   return o;
 }
 
-// One generated text for every GPT test of this binary (written once).
-const std::string& shared_text() {
-  static testing::ScratchDir dir;
-  static const std::string text = testing::write_text(dir);
-  return text;
-}
-
-// Single-rank losses, computed once per job.
-[[maybe_unused]] const std::vector<double>& reference(const std::string& key, const TrainOptions& o) {
-  static std::map<std::string, std::vector<double>> cache;
-  auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, testing::train_losses(o)).first;
-  return it->second;
-}
-
 class GptDataParallel : public ::testing::TestWithParam<int> {};
 
 TEST_P(GptDataParallel, MatchesOneRank) {
-  TrainOptions o = gpt_job(shared_text());
-  const auto& single = reference("gpt", o);
+  TrainOptions o = gpt_job(testing::shared_text());
+  const auto& single = testing::reference_losses("gpt", o);
   o.ranks = GetParam();
   testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
                               fmt::format("gpt at {} ranks", o.ranks));
@@ -63,7 +48,7 @@ class CnnDataParallel : public ::testing::TestWithParam<int> {};
 
 TEST_P(CnnDataParallel, MatchesOneRank) {
   TrainOptions o = cnn_job();
-  const auto& single = reference("cnn", o);
+  const auto& single = testing::reference_losses("cnn", o);
   o.ranks = GetParam();
   testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
                               fmt::format("cnn at {} ranks", o.ranks));
@@ -75,8 +60,8 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CnnDataParallel, ::testing::Values(2, 3, 4, 5, 6
 class GptBuckets : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
 
 TEST_P(GptBuckets, MatchOneRank) {
-  TrainOptions o = gpt_job(shared_text());
-  const auto& single = reference("gpt-buckets", o);
+  TrainOptions o = gpt_job(testing::shared_text());
+  const auto& single = testing::reference_losses("gpt-buckets", o);
   o.ranks = 3;
   o.sync.bucket_bytes = std::get<0>(GetParam());
   o.sync.overlap = std::get<1>(GetParam());
@@ -89,7 +74,7 @@ INSTANTIATE_TEST_SUITE_P(Sizes, GptBuckets,
 
 TEST(DataParallel, CnnWithoutOverlapMatchesOneRank) {
   TrainOptions o = cnn_job();
-  const auto& single = reference("cnn", o);
+  const auto& single = testing::reference_losses("cnn", o);
   o.ranks = 4;
   o.sync.overlap = false;
   testing::expect_same_losses(single, testing::train_losses(o), kTolerance, "cnn at 4 ranks without overlap");
@@ -131,7 +116,7 @@ TEST_P(P3, GptMatchesOneRank) {
 
 TEST_P(P3, CnnMatchesOneRank) {
   TrainOptions o = cnn_job();
-  const auto& single = reference("cnn", o);
+  const auto& single = testing::reference_losses("cnn", o);
   o.ranks = GetParam();
   o.sync.p3_slice_bytes = 4096;
   testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
@@ -174,15 +159,15 @@ class Zero : public ::testing::TestWithParam<std::tuple<int, int, bool>> {
 };
 
 TEST_P(Zero, GptMatchesOneRank) {
-  TrainOptions o = gpt_job(shared_text());
-  const auto& single = reference("gpt-zero", o);
+  TrainOptions o = gpt_job(testing::shared_text());
+  const auto& single = testing::reference_losses("gpt-zero", o);
   o = sharded(o);
   testing::expect_same_losses(single, testing::train_losses(o), kTolerance, what("gpt", o));
 }
 
 TEST_P(Zero, CnnMatchesOneRank) {
   TrainOptions o = cnn_job();
-  const auto& single = reference("cnn", o);
+  const auto& single = testing::reference_losses("cnn", o);
   o = sharded(o);
   testing::expect_same_losses(single, testing::train_losses(o), kTolerance, what("cnn", o));
 }
@@ -195,7 +180,7 @@ INSTANTIATE_TEST_SUITE_P(StagesRanksOverlap, Zero,
 // one-bucket-per-tensor and a single bucket buffer (backward waits for every
 // reduction before the next bucket) as the tightest memory setting.
 TEST(ZeroAccumulation, MatchesOneRank) {
-  TrainOptions o = gpt_job(shared_text());
+  TrainOptions o = gpt_job(testing::shared_text());
   o.accumulation = 4;
   const std::vector<double> single = testing::train_losses(o);
   for (int stage : {2, 3}) {
@@ -219,7 +204,7 @@ TEST(ZeroAccumulation, MatchesOneRank) {
 // parameters within the bucket in use, the one prefetched and the one
 // being freed, never the whole model.
 TEST(ZeroMemory, PerRankBytesMatchTheFormula) {
-  TrainOptions o = gpt_job(shared_text());
+  TrainOptions o = gpt_job(testing::shared_text());
   o.steps = 2;
   o.ranks = 4;
   o.sync.bucket_bytes = 16 << 10;
@@ -295,7 +280,7 @@ TEST(ZeroCheckpoint, ResumesAcrossRankCountsAndSharding) {
 }
 
 TEST(ZeroOptions, UnknownStageIsANamedError) {
-  TrainOptions o = gpt_job(shared_text());
+  TrainOptions o = gpt_job(testing::shared_text());
   o.ranks = 2;
   o.sync.zero_stage = 4;
   testing::expect_train_error(o, "ZeRO stage 4");

@@ -20,18 +20,7 @@ GPT=(train --model gpt --layers 2 --heads 2 --embd 32 --block 32 --batch 8 --ste
 CNN=(train --model cnn --batch 16 --steps 50 --threads 1 --progress lines)
 
 compare() {  # compare REFERENCE CANDIDATE WHAT
-  python3 - "$1" "$2" "$3" <<'PY'
-import json, sys
-def losses(path):
-    return [json.loads(l)["train_loss"] for l in open(path) if "train_loss" in json.loads(l)]
-ref, got, what = losses(sys.argv[1]), losses(sys.argv[2]), sys.argv[3]
-if len(ref) != len(got) or not ref:
-    sys.exit(f"FAIL {what}: {len(got)} steps vs {len(ref)} on one rank")
-worst = max(abs(a - b) / abs(a) for a, b in zip(ref, got))
-print(f"{what}: {len(ref)} steps, worst relative difference {worst:.2e}")
-if worst > 1e-5:
-    sys.exit(f"FAIL {what}: losses differ from one rank by {worst:.2e} > 1e-5")
-PY
+  python3 "$(dirname "${BASH_SOURCE[0]}")/compare_losses.py" "$@"
 }
 
 for job in GPT CNN; do

@@ -24,16 +24,10 @@ namespace {
 constexpr int kSteps = 50;
 constexpr double kTolerance = 1e-5;
 
-const std::string& shared_text() {
-  static testing::ScratchDir dir;
-  static const std::string text = testing::write_text(dir);
-  return text;
-}
-
 // 4 transformer blocks: 8 places to cut (after each block's attention and
 // its MLP), enough for 4 ranks of 2 chunks.
 TrainOptions gpt_job(int micro_batches) {
-  TrainOptions o = testing::tiny_gpt(shared_text());
+  TrainOptions o = testing::tiny_gpt(testing::shared_text());
   o.gpt.n_layer = 4;
   o.steps = kSteps;
   o.schedule.total = kSteps;
@@ -43,12 +37,10 @@ TrainOptions gpt_job(int micro_batches) {
   return o;
 }
 
+// One rank's losses for a job, keyed by what the pipeline tests vary.
 const std::vector<double>& reference(const TrainOptions& o) {
-  static std::map<std::string, std::vector<double>> cache;
-  const std::string key = fmt::format("{} m{} b{} l{}", o.model, o.accumulation, o.batch, o.gpt.n_layer);
-  auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, testing::train_losses(o)).first;
-  return it->second;
+  return testing::reference_losses(
+      fmt::format("pipeline {} micro-batches {} batch {} layers {}", o.model, o.accumulation, o.batch, o.gpt.n_layer), o);
 }
 
 TrainOptions pipelined(TrainOptions o, int stages, const std::string& schedule, int virtual_stages = 1) {
@@ -141,25 +133,19 @@ TEST(GptPipeline, ThreeDimensionalHybridMatchesOneRank) {
                               "pp=2 x dp=2 x tp=2 with sequence parallelism and ZeRO-1");
 }
 
-TEST(CnnPipeline, TwoStagesMatchOneRank) {
-  TrainOptions one = testing::tiny_cnn();
+// A classifier at pp=2 against one rank, with M micro-batches.
+void expect_classifier_matches(TrainOptions one, int micro_batches, const std::string& schedule) {
   one.steps = kSteps;
   one.schedule.total = kSteps;
-  one.accumulation = 4;
+  one.accumulation = micro_batches;
   one.eval_every = 0;
-  testing::expect_same_losses(reference(one), testing::train_losses(pipelined(one, 2, "1f1b")), kTolerance,
-                              "cnn at pp=2");
+  testing::expect_same_losses(reference(one), testing::train_losses(pipelined(one, 2, schedule)), kTolerance,
+                              one.model + " at pp=2, " + schedule);
 }
 
-TEST(MlpPipeline, TwoStagesMatchOneRank) {
-  TrainOptions one = testing::tiny_mlp();
-  one.steps = kSteps;
-  one.schedule.total = kSteps;
-  one.accumulation = 2;
-  one.eval_every = 0;
-  testing::expect_same_losses(reference(one), testing::train_losses(pipelined(one, 2, "gpipe")), kTolerance,
-                              "mlp at pp=2");
-}
+TEST(CnnPipeline, TwoStagesMatchOneRank) { expect_classifier_matches(testing::tiny_cnn(), 4, "1f1b"); }
+
+TEST(MlpPipeline, TwoStagesMatchOneRank) { expect_classifier_matches(testing::tiny_mlp(), 2, "gpipe"); }
 
 // GPipe keeps all M micro-batches' activations, 1F1B at most P on the first
 // stage: the measured peaks keep the formula's ratio (M / P = 4 here).

@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "runtime/trainer.h"
@@ -18,6 +20,14 @@ namespace px::testing {
 inline std::vector<double> train_losses(const TrainOptions& options) {
   std::ostringstream log;
   return train(options, log).losses;
+}
+
+// Single-rank losses, trained once per key in a test binary.
+inline const std::vector<double>& reference_losses(const std::string& key, const TrainOptions& options) {
+  static std::map<std::string, std::vector<double>> cache;
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, train_losses(options)).first;
+  return it->second;
 }
 
 // Compares per-step losses of `reference` and `candidate` step by step;

@@ -29,27 +29,14 @@ namespace {
 constexpr int kSteps = 50;
 constexpr double kTolerance = 1e-5;
 
-const std::string& shared_text() {
-  static testing::ScratchDir dir;
-  static const std::string text = testing::write_text(dir);
-  return text;
-}
-
 TrainOptions gpt_job(int heads) {
-  TrainOptions o = testing::tiny_gpt(shared_text());
+  TrainOptions o = testing::tiny_gpt(testing::shared_text());
   o.gpt.n_head = heads;
   o.gpt.n_embd = 8 * heads;
   o.steps = kSteps;
   o.schedule.total = kSteps;
   o.batch = 8;
   return o;
-}
-
-const std::vector<double>& reference(const std::string& key, const TrainOptions& o) {
-  static std::map<std::string, std::vector<double>> cache;
-  auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, testing::train_losses(o)).first;
-  return it->second;
 }
 
 struct TpCase {
@@ -63,7 +50,7 @@ class GptTensorParallel : public ::testing::TestWithParam<TpCase> {};
 TEST_P(GptTensorParallel, MatchesOneRank) {
   const TpCase& c = GetParam();
   TrainOptions o = gpt_job(c.heads);
-  const auto& single = reference(fmt::format("gpt{}", c.heads), o);
+  const auto& single = testing::reference_losses(fmt::format("gpt{}", c.heads), o);
   o.ranks = c.ranks;
   o.sync.tensor_parallel = c.tp;
   o.sync.sequence_parallel = c.sequence_parallel;

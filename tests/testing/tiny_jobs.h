@@ -22,6 +22,13 @@ inline std::string write_text(const ScratchDir& dir) {
   return path;
 }
 
+// One generated text for every GPT test of a test binary (written once).
+inline const std::string& shared_text() {
+  static ScratchDir dir;
+  static const std::string text = write_text(dir);
+  return text;
+}
+
 // 2 layers, 16 wide, block 16, batch 4, dropout 0.1, AdamW with clipping.
 inline TrainOptions tiny_gpt(const std::string& data) {
   TrainOptions o;
