@@ -201,7 +201,16 @@ TEST(Strategy, JsonRoundTripsAndNamesBadFields) {
   s.micro_batches = 3;
   s.lowering.bucket_bytes = 1 << 20;
   EXPECT_EQ(strategy_from_json(to_json(s)), s);
-  nlohmann::json bad = to_json(s);
+  // Pipeline stages and recomputation travel too.
+  Strategy piped = with_pipeline(s, 2, {.schedule = PipelineKind::interleaved, .virtual_stages = 2,
+                                        .stage_cuts = {"h.1", "h.2", "h.3"}});
+  piped.micro_batches = 4;
+  piped.lowering.recompute = Recompute::selective;
+  EXPECT_EQ(strategy_from_json(to_json(piped)), piped);
+  nlohmann::json bad = to_json(piped);
+  bad["pipeline"]["schedule"] = "2f2b";
+  EXPECT_THROW(strategy_from_json(bad), Error);
+  bad = to_json(s);
   bad["zero_stage"] = 5;
   EXPECT_THROW(strategy_from_json(bad), Error);
   bad = to_json(s);
