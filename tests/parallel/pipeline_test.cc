@@ -187,7 +187,6 @@ TEST(PipelineMemory, FullRecomputationKeepsFarFewerActivations) {
 // parallelism, and one saved by one rank resumes on stages; each segment
 // matches an uninterrupted run.
 TEST(PipelineCheckpoint, ResumesAcrossPipelineLayouts) {
-  testing::ScratchDir dir;
   struct Layout {
     const char* name;
     int stages, data_ranks;
@@ -197,26 +196,13 @@ TEST(PipelineCheckpoint, ResumesAcrossPipelineLayouts) {
   TrainOptions base = gpt_job(2);
   base.steps = kSegment * static_cast<int64_t>(chain.size());
   base.schedule.total = base.steps;
-  auto at = [&](const Layout& l) {
+  std::vector<testing::ResumeLink> links;
+  for (const Layout& l : chain) {
     TrainOptions o = base;
     o.ranks = l.data_ranks;
-    return l.stages > 1 ? pipelined(o, l.stages, "1f1b") : o;
-  };
-  std::string checkpoint;
-  for (size_t i = 0; i < chain.size(); ++i) {
-    TrainOptions o = at(chain[i]);
-    o.resume = checkpoint;
-    o.stop_after = kSegment * static_cast<int64_t>(i + 1);
-    checkpoint = dir.file(fmt::format("ckpt{}", i));
-    o.save = checkpoint;
-    const std::vector<double> resumed = testing::train_losses(o);
-    ASSERT_EQ(resumed.size(), static_cast<size_t>(kSegment)) << chain[i].name;
-    TrainOptions whole = at(chain[i]);
-    whole.stop_after = o.stop_after;
-    const std::vector<double> uninterrupted = testing::train_losses(whole);
-    const std::vector<double> tail(uninterrupted.end() - kSegment, uninterrupted.end());
-    testing::expect_same_losses(tail, resumed, kTolerance, fmt::format("resumed under {}", chain[i].name));
+    links.push_back({l.name, l.stages > 1 ? pipelined(o, l.stages, "1f1b") : o});
   }
+  testing::expect_resumed_segments_match(links, kSegment, kTolerance);
 }
 
 TEST(PipelineErrors, AnInterleavedMicroBatchCountItCannotTakeNamesTheNearest) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/trainer.h"
+#include "testing/scratch_dir.h"
 
 namespace px::testing {
 
@@ -44,6 +45,37 @@ inline void expect_same_losses(const std::vector<double>& reference, const std::
                                        << reference[i];
   }
   ::testing::Test::RecordProperty("worst_relative_difference", std::to_string(worst));
+}
+
+// One link of a resume chain: a job under some strategy, its steps the
+// whole chain's.
+struct ResumeLink {
+  std::string name;
+  TrainOptions options;
+};
+
+// Each link trains `segment` steps from the previous link's checkpoint
+// (the first from the start) and saves; its losses must match the same
+// steps of an uninterrupted run of its own job.
+inline void expect_resumed_segments_match(const std::vector<ResumeLink>& chain, int64_t segment,
+                                          double relative_tolerance) {
+  ScratchDir dir;
+  std::string checkpoint;
+  for (size_t i = 0; i < chain.size(); ++i) {
+    TrainOptions o = chain[i].options;
+    o.resume = checkpoint;
+    o.stop_after = segment * static_cast<int64_t>(i + 1);
+    checkpoint = dir.file("ckpt" + std::to_string(i));
+    o.save = checkpoint;
+    const std::vector<double> resumed = train_losses(o);
+    ASSERT_EQ(resumed.size(), static_cast<size_t>(segment)) << chain[i].name;
+    TrainOptions whole = chain[i].options;
+    whole.stop_after = o.stop_after;
+    const std::vector<double> uninterrupted = train_losses(whole);
+    const std::vector<double> tail(uninterrupted.end() - segment, uninterrupted.end());
+    expect_same_losses(tail, resumed, relative_tolerance,
+                       "resumed under " + chain[i].name + " from " + (i == 0 ? "the start" : chain[i - 1].name));
+  }
 }
 
 }  // namespace px::testing

@@ -134,7 +134,6 @@ TEST(TensorParallelLowering, EachLayerCostsTwoCollectivesForwardAndTwoBackward) 
 // the previous strategy's ranks wrote.
 // Each resumed segment matches an uninterrupted run of its own strategy.
 TEST(TensorParallelCheckpoint, ResumesUnderEveryOtherStrategy) {
-  testing::ScratchDir dir;
   struct Stage {
     const char* name;
     int ranks, tp, zero_stage;
@@ -149,30 +148,15 @@ TEST(TensorParallelCheckpoint, ResumesUnderEveryOtherStrategy) {
   base.steps = kSegment * static_cast<int64_t>(chain.size());
   base.schedule.total = base.steps;
   base.eval_every = 0;
-  auto at = [&](const Stage& s) {
+  std::vector<testing::ResumeLink> links;
+  for (const Stage& s : chain) {
     TrainOptions o = base;
     o.ranks = s.ranks;
     o.sync.tensor_parallel = s.tp;
     o.sync.zero_stage = s.zero_stage;
-    return o;
-  };
-  std::string checkpoint;
-  for (size_t i = 0; i < chain.size(); ++i) {
-    TrainOptions o = at(chain[i]);
-    o.resume = checkpoint;
-    o.stop_after = kSegment * static_cast<int64_t>(i + 1);
-    checkpoint = dir.file(fmt::format("ckpt{}", i));
-    o.save = checkpoint;
-    const std::vector<double> resumed = testing::train_losses(o);
-    ASSERT_EQ(resumed.size(), static_cast<size_t>(kSegment)) << chain[i].name;
-    TrainOptions whole = at(chain[i]);
-    whole.stop_after = o.stop_after;
-    const std::vector<double> uninterrupted = testing::train_losses(whole);
-    const std::vector<double> tail(uninterrupted.end() - kSegment, uninterrupted.end());
-    testing::expect_same_losses(tail, resumed, kTolerance,
-                                fmt::format("resumed under {} from {}", chain[i].name,
-                                            i == 0 ? "the start" : chain[i - 1].name));
+    links.push_back({s.name, o});
   }
+  testing::expect_resumed_segments_match(links, kSegment, kTolerance);
 }
 
 // Each rank saves only what no other rank saves: over the shard files,

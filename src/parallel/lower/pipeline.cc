@@ -232,11 +232,13 @@ RankWork plan_work(const Context& c, Program& p) {
     const int stage = schedule.virtual_stage(me, a.chunk);
     const StageNodes& s = of_stage[static_cast<size_t>(stage)];
     Phase phase{.kind = Phase::Kind::compute, .micro = a.micro, .peer = a.peer};
+    phase.backward = a.op == PipelineOp::backward || a.op == PipelineOp::backward_input ||
+                     a.op == PipelineOp::backward_weight;
     switch (a.op) {
       case PipelineOp::forward: phase.nodes = s.forward; break;
-      case PipelineOp::backward: phase.nodes = s.backward, phase.backward = true; break;
-      case PipelineOp::backward_input: phase.nodes = s.input_grad, phase.backward = true; break;
-      case PipelineOp::backward_weight: phase.nodes = s.weight_grad, phase.backward = true; break;
+      case PipelineOp::backward: phase.nodes = s.backward; break;
+      case PipelineOp::backward_input: phase.nodes = s.input_grad; break;
+      case PipelineOp::backward_weight: phase.nodes = s.weight_grad; break;
       case PipelineOp::send_activation:
       case PipelineOp::recv_activation: {
         const int cut = a.op == PipelineOp::send_activation ? stage : stage - 1;
