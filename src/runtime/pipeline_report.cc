@@ -36,14 +36,15 @@ std::string describe_measured_pipeline(const parallel::PipelineLayout& pipeline,
                                        const std::vector<StageMeasurement>& stages) {
   const parallel::PipelineSchedule& s = pipeline.schedule;
   const double analytical = parallel::simulate_pipeline(s).bubble_fraction();
-  double idle = 0, span = 0;
+  // Idle over stages x the longest span: a stage that finishes early idles until the last one is done.
+  double busy = 0, span = 0;
   for (const StageMeasurement& m : stages) {
-    idle += std::max(0.0, m.span_us - m.busy_us);
-    span += m.span_us;
+    busy += m.busy_us;
+    span = std::max(span, m.span_us);
   }
+  const double bubble = span > 0 ? 1 - busy / (span * static_cast<double>(stages.size())) : 0.0;
   std::string out = fmt::format("pipeline bubble: measured {:.1f}% of the pipelined time, analytical {:.1f}% ({})\n",
-                                span > 0 ? 100 * idle / span : 0.0, 100 * analytical,
-                                parallel::pipeline_kind_name(s.kind));
+                                100 * bubble, 100 * analytical, parallel::pipeline_kind_name(s.kind));
   for (size_t r = 0; r < stages.size(); ++r) {
     const StageMeasurement& m = stages[r];
     const int in_flight = max_in_flight(s, static_cast<int>(r));

@@ -3,8 +3,9 @@
 // the measured bubble and activation memory of every stage beside the
 // schedule's analytical values.
 //
-// Bubble: a stage's idle share of the step's pipelined span (from the
-// step's start to its last compute); with unit costs GPipe and 1F1B idle
+// Bubble: the stages' idle share of the pipelined span (from the step's
+// start to the last compute of any stage, so a stage done early idles to
+// its end): 1 − Σ busy / (P × span); with unit costs GPipe and 1F1B idle
 // (P−1)/(M+P−1) of it. Activation memory: a stage keeps one micro-batch's
 // stashed activations A (what its forward makes that its backward reads)
 // per micro-batch in flight; GPipe has all M in flight, 1F1B at most P − r

@@ -1,0 +1,172 @@
+#include "plan/cluster.h"
+
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace px::plan {
+namespace {
+
+// Vendor figures (docs/planner.md, "Presets", names the datasheets).
+// Latencies are not on datasheets: they are NCCL's typical per-message
+// costs over NVLink and InfiniBand, and say so in the docs.
+ClusterSpec dgx_a100() {
+  return {.name = "dgx-a100",
+          .nodes = 1,
+          .devices_per_node = 8,
+          .device = {.name = "A100-SXM4-80GB",
+                     .flops_f32 = 19.5e12,
+                     .flops_bf16 = 312e12,
+                     .memory_bytes = 80e9,
+                     .memory_bandwidth = 2039e9},
+          .intra_node = {.name = "NVLink 3 / NVSwitch", .bandwidth = 300e9, .latency = 3e-6},
+          .inter_node = {.name = "8x HDR InfiniBand 200 Gb/s", .bandwidth = 25e9, .latency = 6e-6},
+          .host = "2x AMD EPYC 7742"};
+}
+
+ClusterSpec dgx_h100() {
+  return {.name = "dgx-h100",
+          .nodes = 1,
+          .devices_per_node = 8,
+          .device = {.name = "H100-SXM5-80GB",
+                     .flops_f32 = 67e12,
+                     .flops_bf16 = 989e12,
+                     .memory_bytes = 80e9,
+                     .memory_bandwidth = 3350e9},
+          .intra_node = {.name = "NVLink 4 / NVSwitch", .bandwidth = 450e9, .latency = 3e-6},
+          .inter_node = {.name = "8x NDR InfiniBand 400 Gb/s", .bandwidth = 50e9, .latency = 6e-6},
+          .host = "2x Intel Xeon Platinum 8480C"};
+}
+
+void check_keys(const nlohmann::json& json, const std::string& where, const std::set<std::string>& known) {
+  if (!json.is_object()) fail("cluster: {} must be a JSON object, got {}", where, json.dump());
+  for (const auto& [key, value] : json.items())
+    if (!known.count(key)) {
+      std::string list;
+      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+      fail("cluster: {} has an unknown key '{}' (expected {})", where, key, list);
+    }
+}
+
+template <typename T>
+T field(const nlohmann::json& json, const std::string& where, const std::string& key, T fallback) {
+  if (!json.contains(key)) return fallback;
+  try {
+    return json.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    fail("cluster: {}.{} is {}, expected a {}", where, key, json.at(key).dump(),
+         std::is_same_v<T, std::string> ? "string" : "number");
+  }
+}
+
+nlohmann::json link_json(const LinkSpec& l) {
+  return {{"name", l.name}, {"bandwidth", l.bandwidth}, {"latency", l.latency}};
+}
+
+LinkSpec link_from(const nlohmann::json& json, const std::string& where) {
+  check_keys(json, where, {"name", "bandwidth", "latency"});
+  return {.name = field<std::string>(json, where, "name", ""),
+          .bandwidth = field<double>(json, where, "bandwidth", 0),
+          .latency = field<double>(json, where, "latency", 0)};
+}
+
+}  // namespace
+
+std::string_view link_class_name(LinkClass link) {
+  return link == LinkClass::intra_node ? "intra-node" : "inter-node";
+}
+
+void validate(const ClusterSpec& c) {
+  if (c.nodes < 1) fail("cluster '{}': nodes {} must be >= 1", c.name, c.nodes);
+  if (c.devices_per_node < 1) fail("cluster '{}': devices_per_node {} must be >= 1", c.name, c.devices_per_node);
+  if (!(c.device.flops_f32 > 0)) fail("cluster '{}': device.flops_f32 {} must be > 0", c.name, c.device.flops_f32);
+  if (c.device.flops_bf16 < 0) fail("cluster '{}': device.flops_bf16 {} must be >= 0", c.name, c.device.flops_bf16);
+  if (!(c.device.memory_bytes > 0)) fail("cluster '{}': device.memory_bytes {} must be > 0", c.name, c.device.memory_bytes);
+  if (!(c.device.memory_bandwidth > 0))
+    fail("cluster '{}': device.memory_bandwidth {} must be > 0", c.name, c.device.memory_bandwidth);
+  for (const auto& [where, link] : {std::pair{"intra_node", &c.intra_node}, std::pair{"inter_node", &c.inter_node}}) {
+    if (!(link->bandwidth > 0)) fail("cluster '{}': {}.bandwidth {} must be > 0 bytes/s", c.name, where, link->bandwidth);
+    if (link->latency < 0) fail("cluster '{}': {}.latency {} must be >= 0 s", c.name, where, link->latency);
+  }
+}
+
+nlohmann::json to_json(const ClusterSpec& c) {
+  return {{"name", c.name},
+          {"nodes", c.nodes},
+          {"devices_per_node", c.devices_per_node},
+          {"device",
+           {{"name", c.device.name},
+            {"flops_f32", c.device.flops_f32},
+            {"flops_bf16", c.device.flops_bf16},
+            {"memory_bytes", c.device.memory_bytes},
+            {"memory_bandwidth", c.device.memory_bandwidth}}},
+          {"intra_node", link_json(c.intra_node)},
+          {"inter_node", link_json(c.inter_node)},
+          {"host", c.host}};
+}
+
+ClusterSpec cluster_from_json(const nlohmann::json& json) {
+  check_keys(json, "the cluster", {"name", "nodes", "devices_per_node", "device", "intra_node", "inter_node", "host"});
+  ClusterSpec c;
+  c.name = field<std::string>(json, "cluster", "name", "");
+  c.nodes = field<int>(json, "cluster", "nodes", 1);
+  c.devices_per_node = field<int>(json, "cluster", "devices_per_node", 1);
+  if (json.contains("device")) {
+    const nlohmann::json& d = json.at("device");
+    check_keys(d, "device", {"name", "flops_f32", "flops_bf16", "memory_bytes", "memory_bandwidth"});
+    c.device = {.name = field<std::string>(d, "device", "name", ""),
+                .flops_f32 = field<double>(d, "device", "flops_f32", 0),
+                .flops_bf16 = field<double>(d, "device", "flops_bf16", 0),
+                .memory_bytes = field<double>(d, "device", "memory_bytes", 0),
+                .memory_bandwidth = field<double>(d, "device", "memory_bandwidth", 0)};
+  }
+  if (json.contains("intra_node")) c.intra_node = link_from(json.at("intra_node"), "intra_node");
+  if (json.contains("inter_node")) c.inter_node = link_from(json.at("inter_node"), "inter_node");
+  c.host = field<std::string>(json, "cluster", "host", "");
+  validate(c);
+  return c;
+}
+
+ClusterSpec cluster_named(const std::string& spec) {
+  const size_t colon = spec.rfind(':');
+  const std::string name = colon == std::string::npos ? spec : spec.substr(0, colon);
+  ClusterSpec c;
+  if (name == "dgx-a100") {
+    c = dgx_a100();
+  } else if (name == "dgx-h100") {
+    c = dgx_h100();
+  } else {
+    std::ifstream in(spec);
+    if (!in)
+      fail("--cluster '{}' is neither a preset (dgx-a100, dgx-h100, optionally :NODES as in dgx-a100:64) nor a "
+           "readable cluster JSON file",
+           spec);
+    nlohmann::json json;
+    try {
+      json = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      fail("cluster file '{}' is not valid JSON: {}", spec, e.what());
+    }
+    return cluster_from_json(json);
+  }
+  if (colon != std::string::npos) {
+    const std::string count = spec.substr(colon + 1);
+    size_t used = 0;
+    int nodes = 0;
+    try {
+      nodes = std::stoi(count, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != count.size() || nodes < 1)
+      fail("--cluster '{}': '{}' is not a node count >= 1 (as in {}:64)", spec, count, name);
+    c.nodes = nodes;
+  }
+  validate(c);
+  return c;
+}
+
+}  // namespace px::plan

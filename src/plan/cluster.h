@@ -1,0 +1,71 @@
+// ClusterSpec: the machines a strategy is planned for, as a plain value
+// (JSON round trip; docs/planner.md lists the fields and the presets'
+// sources). Nodes of identical devices; links inside a node (NVLink and
+// NVSwitch on the presets) and between nodes (the network), each with a
+// bandwidth per device and a latency.
+//
+// Ranks map to devices in order: rank r is device r % devices_per_node of
+// node r / devices_per_node, so a mesh's innermost axes (tensor
+// parallelism) stay inside a node.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/dtype.h"
+
+namespace px::plan {
+
+struct DeviceSpec {
+  std::string name;
+  double flops_f32 = 0;   // dense FLOP/s
+  double flops_bf16 = 0;  // dense FLOP/s (0: no bf16 units; f32 is used)
+  double memory_bytes = 0;
+  double memory_bandwidth = 0;  // bytes/s
+  double flops(DType dtype) const { return dtype == DType::f32 || flops_bf16 <= 0 ? flops_f32 : flops_bf16; }
+  bool operator==(const DeviceSpec&) const = default;
+};
+
+struct LinkSpec {
+  std::string name;
+  double bandwidth = 0;  // bytes/s one device can send at once, each way
+  double latency = 0;    // s per message
+  bool operator==(const LinkSpec&) const = default;
+};
+
+enum class LinkClass { intra_node, inter_node };
+std::string_view link_class_name(LinkClass link);
+
+struct ClusterSpec {
+  std::string name;
+  int nodes = 1;
+  int devices_per_node = 1;
+  DeviceSpec device;
+  LinkSpec intra_node;  // between devices of one node
+  LinkSpec inter_node;  // between nodes
+  std::string host;     // the host CPU, for people
+
+  int devices() const { return nodes * devices_per_node; }
+  int node_of(int rank) const { return rank / devices_per_node; }
+  // The link a group of ranks talks over: the network once it spans nodes.
+  LinkClass link_between(int a, int b) const {
+    return node_of(a) == node_of(b) ? LinkClass::intra_node : LinkClass::inter_node;
+  }
+  const LinkSpec& link(LinkClass c) const { return c == LinkClass::intra_node ? intra_node : inter_node; }
+  bool operator==(const ClusterSpec&) const = default;
+};
+
+// Throws px::Error naming the field, its value and what is expected.
+void validate(const ClusterSpec& cluster);
+
+nlohmann::json to_json(const ClusterSpec& cluster);
+ClusterSpec cluster_from_json(const nlohmann::json& json);
+
+// "dgx-a100", "dgx-h100" (vendor figures; docs/planner.md names the
+// sources), optionally ":N" for N nodes ("dgx-a100:64"), or a path to a
+// cluster JSON file. px::Error names the presets otherwise.
+ClusterSpec cluster_named(const std::string& spec);
+
+}  // namespace px::plan

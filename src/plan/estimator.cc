@@ -1,0 +1,81 @@
+#include "plan/estimator.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+#include "graph/op.h"
+
+namespace px::plan {
+namespace {
+
+comm::CostModel link_model(const LinkSpec& link, const DeviceSpec& device) {
+  comm::CostModel m;
+  m.backend = link.name;
+  m.transport = {.alpha = link.latency, .beta = 1 / link.bandwidth, .gamma = 1 / device.memory_bandwidth};
+  // Device memory, not a CPU's last-level cache: every byte costs β.
+  m.cache_bytes = std::numeric_limits<double>::infinity();
+  return m;
+}
+
+}  // namespace
+
+RooflineEstimator::RooflineEstimator(ClusterSpec cluster)
+    : cluster_(std::move(cluster)),
+      intra_(link_model(cluster_.intra_node, cluster_.device)),
+      inter_(link_model(cluster_.inter_node, cluster_.device)) {
+  validate(cluster_);
+}
+
+const comm::CostModel& RooflineEstimator::cost_model(LinkClass link) const {
+  return link == LinkClass::intra_node ? intra_ : inter_;
+}
+
+double RooflineEstimator::compute_seconds(const Graph& graph, const Node& node) const {
+  std::vector<TensorSpec> in, out;
+  for (ValueId v : node.inputs) in.push_back(graph.spec(v));
+  for (ValueId v : node.outputs) out.push_back(graph.spec(v));
+  const OpCost c = node.def->cost ? node.def->cost(in, out, node.attrs) : streaming_cost(in, out);
+  const DType dtype = out.empty() ? DType::f32 : out.front().dtype;
+  return std::max(c.flops / cluster_.device.flops(dtype),
+                  (c.bytes_read + c.bytes_written) / cluster_.device.memory_bandwidth);
+}
+
+double RooflineEstimator::memory_seconds(double bytes) const { return bytes / cluster_.device.memory_bandwidth; }
+
+double RooflineEstimator::collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const {
+  if (ranks <= 1) return 0;
+  double best = std::numeric_limits<double>::infinity();
+  for (comm::Algorithm a : comm::algorithms_for(kind)) {
+    // No MPI library's own collective and no shared host memory on a GPU cluster.
+    if (a == comm::Algorithm::native || a == comm::Algorithm::shared_memory || a == comm::Algorithm::hierarchical)
+      continue;
+    best = std::min(best, comm::predicted_seconds(cost_model(link), {.collective = kind, .algorithm = a,
+                                                                     .bytes = bytes, .ranks = ranks}));
+  }
+  return best;
+}
+
+double RooflineEstimator::transfer_seconds(double bytes, LinkClass link) const {
+  const LinkSpec& l = cluster_.link(link);
+  return l.latency + bytes / l.bandwidth;
+}
+
+double FakeEstimator::compute_seconds(const Graph&, const Node& node) const {
+  auto it = per_op.find(std::string(node.op()));
+  return it == per_op.end() ? per_node : it->second;
+}
+
+double FakeEstimator::collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass) const {
+  if (ranks <= 1) return 0;
+  const double p = ranks, share = (p - 1) / p;
+  switch (kind) {
+    case comm::Collective::allreduce: return 2 * (p - 1) * alpha + 2 * share * bytes * beta;
+    case comm::Collective::reduce_scatter:
+    case comm::Collective::allgather:
+    case comm::Collective::all_to_all: return (p - 1) * alpha + share * bytes * beta;
+    default: return (p - 1) * alpha + bytes * beta;
+  }
+}
+
+}  // namespace px::plan

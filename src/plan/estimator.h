@@ -1,0 +1,68 @@
+// Cost estimators: what one device of a cluster takes for each piece of a
+// step. The simulator (plan/simulate.h) asks only this interface, so the
+// same replay runs on vendor figures (RooflineEstimator), on this host's
+// calibrated profile, or on a table a test writes (FakeEstimator).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "comm/collectives.h"
+#include "comm/cost_model.h"
+#include "graph/graph.h"
+#include "plan/cluster.h"
+
+namespace px::plan {
+
+class CostEstimator {
+ public:
+  virtual ~CostEstimator() = default;
+  // One node of a local graph (its shapes are the local ones).
+  virtual double compute_seconds(const Graph& graph, const Node& node) const = 0;
+  // A pass over `bytes` of memory (accumulating a gradient, the norm, the
+  // clip, an optimizer update).
+  virtual double memory_seconds(double bytes) const = 0;
+  // A collective of `bytes` (the whole buffer, as comm's CostQuery counts
+  // it) over `ranks` ranks talking over `link`.
+  virtual double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const = 0;
+  // One point-to-point message.
+  virtual double transfer_seconds(double bytes, LinkClass link) const = 0;
+};
+
+// From the ops' own cost functions (OpDef::cost: flops and bytes) and the
+// cluster's figures: a node takes max(flops / FLOP/s, bytes / memory
+// bandwidth); a collective takes what the runtime's α-β-γ cost model
+// predicts for the algorithm it would choose (the cheapest), with α the
+// link's latency, β its inverse bandwidth and γ the device's inverse memory
+// bandwidth; a message latency + bytes / bandwidth.
+class RooflineEstimator : public CostEstimator {
+ public:
+  explicit RooflineEstimator(ClusterSpec cluster);
+  double compute_seconds(const Graph& graph, const Node& node) const override;
+  double memory_seconds(double bytes) const override;
+  double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const override;
+  double transfer_seconds(double bytes, LinkClass link) const override;
+  // The link's cost model (what collective_seconds uses).
+  const comm::CostModel& cost_model(LinkClass link) const;
+
+ private:
+  ClusterSpec cluster_;
+  comm::CostModel intra_, inter_;
+};
+
+// A table for tests: each node costs its op's entry (or `per_node`),
+// memory passes `per_byte` a byte, collectives and messages
+// α + bytes_sent · β with the ring's bytes sent (allreduce 2(p−1)/p · n,
+// reduce-scatter and allgather (p−1)/p · n) and 2(p−1) or (p−1) messages.
+struct FakeEstimator : CostEstimator {
+  std::map<std::string, double> per_op;  // op name -> seconds
+  double per_node = 0;
+  double per_byte = 0;
+  double alpha = 0, beta = 0;
+  double compute_seconds(const Graph& graph, const Node& node) const override;
+  double memory_seconds(double bytes) const override { return bytes * per_byte; }
+  double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const override;
+  double transfer_seconds(double bytes, LinkClass) const override { return alpha + bytes * beta; }
+};
+
+}  // namespace px::plan

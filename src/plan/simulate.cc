@@ -1,0 +1,353 @@
+#include "plan/simulate.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "core/error.h"
+#include "graph/op.h"
+#include "parallel/lower/liveness.h"
+#include "parallel/lower/reshard.h"
+
+namespace px::plan {
+namespace {
+
+using parallel::Instr;
+using parallel::Program;
+
+double bytes_of(const TensorSpec& spec) {
+  return static_cast<double>(spec.shape.numel()) * static_cast<double>(dtype_size(spec.dtype));
+}
+double region_bytes(const parallel::Region& r) { return static_cast<double>(r.count) * sizeof(float); }
+
+// A collective's group: the ranks that differ from this one only along its
+// axis (and, for a subgroup, sit at one of its coordinates there).
+struct Group {
+  std::string key;
+  std::vector<int> ranks;
+};
+
+Group group_of(const Program& p, int axis, int subgroup) {
+  const parallel::DeviceMesh& mesh = p.strategy.mesh;
+  Group g;
+  std::vector<int> coords = p.coords;
+  std::vector<int> along;
+  if (subgroup >= 0) along = p.subgroups.at(static_cast<size_t>(subgroup)).coords;
+  else
+    for (int c = 0; c < mesh.axes()[static_cast<size_t>(axis)].size; ++c) along.push_back(c);
+  for (int c : along) {
+    coords[static_cast<size_t>(axis)] = c;
+    g.ranks.push_back(mesh.rank_of(coords));
+  }
+  coords[static_cast<size_t>(axis)] = -1;
+  g.key = fmt::format("{}/{}/{}", axis, subgroup, fmt::join(coords, ","));
+  return g;
+}
+
+// What one collective instruction is, for the replay.
+struct CollectiveCall {
+  Group group;
+  comm::Collective kind = comm::Collective::allreduce;
+  double bytes = 0;  // the collective's n, as comm::CostQuery counts it
+  int sequence = 0;  // its place among this group's collectives on this rank
+  bool engine = false;
+  int axis = 0;
+};
+
+// Bytes the busiest rank sends in the ring form of a collective of n bytes.
+double ring_bytes_sent(comm::Collective kind, double n, int p) {
+  if (p <= 1) return 0;
+  const double share = (p - 1.0) / p;
+  return kind == comm::Collective::allreduce ? 2 * share * n : share * n;
+}
+
+struct Rendezvous {
+  std::vector<std::pair<int, int>> posted;  // (rank, instruction)
+  double ready = 0;
+  std::optional<double> finish;
+};
+
+struct RankState {
+  const Program* program = nullptr;
+  parallel::Liveness live;
+  std::vector<std::optional<CollectiveCall>> calls;  // per instruction
+  std::vector<double> finish;                        // per instruction (< 0: not yet)
+  std::vector<double> submitted;                     // engine collectives: when the main thread reached them
+  std::vector<bool> posted;
+  std::vector<int> engine;  // the engine's collectives, in order
+  size_t pc = 0, engine_next = 0;
+  double t = 0, engine_t = 0;
+  double busy = 0, last_compute = 0;
+};
+
+}  // namespace
+
+Simulation simulate(const SimulationRequest& request) {
+  PX_CHECK(request.programs && request.cluster && request.estimator, "simulate: incomplete request");
+  const std::vector<Program>& programs = *request.programs;
+  const ClusterSpec& cluster = *request.cluster;
+  const CostEstimator& estimator = *request.estimator;
+  const int ranks = static_cast<int>(programs.size());
+  PX_CHECK_GE(ranks, 1);
+  if (ranks > cluster.devices())
+    fail("simulate: mesh {} has {} ranks, cluster '{}' has {} devices ({} nodes x {})",
+         programs.front().strategy.mesh.str(), ranks, cluster.name, cluster.devices(), cluster.nodes,
+         cluster.devices_per_node);
+  auto link_of = [&](const std::vector<int>& members) {
+    for (int r : members)
+      if (cluster.node_of(r) != cluster.node_of(members.front())) return LinkClass::inter_node;
+    return LinkClass::intra_node;
+  };
+
+  Simulation out;
+  std::vector<RankState> state(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    RankState& s = state[static_cast<size_t>(r)];
+    const Program& p = programs[static_cast<size_t>(r)];
+    PX_CHECK_EQ(p.rank, r);
+    s.program = &p;
+    s.live = parallel::liveness(p);
+    const size_t n = p.instrs.size();
+    s.calls.resize(n);
+    s.finish.assign(n, -1);
+    s.submitted.assign(n, -1);
+    s.posted.assign(n, false);
+    const int data_axis = p.strategy.mesh.axis(p.strategy.data_axis);
+    const bool engine = request.overlap && p.strategy.data_ranks() > 1;
+    std::map<std::string, int> sequence;
+    for (size_t i = 0; i < n; ++i) {
+      const Instr& instr = p.instrs[i];
+      CollectiveCall call;
+      if (const auto* c = std::get_if<parallel::Collective>(&instr.op)) {
+        call.group = group_of(p, c->axis, c->subgroup);
+        call.kind = c->kind;
+        call.bytes = region_bytes(c->kind == comm::Collective::allgather ? c->output : c->input);
+        call.engine = engine && c->axis == data_axis && c->subgroup < 0;
+        call.axis = c->axis;
+      } else if (const auto* rs = std::get_if<parallel::Reshard>(&instr.op)) {
+        const std::optional<comm::Collective> kind = parallel::collective_of(parallel::resharding(rs->from, rs->to));
+        if (!kind) continue;  // a slice: local
+        const Graph& g = p.graph_of(instr.micro_batch);
+        const Node& node = g.nodes()[static_cast<size_t>(rs->node)];
+        call.group = group_of(p, rs->axis, -1);
+        call.kind = *kind;
+        call.bytes = std::max(bytes_of(g.spec(node.inputs.front())), bytes_of(g.spec(node.outputs.front())));
+        call.axis = rs->axis;
+      } else {
+        continue;
+      }
+      call.sequence = sequence[call.group.key]++;
+      if (call.engine) s.engine.push_back(static_cast<int>(i));
+      s.calls[i] = std::move(call);
+    }
+  }
+
+  std::map<std::pair<std::string, int>, Rendezvous> rendezvous;
+  std::map<std::tuple<int, int, uint32_t>, double> arrivals;  // (from, to, tag) -> arrival
+  auto event = [&](int rank, int instr, const std::string& lane, double start, double duration) {
+    if (!request.trace) return;
+    const Program& p = programs[static_cast<size_t>(rank)];
+    const Instr& in = p.instrs[static_cast<size_t>(instr)];
+    std::string name = in.name;
+    if (const auto* c = std::get_if<parallel::Compute>(&in.op)) {
+      const Node& node = p.graph_of(in.micro_batch).nodes()[static_cast<size_t>(c->node)];
+      name = fmt::format("{} ({})", node.name, node.op());
+    }
+    if (name.empty()) name = p.str(static_cast<size_t>(instr)).substr(0, 60);
+    out.trace.push_back({rank, lane, std::move(name), start, duration, instr});
+  };
+  // Joins rank's instruction to its collective at `ready`; its finish once every member has.
+  auto join = [&](int rank, int i, double ready) -> std::optional<double> {
+    RankState& s = state[static_cast<size_t>(rank)];
+    const CollectiveCall& call = *s.calls[static_cast<size_t>(i)];
+    Rendezvous& rv = rendezvous[{call.group.key, call.sequence}];
+    if (!s.posted[static_cast<size_t>(i)]) {
+      s.posted[static_cast<size_t>(i)] = true;
+      rv.posted.push_back({rank, i});
+      rv.ready = std::max(rv.ready, ready);
+      if (rv.posted.size() == call.group.ranks.size()) {
+        const LinkClass link = link_of(call.group.ranks);
+        const int p = static_cast<int>(call.group.ranks.size());
+        rv.finish = rv.ready + estimator.collective_seconds(call.kind, call.bytes, p, link);
+        out.bytes_sent[link] += p * ring_bytes_sent(call.kind, call.bytes, p);
+        const std::string& lane =
+            "comm:" + programs.front().strategy.mesh.axes()[static_cast<size_t>(call.axis)].name;
+        for (const auto& [member, instr] : rv.posted) event(member, instr, lane, rv.ready, *rv.finish - rv.ready);
+      }
+    }
+    return rv.finish;
+  };
+
+  // Runs the main thread of `rank` as far as it can; true if it moved.
+  auto advance_main = [&](int rank) {
+    RankState& s = state[static_cast<size_t>(rank)];
+    const Program& p = *s.program;
+    bool moved = false;
+    while (s.pc < p.instrs.size()) {
+      const int i = static_cast<int>(s.pc);
+      const Instr& instr = p.instrs[s.pc];
+      double start = s.t;
+      const bool waits = !std::holds_alternative<parallel::Free>(instr.op);
+      for (int dep : instr.after) {
+        if (!waits) break;
+        if (s.finish[static_cast<size_t>(dep)] < 0) return moved;
+        start = std::max(start, s.finish[static_cast<size_t>(dep)]);
+      }
+      double end = start;
+      const int slots = request.optimizer_slots;
+      if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) {
+        const Graph& g = p.graph_of(instr.micro_batch);
+        const Node& node = g.nodes()[static_cast<size_t>(c->node)];
+        end = start + estimator.compute_seconds(g, node);
+        std::vector<TensorSpec> in, o;
+        for (ValueId v : node.inputs) in.push_back(g.spec(v));
+        for (ValueId v : node.outputs) o.push_back(g.spec(v));
+        out.flops += node.def->cost ? node.def->cost(in, o, node.attrs).flops : 0;
+        s.busy += end - start;
+        s.last_compute = end;
+        event(rank, i, "compute", start, end - start);
+      } else if (const auto* a = std::get_if<parallel::Accumulate>(&instr.op)) {
+        end = start + estimator.memory_seconds(3 * region_bytes(a->into));
+      } else if (const auto* nm = std::get_if<parallel::Norm>(&instr.op)) {
+        double bytes = 0;
+        for (const parallel::Region& r : nm->gradients) bytes += region_bytes(r);
+        end = start + estimator.memory_seconds(bytes);
+      } else if (const auto* cl = std::get_if<parallel::Clip>(&instr.op)) {
+        double bytes = 0;
+        for (const parallel::Region& r : cl->gradients) bytes += region_bytes(r);
+        end = start + estimator.memory_seconds(2 * bytes);
+      } else if (const auto* u = std::get_if<parallel::Update>(&instr.op)) {
+        // Read the gradient, the parameter and each state slot; write the parameter and the slots.
+        end = start + estimator.memory_seconds((3 + 2.0 * slots) * region_bytes(u->gradient));
+      } else if (const auto* send = std::get_if<parallel::Send>(&instr.op)) {
+        std::vector<int> coords = p.coords;
+        coords[static_cast<size_t>(send->axis)] = send->peer;
+        const int to = p.strategy.mesh.rank_of(coords);
+        const double bytes = bytes_of(p.graph_of(instr.micro_batch).spec(send->value));
+        const LinkClass link = cluster.link_between(rank, to);
+        arrivals[{rank, to, send->tag}] = start + estimator.transfer_seconds(bytes, link);
+        out.bytes_sent[link] += bytes;
+      } else if (const auto* recv = std::get_if<parallel::Recv>(&instr.op)) {
+        std::vector<int> coords = p.coords;
+        coords[static_cast<size_t>(recv->axis)] = recv->peer;
+        auto it = arrivals.find({p.strategy.mesh.rank_of(coords), rank, recv->tag});
+        if (it == arrivals.end()) return moved;
+        end = std::max(start, it->second);
+        event(rank, i, "comm:" + p.strategy.mesh.axes()[static_cast<size_t>(recv->axis)].name, start, end - start);
+      } else if (s.calls[s.pc]) {
+        if (s.calls[s.pc]->engine) {
+          s.submitted[s.pc] = start;  // queued on the progress stream; the main thread goes on
+          s.t = start;
+          ++s.pc;
+          moved = true;
+          continue;
+        }
+        const std::optional<double> done = join(rank, i, start);
+        if (!done) return moved;
+        end = *done;
+      }
+      s.finish[s.pc] = end;
+      s.t = end;
+      ++s.pc;
+      moved = true;
+    }
+    return moved;
+  };
+  auto advance_engine = [&](int rank) {
+    RankState& s = state[static_cast<size_t>(rank)];
+    bool moved = false;
+    while (s.engine_next < s.engine.size()) {
+      const int i = s.engine[s.engine_next];
+      if (s.submitted[static_cast<size_t>(i)] < 0) return moved;
+      const std::optional<double> done = join(rank, i, std::max(s.engine_t, s.submitted[static_cast<size_t>(i)]));
+      if (!done) return moved;
+      s.engine_t = *done;
+      s.finish[static_cast<size_t>(i)] = *done;
+      ++s.engine_next;
+      moved = true;
+    }
+    return moved;
+  };
+
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int r = 0; r < ranks; ++r) {
+      moved = advance_main(r) || moved;
+      moved = advance_engine(r) || moved;
+    }
+  }
+  std::string stuck;
+  for (int r = 0; r < ranks; ++r) {
+    const RankState& s = state[static_cast<size_t>(r)];
+    if (s.pc < s.program->instrs.size())
+      stuck += fmt::format("\n  rank {} at {}", r, s.program->str(s.pc));
+    else if (s.engine_next < s.engine.size())
+      stuck += fmt::format("\n  rank {}'s progress stream at {}", r,
+                           s.program->str(static_cast<size_t>(s.engine[s.engine_next])));
+  }
+  if (!stuck.empty()) fail("simulate: the step cannot finish; waiting forever:{}", stuck);
+
+  // The bubble: every rank's idle time until the last compute of the step, over ranks x that span.
+  double busy = 0, span = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const RankState& s = state[static_cast<size_t>(r)];
+    out.step_seconds = std::max({out.step_seconds, s.t, s.engine_t});
+    out.busy_seconds.push_back(s.busy);
+    out.compute_span.push_back(s.last_compute);
+    busy += s.busy;
+    span = std::max(span, s.last_compute);
+  }
+  out.bubble_fraction = span > 0 ? 1 - busy / (span * ranks) : 0;
+
+  // Memory, in the executor's allocation order.
+  for (int r = 0; r < ranks; ++r) {
+    const RankState& s = state[static_cast<size_t>(r)];
+    const Program& p = *s.program;
+    double live = 0, peak = 0, updated = 0;
+    for (const parallel::Buffer& b : p.buffers)
+      if (b.persistent) live += static_cast<double>(b.count) * sizeof(float);
+    for (const Instr& instr : p.instrs)
+      if (const auto* u = std::get_if<parallel::Update>(&instr.op)) updated += static_cast<double>(u->count);
+    live += updated * sizeof(float) * request.optimizer_slots;
+    std::map<std::pair<int, ValueId>, double> values;
+    std::vector<double> buffer_live(p.buffers.size(), 0);
+    for (size_t i = 0; i < p.instrs.size(); ++i) {
+      const Instr& instr = p.instrs[i];
+      for (int b : s.live.allocates[i]) {
+        live -= buffer_live[static_cast<size_t>(b)];
+        buffer_live[static_cast<size_t>(b)] = static_cast<double>(p.buffers[static_cast<size_t>(b)].count) * sizeof(float);
+        live += buffer_live[static_cast<size_t>(b)];
+      }
+      auto produce = [&](ValueId v, double bytes) {
+        double& held = values[{instr.micro_batch, v}];
+        live += bytes - held;
+        held = bytes;
+      };
+      if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) {
+        const Graph& g = p.graph_of(instr.micro_batch);
+        const Node& node = g.nodes()[static_cast<size_t>(c->node)];
+        for (size_t o = 0; o < node.outputs.size(); ++o)
+          produce(node.outputs[o], o == 0 && node.def->output_is_view ? 0 : bytes_of(g.spec(node.outputs[o])));
+      } else if (const auto* rs = std::get_if<parallel::Reshard>(&instr.op)) {
+        const Graph& g = p.graph_of(instr.micro_batch);
+        const ValueId v = g.nodes()[static_cast<size_t>(rs->node)].outputs.front();
+        produce(v, bytes_of(g.spec(v)));
+      } else if (const auto* recv = std::get_if<parallel::Recv>(&instr.op)) {
+        produce(recv->value, bytes_of(p.graph_of(instr.micro_batch).spec(recv->value)));
+      } else if (const auto* f = std::get_if<parallel::Free>(&instr.op)) {
+        live -= buffer_live[static_cast<size_t>(f->buffer)];
+        buffer_live[static_cast<size_t>(f->buffer)] = 0;
+      }
+      peak = std::max(peak, live);
+      for (ValueId v : s.live.values[i]) {
+        auto it = values.find({instr.micro_batch, v});
+        if (it == values.end()) continue;
+        live -= it->second;
+        values.erase(it);
+      }
+    }
+    out.peak_bytes.push_back(peak);
+  }
+  return out;
+}
+
+}  // namespace px::plan

@@ -1,0 +1,67 @@
+// The simulator: replays the Programs of every rank of a mesh as discrete
+// events, the way runtime::ProgramExecutor would run them, on a cluster it
+// never touches: no kernel runs and no model memory is allocated.
+//
+// Per rank there is the main thread, which walks the instruction list in
+// order (computes, accumulations, the norm, clips, updates; collectives off
+// the data axis and reshards inline; sends posted without waiting; receives
+// waiting for their message; every instruction first waits for its
+// `after`), and the progress stream, which runs the data axis' collectives
+// in the order the main thread submits them (with overlap, as the executor
+// does with more than one data rank). A collective starts once every
+// member of its group has reached it and ends for all of them together; a
+// message arrives its transfer time after it was sent. What each piece
+// takes comes from a CostEstimator (plan/estimator.h), the link from where
+// the group's ranks sit on the cluster (cluster.h).
+//
+// Memory is the executor's allocation order: the persistent buffers and the
+// optimizer's state, every buffer instance from its first write to its
+// Free, and every activation from its production to its last read
+// (parallel/lower/liveness.h).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "parallel/program.h"
+#include "plan/cluster.h"
+#include "plan/estimator.h"
+
+namespace px::plan {
+
+struct SimulationRequest {
+  const std::vector<parallel::Program>* programs = nullptr;  // every rank of the mesh, in rank order
+  const ClusterSpec* cluster = nullptr;
+  const CostEstimator* estimator = nullptr;
+  bool overlap = true;       // data-axis collectives on the progress stream
+  int optimizer_slots = 2;   // float32 state per updated element (AdamW: 2, SGD momentum: 1)
+  bool trace = false;
+};
+
+// One timed piece of the replay; `instr` is the executor's instruction id.
+struct SimulatedEvent {
+  int rank = 0;
+  std::string lane;  // "compute" or "comm:<axis>"
+  std::string name;
+  double start = 0, duration = 0;  // seconds from the step's start
+  int instr = -1;
+};
+
+struct Simulation {
+  double step_seconds = 0;
+  std::vector<double> peak_bytes;     // per rank
+  std::vector<double> busy_seconds;   // per rank: computing
+  std::vector<double> compute_span;   // per rank: from the start to its last compute
+  double bubble_fraction = 0;         // idle share of the compute spans, over all ranks
+  std::map<LinkClass, double> bytes_sent;  // over all ranks, by the link they used
+  double flops = 0;                   // executed by every rank together
+  std::vector<SimulatedEvent> trace;  // with request.trace
+};
+
+// px::Error when the programs' mesh does not fit the cluster, or the
+// replay cannot finish (a rank waits for a message or collective no one
+// sends or joins: each stuck rank's instruction is named).
+Simulation simulate(const SimulationRequest& request);
+
+}  // namespace px::plan

@@ -1,0 +1,111 @@
+// The simulator on cases a person can compute by hand: with the table
+// estimator, a 2-stage 1F1B pipeline of known forward and backward times
+// takes exactly (M + P − 1)(F + B); data parallelism's step is its ring
+// allreduces' α-β times; a receive nobody sends is named. And the
+// roofline estimator's ring allreduce is the α-β-γ formula on the link.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "core/error.h"
+#include "nn/mlp.h"
+#include "parallel/lower.h"
+#include "plan/simulate.h"
+#include "runtime/task.h"
+
+namespace px::plan {
+namespace {
+
+std::vector<parallel::Program> lower_all(const nn::Model& model, const parallel::Strategy& strategy) {
+  std::vector<parallel::Program> programs;
+  for (int r = 0; r < strategy.mesh.ranks(); ++r)
+    programs.push_back(parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, r));
+  return programs;
+}
+
+// Every forward node of a stage shares F, every backward node B; nothing else costs.
+struct StageTimes : CostEstimator {
+  std::map<const Node*, double> cost;
+  double compute_seconds(const Graph&, const Node& node) const override { return cost.at(&node); }
+  double memory_seconds(double) const override { return 0; }
+  double collective_seconds(comm::Collective, double, int, LinkClass) const override { return 0; }
+  double transfer_seconds(double, LinkClass) const override { return 0; }
+};
+
+TEST(Simulate, TwoStageOneFOneBTakesTheTextbookMakespan) {
+  const nn::Model model = nn::build_mlp({.hidden = {64, 64, 64}, .classes = 10}, 8);
+  for (int m : {1, 4, 8}) {
+    parallel::Strategy s = parallel::with_pipeline(parallel::data_parallel(1, batch_input_names(model)), 2,
+                                                   {.schedule = parallel::PipelineKind::one_f_one_b});
+    s.micro_batches = m;
+    const std::vector<parallel::Program> programs = lower_all(model, s);
+    constexpr double F = 1.0, B = 2.0;
+    StageTimes times;
+    for (const parallel::Program& p : programs) {
+      // Nodes of one micro-batch of this stage, forward and backward.
+      std::vector<const Node*> forward, backward;
+      for (const parallel::Instr& instr : p.instrs)
+        if (const auto* c = std::get_if<parallel::Compute>(&instr.op); c && instr.micro_batch == 0) {
+          const Node& node = p.graph_of(0).nodes()[static_cast<size_t>(c->node)];
+          (node.origin < 0 ? forward : backward).push_back(&node);
+        }
+      for (const Node* n : forward) times.cost[n] = F / static_cast<double>(forward.size());
+      for (const Node* n : backward) times.cost[n] = B / static_cast<double>(backward.size());
+    }
+    const ClusterSpec cluster = cluster_named("dgx-a100");
+    const Simulation sim = simulate({.programs = &programs, .cluster = &cluster, .estimator = &times});
+    EXPECT_NEAR(sim.step_seconds, (m + 2 - 1) * (F + B), 1e-9) << "M = " << m;
+    EXPECT_NEAR(sim.bubble_fraction, 1.0 / (m + 1), 1e-9) << "M = " << m;
+  }
+}
+
+TEST(Simulate, DataParallelStepIsItsRingAllreduces) {
+  const nn::Model model = nn::build_mlp({.hidden = {64}, .classes = 10}, 8);
+  parallel::Strategy s = parallel::data_parallel(4, batch_input_names(model));
+  s.lowering.bucket_bytes = 1 << 30;  // one bucket
+  s.lowering.global_norm = false;
+  const std::vector<parallel::Program> programs = lower_all(model, s);
+  FakeEstimator fake;
+  fake.alpha = 1e-5;
+  fake.beta = 1e-9;
+  const ClusterSpec cluster = cluster_named("dgx-a100");
+  const Simulation sim = simulate({.programs = &programs, .cluster = &cluster, .estimator = &fake});
+  const double n = 4.0 * static_cast<double>(programs[0].param_count);
+  auto ring = [&](double bytes) { return 2 * 3 * fake.alpha + 2 * 0.75 * bytes * fake.beta; };
+  // The gradient bucket, then the loss, one after the other on the progress stream.
+  EXPECT_NEAR(sim.step_seconds, ring(n) + ring(4), 1e-12);
+  EXPECT_NEAR(sim.bytes_sent.at(LinkClass::intra_node), 4 * 2 * 0.75 * (n + 4), 1e-6);
+}
+
+TEST(Simulate, AReceiveNobodySendsIsNamed) {
+  const nn::Model model = nn::build_mlp({.hidden = {64, 64}, .classes = 10}, 8);
+  const parallel::Strategy s = parallel::with_pipeline(parallel::data_parallel(1, batch_input_names(model)), 2, {});
+  std::vector<parallel::Program> programs = lower_all(model, s);
+  std::erase_if(programs[0].instrs, [](const parallel::Instr& i) { return std::holds_alternative<parallel::Send>(i.op); });
+  FakeEstimator fake;
+  const ClusterSpec cluster = cluster_named("dgx-a100");
+  try {
+    simulate({.programs = &programs, .cluster = &cluster, .estimator = &fake});
+    FAIL() << "expected the replay to get stuck";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 at #0 mb0 comm:pp recv"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RooflineEstimator, RingAllreduceIsTheAlphaBetaGammaFormula) {
+  const ClusterSpec cluster = cluster_named("dgx-a100:2");
+  const RooflineEstimator roofline(cluster);
+  const double n = 64e6, p = 8;
+  const LinkSpec& link = cluster.inter_node;
+  const double expected = 2 * (p - 1) * link.latency + 2 * (p - 1) / p * n / link.bandwidth +
+                          (p - 1) / p * n / cluster.device.memory_bandwidth;
+  EXPECT_NEAR(comm::predicted_seconds(roofline.cost_model(LinkClass::inter_node),
+                                      {.collective = comm::Collective::allreduce, .algorithm = comm::Algorithm::ring,
+                                       .bytes = n, .ranks = 8}),
+              expected, expected * 1e-12);
+  // The cheapest algorithm is never slower than the ring.
+  EXPECT_LE(roofline.collective_seconds(comm::Collective::allreduce, n, 8, LinkClass::inter_node), expected * (1 + 1e-12));
+}
+
+}  // namespace
+}  // namespace px::plan
