@@ -1,6 +1,6 @@
 // Program: what one rank runs for one training (or evaluation) step. It is
 // the rank's local graph(s) plus a list of typed instructions; the runtime's
-// ProgramExecutor runs it and a simulator can cost the very same list.
+// ProgramExecutor runs it and plan::simulate replays the very same list.
 //
 //   Compute{node}                    run one node of the micro-batch's local graph
 //   Collective{kind, axis, op, in, out, codec}   over the mesh axis' group
