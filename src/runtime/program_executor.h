@@ -1,12 +1,15 @@
 // ProgramExecutor: runs a lowered Program (parallel/program.h), one step a
-// call, on this rank. It is the only executor there is: data parallelism
-// and ZeRO-1/2/3 training, a parameter-server worker's gradients, and
-// evaluation and sampling (one-rank forward programs) all run through it.
+// call, on this rank. It is the only executor there is: data, tensor and
+// pipeline parallelism with ZeRO-1/2/3, a parameter-server worker's
+// gradients, and evaluation and sampling (one-rank forward programs) all
+// run through it.
 //
 // Compute instructions run their node's kernel on the calling thread (the
 // kernels thread through kernels/threads.h); collectives run inline, or with
 // overlap on the rank's progress engine (comm/engine) while compute goes on;
-// an instruction waits for the instructions it lists in `after`. Values are
+// a pipeline stage's sends are posted without waiting and its receives wait
+// (executor_pipeline.cc); an instruction waits for the instructions it lists
+// in `after`. Values are
 // freed right after their last use and buffers at their Free (liveness);
 // trace records carry the instruction id.
 //

@@ -68,6 +68,9 @@ std::string case_name(const ::testing::TestParamInfo<PipeCase>& info) {
                      c.recompute == parallel::Recompute::none ? "" : "_" + std::string(parallel::recompute_name(c.recompute)));
 }
 
+// gtest prints a case by its name, not its bytes.
+void PrintTo(const PipeCase& c, std::ostream* os) { *os << case_name({c, 0}); }
+
 class GptPipeline : public ::testing::TestWithParam<PipeCase> {};
 
 TEST_P(GptPipeline, MatchesOneRank) {
