@@ -32,6 +32,13 @@ nlohmann::json events_of(int rank, const std::vector<TraceRecord>& records) {
 
 }  // namespace
 
+void write_chrome_trace(const std::string& path, const std::vector<std::vector<TraceRecord>>& per_rank) {
+  nlohmann::json all = nlohmann::json::array();
+  for (size_t r = 0; r < per_rank.size(); ++r)
+    for (auto& e : events_of(static_cast<int>(r), per_rank[r])) all.push_back(std::move(e));
+  write_file_atomically(path, "{\"traceEvents\":" + all.dump() + ",\"displayTimeUnit\":\"ms\"}\n");
+}
+
 void write_chrome_trace(const std::string& path, comm::Communicator* group, const std::vector<TraceRecord>& mine) {
   const int rank = group ? group->rank() : 0, size = group ? group->size() : 1;
   std::string text = events_of(rank, mine).dump();

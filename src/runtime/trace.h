@@ -27,5 +27,7 @@ struct TraceRecord {
 // Collective over `group` (nullptr: one rank): gathers every rank's records
 // to rank 0, which writes `path` atomically.
 void write_chrome_trace(const std::string& path, comm::Communicator* group, const std::vector<TraceRecord>& mine);
+// Every rank's records at hand (a simulated step): one process per rank.
+void write_chrome_trace(const std::string& path, const std::vector<std::vector<TraceRecord>>& per_rank);
 
 }  // namespace px

@@ -1,0 +1,100 @@
+// `parallax simulate`: a model and a strategy (the same flags as train and
+// lower) replayed on a cluster (plan/simulate.h) without running a kernel
+// or allocating a weight: step time, throughput, bubble, peak memory per
+// device against the device's memory, bytes per link class, and with
+// --trace the replay as a Chrome trace whose events carry the instruction
+// ids `parallax lower` prints.
+#include <iostream>
+
+#include "cli/commands.h"
+#include "cli/train_flags.h"
+#include "parallel/lower.h"
+#include "plan/simulate.h"
+#include "runtime/optimizer.h"
+#include "runtime/task.h"
+#include "runtime/trace.h"
+#include "runtime/trainer.h"
+
+namespace px::cli {
+namespace {
+
+struct SimulateFlags {
+  std::string cluster = "dgx-a100";
+  std::string trace;
+};
+
+void write_trace(const std::string& path, const plan::Simulation& sim, int ranks) {
+  std::vector<std::vector<TraceRecord>> per_rank(static_cast<size_t>(ranks));
+  for (const plan::SimulatedEvent& e : sim.trace)
+    per_rank[static_cast<size_t>(e.rank)].push_back(
+        {.name = e.name,
+         .lane = e.lane == "compute" ? TraceRecord::Lane::compute : TraceRecord::Lane::comm,
+         .start_us = e.start * 1e6,
+         .duration_us = e.duration * 1e6,
+         .bytes = 0,
+         .step = 0,
+         .instr = e.instr});
+  write_chrome_trace(path, per_rank);
+}
+
+}  // namespace
+
+void add_simulate_command(CLI::App& app) {
+  auto flags = std::make_shared<TrainFlags>();
+  auto sim_flags = std::make_shared<SimulateFlags>();
+  CLI::App* cmd = app.add_subcommand("simulate", "predict a strategy's step time and memory on a cluster");
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_model_flags(*cmd, *flags);
+  add_parallel_flags(*cmd, *flags);
+  cmd->add_option("--cluster", sim_flags->cluster, "dgx-a100, dgx-h100 (optionally :NODES) or a cluster JSON file")
+      ->capture_default_str();
+  cmd->add_option("--trace", sim_flags->trace, "write the simulated step as a Chrome trace");
+  cmd->callback([flags, sim_flags] {
+    apply(*flags);
+    TrainOptions& o = flags->options;
+    if (o.sync.mesh_ranks > 0) o.ranks = o.sync.mesh_ranks;  // --mesh names the ranks
+    if (o.ranks == 1) o.ranks = o.sync.pipeline_parallel * o.sync.tensor_parallel;
+    validate(o);
+    const plan::ClusterSpec cluster = plan::cluster_named(sim_flags->cluster);
+    const nn::Model model = build_model(o, o.batch, true);
+    const parallel::Strategy strategy = strategy_for(o, model, o.ranks);
+    std::vector<parallel::Program> programs;
+    for (int r = 0; r < strategy.mesh.ranks(); ++r)
+      programs.push_back(parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, r));
+    const plan::RooflineEstimator estimator(cluster);
+    const plan::Simulation sim =
+        plan::simulate({.programs = &programs,
+                        .cluster = &cluster,
+                        .estimator = &estimator,
+                        .overlap = o.sync.overlap,
+                        .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size()),
+                        .trace = !sim_flags->trace.empty()});
+    const int devices = strategy.mesh.ranks();
+    std::cout << fmt::format("simulated mesh {} on {} ({} of {} {} devices, {} a node), fp32\n", strategy.mesh.str(),
+                             sim_flags->cluster, devices, cluster.devices(), cluster.device.name,
+                             cluster.devices_per_node);
+    const double rows = static_cast<double>(o.batch);
+    const double units = o.model == "gpt" ? rows * static_cast<double>(o.gpt.block) : rows;
+    std::cout << fmt::format("step {:.4f} s; {:.0f} {}/s; bubble {:.1f}%\n", sim.step_seconds,
+                             units / sim.step_seconds, o.model == "gpt" ? "tokens" : "samples",
+                             100 * sim.bubble_fraction);
+    double peak = 0;
+    int at = 0;
+    for (int r = 0; r < devices; ++r)
+      if (sim.peak_bytes[static_cast<size_t>(r)] > peak) peak = sim.peak_bytes[static_cast<size_t>(at = r)];
+    std::cout << fmt::format("peak memory {:.2f} GB on rank {} of {:.0f} GB a device{}\n", peak / 1e9, at,
+                             cluster.device.memory_bytes / 1e9,
+                             peak > cluster.device.memory_bytes ? " -- does not fit" : "");
+    for (const auto& [link, bytes] : sim.bytes_sent)
+      std::cout << fmt::format("bytes sent per step, {}: {:.3f} GB\n", plan::link_class_name(link), bytes / 1e9);
+    std::cout << fmt::format("hardware FLOP utilisation {:.1f}% (executed FLOPs over step x devices x f32 peak)\n",
+                             100 * sim.flops / (sim.step_seconds * devices * cluster.device.flops_f32));
+    if (!sim_flags->trace.empty()) {
+      write_trace(sim_flags->trace, sim, devices);
+      std::cout << fmt::format("wrote the simulated step to '{}' (open it in https://ui.perfetto.dev)\n",
+                               sim_flags->trace);
+    }
+  });
+}
+
+}  // namespace px::cli
