@@ -1,11 +1,11 @@
 #include "parallel/strategy.h"
 
 #include <fstream>
-#include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 
 namespace px::parallel {
 
@@ -117,73 +117,47 @@ nlohmann::json to_json(const Strategy& s) {
             {"stage_cuts", s.pipeline.stage_cuts}}}};
 }
 
-namespace {
-
-// Reads `json` as an object with exactly the keys in `known` (all optional).
-void check_keys(const nlohmann::json& json, const std::string& where, const std::set<std::string>& known) {
-  if (!json.is_object()) fail("strategy: {} must be a JSON object, got {}", where, json.dump());
-  for (const auto& [key, value] : json.items())
-    if (!known.count(key)) {
-      std::string list;
-      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-      fail("strategy: {} has an unknown key '{}' (expected {})", where, key, list);
-    }
-}
-
-template <typename T>
-T field(const nlohmann::json& json, const std::string& where, const std::string& key, T fallback) {
-  if (!json.contains(key)) return fallback;
-  try {
-    return json.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    fail("strategy: {}.{} is {}, expected a {}", where, key, json.at(key).dump(),
-         std::is_same_v<T, std::string> ? "string" : std::is_same_v<T, bool> ? "boolean" : "number");
-  }
-}
-
-}  // namespace
-
 Strategy strategy_from_json(const nlohmann::json& json) {
-  check_keys(json, "the strategy", {"mesh", "data_axis", "seeds", "zero_stage", "micro_batches", "lowering", "pipeline"});
+  json_fields::check_keys("strategy", json, "the strategy", {"mesh", "data_axis", "seeds", "zero_stage", "micro_batches", "lowering", "pipeline"});
   Strategy s;
   if (json.contains("mesh")) {
     const nlohmann::json& mesh = json.at("mesh");
     if (!mesh.is_array()) fail("strategy: mesh must be an array of {{\"name\", \"size\"}} axes, got {}", mesh.dump());
     std::vector<MeshAxis> axes;
     for (const nlohmann::json& axis : mesh) {
-      check_keys(axis, "a mesh axis", {"name", "size"});
-      axes.push_back({field<std::string>(axis, "mesh axis", "name", ""), field<int>(axis, "mesh axis", "size", 0)});
+      json_fields::check_keys("strategy", axis, "a mesh axis", {"name", "size"});
+      axes.push_back({json_fields::field<std::string>("strategy", axis, "mesh axis", "name", ""), json_fields::field<int>("strategy", axis, "mesh axis", "size", 0)});
     }
     s.mesh = DeviceMesh(std::move(axes));
   }
-  s.data_axis = field<std::string>(json, "strategy", "data_axis", s.data_axis);
+  s.data_axis = json_fields::field<std::string>("strategy", json, "strategy", "data_axis", s.data_axis);
   if (json.contains("seeds")) {
     if (!json.at("seeds").is_array()) fail("strategy: seeds must be an array, got {}", json.at("seeds").dump());
     for (const nlohmann::json& seed : json.at("seeds")) {
-      check_keys(seed, "a seed", {"value", "axis", "placement"});
-      s.seeds.push_back({field<std::string>(seed, "seed", "value", ""), field<std::string>(seed, "seed", "axis", ""),
-                         placement_from_string(field<std::string>(seed, "seed", "placement", ""))});
+      json_fields::check_keys("strategy", seed, "a seed", {"value", "axis", "placement"});
+      s.seeds.push_back({json_fields::field<std::string>("strategy", seed, "seed", "value", ""), json_fields::field<std::string>("strategy", seed, "seed", "axis", ""),
+                         placement_from_string(json_fields::field<std::string>("strategy", seed, "seed", "placement", ""))});
     }
   }
-  s.zero_stage = field<int>(json, "strategy", "zero_stage", s.zero_stage);
-  s.micro_batches = field<int>(json, "strategy", "micro_batches", s.micro_batches);
+  s.zero_stage = json_fields::field<int>("strategy", json, "strategy", "zero_stage", s.zero_stage);
+  s.micro_batches = json_fields::field<int>("strategy", json, "strategy", "micro_batches", s.micro_batches);
   if (json.contains("lowering")) {
     const nlohmann::json& l = json.at("lowering");
-    check_keys(l, "lowering",
+    json_fields::check_keys("strategy", l, "lowering",
                {"bucket_bytes", "global_norm", "updates", "compression", "local_momentum", "recompute"});
-    s.lowering.bucket_bytes = field<int64_t>(l, "lowering", "bucket_bytes", s.lowering.bucket_bytes);
-    s.lowering.global_norm = field<bool>(l, "lowering", "global_norm", s.lowering.global_norm);
-    s.lowering.updates = field<bool>(l, "lowering", "updates", s.lowering.updates);
-    s.lowering.compression = comm::compression::Spec::parse(field<std::string>(l, "lowering", "compression", "none"));
-    s.lowering.local_momentum = field<double>(l, "lowering", "local_momentum", s.lowering.local_momentum);
-    s.lowering.recompute = recompute_from_name(field<std::string>(l, "lowering", "recompute", "none"));
+    s.lowering.bucket_bytes = json_fields::field<int64_t>("strategy", l, "lowering", "bucket_bytes", s.lowering.bucket_bytes);
+    s.lowering.global_norm = json_fields::field<bool>("strategy", l, "lowering", "global_norm", s.lowering.global_norm);
+    s.lowering.updates = json_fields::field<bool>("strategy", l, "lowering", "updates", s.lowering.updates);
+    s.lowering.compression = comm::compression::Spec::parse(json_fields::field<std::string>("strategy", l, "lowering", "compression", "none"));
+    s.lowering.local_momentum = json_fields::field<double>("strategy", l, "lowering", "local_momentum", s.lowering.local_momentum);
+    s.lowering.recompute = recompute_from_name(json_fields::field<std::string>("strategy", l, "lowering", "recompute", "none"));
   }
   if (json.contains("pipeline")) {
     const nlohmann::json& pl = json.at("pipeline");
-    check_keys(pl, "pipeline", {"axis", "schedule", "virtual_stages", "stage_cuts"});
-    s.pipeline.axis = field<std::string>(pl, "pipeline", "axis", s.pipeline.axis);
-    s.pipeline.schedule = pipeline_kind_from_name(field<std::string>(pl, "pipeline", "schedule", "1f1b"));
-    s.pipeline.virtual_stages = field<int>(pl, "pipeline", "virtual_stages", s.pipeline.virtual_stages);
+    json_fields::check_keys("strategy", pl, "pipeline", {"axis", "schedule", "virtual_stages", "stage_cuts"});
+    s.pipeline.axis = json_fields::field<std::string>("strategy", pl, "pipeline", "axis", s.pipeline.axis);
+    s.pipeline.schedule = pipeline_kind_from_name(json_fields::field<std::string>("strategy", pl, "pipeline", "schedule", "1f1b"));
+    s.pipeline.virtual_stages = json_fields::field<int>("strategy", pl, "pipeline", "virtual_stages", s.pipeline.virtual_stages);
     if (pl.contains("stage_cuts")) {
       if (!pl.at("stage_cuts").is_array()) fail("strategy: pipeline.stage_cuts must be an array of layer names");
       for (const nlohmann::json& cut : pl.at("stage_cuts")) {

@@ -1,11 +1,11 @@
 #include "plan/cluster.h"
 
 #include <fstream>
-#include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 
 namespace px::plan {
 namespace {
@@ -41,36 +41,16 @@ ClusterSpec dgx_h100() {
           .host = "2x Intel Xeon Platinum 8480C"};
 }
 
-void check_keys(const nlohmann::json& json, const std::string& where, const std::set<std::string>& known) {
-  if (!json.is_object()) fail("cluster: {} must be a JSON object, got {}", where, json.dump());
-  for (const auto& [key, value] : json.items())
-    if (!known.count(key)) {
-      std::string list;
-      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-      fail("cluster: {} has an unknown key '{}' (expected {})", where, key, list);
-    }
-}
-
-template <typename T>
-T field(const nlohmann::json& json, const std::string& where, const std::string& key, T fallback) {
-  if (!json.contains(key)) return fallback;
-  try {
-    return json.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    fail("cluster: {}.{} is {}, expected a {}", where, key, json.at(key).dump(),
-         std::is_same_v<T, std::string> ? "string" : "number");
-  }
-}
 
 nlohmann::json link_json(const LinkSpec& l) {
   return {{"name", l.name}, {"bandwidth", l.bandwidth}, {"latency", l.latency}};
 }
 
 LinkSpec link_from(const nlohmann::json& json, const std::string& where) {
-  check_keys(json, where, {"name", "bandwidth", "latency"});
-  return {.name = field<std::string>(json, where, "name", ""),
-          .bandwidth = field<double>(json, where, "bandwidth", 0),
-          .latency = field<double>(json, where, "latency", 0)};
+  json_fields::check_keys("cluster", json, where, {"name", "bandwidth", "latency"});
+  return {.name = json_fields::field<std::string>("cluster", json, where, "name", ""),
+          .bandwidth = json_fields::field<double>("cluster", json, where, "bandwidth", 0),
+          .latency = json_fields::field<double>("cluster", json, where, "latency", 0)};
 }
 
 }  // namespace
@@ -109,23 +89,23 @@ nlohmann::json to_json(const ClusterSpec& c) {
 }
 
 ClusterSpec cluster_from_json(const nlohmann::json& json) {
-  check_keys(json, "the cluster", {"name", "nodes", "devices_per_node", "device", "intra_node", "inter_node", "host"});
+  json_fields::check_keys("cluster", json, "the cluster", {"name", "nodes", "devices_per_node", "device", "intra_node", "inter_node", "host"});
   ClusterSpec c;
-  c.name = field<std::string>(json, "cluster", "name", "");
-  c.nodes = field<int>(json, "cluster", "nodes", 1);
-  c.devices_per_node = field<int>(json, "cluster", "devices_per_node", 1);
+  c.name = json_fields::field<std::string>("cluster", json, "cluster", "name", "");
+  c.nodes = json_fields::field<int>("cluster", json, "cluster", "nodes", 1);
+  c.devices_per_node = json_fields::field<int>("cluster", json, "cluster", "devices_per_node", 1);
   if (json.contains("device")) {
     const nlohmann::json& d = json.at("device");
-    check_keys(d, "device", {"name", "flops_f32", "flops_bf16", "memory_bytes", "memory_bandwidth"});
-    c.device = {.name = field<std::string>(d, "device", "name", ""),
-                .flops_f32 = field<double>(d, "device", "flops_f32", 0),
-                .flops_bf16 = field<double>(d, "device", "flops_bf16", 0),
-                .memory_bytes = field<double>(d, "device", "memory_bytes", 0),
-                .memory_bandwidth = field<double>(d, "device", "memory_bandwidth", 0)};
+    json_fields::check_keys("cluster", d, "device", {"name", "flops_f32", "flops_bf16", "memory_bytes", "memory_bandwidth"});
+    c.device = {.name = json_fields::field<std::string>("cluster", d, "device", "name", ""),
+                .flops_f32 = json_fields::field<double>("cluster", d, "device", "flops_f32", 0),
+                .flops_bf16 = json_fields::field<double>("cluster", d, "device", "flops_bf16", 0),
+                .memory_bytes = json_fields::field<double>("cluster", d, "device", "memory_bytes", 0),
+                .memory_bandwidth = json_fields::field<double>("cluster", d, "device", "memory_bandwidth", 0)};
   }
   if (json.contains("intra_node")) c.intra_node = link_from(json.at("intra_node"), "intra_node");
   if (json.contains("inter_node")) c.inter_node = link_from(json.at("inter_node"), "inter_node");
-  c.host = field<std::string>(json, "cluster", "host", "");
+  c.host = json_fields::field<std::string>("cluster", json, "cluster", "host", "");
   validate(c);
   return c;
 }
