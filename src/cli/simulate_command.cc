@@ -1,6 +1,7 @@
 // `parallax simulate`: a model and a strategy (the same flags as train and
 // lower) replayed on a cluster (plan/simulate.h) without running a kernel
-// or allocating a weight: step time, throughput, bubble, peak memory per
+// or allocating a weight (bf16 mixed precision on devices with bf16 units,
+// unless --precision fp32): step time, throughput, bubble, peak memory per
 // device against the device's memory, bytes per link class, and with
 // --trace the replay as a Chrome trace whose events carry the instruction
 // ids `parallax lower` prints.
@@ -21,6 +22,7 @@ namespace {
 struct SimulateFlags {
   std::string cluster = "dgx-a100";
   std::string trace;
+  std::string precision = "auto";
 };
 
 void write_trace(const std::string& path, const plan::Simulation& sim, int ranks) {
@@ -49,6 +51,11 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--cluster", sim_flags->cluster, "dgx-a100, dgx-h100 (optionally :NODES) or a cluster JSON file")
       ->capture_default_str();
   cmd->add_option("--trace", sim_flags->trace, "write the simulated step as a Chrome trace");
+  cmd->add_option("--precision", sim_flags->precision,
+                  "fp32, or bf16 mixed precision (bf16 compute and activations, fp32 master weights, gradients and "
+                  "optimizer state); auto: bf16 where the device has bf16 units")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
+      ->capture_default_str();
   cmd->callback([flags, sim_flags] {
     apply(*flags);
     TrainOptions& o = flags->options;
@@ -61,18 +68,24 @@ void add_simulate_command(CLI::App& app) {
     std::vector<parallel::Program> programs;
     for (int r = 0; r < strategy.mesh.ranks(); ++r)
       programs.push_back(parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, r));
-    const plan::RooflineEstimator estimator(cluster);
+    const bool bf16 = sim_flags->precision == "bf16" ||
+                      (sim_flags->precision == "auto" && cluster.device.flops_bf16 > 0);
+    if (bf16 && cluster.device.flops_bf16 <= 0)
+      fail("--precision bf16: the cluster's {} has no bf16 FLOP/s (device.flops_bf16 is 0)", cluster.device.name);
+    const DType compute = bf16 ? DType::bf16 : DType::f32;
+    const plan::RooflineEstimator estimator(cluster, compute);
     const plan::Simulation sim =
         plan::simulate({.programs = &programs,
                         .cluster = &cluster,
                         .estimator = &estimator,
                         .overlap = o.sync.overlap,
                         .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size()),
+                        .compute = compute,
                         .trace = !sim_flags->trace.empty()});
     const int devices = strategy.mesh.ranks();
-    std::cout << fmt::format("simulated mesh {} on {} ({} of {} {} devices, {} a node), fp32\n", strategy.mesh.str(),
+    std::cout << fmt::format("simulated mesh {} on {} ({} of {} {} devices, {} a node), {}\n", strategy.mesh.str(),
                              sim_flags->cluster, devices, cluster.devices(), cluster.device.name,
-                             cluster.devices_per_node);
+                             cluster.devices_per_node, bf16 ? "bf16 mixed precision" : "fp32");
     const double rows = static_cast<double>(o.batch);
     const double units = o.model == "gpt" ? rows * static_cast<double>(o.gpt.block) : rows;
     std::cout << fmt::format("step {:.4f} s; {:.0f} {}/s; bubble {:.1f}%\n", sim.step_seconds,
@@ -87,8 +100,9 @@ void add_simulate_command(CLI::App& app) {
                              peak > cluster.device.memory_bytes ? " -- does not fit" : "");
     for (const auto& [link, bytes] : sim.bytes_sent)
       std::cout << fmt::format("bytes sent per step, {}: {:.3f} GB\n", plan::link_class_name(link), bytes / 1e9);
-    std::cout << fmt::format("hardware FLOP utilisation {:.1f}% (executed FLOPs over step x devices x f32 peak)\n",
-                             100 * sim.flops / (sim.step_seconds * devices * cluster.device.flops_f32));
+    std::cout << fmt::format("hardware FLOP utilisation {:.1f}% (executed FLOPs over step x devices x {} peak)\n",
+                             100 * sim.flops / (sim.step_seconds * devices * cluster.device.flops(compute)),
+                             bf16 ? "bf16" : "f32");
     if (!sim_flags->trace.empty()) {
       write_trace(sim_flags->trace, sim, devices);
       std::cout << fmt::format("wrote the simulated step to '{}' (open it in https://ui.perfetto.dev)\n",

@@ -20,8 +20,9 @@ comm::CostModel link_model(const LinkSpec& link, const DeviceSpec& device) {
 
 }  // namespace
 
-RooflineEstimator::RooflineEstimator(ClusterSpec cluster)
+RooflineEstimator::RooflineEstimator(ClusterSpec cluster, DType compute)
     : cluster_(std::move(cluster)),
+      compute_(compute),
       intra_(link_model(cluster_.intra_node, cluster_.device)),
       inter_(link_model(cluster_.inter_node, cluster_.device)) {
   validate(cluster_);
@@ -36,9 +37,10 @@ double RooflineEstimator::compute_seconds(const Graph& graph, const Node& node) 
   for (ValueId v : node.inputs) in.push_back(graph.spec(v));
   for (ValueId v : node.outputs) out.push_back(graph.spec(v));
   const OpCost c = node.def->cost ? node.def->cost(in, out, node.attrs) : streaming_cost(in, out);
-  const DType dtype = out.empty() ? DType::f32 : out.front().dtype;
-  return std::max(c.flops / cluster_.device.flops(dtype),
-                  (c.bytes_read + c.bytes_written) / cluster_.device.memory_bandwidth);
+  // The graph's float tensors are float32; computing in another dtype moves its bytes.
+  const double scale = static_cast<double>(dtype_size(compute_)) / static_cast<double>(dtype_size(DType::f32));
+  return std::max(c.flops / cluster_.device.flops(compute_),
+                  scale * (c.bytes_read + c.bytes_written) / cluster_.device.memory_bandwidth);
 }
 
 double RooflineEstimator::memory_seconds(double bytes) const { return bytes / cluster_.device.memory_bandwidth; }

@@ -31,13 +31,15 @@ class CostEstimator {
 
 // From the ops' own cost functions (OpDef::cost: flops and bytes) and the
 // cluster's figures: a node takes max(flops / FLOP/s, bytes / memory
-// bandwidth); a collective takes what the runtime's α-β-γ cost model
+// bandwidth), at the FLOP/s of the compute dtype and with its bytes (a
+// graph is float32; under bf16 mixed precision its tensors move half the
+// bytes); a collective takes what the runtime's α-β-γ cost model
 // predicts for the algorithm it would choose (the cheapest), with α the
 // link's latency, β its inverse bandwidth and γ the device's inverse memory
 // bandwidth; a message latency + bytes / bandwidth.
 class RooflineEstimator : public CostEstimator {
  public:
-  explicit RooflineEstimator(ClusterSpec cluster);
+  explicit RooflineEstimator(ClusterSpec cluster, DType compute = DType::f32);
   double compute_seconds(const Graph& graph, const Node& node) const override;
   double memory_seconds(double bytes) const override;
   double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const override;
@@ -47,6 +49,7 @@ class RooflineEstimator : public CostEstimator {
 
  private:
   ClusterSpec cluster_;
+  DType compute_;
   comm::CostModel intra_, inter_;
 };
 

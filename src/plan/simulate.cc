@@ -98,6 +98,13 @@ Simulation simulate(const SimulationRequest& request) {
     return LinkClass::intra_node;
   };
 
+  // Activations are float32 in the graph; mixed precision keeps them in the compute dtype.
+  const double activation_scale =
+      static_cast<double>(dtype_size(request.compute)) / static_cast<double>(dtype_size(DType::f32));
+  auto activation_bytes = [&](const TensorSpec& spec) {
+    return spec.dtype == DType::f32 ? activation_scale * bytes_of(spec) : bytes_of(spec);
+  };
+
   Simulation out;
   std::vector<RankState> state(static_cast<size_t>(ranks));
   for (int r = 0; r < ranks; ++r) {
@@ -130,7 +137,7 @@ Simulation simulate(const SimulationRequest& request) {
         const Node& node = g.nodes()[static_cast<size_t>(rs->node)];
         call.group = group_of(p, rs->axis, -1);
         call.kind = *kind;
-        call.bytes = std::max(bytes_of(g.spec(node.inputs.front())), bytes_of(g.spec(node.outputs.front())));
+        call.bytes = std::max(activation_bytes(g.spec(node.inputs.front())), activation_bytes(g.spec(node.outputs.front())));
         call.axis = rs->axis;
       } else {
         continue;
@@ -222,7 +229,7 @@ Simulation simulate(const SimulationRequest& request) {
         std::vector<int> coords = p.coords;
         coords[static_cast<size_t>(send->axis)] = send->peer;
         const int to = p.strategy.mesh.rank_of(coords);
-        const double bytes = bytes_of(p.graph_of(instr.micro_batch).spec(send->value));
+        const double bytes = activation_bytes(p.graph_of(instr.micro_batch).spec(send->value));
         const LinkClass link = cluster.link_between(rank, to);
         arrivals[{rank, to, send->tag}] = start + estimator.transfer_seconds(bytes, link);
         out.bytes_sent[link] += bytes;
@@ -302,12 +309,14 @@ Simulation simulate(const SimulationRequest& request) {
   for (int r = 0; r < ranks; ++r) {
     const RankState& s = state[static_cast<size_t>(r)];
     const Program& p = *s.program;
-    double live = 0, peak = 0, updated = 0;
+    double live = 0, peak = 0, updated = 0, activations = 0, activation_peak = 0;
     for (const parallel::Buffer& b : p.buffers)
       if (b.persistent) live += static_cast<double>(b.count) * sizeof(float);
     for (const Instr& instr : p.instrs)
       if (const auto* u = std::get_if<parallel::Update>(&instr.op)) updated += static_cast<double>(u->count);
     live += updated * sizeof(float) * request.optimizer_slots;
+    // The working copy of the parameters beside the float32 master weights.
+    if (request.compute != DType::f32) live += static_cast<double>(p.param_count) * static_cast<double>(dtype_size(request.compute));
     std::map<std::pair<int, ValueId>, double> values;
     std::vector<double> buffer_live(p.buffers.size(), 0);
     for (size_t i = 0; i < p.instrs.size(); ++i) {
@@ -320,32 +329,36 @@ Simulation simulate(const SimulationRequest& request) {
       auto produce = [&](ValueId v, double bytes) {
         double& held = values[{instr.micro_batch, v}];
         live += bytes - held;
+        activations += bytes - held;
         held = bytes;
       };
       if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) {
         const Graph& g = p.graph_of(instr.micro_batch);
         const Node& node = g.nodes()[static_cast<size_t>(c->node)];
         for (size_t o = 0; o < node.outputs.size(); ++o)
-          produce(node.outputs[o], o == 0 && node.def->output_is_view ? 0 : bytes_of(g.spec(node.outputs[o])));
+          produce(node.outputs[o], o == 0 && node.def->output_is_view ? 0 : activation_bytes(g.spec(node.outputs[o])));
       } else if (const auto* rs = std::get_if<parallel::Reshard>(&instr.op)) {
         const Graph& g = p.graph_of(instr.micro_batch);
         const ValueId v = g.nodes()[static_cast<size_t>(rs->node)].outputs.front();
-        produce(v, bytes_of(g.spec(v)));
+        produce(v, activation_bytes(g.spec(v)));
       } else if (const auto* recv = std::get_if<parallel::Recv>(&instr.op)) {
-        produce(recv->value, bytes_of(p.graph_of(instr.micro_batch).spec(recv->value)));
+        produce(recv->value, activation_bytes(p.graph_of(instr.micro_batch).spec(recv->value)));
       } else if (const auto* f = std::get_if<parallel::Free>(&instr.op)) {
         live -= buffer_live[static_cast<size_t>(f->buffer)];
         buffer_live[static_cast<size_t>(f->buffer)] = 0;
       }
       peak = std::max(peak, live);
+      activation_peak = std::max(activation_peak, activations);
       for (ValueId v : s.live.values[i]) {
         auto it = values.find({instr.micro_batch, v});
         if (it == values.end()) continue;
         live -= it->second;
+        activations -= it->second;
         values.erase(it);
       }
     }
     out.peak_bytes.push_back(peak);
+    out.activation_peak_bytes.push_back(activation_peak);
   }
   return out;
 }

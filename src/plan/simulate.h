@@ -36,6 +36,10 @@ struct SimulationRequest {
   const CostEstimator* estimator = nullptr;
   bool overlap = true;       // data-axis collectives on the progress stream
   int optimizer_slots = 2;   // float32 state per updated element (AdamW: 2, SGD momentum: 1)
+  // Mixed precision: activations (and what stages and reshards move) in
+  // this dtype, and a working copy of the parameters in it beside the
+  // float32 master weights; gradients and optimizer state stay float32.
+  DType compute = DType::f32;
   bool trace = false;
 };
 
@@ -51,6 +55,7 @@ struct SimulatedEvent {
 struct Simulation {
   double step_seconds = 0;
   std::vector<double> peak_bytes;     // per rank
+  std::vector<double> activation_peak_bytes;  // per rank: the values of the local graphs alone
   std::vector<double> busy_seconds;   // per rank: computing
   std::vector<double> compute_span;   // per rank: from the start to its last compute
   double bubble_fraction = 0;         // idle share of the compute spans, over all ranks

@@ -107,5 +107,30 @@ TEST(RooflineEstimator, RingAllreduceIsTheAlphaBetaGammaFormula) {
   EXPECT_LE(roofline.collective_seconds(comm::Collective::allreduce, n, 8, LinkClass::inter_node), expected * (1 + 1e-12));
 }
 
+// bf16 mixed precision: a compute-bound matmul runs at the bf16 rate, and
+// the activations a step keeps take half the bytes (the fp32 master
+// weights, gradients and optimizer state stay, plus a bf16 working copy).
+TEST(Simulate, MixedPrecisionComputesAtTheBf16RateAndHalvesActivations) {
+  const ClusterSpec cluster = cluster_named("dgx-a100");
+  Graph g;
+  const ValueId x = g.input("x", {Shape{4096, 4096}, DType::f32});
+  const ValueId w = g.param("w", {Shape{4096, 4096}, DType::f32}, {}, true);
+  g.add1("matmul", {x, w}, {}, "big");
+  const Node& node = g.nodes().front();
+  const double f32 = RooflineEstimator(cluster).compute_seconds(g, node);
+  const double bf16 = RooflineEstimator(cluster, DType::bf16).compute_seconds(g, node);
+  EXPECT_NEAR(f32 / bf16, cluster.device.flops_bf16 / cluster.device.flops_f32, 1e-9);
+
+  const nn::Model model = nn::build_mlp({.hidden = {1024, 1024}}, 512);
+  const std::vector<parallel::Program> programs = lower_all(model, parallel::data_parallel(1, batch_input_names(model)));
+  FakeEstimator fake;
+  const Simulation full = simulate({.programs = &programs, .cluster = &cluster, .estimator = &fake});
+  const Simulation mixed =
+      simulate({.programs = &programs, .cluster = &cluster, .estimator = &fake, .compute = DType::bf16});
+  EXPECT_GT(full.activation_peak_bytes[0], 0);
+  EXPECT_DOUBLE_EQ(mixed.activation_peak_bytes[0], full.activation_peak_bytes[0] / 2);
+  EXPECT_LT(mixed.peak_bytes[0], full.peak_bytes[0]);
+}
+
 }  // namespace
 }  // namespace px::plan
