@@ -139,37 +139,11 @@ RankWork plan_work(const Context& c, Program& p) {
     }
   }
   const std::vector<int> nodes = needed_nodes(graph, wanted);
-  std::vector<bool> needed(graph.nodes().size(), false);
-  for (int n : nodes) needed[static_cast<size_t>(n)] = true;
 
-  // Values crossing cut k (between stages k and k + 1): forward values
-  // read later (sent forward), backward values read earlier (sent back).
-  std::vector<std::vector<ValueId>> forward_crossing(static_cast<size_t>(stages - 1)),
-      backward_crossing(static_cast<size_t>(stages - 1));
-  std::vector<int> first_reader(graph.values().size(), stages), last_reader(graph.values().size(), -1);
-  for (int n : nodes)
-    for (ValueId v : graph.nodes()[static_cast<size_t>(n)].inputs) {
-      first_reader[static_cast<size_t>(v)] = std::min(first_reader[static_cast<size_t>(v)], stage_of[static_cast<size_t>(n)]);
-      last_reader[static_cast<size_t>(v)] = std::max(last_reader[static_cast<size_t>(v)], stage_of[static_cast<size_t>(n)]);
-    }
-  for (size_t v = 0; v < graph.values().size(); ++v) {
-    const Value& value = graph.values()[v];
-    if (value.kind != Value::Kind::activation || !needed[static_cast<size_t>(value.producer)]) continue;
-    const int made = stage_of[static_cast<size_t>(value.producer)];
-    const bool forward = value.producer < c.forward_nodes;
-    if (forward && first_reader[v] < made)
-      fail("pipeline: '{}' is made in forward on stage {} but read on the earlier stage {}; cut elsewhere "
-           "(--stage-cuts)",
-           value.name, made, first_reader[v]);
-    if (!forward && last_reader[v] > made)
-      fail("pipeline: '{}' is made in backward on stage {} but read on the later stage {}; cut elsewhere "
-           "(--stage-cuts)",
-           value.name, made, last_reader[v]);
-    for (int k = made; forward && k < last_reader[v]; ++k)
-      forward_crossing[static_cast<size_t>(k)].push_back(static_cast<ValueId>(v));
-    for (int k = first_reader[v]; !forward && k < made; ++k)
-      backward_crossing[static_cast<size_t>(k)].push_back(static_cast<ValueId>(v));
-  }
+  // Values crossing each cut: forward values read later, backward values read earlier.
+  const StageCrossings crossings = stage_crossings(graph, c.forward_nodes, stage_of, stages, nodes);
+  const std::vector<std::vector<ValueId>>& forward_crossing = crossings.forward;
+  const std::vector<std::vector<ValueId>>& backward_crossing = crossings.backward;
   size_t width = 1;
   for (int k = 0; k + 1 < stages; ++k) {
     if (forward_crossing[static_cast<size_t>(k)].empty())

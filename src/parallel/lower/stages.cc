@@ -60,6 +60,41 @@ std::vector<double> crossing_bytes(const Graph& graph, int forward_nodes) {
 
 }  // namespace
 
+StageCrossings stage_crossings(const Graph& graph, int forward_nodes, const std::vector<int>& stage_of_node,
+                               int stages, const std::vector<int>& nodes) {
+  const size_t values = graph.values().size();
+  std::vector<bool> runs(graph.nodes().size(), false);
+  std::vector<int> first_reader(values, stages), last_reader(values, -1);
+  for (int n : nodes) {
+    runs[static_cast<size_t>(n)] = true;
+    for (ValueId v : graph.nodes()[static_cast<size_t>(n)].inputs) {
+      first_reader[static_cast<size_t>(v)] = std::min(first_reader[static_cast<size_t>(v)], stage_of_node[static_cast<size_t>(n)]);
+      last_reader[static_cast<size_t>(v)] = std::max(last_reader[static_cast<size_t>(v)], stage_of_node[static_cast<size_t>(n)]);
+    }
+  }
+  StageCrossings c;
+  c.forward.resize(static_cast<size_t>(std::max(stages - 1, 0)));
+  c.backward.resize(c.forward.size());
+  for (size_t v = 0; v < values; ++v) {
+    const Value& value = graph.values()[v];
+    if (value.kind != Value::Kind::activation || !runs[static_cast<size_t>(value.producer)]) continue;
+    const int made = stage_of_node[static_cast<size_t>(value.producer)];
+    const bool forward = value.producer < forward_nodes;
+    if (forward && first_reader[v] < made)
+      fail("pipeline: '{}' is made in forward on stage {} but read on the earlier stage {}; cut elsewhere "
+           "(--stage-cuts)",
+           value.name, made, first_reader[v]);
+    if (!forward && last_reader[v] > made)
+      fail("pipeline: '{}' is made in backward on stage {} but read on the later stage {}; cut elsewhere "
+           "(--stage-cuts)",
+           value.name, made, last_reader[v]);
+    for (int k = made; forward && k < last_reader[v]; ++k) c.forward[static_cast<size_t>(k)].push_back(static_cast<ValueId>(v));
+    for (int k = first_reader[v]; !forward && k < made; ++k)
+      c.backward[static_cast<size_t>(k)].push_back(static_cast<ValueId>(v));
+  }
+  return c;
+}
+
 StageAssignment assign_stages(const Graph& graph, int forward_nodes, const std::vector<int>& first_node) {
   const int stages = static_cast<int>(first_node.size());
   if (stages < 1 || first_node.front() != 0)
@@ -89,21 +124,13 @@ StageAssignment assign_stages(const Graph& graph, int forward_nodes, const std::
         }
     }
   }
-  // Activations read on a later stage than their producer's cross every cut between.
-  a.crossing.resize(static_cast<size_t>(stages - 1));
-  std::vector<int> last_stage(graph.values().size(), -1);
+  std::vector<int> every_node(graph.nodes().size());
+  for (size_t n = 0; n < every_node.size(); ++n) every_node[n] = static_cast<int>(n);
+  a.crossing = stage_crossings(graph, forward_nodes, a.stage_of_node, stages, every_node).forward;
   std::vector<std::set<int>> param_stages(graph.values().size());
   for (size_t n = 0; n < graph.nodes().size(); ++n)
-    for (ValueId v : graph.nodes()[n].inputs) {
-      last_stage[static_cast<size_t>(v)] = std::max(last_stage[static_cast<size_t>(v)], a.stage_of_node[n]);
+    for (ValueId v : graph.nodes()[n].inputs)
       if (graph.value(v).kind == Value::Kind::param) param_stages[static_cast<size_t>(v)].insert(a.stage_of_node[n]);
-    }
-  for (size_t v = 0; v < graph.values().size(); ++v) {
-    const Value& value = graph.values()[v];
-    if (value.kind != Value::Kind::activation || value.producer >= forward_nodes) continue;
-    for (int k = a.stage_of_node[static_cast<size_t>(value.producer)]; k < last_stage[v]; ++k)
-      a.crossing[static_cast<size_t>(k)].push_back(static_cast<ValueId>(v));
-  }
   for (ValueId p : graph.params())
     if (param_stages[static_cast<size_t>(p)].size() > 1)
       a.shared_params.push_back({p, std::vector<int>(param_stages[static_cast<size_t>(p)].begin(),

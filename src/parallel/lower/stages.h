@@ -23,8 +23,9 @@ struct StageAssignment {
   std::vector<int> first_node;     // per stage: its first forward node
   std::vector<int> stage_of_node;  // every node of the graph
   // Per cut k (between stages k and k + 1): the forward values made on
-  // stages ≤ k and read on stages > k, in value order. Inputs and
-  // parameters are not among them: every stage reads its own.
+  // stages ≤ k and read on stages > k by any node (stage_crossings over
+  // every node). Inputs and parameters are not among them: every stage
+  // reads its own.
   std::vector<std::vector<ValueId>> crossing;
   // Parameters read on more than one stage (GPT's tied wte: the embedding
   // on the first, the LM head on the last), with those stages: their
@@ -33,6 +34,17 @@ struct StageAssignment {
   double cost_of_stage(int stage) const { return cost[static_cast<size_t>(stage)]; }
   std::vector<double> cost;  // per stage: its nodes' flops + bytes moved, forward and backward
 };
+
+// The values crossing each cut k (between stages k and k + 1) when
+// `nodes` run: forward values made on stages ≤ k and read on later ones
+// (sent forward), backward values made on stages > k and read on earlier
+// ones (sent back), each in value order. px::Error for a forward value read
+// on an earlier stage or a backward one read on a later stage.
+struct StageCrossings {
+  std::vector<std::vector<ValueId>> forward, backward;
+};
+StageCrossings stage_crossings(const Graph& graph, int forward_nodes, const std::vector<int>& stage_of_node,
+                               int stages, const std::vector<int>& nodes);
 
 // The stage of every node given where each stage starts (first_node[0] ==
 // 0, increasing, each below forward_nodes). px::Error on bad starts.
