@@ -1,6 +1,5 @@
 #include "core/memory.h"
 
-#include <atomic>
 #include <malloc.h>
 
 #include <cstdlib>
@@ -8,8 +7,10 @@
 
 namespace px {
 namespace {
-std::atomic<int64_t> g_live{0};
-std::atomic<int64_t> g_peak{0};
+MemoryAccount g_process;
+thread_local MemoryAccount* t_account = nullptr;
+// The allocation's account sits in a header before the tensor's bytes; the
+// header is one alignment unit so the bytes stay 64-byte aligned.
 constexpr size_t kAlignment = 64;
 
 // A training step frees and reallocates the same activation sizes every
@@ -23,25 +24,40 @@ const bool g_heap_tuned = [] {
 }();
 }  // namespace
 
-MemoryStats memory_stats() { return {g_live.load(), g_peak.load()}; }
+void MemoryAccount::charge(int64_t bytes) {
+  const int64_t live = live_.fetch_add(bytes) + bytes;
+  int64_t peak = peak_.load();
+  while (live > peak && !peak_.compare_exchange_weak(peak, live)) {
+  }
+}
 
-void reset_peak_memory() { g_peak.store(g_live.load()); }
+MemoryAccount* new_memory_account() { return new MemoryAccount(); }  // NOLINT: lives as long as the process
+
+MemoryStats memory_stats() { return g_process.stats(); }
+void reset_peak_memory() { g_process.reset_peak(); }
+
+MemoryAccount* current_memory_account() { return t_account; }
+
+MemoryAccountScope::MemoryAccountScope(MemoryAccount* account) : previous_(t_account) { t_account = account; }
+MemoryAccountScope::~MemoryAccountScope() { t_account = previous_; }
 
 void* tracked_alloc(size_t bytes) {
-  size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
-  if (p == nullptr) throw std::bad_alloc();
-  int64_t live = g_live.fetch_add(static_cast<int64_t>(bytes)) + static_cast<int64_t>(bytes);
-  int64_t peak = g_peak.load();
-  while (live > peak && !g_peak.compare_exchange_weak(peak, live)) {
-  }
-  return p;
+  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  auto* block = static_cast<char*>(std::aligned_alloc(kAlignment, kAlignment + rounded));
+  if (block == nullptr) throw std::bad_alloc();
+  *reinterpret_cast<MemoryAccount**>(block) = t_account;
+  g_process.charge(static_cast<int64_t>(bytes));
+  if (t_account) t_account->charge(static_cast<int64_t>(bytes));
+  return block + kAlignment;
 }
 
 void tracked_free(void* ptr, size_t bytes) {
   if (ptr == nullptr) return;
-  g_live.fetch_sub(static_cast<int64_t>(bytes));
-  std::free(ptr);
+  char* block = static_cast<char*>(ptr) - kAlignment;
+  MemoryAccount* account = *reinterpret_cast<MemoryAccount**>(block);
+  g_process.charge(-static_cast<int64_t>(bytes));
+  if (account) account->charge(-static_cast<int64_t>(bytes));
+  std::free(block);
 }
 
 }  // namespace px

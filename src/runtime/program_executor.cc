@@ -388,8 +388,9 @@ StepResult ProgramExecutor::run(const StepInput& input) {
   wire_.assign(program_.instrs.size(), {});
   for (size_t a = 0; a < groups_.size(); ++a) sent_before_[a] = groups_[a] ? groups_[a]->bytes_sent() : 0;
   StepResult result;
-  const MemoryStats at_start = memory_stats();
-  reset_peak_memory();
+  // This rank's tensors: its account when it has one (in-process ranks share the process).
+  const MemoryStats at_start = account_ ? account_->stats() : memory_stats();
+  account_ ? account_->reset_peak() : reset_peak_memory();
   bool begun = false;
   const bool pipelined = program_.pipeline.axis >= 0;
   const double step_start = pipelined ? comm::now_us() : 0;
@@ -461,7 +462,7 @@ StepResult ProgramExecutor::run(const StepInput& input) {
     release_finished(false);
   }
   if (engine_) collect_engine_trace();
-  result.peak_bytes = std::max(memory_stats().peak_bytes, at_start.live_bytes);
+  result.peak_bytes = std::max((account_ ? account_->stats() : memory_stats()).peak_bytes, at_start.live_bytes);
   if (program_.loss_buffer >= 0) result.loss = buffers_[static_cast<size_t>(program_.loss_buffer)].f32()[0];
   for (size_t m = 0; m < micro; ++m) {
     std::vector<Tensor> outputs;

@@ -28,6 +28,7 @@
 #include "comm/communicator.h"
 #include "comm/compression/compressor.h"
 #include "comm/engine/comm_engine.h"
+#include "core/memory.h"
 #include "parallel/lower/liveness.h"
 #include "parallel/program.h"
 #include "runtime/optimizer.h"
@@ -78,7 +79,7 @@ struct StepInput {
 struct StepResult {
   double loss = 0;       // the global loss (summed over every rank's rows)
   double grad_norm = 0;  // before clipping (0 without a global norm)
-  int64_t peak_bytes = 0;
+  int64_t peak_bytes = 0;  // this rank's tensor bytes at most alive during the step
   // This rank's gradient bytes handed to the transport, and what a float32
   // ring allreduce of the same gradients sends (2(p-1)/p * 4n).
   comm::compression::WireStats wire;
@@ -284,6 +285,9 @@ class ProgramExecutor {
   // Forward activations alive (bytes per micro-batch and value) and their peak this step.
   std::vector<std::vector<int64_t>> held_bytes_;
   int64_t activation_bytes_ = 0, activation_peak_ = 0;
+  // The account of the thread that made the executor: this rank's tensors
+  // (nullptr: the process's, which is this rank's when it is alone).
+  MemoryAccount* account_ = current_memory_account();
   void hold(int micro, ValueId v, const Tensor& t, bool counts);
   void release(int micro, ValueId v);
 

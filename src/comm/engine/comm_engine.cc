@@ -10,6 +10,7 @@
 #include "comm/engine/agreement.h"
 #include "comm/engine/job.h"
 #include "core/error.h"
+#include "core/memory.h"
 
 namespace px::comm {
 namespace {
@@ -37,7 +38,11 @@ CommEngine::CommEngine(Communicator& group, EngineOptions options)
   (void)comm_.shared_memory();
   if (size_ > 1) (void)comm_.node_groups(options_.collective.ranks_per_node);
   now_us();  // fix the epoch before any trace
-  thread_ = std::thread([this] { progress_loop(); });
+  // The progress thread's allocations (compression, scratch) belong to the caller's rank.
+  thread_ = std::thread([this, account = current_memory_account()] {
+    MemoryAccountScope scope(account);
+    progress_loop();
+  });
 }
 
 CommEngine::~CommEngine() {

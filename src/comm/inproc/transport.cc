@@ -131,6 +131,8 @@ class Segment : public SharedSegment {
  public:
   Segment(int members, size_t bytes_per_member)
       : bytes_per_member_(bytes_per_member), total_(members * bytes_per_member) {
+    // Shared by every member: the process's memory, not the creating rank's.
+    const MemoryAccountScope shared(nullptr);
     data_ = static_cast<char*>(tracked_alloc(total_));
     std::memset(data_, 0, total_);
   }
