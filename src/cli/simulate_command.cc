@@ -48,9 +48,18 @@ void add_simulate_command(CLI::App& app) {
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_model_flags(*cmd, *flags);
   add_parallel_flags(*cmd, *flags);
-  cmd->add_option("--cluster", sim_flags->cluster, "dgx-a100, dgx-h100 (optionally :NODES) or a cluster JSON file")
+  cmd->add_option("--cluster", sim_flags->cluster,
+                  "dgx-a100, dgx-h100 (optionally :NODES), local (this host, after parallax calibrate) or a cluster "
+                  "JSON file")
       ->capture_default_str();
   cmd->add_option("--trace", sim_flags->trace, "write the simulated step as a Chrome trace");
+  flags->options.threads = 2;
+  cmd->add_option("--threads", flags->options.threads,
+                  "--cluster local: kernel threads of a lone rank, as train's (in-process ranks use 1 each)")
+      ->capture_default_str();
+  cmd->add_option("--link-gbps", flags->options.link_gbps,
+                  "--cluster local: each in-process rank's link limited to X Gb/s, as train's (0: unlimited)")
+      ->capture_default_str();
   cmd->add_option("--precision", sim_flags->precision,
                   "fp32, or bf16 mixed precision (bf16 compute and activations, fp32 master weights, gradients and "
                   "optimizer state); auto: bf16 where the device has bf16 units")
@@ -65,19 +74,21 @@ void add_simulate_command(CLI::App& app) {
     const plan::ClusterSpec cluster = plan::cluster_named(sim_flags->cluster);
     const nn::Model model = build_model(o, o.batch, true);
     const parallel::Strategy strategy = strategy_for(o, model, o.ranks);
-    std::vector<parallel::Program> programs;
-    for (int r = 0; r < strategy.mesh.ranks(); ++r)
-      programs.push_back(parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, r));
+    const std::vector<parallel::Program> programs =
+        plan::lower_all({.forward = &model.graph, .loss = model.loss}, strategy);
     const bool bf16 = sim_flags->precision == "bf16" ||
                       (sim_flags->precision == "auto" && cluster.device.flops_bf16 > 0);
     if (bf16 && cluster.device.flops_bf16 <= 0)
       fail("--precision bf16: the cluster's {} has no bf16 FLOP/s (device.flops_bf16 is 0)", cluster.device.name);
     const DType compute = bf16 ? DType::bf16 : DType::f32;
-    const plan::RooflineEstimator estimator(cluster, compute);
+    // On the local spec: in-process ranks of one kernel thread each, as train runs them.
+    const std::unique_ptr<plan::CostEstimator> estimator = plan::make_estimator(
+        cluster, compute,
+        {.ranks = o.ranks, .threads = o.ranks > 1 ? 1 : o.threads, .link_gbps = o.link_gbps, .collective = o.sync.collective});
     const plan::Simulation sim =
         plan::simulate({.programs = &programs,
                         .cluster = &cluster,
-                        .estimator = &estimator,
+                        .estimator = estimator.get(),
                         .overlap = o.sync.overlap,
                         .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size()),
                         .compute = compute,

@@ -1,5 +1,7 @@
 #include "plan/cluster.h"
 
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -74,7 +76,7 @@ void validate(const ClusterSpec& c) {
 }
 
 nlohmann::json to_json(const ClusterSpec& c) {
-  return {{"name", c.name},
+  nlohmann::json json{{"name", c.name},
           {"nodes", c.nodes},
           {"devices_per_node", c.devices_per_node},
           {"device",
@@ -86,10 +88,15 @@ nlohmann::json to_json(const ClusterSpec& c) {
           {"intra_node", link_json(c.intra_node)},
           {"inter_node", link_json(c.inter_node)},
           {"host", c.host}};
+  if (c.devices_share_memory) json["devices_share_memory"] = true;
+  if (c.profile) json["profile"] = to_json(*c.profile);
+  return json;
 }
 
 ClusterSpec cluster_from_json(const nlohmann::json& json) {
-  json_fields::check_keys("cluster", json, "the cluster", {"name", "nodes", "devices_per_node", "device", "intra_node", "inter_node", "host"});
+  json_fields::check_keys("cluster", json, "the cluster",
+                          {"name", "nodes", "devices_per_node", "device", "intra_node", "inter_node", "host",
+                           "devices_share_memory", "profile"});
   ClusterSpec c;
   c.name = json_fields::field<std::string>("cluster", json, "cluster", "name", "");
   c.nodes = json_fields::field<int>("cluster", json, "cluster", "nodes", 1);
@@ -106,6 +113,8 @@ ClusterSpec cluster_from_json(const nlohmann::json& json) {
   if (json.contains("intra_node")) c.intra_node = link_from(json.at("intra_node"), "intra_node");
   if (json.contains("inter_node")) c.inter_node = link_from(json.at("inter_node"), "inter_node");
   c.host = json_fields::field<std::string>("cluster", json, "cluster", "host", "");
+  c.devices_share_memory = json_fields::field<bool>("cluster", json, "cluster", "devices_share_memory", false);
+  if (json.contains("profile")) c.profile = profile_from_json(json.at("profile"));
   validate(c);
   return c;
 }
@@ -118,19 +127,19 @@ ClusterSpec cluster_named(const std::string& spec) {
     c = dgx_a100();
   } else if (name == "dgx-h100") {
     c = dgx_h100();
+  } else if (spec == "local") {
+    const std::string path = local_cluster_path();
+    if (!std::filesystem::exists(path))
+      fail("--cluster local: this host has not been calibrated ('{}' does not exist); run 'parallax calibrate' "
+           "first",
+           path);
+    return load_cluster(path);
   } else {
-    std::ifstream in(spec);
-    if (!in)
-      fail("--cluster '{}' is neither a preset (dgx-a100, dgx-h100, optionally :NODES as in dgx-a100:64) nor a "
-           "readable cluster JSON file",
+    if (!std::filesystem::exists(spec))
+      fail("--cluster '{}' is neither a preset (dgx-a100, dgx-h100, optionally :NODES as in dgx-a100:64; local) nor "
+           "a readable cluster JSON file",
            spec);
-    nlohmann::json json;
-    try {
-      json = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      fail("cluster file '{}' is not valid JSON: {}", spec, e.what());
-    }
-    return cluster_from_json(json);
+    return load_cluster(spec);
   }
   if (colon != std::string::npos) {
     const std::string count = spec.substr(colon + 1);
@@ -147,6 +156,29 @@ ClusterSpec cluster_named(const std::string& spec) {
   }
   validate(c);
   return c;
+}
+
+std::string local_cluster_path() {
+  const char* cache = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string base = cache && *cache ? cache : (home ? std::string(home) + "/.cache" : ".");
+  return base + "/parallax/local-cluster.json";
+}
+
+ClusterSpec load_cluster(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("cannot read cluster file '{}'", path);
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("cluster file '{}' is not valid JSON: {}", path, e.what());
+  }
+  try {
+    return cluster_from_json(json);
+  } catch (const Error& e) {
+    fail("cluster file '{}': {}", path, e.what());
+  }
 }
 
 }  // namespace px::plan

@@ -10,11 +10,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/dtype.h"
+#include "plan/profile.h"
 
 namespace px::plan {
 
@@ -46,6 +48,11 @@ struct ClusterSpec {
   LinkSpec intra_node;  // between devices of one node
   LinkSpec inter_node;  // between nodes
   std::string host;     // the host CPU, for people
+  // The devices of a node share its memory (in-process ranks on one host):
+  // device.memory_bytes is the node's, for all its ranks together.
+  bool devices_share_memory = false;
+  // What `parallax calibrate` measured (the `local` spec); absent on presets.
+  std::optional<HostProfile> profile;
 
   int devices() const { return nodes * devices_per_node; }
   int node_of(int rank) const { return rank / devices_per_node; }
@@ -64,8 +71,14 @@ nlohmann::json to_json(const ClusterSpec& cluster);
 ClusterSpec cluster_from_json(const nlohmann::json& json);
 
 // "dgx-a100", "dgx-h100" (vendor figures; docs/planner.md names the
-// sources), optionally ":N" for N nodes ("dgx-a100:64"), or a path to a
-// cluster JSON file. px::Error names the presets otherwise.
+// sources), optionally ":N" for N nodes ("dgx-a100:64"), "local" (this
+// host as `parallax calibrate` saved it), or a path to a cluster JSON file.
+// px::Error names the presets otherwise.
 ClusterSpec cluster_named(const std::string& spec);
+
+// Where `parallax calibrate` saves the local spec and "local" reads it:
+// $XDG_CACHE_HOME/parallax/local-cluster.json (~/.cache without it).
+std::string local_cluster_path();
+ClusterSpec load_cluster(const std::string& path);
 
 }  // namespace px::plan

@@ -63,6 +63,59 @@ double RooflineEstimator::transfer_seconds(double bytes, LinkClass link) const {
   return l.latency + bytes / l.bandwidth;
 }
 
+ProfiledEstimator::ProfiledEstimator(ClusterSpec cluster, Options options)
+    : cluster_(std::move(cluster)), options_(options) {
+  validate(cluster_);
+  if (!cluster_.profile) fail("cluster '{}' has no calibrated profile; run 'parallax calibrate'", cluster_.name);
+  measured_ = cluster_.profile->comm;
+  chooser_ = comm::default_cost_model("inproc");
+  if (options_.link_gbps > 0) measured_.transport.beta = std::max(measured_.transport.beta, 8 / (options_.link_gbps * 1e9));
+}
+
+double ProfiledEstimator::compute_seconds(const Graph& graph, const Node& node) const {
+  const HostProfile& profile = *cluster_.profile;
+  const OpCost cost = node_cost(graph, node);
+  const bool memory_bound = cost.flops / profile.flops < (cost.bytes_read + cost.bytes_written) / profile.memory_bandwidth;
+  return kernel_seconds(profile, graph, node, options_.threads) * contention(profile, options_.ranks, memory_bound);
+}
+
+double ProfiledEstimator::memory_seconds(double bytes) const {
+  const HostProfile& profile = *cluster_.profile;
+  return bytes / profile.memory_bandwidth * contention(profile, options_.ranks, true);
+}
+
+double ProfiledEstimator::collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass) const {
+  if (ranks <= 1) return 0;
+  const bool limited = options_.link_gbps > 0;
+  comm::CostQuery query{.collective = kind, .algorithm = options_.collective.algorithm, .bytes = bytes,
+                        .ranks = ranks, .servers = options_.collective.servers,
+                        .ranks_per_node = options_.collective.ranks_per_node};
+  if (query.algorithm == comm::Algorithm::automatic) {
+    double best = std::numeric_limits<double>::infinity();
+    for (comm::Algorithm a : comm::algorithms_for(kind)) {
+      if (a == comm::Algorithm::native || (limited && a == comm::Algorithm::shared_memory)) continue;
+      comm::CostQuery candidate = query;
+      candidate.algorithm = a;
+      const double t = comm::predicted_seconds(chooser_, candidate);
+      if (t < best) {
+        best = t;
+        query.algorithm = a;
+      }
+    }
+  }
+  return comm::predicted_seconds(measured_, query);
+}
+
+double ProfiledEstimator::transfer_seconds(double bytes, LinkClass) const {
+  return measured_.transport.alpha + bytes * measured_.transport.beta;
+}
+
+std::unique_ptr<CostEstimator> make_estimator(const ClusterSpec& cluster, DType compute,
+                                              const ProfiledEstimator::Options& local) {
+  if (cluster.profile) return std::make_unique<ProfiledEstimator>(cluster, local);
+  return std::make_unique<RooflineEstimator>(cluster, compute);
+}
+
 double FakeEstimator::compute_seconds(const Graph&, const Node& node) const {
   auto it = per_op.find(std::string(node.op()));
   return it == per_op.end() ? per_node : it->second;

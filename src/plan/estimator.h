@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 
 #include "comm/collectives.h"
@@ -52,6 +53,41 @@ class RooflineEstimator : public CostEstimator {
   DType compute_;
   comm::CostModel intra_, inter_;
 };
+
+// This host, from `parallax calibrate`'s profile (cluster.profile, the
+// `local` spec; plan/profile.h): a node takes its timed (or interpolated)
+// seconds, a memory pass bytes / the streamed bandwidth, each slowed by the
+// contention of `ranks` in-process ranks computing at once on the host's
+// cores. A collective takes the measured α-β-γ model's time for the
+// algorithm the runtime would run: `collective.algorithm`, or with
+// automatic the one the communicator's built-in model picks (what
+// Algorithm::automatic does in a run). With a link limit (--link-gbps) every
+// byte sent costs at least 8 / (Gb/s · 1e9) seconds and no shared memory is
+// used, as the limited in-process transport does.
+class ProfiledEstimator : public CostEstimator {
+ public:
+  struct Options {
+    int ranks = 1;               // in-process ranks computing at once
+    int threads = 1;             // kernel threads a rank
+    double link_gbps = 0;        // 0: unlimited
+    comm::CollectiveOptions collective;
+  };
+  ProfiledEstimator(ClusterSpec cluster, Options options);
+  double compute_seconds(const Graph& graph, const Node& node) const override;
+  double memory_seconds(double bytes) const override;
+  double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const override;
+  double transfer_seconds(double bytes, LinkClass link) const override;
+
+ private:
+  ClusterSpec cluster_;
+  Options options_;
+  comm::CostModel measured_;  // the profile's, with the link limit
+  comm::CostModel chooser_;   // what the runtime's communicator picks algorithms by
+};
+
+// The estimator a cluster calls for: its profile's when calibrated, else its roofline.
+std::unique_ptr<CostEstimator> make_estimator(const ClusterSpec& cluster, DType compute,
+                                              const ProfiledEstimator::Options& local = {});
 
 // A table for tests: each node costs its op's entry (or `per_node`),
 // memory passes `per_byte` a byte, collectives and messages

@@ -81,6 +81,12 @@ struct RankState {
 
 }  // namespace
 
+std::vector<parallel::Program> lower_all(const parallel::LowerRequest& request, const parallel::Strategy& strategy) {
+  std::vector<parallel::Program> programs;
+  for (int r = 0; r < strategy.mesh.ranks(); ++r) programs.push_back(parallel::lower(request, strategy, r));
+  return programs;
+}
+
 Simulation simulate(const SimulationRequest& request) {
   PX_CHECK(request.programs && request.cluster && request.estimator, "simulate: incomplete request");
   const std::vector<Program>& programs = *request.programs;
@@ -315,6 +321,10 @@ Simulation simulate(const SimulationRequest& request) {
     for (const Instr& instr : p.instrs)
       if (const auto* u = std::get_if<parallel::Update>(&instr.op)) updated += static_cast<double>(u->count);
     live += updated * sizeof(float) * request.optimizer_slots;
+    // The step's batch: this rank's rows of every batch input, fed whole before the step.
+    for (const parallel::MicroBatch& m : p.micro_batches)
+      if (m.graph >= 0)
+        for (ValueId v : p.batch_inputs) live += bytes_of(p.graphs[static_cast<size_t>(m.graph)].spec(v));
     // The working copy of the parameters beside the float32 master weights.
     if (request.compute != DType::f32) live += static_cast<double>(p.param_count) * static_cast<double>(dtype_size(request.compute));
     std::map<std::pair<int, ValueId>, double> values;

@@ -14,8 +14,8 @@
 // takes comes from a CostEstimator (plan/estimator.h), the link from where
 // the group's ranks sit on the cluster (cluster.h).
 //
-// Memory is the executor's allocation order: the persistent buffers and the
-// optimizer's state, every buffer instance from its first write to its
+// Memory is the executor's allocation order: the persistent buffers, the
+// optimizer's state and the step's batch, every buffer instance from its first write to its
 // Free, and every activation from its production to its last read
 // (parallel/lower/liveness.h).
 #pragma once
@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/lower.h"
 #include "parallel/program.h"
 #include "plan/cluster.h"
 #include "plan/estimator.h"
@@ -63,6 +64,9 @@ struct Simulation {
   double flops = 0;                   // executed by every rank together
   std::vector<SimulatedEvent> trace;  // with request.trace
 };
+
+// Every rank's Program of `strategy` (parallel/lower.h), in rank order.
+std::vector<parallel::Program> lower_all(const parallel::LowerRequest& request, const parallel::Strategy& strategy);
 
 // px::Error when the programs' mesh does not fit the cluster, or the
 // replay cannot finish (a rank waits for a message or collective no one

@@ -102,6 +102,11 @@ struct TimedBatch {
 int find_disturbed(std::vector<std::vector<TimedBatch>>& batches, const std::vector<int>& family,
                    double max_drift);
 
+// Collective over comm: the link parameters alpha, beta, gamma of the
+// transport and the shared segment, measured in cache (seconds); the
+// algorithms' fits are left empty (their defaults).
+CostModel measure_links(Communicator& comm, const ProgressFn& progress);
+
 // Collective over comm: measures link parameters (alpha, beta, gamma for the
 // transport and the shared segment) and fits each allreduce algorithm's
 // factors to times measured at `sizes`; returns the tuned model (equal on

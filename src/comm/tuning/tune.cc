@@ -186,11 +186,10 @@ CostModel fit_allreduce_model(const CostModel& links, const std::vector<Benchmar
   return best;
 }
 
-namespace {
-
-// The link parameters alpha, beta, gamma of the transport and the shared
-// segment, measured in cache; the fits are left empty. Collective.
-CostModel measure_links(Communicator& comm, const ProgressFn& say) {
+CostModel measure_links(Communicator& comm, const ProgressFn& progress) {
+  auto say = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
   CostModel model = default_cost_model(comm.backend());
   model.fits.clear();
   if (comm.size() < 2) return model;
@@ -217,6 +216,8 @@ CostModel measure_links(Communicator& comm, const ProgressFn& say) {
   }
   return model;
 }
+
+namespace {
 
 // Fits `links` to the sweep and reports the fit; the model every rank uses.
 CostModel fit_sweep(Communicator& comm, const CostModel& links,

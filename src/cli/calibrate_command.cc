@@ -1,0 +1,162 @@
+// `parallax calibrate`: measures this host into the `local` cluster spec
+// (plan/profile.h): one rank's GEMM and streaming rates, how kernels slow
+// down when ranks share the cores, the in-process transport's α-β-γ, and
+// the time of every kernel the planner's candidate strategies for a model
+// run (on up to --max-ranks ranks), each at its local shapes. Kernels
+// already in the saved spec are kept, so calibrating several models adds
+// them up; --fresh starts over.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/train_flags.h"
+#include "comm/backends.h"
+#include "comm/tuning/benchmark.h"
+#include "kernels/threads.h"
+#include "parallel/lower.h"
+#include "plan/calibrate.h"
+#include "plan/candidates.h"
+#include "plan/cluster.h"
+#include "runtime/atomic_file.h"
+#include "runtime/task.h"
+#include "runtime/trainer.h"
+
+namespace px::cli {
+namespace {
+
+struct CalibrateFlags {
+  std::string out;
+  int max_ranks = 4;
+  std::string comm = "quick";
+  bool fresh = false;
+};
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "this host's CPU";
+}
+
+double available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  while (in >> key >> kib) {
+    if (key == "MemAvailable:") return kib * 1024;
+    in.ignore(1 << 10, '\n');
+  }
+  return 8e9;  // no /proc/meminfo: a guess the user can edit in the file
+}
+
+// The in-process transport between two ranks: links only (quick) or every
+// allreduce algorithm's fit too (tune, minutes).
+comm::CostModel measure_comm(const std::string& how, const plan::CalibrationProgress& say) {
+  comm::CostModel model;
+  comm::run_inproc(2, [&](comm::Communicator& world) {
+    const auto progress = [&](const std::string& line) {
+      if (world.rank() == 0) say("comm: " + line);
+    };
+    comm::CostModel m = how == "tune" ? comm::tune_cost_model(world, comm::default_tuning_sizes(), progress)
+                                      : comm::measure_links(world, progress);
+    if (world.rank() == 0) model = m;
+  });
+  return model;
+}
+
+}  // namespace
+
+void add_calibrate_command(CLI::App& app) {
+  auto flags = std::make_shared<TrainFlags>();
+  auto cal = std::make_shared<CalibrateFlags>();
+  CLI::App* cmd = app.add_subcommand("calibrate", "measure this host into the 'local' cluster spec the planner uses");
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_model_flags(*cmd, *flags);
+  add_parallel_flags(*cmd, *flags);
+  cmd->add_option("--out", cal->out, "where to save the spec (default: what --cluster local reads, " +
+                                         plan::local_cluster_path() + ")");
+  cmd->add_option("--max-ranks", cal->max_ranks, "time the kernels of the candidate strategies on 1 .. this many ranks")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--comm", cal->comm,
+                  "the transport's cost model: quick (links by ping-pong, seconds), tune (every algorithm fitted, "
+                  "minutes) or keep (the saved spec's)")
+      ->check(CLI::IsMember({"quick", "tune", "keep"}))
+      ->capture_default_str();
+  cmd->add_flag("--fresh", cal->fresh, "start a new profile instead of adding to the saved one");
+  flags->options.threads = 2;  // train's default for a lone rank
+  cmd->add_option("--threads", flags->options.threads, "kernel threads of a lone rank (in-process ranks use 1 each)")
+      ->capture_default_str();
+  cmd->callback([flags, cal] {
+    apply(*flags);
+    TrainOptions& o = flags->options;
+    if (o.sync.mesh_ranks > 0) o.ranks = o.sync.mesh_ranks;
+    validate(o);
+    const int lone_threads = o.threads;
+    const std::string path = cal->out.empty() ? plan::local_cluster_path() : cal->out;
+    auto say = [](const std::string& line) { std::cout << line << std::endl; };
+
+    std::optional<plan::ClusterSpec> saved;
+    if (!cal->fresh && std::filesystem::exists(path)) saved = plan::load_cluster(path);
+    plan::HostProfile profile = saved && saved->profile ? *saved->profile : plan::HostProfile{};
+    const plan::CalibrationOptions options{.max_ranks = std::max(cal->max_ranks, o.ranks)};
+    plan::measure_host(profile, options, say);
+    if (cal->comm == "keep" && !(saved && saved->profile)) fail("--comm keep: '{}' holds no profile to keep", path);
+    if (cal->comm != "keep") profile.comm = measure_comm(cal->comm, say);
+
+    // The kernels of every candidate on 1 .. max ranks, and of the strategy the flags give.
+    const nn::Model model = build_model(o, o.batch, true);
+    std::vector<parallel::Strategy> strategies{strategy_for(o, model, o.ranks)};
+    for (int r = 1; r <= options.max_ranks; ++r)
+      for (parallel::Strategy& s : plan::grid(model.graph, {.ranks = r,
+                                                            .batch = o.batch,
+                                                            .batch_inputs = batch_input_names(model),
+                                                            .zero = false,
+                                                            .recompute = false,
+                                                            .schedules = false}))
+        strategies.push_back(std::move(s));
+    // In-process ranks run one kernel thread each; a lone rank runs --threads (train's default: 2).
+    std::vector<parallel::Program> alone, shared;
+    for (const parallel::Strategy& s : strategies)
+      for (int r = 0; r < s.mesh.ranks(); ++r) {
+        try {
+          (s.mesh.ranks() == 1 ? alone : shared)
+              .push_back(parallel::lower({.forward = &model.graph, .loss = model.loss}, s, r));
+        } catch (const Error&) {
+          break;  // a candidate this model cannot take (e.g. more stages than cut points)
+        }
+      }
+    int timed = 0;
+    kernels::set_threads(lone_threads);
+    timed += plan::time_kernels(profile, alone, options, say);
+    kernels::set_threads(1);
+    timed += plan::time_kernels(profile, shared, options, say);
+    say(fmt::format("{} strategies, {} programs: timed {} new kernels ({} in the profile)", strategies.size(),
+                    alone.size() + shared.size(), timed, profile.kernels.size()));
+
+    const comm::LinkCost& link = profile.comm.transport;
+    plan::ClusterSpec local{
+        .name = "local",
+        .nodes = 1,
+        .devices_per_node = 64,  // ranks are threads: any number runs, slowed by contention
+        .device = {.name = fmt::format("{} rank", cpu_model()),
+                   .flops_f32 = profile.flops,
+                   .flops_bf16 = 0,
+                   .memory_bytes = available_memory_bytes(),
+                   .memory_bandwidth = profile.memory_bandwidth},
+        .intra_node = {.name = "in-process transport", .bandwidth = 1 / link.beta, .latency = link.alpha},
+        .inter_node = {.name = "in-process transport", .bandwidth = 1 / link.beta, .latency = link.alpha},
+        .host = fmt::format("{} ({} cores)", cpu_model(), profile.cores),
+        .devices_share_memory = true,
+        .profile = std::move(profile)};
+    plan::validate(local);
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+    write_file_atomically(path, plan::to_json(local).dump(1) + "\n");
+    say(fmt::format("saved the local cluster spec to '{}' (use it with --cluster local)", path));
+  });
+}
+
+}  // namespace px::cli

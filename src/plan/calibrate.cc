@@ -1,0 +1,168 @@
+#include "plan/calibrate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "graph/op.h"
+#include "kernels/gemm.h"
+#include "kernels/threads.h"
+
+namespace px::plan {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Per-call seconds of `run`: batches of calls lasting at least batch_seconds, the median batch.
+double time_calls(const std::function<void()>& run, const CalibrationOptions& options) {
+  run();  // warm: first-touch pages, caches, pools
+  std::vector<double> per_call;
+  for (int b = 0; b < std::max(1, options.batches); ++b) {
+    const double start = now_seconds();
+    int calls = 0;
+    double elapsed = 0;
+    do {
+      run();
+      ++calls;
+      elapsed = now_seconds() - start;
+    } while (elapsed < options.batch_seconds);
+    per_call.push_back(elapsed / calls);
+  }
+  std::nth_element(per_call.begin(), per_call.begin() + static_cast<long>(per_call.size() / 2), per_call.end());
+  return per_call[per_call.size() / 2];
+}
+
+// One rank's compute-bound and memory-bound work, on its own buffers.
+constexpr int64_t kGemm = 384;                // a square GEMM's side
+constexpr int64_t kStream = 4 << 20;          // floats per streamed array (16 MiB, past the cache)
+struct Work {
+  std::vector<float> a, b, c;
+  explicit Work(int64_t n) : a(static_cast<size_t>(n), 1.0f), b(static_cast<size_t>(n), 0.5f), c(static_cast<size_t>(n)) {}
+  void gemm() { kernels::gemm(false, false, kGemm, kGemm, kGemm, 1, a.data(), kGemm, b.data(), kGemm, 0, c.data(), kGemm); }
+  void stream() {
+    for (size_t i = 0; i < c.size(); ++i) c[i] = a[i] + b[i];
+  }
+};
+constexpr double kGemmFlops = 2.0 * kGemm * kGemm * kGemm;
+constexpr double kStreamBytes = 3.0 * kStream * sizeof(float);
+
+// Seconds per call of `work` when k threads run it at once (the slowest thread's mean).
+double concurrent_seconds(int k, bool memory, int calls) {
+  std::vector<double> seconds(static_cast<size_t>(k));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < k; ++t)
+    threads.emplace_back([&, t] {
+      Work w(memory ? kStream : kGemm * kGemm);
+      memory ? w.stream() : w.gemm();
+      const double start = now_seconds();
+      for (int i = 0; i < calls; ++i) memory ? w.stream() : w.gemm();
+      seconds[static_cast<size_t>(t)] = (now_seconds() - start) / calls;
+    });
+  for (std::thread& t : threads) t.join();
+  return *std::max_element(seconds.begin(), seconds.end());
+}
+
+void fill(Tensor& t, Rng& rng) {
+  if (t.dtype() == DType::f32) {
+    for (float& x : t.span<float>()) x = static_cast<float>(0.5 + rng.uniform());  // positive: logs and roots
+  } else {
+    std::memset(t.raw(), 0, t.nbytes());  // index 0 is valid for every index input
+  }
+}
+
+}  // namespace
+
+void measure_host(HostProfile& profile, const CalibrationOptions& options, const CalibrationProgress& progress) {
+  auto say = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
+  profile.cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads = kernels::threads();
+  kernels::set_threads(1);  // one rank's thread
+  Work gemm(kGemm * kGemm), stream(kStream);
+  const double gemm_alone = time_calls([&] { gemm.gemm(); }, options);
+  const double stream_alone = time_calls([&] { stream.stream(); }, options);
+  profile.flops = kGemmFlops / gemm_alone;
+  profile.memory_bandwidth = kStreamBytes / stream_alone;
+  say(fmt::format("one rank: {:.1f} GFLOP/s ({}x{} GEMM), {:.1f} GB/s streamed; {} cores", profile.flops / 1e9, kGemm,
+                  kGemm, profile.memory_bandwidth / 1e9, profile.cores));
+  profile.contention_compute = {1};
+  profile.contention_memory = {1};
+  // Calls that last about options.batch_seconds alone; k ranks at once, the median of the batches.
+  const int gemm_calls = std::max(2, static_cast<int>(4 * options.batch_seconds / gemm_alone));
+  const int stream_calls = std::max(2, static_cast<int>(4 * options.batch_seconds / stream_alone));
+  for (int k = 2; k <= options.max_ranks; ++k) {
+    std::vector<double> g, m;
+    for (int b = 0; b < std::max(1, options.batches); ++b) {
+      g.push_back(concurrent_seconds(k, false, gemm_calls) / gemm_alone);
+      m.push_back(concurrent_seconds(k, true, stream_calls) / stream_alone);
+    }
+    std::sort(g.begin(), g.end());
+    std::sort(m.begin(), m.end());
+    profile.contention_compute.push_back(std::max(1.0, g[g.size() / 2]));
+    profile.contention_memory.push_back(std::max(1.0, m[m.size() / 2]));
+    say(fmt::format("{} ranks at once: compute x{:.2f}, memory x{:.2f}", k, profile.contention_compute.back(),
+                    profile.contention_memory.back()));
+  }
+  kernels::set_threads(threads);
+}
+
+int time_kernels(HostProfile& profile, const std::vector<parallel::Program>& programs,
+                 const CalibrationOptions& options, const CalibrationProgress& progress) {
+  PX_CHECK(profile.flops > 0 && profile.memory_bandwidth > 0, "time_kernels: measure_host first");
+  struct Pending {
+    const parallel::Program* program;
+    int graph;
+    int node;
+  };
+  const int threads = kernels::threads();
+  std::map<std::string, Pending> pending;
+  for (const parallel::Program& p : programs)
+    for (const parallel::Instr& instr : p.instrs)
+      if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) {
+        const int graph = p.micro_batches.at(static_cast<size_t>(instr.micro_batch)).graph;
+        const Graph& g = p.graphs.at(static_cast<size_t>(graph));
+        const std::string key = kernel_key(g, g.nodes()[static_cast<size_t>(c->node)], threads);
+        if (!profile.kernels.count(key)) pending.emplace(key, Pending{&p, graph, c->node});
+      }
+  Rng rng(7);
+  int done = 0;
+  for (const auto& [key, at] : pending) {
+    const Graph& g = at.program->graphs[static_cast<size_t>(at.graph)];
+    const std::vector<ShardBox>& boxes = at.program->boxes[static_cast<size_t>(at.graph)];
+    const Node& node = g.nodes()[static_cast<size_t>(at.node)];
+    std::vector<Tensor> inputs, outputs;
+    OpContext context{.seed = 1, .inputs = {}, .outputs = {}};
+    for (ValueId v : node.inputs) {
+      inputs.push_back(Tensor::empty(g.spec(v).shape, g.spec(v).dtype));
+      fill(inputs.back(), rng);
+      context.inputs.push_back(boxes[static_cast<size_t>(v)]);
+    }
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      const TensorSpec& spec = g.spec(node.outputs[o]);
+      outputs.push_back(o == 0 && node.def->output_is_view ? inputs.front().reshape(spec.shape)
+                                                           : Tensor::empty(spec.shape, spec.dtype));
+      context.outputs.push_back(boxes[static_cast<size_t>(node.outputs[o])]);
+    }
+    std::vector<const Tensor*> in;
+    std::vector<Tensor*> out;
+    for (const Tensor& t : inputs) in.push_back(&t);
+    for (Tensor& t : outputs) out.push_back(&t);
+    const double seconds = time_calls([&] { node.def->forward(context, node.attrs, in, out); }, options);
+    profile.kernels[key] = {.op = node.op(),
+                            .threads = threads,
+                            .roofline = roofline_seconds(profile, node_cost(g, node)),
+                            .seconds = seconds};
+    if (progress && (++done % 20 == 0 || done == static_cast<int>(pending.size())))
+      progress(fmt::format("timed {} of {} kernels", done, pending.size()));
+  }
+  return static_cast<int>(pending.size());
+}
+
+}  // namespace px::plan

@@ -1,0 +1,102 @@
+#include "plan/candidates.h"
+
+#include <set>
+
+#include "core/error.h"
+#include "parallel/tensor_parallel.h"
+
+namespace px::plan {
+namespace {
+
+// Layers of the model: node scopes "h.<i>" (GPT blocks), else the nodes'
+// first name parts (an MLP's fc<i>, a CNN's conv<i>).
+int layer_count(const Graph& graph) {
+  std::set<std::string> layers;
+  for (const Node& n : graph.nodes()) {
+    if (n.origin >= 0 || n.name.empty()) continue;
+    const std::string head = n.name.substr(0, n.name.find('.'));
+    if (head == "h") {
+      const size_t second = n.name.find('.', 2);
+      layers.insert(n.name.substr(0, second));
+    } else {
+      layers.insert(head);
+    }
+  }
+  return static_cast<int>(layers.size());
+}
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+}  // namespace
+
+std::string describe(const parallel::Strategy& s) {
+  const int pp = s.pipeline_ranks(), dp = s.data_ranks(), tp = s.mesh.ranks() / pp / dp;
+  bool sp = false;
+  for (const parallel::PlacementSeed& seed : s.seeds) sp = sp || seed.value == "embed";  // sequence-parallel seeds
+  std::string text = fmt::format("pp={} dp={} tp={}{}", pp, dp, tp, sp ? " sp" : "");
+  if (s.micro_batches > 1) text += fmt::format(" M={}", s.micro_batches);
+  if (pp > 1) text += fmt::format(" {}", parallel::pipeline_kind_name(s.pipeline.schedule));
+  if (s.zero_stage > 0) text += fmt::format(" zero={}", s.zero_stage);
+  if (s.lowering.recompute != parallel::Recompute::none)
+    text += fmt::format(" recompute={}", parallel::recompute_name(s.lowering.recompute));
+  return text;
+}
+
+std::vector<parallel::Strategy> grid(const Graph& graph, const SearchSpace& space) {
+  PX_CHECK_GE(space.ranks, 1);
+  const int layers = layer_count(graph);
+  std::vector<parallel::Strategy> out;
+  for (int pp : divisors(space.ranks)) {
+    if (pp > 1 && (!space.pipeline || layers < 2 * pp)) continue;
+    for (int tp : divisors(space.ranks / pp)) {
+      if (tp > 1 && !space.tensor) continue;
+      const int dp = space.ranks / pp / tp;
+      const int64_t rows = space.batch / dp;  // a data rank's rows (the first ranks may hold one more)
+      if (rows < 1) continue;
+      for (bool sp : {false, true}) {
+        if (sp && (tp == 1 || !space.tensor)) continue;
+        parallel::Strategy base;
+        try {
+          base = tp > 1 ? parallel::tensor_parallel(graph, dp, tp, space.batch_inputs, sp)
+                        : parallel::data_parallel(dp, space.batch_inputs);
+        } catch (const Error&) {
+          continue;  // the model has no layers Megatron's rules split
+        }
+        for (int m = 1; m <= std::min<int64_t>(rows, space.max_micro_batches); m *= 2) {
+          std::vector<parallel::PipelineKind> kinds{parallel::PipelineKind::one_f_one_b};
+          if (pp > 1 && space.schedules) kinds = {parallel::PipelineKind::gpipe, parallel::PipelineKind::one_f_one_b,
+                                                  parallel::PipelineKind::zb_h1};
+          if (pp == 1 && m > 1) continue;  // accumulation alone only slows a step down
+          for (parallel::PipelineKind kind : kinds) {
+            for (int zero = 0; zero <= (space.zero && dp > 1 ? 3 : 0); ++zero) {
+              if (zero == 3 && pp > 1) continue;  // refused with stages (docs/pipeline_parallel.md)
+              for (parallel::Recompute r : {parallel::Recompute::none, parallel::Recompute::selective,
+                                            parallel::Recompute::full}) {
+                if (r != parallel::Recompute::none && !space.recompute) continue;
+                parallel::Strategy s = base;
+                s.zero_stage = zero;
+                s.micro_batches = m;
+                s.lowering.recompute = r;
+                if (pp > 1) s = parallel::with_pipeline(std::move(s), pp, {.schedule = kind});
+                try {
+                  parallel::validate(s);
+                } catch (const Error&) {
+                  continue;
+                }
+                out.push_back(std::move(s));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace px::plan

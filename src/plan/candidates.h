@@ -1,0 +1,35 @@
+// The grid of strategies the planner considers for a model on some ranks:
+// every mesh pp x dp x tp that multiplies to the ranks (tensor parallelism
+// only on models Megatron's rules split, with and without sequence
+// parallelism; pipelines only with at least two layers a stage), the
+// micro-batch counts 1, 2, 4, ... up to the rows a data rank holds, the
+// schedules, ZeRO stages and recomputation. Strategies that do not
+// validate or lower are left out by the caller that lowers them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "parallel/strategy.h"
+
+namespace px::plan {
+
+struct SearchSpace {
+  int ranks = 1;
+  int64_t batch = 1;  // global rows
+  std::vector<std::string> batch_inputs;
+  int max_micro_batches = 16;
+  bool tensor = true;      // tp > 1 (and sequence parallelism)
+  bool pipeline = true;    // pp > 1
+  bool zero = true;        // ZeRO stages 1-3 besides 0
+  bool recompute = true;   // selective and full besides none
+  bool schedules = true;   // every schedule; else 1F1B only
+};
+
+// What the candidate is, for tables: "pp=2 dp=1 tp=2 sp M=4 1f1b zero=1 recompute=full".
+std::string describe(const parallel::Strategy& strategy);
+
+std::vector<parallel::Strategy> grid(const Graph& graph, const SearchSpace& space);
+
+}  // namespace px::plan

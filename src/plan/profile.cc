@@ -1,0 +1,112 @@
+#include "plan/profile.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/json_fields.h"
+#include "graph/op.h"
+
+namespace px::plan {
+
+std::string kernel_key(const Graph& graph, const Node& node, int threads) {
+  std::string inputs;
+  for (ValueId v : node.inputs) inputs += (inputs.empty() ? "" : ",") + graph.spec(v).str();
+  return fmt::format("{}{}({})@{}", node.op(), node.attrs.str(), inputs, threads);
+}
+
+OpCost node_cost(const Graph& graph, const Node& node) {
+  std::vector<TensorSpec> in, out;
+  for (ValueId v : node.inputs) in.push_back(graph.spec(v));
+  for (ValueId v : node.outputs) out.push_back(graph.spec(v));
+  return node.def->cost ? node.def->cost(in, out, node.attrs) : streaming_cost(in, out);
+}
+
+double roofline_seconds(const HostProfile& profile, const OpCost& cost) {
+  return std::max(cost.flops / profile.flops, (cost.bytes_read + cost.bytes_written) / profile.memory_bandwidth);
+}
+
+double kernel_seconds(const HostProfile& profile, const Graph& graph, const Node& node, int threads) {
+  if (auto it = profile.kernels.find(kernel_key(graph, node, threads)); it != profile.kernels.end())
+    return it->second.seconds;
+  const double roofline = roofline_seconds(profile, node_cost(graph, node));
+  // The op's timings by roofline time: the measured / roofline ratio between
+  // the two nearest (linear in log roofline), held beyond the ends.
+  const KernelTiming* below = nullptr;
+  const KernelTiming* above = nullptr;
+  for (const auto& [key, t] : profile.kernels) {
+    if (t.op != node.op() || t.threads != threads || t.roofline <= 0) continue;
+    if (t.roofline <= roofline && (!below || t.roofline > below->roofline)) below = &t;
+    if (t.roofline >= roofline && (!above || t.roofline < above->roofline)) above = &t;
+  }
+  if (!below && !above) return roofline;
+  if (!below || !above || above->roofline == below->roofline) {
+    const KernelTiming& t = below ? *below : *above;
+    return roofline * t.seconds / t.roofline;
+  }
+  const double w = std::log(roofline / below->roofline) / std::log(above->roofline / below->roofline);
+  const double ratio = std::exp((1 - w) * std::log(below->seconds / below->roofline) +
+                                w * std::log(above->seconds / above->roofline));
+  return roofline * ratio;
+}
+
+double contention(const HostProfile& profile, int ranks, bool memory_bound) {
+  const std::vector<double>& measured = memory_bound ? profile.contention_memory : profile.contention_compute;
+  if (ranks <= 1 || measured.empty()) return 1;
+  if (static_cast<size_t>(ranks) <= measured.size()) return measured[static_cast<size_t>(ranks - 1)];
+  // Past what was measured the cores are shared: the last measurement, scaled by the ranks.
+  return measured.back() * ranks / static_cast<double>(measured.size());
+}
+
+nlohmann::json to_json(const HostProfile& p) {
+  nlohmann::json kernels = nlohmann::json::object();
+  for (const auto& [key, t] : p.kernels)
+    kernels[key] = {{"op", t.op}, {"threads", t.threads}, {"roofline", t.roofline}, {"seconds", t.seconds}};
+  return {{"cores", p.cores},
+          {"flops", p.flops},
+          {"memory_bandwidth", p.memory_bandwidth},
+          {"contention_compute", p.contention_compute},
+          {"contention_memory", p.contention_memory},
+          {"comm", nlohmann::json::parse(comm::cost_model_to_json(p.comm))},
+          {"kernels", kernels}};
+}
+
+HostProfile profile_from_json(const nlohmann::json& json) {
+  const std::string doc = "cluster";
+  json_fields::check_keys(doc, json, "profile",
+                          {"cores", "flops", "memory_bandwidth", "contention_compute", "contention_memory",
+                           "comm", "kernels"});
+  HostProfile p;
+  p.cores = json_fields::field<int>(doc, json, "profile", "cores", 1);
+  p.flops = json_fields::field<double>(doc, json, "profile", "flops", 0);
+  p.memory_bandwidth = json_fields::field<double>(doc, json, "profile", "memory_bandwidth", 0);
+  p.contention_compute = json_fields::field<std::vector<double>>(doc, json, "profile", "contention_compute", {});
+  p.contention_memory = json_fields::field<std::vector<double>>(doc, json, "profile", "contention_memory", {});
+  if (p.cores < 1) fail("cluster: profile.cores {} must be >= 1", p.cores);
+  if (!(p.flops > 0)) fail("cluster: profile.flops {} must be > 0 FLOP/s", p.flops);
+  if (!(p.memory_bandwidth > 0)) fail("cluster: profile.memory_bandwidth {} must be > 0 bytes/s", p.memory_bandwidth);
+  for (const auto* curve : {&p.contention_compute, &p.contention_memory})
+    for (double f : *curve)
+      if (!(f > 0)) fail("cluster: profile.contention_* holds {}, expected factors > 0", f);
+  if (json.contains("comm")) p.comm = comm::cost_model_from_json(json.at("comm").dump(), "cluster profile.comm");
+  if (json.contains("kernels")) {
+    const nlohmann::json& kernels = json.at("kernels");
+    if (!kernels.is_object()) fail("cluster: profile.kernels must be an object of timings, got {}", kernels.dump());
+    for (const auto& [key, t] : kernels.items()) {
+      const std::string where = "profile.kernels[\"" + key + "\"]";
+      json_fields::check_keys(doc, t, where, {"op", "threads", "roofline", "seconds"});
+      KernelTiming timing{.op = json_fields::field<std::string>(doc, t, where, "op", ""),
+                          .threads = json_fields::field<int>(doc, t, where, "threads", 1),
+                          .roofline = json_fields::field<double>(doc, t, where, "roofline", 0),
+                          .seconds = json_fields::field<double>(doc, t, where, "seconds", 0)};
+      if (!(timing.seconds > 0) || timing.roofline < 0 || timing.op.empty() || timing.threads < 1)
+        fail("cluster: {} is {}, expected an op, threads >= 1, a roofline >= 0 and seconds > 0", where, t.dump());
+      p.kernels.emplace(key, std::move(timing));
+    }
+  }
+  return p;
+}
+
+}  // namespace px::plan

@@ -1,0 +1,67 @@
+// HostProfile: what `parallax calibrate` measured on this host, so the
+// `local` cluster spec predicts what `parallax train` will take here.
+//
+//   kernels     every distinct node (op, attributes, local input shapes) of
+//               the programs it was asked about, timed alone on one rank:
+//               the measured seconds beside the host's roofline for it. A
+//               node not timed gets its op's timings interpolated: the
+//               measured / roofline ratio at the nearest roofline times
+//               (in log space), the ratio held beyond the ends; an op never
+//               timed gets the roofline. Timings are per kernel thread count
+//               (in-process ranks run one thread each, a lone rank more).
+//   contention  in-process ranks are threads sharing the host's cores: a
+//               kernel's time when k ranks compute at once over its time
+//               alone, for compute-bound (GEMM) and memory-bound (streaming)
+//               kernels, k = 1 .. measured; beyond, it grows as k / cores.
+//   comm        the in-process transport's α-β-γ cost model
+//               (comm/cost_model.h): quickly measured links, or the fits
+//               `parallax bench comm --tune` saved.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "comm/cost_model.h"
+#include "graph/graph.h"
+
+namespace px::plan {
+
+struct KernelTiming {
+  std::string op;
+  int threads = 1;      // kernel threads it ran with
+  double roofline = 0;  // seconds at the host's peak rates (flops / FLOP/s, bytes / bandwidth)
+  double seconds = 0;   // measured: one rank alone, median of batches
+  bool operator==(const KernelTiming&) const = default;
+};
+
+struct HostProfile {
+  int cores = 1;                  // online CPUs
+  double flops = 0;               // FLOP/s of one rank's large GEMM
+  double memory_bandwidth = 0;    // bytes/s one rank streams (read + write)
+  std::vector<double> contention_compute;  // [k-1]: time with k ranks at once / alone
+  std::vector<double> contention_memory;
+  comm::CostModel comm;
+  std::map<std::string, KernelTiming> kernels;  // kernel_key@threads -> timing
+  bool operator==(const HostProfile&) const = default;
+};
+
+// A node's identity in the profile, run with `threads` kernel threads:
+// "op{attrs}(F32[8,64],F32[64,64])@1".
+std::string kernel_key(const Graph& graph, const Node& node, int threads);
+// The node's cost by its op's cost function (streaming its tensors when it has none).
+OpCost node_cost(const Graph& graph, const Node& node);
+double roofline_seconds(const HostProfile& profile, const OpCost& cost);
+// One rank alone with `threads` kernel threads: the node's timing, else
+// its op's at those threads interpolated, else the roofline.
+double kernel_seconds(const HostProfile& profile, const Graph& graph, const Node& node, int threads);
+// The slowdown of a kernel when `ranks` ranks compute at once (>= 1).
+double contention(const HostProfile& profile, int ranks, bool memory_bound);
+
+nlohmann::json to_json(const HostProfile& profile);
+// Throws px::Error naming the field, its value and what is expected.
+HostProfile profile_from_json(const nlohmann::json& json);
+
+}  // namespace px::plan
