@@ -90,6 +90,7 @@ struct TrainOptions {
   int64_t sample_tokens = 0;     // GPT: print a sample of this many bytes at the end
   std::string prompt = "\n";
   bool progress_bar = false;     // else plain periodic lines
+  bool predict = false;          // end with predicted vs measured step time and memory (runtime/prediction.h)
 
   bool operator==(const TrainOptions&) const = default;
 };

@@ -21,6 +21,7 @@
 #include "parallel/tensor_parallel.h"
 #include "runtime/memory_report.h"
 #include "runtime/parameter_server.h"
+#include "runtime/prediction.h"
 #include "runtime/program_executor.h"
 #include "runtime/progress.h"
 #include "runtime/sampling.h"
@@ -161,6 +162,9 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   o.ranks = world;
   validate(o);
   std::unique_ptr<Task> task = make_task(o);
+  // This rank's tensors from here on (its dataset is not a step's memory),
+  // apart from the other in-process ranks'.
+  MemoryAccountScope account(new_memory_account());
   int64_t total = o.steps > 0 ? o.steps : o.epochs * task->steps_per_epoch();
   o.schedule.total = total;
 
@@ -279,7 +283,9 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   };
 
   const int64_t end = o.stop_after > 0 ? std::min(o.stop_after, total) : total;
+  std::vector<double> step_seconds;  // wall time of each step, loading its batch included
   for (; step < end; ++step) {
+    const double step_start = progress.elapsed_seconds();
     DataBatch batch = task->next_batch(data_rank, data_ranks);
     const uint64_t seed = splitmix64(o.seed ^ splitmix64(static_cast<uint64_t>(step) * 1024));
     if (rank == o.inject_delay_rank)  // a straggler, for demonstrations (--inject-delay)
@@ -316,6 +322,7 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
       }
     }
     metrics.write(line);
+    step_seconds.push_back(progress.elapsed_seconds() - step_start);
     progress.update(step + 1, loss, o.batch * task->units_per_row());
     bool last = step + 1 == end;
     const bool eval_now = o.eval_every > 0 && (step + 1) % o.eval_every == 0 && !last;
@@ -373,6 +380,24 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     const ParamStore params = executor.parameters();
     SampleOptions so{.tokens = o.sample_tokens, .temperature = 0.8, .top_k = 40, .seed = o.seed};
     if (lead) log << "sample:\n" << o.prompt << sample_text(o.gpt, params, o.prompt, so) << "\n";
+  }
+  // The first step warms caches and pools up; the median of the rest.
+  if (step_seconds.size() > 1) step_seconds.erase(step_seconds.begin());
+  if (!step_seconds.empty()) {
+    std::nth_element(step_seconds.begin(), step_seconds.begin() + static_cast<long>(step_seconds.size() / 2),
+                     step_seconds.end());
+    result.measured_step_seconds = step_seconds[step_seconds.size() / 2];
+  }
+  if (o.predict && lead) {
+    const RunPrediction predicted = predict_run(o, model, strategy);
+    result.predicted_step_seconds = predicted.step_seconds;
+    result.predicted_peak_bytes = predicted.peak_bytes;
+    log << describe_prediction(predicted, result.measured_step_seconds, double(result.peak_tensor_bytes));
+    metrics.write({{"predicted_step_s", predicted.step_seconds},
+                   {"measured_step_s", result.measured_step_seconds},
+                   {"predicted_peak_bytes", predicted.peak_bytes},
+                   {"measured_peak_bytes", result.peak_tensor_bytes},
+                   {"prediction_calibrated", predicted.calibrated}});
   }
   return result;
 }

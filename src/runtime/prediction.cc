@@ -1,0 +1,68 @@
+#include "runtime/prediction.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "plan/calibrate.h"
+#include "plan/estimator.h"
+#include "plan/simulate.h"
+#include "runtime/optimizer.h"
+
+namespace px {
+
+plan::ClusterSpec local_cluster(int ranks, bool* calibrated) {
+  const std::string path = plan::local_cluster_path();
+  *calibrated = std::filesystem::exists(path);
+  if (*calibrated) return plan::load_cluster(path);
+  plan::HostProfile profile;
+  plan::measure_host(profile, {.batch_seconds = 0.005, .batches = 1, .max_ranks = std::max(1, ranks)});
+  profile.comm = comm::default_cost_model("inproc");
+  const comm::LinkCost& link = profile.comm.transport;
+  return {.name = "local",
+          .nodes = 1,
+          .devices_per_node = std::max(1, ranks),
+          .device = {.name = "this host's CPU",
+                     .flops_f32 = profile.flops,
+                     .memory_bytes = 1e12,
+                     .memory_bandwidth = profile.memory_bandwidth},
+          .intra_node = {.name = "in-process transport", .bandwidth = 1 / link.beta, .latency = link.alpha},
+          .inter_node = {.name = "in-process transport", .bandwidth = 1 / link.beta, .latency = link.alpha},
+          .devices_share_memory = true,
+          .profile = std::move(profile)};
+}
+
+RunPrediction predict_run(const TrainOptions& o, const nn::Model& model, const parallel::Strategy& strategy) {
+  const int ranks = strategy.mesh.ranks();
+  RunPrediction out;
+  const plan::ClusterSpec cluster = local_cluster(ranks, &out.calibrated);
+  out.basis = out.calibrated ? fmt::format("the local spec '{}'", plan::local_cluster_path())
+                             : "this host's probed rates, kernels at their roofline (run 'parallax calibrate' for a "
+                               "calibrated prediction)";
+  const std::vector<parallel::Program> programs =
+      plan::lower_all({.forward = &model.graph, .loss = model.loss}, strategy);
+  const plan::ProfiledEstimator estimator(
+      cluster, {.ranks = ranks, .threads = o.threads, .link_gbps = o.link_gbps, .collective = o.sync.collective});
+  const plan::Simulation sim =
+      plan::simulate({.programs = &programs,
+                      .cluster = &cluster,
+                      .estimator = &estimator,
+                      .overlap = o.sync.overlap,
+                      .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size())});
+  out.step_seconds = sim.step_seconds;
+  out.peak_bytes = sim.peak_bytes.front();
+  return out;
+}
+
+std::string describe_prediction(const RunPrediction& p, double measured_step, double measured_peak) {
+  auto error = [](double predicted, double measured) {
+    return measured > 0 ? fmt::format("{:+.1f}%", 100 * (predicted / measured - 1)) : std::string("n/a");
+  };
+  return fmt::format(
+      "predicted vs measured (from {}):\n"
+      "  step time    predicted {:.4f} s, measured {:.4f} s (median of the steps after the first): {}\n"
+      "  peak memory  predicted {:.1f} MiB, measured {:.1f} MiB (rank 0's tensors): {}\n",
+      p.basis, p.step_seconds, measured_step, error(p.step_seconds, measured_step), p.peak_bytes / (1 << 20),
+      measured_peak / (1 << 20), error(p.peak_bytes, measured_peak));
+}
+
+}  // namespace px

@@ -1,0 +1,34 @@
+// Predicted against measured: what the planner's simulator (plan/simulate.h)
+// says a training run's step takes and rank 0 holds, on this host's `local`
+// cluster spec (`parallax calibrate`), set beside what the run measured.
+// Without a calibration the host's rates are probed in a moment and every
+// kernel is its roofline, and the prediction says so.
+#pragma once
+
+#include <string>
+
+#include "nn/model.h"
+#include "parallel/strategy.h"
+#include "plan/cluster.h"
+#include "runtime/train_options.h"
+
+namespace px {
+
+struct RunPrediction {
+  std::string basis;          // where the figures come from, for people
+  bool calibrated = false;
+  double step_seconds = 0;
+  double peak_bytes = 0;      // rank 0's
+};
+
+// The saved local spec, or one probed now (no kernel timings) when there is none.
+plan::ClusterSpec local_cluster(int ranks, bool* calibrated);
+
+// Every rank's Program of `strategy` replayed on the local spec.
+RunPrediction predict_run(const TrainOptions& options, const nn::Model& model, const parallel::Strategy& strategy);
+
+// "predicted step 0.412 s, measured 0.398 s (+3.5%); ..." lines.
+std::string describe_prediction(const RunPrediction& prediction, double measured_step_seconds,
+                                double measured_peak_bytes);
+
+}  // namespace px
