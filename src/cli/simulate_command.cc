@@ -106,9 +106,11 @@ void add_simulate_command(CLI::App& app) {
     int at = 0;
     for (int r = 0; r < devices; ++r)
       if (sim.peak_bytes[static_cast<size_t>(r)] > peak) peak = sim.peak_bytes[static_cast<size_t>(at = r)];
-    std::cout << fmt::format("peak memory {:.2f} GB on rank {} of {:.0f} GB a device{}\n", peak / 1e9, at,
-                             cluster.device.memory_bytes / 1e9,
-                             peak > cluster.device.memory_bytes ? " -- does not fit" : "");
+    std::cout << fmt::format("peak memory {:.3f} GB on rank {} of {:.0f} GB a device{}; of it forward activations "
+                             "{:.3f} GB\n",
+                             peak / 1e9, at, cluster.device.memory_bytes / 1e9,
+                             peak > cluster.device.memory_bytes ? " -- does not fit" : "",
+                             sim.activation_peak_bytes[static_cast<size_t>(at)] / 1e9);
     for (const auto& [link, bytes] : sim.bytes_sent)
       std::cout << fmt::format("bytes sent per step, {}: {:.3f} GB\n", plan::link_class_name(link), bytes / 1e9);
     std::cout << fmt::format("hardware FLOP utilisation {:.1f}% (executed FLOPs over step x devices x {} peak)\n",

@@ -327,7 +327,24 @@ Simulation simulate(const SimulationRequest& request) {
         for (ValueId v : p.batch_inputs) live += bytes_of(p.graphs[static_cast<size_t>(m.graph)].spec(v));
     // The working copy of the parameters beside the float32 master weights.
     if (request.compute != DType::f32) live += static_cast<double>(p.param_count) * static_cast<double>(dtype_size(request.compute));
-    std::map<std::pair<int, ValueId>, double> values;
+    // A value's bytes live in a storage; a view (reshape) shares its input's,
+    // which stays alive until the value and all its views are dead.
+    struct Storage {
+      double bytes = 0;
+      int refs = 0;
+    };
+    std::vector<Storage> storages;
+    std::map<std::pair<int, ValueId>, size_t> storage_of;  // (micro-batch, value) -> storage
+    auto drop = [&](std::pair<int, ValueId> key) {
+      auto it = storage_of.find(key);
+      if (it == storage_of.end()) return;
+      Storage& st = storages[it->second];
+      if (--st.refs == 0) {
+        live -= st.bytes;
+        activations -= st.bytes;
+      }
+      storage_of.erase(it);
+    };
     std::vector<double> buffer_live(p.buffers.size(), 0);
     for (size_t i = 0; i < p.instrs.size(); ++i) {
       const Instr& instr = p.instrs[i];
@@ -336,36 +353,41 @@ Simulation simulate(const SimulationRequest& request) {
         buffer_live[static_cast<size_t>(b)] = static_cast<double>(p.buffers[static_cast<size_t>(b)].count) * sizeof(float);
         live += buffer_live[static_cast<size_t>(b)];
       }
+      const int mb = instr.micro_batch;
       auto produce = [&](ValueId v, double bytes) {
-        double& held = values[{instr.micro_batch, v}];
-        live += bytes - held;
-        activations += bytes - held;
-        held = bytes;
+        drop({mb, v});  // an instance made again (recomputation)
+        storages.push_back({bytes, 1});
+        storage_of[{mb, v}] = storages.size() - 1;
+        live += bytes;
+        activations += bytes;
       };
       if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) {
-        const Graph& g = p.graph_of(instr.micro_batch);
+        const Graph& g = p.graph_of(mb);
         const Node& node = g.nodes()[static_cast<size_t>(c->node)];
-        for (size_t o = 0; o < node.outputs.size(); ++o)
-          produce(node.outputs[o], o == 0 && node.def->output_is_view ? 0 : activation_bytes(g.spec(node.outputs[o])));
+        for (size_t o = 0; o < node.outputs.size(); ++o) {
+          if (o > 0 || !node.def->output_is_view) {
+            produce(node.outputs[o], activation_bytes(g.spec(node.outputs[o])));
+            continue;
+          }
+          drop({mb, node.outputs[o]});
+          auto base = storage_of.find({mb, node.inputs.front()});
+          if (base == storage_of.end()) continue;  // a view of a parameter or fed input
+          ++storages[base->second].refs;
+          storage_of[{mb, node.outputs[o]}] = base->second;
+        }
       } else if (const auto* rs = std::get_if<parallel::Reshard>(&instr.op)) {
-        const Graph& g = p.graph_of(instr.micro_batch);
+        const Graph& g = p.graph_of(mb);
         const ValueId v = g.nodes()[static_cast<size_t>(rs->node)].outputs.front();
         produce(v, activation_bytes(g.spec(v)));
       } else if (const auto* recv = std::get_if<parallel::Recv>(&instr.op)) {
-        produce(recv->value, activation_bytes(p.graph_of(instr.micro_batch).spec(recv->value)));
+        produce(recv->value, activation_bytes(p.graph_of(mb).spec(recv->value)));
       } else if (const auto* f = std::get_if<parallel::Free>(&instr.op)) {
         live -= buffer_live[static_cast<size_t>(f->buffer)];
         buffer_live[static_cast<size_t>(f->buffer)] = 0;
       }
       peak = std::max(peak, live);
       activation_peak = std::max(activation_peak, activations);
-      for (ValueId v : s.live.values[i]) {
-        auto it = values.find({instr.micro_batch, v});
-        if (it == values.end()) continue;
-        live -= it->second;
-        activations -= it->second;
-        values.erase(it);
-      }
+      for (ValueId v : s.live.values[i]) drop({mb, v});
     }
     out.peak_bytes.push_back(peak);
     out.activation_peak_bytes.push_back(activation_peak);
