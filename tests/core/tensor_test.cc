@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "core/memory.h"
 #include "core/tensor.h"
 
@@ -36,6 +38,35 @@ TEST(Memory, PeakTracksLiveTensors) {
   }
   EXPECT_EQ(memory_stats().live_bytes, before);
   EXPECT_GE(memory_stats().peak_bytes, before + 4096);
+}
+
+// In-process ranks are threads: each charges its own account, and a tensor
+// freed on another thread credits the account that paid for it.
+TEST(Memory, AccountsChargeTheirThreadsAndCreditWhereverFreed) {
+  MemoryAccount* mine = new_memory_account();
+  MemoryAccount* other = new_memory_account();
+  Tensor kept;
+  {
+    MemoryAccountScope scope(mine);
+    Tensor a = Tensor::empty({1024});
+    kept = Tensor::empty({256});
+    EXPECT_EQ(mine->stats().live_bytes, 4096 + 1024);
+    std::thread([&] {
+      MemoryAccountScope theirs(other);
+      Tensor b = Tensor::empty({512});
+      EXPECT_EQ(other->stats().live_bytes, 2048);
+      a = Tensor();  // freed here, credited to `mine`
+    }).join();
+    EXPECT_EQ(mine->stats().live_bytes, 1024);
+    EXPECT_EQ(other->stats().live_bytes, 0);
+    EXPECT_EQ(other->stats().peak_bytes, 2048);
+  }
+  EXPECT_EQ(current_memory_account(), nullptr);
+  kept = Tensor();
+  EXPECT_EQ(mine->stats().live_bytes, 0);
+  EXPECT_EQ(mine->stats().peak_bytes, 4096 + 1024);
+  mine->reset_peak();
+  EXPECT_EQ(mine->stats().peak_bytes, 0);
 }
 
 }  // namespace px

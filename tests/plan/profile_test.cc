@@ -1,0 +1,156 @@
+// The host profile behind the `local` spec: kernel lookup and
+// interpolation, contention, the JSON round trip and named errors; the
+// profiled estimator's compute and collective times; calibration's timing
+// of a program's kernels.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "nn/gpt.h"
+#include "plan/calibrate.h"
+#include "plan/estimator.h"
+#include "plan/simulate.h"
+#include "runtime/task.h"
+
+namespace px::plan {
+namespace {
+
+// A graph of two matmuls of different sizes: [8,16]x[16,16] and [64,16]x[16,16].
+struct TwoMatmuls {
+  Graph g;
+  const Node* small = nullptr;
+  const Node* large = nullptr;
+  TwoMatmuls() {
+    const ValueId a = g.input("a", {Shape{8, 16}, DType::f32});
+    const ValueId b = g.input("b", {Shape{64, 16}, DType::f32});
+    const ValueId w = g.input("w", {Shape{16, 16}, DType::f32});
+    g.add1("matmul", {a, w}, {}, "small");
+    g.add1("matmul", {b, w}, {}, "large");
+    small = &g.nodes()[0];
+    large = &g.nodes()[1];
+  }
+};
+
+HostProfile rates() {
+  HostProfile p;
+  p.cores = 2;
+  p.flops = 1e9;
+  p.memory_bandwidth = 1e9;
+  p.contention_compute = {1, 1, 1.5};
+  p.contention_memory = {1, 1.2, 1.8};
+  return p;
+}
+
+TEST(HostProfile, TimedKernelsAreLookedUpAndOthersInterpolated) {
+  TwoMatmuls m;
+  HostProfile p = rates();
+  const double small_roof = roofline_seconds(p, node_cost(m.g, *m.small));
+  const double large_roof = roofline_seconds(p, node_cost(m.g, *m.large));
+  ASSERT_LT(small_roof, large_roof);
+  // Untimed: the roofline.
+  EXPECT_DOUBLE_EQ(kernel_seconds(p, m.g, *m.small, 1), small_roof);
+  // One timing of the op: its measured / roofline ratio carries over.
+  p.kernels[kernel_key(m.g, *m.small, 1)] = {.op = "matmul", .threads = 1, .roofline = small_roof, .seconds = 3 * small_roof};
+  EXPECT_DOUBLE_EQ(kernel_seconds(p, m.g, *m.small, 1), 3 * small_roof);
+  EXPECT_NEAR(kernel_seconds(p, m.g, *m.large, 1), 3 * large_roof, 1e-15);
+  // Timings at another thread count are not used.
+  EXPECT_DOUBLE_EQ(kernel_seconds(p, m.g, *m.large, 2), large_roof);
+  // Two timings around it: the ratio between them, linear in log roofline time.
+  p.kernels["synthetic@1"] = {.op = "matmul", .threads = 1, .roofline = 4 * large_roof, .seconds = 4 * large_roof};
+  const double w = std::log(large_roof / small_roof) / std::log(4 * large_roof / small_roof);
+  EXPECT_NEAR(kernel_seconds(p, m.g, *m.large, 1), large_roof * std::exp((1 - w) * std::log(3.0)), 1e-15);
+}
+
+TEST(HostProfile, ContentionGrowsWithRanksPastWhatWasMeasured) {
+  const HostProfile p = rates();
+  EXPECT_DOUBLE_EQ(contention(p, 1, false), 1);
+  EXPECT_DOUBLE_EQ(contention(p, 3, false), 1.5);
+  EXPECT_DOUBLE_EQ(contention(p, 2, true), 1.2);
+  EXPECT_DOUBLE_EQ(contention(p, 6, true), 1.8 * 6 / 3);
+}
+
+TEST(HostProfile, JsonRoundTripsAndBadFieldsAreNamed) {
+  HostProfile p = rates();
+  p.kernels["k@1"] = {.op = "matmul", .threads = 1, .roofline = 1e-6, .seconds = 2e-6};
+  EXPECT_EQ(profile_from_json(to_json(p)), p);
+  nlohmann::json bad = to_json(p);
+  bad["kernels"]["k@1"]["seconds"] = 0;
+  try {
+    profile_from_json(bad);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("profile.kernels[\"k@1\"]"), std::string::npos) << e.what();
+  }
+  bad = to_json(p);
+  bad["flops"] = -1;
+  EXPECT_THROW(profile_from_json(bad), Error);
+}
+
+ClusterSpec local_spec(HostProfile profile) {
+  return {.name = "local",
+          .nodes = 1,
+          .devices_per_node = 8,
+          .device = {.name = "cpu", .flops_f32 = profile.flops, .memory_bytes = 1e10, .memory_bandwidth = 1e9},
+          .intra_node = {.name = "t", .bandwidth = 1e9, .latency = 1e-6},
+          .inter_node = {.name = "t", .bandwidth = 1e9, .latency = 1e-6},
+          .devices_share_memory = true,
+          .profile = std::move(profile)};
+}
+
+TEST(ProfiledEstimator, SlowsKernelsByContentionAndLimitsTheLink) {
+  TwoMatmuls m;
+  HostProfile p = rates();
+  p.comm = comm::default_cost_model("inproc");
+  const ClusterSpec cluster = local_spec(p);
+  const ProfiledEstimator alone(cluster, {.ranks = 1});
+  const ProfiledEstimator three(cluster, {.ranks = 3});
+  const double t = alone.compute_seconds(m.g, *m.large);
+  const bool memory_bound = node_cost(m.g, *m.large).flops / p.flops <
+                            (node_cost(m.g, *m.large).bytes_read + node_cost(m.g, *m.large).bytes_written) / p.memory_bandwidth;
+  EXPECT_DOUBLE_EQ(three.compute_seconds(m.g, *m.large), t * (memory_bound ? 1.8 : 1.5));
+  // A 1 Gb/s link: a 1 MB ring allreduce over 2 ranks sends 1 MB, at least 8 ms.
+  const ProfiledEstimator limited(cluster, {.ranks = 2, .link_gbps = 1});
+  const double unlimited = alone.collective_seconds(comm::Collective::allreduce, 1e6, 2, LinkClass::intra_node);
+  const double slow = limited.collective_seconds(comm::Collective::allreduce, 1e6, 2, LinkClass::intra_node);
+  EXPECT_GT(slow, 8e-3);
+  EXPECT_LT(unlimited, 2e-3);
+  EXPECT_NEAR(limited.transfer_seconds(1e6, LinkClass::intra_node), p.comm.transport.alpha + 8e-3, 1e-9);
+}
+
+TEST(Calibration, TimesEachDistinctKernelOnceAndPredictsFromThem) {
+  nn::GptConfig config{.vocab = 64, .block = 16, .n_layer = 2, .n_head = 2, .n_embd = 32};
+  const nn::Model model = nn::build_gpt(config, 4, 16, true);
+  const parallel::Strategy one = parallel::data_parallel(1, batch_input_names(model));
+  const std::vector<parallel::Program> programs = lower_all({.forward = &model.graph, .loss = model.loss}, one);
+  HostProfile p;
+  const CalibrationOptions fast{.batch_seconds = 0.001, .batches = 1, .max_ranks = 2};
+  measure_host(p, fast);
+  EXPECT_GT(p.flops, 1e8);
+  EXPECT_GT(p.memory_bandwidth, 1e8);
+  ASSERT_EQ(p.contention_compute.size(), 2u);
+  const int timed = time_kernels(p, programs, fast);
+  EXPECT_GT(timed, 10);
+  EXPECT_EQ(static_cast<int>(p.kernels.size()), timed);
+  // The two layers' nodes have the same shapes: fewer kernels than computes.
+  int computes = 0;
+  for (const parallel::Instr& i : programs[0].instrs) computes += std::holds_alternative<parallel::Compute>(i.op);
+  EXPECT_LT(timed, computes);
+  EXPECT_EQ(time_kernels(p, programs, fast), 0);  // all known now
+  // The replay on the calibrated spec: every compute takes its timing.
+  p.comm = comm::default_cost_model("inproc");
+  const ClusterSpec cluster = local_spec(p);
+  const ProfiledEstimator estimator(cluster, {.ranks = 1, .threads = 1});
+  const Simulation sim = simulate({.programs = &programs, .cluster = &cluster, .estimator = &estimator});
+  double kernels = 0;
+  for (const parallel::Instr& i : programs[0].instrs)
+    if (const auto* c = std::get_if<parallel::Compute>(&i.op)) {
+      const Graph& g = programs[0].graph_of(i.micro_batch);
+      kernels += p.kernels.at(kernel_key(g, g.nodes()[static_cast<size_t>(c->node)], 1)).seconds;
+    }
+  EXPECT_NEAR(sim.busy_seconds[0], kernels, 1e-9 * kernels);
+  EXPECT_GT(sim.step_seconds, kernels);
+}
+
+}  // namespace
+}  // namespace px::plan
