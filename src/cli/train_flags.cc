@@ -25,6 +25,8 @@ void add_model_flags(CLI::App& cmd, TrainFlags& flags) {
   cmd.add_option("--layers", o.gpt.n_layer, "gpt: transformer blocks")->capture_default_str();
   cmd.add_option("--heads", o.gpt.n_head, "gpt: attention heads")->capture_default_str();
   cmd.add_option("--embd", o.gpt.n_embd, "gpt: embedding width")->capture_default_str();
+  cmd.add_option("--vocab", o.gpt.vocab, "gpt: vocabulary size (the byte-level corpora use the first 256)")
+      ->capture_default_str();
   cmd.add_option("--dropout", o.gpt.dropout, "gpt: dropout probability")->capture_default_str();
   cmd.add_option("--hidden", o.mlp.hidden, "mlp: hidden layer widths")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)

@@ -87,17 +87,35 @@ std::vector<parallel::Program> lower_all(const parallel::LowerRequest& request, 
   return programs;
 }
 
+std::vector<parallel::Program> lower_representatives(const parallel::LowerRequest& request,
+                                                     const parallel::Strategy& strategy) {
+  std::vector<parallel::Program> programs;
+  const parallel::DeviceMesh& mesh = strategy.mesh;
+  const int pipeline_axis = strategy.pipeline_ranks() > 1 ? mesh.axis(strategy.pipeline.axis) : -1;
+  for (int stage = 0; stage < strategy.pipeline_ranks(); ++stage) {
+    std::vector<int> coords(mesh.axes().size(), 0);
+    if (pipeline_axis >= 0) coords[static_cast<size_t>(pipeline_axis)] = stage;
+    programs.push_back(parallel::lower(request, strategy, mesh.rank_of(coords)));
+  }
+  return programs;
+}
+
 Simulation simulate(const SimulationRequest& request) {
   PX_CHECK(request.programs && request.cluster && request.estimator, "simulate: incomplete request");
   const std::vector<Program>& programs = *request.programs;
   const ClusterSpec& cluster = *request.cluster;
   const CostEstimator& estimator = *request.estimator;
-  const int ranks = static_cast<int>(programs.size());
+  const int ranks = static_cast<int>(programs.size());  // replayed
   PX_CHECK_GE(ranks, 1);
-  if (ranks > cluster.devices())
+  const int mesh_ranks = programs.front().strategy.mesh.ranks();
+  if (mesh_ranks > cluster.devices())
     fail("simulate: mesh {} has {} ranks, cluster '{}' has {} devices ({} nodes x {})",
-         programs.front().strategy.mesh.str(), ranks, cluster.name, cluster.devices(), cluster.nodes,
+         programs.front().strategy.mesh.str(), mesh_ranks, cluster.name, cluster.devices(), cluster.nodes,
          cluster.devices_per_node);
+  // Replayed rank -> its state; a symmetric replay stands for mesh_ranks / ranks ranks each.
+  std::map<int, int> replayed;
+  for (int i = 0; i < ranks; ++i) replayed[programs[static_cast<size_t>(i)].rank] = i;
+  const double weight = static_cast<double>(mesh_ranks) / ranks;
   auto link_of = [&](const std::vector<int>& members) {
     for (int r : members)
       if (cluster.node_of(r) != cluster.node_of(members.front())) return LinkClass::inter_node;
@@ -116,7 +134,6 @@ Simulation simulate(const SimulationRequest& request) {
   for (int r = 0; r < ranks; ++r) {
     RankState& s = state[static_cast<size_t>(r)];
     const Program& p = programs[static_cast<size_t>(r)];
-    PX_CHECK_EQ(p.rank, r);
     s.program = &p;
     s.live = parallel::liveness(p);
     const size_t n = p.instrs.size();
@@ -166,7 +183,7 @@ Simulation simulate(const SimulationRequest& request) {
       name = fmt::format("{} ({})", node.name, node.op());
     }
     if (name.empty()) name = p.str(static_cast<size_t>(instr)).substr(0, 60);
-    out.trace.push_back({rank, lane, std::move(name), start, duration, instr});
+    out.trace.push_back({p.rank, lane, std::move(name), start, duration, instr});
   };
   // Joins rank's instruction to its collective at `ready`; its finish once every member has.
   auto join = [&](int rank, int i, double ready) -> std::optional<double> {
@@ -177,11 +194,13 @@ Simulation simulate(const SimulationRequest& request) {
       s.posted[static_cast<size_t>(i)] = true;
       rv.posted.push_back({rank, i});
       rv.ready = std::max(rv.ready, ready);
-      if (rv.posted.size() == call.group.ranks.size()) {
+      size_t members = 0;
+      for (int m : call.group.ranks) members += replayed.count(m);
+      if (rv.posted.size() == members) {
         const LinkClass link = link_of(call.group.ranks);
         const int p = static_cast<int>(call.group.ranks.size());
         rv.finish = rv.ready + estimator.collective_seconds(call.kind, call.bytes, p, link);
-        out.bytes_sent[link] += p * ring_bytes_sent(call.kind, call.bytes, p);
+        out.bytes_sent[link] += weight * static_cast<double>(members) * ring_bytes_sent(call.kind, call.bytes, p);
         const std::string& lane =
             "comm:" + programs.front().strategy.mesh.axes()[static_cast<size_t>(call.axis)].name;
         for (const auto& [member, instr] : rv.posted) event(member, instr, lane, rv.ready, *rv.finish - rv.ready);
@@ -214,7 +233,7 @@ Simulation simulate(const SimulationRequest& request) {
         std::vector<TensorSpec> in, o;
         for (ValueId v : node.inputs) in.push_back(g.spec(v));
         for (ValueId v : node.outputs) o.push_back(g.spec(v));
-        out.flops += node.def->cost ? node.def->cost(in, o, node.attrs).flops : 0;
+        out.flops += weight * (node.def->cost ? node.def->cost(in, o, node.attrs).flops : 0);
         s.busy += end - start;
         s.last_compute = end;
         event(rank, i, "compute", start, end - start);
@@ -236,13 +255,13 @@ Simulation simulate(const SimulationRequest& request) {
         coords[static_cast<size_t>(send->axis)] = send->peer;
         const int to = p.strategy.mesh.rank_of(coords);
         const double bytes = activation_bytes(p.graph_of(instr.micro_batch).spec(send->value));
-        const LinkClass link = cluster.link_between(rank, to);
-        arrivals[{rank, to, send->tag}] = start + estimator.transfer_seconds(bytes, link);
-        out.bytes_sent[link] += bytes;
+        const LinkClass link = cluster.link_between(p.rank, to);
+        arrivals[{p.rank, to, send->tag}] = start + estimator.transfer_seconds(bytes, link);
+        out.bytes_sent[link] += weight * bytes;
       } else if (const auto* recv = std::get_if<parallel::Recv>(&instr.op)) {
         std::vector<int> coords = p.coords;
         coords[static_cast<size_t>(recv->axis)] = recv->peer;
-        auto it = arrivals.find({p.strategy.mesh.rank_of(coords), rank, recv->tag});
+        auto it = arrivals.find({p.strategy.mesh.rank_of(coords), p.rank, recv->tag});
         if (it == arrivals.end()) return moved;
         end = std::max(start, it->second);
         event(rank, i, "comm:" + p.strategy.mesh.axes()[static_cast<size_t>(recv->axis)].name, start, end - start);

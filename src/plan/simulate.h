@@ -32,7 +32,12 @@
 namespace px::plan {
 
 struct SimulationRequest {
-  const std::vector<parallel::Program>* programs = nullptr;  // every rank of the mesh, in rank order
+  // Every rank of the mesh in rank order, or (symmetric replay) only the
+  // representatives lower_representatives() returns: ranks that differ
+  // only along the data and tensor axes run the same instructions at the
+  // same times, so a collective over those axes starts once the replayed
+  // members of its group have reached it, and costs what the whole group's does.
+  const std::vector<parallel::Program>* programs = nullptr;
   const ClusterSpec* cluster = nullptr;
   const CostEstimator* estimator = nullptr;
   bool overlap = true;       // data-axis collectives on the progress stream
@@ -53,6 +58,8 @@ struct SimulatedEvent {
   int instr = -1;
 };
 
+// Per-rank vectors follow `programs` (the representatives in a symmetric
+// replay); bytes_sent and flops count every rank of the mesh.
 struct Simulation {
   double step_seconds = 0;
   std::vector<double> peak_bytes;     // per rank
@@ -67,6 +74,11 @@ struct Simulation {
 
 // Every rank's Program of `strategy` (parallel/lower.h), in rank order.
 std::vector<parallel::Program> lower_all(const parallel::LowerRequest& request, const parallel::Strategy& strategy);
+// One Program per pipeline stage: the ranks at coordinate 0 of every other
+// axis (the data-parallel rank 0 holds the most rows when they split
+// unevenly). A symmetric replay of these predicts the whole mesh.
+std::vector<parallel::Program> lower_representatives(const parallel::LowerRequest& request,
+                                                     const parallel::Strategy& strategy);
 
 // px::Error when the programs' mesh does not fit the cluster, or the
 // replay cannot finish (a rank waits for a message or collective no one

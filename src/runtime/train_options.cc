@@ -96,6 +96,8 @@ void validate(const TrainOptions& o) {
   validate(o.optimizer);
   validate(o.schedule);
   if (o.model == "gpt") nn::validate(o.gpt);
+  if (o.model == "gpt" && o.gpt.vocab < 256)
+    fail("--vocab {} is below the 256 byte values the text corpora are tokenized into", o.gpt.vocab);
   if (o.model == "mlp") nn::validate(o.mlp);
   if (o.model == "cnn") nn::validate(o.cnn);
 }

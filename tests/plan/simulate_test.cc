@@ -8,7 +8,9 @@
 #include <map>
 
 #include "core/error.h"
+#include "nn/gpt.h"
 #include "nn/mlp.h"
+#include "parallel/tensor_parallel.h"
 #include "parallel/lower.h"
 #include "plan/simulate.h"
 #include "runtime/task.h"
@@ -17,10 +19,7 @@ namespace px::plan {
 namespace {
 
 std::vector<parallel::Program> lower_all(const nn::Model& model, const parallel::Strategy& strategy) {
-  std::vector<parallel::Program> programs;
-  for (int r = 0; r < strategy.mesh.ranks(); ++r)
-    programs.push_back(parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, r));
-  return programs;
+  return plan::lower_all({.forward = &model.graph, .loss = model.loss}, strategy);
 }
 
 // Every forward node of a stage shares F, every backward node B; nothing else costs.
@@ -75,6 +74,31 @@ TEST(Simulate, DataParallelStepIsItsRingAllreduces) {
   // The gradient bucket, then the loss, one after the other on the progress stream.
   EXPECT_NEAR(sim.step_seconds, ring(n) + ring(4), 1e-12);
   EXPECT_NEAR(sim.bytes_sent.at(LinkClass::intra_node), 4 * 2 * 0.75 * (n + 4), 1e-6);
+}
+
+// The representatives of pp x dp x tp (one rank per stage) replay to the
+// same step, bubble and link bytes as every rank: the planner's shortcut.
+TEST(Simulate, SymmetricReplayOfOneRankPerStageMatchesTheWholeMesh) {
+  const nn::Model model = nn::build_gpt({.vocab = 256, .block = 16, .n_layer = 4, .n_head = 4, .n_embd = 32}, 8, 16, true);
+  parallel::Strategy s = parallel::with_pipeline(
+      parallel::tensor_parallel(model.graph, 2, 2, batch_input_names(model), true), 2, {});
+  s.micro_batches = 2;
+  s.zero_stage = 1;
+  const std::vector<parallel::Program> all = lower_all(model, s);
+  const std::vector<parallel::Program> few =
+      lower_representatives({.forward = &model.graph, .loss = model.loss}, s);
+  ASSERT_EQ(few.size(), 2u);
+  EXPECT_EQ(few[1].rank, 4);
+  const ClusterSpec cluster = cluster_named("dgx-a100");
+  const RooflineEstimator estimator(cluster, DType::bf16);
+  const Simulation whole = simulate({.programs = &all, .cluster = &cluster, .estimator = &estimator});
+  const Simulation symmetric = simulate({.programs = &few, .cluster = &cluster, .estimator = &estimator});
+  EXPECT_NEAR(symmetric.step_seconds, whole.step_seconds, 1e-12);
+  EXPECT_NEAR(symmetric.bubble_fraction, whole.bubble_fraction, 1e-9);
+  EXPECT_NEAR(symmetric.flops, whole.flops, 1e-6 * whole.flops);
+  EXPECT_NEAR(symmetric.bytes_sent.at(LinkClass::intra_node), whole.bytes_sent.at(LinkClass::intra_node),
+              1e-9 * whole.bytes_sent.at(LinkClass::intra_node));
+  EXPECT_DOUBLE_EQ(symmetric.peak_bytes[1], whole.peak_bytes[4]);
 }
 
 TEST(Simulate, AReceiveNobodySendsIsNamed) {
