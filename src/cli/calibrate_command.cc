@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/local_cluster.h"
 #include "cli/train_flags.h"
 #include "comm/backends.h"
 #include "comm/tuning/benchmark.h"
@@ -76,7 +77,7 @@ void add_calibrate_command(CLI::App& app) {
   add_model_flags(*cmd, *flags);
   add_parallel_flags(*cmd, *flags);
   cmd->add_option("--out", cal->out, "where to save the spec (default: what --cluster local reads, " +
-                                         plan::local_cluster_path() + ")");
+                                         local_cluster_path() + ")");
   cmd->add_option("--max-ranks", cal->max_ranks, "time the kernels of the candidate strategies on 1 .. this many ranks")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
@@ -95,7 +96,7 @@ void add_calibrate_command(CLI::App& app) {
     if (o.sync.mesh_ranks > 0) o.ranks = o.sync.mesh_ranks;
     validate(o);
     const int lone_threads = o.threads;
-    const std::string path = cal->out.empty() ? plan::local_cluster_path() : cal->out;
+    const std::string path = cal->out.empty() ? local_cluster_path() : cal->out;
     auto say = [](const std::string& line) { std::cout << line << std::endl; };
 
     std::optional<plan::ClusterSpec> saved;

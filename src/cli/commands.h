@@ -12,5 +12,6 @@ void add_sample_command(CLI::App& app);
 void add_lower_command(CLI::App& app);
 void add_simulate_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 
 }  // namespace px::cli

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/local_cluster.h"
 #include "cli/train_flags.h"
 #include "parallel/lower.h"
 #include "plan/simulate.h"
@@ -71,7 +72,7 @@ void add_simulate_command(CLI::App& app) {
     if (o.sync.mesh_ranks > 0) o.ranks = o.sync.mesh_ranks;  // --mesh names the ranks
     if (o.ranks == 1) o.ranks = o.sync.pipeline_parallel * o.sync.tensor_parallel;
     validate(o);
-    const plan::ClusterSpec cluster = plan::cluster_named(sim_flags->cluster);
+    const plan::ClusterSpec cluster = plan::cluster_named(sim_flags->cluster, local_cluster_path());
     const nn::Model model = build_model(o, o.batch, true);
     const parallel::Strategy strategy = strategy_for(o, model, o.ranks);
     const std::vector<parallel::Program> programs =

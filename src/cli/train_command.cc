@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/local_cluster.h"
 #include "cli/train_flags.h"
 #include "runtime/progress.h"
 #include "runtime/trainer.h"
@@ -72,8 +73,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--stop-after", o.stop_after, "end and save after this step, as if preempted (0: off)");
   cmd->add_option("--sample-tokens", o.sample_tokens, "gpt: bytes of text to generate at the end (default 300)");
   cmd->add_option("--prompt", o.prompt, "gpt: text the sample continues (default: a newline)");
-  o.predict = true;
-  cmd->add_flag("--no-predict", [&o](int64_t) { o.predict = false; },
+  o.local_cluster = local_cluster_path();
+  cmd->add_flag("--no-predict", [&o](int64_t) { o.local_cluster.clear(); },
                 "skip the predicted vs measured step time and memory printed at the end");
   cmd->add_option("--progress", *progress, "auto (a bar on a terminal), bar or lines")
       ->check(CLI::IsMember({"auto", "bar", "lines"}))

@@ -1,6 +1,5 @@
 #include "plan/cluster.h"
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -119,7 +118,7 @@ ClusterSpec cluster_from_json(const nlohmann::json& json) {
   return c;
 }
 
-ClusterSpec cluster_named(const std::string& spec) {
+ClusterSpec cluster_named(const std::string& spec, const std::string& local_path) {
   const size_t colon = spec.rfind(':');
   const std::string name = colon == std::string::npos ? spec : spec.substr(0, colon);
   ClusterSpec c;
@@ -128,8 +127,8 @@ ClusterSpec cluster_named(const std::string& spec) {
   } else if (name == "dgx-h100") {
     c = dgx_h100();
   } else if (spec == "local") {
-    const std::string path = local_cluster_path();
-    if (!std::filesystem::exists(path))
+    const std::string& path = local_path;
+    if (path.empty() || !std::filesystem::exists(path))
       fail("--cluster local: this host has not been calibrated ('{}' does not exist); run 'parallax calibrate' "
            "first",
            path);
@@ -156,13 +155,6 @@ ClusterSpec cluster_named(const std::string& spec) {
   }
   validate(c);
   return c;
-}
-
-std::string local_cluster_path() {
-  const char* cache = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const std::string base = cache && *cache ? cache : (home ? std::string(home) + "/.cache" : ".");
-  return base + "/parallax/local-cluster.json";
 }
 
 ClusterSpec load_cluster(const std::string& path) {

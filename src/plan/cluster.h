@@ -72,13 +72,11 @@ ClusterSpec cluster_from_json(const nlohmann::json& json);
 
 // "dgx-a100", "dgx-h100" (vendor figures; docs/planner.md names the
 // sources), optionally ":N" for N nodes ("dgx-a100:64"), "local" (this
-// host as `parallax calibrate` saved it), or a path to a cluster JSON file.
+// host as `parallax calibrate` saved it at `local_path`, which the CLI
+// gives: cli/local_cluster.h), or a path to a cluster JSON file.
 // px::Error names the presets otherwise.
-ClusterSpec cluster_named(const std::string& spec);
+ClusterSpec cluster_named(const std::string& spec, const std::string& local_path = "");
 
-// Where `parallax calibrate` saves the local spec and "local" reads it:
-// $XDG_CACHE_HOME/parallax/local-cluster.json (~/.cache without it).
-std::string local_cluster_path();
 ClusterSpec load_cluster(const std::string& path);
 
 }  // namespace px::plan

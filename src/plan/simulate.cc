@@ -334,7 +334,7 @@ Simulation simulate(const SimulationRequest& request) {
   for (int r = 0; r < ranks; ++r) {
     const RankState& s = state[static_cast<size_t>(r)];
     const Program& p = *s.program;
-    double live = 0, peak = 0, updated = 0, activations = 0, activation_peak = 0;
+    double live = 0, peak = 0, updated = 0, activations = 0, activation_peak = 0, stash = -1;
     for (const parallel::Buffer& b : p.buffers)
       if (b.persistent) live += static_cast<double>(b.count) * sizeof(float);
     for (const Instr& instr : p.instrs)
@@ -383,6 +383,7 @@ Simulation simulate(const SimulationRequest& request) {
       if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) {
         const Graph& g = p.graph_of(mb);
         const Node& node = g.nodes()[static_cast<size_t>(c->node)];
+        if (node.origin >= 0 && stash < 0) stash = activations;
         for (size_t o = 0; o < node.outputs.size(); ++o) {
           if (o > 0 || !node.def->output_is_view) {
             produce(node.outputs[o], activation_bytes(g.spec(node.outputs[o])));
@@ -410,6 +411,7 @@ Simulation simulate(const SimulationRequest& request) {
     }
     out.peak_bytes.push_back(peak);
     out.activation_peak_bytes.push_back(activation_peak);
+    out.stash_bytes.push_back(std::max(0.0, stash));
   }
   return out;
 }

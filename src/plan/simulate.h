@@ -64,6 +64,9 @@ struct Simulation {
   double step_seconds = 0;
   std::vector<double> peak_bytes;     // per rank
   std::vector<double> activation_peak_bytes;  // per rank: the values of the local graphs alone
+  // Per rank: the values alive when its first backward compute starts (one
+  // micro-batch: what its forward keeps for backward).
+  std::vector<double> stash_bytes;
   std::vector<double> busy_seconds;   // per rank: computing
   std::vector<double> compute_span;   // per rank: from the start to its last compute
   double bubble_fraction = 0;         // idle share of the compute spans, over all ranks

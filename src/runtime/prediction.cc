@@ -10,8 +10,7 @@
 
 namespace px {
 
-plan::ClusterSpec local_cluster(int ranks, bool* calibrated) {
-  const std::string path = plan::local_cluster_path();
+plan::ClusterSpec local_cluster(const std::string& path, int ranks, bool* calibrated) {
   *calibrated = std::filesystem::exists(path);
   if (*calibrated) return plan::load_cluster(path);
   plan::HostProfile profile;
@@ -34,8 +33,8 @@ plan::ClusterSpec local_cluster(int ranks, bool* calibrated) {
 RunPrediction predict_run(const TrainOptions& o, const nn::Model& model, const parallel::Strategy& strategy) {
   const int ranks = strategy.mesh.ranks();
   RunPrediction out;
-  const plan::ClusterSpec cluster = local_cluster(ranks, &out.calibrated);
-  out.basis = out.calibrated ? fmt::format("the local spec '{}'", plan::local_cluster_path())
+  const plan::ClusterSpec cluster = local_cluster(o.local_cluster, ranks, &out.calibrated);
+  out.basis = out.calibrated ? fmt::format("the local spec '{}'", o.local_cluster)
                              : "this host's probed rates, kernels at their roofline (run 'parallax calibrate' for a "
                                "calibrated prediction)";
   const std::vector<parallel::Program> programs =

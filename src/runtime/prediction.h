@@ -21,10 +21,10 @@ struct RunPrediction {
   double peak_bytes = 0;      // rank 0's
 };
 
-// The saved local spec, or one probed now (no kernel timings) when there is none.
-plan::ClusterSpec local_cluster(int ranks, bool* calibrated);
+// The local spec saved at `path`, or one probed now (no kernel timings) when there is none.
+plan::ClusterSpec local_cluster(const std::string& path, int ranks, bool* calibrated);
 
-// Every rank's Program of `strategy` replayed on the local spec.
+// Every rank's Program of `strategy` replayed on the local spec at options.local_cluster.
 RunPrediction predict_run(const TrainOptions& options, const nn::Model& model, const parallel::Strategy& strategy);
 
 // "predicted step 0.412 s, measured 0.398 s (+3.5%); ..." lines.

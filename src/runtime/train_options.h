@@ -90,7 +90,9 @@ struct TrainOptions {
   int64_t sample_tokens = 0;     // GPT: print a sample of this many bytes at the end
   std::string prompt = "\n";
   bool progress_bar = false;     // else plain periodic lines
-  bool predict = false;          // end with predicted vs measured step time and memory (runtime/prediction.h)
+  // Non-empty: end with predicted vs measured step time and memory on the
+  // local spec saved here (runtime/prediction.h; `parallax train` sets it).
+  std::string local_cluster;
 
   bool operator==(const TrainOptions&) const = default;
 };

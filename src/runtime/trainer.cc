@@ -388,7 +388,7 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
                      step_seconds.end());
     result.measured_step_seconds = step_seconds[step_seconds.size() / 2];
   }
-  if (o.predict && lead) {
+  if (!o.local_cluster.empty() && lead) {
     const RunPrediction predicted = predict_run(o, model, strategy);
     result.predicted_step_seconds = predicted.step_seconds;
     result.predicted_peak_bytes = predicted.peak_bytes;

@@ -1,0 +1,145 @@
+// `parallax plan`: a model, a global batch and a cluster (a preset, a JSON
+// file, or --cluster local --ranks N after `parallax calibrate`) in; the
+// fastest strategy that fits out (plan/search.h), as the strategy JSON
+// `parallax train --strategy` runs, with a table of the best candidates and
+// why the others were rejected.
+#include <fstream>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "cli/local_cluster.h"
+#include "cli/train_flags.h"
+#include "plan/search.h"
+#include "runtime/atomic_file.h"
+#include "runtime/optimizer.h"
+#include "runtime/task.h"
+
+namespace px::cli {
+namespace {
+
+struct PlanFlags {
+  std::string cluster = "local";
+  int ranks = 0;  // 0: every device of the cluster
+  double budget_seconds = 10;
+  std::string method = "auto";
+  std::string out;
+  int top = 10;
+  std::string precision = "auto";
+  bool no_pipeline = false, no_tensor = false, no_zero = false, no_recompute = false;
+};
+
+std::string bytes_text(double bytes) {
+  return bytes >= (1 << 30) ? fmt::format("{:.2f} GiB", bytes / (1 << 30)) : fmt::format("{:.1f} MiB", bytes / (1 << 20));
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto flags = std::make_shared<TrainFlags>();
+  auto pf = std::make_shared<PlanFlags>();
+  CLI::App* cmd = app.add_subcommand("plan", "search the fastest strategy that fits a cluster's memory");
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_model_flags(*cmd, *flags);
+  cmd->add_option("--cluster", pf->cluster,
+                  "local (this host, after parallax calibrate), dgx-a100, dgx-h100 (optionally :NODES) or a cluster "
+                  "JSON file")
+      ->capture_default_str();
+  cmd->add_option("--ranks", pf->ranks, "ranks to plan for (default: every device of the cluster)");
+  cmd->add_option("--budget-s", pf->budget_seconds, "stop searching after this many seconds")->capture_default_str();
+  cmd->add_option("--method", pf->method,
+                  "grid (every candidate replayed), alpa (stage cuts by dynamic programming over per-block costs, "
+                  "for GPTs at scale) or auto")
+      ->check(CLI::IsMember({"auto", "grid", "alpa"}))
+      ->capture_default_str();
+  cmd->add_option("--out", pf->out, "write the chosen strategy here (parallax train --strategy FILE runs it)");
+  cmd->add_option("--top", pf->top, "candidates to list")->capture_default_str();
+  cmd->add_option("--precision", pf->precision, "fp32, bf16 mixed precision, or auto (bf16 where the device has it)")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
+      ->capture_default_str();
+  flags->options.threads = 2;
+  cmd->add_option("--threads", flags->options.threads, "--cluster local, one rank: its kernel threads, as train's")
+      ->capture_default_str();
+  cmd->add_option("--link-gbps", flags->options.link_gbps, "--cluster local: each rank's link limited, as train's")
+      ->capture_default_str();
+  cmd->add_flag("--no-pipeline", pf->no_pipeline, "leave pipeline parallelism out of the search");
+  cmd->add_flag("--no-tensor", pf->no_tensor, "leave tensor parallelism out of the search");
+  cmd->add_flag("--no-zero", pf->no_zero, "leave ZeRO out of the search");
+  cmd->add_flag("--no-recompute", pf->no_recompute, "leave recomputation out of the search");
+  cmd->callback([flags, pf] {
+    apply(*flags);
+    TrainOptions& o = flags->options;
+    const plan::ClusterSpec cluster = plan::cluster_named(pf->cluster, local_cluster_path());
+    const int ranks = pf->ranks > 0 ? pf->ranks : cluster.devices();
+    if (cluster.devices_share_memory && pf->ranks <= 0)
+      fail("--cluster {}: give --ranks (in-process ranks share the host; its {} devices are a limit, not a count)",
+           pf->cluster, cluster.devices());
+    o.ranks = ranks;
+    validate(o);
+    const bool bf16 = pf->precision == "bf16" || (pf->precision == "auto" && cluster.device.flops_bf16 > 0);
+    if (bf16 && cluster.device.flops_bf16 <= 0)
+      fail("--precision bf16: the cluster's {} has no bf16 FLOP/s (device.flops_bf16 is 0)", cluster.device.name);
+    const TrainOptions base = o;
+    const nn::Model model = build_model(o, o.batch, true);
+    const plan::PlanRequest request{
+        .build = [base](int64_t batch, int64_t layers) {
+          TrainOptions t = base;
+          if (layers > 0) t.gpt.n_layer = layers;
+          return build_model(t, batch, true);
+        },
+        .batch_inputs = batch_input_names(model),
+        .batch = o.batch,
+        .ranks = ranks,
+        .cluster = &cluster,
+        .compute = bf16 ? DType::bf16 : DType::f32,
+        .local = {.threads = ranks > 1 ? 1 : o.threads, .link_gbps = o.link_gbps, .collective = o.sync.collective},
+        .overlap = o.sync.overlap,
+        .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size()),
+        .budget_seconds = pf->budget_seconds,
+        .method = pf->method,
+        .space = {.tensor = !pf->no_tensor, .pipeline = !pf->no_pipeline, .zero = !pf->no_zero,
+                  .recompute = !pf->no_recompute}};
+    const plan::PlanResult result = plan::plan(request);
+
+    const double units = o.model == "gpt" ? static_cast<double>(o.batch * o.gpt.block) : static_cast<double>(o.batch);
+    int replayed = 0;
+    for (const auto* list : {&result.ranked, &result.rejected})
+      for (const plan::Candidate& c : *list) replayed += c.simulated;
+    std::cout << fmt::format("planned {} for batch {} on {} ({} ranks{}) in {:.2f} s: {} search, {} of {} candidates "
+                             "estimated, {} replayed on their Programs{}\n",
+                             o.model, o.batch, pf->cluster, ranks, bf16 ? ", bf16 mixed precision" : "",
+                             result.seconds, result.method, result.evaluated, result.considered, replayed,
+                             result.budget_exhausted ? " (the budget ran out)" : "");
+    std::cout << fmt::format("{:>4}  {:<52} {:>10} {:>12} {:>11} {:>6}  {}\n", "rank", "strategy", "step", 
+                             o.model == "gpt" ? "tokens/s" : "samples/s", "mem/device", "util", "from");
+    for (size_t i = 0; i < result.ranked.size() && static_cast<int>(i) < pf->top; ++i) {
+      const plan::Candidate& c = result.ranked[i];
+      const std::string from =
+          !c.simulated ? "estimated"
+          : c.screened_step_seconds > 0
+              ? fmt::format("simulated (screen: {:.4f} s, {})", c.screened_step_seconds, bytes_text(c.screened_peak_bytes))
+              : "simulated";
+      std::cout << fmt::format("{:>4}  {:<52} {:>8.4f} s {:>12.0f} {:>11} {:>5.1f}%  {}\n", i + 1, c.description,
+                               c.step_seconds, units / c.step_seconds, bytes_text(c.peak_bytes), 100 * c.utilization,
+                               from);
+    }
+    if (!result.rejected.empty()) {
+      std::cout << fmt::format("rejected {} candidates; the closest to fitting:\n", result.rejected.size());
+      for (size_t i = 0; i < result.rejected.size() && i < 5; ++i)
+        std::cout << fmt::format("  {:<52} {}\n", result.rejected[i].description, result.rejected[i].rejected);
+      for (const plan::Candidate& c : result.rejected)
+        if (c.simulated)
+          std::cout << fmt::format("  {:<52} {} (replayed on its Programs; the screen estimated {})\n",
+                                   c.description, c.rejected, bytes_text(c.screened_peak_bytes));
+    }
+    const plan::Candidate& best = result.best();
+    std::cout << fmt::format("chose {}: {:.4f} s a step, {} a device\n", best.description, best.step_seconds,
+                             bytes_text(best.peak_bytes));
+    if (!pf->out.empty()) {
+      write_file_atomically(pf->out, parallel::to_json(best.strategy).dump(1) + "\n");
+      std::cout << fmt::format("wrote the strategy to '{}' (parallax train --strategy {} runs it)\n", pf->out,
+                               pf->out);
+    }
+  });
+}
+
+}  // namespace px::cli

@@ -1,0 +1,87 @@
+// The planner's searches: given a model, a global batch and a cluster, the
+// strategy with the shortest predicted step that fits in device memory.
+//
+//   grid   every candidate of the grid (plan/candidates.h) lowered and
+//          replayed by the simulator (one rank per stage, plan/simulate.h),
+//          as long as the budget lasts, cheapest meshes first.
+//   alpa   for models of repeated blocks ("h.<i>"): per-layer costs from
+//          probes (a two-block copy of the model lowered for each stage
+//          sub-mesh shape, micro-batch size and recomputation, and
+//          replayed), then for every (stages, sub-mesh, micro-batches,
+//          schedule, ZeRO) a dynamic program over the stage cuts that
+//          minimizes the slowest stage under the memory of each stage's
+//          in-flight micro-batches; the best few are verified by the
+//          simulator on their real Programs (plan/stage_dp.h).
+//   auto   alpa for block models whose grid would not fit the budget, else grid.
+//
+// Every candidate is kept with its figures or the reason it was rejected
+// (does not fit in memory; does not lower).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "nn/model.h"
+#include "plan/candidates.h"
+#include "plan/cluster.h"
+#include "plan/estimator.h"
+
+namespace px::plan {
+
+struct PlanRequest {
+  // The model for `batch` global rows; `layers` > 0 asks for a copy with
+  // that many blocks (the alpa probes), 0 for the model itself.
+  std::function<nn::Model(int64_t batch, int64_t layers)> build;
+  std::vector<std::string> batch_inputs;
+  int64_t batch = 1;
+  int ranks = 1;
+  const ClusterSpec* cluster = nullptr;
+  DType compute = DType::f32;              // bf16: mixed precision on devices with bf16 units
+  ProfiledEstimator::Options local;        // the local spec's run: threads, link limit, algorithm
+  bool overlap = true;
+  int optimizer_slots = 2;
+  double budget_seconds = 10;
+  std::string method = "auto";             // auto, grid or alpa
+  SearchSpace space;                       // what may vary (ranks and batch are taken from here)
+  int verify = 4;                          // alpa: candidates replayed on their Programs
+};
+
+struct Candidate {
+  parallel::Strategy strategy;
+  std::string description;   // plan/candidates.h describe()
+  double step_seconds = 0;   // predicted
+  double peak_bytes = 0;     // the fullest device's
+  double utilization = 0;    // executed FLOPs / (step x devices x peak FLOP/s)
+  bool simulated = false;    // replayed on its Programs (else the alpa screen's estimate)
+  double screened_step_seconds = 0;  // alpa: the screen's estimate, kept beside a replay's figures
+  double screened_peak_bytes = 0;
+  std::string rejected;      // why it cannot run; empty when it fits
+};
+
+struct PlanResult {
+  std::string method;               // the search that ran
+  std::vector<Candidate> ranked;    // fitting candidates, fastest first
+  std::vector<Candidate> rejected;  // the others, with their reasons
+  int evaluated = 0;                // candidates estimated
+  int considered = 0;               // candidates in the search space
+  double seconds = 0;               // the search's wall time
+  bool budget_exhausted = false;    // the grid stopped at the budget
+  const Candidate& best() const;    // px::Error when nothing fits, naming the closest
+};
+
+PlanResult plan(const PlanRequest& request);
+
+// The estimator a request calls for on its cluster.
+std::unique_ptr<CostEstimator> estimator_for(const PlanRequest& request);
+
+// Replays `strategy` (one rank per stage) and checks it against device
+// memory: the grid's evaluation, and the alpa search's verification.
+Candidate evaluate(const PlanRequest& request, const nn::Model& model, const parallel::Strategy& strategy,
+                   const CostEstimator& estimator);
+
+// Whether `peak` bytes a device (the fullest) fit the cluster for a mesh of
+// `ranks`; the reason when not.
+std::string memory_verdict(const ClusterSpec& cluster, int ranks, double peak);
+
+}  // namespace px::plan

@@ -1,0 +1,474 @@
+#include "plan/stage_search.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "core/error.h"
+#include "parallel/tensor_parallel.h"
+#include "plan/simulate.h"
+
+namespace px::plan {
+namespace {
+
+using parallel::PipelineKind;
+using parallel::Recompute;
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// "h.<i>..." -> i, else -1.
+int block_of(const std::string& name) {
+  if (name.rfind("h.", 0) != 0) return -1;
+  const size_t dot = name.find('.', 2);
+  try {
+    return std::stoi(name.substr(2, dot == std::string::npos ? std::string::npos : dot - 2));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+int block_count(const Graph& graph) {
+  int blocks = 0;
+  for (const Node& n : graph.nodes()) blocks = std::max(blocks, block_of(n.name) + 1);
+  return blocks;
+}
+
+// What one part of the model costs a micro-batch on one rank of a stage.
+struct Part {
+  double forward = 0, backward = 0;  // seconds, tensor-parallel collectives included
+  double params = 0;                 // this rank's elements
+  double seconds() const { return forward + backward; }
+};
+
+struct ProbeCosts {
+  Part pre, block, post;
+  double shared_params = 0;  // read by pre and post both (GPT's tied embedding): reduced between the end stages
+  double block_stash = 0;  // bytes a block keeps from its forward to its backward, a micro-batch
+  double post_stash = 0;   // the head's and the loss's (the last stage's), a micro-batch
+  double transient = 0;    // backward's working set beyond the stash (the head's, on the last stage)
+  double boundary = 0;     // bytes a stage cut sends a micro-batch, each way
+  double block_flops = 0, base_flops = 0;  // executed by the tensor group a micro-batch
+  double block_instrs = 0, base_instrs = 0;  // a micro-batch's instructions, summed over the stages
+  double seconds_per_instr = 0;              // lowering and replaying the probes
+  std::string error;       // the probe does not lower (e.g. heads not divisible)
+};
+
+struct ProbeKey {
+  int tp;
+  bool sp;
+  int64_t rows;
+  Recompute recompute;
+  auto operator<=>(const ProbeKey&) const = default;
+};
+
+parallel::Strategy probe_strategy(const nn::Model& m, const PlanRequest& request, const ProbeKey& key) {
+  parallel::Strategy s = key.tp > 1 || key.sp
+                             ? parallel::tensor_parallel(m.graph, 1, key.tp, request.batch_inputs, key.sp)
+                             : parallel::data_parallel(1, request.batch_inputs);
+  s.lowering.recompute = key.recompute;
+  return s;
+}
+
+// The parts of a two-block probe from its replay's trace (rank 0 of the tensor group).
+void attribute(const parallel::Program& program, const Simulation& sim, ProbeCosts& costs) {
+  const Graph& g = program.graphs.front();
+  int first_block = std::numeric_limits<int>::max();
+  for (size_t k = 0; k < g.nodes().size(); ++k)
+    if (block_of(g.nodes()[k].name) >= 0) first_block = std::min(first_block, static_cast<int>(k));
+  // Part of a forward node: -1 pre, 0/1 the blocks, 2 post.
+  auto part_of = [&](int node) {
+    const Node& n = g.nodes()[static_cast<size_t>(node)];
+    const int origin = n.origin >= 0 ? n.origin : node;
+    const int block = block_of(g.nodes()[static_cast<size_t>(origin)].name);
+    return block >= 0 ? block : origin < first_block ? -1 : 2;
+  };
+  Part parts[4];
+  auto at = [&](int part) -> Part& { return parts[part + 1]; };
+  for (const SimulatedEvent& e : sim.trace) {
+    const parallel::Instr& instr = program.instrs[static_cast<size_t>(e.instr)];
+    int node = -1;
+    if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) node = c->node;
+    if (const auto* r = std::get_if<parallel::Reshard>(&instr.op)) node = r->node;
+    if (node < 0) continue;
+    const bool backward = g.nodes()[static_cast<size_t>(node)].origin >= 0;
+    (backward ? at(part_of(node)).backward : at(part_of(node)).forward) += e.duration;
+  }
+  // Parameters: counted in every part that reads them (the tied embedding is pre's and post's).
+  for (const parallel::ParamLayout& p : program.params) {
+    std::set<int> readers;
+    for (size_t k = 0; k < g.nodes().size(); ++k) {
+      const Node& n = g.nodes()[k];
+      if (n.origin < 0 && std::find(n.inputs.begin(), n.inputs.end(), p.value) != n.inputs.end())
+        readers.insert(part_of(static_cast<int>(k)));
+    }
+    for (int part : readers) at(part).params += static_cast<double>(p.shape.numel());
+    if (readers.count(-1) && readers.count(2)) costs.shared_params += static_cast<double>(p.shape.numel());
+  }
+  costs.pre = at(-1);
+  costs.post = at(2);
+  costs.block = {.forward = (at(0).forward + at(1).forward) / 2,
+                 .backward = (at(0).backward + at(1).backward) / 2,
+                 .params = at(1).params};
+  // What h.1 reads of h.0's forward values: a stage cut's message.
+  for (const Node& n : g.nodes()) {
+    if (n.origin >= 0 || block_of(n.name) != 1) continue;
+    for (ValueId v : n.inputs) {
+      const int producer = g.value(v).producer;
+      if (producer >= 0 && block_of(g.nodes()[static_cast<size_t>(producer)].name) == 0)
+        costs.boundary += static_cast<double>(g.spec(v).shape.numel()) * 4;
+    }
+  }
+}
+
+ProbeCosts probe(const PlanRequest& request, const CostEstimator& estimator, const ProbeKey& key) {
+  ProbeCosts costs;
+  double activation[3] = {0, 0, 0}, stash[3] = {0, 0, 0}, flops[3] = {0, 0, 0}, instrs[3] = {0, 0, 0};
+  double lowering = 0;  // seconds lowering and replaying (what a verification costs an instruction)
+  for (int layers : {1, 2}) {
+    const nn::Model m = request.build(key.rows, layers);
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<parallel::Program> programs;
+    try {
+      programs = lower_representatives({.forward = &m.graph, .loss = m.loss}, probe_strategy(m, request, key));
+    } catch (const Error& e) {
+      costs.error = e.what();
+      return costs;
+    }
+    const Simulation sim = simulate({.programs = &programs,
+                                     .cluster = request.cluster,
+                                     .estimator = &estimator,
+                                     .overlap = request.overlap,
+                                     .optimizer_slots = request.optimizer_slots,
+                                     .compute = request.compute,
+                                     .trace = layers == 2});
+    activation[layers] = sim.activation_peak_bytes.front();
+    stash[layers] = sim.stash_bytes.front();
+    flops[layers] = sim.flops;
+    instrs[layers] = static_cast<double>(programs.front().instrs.size());
+    lowering += seconds_since(start);
+    if (layers == 2) attribute(programs.front(), sim, costs);
+  }
+  const double scale = static_cast<double>(dtype_size(request.compute)) / 4;  // activations in the compute dtype
+  costs.boundary *= scale;
+  costs.block_stash = std::max(0.0, stash[2] - stash[1]);
+  costs.post_stash = std::max(0.0, stash[1] - costs.block_stash - costs.boundary);
+  costs.transient = std::max(0.0, activation[1] - stash[1]);
+  costs.block_flops = flops[2] - flops[1];
+  costs.base_flops = flops[1] - costs.block_flops;
+  costs.block_instrs = instrs[2] - instrs[1];
+  costs.base_instrs = instrs[1] - costs.block_instrs;
+  costs.seconds_per_instr = lowering / (instrs[1] + instrs[2]);
+  return costs;
+}
+
+// One point of the search space, with the probe it stands on.
+struct Layout {
+  int stages, dp, tp;
+  bool sp;
+  int micro_batches;
+  Recompute recompute;
+  PipelineKind kind;
+  int zero;
+};
+
+// The analytic estimate of one layout with `blocks[s]` blocks on stage s.
+struct Estimate {
+  double step = 0;
+  double peak = 0;  // the fullest stage's device
+};
+
+class StageModel {
+ public:
+  StageModel(const PlanRequest& request, const CostEstimator& estimator, const ProbeCosts& costs, const Layout& layout)
+      : request_(request), estimator_(estimator), c_(costs), l_(layout) {
+    const ClusterSpec& cluster = *request.cluster;
+    dp_link_ = cluster.link_between(0, (l_.dp - 1) * l_.tp);
+    pp_link_ = cluster.link_between(0, l_.dp * l_.tp);
+    ends_link_ = cluster.link_between(0, (l_.stages - 1) * l_.dp * l_.tp);
+    const double slots = request.optimizer_slots;
+    const double dp = l_.dp;
+    // Bytes a parameter element costs its rank: float32 master (ZeRO-3 sharded), a bf16 working copy,
+    // float32 gradient (ZeRO-2 sharded) and optimizer state (ZeRO-1 sharded).
+    per_param_ = 4 / (l_.zero >= 3 ? dp : 1) + (request.compute != DType::f32 ? dtype_size(request.compute) : 0) +
+                 4 / (l_.zero >= 2 ? dp : 1) + 4 * slots / (l_.zero >= 1 ? dp : 1);
+    capacity_ = cluster.devices_share_memory
+                    ? cluster.device.memory_bytes / std::min(request.ranks, cluster.devices_per_node)
+                    : cluster.device.memory_bytes;
+  }
+
+  // F + B of a micro-batch, with its gradients accumulated into their
+  // buckets (a copy and an add: three float32 passes over them).
+  double stage_seconds(int s, int blocks) const {
+    double t = blocks * c_.block.seconds();
+    if (s == 0) t += c_.pre.seconds();
+    if (s == l_.stages - 1) t += c_.post.seconds();
+    return t + accumulate_seconds(s, blocks);
+  }
+  double accumulate_seconds(int s, int blocks) const {
+    return estimator_.memory_seconds(3.0 * 4 * stage_params(s, blocks));
+  }
+  double stage_params(int s, int blocks) const {
+    double w = blocks * c_.block.params;
+    if (s == 0) w += c_.pre.params;
+    if (s == l_.stages - 1) w += c_.post.params;
+    return w;
+  }
+  // Micro-batches whose stash a stage holds at once: GPipe all; 1F1B P - s;
+  // zb-h1 also the inputs of up to P - s - 1 deferred weight gradients.
+  int in_flight(int s) const {
+    const int M = l_.micro_batches, P = l_.stages;
+    if (l_.kind == PipelineKind::gpipe) return M;
+    if (l_.kind == PipelineKind::zb_h1) return std::min(M, 2 * (P - s) - 1);
+    return std::min(M, P - s);
+  }
+  double stage_memory(int s, int blocks) const {
+    double bytes = stage_params(s, blocks) * per_param_;
+    if (l_.zero >= 3) bytes += 2 * 4 * c_.block.params;  // a block's gathered parameters, and the next one's
+    const double stash = blocks * c_.block_stash + (s == 0 ? c_.boundary : 0);
+    bytes += in_flight(s) * stash + c_.transient;
+    if (s == l_.stages - 1) bytes += c_.post_stash;
+    return bytes;
+  }
+  bool fits(int s, int blocks) const { return stage_memory(s, blocks) <= capacity_; }
+
+  Estimate estimate(const std::vector<int>& blocks) const {
+    const int P = l_.stages, M = l_.micro_batches;
+    double sum = 0, t_max = 0, f_max = 0, sync_max = 0, peak = 0;
+    for (int s = 0; s < P; ++s) {
+      const int n = blocks[static_cast<size_t>(s)];
+      const double t = stage_seconds(s, n);
+      sum += t;
+      t_max = std::max(t_max, t);
+      f_max = std::max(f_max, n * c_.block.forward + (s == 0 ? c_.pre.forward : 0) +
+                                  (s == P - 1 ? c_.post.forward : 0));
+      const double w = stage_params(s, n);
+      double sync = 0;
+      if (l_.dp > 1) {
+        const double grads = 4 * w;
+        // The reduction overlaps the last backward; ZeRO's gather of the
+        // updated parameters follows the update. ZeRO-2 reduce-scatters
+        // every micro-batch's gradients (they are not kept whole).
+        const double last_backward = n * c_.block.backward + (s == 0 ? c_.pre.backward : 0) + accumulate_seconds(s, n);
+        const double scatters = l_.zero >= 2 ? M : 1;
+        const double reduce =
+            l_.zero >= 1 ? scatters * estimator_.collective_seconds(comm::Collective::reduce_scatter, grads, l_.dp, dp_link_)
+                         : estimator_.collective_seconds(comm::Collective::allreduce, grads, l_.dp, dp_link_);
+        sync = request_.overlap ? std::max(0.0, reduce - last_backward) : reduce;
+        if (l_.zero >= 1) sync += estimator_.collective_seconds(comm::Collective::allgather, grads, l_.dp, dp_link_);
+        if (l_.zero >= 3)  // every block gathered before its forward and its backward, each micro-batch
+          sync += 2.0 * M * estimator_.collective_seconds(comm::Collective::allgather, 4 * w, l_.dp, dp_link_) / 2;
+      }
+      // The norm (a pass over the gradients), the clip (two) and the update,
+      // over this rank's shard under ZeRO.
+      const double update = estimator_.memory_seconds((3 + 3 + 2.0 * request_.optimizer_slots) * 4 * w /
+                                                      (l_.zero >= 1 ? l_.dp : 1));
+      sync_max = std::max(sync_max, sync + update);
+      peak = std::max(peak, stage_memory(s, n));
+    }
+    double hops = P > 1 ? 2.0 * (P - 1) * estimator_.transfer_seconds(c_.boundary, pp_link_) : 0;
+    // The tied parameters' gradient summed between the first and the last stage, at the step's end.
+    if (P > 1 && c_.shared_params > 0)
+      hops += estimator_.collective_seconds(comm::Collective::allreduce, 4 * c_.shared_params, 2, ends_link_);
+    const double pipeline = l_.kind == PipelineKind::zb_h1 && P > 1 ? M * t_max + (P - 1) * f_max
+                                                                     : sum + (M - 1) * t_max;
+    return {.step = pipeline + hops + sync_max, .peak = peak};
+  }
+
+  // The blocks of each stage minimizing the slowest stage under every stage's
+  // memory; empty when no cut fits.
+  std::vector<int> best_cuts(int blocks) const {
+    const int P = l_.stages;
+    constexpr double kNone = std::numeric_limits<double>::infinity();
+    // f[s][j]: the slowest of stages 0..s-1 holding blocks 0..j-1; choice[s][j]: stage s-1's blocks.
+    std::vector<std::vector<double>> f(static_cast<size_t>(P + 1), std::vector<double>(static_cast<size_t>(blocks + 1), kNone));
+    std::vector<std::vector<int>> choice(f.size(), std::vector<int>(static_cast<size_t>(blocks + 1), 0));
+    f[0][0] = 0;
+    for (int s = 0; s < P; ++s)
+      for (int j = 0; j <= blocks; ++j) {
+        if (f[static_cast<size_t>(s)][static_cast<size_t>(j)] == kNone) continue;
+        const int most = blocks - j - (P - 1 - s);  // leave a block for each later stage
+        for (int n = 1; n <= most; ++n) {
+          if (s == P - 1 && n != most) continue;
+          if (!fits(s, n)) break;  // more blocks only need more memory
+          const double t = std::max(f[static_cast<size_t>(s)][static_cast<size_t>(j)], stage_seconds(s, n));
+          double& cell = f[static_cast<size_t>(s + 1)][static_cast<size_t>(j + n)];
+          if (t < cell) {
+            cell = t;
+            choice[static_cast<size_t>(s + 1)][static_cast<size_t>(j + n)] = n;
+          }
+        }
+      }
+    if (f[static_cast<size_t>(P)][static_cast<size_t>(blocks)] == kNone) return {};
+    std::vector<int> out(static_cast<size_t>(P));
+    for (int s = P, j = blocks; s > 0; --s) {
+      out[static_cast<size_t>(s - 1)] = choice[static_cast<size_t>(s)][static_cast<size_t>(j)];
+      j -= out[static_cast<size_t>(s - 1)];
+    }
+    return out;
+  }
+
+  // Balanced blocks (for a layout no cut fits, to report its memory).
+  std::vector<int> balanced(int blocks) const {
+    std::vector<int> out(static_cast<size_t>(l_.stages), blocks / l_.stages);
+    for (int s = 0; s < blocks % l_.stages; ++s) ++out[static_cast<size_t>(s)];
+    return out;
+  }
+
+ private:
+  const PlanRequest& request_;
+  const CostEstimator& estimator_;
+  const ProbeCosts& c_;
+  Layout l_;
+  LinkClass dp_link_ = LinkClass::intra_node, pp_link_ = LinkClass::intra_node, ends_link_ = LinkClass::intra_node;
+  double per_param_ = 0, capacity_ = 0;
+};
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+parallel::Strategy strategy_of(const PlanRequest& request, const nn::Model& model, const Layout& l,
+                               const std::vector<int>& blocks) {
+  parallel::Strategy s = l.tp > 1 || l.sp
+                             ? parallel::tensor_parallel(model.graph, l.dp, l.tp, request.batch_inputs, l.sp)
+                             : parallel::data_parallel(l.dp, request.batch_inputs);
+  s.zero_stage = l.zero;
+  s.micro_batches = l.micro_batches;
+  s.lowering.recompute = l.recompute;
+  if (l.stages > 1) {
+    parallel::PipelineOptions pipeline{.schedule = l.kind};
+    int start = 0;
+    for (size_t i = 0; i + 1 < blocks.size(); ++i) {
+      start += blocks[i];
+      pipeline.stage_cuts.push_back(fmt::format("h.{}", start));
+    }
+    s = parallel::with_pipeline(std::move(s), l.stages, pipeline);
+  }
+  return s;
+}
+
+// describe() of the strategy the layout makes, with its blocks per stage.
+std::string describe_layout(const Layout& l, const std::vector<int>& blocks) {
+  std::string text = fmt::format("pp={} dp={} tp={}{}", l.stages, l.dp, l.tp, l.sp ? " sp" : "");
+  if (l.micro_batches > 1) text += fmt::format(" M={}", l.micro_batches);
+  if (l.stages > 1) text += fmt::format(" {}", parallel::pipeline_kind_name(l.kind));
+  if (l.zero > 0) text += fmt::format(" zero={}", l.zero);
+  if (l.recompute != Recompute::none) text += fmt::format(" recompute={}", parallel::recompute_name(l.recompute));
+  if (l.stages > 1) {
+    // Runs of equal stages: "6x16" for 16 stages of 6 blocks.
+    std::vector<std::string> runs;
+    for (size_t i = 0; i < blocks.size();) {
+      size_t j = i;
+      while (j < blocks.size() && blocks[j] == blocks[i]) ++j;
+      runs.push_back(j - i > 1 ? fmt::format("{}x{}", blocks[i], j - i) : fmt::format("{}", blocks[i]));
+      i = j;
+    }
+    text += fmt::format(" blocks={}", fmt::join(runs, "/"));
+  }
+  return text;
+}
+
+}  // namespace
+
+std::vector<Candidate> search_stages(StageSearch& search, std::chrono::steady_clock::time_point start) {
+  const PlanRequest& request = *search.request;
+  const SearchSpace& space = request.space;
+  const ClusterSpec& cluster = *request.cluster;
+  const int blocks = block_count(search.model->graph);
+  PX_CHECK_GE(blocks, 1);
+  std::map<ProbeKey, ProbeCosts> probes;
+  struct Scored {
+    Layout layout;
+    std::vector<int> blocks;
+    Candidate candidate;
+    const ProbeCosts* costs;
+  };
+  std::vector<Scored> scored;
+  const double peak_flops = cluster.device.flops(request.compute);
+  for (int tp : divisors(request.ranks)) {
+    if (tp > 1 && (!space.tensor || tp > cluster.devices_per_node)) continue;  // tensor groups stay in a node
+    for (int stages : divisors(request.ranks / tp)) {
+      if (stages > 1 && (!space.pipeline || stages > blocks)) continue;
+      const int dp = request.ranks / tp / stages;
+      const int64_t rows = (request.batch + dp - 1) / dp;  // data rank 0's
+      if (request.batch < dp) continue;
+      const int most_micro = std::max(space.max_micro_batches, 8 * stages);
+      for (bool sp : {false, true}) {
+        if (sp && tp == 1) continue;
+        for (int m = 1; m <= rows && m <= most_micro; m *= 2) {
+          for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+            if (r != Recompute::none && !space.recompute) continue;
+            const ProbeKey key{tp, sp, (rows + m - 1) / m, r};
+            auto it = probes.find(key);
+            if (it == probes.end()) it = probes.emplace(key, probe(request, *search.estimator, key)).first;
+            const ProbeCosts& costs = it->second;
+            if (!costs.error.empty()) continue;
+            std::vector<PipelineKind> kinds{PipelineKind::one_f_one_b};
+            if (stages > 1 && space.schedules) kinds = {PipelineKind::gpipe, PipelineKind::one_f_one_b, PipelineKind::zb_h1};
+            for (PipelineKind kind : kinds)
+              for (int zero = 0; zero <= (space.zero && dp > 1 ? 3 : 0); ++zero) {
+                if (zero == 3 && stages > 1) continue;
+                const Layout layout{stages, dp, tp, sp, m, r, kind, zero};
+                const StageModel model(request, *search.estimator, costs, layout);
+                std::vector<int> cuts = model.best_cuts(blocks);
+                const bool fits = !cuts.empty();
+                if (!fits) cuts = model.balanced(blocks);
+                const Estimate e = model.estimate(cuts);
+                const double step_flops = static_cast<double>(dp) * m * (blocks * costs.block_flops + costs.base_flops);
+                Candidate c{.step_seconds = e.step,
+                            .peak_bytes = e.peak,
+                            .utilization = step_flops / (e.step * request.ranks * peak_flops)};
+                if (!fits) c.rejected = memory_verdict(cluster, request.ranks, e.peak);
+                if (!fits && c.rejected.empty()) c.rejected = "no stage cut fits every stage's memory";
+                scored.push_back({layout, cuts, std::move(c), &costs});
+              }
+          }
+        }
+      }
+    }
+  }
+  search.considered = static_cast<int>(scored.size());
+  std::stable_sort(scored.begin(), scored.end(), [](const Scored& a, const Scored& b) {
+    if (a.candidate.rejected.empty() != b.candidate.rejected.empty()) return a.candidate.rejected.empty();
+    return a.candidate.step_seconds < b.candidate.step_seconds;
+  });
+  // The fastest fitting candidates get their Strategy (the others keep their
+  // figures, and the rejected their reasons); the fastest are replayed on their Programs while
+  // the budget allows, judged by how long the probes took per instruction.
+  std::vector<Candidate> out;
+  int verified = 0, built = 0;
+  constexpr int kListed = 50;  // fitting candidates given their Strategy (tables list the best)
+  for (Scored& s : scored) {
+    Candidate& c = s.candidate;
+    if (!c.rejected.empty() || built >= kListed) {
+      c.description = describe_layout(s.layout, s.blocks);
+      out.push_back(std::move(c));
+      continue;
+    }
+    c.strategy = strategy_of(request, *search.model, s.layout, s.blocks);
+    c.description = describe_layout(s.layout, s.blocks);
+    ++built;
+    const double instrs = s.layout.micro_batches * (blocks * s.costs->block_instrs + s.costs->base_instrs);
+    const double expected = 2 * instrs * s.costs->seconds_per_instr;
+    if (verified < request.verify && seconds_since(start) + expected < request.budget_seconds) {
+      ++verified;
+      Candidate checked = evaluate(request, *search.model, c.strategy, *search.estimator);
+      checked.description = c.description;
+      checked.screened_step_seconds = c.step_seconds;
+      checked.screened_peak_bytes = c.peak_bytes;
+      out.push_back(std::move(checked));
+      continue;
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace px::plan

@@ -1,0 +1,48 @@
+// The Alpa-style search for models of repeated blocks ("h.<i>"), fast at
+// any scale: instead of lowering every candidate, it lowers probes.
+//
+// A probe is a one- and a two-block copy of the model on one stage's
+// sub-mesh shape (dp = 1, tp, sequence parallelism), one micro-batch of b
+// rows and a recomputation mode, replayed by the simulator on the request's
+// estimator. Its trace gives each part's forward and backward seconds (the
+// embedding "pre", a block, the head and loss "post", tensor-parallel
+// collectives included); the two copies' activation peaks give a block's
+// stashed bytes; the Program gives each part's parameters and the bytes a
+// stage cut sends.
+//
+// For every (stages P, sub-mesh dp x tp, sequence parallelism, micro-batches
+// M, recomputation, schedule, ZeRO stage) a dynamic program over the stage
+// cuts gives the blocks of each stage that minimize the slowest stage
+// t_max (F + B a micro-batch) subject to each stage's memory:
+//   memory_s = parameters, gradients and optimizer state (ZeRO-sharded,
+//              a bf16 copy under mixed precision)
+//            + in-flight_s x stashed bytes (GPipe: M; 1F1B, zb-h1: P - s)
+//   step     = sum_s t_s + (M - 1) t_max            (GPipe, 1F1B)
+//              M t_max + (P - 1) F_max              (zb-h1: weight gradients fill the bubble)
+//            + stage hops + the slowest stage's exposed data-parallel
+//              gradient reduction (overlapping its last backward) and update.
+// parallax's mesh is uniform, so every stage gets the same sub-mesh shape:
+// Alpa's choice of sub-meshes becomes the choice of (dp, tp) per P.
+// The fastest few candidates that fit are then replayed on their real
+// Programs (plan/search.h evaluate) within the budget.
+#pragma once
+
+#include <chrono>
+#include <vector>
+
+#include "plan/search.h"
+
+namespace px::plan {
+
+struct StageSearch {
+  const PlanRequest* request = nullptr;
+  const CostEstimator* estimator = nullptr;
+  const nn::Model* model = nullptr;
+  int considered = 0;  // set by search_stages: candidates estimated
+};
+
+// Every candidate estimated (fitting or rejected), the verified ones with
+// their simulated figures.
+std::vector<Candidate> search_stages(StageSearch& search, std::chrono::steady_clock::time_point start);
+
+}  // namespace px::plan
