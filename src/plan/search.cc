@@ -88,7 +88,8 @@ PlanResult plan(const PlanRequest& request) {
   const nn::Model model = request.build(request.batch, 0);
   const std::vector<parallel::Strategy> grid_candidates = grid(model.graph, space);
   if (grid_candidates.empty()) fail("plan: no strategy of the grid validates for {} ranks", request.ranks);
-  const std::unique_ptr<CostEstimator> estimator = estimator_for(request);
+  const std::unique_ptr<CostEstimator> own = request.estimator ? nullptr : estimator_for(request);
+  const CostEstimator* estimator = request.estimator ? request.estimator : own.get();
 
   PlanResult result;
   result.considered = static_cast<int>(grid_candidates.size());
@@ -114,7 +115,7 @@ PlanResult plan(const PlanRequest& request) {
   } else if (method == "alpa") {
     if (!has_blocks(model.graph))
       fail("plan: --method alpa cuts models of repeated blocks (h.0, h.1, ...) into stages; this model has none");
-    StageSearch search{.request = &request, .estimator = estimator.get(), .model = &model};
+    StageSearch search{.request = &request, .estimator = estimator, .model = &model};
     all = search_stages(search, start);
     result.considered = search.considered;
   } else {

@@ -45,6 +45,7 @@ struct PlanRequest {
   std::string method = "auto";             // auto, grid or alpa
   SearchSpace space;                       // what may vary (ranks and batch are taken from here)
   int verify = 4;                          // alpa: candidates replayed on their Programs
+  const CostEstimator* estimator = nullptr;  // tests: this one instead of the cluster's
 };
 
 struct Candidate {

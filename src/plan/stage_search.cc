@@ -1,6 +1,7 @@
 #include "plan/stage_search.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <set>
@@ -40,6 +41,7 @@ int block_count(const Graph& graph) {
 // What one part of the model costs a micro-batch on one rank of a stage.
 struct Part {
   double forward = 0, backward = 0;  // seconds, tensor-parallel collectives included
+  double weight = 0;                 // of backward: the weight-gradient leaves (zb-h1's W)
   double params = 0;                 // this rank's elements
   double seconds() const { return forward + backward; }
 };
@@ -88,6 +90,17 @@ void attribute(const parallel::Program& program, const Simulation& sim, ProbeCos
   };
   Part parts[4];
   auto at = [&](int part) -> Part& { return parts[part + 1]; };
+  // Backward nodes no other node reads: weight gradients (zb-h1 defers them as W).
+  std::vector<bool> read(g.values().size(), false);
+  for (const Node& n : g.nodes())
+    for (ValueId v : n.inputs) read[static_cast<size_t>(v)] = true;
+  auto weight_leaf = [&](int node) {
+    const Node& n = g.nodes()[static_cast<size_t>(node)];
+    if (n.origin < 0) return false;
+    for (ValueId v : n.outputs)
+      if (read[static_cast<size_t>(v)]) return false;
+    return true;
+  };
   for (const SimulatedEvent& e : sim.trace) {
     const parallel::Instr& instr = program.instrs[static_cast<size_t>(e.instr)];
     int node = -1;
@@ -96,6 +109,7 @@ void attribute(const parallel::Program& program, const Simulation& sim, ProbeCos
     if (node < 0) continue;
     const bool backward = g.nodes()[static_cast<size_t>(node)].origin >= 0;
     (backward ? at(part_of(node)).backward : at(part_of(node)).forward) += e.duration;
+    if (weight_leaf(node)) at(part_of(node)).weight += e.duration;
   }
   // Parameters: counted in every part that reads them (the tied embedding is pre's and post's).
   for (const parallel::ParamLayout& p : program.params) {
@@ -112,6 +126,7 @@ void attribute(const parallel::Program& program, const Simulation& sim, ProbeCos
   costs.post = at(2);
   costs.block = {.forward = (at(0).forward + at(1).forward) / 2,
                  .backward = (at(0).backward + at(1).backward) / 2,
+                 .weight = (at(0).weight + at(1).weight) / 2,
                  .params = at(1).params};
   // What h.1 reads of h.0's forward values: a stage cut's message.
   for (const Node& n : g.nodes()) {
@@ -183,8 +198,9 @@ struct Estimate {
 
 class StageModel {
  public:
-  StageModel(const PlanRequest& request, const CostEstimator& estimator, const ProbeCosts& costs, const Layout& layout)
-      : request_(request), estimator_(estimator), c_(costs), l_(layout) {
+  StageModel(const PlanRequest& request, const CostEstimator& estimator, const ProbeCosts& costs, const Layout& layout,
+             const parallel::PipelineSchedule& schedule)
+      : request_(request), estimator_(estimator), c_(costs), l_(layout), schedule_(schedule) {
     const ClusterSpec& cluster = *request.cluster;
     dp_link_ = cluster.link_between(0, (l_.dp - 1) * l_.tp);
     pp_link_ = cluster.link_between(0, l_.dp * l_.tp);
@@ -207,6 +223,11 @@ class StageModel {
     if (s == 0) t += c_.pre.seconds();
     if (s == l_.stages - 1) t += c_.post.seconds();
     return t + accumulate_seconds(s, blocks);
+  }
+  // A reduction of a stage's gradients, bucket by bucket (each pays its latency).
+  double reduction_seconds(comm::Collective kind, double bytes) const {
+    const double buckets = std::max(1.0, std::ceil(bytes / static_cast<double>(parallel::kDefaultBucketBytes)));
+    return buckets * estimator_.collective_seconds(kind, bytes / buckets, l_.dp, dp_link_);
   }
   double accumulate_seconds(int s, int blocks) const {
     return estimator_.memory_seconds(3.0 * 4 * stage_params(s, blocks));
@@ -236,15 +257,17 @@ class StageModel {
   bool fits(int s, int blocks) const { return stage_memory(s, blocks) <= capacity_; }
 
   Estimate estimate(const std::vector<int>& blocks) const {
-    const int P = l_.stages, M = l_.micro_batches;
-    double sum = 0, t_max = 0, f_max = 0, sync_max = 0, peak = 0;
+    const int P = l_.stages;
+    std::vector<double> F(static_cast<size_t>(P)), B(F.size()), W(F.size());
+    double sync_max = 0, peak = 0;
     for (int s = 0; s < P; ++s) {
       const int n = blocks[static_cast<size_t>(s)];
-      const double t = stage_seconds(s, n);
-      sum += t;
-      t_max = std::max(t_max, t);
-      f_max = std::max(f_max, n * c_.block.forward + (s == 0 ? c_.pre.forward : 0) +
-                                  (s == P - 1 ? c_.post.forward : 0));
+      const double accumulate = accumulate_seconds(s, n);
+      F[static_cast<size_t>(s)] = n * c_.block.forward + (s == 0 ? c_.pre.forward : 0) + (s == P - 1 ? c_.post.forward : 0);
+      B[static_cast<size_t>(s)] = n * c_.block.backward + (s == 0 ? c_.pre.backward : 0) +
+                                  (s == P - 1 ? c_.post.backward : 0) + accumulate;
+      W[static_cast<size_t>(s)] = n * c_.block.weight + (s == 0 ? c_.pre.weight : 0) +
+                                  (s == P - 1 ? c_.post.weight : 0) + accumulate;
       const double w = stage_params(s, n);
       double sync = 0;
       if (l_.dp > 1) {
@@ -252,15 +275,13 @@ class StageModel {
         // The reduction overlaps the last backward; ZeRO's gather of the
         // updated parameters follows the update. ZeRO-2 reduce-scatters
         // every micro-batch's gradients (they are not kept whole).
-        const double last_backward = n * c_.block.backward + (s == 0 ? c_.pre.backward : 0) + accumulate_seconds(s, n);
-        const double scatters = l_.zero >= 2 ? M : 1;
-        const double reduce =
-            l_.zero >= 1 ? scatters * estimator_.collective_seconds(comm::Collective::reduce_scatter, grads, l_.dp, dp_link_)
-                         : estimator_.collective_seconds(comm::Collective::allreduce, grads, l_.dp, dp_link_);
-        sync = request_.overlap ? std::max(0.0, reduce - last_backward) : reduce;
-        if (l_.zero >= 1) sync += estimator_.collective_seconds(comm::Collective::allgather, grads, l_.dp, dp_link_);
+        const double scatters = l_.zero >= 2 ? l_.micro_batches : 1;
+        const double reduce = l_.zero >= 1 ? scatters * reduction_seconds(comm::Collective::reduce_scatter, grads)
+                                           : reduction_seconds(comm::Collective::allreduce, grads);
+        sync = request_.overlap ? std::max(0.0, reduce - B[static_cast<size_t>(s)]) : reduce;
+        if (l_.zero >= 1) sync += reduction_seconds(comm::Collective::allgather, grads);
         if (l_.zero >= 3)  // every block gathered before its forward and its backward, each micro-batch
-          sync += 2.0 * M * estimator_.collective_seconds(comm::Collective::allgather, 4 * w, l_.dp, dp_link_) / 2;
+          sync += 2.0 * l_.micro_batches * reduction_seconds(comm::Collective::allgather, 4 * w) / 2;
       }
       // The norm (a pass over the gradients), the clip (two) and the update,
       // over this rank's shard under ZeRO.
@@ -269,13 +290,56 @@ class StageModel {
       sync_max = std::max(sync_max, sync + update);
       peak = std::max(peak, stage_memory(s, n));
     }
-    double hops = P > 1 ? 2.0 * (P - 1) * estimator_.transfer_seconds(c_.boundary, pp_link_) : 0;
-    // The tied parameters' gradient summed between the first and the last stage, at the step's end.
-    if (P > 1 && c_.shared_params > 0)
-      hops += estimator_.collective_seconds(comm::Collective::allreduce, 4 * c_.shared_params, 2, ends_link_);
-    const double pipeline = l_.kind == PipelineKind::zb_h1 && P > 1 ? M * t_max + (P - 1) * f_max
-                                                                     : sum + (M - 1) * t_max;
-    return {.step = pipeline + hops + sync_max, .peak = peak};
+    double pipeline = F[0] + B[0];
+    if (P > 1) {
+      pipeline = replay(F, B, W, estimator_.transfer_seconds(c_.boundary, pp_link_));
+      // The tied parameters' gradient summed between the first and the last stage, at the step's end.
+      if (c_.shared_params > 0)
+        pipeline += estimator_.collective_seconds(comm::Collective::allreduce, 4 * c_.shared_params, 2, ends_link_);
+    } else {
+      pipeline *= l_.micro_batches;
+    }
+    return {.step = pipeline + sync_max, .peak = peak};
+  }
+
+  // The schedule's action lists run with each stage's costs: forward F,
+  // backward B (zb-h1: B - W, then W when the schedule runs it), a hop to
+  // the neighbour for every activation and gradient; sends never wait.
+  double replay(const std::vector<double>& F, const std::vector<double>& B, const std::vector<double>& W,
+                double hop) const {
+    const parallel::PipelineSchedule& schedule = schedule_;
+    const int P = schedule.stages, M = schedule.micro_batches;
+    std::vector<double> arrival(static_cast<size_t>(2 * M * P), -1);  // [gradient?][micro][to]
+    auto slot = [&](bool gradient, int micro, int to) {
+      return static_cast<size_t>(((gradient ? 1 : 0) * M + micro) * P + to);
+    };
+    std::vector<size_t> pc(static_cast<size_t>(P), 0);
+    std::vector<double> t(static_cast<size_t>(P), 0);
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int r = 0; r < P; ++r) {
+        const std::vector<parallel::PipelineAction>& actions = schedule.ranks[static_cast<size_t>(r)];
+        double& now = t[static_cast<size_t>(r)];
+        const size_t s = static_cast<size_t>(r);
+        for (size_t& i = pc[s]; i < actions.size(); ++i) {
+          const parallel::PipelineAction& a = actions[i];
+          using parallel::PipelineOp;
+          if (a.op == PipelineOp::forward) now += F[s];
+          else if (a.op == PipelineOp::backward) now += B[s];
+          else if (a.op == PipelineOp::backward_input) now += B[s] - W[s];
+          else if (a.op == PipelineOp::backward_weight) now += W[s];
+          else if (a.op == PipelineOp::send_activation || a.op == PipelineOp::send_gradient)
+            arrival[slot(a.op == PipelineOp::send_gradient, a.micro, a.peer)] = now + hop;
+          else if (a.op == PipelineOp::recv_activation || a.op == PipelineOp::recv_gradient) {
+            const double at = arrival[slot(a.op == PipelineOp::recv_gradient, a.micro, r)];
+            if (at < 0) break;  // waits for its neighbour
+            now = std::max(now, at);
+          }
+          moved = true;
+        }
+      }
+    }
+    return *std::max_element(t.begin(), t.end());
   }
 
   // The blocks of each stage minimizing the slowest stage under every stage's
@@ -323,6 +387,7 @@ class StageModel {
   const CostEstimator& estimator_;
   const ProbeCosts& c_;
   Layout l_;
+  const parallel::PipelineSchedule& schedule_;
   LinkClass dp_link_ = LinkClass::intra_node, pp_link_ = LinkClass::intra_node, ends_link_ = LinkClass::intra_node;
   double per_param_ = 0, capacity_ = 0;
 };
@@ -384,6 +449,7 @@ std::vector<Candidate> search_stages(StageSearch& search, std::chrono::steady_cl
   const int blocks = block_count(search.model->graph);
   PX_CHECK_GE(blocks, 1);
   std::map<ProbeKey, ProbeCosts> probes;
+  std::map<std::tuple<PipelineKind, int, int>, parallel::PipelineSchedule> schedules;
   struct Scored {
     Layout layout;
     std::vector<int> blocks;
@@ -416,7 +482,11 @@ std::vector<Candidate> search_stages(StageSearch& search, std::chrono::steady_cl
               for (int zero = 0; zero <= (space.zero && dp > 1 ? 3 : 0); ++zero) {
                 if (zero == 3 && stages > 1) continue;
                 const Layout layout{stages, dp, tp, sp, m, r, kind, zero};
-                const StageModel model(request, *search.estimator, costs, layout);
+                auto known = schedules.find({kind, stages, m});
+                if (known == schedules.end())
+                  known = schedules.emplace(std::tuple{kind, stages, m},
+                                            parallel::make_pipeline_schedule(kind, stages, m)).first;
+                const StageModel model(request, *search.estimator, costs, layout, known->second);
                 std::vector<int> cuts = model.best_cuts(blocks);
                 const bool fits = !cuts.empty();
                 if (!fits) cuts = model.balanced(blocks);

@@ -1,0 +1,128 @@
+// The planner's searches: the grid ranks every candidate by its replayed
+// step and rejects, with the reason, what does not fit; the stage search's
+// screen agrees with the replay of the Programs it verifies, balances its
+// cuts, and moves blocks off the stages that hold more micro-batches when
+// memory is short.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "core/error.h"
+#include "nn/gpt.h"
+#include "nn/mlp.h"
+#include "plan/search.h"
+#include "runtime/task.h"
+
+namespace px::plan {
+namespace {
+
+PlanRequest gpt_request(const ClusterSpec& cluster, int ranks, int64_t batch, int layers) {
+  const nn::GptConfig config{.vocab = 512, .block = 64, .n_layer = layers, .n_head = 4, .n_embd = 128};
+  const nn::Model model = nn::build_gpt(config, batch, config.block, true);
+  return {.build = [config](int64_t rows, int64_t blocks) {
+            nn::GptConfig c = config;
+            if (blocks > 0) c.n_layer = blocks;
+            return nn::build_gpt(c, rows, c.block, true);
+          },
+          .batch_inputs = batch_input_names(model),
+          .batch = batch,
+          .ranks = ranks,
+          .cluster = &cluster,
+          .compute = DType::bf16,
+          .budget_seconds = 60};
+}
+
+TEST(PlanGrid, RanksEveryCandidateByItsReplayAndNamesWhatDoesNotFit) {
+  ClusterSpec cluster = cluster_named("dgx-a100");
+  PlanRequest request = gpt_request(cluster, 4, 16, 4);
+  request.method = "grid";
+  const PlanResult roomy = plan(request);
+  EXPECT_EQ(roomy.method, "grid");
+  EXPECT_EQ(roomy.evaluated, roomy.considered);
+  ASSERT_GT(roomy.ranked.size(), 10u);
+  EXPECT_TRUE(roomy.rejected.empty());
+  for (size_t i = 1; i < roomy.ranked.size(); ++i)
+    EXPECT_LE(roomy.ranked[i - 1].step_seconds, roomy.ranked[i].step_seconds);
+  for (const Candidate& c : roomy.ranked) EXPECT_TRUE(c.simulated) << c.description;
+  // Its figures are the simulator's for that strategy.
+  const nn::Model model = request.build(16, 0);
+  const Candidate again = evaluate(request, model, roomy.best().strategy, *estimator_for(request));
+  EXPECT_DOUBLE_EQ(again.step_seconds, roomy.best().step_seconds);
+
+  // Memory between the smallest and the largest candidate's peak: some are rejected, with their need.
+  double low = 1e300, high = 0;
+  for (const Candidate& c : roomy.ranked) {
+    low = std::min(low, c.peak_bytes);
+    high = std::max(high, c.peak_bytes);
+  }
+  cluster.device.memory_bytes = (low + high) / 2;
+  const PlanResult tight = plan(request);
+  ASSERT_FALSE(tight.rejected.empty());
+  ASSERT_FALSE(tight.ranked.empty());
+  for (const Candidate& c : tight.ranked) EXPECT_LE(c.peak_bytes, cluster.device.memory_bytes);
+  EXPECT_NE(tight.rejected.front().rejected.find("a device, the device has"), std::string::npos)
+      << tight.rejected.front().rejected;
+  // Nothing fits: a named error that names the closest.
+  cluster.device.memory_bytes = low / 2;
+  try {
+    plan(request).best();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no strategy fits; the closest"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PlanStages, TheScreenAgreesWithTheReplayOfWhatItVerifies) {
+  const ClusterSpec cluster = cluster_named("dgx-a100:2");
+  PlanRequest request = gpt_request(cluster, 16, 64, 8);
+  request.method = "alpa";
+  request.verify = 12;
+  const PlanResult result = plan(request);
+  EXPECT_EQ(result.method, "alpa");
+  int verified = 0;
+  for (const auto* list : {&result.ranked, &result.rejected})
+    for (const Candidate& c : *list) {
+      if (!c.simulated) continue;
+      ++verified;
+      EXPECT_NEAR(c.screened_step_seconds / c.step_seconds, 1, 0.25) << c.description;
+      EXPECT_NEAR(c.screened_peak_bytes / c.peak_bytes, 1, 0.25) << c.description;
+    }
+  EXPECT_EQ(verified, 12);
+  // Every stage gets blocks; together all of them.
+  for (const Candidate& c : result.ranked) {
+    if (c.strategy.pipeline_ranks() <= 1) continue;
+    EXPECT_EQ(static_cast<int>(c.strategy.pipeline.stage_cuts.size()), c.strategy.pipeline_ranks() - 1)
+        << c.description;
+  }
+}
+
+TEST(PlanStages, ShortMemoryMovesBlocksOffTheStagesHoldingMoreMicroBatches) {
+  ClusterSpec cluster = cluster_named("dgx-a100");
+  PlanRequest request = gpt_request(cluster, 4, 64, 16);
+  request.method = "alpa";
+  request.verify = 0;
+  request.space.tensor = false;
+  request.space.zero = false;
+  request.space.recompute = false;
+  request.space.schedules = false;  // 1F1B: stage s holds P - s micro-batches
+  auto four_stages = [&](const PlanResult& r) -> const Candidate* {
+    for (const Candidate& c : r.ranked)
+      if (c.description.rfind("pp=4 dp=1 tp=1 M=16 1f1b", 0) == 0) return &c;
+    return nullptr;
+  };
+  const PlanResult first = plan(request);
+  const Candidate* roomy = four_stages(first);
+  ASSERT_NE(roomy, nullptr);
+  // Just below what the balanced cut needs: stage 0 (4 micro-batches in flight) must shed blocks.
+  cluster.device.memory_bytes = roomy->peak_bytes * 0.97;
+  const PlanResult tight = plan(request);
+  const Candidate* shifted = four_stages(tight);
+  ASSERT_NE(shifted, nullptr) << "no 4-stage cut fits";
+  EXPECT_LE(shifted->peak_bytes, cluster.device.memory_bytes);
+  // Stage 0 ("h.0" up to the first cut) holds fewer blocks.
+  auto first_cut = [](const Candidate& c) { return std::stoi(c.strategy.pipeline.stage_cuts.front().substr(2)); };
+  EXPECT_LT(first_cut(*shifted), first_cut(*roomy)) << roomy->description << " -> " << shifted->description;
+}
+
+}  // namespace
+}  // namespace px::plan
