@@ -28,6 +28,10 @@ struct PlanFlags {
   bool no_pipeline = false, no_tensor = false, no_zero = false, no_recompute = false;
 };
 
+std::string seconds_text(double seconds) {
+  return seconds >= 1 ? fmt::format("{:.3f} s", seconds) : fmt::format("{:.3f} ms", seconds * 1e3);
+}
+
 std::string bytes_text(double bytes) {
   return bytes >= (1 << 30) ? fmt::format("{:.2f} GiB", bytes / (1 << 30)) : fmt::format("{:.1f} MiB", bytes / (1 << 20));
 }
@@ -116,10 +120,11 @@ void add_plan_command(CLI::App& app) {
       const std::string from =
           !c.simulated ? "estimated"
           : c.screened_step_seconds > 0
-              ? fmt::format("simulated (screen: {:.4f} s, {})", c.screened_step_seconds, bytes_text(c.screened_peak_bytes))
+              ? fmt::format("simulated (screen: {}, {})", seconds_text(c.screened_step_seconds),
+                            bytes_text(c.screened_peak_bytes))
               : "simulated";
-      std::cout << fmt::format("{:>4}  {:<52} {:>8.4f} s {:>12.0f} {:>11} {:>5.1f}%  {}\n", i + 1, c.description,
-                               c.step_seconds, units / c.step_seconds, bytes_text(c.peak_bytes), 100 * c.utilization,
+      std::cout << fmt::format("{:>4}  {:<52} {:>10} {:>12.0f} {:>11} {:>5.1f}%  {}\n", i + 1, c.description,
+                               seconds_text(c.step_seconds), units / c.step_seconds, bytes_text(c.peak_bytes), 100 * c.utilization,
                                from);
     }
     if (!result.rejected.empty()) {
@@ -132,7 +137,7 @@ void add_plan_command(CLI::App& app) {
                                    c.description, c.rejected, bytes_text(c.screened_peak_bytes));
     }
     const plan::Candidate& best = result.best();
-    std::cout << fmt::format("chose {}: {:.4f} s a step, {} a device\n", best.description, best.step_seconds,
+    std::cout << fmt::format("chose {}: {} a step, {} a device\n", best.description, seconds_text(best.step_seconds),
                              bytes_text(best.peak_bytes));
     if (!pf->out.empty()) {
       write_file_atomically(pf->out, parallel::to_json(best.strategy).dump(1) + "\n");

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# `parallax plan` end to end: on a calibrated local spec it writes the
+# chosen strategy, which `parallax train --strategy` runs unchanged; its
+# table ranks by predicted step; on a DGX preset a large GPT goes through
+# the stage search with pipeline stages; an impossible memory budget is a
+# named error naming the closest candidate; --cluster local without
+# --ranks is a named error.
+#
+#   plan_test.sh PARALLAX
+set -euo pipefail
+PX=$1
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+export XDG_CACHE_HOME=$WORK/cache
+TINY=(--model gpt --layers 2 --heads 2 --embd 32 --block 32 --batch 8)
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$PX" calibrate "${TINY[@]}" --max-ranks 2 > /dev/null
+"$PX" plan "${TINY[@]}" --cluster local --ranks 2 --out "$WORK/plan.json" > "$WORK/plan.txt"
+cat "$WORK/plan.txt"
+grep -q "grid search" "$WORK/plan.txt" || fail "a small model is planned by the grid"
+python3 - "$WORK/plan.txt" "$WORK/plan.json" <<'PY'
+import json, re, sys
+rows = [l for l in open(sys.argv[1]) if re.match(r"\s+\d+\s+pp=", l)]
+def seconds(l):
+    m = re.search(r"(\d+\.\d+) (m?s) ", l)
+    return float(m.group(1)) * (1e-3 if m.group(2) == "ms" else 1)
+steps = [seconds(l) for l in rows]
+assert steps == sorted(steps), f"not ranked by step: {steps}"
+strategy = json.load(open(sys.argv[2]))
+assert "mesh" in strategy, strategy
+PY
+"$PX" train "${TINY[@]}" --ranks 2 --strategy "$WORK/plan.json" --steps 3 --sample-tokens 0 --eval-batches 1 \
+  --progress lines > "$WORK/train.txt"
+grep -q "trained 3 steps" "$WORK/train.txt" || { cat "$WORK/train.txt"; fail "the plan did not train"; }
+
+if "$PX" plan "${TINY[@]}" --cluster local > "$WORK/err.txt" 2>&1; then fail "local without --ranks planned"; fi
+grep -q "give --ranks" "$WORK/err.txt" || { cat "$WORK/err.txt"; fail "no named error for --ranks"; }
+
+BIG=(--model gpt --layers 16 --heads 16 --embd 2048 --block 1024 --vocab 51200 --batch 64)
+"$PX" plan "${BIG[@]}" --cluster dgx-a100:2 --method alpa --top 3 > "$WORK/big.txt"
+grep -q "alpa search" "$WORK/big.txt" || { cat "$WORK/big.txt"; fail "no stage search"; }
+grep -q "replayed on their Programs" "$WORK/big.txt" || fail "no verification count"
+grep -q "^chose pp=" "$WORK/big.txt" || { cat "$WORK/big.txt"; fail "no choice"; }
+
+echo '{"name": "tiny-gpus", "nodes": 1, "devices_per_node": 8,
+  "device": {"name": "tiny", "flops_f32": 1e13, "flops_bf16": 1e14, "memory_bytes": 1e8, "memory_bandwidth": 1e12},
+  "intra_node": {"name": "nv", "bandwidth": 1e11, "latency": 3e-6},
+  "inter_node": {"name": "ib", "bandwidth": 1e10, "latency": 6e-6}}' > "$WORK/tiny.json"
+if "$PX" plan "${BIG[@]}" --cluster "$WORK/tiny.json" > "$WORK/oom.txt" 2>&1; then fail "a 1-GB model fitted in 100 MB"; fi
+grep -q "no strategy fits; the closest" "$WORK/oom.txt" || { cat "$WORK/oom.txt"; fail "no named error"; }
+grep -q "a device, the device has 0.09 GiB" "$WORK/oom.txt" || { cat "$WORK/oom.txt"; fail "no memory reason"; }
+echo "plan: ok"
