@@ -5,6 +5,8 @@
 // run (on up to --max-ranks ranks), each at its local shapes. Kernels
 // already in the saved spec are kept, so calibrating several models adds
 // them up; --fresh starts over.
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -20,7 +22,12 @@
 #include "plan/calibrate.h"
 #include "plan/candidates.h"
 #include "plan/cluster.h"
+#include "plan/estimator.h"
+#include "plan/simulate.h"
 #include "runtime/atomic_file.h"
+#include "runtime/optimizer.h"
+#include "runtime/param_store.h"
+#include "runtime/program_executor.h"
 #include "runtime/task.h"
 #include "runtime/trainer.h"
 
@@ -65,6 +72,68 @@ comm::CostModel measure_comm(const std::string& how, const plan::CalibrationProg
     if (world.rank() == 0) model = m;
   });
   return model;
+}
+
+plan::ClusterSpec local_spec(plan::HostProfile profile) {
+  const comm::LinkCost& link = profile.comm.transport;
+  return {.name = "local",
+          .nodes = 1,
+          .devices_per_node = 64,  // ranks are threads: any number runs, slowed by contention
+          .device = {.name = fmt::format("{} rank", cpu_model()),
+                     .flops_f32 = profile.flops,
+                     .flops_bf16 = 0,
+                     .memory_bytes = available_memory_bytes(),
+                     .memory_bandwidth = profile.memory_bandwidth},
+          .intra_node = {.name = "in-process transport", .bandwidth = 1 / link.beta, .latency = link.alpha},
+          .inter_node = {.name = "in-process transport", .bandwidth = 1 / link.beta, .latency = link.alpha},
+          .host = fmt::format("{} ({} cores)", cpu_model(), profile.cores),
+          .devices_share_memory = true,
+          .profile = std::move(profile)};
+}
+
+// What the executor adds per instruction: a few real one-rank steps of the
+// model at half the batch (shapes the runs it predicts rarely have), their
+// median against the replay of the same Program on the profile without any
+// overhead. Returns (the sample's name, seconds per instruction).
+std::pair<std::string, double> measure_overhead(TrainOptions o, plan::HostProfile& profile,
+                                                const plan::CalibrationOptions& options,
+                                                const plan::CalibrationProgress& say) {
+  o.batch = std::max<int64_t>(1, o.batch / 2);
+  o.ranks = 1;
+  o.accumulation = 1;
+  std::unique_ptr<Task> task = make_task(o);
+  const nn::Model model = task->build(o.batch, true);
+  const parallel::Program program = parallel::lower({.forward = &model.graph, .loss = model.loss},
+                                                    parallel::data_parallel(1, batch_input_names(model)), 0);
+  kernels::set_threads(o.threads);
+  plan::time_kernels(profile, {program}, options, say);
+  ProgramExecutor executor(program, {}, o.optimizer);
+  executor.set_parameters(ParamStore::initialize(model.graph, o.seed));
+  std::vector<double> seconds;
+  for (int step = 0; step < 9; ++step) {
+    DataBatch batch = task->next_batch(0, 1);
+    const auto start = std::chrono::steady_clock::now();
+    executor.run({.feeds = feeds_of(model, batch), .seed = 1, .step = static_cast<uint64_t>(step),
+                  .lr = o.schedule.lr, .grad_clip = o.grad_clip});
+    if (step > 0) seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  const double measured = seconds[seconds.size() / 2];
+  plan::HostProfile bare = profile;
+  bare.overhead_samples.clear();
+  const plan::ClusterSpec cluster = local_spec(bare);
+  const plan::ProfiledEstimator estimator(cluster, {.ranks = 1, .threads = o.threads});
+  const std::vector<parallel::Program> programs{program};
+  const plan::Simulation replay = plan::simulate(
+      {.programs = &programs,
+       .cluster = &cluster,
+       .estimator = &estimator,
+       .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size())});
+  const double per_instruction = (measured - replay.step_seconds) / static_cast<double>(program.instrs.size());
+  const std::string name = fmt::format("{} batch {} threads {}", o.model, o.batch, o.threads);
+  say(fmt::format("executor: {} steps of {:.3f} ms against {:.3f} ms replayed: {:+.2f} us an instruction ({})",
+                  seconds.size(), 1e3 * measured, 1e3 * replay.step_seconds, 1e6 * per_instruction, name));
+  return {name, per_instruction};
 }
 
 }  // namespace
@@ -137,21 +206,11 @@ void add_calibrate_command(CLI::App& app) {
     say(fmt::format("{} strategies, {} programs: timed {} new kernels ({} in the profile)", strategies.size(),
                     alone.size() + shared.size(), timed, profile.kernels.size()));
 
-    const comm::LinkCost& link = profile.comm.transport;
-    plan::ClusterSpec local{
-        .name = "local",
-        .nodes = 1,
-        .devices_per_node = 64,  // ranks are threads: any number runs, slowed by contention
-        .device = {.name = fmt::format("{} rank", cpu_model()),
-                   .flops_f32 = profile.flops,
-                   .flops_bf16 = 0,
-                   .memory_bytes = available_memory_bytes(),
-                   .memory_bandwidth = profile.memory_bandwidth},
-        .intra_node = {.name = "in-process transport", .bandwidth = 1 / link.beta, .latency = link.alpha},
-        .inter_node = {.name = "in-process transport", .bandwidth = 1 / link.beta, .latency = link.alpha},
-        .host = fmt::format("{} ({} cores)", cpu_model(), profile.cores),
-        .devices_share_memory = true,
-        .profile = std::move(profile)};
+    const auto [run, per_instruction] = measure_overhead(o, profile, options, say);
+    profile.overhead_samples[run] = per_instruction;
+    say(fmt::format("executor overhead: {:.2f} us an instruction (the median of {} runs)",
+                    1e6 * profile.instruction_seconds(), profile.overhead_samples.size()));
+    const plan::ClusterSpec local = local_spec(std::move(profile));
     plan::validate(local);
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);

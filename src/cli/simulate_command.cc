@@ -82,18 +82,17 @@ void add_simulate_command(CLI::App& app) {
     if (bf16 && cluster.device.flops_bf16 <= 0)
       fail("--precision bf16: the cluster's {} has no bf16 FLOP/s (device.flops_bf16 is 0)", cluster.device.name);
     const DType compute = bf16 ? DType::bf16 : DType::f32;
-    // On the local spec: in-process ranks of one kernel thread each, as train runs them.
-    const std::unique_ptr<plan::CostEstimator> estimator = plan::make_estimator(
-        cluster, compute,
-        {.ranks = o.ranks, .threads = o.ranks > 1 ? 1 : o.threads, .link_gbps = o.link_gbps, .collective = o.sync.collective});
-    const plan::Simulation sim =
-        plan::simulate({.programs = &programs,
-                        .cluster = &cluster,
-                        .estimator = estimator.get(),
-                        .overlap = o.sync.overlap,
-                        .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size()),
-                        .compute = compute,
-                        .trace = !sim_flags->trace.empty()});
+    // On the local spec: in-process ranks of one kernel thread each, as train runs them, sharing the cores.
+    const plan::RooflineEstimator roofline(cluster, compute);
+    const plan::Simulation sim = plan::simulate_sharing_cores(
+        {.programs = &programs,
+         .cluster = &cluster,
+         .estimator = &roofline,
+         .overlap = o.sync.overlap,
+         .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size()),
+         .compute = compute,
+         .trace = !sim_flags->trace.empty()},
+        {.threads = o.ranks > 1 ? 1 : o.threads, .link_gbps = o.link_gbps, .collective = o.sync.collective});
     const int devices = strategy.mesh.ranks();
     std::cout << fmt::format("simulated mesh {} on {} ({} of {} {} devices, {} a node), {}\n", strategy.mesh.str(),
                              sim_flags->cluster, devices, cluster.devices(), cluster.device.name,

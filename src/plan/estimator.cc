@@ -106,6 +106,10 @@ double ProfiledEstimator::collective_seconds(comm::Collective kind, double bytes
   return comm::predicted_seconds(measured_, query);
 }
 
+double ProfiledEstimator::instruction_seconds() const {
+  return cluster_.profile->instruction_seconds() * contention(*cluster_.profile, options_.ranks, false);
+}
+
 double ProfiledEstimator::transfer_seconds(double bytes, LinkClass) const {
   return measured_.transport.alpha + bytes * measured_.transport.beta;
 }

@@ -28,6 +28,8 @@ class CostEstimator {
   virtual double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const = 0;
   // One point-to-point message.
   virtual double transfer_seconds(double bytes, LinkClass link) const = 0;
+  // What the executor adds to every instruction of the main thread.
+  virtual double instruction_seconds() const { return 0; }
 };
 
 // From the ops' own cost functions (OpDef::cost: flops and bytes) and the
@@ -67,7 +69,7 @@ class RooflineEstimator : public CostEstimator {
 class ProfiledEstimator : public CostEstimator {
  public:
   struct Options {
-    int ranks = 1;               // in-process ranks computing at once
+    double ranks = 1;            // in-process ranks computing at once (on average)
     int threads = 1;             // kernel threads a rank
     double link_gbps = 0;        // 0: unlimited
     comm::CollectiveOptions collective;
@@ -77,6 +79,7 @@ class ProfiledEstimator : public CostEstimator {
   double memory_seconds(double bytes) const override;
   double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const override;
   double transfer_seconds(double bytes, LinkClass link) const override;
+  double instruction_seconds() const override;
 
  private:
   ClusterSpec cluster_;

@@ -52,12 +52,24 @@ double kernel_seconds(const HostProfile& profile, const Graph& graph, const Node
   return roofline * ratio;
 }
 
-double contention(const HostProfile& profile, int ranks, bool memory_bound) {
+double HostProfile::instruction_seconds() const {
+  if (overhead_samples.empty()) return 0;
+  std::vector<double> samples;
+  for (const auto& [run, seconds] : overhead_samples) samples.push_back(seconds);
+  std::sort(samples.begin(), samples.end());
+  const size_t n = samples.size();
+  return std::max(0.0, n % 2 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2);
+}
+
+double contention(const HostProfile& profile, double ranks, bool memory_bound) {
   const std::vector<double>& measured = memory_bound ? profile.contention_memory : profile.contention_compute;
   if (ranks <= 1 || measured.empty()) return 1;
-  if (static_cast<size_t>(ranks) <= measured.size()) return measured[static_cast<size_t>(ranks - 1)];
+  const double k = static_cast<double>(measured.size());
   // Past what was measured the cores are shared: the last measurement, scaled by the ranks.
-  return measured.back() * ranks / static_cast<double>(measured.size());
+  if (ranks >= k) return measured.back() * ranks / k;
+  const size_t below = static_cast<size_t>(std::floor(ranks));  // 1-based count: measured[below - 1]
+  const double w = ranks - std::floor(ranks);
+  return (1 - w) * measured[below - 1] + w * measured[below];
 }
 
 nlohmann::json to_json(const HostProfile& p) {
@@ -70,6 +82,7 @@ nlohmann::json to_json(const HostProfile& p) {
           {"contention_compute", p.contention_compute},
           {"contention_memory", p.contention_memory},
           {"comm", nlohmann::json::parse(comm::cost_model_to_json(p.comm))},
+          {"overhead_samples", p.overhead_samples},
           {"kernels", kernels}};
 }
 
@@ -77,7 +90,7 @@ HostProfile profile_from_json(const nlohmann::json& json) {
   const std::string doc = "cluster";
   json_fields::check_keys(doc, json, "profile",
                           {"cores", "flops", "memory_bandwidth", "contention_compute", "contention_memory",
-                           "comm", "kernels"});
+                           "comm", "kernels", "overhead_samples"});
   HostProfile p;
   p.cores = json_fields::field<int>(doc, json, "profile", "cores", 1);
   p.flops = json_fields::field<double>(doc, json, "profile", "flops", 0);
@@ -90,6 +103,8 @@ HostProfile profile_from_json(const nlohmann::json& json) {
   for (const auto* curve : {&p.contention_compute, &p.contention_memory})
     for (double f : *curve)
       if (!(f > 0)) fail("cluster: profile.contention_* holds {}, expected factors > 0", f);
+  p.overhead_samples =
+      json_fields::field<std::map<std::string, double>>(doc, json, "profile", "overhead_samples", {});
   if (json.contains("comm")) p.comm = comm::cost_model_from_json(json.at("comm").dump(), "cluster profile.comm");
   if (json.contains("kernels")) {
     const nlohmann::json& kernels = json.at("kernels");

@@ -13,6 +13,8 @@
 //               kernel's time when k ranks compute at once over its time
 //               alone, for compute-bound (GEMM) and memory-bound (streaming)
 //               kernels, k = 1 .. measured; beyond, it grows as k / cores.
+//   overhead    what the executor adds per instruction, from real one-rank
+//               steps of the calibrated models at half their batch
 //   comm        the in-process transport's α-β-γ cost model
 //               (comm/cost_model.h): quickly measured links, or the fits
 //               `parallax bench comm --tune` saved.
@@ -45,6 +47,12 @@ struct HostProfile {
   std::vector<double> contention_memory;
   comm::CostModel comm;
   std::map<std::string, KernelTiming> kernels;  // kernel_key@threads -> timing
+  // The executor's own cost per instruction (dispatch, allocation, the
+  // kernels' in-place slowdown against their timings alone): per
+  // calibration run of a model on one rank, (measured step - replayed
+  // step) / instructions; their median is used.
+  std::map<std::string, double> overhead_samples;
+  double instruction_seconds() const;
   bool operator==(const HostProfile&) const = default;
 };
 
@@ -57,8 +65,9 @@ double roofline_seconds(const HostProfile& profile, const OpCost& cost);
 // One rank alone with `threads` kernel threads: the node's timing, else
 // its op's at those threads interpolated, else the roofline.
 double kernel_seconds(const HostProfile& profile, const Graph& graph, const Node& node, int threads);
-// The slowdown of a kernel when `ranks` ranks compute at once (>= 1).
-double contention(const HostProfile& profile, int ranks, bool memory_bound);
+// The slowdown of a kernel when `ranks` ranks compute at once (>= 1; a
+// fraction is the time-average of a pipeline's busy ranks, interpolated).
+double contention(const HostProfile& profile, double ranks, bool memory_bound);
 
 nlohmann::json to_json(const HostProfile& profile);
 // Throws px::Error naming the field, its value and what is expected.

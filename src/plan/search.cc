@@ -60,12 +60,16 @@ Candidate evaluate(const PlanRequest& request, const nn::Model& model, const par
     c.rejected = fmt::format("does not lower: {}", e.what());
     return c;
   }
-  const Simulation sim = simulate({.programs = &programs,
-                                   .cluster = request.cluster,
-                                   .estimator = &estimator,
-                                   .overlap = request.overlap,
-                                   .optimizer_slots = request.optimizer_slots,
-                                   .compute = request.compute});
+  const SimulationRequest replay{.programs = &programs,
+                                 .cluster = request.cluster,
+                                 .estimator = &estimator,
+                                 .overlap = request.overlap,
+                                 .optimizer_slots = request.optimizer_slots,
+                                 .compute = request.compute};
+  // The local spec's ranks share cores: as many slow each other as compute at once.
+  const Simulation sim = request.cluster->profile && !request.estimator
+                             ? simulate_sharing_cores(replay, request.local)
+                             : simulate(replay);
   c.step_seconds = sim.step_seconds;
   c.peak_bytes = *std::max_element(sim.peak_bytes.begin(), sim.peak_bytes.end());
   c.utilization = sim.flops / (sim.step_seconds * strategy.mesh.ranks() * request.cluster->device.flops(request.compute));

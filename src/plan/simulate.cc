@@ -1,6 +1,8 @@
 #include "plan/simulate.h"
 
 #include <algorithm>
+#include <cmath>
+#include <tuple>
 #include <optional>
 
 #include "core/error.h"
@@ -47,6 +49,8 @@ Group group_of(const Program& p, int axis, int subgroup) {
 struct CollectiveCall {
   Group group;
   comm::Collective kind = comm::Collective::allreduce;
+  comm::compression::Spec codec;  // a compressed allreduce (docs/compression.md)
+  double rows = 1, cols = 1;      // its gradient as a matrix (PowerSGD)
   double bytes = 0;  // the collective's n, as comm::CostQuery counts it
   int sequence = 0;  // its place among this group's collectives on this rank
   bool engine = false;
@@ -58,6 +62,51 @@ double ring_bytes_sent(comm::Collective kind, double n, int p) {
   if (p <= 1) return 0;
   const double share = (p - 1.0) / p;
   return kind == comm::Collective::allreduce ? 2 * share * n : share * n;
+}
+
+// A compressed allreduce of n floats over p ranks (docs/compression.md's
+// table): the time, and the bytes one rank sends. fp16/bf16 ring-allreduce
+// half-width values; int8, sign and the sparse methods allgather each
+// rank's payload and every rank decodes all p; PowerSGD ring-allreduces P
+// (rows x r) and Q (cols x r) around two products with the gradient.
+// Encoding is a few passes over the gradient; threshold's density depends
+// on the data and is taken as top-k's default 1%.
+std::pair<double, double> compressed_allreduce(const CostEstimator& estimator, const CollectiveCall& call, int p,
+                                               LinkClass link) {
+  using comm::compression::Method;
+  const double n = call.bytes / 4, chunks = std::ceil(n / 256);
+  const double share = (p - 1.0) / p;
+  auto gathered = [&](double payload) {
+    // Encode (3 passes: add the residual, select or quantize, keep the rest), then decode and sum p payloads.
+    const double passes = estimator.memory_seconds(3 * 4 * n) + estimator.memory_seconds(p * 2 * 4 * n);
+    return std::pair{estimator.collective_seconds(comm::Collective::allgather, p * payload, p, link) + passes,
+                     (p - 1) * payload};
+  };
+  switch (call.codec.method) {
+    case Method::fp16:
+    case Method::bf16:
+      return {estimator.collective_seconds(comm::Collective::allreduce, 2 * n, p, link) +
+                  estimator.memory_seconds(3 * 4 * n),
+              2 * share * 2 * n};
+    case Method::int8: return gathered(n + 4 * chunks);
+    case Method::sign: return gathered(std::ceil(n / 8) + 4 * chunks);
+    case Method::topk:
+    case Method::threshold: {
+      const double fraction = call.codec.method == Method::topk ? call.codec.topk_fraction : 0.01;
+      return gathered(8 + 3.3 * std::round(fraction * n));
+    }
+    case Method::powersgd: {
+      const double r = call.codec.rank, small = 4 * r * (call.rows + call.cols);
+      // Two (rows x cols) x r products and an orthogonalization, at the memory's pace.
+      const double products = estimator.memory_seconds(2 * 4 * n) + estimator.memory_seconds(3 * small);
+      return {estimator.collective_seconds(comm::Collective::allreduce, 4 * r * call.rows, p, link) +
+                  estimator.collective_seconds(comm::Collective::allreduce, 4 * r * call.cols, p, link) + products,
+              2 * share * small};
+    }
+    case Method::none: break;
+  }
+  return {estimator.collective_seconds(comm::Collective::allreduce, call.bytes, p, link),
+          ring_bytes_sent(comm::Collective::allreduce, call.bytes, p)};
 }
 
 struct Rendezvous {
@@ -76,7 +125,7 @@ struct RankState {
   std::vector<int> engine;  // the engine's collectives, in order
   size_t pc = 0, engine_next = 0;
   double t = 0, engine_t = 0;
-  double busy = 0, last_compute = 0;
+  double busy = 0, last_compute = 0, receive_wait = 0;
 };
 
 }  // namespace
@@ -98,6 +147,34 @@ std::vector<parallel::Program> lower_representatives(const parallel::LowerReques
     programs.push_back(parallel::lower(request, strategy, mesh.rank_of(coords)));
   }
   return programs;
+}
+
+Simulation simulate_sharing_cores(SimulationRequest request, const ProfiledEstimator::Options& options) {
+  const ClusterSpec& cluster = *request.cluster;
+  if (!cluster.profile) {
+    if (request.estimator) return simulate(request);
+    const RooflineEstimator roofline(cluster, request.compute);
+    request.estimator = &roofline;
+    return simulate(request);
+  }
+  const int mesh_ranks = request.programs->front().strategy.mesh.ranks();
+  const double weight = static_cast<double>(mesh_ranks) / static_cast<double>(request.programs->size());
+  ProfiledEstimator::Options sharing = options;
+  sharing.ranks = mesh_ranks;
+  Simulation sim;
+  for (int round = 0; round < 4; ++round) {
+    const ProfiledEstimator estimator(cluster, sharing);
+    request.estimator = &estimator;
+    sim = simulate(request);
+    double waiting = 0;
+    for (double w : sim.receive_wait) waiting += weight * w;
+    const double computing =
+        sim.step_seconds > 0 ? std::clamp(mesh_ranks - waiting / sim.step_seconds, 1.0, static_cast<double>(mesh_ranks))
+                             : 1;
+    if (std::abs(computing - sharing.ranks) < 0.02) break;
+    sharing.ranks = computing;
+  }
+  return sim;
 }
 
 Simulation simulate(const SimulationRequest& request) {
@@ -150,6 +227,9 @@ Simulation simulate(const SimulationRequest& request) {
       if (const auto* c = std::get_if<parallel::Collective>(&instr.op)) {
         call.group = group_of(p, c->axis, c->subgroup);
         call.kind = c->kind;
+        call.codec = c->codec;
+        call.rows = static_cast<double>(c->codec_rows);
+        call.cols = static_cast<double>(c->codec_cols);
         call.bytes = region_bytes(c->kind == comm::Collective::allgather ? c->output : c->input);
         call.engine = engine && c->axis == data_axis && c->subgroup < 0;
         call.axis = c->axis;
@@ -171,6 +251,7 @@ Simulation simulate(const SimulationRequest& request) {
     }
   }
 
+  const double overhead = estimator.instruction_seconds();
   std::map<std::pair<std::string, int>, Rendezvous> rendezvous;
   std::map<std::tuple<int, int, uint32_t>, double> arrivals;  // (from, to, tag) -> arrival
   auto event = [&](int rank, int instr, const std::string& lane, double start, double duration) {
@@ -199,8 +280,15 @@ Simulation simulate(const SimulationRequest& request) {
       if (rv.posted.size() == members) {
         const LinkClass link = link_of(call.group.ranks);
         const int p = static_cast<int>(call.group.ranks.size());
-        rv.finish = rv.ready + estimator.collective_seconds(call.kind, call.bytes, p, link);
-        out.bytes_sent[link] += weight * static_cast<double>(members) * ring_bytes_sent(call.kind, call.bytes, p);
+        double seconds = 0, sent = 0;  // the collective, and what each member sends
+        if (call.codec.lossy()) {
+          std::tie(seconds, sent) = compressed_allreduce(estimator, call, p, link);
+        } else {
+          seconds = estimator.collective_seconds(call.kind, call.bytes, p, link);
+          sent = ring_bytes_sent(call.kind, call.bytes, p);
+        }
+        rv.finish = rv.ready + seconds;
+        out.bytes_sent[link] += weight * static_cast<double>(members) * sent;
         const std::string& lane =
             "comm:" + programs.front().strategy.mesh.axes()[static_cast<size_t>(call.axis)].name;
         for (const auto& [member, instr] : rv.posted) event(member, instr, lane, rv.ready, *rv.finish - rv.ready);
@@ -264,6 +352,7 @@ Simulation simulate(const SimulationRequest& request) {
         auto it = arrivals.find({p.strategy.mesh.rank_of(coords), p.rank, recv->tag});
         if (it == arrivals.end()) return moved;
         end = std::max(start, it->second);
+        s.receive_wait += end - start;
         event(rank, i, "comm:" + p.strategy.mesh.axes()[static_cast<size_t>(recv->axis)].name, start, end - start);
       } else if (s.calls[s.pc]) {
         if (s.calls[s.pc]->engine) {
@@ -277,6 +366,7 @@ Simulation simulate(const SimulationRequest& request) {
         if (!done) return moved;
         end = *done;
       }
+      end += overhead;
       s.finish[s.pc] = end;
       s.t = end;
       ++s.pc;
@@ -325,6 +415,7 @@ Simulation simulate(const SimulationRequest& request) {
     out.step_seconds = std::max({out.step_seconds, s.t, s.engine_t});
     out.busy_seconds.push_back(s.busy);
     out.compute_span.push_back(s.last_compute);
+    out.receive_wait.push_back(s.receive_wait);
     busy += s.busy;
     span = std::max(span, s.last_compute);
   }

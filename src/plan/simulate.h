@@ -69,6 +69,7 @@ struct Simulation {
   std::vector<double> stash_bytes;
   std::vector<double> busy_seconds;   // per rank: computing
   std::vector<double> compute_span;   // per rank: from the start to its last compute
+  std::vector<double> receive_wait;   // per rank: blocked on receives (a pipeline's bubbles)
   double bubble_fraction = 0;         // idle share of the compute spans, over all ranks
   std::map<LinkClass, double> bytes_sent;  // over all ranks, by the link they used
   double flops = 0;                   // executed by every rank together
@@ -82,6 +83,15 @@ std::vector<parallel::Program> lower_all(const parallel::LowerRequest& request, 
 // unevenly). A symmetric replay of these predicts the whole mesh.
 std::vector<parallel::Program> lower_representatives(const parallel::LowerRequest& request,
                                                      const parallel::Strategy& strategy);
+
+// On a cluster whose ranks share the host's cores (the calibrated local
+// spec), a compute slows down by how many ranks use the cores at once,
+// which a pipeline's bubbles lower: replays with the profiled estimator
+// until the time-average number of ranks not blocked on a receive settles,
+// at most four times. (In-process collectives copy and add on the cores,
+// so a rank in one counts as busy.) Other clusters: one
+// replay with request.estimator (their roofline when it is null).
+Simulation simulate_sharing_cores(SimulationRequest request, const ProfiledEstimator::Options& options);
 
 // px::Error when the programs' mesh does not fit the cluster, or the
 // replay cannot finish (a rank waits for a message or collective no one

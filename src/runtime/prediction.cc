@@ -4,7 +4,6 @@
 
 #include "core/error.h"
 #include "plan/calibrate.h"
-#include "plan/estimator.h"
 #include "plan/simulate.h"
 #include "runtime/optimizer.h"
 
@@ -39,14 +38,12 @@ RunPrediction predict_run(const TrainOptions& o, const nn::Model& model, const p
                                "calibrated prediction)";
   const std::vector<parallel::Program> programs =
       plan::lower_all({.forward = &model.graph, .loss = model.loss}, strategy);
-  const plan::ProfiledEstimator estimator(
-      cluster, {.ranks = ranks, .threads = o.threads, .link_gbps = o.link_gbps, .collective = o.sync.collective});
-  const plan::Simulation sim =
-      plan::simulate({.programs = &programs,
-                      .cluster = &cluster,
-                      .estimator = &estimator,
-                      .overlap = o.sync.overlap,
-                      .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size())});
+  const plan::Simulation sim = plan::simulate_sharing_cores(
+      {.programs = &programs,
+       .cluster = &cluster,
+       .overlap = o.sync.overlap,
+       .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size())},
+      {.threads = o.threads, .link_gbps = o.link_gbps, .collective = o.sync.collective});
   out.step_seconds = sim.step_seconds;
   out.peak_bytes = sim.peak_bytes.front();
   return out;
@@ -58,7 +55,7 @@ std::string describe_prediction(const RunPrediction& p, double measured_step, do
   };
   return fmt::format(
       "predicted vs measured (from {}):\n"
-      "  step time    predicted {:.4f} s, measured {:.4f} s (median of the steps after the first): {}\n"
+      "  step time    predicted {:.4f} s, measured {:.4f} s (the executor's run, median of the steps after the first): {}\n"
       "  peak memory  predicted {:.1f} MiB, measured {:.1f} MiB (rank 0's tensors): {}\n",
       p.basis, p.step_seconds, measured_step, error(p.step_seconds, measured_step), p.peak_bytes / (1 << 20),
       measured_peak / (1 << 20), error(p.peak_bytes, measured_peak));

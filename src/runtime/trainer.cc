@@ -283,20 +283,21 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   };
 
   const int64_t end = o.stop_after > 0 ? std::min(o.stop_after, total) : total;
-  std::vector<double> step_seconds;  // wall time of each step, loading its batch included
+  std::vector<double> step_seconds;  // each step's executor run (what the simulator predicts; loading the batch apart)
   for (; step < end; ++step) {
-    const double step_start = progress.elapsed_seconds();
     DataBatch batch = task->next_batch(data_rank, data_ranks);
     const uint64_t seed = splitmix64(o.seed ^ splitmix64(static_cast<uint64_t>(step) * 1024));
     if (rank == o.inject_delay_rank)  // a straggler, for demonstrations (--inject-delay)
       std::this_thread::sleep_for(std::chrono::milliseconds(o.inject_delay_ms));
     executor.set_tracing(step >= trace_begin && step < trace_end);
     const double lr = o.schedule.at(step);
+    const double step_start = progress.elapsed_seconds();
     StepResult out = executor.run({.feeds = feeds_of(model, batch),
                                    .seed = seed,
                                    .step = static_cast<uint64_t>(step),
                                    .lr = lr,
                                    .grad_clip = o.grad_clip});
+    step_seconds.push_back(progress.elapsed_seconds() - step_start);
     wire += out.wire;
     for (TraceRecord& r : executor.take_trace()) trace.push_back(std::move(r));
     result.peak_tensor_bytes = std::max(result.peak_tensor_bytes, out.peak_bytes);
@@ -322,7 +323,6 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
       }
     }
     metrics.write(line);
-    step_seconds.push_back(progress.elapsed_seconds() - step_start);
     progress.update(step + 1, loss, o.batch * task->units_per_row());
     bool last = step + 1 == end;
     const bool eval_now = o.eval_every > 0 && (step + 1) % o.eval_every == 0 && !last;
