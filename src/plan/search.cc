@@ -99,6 +99,7 @@ PlanResult plan(const PlanRequest& request) {
   result.considered = static_cast<int>(grid_candidates.size());
   std::vector<Candidate> all;
   std::string method = request.method;
+  if (method == "auto" && has_blocks(model.graph) && grid_candidates.size() > 1000) method = "alpa";
   if (method == "auto") {
     // The grid when it fits the budget: time one candidate to tell.
     const auto probe_start = std::chrono::steady_clock::now();

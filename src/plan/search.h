@@ -12,7 +12,9 @@
 //          minimizes the slowest stage under the memory of each stage's
 //          in-flight micro-batches; the best few are verified by the
 //          simulator on their real Programs (plan/stage_dp.h).
-//   auto   alpa for block models whose grid would not fit the budget, else grid.
+//   auto   alpa for block models whose grid would not fit the budget (one
+//          candidate's replay times the grid's size, or over 1000
+//          candidates), else grid.
 //
 // Every candidate is kept with its figures or the reason it was rejected
 // (does not fit in memory; does not lower).

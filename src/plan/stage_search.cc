@@ -527,7 +527,7 @@ std::vector<Candidate> search_stages(StageSearch& search, std::chrono::steady_cl
     ++built;
     const double instrs = s.layout.micro_batches * (blocks * s.costs->block_instrs + s.costs->base_instrs);
     const double expected = 2 * instrs * s.costs->seconds_per_instr;
-    if (verified < request.verify && seconds_since(start) + expected < request.budget_seconds) {
+    if (verified < request.verify && seconds_since(start) + expected < 0.9 * request.budget_seconds) {
       ++verified;
       Candidate checked = evaluate(request, *search.model, c.strategy, *search.estimator);
       checked.description = c.description;
