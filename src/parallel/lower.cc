@@ -35,6 +35,12 @@ std::vector<std::vector<std::optional<Placement>>> seeds_by_value(const Graph& g
     if (it == by_name.end())
       fail("strategy: a seed places '{}' along '{}', but the model has no input, parameter or value of that name",
            seed.value, seed.axis);
+    // The executor feeds each rank its rows along the data axis only.
+    if (graph.value(it->second).kind == Value::Kind::input && seed.axis != strategy.data_axis &&
+        strategy.mesh.size(seed.axis) > 1 && seed.placement != Placement::B())
+      fail("strategy: the batch input '{}' is placed {} along '{}'; batch inputs are split only along the data axis "
+           "'{}' (seed it there, or place it B along '{}')",
+           seed.value, seed.placement.str(), seed.axis, strategy.data_axis, seed.axis);
     seeds[static_cast<size_t>(it->second)][static_cast<size_t>(strategy.mesh.axis(seed.axis))] = seed.placement;
   }
   return seeds;

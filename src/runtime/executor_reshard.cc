@@ -54,6 +54,10 @@ Tensor reshard_tensor(comm::Communicator& comm, const Tensor& in, const Placemen
   }
   if (in.dtype() != DType::f32)
     fail("resharding {} -> {} moves float32 values; this one is {}", from.str(), to.str(), dtype_name(in.dtype()));
+  // The packed exchanges below size their buffers by `whole`: the input must be this rank's block of it.
+  const Shape expected = from.is_split() ? block_shape(whole, from, p, me) : whole;
+  PX_CHECK(in.shape() == expected, "resharding {} -> {}: this rank holds {}, its block of {} is {}", from.str(),
+           to.str(), in.shape(), whole, expected);
   if (from.is_partial() && !to.is_split()) {  // P -> B: allreduce
     Tensor out = in.clone();
     comm::allreduce(comm, std::span<float>(out.f32(), static_cast<size_t>(out.numel())), reduction_of(from), options);

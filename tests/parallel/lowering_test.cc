@@ -13,6 +13,7 @@
 #include "parallel/lower.h"
 #include "parallel/lower/liveness.h"
 #include "parallel/lower/reshard.h"
+#include "parallel/tensor_parallel.h"
 #include "runtime/task.h"
 
 namespace px::parallel {
@@ -238,6 +239,21 @@ TEST(Lowering, AWeightSplitNoOpAcceptsIsANamedError) {
     EXPECT_NE(what.find("ln_f"), std::string::npos) << what;
     EXPECT_NE(what.find("layernorm"), std::string::npos) << what;
     EXPECT_NE(what.find("S(0)"), std::string::npos) << what;
+  }
+}
+
+// The executor feeds a rank its rows along the data axis only; a batch
+// input split along another axis would be fed whole and corrupt the step.
+TEST(Lowering, ABatchInputSplitOffTheDataAxisIsANamedError) {
+  nn::Model m = gpt(8);
+  Strategy s = tensor_parallel(m.graph, 1, 2, batch_input_names(m), false);
+  s.seeds.push_back({m.graph.value(m.inputs).name, "tp", Placement::S(0)});
+  try {
+    lower({.forward = &m.graph, .loss = m.loss}, s, 0);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("batch input 'tokens' is placed S(0) along 'tp'"), std::string::npos) << what;
   }
 }
 
