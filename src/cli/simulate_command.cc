@@ -1,5 +1,6 @@
 // `parallax simulate`: a model and a strategy (the same flags as train and
-// lower) replayed on a cluster (plan/simulate.h) without running a kernel
+// lower) replayed on a cluster (plan/simulate.h; one rank per pipeline
+// stage unless --all-ranks) without running a kernel
 // or allocating a weight (bf16 mixed precision on devices with bf16 units,
 // unless --precision fp32): step time, throughput, bubble, peak memory per
 // device against the device's memory, bytes per link class, and with
@@ -24,6 +25,7 @@ struct SimulateFlags {
   std::string cluster = "dgx-a100";
   std::string trace;
   std::string precision = "auto";
+  bool all_ranks = false;
 };
 
 void write_trace(const std::string& path, const plan::Simulation& sim, int ranks) {
@@ -54,6 +56,9 @@ void add_simulate_command(CLI::App& app) {
                   "JSON file")
       ->capture_default_str();
   cmd->add_option("--trace", sim_flags->trace, "write the simulated step as a Chrome trace");
+  cmd->add_flag("--all-ranks", sim_flags->all_ranks,
+                "replay every rank (default: one rank per pipeline stage, which the others mirror; the trace then "
+                "holds those ranks)");
   flags->options.threads = 2;
   cmd->add_option("--threads", flags->options.threads,
                   "--cluster local: kernel threads of a lone rank, as train's (in-process ranks use 1 each)")
@@ -75,8 +80,10 @@ void add_simulate_command(CLI::App& app) {
     const plan::ClusterSpec cluster = plan::cluster_named(sim_flags->cluster, local_cluster_path());
     const nn::Model model = build_model(o, o.batch, true);
     const parallel::Strategy strategy = strategy_for(o, model, o.ranks);
-    const std::vector<parallel::Program> programs =
-        plan::lower_all({.forward = &model.graph, .loss = model.loss}, strategy);
+    const parallel::LowerRequest lowering{.forward = &model.graph, .loss = model.loss};
+    const std::vector<parallel::Program> programs = sim_flags->all_ranks
+                                                        ? plan::lower_all(lowering, strategy)
+                                                        : plan::lower_representatives(lowering, strategy);
     const bool bf16 = sim_flags->precision == "bf16" ||
                       (sim_flags->precision == "auto" && cluster.device.flops_bf16 > 0);
     if (bf16 && cluster.device.flops_bf16 <= 0)
@@ -103,14 +110,14 @@ void add_simulate_command(CLI::App& app) {
                              units / sim.step_seconds, o.model == "gpt" ? "tokens" : "samples",
                              100 * sim.bubble_fraction);
     double peak = 0;
-    int at = 0;
-    for (int r = 0; r < devices; ++r)
-      if (sim.peak_bytes[static_cast<size_t>(r)] > peak) peak = sim.peak_bytes[static_cast<size_t>(at = r)];
+    size_t at = 0;
+    for (size_t r = 0; r < programs.size(); ++r)
+      if (sim.peak_bytes[r] > peak) peak = sim.peak_bytes[at = r];
     std::cout << fmt::format("peak memory {:.3f} GB on rank {} of {:.0f} GB a device{}; of it forward activations "
                              "{:.3f} GB\n",
-                             peak / 1e9, at, cluster.device.memory_bytes / 1e9,
+                             peak / 1e9, programs[at].rank, cluster.device.memory_bytes / 1e9,
                              peak > cluster.device.memory_bytes ? " -- does not fit" : "",
-                             sim.activation_peak_bytes[static_cast<size_t>(at)] / 1e9);
+                             sim.activation_peak_bytes[at] / 1e9);
     for (const auto& [link, bytes] : sim.bytes_sent)
       std::cout << fmt::format("bytes sent per step, {}: {:.3f} GB\n", plan::link_class_name(link), bytes / 1e9);
     std::cout << fmt::format("hardware FLOP utilisation {:.1f}% (executed FLOPs over step x devices x {} peak)\n",

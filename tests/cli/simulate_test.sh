@@ -12,7 +12,10 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 JOB=(--model gpt --layers 4 --heads 4 --embd 64 --block 64 --batch 16 --mesh pp=2,dp=2,tp=2 --micro-batches 4 --zero 1)
 
-"$PX" simulate "${JOB[@]}" --cluster dgx-a100 --trace "$WORK/sim.json" > "$WORK/out.txt"
+"$PX" simulate "${JOB[@]}" --cluster dgx-a100 --all-ranks --trace "$WORK/sim.json" > "$WORK/out.txt"
+# One rank per stage predicts the same step as every rank.
+"$PX" simulate "${JOB[@]}" --cluster dgx-a100 > "$WORK/few.txt"
+[ "$(grep '^step ' "$WORK/out.txt")" = "$(grep '^step ' "$WORK/few.txt")" ] || { echo "FAIL: the symmetric replay differs"; cat "$WORK/out.txt" "$WORK/few.txt"; exit 1; }
 for line in "simulated mesh {pp:2, dp:2, tp:2} on dgx-a100" "step " "bubble " "peak memory " "bytes sent per step, intra-node"; do
   grep -q "$line" "$WORK/out.txt" || { echo "FAIL: no '$line' in:"; cat "$WORK/out.txt"; exit 1; }
 done
