@@ -51,9 +51,10 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--ranks", pf->ranks, "ranks to plan for (default: every device of the cluster)");
   cmd->add_option("--budget-s", pf->budget_seconds, "stop searching after this many seconds")->capture_default_str();
   cmd->add_option("--method", pf->method,
-                  "grid (every candidate replayed), alpa (stage cuts by dynamic programming over per-block costs, "
-                  "for GPTs at scale) or auto")
-      ->check(CLI::IsMember({"auto", "grid", "alpa"}))
+                  "grid (every candidate replayed), layerwise (each fully-connected layer placed by dynamic "
+                  "programming, OptCNN-style), alpa (stage cuts by dynamic programming over per-block costs, for GPTs "
+                  "at scale) or auto")
+      ->check(CLI::IsMember({"auto", "grid", "layerwise", "alpa"}))
       ->capture_default_str();
   cmd->add_option("--out", pf->out, "write the chosen strategy here (parallax train --strategy FILE runs it)");
   cmd->add_option("--top", pf->top, "candidates to list")->capture_default_str();

@@ -28,6 +28,10 @@ void add_model_flags(CLI::App& cmd, TrainFlags& flags) {
   cmd.add_option("--vocab", o.gpt.vocab, "gpt: vocabulary size (the byte-level corpora use the first 256)")
       ->capture_default_str();
   cmd.add_option("--dropout", o.gpt.dropout, "gpt: dropout probability")->capture_default_str();
+  cmd.add_option("--cnn-channels", o.cnn.channels1, "cnn: the first convolution's channels (the second's: twice)")
+      ->each([&o](const std::string&) { o.cnn.channels2 = 2 * o.cnn.channels1; })
+      ->capture_default_str();
+  cmd.add_option("--cnn-hidden", o.cnn.hidden, "cnn: the fully-connected layer's width")->capture_default_str();
   cmd.add_option("--hidden", o.mlp.hidden, "mlp: hidden layer widths")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->capture_default_str();

@@ -50,6 +50,12 @@ std::string describe(const parallel::Strategy& s) {
 std::vector<parallel::Strategy> grid(const Graph& graph, const SearchSpace& space) {
   PX_CHECK_GE(space.ranks, 1);
   const int layers = layer_count(graph);
+  // Recomputation reruns attention cores (selective) or "h.<i>" blocks (full): other models have neither.
+  bool attention = false, blocks = false;
+  for (const Node& n : graph.nodes()) {
+    attention = attention || n.op() == "attention";
+    blocks = blocks || n.name.rfind("h.", 0) == 0;
+  }
   std::vector<parallel::Strategy> out;
   for (int pp : divisors(space.ranks)) {
     if (pp > 1 && (!space.pipeline || layers < 2 * pp)) continue;
@@ -78,6 +84,8 @@ std::vector<parallel::Strategy> grid(const Graph& graph, const SearchSpace& spac
               for (parallel::Recompute r : {parallel::Recompute::none, parallel::Recompute::selective,
                                             parallel::Recompute::full}) {
                 if (r != parallel::Recompute::none && !space.recompute) continue;
+                if ((r == parallel::Recompute::selective && !attention) || (r == parallel::Recompute::full && !blocks))
+                  continue;
                 parallel::Strategy s = base;
                 s.zero_stage = zero;
                 s.micro_batches = m;

@@ -4,7 +4,9 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "parallel/strategy.h"
 #include "plan/simulate.h"
+#include "plan/layer_search.h"
 #include "plan/stage_search.h"
 
 namespace px::plan {
@@ -117,6 +119,22 @@ PlanResult plan(const PlanRequest& request) {
       }
       all.push_back(evaluate(request, model, grid_candidates[i], *estimator));
     }
+    // auto on models of fully-connected chains: their layer-wise placements too.
+    if (request.method == "auto" && request.space.tensor && !has_blocks(model.graph)) {
+      LayerSearch search{.request = &request, .estimator = estimator, .model = &model};
+      for (Candidate& c : search_layers(search, start)) all.push_back(std::move(c));
+      result.considered += search.considered;
+      method = "grid+layerwise";
+    }
+  } else if (method == "layerwise") {
+    LayerSearch search{.request = &request, .estimator = estimator, .model = &model};
+    all = search_layers(search, start);
+    if (all.empty())
+      fail("plan: --method layerwise places fully-connected layers fc1, fc2, ... one by one; this model has none");
+    // Beside plain data parallelism, the baseline any placement must beat.
+    parallel::Strategy dp = parallel::data_parallel(request.ranks, request.batch_inputs);
+    all.push_back(evaluate(request, model, dp, *estimator));
+    result.considered = search.considered + 1;
   } else if (method == "alpa") {
     if (!has_blocks(model.graph))
       fail("plan: --method alpa cuts models of repeated blocks (h.0, h.1, ...) into stages; this model has none");
@@ -124,7 +142,7 @@ PlanResult plan(const PlanRequest& request) {
     all = search_stages(search, start);
     result.considered = search.considered;
   } else {
-    fail("plan: --method '{}' is unknown; expected auto, grid or alpa", method);
+    fail("plan: --method '{}' is unknown; expected auto, grid, layerwise or alpa", method);
   }
   result.method = method;
   result.evaluated = static_cast<int>(all.size());

@@ -4,6 +4,9 @@
 //   grid   every candidate of the grid (plan/candidates.h) lowered and
 //          replayed by the simulator (one rank per stage, plan/simulate.h),
 //          as long as the budget lasts, cheapest meshes first.
+//   layerwise  OptCNN-style: each fully-connected layer of a chain placed
+//          on the tensor axis by a dynamic program (plan/layer_search.h),
+//          the rest data-parallel, against plain data parallelism.
 //   alpa   for models of repeated blocks ("h.<i>"): per-layer costs from
 //          probes (a two-block copy of the model lowered for each stage
 //          sub-mesh shape, micro-batch size and recomputation, and
@@ -14,7 +17,8 @@
 //          simulator on their real Programs (plan/stage_dp.h).
 //   auto   alpa for block models whose grid would not fit the budget (one
 //          candidate's replay times the grid's size, or over 1000
-//          candidates), else grid.
+//          candidates), else grid, and for models without blocks the
+//          layer-wise placements beside it.
 //
 // Every candidate is kept with its figures or the reason it was rejected
 // (does not fit in memory; does not lower).
@@ -44,7 +48,7 @@ struct PlanRequest {
   bool overlap = true;
   int optimizer_slots = 2;
   double budget_seconds = 10;
-  std::string method = "auto";             // auto, grid or alpa
+  std::string method = "auto";             // auto, grid, layerwise or alpa
   SearchSpace space;                       // what may vary (ranks and batch are taken from here)
   int verify = 4;                          // alpa: candidates replayed on their Programs
   const CostEstimator* estimator = nullptr;  // tests: this one instead of the cluster's

@@ -73,7 +73,6 @@ void validate(const TrainOptions& o) {
   }
   if (tp > 1 || o.sync.sequence_parallel) {
     if (!o.ps.mode.empty()) fail("tensor parallelism and parameter servers do not combine: drop --tp or --ps");
-    if (o.model == "cnn") fail("tensor parallelism splits the GPT's and the MLP's layers; the cnn trains data-parallel");
     if (o.model == "gpt" && o.gpt.n_head % tp != 0)
       fail("--tp {} does not divide n_head={}: each tensor-parallel rank computes whole attention heads (try --tp "
            "{} or --heads {})",

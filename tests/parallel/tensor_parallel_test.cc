@@ -83,6 +83,20 @@ TEST(MlpTensorParallel, MatchesOneRankAtTp2) {
   testing::expect_same_losses(single, testing::train_losses(o), kTolerance, "mlp at tp=2");
 }
 
+// The CNN's fully-connected layers split (fc1 column, fc2 row) while its
+// convolutions run whole on every tensor rank: the layer-wise plan.
+TEST(CnnTensorParallel, MatchesOneRankAtTp2AndDp2Tp2) {
+  TrainOptions o = testing::tiny_cnn();
+  o.steps = kSteps;
+  o.schedule.total = kSteps;
+  const std::vector<double> single = testing::train_losses(o);
+  o.ranks = 2;
+  o.sync.tensor_parallel = 2;
+  testing::expect_same_losses(single, testing::train_losses(o), kTolerance, "cnn at tp=2");
+  o.ranks = 4;
+  testing::expect_same_losses(single, testing::train_losses(o), kTolerance, "cnn at dp=2 x tp=2");
+}
+
 // Per transformer layer, plain tensor parallelism costs exactly two
 // allreduces forward (after the row-parallel attention output and MLP) and
 // two backward (the column layers' input gradients); sequence parallelism

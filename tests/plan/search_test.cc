@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "nn/cnn.h"
 #include "nn/gpt.h"
 #include "nn/mlp.h"
 #include "plan/search.h"
@@ -122,6 +123,38 @@ TEST(PlanStages, ShortMemoryMovesBlocksOffTheStagesHoldingMoreMicroBatches) {
   // Stage 0 ("h.0" up to the first cut) holds fewer blocks.
   auto first_cut = [](const Candidate& c) { return std::stoi(c.strategy.pipeline.stage_cuts.front().substr(2)); };
   EXPECT_LT(first_cut(*shifted), first_cut(*roomy)) << roomy->description << " -> " << shifted->description;
+}
+
+// OptCNN's case: a CNN whose fully-connected layer dwarfs its convolutions,
+// on a slow link. The dynamic program splits that layer (its gradient is
+// then never reduced whole) and the replay confirms it beats plain data
+// parallelism; a model without fc layers is a named error.
+TEST(PlanLayers, ASlowLinkSplitsTheLargeFullyConnectedLayer) {
+  ClusterSpec cluster = cluster_named("dgx-a100");
+  cluster.intra_node.bandwidth = 125e6;  // 1 Gb/s
+  cluster.inter_node.bandwidth = 125e6;
+  const nn::CnnConfig config{.channels1 = 8, .channels2 = 16, .hidden = 2048, .classes = 10};
+  const nn::Model model = nn::build_cnn(config, 64);
+  PlanRequest request{.build = [config](int64_t rows, int64_t) { return nn::build_cnn(config, rows); },
+                      .batch_inputs = batch_input_names(model),
+                      .batch = 64,
+                      .ranks = 4,
+                      .cluster = &cluster,
+                      .method = "layerwise"};
+  const PlanResult result = plan(request);
+  EXPECT_EQ(result.method, "layerwise");
+  const Candidate& best = result.best();
+  EXPECT_NE(best.description.find("fc1=column"), std::string::npos) << best.description;
+  EXPECT_TRUE(best.simulated);
+  const Candidate* dp = nullptr;
+  for (const Candidate& c : result.ranked)
+    if (c.description == "pp=1 dp=4 tp=1") dp = &c;
+  ASSERT_NE(dp, nullptr);
+  EXPECT_GT(dp->step_seconds / best.step_seconds, 1.3);
+
+  PlanRequest gpt = gpt_request(cluster, 4, 16, 4);
+  gpt.method = "layerwise";
+  EXPECT_THROW(plan(gpt), Error);
 }
 
 }  // namespace

@@ -1,0 +1,45 @@
+// The OptCNN-style search: each fully-connected layer of a chain ("fc1",
+// "fc2", ... in forward order) gets its own placement on the tensor axis of
+// a mesh dp x tp, and everything else (convolutions, pooling, activations)
+// runs data-parallel along dp, whole along tp:
+//
+//   replicated  the weight whole on every tp rank
+//   column      the weight's output features split (S(1)), the bias S(0):
+//               the layer's output is split by feature
+//   row         the input features split (S(0)): the output is a partial
+//               sum every tp rank holds a summand of
+//
+// For each tp a dynamic program over the chain picks the placements that
+// minimize the layers' compute (a split layer computes 1/tp of it), their
+// gradients' reduction along dp (a split weight reduces 1/tp of it) and
+// the transitions between consecutive layers, forward and backward, as the
+// resharding rule (parallel/lower/reshard.h) would run them: a split output
+// gathered (allgather), a partial one summed (allreduce, or reduce-scatter
+// into a row layer's split input). The layers' costs come from the
+// estimator on the model lowered data-parallel over the mesh. The best
+// placement of every mesh, and plain data parallelism, are then replayed on
+// their Programs (plan/search.h evaluate): those figures rank them.
+//
+// With a large fully-connected layer and a slow link this finds what
+// OptCNN did: the convolutions data-parallel (here: along dp), the big
+// layer split, so its gradient is never reduced whole.
+#pragma once
+
+#include <chrono>
+#include <vector>
+
+#include "plan/search.h"
+
+namespace px::plan {
+
+struct LayerSearch {
+  const PlanRequest* request = nullptr;
+  const CostEstimator* estimator = nullptr;
+  const nn::Model* model = nullptr;
+  int considered = 0;  // set by search_layers: placements weighed by the dynamic programs
+};
+
+// Replayed candidates, fastest first (empty when the model has no "fc<i>" layers).
+std::vector<Candidate> search_layers(LayerSearch& search, std::chrono::steady_clock::time_point start);
+
+}  // namespace px::plan
