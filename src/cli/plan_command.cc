@@ -138,8 +138,11 @@ void add_plan_command(CLI::App& app) {
                                    c.description, c.rejected, bytes_text(c.screened_peak_bytes));
     }
     const plan::Candidate& best = result.best();
-    std::cout << fmt::format("chose {}: {} a step, {} a device\n", best.description, seconds_text(best.step_seconds),
-                             bytes_text(best.peak_bytes));
+    std::cout << fmt::format("chose {}: {} a step, {} a device{}\n", best.description, seconds_text(best.step_seconds),
+                             bytes_text(best.peak_bytes),
+                             &best == &result.ranked.front()
+                                 ? ""
+                                 : fmt::format(" (the simplest within {:.0f}% of the fastest)", 100 * plan::kTieTolerance));
     if (!pf->out.empty()) {
       write_file_atomically(pf->out, parallel::to_json(best.strategy).dump(1) + "\n");
       std::cout << fmt::format("wrote the strategy to '{}' (parallax train --strategy {} runs it)\n", pf->out,

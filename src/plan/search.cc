@@ -27,8 +27,25 @@ bool has_blocks(const Graph& graph) {
 
 }  // namespace
 
+int complexity(const parallel::Strategy& s) {
+  int score = s.zero_stage + (s.pipeline_ranks() - 1);
+  for (int m = s.micro_batches; m > 1; m /= 2) ++score;
+  if (s.mesh.ranks() > s.data_ranks() * s.pipeline_ranks()) ++score;
+  for (const parallel::PlacementSeed& seed : s.seeds) score += seed.value == "embed";  // sequence parallelism
+  if (s.lowering.recompute != parallel::Recompute::none) ++score;
+  return score;
+}
+
 const Candidate& PlanResult::best() const {
-  if (!ranked.empty()) return ranked.front();
+  if (!ranked.empty()) {
+    const Candidate* chosen = &ranked.front();
+    for (const Candidate& c : ranked) {
+      if (c.step_seconds > ranked.front().step_seconds * (1 + kTieTolerance)) break;
+      if (c.description.empty() || c.strategy.mesh.ranks() <= 0) continue;
+      if (complexity(c.strategy) < complexity(chosen->strategy)) chosen = &c;
+    }
+    return *chosen;
+  }
   if (rejected.empty()) fail("plan: the search considered no strategy (is the budget too small?)");
   fail("plan: no strategy fits; the closest, {}, was rejected: {}", rejected.front().description,
        rejected.front().rejected);

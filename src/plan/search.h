@@ -74,8 +74,18 @@ struct PlanResult {
   int considered = 0;               // candidates in the search space
   double seconds = 0;               // the search's wall time
   bool budget_exhausted = false;    // the grid stopped at the budget
-  const Candidate& best() const;    // px::Error when nothing fits, naming the closest
+  // The simplest candidate (kTieTolerance) among those predicted within 2%
+  // of the fastest: the prediction cannot tell them apart, and fewer moving
+  // parts (ZeRO, stages, micro-batches, tensor splits, recomputation) cost
+  // less than it models. px::Error when nothing fits, naming the closest.
+  const Candidate& best() const;
 };
+
+constexpr double kTieTolerance = 0.02;
+// How many mechanisms a strategy stacks: ZeRO's stage, pipeline stages,
+// log2 of the micro-batches, a tensor axis, sequence parallelism,
+// recomputation.
+int complexity(const parallel::Strategy& strategy);
 
 PlanResult plan(const PlanRequest& request);
 
