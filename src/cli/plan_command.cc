@@ -26,6 +26,7 @@ struct PlanFlags {
   int top = 10;
   std::string precision = "auto";
   bool no_pipeline = false, no_tensor = false, no_zero = false, no_recompute = false;
+  bool full_simulation = false;
 };
 
 std::string seconds_text(double seconds) {
@@ -52,9 +53,10 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--budget-s", pf->budget_seconds, "stop searching after this many seconds")->capture_default_str();
   cmd->add_option("--method", pf->method,
                   "grid (every candidate replayed), layerwise (each fully-connected layer placed by dynamic "
-                  "programming, OptCNN-style), alpa (stage cuts by dynamic programming over per-block costs, for GPTs "
+                  "programming, OptCNN-style), mcmc (per-layer placements by Markov chain Monte Carlo with delta "
+                  "simulation, FlexFlow-style), alpa (stage cuts by dynamic programming over per-block costs, for GPTs "
                   "at scale) or auto")
-      ->check(CLI::IsMember({"auto", "grid", "layerwise", "alpa"}))
+      ->check(CLI::IsMember({"auto", "grid", "layerwise", "mcmc", "alpa"}))
       ->capture_default_str();
   cmd->add_option("--out", pf->out, "write the chosen strategy here (parallax train --strategy FILE runs it)");
   cmd->add_option("--top", pf->top, "candidates to list")->capture_default_str();
@@ -70,6 +72,8 @@ void add_plan_command(CLI::App& app) {
   cmd->add_flag("--no-tensor", pf->no_tensor, "leave tensor parallelism out of the search");
   cmd->add_flag("--no-zero", pf->no_zero, "leave ZeRO out of the search");
   cmd->add_flag("--no-recompute", pf->no_recompute, "leave recomputation out of the search");
+  cmd->add_flag("--full-simulation", pf->full_simulation,
+                "mcmc: re-simulate every task of every proposal instead of the delta (to compare their rates)");
   cmd->callback([flags, pf] {
     apply(*flags);
     TrainOptions& o = flags->options;
@@ -102,7 +106,8 @@ void add_plan_command(CLI::App& app) {
         .budget_seconds = pf->budget_seconds,
         .method = pf->method,
         .space = {.tensor = !pf->no_tensor, .pipeline = !pf->no_pipeline, .zero = !pf->no_zero,
-                  .recompute = !pf->no_recompute}};
+                  .recompute = !pf->no_recompute},
+        .mcmc_delta = !pf->full_simulation};
     const plan::PlanResult result = plan::plan(request);
 
     const double units = o.model == "gpt" ? static_cast<double>(o.batch * o.gpt.block) : static_cast<double>(o.batch);
@@ -121,8 +126,8 @@ void add_plan_command(CLI::App& app) {
       const std::string from =
           !c.simulated ? "estimated"
           : c.screened_step_seconds > 0
-              ? fmt::format("simulated (screen: {}, {})", seconds_text(c.screened_step_seconds),
-                            bytes_text(c.screened_peak_bytes))
+              ? fmt::format("simulated (screen: {}{})", seconds_text(c.screened_step_seconds),
+                            c.screened_peak_bytes > 0 ? ", " + bytes_text(c.screened_peak_bytes) : "")
               : "simulated";
       std::cout << fmt::format("{:>4}  {:<52} {:>10} {:>12.0f} {:>11} {:>5.1f}%  {}\n", i + 1, c.description,
                                seconds_text(c.step_seconds), units / c.step_seconds, bytes_text(c.peak_bytes), 100 * c.utilization,
@@ -137,6 +142,9 @@ void add_plan_command(CLI::App& app) {
           std::cout << fmt::format("  {:<52} {} (replayed on its Programs; the screen estimated {})\n",
                                    c.description, c.rejected, bytes_text(c.screened_peak_bytes));
     }
+    if (result.proposals > 0)
+      std::cout << fmt::format("mcmc: {} proposals, {:.0f} a second with {} simulation\n", result.proposals,
+                               result.proposals_per_second, pf->full_simulation ? "full" : "delta");
     const plan::Candidate& best = result.best();
     std::cout << fmt::format("chose {}: {} a step, {} a device{}\n", best.description, seconds_text(best.step_seconds),
                              bytes_text(best.peak_bytes),

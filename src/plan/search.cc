@@ -7,6 +7,7 @@
 #include "parallel/strategy.h"
 #include "plan/simulate.h"
 #include "plan/layer_search.h"
+#include "plan/mcmc_search.h"
 #include "plan/stage_search.h"
 
 namespace px::plan {
@@ -152,6 +153,13 @@ PlanResult plan(const PlanRequest& request) {
     parallel::Strategy dp = parallel::data_parallel(request.ranks, request.batch_inputs);
     all.push_back(evaluate(request, model, dp, *estimator));
     result.considered = search.considered + 1;
+  } else if (method == "mcmc") {
+    McmcSearch search{.request = &request, .estimator = estimator, .model = &model, .delta = request.mcmc_delta};
+    all = search_mcmc(search, start);
+    all.push_back(evaluate(request, model, parallel::data_parallel(request.ranks, request.batch_inputs), *estimator));
+    result.considered = search.proposals + 1;
+    result.proposals = search.proposals;
+    result.proposals_per_second = search.proposals_per_second();
   } else if (method == "alpa") {
     if (!has_blocks(model.graph))
       fail("plan: --method alpa cuts models of repeated blocks (h.0, h.1, ...) into stages; this model has none");
@@ -159,7 +167,7 @@ PlanResult plan(const PlanRequest& request) {
     all = search_stages(search, start);
     result.considered = search.considered;
   } else {
-    fail("plan: --method '{}' is unknown; expected auto, grid, layerwise or alpa", method);
+    fail("plan: --method '{}' is unknown; expected auto, grid, layerwise, mcmc or alpa", method);
   }
   result.method = method;
   result.evaluated = static_cast<int>(all.size());

@@ -7,6 +7,9 @@
 //   layerwise  OptCNN-style: each fully-connected layer of a chain placed
 //          on the tensor axis by a dynamic program (plan/layer_search.h),
 //          the rest data-parallel, against plain data parallelism.
+//   mcmc   FlexFlow-style: Markov chain Monte Carlo over per-layer
+//          placements with delta simulation (plan/mcmc_search.h), against
+//          plain data parallelism.
 //   alpa   for models of repeated blocks ("h.<i>"): per-layer costs from
 //          probes (a two-block copy of the model lowered for each stage
 //          sub-mesh shape, micro-batch size and recomputation, and
@@ -48,10 +51,11 @@ struct PlanRequest {
   bool overlap = true;
   int optimizer_slots = 2;
   double budget_seconds = 10;
-  std::string method = "auto";             // auto, grid, layerwise or alpa
+  std::string method = "auto";             // auto, grid, layerwise, mcmc or alpa
   SearchSpace space;                       // what may vary (ranks and batch are taken from here)
   int verify = 4;                          // alpa: candidates replayed on their Programs
   const CostEstimator* estimator = nullptr;  // tests: this one instead of the cluster's
+  bool mcmc_delta = true;                  // mcmc: delta simulation (false: full, for comparison)
 };
 
 struct Candidate {
@@ -74,6 +78,8 @@ struct PlanResult {
   int considered = 0;               // candidates in the search space
   double seconds = 0;               // the search's wall time
   bool budget_exhausted = false;    // the grid stopped at the budget
+  int proposals = 0;                // mcmc: proposals evaluated
+  double proposals_per_second = 0;
   // The simplest candidate (kTieTolerance) among those predicted within 2%
   // of the fastest: the prediction cannot tell them apart, and fewer moving
   // parts (ZeRO, stages, micro-batches, tensor splits, recomputation) cost

@@ -11,6 +11,7 @@
 #include "nn/cnn.h"
 #include "nn/gpt.h"
 #include "nn/mlp.h"
+#include "plan/mcmc_search.h"
 #include "plan/search.h"
 #include "runtime/task.h"
 
@@ -155,6 +156,48 @@ TEST(PlanLayers, ASlowLinkSplitsTheLargeFullyConnectedLayer) {
   PlanRequest gpt = gpt_request(cluster, 4, 16, 4);
   gpt.method = "layerwise";
   EXPECT_THROW(plan(gpt), Error);
+}
+
+// Delta simulation re-times only what a proposal changed; it must reach the
+// same figures as re-timing everything, so the same chain (same seed, same
+// proposals) takes the same steps and ends at the same placement. The
+// placement it finds beats replicating every layer.
+TEST(PlanMcmc, DeltaSimulationWalksTheSameChainAsFullSimulation) {
+  // Two nodes of two devices on a 1 Gb/s network: reducing whole gradients across nodes is dear.
+  ClusterSpec cluster = cluster_named("dgx-a100:2");
+  cluster.devices_per_node = 2;
+  cluster.inter_node.bandwidth = 125e6;
+  const nn::GptConfig config{.vocab = 512, .block = 64, .n_layer = 4, .n_head = 8, .n_embd = 512};
+  const nn::Model model = nn::build_gpt(config, 16, config.block, true);
+  PlanRequest request{.build = [config](int64_t rows, int64_t) { return nn::build_gpt(config, rows, config.block, true); },
+                      .batch_inputs = batch_input_names(model),
+                      .batch = 16,
+                      .ranks = 4,
+                      .cluster = &cluster,
+                      .compute = DType::bf16};
+  const RooflineEstimator estimator(cluster, DType::bf16);
+  const auto start = std::chrono::steady_clock::now();
+  McmcSearch delta{.request = &request, .estimator = &estimator, .model = &model, .delta = true,
+                   .proposals_per_mesh = 400};
+  McmcSearch full = delta;
+  full.delta = false;
+  const std::vector<Candidate> a = search_mcmc(delta, start);
+  const std::vector<Candidate> b = search_mcmc(full, start);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].description, b[i].description);
+    EXPECT_DOUBLE_EQ(a[i].screened_step_seconds, b[i].screened_step_seconds);
+    EXPECT_DOUBLE_EQ(a[i].step_seconds, b[i].step_seconds);
+  }
+  EXPECT_EQ(delta.proposals, full.proposals);
+  // Its best on two tensor ranks is faster, replayed, than the same mesh with every layer replicated.
+  const Candidate replicated = evaluate(request, model, [&] {
+    parallel::Strategy s = parallel::data_parallel(2, request.batch_inputs);
+    s.mesh = parallel::DeviceMesh({{"dp", 2}, {"tp", 2}});
+    return s;
+  }(), estimator);
+  EXPECT_LT(a.front().step_seconds, replicated.step_seconds) << a.front().description;
 }
 
 }  // namespace

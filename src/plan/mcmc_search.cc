@@ -1,0 +1,292 @@
+#include "plan/mcmc_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "plan/simulate.h"
+
+namespace px::plan {
+namespace {
+
+// A unit's placements: fc layers take all three, GPT pairs replicated or split.
+enum class Layout { replicated, column, row, pair };
+
+struct Unit {
+  std::string name;    // "fc2", "h.3.attn", "h.3.mlp"
+  bool pair = false;   // a GPT attention or MLP (column then row inside)
+  std::vector<const Node*> forward, backward;
+  double params = 0;        // elements
+  double input_bytes = 0;   // fc: its input activation; pair: its output (what the row half reduces)
+  double output_bytes = 0;
+  std::vector<Layout> layouts() const {
+    return pair ? std::vector<Layout>{Layout::replicated, Layout::pair}
+                : std::vector<Layout>{Layout::replicated, Layout::column, Layout::row};
+  }
+};
+
+// "fc<i>..." -> "fc<i>"; "h.<i>.attn..." / "h.<i>.mlp..." -> that; else "".
+std::string unit_of(const std::string& name) {
+  int index = 0;
+  char next = 0;
+  const int read = std::sscanf(name.c_str(), "fc%d%c", &index, &next);
+  if (read >= 1 && index > 0 && (read == 1 || next == '.')) return fmt::format("fc{}", index);
+  if (name.rfind("h.", 0) != 0) return "";
+  const size_t dot = name.find('.', 2);
+  if (dot == std::string::npos) return "";
+  for (const char* part : {"attn", "mlp"})
+    if (name.compare(dot + 1, std::string(part).size(), part) == 0) return name.substr(0, dot + 1) + part;
+  return "";
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// A unit's tasks under one layout, timed by the estimator.
+struct UnitTimes {
+  double forward = 0, backward = 0;  // computes, and a split pair's allreduce each way
+  double sync = 0;                   // its gradient's reduction along dp
+};
+
+class Chain {
+ public:
+  Chain(const PlanRequest& request, const CostEstimator& estimator, const parallel::Program& program, int dp, int tp)
+      : estimator_(estimator), graph_(program.graphs.front()), dp_(dp), tp_(tp) {
+    const ClusterSpec& cluster = *request.cluster;
+    tp_link_ = cluster.link_between(0, tp - 1);
+    dp_link_ = cluster.link_between(0, (dp - 1) * tp);
+    std::map<std::string, size_t> index;
+    for (const parallel::Instr& instr : program.instrs) {
+      const auto* c = std::get_if<parallel::Compute>(&instr.op);
+      if (!c || instr.micro_batch != 0) continue;
+      const Node& n = graph_.nodes()[static_cast<size_t>(c->node)];
+      const Node& forward = n.origin >= 0 ? graph_.nodes()[static_cast<size_t>(n.origin)] : n;
+      const std::string name = unit_of(forward.name);
+      if (name.empty()) {
+        (n.origin >= 0 ? rest_backward_ : rest_forward_).push_back(&n);
+        continue;
+      }
+      auto [it, added] = index.emplace(name, units_.size());
+      if (added) units_.push_back({.name = name, .pair = name.rfind("h.", 0) == 0});
+      Unit& u = units_[it->second];
+      (n.origin >= 0 ? u.backward : u.forward).push_back(&n);
+      if (n.origin < 0 && n.op() == "linear") {
+        if (u.input_bytes == 0) u.input_bytes = static_cast<double>(graph_.spec(n.inputs.front()).shape.numel()) * 4;
+        u.output_bytes = static_cast<double>(graph_.spec(n.outputs.front()).shape.numel()) * 4;
+      }
+    }
+    for (Unit& u : units_)
+      if (u.pair) u.input_bytes = u.output_bytes;  // the row half's partial output, reduced whole
+    for (const parallel::ParamLayout& p : program.params) {
+      const std::string name = unit_of(p.name);
+      if (auto it = index.find(name); it != index.end())
+        units_[it->second].params += static_cast<double>(p.global_shape.numel());
+      else
+        rest_params_ += static_cast<double>(p.global_shape.numel());
+    }
+  }
+
+  const std::vector<Unit>& units() const { return units_; }
+
+  UnitTimes time_unit(size_t u, Layout l) const {
+    const Unit& unit = units_[u];
+    const double share = l == Layout::replicated ? 1.0 : 1.0 / tp_;
+    UnitTimes t;
+    for (const Node* n : unit.forward) t.forward += share * estimator_.compute_seconds(graph_, *n);
+    for (const Node* n : unit.backward) t.backward += share * estimator_.compute_seconds(graph_, *n);
+    if (l == Layout::pair) {
+      const double reduce = collective(comm::Collective::allreduce, unit.output_bytes, tp_, tp_link_);
+      t.forward += reduce;
+      t.backward += reduce;
+    }
+    t.sync = collective(comm::Collective::allreduce, 4 * unit.params * share, dp_, dp_link_);
+    return t;
+  }
+
+  // Between unit u-1 (placed `from`) and unit u (placed `to`), forward and backward.
+  double exchange(size_t u, Layout from, Layout to) const {
+    if (u == 0 || units_[u].pair || units_[u - 1].pair) return 0;  // pairs take and give whole activations
+    const double bytes = units_[u].input_bytes;
+    if (from == Layout::replicated) return 0;
+    if (from == Layout::column)
+      return to == Layout::row ? 0.0
+                               : collective(comm::Collective::allgather, bytes, tp_, tp_link_) +
+                                     collective(comm::Collective::reduce_scatter, bytes, tp_, tp_link_);
+    return to == Layout::row ? 2 * collective(comm::Collective::reduce_scatter, bytes, tp_, tp_link_)
+                             : 2 * collective(comm::Collective::allreduce, bytes, tp_, tp_link_);
+  }
+  // After the last unit: the loss reads its output whole.
+  double exit(Layout last) const {
+    if (units_.back().pair || last == Layout::replicated) return 0;
+    const double bytes = units_.back().output_bytes;
+    return last == Layout::column ? 2 * collective(comm::Collective::allgather, bytes, tp_, tp_link_)
+                                  : 2 * collective(comm::Collective::allreduce, bytes, tp_, tp_link_);
+  }
+
+  // The nodes no unit owns, re-timed (a full simulation does this every time).
+  std::pair<double, double> time_rest() const {
+    double f = 0, b = 0;
+    for (const Node* n : rest_forward_) f += estimator_.compute_seconds(graph_, *n);
+    for (const Node* n : rest_backward_) b += estimator_.compute_seconds(graph_, *n);
+    return {f, b};
+  }
+  double rest_sync() const { return collective(comm::Collective::allreduce, 4 * rest_params_, dp_, dp_link_); }
+
+  // The step on one rank: forward, then backward unit by unit from the
+  // last, each unit's gradient reduced on the communication stream once
+  // its backward is done; the step ends when both streams have.
+  double step(const std::vector<UnitTimes>& times, const std::vector<double>& exchanges, double exit_seconds,
+              std::pair<double, double> rest, double rest_sync_seconds) const {
+    double t = rest.first;
+    for (size_t u = 0; u < times.size(); ++u) t += times[u].forward + exchanges[u] / 2;
+    t += exit_seconds;
+    double comm = 0;
+    for (size_t u = times.size(); u-- > 0;) {
+      t += times[u].backward + exchanges[u] / 2;
+      comm = std::max(comm, t) + times[u].sync;
+    }
+    t += rest.second;
+    comm = std::max(comm, t) + rest_sync_seconds;
+    return std::max(t, comm);
+  }
+
+ private:
+  double collective(comm::Collective kind, double bytes, int ranks, LinkClass link) const {
+    return ranks > 1 ? estimator_.collective_seconds(kind, bytes, ranks, link) : 0.0;
+  }
+  const CostEstimator& estimator_;
+  const Graph& graph_;
+  int dp_, tp_;
+  LinkClass tp_link_ = LinkClass::intra_node, dp_link_ = LinkClass::intra_node;
+  std::vector<Unit> units_;
+  std::vector<const Node*> rest_forward_, rest_backward_;
+  double rest_params_ = 0;
+};
+
+parallel::Strategy strategy_of(const PlanRequest& request, int dp, int tp, const std::vector<Unit>& units,
+                               const std::vector<Layout>& layouts) {
+  parallel::Strategy s = parallel::data_parallel(dp, request.batch_inputs);
+  s.mesh = parallel::DeviceMesh({{"dp", dp}, {"tp", tp}});
+  auto seed = [&](const std::string& value, Placement p) { s.seeds.push_back({value, "tp", p}); };
+  for (size_t i = 0; i < units.size(); ++i) {
+    const std::string& n = units[i].name;
+    if (layouts[i] == Layout::column) {
+      seed(n + ".weight", Placement::S(1));
+      seed(n + ".bias", Placement::S(0));
+    } else if (layouts[i] == Layout::row) {
+      seed(n + ".weight", Placement::S(0));
+    } else if (layouts[i] == Layout::pair && n.ends_with(".attn")) {
+      seed(n + ".c_attn.weight", Placement::S(1, 3));
+      seed(n + ".c_attn.bias", Placement::S(0, 3));
+      seed(n + ".c_proj.weight", Placement::S(0));
+    } else if (layouts[i] == Layout::pair) {
+      seed(n + ".c_fc.weight", Placement::S(1));
+      seed(n + ".c_fc.bias", Placement::S(0));
+      seed(n + ".c_proj.weight", Placement::S(0));
+    }
+  }
+  return s;
+}
+
+std::string describe_layouts(int dp, int tp, const std::vector<Unit>& units, const std::vector<Layout>& layouts) {
+  int split = 0;
+  std::string fc;
+  for (size_t i = 0; i < units.size(); ++i) {
+    if (units[i].pair) split += layouts[i] == Layout::pair;
+    else
+      fc += fmt::format(" {}={}", units[i].name,
+                        layouts[i] == Layout::replicated ? "replicated" : layouts[i] == Layout::column ? "column" : "row");
+  }
+  std::string text = fmt::format("pp=1 dp={} tp={} mcmc", dp, tp);
+  if (fc.empty()) return text + fmt::format(" {}/{} attn+mlp split", split, units.size());
+  return text + fc;
+}
+
+}  // namespace
+
+std::vector<Candidate> search_mcmc(McmcSearch& search, std::chrono::steady_clock::time_point start) {
+  const PlanRequest& request = *search.request;
+  const ClusterSpec& cluster = *request.cluster;
+  std::vector<Candidate> out;
+  std::vector<int> tps;
+  for (int tp = 2; tp <= request.ranks; ++tp)
+    if (request.ranks % tp == 0 && tp <= cluster.devices_per_node && request.batch >= request.ranks / tp)
+      tps.push_back(tp);
+  Rng rng(0x5eed);
+  constexpr double kBeta = 20;  // a 5% slower proposal is accepted with probability 1/e
+  for (size_t m = 0; m < tps.size(); ++m) {
+    const int tp = tps[m], dp = request.ranks / tp;
+    const parallel::Program program = parallel::lower({.forward = &search.model->graph, .loss = search.model->loss},
+                                                      parallel::data_parallel(dp, request.batch_inputs), 0);
+    const Chain chain(request, *search.estimator, program, dp, tp);
+    const std::vector<Unit>& units = chain.units();
+    if (units.empty()) return out;
+    // Each mesh gets an equal share of what is left of half the budget.
+    const double deadline = seconds_since(start) +
+                            std::max(0.0, 0.5 * request.budget_seconds - seconds_since(start)) / (tps.size() - m);
+    std::vector<Layout> layouts(units.size(), Layout::replicated);
+    std::vector<UnitTimes> times(units.size());
+    std::vector<double> exchanges(units.size(), 0);
+    for (size_t u = 0; u < units.size(); ++u) times[u] = chain.time_unit(u, layouts[u]);
+    std::pair<double, double> rest = chain.time_rest();
+    const double rest_sync = chain.rest_sync();
+    double current = chain.step(times, exchanges, chain.exit(layouts.back()), rest, rest_sync);
+    std::vector<Layout> best = layouts;
+    double best_step = current;
+    const auto chain_start = std::chrono::steady_clock::now();
+    const int limit = search.proposals_per_mesh;
+    for (int made = 0; limit > 0 ? made < limit : seconds_since(start) < deadline;) {
+      for (int k = 0; k < (limit > 0 ? 1 : 64); ++k, ++made) {  // a batch of proposals between clock reads
+        const size_t u = static_cast<size_t>(rng.below(units.size()));
+        const std::vector<Layout> choices = units[u].layouts();
+        Layout next = choices[rng.below(choices.size())];
+        if (next == layouts[u]) next = choices[(std::find(choices.begin(), choices.end(), next) - choices.begin() + 1) % choices.size()];
+        std::vector<UnitTimes> proposed_times;
+        std::vector<double> proposed_exchanges;
+        std::vector<Layout> proposed = layouts;
+        proposed[u] = next;
+        if (search.delta) {
+          // Only the proposal's unit and the exchanges on its two sides are re-timed.
+          proposed_times = times;
+          proposed_exchanges = exchanges;
+          proposed_times[u] = chain.time_unit(u, next);
+          proposed_exchanges[u] = u > 0 ? chain.exchange(u, proposed[u - 1], next) : 0;
+          if (u + 1 < units.size()) proposed_exchanges[u + 1] = chain.exchange(u + 1, next, proposed[u + 1]);
+        } else {
+          proposed_times.resize(units.size());
+          proposed_exchanges.assign(units.size(), 0);
+          for (size_t v = 0; v < units.size(); ++v) {
+            proposed_times[v] = chain.time_unit(v, proposed[v]);
+            if (v > 0) proposed_exchanges[v] = chain.exchange(v, proposed[v - 1], proposed[v]);
+          }
+          rest = chain.time_rest();
+        }
+        const double step = chain.step(proposed_times, proposed_exchanges, chain.exit(proposed.back()), rest, rest_sync);
+        ++search.proposals;
+        if (step <= current || rng.uniform() < std::exp(-kBeta * (step - current) / current)) {
+          layouts = std::move(proposed);
+          times = std::move(proposed_times);
+          exchanges = std::move(proposed_exchanges);
+          current = step;
+          if (current < best_step) {
+            best_step = current;
+            best = layouts;
+          }
+        }
+      }
+    }
+    search.seconds += seconds_since(chain_start);
+    if (std::all_of(best.begin(), best.end(), [](Layout l) { return l == Layout::replicated; })) continue;
+    Candidate c = evaluate(request, *search.model, strategy_of(request, dp, tp, units, best), *search.estimator);
+    c.description = describe_layouts(dp, tp, units, best);
+    c.screened_step_seconds = best_step;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace px::plan
