@@ -25,14 +25,14 @@ int layer_count(const Graph& graph) {
   return static_cast<int>(layers.size());
 }
 
+}  // namespace
+
 std::vector<int> divisors(int n) {
   std::vector<int> out;
   for (int d = 1; d <= n; ++d)
     if (n % d == 0) out.push_back(d);
   return out;
 }
-
-}  // namespace
 
 std::string describe(const parallel::Strategy& s) {
   const int pp = s.pipeline_ranks(), dp = s.data_ranks(), tp = s.mesh.ranks() / pp / dp;

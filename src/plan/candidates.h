@@ -32,4 +32,7 @@ std::string describe(const parallel::Strategy& strategy);
 
 std::vector<parallel::Strategy> grid(const Graph& graph, const SearchSpace& space);
 
+// 1 .. n's divisors, ascending: the sizes a mesh axis of n ranks can take.
+std::vector<int> divisors(int n);
+
 }  // namespace px::plan

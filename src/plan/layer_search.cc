@@ -2,31 +2,18 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <limits>
 #include <map>
 
 #include "core/error.h"
+#include "plan/layer_placement.h"
 #include "plan/profile.h"
 #include "plan/simulate.h"
 
 namespace px::plan {
 namespace {
 
-enum class Layout { replicated, column, row };
-constexpr std::array kLayouts{Layout::replicated, Layout::column, Layout::row};
-
-std::string_view layout_name(Layout l) {
-  return l == Layout::replicated ? "replicated" : l == Layout::column ? "column" : "row";
-}
-
-// "fc<i>..." -> i, else 0.
-int fc_index(const std::string& name) {
-  int index = 0;
-  char next = 0;
-  const int read = std::sscanf(name.c_str(), "fc%d%c", &index, &next);
-  return read >= 1 && (read == 1 || next == '.') ? index : 0;
-}
+constexpr std::array kLayouts{LayerPlacement::replicated, LayerPlacement::column, LayerPlacement::row};
 
 // What one fully-connected layer costs, from the data-parallel lowering.
 struct Layer {
@@ -36,17 +23,6 @@ struct Layer {
   double input_bytes = 0;  // its input activation (this rank's rows)
   double output_bytes = 0;
 };
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-std::vector<int> divisors(int n) {
-  std::vector<int> out;
-  for (int d = 1; d <= n; ++d)
-    if (n % d == 0) out.push_back(d);
-  return out;
-}
 
 // The chain's layers on one data rank of `dp`, their costs by `estimator`.
 std::vector<Layer> measure_layers(const PlanRequest& request, const CostEstimator& estimator, const nn::Model& model,
@@ -80,24 +56,18 @@ std::vector<Layer> measure_layers(const PlanRequest& request, const CostEstimato
 
 // The seeds of one placement of the chain, on mesh {dp, tp}.
 parallel::Strategy strategy_of(const PlanRequest& request, int dp, int tp, const std::vector<Layer>& layers,
-                               const std::vector<Layout>& placement) {
+                               const std::vector<LayerPlacement>& placement) {
   parallel::Strategy s = parallel::data_parallel(dp, request.batch_inputs);
   s.mesh = parallel::DeviceMesh({{"dp", dp}, {"tp", tp}});
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const std::string name = fmt::format("fc{}", layers[i].index);
-    if (placement[i] == Layout::column) {
-      s.seeds.push_back({name + ".weight", "tp", Placement::S(1)});
-      s.seeds.push_back({name + ".bias", "tp", Placement::S(0)});
-    } else if (placement[i] == Layout::row) {
-      s.seeds.push_back({name + ".weight", "tp", Placement::S(0)});
-    }
-  }
+  for (size_t i = 0; i < layers.size(); ++i) seed_layer(s, fmt::format("fc{}", layers[i].index), placement[i]);
   return s;
 }
 
-std::string describe_placement(int dp, int tp, const std::vector<Layer>& layers, const std::vector<Layout>& placement) {
+std::string describe_placement(int dp, int tp, const std::vector<Layer>& layers,
+                               const std::vector<LayerPlacement>& placement) {
   std::string text = fmt::format("pp=1 dp={} tp={} layer-wise", dp, tp);
-  for (size_t i = 0; i < layers.size(); ++i) text += fmt::format(" fc{}={}", layers[i].index, layout_name(placement[i]));
+  for (size_t i = 0; i < layers.size(); ++i)
+    text += fmt::format(" fc{}={}", layers[i].index, layer_placement_name(placement[i]));
   return text;
 }
 
@@ -119,20 +89,11 @@ std::vector<Candidate> search_layers(LayerSearch& search, std::chrono::steady_cl
     auto collective = [&](comm::Collective kind, double bytes, int ranks, LinkClass link) {
       return ranks > 1 ? estimator.collective_seconds(kind, bytes, ranks, link) : 0.0;
     };
-    // An activation of `bytes` from the previous layer's output to this layer's input, forward and
-    // backward (the gradient takes the dual collective, of the same volume).
-    auto transition = [&](Layout from, Layout to, double bytes) {
-      if (from == Layout::replicated) return 0.0;  // whole: a row layer slices its part
-      if (from == Layout::column)                  // split by feature: gathered unless a row layer reads it split
-        return to == Layout::row ? 0.0
-                                 : collective(comm::Collective::allgather, bytes, tp, tp_link) +
-                                       collective(comm::Collective::reduce_scatter, bytes, tp, tp_link);
-      // row: partial sums, reduced whole, or scattered into a row layer's split input
-      return to == Layout::row ? 2 * collective(comm::Collective::reduce_scatter, bytes, tp, tp_link)
-                               : 2 * collective(comm::Collective::allreduce, bytes, tp, tp_link);
+    auto transition = [&](LayerPlacement from, LayerPlacement to, double bytes) {
+      return exchange_seconds(estimator, from, to, bytes, tp, tp_link);
     };
-    auto own = [&](const Layer& layer, Layout l) {
-      const double share = l == Layout::replicated ? 1.0 : 1.0 / tp;
+    auto own = [&](const Layer& layer, LayerPlacement l) {
+      const double share = l == LayerPlacement::replicated ? 1.0 : 1.0 / tp;
       return layer.seconds * share + collective(comm::Collective::allreduce, 4 * layer.params * share, dp, dp_link);
     };
     // f[i][l]: the cheapest chain up to layer i with layer i placed l; the input of layer 0 is whole.
@@ -141,7 +102,7 @@ std::vector<Candidate> search_layers(LayerSearch& search, std::chrono::steady_cl
     std::vector<std::array<double, 3>> f(n, {kNone, kNone, kNone});
     std::vector<std::array<int, 3>> from(n, {0, 0, 0});
     for (size_t li = 0; li < 3; ++li)
-      f[0][li] = transition(Layout::replicated, kLayouts[li], layers[0].input_bytes) + own(layers[0], kLayouts[li]);
+      f[0][li] = transition(LayerPlacement::replicated, kLayouts[li], layers[0].input_bytes) + own(layers[0], kLayouts[li]);
     for (size_t i = 1; i < n; ++i)
       for (size_t li = 0; li < 3; ++li)
         for (size_t pi = 0; pi < 3; ++pi) {
@@ -157,15 +118,15 @@ std::vector<Candidate> search_layers(LayerSearch& search, std::chrono::steady_cl
     size_t best = 0;
     double best_cost = kNone;
     for (size_t li = 0; li < 3; ++li) {
-      const double c = f[n - 1][li] + transition(kLayouts[li], Layout::replicated, layers[n - 1].output_bytes);
+      const double c = f[n - 1][li] + transition(kLayouts[li], LayerPlacement::replicated, layers[n - 1].output_bytes);
       if (c < best_cost) best_cost = c, best = li;
     }
-    std::vector<Layout> placement(n);
+    std::vector<LayerPlacement> placement(n);
     for (size_t i = n, l = best; i-- > 0;) {
       placement[i] = kLayouts[l];
       l = static_cast<size_t>(from[i][l]);
     }
-    if (std::all_of(placement.begin(), placement.end(), [](Layout l) { return l == Layout::replicated; }))
+    if (std::all_of(placement.begin(), placement.end(), [](LayerPlacement l) { return l == LayerPlacement::replicated; }))
       continue;  // data parallelism with tensor ranks repeating it: the grid's dp=ranks is better
     if (seconds_since(start) > request.budget_seconds) break;
     Candidate c = evaluate(request, *search.model, strategy_of(request, dp, tp, layers, placement), estimator);

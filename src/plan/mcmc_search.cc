@@ -2,18 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <map>
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "plan/candidates.h"
+#include "plan/layer_placement.h"
 #include "plan/simulate.h"
 
 namespace px::plan {
 namespace {
-
-// A unit's placements: fc layers take all three, GPT pairs replicated or split.
-enum class Layout { replicated, column, row, pair };
 
 struct Unit {
   std::string name;    // "fc2", "h.3.attn", "h.3.mlp"
@@ -22,28 +20,22 @@ struct Unit {
   double params = 0;        // elements
   double input_bytes = 0;   // fc: its input activation; pair: its output (what the row half reduces)
   double output_bytes = 0;
-  std::vector<Layout> layouts() const {
-    return pair ? std::vector<Layout>{Layout::replicated, Layout::pair}
-                : std::vector<Layout>{Layout::replicated, Layout::column, Layout::row};
+  // fc layers take all three; GPT pairs whole or Megatron's split.
+  std::vector<LayerPlacement> placements() const {
+    return pair ? std::vector<LayerPlacement>{LayerPlacement::replicated, LayerPlacement::pair}
+                : std::vector<LayerPlacement>{LayerPlacement::replicated, LayerPlacement::column, LayerPlacement::row};
   }
 };
 
 // "fc<i>..." -> "fc<i>"; "h.<i>.attn..." / "h.<i>.mlp..." -> that; else "".
 std::string unit_of(const std::string& name) {
-  int index = 0;
-  char next = 0;
-  const int read = std::sscanf(name.c_str(), "fc%d%c", &index, &next);
-  if (read >= 1 && index > 0 && (read == 1 || next == '.')) return fmt::format("fc{}", index);
+  if (const int index = fc_index(name); index > 0) return fmt::format("fc{}", index);
   if (name.rfind("h.", 0) != 0) return "";
   const size_t dot = name.find('.', 2);
   if (dot == std::string::npos) return "";
   for (const char* part : {"attn", "mlp"})
     if (name.compare(dot + 1, std::string(part).size(), part) == 0) return name.substr(0, dot + 1) + part;
   return "";
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // A unit's tasks under one layout, timed by the estimator.
@@ -92,13 +84,13 @@ class Chain {
 
   const std::vector<Unit>& units() const { return units_; }
 
-  UnitTimes time_unit(size_t u, Layout l) const {
+  UnitTimes time_unit(size_t u, LayerPlacement l) const {
     const Unit& unit = units_[u];
-    const double share = l == Layout::replicated ? 1.0 : 1.0 / tp_;
+    const double share = l == LayerPlacement::replicated ? 1.0 : 1.0 / tp_;
     UnitTimes t;
     for (const Node* n : unit.forward) t.forward += share * estimator_.compute_seconds(graph_, *n);
     for (const Node* n : unit.backward) t.backward += share * estimator_.compute_seconds(graph_, *n);
-    if (l == Layout::pair) {
+    if (l == LayerPlacement::pair) {
       const double reduce = collective(comm::Collective::allreduce, unit.output_bytes, tp_, tp_link_);
       t.forward += reduce;
       t.backward += reduce;
@@ -108,23 +100,12 @@ class Chain {
   }
 
   // Between unit u-1 (placed `from`) and unit u (placed `to`), forward and backward.
-  double exchange(size_t u, Layout from, Layout to) const {
-    if (u == 0 || units_[u].pair || units_[u - 1].pair) return 0;  // pairs take and give whole activations
-    const double bytes = units_[u].input_bytes;
-    if (from == Layout::replicated) return 0;
-    if (from == Layout::column)
-      return to == Layout::row ? 0.0
-                               : collective(comm::Collective::allgather, bytes, tp_, tp_link_) +
-                                     collective(comm::Collective::reduce_scatter, bytes, tp_, tp_link_);
-    return to == Layout::row ? 2 * collective(comm::Collective::reduce_scatter, bytes, tp_, tp_link_)
-                             : 2 * collective(comm::Collective::allreduce, bytes, tp_, tp_link_);
+  double exchange(size_t u, LayerPlacement from, LayerPlacement to) const {
+    return u == 0 ? 0.0 : exchange_seconds(estimator_, from, to, units_[u].input_bytes, tp_, tp_link_);
   }
   // After the last unit: the loss reads its output whole.
-  double exit(Layout last) const {
-    if (units_.back().pair || last == Layout::replicated) return 0;
-    const double bytes = units_.back().output_bytes;
-    return last == Layout::column ? 2 * collective(comm::Collective::allgather, bytes, tp_, tp_link_)
-                                  : 2 * collective(comm::Collective::allreduce, bytes, tp_, tp_link_);
+  double exit(LayerPlacement last) const {
+    return exchange_seconds(estimator_, last, LayerPlacement::replicated, units_.back().output_bytes, tp_, tp_link_);
   }
 
   // The nodes no unit owns, re-timed (a full simulation does this every time).
@@ -168,38 +149,20 @@ class Chain {
 };
 
 parallel::Strategy strategy_of(const PlanRequest& request, int dp, int tp, const std::vector<Unit>& units,
-                               const std::vector<Layout>& layouts) {
+                               const std::vector<LayerPlacement>& placements) {
   parallel::Strategy s = parallel::data_parallel(dp, request.batch_inputs);
   s.mesh = parallel::DeviceMesh({{"dp", dp}, {"tp", tp}});
-  auto seed = [&](const std::string& value, Placement p) { s.seeds.push_back({value, "tp", p}); };
-  for (size_t i = 0; i < units.size(); ++i) {
-    const std::string& n = units[i].name;
-    if (layouts[i] == Layout::column) {
-      seed(n + ".weight", Placement::S(1));
-      seed(n + ".bias", Placement::S(0));
-    } else if (layouts[i] == Layout::row) {
-      seed(n + ".weight", Placement::S(0));
-    } else if (layouts[i] == Layout::pair && n.ends_with(".attn")) {
-      seed(n + ".c_attn.weight", Placement::S(1, 3));
-      seed(n + ".c_attn.bias", Placement::S(0, 3));
-      seed(n + ".c_proj.weight", Placement::S(0));
-    } else if (layouts[i] == Layout::pair) {
-      seed(n + ".c_fc.weight", Placement::S(1));
-      seed(n + ".c_fc.bias", Placement::S(0));
-      seed(n + ".c_proj.weight", Placement::S(0));
-    }
-  }
+  for (size_t i = 0; i < units.size(); ++i) seed_layer(s, units[i].name, placements[i]);
   return s;
 }
 
-std::string describe_layouts(int dp, int tp, const std::vector<Unit>& units, const std::vector<Layout>& layouts) {
+std::string describe_placements(int dp, int tp, const std::vector<Unit>& units,
+                                const std::vector<LayerPlacement>& placements) {
   int split = 0;
   std::string fc;
   for (size_t i = 0; i < units.size(); ++i) {
-    if (units[i].pair) split += layouts[i] == Layout::pair;
-    else
-      fc += fmt::format(" {}={}", units[i].name,
-                        layouts[i] == Layout::replicated ? "replicated" : layouts[i] == Layout::column ? "column" : "row");
+    if (units[i].pair) split += placements[i] == LayerPlacement::pair;
+    else fc += fmt::format(" {}={}", units[i].name, layer_placement_name(placements[i]));
   }
   std::string text = fmt::format("pp=1 dp={} tp={} mcmc", dp, tp);
   if (fc.empty()) return text + fmt::format(" {}/{} attn+mlp split", split, units.size());
@@ -213,9 +176,8 @@ std::vector<Candidate> search_mcmc(McmcSearch& search, std::chrono::steady_clock
   const ClusterSpec& cluster = *request.cluster;
   std::vector<Candidate> out;
   std::vector<int> tps;
-  for (int tp = 2; tp <= request.ranks; ++tp)
-    if (request.ranks % tp == 0 && tp <= cluster.devices_per_node && request.batch >= request.ranks / tp)
-      tps.push_back(tp);
+  for (int tp : divisors(request.ranks))
+    if (tp > 1 && tp <= cluster.devices_per_node && request.batch >= request.ranks / tp) tps.push_back(tp);
   Rng rng(0x5eed);
   constexpr double kBeta = 20;  // a 5% slower proposal is accepted with probability 1/e
   for (size_t m = 0; m < tps.size(); ++m) {
@@ -228,26 +190,26 @@ std::vector<Candidate> search_mcmc(McmcSearch& search, std::chrono::steady_clock
     // Each mesh gets an equal share of what is left of half the budget.
     const double deadline = seconds_since(start) +
                             std::max(0.0, 0.5 * request.budget_seconds - seconds_since(start)) / (tps.size() - m);
-    std::vector<Layout> layouts(units.size(), Layout::replicated);
+    std::vector<LayerPlacement> layouts(units.size(), LayerPlacement::replicated);
     std::vector<UnitTimes> times(units.size());
     std::vector<double> exchanges(units.size(), 0);
     for (size_t u = 0; u < units.size(); ++u) times[u] = chain.time_unit(u, layouts[u]);
     std::pair<double, double> rest = chain.time_rest();
     const double rest_sync = chain.rest_sync();
     double current = chain.step(times, exchanges, chain.exit(layouts.back()), rest, rest_sync);
-    std::vector<Layout> best = layouts;
+    std::vector<LayerPlacement> best = layouts;
     double best_step = current;
     const auto chain_start = std::chrono::steady_clock::now();
     const int limit = search.proposals_per_mesh;
     for (int made = 0; limit > 0 ? made < limit : seconds_since(start) < deadline;) {
       for (int k = 0; k < (limit > 0 ? 1 : 64); ++k, ++made) {  // a batch of proposals between clock reads
         const size_t u = static_cast<size_t>(rng.below(units.size()));
-        const std::vector<Layout> choices = units[u].layouts();
-        Layout next = choices[rng.below(choices.size())];
+        const std::vector<LayerPlacement> choices = units[u].placements();
+        LayerPlacement next = choices[rng.below(choices.size())];
         if (next == layouts[u]) next = choices[(std::find(choices.begin(), choices.end(), next) - choices.begin() + 1) % choices.size()];
         std::vector<UnitTimes> proposed_times;
         std::vector<double> proposed_exchanges;
-        std::vector<Layout> proposed = layouts;
+        std::vector<LayerPlacement> proposed = layouts;
         proposed[u] = next;
         if (search.delta) {
           // Only the proposal's unit and the exchanges on its two sides are re-timed.
@@ -280,9 +242,9 @@ std::vector<Candidate> search_mcmc(McmcSearch& search, std::chrono::steady_clock
       }
     }
     search.seconds += seconds_since(chain_start);
-    if (std::all_of(best.begin(), best.end(), [](Layout l) { return l == Layout::replicated; })) continue;
+    if (std::all_of(best.begin(), best.end(), [](LayerPlacement l) { return l == LayerPlacement::replicated; })) continue;
     Candidate c = evaluate(request, *search.model, strategy_of(request, dp, tp, units, best), *search.estimator);
-    c.description = describe_layouts(dp, tp, units, best);
+    c.description = describe_placements(dp, tp, units, best);
     c.screened_step_seconds = best_step;
     out.push_back(std::move(c));
   }

@@ -13,10 +13,6 @@
 namespace px::plan {
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / (1 << 30)); }
 
 // Blocks "h.<i>" of a model (the alpa search needs them).
@@ -35,6 +31,10 @@ int complexity(const parallel::Strategy& s) {
   for (const parallel::PlacementSeed& seed : s.seeds) score += seed.value == "embed";  // sequence parallelism
   if (s.lowering.recompute != parallel::Recompute::none) ++score;
   return score;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 const Candidate& PlanResult::best() const {

@@ -27,6 +27,7 @@
 // (does not fit in memory; does not lower).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -94,6 +95,9 @@ constexpr double kTieTolerance = 0.02;
 int complexity(const parallel::Strategy& strategy);
 
 PlanResult plan(const PlanRequest& request);
+
+// Wall seconds since `start` (the searches keep to the budget by it).
+double seconds_since(std::chrono::steady_clock::time_point start);
 
 // The estimator a request calls for on its cluster.
 std::unique_ptr<CostEstimator> estimator_for(const PlanRequest& request);

@@ -17,10 +17,6 @@ namespace {
 using parallel::PipelineKind;
 using parallel::Recompute;
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 // "h.<i>..." -> i, else -1.
 int block_of(const std::string& name) {
   if (name.rfind("h.", 0) != 0) return -1;
@@ -391,13 +387,6 @@ class StageModel {
   LinkClass dp_link_ = LinkClass::intra_node, pp_link_ = LinkClass::intra_node, ends_link_ = LinkClass::intra_node;
   double per_param_ = 0, capacity_ = 0;
 };
-
-std::vector<int> divisors(int n) {
-  std::vector<int> out;
-  for (int d = 1; d <= n; ++d)
-    if (n % d == 0) out.push_back(d);
-  return out;
-}
 
 parallel::Strategy strategy_of(const PlanRequest& request, const nn::Model& model, const Layout& l,
                                const std::vector<int>& blocks) {

@@ -1,0 +1,41 @@
+// Where one layer's weights sit on the tensor axis of a mesh dp x tp, for
+// the searches that place layers one by one (plan/layer_search.h,
+// plan/mcmc_search.h), and what changing placement between consecutive
+// layers costs.
+//
+//   replicated  whole on every tp rank: the output is whole
+//   column      a fully-connected layer's output features split (weight
+//               S(1), bias S(0)): the output is split by feature
+//   row         its input features split (weight S(0)): the output is a
+//               partial sum every tp rank holds a summand of
+//   pair        a GPT block's attention or MLP as Megatron splits it
+//               (column, then row, reduced inside): whole in, whole out
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "parallel/strategy.h"
+#include "plan/estimator.h"
+
+namespace px::plan {
+
+enum class LayerPlacement { replicated, column, row, pair };
+std::string_view layer_placement_name(LayerPlacement placement);
+
+// "fc<i>..." (a node or parameter of fully-connected layer i) -> i, else 0.
+int fc_index(const std::string& name);
+
+// The seeds placing `layer` ("fc2"; "h.3.attn" or "h.3.mlp" for a pair) on the axis "tp".
+void seed_layer(parallel::Strategy& strategy, const std::string& layer, LayerPlacement placement);
+
+// An activation of `bytes` from a layer placed `from` into the next placed
+// `to`, forward and backward (the gradient takes the dual collective, of
+// the same volume), as the resharding rule runs it over `tp` ranks: a
+// split output gathered unless a row layer reads it split; a partial one
+// summed, or scattered into a row layer's split input. Pairs take and give
+// whole activations.
+double exchange_seconds(const CostEstimator& estimator, LayerPlacement from, LayerPlacement to, double bytes, int tp,
+                        LinkClass link);
+
+}  // namespace px::plan
