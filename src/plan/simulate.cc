@@ -252,6 +252,14 @@ Simulation simulate(const SimulationRequest& request) {
   }
 
   const double overhead = estimator.instruction_seconds();
+  // Links are shared: a collective holds each member's link of its class
+  // from start to finish and waits until it is free; a message goes out at
+  // once and holds its sender's link for its time.
+  std::map<std::pair<int, LinkClass>, double> link_free;  // (replayed rank, link class) -> free from
+  auto free_from = [&](int rank, LinkClass link) {
+    auto it = link_free.find({rank, link});
+    return it == link_free.end() ? 0.0 : it->second;
+  };
   std::map<std::pair<std::string, int>, Rendezvous> rendezvous;
   std::map<std::tuple<int, int, uint32_t>, double> arrivals;  // (from, to, tag) -> arrival
   auto event = [&](int rank, int instr, const std::string& lane, double start, double duration) {
@@ -287,22 +295,25 @@ Simulation simulate(const SimulationRequest& request) {
           seconds = estimator.collective_seconds(call.kind, call.bytes, p, link);
           sent = ring_bytes_sent(call.kind, call.bytes, p);
         }
-        rv.finish = rv.ready + seconds;
+        double begin = rv.ready;
+        for (const auto& [member, instr] : rv.posted) begin = std::max(begin, free_from(member, link));
+        rv.finish = begin + seconds;
+        for (const auto& [member, instr] : rv.posted) link_free[{member, link}] = *rv.finish;
         out.bytes_sent[link] += weight * static_cast<double>(members) * sent;
         const std::string& lane =
             "comm:" + programs.front().strategy.mesh.axes()[static_cast<size_t>(call.axis)].name;
-        for (const auto& [member, instr] : rv.posted) event(member, instr, lane, rv.ready, *rv.finish - rv.ready);
+        for (const auto& [member, instr] : rv.posted) event(member, instr, lane, begin, *rv.finish - begin);
       }
     }
     return rv.finish;
   };
 
-  // Runs the main thread of `rank` as far as it can; true if it moved.
+  // Runs the main thread of `rank` one instruction on; true if it moved.
   auto advance_main = [&](int rank) {
     RankState& s = state[static_cast<size_t>(rank)];
     const Program& p = *s.program;
     bool moved = false;
-    while (s.pc < p.instrs.size()) {
+    while (s.pc < p.instrs.size() && !moved) {
       const int i = static_cast<int>(s.pc);
       const Instr& instr = p.instrs[s.pc];
       double start = s.t;
@@ -344,7 +355,11 @@ Simulation simulate(const SimulationRequest& request) {
         const int to = p.strategy.mesh.rank_of(coords);
         const double bytes = activation_bytes(p.graph_of(instr.micro_batch).spec(send->value));
         const LinkClass link = cluster.link_between(p.rank, to);
-        arrivals[{p.rank, to, send->tag}] = start + estimator.transfer_seconds(bytes, link);
+        // A message goes out at once (small, latency-bound, it cuts in) and
+        // holds the link for its time: a collective after it starts later.
+        const double seconds = estimator.transfer_seconds(bytes, link);
+        arrivals[{p.rank, to, send->tag}] = start + seconds;
+        link_free[{rank, link}] = std::max(free_from(rank, link), start) + seconds;
         out.bytes_sent[link] += weight * bytes;
       } else if (const auto* recv = std::get_if<parallel::Recv>(&instr.op)) {
         std::vector<int> coords = p.coords;
@@ -377,7 +392,7 @@ Simulation simulate(const SimulationRequest& request) {
   auto advance_engine = [&](int rank) {
     RankState& s = state[static_cast<size_t>(rank)];
     bool moved = false;
-    while (s.engine_next < s.engine.size()) {
+    while (s.engine_next < s.engine.size() && !moved) {
       const int i = s.engine[s.engine_next];
       if (s.submitted[static_cast<size_t>(i)] < 0) return moved;
       const std::optional<double> done = join(rank, i, std::max(s.engine_t, s.submitted[static_cast<size_t>(i)]));
@@ -390,12 +405,24 @@ Simulation simulate(const SimulationRequest& request) {
     return moved;
   };
 
+  // Streams move in the order of their clocks, one instruction at a time,
+  // so what holds a link is decided in time order: 2r is rank r's main
+  // thread, 2r + 1 its progress stream.
+  std::vector<std::pair<double, int>> order;
   for (bool moved = true; moved;) {
     moved = false;
+    order.clear();
     for (int r = 0; r < ranks; ++r) {
-      moved = advance_main(r) || moved;
-      moved = advance_engine(r) || moved;
+      const RankState& s = state[static_cast<size_t>(r)];
+      if (s.pc < s.program->instrs.size()) order.push_back({s.t, 2 * r});
+      if (s.engine_next < s.engine.size()) order.push_back({s.engine_t, 2 * r + 1});
     }
+    std::sort(order.begin(), order.end());
+    for (const auto& [clock, stream] : order)
+      if ((stream % 2 ? advance_engine(stream / 2) : advance_main(stream / 2))) {
+        moved = true;
+        break;
+      }
   }
   std::string stuck;
   for (int r = 0; r < ranks; ++r) {
