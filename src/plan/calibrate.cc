@@ -92,23 +92,33 @@ void measure_host(HostProfile& profile, const CalibrationOptions& options, const
   profile.memory_bandwidth = kStreamBytes / stream_alone;
   say(fmt::format("one rank: {:.1f} GFLOP/s ({}x{} GEMM), {:.1f} GB/s streamed; {} cores", profile.flops / 1e9, kGemm,
                   kGemm, profile.memory_bandwidth / 1e9, profile.cores));
-  profile.contention_compute = {1};
-  profile.contention_memory = {1};
-  // Calls that last about options.batch_seconds alone; k ranks at once, the median of the batches.
+  // Contention: in each round, one rank alone and then k at once, back to
+  // back, so a slow spell of the shared host slows both sides of a ratio;
+  // the median ratio over the rounds (at least five).
   const int gemm_calls = std::max(2, static_cast<int>(4 * options.batch_seconds / gemm_alone));
   const int stream_calls = std::max(2, static_cast<int>(4 * options.batch_seconds / stream_alone));
-  for (int k = 2; k <= options.max_ranks; ++k) {
-    std::vector<double> g, m;
-    for (int b = 0; b < std::max(1, options.batches); ++b) {
-      g.push_back(concurrent_seconds(k, false, gemm_calls) / gemm_alone);
-      m.push_back(concurrent_seconds(k, true, stream_calls) / stream_alone);
+  const int rounds = std::max(5, options.batches);
+  const size_t ks = static_cast<size_t>(std::max(1, options.max_ranks));
+  std::vector<std::vector<double>> compute(ks), memory(ks);
+  for (int round = 0; round < rounds; ++round) {
+    const double gemm_one = concurrent_seconds(1, false, gemm_calls);
+    const double stream_one = concurrent_seconds(1, true, stream_calls);
+    for (size_t k = 2; k <= ks; ++k) {
+      compute[k - 1].push_back(concurrent_seconds(static_cast<int>(k), false, gemm_calls) / gemm_one);
+      memory[k - 1].push_back(concurrent_seconds(static_cast<int>(k), true, stream_calls) / stream_one);
     }
-    std::sort(g.begin(), g.end());
-    std::sort(m.begin(), m.end());
-    profile.contention_compute.push_back(std::max(1.0, g[g.size() / 2]));
-    profile.contention_memory.push_back(std::max(1.0, m[m.size() / 2]));
-    say(fmt::format("{} ranks at once: compute x{:.2f}, memory x{:.2f}", k, profile.contention_compute.back(),
-                    profile.contention_memory.back()));
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  profile.contention_compute = {1};
+  profile.contention_memory = {1};
+  for (size_t k = 2; k <= ks; ++k) {
+    profile.contention_compute.push_back(std::max(1.0, median(compute[k - 1])));
+    profile.contention_memory.push_back(std::max(1.0, median(memory[k - 1])));
+    say(fmt::format("{} ranks at once: compute x{:.2f}, memory x{:.2f} (median of {} rounds)", k,
+                    profile.contention_compute.back(), profile.contention_memory.back(), rounds));
   }
   kernels::set_threads(threads);
 }
