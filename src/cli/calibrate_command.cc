@@ -91,13 +91,14 @@ plan::ClusterSpec local_spec(plan::HostProfile profile) {
           .profile = std::move(profile)};
 }
 
-// What the executor adds per instruction: a few real one-rank steps of the
-// model at half the batch (shapes the runs it predicts rarely have), their
-// median against the replay of the same Program on the profile without any
-// overhead. Returns (the sample's name, seconds per instruction).
-std::pair<std::string, double> measure_overhead(TrainOptions o, plan::HostProfile& profile,
-                                                const plan::CalibrationOptions& options,
-                                                const plan::CalibrationProgress& say) {
+// How much slower kernels run inside a step than alone: a few real
+// one-rank steps of the model at half the batch (shapes the runs it
+// predicts rarely have), their median against the replay of the same
+// Program on the profile without any in-situ factor. Returns (the
+// sample's name, measured / replayed).
+std::pair<std::string, double> measure_in_situ(TrainOptions o, plan::HostProfile& profile,
+                                               const plan::CalibrationOptions& options,
+                                               const plan::CalibrationProgress& say) {
   o.batch = std::max<int64_t>(1, o.batch / 2);
   o.ranks = 1;
   o.accumulation = 1;
@@ -120,7 +121,7 @@ std::pair<std::string, double> measure_overhead(TrainOptions o, plan::HostProfil
   std::sort(seconds.begin(), seconds.end());
   const double measured = seconds[seconds.size() / 2];
   plan::HostProfile bare = profile;
-  bare.overhead_samples.clear();
+  bare.in_situ_samples.clear();
   const plan::ClusterSpec cluster = local_spec(bare);
   const plan::ProfiledEstimator estimator(cluster, {.ranks = 1, .threads = o.threads});
   const std::vector<parallel::Program> programs{program};
@@ -129,11 +130,11 @@ std::pair<std::string, double> measure_overhead(TrainOptions o, plan::HostProfil
        .cluster = &cluster,
        .estimator = &estimator,
        .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size())});
-  const double per_instruction = (measured - replay.step_seconds) / static_cast<double>(program.instrs.size());
+  const double ratio = measured / replay.step_seconds;
   const std::string name = fmt::format("{} batch {} threads {}", o.model, o.batch, o.threads);
-  say(fmt::format("executor: {} steps of {:.3f} ms against {:.3f} ms replayed: {:+.2f} us an instruction ({})",
-                  seconds.size(), 1e3 * measured, 1e3 * replay.step_seconds, 1e6 * per_instruction, name));
-  return {name, per_instruction};
+  say(fmt::format("in situ: {} steps of {:.3f} ms against {:.3f} ms replayed: x{:.3f} ({})", seconds.size(),
+                  1e3 * measured, 1e3 * replay.step_seconds, ratio, name));
+  return {name, ratio};
 }
 
 }  // namespace
@@ -206,10 +207,10 @@ void add_calibrate_command(CLI::App& app) {
     say(fmt::format("{} strategies, {} programs: timed {} new kernels ({} in the profile)", strategies.size(),
                     alone.size() + shared.size(), timed, profile.kernels.size()));
 
-    const auto [run, per_instruction] = measure_overhead(o, profile, options, say);
-    profile.overhead_samples[run] = per_instruction;
-    say(fmt::format("executor overhead: {:.2f} us an instruction (the median of {} runs)",
-                    1e6 * profile.instruction_seconds(), profile.overhead_samples.size()));
+    const auto [run, ratio] = measure_in_situ(o, profile, options, say);
+    profile.in_situ_samples[run] = ratio;
+    say(fmt::format("in situ: kernels x{:.3f} inside a step (the median of {} runs)", profile.in_situ_factor(),
+                    profile.in_situ_samples.size()));
     const plan::ClusterSpec local = local_spec(std::move(profile));
     plan::validate(local);
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();

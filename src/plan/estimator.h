@@ -28,8 +28,6 @@ class CostEstimator {
   virtual double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const = 0;
   // One point-to-point message.
   virtual double transfer_seconds(double bytes, LinkClass link) const = 0;
-  // What the executor adds to every instruction of the main thread.
-  virtual double instruction_seconds() const { return 0; }
 };
 
 // From the ops' own cost functions (OpDef::cost: flops and bytes) and the
@@ -58,9 +56,9 @@ class RooflineEstimator : public CostEstimator {
 
 // This host, from `parallax calibrate`'s profile (cluster.profile, the
 // `local` spec; plan/profile.h): a node takes its timed (or interpolated)
-// seconds, a memory pass bytes / the streamed bandwidth, each slowed by the
-// contention of `ranks` in-process ranks computing at once on the host's
-// cores. A collective takes the measured α-β-γ model's time for the
+// seconds, a memory pass bytes / the streamed bandwidth, each scaled by the
+// profile's in-situ factor and slowed by the contention of `ranks`
+// in-process ranks computing at once on the host's cores. A collective takes the measured α-β-γ model's time for the
 // algorithm the runtime would run: `collective.algorithm`, or with
 // automatic the one the communicator's built-in model picks (what
 // Algorithm::automatic does in a run). With a link limit (--link-gbps) every
@@ -79,7 +77,6 @@ class ProfiledEstimator : public CostEstimator {
   double memory_seconds(double bytes) const override;
   double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const override;
   double transfer_seconds(double bytes, LinkClass link) const override;
-  double instruction_seconds() const override;
 
  private:
   ClusterSpec cluster_;

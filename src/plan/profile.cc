@@ -52,13 +52,13 @@ double kernel_seconds(const HostProfile& profile, const Graph& graph, const Node
   return roofline * ratio;
 }
 
-double HostProfile::instruction_seconds() const {
-  if (overhead_samples.empty()) return 0;
+double HostProfile::in_situ_factor() const {
+  if (in_situ_samples.empty()) return 1;
   std::vector<double> samples;
-  for (const auto& [run, seconds] : overhead_samples) samples.push_back(seconds);
+  for (const auto& [run, ratio] : in_situ_samples) samples.push_back(ratio);
   std::sort(samples.begin(), samples.end());
   const size_t n = samples.size();
-  return std::max(0.0, n % 2 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2);
+  return std::clamp(n % 2 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2, 0.5, 2.0);
 }
 
 double contention(const HostProfile& profile, double ranks, bool memory_bound) {
@@ -82,7 +82,7 @@ nlohmann::json to_json(const HostProfile& p) {
           {"contention_compute", p.contention_compute},
           {"contention_memory", p.contention_memory},
           {"comm", nlohmann::json::parse(comm::cost_model_to_json(p.comm))},
-          {"overhead_samples", p.overhead_samples},
+          {"in_situ_samples", p.in_situ_samples},
           {"kernels", kernels}};
 }
 
@@ -90,7 +90,7 @@ HostProfile profile_from_json(const nlohmann::json& json) {
   const std::string doc = "cluster";
   json_fields::check_keys(doc, json, "profile",
                           {"cores", "flops", "memory_bandwidth", "contention_compute", "contention_memory",
-                           "comm", "kernels", "overhead_samples"});
+                           "comm", "kernels", "in_situ_samples"});
   HostProfile p;
   p.cores = json_fields::field<int>(doc, json, "profile", "cores", 1);
   p.flops = json_fields::field<double>(doc, json, "profile", "flops", 0);
@@ -103,8 +103,8 @@ HostProfile profile_from_json(const nlohmann::json& json) {
   for (const auto* curve : {&p.contention_compute, &p.contention_memory})
     for (double f : *curve)
       if (!(f > 0)) fail("cluster: profile.contention_* holds {}, expected factors > 0", f);
-  p.overhead_samples =
-      json_fields::field<std::map<std::string, double>>(doc, json, "profile", "overhead_samples", {});
+  p.in_situ_samples =
+      json_fields::field<std::map<std::string, double>>(doc, json, "profile", "in_situ_samples", {});
   if (json.contains("comm")) p.comm = comm::cost_model_from_json(json.at("comm").dump(), "cluster profile.comm");
   if (json.contains("kernels")) {
     const nlohmann::json& kernels = json.at("kernels");

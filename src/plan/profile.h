@@ -13,8 +13,10 @@
 //               kernel's time when k ranks compute at once over its time
 //               alone, for compute-bound (GEMM) and memory-bound (streaming)
 //               kernels, k = 1 .. measured; beyond, it grows as k / cores.
-//   overhead    what the executor adds per instruction, from real one-rank
-//               steps of the calibrated models at half their batch
+//   in situ     how much slower the kernels run inside a real step than
+//               alone (cold caches, allocation, the executor's dispatch):
+//               measured one-rank steps of the calibrated models at half
+//               their batch against their replay
 //   comm        the in-process transport's α-β-γ cost model
 //               (comm/cost_model.h): quickly measured links, or the fits
 //               `parallax bench comm --tune` saved.
@@ -47,12 +49,10 @@ struct HostProfile {
   std::vector<double> contention_memory;
   comm::CostModel comm;
   std::map<std::string, KernelTiming> kernels;  // kernel_key@threads -> timing
-  // The executor's own cost per instruction (dispatch, allocation, the
-  // kernels' in-place slowdown against their timings alone): per
-  // calibration run of a model on one rank, (measured step - replayed
-  // step) / instructions; their median is used.
-  std::map<std::string, double> overhead_samples;
-  double instruction_seconds() const;
+  // Per calibration run of a model on one rank: measured step / replayed
+  // step. Their median (within 0.5 .. 2) scales every compute and memory pass.
+  std::map<std::string, double> in_situ_samples;
+  double in_situ_factor() const;
   bool operator==(const HostProfile&) const = default;
 };
 

@@ -251,7 +251,6 @@ Simulation simulate(const SimulationRequest& request) {
     }
   }
 
-  const double overhead = estimator.instruction_seconds();
   // Links are shared: a collective holds each member's link of its class
   // from start to finish and waits until it is free; a message goes out at
   // once and holds its sender's link for its time.
@@ -381,7 +380,6 @@ Simulation simulate(const SimulationRequest& request) {
         if (!done) return moved;
         end = *done;
       }
-      end += overhead;
       s.finish[s.pc] = end;
       s.t = end;
       ++s.pc;
