@@ -209,8 +209,7 @@ void add_calibrate_command(CLI::App& app) {
 
     const auto [run, ratio] = measure_in_situ(o, profile, options, say);
     profile.in_situ_samples[run] = ratio;
-    say(fmt::format("in situ: kernels x{:.3f} inside a step (the median of {} runs)", profile.in_situ_factor(),
-                    profile.in_situ_samples.size()));
+    say(fmt::format("in situ: {}'s kernels x{:.3f} inside a step", o.model, profile.in_situ_factor(o.model)));
     const plan::ClusterSpec local = local_spec(std::move(profile));
     plan::validate(local);
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();

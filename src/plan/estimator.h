@@ -69,6 +69,7 @@ class ProfiledEstimator : public CostEstimator {
   struct Options {
     double ranks = 1;            // in-process ranks computing at once (on average)
     int threads = 1;             // kernel threads a rank
+    std::string model;           // its in-situ factor (plan/profile.h); empty: every model's
     double link_gbps = 0;        // 0: unlimited
     comm::CollectiveOptions collective;
   };

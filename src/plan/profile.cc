@@ -52,10 +52,18 @@ double kernel_seconds(const HostProfile& profile, const Graph& graph, const Node
   return roofline * ratio;
 }
 
-double HostProfile::in_situ_factor() const {
+double HostProfile::pass_seconds(double bytes) const {
+  const bool cached = cache_bandwidth > 0 && bytes <= cache_bytes;
+  return bytes / (cached ? cache_bandwidth : memory_bandwidth);
+}
+
+double HostProfile::in_situ_factor(const std::string& model) const {
   if (in_situ_samples.empty()) return 1;
   std::vector<double> samples;
-  for (const auto& [run, ratio] : in_situ_samples) samples.push_back(ratio);
+  for (const auto& [run, ratio] : in_situ_samples)
+    if (run.rfind(model + " ", 0) == 0) samples.push_back(ratio);
+  if (samples.empty())
+    for (const auto& [run, ratio] : in_situ_samples) samples.push_back(ratio);
   std::sort(samples.begin(), samples.end());
   const size_t n = samples.size();
   return std::clamp(n % 2 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2, 0.5, 2.0);
@@ -79,6 +87,8 @@ nlohmann::json to_json(const HostProfile& p) {
   return {{"cores", p.cores},
           {"flops", p.flops},
           {"memory_bandwidth", p.memory_bandwidth},
+          {"cache_bandwidth", p.cache_bandwidth},
+          {"cache_bytes", p.cache_bytes},
           {"contention_compute", p.contention_compute},
           {"contention_memory", p.contention_memory},
           {"comm", nlohmann::json::parse(comm::cost_model_to_json(p.comm))},
@@ -89,12 +99,14 @@ nlohmann::json to_json(const HostProfile& p) {
 HostProfile profile_from_json(const nlohmann::json& json) {
   const std::string doc = "cluster";
   json_fields::check_keys(doc, json, "profile",
-                          {"cores", "flops", "memory_bandwidth", "contention_compute", "contention_memory",
+                          {"cores", "flops", "memory_bandwidth", "cache_bandwidth", "cache_bytes", "contention_compute", "contention_memory",
                            "comm", "kernels", "in_situ_samples"});
   HostProfile p;
   p.cores = json_fields::field<int>(doc, json, "profile", "cores", 1);
   p.flops = json_fields::field<double>(doc, json, "profile", "flops", 0);
   p.memory_bandwidth = json_fields::field<double>(doc, json, "profile", "memory_bandwidth", 0);
+  p.cache_bandwidth = json_fields::field<double>(doc, json, "profile", "cache_bandwidth", 0);
+  p.cache_bytes = json_fields::field<double>(doc, json, "profile", "cache_bytes", 0);
   p.contention_compute = json_fields::field<std::vector<double>>(doc, json, "profile", "contention_compute", {});
   p.contention_memory = json_fields::field<std::vector<double>>(doc, json, "profile", "contention_memory", {});
   if (p.cores < 1) fail("cluster: profile.cores {} must be >= 1", p.cores);

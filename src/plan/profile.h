@@ -44,15 +44,22 @@ struct KernelTiming {
 struct HostProfile {
   int cores = 1;                  // online CPUs
   double flops = 0;               // FLOP/s of one rank's large GEMM
-  double memory_bandwidth = 0;    // bytes/s one rank streams (read + write)
+  double memory_bandwidth = 0;    // bytes/s one rank streams (read + write) past the caches
+  double cache_bandwidth = 0;     // the same over a working set the last-level cache holds (0: not measured)
+  double cache_bytes = 0;         // the last-level cache
+  // A pass over `bytes` (read and written): at the cache's bandwidth when they fit in it.
+  double pass_seconds(double bytes) const;
   std::vector<double> contention_compute;  // [k-1]: time with k ranks at once / alone
   std::vector<double> contention_memory;
   comm::CostModel comm;
   std::map<std::string, KernelTiming> kernels;  // kernel_key@threads -> timing
-  // Per calibration run of a model on one rank: measured step / replayed
-  // step. Their median (within 0.5 .. 2) scales every compute and memory pass.
+  // Per calibration run of a model on one rank ("gpt batch 8 threads 2"):
+  // measured step / replayed step. The median of `model`'s runs (of all
+  // runs when it has none), within 0.5 .. 2, scales every compute and
+  // memory pass: how much a step slows its kernels depends on the model
+  // (measured here: the GPT 1.09, the CNN 1.55, the MLP 1.8).
   std::map<std::string, double> in_situ_samples;
-  double in_situ_factor() const;
+  double in_situ_factor(const std::string& model = "") const;
   bool operator==(const HostProfile&) const = default;
 };
 

@@ -43,7 +43,7 @@ RunPrediction predict_run(const TrainOptions& o, const nn::Model& model, const p
        .cluster = &cluster,
        .overlap = o.sync.overlap,
        .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size())},
-      {.threads = o.threads, .link_gbps = o.link_gbps, .collective = o.sync.collective});
+      {.threads = o.threads, .model = o.model, .link_gbps = o.link_gbps, .collective = o.sync.collective});
   out.step_seconds = sim.step_seconds;
   out.peak_bytes = sim.peak_bytes.front();
   return out;
