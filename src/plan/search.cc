@@ -110,15 +110,19 @@ PlanResult plan(const PlanRequest& request) {
   space.batch = request.batch;
   space.batch_inputs = request.batch_inputs;
   const nn::Model model = request.build(request.batch, 0);
-  const std::vector<parallel::Strategy> grid_candidates = grid(model.graph, space);
-  if (grid_candidates.empty()) fail("plan: no strategy of the grid validates for {} ranks", request.ranks);
   const std::unique_ptr<CostEstimator> own = request.estimator ? nullptr : estimator_for(request);
   const CostEstimator* estimator = request.estimator ? request.estimator : own.get();
+  std::string method = request.method;
+  // The grid, for the methods that walk it (or choose by its size).
+  std::vector<parallel::Strategy> grid_candidates;
+  if (method == "auto" || method == "grid") {
+    grid_candidates = grid(model.graph, space);
+    if (grid_candidates.empty()) fail("plan: no strategy of the grid validates for {} ranks", request.ranks);
+  }
 
   PlanResult result;
   result.considered = static_cast<int>(grid_candidates.size());
   std::vector<Candidate> all;
-  std::string method = request.method;
   if (method == "auto" && has_blocks(model.graph) && grid_candidates.size() > 1000) method = "alpa";
   if (method == "auto") {
     // The grid when it fits the budget: time one candidate to tell.
