@@ -24,9 +24,8 @@
 # Each run holds /tmp/px-build.lock.
 set -euo pipefail
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD=$REPO/build REPS=2 STEPS=8 WARMUP=2
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+REPS=2 STEPS=8 WARMUP=2
 while [[ $# -gt 0 ]]; do
   case $1 in
     --reps) REPS=$2; shift 2 ;;
@@ -37,11 +36,8 @@ while [[ $# -gt 0 ]]; do
     *) echo "error: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-PX=$BUILD/src/cli/parallax
-[[ -x $PX ]] || { echo "error: $PX not built" >&2; exit 1; }
-RESULTS=$BUILD/bench-results/pp-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$RESULTS"
-echo "results in $RESULTS" >&2
+require_parallax
+make_results pp
 
 COMMON=(--dropout 0 --threads 1 --eval-every 0 --eval-batches 1 --sample-tokens 0 --progress lines)
 SMALL=(--model gpt --layers 6 --heads 6 --embd 384 --block 256 --batch 16 "${COMMON[@]}")

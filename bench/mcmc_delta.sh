@@ -11,9 +11,8 @@
 # proposals a second of full re-simulation. Each run holds /tmp/px-build.lock.
 set -euo pipefail
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD=$REPO/build BUDGET=4
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+BUDGET=4
 while [[ $# -gt 0 ]]; do
   case $1 in
     --budget-s) BUDGET=$2; shift 2 ;;
@@ -22,8 +21,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "error: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-PX=$BUILD/src/cli/parallax
-[[ -x $PX ]] || { echo "error: $PX not built" >&2; exit 1; }
+require_parallax
 MODEL=(--model gpt --layers 24 --heads 16 --embd 2048 --block 1024 --vocab 51200 --batch 64 --cluster dgx-a100:2)
 delta=$(flock /tmp/px-build.lock "$PX" plan "${MODEL[@]}" --method mcmc --budget-s "$BUDGET")
 full=$(flock /tmp/px-build.lock "$PX" plan "${MODEL[@]}" --method mcmc --budget-s "$BUDGET" --full-simulation)

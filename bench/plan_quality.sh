@@ -17,9 +17,8 @@
 # parallelism. Each run holds /tmp/px-build.lock.
 set -euo pipefail
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD=$REPO/build STEPS=30
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+STEPS=30
 while [[ $# -gt 0 ]]; do
   case $1 in
     --steps) STEPS=$2; shift 2 ;;
@@ -28,11 +27,8 @@ while [[ $# -gt 0 ]]; do
     *) echo "error: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-PX=$BUILD/src/cli/parallax
-[[ -x $PX ]] || { echo "error: $PX not built" >&2; exit 1; }
-RESULTS=$BUILD/bench-results/plan-quality-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$RESULTS"
-echo "results in $RESULTS" >&2
+require_parallax
+make_results plan-quality
 export XDG_CACHE_HOME=$RESULTS/cache
 
 run() {  # name, flags...: train and keep the metrics

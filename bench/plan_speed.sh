@@ -10,9 +10,8 @@
 # /tmp/px-build.lock.
 set -euo pipefail
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD=$REPO/build REPS=3
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+REPS=3
 while [[ $# -gt 0 ]]; do
   case $1 in
     --reps) REPS=$2; shift 2 ;;
@@ -21,10 +20,8 @@ while [[ $# -gt 0 ]]; do
     *) echo "error: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-PX=$BUILD/src/cli/parallax
-[[ -x $PX ]] || { echo "error: $PX not built" >&2; exit 1; }
-RESULTS=$BUILD/bench-results/plan-speed-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$RESULTS"
+require_parallax
+make_results plan-speed
 
 MODEL=(--model gpt --layers 96 --heads 128 --embd 16384 --block 2048 --vocab 51200 --batch 1536)
 for rep in $(seq 1 "$REPS"); do

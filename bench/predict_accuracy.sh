@@ -18,9 +18,8 @@
 # Kendall tau >= 0.8, memory within 10%. Each run holds /tmp/px-build.lock.
 set -euo pipefail
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD=$REPO/build STEPS=30 COMM=quick
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+STEPS=30 COMM=quick
 while [[ $# -gt 0 ]]; do
   case $1 in
     --steps) STEPS=$2; shift 2 ;;
@@ -30,11 +29,8 @@ while [[ $# -gt 0 ]]; do
     *) echo "error: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-PX=$BUILD/src/cli/parallax
-[[ -x $PX ]] || { echo "error: $PX not built" >&2; exit 1; }
-RESULTS=$BUILD/bench-results/predict-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$RESULTS"
-echo "results in $RESULTS" >&2
+require_parallax
+make_results predict
 export XDG_CACHE_HOME=$RESULTS/cache
 
 declare -A MODEL=(

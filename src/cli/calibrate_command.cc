@@ -75,20 +75,7 @@ comm::CostModel measure_comm(const std::string& how, const plan::CalibrationProg
 }
 
 plan::ClusterSpec local_spec(plan::HostProfile profile) {
-  const comm::LinkCost& link = profile.comm.transport;
-  return {.name = "local",
-          .nodes = 1,
-          .devices_per_node = 64,  // ranks are threads: any number runs, slowed by contention
-          .device = {.name = fmt::format("{} rank", cpu_model()),
-                     .flops_f32 = profile.flops,
-                     .flops_bf16 = 0,
-                     .memory_bytes = available_memory_bytes(),
-                     .memory_bandwidth = profile.memory_bandwidth},
-          .intra_node = {.name = "in-process transport", .bandwidth = 1 / link.beta, .latency = link.alpha},
-          .inter_node = {.name = "in-process transport", .bandwidth = 1 / link.beta, .latency = link.alpha},
-          .host = fmt::format("{} ({} cores)", cpu_model(), profile.cores),
-          .devices_share_memory = true,
-          .profile = std::move(profile)};
+  return plan::local_cluster_spec(std::move(profile), cpu_model(), available_memory_bytes());
 }
 
 // How much slower kernels run inside a step than alone: a few real

@@ -157,6 +157,24 @@ ClusterSpec cluster_named(const std::string& spec, const std::string& local_path
   return c;
 }
 
+ClusterSpec local_cluster_spec(HostProfile profile, const std::string& cpu, double memory_bytes, int devices) {
+  const comm::LinkCost link = profile.comm.transport;
+  const int cores = profile.cores;
+  return {.name = "local",
+          .nodes = 1,
+          .devices_per_node = devices,
+          .device = {.name = fmt::format("{} rank", cpu),
+                     .flops_f32 = profile.flops,
+                     .flops_bf16 = 0,
+                     .memory_bytes = memory_bytes,
+                     .memory_bandwidth = profile.memory_bandwidth},
+          .intra_node = {.name = "in-process transport", .bandwidth = 1 / link.beta, .latency = link.alpha},
+          .inter_node = {.name = "in-process transport", .bandwidth = 1 / link.beta, .latency = link.alpha},
+          .host = fmt::format("{} ({} cores)", cpu, cores),
+          .devices_share_memory = true,
+          .profile = std::move(profile)};
+}
+
 ClusterSpec load_cluster(const std::string& path) {
   std::ifstream in(path);
   if (!in) fail("cannot read cluster file '{}'", path);

@@ -79,4 +79,9 @@ ClusterSpec cluster_named(const std::string& spec, const std::string& local_path
 
 ClusterSpec load_cluster(const std::string& path);
 
+// This host as one node of `devices` in-process ranks (threads: any number
+// runs, slowed by contention) sharing `memory_bytes`, with `profile`'s rates
+// and its transport as both links: the `local` spec.
+ClusterSpec local_cluster_spec(HostProfile profile, const std::string& cpu, double memory_bytes, int devices = 64);
+
 }  // namespace px::plan

@@ -15,18 +15,7 @@ plan::ClusterSpec local_cluster(const std::string& path, int ranks, bool* calibr
   plan::HostProfile profile;
   plan::measure_host(profile, {.batch_seconds = 0.005, .batches = 1, .max_ranks = std::max(1, ranks)});
   profile.comm = comm::default_cost_model("inproc");
-  const comm::LinkCost& link = profile.comm.transport;
-  return {.name = "local",
-          .nodes = 1,
-          .devices_per_node = std::max(1, ranks),
-          .device = {.name = "this host's CPU",
-                     .flops_f32 = profile.flops,
-                     .memory_bytes = 1e12,
-                     .memory_bandwidth = profile.memory_bandwidth},
-          .intra_node = {.name = "in-process transport", .bandwidth = 1 / link.beta, .latency = link.alpha},
-          .inter_node = {.name = "in-process transport", .bandwidth = 1 / link.beta, .latency = link.alpha},
-          .devices_share_memory = true,
-          .profile = std::move(profile)};
+  return plan::local_cluster_spec(std::move(profile), "this host's CPU", 1e12, std::max(64, ranks));
 }
 
 RunPrediction predict_run(const TrainOptions& o, const nn::Model& model, const parallel::Strategy& strategy) {
