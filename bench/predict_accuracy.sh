@@ -9,7 +9,13 @@
 # Kendall tau between the strategies' ranking by predicted and by
 # measured step time.
 #
-#   bench/predict_accuracy.sh [--steps 30] [--tune] [--build build]
+# The host is shared: back-to-back runs of one pair measure steps up to
+# 25% apart while a GEMM probe between them moves under 2%. So every pair
+# runs --repeats times, in rounds over all the pairs (a slow spell then
+# hits one run of each, not all runs of one), and its measured step is the
+# median of its runs.
+#
+#   bench/predict_accuracy.sh [--steps 30] [--repeats 3] [--tune] [--build build]
 #
 #   --tune  calibrate the transport with every algorithm's fit (minutes)
 #           instead of the quick link measurement
@@ -19,10 +25,11 @@
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-STEPS=30 COMM=quick
+STEPS=30 REPEATS=3 COMM=quick
 while [[ $# -gt 0 ]]; do
   case $1 in
     --steps) STEPS=$2; shift 2 ;;
+    --repeats) REPEATS=$2; shift 2 ;;
     --tune) COMM=tune; shift ;;
     --build) BUILD=$(cd "$2" && pwd); shift 2 ;;
     -h|--help) usage 0 ;;
@@ -69,24 +76,32 @@ for model in gpt mlp cnn; do
   echo "calibrated $model" >&2
 done
 
-for pair in "${PAIRS[@]}"; do
-  read -r name model flags <<< "$pair"
-  # shellcheck disable=SC2086
-  flock /tmp/px-build.lock "$PX" train ${MODEL[$model]} $flags --steps "$STEPS" --eval-every 0 --eval-batches 1 \
-    --sample-tokens 0 --progress lines --metrics "$RESULTS/$name.jsonl" > "$RESULTS/$name.log" 2>&1 \
-    || { echo "error: $name failed (see $RESULTS/$name.log)" >&2; exit 1; }
-  echo "ran $name" >&2
+for ((round = 1; round <= REPEATS; round++)); do
+  for pair in "${PAIRS[@]}"; do
+    read -r name model flags <<< "$pair"
+    # shellcheck disable=SC2086
+    flock /tmp/px-build.lock "$PX" train ${MODEL[$model]} $flags --steps "$STEPS" --eval-every 0 --eval-batches 1 \
+      --sample-tokens 0 --progress lines --metrics "$RESULTS/$name.$round.jsonl" > "$RESULTS/$name.$round.log" 2>&1 \
+      || { echo "error: $name failed (see $RESULTS/$name.$round.log)" >&2; exit 1; }
+  done
+  echo "ran round $round of $REPEATS" >&2
 done
 
-python3 - "$RESULTS" "${PAIRS[@]}" <<'PY'
+python3 - "$RESULTS" "$REPEATS" "${PAIRS[@]}" <<'PY'
 import itertools, json, statistics, sys
-results, pairs = sys.argv[1], [p.split()[:2] for p in sys.argv[2:]]
+results, repeats, pairs = sys.argv[1], int(sys.argv[2]), [p.split()[:2] for p in sys.argv[3:]]
 rows = []
 for name, model in pairs:
-    line = [json.loads(l) for l in open(f"{results}/{name}.jsonl") if "predicted_step_s" in l][-1]
-    assert line["prediction_calibrated"], name
-    rows.append((name, model, line["predicted_step_s"], line["measured_step_s"],
-                 line["predicted_peak_bytes"], line["measured_peak_bytes"]))
+    runs = []
+    for r in range(1, repeats + 1):
+        line = [json.loads(l) for l in open(f"{results}/{name}.{r}.jsonl") if "predicted_step_s" in l][-1]
+        assert line["prediction_calibrated"], name
+        runs.append(line)
+    # The prediction comes from the same calibration each time; the measured step is the runs' median.
+    rows.append((name, model, statistics.median(l["predicted_step_s"] for l in runs),
+                 statistics.median(l["measured_step_s"] for l in runs),
+                 statistics.median(l["predicted_peak_bytes"] for l in runs),
+                 statistics.median(l["measured_peak_bytes"] for l in runs)))
 print(f"{'pair':22} {'predicted':>10} {'measured':>10} {'error':>7}   {'memory pred':>11} {'measured':>9} {'error':>7}")
 step_errors, memory_errors = [], []
 for name, model, ps, ms, pm, mm in rows:
