@@ -52,6 +52,14 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--link-gbps", o.link_gbps, "in-process ranks: limit each rank's link to X Gb/s (0: unlimited)")
       ->capture_default_str();
   cmd->add_option("--inject-delay", *inject_delay, "RANK:MS - that rank sleeps MS milliseconds before every step (a straggler)");
+  cmd->add_option("--inject-nan", o.inject_nan_steps,
+                  "STEP[,STEP...] - the batch each of these steps draws first is made non-finite, every time it "
+                  "runs (a bad record: the step is skipped, retried once, then the batch is skipped for good)")
+      ->delimiter(',');
+  cmd->add_option("--skip-batches", o.skip_batches,
+                  "N[,N...] - never train on these batches (numbered from 1 in the order drawn; a checkpoint "
+                  "remembers the ones that failed twice)")
+      ->delimiter(',');
   cmd->add_option("--ps", o.ps.mode, "parameter-server training instead of data parallelism: bsp (synchronous), "
                                      "asp (asynchronous) or ssp (stale-synchronous, see --staleness); ranks "
                                      "0..K-1 serve, the rest are workers")

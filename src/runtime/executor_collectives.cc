@@ -1,7 +1,10 @@
 // Collective instructions: inline on the data axis' communicator, or queued
 // on the rank's progress engine (overlap; P3 slices by the program's
 // priorities), plain or through a compression codec with error feedback.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "comm/collectives.h"
 #include "kernels/elementwise.h"
@@ -103,6 +106,19 @@ void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_
     const double momentum = program_.strategy.lowering.local_momentum;
     comm::compression::WireStats* wire = &wire_[static_cast<size_t>(id)];
     auto work = [codec, input, step, momentum, wire](comm::Communicator& comm) {
+      // A non-finite gradient would poison the error-feedback state for
+      // good, and compressed sums need not carry a NaN (top-k and the
+      // threshold drop it): the ranks agree first (one float's allreduce)
+      // and, if any gradient is bad, hand the norm a NaN, so every rank
+      // skips the step (and puts back every codec's state from before it).
+      codec->state_before = codec->compressor.state();
+      codec->velocity_before = codec->velocity;
+      float bad = std::all_of(input.begin(), input.end(), [](float x) { return std::isfinite(x); }) ? 0.0f : 1.0f;
+      comm::allreduce(comm, std::span<float>(&bad, 1), comm::Reduction::max);
+      if (bad > 0) {
+        std::fill(input.begin(), input.end(), std::numeric_limits<float>::quiet_NaN());
+        return;
+      }
       if (codec->velocity.empty()) {
         *wire = codec->compressor.allreduce_sum(comm, input, step);
         return;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "comm/collectives.h"
 #include "core/memory.h"
@@ -296,6 +297,16 @@ void ProgramExecutor::accumulate(int id, const parallel::Accumulate& op) {
   } else {
     kernels::add_inplace(op.into.count, from.f32(), into);
   }
+  if (op.into.buffer == program_.loss_buffer) {
+    if (poison_) into[0] = std::numeric_limits<float>::quiet_NaN();
+    // The loss is reduced on the comm stream, maybe while the norm is
+    // summed: the norm learns of a bad summand from this flag, not by
+    // reading the buffer.
+    if (!std::isfinite(from.f32()[0]) || poison_) local_loss_bad_ = true;
+  } else if (poison_ && !poisoned_) {
+    into[0] = std::numeric_limits<float>::quiet_NaN();  // reduced to every rank like any gradient
+    poisoned_ = true;
+  }
 }
 
 void ProgramExecutor::norm(const parallel::Norm& op) {
@@ -305,11 +316,23 @@ void ProgramExecutor::norm(const parallel::Norm& op) {
     zero_unwritten(r.buffer);
     squares += kernels::sum_squares(r.count, data(r)) * (i < op.weights.size() ? op.weights[i] : 1.0);
   }
+  // A non-finite loss summand makes the global norm NaN on every rank (the
+  // norm is summed over every axis), so all ranks skip the step together.
+  if (local_loss_bad_) squares = std::numeric_limits<double>::quiet_NaN();
   *data(op.into) = static_cast<float>(squares);
 }
 
 double ProgramExecutor::clip(const parallel::Clip& op, double clip) {
   const double norm = std::sqrt(static_cast<double>(*data(op.norm)));
+  if (!std::isfinite(norm)) {
+    skip_updates_ = true;
+    // Error feedback as if the step never ran (its reductions are done: the norm waited for them).
+    for (Codec* codec : compressors_) {
+      if (!codec->state_before.empty()) codec->compressor.load_state(codec->state_before);
+      codec->velocity = codec->velocity_before;
+    }
+    return norm;
+  }
   if (clip > 0 && norm > clip) {
     const float scale = static_cast<float>(clip / (norm + 1e-6));
     for (const Region& r : op.gradients) kernels::scale(r.count, scale, data(r), data(r));
@@ -350,6 +373,8 @@ void ProgramExecutor::finish() {
 StepResult ProgramExecutor::run(const StepInput& input) {
   const size_t micro = program_.micro_batches.size();
   step_ = input.step;
+  poison_ = input.poison;
+  local_loss_bad_ = poisoned_ = skip_updates_ = false;
   live_.assign(micro, {});
   held_bytes_.assign(micro, {});
   activation_bytes_ = activation_peak_ = 0;
@@ -428,6 +453,7 @@ StepResult ProgramExecutor::run(const StepInput& input) {
               deferred_[op.param].push_back(id);
               return;
             }
+            if (skip_updates_) return;  // a bad step: nothing changes
             if (!begun) optimizer_->begin_step();
             begun = true;
             update(id, op, input.lr);
@@ -464,6 +490,7 @@ StepResult ProgramExecutor::run(const StepInput& input) {
   if (engine_) collect_engine_trace();
   result.peak_bytes = std::max((account_ ? account_->stats() : memory_stats()).peak_bytes, at_start.live_bytes);
   if (program_.loss_buffer >= 0) result.loss = buffers_[static_cast<size_t>(program_.loss_buffer)].f32()[0];
+  result.skipped = skip_updates_;
   for (size_t m = 0; m < micro; ++m) {
     std::vector<Tensor> outputs;
     for (ValueId v : program_.outputs) outputs.push_back(live_[m].empty() ? Tensor() : live_[m][static_cast<size_t>(v)]);

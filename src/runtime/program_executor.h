@@ -74,11 +74,19 @@ struct StepInput {
   uint64_t step = 0;
   double lr = 0;
   double grad_clip = 0;  // clip the global gradient norm to this (0: off)
+  // Fault injection (--inject-nan): this rank's loss and first gradient
+  // become NaN, as a corrupted batch would make them.
+  bool poison = false;
 };
 
 struct StepResult {
   double loss = 0;       // the global loss (summed over every rank's rows)
   double grad_norm = 0;  // before clipping (0 without a global norm)
+  // The global norm was not finite (some rank's loss or gradient was NaN or
+  // infinite): no parameter or optimizer state changed. Every rank sees the
+  // same norm, so all skip together. Programs without a global norm (P3)
+  // cannot tell before their updates and never skip.
+  bool skipped = false;
   int64_t peak_bytes = 0;  // this rank's tensor bytes at most alive during the step
   // This rank's gradient bytes handed to the transport, and what a float32
   // ring allreduce of the same gradients sends (2(p-1)/p * 4n).
@@ -187,6 +195,9 @@ class ProgramExecutor {
     std::string param;  // the one parameter whose gradient it exchanges
     comm::compression::GradientCompressor compressor;
     std::vector<float> velocity;  // empty without local momentum
+    // The state before this step's call, put back if the step is skipped.
+    comm::compression::GradientCompressor::State state_before;
+    std::vector<float> velocity_before;
   };
   using JobId = comm::CommEngine::JobId;
 
@@ -293,6 +304,9 @@ class ProgramExecutor {
 
   bool tracing_ = false;
   uint64_t step_ = 0;
+  // This step: this rank's loss summand was not finite (folded into the
+  // norm), a gradient was poisoned (--inject-nan), the norm said skip.
+  bool poison_ = false, local_loss_bad_ = false, poisoned_ = false, skip_updates_ = false;
   std::vector<TraceRecord> trace_;
 };
 

@@ -40,6 +40,10 @@ static void validate_parameter_server(const TrainOptions& o) {
   if (o.save_every > 0)
     fail("--save-every {} is not supported with --ps {}: parameter-server runs save at the end (or --stop-after)",
          o.save_every, ps.mode);
+  if (!o.inject_nan_steps.empty() || !o.skip_batches.empty())
+    fail("--inject-nan and --skip-batches are not supported with --ps {}: bad steps are skipped by the data-parallel "
+         "trainer (the servers apply each gradient as it arrives)",
+         ps.mode);
 }
 
 void validate(const TrainOptions& o) {
@@ -90,6 +94,13 @@ void validate(const TrainOptions& o) {
   if (o.sync.bucket_bytes < 0) fail("bucket size {} bytes must be >= 0", o.sync.bucket_bytes);
   if (o.eval_every < 0 || o.save_every < 0) fail("eval/save intervals must be >= 0");
   if (o.stop_after < 0) fail("stop-after step {} must be >= 0", o.stop_after);
+  for (int64_t b : o.skip_batches)
+    if (b < 1) fail("--skip-batches {}: batches are numbered from 1 in the order drawn", b);
+  for (int64_t s : o.inject_nan_steps)
+    if (s < 1) fail("--inject-nan {}: steps are numbered from 1", s);
+  if (!o.inject_nan_steps.empty() && o.sync.p3_slice_bytes > 0)
+    fail("--inject-nan with P3: P3 updates each layer before the global norm is known, so a bad step cannot be "
+         "skipped (drop --p3-slice-kb)");
   if (o.eval_batches <= 0) fail("eval batches {} must be positive", o.eval_batches);
   validate_parameter_server(o);
   validate(o.optimizer);

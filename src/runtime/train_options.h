@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -80,6 +81,11 @@ struct TrainOptions {
   double link_gbps = 0;          // in-process ranks: each rank's link limited to this many Gb/s (0: off)
   int inject_delay_rank = -1;    // fault injection: this rank sleeps inject_delay_ms before each step
   int64_t inject_delay_ms = 0;
+  // Bad steps (docs/fault_tolerance.md): batches are numbered from 1 in the
+  // order drawn. --skip-batches never trains on these; --inject-nan makes
+  // the batch each of these steps draws first non-finite (every time it runs).
+  std::vector<int64_t> skip_batches;
+  std::vector<int64_t> inject_nan_steps;
   ParameterServerOptions ps;     // parameter-server mode instead of data parallelism
   std::string metrics;           // JSON-lines file
   std::string trace;             // Chrome trace of steps 2-4 (compute and communication per rank)

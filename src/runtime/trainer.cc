@@ -1,5 +1,6 @@
 #include "runtime/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -9,6 +10,8 @@
 #include <map>
 #include <optional>
 #include <set>
+
+#include <fmt/ranges.h>
 
 #include "core/rng.h"
 #include "data/sampler.h"
@@ -237,6 +240,18 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     log << describe_tensor_parallel_share(share, shard_parameters) << "\n";
   }
 
+  // Bad steps, MapReduce's bad-record skipping: a step whose loss or
+  // gradients are not finite changes nothing (the executor skips its
+  // updates on every rank); its batch runs once more (a transient fault
+  // passes), and a batch that fails twice is skipped for good: recorded,
+  // saved with checkpoints, and never trained on again. Batches are
+  // numbered from 1 in the order drawn; every rank draws and skips alike.
+  std::set<int64_t> bad_batches(o.skip_batches.begin(), o.skip_batches.end());
+  int64_t batches_drawn = step;  // without skips, step s trains on batch s
+  if (!o.resume.empty()) {
+    batches_drawn = resumed.state.value("batches", step);
+    for (int64_t b : resumed.state.value("bad_batches", std::vector<int64_t>())) bad_batches.insert(b);
+  }
   MetricsLog metrics(lead ? o.metrics : std::string(), !o.resume.empty());
   auto save = [&](int64_t at_step) {
     if (o.save.empty()) return;
@@ -255,7 +270,9 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
                     {"optimizer", o.optimizer.kind},
                     {"optimizer_steps", executor.optimizer().steps()},
                     {"ranks", world},
-                    {"mesh", strategy.mesh.str()}};
+                    {"mesh", strategy.mesh.str()},
+                    {"batches", batches_drawn},
+                    {"bad_batches", std::vector<int64_t>(bad_batches.begin(), bad_batches.end())}};
       if (compressed) part.state["compression"] = strategy.lowering.compression.to_string();
     }
     save_checkpoint(o.save, group, part);
@@ -284,20 +301,58 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
 
   const int64_t end = o.stop_after > 0 ? std::min(o.stop_after, total) : total;
   std::vector<double> step_seconds;  // each step's executor run (what the simulator predicts; loading the batch apart)
+  std::set<int64_t> poisoned;  // --inject-nan: the batches made non-finite
+  int64_t skipped_runs = 0, consecutive_bad = 0;
+  const bool can_skip = strategy.lowering.global_norm && o.sync.p3_slice_bytes == 0;
   for (; step < end; ++step) {
-    DataBatch batch = task->next_batch(data_rank, data_ranks);
+    int64_t batch_number = 0;
+    nlohmann::json batch_state;  // the data order just before the batch: where it is
+    auto draw = [&] {
+      do {
+        batch_state = task->data_state();
+        DataBatch b = task->next_batch(data_rank, data_ranks);
+        batch_number = ++batches_drawn;
+        if (!bad_batches.contains(batch_number)) return b;
+      } while (true);
+    };
+    DataBatch batch = draw();
+    if (std::find(o.inject_nan_steps.begin(), o.inject_nan_steps.end(), step + 1) != o.inject_nan_steps.end())
+      poisoned.insert(batch_number);
     const uint64_t seed = splitmix64(o.seed ^ splitmix64(static_cast<uint64_t>(step) * 1024));
     if (rank == o.inject_delay_rank)  // a straggler, for demonstrations (--inject-delay)
       std::this_thread::sleep_for(std::chrono::milliseconds(o.inject_delay_ms));
     executor.set_tracing(step >= trace_begin && step < trace_end);
     const double lr = o.schedule.at(step);
-    const double step_start = progress.elapsed_seconds();
-    StepResult out = executor.run({.feeds = feeds_of(model, batch),
-                                   .seed = seed,
-                                   .step = static_cast<uint64_t>(step),
-                                   .lr = lr,
-                                   .grad_clip = o.grad_clip});
-    step_seconds.push_back(progress.elapsed_seconds() - step_start);
+    StepResult out;
+    for (int attempt = 1;; ++attempt) {
+      const double step_start = progress.elapsed_seconds();
+      out = executor.run({.feeds = feeds_of(model, batch),
+                          .seed = seed,
+                          .step = static_cast<uint64_t>(step),
+                          .lr = lr,
+                          .grad_clip = o.grad_clip,
+                          .poison = poisoned.contains(batch_number)});
+      step_seconds.push_back(progress.elapsed_seconds() - step_start);
+      if (!out.skipped) break;
+      ++skipped_runs;
+      const bool for_good = attempt == 2;
+      std::string text = fmt::format("step {}: loss {}, gradient norm {}: not applied; batch {} (data state {}) {}",
+                                     step + 1, out.loss, out.grad_norm, batch_number, batch_state.dump(),
+                                     for_good ? "failed twice: skipped for good" : "runs once more");
+      metrics.write({{"step", step + 1}, {"skipped_batch", batch_number}, {"attempt", attempt},
+                     {"skipped_for_good", for_good}, {"train_loss", out.loss}, {"grad_norm", out.grad_norm},
+                     {"data_state", batch_state}});
+      progress.message(text);
+      if (!for_good) continue;
+      bad_batches.insert(batch_number);
+      if (++consecutive_bad == 8)
+        fail("training diverged at step {}: 8 batches in a row failed twice (the last, batch {}, with loss {} and "
+             "gradient norm {}); lower the learning rate {} or enable --grad-clip",
+             step + 1, batch_number, out.loss, out.grad_norm, o.schedule.lr);
+      batch = draw();
+      attempt = 0;
+    }
+    consecutive_bad = 0;
     wire += out.wire;
     for (TraceRecord& r : executor.take_trace()) trace.push_back(std::move(r));
     result.peak_tensor_bytes = std::max(result.peak_tensor_bytes, out.peak_bytes);
@@ -307,9 +362,10 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
       stage.span_us += out.pipeline_span_us;
     }
     const double loss = out.loss;
-    if (!std::isfinite(loss))
-      fail("training diverged at step {}: loss is {} (lower the learning rate {} or enable --grad-clip)", step + 1,
-           loss, o.schedule.lr);
+    if (!std::isfinite(loss))  // only a program without a global norm gets here (P3)
+      fail("training diverged at step {}: loss is {} (lower the learning rate {}{})", step + 1, loss,
+           o.schedule.lr,
+           can_skip ? "" : "; P3 updates before the global norm is known, so it cannot skip bad steps");
     result.losses.push_back(loss);
     result.last_train_loss = loss;
     nlohmann::json line{{"step", step + 1}, {"train_loss", loss}, {"lr", lr}, {"grad_norm", out.grad_norm},
@@ -340,6 +396,12 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   }
   result.steps = step;
   result.seconds = progress.elapsed_seconds();
+  result.skipped_runs = skipped_runs;
+  result.bad_batches.assign(bad_batches.begin(), bad_batches.end());
+  if (skipped_runs > 0)
+    log << fmt::format("bad steps: {} step run{} not applied (non-finite loss or gradients); batches skipped for "
+                       "good: {}\n",
+                       skipped_runs, skipped_runs == 1 ? "" : "s", fmt::join(result.bad_batches, ", "));
   if (strategy.pipeline_ranks() > 1) {
     stage.activation_peak_bytes = result.activation_peak_bytes;
     stage.stashed_bytes_per_micro_batch = executor.stashed_bytes_per_micro_batch();

@@ -21,7 +21,9 @@ struct TrainResult {
   Evaluation evaluation;
   double seconds = 0;
   int64_t peak_tensor_bytes = 0;
-  std::vector<double> losses;  // per step run in this call
+  std::vector<double> losses;  // per step run in this call (applied steps only)
+  int64_t skipped_runs = 0;    // step runs not applied: their loss or gradients were not finite
+  std::vector<int64_t> bad_batches;  // batches skipped for good (failed twice, or --skip-batches)
   int64_t max_staleness = 0;   // parameter-server modes: the most clocks a worker's parameters lagged behind
   std::vector<int64_t> dropped_pushes;  // parameter-server bsp: per worker, gradients left out of their step's update
   std::vector<int> gradients_per_update;  // parameter-server bsp: per step, the workers' gradients its update summed
