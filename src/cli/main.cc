@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   px::cli::add_simulate_command(app);
   px::cli::add_calibrate_command(app);
   px::cli::add_plan_command(app);
+  px::cli::add_doctor_command(app);
   CLI::App* bench = app.add_subcommand("bench", "benchmarks (see `parallax bench comm --help`)");
   bench->require_subcommand(1);
   px::cli::add_bench_comm_command(*bench);

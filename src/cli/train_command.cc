@@ -23,6 +23,7 @@ void add_train_command(CLI::App& app) {
   auto flags = std::make_shared<TrainFlags>();
   auto progress = std::make_shared<std::string>("auto");
   auto inject_delay = std::make_shared<std::string>();
+  auto inject_fault = std::make_shared<std::string>();
   TrainOptions& o = flags->options;
   o.threads = 2;
   CLI::App* cmd = app.add_subcommand("train", "train a model (gpt on text, mlp/cnn on Fashion-MNIST)");
@@ -52,6 +53,16 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--link-gbps", o.link_gbps, "in-process ranks: limit each rank's link to X Gb/s (0: unlimited)")
       ->capture_default_str();
   cmd->add_option("--inject-delay", *inject_delay, "RANK:MS - that rank sleeps MS milliseconds before every step (a straggler)");
+  cmd->add_option("--inject-fault", *inject_fault,
+                  "RANK:STEP[:kill|hang] - that rank dies (kill, the default) or freezes (hang) at the start of "
+                  "step STEP, for demonstrations and tests of failure detection");
+  cmd->add_option("--timeout", o.timeout_s,
+                  "seconds: every wait fails after this long, and a rank silent this long is named by every other")
+      ->capture_default_str();
+  cmd->add_option("--run-dir", o.run_dir,
+                  "directory for the run's flight records (flight/rank<R>), which `parallax doctor` reads after a "
+                  "failure")
+      ->capture_default_str();
   cmd->add_option("--inject-nan", o.inject_nan_steps,
                   "STEP[,STEP...] - the batch each of these steps draws first is made non-finite, every time it "
                   "runs (a bad record: the step is skipped, retried once, then the batch is skipped for good)")
@@ -87,7 +98,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--progress", *progress, "auto (a bar on a terminal), bar or lines")
       ->check(CLI::IsMember({"auto", "bar", "lines"}))
       ->capture_default_str();
-  cmd->callback([flags, progress, inject_delay] {
+  cmd->callback([flags, progress, inject_delay, inject_fault] {
     apply(*flags);
     TrainOptions o = flags->options;
     if (!inject_delay->empty()) {
@@ -98,6 +109,17 @@ void add_train_command(CLI::App& app) {
         fail("--inject-delay '{}' is not RANK:MS (e.g. 1:200)", *inject_delay);
       o.inject_delay_rank = rank;
       o.inject_delay_ms = ms;
+    }
+    if (!inject_fault->empty()) {
+      int rank = -1;
+      long long step = 0;
+      char mode[16] = "kill";
+      const int n = std::sscanf(inject_fault->c_str(), "%d:%lld:%15s", &rank, &step, mode);
+      if (n < 2 || rank < 0 || step < 1)
+        fail("--inject-fault '{}' is not RANK:STEP[:kill|hang] (e.g. 2:37:kill)", *inject_fault);
+      o.inject_fault_rank = rank;
+      o.inject_fault_step = step;
+      o.inject_fault_mode = mode;
     }
     // In-process ranks are the parallelism: each runs its kernels on its own thread.
     if (o.ranks > 1) o.threads = 1;

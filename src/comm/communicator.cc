@@ -13,6 +13,21 @@
 #include "core/error.h"
 
 namespace px::comm {
+
+std::string Transport::failure() const {
+  if (declared_.load(std::memory_order_acquire)) {
+    std::lock_guard lock(declared_mutex_);
+    return declared_reason_;
+  }
+  return backend_failure();
+}
+
+void Transport::declare_failure(const std::string& reason) {
+  std::lock_guard lock(declared_mutex_);
+  if (declared_.load(std::memory_order_relaxed)) return;  // the first reason stays
+  declared_reason_ = reason;
+  declared_.store(true, std::memory_order_release);
+}
 namespace {
 
 // Tag layout (31 bits): context id (10 bits) | call sequence (21 bits). The

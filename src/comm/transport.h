@@ -5,9 +5,11 @@
 // timeouts on top; algorithms never talk to a Transport directly.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -66,9 +68,13 @@ class Transport {
   // True once the request completed; throws px::Error if it failed.
   virtual bool test(Request& request) = 0;
 
-  // Non-empty once some rank of the world failed (in-process poisoning); every
-  // wait then stops with this reason instead of running into its timeout.
-  virtual std::string failure() const { return {}; }
+  // Non-empty once some rank of the world failed (in-process poisoning) or
+  // a failure was declared here; every wait then stops with this reason
+  // instead of running into its timeout.
+  std::string failure() const;
+  // A watchdog found a rank silent (runtime/watchdog.h): every wait of this
+  // rank stops with `reason` from now on. Thread-safe.
+  void declare_failure(const std::string& reason);
 
   // Collective over the world ranks in `group` (this rank among them): maps a
   // shared segment, or returns nullptr when the members do not share memory.
@@ -84,6 +90,15 @@ class Transport {
   // Context ids give every communicator its own tag space (see
   // communicator.cc); this is the smallest id this rank has not used yet.
   int next_free_context = 1;
+
+ protected:
+  // The backend's own knowledge of a failed rank ("" if none).
+  virtual std::string backend_failure() const { return {}; }
+
+ private:
+  std::atomic<bool> declared_{false};
+  mutable std::mutex declared_mutex_;
+  std::string declared_reason_;
 };
 
 }  // namespace px::comm

@@ -196,6 +196,7 @@ void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_
 }
 
 void ProgramExecutor::collect_engine_trace() {
+  flight_jobs_done();
   // Staged allgather inputs are released once their jobs are done.
   for (auto it = staging_.begin(); it != staging_.end();)
     it = engine_->finished(it->first) ? staging_.erase(it) : std::next(it);

@@ -185,7 +185,15 @@ void ProgramExecutor::release_finished(bool wait_oldest) {
 
 void ProgramExecutor::wait_for(int id) {
   const JobId job = job_[static_cast<size_t>(id)];
-  if (job >= 0) engine_->wait(job);
+  if (job < 0) return;
+  try {
+    engine_->wait(job);
+  } catch (const Error& e) {
+    if (recorder_)
+      if (auto it = flight_events_.find(id); it != flight_events_.end()) recorder_->done(it->second, false);
+    throw in_context(id, site_of(id), e);
+  }
+  if (recorder_) flight_done(id);
 }
 
 void ProgramExecutor::zero_unwritten(int b) {
@@ -426,6 +434,18 @@ StepResult ProgramExecutor::run(const StepInput& input) {
     if (!defer_update)
       for (int dep : instr.after) wait_for(dep);
     for (int b : liveness_.allocates[i]) allocate(b);
+    std::optional<FlightSite> site;
+    if (recorder_) {
+      recorder_->at(static_cast<int64_t>(input.step) + 1, id, instr.name);
+      site = flight_site(id);
+      if (site) flight_sites_[id] = *site;
+      if (site)
+        flight_events_[id] = recorder_->post(site->kind, site->axis, site->sequence,
+                                             static_cast<int64_t>(input.step) + 1, id,
+                                             site->what + (instr.name.empty() ? "" : " " + instr.name), site->bytes,
+                                             site->peer);
+    }
+    try {
     std::visit(
         [&](const auto& op) {
           using T = std::decay_t<decltype(op)>;
@@ -465,13 +485,34 @@ StepResult ProgramExecutor::run(const StepInput& input) {
           }
         },
         instr.op);
+    } catch (const Error& e) {
+      if (recorder_) {
+        if (auto it = flight_events_.find(id); it != flight_events_.end()) recorder_->done(it->second, false);
+        flight_events_.clear();
+      }
+      throw in_context(id, site, e);
+    }
+    // Inline collectives, reshards and receives are done; engine jobs and sends when they finish.
+    if (site && (job_.empty() || job_[i] < 0) && site->kind != FlightKind::send) flight_done(id);
     for (ValueId v : liveness_.values[i]) {
       release(instr.micro_batch, v);
       live_[static_cast<size_t>(instr.micro_batch)][static_cast<size_t>(v)] = Tensor();
     }
     if (engine_ && !pending_frees_.empty()) release_finished(false);
   }
-  finish_sends();
+  try {
+    finish_sends();
+  } catch (const Error& e) {
+    throw in_context(oldest_pending_event(), site_of(oldest_pending_event()), e);
+  }
+  if (recorder_)  // what is left without a job: the sends
+    for (auto it = flight_events_.begin(); it != flight_events_.end();)
+      if (job_[static_cast<size_t>(it->first)] < 0) {
+        recorder_->done(it->second);
+        it = flight_events_.erase(it);
+      } else {
+        ++it;
+      }
   result.activation_peak_bytes = activation_peak_;
   if (deferred_updates()) {
     // P3: the gradient reductions run on; each update happens before the
@@ -484,7 +525,11 @@ StepResult ProgramExecutor::run(const StepInput& input) {
     optimizer_->begin_step();
     deferred_lr_ = input.lr;
   } else if (engine_) {
-    engine_->wait_all();
+    try {
+      engine_->wait_all();
+    } catch (const Error& e) {
+      throw in_context(oldest_pending_event(), site_of(oldest_pending_event()), e);
+    }
     release_finished(false);
   }
   if (engine_) collect_engine_trace();

@@ -35,6 +35,7 @@
 #include "runtime/param_store.h"
 #include "runtime/safetensors.h"
 #include "runtime/sharded_tensors.h"
+#include "runtime/flight_recorder.h"
 #include "runtime/trace.h"
 
 namespace px {
@@ -186,6 +187,9 @@ class ProgramExecutor {
   const parallel::Program& program() const { return program_; }
   bool deferred_updates() const { return options_.p3_slice_bytes > 0 && engine_ != nullptr; }
   void set_tracing(bool on) { tracing_ = on && options_.trace; }
+  // Record where this rank is and its communication into `recorder`
+  // (runtime/flight_recorder.h; nullptr: off). It must outlive the executor.
+  void set_flight_recorder(FlightRecorder* recorder) { recorder_ = recorder; }
   std::vector<TraceRecord> take_trace() { return std::move(trace_); }
 
  private:
@@ -301,6 +305,26 @@ class ProgramExecutor {
   MemoryAccount* account_ = current_memory_account();
   void hold(int micro, ValueId v, const Tensor& t, bool counts);
   void release(int micro, ValueId v);
+
+  // executor_flight.cc: the flight recorder's entries, and errors in context.
+  struct FlightSite {
+    FlightKind kind;
+    std::string what;  // "allreduce", "reshard S(0) -> B", "send"
+    std::string axis;
+    uint64_t sequence = 0;  // the n-th collective on its group; a transfer's tag
+    uint64_t bytes = 0;
+    int peer = -1;
+  };
+  std::optional<FlightSite> flight_site(int id);  // draws the sequence number
+  void flight_done(int id);
+  void flight_jobs_done();  // marks the finished engine jobs' events done
+  int oldest_pending_event() const;
+  std::optional<FlightSite> site_of(int id) const;  // the first instruction whose event is not done (-1: none recorded)
+  Error in_context(int id, const std::optional<FlightSite>& site, const std::exception& e) const;
+  FlightRecorder* recorder_ = nullptr;
+  std::map<std::pair<int, int>, uint64_t> sequence_;  // (axis, subgroup) -> collectives posted
+  std::map<int, uint64_t> flight_events_;  // instruction -> its event, until done
+  std::map<int, FlightSite> flight_sites_;  // instruction -> where it communicates (for errors)
 
   bool tracing_ = false;
   uint64_t step_ = 0;

@@ -98,6 +98,13 @@ void validate(const TrainOptions& o) {
     if (b < 1) fail("--skip-batches {}: batches are numbered from 1 in the order drawn", b);
   for (int64_t s : o.inject_nan_steps)
     if (s < 1) fail("--inject-nan {}: steps are numbered from 1", s);
+  if (!(o.timeout_s > 0)) fail("--timeout {} s must be > 0", o.timeout_s);
+  if (o.inject_fault_rank >= o.ranks)
+    fail("--inject-fault names rank {}, but the job has ranks 0..{}", o.inject_fault_rank, o.ranks - 1);
+  if (o.inject_fault_rank >= 0 && o.inject_fault_step < 1)
+    fail("--inject-fault step {}: steps are numbered from 1", o.inject_fault_step);
+  if (o.inject_fault_mode != "kill" && o.inject_fault_mode != "hang")
+    fail("--inject-fault mode '{}': expected kill or hang", o.inject_fault_mode);
   if (!o.inject_nan_steps.empty() && o.sync.p3_slice_bytes > 0)
     fail("--inject-nan with P3: P3 updates each layer before the global norm is known, so a bad step cannot be "
          "skipped (drop --p3-slice-kb)");

@@ -86,6 +86,18 @@ struct TrainOptions {
   // the batch each of these steps draws first non-finite (every time it runs).
   std::vector<int64_t> skip_batches;
   std::vector<int64_t> inject_nan_steps;
+  // --inject-fault RANK:STEP[:kill|hang]: at the start of step STEP (from
+  // 1) rank RANK dies or freezes: under MPI by SIGKILL or SIGSTOP; in
+  // process its thread stops and its heartbeat with it.
+  int inject_fault_rank = -1;
+  int64_t inject_fault_step = 0;
+  std::string inject_fault_mode = "kill";
+  // Every wait fails after this long, and a rank whose heartbeat stops for
+  // this long is reported by every other (runtime/watchdog.h).
+  double timeout_s = 60;
+  // Where the run keeps its flight records (flight/rank<R>), for `parallax
+  // doctor`. Empty: in memory only.
+  std::string run_dir;
   ParameterServerOptions ps;     // parameter-server mode instead of data parallelism
   std::string metrics;           // JSON-lines file
   std::string trace;             // Chrome trace of steps 2-4 (compute and communication per rank)

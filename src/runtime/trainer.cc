@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <thread>
@@ -20,6 +21,8 @@
 #include "comm/backends.h"
 #include "comm/collectives.h"
 #include "runtime/checkpoint.h"
+#include "runtime/flight_recorder.h"
+#include "runtime/watchdog.h"
 #include "parallel/lower.h"
 #include "parallel/tensor_parallel.h"
 #include "runtime/memory_report.h"
@@ -154,7 +157,27 @@ OptimizerConfig optimizer_for_strategy(OptimizerConfig optimizer, const parallel
 // One rank's whole job. `group` is the data-parallel group (nullptr: one
 // rank); only rank 0 writes logs, metrics and checkpoints (`log` is a null
 // stream elsewhere).
-static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& log) {
+namespace {
+
+// An in-process rank that --inject-fault stopped: its thread ends quietly
+// (a dead process tells nobody), and the others must notice its silence.
+struct RankStopped {};
+
+// --inject-fault: this rank dies or freezes now.
+void inject_fault(const TrainOptions& o, FlightRecorder* recorder, comm::Communicator* group) {
+  const bool kill = o.inject_fault_mode == "kill";
+  if (o.mpi) raise(kill ? SIGKILL : SIGSTOP);  // a real death or stop; the others' watchdogs see it
+  recorder->set_phase(kill ? RankPhase::killed : RankPhase::frozen);
+  if (kill || group == nullptr) throw RankStopped{};
+  // Frozen: answer nothing until the others have given up on this rank.
+  while (group->transport().failure().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  throw RankStopped{};
+}
+
+}  // namespace
+
+static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& log,
+                              FlightRecorder* recorder) {
   const int rank = group ? group->rank() : 0, world = group ? group->size() : 1;
   const bool lead = rank == 0;
   Checkpoint resumed;
@@ -192,6 +215,8 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
   ProgramExecutor executor(parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, rank), groups,
                            o.optimizer, run_options);
   const bool compressed = executor.compressing();
+  executor.set_flight_recorder(recorder);
+  recorder->set_phase(RankPhase::running);
   int64_t step = 0;
   int64_t parameter_count = 0;
   for (const parallel::ParamLayout& p : executor.program().params) parameter_count += p.global_shape.numel();
@@ -319,6 +344,8 @@ static TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::os
     if (std::find(o.inject_nan_steps.begin(), o.inject_nan_steps.end(), step + 1) != o.inject_nan_steps.end())
       poisoned.insert(batch_number);
     const uint64_t seed = splitmix64(o.seed ^ splitmix64(static_cast<uint64_t>(step) * 1024));
+    recorder->at(step + 1, -1, "");  // between steps
+    if (rank == o.inject_fault_rank && step + 1 == o.inject_fault_step) inject_fault(o, recorder, group);
     if (rank == o.inject_delay_rank)  // a straggler, for demonstrations (--inject-delay)
       std::this_thread::sleep_for(std::chrono::milliseconds(o.inject_delay_ms));
     executor.set_tracing(step >= trace_begin && step < trace_end);
@@ -477,12 +504,37 @@ class NullBuffer : public std::streambuf {
 
 }  // namespace
 
+// Runs one rank's job with its flight record: the phase it ends in, and
+// the error that ended it. A rank --inject-fault stopped returns quietly.
+static TrainResult run_recorded(const TrainOptions& o, comm::Communicator* group, std::ostream& log,
+                                FlightRecorder& recorder) {
+  try {
+    TrainResult result = o.ps.mode.empty() || group == nullptr ? train_rank(o, group, log, &recorder)
+                                                               : train_parameter_server(o, *group, log);
+    recorder.set_phase(RankPhase::finished);
+    return result;
+  } catch (const RankStopped&) {
+    return {};
+  } catch (const Error& e) {
+    recorder.set_error(e.what());
+    recorder.set_phase(RankPhase::failed);
+    if (group == nullptr || o.mpi) throw;  // the MPI path names the rank itself
+    throw Error(fmt::format("rank {}: {}", group->rank(), e.what()));
+  } catch (const std::exception& e) {
+    recorder.set_error(e.what());
+    recorder.set_phase(RankPhase::failed);
+    throw;
+  }
+}
+
 TrainResult train(TrainOptions o, std::ostream& log) {
   kernels::set_threads(o.threads);
   // --mesh names the ranks: in-process, that many threads.
   if (!o.mpi && o.sync.mesh_ranks > 0) o.ranks = o.sync.mesh_ranks;
   NullBuffer null_buffer;
   std::ostream quiet(&null_buffer);
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  auto flight_file = [&](int rank) { return o.run_dir.empty() ? std::string() : flight_path(o.run_dir, rank); };
   if (o.mpi) {
     if (!comm::mpi::available())
       fail("parallax was launched by mpirun but built without MPI: rebuild with MPI (libopenmpi-dev)");
@@ -490,13 +542,27 @@ TrainResult train(TrainOptions o, std::ostream& log) {
     if (o.ranks != 1)
       fail("--ranks {} starts in-process ranks; under mpirun the ranks are the MPI processes (give -np to mpirun)",
            o.ranks);
-    comm::mpi::init(nullptr, nullptr);
+    comm::mpi::init(nullptr, nullptr, {.timeout = timeout});
     comm::Communicator& world = comm::mpi::world();
+    world.set_timeout(timeout);
+    FlightRecorder recorder(flight_file(world.rank()), world.rank(), world.size());
+    // The peers' heartbeats are read from their flight files; without a
+    // run directory only the waits' timeouts detect a silent rank.
+    Watchdog watchdog({.timeout = timeout,
+                       .stuck =
+                           [&recorder](const std::string& reason) {
+                             // Blocked where no wait polls (the MPI library's own collective): end the job.
+                             recorder.set_error(reason);
+                             recorder.set_phase(RankPhase::failed);
+                             std::cerr << fmt::format("error: rank {}: {}\n", recorder.rank(), reason);
+                             comm::mpi::abort(1);
+                           }},
+                      {{&recorder, &world.transport()}}, world.size(),
+                      o.run_dir.empty() ? Watchdog::PulseReader() : pulses_from_files(o.run_dir));
     TrainResult result;
     try {
       std::ostream& rank_log = world.rank() == 0 ? log : quiet;
-      result = o.ps.mode.empty() ? train_rank(o, world.size() > 1 ? &world : nullptr, rank_log)
-                                 : train_parameter_server(o, world, rank_log);
+      result = run_recorded(o, world.size() > 1 ? &world : nullptr, rank_log, recorder);
     } catch (const Error& e) {
       // The other ranks would wait for this one until their timeout: end the job now.
       std::cerr << fmt::format("error: rank {}: {}\n", world.rank(), e.what());
@@ -505,16 +571,34 @@ TrainResult train(TrainOptions o, std::ostream& log) {
     comm::mpi::finalize();
     return result;
   }
-  if (o.ranks == 1 && o.ps.mode.empty()) return train_rank(o, nullptr, log);
+  if (o.ranks == 1 && o.ps.mode.empty()) {
+    FlightRecorder recorder(flight_file(0), 0, 1);
+    return run_recorded(o, nullptr, log, recorder);
+  }
+  std::vector<std::unique_ptr<FlightRecorder>> recorders;
+  std::vector<Watchdog::Local> locals;
+  for (int r = 0; r < o.ranks; ++r) {
+    recorders.push_back(std::make_unique<FlightRecorder>(flight_file(r), r, o.ranks));
+    locals.push_back({.recorder = recorders.back().get()});
+  }
+  Watchdog watchdog({.timeout = timeout}, locals, o.ranks, {});
   std::vector<TrainResult> results(static_cast<size_t>(o.ranks));
   comm::InprocOptions inproc;
   inproc.link_gbps = o.link_gbps;
+  inproc.communicator.timeout = timeout;
   comm::run_inproc(
       o.ranks,
       [&](comm::Communicator& world) {
-        std::ostream& rank_log = world.rank() == 0 ? log : quiet;
-        results[static_cast<size_t>(world.rank())] =
-            o.ps.mode.empty() ? train_rank(o, &world, rank_log) : train_parameter_server(o, world, rank_log);
+        const size_t rank = static_cast<size_t>(world.rank());
+        // The transport ends with this thread: the watchdog lets go of it first.
+        struct Attached {
+          Watchdog& watchdog;
+          size_t rank;
+          ~Attached() { watchdog.attach(rank, nullptr); }
+        } attached{watchdog, rank};
+        watchdog.attach(rank, &world.transport());
+        std::ostream& rank_log = rank == 0 ? log : quiet;
+        results[rank] = run_recorded(o, &world, rank_log, *recorders[rank]);
       },
       inproc);
   return results[0];

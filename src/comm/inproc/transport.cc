@@ -265,7 +265,7 @@ class InprocTransport : public Transport {
     return !limited || arrived(op, until);
   }
 
-  std::string failure() const override {
+  std::string backend_failure() const override {
     if (!world_->poisoned.load(std::memory_order_acquire)) return {};
     std::lock_guard lock(world_->mutex);
     return world_->failure;

@@ -25,7 +25,7 @@ class CountingTransport : public Transport {
     return inner_.irecv(peer, tag, data, bytes);
   }
   bool test(Request& request) override { return inner_.test(request); }
-  std::string failure() const override { return inner_.failure(); }
+  std::string backend_failure() const override { return inner_.failure(); }
   std::shared_ptr<SharedSegment> map_shared(std::span<const int> group, size_t bytes_per_member,
                                             uint32_t tag) override {
     return inner_.map_shared(group, bytes_per_member, tag);

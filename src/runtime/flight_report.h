@@ -1,0 +1,33 @@
+// What `parallax doctor RUN_DIR` prints: every rank's flight record
+// (runtime/flight_recorder.h) side by side, and which rank fell behind.
+//
+// The rank that fell behind is one that did not report an error itself
+// (a failed rank wrote its error; a killed, stopped or hung one could not)
+// and, among those, the one whose heartbeat stopped first; if every rank
+// reported, the one furthest back (lowest step, then the oldest
+// heartbeat). For it: its phase, where it was and its last events; for
+// each other rank: what it waits for (events posted and not done), with
+// the group's sequence numbers side by side.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/flight_recorder.h"
+
+namespace px {
+
+// Every rank's record under `run_dir` (flight/rank0 .. rank<world-1>);
+// px::Error names a missing directory. A missing rank file is left out.
+std::vector<FlightDump> read_flight_records(const std::string& run_dir);
+
+struct FlightDiagnosis {
+  int behind = -1;         // the rank that fell behind (-1: none found)
+  std::string report;      // the text doctor prints
+};
+
+// `now_ns`: CLOCK_REALTIME now (heartbeat ages; the records share a host
+// clock or closely synchronised ones).
+FlightDiagnosis diagnose(const std::vector<FlightDump>& ranks, int64_t now_ns);
+
+}  // namespace px
