@@ -295,7 +295,7 @@ bool map_file(const std::string& path, Mapping& m) {
 
 }  // namespace
 
-std::optional<FlightDump> FlightRecorder::read_file(const std::string& path) {
+std::optional<FlightDump> FlightRecorder::read_file(const std::string& path, bool events) {
   Mapping m;
   if (!map_file(path, m)) return std::nullopt;
   const Header* h = static_cast<const Header*>(m.base);
@@ -315,13 +315,23 @@ std::optional<FlightDump> FlightRecorder::read_file(const std::string& path) {
   view.bytes_ = m.bytes;
   view.capacity_ = h->capacity;
   view.path_ = path;
-  FlightDump d = view.read();
+  FlightDump d;
+  if (events) {
+    d = view.read();
+  } else {  // the header's fields only (the watchdog polls every period)
+    const Pulse p = view.pulse();
+    d.heartbeat = p.heartbeat;
+    d.phase = p.phase;
+    d.step = p.step;
+    d.instr = p.instr;
+    d.instr_name = p.instr_name;
+  }
   view.base_ = nullptr;  // the Mapping unmaps
   return d;
 }
 
 std::optional<FlightRecorder::Pulse> FlightRecorder::pulse_of_file(const std::string& path) {
-  std::optional<FlightDump> d = read_file(path);
+  std::optional<FlightDump> d = read_file(path, false);
   if (!d) return std::nullopt;
   return Pulse{.heartbeat = d->heartbeat, .phase = d->phase, .step = d->step, .instr = d->instr,
                .instr_name = d->instr_name};

@@ -92,7 +92,8 @@ class FlightRecorder {
 
   // A rank's file as it is now (another process may still write it).
   // std::nullopt if it does not exist yet; px::Error if it is not a record.
-  static std::optional<FlightDump> read_file(const std::string& path);
+  // `events` false: the header's position and pulse only, not the ring.
+  static std::optional<FlightDump> read_file(const std::string& path, bool events = true);
   // Just its heartbeat and phase, cheaply (the watchdog polls peers' files).
   struct Pulse {
     uint64_t heartbeat = 0;
