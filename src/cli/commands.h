@@ -14,5 +14,6 @@ void add_simulate_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_doctor_command(CLI::App& app);
+void add_launch_command(CLI::App& app);
 
 }  // namespace px::cli

@@ -1,6 +1,7 @@
 // `parallax train`: parses TrainOptions from flags and runs the trainer.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -15,6 +16,20 @@ namespace {
 // OpenMPI's launcher sets OMPI_COMM_WORLD_SIZE, MPICH's (hydra) PMI_SIZE.
 bool launched_by_mpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+}
+
+// Under `parallax launch` (cli/launch_command.cc): PARALLAX_RUN_DIR is the
+// default run directory, and PARALLAX_ATTEMPT > 0 means a restart, which
+// continues from the latest checkpoint in --save when there is one.
+void apply_launch_environment(TrainOptions& o) {
+  if (const char* dir = std::getenv("PARALLAX_RUN_DIR"); dir != nullptr && o.run_dir.empty()) o.run_dir = dir;
+  const char* attempt = std::getenv("PARALLAX_ATTEMPT");
+  if (attempt == nullptr) return;
+  char* end = nullptr;
+  const long k = std::strtol(attempt, &end, 10);
+  if (end == attempt || *end != '\0' || k < 0) fail("PARALLAX_ATTEMPT '{}' is not an attempt number (0, 1, ...)", attempt);
+  o.attempt = static_cast<int>(k);
+  if (o.attempt > 0 && !o.save.empty() && std::filesystem::exists(o.save + "/state.json")) o.resume = o.save;
 }
 
 }  // namespace
@@ -54,14 +69,15 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--inject-delay", *inject_delay, "RANK:MS - that rank sleeps MS milliseconds before every step (a straggler)");
   cmd->add_option("--inject-fault", *inject_fault,
-                  "RANK:STEP[:kill|hang] - that rank dies (kill, the default) or freezes (hang) at the start of "
-                  "step STEP, for demonstrations and tests of failure detection");
+                  "RANK:STEP[:kill|hang|lost] - that rank dies (kill, the default), freezes (hang) or dies for good "
+                  "(lost: a restart continues without it) at the start of step STEP, on the first attempt only; for "
+                  "demonstrations and tests of failure detection and restarts");
   cmd->add_option("--timeout", o.timeout_s,
                   "seconds: every wait fails after this long, and a rank silent this long is named by every other")
       ->capture_default_str();
   cmd->add_option("--run-dir", o.run_dir,
                   "directory for the run's flight records (flight/rank<R>), which `parallax doctor` reads after a "
-                  "failure")
+                  "failure (default under parallax launch: its run directory)")
       ->capture_default_str();
   cmd->add_option("--inject-nan", o.inject_nan_steps,
                   "STEP[,STEP...] - the batch each of these steps draws first is made non-finite, every time it "
@@ -87,7 +103,21 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--metrics", o.metrics, "write JSON lines (step, train_loss, val_loss, val_accuracy) here");
   cmd->add_option("--trace", o.trace, "write a Chrome trace (Perfetto) of steps 2-4: compute and communication per rank");
   cmd->add_option("--save", o.save, "checkpoint directory (written atomically)");
-  cmd->add_option("--save-every", o.save_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();
+  cmd->add_option("--save-every", o.save_every,
+                  "checkpoint every N steps, written in the background (0: only at the end); with --max-restarts "
+                  "also an in-memory snapshot, copied to a buddy rank")
+      ->capture_default_str();
+  cmd->add_option("--keep-last", o.keep_last,
+                  "checkpoints to keep: the latest in --save, the older ones beside it as <save>.step-<S>")
+      ->capture_default_str();
+  cmd->add_option("--max-restarts", o.max_restarts,
+                  "in-process ranks: restart a failed job up to N times, from the in-memory snapshots (a lost "
+                  "rank's from its buddy), else the latest checkpoint (under mpirun use parallax launch)")
+      ->capture_default_str();
+  cmd->add_option("--min-ranks", o.min_ranks,
+                  "with --max-restarts: continue with fewer ranks, down to K, when a rank is lost for good (0: "
+                  "never fewer)")
+      ->capture_default_str();
   cmd->add_option("--resume", o.resume, "continue from this checkpoint directory (repeat the other flags)");
   cmd->add_option("--stop-after", o.stop_after, "end and save after this step, as if preempted (0: off)");
   cmd->add_option("--sample-tokens", o.sample_tokens, "gpt: bytes of text to generate at the end (default 300)");
@@ -116,7 +146,7 @@ void add_train_command(CLI::App& app) {
       char mode[16] = "kill";
       const int n = std::sscanf(inject_fault->c_str(), "%d:%lld:%15s", &rank, &step, mode);
       if (n < 2 || rank < 0 || step < 1)
-        fail("--inject-fault '{}' is not RANK:STEP[:kill|hang] (e.g. 2:37:kill)", *inject_fault);
+        fail("--inject-fault '{}' is not RANK:STEP[:kill|hang|lost] (e.g. 2:37:kill)", *inject_fault);
       o.inject_fault_rank = rank;
       o.inject_fault_step = step;
       o.inject_fault_mode = mode;
@@ -125,6 +155,7 @@ void add_train_command(CLI::App& app) {
     if (o.ranks > 1) o.threads = 1;
     o.progress_bar = *progress == "bar" || (*progress == "auto" && stdout_is_terminal());
     o.mpi = launched_by_mpi();
+    apply_launch_environment(o);
     train(o, std::cout);
   });
 }

@@ -107,6 +107,17 @@ std::string without_trailing_slashes(std::string dir) {
   return dir;
 }
 
+// The previous contents of a committed directory, now at `at`: deleted, or
+// kept at `keep_at`. Either is best effort: the new contents are in place.
+void set_aside(const std::string& at, const std::string& keep_at) {
+  std::error_code ec;
+  if (!keep_at.empty()) {
+    fs::remove_all(keep_at, ec);
+    if (::rename(at.c_str(), keep_at.c_str()) == 0) return;
+  }
+  fs::remove_all(at, ec);
+}
+
 }  // namespace
 
 std::string staging_directory(const std::string& dir, long id) {
@@ -128,7 +139,7 @@ StagedDirectory::~StagedDirectory() {
   fs::remove_all(staging_, ec);
 }
 
-void StagedDirectory::commit() {
+void StagedDirectory::commit(const std::string& keep_previous_at) {
   PX_CHECK(!committed_, "staging directory '{}' committed twice", staging_);
   const std::string& target = target_;
   std::error_code ec;
@@ -155,13 +166,13 @@ void StagedDirectory::commit() {
     }
     committed_ = true;
     fsync_path(parent_dir(target), true, target);
-    fs::remove_all(old, ec);
+    set_aside(old, keep_previous_at);
     return;
   }
   committed_ = true;
   fsync_path(parent_dir(target), true, target);
   // After an exchange the previous contents sit at the staging name.
-  fs::remove_all(staging_, ec);
+  set_aside(staging_, keep_previous_at);
 }
 
 void write_directory_atomically(const std::string& dir,

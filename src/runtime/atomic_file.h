@@ -76,8 +76,10 @@ class StagedDirectory {
 
   const std::string& path() const { return staging_; }
   // fsyncs everything in the staging directory and swaps it in for `dir`;
-  // px::Error leaves `dir` as it was.
-  void commit();
+  // px::Error leaves `dir` as it was. The previous contents of `dir` are
+  // deleted, or moved to `keep_previous_at` when that is given (an older
+  // checkpoint kept: it replaces whatever was there).
+  void commit(const std::string& keep_previous_at = "");
 
  private:
   std::string target_, staging_;

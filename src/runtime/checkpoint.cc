@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -46,45 +48,125 @@ nlohmann::json file_sizes(const std::string& dir) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& dir, comm::Communicator* group, const CheckpointPart& mine) {
-  const int rank = group ? group->rank() : 0;
-  const bool lead = rank == 0;
-  // 1. The lead makes the staging directory, named by its pid.
+std::string kept_checkpoint_path(const std::string& dir, int64_t step) {
+  std::string base = dir;
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  return fmt::format("{}.step-{:06d}", base, step);
+}
+
+namespace {
+
+// The step of the checkpoint in `dir`, or -1 when there is none readable.
+int64_t step_of(const std::string& dir) {
+  std::ifstream in(dir + "/state.json");
+  if (!in) return -1;
+  try {
+    return nlohmann::json::parse(in).value("step", int64_t{-1});
+  } catch (const nlohmann::json::exception&) {
+    return -1;
+  }
+}
+
+// Deletes all but the newest `keep` checkpoints kept beside `dir`.
+void prune_kept(const std::string& dir, int keep) {
+  const fs::path target = fs::path(kept_checkpoint_path(dir, 0));
+  const std::string prefix = target.filename().string().substr(0, target.filename().string().size() - 6);
+  std::vector<std::pair<std::string, fs::path>> kept;  // zero-padded steps sort as text
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(target.parent_path().empty() ? "." : target.parent_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+        name.find(".tmp.") == std::string::npos)
+      kept.emplace_back(name.substr(prefix.size()), e.path());
+  }
+  std::sort(kept.begin(), kept.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep) < kept.size(); ++i) fs::remove_all(kept[i].second, ec);
+}
+
+std::string marker_path(const std::string& staging, int rank) { return fmt::format("{}/written/rank{}", staging, rank); }
+
+}  // namespace
+
+CheckpointWriter::CheckpointWriter(std::string dir, comm::Communicator* group, int keep_last)
+    : dir_(std::move(dir)), group_(group), keep_last_(keep_last) {
+  if (keep_last < 1) fail("--keep-last {}: keep at least the latest checkpoint (1)", keep_last);
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void CheckpointWriter::save(CheckpointPart part) {
+  finish();
+  const int rank = group_ ? group_->rank() : 0;
+  // The lead stages the directory, named by its pid (agreed by all).
   int64_t id = static_cast<int64_t>(::getpid());
-  if (group != nullptr) comm::broadcast(*group, comm::Buffer(&id, 1, DType::i64), 0);
-  std::optional<StagedDirectory> staged;
+  if (group_ != nullptr) comm::broadcast(*group_, comm::Buffer(&id, 1, DType::i64), 0);
   std::string error;
-  if (lead)
+  if (rank == 0)
     error = attempt([&] {
-      staged.emplace(dir, static_cast<long>(id));
-      fs::create_directory(staged->path() + "/shards");
+      staged_ = std::make_unique<StagedDirectory>(dir_, static_cast<long>(id));
+      fs::create_directory(staged_->path() + "/shards");
+      fs::create_directory(staged_->path() + "/written");
     });
-  agree(group, error, dir, "creating the staging directory");
+  agree(group_, error, dir_, "creating the staging directory");
+  error_.clear();
+  stop_ = false;
+  thread_ = std::thread(&CheckpointWriter::write, this, std::move(part), staging_directory(dir_, static_cast<long>(id)));
+}
 
-  // 2. Every rank writes its runs.
-  const std::string staging = staging_directory(dir, static_cast<long>(id));
-  if (!mine.shards.empty())
-    error = attempt([&] {
-      std::map<std::string, std::string> who = mine.who;
-      who["rank"] = std::to_string(rank);
-      save_shard_file(fmt::format("{}/shards/rank{}.safetensors", staging, rank), mine.shards, who);
-    });
-  agree(group, error, dir, "writing its shard file");
+void CheckpointWriter::write(CheckpointPart part, const std::string& staging) {
+  const int rank = group_ ? group_->rank() : 0, world = group_ ? group_->size() : 1;
+  // 1. Every rank: its runs, then its mark (with its error, if any).
+  error_ = attempt([&] {
+    if (part.shards.empty()) return;
+    std::map<std::string, std::string> who = part.who;
+    who["rank"] = std::to_string(rank);
+    save_shard_file(fmt::format("{}/shards/rank{}.safetensors", staging, rank), part.shards, who);
+  });
+  const std::string marked = attempt([&] { write_file_atomically(marker_path(staging, rank), error_); });
+  if (error_.empty()) error_ = marked;
+  if (rank != 0 || !error_.empty()) {
+    if (rank == 0) staged_.reset();
+    return;
+  }
+  // 2. The lead: the model and the state once every rank's runs are in.
+  error_ = attempt([&] {
+    std::map<std::string, std::string> metadata{{"format", "pt"}, {"parallax", part.state.at("config").dump()}};
+    save_safetensors(staging + "/model.safetensors", part.model, metadata);
+    if (!part.compression.empty()) save_safetensors(staging + "/compression.safetensors", part.compression);
+    for (int r = 1; r < world; ++r) {
+      const std::string mark = marker_path(staging, r);
+      for (int wait_ms = 1; !fs::exists(mark); wait_ms = std::min(wait_ms * 2, 20)) {
+        if (stop_) fail("abandoned: the job stopped before rank {} wrote its shard file", r);
+        std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+      }
+      std::ifstream in(mark);
+      const std::string failed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (!failed.empty()) fail("rank {} failed writing its shard file: {}", r, failed);
+    }
+    fs::remove_all(staging + "/written");
+    nlohmann::json state = part.state;
+    state["files"] = file_sizes(staging);
+    write_file_atomically(staging + "/state.json", state.dump(2) + "\n");
+    const int64_t previous = keep_last_ > 1 ? step_of(dir_) : -1;
+    staged_->commit(previous >= 0 ? kept_checkpoint_path(dir_, previous) : std::string());
+    if (keep_last_ > 1) prune_kept(dir_, keep_last_ - 1);
+  });
+  staged_.reset();  // removes the staging directory unless committed
+}
 
-  // 3. The lead writes the gathered model and the state, and swaps the
-  // directory in.
-  if (lead)
-    error = attempt([&] {
-      PX_CHECK(mine.model != nullptr, "the lead rank saves the gathered model");
-      std::map<std::string, std::string> metadata{{"format", "pt"}, {"parallax", mine.state.at("config").dump()}};
-      save_safetensors(staging + "/model.safetensors", mine.model->named(), metadata);
-      if (!mine.compression.empty()) save_safetensors(staging + "/compression.safetensors", mine.compression);
-      nlohmann::json state = mine.state;
-      state["files"] = file_sizes(staging);
-      write_file_atomically(staging + "/state.json", state.dump(2) + "\n");
-      staged->commit();
-    });
-  agree(group, error, dir, "committing the checkpoint");
+void CheckpointWriter::finish() {
+  if (!thread_.joinable()) return;
+  thread_.join();
+  agree(group_, error_, dir_, "writing its part of it");
+}
+
+void save_checkpoint(const std::string& dir, comm::Communicator* group, CheckpointPart mine) {
+  CheckpointWriter writer(dir, group);
+  writer.save(std::move(mine));
+  writer.finish();
 }
 
 static nlohmann::json read_state(const std::string& path) {

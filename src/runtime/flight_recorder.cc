@@ -105,6 +105,7 @@ std::string_view rank_phase_name(RankPhase phase) {
     case RankPhase::finished: return "finished";
     case RankPhase::frozen: return "frozen";
     case RankPhase::killed: return "killed";
+    case RankPhase::lost: return "lost";
   }
   return "?";
 }

@@ -26,9 +26,10 @@ namespace px {
 
 enum class FlightKind : uint8_t { collective, reshard, send, recv };
 enum class FlightState : uint8_t { posted, done, failed };
-// What the rank is doing. A frozen or killed rank (--inject-fault in
-// process) stops its heartbeat, as a stopped or dead process would.
-enum class RankPhase : uint8_t { starting, running, failed, finished, frozen, killed };
+// What the rank is doing. A frozen, killed or lost (killed for good)
+// rank (--inject-fault in process) stops its heartbeat, as a stopped or
+// dead process would.
+enum class RankPhase : uint8_t { starting, running, failed, finished, frozen, killed, lost };
 
 std::string_view flight_kind_name(FlightKind kind);
 std::string_view flight_state_name(FlightState state);

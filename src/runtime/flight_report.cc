@@ -97,4 +97,15 @@ FlightDiagnosis diagnose(const std::vector<FlightDump>& ranks, int64_t now_ns) {
   return out;
 }
 
+std::string archive_flight_records(const std::string& run_dir, int attempt) {
+  namespace fs = std::filesystem;
+  if (run_dir.empty() || !fs::is_directory(run_dir + "/flight")) return {};
+  const std::string to = fmt::format("{}/attempt-{}", run_dir, attempt);
+  std::error_code ec;
+  fs::remove_all(to, ec);
+  fs::create_directories(to);
+  fs::rename(run_dir + "/flight", to + "/flight");
+  return to;
+}
+
 }  // namespace px

@@ -21,6 +21,12 @@ namespace px {
 // px::Error names a missing directory. A missing rank file is left out.
 std::vector<FlightDump> read_flight_records(const std::string& run_dir);
 
+// After a failed attempt, before a restart writes new records: moves
+// `<run_dir>/flight` to `<run_dir>/attempt-<attempt>/flight`, where
+// `parallax doctor <run_dir>/attempt-<attempt>` still reads it (attempts
+// count from 1). Returns that directory ("" when there were no records).
+std::string archive_flight_records(const std::string& run_dir, int attempt);
+
 struct FlightDiagnosis {
   int behind = -1;         // the rank that fell behind (-1: none found)
   std::string report;      // the text doctor prints

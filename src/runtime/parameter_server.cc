@@ -232,7 +232,7 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
                          {"ranks", comm.size()},
                          {"parameter_server", o.ps.mode}};
     // The lead gathered everything: one shard file of whole tensors.
-    save_checkpoint(o.save, nullptr, {.shards = std::move(state_runs), .model = &params, .state = state});
+    save_checkpoint(o.save, nullptr, {.shards = std::move(state_runs), .model = params.named(), .state = state});
     log << fmt::format("saved checkpoint to '{}'\n", o.save);
   }
   log << fmt::format("trained {} steps in {:.1f} s; largest staleness a worker computed with: {}\n",

@@ -6,9 +6,8 @@
 #include "core/error.h"
 
 namespace px {
-namespace {
 
-nlohmann::json run_json(const parallel::ShardRun& run) {
+nlohmann::json shard_run_json(const parallel::ShardRun& run) {
   nlohmann::json pieces = nlohmann::json::array();
   for (const parallel::ShardPiece& p : run.pieces)
     pieces.push_back({{"global_offset", p.global_offset}, {"local_offset", p.local_offset}, {"extent", p.extent}});
@@ -16,9 +15,7 @@ nlohmann::json run_json(const parallel::ShardRun& run) {
           {"begin", run.begin},          {"end", run.end}};
 }
 
-// The run saved for tensor `name` of shard file `path`; px::Error names
-// the file, the tensor and what is wrong.
-parallel::ShardRun parse_run(const std::string& text, const std::string& name, const std::string& path) {
+parallel::ShardRun shard_run_from_json(const std::string& text, const std::string& name, const std::string& path) {
   auto bad = [&](const std::string& why) -> parallel::ShardRun {
     fail("checkpoint shard file '{}': tensor '{}' has box metadata {}: {}", path, name, text.substr(0, 200), why);
   };
@@ -40,6 +37,8 @@ parallel::ShardRun parse_run(const std::string& text, const std::string& name, c
     return bad(fmt::format("expected global, local, pieces, begin and end ({})", e.what()));
   }
 }
+
+namespace {
 
 // The global index of element `i` of run `run`, for error messages.
 std::string global_index(const parallel::ShardRun& run, int64_t i) {
@@ -73,7 +72,7 @@ void save_shard_file(const std::string& path, const std::vector<SavedRun>& runs,
     PX_CHECK_EQ(r.values.numel(), r.run.count());
     PX_CHECK(r.values.dtype() == DType::f32, "shard run '{}' is not float32", r.name);
     if (metadata.count(r.name) > 0) fail("shard file '{}': tensor '{}' is saved twice", path, r.name);
-    metadata[r.name] = run_json(r.run).dump();
+    metadata[r.name] = shard_run_json(r.run).dump();
     tensors.emplace_back(r.name, r.values.reshape(Shape{r.run.count()}));
   }
   save_safetensors(path, tensors, metadata);
@@ -88,17 +87,30 @@ ShardedTensors::ShardedTensors(const std::vector<std::string>& files, std::strin
       if (meta == reader.metadata().end())
         fail("checkpoint shard file '{}': tensor '{}' has no box in the metadata (not a parallax shard file?)", path,
              e.name);
-      parallel::ShardRun run = parse_run(meta->second, e.name, path);
+      parallel::ShardRun run = shard_run_from_json(meta->second, e.name, path);
       if (e.dtype != DType::f32 || e.shape != Shape{run.count()})
         fail("checkpoint shard file '{}': tensor '{}' is {} {}, its box needs F32 [{}]", path, e.name,
              dtype_name(e.dtype), e.shape, run.count());
-      std::vector<Located>& saved = runs_[e.name];
-      if (!saved.empty() && saved.front().run.global != run.global)
-        fail("checkpoint '{}': tensor '{}' has global shape {} in '{}' but {} in '{}'", what_, e.name, run.global, path,
-             saved.front().run.global, readers_[saved.front().file].path());
-      saved.push_back({readers_.size() - 1, std::move(run)});
+      add(e.name, std::move(run), readers_.size() - 1, false, path);
     }
   }
+}
+
+ShardedTensors::ShardedTensors(const std::vector<SavedRun>& runs, std::string what) : what_(std::move(what)) {
+  for (const SavedRun& r : runs) {
+    PX_CHECK_EQ(r.values.numel(), r.run.count());
+    held_.push_back(r.values.reshape(Shape{r.run.count()}));
+    add(r.name, r.run, held_.size() - 1, true, "memory");
+  }
+}
+
+void ShardedTensors::add(const std::string& name, parallel::ShardRun run, size_t index, bool in_memory,
+                         const std::string& where) {
+  std::vector<Located>& saved = runs_[name];
+  if (!saved.empty() && saved.front().run.global != run.global)
+    fail("checkpoint '{}': tensor '{}' has global shape {} in '{}' but {} elsewhere", what_, name, run.global, where,
+         saved.front().run.global);
+  saved.push_back({index, std::move(run), in_memory});
 }
 
 const Shape& ShardedTensors::global_shape(const std::string& name) const {
@@ -115,7 +127,7 @@ Tensor ShardedTensors::read(const std::string& name, const parallel::ShardRun& w
   std::vector<uint8_t> written(static_cast<size_t>(want.count()), 0);
   for (const Located& saved : runs_.at(name)) {
     if (!parallel::boxes_meet(saved.run, want)) continue;
-    const Tensor values = readers_[saved.file].read(name);
+    const Tensor values = saved.in_memory ? held_[saved.file] : readers_[saved.file].read(name);
     parallel::copy_overlap(saved.run, values.raw(), want, out.raw(), sizeof(float), &written);
   }
   for (size_t i = 0; i < written.size(); ++i)

@@ -13,6 +13,8 @@
 #pragma once
 
 #include <map>
+
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,11 @@ struct SavedRun {
   Tensor values;  // run.count() float32 elements
 };
 
+// A run's box as JSON ({"global", "local", "pieces", "begin", "end"}), and
+// back: px::Error names the tensor and `where` (a file) when it is bad.
+nlohmann::json shard_run_json(const parallel::ShardRun& run);
+parallel::ShardRun shard_run_from_json(const std::string& text, const std::string& name, const std::string& where);
+
 // Writes `runs` to `path` (atomically, atomic_file.h) with their boxes;
 // `who` adds the writer's "rank", "mesh" and "coords" to the metadata.
 void save_shard_file(const std::string& path, const std::vector<SavedRun>& runs,
@@ -41,6 +48,8 @@ class ShardedTensors {
   ShardedTensors() = default;
   // `what` names the set in errors (the checkpoint directory).
   ShardedTensors(const std::vector<std::string>& files, std::string what);
+  // Runs held in memory (a snapshot: runtime/snapshots.h).
+  ShardedTensors(const std::vector<SavedRun>& runs, std::string what);
 
   const std::string& where() const { return what_; }
   bool contains(const std::string& name) const { return runs_.count(name) > 0; }
@@ -59,9 +68,12 @@ class ShardedTensors {
 
  private:
   struct Located {
-    size_t file;  // index into readers_
+    size_t file;  // index into readers_, or (in_memory) into held_
     parallel::ShardRun run;
+    bool in_memory = false;
   };
+  void add(const std::string& name, parallel::ShardRun run, size_t index, bool in_memory, const std::string& where);
+  std::vector<Tensor> held_;
   std::string what_;
   std::vector<SafetensorsReader> readers_;
   std::map<std::string, std::vector<Located>> runs_;

@@ -103,8 +103,12 @@ void validate(const TrainOptions& o) {
     fail("--inject-fault names rank {}, but the job has ranks 0..{}", o.inject_fault_rank, o.ranks - 1);
   if (o.inject_fault_rank >= 0 && o.inject_fault_step < 1)
     fail("--inject-fault step {}: steps are numbered from 1", o.inject_fault_step);
-  if (o.inject_fault_mode != "kill" && o.inject_fault_mode != "hang")
-    fail("--inject-fault mode '{}': expected kill or hang", o.inject_fault_mode);
+  if (o.inject_fault_mode != "kill" && o.inject_fault_mode != "hang" && o.inject_fault_mode != "lost")
+    fail("--inject-fault mode '{}': expected kill, hang or lost", o.inject_fault_mode);
+  if (o.keep_last < 1) fail("--keep-last {}: keep at least the latest checkpoint (1)", o.keep_last);
+  if (o.max_restarts < 0) fail("--max-restarts {} must be >= 0", o.max_restarts);
+  if (o.min_ranks < 0 || o.min_ranks > o.ranks)
+    fail("--min-ranks {}: expected 0 (keep the rank count) up to the job's {} ranks", o.min_ranks, o.ranks);
   if (!o.inject_nan_steps.empty() && o.sync.p3_slice_bytes > 0)
     fail("--inject-nan with P3: P3 updates each layer before the global norm is known, so a bad step cannot be "
          "skipped (drop --p3-slice-kb)");

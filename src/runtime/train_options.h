@@ -86,9 +86,11 @@ struct TrainOptions {
   // the batch each of these steps draws first non-finite (every time it runs).
   std::vector<int64_t> skip_batches;
   std::vector<int64_t> inject_nan_steps;
-  // --inject-fault RANK:STEP[:kill|hang]: at the start of step STEP (from
-  // 1) rank RANK dies or freezes: under MPI by SIGKILL or SIGSTOP; in
-  // process its thread stops and its heartbeat with it.
+  // --inject-fault RANK:STEP[:kill|hang|lost]: at the start of step STEP
+  // (from 1) rank RANK dies or freezes: under MPI by SIGKILL or SIGSTOP; in
+  // process its thread stops and its heartbeat with it. `lost` dies and
+  // will not come back (a restart continues with fewer ranks). Faults are
+  // injected on the first attempt only (attempt 0).
   int inject_fault_rank = -1;
   int64_t inject_fault_step = 0;
   std::string inject_fault_mode = "kill";
@@ -102,7 +104,14 @@ struct TrainOptions {
   std::string metrics;           // JSON-lines file
   std::string trace;             // Chrome trace of steps 2-4 (compute and communication per rank)
   std::string save;              // checkpoint directory
-  int64_t save_every = 0;        // steps; 0 = only at the end
+  int64_t save_every = 0;        // steps (checkpoint, and in-memory snapshot with restarts); 0 = only at the end
+  int keep_last = 1;             // checkpoints kept: the latest in `save`, older ones beside it as <save>.step-<S>
+  // Restarts (docs/fault_tolerance.md): in process, a failed job restarts
+  // up to this many times from the latest snapshot in memory (a buddy
+  // rank's copy of a lost rank's state), else the latest checkpoint.
+  int max_restarts = 0;
+  int min_ranks = 0;             // a restart may continue with fewer ranks, down to this many (0: the same count)
+  int attempt = 0;               // this run's attempt: 0 first, k after k restarts (parallax launch sets it)
   std::string resume;            // checkpoint directory to continue from
   int64_t stop_after = 0;        // end (and save) after this step, as if preempted; 0 = off
   int64_t sample_tokens = 0;     // GPT: print a sample of this many bytes at the end

@@ -2,10 +2,13 @@
 // job, and how an injected fault stops an in-process rank.
 #pragma once
 
+#include <atomic>
 #include <ostream>
 
 #include "comm/communicator.h"
+#include "runtime/checkpoint.h"
 #include "runtime/flight_recorder.h"
+#include "runtime/snapshots.h"
 #include "runtime/trainer.h"
 
 namespace px {
@@ -14,9 +17,20 @@ namespace px {
 // (a dead process tells nobody), and the others must notice its silence.
 struct RankStopped {};
 
+// What a job that restarts gives its ranks (train_ranks.cc).
+struct RankRecovery {
+  SnapshotStore* snapshots = nullptr;       // keep in-memory snapshots here at --save-every steps
+  const Checkpoint* restore = nullptr;      // start from this state instead of --resume
+  std::atomic<double>* ready_at = nullptr;  // rank 0 sets it (unix seconds) when ready for its first step
+};
+
+// Seconds since the Unix epoch (checkpoints' "saved_at", restarts' times).
+double unix_seconds();
+
 // One rank's whole job. `group` is the world (nullptr: one rank); only
 // rank 0 writes logs, metrics and checkpoints (`log` is a null stream
 // elsewhere). The executor records into `recorder`.
-TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& log, FlightRecorder* recorder);
+TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& log, FlightRecorder* recorder,
+                       const RankRecovery& recovery = {});
 
 }  // namespace px

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <thread>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -155,26 +156,64 @@ OptimizerConfig optimizer_for_strategy(OptimizerConfig optimizer, const parallel
   return optimizer;
 }
 
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 // --inject-fault: this rank dies or freezes now.
 static void inject_fault(const TrainOptions& o, FlightRecorder* recorder, comm::Communicator* group) {
-  const bool kill = o.inject_fault_mode == "kill";
-  if (o.mpi) raise(kill ? SIGKILL : SIGSTOP);  // a real death or stop; the others' watchdogs see it
-  recorder->set_phase(kill ? RankPhase::killed : RankPhase::frozen);
-  if (kill || group == nullptr) throw RankStopped{};
+  const bool hang = o.inject_fault_mode == "hang", lost = o.inject_fault_mode == "lost";
+  // A rank that will not come back says so where `parallax launch` looks
+  // (a real cluster's health check would).
+  if (lost && !o.run_dir.empty()) {
+    std::filesystem::create_directories(o.run_dir + "/lost");
+    std::ofstream(fmt::format("{}/lost/rank{}", o.run_dir, recorder->rank()))
+        << "lost at step " << o.inject_fault_step << "\n";
+  }
+  if (o.mpi) {
+    if (lost && o.run_dir.empty())
+      fail("--inject-fault {}:{}:lost under mpirun needs --run-dir (or parallax launch)", o.inject_fault_rank,
+           o.inject_fault_step);
+    raise(hang ? SIGSTOP : SIGKILL);  // a real death or stop; the others' watchdogs see it
+  }
+  recorder->set_phase(lost ? RankPhase::lost : hang ? RankPhase::frozen : RankPhase::killed);
+  if (!hang || group == nullptr) throw RankStopped{};
   // Frozen: answer nothing until the others have given up on this rank.
   while (group->transport().failure().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   throw RankStopped{};
 }
 
+// A restarted attempt is ready for its first step: says so in the metrics
+// and, with a run directory, in <run dir>/restarts.jsonl, whose times give
+// the time the restart lost (parallax launch reads them).
+static void note_restart(const TrainOptions& o, const Checkpoint* resumed, int64_t step,
+                         const RankRecovery& recovery, MetricsLog& metrics) {
+  const double now = unix_seconds();
+  if (recovery.ready_at != nullptr) *recovery.ready_at = now;
+  if (o.attempt == 0) return;
+  const nlohmann::json line{{"restart", o.attempt},
+                            {"resumed_step", step},
+                            {"ready_at", now},
+                            {"saved_at", resumed ? resumed->state.value("saved_at", nlohmann::json()) : nlohmann::json()}};
+  metrics.write(line);
+  if (o.run_dir.empty()) return;
+  std::filesystem::create_directories(o.run_dir);
+  std::ofstream(o.run_dir + "/restarts.jsonl", std::ios::app) << line.dump() << "\n";
+}
+
 // One rank's whole job (runtime/train_rank.h).
-TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& log, FlightRecorder* recorder) {
+TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& log, FlightRecorder* recorder,
+                       const RankRecovery& recovery) {
   const int rank = group ? group->rank() : 0, world = group ? group->size() : 1;
   const bool lead = rank == 0;
-  Checkpoint resumed;
-  if (!o.resume.empty()) {
-    resumed = load_checkpoint(o.resume);
-    apply_model_json(resumed.state.at("config"), o);
+  // Where training continues from: a restart's state (in memory), else --resume.
+  Checkpoint loaded;
+  const Checkpoint* resumed = recovery.restore;
+  if (resumed == nullptr && !o.resume.empty()) {
+    loaded = load_checkpoint(o.resume);
+    resumed = &loaded;
   }
+  if (resumed != nullptr) apply_model_json(resumed->state.at("config"), o);
   o.ranks = world;
   validate(o);
   std::unique_ptr<Task> task = make_task(o);
@@ -214,18 +253,19 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
     parameter_count = 0;
     for (const auto& p : executor.program().pipeline.params) parameter_count += p.shape.numel();
   }
-  if (o.resume.empty()) {
+  if (resumed == nullptr) {
     // Every rank draws the same initial parameters; the executor keeps its
     // storage of them (its model shard, or its ZeRO-3 block) and these go.
     executor.set_parameters(ParamStore::initialize(model.graph, o.seed));
   } else {
-    step = resumed.state.at("step").get<int64_t>();
-    executor.load_state(resumed.shards, resumed.state.at("optimizer_steps").get<int64_t>());
-    task->restore_data_state(resumed.state.at("data"));
-    if (compressed) restore_compression_state(resumed, executor, world, log);
+    step = resumed->state.at("step").get<int64_t>();
+    executor.load_state(resumed->shards, resumed->state.at("optimizer_steps").get<int64_t>());
+    task->restore_data_state(resumed->state.at("data"));
+    if (compressed) restore_compression_state(*resumed, executor, world, log);
     const auto ranks = [](int n) { return fmt::format("{} rank{}", n, n == 1 ? "" : "s"); };
-    log << fmt::format("resumed from '{}' at step {} (saved at {}, mesh {}; continuing at {}, mesh {})\n", o.resume,
-                       step, ranks(resumed.state.value("ranks", 1)), resumed.state.value("mesh", std::string("?")),
+    log << fmt::format("resumed from {} at step {} (saved at {}, mesh {}; continuing at {}, mesh {})\n",
+                       recovery.restore ? resumed->dir : fmt::format("'{}'", resumed->dir), step,
+                       ranks(resumed->state.value("ranks", 1)), resumed->state.value("mesh", std::string("?")),
                        ranks(world), strategy.mesh.str());
   }
   log << fmt::format("model {} with {} parameters; {} steps of batch {}{}; {}threads {}; BLAS {}\n", o.model,
@@ -235,6 +275,7 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
                                : "",
                      o.threads, openblas_get_corename());
   TrainResult result;
+  result.first_step = step;
   const int slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size());
   const int zero = data_ranks > 1 ? strategy.zero_stage : 0;
   auto memory_now = [&] {
@@ -263,34 +304,55 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
   // numbered from 1 in the order drawn; every rank draws and skips alike.
   std::set<int64_t> bad_batches(o.skip_batches.begin(), o.skip_batches.end());
   int64_t batches_drawn = step;  // without skips, step s trains on batch s
-  if (!o.resume.empty()) {
-    batches_drawn = resumed.state.value("batches", step);
-    for (int64_t b : resumed.state.value("bad_batches", std::vector<int64_t>())) bad_batches.insert(b);
+  if (resumed != nullptr) {
+    batches_drawn = resumed->state.value("batches", step);
+    for (int64_t b : resumed->state.value("bad_batches", std::vector<int64_t>())) bad_batches.insert(b);
   }
-  MetricsLog metrics(lead ? o.metrics : std::string(), !o.resume.empty());
-  auto save = [&](int64_t at_step) {
-    if (o.save.empty()) return;
-    // Collective: the model is gathered whole for model.safetensors, and
-    // every rank writes its own runs of the training state.
-    const ParamStore params = executor.parameters();
-    CheckpointPart part{.shards = executor.state_runs(),
-                        .who = {{"mesh", strategy.mesh.str()},
-                                {"coords", nlohmann::json(executor.program().coords).dump()}}};
-    if (compressed) part.compression = executor.gather_compression_state();
-    if (lead) {
-      part.model = &params;
-      part.state = {{"step", at_step},
-                    {"config", model_json(o)},
-                    {"data", task->data_state()},
-                    {"optimizer", o.optimizer.kind},
-                    {"optimizer_steps", executor.optimizer().steps()},
-                    {"ranks", world},
-                    {"mesh", strategy.mesh.str()},
-                    {"batches", batches_drawn},
-                    {"bad_batches", std::vector<int64_t>(bad_batches.begin(), bad_batches.end())}};
-      if (compressed) part.state["compression"] = strategy.lowering.compression.to_string();
+  MetricsLog metrics(lead ? o.metrics : std::string(), resumed != nullptr || o.attempt > 0);
+  if (lead) note_restart(o, resumed, step, recovery, metrics);
+
+  // Checkpoints are written in the background (checkpoint.h); with
+  // restarts in process, every rank's state is also kept in memory, and a
+  // copy at its buddy rank (snapshots.h).
+  std::optional<CheckpointWriter> writer;
+  if (!o.save.empty()) writer.emplace(o.save, group, o.keep_last);
+  auto save = [&](int64_t at_step, bool last) {
+    if (!writer && recovery.snapshots == nullptr) return;
+    RankSnapshot own{.step = at_step,
+                     .state = {{"step", at_step},
+                               {"config", model_json(o)},
+                               {"data", task->data_state()},
+                               {"optimizer", o.optimizer.kind},
+                               {"optimizer_steps", executor.optimizer().steps()},
+                               {"ranks", world},
+                               {"mesh", strategy.mesh.str()},
+                               {"batches", batches_drawn},
+                               {"bad_batches", std::vector<int64_t>(bad_batches.begin(), bad_batches.end())},
+                               {"saved_at", unix_seconds()}},
+                     .runs = executor.state_runs()};
+    if (compressed) {
+      own.state["compression"] = strategy.lowering.compression.to_string();
+      own.compression = executor.gather_compression_state();  // collective: rank 0 gets every rank's
     }
-    save_checkpoint(o.save, group, part);
+    if (writer) {
+      // Collective: the model is gathered whole for model.safetensors (the
+      // lead copies it: training goes on while it is written).
+      const ParamStore params = executor.parameters();
+      CheckpointPart part{.shards = own.runs,
+                          .who = {{"mesh", strategy.mesh.str()},
+                                  {"coords", nlohmann::json(executor.program().coords).dump()}}};
+      if (lead) {
+        for (const auto& [name, t] : params.named()) part.model.emplace_back(name, t.clone());
+        part.state = own.state;
+        part.compression = own.compression;
+      }
+      writer->save(std::move(part));
+      if (last) writer->finish();
+    }
+    if (recovery.snapshots != nullptr) {
+      std::optional<RankSnapshot> copy = group ? exchange_with_buddy(*group, own) : std::nullopt;
+      recovery.snapshots->keep(rank, std::move(own), std::move(copy));
+    }
   };
 
   // --trace: steps 2..4 of this run (the first one warms caches and pools up).
@@ -335,7 +397,8 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
       poisoned.insert(batch_number);
     const uint64_t seed = splitmix64(o.seed ^ splitmix64(static_cast<uint64_t>(step) * 1024));
     recorder->at(step + 1, -1, "");  // between steps
-    if (rank == o.inject_fault_rank && step + 1 == o.inject_fault_step) inject_fault(o, recorder, group);
+    if (rank == o.inject_fault_rank && step + 1 == o.inject_fault_step && o.attempt == 0)
+      inject_fault(o, recorder, group);
     if (rank == o.inject_delay_rank)  // a straggler, for demonstrations (--inject-delay)
       std::this_thread::sleep_for(std::chrono::milliseconds(o.inject_delay_ms));
     executor.set_tracing(step >= trace_begin && step < trace_end);
@@ -402,7 +465,7 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
     const bool save_now = o.save_every > 0 && (step + 1) % o.save_every == 0 && !last;
     if (eval_now || save_now) executor.finish();
     if (eval_now) evaluate(step + 1);
-    if (save_now) save(step + 1);
+    if (save_now) save(step + 1, false);
   }
   executor.finish();
   progress.finish();
@@ -426,7 +489,7 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
     log << describe_measured_pipeline(executor.program().pipeline, result.pipeline_stages);
   }
   result.evaluation = evaluate(step);
-  save(step);
+  save(step, true);
   if (!o.save.empty() && lead) log << fmt::format("saved checkpoint to '{}'\n", o.save);
   log << fmt::format("trained {} steps in {:.1f} s; peak tensor memory {:.1f} MiB, of it forward activations {:.1f} "
                      "MiB{}\n",

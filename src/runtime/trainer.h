@@ -22,8 +22,11 @@ struct TrainResult {
   double seconds = 0;
   int64_t peak_tensor_bytes = 0;
   std::vector<double> losses;  // per step run in this call (applied steps only)
+  int64_t first_step = 0;      // the step this call started after (a resume's or restart's step)
   int64_t skipped_runs = 0;    // step runs not applied: their loss or gradients were not finite
   std::vector<int64_t> bad_batches;  // batches skipped for good (failed twice, or --skip-batches)
+  int restarts = 0;            // in-process restarts after failures (--max-restarts)
+  double lost_seconds = 0;     // wall time they lost: from each restored state's snapshot until ready again
   int64_t max_staleness = 0;   // parameter-server modes: the most clocks a worker's parameters lagged behind
   std::vector<int64_t> dropped_pushes;  // parameter-server bsp: per worker, gradients left out of their step's update
   std::vector<int> gradients_per_update;  // parameter-server bsp: per step, the workers' gradients its update summed
@@ -53,6 +56,11 @@ parallel::Strategy strategy_for(const TrainOptions& options, const nn::Model& mo
 // The optimizer a strategy's updates run: without momentum when the
 // strategy moved it into the ranks (DGC's momentum correction).
 OptimizerConfig optimizer_for_strategy(OptimizerConfig optimizer, const parallel::Strategy& strategy);
+
+// The wall time restarts lost: the length of the union of each restart's
+// [when the state it resumed from was taken, when it was ready again]
+// (two restarts from one snapshot lose their overlap once).
+double restart_time_lost(std::vector<std::pair<double, double>> spans);
 
 // Runs the whole job described by `options`; progress and results go to `log`.
 TrainResult train(TrainOptions options, std::ostream& log);

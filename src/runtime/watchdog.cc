@@ -53,7 +53,7 @@ void Watchdog::tick(Clock::time_point now) {
   // Beat for this process's ranks, unless one plays dead (--inject-fault).
   for (const Local& l : locals_) {
     const RankPhase phase = l.recorder->phase();
-    if (phase != RankPhase::frozen && phase != RankPhase::killed) l.recorder->beat();
+    if (phase != RankPhase::frozen && phase != RankPhase::killed && phase != RankPhase::lost) l.recorder->beat();
   }
   if (!failure().empty()) {
     if (!stuck_called_ && options_.stuck && now - declared_at_ > options_.grace) {

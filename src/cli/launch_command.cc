@@ -1,0 +1,207 @@
+// `parallax launch [--max-restarts N] [--ranks R --min-ranks K] -- COMMAND`:
+// runs a job (an in-process `parallax train`, or `mpirun ... parallax
+// train`) and restarts it when it fails, up to N times, from the latest
+// checkpoint (the job's `--save`), with fewer ranks when a rank cannot come
+// back (docs/fault_tolerance.md).
+//
+// The job learns it is restarted from the environment: PARALLAX_ATTEMPT
+// (0 first, k after k restarts: `parallax train` then resumes from its
+// --save and injects no fault) and PARALLAX_RUN_DIR (its default
+// --run-dir: flight records, `lost/rank<R>` marks of ranks that will not
+// come back, restarts.jsonl). In COMMAND, `{ranks}`, `{attempt}` and
+// `{run_dir}` are replaced by their values for the attempt; an elastic job
+// must say where its rank count goes (`mpirun -np {ranks}`, `--ranks
+// {ranks}`).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include <fmt/chrono.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "runtime/flight_report.h"
+#include "runtime/trainer.h"
+
+namespace px::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct LaunchOptions {
+  int max_restarts = 3;
+  int ranks = 0;      // 0: the command fixes its own rank count
+  int min_ranks = 0;  // 0: never fewer than --ranks
+  std::string run_dir;
+  std::vector<std::string> command;
+};
+
+double now_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_REALTIME, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+}
+
+std::string substitute(std::string arg, const std::map<std::string, std::string>& values) {
+  for (const auto& [key, value] : values)
+    for (size_t at; (at = arg.find(key)) != std::string::npos;) arg.replace(at, key.size(), value);
+  return arg;
+}
+
+pid_t child_group = 0;  // the running job's process group, for forwarded signals
+
+void forward_signal(int signal) {
+  if (child_group > 0) ::kill(-child_group, signal);
+}
+
+// Runs `args` in its own process group with `env` added; returns its wait status.
+int run_job(const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
+  std::cout << std::flush;
+  const pid_t pid = ::fork();
+  if (pid < 0) fail("parallax launch: fork failed: {}", std::strerror(errno));
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::cerr << fmt::format("error: parallax launch: cannot run '{}': {}\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);
+  child_group = pid;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  // Whatever the job left behind in its group (mpirun's stragglers) ends with it.
+  ::kill(-pid, SIGKILL);
+  child_group = 0;
+  return status;
+}
+
+std::string describe_status(int status) {
+  if (WIFSIGNALED(status)) return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  return fmt::format("exit code {}", WEXITSTATUS(status));
+}
+
+// Ranks marked lost for good (`<run_dir>/lost/rank<R>`), cleared for the next attempt.
+int take_lost_ranks(const std::string& run_dir) {
+  const fs::path lost = fs::path(run_dir) / "lost";
+  if (!fs::is_directory(lost)) return 0;
+  int n = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(lost)) n += e.is_regular_file();
+  fs::remove_all(lost);
+  return n;
+}
+
+// What the failed attempt's flight records say: the rank that fell behind,
+// and how long after its last heartbeat the job ended (detection).
+void report_flight(const std::string& run_dir, double ended_at) {
+  if (!fs::is_directory(run_dir + "/flight")) return;
+  const std::vector<FlightDump> records = read_flight_records(run_dir);
+  const FlightDiagnosis d = diagnose(records, static_cast<int64_t>(ended_at * 1e9));
+  if (d.behind < 0) return;
+  const std::string marker = fmt::format("rank {} fell behind", d.behind);
+  const size_t at = d.report.find(marker);
+  if (at != std::string::npos) std::cout << "  " << d.report.substr(at, d.report.find('\n', at) - at) << "\n";
+  for (const FlightDump& r : records)
+    if (r.rank == d.behind && r.heartbeat_ns > 0)
+      std::cout << fmt::format("  detected: the job ended {:.2f} s after rank {}'s last heartbeat\n",
+                               ended_at - double(r.heartbeat_ns) * 1e-9, d.behind);
+}
+
+// The restarts the job recorded (restarts.jsonl: each restart's saved_at
+// and ready_at) as the wall time they lost.
+double time_lost(const std::string& run_dir, double launched_at) {
+  std::ifstream in(run_dir + "/restarts.jsonl");
+  std::vector<std::pair<double, double>> spans;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains("ready_at")) continue;
+    const double saved = j["saved_at"].is_number() ? j["saved_at"].get<double>() : launched_at;
+    spans.emplace_back(saved, j["ready_at"].get<double>());
+  }
+  return restart_time_lost(spans);
+}
+
+void launch(LaunchOptions l) {
+  if (l.command.empty()) fail("parallax launch: no command after --");
+  if (l.min_ranks > 0 && l.ranks == 0) fail("--min-ranks {} needs --ranks (the job's rank count)", l.min_ranks);
+  if (l.ranks < 0 || l.min_ranks < 0 || l.min_ranks > l.ranks)
+    fail("--min-ranks {} with --ranks {}: expected 0 <= min-ranks <= ranks", l.min_ranks, l.ranks);
+  if (l.max_restarts < 0) fail("--max-restarts {} must be >= 0", l.max_restarts);
+  bool names_ranks = false;
+  for (const std::string& a : l.command) names_ranks = names_ranks || a.find("{ranks}") != std::string::npos;
+  if (l.ranks > 0 && !names_ranks)
+    fail("--ranks {}: the command must say where the rank count goes, as {{ranks}} (mpirun -np {{ranks}} or "
+         "parallax train --ranks {{ranks}})",
+         l.ranks);
+  if (l.run_dir.empty()) l.run_dir = fmt::format("runs/launch-{:%Y%m%d-%H%M%S}", fmt::localtime(std::time(nullptr)));
+  fs::create_directories(l.run_dir);
+  fs::remove(l.run_dir + "/restarts.jsonl");
+  take_lost_ranks(l.run_dir);
+  std::signal(SIGINT, forward_signal);
+  std::signal(SIGTERM, forward_signal);
+  const double launched_at = now_seconds();
+  int ranks = l.ranks;
+  for (int attempt = 0;; ++attempt) {
+    const std::map<std::string, std::string> values{
+        {"{ranks}", std::to_string(ranks)}, {"{attempt}", std::to_string(attempt)}, {"{run_dir}", l.run_dir}};
+    std::vector<std::string> args;
+    for (const std::string& a : l.command) args.push_back(substitute(a, values));
+    const double started = now_seconds();
+    std::cout << fmt::format("parallax launch: attempt {}{}: {}\n", attempt + 1,
+                             ranks > 0 ? fmt::format(" at {} ranks", ranks) : "", fmt::join(args, " "));
+    const int status = run_job(args, {{"PARALLAX_ATTEMPT", std::to_string(attempt)}, {"PARALLAX_RUN_DIR", l.run_dir}});
+    const double ended = now_seconds();
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      std::cout << fmt::format("parallax launch: done in {:.1f} s; restarts: {}; time lost to failures: {:.2f} s\n",
+                               ended - launched_at, attempt, time_lost(l.run_dir, launched_at));
+      return;
+    }
+    std::cout << fmt::format("parallax launch: attempt {} failed after {:.1f} s ({})\n", attempt + 1,
+                             ended - started, describe_status(status));
+    report_flight(l.run_dir, ended);
+    const std::string archived = archive_flight_records(l.run_dir, attempt + 1);
+    if (!archived.empty()) std::cout << fmt::format("  flight records: parallax doctor {}\n", archived);
+    if (const int lost = take_lost_ranks(l.run_dir); lost > 0) {
+      if (ranks == 0) fail("{} rank(s) lost for good, but the launch has no --ranks to shrink", lost);
+      const int floor = l.min_ranks > 0 ? l.min_ranks : l.ranks;
+      if (ranks - lost < floor)
+        fail("parallax launch: {} rank{} lost for good leave {}; --min-ranks {} allows no fewer", lost,
+             lost == 1 ? "" : "s", ranks - lost, floor);
+      ranks -= lost;
+      std::cout << fmt::format("  {} rank{} lost for good: continuing at {} ranks\n", lost, lost == 1 ? "" : "s",
+                               ranks);
+    }
+    if (attempt >= l.max_restarts)
+      fail("parallax launch: the job failed {} time{} ({}); --max-restarts {} allows no more", attempt + 1,
+           attempt == 0 ? "" : "s", describe_status(status), l.max_restarts);
+  }
+}
+
+}  // namespace
+
+void add_launch_command(CLI::App& app) {
+  auto l = std::make_shared<LaunchOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "launch", "run a job and restart it from its latest checkpoint when it fails (elastic with --min-ranks)");
+  cmd->add_option("--max-restarts", l->max_restarts, "restarts before giving up")->capture_default_str();
+  cmd->add_option("--ranks", l->ranks, "the job's rank count, put where the command says {ranks}");
+  cmd->add_option("--min-ranks", l->min_ranks,
+                  "continue with fewer ranks, down to K, when ranks are lost for good (default: --ranks)");
+  cmd->add_option("--run-dir", l->run_dir,
+                  "the run directory: flight records, lost-rank marks, restarts (default runs/launch-<time>)");
+  cmd->add_option("command", l->command, "the job, after --: parallax train ... or mpirun ... parallax train ...")
+      ->required();
+  cmd->callback([l] { launch(*l); });
+}
+
+}  // namespace px::cli
