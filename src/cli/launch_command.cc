@@ -86,6 +86,20 @@ int run_job(const std::vector<std::string>& args, const std::map<std::string, st
   return status;
 }
 
+// Whether `program` runs as execvp would find it (a path, or a name on PATH).
+bool runnable(const std::string& program) {
+  if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  std::string_view dirs = path ? path : "/usr/bin:/bin";
+  while (!dirs.empty()) {
+    const size_t colon = dirs.find(':');
+    const std::string dir(dirs.substr(0, colon));
+    if (::access(((dir.empty() ? "." : dir) + "/" + program).c_str(), X_OK) == 0) return true;
+    dirs = colon == std::string_view::npos ? std::string_view() : dirs.substr(colon + 1);
+  }
+  return false;
+}
+
 std::string describe_status(int status) {
   if (WIFSIGNALED(status)) return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
   return fmt::format("exit code {}", WEXITSTATUS(status));
@@ -143,6 +157,8 @@ void launch(LaunchOptions l) {
     fail("--ranks {}: the command must say where the rank count goes, as {{ranks}} (mpirun -np {{ranks}} or "
          "parallax train --ranks {{ranks}})",
          l.ranks);
+  if (!runnable(l.command[0]))
+    fail("parallax launch: cannot run '{}': no such executable (a path, or a program on PATH)", l.command[0]);
   if (l.run_dir.empty()) l.run_dir = fmt::format("runs/launch-{:%Y%m%d-%H%M%S}", fmt::localtime(std::time(nullptr)));
   fs::create_directories(l.run_dir);
   fs::remove(l.run_dir + "/restarts.jsonl");

@@ -33,6 +33,11 @@ tiny=(--data "$text" --block 16 --layers 1 --heads 2 --embd 16 --batch 4 --threa
 assert_error unknown-model "resnet" -- train --model resnet
 assert_error heads-divide "n_head=3" -- train "${tiny[@]}" --heads 3
 assert_error zero-batch "batch size 0" -- train "${tiny[@]}" --batch 0
+assert_error keep-last-zero "--keep-last 0" -- train "${tiny[@]}" --steps 2 --keep-last 0
+assert_error inject-fault-mode "expected kill, hang or lost" -- train "${tiny[@]}" --steps 2 --inject-fault 0:1:boom
+assert_error min-ranks-above "--min-ranks 3" -- train "${tiny[@]}" --steps 2 --ranks 2 --min-ranks 3
+assert_error launch-without-placeholder "{ranks}" -- launch --ranks 4 -- parallax train
+assert_error launch-unrunnable "cannot run 'no-such-program'" -- launch --max-restarts 0 --run-dir "$work/launch" -- no-such-program
 assert_error negative-lr "learning rate -0.1" -- train "${tiny[@]}" --lr -0.1
 assert_error missing-text "$work/nope.txt" -- train --data "$work/nope.txt" --steps 1
 assert_error missing-fmnist "$work/no-dir" -- train --model mlp --data "$work/no-dir"
