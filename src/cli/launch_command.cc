@@ -125,10 +125,9 @@ void report_flight(const std::string& run_dir, double ended_at) {
   const std::string marker = fmt::format("rank {} fell behind", d.behind);
   const size_t at = d.report.find(marker);
   if (at != std::string::npos) std::cout << "  " << d.report.substr(at, d.report.find('\n', at) - at) << "\n";
-  for (const FlightDump& r : records)
-    if (r.rank == d.behind && r.heartbeat_ns > 0)
-      std::cout << fmt::format("  detected: the job ended {:.2f} s after rank {}'s last heartbeat\n",
-                               ended_at - double(r.heartbeat_ns) * 1e-9, d.behind);
+  if (d.last_heard_ns > 0)
+    std::cout << fmt::format("  detected: the job ended {:.2f} s after rank {}'s last heartbeat\n",
+                             ended_at - double(d.last_heard_ns) * 1e-9, d.behind);
 }
 
 // The restarts the job recorded (restarts.jsonl: each restart's saved_at

@@ -19,7 +19,7 @@ namespace px {
 namespace {
 
 constexpr char kMagic[8] = {'P', 'X', 'F', 'L', 'I', 'G', 'H', 'T'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 
 int64_t wall_ns() {
   timespec t{};
@@ -64,6 +64,9 @@ struct FlightRecorder::Header {
   int64_t instr_ns;
   char instr_name[64];
   char error[1024];
+  int32_t suspect;  // the rank this one's watchdog declared silent (-1: none)
+  uint32_t pad2;
+  int64_t suspect_heard_ns;  // when that rank's heartbeat last moved, as the watchdog saw it
 };
 
 struct FlightRecorder::Slot {
@@ -148,6 +151,7 @@ FlightRecorder::FlightRecorder(const std::string& path, int rank, int world, siz
   h->world = world;
   h->pid = getpid();
   h->step = -1;
+  h->suspect = -1;
   h->instr = -1;
   h->phase = static_cast<uint8_t>(RankPhase::starting);
   h->heartbeat_ns = wall_ns();
@@ -206,6 +210,11 @@ RankPhase FlightRecorder::phase() const { return static_cast<RankPhase>(atomic(h
 
 void FlightRecorder::set_error(std::string_view what) { put(header()->error, what); }
 
+void FlightRecorder::set_suspect(int rank, int64_t last_heard_ns) {
+  header()->suspect_heard_ns = last_heard_ns;
+  header()->suspect = rank;
+}
+
 void FlightRecorder::beat() {
   Header* h = header();
   h->heartbeat_ns = wall_ns();
@@ -239,6 +248,8 @@ FlightDump FlightRecorder::read() const {
   d.instr_ns = h->instr_ns;
   d.phase = phase();
   d.error = get(h->error);
+  d.suspect = h->suspect;
+  d.suspect_heard_ns = h->suspect_heard_ns;
   const uint64_t events = atomic(const_cast<Header*>(h)->events).load();
   const uint64_t first = events > capacity_ ? events - capacity_ : 0;
   for (uint64_t n = first; n < events; ++n) {

@@ -61,6 +61,12 @@ struct FlightDump {
   int64_t instr_ns = 0;  // when it started the instruction
   RankPhase phase = RankPhase::starting;
   std::string error;
+  // The rank this one's watchdog declared silent (-1: none), and when that
+  // rank's heartbeat last moved as the watchdog saw it (CLOCK_REALTIME). A
+  // stopped process may be continued (mpirun sends SIGCONT before it ends
+  // a job) and beat again, so the doctor trusts the others' verdict.
+  int suspect = -1;
+  int64_t suspect_heard_ns = 0;
   std::vector<FlightEvent> events;  // oldest first
 };
 
@@ -84,6 +90,8 @@ class FlightRecorder {
   RankPhase phase() const;
   // The error that stopped the rank (kept in the header, cut at 1 KiB).
   void set_error(std::string_view what);
+  // This rank's watchdog declared `rank` silent; its heartbeat last moved at `last_heard_ns`.
+  void set_suspect(int rank, int64_t last_heard_ns);
   // The watchdog's beat (watchdog.h).
   void beat();
   uint64_t heartbeat() const;

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 
@@ -54,22 +56,45 @@ FlightDiagnosis diagnose(const std::vector<FlightDump>& ranks, int64_t now_ns) {
                      age_s(d.heartbeat_ns));
     if (!d.error.empty()) r += fmt::format("  error: {}\n", d.error);
   }
-  // Silent ranks first (no error of their own), then the furthest back.
+  // The rank the others' watchdogs declared silent, if they did (most
+  // named); else silent ranks first (no error of their own), then the
+  // furthest back.
+  std::map<int, std::vector<int>> named_by;  // suspect -> ranks that declared it
+  int64_t heard_ns = 0;                      // its last heartbeat as they saw it (the earliest)
+  for (const FlightDump& d : ranks)
+    if (d.suspect >= 0 && d.suspect != d.rank) named_by[d.suspect].push_back(d.rank);
   const FlightDump* behind = nullptr;
-  for (const FlightDump& d : ranks) {
-    if (behind == nullptr) {
-      behind = &d;
-      continue;
+  if (!named_by.empty()) {
+    const auto most = std::max_element(named_by.begin(), named_by.end(), [](const auto& a, const auto& b) {
+      return a.second.size() < b.second.size();
+    });
+    for (const FlightDump& d : ranks) {
+      if (d.rank == most->first) behind = &d;
+      if (d.suspect == most->first && d.suspect_heard_ns > 0 && (heard_ns == 0 || d.suspect_heard_ns < heard_ns))
+        heard_ns = d.suspect_heard_ns;
     }
-    auto key = [](const FlightDump& x) { return std::make_tuple(reported(x), x.step, x.heartbeat_ns); };
-    if (key(d) < key(*behind)) behind = &d;
   }
+  if (behind == nullptr)
+    for (const FlightDump& d : ranks) {
+      if (behind == nullptr) {
+        behind = &d;
+        continue;
+      }
+      auto key = [](const FlightDump& x) { return std::make_tuple(reported(x), x.step, x.heartbeat_ns); };
+      if (key(d) < key(*behind)) behind = &d;
+    }
   if (behind == nullptr) return out;
   out.behind = behind->rank;
-  r += fmt::format("\nrank {} fell behind: {}{}, at {}; its heartbeat stopped {:.1f} s ago\n", behind->rank,
+  out.last_heard_ns = heard_ns > 0 ? heard_ns : behind->heartbeat_ns;
+  const std::string named =
+      named_by.count(behind->rank) ? fmt::format(", declared silent by rank{} {}",
+                                                 named_by[behind->rank].size() == 1 ? "" : "s",
+                                                 fmt::join(named_by[behind->rank], ", "))
+                                   : "";
+  r += fmt::format("\nrank {} fell behind: {}{}{}, at {}; its heartbeat stopped {:.1f} s ago\n", behind->rank,
                    rank_phase_name(behind->phase),
-                   reported(*behind) ? "" : " without reporting an error (killed, stopped or hung)",
-                   describe_position(behind->step, behind->instr, behind->instr_name), age_s(behind->heartbeat_ns));
+                   reported(*behind) ? "" : " without reporting an error (killed, stopped or hung)", named,
+                   describe_position(behind->step, behind->instr, behind->instr_name), age_s(out.last_heard_ns));
   const size_t last = std::min<size_t>(behind->events.size(), 3);
   for (size_t i = behind->events.size() - last; i < behind->events.size(); ++i) {
     const FlightEvent& e = behind->events[i];

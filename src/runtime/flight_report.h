@@ -1,7 +1,8 @@
 // What `parallax doctor RUN_DIR` prints: every rank's flight record
 // (runtime/flight_recorder.h) side by side, and which rank fell behind.
 //
-// The rank that fell behind is one that did not report an error itself
+// The rank that fell behind is the one the other ranks' watchdogs declared
+// silent (most named), if they did; else one that did not report an error itself
 // (a failed rank wrote its error; a killed, stopped or hung one could not)
 // and, among those, the one whose heartbeat stopped first; if every rank
 // reported, the one furthest back (lowest step, then the oldest
@@ -29,6 +30,7 @@ std::string archive_flight_records(const std::string& run_dir, int attempt);
 
 struct FlightDiagnosis {
   int behind = -1;         // the rank that fell behind (-1: none found)
+  int64_t last_heard_ns = 0;  // its last heartbeat (CLOCK_REALTIME), as the ranks that declared it silent saw it
   std::string report;      // the text doctor prints
 };
 

@@ -92,6 +92,13 @@ void Watchdog::tick(Clock::time_point now) {
                              describe_position(pulse->step, pulse->instr, pulse->instr_name));
     }
     if (reason.empty()) continue;
+    // Recorded where the doctor reads it: which rank, last heard when (wall clock).
+    const int64_t heard_ns =
+        !pulse ? 0
+               : std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     (std::chrono::system_clock::now() - (now - seen.changed)).time_since_epoch())
+                     .count();
+    for (const Local& l : locals_) l.recorder->set_suspect(r, heard_ns);
     std::lock_guard lock(mutex_);
     failure_ = reason;
     declared_at_ = now;
