@@ -54,9 +54,11 @@ std::string substitute(std::string arg, const std::map<std::string, std::string>
   return arg;
 }
 
-pid_t child_group = 0;  // the running job's process group, for forwarded signals
+pid_t child_group = 0;                   // the running job's process group, for forwarded signals
+volatile std::sig_atomic_t stopped_by = 0;  // SIGINT or SIGTERM the user sent: no restart after it
 
 void forward_signal(int signal) {
+  stopped_by = signal;
   if (child_group > 0) ::kill(-child_group, signal);
 }
 
@@ -167,6 +169,7 @@ void launch(LaunchOptions l) {
   const double launched_at = now_seconds();
   int ranks = l.ranks;
   for (int attempt = 0;; ++attempt) {
+    if (stopped_by != 0) fail("parallax launch: stopped by signal {} before attempt {}", int(stopped_by), attempt + 1);
     const std::map<std::string, std::string> values{
         {"{ranks}", std::to_string(ranks)}, {"{attempt}", std::to_string(attempt)}, {"{run_dir}", l.run_dir}};
     std::vector<std::string> args;
@@ -181,6 +184,9 @@ void launch(LaunchOptions l) {
                                ended - launched_at, attempt, time_lost(l.run_dir, launched_at));
       return;
     }
+    if (stopped_by != 0)
+      fail("parallax launch: stopped by signal {} ({}); the job ended with {}, not restarted", int(stopped_by),
+           strsignal(stopped_by), describe_status(status));
     std::cout << fmt::format("parallax launch: attempt {} failed after {:.1f} s ({})\n", attempt + 1,
                              ended - started, describe_status(status));
     report_flight(l.run_dir, ended);

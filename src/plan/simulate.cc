@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "graph/op.h"
 #include "parallel/lower/liveness.h"
+#include "plan/memory.h"
 #include "parallel/lower/reshard.h"
 
 namespace px::plan {
@@ -446,88 +447,13 @@ Simulation simulate(const SimulationRequest& request) {
   }
   out.bubble_fraction = span > 0 ? 1 - busy / (span * ranks) : 0;
 
-  // Memory, in the executor's allocation order.
+  // Memory, in the executor's allocation order (plan/memory.h).
   for (int r = 0; r < ranks; ++r) {
     const RankState& s = state[static_cast<size_t>(r)];
-    const Program& p = *s.program;
-    double live = 0, peak = 0, updated = 0, activations = 0, activation_peak = 0, stash = -1;
-    for (const parallel::Buffer& b : p.buffers)
-      if (b.persistent) live += static_cast<double>(b.count) * sizeof(float);
-    for (const Instr& instr : p.instrs)
-      if (const auto* u = std::get_if<parallel::Update>(&instr.op)) updated += static_cast<double>(u->count);
-    live += updated * sizeof(float) * request.optimizer_slots;
-    // The step's batch: this rank's rows of every batch input, fed whole before the step.
-    for (const parallel::MicroBatch& m : p.micro_batches)
-      if (m.graph >= 0)
-        for (ValueId v : p.batch_inputs) live += bytes_of(p.graphs[static_cast<size_t>(m.graph)].spec(v));
-    // The working copy of the parameters beside the float32 master weights.
-    if (request.compute != DType::f32) live += static_cast<double>(p.param_count) * static_cast<double>(dtype_size(request.compute));
-    // A value's bytes live in a storage; a view (reshape) shares its input's,
-    // which stays alive until the value and all its views are dead.
-    struct Storage {
-      double bytes = 0;
-      int refs = 0;
-    };
-    std::vector<Storage> storages;
-    std::map<std::pair<int, ValueId>, size_t> storage_of;  // (micro-batch, value) -> storage
-    auto drop = [&](std::pair<int, ValueId> key) {
-      auto it = storage_of.find(key);
-      if (it == storage_of.end()) return;
-      Storage& st = storages[it->second];
-      if (--st.refs == 0) {
-        live -= st.bytes;
-        activations -= st.bytes;
-      }
-      storage_of.erase(it);
-    };
-    std::vector<double> buffer_live(p.buffers.size(), 0);
-    for (size_t i = 0; i < p.instrs.size(); ++i) {
-      const Instr& instr = p.instrs[i];
-      for (int b : s.live.allocates[i]) {
-        live -= buffer_live[static_cast<size_t>(b)];
-        buffer_live[static_cast<size_t>(b)] = static_cast<double>(p.buffers[static_cast<size_t>(b)].count) * sizeof(float);
-        live += buffer_live[static_cast<size_t>(b)];
-      }
-      const int mb = instr.micro_batch;
-      auto produce = [&](ValueId v, double bytes) {
-        drop({mb, v});  // an instance made again (recomputation)
-        storages.push_back({bytes, 1});
-        storage_of[{mb, v}] = storages.size() - 1;
-        live += bytes;
-        activations += bytes;
-      };
-      if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) {
-        const Graph& g = p.graph_of(mb);
-        const Node& node = g.nodes()[static_cast<size_t>(c->node)];
-        if (node.origin >= 0 && stash < 0) stash = activations;
-        for (size_t o = 0; o < node.outputs.size(); ++o) {
-          if (o > 0 || !node.def->output_is_view) {
-            produce(node.outputs[o], activation_bytes(g.spec(node.outputs[o])));
-            continue;
-          }
-          drop({mb, node.outputs[o]});
-          auto base = storage_of.find({mb, node.inputs.front()});
-          if (base == storage_of.end()) continue;  // a view of a parameter or fed input
-          ++storages[base->second].refs;
-          storage_of[{mb, node.outputs[o]}] = base->second;
-        }
-      } else if (const auto* rs = std::get_if<parallel::Reshard>(&instr.op)) {
-        const Graph& g = p.graph_of(mb);
-        const ValueId v = g.nodes()[static_cast<size_t>(rs->node)].outputs.front();
-        produce(v, activation_bytes(g.spec(v)));
-      } else if (const auto* recv = std::get_if<parallel::Recv>(&instr.op)) {
-        produce(recv->value, activation_bytes(p.graph_of(mb).spec(recv->value)));
-      } else if (const auto* f = std::get_if<parallel::Free>(&instr.op)) {
-        live -= buffer_live[static_cast<size_t>(f->buffer)];
-        buffer_live[static_cast<size_t>(f->buffer)] = 0;
-      }
-      peak = std::max(peak, live);
-      activation_peak = std::max(activation_peak, activations);
-      for (ValueId v : s.live.values[i]) drop({mb, v});
-    }
-    out.peak_bytes.push_back(peak);
-    out.activation_peak_bytes.push_back(activation_peak);
-    out.stash_bytes.push_back(std::max(0.0, stash));
+    const ProgramMemory m = program_memory(*s.program, s.live, request.optimizer_slots, request.compute);
+    out.peak_bytes.push_back(m.peak_bytes);
+    out.activation_peak_bytes.push_back(m.activation_peak_bytes);
+    out.stash_bytes.push_back(m.stash_bytes);
   }
   return out;
 }

@@ -27,6 +27,10 @@ struct RankRecovery {
 // Seconds since the Unix epoch (checkpoints' "saved_at", restarts' times).
 double unix_seconds();
 
+// --inject-fault, at the start of the step it names: this rank dies,
+// freezes or is lost for good (fault_injection.cc). Throws RankStopped in process.
+void inject_fault(const TrainOptions& o, FlightRecorder* recorder, comm::Communicator* group);
+
 // One rank's whole job. `group` is the world (nullptr: one rank); only
 // rank 0 writes logs, metrics and checkpoints (`log` is a null stream
 // elsewhere). The executor records into `recorder`.

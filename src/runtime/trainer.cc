@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <thread>
@@ -27,6 +26,7 @@
 #include "runtime/watchdog.h"
 #include "parallel/lower.h"
 #include "parallel/tensor_parallel.h"
+#include "runtime/memory_guard.h"
 #include "runtime/memory_report.h"
 #include "runtime/parameter_server.h"
 #include "runtime/prediction.h"
@@ -102,87 +102,6 @@ static std::vector<StageMeasurement> gather_stage_measurements(comm::Communicato
   return stages;
 }
 
-parallel::Strategy strategy_for(const TrainOptions& o, const nn::Model& model, int world) {
-  parallel::Strategy s;
-  if (!o.sync.strategy.empty()) {
-    s = parallel::load_strategy(o.sync.strategy);
-    if (s.mesh.ranks() != world)
-      fail("strategy '{}' has mesh {} of {} ranks; this job has {}", o.sync.strategy, s.mesh.str(), s.mesh.ranks(),
-           world);
-  } else {
-    const int tp = o.sync.tensor_parallel, pp = o.sync.pipeline_parallel;
-    if (o.sync.mesh_ranks > 0 && o.sync.mesh_ranks != world)
-      fail("--mesh names {} ranks; this job has {}", o.sync.mesh_ranks, world);
-    if (world % (tp * pp) != 0) fail("--pp {} x --tp {} does not divide the job's {} ranks", pp, tp, world);
-    const int stage_ranks = world / pp;  // a stage's data x tensor ranks
-    s = tp > 1 || o.sync.sequence_parallel
-            ? parallel::tensor_parallel(model.graph, stage_ranks / tp, tp, batch_input_names(model),
-                                        o.sync.sequence_parallel)
-            : parallel::data_parallel(stage_ranks, batch_input_names(model));
-    s.zero_stage = o.sync.zero_stage;
-    s.micro_batches = static_cast<int>(o.accumulation);
-    s.lowering.bucket_bytes = o.sync.bucket_bytes;
-    s.lowering.compression = o.sync.compression;
-    s.lowering.recompute = o.sync.recompute;
-    if (pp > 1) s = parallel::with_pipeline(std::move(s), pp, o.sync.pipeline);
-    // P3 updates each parameter as soon as its own gradient is in, and
-    // every gradient is its own job with its own priority. (A strategy
-    // file that computes a global norm is refused by the executor's
-    // validation, naming both.)
-    if (o.sync.p3_slice_bytes > 0) {
-      if (o.grad_clip > 0)
-        fail("P3 updates each layer as soon as its gradient arrives; --grad-clip {} needs every gradient first "
-             "(give --grad-clip 0)",
-             o.grad_clip);
-      s.lowering.global_norm = false;
-      s.lowering.bucket_bytes = 0;
-    }
-  }
-  // Sparsified gradients with SGD momentum (DGC's momentum correction, Lin
-  // et al. 2018): the momentum moves into the ranks, before compression,
-  // and the optimizer applies the aggregated velocity without momentum of
-  // its own (the trainer zeroes it: optimizer_for_strategy).
-  using comm::compression::Method;
-  const Method method = s.lowering.compression.method;
-  if (s.data_ranks() > 1 && (method == Method::topk || method == Method::threshold) && o.optimizer.kind == "sgd" &&
-      o.optimizer.momentum > 0 && s.lowering.local_momentum == 0)
-    s.lowering.local_momentum = o.optimizer.momentum;
-  parallel::validate(s);
-  return s;
-}
-
-OptimizerConfig optimizer_for_strategy(OptimizerConfig optimizer, const parallel::Strategy& strategy) {
-  if (strategy.lowering.local_momentum > 0) optimizer.momentum = 0;  // applied by the ranks instead
-  return optimizer;
-}
-
-double unix_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// --inject-fault: this rank dies or freezes now.
-static void inject_fault(const TrainOptions& o, FlightRecorder* recorder, comm::Communicator* group) {
-  const bool hang = o.inject_fault_mode == "hang", lost = o.inject_fault_mode == "lost";
-  // A rank that will not come back says so where `parallax launch` looks
-  // (a real cluster's health check would).
-  if (lost && !o.run_dir.empty()) {
-    std::filesystem::create_directories(o.run_dir + "/lost");
-    std::ofstream(fmt::format("{}/lost/rank{}", o.run_dir, recorder->rank()))
-        << "lost at step " << o.inject_fault_step << "\n";
-  }
-  if (o.mpi) {
-    if (lost && o.run_dir.empty())
-      fail("--inject-fault {}:{}:lost under mpirun needs --run-dir (or parallax launch)", o.inject_fault_rank,
-           o.inject_fault_step);
-    raise(hang ? SIGSTOP : SIGKILL);  // a real death or stop; the others' watchdogs see it
-  }
-  recorder->set_phase(lost ? RankPhase::lost : hang ? RankPhase::frozen : RankPhase::killed);
-  if (!hang || group == nullptr) throw RankStopped{};
-  // Frozen: answer nothing until the others have given up on this rank.
-  while (group->transport().failure().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  throw RankStopped{};
-}
-
 // A restarted attempt is ready for its first step: says so in the metrics
 // and, with a run directory, in <run dir>/restarts.jsonl, whose times give
 // the time the restart lost (parallax launch reads them).
@@ -223,6 +142,10 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
   int64_t total = o.steps > 0 ? o.steps : o.epochs * task->steps_per_epoch();
   o.schedule.total = total;
 
+  // The memory guard (memory_guard.h): nothing is allocated for a model
+  // that cannot fit; first from its config, then from its Program.
+  const int slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size());
+  check_model_fits(o, world, slots);
   const nn::Model model = task->build(o.batch, true);
   const parallel::Strategy strategy = strategy_for(o, model, world);
   o.optimizer = optimizer_for_strategy(o.optimizer, strategy);
@@ -241,8 +164,9 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
   const int data_axis = strategy.mesh.axis(strategy.data_axis);
   const int data_rank = strategy.mesh.coords(rank)[static_cast<size_t>(data_axis)];
   const int data_ranks = strategy.data_ranks();
-  ProgramExecutor executor(parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, rank), groups,
-                           o.optimizer, run_options);
+  parallel::Program program = parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, rank);
+  check_program_fits(program, o, world, slots);
+  ProgramExecutor executor(std::move(program), groups, o.optimizer, run_options);
   const bool compressed = executor.compressing();
   executor.set_flight_recorder(recorder);
   recorder->set_phase(RankPhase::running);
@@ -276,7 +200,6 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
                      o.threads, openblas_get_corename());
   TrainResult result;
   result.first_step = step;
-  const int slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size());
   const int zero = data_ranks > 1 ? strategy.zero_stage : 0;
   auto memory_now = [&] {
     const ExecutorMemory m = executor.memory();

@@ -1,0 +1,28 @@
+// What a rank's Program holds in memory at its fullest, in the executor's
+// allocation order: the persistent buffers, the optimizer's state and the
+// step's batch, every buffer instance from its first write to its Free,
+// and every activation from its production to its last read
+// (parallel/lower/liveness.h); a view shares its input's storage. The
+// simulator reports it per rank, and the trainer's memory guard checks it
+// against the machine before allocating anything (runtime/memory_guard.h).
+#pragma once
+
+#include "core/dtype.h"
+#include "parallel/lower/liveness.h"
+#include "parallel/program.h"
+
+namespace px::plan {
+
+struct ProgramMemory {
+  double peak_bytes = 0;
+  double activation_peak_bytes = 0;  // the values of the local graphs alone
+  double stash_bytes = 0;            // activations alive when the first backward node runs
+};
+
+// `optimizer_slots`: float32 state per updated element (AdamW 2, SGD
+// momentum 1); `compute`: mixed precision's activation dtype and working
+// copy of the parameters (f32: none).
+ProgramMemory program_memory(const parallel::Program& program, const parallel::Liveness& liveness,
+                             int optimizer_slots, DType compute = DType::f32);
+
+}  // namespace px::plan
