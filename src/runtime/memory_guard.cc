@@ -78,10 +78,15 @@ void check_model_fits(const TrainOptions& o, int world, int optimizer_slots) {
          available.source, advice());
 }
 
-void check_program_fits(const parallel::Program& program, const TrainOptions& o, int world, int optimizer_slots) {
+void check_program_fits(const parallel::Program& program, const TrainOptions& o, int world, int optimizer_slots,
+                        int state_copies) {
   const AvailableMemory available = available_memory();
   if (available.bytes < 0) return;
-  const double peak = plan::program_memory(program, parallel::liveness(program), optimizer_slots).peak_bytes;
+  // A copy of the state: this rank's parameters and their optimizer slots
+  // (whole model shards: an upper bound under ZeRO, whose copies are blocks).
+  const double state = static_cast<double>(program.param_count) * sizeof(float) * (1 + optimizer_slots);
+  const double peak =
+      plan::program_memory(program, parallel::liveness(program), optimizer_slots).peak_bytes + state_copies * state;
   const int here = ranks_on_this_machine(o, world);
   if (peak * here > available.bytes)
     fail("the run needs {:.2f} GiB per rank at its peak ({} rank{} on this machine: {:.2f} GiB), and this machine "

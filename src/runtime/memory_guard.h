@@ -36,8 +36,9 @@ int ranks_on_this_machine(const TrainOptions& options, int world);
 // Check 1; px::Error names the need, what is available and what to try.
 void check_model_fits(const TrainOptions& options, int world, int optimizer_slots);
 
-// Check 2 for this rank's lowered Program.
+// Check 2 for this rank's lowered Program, with `state_copies` copies of
+// its parameters and optimizer state held for checkpoints and restarts.
 void check_program_fits(const parallel::Program& program, const TrainOptions& options, int world,
-                        int optimizer_slots);
+                        int optimizer_slots, int state_copies = 0);
 
 }  // namespace px

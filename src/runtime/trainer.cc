@@ -26,6 +26,7 @@
 #include "runtime/watchdog.h"
 #include "parallel/lower.h"
 #include "parallel/tensor_parallel.h"
+#include "core/memory.h"
 #include "runtime/memory_guard.h"
 #include "runtime/memory_report.h"
 #include "runtime/parameter_server.h"
@@ -165,7 +166,12 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
   const int data_rank = strategy.mesh.coords(rank)[static_cast<size_t>(data_axis)];
   const int data_ranks = strategy.data_ranks();
   parallel::Program program = parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, rank);
-  check_program_fits(program, o, world, slots);
+  // Copies of the training state a checkpoint or a restart keeps: one
+  // being written in the background (and the lead's gathered model, at
+  // most as large), and with in-memory snapshots two generations of this
+  // rank's own and of its buddy's.
+  const int state_copies = (o.save.empty() ? 0 : 2) + (recovery.snapshots != nullptr ? 4 : 0);
+  check_program_fits(program, o, world, slots, state_copies);
   ProgramExecutor executor(std::move(program), groups, o.optimizer, run_options);
   const bool compressed = executor.compressing();
   executor.set_flight_recorder(recorder);
@@ -239,8 +245,12 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
   // copy at its buddy rank (snapshots.h).
   std::optional<CheckpointWriter> writer;
   if (!o.save.empty()) writer.emplace(o.save, group, o.keep_last);
+  // Checkpoint copies are charged to their own account: they are not the
+  // step's memory (what the prediction and the memory report describe).
+  MemoryAccount* checkpoint_memory = new_memory_account();
   auto save = [&](int64_t at_step, bool last) {
     if (!writer && recovery.snapshots == nullptr) return;
+    MemoryAccountScope charged(checkpoint_memory);
     RankSnapshot own{.step = at_step,
                      .state = {{"step", at_step},
                                {"config", model_json(o)},
@@ -414,6 +424,11 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
   result.evaluation = evaluate(step);
   save(step, true);
   if (!o.save.empty() && lead) log << fmt::format("saved checkpoint to '{}'\n", o.save);
+  if (checkpoint_memory->stats().peak_bytes > 0)
+    log << fmt::format("checkpoint copies held beside training: at most {:.1f} MiB ({})\n",
+                       double(checkpoint_memory->stats().peak_bytes) / (1 << 20),
+                       recovery.snapshots != nullptr ? "snapshots in memory, the buddy's copy and background writes"
+                                                     : "background writes");
   log << fmt::format("trained {} steps in {:.1f} s; peak tensor memory {:.1f} MiB, of it forward activations {:.1f} "
                      "MiB{}\n",
                      result.losses.size(), result.seconds, double(result.peak_tensor_bytes) / (1 << 20),
