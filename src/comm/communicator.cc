@@ -187,6 +187,7 @@ Communicator Communicator::split(int color, int key) {
     child->members.push_back(world_rank(group[i]));
     if (group[i] == rank()) child->rank = i;
   }
+  transport.open_context(context, child->members);
   return Communicator(std::move(child));
 }
 

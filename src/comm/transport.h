@@ -59,8 +59,11 @@ class Transport {
   virtual int rank() const = 0;               // world rank
   virtual int size() const = 0;               // world size
 
-  // Tags are 31-bit (MPI's guaranteed range on OpenMPI). Messages between a
-  // pair of ranks with equal tags match in posting order. The buffer must stay
+  // A tag is a communicator's context id (its top 10 bits, see
+  // communicator.cc) and a sequence number. Messages between a pair of
+  // ranks with equal tags match in posting order. (The MPI backend sends
+  // each context on its own MPI communicator and the sequence folded into
+  // the tag range the library offers: MPI guarantees only 32767.) The buffer must stay
   // valid until the request completes. A receive must post exactly the number
   // of bytes sent: test() throws px::Error on a size mismatch.
   virtual Request isend(int peer, uint32_t tag, const void* data, size_t bytes) = 0;
@@ -90,6 +93,13 @@ class Transport {
   // Context ids give every communicator its own tag space (see
   // communicator.cc); this is the smallest id this rank has not used yet.
   int next_free_context = 1;
+  // Collective over `members` (world ranks, in group order; this rank among
+  // them): a communicator with context id `context` is made over them.
+  // Backends that separate traffic by their own communicators make one.
+  virtual void open_context(int context, std::span<const int> members) {
+    (void)context;
+    (void)members;
+  }
 
  protected:
   // The backend's own knowledge of a failed rank ("" if none).

@@ -68,6 +68,26 @@ TEST(Mpi, SubGroupsRunTheirOwnCollectives) {
   expect_all_pass(world, cases);
 }
 
+// More calls on one communicator than the smallest tag range MPI
+// guarantees (32767; run under PARALLAX_MPI_TAG_UB=32767 too): sequences
+// fold into it, and a sub-group's traffic never meets the world's with
+// the same sequence numbers, since each context has its own MPI
+// communicator.
+TEST(Mpi, MoreCallsThanTheStandardTagRangeStayMatched) {
+  Communicator& world = mpi::world();
+  Communicator halves = world.split(world.rank() % 2, world.rank());
+  for (int call = 0; call < 70000; ++call) {  // 35000 on each communicator
+    float mine[2] = {static_cast<float>(world.rank() + call), 1.0f};
+    Communicator& on = call % 2 == 0 ? halves : world;
+    allreduce(on, std::span<float>(mine, 2), Reduction::sum, {.algorithm = Algorithm::ring});
+    float expected = 0;
+    for (int r = 0; r < world.size(); ++r)
+      if (&on == &world || r % 2 == world.rank() % 2) expected += static_cast<float>(r + call);
+    ASSERT_EQ(mine[0], expected) << "call " << call;
+    ASSERT_EQ(mine[1], static_cast<float>(on.size())) << "call " << call;
+  }
+}
+
 }  // namespace
 }  // namespace px::comm
 

@@ -1,6 +1,10 @@
 // MPI transport: ranks are MPI processes; messages are MPI_Isend/MPI_Irecv on
 // a private duplicate of MPI_COMM_WORLD (so user MPI traffic never matches
-// ours). Shared segments are MPI-3 shared windows (MPI_Win_allocate_shared)
+// ours) for the world's communicator, and on an MPI communicator of its own
+// for every communicator split from it (open_context), so the tags need
+// only carry a call's sequence number, folded into MPI_TAG_UB: the standard
+// guarantees 32767 (MPICH and its derivatives offer less than OpenMPI's
+// 2^31 - 1). PARALLAX_MPI_TAG_UB lowers the bound, to test the folding. Shared segments are MPI-3 shared windows (MPI_Win_allocate_shared)
 // over the group, when all its members share a node. Native collectives call
 // the library on a communicator made for the group.
 //
@@ -11,7 +15,9 @@
 // creation — holds it until done, so two threads must not both make one).
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -90,12 +96,13 @@ class MpiTransport : public Transport, public NativeCollectives {
     MPI_Comm_set_errhandler(messages_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(messages_, &rank_);
     MPI_Comm_size(messages_, &size_);
+    MPI_Comm_dup(MPI_COMM_WORLD, &contexts_parent_);
     int* upper = nullptr;
     int found = 0;
     MPI_Comm_get_attr(messages_, MPI_TAG_UB, &upper, &found);
-    if (!found || *upper < INT_MAX)
-      fail("MPI_TAG_UB is {}; parallax needs 31-bit tags (2147483647), as OpenMPI provides",
-           found ? *upper : -1);
+    tag_bound_ = found ? *upper : 32767;  // the standard's minimum
+    if (const char* cap = std::getenv("PARALLAX_MPI_TAG_UB"))
+      tag_bound_ = std::min(tag_bound_, std::max(32767, std::atoi(cap)));
     char name[MPI_MAX_PROCESSOR_NAME];
     int length = 0;
     MPI_Get_processor_name(name, &length);
@@ -104,6 +111,8 @@ class MpiTransport : public Transport, public NativeCollectives {
   ~MpiTransport() override {
     windows_.clear();  // frees in creation order, as every member created them
     for (auto& [group, comm] : groups_) MPI_Comm_free(&comm);
+    for (auto& [context, c] : contexts_) MPI_Comm_free(&c.comm);
+    MPI_Comm_free(&contexts_parent_);
     MPI_Comm_free(&messages_);
     MPI_Comm_free(&control_);
   }
@@ -115,9 +124,9 @@ class MpiTransport : public Transport, public NativeCollectives {
   Request isend(int peer, uint32_t tag, const void* data, size_t bytes) override {
     auto state = std::make_shared<MpiRequest>();
     state->bytes = bytes;
+    const Route route = route_of(peer, tag);
     auto lock = serialized();
-    check_mpi(MPI_Isend(data, count(bytes), MPI_BYTE, peer, static_cast<int>(tag), messages_,
-                        &state->request),
+    check_mpi(MPI_Isend(data, count(bytes), MPI_BYTE, route.peer, route.tag, route.comm, &state->request),
               "MPI_Isend");
     return Request{state, peer};
   }
@@ -125,11 +134,21 @@ class MpiTransport : public Transport, public NativeCollectives {
     auto state = std::make_shared<MpiRequest>();
     state->bytes = bytes;
     state->receive = true;
+    const Route route = route_of(peer, tag);
     auto lock = serialized();
-    check_mpi(MPI_Irecv(data, count(bytes), MPI_BYTE, peer, static_cast<int>(tag), messages_,
-                        &state->request),
+    check_mpi(MPI_Irecv(data, count(bytes), MPI_BYTE, route.peer, route.tag, route.comm, &state->request),
               "MPI_Irecv");
     return Request{state, peer};
+  }
+
+  void open_context(int context, std::span<const int> members) override {
+    auto call = serialized();
+    MPI_Comm comm = create_comm(contexts_parent_, members, context);
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    Context c{.comm = comm, .rank_of = std::vector<int>(static_cast<size_t>(size_), -1)};
+    for (size_t i = 0; i < members.size(); ++i) c.rank_of[static_cast<size_t>(members[i])] = static_cast<int>(i);
+    std::lock_guard lock(contexts_mutex_);
+    contexts_[context] = std::move(c);
   }
   bool test(Request& request) override {
     auto& state = static_cast<MpiRequest&>(*request.state);
@@ -203,25 +222,59 @@ class MpiTransport : public Transport, public NativeCollectives {
     return static_cast<int>(bytes);
   }
 
-  // An MPI communicator over exactly `group` (world ranks, in order), made
-  // once per group (collective over the group's members only).
+  // Where a message of `tag` to world rank `peer` goes: its context's MPI
+  // communicator, the peer's rank there, the sequence folded into the bound.
+  struct Route {
+    MPI_Comm comm;
+    int peer, tag;
+  };
+  Route route_of(int peer, uint32_t tag) {
+    constexpr int kSequenceBits = 21;  // communicator.cc's tag layout
+    const int context = static_cast<int>(tag >> kSequenceBits);
+    const int sequence = static_cast<int>(tag & ((1u << kSequenceBits) - 1)) % (tag_bound_ + 1);
+    if (context == 0) return {messages_, peer, sequence};
+    std::lock_guard lock(contexts_mutex_);
+    auto it = contexts_.find(context);
+    PX_CHECK(it != contexts_.end(), "MPI transport: context {} was never opened", context);
+    const int local = it->second.rank_of.at(static_cast<size_t>(peer));
+    PX_CHECK(local >= 0, "MPI transport: rank {} is not in context {}", peer, context);
+    return {it->second.comm, local, sequence};
+  }
+
+  // An MPI communicator over exactly `group` (world ranks, in order) of
+  // `parent` (collective over the group's members only).
+  MPI_Comm create_comm(MPI_Comm parent, std::span<const int> group, int tag) {
+    std::vector<int> ranks(group.begin(), group.end());
+    MPI_Group world_group, sub_group;
+    MPI_Comm_group(parent, &world_group);
+    MPI_Group_incl(world_group, static_cast<int>(ranks.size()), ranks.data(), &sub_group);
+    MPI_Comm comm;
+    check_mpi(MPI_Comm_create_group(parent, sub_group, tag % (tag_bound_ + 1), &comm), "MPI_Comm_create_group");
+    MPI_Group_free(&sub_group);
+    MPI_Group_free(&world_group);
+    return comm;
+  }
+
+  // The same, made once per group, for native collectives and shared windows.
   MPI_Comm group_comm(std::span<const int> group, int tag) {
     std::vector<int> key(group.begin(), group.end());
     auto it = groups_.find(key);
     if (it != groups_.end()) return it->second;
-    MPI_Group world_group, sub_group;
-    MPI_Comm_group(control_, &world_group);
-    MPI_Group_incl(world_group, static_cast<int>(key.size()), key.data(), &sub_group);
-    MPI_Comm comm;
-    check_mpi(MPI_Comm_create_group(control_, sub_group, tag, &comm), "MPI_Comm_create_group");
-    MPI_Group_free(&sub_group);
-    MPI_Group_free(&world_group);
+    MPI_Comm comm = create_comm(control_, group, tag);
     groups_.emplace(key, comm);
     return comm;
   }
 
   MPI_Comm messages_ = MPI_COMM_NULL;
   MPI_Comm control_ = MPI_COMM_NULL;  // for making group communicators
+  MPI_Comm contexts_parent_ = MPI_COMM_NULL;  // for making the contexts' communicators
+  int tag_bound_ = 32767;                     // MPI_TAG_UB (or PARALLAX_MPI_TAG_UB)
+  struct Context {
+    MPI_Comm comm = MPI_COMM_NULL;
+    std::vector<int> rank_of;  // world rank -> rank in comm (-1: not a member)
+  };
+  std::mutex contexts_mutex_;
+  std::map<int, Context> contexts_;
   int rank_ = 0, size_ = 1;
   uint64_t host_ = 0;
   std::map<std::vector<int>, MPI_Comm> groups_;
