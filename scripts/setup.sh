@@ -9,6 +9,7 @@ packages=(
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
+  mpich libmpich-dev
   dataset-fashion-mnist fortunes
   python3-torch python3-numpy
 )

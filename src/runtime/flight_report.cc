@@ -80,7 +80,8 @@ FlightDiagnosis diagnose(const std::vector<FlightDump>& ranks, int64_t now_ns) {
         behind = &d;
         continue;
       }
-      auto key = [](const FlightDump& x) { return std::make_tuple(reported(x), x.step, x.heartbeat_ns); };
+      // Within a step, the one at an earlier instruction (-1: between steps) is behind.
+      auto key = [](const FlightDump& x) { return std::make_tuple(reported(x), x.step, x.instr, x.heartbeat_ns); };
       if (key(d) < key(*behind)) behind = &d;
     }
   if (behind == nullptr) return out;

@@ -5,7 +5,8 @@
 # and at least one of them named rank 1 itself (the other may name a
 # neighbour that gave up on rank 1 at the same moment). When mpirun tore a
 # "kill" launch down itself (below), one survivor's error is enough.
-# Usage: cmake -DMPIEXEC=mpirun -DPROGRAM=px_comm_mpi_failure_test -P mpi_failure_test.cmake
+# Usage: cmake -DMPIEXEC=mpirun "-DMPIEXEC_FLAGS=--allow-run-as-root;--oversubscribe"
+#          -DPROGRAM=px_comm_mpi_failure_test -P mpi_failure_test.cmake
 set(timeout_ms 1000)
 # A rank killed while its peers exchange point-to-point messages (ring) was
 # flaky: about one launch in five, OpenMPI tore the whole job down before the
@@ -19,7 +20,7 @@ foreach(case IN LISTS cases)
   list(GET words 1 algorithm)
   string(TIMESTAMP began "%s")
   execute_process(
-    COMMAND ${MPIEXEC} --allow-run-as-root --oversubscribe -np 3
+    COMMAND ${MPIEXEC} ${MPIEXEC_FLAGS} -np 3
             ${PROGRAM} ${mode} ${algorithm} ${timeout_ms}
     OUTPUT_VARIABLE output ERROR_VARIABLE errors RESULT_VARIABLE status
     TIMEOUT 25)
@@ -53,21 +54,22 @@ foreach(case IN LISTS cases)
       list(APPEND problems "rank ${rank} failed only after ${seconds} s")
     endif()
   endforeach()
-  # A killed victim: mpirun itself, seeing rank 1 die by SIGKILL, now and
-  # then tears the job down within the survivors' timeout (4 launches of 13
-  # on 2026-11-22, 3 of them with other tests running), so a survivor may be
-  # killed before it reports. That is the launcher ending the job, not a
-  # hang: one survivor's named error is then enough, provided mpirun
-  # reported the signal. Frozen victims leave mpirun nothing to notice, so
-  # there both survivors must report.
+  # A killed victim: the launcher itself, seeing rank 1 die by SIGKILL, may
+  # tear the job down within the survivors' timeout (OpenMPI's mpirun now
+  # and then: 4 launches of 13 on 2026-11-22; MPICH's hydra always), so a
+  # survivor may be killed before it reports. That is the launcher ending
+  # the job, not a hang: the survivors' errors are then optional, provided
+  # the launcher reported the signal. Frozen victims leave the launcher
+  # nothing to notice, so there both survivors must report.
   set(launcher_ended_job FALSE)
-  if(mode STREQUAL "kill" AND "${output}${errors}" MATCHES "process rank 1 [^\n]*exited on signal 9")
+  if(mode STREQUAL "kill" AND "${output}${errors}" MATCHES
+     "process rank 1 [^\n]*exited on signal 9|EXIT STRING: Killed \\(signal 9\\)")
     set(launcher_ended_job TRUE)
   endif()
-  if(silent_survivors EQUAL 2 OR (silent_survivors EQUAL 1 AND NOT launcher_ended_job))
+  if(silent_survivors GREATER 0 AND NOT launcher_ended_job)
     list(APPEND problems "${silent_survivors} of the 2 survivors printed no error")
   endif()
-  if(NOT named_victim)
+  if(NOT named_victim AND silent_survivors LESS 2)
     list(APPEND problems "no survivor named rank 1")
   endif()
   if(problems)

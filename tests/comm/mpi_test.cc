@@ -24,8 +24,10 @@ void expect_all_pass(Communicator& comm, const std::vector<Case>& cases) {
 TEST(Mpi, WorldHasTheRanksMpirunStarted) {
   // A binary built for one MPI and launched by another's mpirun runs P
   // singletons; this catches it.
+  // OpenMPI's mpirun sets OMPI_COMM_WORLD_SIZE, MPICH's hydra PMI_SIZE.
   const char* launched = std::getenv("OMPI_COMM_WORLD_SIZE");
-  ASSERT_NE(launched, nullptr) << "run under OpenMPI's mpirun";
+  if (launched == nullptr) launched = std::getenv("PMI_SIZE");
+  ASSERT_NE(launched, nullptr) << "run under mpirun or mpiexec";
   EXPECT_EQ(mpi::world().size(), std::atoi(launched));
   EXPECT_GT(mpi::world().size(), 1);
 }

@@ -11,7 +11,11 @@ PARALLAX=$1 MPIEXEC=$2 RANKS=$3
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPIRUN=("$MPIEXEC" --allow-run-as-root --oversubscribe -np "$RANKS")
+# OpenMPI's launcher refuses root and more ranks than cores without these flags; MPICH's knows neither.
+MPIRUN=("$MPIEXEC")
+"$MPIEXEC" --version 2>&1 | grep -qE "Open MPI|OpenRTE" && MPIRUN+=(--allow-run-as-root --oversubscribe)
+MPIRUN+=(-np "$RANKS")
+
 
 GPT=(train --model gpt --layers 4 --heads 2 --embd 32 --block 32 --batch 8 --steps 50 --dropout 0.1
      --micro-batches 4 --eval-every 0 --eval-batches 2 --sample-tokens 0 --threads 1 --progress lines)

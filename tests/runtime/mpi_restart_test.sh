@@ -16,7 +16,10 @@ PARALLAX=$1 MPIEXEC=$2
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPIRUN=("$MPIEXEC" --allow-run-as-root --oversubscribe)
+# OpenMPI's launcher refuses root and more ranks than cores without these flags; MPICH's knows neither.
+MPIRUN=("$MPIEXEC")
+"$MPIEXEC" --version 2>&1 | grep -qE "Open MPI|OpenRTE" && MPIRUN+=(--allow-run-as-root --oversubscribe)
+
 TIMEOUT=3
 GPT=(train --model gpt --layers 2 --heads 2 --embd 32 --block 32 --batch 12 --steps 30 --dropout 0
      --eval-every 0 --eval-batches 2 --sample-tokens 0 --threads 1 --progress lines --no-predict
