@@ -155,6 +155,11 @@ void add_train_command(CLI::App& app) {
     if (o.ranks > 1) o.threads = 1;
     o.progress_bar = *progress == "bar" || (*progress == "auto" && stdout_is_terminal());
     o.mpi = launched_by_mpi();
+    // The ranks on this node (the memory guard's share of the machine):
+    // OpenMPI's OMPI_COMM_WORLD_LOCAL_SIZE, MPICH's MPI_LOCALNRANKS.
+    for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+      if (const char* value = std::getenv(name); value != nullptr && o.local_ranks == 0) o.local_ranks = std::atoi(value);
+    if (const char* bound = std::getenv("PARALLAX_MPI_TAG_UB")) o.mpi_tag_bound = std::atoi(bound);
     apply_launch_environment(o);
     train(o, std::cout);
   });

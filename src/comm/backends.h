@@ -32,9 +32,16 @@ namespace mpi {
 
 // True when parallax was built with the MPI backend.
 bool available();
+struct MpiOptions {
+  // The tag range used: 0 takes the library's MPI_TAG_UB; else at most
+  // this (at least the standard's 32767), to test the folding of sequences
+  // into the smallest range a library may offer.
+  int tag_bound = 0;
+};
+
 // MPI_Init_thread (if not yet initialized) and the world Communicator over a
 // private duplicate of MPI_COMM_WORLD.
-void init(int* argc, char*** argv, CommunicatorOptions options = {});
+void init(int* argc, char*** argv, CommunicatorOptions options = {}, MpiOptions mpi = {});
 bool initialized();
 Communicator& world();
 // Frees shared windows and communicators, then MPI_Finalize.

@@ -1,6 +1,6 @@
 #include "runtime/memory_guard.h"
 
-#include <cstdlib>
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -58,9 +58,7 @@ AvailableMemory available_memory() {
 
 int ranks_on_this_machine(const TrainOptions& o, int world) {
   if (!o.mpi) return world;
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
-    if (const char* value = std::getenv(name)) return std::max(1, std::atoi(value));
-  return 1;
+  return std::max(1, o.local_ranks);
 }
 
 void check_model_fits(const TrainOptions& o, int world, int optimizer_slots) {

@@ -30,7 +30,7 @@ struct AvailableMemory {
 AvailableMemory available_memory();
 
 // The ranks sharing this machine: in process the job's; under MPI the
-// node's (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS), else 1.
+// node's as the launcher tells (TrainOptions::local_ranks), else 1.
 int ranks_on_this_machine(const TrainOptions& options, int world);
 
 // Check 1; px::Error names the need, what is available and what to try.

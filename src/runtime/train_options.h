@@ -77,6 +77,8 @@ struct TrainOptions {
   int threads = 1;
   int ranks = 1;                 // data-parallel ranks in this process (under mpirun: the MPI world)
   bool mpi = false;              // launched by mpirun/mpiexec (the CLI tells): the ranks are the MPI processes
+  int local_ranks = 0;           // under MPI: the ranks on this machine, as the launcher tells (0: unknown)
+  int mpi_tag_bound = 0;         // under MPI: use at most this tag range (0: the library's; tests)
   DataParallelOptions sync;      // how gradients are reduced across ranks
   double link_gbps = 0;          // in-process ranks: each rank's link limited to this many Gb/s (0: off)
   int inject_delay_rank = -1;    // fault injection: this rank sleeps inject_delay_ms before each step

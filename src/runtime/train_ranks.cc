@@ -77,7 +77,7 @@ TrainResult train(TrainOptions o, std::ostream& log) {
     if (o.ranks != 1)
       fail("--ranks {} starts in-process ranks; under mpirun the ranks are the MPI processes (give -np to mpirun)",
            o.ranks);
-    comm::mpi::init(nullptr, nullptr, {.timeout = timeout});
+    comm::mpi::init(nullptr, nullptr, {.timeout = timeout}, {.tag_bound = o.mpi_tag_bound});
     comm::Communicator& world = comm::mpi::world();
     world.set_timeout(timeout);
     FlightRecorder recorder(flight_file(world.rank()), world.rank(), world.size());

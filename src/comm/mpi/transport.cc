@@ -4,7 +4,7 @@
 // for every communicator split from it (open_context), so the tags need
 // only carry a call's sequence number, folded into MPI_TAG_UB: the standard
 // guarantees 32767 (MPICH and its derivatives offer less than OpenMPI's
-// 2^31 - 1). PARALLAX_MPI_TAG_UB lowers the bound, to test the folding. Shared segments are MPI-3 shared windows (MPI_Win_allocate_shared)
+// 2^31 - 1). MpiOptions::tag_bound lowers the bound, to test the folding. Shared segments are MPI-3 shared windows (MPI_Win_allocate_shared)
 // over the group, when all its members share a node. Native collectives call
 // the library on a communicator made for the group.
 //
@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -90,7 +89,7 @@ MPI_Op mpi_op(Reduction op) {
 class MpiTransport : public Transport, public NativeCollectives {
  public:
   // serialize: the library is not MPI_THREAD_MULTIPLE; one MPI call at a time.
-  explicit MpiTransport(bool serialize) : serialize_(serialize) {
+  MpiTransport(bool serialize, int tag_bound) : serialize_(serialize) {
     MPI_Comm_dup(MPI_COMM_WORLD, &messages_);
     MPI_Comm_dup(MPI_COMM_WORLD, &control_);
     MPI_Comm_set_errhandler(messages_, MPI_ERRORS_RETURN);
@@ -101,8 +100,7 @@ class MpiTransport : public Transport, public NativeCollectives {
     int found = 0;
     MPI_Comm_get_attr(messages_, MPI_TAG_UB, &upper, &found);
     tag_bound_ = found ? *upper : 32767;  // the standard's minimum
-    if (const char* cap = std::getenv("PARALLAX_MPI_TAG_UB"))
-      tag_bound_ = std::min(tag_bound_, std::max(32767, std::atoi(cap)));
+    if (tag_bound > 0) tag_bound_ = std::min(tag_bound_, std::max(32767, tag_bound));
     char name[MPI_MAX_PROCESSOR_NAME];
     int length = 0;
     MPI_Get_processor_name(name, &length);
@@ -268,7 +266,7 @@ class MpiTransport : public Transport, public NativeCollectives {
   MPI_Comm messages_ = MPI_COMM_NULL;
   MPI_Comm control_ = MPI_COMM_NULL;  // for making group communicators
   MPI_Comm contexts_parent_ = MPI_COMM_NULL;  // for making the contexts' communicators
-  int tag_bound_ = 32767;                     // MPI_TAG_UB (or PARALLAX_MPI_TAG_UB)
+  int tag_bound_ = 32767;                     // MPI_TAG_UB (or MpiOptions::tag_bound)
   struct Context {
     MPI_Comm comm = MPI_COMM_NULL;
     std::vector<int> rank_of;  // world rank -> rank in comm (-1: not a member)
@@ -299,7 +297,7 @@ namespace mpi {
 
 bool available() { return true; }
 
-void init(int* argc, char*** argv, CommunicatorOptions options) {
+void init(int* argc, char*** argv, CommunicatorOptions options, MpiOptions mpi) {
   Session& s = session();
   if (s.world) return;
   int already = 0;
@@ -313,7 +311,7 @@ void init(int* argc, char*** argv, CommunicatorOptions options) {
   } else {
     MPI_Query_thread(&provided);
   }
-  s.transport = std::make_shared<MpiTransport>(provided < MPI_THREAD_MULTIPLE);
+  s.transport = std::make_shared<MpiTransport>(provided < MPI_THREAD_MULTIPLE, mpi.tag_bound);
   s.world = std::make_unique<Communicator>(s.transport, options);
 }
 

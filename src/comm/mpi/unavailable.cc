@@ -11,7 +11,7 @@ namespace {
 }  // namespace
 
 bool available() { return false; }
-void init(int*, char***, CommunicatorOptions) { not_built(); }
+void init(int*, char***, CommunicatorOptions, MpiOptions) { not_built(); }
 bool initialized() { return false; }
 Communicator& world() { not_built(); }
 void finalize() {}
