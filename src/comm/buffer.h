@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 
 #include "core/dtype.h"
@@ -27,6 +28,12 @@ struct Buffer {
   // Elements [begin, begin + n) as a Buffer.
   Buffer slice(int64_t begin, int64_t n) const { return {at(begin), n, dtype}; }
 };
+
+// memcpy for buffers that may be empty: an empty Buffer's data may be
+// null, and memcpy's pointers must not be, even for 0 bytes.
+inline void copy_bytes(void* to, const void* from, size_t bytes) {
+  if (bytes > 0) std::memcpy(to, from, bytes);
+}
 
 // Block i of n elements cut into p blocks: the first n % p blocks hold one
 // element more. Every algorithm uses this cut, so reduce-scatter's output on

@@ -142,7 +142,7 @@ void reduce_scatter(Communicator& comm, const void* input, Buffer output, int64_
          output.count, comm.rank(), comm.rank(), n, comm.size(), mine.count);
   // The algorithms work in place on a copy of the input.
   Buffer work(comm.scratch(n * output.element_size(), 3), n, output.dtype);
-  std::memcpy(work.data, input, work.bytes());
+  copy_bytes(work.data, input, work.bytes());
   const Algorithm algorithm = choose(comm, Collective::reduce_scatter, work.bytes(), options);
   if (algorithm == A::naive) detail::reduce_scatter_naive(comm, work, output, op);
   else detail::reduce_scatter_ring(comm, work, output, op);
@@ -152,7 +152,7 @@ void reduce_scatter(Communicator& comm, const void* input, Buffer output, int64_
 void allgather(Communicator& comm, const void* input, Buffer output,
                const CollectiveOptions& options) {
   const Block mine = block(output.count, comm.size(), comm.rank());
-  std::memmove(output.at(mine.begin), input, mine.count * output.element_size());
+  if (mine.count > 0) std::memmove(output.at(mine.begin), input, mine.count * output.element_size());
   const Algorithm algorithm = choose(comm, Collective::allgather, output.bytes(), options);
   if (algorithm == A::naive) detail::allgather_naive(comm, output);
   else detail::allgather_ring(comm, output);

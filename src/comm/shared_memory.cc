@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "comm/buffer.h"
 #include "core/error.h"
 
 namespace px::comm {
@@ -74,7 +75,7 @@ void SharedMemoryGroup::stage_from_all(uint64_t s, const void* source, size_t by
                                        const Step& step) {
   const int me = comm_.rank();
   acquire(s, step);
-  std::memcpy(stage(me, s), source, bytes);
+  copy_bytes(stage(me, s), source, bytes);
   signature(me, s) = sig;
   publish(ready, s + 1);
   for (int q = 0; q < comm_.size(); ++q) {

@@ -27,22 +27,44 @@ int64_t wall_ns() {
   return int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
 }
 
-// Copies `text` into a fixed field, always NUL-terminated.
-template <size_t N>
-void put(char (&field)[N], std::string_view text) {
-  const size_t n = std::min(text.size(), N - 1);
-  std::memcpy(field, text.data(), n);
-  field[n] = '\0';
-}
-
-template <size_t N>
-std::string get(const char (&field)[N]) {
-  return std::string(field, strnlen(field, N));
-}
 
 template <typename T>
 std::atomic_ref<T> atomic(T& value) {
   return std::atomic_ref<T>(value);
+}
+
+// A rank's thread writes its record while watchdogs (this process's and
+// other ranks') read it, so every field written after construction is
+// written and read with relaxed atomic accesses: each number is seen whole,
+// and the access is defined (ThreadSanitizer found the plain ones). A text
+// field read during a rewrite may mix two texts; the readers are
+// diagnostics, and the slot's number says whether an event was whole.
+template <typename T>
+void store(T& field, T value) {
+  atomic(field).store(value, std::memory_order_relaxed);
+}
+template <typename T>
+T load(const T& field) {
+  return atomic(const_cast<T&>(field)).load(std::memory_order_relaxed);
+}
+
+// Copies `text` into a fixed field, always NUL-terminated.
+template <size_t N>
+void put(char (&field)[N], std::string_view text) {
+  const size_t n = std::min(text.size(), N - 1);
+  for (size_t i = 0; i < n; ++i) store(field[i], text[i]);
+  store(field[n], '\0');
+}
+
+template <size_t N>
+std::string get(const char (&field)[N]) {
+  std::string text;
+  for (size_t i = 0; i < N; ++i) {
+    const char c = load(field[i]);
+    if (c == '\0') break;
+    text.push_back(c);
+  }
+  return text;
 }
 
 }  // namespace
@@ -170,9 +192,9 @@ FlightRecorder::Slot* FlightRecorder::slot(uint64_t number) const {
 
 void FlightRecorder::at(int64_t step, int instr, std::string_view name) {
   Header* h = header();
-  h->step = step;
-  h->instr = instr;
-  h->instr_ns = wall_ns();
+  store(h->step, step);
+  store(h->instr, instr);
+  store(h->instr_ns, wall_ns());
   put(h->instr_name, name);
 }
 
@@ -182,15 +204,15 @@ uint64_t FlightRecorder::post(FlightKind kind, std::string_view axis, uint64_t s
   const uint64_t number = atomic(h->events).fetch_add(1);
   Slot* s = slot(number);
   atomic(s->number).store(0);  // being rewritten
-  s->sequence = sequence;
-  s->step = step;
-  s->instr = instr;
-  s->peer = peer;
-  s->bytes = bytes;
-  s->posted_ns = wall_ns();
-  s->done_ns = 0;
-  s->kind = static_cast<uint8_t>(kind);
-  s->state = static_cast<uint8_t>(FlightState::posted);
+  store(s->sequence, sequence);
+  store(s->step, step);
+  store(s->instr, instr);
+  store(s->peer, peer);
+  store(s->bytes, bytes);
+  store(s->posted_ns, wall_ns());
+  store(s->done_ns, int64_t{0});
+  store(s->kind, static_cast<uint8_t>(kind));
+  store(s->state, static_cast<uint8_t>(FlightState::posted));
   put(s->axis, axis);
   put(s->name, name);
   atomic(s->number).store(number + 1);
@@ -200,7 +222,7 @@ uint64_t FlightRecorder::post(FlightKind kind, std::string_view axis, uint64_t s
 void FlightRecorder::done(uint64_t number, bool ok) {
   Slot* s = slot(number);
   if (atomic(s->number).load() != number + 1) return;  // overwritten since
-  s->done_ns = wall_ns();
+  store(s->done_ns, wall_ns());
   atomic(s->state).store(static_cast<uint8_t>(ok ? FlightState::done : FlightState::failed));
 }
 
@@ -211,13 +233,13 @@ RankPhase FlightRecorder::phase() const { return static_cast<RankPhase>(atomic(h
 void FlightRecorder::set_error(std::string_view what) { put(header()->error, what); }
 
 void FlightRecorder::set_suspect(int rank, int64_t last_heard_ns) {
-  header()->suspect_heard_ns = last_heard_ns;
-  header()->suspect = rank;
+  store(header()->suspect_heard_ns, last_heard_ns);
+  store(header()->suspect, rank);
 }
 
 void FlightRecorder::beat() {
   Header* h = header();
-  h->heartbeat_ns = wall_ns();
+  store(h->heartbeat_ns, wall_ns());
   atomic(h->heartbeat).fetch_add(1);
 }
 
@@ -229,8 +251,8 @@ FlightRecorder::Pulse FlightRecorder::pulse() const {
   const Header* h = header();
   return {.heartbeat = heartbeat(),
           .phase = phase(),
-          .step = h->step,
-          .instr = h->instr,
+          .step = load(h->step),
+          .instr = load(h->instr),
           .instr_name = get(h->instr_name)};
 }
 
@@ -241,30 +263,30 @@ FlightDump FlightRecorder::read() const {
   d.world = h->world;
   d.pid = h->pid;
   d.heartbeat = heartbeat();
-  d.heartbeat_ns = h->heartbeat_ns;
-  d.step = h->step;
-  d.instr = h->instr;
+  d.heartbeat_ns = load(h->heartbeat_ns);
+  d.step = load(h->step);
+  d.instr = load(h->instr);
   d.instr_name = get(h->instr_name);
-  d.instr_ns = h->instr_ns;
+  d.instr_ns = load(h->instr_ns);
   d.phase = phase();
   d.error = get(h->error);
-  d.suspect = h->suspect;
-  d.suspect_heard_ns = h->suspect_heard_ns;
+  d.suspect = load(h->suspect);
+  d.suspect_heard_ns = load(h->suspect_heard_ns);
   const uint64_t events = atomic(const_cast<Header*>(h)->events).load();
   const uint64_t first = events > capacity_ ? events - capacity_ : 0;
   for (uint64_t n = first; n < events; ++n) {
     const Slot* s = slot(n);
     if (atomic(const_cast<Slot*>(s)->number).load() != n + 1) continue;  // torn: being rewritten
     d.events.push_back({.number = n,
-                        .sequence = s->sequence,
-                        .step = s->step,
-                        .instr = s->instr,
-                        .peer = s->peer,
-                        .bytes = s->bytes,
-                        .posted_ns = s->posted_ns,
-                        .done_ns = s->done_ns,
-                        .kind = static_cast<FlightKind>(s->kind),
-                        .state = static_cast<FlightState>(s->state),
+                        .sequence = load(s->sequence),
+                        .step = load(s->step),
+                        .instr = load(s->instr),
+                        .peer = load(s->peer),
+                        .bytes = load(s->bytes),
+                        .posted_ns = load(s->posted_ns),
+                        .done_ns = load(s->done_ns),
+                        .kind = static_cast<FlightKind>(load(s->kind)),
+                        .state = static_cast<FlightState>(load(s->state)),
                         .axis = get(s->axis),
                         .name = get(s->name)});
   }

@@ -505,14 +505,16 @@ StepResult ProgramExecutor::run(const StepInput& input) {
   } catch (const Error& e) {
     throw in_context(oldest_pending_event(), site_of(oldest_pending_event()), e);
   }
-  if (recorder_)  // what is left without a job: the sends
-    for (auto it = flight_events_.begin(); it != flight_events_.end();)
+  if (recorder_) {  // what is left without a job: the sends
+    for (auto it = flight_events_.begin(); it != flight_events_.end();) {
       if (job_[static_cast<size_t>(it->first)] < 0) {
         recorder_->done(it->second);
         it = flight_events_.erase(it);
       } else {
         ++it;
       }
+    }
+  }
   result.activation_peak_bytes = activation_peak_;
   if (deferred_updates()) {
     // P3: the gradient reductions run on; each update happens before the

@@ -122,8 +122,6 @@ struct TrainOptions {
   // Non-empty: end with predicted vs measured step time and memory on the
   // local spec saved here (runtime/prediction.h; `parallax train` sets it).
   std::string local_cluster;
-
-  bool operator==(const TrainOptions&) const = default;
 };
 
 // Checks the whole config; throws px::Error naming the bad option and value.

@@ -14,7 +14,7 @@ void all_to_all_naive(Communicator& comm, const void* input, Buffer output) {
   const size_t bytes = output.bytes() / p;  // one block
   const char* in = static_cast<const char*>(input);
   char* out = static_cast<char*>(output.data);
-  std::memcpy(out + r * bytes, in + r * bytes, bytes);
+  copy_bytes(out + r * bytes, in + r * bytes, bytes);
   std::vector<Request> requests;
   for (int q = 0; q < p; ++q) {
     if (q == r) continue;

@@ -13,7 +13,7 @@ void all_to_all_pairwise(Communicator& comm, const void* input, Buffer output) {
   const size_t bytes = output.bytes() / p;
   const char* in = static_cast<const char*>(input);
   char* out = static_cast<char*>(output.data);
-  std::memcpy(out + r * bytes, in + r * bytes, bytes);
+  copy_bytes(out + r * bytes, in + r * bytes, bytes);
   for (int k = 1; k < p; ++k) {
     const int to = (r + k) % p, from = (r - k + p) % p;
     Request requests[2] = {comm.irecv(from, tag, out + from * bytes, bytes),

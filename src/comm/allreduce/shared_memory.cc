@@ -61,7 +61,7 @@ void allreduce_shared_memory(Communicator& comm, Buffer data, Reduction op) {
       const int q = (r + i) % p;  // own part first: it is already in cache
       const Block theirs = block(n, p, q);
       shm->wait_for(q, SharedMemoryGroup::reduced, s + 1, step);
-      std::memcpy(data.at(begin + theirs.begin), shm->stage(q, s) + theirs.begin * element,
+      copy_bytes(data.at(begin + theirs.begin), shm->stage(q, s) + theirs.begin * element,
                   theirs.count * element);
     }
     shm->publish(SharedMemoryGroup::done, s + 1);

@@ -28,12 +28,12 @@ void broadcast_shared_memory(Communicator& comm, Buffer data, int root) {
     shm->acquire(s, step);
     shm->signature(r, s) = signature;
     if (r == root) {
-      std::memcpy(shm->stage(r, s), data.at(begin), n * element);
+      copy_bytes(shm->stage(r, s), data.at(begin), n * element);
       shm->publish(SharedMemoryGroup::ready, s + 1);
     } else {
       shm->wait_for(root, SharedMemoryGroup::ready, s + 1, step);
       shm->check_signature(root, s, step);
-      std::memcpy(data.at(begin), shm->stage(root, s), n * element);
+      copy_bytes(data.at(begin), shm->stage(root, s), n * element);
     }
     shm->publish(SharedMemoryGroup::done, s + 1);
   }

@@ -141,7 +141,6 @@ class CommEngine {
   int64_t unfinished_ = 0;  // submitted jobs not yet finished or failed
   bool stopping_ = false;
   std::string failure_;     // set once a job failed; the engine then stops
-  JobId failed_job_ = -1;
   std::deque<uint64_t> pending_signatures_;  // of jobs agreed_.. submitted_-1
   std::vector<TraceEvent> trace_;
   int64_t payload_bytes_ = 0;

@@ -229,7 +229,8 @@ class MpiTransport : public Transport, public NativeCollectives {
   Route route_of(int peer, uint32_t tag) {
     constexpr int kSequenceBits = 21;  // communicator.cc's tag layout
     const int context = static_cast<int>(tag >> kSequenceBits);
-    const int sequence = static_cast<int>(tag & ((1u << kSequenceBits) - 1)) % (tag_bound_ + 1);
+    // In int64: OpenMPI's bound is INT_MAX, and INT_MAX + 1 overflows an int.
+    const int sequence = static_cast<int>(int64_t{tag & ((1u << kSequenceBits) - 1)} % (int64_t{tag_bound_} + 1));
     if (context == 0) return {messages_, peer, sequence};
     std::lock_guard lock(contexts_mutex_);
     auto it = contexts_.find(context);
@@ -247,7 +248,8 @@ class MpiTransport : public Transport, public NativeCollectives {
     MPI_Comm_group(parent, &world_group);
     MPI_Group_incl(world_group, static_cast<int>(ranks.size()), ranks.data(), &sub_group);
     MPI_Comm comm;
-    check_mpi(MPI_Comm_create_group(parent, sub_group, tag % (tag_bound_ + 1), &comm), "MPI_Comm_create_group");
+    const int mpi_tag = static_cast<int>(tag % (int64_t{tag_bound_} + 1));
+    check_mpi(MPI_Comm_create_group(parent, sub_group, mpi_tag, &comm), "MPI_Comm_create_group");
     MPI_Group_free(&sub_group);
     MPI_Group_free(&world_group);
     return comm;

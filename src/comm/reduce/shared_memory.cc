@@ -44,7 +44,7 @@ void reduce_shared_memory(Communicator& comm, Buffer data, Reduction op, int roo
         const int q = (r + i) % p;
         const Block theirs = block(n, p, q);
         shm->wait_for(q, SharedMemoryGroup::reduced, s + 1, step);
-        std::memcpy(data.at(begin + theirs.begin), shm->stage(q, s) + theirs.begin * element,
+        copy_bytes(data.at(begin + theirs.begin), shm->stage(q, s) + theirs.begin * element,
                     theirs.count * element);
       }
     }
