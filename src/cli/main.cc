@@ -5,12 +5,14 @@
 
 #include "cli/bench_comm.h"
 #include "cli/commands.h"
+#include "cli/train_flags.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"parallax: a C++20 engine for training deep networks across many devices"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every subcommand");
+  px::cli::set_parser_conventions(app);
   px::cli::add_train_command(app);
   px::cli::add_eval_command(app);
   px::cli::add_sample_command(app);

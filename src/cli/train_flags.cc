@@ -1,14 +1,40 @@
 #include "cli/train_flags.h"
 
-#include <cstdio>
-#include <sstream>
-
+#include <charconv>
 #include <limits>
+#include <optional>
+#include <sstream>
+#include <string_view>
+#include <vector>
 
 #include "comm/collectives.h"
 #include "comm/compression/spec.h"
 
 namespace px::cli {
+namespace {
+
+std::vector<std::string_view> split(std::string_view text, char separator) {
+  std::vector<std::string_view> parts;
+  for (size_t begin = 0;;) {
+    const size_t end = text.find(separator, begin);
+    parts.push_back(text.substr(begin, end == std::string_view::npos ? std::string_view::npos : end - begin));
+    if (end == std::string_view::npos) return parts;
+    begin = end + 1;
+  }
+}
+
+// A whole non-negative decimal number that fits an int64 (sscanf's %d is
+// undefined past INT_MAX and accepts trailing text).
+std::optional<int64_t> parse_count(std::string_view text) {
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() || value < 0) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+void set_parser_conventions(CLI::App& app) { app.option_defaults()->disable_flag_override(); }
 
 void add_model_flags(CLI::App& cmd, TrainFlags& flags) {
   TrainOptions& o = flags.options;
@@ -91,6 +117,93 @@ void add_parallel_flags(CLI::App& cmd, TrainFlags& flags) {
                                                 "instead of the flags above");
 }
 
+void add_train_flags(CLI::App& cmd, TrainFlags& flags) {
+  TrainOptions& o = flags.options;
+  add_model_flags(cmd, flags);
+  cmd.add_option("--data", o.data,
+                  "gpt: a text file (default: the fortunes corpus); mlp/cnn: the Fashion-MNIST IDX directory "
+                  "(default /usr/share/datasets/fashion-mnist)");
+  cmd.add_option("--steps", o.steps, "optimizer steps (default: gpt 3500, about five minutes on 2 cores)");
+  cmd.add_option("--epochs", o.epochs, "epochs over the training set, mlp/cnn (default 2); overrides --steps");
+  cmd.add_option("--optimizer", o.optimizer.kind, "sgd or adamw (default: gpt adamw, mlp/cnn sgd)");
+  cmd.add_option("--lr", o.schedule.lr, "peak learning rate (default: gpt 1e-3, mlp/cnn 0.05)");
+  cmd.add_option("--lr-schedule", o.schedule.kind, "learning-rate schedule: cosine (decays to --min-lr-ratio) or constant")->capture_default_str();
+  cmd.add_option("--warmup", o.schedule.warmup, "linear warmup steps (default: gpt 100, mlp/cnn 0)");
+  cmd.add_option("--min-lr-ratio", o.schedule.min_ratio, "cosine floor as a fraction of --lr (default: gpt 0.1, mlp/cnn 0)");
+  cmd.add_option("--weight-decay", o.optimizer.weight_decay, "decay of weight matrices (default: gpt 0.1, cnn 5e-4, mlp 0)");
+  cmd.add_option("--momentum", o.optimizer.momentum, "sgd momentum")->capture_default_str();
+  cmd.add_option("--beta1", o.optimizer.beta1, "adamw beta1")->capture_default_str();
+  cmd.add_option("--beta2", o.optimizer.beta2, "adamw beta2")->capture_default_str();
+  cmd.add_option("--grad-clip", o.grad_clip, "clip the global gradient norm, 0 = off (default: gpt 1, mlp/cnn 0)");
+  cmd.add_option("--eval-every", o.eval_every, "evaluate every N steps, 0 = at the end (default: gpt 500, mlp/cnn 0)");
+  cmd.add_option("--eval-batches", o.eval_batches, "gpt: validation batches per evaluation")->capture_default_str();
+  cmd.add_option("--threads", o.threads, "threads for kernels and BLAS (per MPI rank; in-process ranks use 1 each)")
+      ->capture_default_str();
+  add_parallel_flags(cmd, flags);
+  cmd.add_option("--link-gbps", o.link_gbps, "in-process ranks: limit each rank's link to X Gb/s (0: unlimited)")
+      ->capture_default_str();
+  cmd.add_option("--inject-delay", flags.inject_delay, "RANK:MS - that rank sleeps MS milliseconds before every step (a straggler)");
+  cmd.add_option("--inject-fault", flags.inject_fault,
+                  "RANK:STEP[:kill|hang|lost] - that rank dies (kill, the default), freezes (hang) or dies for good "
+                  "(lost: a restart continues without it) at the start of step STEP, on the first attempt only; for "
+                  "demonstrations and tests of failure detection and restarts");
+  cmd.add_option("--timeout", o.timeout_s,
+                  "seconds: every wait fails after this long, and a rank silent this long is named by every other")
+      ->capture_default_str();
+  cmd.add_option("--run-dir", o.run_dir,
+                  "directory for the run's flight records (flight/rank<R>), which `parallax doctor` reads after a "
+                  "failure (default under parallax launch: its run directory)")
+      ->capture_default_str();
+  cmd.add_option("--inject-nan", o.inject_nan_steps,
+                  "STEP[,STEP...] - the batch each of these steps draws first is made non-finite, every time it "
+                  "runs (a bad record: the step is skipped, retried once, then the batch is skipped for good)")
+      ->delimiter(',');
+  cmd.add_option("--skip-batches", o.skip_batches,
+                  "N[,N...] - never train on these batches (numbered from 1 in the order drawn; a checkpoint "
+                  "remembers the ones that failed twice)")
+      ->delimiter(',');
+  cmd.add_option("--ps", o.ps.mode, "parameter-server training instead of data parallelism: bsp (synchronous), "
+                                     "asp (asynchronous) or ssp (stale-synchronous, see --staleness); ranks "
+                                     "0..K-1 serve, the rest are workers")
+      ->check(CLI::IsMember({"bsp", "asp", "ssp"}));
+  cmd.add_option("--ps-servers", o.ps.servers, "--ps: K server ranks, each holding 1/K of the parameters")
+      ->capture_default_str();
+  cmd.add_option("--staleness", o.ps.staleness, "--ps ssp: a worker may run at most this many steps ahead of the "
+                                                 "slowest")
+      ->capture_default_str();
+  cmd.add_option("--backup-workers", o.ps.backup_workers, "--ps bsp: each step's update takes the first W-B "
+                                                          "of the W workers' gradients to arrive and drops the rest "
+                                                          "(stragglers)")
+      ->capture_default_str();
+  cmd.add_option("--metrics", o.metrics, "write JSON lines (step, train_loss, val_loss, val_accuracy) here");
+  cmd.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) of steps 2-4: compute and communication per rank");
+  cmd.add_option("--save", o.save, "checkpoint directory (written atomically)");
+  cmd.add_option("--save-every", o.save_every,
+                  "checkpoint every N steps, written in the background (0: only at the end); with --max-restarts "
+                  "also an in-memory snapshot, copied to a buddy rank")
+      ->capture_default_str();
+  cmd.add_option("--keep-last", o.keep_last,
+                  "checkpoints to keep: the latest in --save, the older ones beside it as <save>.step-<S>")
+      ->capture_default_str();
+  cmd.add_option("--max-restarts", o.max_restarts,
+                  "in-process ranks: restart a failed job up to N times, from the in-memory snapshots (a lost "
+                  "rank's from its buddy), else the latest checkpoint (under mpirun use parallax launch)")
+      ->capture_default_str();
+  cmd.add_option("--min-ranks", o.min_ranks,
+                  "with --max-restarts: continue with fewer ranks, down to K, when a rank is lost for good (0: "
+                  "never fewer)")
+      ->capture_default_str();
+  cmd.add_option("--resume", o.resume, "continue from this checkpoint directory (repeat the other flags)");
+  cmd.add_option("--stop-after", o.stop_after, "end and save after this step, as if preempted (0: off)");
+  cmd.add_option("--sample-tokens", o.sample_tokens, "gpt: bytes of text to generate at the end (default 300)");
+  cmd.add_option("--prompt", o.prompt, "gpt: text the sample continues (default: a newline)");
+  cmd.add_flag("--no-predict", [&o](int64_t) { o.local_cluster.clear(); },
+                "skip the predicted vs measured step time and memory printed at the end");
+  cmd.add_option("--progress", flags.progress, "auto (a bar on a terminal), bar or lines")
+      ->check(CLI::IsMember({"auto", "bar", "lines"}))
+      ->capture_default_str();
+}
+
 void apply(TrainFlags& flags) {
   TrainOptions& o = flags.options;
   apply_model_defaults(o);
@@ -119,9 +232,10 @@ void apply(TrainFlags& flags) {
     for (std::string pair; std::getline(pairs, pair, ',');) {
       const size_t eq = pair.find('=');
       const std::string axis = pair.substr(0, eq);
-      int size = 0;
-      if (eq == std::string::npos || std::sscanf(pair.c_str() + eq + 1, "%d", &size) != 1 || size < 1)
-        fail("--mesh '{}': '{}' is not axis=size with a size >= 1", flags.mesh, pair);
+      const auto parsed = eq == std::string::npos ? std::nullopt : parse_count(std::string_view(pair).substr(eq + 1));
+      if (!parsed || *parsed < 1 || *parsed > (1 << 20))
+        fail("--mesh '{}': '{}' is not axis=size with a size from 1 to 2^20", flags.mesh, pair);
+      const int size = static_cast<int>(*parsed);
       if (axis == "dp") dp = size;
       else if (axis == "tp") tp = size;
       else if (axis == "pp") pp = size;
@@ -131,11 +245,33 @@ void apply(TrainFlags& flags) {
       fail("--mesh '{}' says tp={}, --tp says {}", flags.mesh, tp, o.sync.tensor_parallel);
     if (o.sync.pipeline_parallel != 1 && o.sync.pipeline_parallel != pp)
       fail("--mesh '{}' says pp={}, --pp says {}", flags.mesh, pp, o.sync.pipeline_parallel);
+    const int64_t mesh_ranks = int64_t{pp} * dp * tp;
+    if (mesh_ranks > (1 << 20)) fail("--mesh '{}' has {} ranks, expected at most 2^20", flags.mesh, mesh_ranks);
     o.sync.tensor_parallel = tp;
     o.sync.pipeline_parallel = pp;
-    o.sync.mesh_ranks = pp * dp * tp;
-    if (o.ranks != 1 && o.ranks != pp * dp * tp)
-      fail("--mesh '{}' has {} ranks, --ranks says {}", flags.mesh, pp * dp * tp, o.ranks);
+    o.sync.mesh_ranks = static_cast<int>(mesh_ranks);
+    if (o.ranks != 1 && o.ranks != mesh_ranks)
+      fail("--mesh '{}' has {} ranks, --ranks says {}", flags.mesh, mesh_ranks, o.ranks);
+  }
+  if (!flags.inject_delay.empty()) {
+    const std::vector<std::string_view> parts = split(flags.inject_delay, ':');
+    const auto rank = parts.size() == 2 ? parse_count(parts[0]) : std::nullopt;
+    const auto ms = parts.size() == 2 ? parse_count(parts[1]) : std::nullopt;
+    if (!rank || !ms || *rank > std::numeric_limits<int>::max())
+      fail("--inject-delay '{}' is not RANK:MS (e.g. 1:200)", flags.inject_delay);
+    o.inject_delay_rank = static_cast<int>(*rank);
+    o.inject_delay_ms = *ms;
+  }
+  if (!flags.inject_fault.empty()) {
+    const std::vector<std::string_view> parts = split(flags.inject_fault, ':');
+    const bool shaped = parts.size() == 2 || parts.size() == 3;
+    const auto rank = shaped ? parse_count(parts[0]) : std::nullopt;
+    const auto step = shaped ? parse_count(parts[1]) : std::nullopt;
+    if (!rank || !step || *step < 1 || *rank > std::numeric_limits<int>::max())
+      fail("--inject-fault '{}' is not RANK:STEP[:kill|hang|lost] (e.g. 2:37:kill)", flags.inject_fault);
+    o.inject_fault_rank = static_cast<int>(*rank);
+    o.inject_fault_step = *step;
+    o.inject_fault_mode = parts.size() == 3 ? std::string(parts[2]) : "kill";
   }
 }
 

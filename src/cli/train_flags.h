@@ -22,11 +22,23 @@ struct TrainFlags {
   std::string schedule = "1f1b";
   std::string stage_cuts;  // "h.2,h.4"
   std::string recompute = "none";
+  std::string progress = "auto";  // auto, bar or lines
+  std::string inject_delay;       // "RANK:MS"
+  std::string inject_fault;       // "RANK:STEP[:kill|hang|lost]"
 };
+
+// What every parallax command line shares, set on the top-level app before
+// its subcommands are added (they inherit it): a flag takes no value
+// (`--no-overlap=x` is a named parse error; CLI11 2.1 would otherwise throw
+// std::invalid_argument from stoll).
+void set_parser_conventions(CLI::App& app);
 
 // Unset integer and float options take the model's default (apply()).
 void add_model_flags(CLI::App& cmd, TrainFlags& flags);
 void add_parallel_flags(CLI::App& cmd, TrainFlags& flags);
+// Every flag of `parallax train`: the two above and the run's own (steps,
+// optimizer, checkpoints, restarts, injected faults, outputs).
+void add_train_flags(CLI::App& cmd, TrainFlags& flags);
 // After parsing: the model's defaults, then the text flags into options.
 void apply(TrainFlags& flags);
 

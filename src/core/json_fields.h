@@ -3,6 +3,8 @@
 // specs). `document` prefixes every message: "strategy", "cluster".
 #pragma once
 
+#include <cstdint>
+#include <limits>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -30,10 +32,24 @@ template <typename T>
 T field(const std::string& document, const nlohmann::json& json, const std::string& where, const std::string& key,
         T fallback) {
   if (!json.contains(key)) return fallback;
+  const nlohmann::json& value = json.at(key);
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    static_assert(std::is_signed_v<T>, "json_fields::field reads signed integers");
+    // An integer in T's range: nlohmann's get<int>() of 1e300 or 2^40 would
+    // convert out of range (undefined, or a wrapped value) instead of failing.
+    const bool fits = value.is_number_unsigned()  ? value.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())
+                      : value.is_number_integer() ? value.get<int64_t>() >= int64_t(std::numeric_limits<T>::min()) &&
+                                                        value.get<int64_t>() <= int64_t(std::numeric_limits<T>::max())
+                                                  : false;
+    if (!fits)
+      fail("{}: {}.{} is {}, expected an integer from {} to {}", document, where, key, value.dump(),
+           std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+    return value.get<T>();
+  }
   try {
-    return json.at(key).get<T>();
+    return value.get<T>();
   } catch (const nlohmann::json::exception&) {
-    fail("{}: {}.{} is {}, expected a {}", document, where, key, json.at(key).dump(),
+    fail("{}: {}.{} is {}, expected a {}", document, where, key, value.dump(),
          std::is_same_v<T, std::string> ? "string" : std::is_same_v<T, bool> ? "boolean" : "number");
   }
 }

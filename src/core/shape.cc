@@ -16,8 +16,14 @@ int64_t& Shape::at(int a) { return dims_[axis(a)]; }
 int64_t Shape::numel() const { return numel(0, rank()); }
 
 int64_t Shape::numel(int begin, int end) const {
+  // Dims may come from a file (IDX, safetensors): a zero dim makes the
+  // count 0 whatever the others, and a count past int64 is refused by name
+  // rather than wrapped.
+  for (int i = begin; i < end; ++i)
+    if (dims_[i] == 0) return 0;
   int64_t n = 1;
-  for (int i = begin; i < end; ++i) n *= dims_[i];
+  for (int i = begin; i < end; ++i)
+    if (__builtin_mul_overflow(n, dims_[i], &n)) fail("shape {} has more than 2^63 elements", str());
   return n;
 }
 

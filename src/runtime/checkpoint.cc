@@ -14,6 +14,16 @@ namespace px {
 namespace fs = std::filesystem;
 namespace {
 
+// A JSON value for a message: its text, cut short when long.
+std::string brief(const nlohmann::json& value) {
+  std::string text = value.dump();
+  return text.size() <= 80 ? text : text.substr(0, 77) + "...";
+}
+
+bool is_count(const nlohmann::json& value) {
+  return value.is_number_unsigned() || (value.is_number_integer() && value.get<int64_t>() >= 0);
+}
+
 // Ends one phase of the save: every rank learns whether any rank failed in
 // it. The failing rank throws its own message, the others one naming it.
 void agree(comm::Communicator* group, const std::string& error, const std::string& dir, std::string_view phase) {
@@ -61,7 +71,8 @@ int64_t step_of(const std::string& dir) {
   std::ifstream in(dir + "/state.json");
   if (!in) return -1;
   try {
-    return nlohmann::json::parse(in).value("step", int64_t{-1});
+    const nlohmann::json state = nlohmann::json::parse(in);
+    return state.is_object() && state.contains("step") && is_count(state["step"]) ? state["step"].get<int64_t>() : -1;
   } catch (const nlohmann::json::exception&) {
     return -1;
   }
@@ -179,16 +190,55 @@ static nlohmann::json read_state(const std::string& path) {
   }
 }
 
+// Every field of state.json a resume reads, of the type it reads it as, so
+// a damaged or hand-edited file is refused here, by name, and not deep
+// inside a resume. The model config (apply_model_json) and the data
+// order's state (the task's sampler) are checked by their readers.
+static void check_state(const nlohmann::json& state, const std::string& dir) {
+  if (!state.is_object()) fail("checkpoint '{}': state.json is {}, expected a JSON object", dir, brief(state));
+  const auto bad = [&](const std::string& key, std::string_view expected) {
+    fail("checkpoint '{}': state.json's '{}' is {}, expected {}", dir, key,
+         state.contains(key) ? brief(state.at(key)) : "missing", expected);
+  };
+  if (!state.contains("files") || !state["files"].is_object())
+    fail("checkpoint '{}': state.json lists no files (written by a parallax before sharded checkpoints?); "
+         "its model.safetensors still loads for eval and sample",
+         dir);
+  for (const char* key : {"step", "optimizer_steps"})
+    if (!state.contains(key) || !is_count(state[key])) bad(key, "a non-negative integer");
+  if (state.contains("batches") && !is_count(state["batches"])) bad("batches", "a non-negative integer");
+  if (!state.contains("config") || !state["config"].is_object()) bad("config", "the model config object");
+  if (!state.contains("data")) bad("data", "the data order's state");
+  if (state.contains("ranks") && !(is_count(state["ranks"]) && state["ranks"].get<uint64_t>() >= 1 &&
+                                   state["ranks"].get<uint64_t>() <= (1 << 20)))
+    bad("ranks", "a rank count from 1 to 2^20");
+  for (const char* key : {"mesh", "compression", "optimizer"})
+    if (state.contains(key) && !state[key].is_string()) bad(key, "a string");
+  if (state.contains("saved_at") && !state["saved_at"].is_number()) bad("saved_at", "a time in seconds");
+  if (state.contains("bad_batches")) {
+    const nlohmann::json& batches = state["bad_batches"];
+    if (!batches.is_array() || !std::all_of(batches.begin(), batches.end(), is_count))
+      bad("bad_batches", "an array of batch numbers");
+  }
+  for (const auto& [name, bytes] : state["files"].items()) {
+    // Names are paths inside the checkpoint: never absolute, never up and out.
+    const fs::path path(name);
+    const bool inside = !name.empty() && path.is_relative() &&
+                        std::none_of(path.begin(), path.end(), [](const fs::path& part) { return part == ".."; });
+    if (!inside)
+      fail("checkpoint '{}': state.json lists file '{}', expected a path inside the checkpoint directory", dir, name);
+    if (!is_count(bytes))
+      fail("checkpoint '{}': state.json records {} bytes for '{}', expected a byte count", dir, brief(bytes), name);
+  }
+}
+
 Checkpoint load_checkpoint(const std::string& dir) {
   if (!fs::is_directory(dir))
     fail("checkpoint directory '{}' does not exist (expected a directory written by parallax train --save)", dir);
   Checkpoint c;
   c.dir = dir;
   c.state = read_state(dir + "/state.json");
-  if (!c.state.contains("files") || !c.state["files"].is_object())
-    fail("checkpoint '{}': state.json lists no files (written by a parallax before sharded checkpoints?); "
-         "its model.safetensors still loads for eval and sample",
-         dir);
+  check_state(c.state, dir);
   std::vector<std::string> shard_files;
   for (const auto& [name, bytes] : c.state["files"].items()) {
     const std::string path = dir + "/" + name;

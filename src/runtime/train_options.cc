@@ -1,8 +1,9 @@
 #include "runtime/train_options.h"
 
-#include <numeric>
-
 #include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <string>
 
 namespace px {
 
@@ -135,22 +136,75 @@ nlohmann::json model_json(const TrainOptions& o) {
   return j;
 }
 
+namespace {
+
+// The model config saved with a checkpoint, read field by field: a damaged
+// or hand-edited file gets a px::Error naming the field and its value.
+// Sizes are integers (a JSON 1e300 must not become an int64) and the model
+// kind one parallax knows.
+class ModelConfigReader {
+ public:
+  explicit ModelConfigReader(const nlohmann::json& config) : config_(config) {
+    if (!config.is_object()) fail("checkpoint model config is {}, expected a JSON object", config.dump());
+  }
+  const nlohmann::json& section(const std::string& key) const {
+    if (!config_.contains(key) || !config_.at(key).is_object())
+      fail("checkpoint model config has no '{}' object: {}", key, config_.dump());
+    return config_.at(key);
+  }
+  std::string string(const std::string& key, std::string fallback) const {
+    if (!config_.contains(key)) return fallback;
+    if (!config_.at(key).is_string())
+      fail("checkpoint model config: {} is {}, expected a string", key, config_.at(key).dump());
+    return config_.at(key).get<std::string>();
+  }
+  static int64_t size(const nlohmann::json& section, const std::string& where, const std::string& key) {
+    if (!section.contains(key)) fail("checkpoint model config: {}.{} is missing, expected an integer", where, key);
+    return integer(section.at(key), where + "." + key);
+  }
+  static int64_t integer(const nlohmann::json& v, const std::string& what) {
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
+      fail("checkpoint model config: {} is {}, expected an integer", what, v.dump());
+    return v.get<int64_t>();
+  }
+  static double number(const nlohmann::json& section, const std::string& where, const std::string& key) {
+    if (!section.contains(key) || !section.at(key).is_number())
+      fail("checkpoint model config: {}.{} is {}, expected a number", where, key,
+           section.contains(key) ? section.at(key).dump() : "missing");
+    return section.at(key).get<double>();
+  }
+
+ private:
+  const nlohmann::json& config_;
+};
+
+}  // namespace
+
 void apply_model_json(const nlohmann::json& j, TrainOptions& o) {
-  try {
-    o.model = j.at("model").get<std::string>();
-    o.data = j.value("data", std::string());
-    if (o.model == "gpt") {
-      const auto& g = j.at("gpt");
-      o.gpt = {g.at("vocab"), g.at("block"), g.at("n_layer"), g.at("n_head"), g.at("n_embd"), g.at("dropout")};
-    } else if (o.model == "mlp") {
-      const auto& m = j.at("mlp");
-      o.mlp = {m.at("inputs"), m.at("hidden").get<std::vector<int64_t>>(), m.at("classes")};
-    } else if (o.model == "cnn") {
-      const auto& c = j.at("cnn");
-      o.cnn = {c.at("channels1"), c.at("channels2"), c.at("hidden"), c.at("classes")};
-    }
-  } catch (const nlohmann::json::exception& e) {
-    fail("checkpoint model config is malformed: {}", e.what());
+  const ModelConfigReader config(j);
+  o.model = config.string("model", "");
+  if (o.model != "gpt" && o.model != "mlp" && o.model != "cnn")
+    fail("checkpoint model config: model is '{}', expected gpt, mlp or cnn", o.model);
+  o.data = config.string("data", "");
+  using R = ModelConfigReader;
+  if (o.model == "gpt") {
+    const auto& g = config.section("gpt");
+    o.gpt = {.vocab = R::size(g, "gpt", "vocab"), .block = R::size(g, "gpt", "block"),
+             .n_layer = R::size(g, "gpt", "n_layer"), .n_head = R::size(g, "gpt", "n_head"),
+             .n_embd = R::size(g, "gpt", "n_embd"), .dropout = R::number(g, "gpt", "dropout")};
+  } else if (o.model == "mlp") {
+    const auto& m = config.section("mlp");
+    if (!m.contains("hidden") || !m.at("hidden").is_array())
+      fail("checkpoint model config: mlp.hidden is {}, expected an array of widths",
+           m.contains("hidden") ? m.at("hidden").dump() : "missing");
+    std::vector<int64_t> hidden;
+    for (size_t i = 0; i < m.at("hidden").size(); ++i)
+      hidden.push_back(R::integer(m.at("hidden")[i], fmt::format("mlp.hidden[{}]", i)));
+    o.mlp = {.inputs = R::size(m, "mlp", "inputs"), .hidden = hidden, .classes = R::size(m, "mlp", "classes")};
+  } else {
+    const auto& c = config.section("cnn");
+    o.cnn = {.channels1 = R::size(c, "cnn", "channels1"), .channels2 = R::size(c, "cnn", "channels2"),
+             .hidden = R::size(c, "cnn", "hidden"), .classes = R::size(c, "cnn", "classes")};
   }
 }
 

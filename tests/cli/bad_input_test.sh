@@ -36,6 +36,11 @@ assert_error zero-batch "batch size 0" -- train "${tiny[@]}" --batch 0
 assert_error keep-last-zero "--keep-last 0" -- train "${tiny[@]}" --steps 2 --keep-last 0
 assert_error inject-fault-mode "expected kill, hang or lost" -- train "${tiny[@]}" --steps 2 --inject-fault 0:1:boom
 assert_error min-ranks-above "--min-ranks 3" -- train "${tiny[@]}" --steps 2 --ranks 2 --min-ranks 3
+# Found by fuzz/cli_numbers_fuzzer.cc: a flag given a value, numbers past their type.
+assert_error flag-with-value "no-overlap" -- train "${tiny[@]}" --no-overlap=:24
+assert_error mesh-size-overflow "from 1 to 2^20" -- train "${tiny[@]}" --mesh dp=99999999999
+assert_error mesh-ranks-overflow "expected at most 2^20" -- train "${tiny[@]}" --mesh pp=1048576,dp=1048576
+assert_error fault-step-overflow "RANK:STEP" -- train "${tiny[@]}" --inject-fault 1:99999999999999999999
 assert_error launch-without-placeholder "{ranks}" -- launch --ranks 4 -- parallax train
 assert_error launch-unrunnable "cannot run 'no-such-program'" -- launch --max-restarts 0 --run-dir "$work/launch" -- no-such-program
 assert_error negative-lr "learning rate -0.1" -- train "${tiny[@]}" --lr -0.1

@@ -16,6 +16,24 @@ TEST(Tensor, ReshapeSharesStorageAndChecksNumel) {
   EXPECT_THROW(t.reshape({4, 2}), Error);
 }
 
+// Dims read from files (found by fuzz/idx_fuzzer.cc): an element count past
+// int64 is a named error, and a zero dim makes the count 0 whatever the rest.
+TEST(Shape, ElementCountPastInt64IsANamedErrorAndAZeroDimIsEmpty) {
+  const int64_t big = int64_t{1} << 40;
+  EXPECT_THROW(
+      {
+        try {
+          Shape({big, big}).numel();
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("more than 2^63 elements"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+  EXPECT_EQ(Shape({big, big, 0}).numel(), 0);
+  EXPECT_EQ(Shape({3, 4, 5}).numel(1, 3), 20);
+}
+
 TEST(Tensor, SliceRowsViewsTheRightRows) {
   Tensor t = Tensor::from_vector({3, 2}, std::vector<float>{1, 2, 3, 4, 5, 6});
   Tensor s = t.slice_rows(1, 3);

@@ -196,6 +196,20 @@ TEST(FashionMnist, HugeDimsInHeaderAreTruncationNotAllocation) {
   expect_error(dir.path(), {dir.file("train-images-idx3-ubyte"), "truncated"});
 }
 
+// Found by fuzz/idx_fuzzer.cc (fuzz/corpus/idx/regression-zero-dim-huge-others):
+// a zero dim makes the payload empty, and the element count of the other
+// dims, multiplied first, overflowed int64.
+TEST(FashionMnist, AZeroDimBesideHugeDimsReadsAsEmpty) {
+  ScratchDir dir;
+  std::vector<uint8_t> images = idx_images(0, 0, 0);
+  for (int i = 4; i < 12; ++i) images[i] = 0xff;  // N = rows = 2^32 - 1, cols = 0
+  dir.write("images", images);
+  const Tensor pixels = read_idx_images(dir.file("images"));
+  EXPECT_EQ(pixels.numel(), 0);
+  EXPECT_EQ(pixels.dim(0), 0xffffffffLL);
+  EXPECT_EQ(pixels.dim(2), 0);
+}
+
 TEST(FashionMnist, LabelCountMismatchNamesBothFiles) {
   ScratchDir dir;
   dir.write("train-images-idx3-ubyte.gz", gzip(idx_images(3)));

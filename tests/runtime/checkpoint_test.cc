@@ -6,11 +6,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 
 #include "comm/backends.h"
 #include "core/error.h"
 #include "runtime/checkpoint.h"
+#include "runtime/train_options.h"
 #include "testing/scratch_dir.h"
 
 namespace px {
@@ -41,7 +43,7 @@ CheckpointPart part_of(int rank, const Tensor& whole, const ParamStore& model, b
                       .who = {{"mesh", "{dp:3}"}, {"coords", fmt::format("[{}]", rank)}}};
   if (rank == 0) {
     part.model = model.named();
-    part.state = {{"step", 7}, {"config", {{"model", "test"}}}};
+    part.state = {{"step", 7}, {"optimizer_steps", 7}, {"config", {{"model", "test"}}}, {"data", {{"step", 7}}}};
   }
   return part;
 }
@@ -138,6 +140,66 @@ TEST(LoadCheckpoint, AMissingOrTruncatedShardFileIsNamed) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'shards/rank1.safetensors' is missing"), std::string::npos) << e.what();
   }
+}
+
+// A damaged or hand-edited state.json (found by fuzz/checkpoint_state_fuzzer.cc
+// and its corpus): each field a resume reads is refused by name when it is
+// missing or of the wrong type, and a listed file must lie inside the checkpoint.
+TEST(LoadCheckpoint, AStateJsonWithABadFieldIsNamed) {
+  testing::ScratchDir dir;
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(save_on_ranks(ckpt), std::vector<std::string>(kRanks));
+  nlohmann::json good;
+  std::ifstream(ckpt + "/state.json") >> good;
+  const auto expect_refused = [&](const std::function<void(nlohmann::json&)>& damage, const std::string& fragment) {
+    nlohmann::json state = good;
+    damage(state);
+    std::ofstream(ckpt + "/state.json", std::ios::trunc) << state.dump();
+    try {
+      load_checkpoint(ckpt);
+      ADD_FAILURE() << "loaded a state.json damaged to " << state.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_refused([](auto& s) { s.erase("optimizer_steps"); }, "'optimizer_steps' is missing");
+  expect_refused([](auto& s) { s["step"] = 1e300; }, "'step' is 1e+300, expected a non-negative integer");
+  expect_refused([](auto& s) { s["step"] = -3; }, "'step' is -3");
+  expect_refused([](auto& s) { s["ranks"] = 0; }, "'ranks' is 0, expected a rank count");
+  expect_refused([](auto& s) { s["bad_batches"] = {1, "two"}; }, "'bad_batches' is [1,\"two\"]");
+  expect_refused([](auto& s) { s["files"]["../outside"] = 3; }, "file '../outside', expected a path inside");
+  expect_refused([](auto& s) { s["files"]["/etc/passwd"] = 3; }, "file '/etc/passwd', expected a path inside");
+  expect_refused([](auto& s) { s["files"]["model.safetensors"] = "big"; }, "records \"big\" bytes");
+  expect_refused([](auto& s) { s = nlohmann::json::array(); }, "state.json is [], expected a JSON object");
+}
+
+// The model config a resume applies: sizes are integers in range, the kind
+// one parallax knows (a JSON 1e300 once converted to int64 unchecked).
+TEST(LoadCheckpoint, AModelConfigWithABadFieldIsNamed) {
+  const nlohmann::json gpt = {{"model", "gpt"},
+                              {"gpt", {{"vocab", 256}, {"block", 8}, {"n_layer", 1}, {"n_head", 1}, {"n_embd", 8}, {"dropout", 0.0}}}};
+  TrainOptions o;
+  apply_model_json(gpt, o);
+  EXPECT_EQ(o.gpt.n_embd, 8);
+  const auto expect_refused = [&](nlohmann::json config, const std::string& fragment) {
+    try {
+      TrainOptions options;
+      apply_model_json(config, options);
+      ADD_FAILURE() << "applied " << config.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  nlohmann::json huge = gpt;
+  huge["gpt"]["vocab"] = 1e300;
+  expect_refused(huge, "gpt.vocab is 1e+300, expected an integer");
+  nlohmann::json missing = gpt;
+  missing["gpt"].erase("n_head");
+  expect_refused(missing, "gpt.n_head is missing");
+  expect_refused({{"model", "resnet"}}, "model is 'resnet', expected gpt, mlp or cnn");
+  expect_refused({{"model", "mlp"}, {"mlp", {{"inputs", 4}, {"hidden", {8, "x"}}, {"classes", 2}}}},
+                 "mlp.hidden[1] is \"x\", expected an integer");
+  expect_refused(nlohmann::json::array(), "expected a JSON object");
 }
 
 // Without the file list's help (the file and its entry both gone), the
