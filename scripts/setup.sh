@@ -12,6 +12,7 @@ packages=(
   mpich libmpich-dev
   dataset-fashion-mnist fortunes
   python3-torch python3-numpy
+  clang libclang-rt-14-dev   # the sanitizer builds and libFuzzer (scripts/test.sh --asan, --tsan, --fuzz)
 )
 
 missing=()
