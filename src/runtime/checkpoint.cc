@@ -138,15 +138,19 @@ void CheckpointWriter::write(CheckpointPart part, const std::string& staging) {
   });
   const std::string marked = attempt([&] { write_file_atomically(marker_path(staging, rank), error_); });
   if (error_.empty()) error_ = marked;
-  if (rank != 0 || !error_.empty()) {
-    if (rank == 0) staged_.reset();
-    return;
-  }
-  // 2. The lead: the model and the state once every rank's runs are in.
-  error_ = attempt([&] {
-    std::map<std::string, std::string> metadata{{"format", "pt"}, {"parallax", part.state.at("config").dump()}};
-    save_safetensors(staging + "/model.safetensors", part.model, metadata);
-    if (!part.compression.empty()) save_safetensors(staging + "/compression.safetensors", part.compression);
+  if (rank != 0) return;
+  // 2. The lead: the model, then every rank's mark. Only once all are in
+  // may a failure remove the staging directory: another rank may still be
+  // writing into it, and would report the vanished directory instead of
+  // the failure that caused it.
+  if (error_.empty())
+    error_ = attempt([&] {
+      std::map<std::string, std::string> metadata{{"format", "pt"}, {"parallax", part.state.at("config").dump()}};
+      save_safetensors(staging + "/model.safetensors", part.model, metadata);
+      if (!part.compression.empty()) save_safetensors(staging + "/compression.safetensors", part.compression);
+    });
+  const std::string others = attempt([&] {
+    std::string first_failure;
     for (int r = 1; r < world; ++r) {
       const std::string mark = marker_path(staging, r);
       for (int wait_ms = 1; !fs::exists(mark); wait_ms = std::min(wait_ms * 2, 20)) {
@@ -155,16 +159,22 @@ void CheckpointWriter::write(CheckpointPart part, const std::string& staging) {
       }
       std::ifstream in(mark);
       const std::string failed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      if (!failed.empty()) fail("rank {} failed writing its shard file: {}", r, failed);
+      if (!failed.empty() && first_failure.empty())
+        first_failure = fmt::format("rank {} failed writing its shard file: {}", r, failed);
     }
-    fs::remove_all(staging + "/written");
-    nlohmann::json state = part.state;
-    state["files"] = file_sizes(staging);
-    write_file_atomically(staging + "/state.json", state.dump(2) + "\n");
-    const int64_t previous = keep_last_ > 1 ? step_of(dir_) : -1;
-    staged_->commit(previous >= 0 ? kept_checkpoint_path(dir_, previous) : std::string());
-    if (keep_last_ > 1) prune_kept(dir_, keep_last_ - 1);
+    if (!first_failure.empty()) fail("{}", first_failure);
   });
+  if (error_.empty()) error_ = others;
+  if (error_.empty())
+    error_ = attempt([&] {
+      fs::remove_all(staging + "/written");
+      nlohmann::json state = part.state;
+      state["files"] = file_sizes(staging);
+      write_file_atomically(staging + "/state.json", state.dump(2) + "\n");
+      const int64_t previous = keep_last_ > 1 ? step_of(dir_) : -1;
+      staged_->commit(previous >= 0 ? kept_checkpoint_path(dir_, previous) : std::string());
+      if (keep_last_ > 1) prune_kept(dir_, keep_last_ - 1);
+    });
   staged_.reset();  // removes the staging directory unless committed
 }
 
