@@ -419,7 +419,7 @@ StepResult ProgramExecutor::run(const StepInput& input) {
   // Engine jobs of the previous step stay referenced by deferred updates (resolved there).
   if (deferred_.empty()) job_.assign(program_.instrs.size(), -1);
   wire_.assign(program_.instrs.size(), {});
-  for (size_t a = 0; a < groups_.size(); ++a) sent_before_[a] = groups_[a] ? groups_[a]->bytes_sent() : 0;
+  for (size_t a = 0; a < groups_.size(); ++a) sent_before_[a] = axis_bytes_sent(a);
   StepResult result;
   // This rank's tensors: its account when it has one (in-process ranks share the process).
   const MemoryStats at_start = account_ ? account_->stats() : memory_stats();
@@ -546,8 +546,16 @@ StepResult ProgramExecutor::run(const StepInput& input) {
   live_.clear();
   result.wire = step_wire();
   for (size_t a = 0; a < groups_.size(); ++a)
-    result.axis_bytes.push_back(groups_[a] ? static_cast<int64_t>(groups_[a]->bytes_sent() - sent_before_[a]) : 0);
+    result.axis_bytes.push_back(static_cast<int64_t>(axis_bytes_sent(a) - sent_before_[a]));
   return result;
+}
+
+uint64_t ProgramExecutor::axis_bytes_sent(size_t axis) const {
+  const comm::Communicator* group = groups_[axis];
+  if (group == nullptr) return 0;
+  // The data axis' collectives run on the progress engine's own split of
+  // its group (whatever a step leaves in flight counts in the next).
+  return group->bytes_sent() + (group == group_ && engine_ ? engine_->bytes_sent() : 0);
 }
 
 }  // namespace px

@@ -254,7 +254,8 @@ class ProgramExecutor {
   parallel::Liveness liveness_;
   AxisGroups groups_;
   comm::Communicator* group_;  // the data axis'
-  std::vector<uint64_t> sent_before_;  // per mesh axis: its communicator's count when the step began
+  std::vector<uint64_t> sent_before_;  // per mesh axis: axis_bytes_sent() when the step began
+  uint64_t axis_bytes_sent(size_t axis) const;  // this rank's bytes sent so far on a mesh axis
   ExecutorOptions options_;
   std::unique_ptr<comm::CommEngine> engine_;
   std::optional<Optimizer> optimizer_;

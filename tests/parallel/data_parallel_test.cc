@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "parallel/strategy_equivalence.h"
+#include "runtime/task.h"
+#include "runtime/trainer.h"
 #include "testing/expect_train_error.h"
 #include "testing/scratch_dir.h"
 #include "testing/tiny_jobs.h"
@@ -78,6 +80,27 @@ TEST(DataParallel, CnnWithoutOverlapMatchesOneRank) {
   o.ranks = 4;
   o.sync.overlap = false;
   testing::expect_same_losses(single, testing::train_losses(o), kTolerance, "cnn at 4 ranks without overlap");
+}
+
+// The bytes a step reports on the data axis are what the gradient ring
+// allreduce sends, overlapped on the progress engine or inline: each rank
+// 2 (p-1)/p of the gradient, plus the loss's and the norm's one float and,
+// on the engine, its few bytes a job of agreement on what runs next.
+TEST(DataParallel, ReportsTheGradientRingsBytesOnTheDataAxis) {
+  for (bool overlap : {true, false}) {
+    TrainOptions o = gpt_job(testing::shared_text());
+    o.steps = o.schedule.total = 3;
+    o.ranks = 2;
+    o.sync.overlap = overlap;
+    o.sync.collective.algorithm = comm::Algorithm::ring;
+    std::ostringstream log;
+    const TrainResult result = train(o, log);
+    const int64_t parameters = make_task(o)->build(o.batch, true).graph.param_count();
+    const double gradient_bytes = 2 * 0.5 * 4.0 * static_cast<double>(parameters);
+    const double reported = static_cast<double>(result.bytes_per_axis.at("dp"));
+    EXPECT_GE(reported, gradient_bytes) << (overlap ? "overlapped" : "inline");
+    EXPECT_LE(reported, gradient_bytes * 1.01) << (overlap ? "overlapped" : "inline");
+  }
 }
 
 // Accumulation inside each rank: 2 ranks x 2 micro-batches = 1 rank x 4.

@@ -85,6 +85,10 @@ class CommEngine {
   // equal priorities run in submission order. Buffers must stay valid and
   // untouched by the caller until wait() for the job returns.
 
+  // Bytes this rank's jobs have sent so far (their own communicator's
+  // count, which the group it was split from does not see).
+  uint64_t bytes_sent() const { return comm_.bytes_sent(); }
+
   // In place: data holds this rank's contribution and receives the result.
   JobId allreduce(std::span<float> data, int priority, std::string name,
                   Reduction op = Reduction::sum);
