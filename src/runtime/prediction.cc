@@ -18,23 +18,24 @@ plan::ClusterSpec local_cluster(const std::string& path, int ranks, bool* calibr
   return plan::local_cluster_spec(std::move(profile), "this host's CPU", 1e12, std::max(64, ranks));
 }
 
-RunPrediction predict_run(const TrainOptions& o, const nn::Model& model, const parallel::Strategy& strategy) {
-  const int ranks = strategy.mesh.ranks();
+RunPrediction predict_run(const TrainOptions& o, const std::vector<parallel::Program>& programs) {
+  const int ranks = static_cast<int>(programs.size());
   RunPrediction out;
   const plan::ClusterSpec cluster = local_cluster(o.local_cluster, ranks, &out.calibrated);
   out.basis = out.calibrated ? fmt::format("the local spec '{}'", o.local_cluster)
                              : "this host's probed rates, kernels at their roofline (run 'parallax calibrate' for a "
                                "calibrated prediction)";
-  const std::vector<parallel::Program> programs =
-      plan::lower_all({.forward = &model.graph, .loss = model.loss}, strategy);
   const plan::Simulation sim = plan::simulate_sharing_cores(
       {.programs = &programs,
        .cluster = &cluster,
        .overlap = o.sync.overlap,
-       .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size())},
+       .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size()),
+       .trace = true},
       {.threads = o.threads, .model = o.model, .link_gbps = o.link_gbps, .collective = o.sync.collective});
   out.step_seconds = sim.step_seconds;
   out.peak_bytes = sim.peak_bytes.front();
+  out.peak_bytes_per_rank = sim.peak_bytes;
+  out.timeline = sim.trace;
   return out;
 }
 

@@ -6,10 +6,11 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
-#include "nn/model.h"
-#include "parallel/strategy.h"
+#include "parallel/program.h"
 #include "plan/cluster.h"
+#include "plan/simulate.h"
 #include "runtime/train_options.h"
 
 namespace px {
@@ -19,13 +20,16 @@ struct RunPrediction {
   bool calibrated = false;
   double step_seconds = 0;
   double peak_bytes = 0;      // rank 0's
+  std::vector<double> peak_bytes_per_rank;  // the memory model's peak of every rank
+  std::vector<plan::SimulatedEvent> timeline;  // one step as the simulator replayed it, every rank
 };
 
 // The local spec saved at `path`, or one probed now (no kernel timings) when there is none.
 plan::ClusterSpec local_cluster(const std::string& path, int ranks, bool* calibrated);
 
-// Every rank's Program of `strategy` replayed on the local spec at options.local_cluster.
-RunPrediction predict_run(const TrainOptions& options, const nn::Model& model, const parallel::Strategy& strategy);
+// Every rank's Program of the strategy (plan::lower_all) replayed on the
+// local spec at options.local_cluster.
+RunPrediction predict_run(const TrainOptions& options, const std::vector<parallel::Program>& programs);
 
 // "predicted step 0.412 s, measured 0.398 s (+3.5%); ..." lines.
 std::string describe_prediction(const RunPrediction& prediction, double measured_step_seconds,

@@ -31,6 +31,9 @@
 #include "runtime/memory_report.h"
 #include "runtime/parameter_server.h"
 #include "runtime/prediction.h"
+#include "runtime/rank_figures.h"
+#include "runtime/run_summary.h"
+#include "plan/simulate.h"
 #include "runtime/program_executor.h"
 #include "runtime/progress.h"
 #include "runtime/sampling.h"
@@ -78,31 +81,6 @@ static void restore_compression_state(const Checkpoint& resumed, ProgramExecutor
   log << fmt::format("restored the error-feedback state of {} ranks ({})\n", world, spec);
 }
 
-// Every pipeline rank's measurements, as its rank at data and tensor
-// coordinate 0 took them (collective over the world).
-static std::vector<StageMeasurement> gather_stage_measurements(comm::Communicator& world,
-                                                               const parallel::Strategy& strategy,
-                                                               const StageMeasurement& mine) {
-  // Milliseconds and KiB: floats hold them exactly enough.
-  const std::vector<float> own{static_cast<float>(mine.busy_us / 1e3), static_cast<float>(mine.span_us / 1e3),
-                               static_cast<float>(double(mine.activation_peak_bytes) / 1024),
-                               static_cast<float>(double(mine.stashed_bytes_per_micro_batch) / 1024)};
-  std::vector<float> all(own.size() * static_cast<size_t>(world.size()));
-  comm::allgather(world, own.data(), comm::Buffer(std::span<float>(all)));
-  const int axis = strategy.mesh.axis(strategy.pipeline.axis);
-  std::vector<StageMeasurement> stages;
-  for (int r = 0; r < strategy.pipeline_ranks(); ++r) {
-    std::vector<int> coords(strategy.mesh.axes().size(), 0);
-    coords[static_cast<size_t>(axis)] = r;
-    const float* at = all.data() + own.size() * static_cast<size_t>(strategy.mesh.rank_of(coords));
-    stages.push_back({.busy_us = double(at[0]) * 1e3,
-                      .span_us = double(at[1]) * 1e3,
-                      .activation_peak_bytes = static_cast<int64_t>(double(at[2]) * 1024),
-                      .stashed_bytes_per_micro_batch = static_cast<int64_t>(double(at[3]) * 1024)});
-  }
-  return stages;
-}
-
 // A restarted attempt is ready for its first step: says so in the metrics
 // and, with a run directory, in <run dir>/restarts.jsonl, whose times give
 // the time the restart lost (parallax launch reads them).
@@ -126,6 +104,12 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
                        const RankRecovery& recovery) {
   const int rank = group ? group->rank() : 0, world = group ? group->size() : 1;
   const bool lead = rank == 0;
+  // A run directory keeps what `parallax report` reads (run_summary.h).
+  if (!o.run_dir.empty()) {
+    if (o.metrics.empty()) o.metrics = o.run_dir + "/metrics.jsonl";
+    if (o.trace.empty()) o.trace = o.run_dir + "/trace.json";
+    if (lead) std::filesystem::create_directories(o.run_dir);
+  }
   // Where training continues from: a restart's state (in memory), else --resume.
   Checkpoint loaded;
   const Checkpoint* resumed = recovery.restore;
@@ -150,6 +134,7 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
   const nn::Model model = task->build(o.batch, true);
   const parallel::Strategy strategy = strategy_for(o, model, world);
   o.optimizer = optimizer_for_strategy(o.optimizer, strategy);
+  if (lead && !o.run_dir.empty()) write_run_strategy(o.run_dir, strategy);
   ExecutorOptions run_options{.overlap = o.sync.overlap,
                               .p3_slice_bytes = o.sync.p3_slice_bytes,
                               .bucket_buffers = o.sync.bucket_buffers,
@@ -298,7 +283,7 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
     const ParamStore params = executor.parameters();  // collective under ZeRO-3
     if (!lead) return Evaluation{};  // replicas hold the same weights
     Evaluation e = task->evaluate(params);
-    nlohmann::json line{{"step", at_step}, {"val_loss", e.loss}};
+    nlohmann::json line{{"step", at_step}, {"val_loss", e.loss}, {"time_s", progress.elapsed_seconds()}};
     std::string text = fmt::format("eval at step {}: val_loss {:.4f}", at_step, e.loss);
     if (e.accuracy >= 0) {
       line["val_accuracy"] = e.accuracy;
@@ -382,7 +367,7 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
     result.losses.push_back(loss);
     result.last_train_loss = loss;
     nlohmann::json line{{"step", step + 1}, {"train_loss", loss}, {"lr", lr}, {"grad_norm", out.grad_norm},
-                        {"time_s", progress.elapsed_seconds()}};
+                        {"time_s", progress.elapsed_seconds()}, {"step_s", step_seconds.back()}};
     if (world > 1) {
       line["wire_bytes"] = out.wire.bytes_sent;
       for (size_t a = 0; a < out.axis_bytes.size(); ++a) {
@@ -456,11 +441,6 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
                            ? "- uncompressed"
                            : "fewer with " + strategy.lowering.compression.to_string());
   }
-  if (o.model == "gpt" && o.sample_tokens > 0) {
-    const ParamStore params = executor.parameters();
-    SampleOptions so{.tokens = o.sample_tokens, .temperature = 0.8, .top_k = 40, .seed = o.seed};
-    if (lead) log << "sample:\n" << o.prompt << sample_text(o.gpt, params, o.prompt, so) << "\n";
-  }
   // The first step warms caches and pools up; the median of the rest.
   if (step_seconds.size() > 1) step_seconds.erase(step_seconds.begin());
   if (!step_seconds.empty()) {
@@ -468,16 +448,39 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
                      step_seconds.end());
     result.measured_step_seconds = step_seconds[step_seconds.size() / 2];
   }
-  if (!o.local_cluster.empty() && lead) {
-    const RunPrediction predicted = predict_run(o, model, strategy);
-    result.predicted_step_seconds = predicted.step_seconds;
-    result.predicted_peak_bytes = predicted.peak_bytes;
-    log << describe_prediction(predicted, result.measured_step_seconds, double(result.peak_tensor_bytes));
-    metrics.write({{"predicted_step_s", predicted.step_seconds},
-                   {"measured_step_s", result.measured_step_seconds},
-                   {"predicted_peak_bytes", predicted.peak_bytes},
-                   {"measured_peak_bytes", result.peak_tensor_bytes},
-                   {"prediction_calibrated", predicted.calibrated}});
+  // Every rank's peak, for the run directory's summary (collective).
+  std::vector<int64_t> peaks{result.peak_tensor_bytes};
+  if (!o.run_dir.empty() && group != nullptr) peaks = gather_peak_bytes(*group, result.peak_tensor_bytes);
+  const bool predicting = !o.local_cluster.empty();
+  if (lead && (predicting || !o.run_dir.empty())) {
+    const std::vector<parallel::Program> programs =
+        plan::lower_all({.forward = &model.graph, .loss = model.loss}, strategy);
+    std::optional<RunPrediction> predicted;
+    if (predicting) {
+      predicted = predict_run(o, programs);
+      result.predicted_step_seconds = predicted->step_seconds;
+      result.predicted_peak_bytes = predicted->peak_bytes;
+      log << describe_prediction(*predicted, result.measured_step_seconds, double(result.peak_tensor_bytes));
+      metrics.write({{"predicted_step_s", predicted->step_seconds},
+                     {"measured_step_s", result.measured_step_seconds},
+                     {"predicted_peak_bytes", predicted->peak_bytes},
+                     {"measured_peak_bytes", result.peak_tensor_bytes},
+                     {"prediction_calibrated", predicted->calibrated}});
+    }
+    if (!o.run_dir.empty()) {
+      write_run_summary(o.run_dir, run_summary(o, strategy, programs, result,
+                                               {.unit = task->unit(),
+                                                .units_per_step = o.batch * task->units_per_row(),
+                                                .measured_peak_bytes = peaks,
+                                                .prediction = predicted ? &*predicted : nullptr}));
+      log << fmt::format("the run's metrics, trace and summary are in '{}' (parallax report {} draws them)\n",
+                         o.run_dir, o.run_dir);
+    }
+  }
+  if (o.model == "gpt" && o.sample_tokens > 0) {
+    const ParamStore params = executor.parameters();
+    SampleOptions so{.tokens = o.sample_tokens, .temperature = 0.8, .top_k = 40, .seed = o.seed};
+    if (lead) log << "sample:\n" << o.prompt << sample_text(o.gpt, params, o.prompt, so) << "\n";
   }
   return result;
 }
