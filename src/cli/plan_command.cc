@@ -6,9 +6,12 @@
 #include <fstream>
 #include <iostream>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
 #include "cli/local_cluster.h"
 #include "cli/train_flags.h"
+#include "parallel/strategy.h"
 #include "plan/search.h"
 #include "runtime/atomic_file.h"
 #include "runtime/optimizer.h"
@@ -23,6 +26,7 @@ struct PlanFlags {
   double budget_seconds = 10;
   std::string method = "auto";
   std::string out;
+  std::string explain;
   int top = 10;
   std::string precision = "auto";
   bool no_pipeline = false, no_tensor = false, no_zero = false, no_recompute = false;
@@ -35,6 +39,51 @@ std::string seconds_text(double seconds) {
 
 std::string bytes_text(double bytes) {
   return bytes >= (1 << 30) ? fmt::format("{:.2f} GiB", bytes / (1 << 30)) : fmt::format("{:.1f} MiB", bytes / (1 << 20));
+}
+
+// Why the search chose `best`, for people: the fastest that fits, or the
+// simplest of those the prediction cannot tell apart from the fastest.
+std::string why_chosen(const plan::PlanResult& result, const plan::Candidate& best) {
+  const plan::Candidate& fastest = result.ranked.front();
+  std::string why;
+  if (&best == &fastest) {
+    why = fmt::format("the fastest predicted step of the {} candidates that fit", result.ranked.size());
+    if (result.ranked.size() > 1) {
+      const plan::Candidate& next = result.ranked[1];
+      why += fmt::format("; the next, {}, is {:.1f}% slower", next.description,
+                         100 * (next.step_seconds / best.step_seconds - 1));
+    }
+  } else {
+    why = fmt::format("within {:.0f}% of the fastest ({}, {}), which the prediction cannot tell apart, and simpler "
+                      "(it stacks {} mechanisms, the fastest {})",
+                      100 * plan::kTieTolerance, fastest.description, seconds_text(fastest.step_seconds),
+                      plan::complexity(best.strategy), plan::complexity(fastest.strategy));
+  }
+  if (!result.rejected.empty())
+    why += fmt::format("; {} did not fit (first: {}: {})", result.rejected.size(), result.rejected.front().description,
+                       result.rejected.front().rejected);
+  return why;
+}
+
+nlohmann::json explain_json(const plan::PlanResult& result, const plan::Candidate& best, const std::string& why,
+                            const std::string& cluster, int ranks) {
+  auto candidate = [](const plan::Candidate& c) {
+    return nlohmann::json{{"description", c.description},
+                          {"step_s", c.step_seconds},
+                          {"peak_bytes", c.peak_bytes},
+                          {"utilization", c.utilization},
+                          {"from", c.simulated ? "simulated" : "estimated"}};
+  };
+  nlohmann::json ranked = nlohmann::json::array(), rejected = nlohmann::json::array();
+  for (const plan::Candidate& c : result.ranked) ranked.push_back(candidate(c));
+  for (const plan::Candidate& c : result.rejected)
+    rejected.push_back({{"description", c.description}, {"reason", c.rejected}});
+  nlohmann::json chosen = candidate(best);
+  chosen["strategy"] = parallel::to_json(best.strategy);
+  return {{"cluster", cluster},     {"ranks", ranks},           {"method", result.method},
+          {"seconds", result.seconds}, {"considered", result.considered}, {"evaluated", result.evaluated},
+          {"chosen", chosen},       {"why", why},               {"ranked", ranked},
+          {"rejected", rejected}};
 }
 
 }  // namespace
@@ -59,6 +108,9 @@ void add_plan_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "grid", "layerwise", "mcmc", "alpa"}))
       ->capture_default_str();
   cmd->add_option("--out", pf->out, "write the chosen strategy here (parallax train --strategy FILE runs it)");
+  cmd->add_option("--explain", pf->explain,
+                  "write the search as JSON here: the choice and why, every candidate ranked, the rejected ones "
+                  "and their reasons (parallax report shows it when it is a run directory's plan.json)");
   cmd->add_option("--top", pf->top, "candidates to list")->capture_default_str();
   cmd->add_option("--precision", pf->precision, "fp32, bf16 mixed precision, or auto (bf16 where the device has it)")
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
@@ -147,11 +199,13 @@ void add_plan_command(CLI::App& app) {
       std::cout << fmt::format("mcmc: {} proposals, {:.0f} a second with {} simulation\n", result.proposals,
                                result.proposals_per_second, pf->full_simulation ? "full" : "delta");
     const plan::Candidate& best = result.best();
-    std::cout << fmt::format("chose {}: {} a step, {} a device{}\n", best.description, seconds_text(best.step_seconds),
-                             bytes_text(best.peak_bytes),
-                             &best == &result.ranked.front()
-                                 ? ""
-                                 : fmt::format(" (the simplest within {:.0f}% of the fastest)", 100 * plan::kTieTolerance));
+    const std::string why = why_chosen(result, best);
+    std::cout << fmt::format("chose {}: {} a step, {} a device\n  why: {}\n", best.description,
+                             seconds_text(best.step_seconds), bytes_text(best.peak_bytes), why);
+    if (!pf->explain.empty()) {
+      write_file_atomically(pf->explain, explain_json(result, best, why, pf->cluster, ranks).dump(1) + "\n");
+      std::cout << fmt::format("wrote the search to '{}'\n", pf->explain);
+    }
     if (!pf->out.empty()) {
       write_file_atomically(pf->out, parallel::to_json(best.strategy).dump(1) + "\n");
       std::cout << fmt::format("wrote the strategy to '{}' (parallax train --strategy {} runs it)\n", pf->out,
