@@ -15,5 +15,6 @@ void add_calibrate_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_doctor_command(CLI::App& app);
 void add_launch_command(CLI::App& app);
+void add_report_command(CLI::App& app);
 
 }  // namespace px::cli

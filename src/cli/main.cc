@@ -1,5 +1,5 @@
 // parallax: train deep networks across many devices.
-//   parallax train | eval | sample | lower | simulate | plan | launch | doctor | bench ...      (--help on each)
+//   parallax train | eval | sample | lower | simulate | plan | launch | doctor | report | bench ...  (--help on each)
 // Errors a user can fix print one line "error: ..." and exit 1.
 #include <iostream>
 
@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   px::cli::add_plan_command(app);
   px::cli::add_doctor_command(app);
   px::cli::add_launch_command(app);
+  px::cli::add_report_command(app);
   CLI::App* bench = app.add_subcommand("bench", "benchmarks (see `parallax bench comm --help`)");
   bench->require_subcommand(1);
   px::cli::add_bench_comm_command(*bench);
