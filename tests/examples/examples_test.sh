@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Every file in examples/ runs as examples/README.md says: each strategy
+# trains the GPT it was written for (gpt-mini) on the ranks its mesh
+# names, each cluster spec is planned for and simulated on, and the
+# walkthrough's first steps (a run, its report, two runs compared) work.
+#
+#   examples_test.sh PARALLAX EXAMPLES_DIR
+set -euo pipefail
+PX=$1
+EX=$2
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+export XDG_CACHE_HOME=$WORK/cache
+fail() { echo "FAIL: $*"; exit 1; }
+QUICK=(--steps 3 --eval-batches 1 --sample-tokens 0 --progress lines --no-predict)
+
+ranks_of() {  # the ranks a strategy's mesh names
+  python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["mesh"]; import math; print(math.prod(a["size"] for a in m))' "$1"
+}
+
+count=0
+for strategy in "$EX"/strategies/*.json; do
+  name=$(basename "$strategy" .json)
+  ranks=$(ranks_of "$strategy")
+  echo "== strategy $name on $ranks ranks"
+  "$PX" train --model gpt --ranks "$ranks" --strategy "$strategy" "${QUICK[@]}" --run-dir "$WORK/runs/$name" \
+    > "$WORK/$name.txt" 2>&1 || { cat "$WORK/$name.txt"; fail "examples/strategies/$name.json did not train"; }
+  grep -q "trained 3 steps" "$WORK/$name.txt" || { cat "$WORK/$name.txt"; fail "$name: no 'trained 3 steps'"; }
+  python3 - "$WORK/runs/$name/run.json" "$strategy" <<'PY'
+import json, sys
+summary, strategy = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert summary["strategy"] == strategy, f"{sys.argv[2]}: the run ran another strategy: {summary['strategy']}"
+PY
+  count=$((count + 1))
+done
+[ "$count" -ge 5 ] || fail "expected at least 5 example strategies, found $count"
+
+for cluster in "$EX"/clusters/*.json; do
+  name=$(basename "$cluster" .json)
+  echo "== cluster $name"
+  "$PX" plan --model gpt --batch 64 --cluster "$cluster" --budget-s 5 --out "$WORK/$name-plan.json" > "$WORK/$name.txt" \
+    || { cat "$WORK/$name.txt"; fail "plan on examples/clusters/$name.json"; }
+  grep -q "^chose " "$WORK/$name.txt" || { cat "$WORK/$name.txt"; fail "$name: no choice"; }
+  "$PX" simulate --model gpt --batch 64 --cluster "$cluster" --ranks "$(ranks_of "$WORK/$name-plan.json")" \
+    --strategy "$WORK/$name-plan.json" > "$WORK/$name-sim.txt" \
+    || { cat "$WORK/$name-sim.txt"; fail "simulate on examples/clusters/$name.json"; }
+done
+
+echo "== the walkthrough: two runs, one report each and their comparison"
+"$PX" report "$WORK/runs/data_parallel" > /dev/null
+[ -s "$WORK/runs/data_parallel/report.html" ] || fail "no report of the data-parallel run"
+"$PX" report "$WORK/runs/data_parallel" "$WORK/runs/zero3" --out "$WORK/compare.html" > /dev/null
+[ -s "$WORK/compare.html" ] || fail "no comparison"
+echo "every example ran"
