@@ -13,6 +13,7 @@ packages=(
   dataset-fashion-mnist fortunes
   python3-torch python3-numpy
   clang libclang-rt-14-dev   # the sanitizer builds and libFuzzer (scripts/test.sh --asan, --tsan, --fuzz)
+  chromium                   # the report test renders `parallax report` pages headless (tests/report/)
 )
 
 missing=()

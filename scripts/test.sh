@@ -86,8 +86,10 @@ fi
 if wants asan; then
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
   # Timing bounds in the MPI test scripts stretch by this factor (sanitized
-  # processes oversubscribing two cores run 3-10x slower).
-  export PX_TEST_TIME_SCALE=5
+  # processes oversubscribing two cores run 3-10x slower), and their training
+  # runs take 12 steps instead of 50: the same code paths, fewer repetitions
+  # (the MPICH part runs them whole).
+  export PX_TEST_TIME_SCALE=5 PX_TEST_STEPS=12
   (cd build-asan && ASAN_OPTIONS="detect_leaks=1" timed "asan suite (in-process)" \
      ctest --output-on-failure --timeout 1800 -j"$jobs" -E "[Mm]pi" "${ctest_args[@]}")
   # Under mpirun one job at a time (each oversubscribes the cores), and
@@ -110,5 +112,5 @@ if wants tsan; then
 fi
 
 if wants fuzz; then
-  timed "fuzzing" bash scripts/fuzz.sh --seconds "$fuzz_seconds"
+  timed "fuzzing" bash scripts/fuzz.sh --seconds "$fuzz_seconds" --jobs "$jobs"
 fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Pipeline parallelism under mpirun against one rank: per-step losses over
-# 50 steps of the GPT with dropout within 1e-5 relative. At 4 ranks
+# 50 steps (PX_TEST_STEPS: fewer under the sanitizers) of the GPT with
+# dropout within 1e-5 relative. At 4 ranks
 # pp=2 x dp=2 (1F1B, ZeRO-1) and pp=4 (zero bubble); at 8 ranks the 3-D
 # hybrid pp=2 x dp=2 x tp=2 with sequence parallelism and ZeRO-1. Each
 # stage's sends and receives cross MPI processes.
@@ -19,7 +20,7 @@ MPIRUN+=(-np "$RANKS")
 
 # PX_TEST_TIME_SCALE (set by scripts/test.sh under the sanitizers): eight
 # sanitized processes on two cores may take minutes to start.
-GPT=(train --model gpt --layers 4 --heads 2 --embd 32 --block 32 --batch 8 --steps 50 --dropout 0.1
+GPT=(train --model gpt --layers 4 --heads 2 --embd 32 --block 32 --batch 8 --steps "${PX_TEST_STEPS:-50}" --dropout 0.1
      --micro-batches 4 --eval-every 0 --eval-batches 2 --sample-tokens 0 --threads 1 --progress lines
      --timeout $((60 * ${PX_TEST_TIME_SCALE:-1})))
 
