@@ -1,5 +1,7 @@
 #include "runtime/flight_report.h"
 
+#include <limits>
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -57,16 +59,27 @@ FlightDiagnosis diagnose(const std::vector<FlightDump>& ranks, int64_t now_ns) {
     if (!d.error.empty()) r += fmt::format("  error: {}\n", d.error);
   }
   // The rank the others' watchdogs declared silent, if they did (most
-  // named); else silent ranks first (no error of their own), then the
-  // furthest back.
+  // named; among as many, the one its accusers last heard first: a rank
+  // stalled behind the culprit can be named too, by a rank waiting on
+  // it); else silent ranks first (no error of their own), then
+  // the furthest back.
   std::map<int, std::vector<int>> named_by;  // suspect -> ranks that declared it
   int64_t heard_ns = 0;                      // its last heartbeat as they saw it (the earliest)
   for (const FlightDump& d : ranks)
     if (d.suspect >= 0 && d.suspect != d.rank) named_by[d.suspect].push_back(d.rank);
   const FlightDump* behind = nullptr;
   if (!named_by.empty()) {
-    const auto most = std::max_element(named_by.begin(), named_by.end(), [](const auto& a, const auto& b) {
-      return a.second.size() < b.second.size();
+    // When its accusers last heard the suspect (the earliest of them; its
+    // own record may beat again after a SIGCONT).
+    auto last_heard = [&](int suspect) {
+      int64_t earliest = std::numeric_limits<int64_t>::max();
+      for (const FlightDump& d : ranks)
+        if (d.suspect == suspect && d.suspect_heard_ns > 0) earliest = std::min(earliest, d.suspect_heard_ns);
+      return earliest;
+    };
+    const auto most = std::max_element(named_by.begin(), named_by.end(), [&](const auto& a, const auto& b) {
+      if (a.second.size() != b.second.size()) return a.second.size() < b.second.size();
+      return last_heard(a.first) > last_heard(b.first);  // heard later: less silent
     });
     for (const FlightDump& d : ranks) {
       if (d.rank == most->first) behind = &d;

@@ -74,6 +74,28 @@ TEST_P(SilentRank, EveryOtherRankNamesItWithinTheTimeoutAndDoctorFindsIt) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, SilentRank, ::testing::Values("kill", "hang"));
 
+// Seen under MPICH: the frozen rank 1 was named by rank 2, and rank 0 (held
+// up behind it) by rank 3. As many accusers each: the one heard of first is
+// behind, not the lower rank.
+TEST(Doctor, AmongSuspectsNamedAsOftenTheOneLastHeardFirstFellBehind) {
+  std::vector<FlightDump> records(4);
+  for (int r = 0; r < 4; ++r) {
+    records[static_cast<size_t>(r)].rank = r;
+    records[static_cast<size_t>(r)].world = 4;
+    records[static_cast<size_t>(r)].step = 12;
+    records[static_cast<size_t>(r)].heartbeat_ns = 9'000;
+  }
+  records[1].step = 11;
+  records[1].heartbeat_ns = 6'000;
+  records[2].suspect = 1, records[2].suspect_heard_ns = 6'000;
+  records[3].suspect = 0, records[3].suspect_heard_ns = 8'500;
+  const FlightDiagnosis d = diagnose(records, 10'000);
+  EXPECT_EQ(d.behind, 1) << d.report;
+  std::swap(records[2].suspect, records[3].suspect);  // the order of the accusers does not matter
+  std::swap(records[2].suspect_heard_ns, records[3].suspect_heard_ns);
+  EXPECT_EQ(diagnose(records, 10'000).behind, 1);
+}
+
 TEST(FlightRecorder, KeepsTheLastEventsInARingAndReadsBackFromItsFile) {
   ScratchDir dir;
   const std::string path = flight_path(dir.file("run"), 1);
