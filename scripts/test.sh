@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up, build and run the tests, in parts. With no PART: --mpich, --asan,
-# --tsan and --fuzz (what CI runs, ~40 minutes on 2 cores); name parts to
+# --tsan and --fuzz (what CI runs, ~53 minutes on 2 cores); name parts to
 # run only those. Arguments after `--` go to CTest.
 #
 #   --release  the whole suite (CTest: unit tests, the gradient, placement
@@ -39,7 +39,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 # The whole suite runs under ASan in CI; --release is the same suite without
-# the sanitizers, for speed, and would not fit CI's 40 minutes beside them.
+# the sanitizers, for speed, and would not fit CI's time beside them.
 [ ${#parts[@]} -gt 0 ] || parts=(mpich asan tsan fuzz)
 wants() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 
