@@ -139,9 +139,15 @@ void Communicator::Spinner::pause(int peer, const Step& step, std::string_view w
   sched_yield();
   if (spins_ % 64 != 0) return;
   std::string failure = comm_.state_->transport->failure();
-  if (!failure.empty())
-    fail("{} step {} on rank {} stopped: {}", step.collective, step.index, comm_.rank(), failure);
   auto waited = std::chrono::steady_clock::now() - start_;
+  // Say whom this rank itself was waiting on: when a timeout elsewhere
+  // accuses a rank that was only waiting behind the stuck one, the accused
+  // rank's own error names the one it waited on (a wait-for chain a person
+  // or the doctor can follow to the rank that stopped).
+  if (!failure.empty())
+    fail("{} step {} on rank {} stopped while waiting {} ms on {}: {}", step.collective, step.index,
+         comm_.rank(), std::chrono::duration_cast<std::chrono::milliseconds>(waited).count(),
+         comm_.peer_name(peer), failure);
   if (waited > comm_.timeout())
     fail("{} step {} on rank {}: {} {} within the {} ms timeout", step.collective, step.index,
          comm_.rank(), comm_.peer_name(peer), what, comm_.timeout().count());
