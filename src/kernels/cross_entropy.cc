@@ -14,8 +14,6 @@
 namespace px::kernels {
 namespace {
 
-int64_t row_grain(int64_t V) { return detail::rows_grain(V, detail::kGrain); }
-
 // sum_i exp(x[i] - shift), through a per-thread row buffer so both loops vectorize.
 float sum_exp_shifted(const float* x, int64_t n, float shift) {
   thread_local std::vector<float> row;
@@ -28,7 +26,7 @@ float sum_exp_shifted(const float* x, int64_t n, float shift) {
 float cross_entropy(int64_t N, int64_t V, const float* logits, const int32_t* targets,
                     float scale, float* lse) {
   std::vector<float> row_loss(static_cast<size_t>(N));
-  px::parallel_for(0, N, row_grain(V), [&](int64_t lo, int64_t hi) {
+  px::parallel_for(0, N, detail::row_grain(V), [&](int64_t lo, int64_t hi) {
     for (int64_t n = lo; n < hi; ++n) {
       const float* xr = logits + n * V;
       float m = detail::max(xr, V);
@@ -45,7 +43,7 @@ float cross_entropy(int64_t N, int64_t V, const float* logits, const int32_t* ta
 void cross_entropy_backward(int64_t N, int64_t V, const float* logits, const int32_t* targets,
                             const float* lse, float scale, float dloss, float* dlogits) {
   const float k = dloss * scale;
-  px::parallel_for(0, N, row_grain(V), [=](int64_t lo, int64_t hi) {
+  px::parallel_for(0, N, detail::row_grain(V), [=](int64_t lo, int64_t hi) {
     for (int64_t n = lo; n < hi; ++n) {
       const float* __restrict xr = logits + n * V;
       float* __restrict dr = dlogits + n * V;

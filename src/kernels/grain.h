@@ -21,5 +21,7 @@ constexpr int64_t kGrain = int64_t{1} << 16;
 inline int64_t rows_grain(int64_t row_length, int64_t elements) {
   return std::max<int64_t>(1, elements / std::max<int64_t>(row_length, 1));
 }
+// Rows per chunk of a row-wise loop of the kGrain kind (norms, softmax, losses).
+inline int64_t row_grain(int64_t row_length) { return rows_grain(row_length, kGrain); }
 
 }  // namespace px::kernels::detail

@@ -15,8 +15,6 @@ namespace {
 
 using detail::kLanes;
 
-int64_t row_grain(int64_t C) { return detail::rows_grain(C, detail::kGrain); }
-
 float centered_sum_squares(const float* __restrict x, int64_t n, float mean) {
   detail::f32x16 acc = {};
   int64_t i = 0;
@@ -33,7 +31,7 @@ float centered_sum_squares(const float* __restrict x, int64_t n, float mean) {
 
 void layernorm(int64_t rows, int64_t C, float eps, const float* x, const float* gamma,
                const float* beta, float* y, float* mean, float* rstd) {
-  px::parallel_for(0, rows, row_grain(C), [=](int64_t lo, int64_t hi) {
+  px::parallel_for(0, rows, detail::row_grain(C), [=](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const float* __restrict xr = x + r * C;
       float* __restrict yr = y + r * C;
@@ -53,7 +51,7 @@ void layernorm_backward(int64_t rows, int64_t C, const float* x, const float* ga
                         const float* mean, const float* rstd, const float* dy, float* dx,
                         float* dgamma, float* dbeta) {
   // dx = rstd * (g*dy - mean(g*dy) - xhat * mean(g*dy*xhat)), xhat = (x-mean)*rstd.
-  px::parallel_for(0, rows, row_grain(C), [=](int64_t lo, int64_t hi) {
+  px::parallel_for(0, rows, detail::row_grain(C), [=](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const float* __restrict xr = x + r * C;
       const float* __restrict dyr = dy + r * C;

@@ -10,12 +10,9 @@
 #include "kernels/grain.h"
 
 namespace px::kernels {
-namespace {
-int64_t row_grain(int64_t cols) { return detail::rows_grain(cols, detail::kGrain); }
-}  // namespace
 
 void softmax(int64_t rows, int64_t cols, const float* x, float* y) {
-  px::parallel_for(0, rows, row_grain(cols), [=](int64_t lo, int64_t hi) {
+  px::parallel_for(0, rows, detail::row_grain(cols), [=](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const float* xr = x + r * cols;
       float* yr = y + r * cols;  // may alias x
@@ -27,7 +24,7 @@ void softmax(int64_t rows, int64_t cols, const float* x, float* y) {
 }
 
 void softmax_backward(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx) {
-  px::parallel_for(0, rows, row_grain(cols), [=](int64_t lo, int64_t hi) {
+  px::parallel_for(0, rows, detail::row_grain(cols), [=](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const float* __restrict yr = y + r * cols;
       const float* dyr = dy + r * cols;

@@ -4,13 +4,6 @@
 #include <map>
 
 namespace px::plan {
-namespace {
-
-double bytes_of(const TensorSpec& spec) {
-  return static_cast<double>(spec.shape.numel()) * static_cast<double>(dtype_size(spec.dtype));
-}
-
-}  // namespace
 
 ProgramMemory program_memory(const parallel::Program& p, const parallel::Liveness& liveness, int optimizer_slots,
                              DType compute) {
@@ -18,7 +11,7 @@ ProgramMemory program_memory(const parallel::Program& p, const parallel::Livenes
   // Activations are float32 in the graph; mixed precision keeps them in the compute dtype.
   const double activation_scale = static_cast<double>(dtype_size(compute)) / static_cast<double>(dtype_size(DType::f32));
   auto activation_bytes = [&](const TensorSpec& spec) {
-    return spec.dtype == DType::f32 ? activation_scale * bytes_of(spec) : bytes_of(spec);
+    return spec.dtype == DType::f32 ? activation_scale * static_cast<double>(spec.bytes()) : static_cast<double>(spec.bytes());
   };
   double live = 0, peak = 0, updated = 0, activations = 0, activation_peak = 0, stash = -1;
   for (const parallel::Buffer& b : p.buffers)
@@ -29,7 +22,8 @@ ProgramMemory program_memory(const parallel::Program& p, const parallel::Livenes
   // The step's batch: this rank's rows of every batch input, fed whole before the step.
   for (const parallel::MicroBatch& m : p.micro_batches)
     if (m.graph >= 0)
-      for (ValueId v : p.batch_inputs) live += bytes_of(p.graphs[static_cast<size_t>(m.graph)].spec(v));
+      for (ValueId v : p.batch_inputs)
+        live += static_cast<double>(p.graphs[static_cast<size_t>(m.graph)].spec(v).bytes());
   // The working copy of the parameters beside the float32 master weights.
   if (compute != DType::f32) live += static_cast<double>(p.param_count) * static_cast<double>(dtype_size(compute));
   // A value's bytes live in a storage; a view (reshape) shares its input's,

@@ -17,9 +17,6 @@ namespace {
 using parallel::Instr;
 using parallel::Program;
 
-double bytes_of(const TensorSpec& spec) {
-  return static_cast<double>(spec.shape.numel()) * static_cast<double>(dtype_size(spec.dtype));
-}
 double region_bytes(const parallel::Region& r) { return static_cast<double>(r.count) * sizeof(float); }
 
 // A collective's group: the ranks that differ from this one only along its
@@ -204,7 +201,7 @@ Simulation simulate(const SimulationRequest& request) {
   const double activation_scale =
       static_cast<double>(dtype_size(request.compute)) / static_cast<double>(dtype_size(DType::f32));
   auto activation_bytes = [&](const TensorSpec& spec) {
-    return spec.dtype == DType::f32 ? activation_scale * bytes_of(spec) : bytes_of(spec);
+    return spec.dtype == DType::f32 ? activation_scale * static_cast<double>(spec.bytes()) : static_cast<double>(spec.bytes());
   };
 
   Simulation out;

@@ -17,11 +17,11 @@ namespace {
 using testing::random_inputs;
 using testing::run_op;
 
-constexpr uint64_t kSeed = 1234;
+constexpr uint64_t kGradientCheckSeed = 1234;
 
 double objective(const OpDef& def, const OpExample& ex, const std::vector<Tensor>& inputs,
                  const std::vector<Tensor>& dys) {
-  auto outs = run_op(def, ex.attrs, inputs, {.seed = kSeed});
+  auto outs = run_op(def, ex.attrs, inputs, {.seed = kGradientCheckSeed});
   double total = 0;
   for (size_t i = 0; i < dys.size(); ++i)
     for (int64_t j = 0; j < dys[i].numel(); ++j) total += double(dys[i].f32()[j]) * outs[i].f32()[j];
@@ -58,7 +58,7 @@ void check_op(const OpDef& def) {
     for (size_t i = 0; i < in_ids.size(); ++i) bound[in_ids[i]] = inputs[i];
     for (size_t i = 0; i < dy_ids.size(); ++i) bound[dy_ids[i]] = dys[i];
     Executor exec(g, wanted);
-    std::vector<Tensor> analytic = exec.run(bound, {.seed = kSeed});
+    std::vector<Tensor> analytic = exec.run(bound, {.seed = kGradientCheckSeed});
 
     size_t next = 0;
     for (size_t i = 0; i < in_ids.size(); ++i) {

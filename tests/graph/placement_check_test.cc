@@ -19,7 +19,7 @@ using testing::random_inputs;
 using testing::run_op;
 using testing::slice_dim;
 
-constexpr uint64_t kSeed = 99;
+constexpr uint64_t kPlacementCheckSeed = 99;
 
 struct Split {
   int64_t lo, hi;
@@ -84,7 +84,7 @@ ShardBox box_of(const Shape& full, const Placement& p, int k, int r) {
 std::string check_signature(const OpDef& def, const OpExample& ex, const PlacementSignature& sig, int k,
                             Rng& rng) {
   std::vector<Tensor> inputs = random_inputs(ex, rng);
-  std::vector<Tensor> full = run_op(def, ex.attrs, inputs, {.seed = kSeed});
+  std::vector<Tensor> full = run_op(def, ex.attrs, inputs, {.seed = kPlacementCheckSeed});
   auto splits_evenly = [&](const Placement& p, const Shape& shape) {
     return !p.is_split() || (shape[p.dim] % p.groups == 0 && (!sig.even || (shape[p.dim] / p.groups) % k == 0));
   };
@@ -111,7 +111,7 @@ std::string check_signature(const OpDef& def, const OpExample& ex, const Placeme
 
   std::vector<std::vector<Tensor>> shard_outputs(k);
   for (int r = 0; r < k; ++r) {
-    OpContext ctx{.seed = kSeed};
+    OpContext ctx{.seed = kPlacementCheckSeed};
     std::vector<TensorSpec> local_in, local_out;
     for (size_t i = 0; i < inputs.size(); ++i) {
       ctx.inputs.push_back(box_of(inputs[i].shape(), sig.inputs[i], k, r));
@@ -233,7 +233,7 @@ std::string check_two_axes(const OpDef& def, const OpExample& ex, const Placemen
       if (p.is_split() && p.groups != 1) return "skip";
   }
   std::vector<Tensor> inputs = random_inputs(ex, rng);
-  const std::vector<Tensor> full = run_op(def, ex.attrs, inputs, {.seed = kSeed});
+  const std::vector<Tensor> full = run_op(def, ex.attrs, inputs, {.seed = kPlacementCheckSeed});
   for (size_t i = 0; i < inputs.size(); ++i)
     for (const PlacementSignature* s : {&outer, &inner})
       if (s->inputs[i].is_split() && inputs[i].dim(s->inputs[i].dim) < 4) return "skip";
@@ -277,7 +277,7 @@ std::string check_two_axes(const OpDef& def, const OpExample& ex, const Placemen
       std::vector<TensorSpec> local_in;
       for (const Tensor& t : shard[a][b]) local_in.push_back({t.shape(), t.dtype()});
       const Attrs attrs = def.localize ? def.localize(ex.attrs, local_in, out_specs[a][b]) : ex.attrs;
-      outs[a][b] = run_op(def, attrs, shard[a][b], {.seed = kSeed, .inputs = boxes[a][b], .outputs = out_boxes[a][b]});
+      outs[a][b] = run_op(def, attrs, shard[a][b], {.seed = kPlacementCheckSeed, .inputs = boxes[a][b], .outputs = out_boxes[a][b]});
     }
   std::string problem;
   for (size_t o = 0; o < full.size(); ++o) {

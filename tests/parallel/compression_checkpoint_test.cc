@@ -14,12 +14,12 @@
 namespace px {
 namespace {
 
-constexpr int kSteps = 30, kStop = 15;
+constexpr int kCheckpointedSteps = 30, kStop = 15;
 
 void expect_resume_continues(TrainOptions o, const std::string& what) {
   testing::ScratchDir dir;
-  o.steps = kSteps;
-  o.schedule.total = kSteps;
+  o.steps = kCheckpointedSteps;
+  o.schedule.total = kCheckpointedSteps;
   o.ranks = 3;
   const std::vector<double> whole = testing::train_losses(o);
   TrainOptions first = o;

@@ -17,21 +17,21 @@
 namespace px {
 namespace {
 
-constexpr int kSteps = 50;
-constexpr double kTolerance = 1e-5;
+using testing::kEquivalenceSteps;
+using testing::kEquivalenceTolerance;
 
 TrainOptions gpt_job(const std::string& text) {
   TrainOptions o = testing::tiny_gpt(text);
-  o.steps = kSteps;
-  o.schedule.total = kSteps;
+  o.steps = kEquivalenceSteps;
+  o.schedule.total = kEquivalenceSteps;
   o.batch = 8;
   return o;
 }
 
 TrainOptions cnn_job() {
   TrainOptions o = testing::tiny_cnn();
-  o.steps = kSteps;
-  o.schedule.total = kSteps;
+  o.steps = kEquivalenceSteps;
+  o.schedule.total = kEquivalenceSteps;
   return o;
 }
 
@@ -41,7 +41,7 @@ TEST_P(GptDataParallel, MatchesOneRank) {
   TrainOptions o = gpt_job(testing::shared_text());
   const auto& single = testing::reference_losses("gpt", o);
   o.ranks = GetParam();
-  testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
+  testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
                               fmt::format("gpt at {} ranks", o.ranks));
 }
 INSTANTIATE_TEST_SUITE_P(Ranks, GptDataParallel, ::testing::Values(2, 3, 4, 5, 6, 7, 8));
@@ -52,7 +52,7 @@ TEST_P(CnnDataParallel, MatchesOneRank) {
   TrainOptions o = cnn_job();
   const auto& single = testing::reference_losses("cnn", o);
   o.ranks = GetParam();
-  testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
+  testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
                               fmt::format("cnn at {} ranks", o.ranks));
 }
 INSTANTIATE_TEST_SUITE_P(Ranks, CnnDataParallel, ::testing::Values(2, 3, 4, 5, 6, 7, 8));
@@ -67,7 +67,7 @@ TEST_P(GptBuckets, MatchOneRank) {
   o.ranks = 3;
   o.sync.bucket_bytes = std::get<0>(GetParam());
   o.sync.overlap = std::get<1>(GetParam());
-  testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
+  testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
                               fmt::format("gpt at 3 ranks, buckets of {} bytes, overlap {}", o.sync.bucket_bytes,
                                           o.sync.overlap));
 }
@@ -79,7 +79,7 @@ TEST(DataParallel, CnnWithoutOverlapMatchesOneRank) {
   const auto& single = testing::reference_losses("cnn", o);
   o.ranks = 4;
   o.sync.overlap = false;
-  testing::expect_same_losses(single, testing::train_losses(o), kTolerance, "cnn at 4 ranks without overlap");
+  testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "cnn at 4 ranks without overlap");
 }
 
 // The bytes a step reports on the data axis are what the gradient ring
@@ -111,7 +111,7 @@ TEST(DataParallel, AccumulationInsideRanksMatchesOneRank) {
   const std::vector<double> single = testing::train_losses(o);
   o.ranks = 2;
   o.accumulation = 2;
-  testing::expect_same_losses(single, testing::train_losses(o), kTolerance, "gpt 2 ranks x 2 micro-batches");
+  testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "gpt 2 ranks x 2 micro-batches");
 }
 
 }  // namespace
@@ -133,7 +133,7 @@ TEST_P(P3, GptMatchesOneRank) {
   const std::vector<double> single = testing::train_losses(o);
   o.ranks = GetParam();
   o.sync.p3_slice_bytes = 1024;
-  testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
+  testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
                               fmt::format("gpt with P3 at {} ranks", o.ranks));
 }
 
@@ -142,7 +142,7 @@ TEST_P(P3, CnnMatchesOneRank) {
   const auto& single = testing::reference_losses("cnn", o);
   o.ranks = GetParam();
   o.sync.p3_slice_bytes = 4096;
-  testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
+  testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
                               fmt::format("cnn with P3 at {} ranks", o.ranks));
 }
 INSTANTIATE_TEST_SUITE_P(Ranks, P3, ::testing::Values(2, 3, 4));
@@ -185,14 +185,14 @@ TEST_P(Zero, GptMatchesOneRank) {
   TrainOptions o = gpt_job(testing::shared_text());
   const auto& single = testing::reference_losses("gpt-zero", o);
   o = sharded(o);
-  testing::expect_same_losses(single, testing::train_losses(o), kTolerance, what("gpt", o));
+  testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, what("gpt", o));
 }
 
 TEST_P(Zero, CnnMatchesOneRank) {
   TrainOptions o = cnn_job();
   const auto& single = testing::reference_losses("cnn", o);
   o = sharded(o);
-  testing::expect_same_losses(single, testing::train_losses(o), kTolerance, what("cnn", o));
+  testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, what("cnn", o));
 }
 INSTANTIATE_TEST_SUITE_P(StagesRanksOverlap, Zero,
                          ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(2, 3, 4), ::testing::Bool()));
@@ -211,11 +211,11 @@ TEST(ZeroAccumulation, MatchesOneRank) {
     z.ranks = 2;
     z.accumulation = 2;
     z.sync.zero_stage = stage;
-    testing::expect_same_losses(single, testing::train_losses(z), kTolerance,
+    testing::expect_same_losses(single, testing::train_losses(z), kEquivalenceTolerance,
                                 fmt::format("gpt ZeRO-{}, 2 ranks x 2 micro-batches", stage));
     z.sync.bucket_bytes = 0;
     z.sync.bucket_buffers = 1;
-    testing::expect_same_losses(single, testing::train_losses(z), kTolerance,
+    testing::expect_same_losses(single, testing::train_losses(z), kEquivalenceTolerance,
                                 fmt::format("gpt ZeRO-{}, 2 ranks x 2 micro-batches, one buffer of one tensor", stage));
   }
 }
@@ -290,7 +290,7 @@ TEST(ZeroCheckpoint, ResumesAcrossRankCountsAndSharding) {
     resumed.resume = checkpoint;
     resumed.ranks = ranks;
     resumed.sync.zero_stage = stage;
-    testing::expect_same_losses(single_tail, testing::train_losses(resumed), kTolerance, what);
+    testing::expect_same_losses(single_tail, testing::train_losses(resumed), kEquivalenceTolerance, what);
   };
   const std::string zero1 = save(3, 1, "zero");
   expect_resumed(zero1, 2, 0, "resumed at 2 ranks from ZeRO-1 at 3");

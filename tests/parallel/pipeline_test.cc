@@ -21,16 +21,16 @@
 namespace px {
 namespace {
 
-constexpr int kSteps = 50;
-constexpr double kTolerance = 1e-5;
+using testing::kEquivalenceSteps;
+using testing::kEquivalenceTolerance;
 
 // 4 transformer blocks: 8 places to cut (after each block's attention and
 // its MLP), enough for 4 ranks of 2 chunks.
-TrainOptions gpt_job(int micro_batches) {
+TrainOptions gpt_pipeline_job(int micro_batches) {
   TrainOptions o = testing::tiny_gpt(testing::shared_text());
   o.gpt.n_layer = 4;
-  o.steps = kSteps;
-  o.schedule.total = kSteps;
+  o.steps = kEquivalenceSteps;
+  o.schedule.total = kEquivalenceSteps;
   o.batch = 8;
   o.accumulation = micro_batches;
   o.eval_every = 0;
@@ -75,10 +75,10 @@ class GptPipeline : public ::testing::TestWithParam<PipeCase> {};
 
 TEST_P(GptPipeline, MatchesOneRank) {
   const PipeCase& c = GetParam();
-  const TrainOptions one = gpt_job(c.micro_batches);
+  const TrainOptions one = gpt_pipeline_job(c.micro_batches);
   TrainOptions o = pipelined(one, c.stages, c.schedule, c.virtual_stages);
   o.sync.recompute = c.recompute;
-  testing::expect_same_losses(reference(one), testing::train_losses(o), kTolerance, case_name({c, 0}));
+  testing::expect_same_losses(reference(one), testing::train_losses(o), kEquivalenceTolerance, case_name({c, 0}));
 }
 
 std::vector<PipeCase> every_schedule() {
@@ -104,45 +104,45 @@ std::vector<PipeCase> every_schedule() {
 INSTANTIATE_TEST_SUITE_P(Schedules, GptPipeline, ::testing::ValuesIn(every_schedule()), case_name);
 
 TEST(GptRecompute, OneRankMatchesWithoutRecomputation) {
-  const TrainOptions one = gpt_job(2);
+  const TrainOptions one = gpt_pipeline_job(2);
   for (parallel::Recompute r : {parallel::Recompute::full, parallel::Recompute::selective}) {
     TrainOptions o = one;
     o.sync.recompute = r;
-    testing::expect_same_losses(reference(one), testing::train_losses(o), kTolerance,
+    testing::expect_same_losses(reference(one), testing::train_losses(o), kEquivalenceTolerance,
                                 std::string("one rank recomputing ") + std::string(parallel::recompute_name(r)));
   }
 }
 
 TEST(GptPipeline, TwoStagesTimesTwoDataRanksWithZero1) {
-  const TrainOptions one = gpt_job(2);
+  const TrainOptions one = gpt_pipeline_job(2);
   TrainOptions o = one;
   o.ranks = 2;  // data ranks per stage
   o = pipelined(o, 2, "1f1b");
   o.sync.zero_stage = 1;
-  testing::expect_same_losses(reference(one), testing::train_losses(o), kTolerance, "pp=2 x dp=2, ZeRO-1");
+  testing::expect_same_losses(reference(one), testing::train_losses(o), kEquivalenceTolerance, "pp=2 x dp=2, ZeRO-1");
 }
 
 // The 3-D hybrid: pipeline stages of data x tensor ranks, sequence
 // parallelism on the tensor axis, ZeRO-1 over the data axis.
 TEST(GptPipeline, ThreeDimensionalHybridMatchesOneRank) {
-  const TrainOptions one = gpt_job(4);
+  const TrainOptions one = gpt_pipeline_job(4);
   TrainOptions o = one;
   o.ranks = 4;  // dp=2 x tp=2 per stage
   o.sync.tensor_parallel = 2;
   o.sync.sequence_parallel = true;
   o.sync.zero_stage = 1;
   o = pipelined(o, 2, "1f1b");
-  testing::expect_same_losses(reference(one), testing::train_losses(o), kTolerance,
+  testing::expect_same_losses(reference(one), testing::train_losses(o), kEquivalenceTolerance,
                               "pp=2 x dp=2 x tp=2 with sequence parallelism and ZeRO-1");
 }
 
 // A classifier at pp=2 against one rank, with M micro-batches.
 void expect_classifier_matches(TrainOptions one, int micro_batches, const std::string& schedule) {
-  one.steps = kSteps;
-  one.schedule.total = kSteps;
+  one.steps = kEquivalenceSteps;
+  one.schedule.total = kEquivalenceSteps;
   one.accumulation = micro_batches;
   one.eval_every = 0;
-  testing::expect_same_losses(reference(one), testing::train_losses(pipelined(one, 2, schedule)), kTolerance,
+  testing::expect_same_losses(reference(one), testing::train_losses(pipelined(one, 2, schedule)), kEquivalenceTolerance,
                               one.model + " at pp=2, " + schedule);
 }
 
@@ -155,7 +155,7 @@ TEST(MlpPipeline, TwoStagesMatchOneRank) { expect_classifier_matches(testing::ti
 TEST(PipelineMemory, GpipeAndOneFOneBKeepWhatTheirFormulasSay) {
   std::map<std::string, TrainResult> runs;
   for (const char* schedule : {"gpipe", "1f1b"}) {
-    TrainOptions o = pipelined(gpt_job(8), 2, schedule);
+    TrainOptions o = pipelined(gpt_pipeline_job(8), 2, schedule);
     o.steps = 2;
     std::ostringstream log;
     runs[schedule] = train(o, log);
@@ -172,7 +172,7 @@ TEST(PipelineMemory, GpipeAndOneFOneBKeepWhatTheirFormulasSay) {
 // Full recomputation keeps each block's input only: the forward
 // activations a step holds at its peak shrink severalfold.
 TEST(PipelineMemory, FullRecomputationKeepsFarFewerActivations) {
-  TrainOptions o = gpt_job(1);
+  TrainOptions o = gpt_pipeline_job(1);
   o.gpt.block = 64;
   o.steps = 1;
   std::map<parallel::Recompute, int64_t> peak;
@@ -196,7 +196,7 @@ TEST(PipelineCheckpoint, ResumesAcrossPipelineLayouts) {
   };
   const std::vector<Layout> chain{{"pp=2", 2, 1}, {"dp=2", 1, 2}, {"pp=3 x dp=1", 3, 1}, {"1 rank", 1, 1}};
   constexpr int kSegment = 10;
-  TrainOptions base = gpt_job(2);
+  TrainOptions base = gpt_pipeline_job(2);
   base.steps = kSegment * static_cast<int64_t>(chain.size());
   base.schedule.total = base.steps;
   std::vector<testing::ResumeLink> links;
@@ -205,15 +205,15 @@ TEST(PipelineCheckpoint, ResumesAcrossPipelineLayouts) {
     o.ranks = l.data_ranks;
     links.push_back({l.name, l.stages > 1 ? pipelined(o, l.stages, "1f1b") : o});
   }
-  testing::expect_resumed_segments_match(links, kSegment, kTolerance);
+  testing::expect_resumed_segments_match(links, kSegment, kEquivalenceTolerance);
 }
 
 TEST(PipelineErrors, AnInterleavedMicroBatchCountItCannotTakeNamesTheNearest) {
-  testing::expect_train_error(pipelined(gpt_job(3), 2, "interleaved", 2), "micro-batches");
+  testing::expect_train_error(pipelined(gpt_pipeline_job(3), 2, "interleaved", 2), "micro-batches");
 }
 
 TEST(PipelineErrors, StageCutsMustNameOneLayerPerCut) {
-  TrainOptions o = pipelined(gpt_job(2), 3, "1f1b");
+  TrainOptions o = pipelined(gpt_pipeline_job(2), 3, "1f1b");
   o.sync.pipeline.stage_cuts = {"h.2"};
   testing::expect_train_error(o, "need 2 cuts");
   o.sync.pipeline.stage_cuts = {"h.1", "h.9"};
@@ -221,7 +221,7 @@ TEST(PipelineErrors, StageCutsMustNameOneLayerPerCut) {
 }
 
 TEST(PipelineErrors, ZeroThreeDoesNotCombineWithStages) {
-  TrainOptions o = gpt_job(2);
+  TrainOptions o = gpt_pipeline_job(2);
   o.ranks = 2;
   o = pipelined(o, 2, "1f1b");
   o.sync.zero_stage = 3;
@@ -229,7 +229,7 @@ TEST(PipelineErrors, ZeroThreeDoesNotCombineWithStages) {
 }
 
 TEST(PipelineErrors, MoreStagesThanPlacesToCutIsANamedError) {
-  TrainOptions o = gpt_job(8);
+  TrainOptions o = gpt_pipeline_job(8);
   o.gpt.n_layer = 1;
   o.gpt.dropout = 0;  // 6 places: around the embedding, the attention, the MLP and the final norm
   testing::expect_train_error(pipelined(o, 8, "1f1b"), "places to cut");

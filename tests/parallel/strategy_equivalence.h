@@ -18,6 +18,11 @@
 
 namespace px::testing {
 
+// Every strategy's equivalence runs: this many steps, per-step losses within
+// this relative tolerance of one rank's.
+constexpr int kEquivalenceSteps = 50;
+constexpr double kEquivalenceTolerance = 1e-5;
+
 inline std::vector<double> train_losses(const TrainOptions& options) {
   std::ostringstream log;
   return train(options, log).losses;

@@ -26,15 +26,15 @@
 namespace px {
 namespace {
 
-constexpr int kSteps = 50;
-constexpr double kTolerance = 1e-5;
+using testing::kEquivalenceSteps;
+using testing::kEquivalenceTolerance;
 
 TrainOptions gpt_job(int heads) {
   TrainOptions o = testing::tiny_gpt(testing::shared_text());
   o.gpt.n_head = heads;
   o.gpt.n_embd = 8 * heads;
-  o.steps = kSteps;
-  o.schedule.total = kSteps;
+  o.steps = kEquivalenceSteps;
+  o.schedule.total = kEquivalenceSteps;
   o.batch = 8;
   return o;
 }
@@ -55,7 +55,7 @@ TEST_P(GptTensorParallel, MatchesOneRank) {
   o.sync.tensor_parallel = c.tp;
   o.sync.sequence_parallel = c.sequence_parallel;
   o.sync.zero_stage = c.zero_stage;
-  testing::expect_same_losses(single, testing::train_losses(o), kTolerance,
+  testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
                               fmt::format("gpt ({} heads) on {} ranks at tp={}{}{}", c.heads, c.ranks, c.tp,
                                           c.sequence_parallel ? " with sequence parallelism" : "",
                                           c.zero_stage ? fmt::format(", ZeRO-{}", c.zero_stage) : ""));
@@ -75,26 +75,26 @@ INSTANTIATE_TEST_SUITE_P(Meshes, GptTensorParallel,
 
 TEST(MlpTensorParallel, MatchesOneRankAtTp2) {
   TrainOptions o = testing::tiny_mlp();
-  o.steps = kSteps;
-  o.schedule.total = kSteps;
+  o.steps = kEquivalenceSteps;
+  o.schedule.total = kEquivalenceSteps;
   const std::vector<double> single = testing::train_losses(o);
   o.ranks = 2;
   o.sync.tensor_parallel = 2;
-  testing::expect_same_losses(single, testing::train_losses(o), kTolerance, "mlp at tp=2");
+  testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "mlp at tp=2");
 }
 
 // The CNN's fully-connected layers split (fc1 column, fc2 row) while its
 // convolutions run whole on every tensor rank: the layer-wise plan.
 TEST(CnnTensorParallel, MatchesOneRankAtTp2AndDp2Tp2) {
   TrainOptions o = testing::tiny_cnn();
-  o.steps = kSteps;
-  o.schedule.total = kSteps;
+  o.steps = kEquivalenceSteps;
+  o.schedule.total = kEquivalenceSteps;
   const std::vector<double> single = testing::train_losses(o);
   o.ranks = 2;
   o.sync.tensor_parallel = 2;
-  testing::expect_same_losses(single, testing::train_losses(o), kTolerance, "cnn at tp=2");
+  testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "cnn at tp=2");
   o.ranks = 4;
-  testing::expect_same_losses(single, testing::train_losses(o), kTolerance, "cnn at dp=2 x tp=2");
+  testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "cnn at dp=2 x tp=2");
 }
 
 // Per transformer layer, plain tensor parallelism costs exactly two
@@ -170,7 +170,7 @@ TEST(TensorParallelCheckpoint, ResumesUnderEveryOtherStrategy) {
     o.sync.zero_stage = s.zero_stage;
     links.push_back({s.name, o});
   }
-  testing::expect_resumed_segments_match(links, kSegment, kTolerance);
+  testing::expect_resumed_segments_match(links, kSegment, kEquivalenceTolerance);
 }
 
 // Each rank saves only what no other rank saves: over the shard files,
