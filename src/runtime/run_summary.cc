@@ -24,6 +24,20 @@ nlohmann::json placement_summary(const parallel::Strategy& strategy, const std::
   return rows;
 }
 
+// Sequence parallelism as the strategy has it: a seed splitting an
+// activation along the sequence (dim 1), whether it came from --sp or from
+// a strategy file's seeds.
+bool splits_the_sequence(const parallel::Strategy& strategy, const std::vector<parallel::Program>& programs) {
+  for (const parallel::PlacementSeed& seed : strategy.seeds) {
+    if (seed.placement != Placement::S(1)) continue;
+    for (const parallel::Program& program : programs)
+      for (const Graph& graph : program.graphs)
+        for (const Value& value : graph.values())
+          if (value.name == seed.value && value.kind == Value::Kind::activation) return true;
+  }
+  return false;
+}
+
 nlohmann::json schedule_summary(const parallel::Strategy& strategy, const parallel::Program& program) {
   const parallel::PipelineSchedule schedule =
       strategy.pipeline_ranks() > 1
@@ -89,7 +103,7 @@ nlohmann::json run_summary(const TrainOptions& o, const parallel::Strategy& stra
         {"schedule", pipelined ? nlohmann::json(parallel::pipeline_kind_name(strategy.pipeline.schedule)) : nullptr},
         {"recompute", parallel::recompute_name(strategy.lowering.recompute)},
         {"compression", strategy.lowering.compression.to_string()},
-        {"sequence_parallel", o.sync.sequence_parallel},
+        {"sequence_parallel", splits_the_sequence(strategy, programs)},
         {"placements", placement_summary(strategy, programs)}}},
       {"schedule", schedule_summary(strategy, programs.front())}};
   if (const RunPrediction* p = figures.prediction) {

@@ -30,6 +30,13 @@ for strategy in "$EX"/strategies/*.json; do
 import json, sys
 summary, strategy = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 assert summary["strategy"] == strategy, f"{sys.argv[2]}: the run ran another strategy: {summary['strategy']}"
+# Sequence parallelism is read off the strategy's seeds (the GPT's residual
+# stream, "embed" and each block's "*.c_proj.add_bias", split along the
+# sequence), not off a flag: megatron_tp.json has it.
+splits = any(s["placement"] == "S(1)" and (s["value"] == "embed" or s["value"].endswith(".c_proj.add_bias"))
+             for s in strategy.get("seeds", []))
+shown = summary["strategy_summary"]["sequence_parallel"]
+assert shown == splits, f"{sys.argv[2]}: run.json says sequence_parallel={shown}, its seeds say {splits}"
 PY
   count=$((count + 1))
 done
