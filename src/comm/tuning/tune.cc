@@ -203,8 +203,11 @@ CostModel measure_links(Communicator& comm, const ProgressFn& progress) {
                   model.transport.alpha * 1e6, 1e-9 / model.transport.beta,
                   1e-9 / model.transport.gamma));
   if (runnable(comm, Collective::allreduce, Algorithm::shared_memory)) {
+    // A quick probe stays quick on a busy host: a batch taken under foreign
+    // load is retaken once (after up to 2 s of waiting for quiet), then kept;
+    // the default 8 retakes made it wait ~100 s with one core busy.
     BenchmarkOptions probe{.algorithms = {Algorithm::shared_memory}, .sizes = {4, 256 << 10},
-                           .rounds = 3, .max_retake_seconds = 0};
+                           .rounds = 3, .max_retakes = 1, .max_retake_seconds = 0};
     auto rows = run_benchmark(comm, probe);
     model.shared_memory.alpha = rows[0].seconds / 2;  // 2 synchronizations per stage
     // 2n moved + n reduced per stage: split the rest evenly between beta and gamma.
