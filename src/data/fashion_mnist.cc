@@ -5,8 +5,12 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "core/error.h"
+#include "data/sampler.h"
 
 namespace px {
 namespace {
@@ -148,7 +152,7 @@ LabeledImages load_fashion_mnist(const std::string& dir, FashionMnistSplit split
          labels_path, raw_labels.dim(0), images_path, pixels.dim(0));
 
   LabeledImages out;
-  out.images = normalize_images(pixels);
+  out.pixels = std::move(pixels);
   out.labels = Tensor::empty(Shape{raw_labels.dim(0)}, DType::i32);
   const uint8_t* src = raw_labels.data<uint8_t>();
   int32_t* dst = out.labels.data<int32_t>();
@@ -161,9 +165,29 @@ LabeledImages load_fashion_mnist(const std::string& dir, FashionMnistSplit split
   return out;
 }
 
+Tensor LabeledImages::images(std::span<const int64_t> rows) const {
+  return normalize_images(gather_rows(pixels, rows));
+}
+
+Tensor LabeledImages::images(int64_t begin, int64_t end) const {
+  return normalize_images(pixels.slice_rows(begin, end));
+}
+
 FashionMnist load_fashion_mnist(const std::string& dir) {
   return FashionMnist{.train = load_fashion_mnist(dir, FashionMnistSplit::train),
                       .test = load_fashion_mnist(dir, FashionMnistSplit::test)};
+}
+
+std::shared_ptr<const LabeledImages> shared_fashion_mnist(const std::string& dir, FashionMnistSplit split) {
+  static std::mutex mutex;
+  static std::map<std::pair<std::string, FashionMnistSplit>, std::weak_ptr<const LabeledImages>> loaded;
+  // Held while reading: ranks asking at once wait for the first one's copy.
+  std::lock_guard lock(mutex);
+  std::weak_ptr<const LabeledImages>& slot = loaded[{dir, split}];
+  if (std::shared_ptr<const LabeledImages> held = slot.lock()) return held;
+  auto fresh = std::make_shared<const LabeledImages>(load_fashion_mnist(dir, split));
+  slot = fresh;
+  return fresh;
 }
 
 }  // namespace px

@@ -1,11 +1,14 @@
 // Fashion-MNIST: 70,000 28x28 grayscale images of clothing in 10 classes, read
 // from the IDX files that Debian's dataset-fashion-mnist package installs
-// (gzip'd or plain). Images come out normalized exactly as the PyTorch
+// (gzip'd or plain). Pixels are kept as bytes, a quarter of float32's memory;
+// the images a batch takes come out normalized exactly as the PyTorch
 // reference script does: (pixel / 255 - 0.2860) / 0.3530, in float32.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,9 +29,12 @@ inline constexpr std::array<std::string_view, kFashionMnistClasses> kFashionMnis
 
 // One split of a labeled image dataset. N = number of examples.
 struct LabeledImages {
-  Tensor images;  // (N, 1, 28, 28) f32, normalized
+  Tensor pixels;  // (N, 28, 28) u8, as stored
   Tensor labels;  // (N) i32, in [0, 10)
   int64_t size() const { return labels.defined() ? labels.dim(0) : 0; }
+  // The examples at `rows` / in [begin, end), normalized: (B, 1, 28, 28) f32.
+  Tensor images(std::span<const int64_t> rows) const;
+  Tensor images(int64_t begin, int64_t end) const;
 };
 
 struct FashionMnist {
@@ -46,6 +52,11 @@ enum class FashionMnistSplit { train, test };
 LabeledImages load_fashion_mnist(const std::string& dir, FashionMnistSplit split);
 // Both splits.
 FashionMnist load_fashion_mnist(const std::string& dir = std::string(kFashionMnistDefaultDir));
+// One split, read once for every caller in this process that holds it: the
+// in-process ranks of a job share one copy (read-only) instead of each
+// reading its own. It is freed with the last holder; a later call reads the
+// files again.
+std::shared_ptr<const LabeledImages> shared_fashion_mnist(const std::string& dir, FashionMnistSplit split);
 
 // Lower level, for other IDX datasets and for tests.
 // Decompressed bytes of `path` (gzip or plain; zlib detects which).

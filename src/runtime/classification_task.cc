@@ -18,34 +18,35 @@ class ClassificationTask : public Task {
  public:
   explicit ClassificationTask(const TrainOptions& o)
       : options_(o),
-        train_(load_fashion_mnist(data_dir(), FashionMnistSplit::train)),
-        test_(load_fashion_mnist(data_dir(), FashionMnistSplit::test)),
-        sampler_(train_.size(), o.batch, o.seed) {}
+        train_(shared_fashion_mnist(data_dir(), FashionMnistSplit::train)),
+        test_(shared_fashion_mnist(data_dir(), FashionMnistSplit::test)),
+        sampler_(train_->size(), o.batch, o.seed) {}
 
   nn::Model build(int64_t batch, bool training) const override { return build_model(options_, batch, training); }
 
   DataBatch next_batch() override {
     EpochBatch b = sampler_.next_batch();
-    return {gather_rows(train_.images, b.indices), gather_rows(train_.labels, b.indices)};
+    return {train_->images(b.indices), gather_rows(train_->labels, b.indices)};
   }
 
   DataBatch next_batch(int rank, int world) override {
     EpochBatch b = sampler_.next_batch(rank, world);
-    return {gather_rows(train_.images, b.indices), gather_rows(train_.labels, b.indices)};
+    return {train_->images(b.indices), gather_rows(train_->labels, b.indices)};
   }
 
   int64_t steps_per_epoch() const override { return sampler_.batches_per_epoch(); }
 
   Evaluation evaluate(const ParamStore& params) override {
     double loss_sum = 0;
-    int64_t correct = 0, n = test_.size();
+    // --eval-batches batches of kEvalBatch test images (the default covers all 10,000).
+    int64_t correct = 0, n = std::min(test_->size(), options_.eval_batches * kEvalBatch);
     for (int64_t begin = 0; begin < n; begin += kEvalBatch) {
       int64_t rows = std::min(kEvalBatch, n - begin);
       Evaluator& evaluator = evaluator_for(rows);
       evaluator.executor->use_parameters(params);
-      Tensor labels = test_.labels.slice_rows(begin, begin + rows);
+      Tensor labels = test_->labels.slice_rows(begin, begin + rows);
       StepResult out = evaluator.executor->run(
-          {.feeds = feeds_of(evaluator.model, {test_.images.slice_rows(begin, begin + rows), labels})});
+          {.feeds = feeds_of(evaluator.model, {test_->images(begin, begin + rows), labels})});
       loss_sum += out.loss * double(rows);
       const Tensor& logit_tensor = out.outputs.front().front();  // (rows, classes)
       const float* logits = logit_tensor.f32();
@@ -86,7 +87,7 @@ class ClassificationTask : public Task {
   }
 
   TrainOptions options_;
-  LabeledImages train_, test_;
+  std::shared_ptr<const LabeledImages> train_, test_;  // shared with the other in-process ranks
   EpochSampler sampler_;
   std::map<int64_t, Evaluator> evaluators_;
 };

@@ -72,7 +72,7 @@ struct TrainOptions {
   LrSchedule schedule;           // schedule.total is filled from steps/epochs
   double grad_clip = 0;          // global-norm clip; 0 = off
   int64_t eval_every = 0;        // steps; 0 = only at the end
-  int64_t eval_batches = 20;     // GPT validation batches
+  int64_t eval_batches = 20;     // validation batches (mlp/cnn: of 1000 test images)
   uint64_t seed = 1;
   int threads = 1;
   int ranks = 1;                 // data-parallel ranks in this process (under mpirun: the MPI world)

@@ -75,9 +75,9 @@ bool have_real_dataset() {
 TEST(FashionMnist, ReadsRealSplitsWithExpectedCountsLabelsAndStatistics) {
   if (!have_real_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   FashionMnist data = load_fashion_mnist();
-  EXPECT_EQ(data.train.images.shape(), (Shape{60000, 1, 28, 28}));
+  EXPECT_EQ(data.train.pixels.shape(), (Shape{60000, 28, 28}));
   EXPECT_EQ(data.train.labels.shape(), (Shape{60000}));
-  EXPECT_EQ(data.test.images.shape(), (Shape{10000, 1, 28, 28}));
+  EXPECT_EQ(data.test.pixels.shape(), (Shape{10000, 28, 28}));
   EXPECT_EQ(data.test.labels.shape(), (Shape{10000}));
   EXPECT_EQ(data.train.labels.dtype(), DType::i32);
 
@@ -95,17 +95,19 @@ TEST(FashionMnist, ReadsRealSplitsWithExpectedCountsLabelsAndStatistics) {
 
   // 0.2860 / 0.3530 are the training set's pixel mean / std, so normalized
   // training pixels have mean ~0 and std ~1.
+  const Tensor images = data.train.images(0, data.train.size());  // (60000, 1, 28, 28)
+  EXPECT_EQ(images.shape(), (Shape{60000, 1, 28, 28}));
   double sum = 0, sq = 0;
-  for (float v : data.train.images.span<float>()) {
+  for (float v : images.span<float>()) {
     sum += v;
     sq += double(v) * v;
   }
-  const double n = double(data.train.images.numel());
+  const double n = double(images.numel());
   const double mean = sum / n;
   EXPECT_NEAR(mean, 0.0, 2e-3);
   EXPECT_NEAR(std::sqrt(sq / n - mean * mean), 1.0, 2e-3);
   // Background pixels (0) map to -0.2860 / 0.3530.
-  EXPECT_FLOAT_EQ(data.train.images.f32()[0], (0.0f - 0.2860f) / 0.3530f);
+  EXPECT_FLOAT_EQ(images.f32()[0], (0.0f - 0.2860f) / 0.3530f);
 }
 
 TEST(FashionMnist, ReadsGzippedAndPlainFilesAndNormalizesLikeTorchvision) {
@@ -113,15 +115,58 @@ TEST(FashionMnist, ReadsGzippedAndPlainFilesAndNormalizesLikeTorchvision) {
   dir.write("train-images-idx3-ubyte.gz", gzip(idx_images(3)));
   dir.write("train-labels-idx1-ubyte", idx_labels({0, 9, 4}));  // uncompressed
   LabeledImages split = load_fashion_mnist(dir.path(), FashionMnistSplit::train);
-  ASSERT_EQ(split.images.shape(), (Shape{3, 1, 28, 28}));
+  const Tensor images = split.images(0, 3);
+  ASSERT_EQ(images.shape(), (Shape{3, 1, 28, 28}));
   EXPECT_EQ(split.size(), 3);
-  const float* x = split.images.f32();
+  const float* x = images.f32();
   for (int i = 0; i < 3 * 784; ++i) {
     float expected = (static_cast<float>(i % 256) / 255.0f - 0.2860f) / 0.3530f;
     ASSERT_EQ(x[i], expected) << "pixel " << i;
   }
   EXPECT_EQ(split.labels.data<int32_t>()[1], 9);
   EXPECT_EQ(split.labels.data<int32_t>()[2], 4);
+}
+
+// A batch's images are its rows of the whole split normalized: by index (in
+// any order, repeats allowed) and by range.
+TEST(FashionMnist, ABatchOfRowsIsThoseRowsNormalized) {
+  ScratchDir dir;
+  dir.write("train-images-idx3-ubyte", idx_images(5));
+  dir.write("train-labels-idx1-ubyte", idx_labels({1, 2, 3, 4, 5}));
+  const LabeledImages split = load_fashion_mnist(dir.path(), FashionMnistSplit::train);
+  const Tensor all = split.images(0, 5);  // (5, 1, 28, 28)
+  const std::vector<int64_t> rows = {4, 0, 4, 2};
+  const Tensor picked = split.images(rows);
+  ASSERT_EQ(picked.shape(), (Shape{4, 1, 28, 28}));
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int p = 0; p < 784; ++p)
+      ASSERT_EQ(picked.f32()[i * 784 + p], all.f32()[rows[i] * 784 + p]) << "row " << rows[i] << " pixel " << p;
+  const Tensor middle = split.images(1, 3);
+  ASSERT_EQ(middle.shape(), (Shape{2, 1, 28, 28}));
+  for (int p = 0; p < 2 * 784; ++p) ASSERT_EQ(middle.f32()[p], all.f32()[784 + p]) << "pixel " << p;
+}
+
+// The in-process ranks share one read of a split while any of them holds it.
+TEST(FashionMnist, ASharedSplitIsReadOnceWhileHeld) {
+  ScratchDir dir;
+  dir.write("train-images-idx3-ubyte", idx_images(2));
+  dir.write("train-labels-idx1-ubyte", idx_labels({3, 7}));
+  std::shared_ptr<const LabeledImages> first = shared_fashion_mnist(dir.path(), FashionMnistSplit::train);
+  std::shared_ptr<const LabeledImages> second = shared_fashion_mnist(dir.path(), FashionMnistSplit::train);
+  EXPECT_EQ(first.get(), second.get());
+  EXPECT_EQ(first->size(), 2);
+  // Released by every holder, the split is read again (here: the files changed).
+  first.reset();
+  second.reset();
+  dir.write("train-images-idx3-ubyte", idx_images(3));
+  dir.write("train-labels-idx1-ubyte", idx_labels({3, 7, 1}));
+  EXPECT_EQ(shared_fashion_mnist(dir.path(), FashionMnistSplit::train)->size(), 3);
+  // Another split or directory is another read.
+  ScratchDir other;
+  other.write("train-images-idx3-ubyte", idx_images(1));
+  other.write("train-labels-idx1-ubyte", idx_labels({0}));
+  EXPECT_EQ(shared_fashion_mnist(other.path(), FashionMnistSplit::train)->size(), 1);
+  EXPECT_THROW(shared_fashion_mnist(dir.path(), FashionMnistSplit::test), Error);  // no t10k files
 }
 
 TEST(FashionMnist, MissingDirectoryTellsHowToInstall) {
