@@ -24,7 +24,7 @@ STEPS=${PX_TEST_STEPS:-50}
 HALF=$((STEPS / 2))
 GPT=(train --model gpt --layers 2 --heads 2 --embd 32 --block 32 --batch 8 --steps $STEPS --dropout 0.1
      --eval-every 0 --eval-batches 2 --sample-tokens 0 --threads 1 --progress lines)
-CNN=(train --model cnn --batch 16 --steps $STEPS --threads 1 --progress lines)
+CNN=(train --model cnn --batch 16 --steps $STEPS --eval-batches 1 --threads 1 --progress lines)
 
 compare() {  # compare REFERENCE CANDIDATE WHAT
   python3 "$(dirname "${BASH_SOURCE[0]}")/compare_losses.py" "$@"

@@ -38,6 +38,10 @@ TEST(PlanGrid, RanksEveryCandidateByItsReplayAndNamesWhatDoesNotFit) {
   ClusterSpec cluster = cluster_named("dgx-a100");
   PlanRequest request = gpt_request(cluster, 4, 16, 4);
   request.method = "grid";
+  // Every mesh, ZeRO stage and micro-batch count up to 4; one schedule, no recompute.
+  request.space.schedules = false;
+  request.space.recompute = false;
+  request.space.max_micro_batches = 4;
   const PlanResult roomy = plan(request);
   EXPECT_EQ(roomy.method, "grid");
   EXPECT_EQ(roomy.evaluated, roomy.considered);

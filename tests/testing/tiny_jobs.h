@@ -57,6 +57,7 @@ inline TrainOptions tiny_cnn() {
   o.optimizer.kind = "sgd";
   o.optimizer.momentum = 0.9;
   o.optimizer.weight_decay = 5e-4;
+  o.eval_batches = 1;  // the final evaluation on 1000 of the 10,000 test images
   o.seed = 7;
   return o;
 }
