@@ -37,6 +37,7 @@ namespace {
 struct CalibrateFlags {
   std::string out;
   int max_ranks = 4;
+  double kernel_ms = 1e3 * plan::CalibrationOptions{}.batch_seconds;
   std::string comm = "quick";
   bool fresh = false;
 };
@@ -138,6 +139,11 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--max-ranks", cal->max_ranks, "time the kernels of the candidate strategies on 1 .. this many ranks")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  cmd->add_option("--kernel-ms", cal->kernel_ms,
+                  "each kernel (and each side of a contention ratio) runs at least this long per timed batch, the "
+                  "median of 3 batches kept: shorter is quicker and rougher")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--comm", cal->comm,
                   "the transport's cost model: quick (links by ping-pong, seconds), tune (every algorithm fitted, "
                   "minutes) or keep (the saved spec's)")
@@ -159,7 +165,8 @@ void add_calibrate_command(CLI::App& app) {
     std::optional<plan::ClusterSpec> saved;
     if (!cal->fresh && std::filesystem::exists(path)) saved = plan::load_cluster(path);
     plan::HostProfile profile = saved && saved->profile ? *saved->profile : plan::HostProfile{};
-    const plan::CalibrationOptions options{.max_ranks = std::max(cal->max_ranks, o.ranks)};
+    const plan::CalibrationOptions options{.batch_seconds = cal->kernel_ms / 1e3,
+                                           .max_ranks = std::max(cal->max_ranks, o.ranks)};
     plan::measure_host(profile, options, say);
     if (cal->comm == "keep" && !(saved && saved->profile)) fail("--comm keep: '{}' holds no profile to keep", path);
     if (cal->comm != "keep") profile.comm = measure_comm(cal->comm, say);

@@ -15,7 +15,7 @@ export XDG_CACHE_HOME=$WORK/cache
 TINY=(--model gpt --layers 2 --heads 2 --embd 32 --block 32 --batch 8)
 fail() { echo "FAIL: $*"; exit 1; }
 
-"$PX" calibrate "${TINY[@]}" --max-ranks 2 > /dev/null
+"$PX" calibrate "${TINY[@]}" --max-ranks 2 --kernel-ms 5 > /dev/null
 "$PX" plan "${TINY[@]}" --cluster local --ranks 2 --out "$WORK/plan.json" > "$WORK/plan.txt"
 cat "$WORK/plan.txt"
 grep -q "grid search" "$WORK/plan.txt" || fail "a small model is planned by the grid"

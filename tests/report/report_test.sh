@@ -19,7 +19,7 @@ TINY=(--model gpt --layers 2 --heads 2 --embd 32 --block 32 --batch 8)
 RUN=(--eval-every 10 --eval-batches 2 --sample-tokens 0 --progress lines)
 fail() { echo "FAIL: $*"; exit 1; }
 
-"$PX" calibrate "${TINY[@]}" --max-ranks 2 > /dev/null
+"$PX" calibrate "${TINY[@]}" --max-ranks 2 --kernel-ms 5 > /dev/null
 "$PX" plan "${TINY[@]}" --cluster local --ranks 2 --budget-s 5 --out "$WORK/runs/planned/plan-strategy.json" \
   --explain "$WORK/runs/planned/plan.json" > /dev/null
 "$PX" train "${TINY[@]}" --ranks 2 --strategy "$WORK/runs/planned/plan-strategy.json" --steps 40 "${RUN[@]}" \
