@@ -47,7 +47,9 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--checkpoint", o->checkpoint, "checkpoint directory")->required();
   cmd->add_option("--data", o->data, "override the checkpoint's data path");
   cmd->add_option("--batch", o->batch, "gpt: validation batch size")->capture_default_str();
-  cmd->add_option("--eval-batches", o->eval_batches, "validation batches (gpt: of --batch; mlp/cnn: of 1000 test images, all 10 by default)")->capture_default_str();
+  cmd->add_option("--eval-batches", o->eval_batches,
+                  "validation batches (gpt: of --batch; mlp/cnn: of 1000 test images, all 10 by default)")
+      ->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads for kernels and BLAS")->capture_default_str();
   cmd->callback([o] {
     kernels::set_threads(o->threads);

@@ -136,7 +136,10 @@ void add_train_flags(CLI::App& cmd, TrainFlags& flags) {
   cmd.add_option("--beta2", o.optimizer.beta2, "adamw beta2")->capture_default_str();
   cmd.add_option("--grad-clip", o.grad_clip, "clip the global gradient norm, 0 = off (default: gpt 1, mlp/cnn 0)");
   cmd.add_option("--eval-every", o.eval_every, "evaluate every N steps, 0 = at the end (default: gpt 500, mlp/cnn 0)");
-  cmd.add_option("--eval-batches", o.eval_batches, "validation batches per evaluation (gpt: of the training batch; mlp/cnn: of 1000 test images, all 10 by default)")->capture_default_str();
+  cmd.add_option("--eval-batches", o.eval_batches,
+                 "validation batches per evaluation (gpt: of the training batch; mlp/cnn: of 1000 test images, "
+                 "all 10 by default)")
+      ->capture_default_str();
   cmd.add_option("--threads", o.threads, "threads for kernels and BLAS (per MPI rank; in-process ranks use 1 each)")
       ->capture_default_str();
   add_parallel_flags(cmd, flags);
