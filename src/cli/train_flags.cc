@@ -125,6 +125,9 @@ void add_train_flags(CLI::App& cmd, TrainFlags& flags) {
                   "(default /usr/share/datasets/fashion-mnist)");
   cmd.add_option("--steps", o.steps, "optimizer steps (default: gpt 3500, about five minutes on 2 cores)");
   cmd.add_option("--epochs", o.epochs, "epochs over the training set, mlp/cnn (default 2); overrides --steps");
+  cmd.add_flag("--drop-last", o.drop_last,
+               "mlp/cnn: leave out each epoch's last batch when --batch does not divide the training set (by "
+               "default it trains, its loss the mean over the rows it has)");
   cmd.add_option("--optimizer", o.optimizer.kind, "sgd or adamw (default: gpt adamw, mlp/cnn sgd)");
   cmd.add_option("--lr", o.schedule.lr, "peak learning rate (default: gpt 1e-3, mlp/cnn 0.05)");
   cmd.add_option("--lr-schedule", o.schedule.kind, "learning-rate schedule: cosine (decays to --min-lr-ratio) or constant")->capture_default_str();

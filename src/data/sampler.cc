@@ -71,11 +71,18 @@ void from_json(const nlohmann::json& json, EpochSamplerState& state) {
   state.rng_state = rng_state_from_json(json["rng_state"], what);
 }
 
-EpochSampler::EpochSampler(int64_t dataset_size, int64_t batch_size, uint64_t seed)
-    : size_(dataset_size), batch_(batch_size), rng_(seed) {
+EpochSampler::EpochSampler(int64_t dataset_size, int64_t batch_size, uint64_t seed, bool drop_last)
+    : size_(dataset_size),
+      batch_(batch_size),
+      epoch_end_(drop_last && batch_size > 0 ? dataset_size - dataset_size % batch_size : dataset_size),
+      rng_(seed) {
   if (dataset_size < 1)
     fail("epoch sampler: dataset size {} is invalid, expected at least 1 example", dataset_size);
   if (batch_size < 1) fail("epoch sampler: batch size {} is invalid, expected >= 1", batch_size);
+  if (epoch_end_ == 0)
+    fail("epoch sampler: batches of {} with drop_last leave no batch of a dataset of {} examples; expected a "
+         "batch size of at most {}",
+         batch_size, dataset_size, dataset_size);
   start_epoch();
 }
 
@@ -88,15 +95,16 @@ void EpochSampler::start_epoch() {
 }
 
 EpochBatch EpochSampler::next_batch() {
-  if (position_ == size_) {
+  if (position_ == epoch_end_) {
     ++epoch_;
     position_ = 0;
     start_epoch();
   }
-  const int64_t end = std::min(position_ + batch_, size_);
+  const int64_t end = std::min(position_ + batch_, epoch_end_);
   EpochBatch batch{.epoch = epoch_,
                    .batch_in_epoch = position_ / batch_,
-                   .last_in_epoch = end == size_,
+                   .last_in_epoch = end == epoch_end_,
+                   .global_rows = end - position_,
                    .indices = {permutation_.begin() + position_, permutation_.begin() + end}};
   position_ = end;
   return batch;
@@ -115,12 +123,12 @@ EpochSamplerState EpochSampler::state() const {
 }
 
 void EpochSampler::set_state(const EpochSamplerState& state) {
-  if (state.epoch < 0 || state.position < 0 || state.position > size_ ||
-      (state.position % batch_ != 0 && state.position != size_))
+  if (state.epoch < 0 || state.position < 0 || state.position > epoch_end_ ||
+      (state.position % batch_ != 0 && state.position != epoch_end_))
     fail(
         "epoch sampler: state (epoch {}, position {}) does not fit a dataset of {} examples in "
         "batches of {}, expected 0 <= position <= {} at a batch boundary",
-        state.epoch, state.position, size_, batch_, size_);
+        state.epoch, state.position, size_, batch_, epoch_end_);
   rng_.set_state(state.rng_state);
   start_epoch();
   epoch_ = state.epoch;

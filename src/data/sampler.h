@@ -1,7 +1,8 @@
 // Seeded, reproducible, checkpointable batch samplers, and the contiguous
 // split of a global batch across data-parallel ranks.
 //  - EpochSampler: classification datasets; a fresh random permutation per
-//    epoch, batches of B indices, the last partial batch kept.
+//    epoch, batches of B indices, the last partial batch kept (or, with
+//    drop_last, left out, as PyTorch's DataLoader conventions go).
 //  - WindowSampler: a byte corpus; B random windows of T+1 bytes per batch.
 //  - ValidationWindows: fixed, evenly spaced windows of the validation split,
 //    the same on every run and system.
@@ -55,14 +56,17 @@ struct EpochBatch {
   int64_t epoch = 0;
   int64_t batch_in_epoch = 0;    // 0 .. batches_per_epoch() - 1
   bool last_in_epoch = false;    // the epoch ends with this batch
-  std::vector<int64_t> indices;  // (b) dataset indices; b = B, or less for the last batch
+  int64_t global_rows = 0;       // rows of the whole global batch: B, or less for the last batch
+  std::vector<int64_t> indices;  // (b) dataset indices: the batch's, or this rank's shard of them
 };
 
 class EpochSampler {
  public:
   // Epoch e's order is a Fisher-Yates shuffle drawn from one Rng(seed) stream
-  // that continues across epochs (see docs/data.md).
-  EpochSampler(int64_t dataset_size, int64_t batch_size, uint64_t seed);
+  // that continues across epochs (see docs/data.md). `drop_last`: an epoch
+  // ends after its last full batch; the N mod B examples left over are not
+  // served that epoch.
+  EpochSampler(int64_t dataset_size, int64_t batch_size, uint64_t seed, bool drop_last = false);
 
   // The next global batch: the next min(B, N - position) indices of the
   // current permutation; when the epoch is exhausted, first starts the next.
@@ -73,7 +77,8 @@ class EpochSampler {
 
   int64_t dataset_size() const { return size_; }
   int64_t batch_size() const { return batch_; }
-  int64_t batches_per_epoch() const { return (size_ + batch_ - 1) / batch_; }  // ceil(N / B)
+  // ceil(N / B), or floor(N / B) with drop_last.
+  int64_t batches_per_epoch() const { return (epoch_end_ + batch_ - 1) / batch_; }
   // Permutation of the current epoch: (N) indices.
   const std::vector<int64_t>& permutation() const { return permutation_; }
 
@@ -86,6 +91,7 @@ class EpochSampler {
   void start_epoch();  // draws permutation_ from rng_, recording epoch_rng_state_
   int64_t size_;
   int64_t batch_;
+  int64_t epoch_end_;  // examples an epoch serves: N, or N - N mod B with drop_last
   Rng rng_;
   int64_t epoch_ = 0;
   int64_t position_ = 0;

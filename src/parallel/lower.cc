@@ -48,6 +48,17 @@ std::vector<std::vector<std::optional<Placement>>> seeds_by_value(const Graph& g
 
 }  // namespace
 
+Strategy with_stage_cuts_of(Strategy strategy, const Program& program) {
+  if (strategy.pipeline_ranks() == 1 || !strategy.pipeline.stage_cuts.empty()) return strategy;
+  // Local graphs keep the lowered global graph's node order, so a stage
+  // start indexes their nodes too.
+  const Graph& graph = program.graphs.front();
+  const std::vector<int>& starts = program.pipeline.stage_starts;
+  for (size_t s = 1; s < starts.size(); ++s)
+    strategy.pipeline.stage_cuts.push_back(graph.nodes().at(static_cast<size_t>(starts[s])).name);
+  return strategy;
+}
+
 Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   PX_CHECK(request.forward != nullptr, "lower: no graph");
   validate(strategy);

@@ -44,6 +44,12 @@ struct LowerRequest {
 // fewer rows than ranks, ...).
 Program lower(const LowerRequest& request, const Strategy& strategy, int rank);
 
+// `strategy` with the stage cuts `program` (lowered from it) decided,
+// named: a lowering for another batch size (an epoch's partial last batch)
+// then cuts the stages before the same nodes, where balancing by cost
+// might have moved them. Unchanged without a pipeline or with cuts given.
+Strategy with_stage_cuts_of(Strategy strategy, const Program& program);
+
 // A one-rank program over `model`'s graph: evaluation and sampling
 // (training false) or a parameter-server worker's gradients (training true,
 // no updates). `batch_inputs` are fed per step.

@@ -266,6 +266,9 @@ struct Program {
   // global graph's value ids (forward and, when training, backward).
   std::vector<Graph> graphs;
   std::vector<MicroBatch> micro_batches;
+  // Rows of the global batch this program was lowered for (the batch
+  // inputs' dim 0): a partial last batch is another lowering with fewer.
+  int64_t global_rows = 0;
   std::vector<ValueId> batch_inputs;  // split S(0) along the data axis: fed per micro-batch
   // Per local graph, per value: where the shard sits in the unsplit value
   // (ops read it: graph/op.h), without the micro-batch's rows; and per value

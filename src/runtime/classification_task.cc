@@ -20,18 +20,18 @@ class ClassificationTask : public Task {
       : options_(o),
         train_(shared_fashion_mnist(data_dir(), FashionMnistSplit::train)),
         test_(shared_fashion_mnist(data_dir(), FashionMnistSplit::test)),
-        sampler_(train_->size(), o.batch, o.seed) {}
+        sampler_(train_->size(), o.batch, o.seed, o.drop_last) {}
 
   nn::Model build(int64_t batch, bool training) const override { return build_model(options_, batch, training); }
 
   DataBatch next_batch() override {
     EpochBatch b = sampler_.next_batch();
-    return {train_->images(b.indices), gather_rows(train_->labels, b.indices)};
+    return {train_->images(b.indices), gather_rows(train_->labels, b.indices), b.global_rows};
   }
 
   DataBatch next_batch(int rank, int world) override {
     EpochBatch b = sampler_.next_batch(rank, world);
-    return {train_->images(b.indices), gather_rows(train_->labels, b.indices)};
+    return {train_->images(b.indices), gather_rows(train_->labels, b.indices), b.global_rows};
   }
 
   int64_t steps_per_epoch() const override { return sampler_.batches_per_epoch(); }

@@ -102,7 +102,7 @@ void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_
   };
 
   if (auto it = codecs_.find(id); it != codecs_.end()) {
-    Codec* codec = it->second.get();
+    Codec* codec = it->second;
     const double momentum = program_.strategy.lowering.local_momentum;
     comm::compression::WireStats* wire = &wire_[static_cast<size_t>(id)];
     auto work = [codec, input, step, momentum, wire](comm::Communicator& comm) {

@@ -15,7 +15,9 @@ class LanguageModelTask : public Task {
       : options_(o),
         corpus_(o.data.empty() ? load_fortunes_corpus(o.gpt.block) : load_text_corpus(o.data, o.gpt.block)),
         sampler_(corpus_.train, o.batch, o.gpt.block, o.seed),
-        validation_(corpus_.val, o.batch / o.accumulation, o.gpt.block, o.eval_batches) {}
+        // Validation batches are the global batch's size whatever the strategy
+        // (ranks, micro-batches, stages): the same windows, the same loss.
+        validation_(corpus_.val, o.batch, o.gpt.block, o.eval_batches) {}
 
   nn::Model build(int64_t batch, bool training) const override {
     return build_model(options_, batch, training);
@@ -23,12 +25,12 @@ class LanguageModelTask : public Task {
 
   DataBatch next_batch() override {
     TokenBatch b = sampler_.next_batch();
-    return {b.inputs, b.targets};
+    return {b.inputs, b.targets, sampler_.batch_size()};
   }
 
   DataBatch next_batch(int rank, int world) override {
     TokenBatch b = sampler_.next_batch(rank, world);
-    return {b.inputs, b.targets};
+    return {b.inputs, b.targets, sampler_.batch_size()};
   }
 
   Evaluation evaluate(const ParamStore& params) override {

@@ -162,7 +162,7 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
   if (!layout.is_server(rank)) {
     const int worker = layout.worker_of(rank);
     ps::Worker runner(comm, layout, *task, params,
-                      {.start_clock = start, .end_clock = end, .global_batch = o.batch, .grad_clip = o.grad_clip,
+                      {.start_clock = start, .end_clock = end, .grad_clip = o.grad_clip,
                        .seed = o.seed, .bsp = o.ps.mode == "bsp",
                        .delay_ms = rank == o.inject_delay_rank ? o.inject_delay_ms : 0});
     ps::WorkerStats stats = runner.run();
@@ -178,7 +178,7 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
   ps::Server server(comm, layout, shard,
                     {.mode = o.ps.mode, .staleness = o.ps.staleness, .backup_workers = o.ps.backup_workers,
                      .late_worker = o.ps.late_worker, .start_clock = start, .end_clock = end,
-                     .global_batch = o.batch, .schedule = o.schedule});
+                     .schedule = o.schedule});
   const bool lead = rank == 0;
   std::ofstream metrics;
   if (lead && !o.metrics.empty()) {

@@ -11,6 +11,8 @@
 #include "core/memory.h"
 #include "kernels/elementwise.h"
 
+#include <fmt/ranges.h>
+
 namespace px {
 
 using parallel::Buffer;
@@ -37,7 +39,7 @@ void validate(const ExecutorOptions& o, const parallel::Program& program) {
 
 ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, OptimizerConfig optimizer,
                                  ExecutorOptions options)
-    : program_(std::move(program)), liveness_(parallel::liveness(program_)), groups_(std::move(groups)),
+    : program_(std::move(program)), groups_(std::move(groups)),
       group_(nullptr), options_(options) {
   const auto& axes = program_.strategy.mesh.axes();
   if (groups_.empty()) groups_.assign(axes.size(), nullptr);
@@ -78,7 +80,26 @@ ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, O
     written_[b].assign(buffer.members.size(), false);
     if (buffer.persistent) buffers_[b] = Tensor::zeros({buffer.count}, DType::f32);
   }
+  std::vector<ParamShard> shards = index_instructions();
+  for (Buffer::Kind kind : {Buffer::Kind::loss})
+    for (size_t b = 0; b < program_.buffers.size(); ++b)
+      if (program_.buffers[b].kind == kind) written_[b].assign(1, false);
+  if (!shards.empty()) optimizer_.emplace(std::move(optimizer), std::move(shards));
+  job_.assign(program_.instrs.size(), -1);
+  wire_.assign(program_.instrs.size(), {});
+  // Compressed gradients: every gradient collective through its own
+  // compressor (vectors with Method::none: dense, but counted alike).
+  if (program_.strategy.lowering.compression.lossy() && group_size > 1)
+    for (int id : gradient_collectives()) {
+      codecs_[id] = codec_store_.emplace_back(make_codec(std::get<parallel::Collective>(program_.instrs[static_cast<size_t>(id)].op))).get();
+      compressors_.push_back(codecs_[id]);
+    }
+}
+
+std::vector<ParamShard> ProgramExecutor::index_instructions() {
+  liveness_ = parallel::liveness(program_);
   const size_t n = program_.instrs.size();
+  last_compute_ = -1;
   for (size_t i = 0; i < n; ++i)
     if (std::holds_alternative<parallel::Compute>(program_.instrs[i].op)) last_compute_ = static_cast<int>(i);
   member_of_.assign(n, -1);
@@ -97,22 +118,84 @@ ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, O
       shards.push_back({param.name, param.shape, u->offset, u->count, param.weight_decay});
     }
   }
-  for (Buffer::Kind kind : {Buffer::Kind::loss})
-    for (size_t b = 0; b < program_.buffers.size(); ++b)
-      if (program_.buffers[b].kind == kind) written_[b].assign(1, false);
-  if (!shards.empty()) optimizer_.emplace(std::move(optimizer), std::move(shards));
-  job_.assign(n, -1);
-  wire_.assign(n, {});
-  // Compressed gradients: every gradient collective through its own
-  // compressor (vectors with Method::none: dense, but counted alike).
-  if (program_.strategy.lowering.compression.lossy() && group_size > 1)
-    for (size_t i = 0; i < n; ++i) {
-      const auto* c = std::get_if<parallel::Collective>(&program_.instrs[i].op);
-      if (c == nullptr || program_.buffers[static_cast<size_t>(c->input.buffer)].kind != Buffer::Kind::grad_bucket)
-        continue;
-      codecs_[static_cast<int>(i)] = make_codec(*c);
-      compressors_.push_back(codecs_[static_cast<int>(i)].get());
-    }
+  return shards;
+}
+
+std::vector<int> ProgramExecutor::gradient_collectives() const {
+  std::vector<int> ids;
+  for (size_t i = 0; i < program_.instrs.size(); ++i) {
+    const auto* c = std::get_if<parallel::Collective>(&program_.instrs[i].op);
+    if (c != nullptr && program_.buffers[static_cast<size_t>(c->input.buffer)].kind == Buffer::Kind::grad_bucket)
+      ids.push_back(static_cast<int>(i));
+  }
+  return ids;
+}
+
+void ProgramExecutor::add_program(parallel::Program program) {
+  const parallel::Program& mine = program_;
+  const int64_t rows = program.global_rows, mine_rows = program_.global_rows;
+  auto differs = [&](std::string_view what) {
+    fail("executor: the program for a batch of {} rows differs from the one for {} rows in its {}: both must be "
+         "lowerings of one strategy on one rank",
+         rows, mine_rows, what);
+  };
+  // Stage cuts the first program's lowering chose may be named in the other's strategy (with_stage_cuts_of).
+  auto without_cuts = [](parallel::Strategy s) {
+    s.pipeline.stage_cuts.clear();
+    return s;
+  };
+  if (!(without_cuts(program.strategy) == without_cuts(mine.strategy)) || program.rank != mine.rank)
+    differs("strategy or rank");
+  if (program.pipeline.stage_layers != mine.pipeline.stage_layers) differs("pipeline stages");
+  if (program.params != mine.params || program.buckets != mine.buckets) differs("parameter layout");
+  if (program.buffers != mine.buffers) differs("buffers");
+  if (has_program_for(program.global_rows)) return;
+  Lowering other{.program = std::move(program)};
+  swap_active(other);
+  const std::vector<ParamShard> shards = index_instructions();
+  if (optimizer_ ? shards != optimizer_->shards() : !shards.empty()) differs("optimizer shards");
+  const std::vector<int> collectives = gradient_collectives();
+  if (!codec_store_.empty()) {
+    if (collectives.size() != codec_store_.size()) differs("gradient collectives");
+    codecs_.clear();
+    for (size_t k = 0; k < collectives.size(); ++k) codecs_[collectives[k]] = codec_store_[k].get();
+  }
+  swap_active(other);
+  programs_.push_back(std::move(other));
+}
+
+bool ProgramExecutor::has_program_for(int64_t global_rows) const {
+  if (program_.global_rows == global_rows) return true;
+  for (const Lowering& l : programs_)
+    if (l.program.global_rows == global_rows) return true;
+  return false;
+}
+
+void ProgramExecutor::swap_active(Lowering& other) {
+  std::swap(program_, other.program);
+  std::swap(liveness_, other.liveness);
+  std::swap(member_of_, other.member_of);
+  std::swap(shard_of_update_, other.shard_of_update);
+  std::swap(last_compute_, other.last_compute);
+  std::swap(codecs_, other.codecs);
+}
+
+void ProgramExecutor::use_program_for(int64_t global_rows) {
+  if (global_rows == 0 || global_rows == program_.global_rows) return;
+  for (Lowering& other : programs_) {
+    if (other.program.global_rows != global_rows) continue;
+    // P3's deferred updates and the engine's jobs name the active program's instructions.
+    finish();
+    flight_sites_.clear();
+    swap_active(other);
+    job_.assign(program_.instrs.size(), -1);
+    wire_.assign(program_.instrs.size(), {});
+    return;
+  }
+  std::vector<int64_t> rows{program_.global_rows};
+  for (const Lowering& other : programs_) rows.push_back(other.program.global_rows);
+  fail("executor: a batch of {} rows, but this rank's programs are lowered for batches of {} rows (add_program)",
+       global_rows, fmt::join(rows, ", "));
 }
 
 ProgramExecutor::~ProgramExecutor() = default;
@@ -141,10 +224,11 @@ void ProgramExecutor::allocate(int b) {
     for (size_t other = 0; other < buffers_.size(); ++other)
       live += buffers_[other].defined() && program_.buffers[other].kind == Buffer::Kind::grad_bucket &&
               !program_.buffers[other].persistent;
+    for (const PendingFree& pending : pending_frees_) live += pending.kind == Buffer::Kind::grad_bucket;
     while (program_.grad_shard_buffer >= 0 && live >= options_.bucket_buffers && !pending_frees_.empty()) {
-      const size_t before = pending_frees_.size();
-      release_finished(true);
-      live -= static_cast<int>(before - pending_frees_.size());
+      int released = 0;
+      for (const PendingFree& pending : release_finished(true)) released += pending.kind == Buffer::Kind::grad_bucket;
+      live -= released;
     }
   }
   if (buffers_[static_cast<size_t>(b)].defined()) free_buffer(b, -1);
@@ -161,26 +245,34 @@ void ProgramExecutor::allocate(int b) {
 
 void ProgramExecutor::free_buffer(int b, int after) {
   const Buffer& buffer = program_.buffers[static_cast<size_t>(b)];
-  if (buffer.persistent || !buffers_[static_cast<size_t>(b)].defined()) return;
-  // Its last reader still running on the engine: freed once that finishes.
+  Tensor& tensor = buffers_[static_cast<size_t>(b)];
+  if (buffer.persistent || !tensor.defined()) return;
+  PendingFree freed{.tensor = std::move(tensor), .kind = buffer.kind, .bytes = buffer.count * int64_t(sizeof(float))};
+  tensor = Tensor();  // the buffer id is free for its next instance now
+  // Its last reader still running on the engine: the memory goes once that finishes.
   if (after >= 0 && engine_ && job_[static_cast<size_t>(after)] >= 0 &&
       !engine_->finished(job_[static_cast<size_t>(after)])) {
-    pending_frees_.push_back({b, job_[static_cast<size_t>(after)]});
+    freed.job = job_[static_cast<size_t>(after)];
+    pending_frees_.push_back(std::move(freed));
     return;
   }
-  const int64_t bytes = buffer.count * static_cast<int64_t>(sizeof(float));
-  if (buffer.kind == Buffer::Kind::grad_bucket) grad_buffer_bytes_ -= bytes;
-  if (buffer.kind == Buffer::Kind::param_bucket) param_buffer_bytes_ -= bytes;
-  buffers_[static_cast<size_t>(b)] = Tensor();
+  uncount(freed);
 }
 
-void ProgramExecutor::release_finished(bool wait_oldest) {
+void ProgramExecutor::uncount(const PendingFree& freed) {
+  if (freed.kind == Buffer::Kind::grad_bucket) grad_buffer_bytes_ -= freed.bytes;
+  if (freed.kind == Buffer::Kind::param_bucket) param_buffer_bytes_ -= freed.bytes;
+}
+
+std::vector<ProgramExecutor::PendingFree> ProgramExecutor::release_finished(bool wait_oldest) {
+  std::vector<PendingFree> released;
   if (wait_oldest && !pending_frees_.empty()) engine_->wait(pending_frees_.front().job);
   while (!pending_frees_.empty() && engine_->finished(pending_frees_.front().job)) {
-    const int b = pending_frees_.front().buffer;
+    uncount(pending_frees_.front());
+    released.push_back(std::move(pending_frees_.front()));
     pending_frees_.pop_front();
-    free_buffer(b, -1);
   }
+  return released;  // their tensors go with the vector
 }
 
 void ProgramExecutor::wait_for(int id) {
@@ -379,6 +471,7 @@ void ProgramExecutor::finish() {
 }
 
 StepResult ProgramExecutor::run(const StepInput& input) {
+  use_program_for(input.global_rows);
   const size_t micro = program_.micro_batches.size();
   step_ = input.step;
   poison_ = input.poison;
@@ -431,7 +524,11 @@ StepResult ProgramExecutor::run(const StepInput& input) {
     const Instr& instr = program_.instrs[i];
     const int id = static_cast<int>(i);
     const bool defer_update = deferred_updates() && std::holds_alternative<parallel::Update>(instr.op);
-    if (!defer_update)
+    // A Free waits for nothing: a buffer whose last reader still runs on
+    // the engine is freed once that job finishes (free_buffer), so backward
+    // goes on while a bucket it filled is reduced.
+    const bool is_free = std::holds_alternative<parallel::Free>(instr.op);
+    if (!defer_update && !is_free)
       for (int dep : instr.after) wait_for(dep);
     for (int b : liveness_.allocates[i]) allocate(b);
     std::optional<FlightSite> site;

@@ -68,6 +68,9 @@ struct StepInput {
   // This rank's rows of every batch input (Program::batch_inputs), whole:
   // the executor cuts the micro-batches.
   std::vector<std::pair<ValueId, Tensor>> feeds;
+  // Rows of the global batch these feeds are part of: the step runs the
+  // program lowered for that many (add_program). 0: the active program's.
+  int64_t global_rows = 0;
   uint64_t seed = 0;  // dropout masks depend on (seed, global row)
   // Added to every micro-batch's global row (a one-rank program over a shard
   // of a larger batch, as a parameter-server worker runs).
@@ -152,6 +155,15 @@ class ProgramExecutor {
   // when its tensors are replaced.
   void use_parameters(const ParamStore& params);
 
+  // Another lowering of the same strategy on this rank, for a global batch
+  // of other size (an epoch's partial last batch: Program::global_rows).
+  // It shares every layout with the first (parameters, buckets, buffers,
+  // optimizer shards, gradient collectives: a named error otherwise), so
+  // one set of parameters, optimizer and error-feedback state serves both;
+  // its local graphs, micro-batches and instructions are its own.
+  void add_program(parallel::Program program);
+  bool has_program_for(int64_t global_rows) const;
+
   StepResult run(const StepInput& input);
   // P3: runs every deferred update (before anything else reads the parameters).
   void finish();
@@ -184,6 +196,7 @@ class ProgramExecutor {
   // forward for its backward (values made in forward, or received from an
   // earlier stage, that a backward node reads last), from the program.
   int64_t stashed_bytes_per_micro_batch() const;
+  // The program of the last step run (or the first one given, before any).
   const parallel::Program& program() const { return program_; }
   bool deferred_updates() const { return options_.p3_slice_bytes > 0 && engine_ != nullptr; }
   void set_tracing(bool on) { tracing_ = on && options_.trace; }
@@ -205,6 +218,24 @@ class ProgramExecutor {
   };
   using JobId = comm::CommEngine::JobId;
 
+  // A program and the per-instruction facts the step loop reads of it.
+  // The active one lives in the members below (program_, liveness_, ...);
+  // the others wait here and are swapped in by use_program_for.
+  struct Lowering {
+    parallel::Program program;
+    parallel::Liveness liveness;
+    std::vector<int> member_of, shard_of_update;
+    int last_compute = -1;
+    std::map<int, Codec*> codecs;
+  };
+  // Indexes program_'s instructions (liveness, accumulate members, update
+  // shards, the last compute) and returns the optimizer shards its updates
+  // name, in order.
+  std::vector<ParamShard> index_instructions();
+  std::vector<int> gradient_collectives() const;  // instruction ids, in order
+  void swap_active(Lowering& other);
+  void use_program_for(int64_t global_rows);
+
   // program_executor.cc: the step loop and the local instructions.
   void compute(int id, const parallel::Compute& op, const StepInput& input);
   // executor_reshard.cc
@@ -215,7 +246,19 @@ class ProgramExecutor {
   void update(int id, const parallel::Update& op, double lr);
   void free_buffer(int buffer, int after);
   void allocate(int buffer);
-  void release_finished(bool wait_oldest);
+  // A freed buffer instance whose last reader (an engine job) still runs:
+  // its memory is held here until the job finishes, while its buffer id
+  // is already free for the next instance.
+  struct PendingFree {
+    Tensor tensor;
+    parallel::Buffer::Kind kind = parallel::Buffer::Kind::grad_bucket;
+    int64_t bytes = 0;
+    JobId job = -1;
+  };
+  // Releases the pending frees whose jobs finished (first waiting for the
+  // oldest one's, when asked); returns them.
+  std::vector<PendingFree> release_finished(bool wait_oldest);
+  void uncount(const PendingFree& freed);  // its bytes off the buffer counts
   void wait_for(int id);
   Tensor view(const parallel::Region& region) const;
   float* data(const parallel::Region& region) const;
@@ -250,8 +293,9 @@ class ProgramExecutor {
   // `split_over_data`: ZeRO gives each data rank its own run.
   bool writes_copy(const parallel::ParamLayout& param, bool split_over_data) const;
 
-  parallel::Program program_;
+  parallel::Program program_;  // the active program
   parallel::Liveness liveness_;
+  std::vector<Lowering> programs_;  // the others (add_program)
   AxisGroups groups_;
   comm::Communicator* group_;  // the data axis'
   std::vector<uint64_t> sent_before_;  // per mesh axis: axis_bytes_sent() when the step began
@@ -269,14 +313,11 @@ class ProgramExecutor {
   std::vector<JobId> job_;               // per instruction: its engine job this step (-1)
   std::vector<int> param_of_;            // per value id: index into program params (-1)
   std::vector<Tensor> external_;         // per program param: the caller's tensor (use_parameters)
-  struct PendingFree {
-    int buffer = -1;
-    JobId job = -1;
-  };
   std::deque<PendingFree> pending_frees_;
   int64_t grad_buffer_bytes_ = 0, grad_buffer_peak_ = 0;
   int64_t param_buffer_bytes_ = 0, param_buffer_peak_ = 0;
-  std::map<int, std::unique_ptr<Codec>> codecs_;  // by collective instruction
+  std::vector<std::unique_ptr<Codec>> codec_store_;  // one per gradient collective, in order
+  std::map<int, Codec*> codecs_;                   // by the active program's instruction id
   std::map<JobId, std::vector<float>> staging_;   // allgather inputs copied out of their output
   std::map<JobId, int> instr_of_job_;             // for the trace
   std::vector<Codec*> compressors_;               // in instruction order

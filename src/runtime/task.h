@@ -15,6 +15,9 @@ namespace px {
 struct DataBatch {
   Tensor inputs;   // (rows, ...) images f32 or tokens i32
   Tensor targets;  // (rows) labels or (rows, T) next tokens, i32
+  // Rows of the global batch these are (a rank's shard of): the batch
+  // size, or fewer for an epoch's partial last batch.
+  int64_t global_rows = 0;
   int64_t rows() const { return inputs.dim(0); }
 };
 
@@ -37,8 +40,8 @@ class Task {
   virtual ~Task() = default;
   virtual nn::Model build(int64_t batch, bool training) const = 0;
   virtual DataBatch next_batch() = 0;
-  // Rows shard_rows(batch, rank, world) of the next global batch; every rank
-  // makes the same calls, so all advance through the data alike.
+  // Rows shard_rows(global rows, rank, world) of the next global batch;
+  // every rank makes the same calls, so all advance through the data alike.
   virtual DataBatch next_batch(int rank, int world) = 0;
   // Batches in one epoch (classifiers), 0 when training is counted in steps only.
   virtual int64_t steps_per_epoch() const { return 0; }

@@ -67,6 +67,9 @@ struct TrainOptions {
   int64_t steps = 0;             // total steps; or
   int64_t epochs = 0;            // whole epochs (classifiers)
   int64_t batch = 16;            // global batch
+  // Classifiers: leave out each epoch's last batch when it is partial
+  // (fewer than `batch` rows); by default it trains (PyTorch's drop_last=False).
+  bool drop_last = false;
   int64_t accumulation = 1;      // micro-batches per step (batch must divide)
   OptimizerConfig optimizer;
   LrSchedule schedule;           // schedule.total is filled from steps/epochs

@@ -294,6 +294,18 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
     return e;
   };
 
+  // An epoch's partial last batch (classifiers, without --drop-last) runs
+  // the same strategy lowered for its rows: the loss is the mean over the
+  // rows there are, so every strategy equals one rank on them. Lowered
+  // the first time one comes, with the main program's stage cuts.
+  const parallel::Strategy partial_strategy = parallel::with_stage_cuts_of(strategy, executor.program());
+  auto add_program_for = [&](const DataBatch& batch) {
+    if (executor.has_program_for(batch.global_rows)) return;
+    const nn::Model partial = task->build(batch.global_rows, true);
+    executor.add_program(
+        parallel::lower({.forward = &partial.graph, .loss = partial.loss}, partial_strategy, rank));
+  };
+
   const int64_t end = o.stop_after > 0 ? std::min(o.stop_after, total) : total;
   std::vector<double> step_seconds;  // each step's executor run (what the simulator predicts; loading the batch apart)
   std::set<int64_t> poisoned;  // --inject-nan: the batches made non-finite
@@ -311,6 +323,7 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
       } while (true);
     };
     DataBatch batch = draw();
+    add_program_for(batch);
     if (std::find(o.inject_nan_steps.begin(), o.inject_nan_steps.end(), step + 1) != o.inject_nan_steps.end())
       poisoned.insert(batch_number);
     const uint64_t seed = splitmix64(o.seed ^ splitmix64(static_cast<uint64_t>(step) * 1024));
@@ -325,6 +338,7 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
     for (int attempt = 1;; ++attempt) {
       const double step_start = progress.elapsed_seconds();
       out = executor.run({.feeds = feeds_of(model, batch),
+                          .global_rows = batch.global_rows,
                           .seed = seed,
                           .step = static_cast<uint64_t>(step),
                           .lr = lr,
@@ -348,6 +362,7 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
              "gradient norm {}); lower the learning rate {} or enable --grad-clip",
              step + 1, batch_number, out.loss, out.grad_norm, o.schedule.lr);
       batch = draw();
+      add_program_for(batch);
       attempt = 0;
     }
     consecutive_bad = 0;
@@ -377,7 +392,7 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
       }
     }
     metrics.write(line);
-    progress.update(step + 1, loss, o.batch * task->units_per_row());
+    progress.update(step + 1, loss, batch.global_rows * task->units_per_row());
     bool last = step + 1 == end;
     const bool eval_now = o.eval_every > 0 && (step + 1) % o.eval_every == 0 && !last;
     const bool save_now = o.save_every > 0 && (step + 1) % o.save_every == 0 && !last;

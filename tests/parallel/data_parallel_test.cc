@@ -4,8 +4,11 @@
 // reduced in buckets of several sizes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "parallel/strategy_equivalence.h"
 #include "runtime/task.h"
@@ -218,6 +221,41 @@ TEST(ZeroAccumulation, MatchesOneRank) {
     testing::expect_same_losses(single, testing::train_losses(z), kEquivalenceTolerance,
                                 fmt::format("gpt ZeRO-{}, 2 ranks x 2 micro-batches, one buffer of one tensor", stage));
   }
+}
+
+// ZeRO-2 overlaps: backward goes on while a bucket it filled is
+// reduce-scattered on the progress engine (the bucket's buffer is freed when
+// that reduction finishes, not waited for). Over a slow link each
+// reduce-scatter outlasts a layer's backward, so a step whose backward
+// waited for every bucket right after submitting it would start no
+// compute while one is in flight; here some compute must.
+TEST(ZeroOverlap, BackwardComputesWhileABucketIsReduceScattered) {
+  testing::ScratchDir dir;
+  TrainOptions o = gpt_job(testing::shared_text());
+  o.steps = 4;
+  o.ranks = 2;
+  o.sync.zero_stage = 2;
+  o.sync.bucket_bytes = 8 << 10;
+  o.link_gbps = 0.05;  // ~1.3 ms per 8 KiB bucket's reduce-scatter
+  o.trace = dir.file("trace.json");
+  std::ostringstream log;
+  train(o, log);
+  const nlohmann::json trace = nlohmann::json::parse(testing::read_file(o.trace));
+  std::vector<std::pair<double, double>> reductions;  // rank 0's gradient reduce-scatters: [start, end)
+  std::vector<double> computes;                        // rank 0's compute starts
+  for (const nlohmann::json& e : trace.at("traceEvents")) {
+    if (e.value("ph", "") != "X" || e.at("pid") != 0) continue;
+    const double start = e.at("ts").get<double>();
+    if (e.at("tid") == 0) computes.push_back(start);
+    else if (e.at("name").get<std::string>().find("grad bucket") != std::string::npos)
+      reductions.emplace_back(start, start + e.at("dur").get<double>());
+  }
+  ASSERT_GE(reductions.size(), 6u) << log.str();
+  int overlapped = 0;
+  for (const auto& [begin, end] : reductions)
+    overlapped += std::any_of(computes.begin(), computes.end(), [&](double t) { return t > begin && t < end; });
+  EXPECT_GE(overlapped, 2) << "of " << reductions.size() << " gradient reduce-scatters, " << overlapped
+                           << " had backward compute start while they ran";
 }
 
 // Memory per rank follows runtime/memory_report.h: parameters 4Ψ, then

@@ -4,7 +4,8 @@
 # per-step losses over 50 steps (PX_TEST_STEPS: fewer under the sanitizers,
 # which run the same code 3-10x slower), within 1e-5 relative, for GPT (with dropout,
 # also with ZeRO-1, -2 and -3; at 4 ranks also dp=2 x tp=2, with sequence
-# parallelism and with ZeRO-1) and the CNN (also with ZeRO-3); and a
+# parallelism and with ZeRO-1), the CNN (also with ZeRO-3) and the MLP
+# over epochs with a partial last batch; and a
 # checkpoint every MPI process wrote its shards of halfway must resume
 # in-process at another rank count and strategy with the same losses.
 #
@@ -38,6 +39,16 @@ for job in GPT CNN; do
     { echo "FAIL: the MPI job did not run $RANKS MPI ranks:"; cat "$WORK/$job-mpi.log"; exit 1; }
   compare "$WORK/$job-1.jsonl" "$WORK/$job-mpi.jsonl" "$job at $RANKS MPI ranks"
 done
+
+# An epoch's partial last batch: the MLP over 100 images in batches of 7
+# (14 batches and one of 2 rows an epoch), 2 epochs, as one rank does.
+python3 "$(dirname "${BASH_SOURCE[0]}")/../testing/fashion_subset.py" "$WORK/fashion" 100 50
+MLP=(train --model mlp --data "$WORK/fashion" --batch 7 --epochs 2 --eval-batches 1 --threads 1 --progress lines)
+"$PARALLAX" "${MLP[@]}" --metrics "$WORK/MLP-1.jsonl" > "$WORK/MLP-1.log"
+"${MPIRUN[@]}" "$PARALLAX" "${MLP[@]}" --metrics "$WORK/MLP-mpi.jsonl" > "$WORK/MLP-mpi.log"
+grep -q "30 steps of batch 7" "$WORK/MLP-mpi.log" ||
+  { echo "FAIL: the MLP did not run 2 epochs of 15 batches:"; cat "$WORK/MLP-mpi.log"; exit 1; }
+compare "$WORK/MLP-1.jsonl" "$WORK/MLP-mpi.jsonl" "MLP with a partial last batch at $RANKS MPI ranks"
 
 # ZeRO-1, -2 and -3 under mpirun: reduce-scatter, sharded optimizer state
 # (and sharded gradients), parameter allgather (ZeRO-3: before each use, the

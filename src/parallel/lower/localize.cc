@@ -113,9 +113,10 @@ void localize(const Context& c, Program& program) {
            c.strategy.data_axis, c.data_size);
     global_rows = 1;
   }
-  if (global_rows < c.data_size)
-    fail("the global batch of {} rows cannot be split over {} data-parallel ranks: expected at least one row a rank",
-         global_rows, c.data_size);
+  // Fewer rows than data-parallel ranks (an epoch's partial last batch)
+  // leaves some ranks without rows: they compute nothing and run the same
+  // collectives with zeros (the options refuse a full batch that small).
+  program.global_rows = global_rows;
   for (size_t v = 0; v < graph.values().size(); ++v) program.batch_rows.push_back(c.data_placement(static_cast<ValueId>(v)) == Placement::S(0));
   // The rows the samplers serve this rank (data/sampler.h), in micro-batches cut the same way.
   const RowRange mine = shard_rows(global_rows, c.data_rank, c.data_size);
@@ -133,6 +134,13 @@ void localize(const Context& c, Program& program) {
       mb.graph = it->second;
     }
     program.micro_batches.push_back(mb);
+  }
+  // A rank without rows still has a local graph (no micro-batch runs it):
+  // its parameters' local shapes and ids are what the executor lays out.
+  if (program.graphs.empty()) {
+    LocalGraph local = localize_graph(c, 0);
+    program.graphs.push_back(std::move(local.graph));
+    program.boxes.push_back(std::move(local.boxes));
   }
 }
 

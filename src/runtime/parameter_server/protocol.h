@@ -60,7 +60,8 @@ struct WorkerHeader {
   Kind kind = kPull;
   int64_t clock = 0;           // pull: the clock the worker wants to compute; push: the clock computed
   int64_t rows = 0;            // push: rows of the worker's shard (0: an empty shard, nothing to apply)
-  double weighted_loss = 0;    // push: the worker's mean loss x rows / global batch
+  int64_t global_rows = 0;     // push: rows of the global batch the shard is of (an epoch's last may be partial)
+  double weighted_loss = 0;    // push: the worker's mean loss x rows / global rows
   int64_t max_staleness = 0;   // push: the largest staleness the worker has computed with so far
 };
 

@@ -153,8 +153,7 @@ void Server::receive_push(int worker, const std::function<void(int64_t, double)>
   // One push is `rows / B` of a global batch: its gradient is weighted so
   // already, and so is its share of the weight decay.
   if (push.rows > 0)
-    slice_.step(peer.gradient, config_.schedule.at(push.clock),
-                    double(push.rows) / double(config_.global_batch));
+    slice_.step(peer.gradient, config_.schedule.at(push.clock), double(push.rows) / double(push.global_rows));
 }
 
 std::vector<int> Server::chosen_workers() {
@@ -200,19 +199,21 @@ void Server::update(const std::vector<int>& chosen, const std::function<void(int
   }
   std::fill(sum_.begin(), sum_.end(), 0.0f);
   double loss = 0;
-  int64_t full_rows = 0;  // the rows the chosen workers' shards hold in a full global batch
+  int64_t full_rows = 0;    // the rows the chosen workers' shards hold of the clock's global batch
+  int64_t global_rows = 0;  // B, or fewer for an epoch's partial last batch
   for (int worker : chosen) {  // worker order: the sum is the same on every run and every server
     const Peer& peer = peers_[static_cast<size_t>(worker)];
     for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += peer.gradient[i];
     loss += peer.push.weighted_loss;
-    full_rows += shard_rows(config_.global_batch, worker, layout_.workers).size();
+    global_rows = peer.push.global_rows;
+    full_rows += shard_rows(global_rows, worker, layout_.workers).size();
   }
   // Each push is weighted rows / B, so W - b of them sum to full_rows / B of
   // a global batch's gradient: rescaled, the update is the mean gradient over
   // the rows that arrived (Chen et al. 2016), and so is the logged loss.
   // With every push in, full_rows = B and nothing changes.
-  if (full_rows != config_.global_batch) {
-    const double scale = double(config_.global_batch) / double(full_rows);
+  if (full_rows != global_rows && full_rows > 0) {
+    const double scale = double(global_rows) / double(full_rows);
     for (float& value : sum_) value = static_cast<float>(value * scale);
     loss *= scale;
   }

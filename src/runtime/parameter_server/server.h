@@ -37,7 +37,6 @@ struct ServerConfig {
   int late_worker = -1;      // tests: server 0 takes this worker's pushes as arriving after every other's
   int64_t start_clock = 0;   // first clock of this run (the resumed step)
   int64_t end_clock = 0;     // one past the last clock
-  int64_t global_batch = 1;  // B rows
   LrSchedule schedule;       // lr for clock c: schedule.at(c)
 };
 

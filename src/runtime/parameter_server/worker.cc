@@ -104,7 +104,7 @@ void Worker::compute_and_push(int64_t clock) {
     std::fill(gradient_.begin(), gradient_.end(), 0.0f);
   } else {
     const uint64_t seed = splitmix64(config_.seed ^ splitmix64(static_cast<uint64_t>(clock) * 1024));
-    const int64_t row_offset = shard_rows(config_.global_batch, worker_, layout_.workers).begin;
+    const int64_t row_offset = shard_rows(batch.global_rows, worker_, layout_.workers).begin;
     Gradients& program = gradients_for(rows);
     StepResult out =
         program.executor->run({.feeds = feeds_of(program.model, batch), .seed = seed, .row_offset = row_offset});
@@ -117,7 +117,8 @@ void Worker::compute_and_push(int64_t clock) {
     double squares = 0;
     for (const Tensor& g : grads) squares += kernels::sum_squares(g.numel(), g.f32());
     const double norm = std::sqrt(squares);
-    const double share = double(rows) / double(config_.global_batch);
+    // This worker's share of the global batch (an epoch's last may be partial).
+    const double share = double(rows) / double(batch.global_rows);
     double scale = share;
     if (config_.grad_clip > 0 && norm > config_.grad_clip) scale *= config_.grad_clip / (norm + 1e-6);
     for (size_t t = 0; t < offsets_.size(); ++t) {
@@ -126,7 +127,8 @@ void Worker::compute_and_push(int64_t clock) {
     }
     weighted_loss = double(out.loss) * share;
   }
-  push_header_ = {.kind = WorkerHeader::kPush, .clock = clock, .rows = rows, .weighted_loss = weighted_loss,
+  push_header_ = {.kind = WorkerHeader::kPush, .clock = clock, .rows = rows, .global_rows = batch.global_rows,
+                  .weighted_loss = weighted_loss,
                   .max_staleness = stats_.max_staleness};
   for (int j = 0; j < layout_.servers; ++j) {
     const comm::Block shard = layout_.shard(j);

@@ -29,7 +29,6 @@ namespace px::ps {
 struct WorkerConfig {
   int64_t start_clock = 0;
   int64_t end_clock = 0;
-  int64_t global_batch = 1;  // B
   double grad_clip = 0;
   uint64_t seed = 1;         // the job's seed (dropout masks per clock, as the data-parallel trainer draws them)
   bool bsp = false;          // continue at the servers' clock after each pull (and so skip batches)
