@@ -168,6 +168,8 @@ void add_bench_comm_command(CLI::App& bench) {
   auto options = std::make_shared<BenchCommOptions>();
   CLI::App* command = bench.add_subcommand(
       "comm", "Benchmark collectives (in-process, or under mpirun) and tune the cost model");
+  // A flag given twice takes its last value, as in train: scripts append overrides.
+  command->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   command->add_option("--ranks", options->ranks, "in-process ranks (ignored under mpirun)")
       ->capture_default_str()->check(CLI::Range(1, 256));
   command->add_option("--collective", options->collective,

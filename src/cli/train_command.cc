@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/local_cluster.h"
 #include "cli/train_flags.h"
+#include "runtime/atomic_file.h"
 #include "runtime/progress.h"
 #include "runtime/trainer.h"
 
@@ -56,6 +57,10 @@ void add_train_command(CLI::App& app) {
       if (const char* value = std::getenv(name); value != nullptr && o.local_ranks == 0) o.local_ranks = std::atoi(value);
     if (const char* bound = std::getenv("PARALLAX_MPI_TAG_UB")) o.mpi_tag_bound = std::atoi(bound);
     apply_launch_environment(o);
+    // An output path may name directories that do not exist yet: the files
+    // written atomically (trace, checkpoints, run summaries) make theirs,
+    // the metrics' stream is opened plainly.
+    if (!o.metrics.empty()) create_parent_directories(o.metrics);
     train(o, std::cout);
   });
 }

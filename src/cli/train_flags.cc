@@ -9,6 +9,7 @@
 
 #include "comm/collectives.h"
 #include "comm/compression/spec.h"
+#include "parallel/strategy.h"
 
 namespace px::cli {
 namespace {
@@ -65,8 +66,9 @@ void add_model_flags(CLI::App& cmd, TrainFlags& flags) {
 
 void add_parallel_flags(CLI::App& cmd, TrainFlags& flags) {
   TrainOptions& o = flags.options;
-  cmd.add_option("--ranks", o.ranks, "data-parallel ranks as threads of this process (under mpirun: leave at 1, "
-                                     "the MPI processes are the ranks)")
+  flags.ranks_flag =
+      cmd.add_option("--ranks", o.ranks, "ranks as threads of this process (1 unless --mesh or a --strategy file "
+                                         "names more; under mpirun leave it: the MPI processes are the ranks)")
       ->capture_default_str();
   cmd.add_option("--bucket-mb", flags.bucket_mb, "gradients are reduced in buckets of about this many MiB (0: one per tensor)")
       ->capture_default_str();
@@ -259,6 +261,11 @@ void apply(TrainFlags& flags) {
     if (o.ranks != 1 && o.ranks != mesh_ranks)
       fail("--mesh '{}' has {} ranks, --ranks says {}", flags.mesh, mesh_ranks, o.ranks);
   }
+  // A strategy file names its ranks, as --mesh does: without --ranks they
+  // are the job's (in-process, that many threads; under mpirun the
+  // processes must be as many, which the strategy's check says).
+  if (!o.sync.strategy.empty() && flags.mesh.empty() && flags.ranks_flag != nullptr && flags.ranks_flag->count() == 0)
+    o.sync.mesh_ranks = parallel::load_strategy(o.sync.strategy).mesh.ranks();
   if (!flags.inject_delay.empty()) {
     const std::vector<std::string_view> parts = split(flags.inject_delay, ':');
     const auto rank = parts.size() == 2 ? parse_count(parts[0]) : std::nullopt;

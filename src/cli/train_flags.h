@@ -25,6 +25,7 @@ struct TrainFlags {
   std::string progress = "auto";  // auto, bar or lines
   std::string inject_delay;       // "RANK:MS"
   std::string inject_fault;       // "RANK:STEP[:kill|hang|lost]"
+  CLI::Option* ranks_flag = nullptr;  // --ranks, to tell whether it was given
 };
 
 // What every parallax command line shares, set on the top-level app before
@@ -39,7 +40,10 @@ void add_parallel_flags(CLI::App& cmd, TrainFlags& flags);
 // Every flag of `parallax train`: the two above and the run's own (steps,
 // optimizer, checkpoints, restarts, injected faults, outputs).
 void add_train_flags(CLI::App& cmd, TrainFlags& flags);
-// After parsing: the model's defaults, then the text flags into options.
+// After parsing: the model's defaults, then the text flags into options. A
+// --strategy file names its ranks: without --ranks they are the job's
+// (mesh_ranks; in-process, that many threads; under mpirun the processes
+// must match it).
 void apply(TrainFlags& flags);
 
 }  // namespace px::cli

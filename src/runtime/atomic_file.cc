@@ -54,6 +54,12 @@ void fsync_tree(const std::string& dir, const std::string& target) {
 
 }  // namespace
 
+void create_parent_directories(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  std::error_code ec;  // what cannot be made, the file's own opening names
+  if (!parent.empty()) fs::create_directories(parent, ec);
+}
+
 void FileSink::write(const void* data, size_t bytes) {
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
@@ -70,6 +76,7 @@ void FileSink::write(const void* data, size_t bytes) {
 }
 
 void write_file_atomically(const std::string& path, const std::function<void(FileSink&)>& write) {
+  create_parent_directories(path);
   const std::string temp = temp_name(path, "tmp");
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
@@ -126,6 +133,7 @@ std::string staging_directory(const std::string& dir, long id) {
 
 StagedDirectory::StagedDirectory(const std::string& dir, long id)
     : target_(without_trailing_slashes(dir)), staging_(staging_directory(dir, id)) {
+  create_parent_directories(target_);
   std::error_code ec;
   fs::remove_all(staging_, ec);  // a leftover of a dead process with the same id
   if (!fs::create_directory(staging_, ec) || ec)

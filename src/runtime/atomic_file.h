@@ -15,7 +15,8 @@
 // renamed to `dir.old.<pid>`, then the staging directory to `dir`: a crash
 // between the two renames leaves the previous checkpoint at `dir.old.<pid>`.
 // Leftover `*.tmp.<pid>` files or directories are incomplete writes of a
-// process that died; they are safe to delete.
+// process that died; they are safe to delete. Both make the target's missing
+// parent directories first, as every output path of the command line does.
 //
 // Writes to the same target from two threads of one process at once are not
 // supported (they would share the temporary name).
@@ -46,6 +47,11 @@ class FileSink {
   std::string temp_path_;
   uint64_t written_ = 0;
 };
+
+// Makes the directories above an output path that do not exist yet (`a/b`
+// for `a/b/metrics.jsonl`; nothing for a bare name). Best effort: when one
+// cannot be made (a file is in the way), opening the file fails and says so.
+void create_parent_directories(const std::string& path);
 
 // Writes `path` atomically with the bytes `write` sends to the sink. I/O
 // failures throw px::Error naming `path`; an exception thrown by `write`

@@ -50,7 +50,7 @@ struct DataParallelOptions {
   int pipeline_parallel = 1;     // pipeline stages (mesh {pp, dp, tp}: pp outermost)
   parallel::PipelineOptions pipeline;  // schedule, virtual stages, stage cuts
   parallel::Recompute recompute = parallel::Recompute::none;  // activation recomputation
-  int mesh_ranks = 0;            // --mesh: the ranks it names (0: not given)
+  int mesh_ranks = 0;            // --mesh or a --strategy file: the ranks it names (0: neither)
   std::string strategy;          // a strategy JSON file (parallax lower --print-strategy writes one); overrides the above's strategy part
   bool operator==(const DataParallelOptions&) const = default;
 };

@@ -4,7 +4,8 @@
 # `parallax train --strategy FILE` runs it. The file must lower to the very
 # Program the flags lower to, and train to the same per-step losses, bitwise
 # (ZeRO-2 with micro-batches, and top-k compression whose SGD momentum moves
-# into the ranks). `parallax lower` shows every collective of ZeRO-3.
+# into the ranks). A file names its ranks: train and lower start them
+# without --ranks. `parallax lower` shows every collective of ZeRO-3.
 # usage: strategy_file_test.sh PATH/TO/parallax
 set -euo pipefail
 px="$1"
@@ -50,3 +51,20 @@ for want in "allgather dp param.shard" "reduce_scatter dp sum grad.bucket" "allr
   grep -q "$want" "$work/zero3.program" || fail "parallax lower --zero 3 shows no '$want'"
 done
 echo "parallax lower --zero 3 shows its collectives"
+
+# A strategy file names its ranks: without --ranks, train starts them as
+# in-process ranks, to the same losses as the flags' run (zero2 above), and
+# lower prints any of them; a --ranks that disagrees is a named error.
+two=("${gpt[@]}" --zero 2 --accumulation 2 --bucket-mb 0.01)
+"$px" train "${two[@]}" "${run[@]}" --data "$text" --strategy "$work/zero2.json" --metrics "$work/named.jsonl" \
+  > "$work/named.txt" || { cat "$work/named.txt"; fail "--strategy FILE without --ranks did not train"; }
+grep -o '"train_loss":[^,}]*' "$work/named.jsonl" > "$work/named.losses"
+cmp -s "$work/zero2.flags.losses" "$work/named.losses" ||
+  fail "--strategy FILE without --ranks trained to other losses than --ranks 2: $(paste "$work/zero2.flags.losses" "$work/named.losses" | head -3)"
+"$px" lower "${two[@]}" --strategy "$work/zero2.json" --rank 1 | cmp -s - "$work/zero2.file.program" ||
+  fail "lower --strategy FILE --rank 1 without --ranks printed another Program"
+if "$px" train "${two[@]}" "${run[@]}" --data "$text" --strategy "$work/zero2.json" --ranks 1 > "$work/one.txt" 2>&1; then
+  fail "--ranks 1 ran a strategy of 2 ranks"
+fi
+grep -q "has mesh {dp:2} of 2 ranks; this job has 1" "$work/one.txt" || { cat "$work/one.txt"; fail "no named error for --ranks 1"; }
+echo "a strategy file starts its ranks without --ranks; --ranks 1 against it is refused"

@@ -45,9 +45,15 @@ TEST(AtomicFile, WriterThrowingMidwayLeavesTheOldFileIntact) {
   EXPECT_EQ(list_dir(dir.path()), std::vector<std::string>{"ckpt.bin"});
 }
 
-TEST(AtomicFile, MissingDirectoryIsAnErrorNamingThePath) {
+TEST(AtomicFile, MissingDirectoriesAreMadeAndAFileInTheWayIsAnErrorNamingThePath) {
   ScratchDir dir;
-  const std::string path = dir.file("no/such/dir/ckpt.bin");
+  write_file_atomically(dir.file("no/such/dir/ckpt.bin"), "x");
+  EXPECT_EQ(read_file(dir.file("no/such/dir/ckpt.bin")), "x");
+  write_directory_atomically(dir.file("new/parent/ckpt"),
+                             [](const std::string& staging) { write_file_atomically(staging + "/model", "m"); });
+  EXPECT_EQ(read_file(dir.file("new/parent/ckpt/model")), "m");
+  write_file(dir.file("file"), "not a directory");
+  const std::string path = dir.file("file/dir/ckpt.bin");
   try {
     write_file_atomically(path, "x");
     ADD_FAILURE() << "expected px::Error";
