@@ -232,11 +232,13 @@ TEST(ZeroAccumulation, MatchesOneRank) {
 TEST(ZeroOverlap, BackwardComputesWhileABucketIsReduceScattered) {
   testing::ScratchDir dir;
   TrainOptions o = gpt_job(testing::shared_text());
+  o.gpt.n_embd = 64;  // a backward of ~15 ms, in 7 buckets a step
+  o.gpt.block = 64;
   o.steps = 4;
   o.ranks = 2;
   o.sync.zero_stage = 2;
-  o.sync.bucket_bytes = 8 << 10;
-  o.link_gbps = 0.05;  // ~1.3 ms per 8 KiB bucket's reduce-scatter
+  o.sync.bucket_bytes = 64 << 10;
+  o.link_gbps = 0.5;  // ~0.8 ms per bucket's reduce-scatter
   o.trace = dir.file("trace.json");
   std::ostringstream log;
   train(o, log);

@@ -114,9 +114,13 @@ TEST(AtomicDirectory, WriterThrowingMidwayKeepsThePreviousCheckpoint) {
   EXPECT_EQ(list_dir(dir.path()), std::vector<std::string>{"ckpt"});
 }
 
-TEST(AtomicDirectory, MissingParentIsAnErrorNamingThePath) {
+// Missing parents are made (AtomicFile.MissingDirectories...); a file where
+// a parent directory should be is an error naming the path, and the
+// writer is never called.
+TEST(AtomicDirectory, AFileInTheWayOfTheParentIsAnErrorNamingThePath) {
   ScratchDir dir;
-  const std::string ckpt = dir.file("missing/ckpt");
+  write_file(dir.file("file"), "not a directory");
+  const std::string ckpt = dir.file("file/ckpt");
   bool called = false;
   try {
     write_directory_atomically(ckpt, [&](const std::string&) { called = true; });
