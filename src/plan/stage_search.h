@@ -38,11 +38,13 @@ struct StageSearch {
   const PlanRequest* request = nullptr;
   const CostEstimator* estimator = nullptr;
   const nn::Model* model = nullptr;
-  int considered = 0;  // set by search_stages: candidates estimated
+  int considered = 0;  // set by search_stages: candidates in the space (those whose probe lowers)
+  bool cut = false;    // set by search_stages: the deadline passed before every candidate was estimated
+                       // (or before the verifications were replayed)
 };
 
-// Every candidate estimated (fitting or rejected), the verified ones with
-// their simulated figures.
-std::vector<Candidate> search_stages(StageSearch& search, std::chrono::steady_clock::time_point start);
+// Every candidate estimated before the deadline (fitting or rejected), the
+// verified ones with their simulated figures.
+std::vector<Candidate> search_stages(StageSearch& search, const Deadline& deadline);
 
 }  // namespace px::plan
