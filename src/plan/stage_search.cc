@@ -256,11 +256,17 @@ class StageModel {
     return bytes;
   }
   bool fits(int s, int blocks) const { return stage_memory(s, blocks) <= capacity_; }
+  // The fullest stage's device.
+  double peak(const std::vector<int>& blocks) const {
+    double bytes = 0;
+    for (int s = 0; s < l_.stages; ++s) bytes = std::max(bytes, stage_memory(s, blocks[static_cast<size_t>(s)]));
+    return bytes;
+  }
 
   Estimate estimate(const std::vector<int>& blocks) const {
     const int P = l_.stages;
     std::vector<double> F(static_cast<size_t>(P)), B(F.size()), W(F.size());
-    double sync_max = 0, peak = 0;
+    double sync_max = 0;
     for (int s = 0; s < P; ++s) {
       const int n = blocks[static_cast<size_t>(s)];
       const double accumulate = accumulate_seconds(s, n);
@@ -289,7 +295,6 @@ class StageModel {
       const double update = estimator_.memory_seconds((3 + 3 + 2.0 * request_.optimizer_slots) * 4 * w /
                                                       (l_.zero >= 1 ? l_.dp : 1));
       sync_max = std::max(sync_max, sync + update);
-      peak = std::max(peak, stage_memory(s, n));
     }
     double pipeline = F[0] + B[0];
     if (P > 1) {
@@ -300,7 +305,7 @@ class StageModel {
     } else {
       pipeline *= l_.micro_batches;
     }
-    return {.step = pipeline + sync_max, .peak = peak};
+    return {.step = pipeline + sync_max, .peak = peak(blocks)};
   }
 
   // The schedule's action lists run with each stage's costs: forward F,
@@ -517,16 +522,22 @@ std::vector<Candidate> search_stages(StageSearch& search, const Deadline& deadli
                   .first;
     const StageModel model(request, *search.estimator, costs, layout, known->second);
     std::vector<int> cuts = model.best_cuts(blocks);
-    const bool fits = !cuts.empty();
-    if (!fits) cuts = model.balanced(blocks);
+    if (cuts.empty()) {
+      // No cut fits: balanced blocks give the memory to report. Its step is not worth a replay of the schedule
+      // (at scale most layouts are these), and neither the tables nor --explain show a rejected one's.
+      cuts = model.balanced(blocks);
+      Candidate c{.peak_bytes = model.peak(cuts)};
+      c.rejected = memory_verdict(cluster, request.ranks, c.peak_bytes);
+      if (c.rejected.empty()) c.rejected = "no stage cut fits every stage's memory";
+      scored.push_back({index, layout, cuts, std::move(c), &costs});
+      continue;
+    }
     const Estimate e = model.estimate(cuts);
     const double step_flops =
         static_cast<double>(layout.dp) * layout.micro_batches * (blocks * costs.block_flops + costs.base_flops);
     Candidate c{.step_seconds = e.step,
                 .peak_bytes = e.peak,
                 .utilization = step_flops / (e.step * request.ranks * peak_flops)};
-    if (!fits) c.rejected = memory_verdict(cluster, request.ranks, e.peak);
-    if (!fits && c.rejected.empty()) c.rejected = "no stage cut fits every stage's memory";
     scored.push_back({index, layout, cuts, std::move(c), &costs});
   }
   std::sort(scored.begin(), scored.end(), [](const Scored& a, const Scored& b) {
