@@ -24,7 +24,9 @@
 //          layer-wise placements beside it.
 //
 // Every candidate is kept with its figures or the reason it was rejected
-// (does not fit in memory; does not lower).
+// (does not fit in memory; does not lower). The budget is a bound: every
+// search asks a Deadline (plan/deadline.h) wherever time goes and returns
+// what it has when it passes, saying so (PlanResult::budget_exhausted).
 #pragma once
 
 #include <algorithm>

@@ -23,8 +23,11 @@
 //              gradient reduction (overlapping its last backward) and update.
 // parallax's mesh is uniform, so every stage gets the same sub-mesh shape:
 // Alpa's choice of sub-meshes becomes the choice of (dp, tp) per P.
-// The fastest few candidates that fit are then replayed on their real
-// Programs (plan/search.h evaluate) within the budget.
+// Layouts are scored in a fixed shuffled order until the deadline
+// (plan/deadline.h), so a cut search has sampled the whole space; a layout
+// no cut fits gets its memory but no step. The fastest few candidates that
+// fit are then replayed on their real Programs (plan/search.h evaluate)
+// within the budget.
 #pragma once
 
 #include <chrono>
