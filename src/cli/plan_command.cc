@@ -44,6 +44,10 @@ std::string bytes_text(double bytes) {
 // What the search covered when the budget cut it short; empty when it covered its space.
 std::string cut_text(const plan::PlanResult& result) {
   if (!result.budget_exhausted) return "";
+  if (result.evaluated >= result.considered)  // the stage search, cut while verifying its best on their Programs
+    return fmt::format("the search was cut at the {:g} s budget while replaying its best candidates on their "
+                       "Programs (all {} estimated)",
+                       result.budget_seconds, result.evaluated);
   const double percent = 100 * result.coverage();
   return fmt::format("the search was cut at the {:g} s budget: it estimated {} of {} candidates ({:.{}f}%)",
                      result.budget_seconds, result.evaluated, result.considered, percent, percent < 10 ? 1 : 0);
