@@ -241,7 +241,7 @@ TEST(PlanMcmc, DeltaSimulationWalksTheSameChainAsFullSimulation) {
                       .cluster = &cluster,
                       .compute = DType::bf16};
   const RooflineEstimator estimator(cluster, DType::bf16);
-  const Deadline unbounded;  // the chains stop at proposals_per_mesh
+  const Deadline unbounded{};  // the chains stop at proposals_per_mesh
   McmcSearch delta{.request = &request, .estimator = &estimator, .model = &model, .delta = true,
                    .proposals_per_mesh = 400};
   McmcSearch full = delta;
