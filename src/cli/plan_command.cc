@@ -41,6 +41,18 @@ std::string bytes_text(double bytes) {
   return bytes >= (1 << 30) ? fmt::format("{:.2f} GiB", bytes / (1 << 30)) : fmt::format("{:.1f} MiB", bytes / (1 << 20));
 }
 
+// What the search covered when the budget cut it short; empty when it covered its space.
+std::string cut_text(const plan::PlanResult& result) {
+  if (!result.budget_exhausted) return "";
+  if (result.evaluated >= result.considered)  // the stage search, cut while verifying its best on their Programs
+    return fmt::format("the search was cut at the {:g} s budget while replaying its best candidates on their "
+                       "Programs (all {} estimated)",
+                       result.budget_seconds, result.evaluated);
+  const double percent = 100 * result.coverage();
+  return fmt::format("the search was cut at the {:g} s budget: it estimated {} of {} candidates ({:.{}f}%)",
+                     result.budget_seconds, result.evaluated, result.considered, percent, percent < 10 ? 1 : 0);
+}
+
 // Why the search chose `best`, for people: the fastest that fits, or the
 // simplest of those the prediction cannot tell apart from the fastest.
 std::string why_chosen(const plan::PlanResult& result, const plan::Candidate& best) {
@@ -59,6 +71,8 @@ std::string why_chosen(const plan::PlanResult& result, const plan::Candidate& be
                       100 * plan::kTieTolerance, fastest.description, seconds_text(fastest.step_seconds),
                       plan::complexity(best.strategy), plan::complexity(fastest.strategy));
   }
+  if (result.budget_exhausted)
+    why += fmt::format(" ({}; a larger --budget-s may find a faster one)", cut_text(result));
   if (!result.rejected.empty())
     why += fmt::format("; {} did not fit (first: {}: {})", result.rejected.size(), result.rejected.front().description,
                        result.rejected.front().rejected);
@@ -82,6 +96,7 @@ nlohmann::json explain_json(const plan::PlanResult& result, const plan::Candidat
   chosen["strategy"] = parallel::to_json(best.strategy);
   return {{"cluster", cluster},     {"ranks", ranks},           {"method", result.method},
           {"seconds", result.seconds}, {"considered", result.considered}, {"evaluated", result.evaluated},
+          {"budget_s", result.budget_seconds}, {"cut", result.budget_exhausted}, {"coverage", result.coverage()},
           {"chosen", chosen},       {"why", why},               {"ranked", ranked},
           {"rejected", rejected}};
 }
@@ -99,7 +114,8 @@ void add_plan_command(CLI::App& app) {
                   "JSON file")
       ->capture_default_str();
   cmd->add_option("--ranks", pf->ranks, "ranks to plan for (default: every device of the cluster)");
-  cmd->add_option("--budget-s", pf->budget_seconds, "stop searching after this many seconds")->capture_default_str();
+  cmd->add_option("--budget-s", pf->budget_seconds, "a bound: the search stops at this many seconds with the best strategy found so far, and says how much "
+                  "of the space it covered")->capture_default_str();
   cmd->add_option("--method", pf->method,
                   "grid (every candidate replayed), layerwise (each fully-connected layer placed by dynamic "
                   "programming, OptCNN-style), mcmc (per-layer placements by Markov chain Monte Carlo with delta "
@@ -171,7 +187,7 @@ void add_plan_command(CLI::App& app) {
                              "estimated, {} replayed on their Programs{}\n",
                              o.model, o.batch, pf->cluster, ranks, bf16 ? ", bf16 mixed precision" : "",
                              result.seconds, result.method, result.evaluated, result.considered, replayed,
-                             result.budget_exhausted ? " (the budget ran out)" : "");
+                             result.budget_exhausted ? "\n  " + cut_text(result) : "");
     std::cout << fmt::format("{:>4}  {:<52} {:>10} {:>12} {:>11} {:>6}  {}\n", "rank", "strategy", "step", 
                              o.model == "gpt" ? "tokens/s" : "samples/s", "mem/device", "util", "from");
     for (size_t i = 0; i < result.ranked.size() && static_cast<int>(i) < pf->top; ++i) {
@@ -191,7 +207,7 @@ void add_plan_command(CLI::App& app) {
       for (size_t i = 0; i < result.rejected.size() && i < 5; ++i)
         std::cout << fmt::format("  {:<52} {}\n", result.rejected[i].description, result.rejected[i].rejected);
       for (const plan::Candidate& c : result.rejected)
-        if (c.simulated)
+        if (c.simulated && c.screened_step_seconds > 0)  // the stage search's verifications
           std::cout << fmt::format("  {:<52} {} (replayed on its Programs; the screen estimated {})\n",
                                    c.description, c.rejected, bytes_text(c.screened_peak_bytes));
     }

@@ -1,8 +1,6 @@
 // Checking a pipeline schedule (completeness, matching, deadlock), running
 // it with unit costs, and drawing the result.
 #include <algorithm>
-#include <map>
-#include <set>
 #include <tuple>
 
 #include "core/error.h"
@@ -39,6 +37,21 @@ Message message_of(const PipelineSchedule& s, int rank, const PipelineAction& a)
   return {};
 }
 
+// Messages by a dense index, (gradient?, micro-batch, sending virtual
+// stage): the receiver follows from the direction. Valid once check_rank
+// has passed every rank (stages and micro-batches in range), so the
+// checks and runs of schedules with thousands of micro-batches index
+// arrays instead of growing maps.
+size_t message_slots(const PipelineSchedule& s) {
+  return 2 * static_cast<size_t>(s.micro_batches) * static_cast<size_t>(s.stages * s.virtual_stages);
+}
+size_t message_slot(const PipelineSchedule& s, const Message& message) {
+  const auto& [gradient, micro, from, to] = message;
+  return (static_cast<size_t>(gradient ? 1 : 0) * static_cast<size_t>(s.micro_batches) + static_cast<size_t>(micro)) *
+             static_cast<size_t>(s.stages * s.virtual_stages) +
+         static_cast<size_t>(from);
+}
+
 // Runs every rank's list with sends that never block and receives that
 // wait for their send. Returns the timeline; `stuck` gets each unfinished
 // rank's position when no rank can go on.
@@ -48,7 +61,7 @@ PipelineTimeline execute(const PipelineSchedule& s, std::vector<size_t>& positio
   timeline.ranks.resize(P);
   position.assign(P, 0);
   std::vector<int> clock(P, 0), ready(P, 0);
-  std::map<Message, int> sent;  // message -> when it is available
+  std::vector<int> sent(message_slots(s), -1);  // message slot -> when it is available (-1: not yet sent)
   for (bool progress = true; progress;) {
     progress = false;
     for (size_t r = 0; r < P; ++r) {
@@ -56,11 +69,12 @@ PipelineTimeline execute(const PipelineSchedule& s, std::vector<size_t>& positio
       for (; position[r] < list.size(); ++position[r], progress = true) {
         const PipelineAction& a = list[position[r]];
         if (a.op == Op::send_activation || a.op == Op::send_gradient) {
-          sent.emplace(message_of(s, static_cast<int>(r), a), clock[r]);
+          int& at = sent[message_slot(s, message_of(s, static_cast<int>(r), a))];
+          if (at < 0) at = clock[r];
         } else if (a.op == Op::recv_activation || a.op == Op::recv_gradient) {
-          auto it = sent.find(message_of(s, static_cast<int>(r), a));
-          if (it == sent.end()) break;  // waits for its send
-          ready[r] = std::max(ready[r], it->second);
+          const int at = sent[message_slot(s, message_of(s, static_cast<int>(r), a))];
+          if (at < 0) break;  // waits for its send
+          ready[r] = std::max(ready[r], at);
         } else if (is_compute(a.op)) {
           const int start = std::max(clock[r], ready[r]);
           timeline.ranks[r].push_back({start, unit_cost(a.op), a});
@@ -82,8 +96,14 @@ void check_rank(const PipelineSchedule& s, int rank) {
   const std::string where = fmt::format("{}: rank {}", describe(s), rank);
   const int last = s.stages * s.virtual_stages - 1;
   const std::vector<PipelineAction>& list = s.ranks[static_cast<size_t>(rank)];
-  // Positions of each kind of action by (micro, chunk).
-  std::map<std::tuple<Op, int, int>, std::vector<int>> at;
+  // Where each kind of action by (micro, chunk) first sits, and how often
+  // it occurs; reduce_gradients' micro-batch -1 is slot 0.
+  const size_t micro_slots = static_cast<size_t>(s.micro_batches) + 1, chunks = static_cast<size_t>(s.virtual_stages);
+  auto slot = [&](Op op, int micro, int chunk) {
+    return (static_cast<size_t>(op) * micro_slots + static_cast<size_t>(micro + 1)) * chunks + static_cast<size_t>(chunk);
+  };
+  const size_t slots = (static_cast<size_t>(Op::reduce_gradients) + 1) * micro_slots * chunks;
+  std::vector<int> first(slots, -1), count(slots, 0);
   for (size_t k = 0; k < list.size(); ++k) {
     const PipelineAction& a = list[k];
     if (a.chunk < 0 || a.chunk >= s.virtual_stages)
@@ -99,23 +119,27 @@ void check_rank(const PipelineSchedule& s, int rank) {
         fail("{}: action {} '{}' names peer {}, but stage {} is on rank {}", where, k, a.str(), a.peer, other,
              other % s.stages);
     }
-    at[{a.op, a.micro, a.chunk}].push_back(static_cast<int>(k));
+    if (a.op == Op::reduce_gradients && a.micro != -1)
+      fail("{}: action {} '{}' names micro-batch {}; a reduction covers them all (-1)", where, k, a.str(), a.micro);
+    const size_t at = slot(a.op, a.micro, a.chunk);
+    if (count[at]++ == 0) first[at] = static_cast<int>(k);
   }
   auto once = [&](Op op, int micro, int chunk) {
-    auto it = at.find({op, micro, chunk});
-    const size_t n = it == at.end() ? 0 : it->second.size();
-    if (n != 1)
+    const size_t at = slot(op, micro, chunk);
+    if (count[at] != 1)
       fail("{}: {} of micro-batch {} chunk {} runs {} times, expected once", where, pipeline_op_name(op), micro, chunk,
-           n);
-    return it->second.front();
+           count[at]);
+    return first[at];
   };
   auto absent = [&](Op op, int micro, int chunk) {
-    if (at.count({op, micro, chunk}) > 0)
+    if (count[slot(op, micro, chunk)] > 0)
       fail("{}: {} of micro-batch {} chunk {} does not belong in a {} schedule", where, pipeline_op_name(op), micro,
            chunk, pipeline_kind_name(s.kind));
   };
-  auto before = [&](int a, int b, std::string_view what) {
-    if (a >= b) fail("{}: {} (actions {} and {})", where, what, a, b);
+  // The message is formatted only when the order is wrong: a schedule of
+  // P stages and M micro-batches passes this about 6 P M times.
+  auto before = [&]<typename... Args>(int a, int b, fmt::format_string<Args...> what, Args&&... args) {
+    if (a >= b) fail("{}: {} (actions {} and {})", where, fmt::format(what, std::forward<Args>(args)...), a, b);
   };
   for (int c = 0; c < s.virtual_stages; ++c) {
     const int stage = s.virtual_stage(rank, c);
@@ -127,31 +151,31 @@ void check_rank(const PipelineSchedule& s, int rank) {
         absent(Op::backward, m, c);
         b = once(Op::backward_input, m, c);
         w = once(Op::backward_weight, m, c);
-        before(b, w, fmt::format("W{} runs before its B", m));
+        before(b, w, "W{} runs before its B", m);
       } else {
         absent(Op::backward_input, m, c);
         absent(Op::backward_weight, m, c);
         b = w = once(Op::backward, m, c);
       }
-      before(f, b, fmt::format("the backward of micro-batch {} chunk {} runs before its forward", m, c));
+      before(f, b, "the backward of micro-batch {} chunk {} runs before its forward", m, c);
       last_backward = std::max(last_backward, w);
       if (stage > 0) {
-        before(once(Op::recv_activation, m, c), f, fmt::format("forward {} runs before its activation arrives", m));
-        before(b, once(Op::send_gradient, m, c), fmt::format("the input gradient of {} is sent before it exists", m));
+        before(once(Op::recv_activation, m, c), f, "forward {} runs before its activation arrives", m);
+        before(b, once(Op::send_gradient, m, c), "the input gradient of {} is sent before it exists", m);
       } else {
         absent(Op::recv_activation, m, c);
         absent(Op::send_gradient, m, c);
       }
       if (stage < last) {
-        before(f, once(Op::send_activation, m, c), fmt::format("activation {} is sent before its forward", m));
-        before(once(Op::recv_gradient, m, c), b, fmt::format("backward {} runs before its gradient arrives", m));
+        before(f, once(Op::send_activation, m, c), "activation {} is sent before its forward", m);
+        before(once(Op::recv_gradient, m, c), b, "backward {} runs before its gradient arrives", m);
       } else {
         absent(Op::send_activation, m, c);
         absent(Op::recv_gradient, m, c);
       }
     }
-    before(last_backward, once(Op::reduce_gradients, -1, c),
-           fmt::format("chunk {}'s gradients are reduced before its last backward", c));
+    before(last_backward, once(Op::reduce_gradients, -1, c), "chunk {}'s gradients are reduced before its last backward",
+           c);
   }
 }
 
@@ -162,19 +186,26 @@ void check_pipeline_schedule(const PipelineSchedule& s) {
     fail("{}: {} action lists, expected one per stage", describe(s), s.ranks.size());
   for (int r = 0; r < s.stages; ++r) check_rank(s, r);
   // Every message sent once and received once.
-  std::map<Message, int> sends, receives;
+  std::vector<int> sends(message_slots(s), 0), receives(sends.size(), 0);
+  std::vector<Message> messages(sends.size());
   for (int r = 0; r < s.stages; ++r)
     for (const PipelineAction& a : s.ranks[static_cast<size_t>(r)]) {
-      if (a.op == Op::send_activation || a.op == Op::send_gradient) ++sends[message_of(s, r, a)];
-      if (a.op == Op::recv_activation || a.op == Op::recv_gradient) ++receives[message_of(s, r, a)];
+      const bool send = a.op == Op::send_activation || a.op == Op::send_gradient;
+      if (!send && a.op != Op::recv_activation && a.op != Op::recv_gradient) continue;
+      const Message message = message_of(s, r, a);
+      const size_t at = message_slot(s, message);
+      messages[at] = message;
+      ++(send ? sends : receives)[at];
     }
-  for (const auto& [message, n] : sends) {
-    const auto& [gradient, micro, from, to] = message;
-    if (n != 1 || receives[message] != 1)
+  for (size_t at = 0; at < sends.size(); ++at) {
+    if (sends[at] == 0) continue;
+    const auto& [gradient, micro, from, to] = messages[at];
+    if (sends[at] != 1 || receives[at] != 1)
       fail("{}: the {} of micro-batch {} from stage {} to {} is sent {} times and received {} times, expected once",
-           describe(s), gradient ? "gradient" : "activation", micro, from, to, n, receives[message]);
+           describe(s), gradient ? "gradient" : "activation", micro, from, to, sends[at], receives[at]);
   }
-  if (receives.size() != sends.size()) fail("{}: a receive has no send", describe(s));
+  for (size_t at = 0; at < sends.size(); ++at)
+    if (receives[at] > 0 && sends[at] == 0) fail("{}: a receive has no send", describe(s));
   std::vector<size_t> position;
   execute(s, position);
   std::string stuck;

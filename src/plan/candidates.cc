@@ -47,7 +47,7 @@ std::string describe(const parallel::Strategy& s) {
   return text;
 }
 
-std::vector<parallel::Strategy> grid(const Graph& graph, const SearchSpace& space) {
+std::vector<GridPoint> grid_points(const Graph& graph, const SearchSpace& space) {
   PX_CHECK_GE(space.ranks, 1);
   const int layers = layer_count(graph);
   // Recomputation reruns attention cores (selective) or "h.<i>" blocks (full): other models have neither.
@@ -56,7 +56,7 @@ std::vector<parallel::Strategy> grid(const Graph& graph, const SearchSpace& spac
     attention = attention || n.op() == "attention";
     blocks = blocks || n.name.rfind("h.", 0) == 0;
   }
-  std::vector<parallel::Strategy> out;
+  std::vector<GridPoint> out;
   for (int pp : divisors(space.ranks)) {
     if (pp > 1 && (!space.pipeline || layers < 2 * pp)) continue;
     for (int tp : divisors(space.ranks / pp)) {
@@ -66,12 +66,12 @@ std::vector<parallel::Strategy> grid(const Graph& graph, const SearchSpace& spac
       if (rows < 1) continue;
       for (bool sp : {false, true}) {
         if (sp && (tp == 1 || !space.tensor)) continue;
-        parallel::Strategy base;
-        try {
-          base = tp > 1 ? parallel::tensor_parallel(graph, dp, tp, space.batch_inputs, sp)
-                        : parallel::data_parallel(dp, space.batch_inputs);
-        } catch (const Error&) {
-          continue;  // the model has no layers Megatron's rules split
+        if (tp > 1) {
+          try {
+            parallel::tensor_parallel(graph, dp, tp, space.batch_inputs, sp);
+          } catch (const Error&) {
+            continue;  // the model has no layers Megatron's rules split
+          }
         }
         for (int m = 1; m <= std::min<int64_t>(rows, space.max_micro_batches); m *= 2) {
           std::vector<parallel::PipelineKind> kinds{parallel::PipelineKind::one_f_one_b};
@@ -86,17 +86,8 @@ std::vector<parallel::Strategy> grid(const Graph& graph, const SearchSpace& spac
                 if (r != parallel::Recompute::none && !space.recompute) continue;
                 if ((r == parallel::Recompute::selective && !attention) || (r == parallel::Recompute::full && !blocks))
                   continue;
-                parallel::Strategy s = base;
-                s.zero_stage = zero;
-                s.micro_batches = m;
-                s.lowering.recompute = r;
-                if (pp > 1) s = parallel::with_pipeline(std::move(s), pp, {.schedule = kind});
-                try {
-                  parallel::validate(s);
-                } catch (const Error&) {
-                  continue;
-                }
-                out.push_back(std::move(s));
+                out.push_back({.pp = pp, .tp = tp, .sp = sp, .micro_batches = m, .kind = kind, .zero = zero,
+                               .recompute = r});
               }
             }
           }
@@ -104,6 +95,29 @@ std::vector<parallel::Strategy> grid(const Graph& graph, const SearchSpace& spac
       }
     }
   }
+  return out;
+}
+
+std::optional<parallel::Strategy> grid_strategy(const Graph& graph, const SearchSpace& space, const GridPoint& point) {
+  const int dp = space.ranks / point.pp / point.tp;
+  try {
+    parallel::Strategy s = point.tp > 1 ? parallel::tensor_parallel(graph, dp, point.tp, space.batch_inputs, point.sp)
+                                        : parallel::data_parallel(dp, space.batch_inputs);
+    s.zero_stage = point.zero;
+    s.micro_batches = point.micro_batches;
+    s.lowering.recompute = point.recompute;
+    if (point.pp > 1) s = parallel::with_pipeline(std::move(s), point.pp, {.schedule = point.kind});
+    parallel::validate(s);
+    return s;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+std::vector<parallel::Strategy> grid(const Graph& graph, const SearchSpace& space) {
+  std::vector<parallel::Strategy> out;
+  for (const GridPoint& point : grid_points(graph, space))
+    if (std::optional<parallel::Strategy> s = grid_strategy(graph, space, point)) out.push_back(std::move(*s));
   return out;
 }
 

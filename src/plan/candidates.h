@@ -5,8 +5,14 @@
 // micro-batch counts 1, 2, 4, ... up to the rows a data rank holds, the
 // schedules, ZeRO stages and recomputation. Strategies that do not
 // validate or lower are left out by the caller that lowers them.
+//
+// A grid at scale is large (tens of thousands of points on 3072 ranks),
+// and building and validating a point's Strategy checks its pipeline
+// schedule, so a search walks the points and builds each Strategy only
+// when it gets to it (grid_strategy); grid() builds them all.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +36,23 @@ struct SearchSpace {
 // What the candidate is, for tables: "pp=2 dp=1 tp=2 sp M=4 1f1b zero=1 recompute=full".
 std::string describe(const parallel::Strategy& strategy);
 
+// One point of the grid: a mesh pp x dp x tp (dp = ranks / pp / tp) and
+// what runs on it.
+struct GridPoint {
+  int pp = 1, tp = 1;
+  bool sp = false;  // sequence parallelism
+  int micro_batches = 1;
+  parallel::PipelineKind kind = parallel::PipelineKind::one_f_one_b;
+  int zero = 0;
+  parallel::Recompute recompute = parallel::Recompute::none;
+  bool operator==(const GridPoint&) const = default;
+};
+
+// Every point, cheapest meshes first; no Strategy is built or validated.
+std::vector<GridPoint> grid_points(const Graph& graph, const SearchSpace& space);
+// The point's Strategy; nullopt when it does not validate.
+std::optional<parallel::Strategy> grid_strategy(const Graph& graph, const SearchSpace& space, const GridPoint& point);
+// Every point's Strategy that validates.
 std::vector<parallel::Strategy> grid(const Graph& graph, const SearchSpace& space);
 
 // 1 .. n's divisors, ascending: the sizes a mesh axis of n ranks can take.

@@ -73,7 +73,7 @@ std::string describe_placement(int dp, int tp, const std::vector<Layer>& layers,
 
 }  // namespace
 
-std::vector<Candidate> search_layers(LayerSearch& search, std::chrono::steady_clock::time_point start) {
+std::vector<Candidate> search_layers(LayerSearch& search, const Deadline& deadline) {
   const PlanRequest& request = *search.request;
   const CostEstimator& estimator = *search.estimator;
   const ClusterSpec& cluster = *request.cluster;
@@ -82,6 +82,10 @@ std::vector<Candidate> search_layers(LayerSearch& search, std::chrono::steady_cl
     if (tp == 1 || tp > cluster.devices_per_node) continue;
     const int dp = request.ranks / tp;
     if (request.batch < dp) continue;
+    if (deadline.passed()) {
+      search.cut = true;
+      break;
+    }
     const std::vector<Layer> layers = measure_layers(request, estimator, *search.model, dp);
     if (layers.empty()) return out;
     const LinkClass tp_link = cluster.link_between(0, tp - 1);
@@ -128,10 +132,16 @@ std::vector<Candidate> search_layers(LayerSearch& search, std::chrono::steady_cl
     }
     if (std::all_of(placement.begin(), placement.end(), [](LayerPlacement l) { return l == LayerPlacement::replicated; }))
       continue;  // data parallelism with tensor ranks repeating it: the grid's dp=ranks is better
-    if (seconds_since(start) > request.budget_seconds) break;
-    Candidate c = evaluate(request, *search.model, strategy_of(request, dp, tp, layers, placement), estimator);
-    c.description = describe_placement(dp, tp, layers, placement);
-    out.push_back(std::move(c));
+    try {
+      deadline.check();
+      Candidate c =
+          evaluate(request, *search.model, strategy_of(request, dp, tp, layers, placement), estimator, &deadline);
+      c.description = describe_placement(dp, tp, layers, placement);
+      out.push_back(std::move(c));
+    } catch (const DeadlinePassed&) {
+      search.cut = true;
+      break;
+    }
   }
   return out;
 }

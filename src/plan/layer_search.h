@@ -37,9 +37,11 @@ struct LayerSearch {
   const CostEstimator* estimator = nullptr;
   const nn::Model* model = nullptr;
   int considered = 0;  // set by search_layers: placements weighed by the dynamic programs
+  bool cut = false;    // set by search_layers: the deadline passed before every mesh was searched
 };
 
-// Replayed candidates, fastest first (empty when the model has no "fc<i>" layers).
-std::vector<Candidate> search_layers(LayerSearch& search, std::chrono::steady_clock::time_point start);
+// Replayed candidates, fastest first (empty when the model has no "fc<i>" layers);
+// those of the meshes searched before the deadline.
+std::vector<Candidate> search_layers(LayerSearch& search, const Deadline& deadline);
 
 }  // namespace px::plan

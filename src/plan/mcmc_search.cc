@@ -171,7 +171,7 @@ std::string describe_placements(int dp, int tp, const std::vector<Unit>& units,
 
 }  // namespace
 
-std::vector<Candidate> search_mcmc(McmcSearch& search, std::chrono::steady_clock::time_point start) {
+std::vector<Candidate> search_mcmc(McmcSearch& search, const Deadline& deadline) {
   const PlanRequest& request = *search.request;
   const ClusterSpec& cluster = *request.cluster;
   std::vector<Candidate> out;
@@ -181,6 +181,10 @@ std::vector<Candidate> search_mcmc(McmcSearch& search, std::chrono::steady_clock
   Rng rng(0x5eed);
   constexpr double kBeta = 20;  // a 5% slower proposal is accepted with probability 1/e
   for (size_t m = 0; m < tps.size(); ++m) {
+    if (deadline.passed()) {
+      search.cut = true;
+      break;
+    }
     const int tp = tps[m], dp = request.ranks / tp;
     const parallel::Program program = parallel::lower({.forward = &search.model->graph, .loss = search.model->loss},
                                                       parallel::data_parallel(dp, request.batch_inputs), 0);
@@ -188,8 +192,8 @@ std::vector<Candidate> search_mcmc(McmcSearch& search, std::chrono::steady_clock
     const std::vector<Unit>& units = chain.units();
     if (units.empty()) return out;
     // Each mesh gets an equal share of what is left of half the budget.
-    const double deadline = seconds_since(start) +
-                            std::max(0.0, 0.5 * request.budget_seconds - seconds_since(start)) / (tps.size() - m);
+    const double chain_end = deadline.elapsed() +
+                             std::max(0.0, 0.5 * deadline.seconds - deadline.elapsed()) / (tps.size() - m);
     std::vector<LayerPlacement> layouts(units.size(), LayerPlacement::replicated);
     std::vector<UnitTimes> times(units.size());
     std::vector<double> exchanges(units.size(), 0);
@@ -201,7 +205,7 @@ std::vector<Candidate> search_mcmc(McmcSearch& search, std::chrono::steady_clock
     double best_step = current;
     const auto chain_start = std::chrono::steady_clock::now();
     const int limit = search.proposals_per_mesh;
-    for (int made = 0; limit > 0 ? made < limit : seconds_since(start) < deadline;) {
+    for (int made = 0; limit > 0 ? made < limit : deadline.elapsed() < chain_end;) {
       for (int k = 0; k < (limit > 0 ? 1 : 64); ++k, ++made) {  // a batch of proposals between clock reads
         const size_t u = static_cast<size_t>(rng.below(units.size()));
         const std::vector<LayerPlacement> choices = units[u].placements();
@@ -243,10 +247,16 @@ std::vector<Candidate> search_mcmc(McmcSearch& search, std::chrono::steady_clock
     }
     search.seconds += seconds_since(chain_start);
     if (std::all_of(best.begin(), best.end(), [](LayerPlacement l) { return l == LayerPlacement::replicated; })) continue;
-    Candidate c = evaluate(request, *search.model, strategy_of(request, dp, tp, units, best), *search.estimator);
-    c.description = describe_placements(dp, tp, units, best);
-    c.screened_step_seconds = best_step;
-    out.push_back(std::move(c));
+    try {
+      Candidate c = evaluate(request, *search.model, strategy_of(request, dp, tp, units, best), *search.estimator,
+                             &deadline);
+      c.description = describe_placements(dp, tp, units, best);
+      c.screened_step_seconds = best_step;
+      out.push_back(std::move(c));
+    } catch (const DeadlinePassed&) {
+      search.cut = true;
+      break;
+    }
   }
   return out;
 }

@@ -39,11 +39,12 @@ struct McmcSearch {
   int proposals_per_mesh = 0;  // > 0: exactly this many a mesh (tests); else half the budget, shared
   int proposals = 0;        // out: proposals evaluated
   double seconds = 0;       // out: spent evaluating them
+  bool cut = false;         // out: the deadline passed before every mesh's best placement was replayed
   double proposals_per_second() const { return seconds > 0 ? proposals / seconds : 0; }
 };
 
 // Replayed candidates: the best placement of every mesh dp x tp (tp > 1)
 // (empty when the model has no units to place).
-std::vector<Candidate> search_mcmc(McmcSearch& search, std::chrono::steady_clock::time_point start);
+std::vector<Candidate> search_mcmc(McmcSearch& search, const Deadline& deadline);
 
 }  // namespace px::plan

@@ -47,9 +47,15 @@ const Candidate& PlanResult::best() const {
     }
     return *chosen;
   }
-  if (rejected.empty()) fail("plan: the search considered no strategy (is the budget too small?)");
-  fail("plan: no strategy fits; the closest, {}, was rejected: {}", rejected.front().description,
-       rejected.front().rejected);
+  if (rejected.empty() && budget_exhausted)
+    fail("plan: the search estimated no strategy within the {:g} s budget (give a larger --budget-s)", budget_seconds);
+  if (rejected.empty()) fail("plan: no strategy of the search space validates for these ranks");
+  const std::string cut = budget_exhausted ? fmt::format(" (the search was cut at the {:g} s budget after estimating {} "
+                                                         "of {} candidates; a larger --budget-s covers more)",
+                                                         budget_seconds, evaluated, considered)
+                                           : "";
+  fail("plan: no strategy fits; the closest, {}, was rejected: {}{}", rejected.front().description,
+       rejected.front().rejected, cut);
 }
 
 std::unique_ptr<CostEstimator> estimator_for(const PlanRequest& request) {
@@ -71,11 +77,11 @@ std::string memory_verdict(const ClusterSpec& cluster, int ranks, double peak) {
 }
 
 Candidate evaluate(const PlanRequest& request, const nn::Model& model, const parallel::Strategy& strategy,
-                   const CostEstimator& estimator) {
+                   const CostEstimator& estimator, const Deadline* deadline) {
   Candidate c{.strategy = strategy, .description = describe(strategy)};
   std::vector<parallel::Program> programs;
   try {
-    programs = lower_representatives({.forward = &model.graph, .loss = model.loss}, strategy);
+    programs = lower_representatives({.forward = &model.graph, .loss = model.loss}, strategy, deadline);
   } catch (const Error& e) {
     c.rejected = fmt::format("does not lower: {}", e.what());
     return c;
@@ -85,7 +91,8 @@ Candidate evaluate(const PlanRequest& request, const nn::Model& model, const par
                                  .estimator = &estimator,
                                  .overlap = request.overlap,
                                  .optimizer_slots = request.optimizer_slots,
-                                 .compute = request.compute};
+                                 .compute = request.compute,
+                                 .deadline = deadline};
   // The local spec's ranks share cores: as many slow each other as compute at once.
   const Simulation sim = request.cluster->profile && !request.estimator
                              ? simulate_sharing_cores(replay, request.local)
@@ -104,7 +111,7 @@ PlanResult plan(const PlanRequest& request) {
     fail("plan: {} ranks, cluster '{}' has {} devices ({} nodes x {})", request.ranks, request.cluster->name,
          request.cluster->devices(), request.cluster->nodes, request.cluster->devices_per_node);
   if (request.budget_seconds <= 0) fail("plan: --budget-s {} must be > 0", request.budget_seconds);
-  const auto start = std::chrono::steady_clock::now();
+  const Deadline deadline{.seconds = request.budget_seconds};
   SearchSpace space = request.space;
   space.ranks = request.ranks;
   space.batch = request.batch;
@@ -113,63 +120,90 @@ PlanResult plan(const PlanRequest& request) {
   const std::unique_ptr<CostEstimator> own = request.estimator ? nullptr : estimator_for(request);
   const CostEstimator* estimator = request.estimator ? request.estimator : own.get();
   std::string method = request.method;
-  // The grid, for the methods that walk it (or choose by its size).
-  std::vector<parallel::Strategy> grid_candidates;
+  // The grid's points, for the methods that walk it (or choose by its size).
+  std::vector<GridPoint> points;
   if (method == "auto" || method == "grid") {
-    grid_candidates = grid(model.graph, space);
-    if (grid_candidates.empty()) fail("plan: no strategy of the grid validates for {} ranks", request.ranks);
+    points = grid_points(model.graph, space);
+    if (points.empty()) fail("plan: the grid has no strategy for {} ranks", request.ranks);
   }
 
   PlanResult result;
-  result.considered = static_cast<int>(grid_candidates.size());
+  result.budget_seconds = request.budget_seconds;
+  result.considered = static_cast<int>(points.size());
   std::vector<Candidate> all;
-  if (method == "auto" && has_blocks(model.graph) && grid_candidates.size() > 1000) method = "alpa";
+  // The grid from point `next` on, each point's Strategy built when it is reached (a point that does not
+  // validate leaves the space), until the deadline.
+  size_t next = 0;
+  auto walk_grid = [&](size_t until) {
+    for (; next < until; ++next) {
+      if (deadline.passed()) return false;
+      std::optional<parallel::Strategy> strategy = grid_strategy(model.graph, space, points[next]);
+      if (!strategy) {
+        --result.considered;
+        continue;
+      }
+      try {
+        all.push_back(evaluate(request, model, *strategy, *estimator, &deadline));
+      } catch (const DeadlinePassed&) {
+        return false;
+      }
+    }
+    return true;
+  };
+  if (method == "auto" && has_blocks(model.graph) && points.size() > 1000) method = "alpa";
   if (method == "auto") {
-    // The grid when it fits the budget: time one candidate to tell.
+    // The grid when it fits the budget: time its first candidate to tell.
     const auto probe_start = std::chrono::steady_clock::now();
-    all.push_back(evaluate(request, model, grid_candidates.front(), *estimator));
+    while (all.empty() && next < points.size() && walk_grid(next + 1)) {}
     const double each = seconds_since(probe_start);
-    const bool grid_fits = each * static_cast<double>(grid_candidates.size()) < 0.8 * request.budget_seconds;
+    const bool grid_fits = each * static_cast<double>(points.size()) < 0.8 * request.budget_seconds;
     method = grid_fits || !has_blocks(model.graph) ? "grid" : "alpa";
     if (method == "alpa") all.clear();
   }
   if (method == "grid") {
-    for (size_t i = all.size(); i < grid_candidates.size(); ++i) {
-      if (seconds_since(start) > request.budget_seconds) {
-        result.budget_exhausted = true;
-        break;
-      }
-      all.push_back(evaluate(request, model, grid_candidates[i], *estimator));
-    }
+    result.budget_exhausted = !walk_grid(points.size());
     // auto on models of fully-connected chains: their layer-wise placements too.
     if (request.method == "auto" && request.space.tensor && !has_blocks(model.graph)) {
       LayerSearch search{.request = &request, .estimator = estimator, .model = &model};
-      for (Candidate& c : search_layers(search, start)) all.push_back(std::move(c));
+      for (Candidate& c : search_layers(search, deadline)) all.push_back(std::move(c));
       result.considered += search.considered;
+      result.budget_exhausted = result.budget_exhausted || search.cut;
       method = "grid+layerwise";
     }
   } else if (method == "layerwise") {
     LayerSearch search{.request = &request, .estimator = estimator, .model = &model};
-    all = search_layers(search, start);
-    if (all.empty())
+    all = search_layers(search, deadline);
+    if (all.empty() && !search.cut)
       fail("plan: --method layerwise places fully-connected layers fc1, fc2, ... one by one; this model has none");
-    // Beside plain data parallelism, the baseline any placement must beat.
-    parallel::Strategy dp = parallel::data_parallel(request.ranks, request.batch_inputs);
-    all.push_back(evaluate(request, model, dp, *estimator));
     result.considered = search.considered + 1;
+    result.budget_exhausted = search.cut;
+    // Beside plain data parallelism, the baseline any placement must beat.
+    try {
+      all.push_back(evaluate(request, model, parallel::data_parallel(request.ranks, request.batch_inputs), *estimator,
+                             &deadline));
+    } catch (const DeadlinePassed&) {
+      result.budget_exhausted = true;
+    }
   } else if (method == "mcmc") {
     McmcSearch search{.request = &request, .estimator = estimator, .model = &model, .delta = request.mcmc_delta};
-    all = search_mcmc(search, start);
-    all.push_back(evaluate(request, model, parallel::data_parallel(request.ranks, request.batch_inputs), *estimator));
+    all = search_mcmc(search, deadline);
     result.considered = search.proposals + 1;
     result.proposals = search.proposals;
     result.proposals_per_second = search.proposals_per_second();
+    result.budget_exhausted = search.cut;
+    try {
+      all.push_back(evaluate(request, model, parallel::data_parallel(request.ranks, request.batch_inputs), *estimator,
+                             &deadline));
+    } catch (const DeadlinePassed&) {
+      result.budget_exhausted = true;
+    }
   } else if (method == "alpa") {
     if (!has_blocks(model.graph))
       fail("plan: --method alpa cuts models of repeated blocks (h.0, h.1, ...) into stages; this model has none");
     StageSearch search{.request = &request, .estimator = estimator, .model = &model};
-    all = search_stages(search, start);
+    all = search_stages(search, deadline);
     result.considered = search.considered;
+    result.budget_exhausted = search.cut;
   } else {
     fail("plan: --method '{}' is unknown; expected auto, grid, layerwise, mcmc or alpa", method);
   }
@@ -187,7 +221,7 @@ PlanResult plan(const PlanRequest& request) {
     if ((a.peak_bytes > 0) != (b.peak_bytes > 0)) return a.peak_bytes > 0;
     return a.peak_bytes < b.peak_bytes;
   });
-  result.seconds = seconds_since(start);
+  result.seconds = deadline.elapsed();
   return result;
 }
 

@@ -24,9 +24,12 @@
 //          layer-wise placements beside it.
 //
 // Every candidate is kept with its figures or the reason it was rejected
-// (does not fit in memory; does not lower).
+// (does not fit in memory; does not lower). The budget is a bound: every
+// search asks a Deadline (plan/deadline.h) wherever time goes and returns
+// what it has when it passes, saying so (PlanResult::budget_exhausted).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <string>
@@ -35,6 +38,7 @@
 #include "nn/model.h"
 #include "plan/candidates.h"
 #include "plan/cluster.h"
+#include "plan/deadline.h"
 #include "plan/estimator.h"
 
 namespace px::plan {
@@ -51,7 +55,7 @@ struct PlanRequest {
   ProfiledEstimator::Options local;        // the local spec's run: threads, link limit, algorithm
   bool overlap = true;
   int optimizer_slots = 2;
-  double budget_seconds = 10;
+  double budget_seconds = 10;              // a bound: plan() returns within it and a fraction of a second
   std::string method = "auto";             // auto, grid, layerwise, mcmc or alpa
   SearchSpace space;                       // what may vary (ranks and batch are taken from here)
   int verify = 4;                          // alpa: candidates replayed on their Programs
@@ -76,9 +80,13 @@ struct PlanResult {
   std::vector<Candidate> ranked;    // fitting candidates, fastest first
   std::vector<Candidate> rejected;  // the others, with their reasons
   int evaluated = 0;                // candidates estimated
-  int considered = 0;               // candidates in the search space
+  int considered = 0;               // candidates in the search space (an upper bound when cut: points not
+                                    // reached may not validate)
   double seconds = 0;               // the search's wall time
-  bool budget_exhausted = false;    // the grid stopped at the budget
+  double budget_seconds = 0;        // the request's
+  // The budget ran out before the search covered its space: the result is
+  // the best of the `evaluated` of `considered` (or, for alpa, fewer replays).
+  bool budget_exhausted = false;
   int proposals = 0;                // mcmc: proposals evaluated
   double proposals_per_second = 0;
   // The simplest candidate (kTieTolerance) among those predicted within 2%
@@ -86,6 +94,8 @@ struct PlanResult {
   // parts (ZeRO, stages, micro-batches, tensor splits, recomputation) cost
   // less than it models. px::Error when nothing fits, naming the closest.
   const Candidate& best() const;
+  // Share of the space estimated, in [0, 1].
+  double coverage() const { return considered > 0 ? std::min(1.0, double(evaluated) / considered) : 0; }
 };
 
 constexpr double kTieTolerance = 0.02;
@@ -96,7 +106,7 @@ int complexity(const parallel::Strategy& strategy);
 
 PlanResult plan(const PlanRequest& request);
 
-// Wall seconds since `start` (the searches keep to the budget by it).
+// Wall seconds since `start`.
 double seconds_since(std::chrono::steady_clock::time_point start);
 
 // The estimator a request calls for on its cluster.
@@ -104,8 +114,9 @@ std::unique_ptr<CostEstimator> estimator_for(const PlanRequest& request);
 
 // Replays `strategy` (one rank per stage) and checks it against device
 // memory: the grid's evaluation, and the alpa search's verification.
+// DeadlinePassed when `deadline` passes before the replay ends.
 Candidate evaluate(const PlanRequest& request, const nn::Model& model, const parallel::Strategy& strategy,
-                   const CostEstimator& estimator);
+                   const CostEstimator& estimator, const Deadline* deadline = nullptr);
 
 // Whether `peak` bytes a device (the fullest) fit the cluster for a mesh of
 // `ranks`; the reason when not.

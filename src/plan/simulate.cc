@@ -135,11 +135,12 @@ std::vector<parallel::Program> lower_all(const parallel::LowerRequest& request, 
 }
 
 std::vector<parallel::Program> lower_representatives(const parallel::LowerRequest& request,
-                                                     const parallel::Strategy& strategy) {
+                                                     const parallel::Strategy& strategy, const Deadline* deadline) {
   std::vector<parallel::Program> programs;
   const parallel::DeviceMesh& mesh = strategy.mesh;
   const int pipeline_axis = strategy.pipeline_ranks() > 1 ? mesh.axis(strategy.pipeline.axis) : -1;
   for (int stage = 0; stage < strategy.pipeline_ranks(); ++stage) {
+    if (deadline) deadline->check();
     std::vector<int> coords(mesh.axes().size(), 0);
     if (pipeline_axis >= 0) coords[static_cast<size_t>(pipeline_axis)] = stage;
     programs.push_back(parallel::lower(request, strategy, mesh.rank_of(coords)));
@@ -207,6 +208,7 @@ Simulation simulate(const SimulationRequest& request) {
   Simulation out;
   std::vector<RankState> state(static_cast<size_t>(ranks));
   for (int r = 0; r < ranks; ++r) {
+    if (request.deadline) request.deadline->check();
     RankState& s = state[static_cast<size_t>(r)];
     const Program& p = programs[static_cast<size_t>(r)];
     s.program = &p;
@@ -405,7 +407,9 @@ Simulation simulate(const SimulationRequest& request) {
   // so what holds a link is decided in time order: 2r is rank r's main
   // thread, 2r + 1 its progress stream.
   std::vector<std::pair<double, int>> order;
-  for (bool moved = true; moved;) {
+  int64_t moves = 0;
+  for (bool moved = true; moved; ++moves) {
+    if (request.deadline && moves % 4096 == 0) request.deadline->check();
     moved = false;
     order.clear();
     for (int r = 0; r < ranks; ++r) {

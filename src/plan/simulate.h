@@ -27,6 +27,7 @@
 #include "parallel/lower.h"
 #include "parallel/program.h"
 #include "plan/cluster.h"
+#include "plan/deadline.h"
 #include "plan/estimator.h"
 
 namespace px::plan {
@@ -47,6 +48,8 @@ struct SimulationRequest {
   // float32 master weights; gradients and optimizer state stay float32.
   DType compute = DType::f32;
   bool trace = false;
+  // A planner's: the replay is given up (DeadlinePassed) once it passes.
+  const Deadline* deadline = nullptr;
 };
 
 // One timed piece of the replay; `instr` is the executor's instruction id.
@@ -80,9 +83,11 @@ struct Simulation {
 std::vector<parallel::Program> lower_all(const parallel::LowerRequest& request, const parallel::Strategy& strategy);
 // One Program per pipeline stage: the ranks at coordinate 0 of every other
 // axis (the data-parallel rank 0 holds the most rows when they split
-// unevenly). A symmetric replay of these predicts the whole mesh.
+// unevenly). A symmetric replay of these predicts the whole mesh. A
+// `deadline` is checked before each stage (DeadlinePassed).
 std::vector<parallel::Program> lower_representatives(const parallel::LowerRequest& request,
-                                                     const parallel::Strategy& strategy);
+                                                     const parallel::Strategy& strategy,
+                                                     const Deadline* deadline = nullptr);
 
 // On a cluster whose ranks share the host's cores (the calibrated local
 // spec), a compute slows down by how many ranks use the cores at once,

@@ -4,10 +4,12 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 #include <tuple>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "parallel/tensor_parallel.h"
 #include "plan/simulate.h"
 
@@ -135,7 +137,8 @@ void attribute(const parallel::Program& program, const Simulation& sim, ProbeCos
   }
 }
 
-ProbeCosts probe(const PlanRequest& request, const CostEstimator& estimator, const ProbeKey& key) {
+ProbeCosts probe(const PlanRequest& request, const CostEstimator& estimator, const ProbeKey& key,
+                 const Deadline& deadline) {
   ProbeCosts costs;
   double activation[3] = {0, 0, 0}, stash[3] = {0, 0, 0}, flops[3] = {0, 0, 0}, instrs[3] = {0, 0, 0};
   double lowering = 0;  // seconds lowering and replaying (what a verification costs an instruction)
@@ -144,7 +147,8 @@ ProbeCosts probe(const PlanRequest& request, const CostEstimator& estimator, con
     const auto start = std::chrono::steady_clock::now();
     std::vector<parallel::Program> programs;
     try {
-      programs = lower_representatives({.forward = &m.graph, .loss = m.loss}, probe_strategy(m, request, key));
+      programs = lower_representatives({.forward = &m.graph, .loss = m.loss}, probe_strategy(m, request, key),
+                                       &deadline);
     } catch (const Error& e) {
       costs.error = e.what();
       return costs;
@@ -155,7 +159,8 @@ ProbeCosts probe(const PlanRequest& request, const CostEstimator& estimator, con
                                      .overlap = request.overlap,
                                      .optimizer_slots = request.optimizer_slots,
                                      .compute = request.compute,
-                                     .trace = layers == 2});
+                                     .trace = layers == 2,
+                                     .deadline = &deadline});
     activation[layers] = sim.activation_peak_bytes.front();
     stash[layers] = sim.stash_bytes.front();
     flops[layers] = sim.flops;
@@ -251,11 +256,17 @@ class StageModel {
     return bytes;
   }
   bool fits(int s, int blocks) const { return stage_memory(s, blocks) <= capacity_; }
+  // The fullest stage's device.
+  double peak(const std::vector<int>& blocks) const {
+    double bytes = 0;
+    for (int s = 0; s < l_.stages; ++s) bytes = std::max(bytes, stage_memory(s, blocks[static_cast<size_t>(s)]));
+    return bytes;
+  }
 
   Estimate estimate(const std::vector<int>& blocks) const {
     const int P = l_.stages;
     std::vector<double> F(static_cast<size_t>(P)), B(F.size()), W(F.size());
-    double sync_max = 0, peak = 0;
+    double sync_max = 0;
     for (int s = 0; s < P; ++s) {
       const int n = blocks[static_cast<size_t>(s)];
       const double accumulate = accumulate_seconds(s, n);
@@ -284,7 +295,6 @@ class StageModel {
       const double update = estimator_.memory_seconds((3 + 3 + 2.0 * request_.optimizer_slots) * 4 * w /
                                                       (l_.zero >= 1 ? l_.dp : 1));
       sync_max = std::max(sync_max, sync + update);
-      peak = std::max(peak, stage_memory(s, n));
     }
     double pipeline = F[0] + B[0];
     if (P > 1) {
@@ -295,7 +305,7 @@ class StageModel {
     } else {
       pipeline *= l_.micro_batches;
     }
-    return {.step = pipeline + sync_max, .peak = peak};
+    return {.step = pipeline + sync_max, .peak = peak(blocks)};
   }
 
   // The schedule's action lists run with each stage's costs: forward F,
@@ -431,22 +441,14 @@ std::string describe_layout(const Layout& l, const std::vector<int>& blocks) {
 
 }  // namespace
 
-std::vector<Candidate> search_stages(StageSearch& search, std::chrono::steady_clock::time_point start) {
+std::vector<Candidate> search_stages(StageSearch& search, const Deadline& deadline) {
   const PlanRequest& request = *search.request;
   const SearchSpace& space = request.space;
   const ClusterSpec& cluster = *request.cluster;
   const int blocks = block_count(search.model->graph);
   PX_CHECK_GE(blocks, 1);
-  std::map<ProbeKey, ProbeCosts> probes;
-  std::map<std::tuple<PipelineKind, int, int>, parallel::PipelineSchedule> schedules;
-  struct Scored {
-    Layout layout;
-    std::vector<int> blocks;
-    Candidate candidate;
-    const ProbeCosts* costs;
-  };
-  std::vector<Scored> scored;
-  const double peak_flops = cluster.device.flops(request.compute);
+  // The space first (cheap), then each layout scored in turn until the deadline, its probe made when first needed.
+  std::vector<Layout> layouts;
   for (int tp : divisors(request.ranks)) {
     if (tp > 1 && (!space.tensor || tp > cluster.devices_per_node)) continue;  // tensor groups stay in a node
     for (int stages : divisors(request.ranks / tp)) {
@@ -460,43 +462,88 @@ std::vector<Candidate> search_stages(StageSearch& search, std::chrono::steady_cl
         for (int m = 1; m <= rows && m <= most_micro; m *= 2) {
           for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
             if (r != Recompute::none && !space.recompute) continue;
-            const ProbeKey key{tp, sp, (rows + m - 1) / m, r};
-            auto it = probes.find(key);
-            if (it == probes.end()) it = probes.emplace(key, probe(request, *search.estimator, key)).first;
-            const ProbeCosts& costs = it->second;
-            if (!costs.error.empty()) continue;
             std::vector<PipelineKind> kinds{PipelineKind::one_f_one_b};
             if (stages > 1 && space.schedules) kinds = {PipelineKind::gpipe, PipelineKind::one_f_one_b, PipelineKind::zb_h1};
             for (PipelineKind kind : kinds)
-              for (int zero = 0; zero <= (space.zero && dp > 1 ? 3 : 0); ++zero) {
-                if (zero == 3 && stages > 1) continue;
-                const Layout layout{stages, dp, tp, sp, m, r, kind, zero};
-                auto known = schedules.find({kind, stages, m});
-                if (known == schedules.end())
-                  known = schedules.emplace(std::tuple{kind, stages, m},
-                                            parallel::make_pipeline_schedule(kind, stages, m)).first;
-                const StageModel model(request, *search.estimator, costs, layout, known->second);
-                std::vector<int> cuts = model.best_cuts(blocks);
-                const bool fits = !cuts.empty();
-                if (!fits) cuts = model.balanced(blocks);
-                const Estimate e = model.estimate(cuts);
-                const double step_flops = static_cast<double>(dp) * m * (blocks * costs.block_flops + costs.base_flops);
-                Candidate c{.step_seconds = e.step,
-                            .peak_bytes = e.peak,
-                            .utilization = step_flops / (e.step * request.ranks * peak_flops)};
-                if (!fits) c.rejected = memory_verdict(cluster, request.ranks, e.peak);
-                if (!fits && c.rejected.empty()) c.rejected = "no stage cut fits every stage's memory";
-                scored.push_back({layout, cuts, std::move(c), &costs});
-              }
+              for (int zero = 0; zero <= (space.zero && dp > 1 ? 3 : 0); ++zero)
+                if (zero < 3 || stages == 1) layouts.push_back({stages, dp, tp, sp, m, r, kind, zero});
           }
         }
       }
     }
   }
-  search.considered = static_cast<int>(scored.size());
-  std::stable_sort(scored.begin(), scored.end(), [](const Scored& a, const Scored& b) {
+  search.considered = static_cast<int>(layouts.size());
+  // Visited in a fixed shuffled order: a search the deadline cuts short has
+  // sampled the whole space evenly (every mesh, micro-batch count and
+  // recomputation), not finished one corner of it, which at scale holds
+  // few of the layouts that fit. The ranking below does not depend on it.
+  std::vector<size_t> order(layouts.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  Rng rng(0x5ca1e);
+  for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+  std::map<ProbeKey, ProbeCosts> probes;
+  std::map<std::tuple<PipelineKind, int, int>, parallel::PipelineSchedule> schedules;
+  struct Scored {
+    size_t index;  // in `layouts`
+    Layout layout;
+    std::vector<int> blocks;
+    Candidate candidate;
+    const ProbeCosts* costs;
+  };
+  std::vector<Scored> scored;
+  const double peak_flops = cluster.device.flops(request.compute);
+  for (size_t index : order) {
+    const Layout& layout = layouts[index];
+    if (deadline.passed()) {
+      search.cut = true;
+      break;
+    }
+    const int64_t rows = (request.batch + layout.dp - 1) / layout.dp;
+    const ProbeKey key{layout.tp, layout.sp, (rows + layout.micro_batches - 1) / layout.micro_batches,
+                       layout.recompute};
+    auto it = probes.find(key);
+    if (it == probes.end()) {
+      try {
+        it = probes.emplace(key, probe(request, *search.estimator, key, deadline)).first;
+      } catch (const DeadlinePassed&) {
+        search.cut = true;
+        break;
+      }
+    }
+    const ProbeCosts& costs = it->second;
+    if (!costs.error.empty()) {
+      --search.considered;  // the sub-mesh does not lower this model
+      continue;
+    }
+    auto known = schedules.find({layout.kind, layout.stages, layout.micro_batches});
+    if (known == schedules.end())
+      known = schedules.emplace(std::tuple{layout.kind, layout.stages, layout.micro_batches},
+                                parallel::make_pipeline_schedule(layout.kind, layout.stages, layout.micro_batches))
+                  .first;
+    const StageModel model(request, *search.estimator, costs, layout, known->second);
+    std::vector<int> cuts = model.best_cuts(blocks);
+    if (cuts.empty()) {
+      // No cut fits: balanced blocks give the memory to report. Its step is not worth a replay of the schedule
+      // (at scale most layouts are these), and neither the tables nor --explain show a rejected one's.
+      cuts = model.balanced(blocks);
+      Candidate c{.peak_bytes = model.peak(cuts)};
+      c.rejected = memory_verdict(cluster, request.ranks, c.peak_bytes);
+      if (c.rejected.empty()) c.rejected = "no stage cut fits every stage's memory";
+      scored.push_back({index, layout, cuts, std::move(c), &costs});
+      continue;
+    }
+    const Estimate e = model.estimate(cuts);
+    const double step_flops =
+        static_cast<double>(layout.dp) * layout.micro_batches * (blocks * costs.block_flops + costs.base_flops);
+    Candidate c{.step_seconds = e.step,
+                .peak_bytes = e.peak,
+                .utilization = step_flops / (e.step * request.ranks * peak_flops)};
+    scored.push_back({index, layout, cuts, std::move(c), &costs});
+  }
+  std::sort(scored.begin(), scored.end(), [](const Scored& a, const Scored& b) {
     if (a.candidate.rejected.empty() != b.candidate.rejected.empty()) return a.candidate.rejected.empty();
-    return a.candidate.step_seconds < b.candidate.step_seconds;
+    if (a.candidate.step_seconds != b.candidate.step_seconds) return a.candidate.step_seconds < b.candidate.step_seconds;
+    return a.index < b.index;
   });
   // The fastest fitting candidates get their Strategy (the others keep their
   // figures, and the rejected their reasons); the fastest are replayed on their Programs while
@@ -516,14 +563,18 @@ std::vector<Candidate> search_stages(StageSearch& search, std::chrono::steady_cl
     ++built;
     const double instrs = s.layout.micro_batches * (blocks * s.costs->block_instrs + s.costs->base_instrs);
     const double expected = 2 * instrs * s.costs->seconds_per_instr;
-    if (verified < request.verify && seconds_since(start) + expected < 0.9 * request.budget_seconds) {
-      ++verified;
-      Candidate checked = evaluate(request, *search.model, c.strategy, *search.estimator);
-      checked.description = c.description;
-      checked.screened_step_seconds = c.step_seconds;
-      checked.screened_peak_bytes = c.peak_bytes;
-      out.push_back(std::move(checked));
-      continue;
+    if (verified < request.verify && !search.cut && deadline.elapsed() + expected < 0.9 * deadline.seconds) {
+      try {
+        Candidate checked = evaluate(request, *search.model, c.strategy, *search.estimator, &deadline);
+        ++verified;
+        checked.description = c.description;
+        checked.screened_step_seconds = c.step_seconds;
+        checked.screened_peak_bytes = c.peak_bytes;
+        out.push_back(std::move(checked));
+        continue;
+      } catch (const DeadlinePassed&) {
+        search.cut = true;  // the screen's figures stand
+      }
     }
     out.push_back(std::move(c));
   }

@@ -23,8 +23,11 @@
 //              gradient reduction (overlapping its last backward) and update.
 // parallax's mesh is uniform, so every stage gets the same sub-mesh shape:
 // Alpa's choice of sub-meshes becomes the choice of (dp, tp) per P.
-// The fastest few candidates that fit are then replayed on their real
-// Programs (plan/search.h evaluate) within the budget.
+// Layouts are scored in a fixed shuffled order until the deadline
+// (plan/deadline.h), so a cut search has sampled the whole space; a layout
+// no cut fits gets its memory but no step. The fastest few candidates that
+// fit are then replayed on their real Programs (plan/search.h evaluate)
+// within the budget.
 #pragma once
 
 #include <chrono>
@@ -38,11 +41,13 @@ struct StageSearch {
   const PlanRequest* request = nullptr;
   const CostEstimator* estimator = nullptr;
   const nn::Model* model = nullptr;
-  int considered = 0;  // set by search_stages: candidates estimated
+  int considered = 0;  // set by search_stages: candidates in the space (those whose probe lowers)
+  bool cut = false;    // set by search_stages: the deadline passed before every candidate was estimated
+                       // (or before the verifications were replayed)
 };
 
-// Every candidate estimated (fitting or rejected), the verified ones with
-// their simulated figures.
-std::vector<Candidate> search_stages(StageSearch& search, std::chrono::steady_clock::time_point start);
+// Every candidate estimated before the deadline (fitting or rejected), the
+// verified ones with their simulated figures.
+std::vector<Candidate> search_stages(StageSearch& search, const Deadline& deadline);
 
 }  // namespace px::plan

@@ -4,7 +4,7 @@
 # table ranks by predicted step; on a DGX preset a large GPT goes through
 # the stage search with pipeline stages; an impossible memory budget is a
 # named error naming the closest candidate; --cluster local without
-# --ranks is a named error.
+# --ranks is a named error; --budget-s bounds a search at scale.
 #
 #   plan_test.sh PARALLAX
 set -euo pipefail
@@ -47,7 +47,37 @@ echo '{"name": "tiny-gpus", "nodes": 1, "devices_per_node": 8,
   "device": {"name": "tiny", "flops_f32": 1e13, "flops_bf16": 1e14, "memory_bytes": 1e8, "memory_bandwidth": 1e12},
   "intra_node": {"name": "nv", "bandwidth": 1e11, "latency": 3e-6},
   "inter_node": {"name": "ib", "bandwidth": 1e10, "latency": 6e-6}}' > "$WORK/tiny.json"
-if "$PX" plan "${BIG[@]}" --cluster "$WORK/tiny.json" > "$WORK/oom.txt" 2>&1; then fail "a 1-GB model fitted in 100 MB"; fi
+if "$PX" plan "${BIG[@]}" --cluster "$WORK/tiny.json" --budget-s 2 > "$WORK/oom.txt" 2>&1; then fail "a 1-GB model fitted in 100 MB"; fi
 grep -q "no strategy fits; the closest" "$WORK/oom.txt" || { cat "$WORK/oom.txt"; fail "no named error"; }
 grep -q "a device, the device has 0.09 GiB" "$WORK/oom.txt" || { cat "$WORK/oom.txt"; fail "no memory reason"; }
+# --budget-s is a bound: a 128-layer, 25600-wide GPT on 3072 A100s (about 4 s
+# to search whole) cut at 1 s returns within 1 s + 1 s (scaled under the
+# sanitizers) with the best strategy it found, and says how much it covered,
+# on the terminal and in --explain.
+SCALE=${PX_TEST_TIME_SCALE:-1}
+HUGE=(--model gpt --layers 128 --heads 160 --embd 25600 --block 2048 --vocab 51200 --batch 3072)
+started=$(date +%s%N)
+status=0
+"$PX" plan "${HUGE[@]}" --cluster dgx-a100:384 --budget-s 1 --top 3 --explain "$WORK/cut.json" \
+  > "$WORK/cut.txt" 2>&1 || status=$?
+took_ms=$((($(date +%s%N) - started) / 1000000))
+cat "$WORK/cut.txt"
+echo "--budget-s 1 took $took_ms ms"
+((took_ms < 2000 * SCALE)) || fail "--budget-s 1 took $took_ms ms, the bound is $((2000 * SCALE)) ms"
+if ((status == 0)); then
+  grep -Eq "the search was cut at the 1 s budget: it estimated [0-9]+ of [0-9]+ candidates \([0-9.]+%\)" \
+    "$WORK/cut.txt" || fail "the cut search does not say so"
+  grep -q "^chose pp=" "$WORK/cut.txt" || fail "no choice from the cut search"
+  python3 - "$WORK/cut.json" <<'PY'
+import json, sys
+e = json.load(open(sys.argv[1]))
+assert e["cut"] is True and e["budget_s"] == 1, e
+assert 0 < e["coverage"] < 1 and e["evaluated"] < e["considered"], e
+assert "cut at the 1 s budget" in e["why"], e["why"]
+PY
+else
+  # Slowed down (the sanitizers), nothing that fits may have been reached: the error says why.
+  ((SCALE > 1)) || fail "the cut search found no strategy in a release build"
+  grep -q "the search was cut at the 1 s budget" "$WORK/cut.txt" || fail "the error does not say the search was cut"
+fi
 echo "plan: ok"

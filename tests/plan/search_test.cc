@@ -5,6 +5,8 @@
 // memory is short.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <numeric>
 
 #include "core/error.h"
@@ -45,6 +47,7 @@ TEST(PlanGrid, RanksEveryCandidateByItsReplayAndNamesWhatDoesNotFit) {
   const PlanResult roomy = plan(request);
   EXPECT_EQ(roomy.method, "grid");
   EXPECT_EQ(roomy.evaluated, roomy.considered);
+  EXPECT_FALSE(roomy.budget_exhausted);
   ASSERT_GT(roomy.ranked.size(), 10u);
   EXPECT_TRUE(roomy.rejected.empty());
   for (size_t i = 1; i < roomy.ranked.size(); ++i)
@@ -76,6 +79,64 @@ TEST(PlanGrid, RanksEveryCandidateByItsReplayAndNamesWhatDoesNotFit) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no strategy fits; the closest"), std::string::npos) << e.what();
   }
+}
+
+// Under the sanitizers (PX_TEST_TIME_SCALE=5) everything runs slower, the
+// planner's overshoot past its deadline too.
+double time_scale() {
+  const char* scale = std::getenv("PX_TEST_TIME_SCALE");
+  return scale ? std::max(1.0, std::atof(scale)) : 1.0;
+}
+
+TEST(PlanBudget, EveryMethodStopsAtTheBudgetAndSaysHowMuchItCovered) {
+  // A 128-layer, 25600-wide GPT on 3072 A100s: tens of thousands of
+  // candidates, each pipeline up to 128 stages x 1024 micro-batches.
+  const ClusterSpec cluster = cluster_named("dgx-a100:384");
+  const nn::GptConfig config{.vocab = 51200, .block = 2048, .n_layer = 128, .n_head = 160, .n_embd = 25600};
+  const nn::Model model = nn::build_gpt(config, 3072, config.block, true);
+  PlanRequest request{.build = [config](int64_t rows, int64_t blocks) {
+                        nn::GptConfig c = config;
+                        if (blocks > 0) c.n_layer = blocks;
+                        return nn::build_gpt(c, rows, c.block, true);
+                      },
+                      .batch_inputs = batch_input_names(model),
+                      .batch = 3072,
+                      .ranks = 3072,
+                      .cluster = &cluster,
+                      .compute = DType::bf16,
+                      .budget_seconds = 0.3};
+  for (const std::string method : {"auto", "grid", "alpa"}) {
+    request.method = method;
+    const auto start = std::chrono::steady_clock::now();
+    const PlanResult result = plan(request);
+    EXPECT_LT(seconds_since(start), request.budget_seconds + 0.5 * time_scale()) << method;
+    EXPECT_TRUE(result.budget_exhausted) << method;
+    EXPECT_EQ(result.budget_seconds, request.budget_seconds);
+    EXPECT_GT(result.considered, 10000) << method;
+    if (method != "grid") EXPECT_GT(result.evaluated, 0) << method;  // a grid candidate may take the whole budget
+    EXPECT_LT(result.evaluated, result.considered) << method;
+    EXPECT_NEAR(result.coverage(), static_cast<double>(result.evaluated) / result.considered, 1e-12);
+    if (result.ranked.empty()) {  // nothing that fits among what it reached: the error says the search was cut
+      try {
+        result.best();
+        FAIL() << method;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("budget"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+TEST(PlanBudget, APassedDeadlineGivesUpTheReplayOfACandidate) {
+  const ClusterSpec cluster = cluster_named("dgx-a100");
+  const PlanRequest request = gpt_request(cluster, 4, 16, 4);
+  const nn::Model model = request.build(16, 0);
+  const parallel::Strategy strategy = parallel::data_parallel(4, request.batch_inputs);
+  const std::unique_ptr<CostEstimator> estimator = estimator_for(request);
+  const Deadline passed{.seconds = 0};
+  EXPECT_THROW(evaluate(request, model, strategy, *estimator, &passed), DeadlinePassed);
+  const Deadline open{.seconds = 60};
+  EXPECT_GT(evaluate(request, model, strategy, *estimator, &open).step_seconds, 0);
 }
 
 TEST(PlanStages, TheScreenAgreesWithTheReplayOfWhatItVerifies) {
@@ -180,13 +241,13 @@ TEST(PlanMcmc, DeltaSimulationWalksTheSameChainAsFullSimulation) {
                       .cluster = &cluster,
                       .compute = DType::bf16};
   const RooflineEstimator estimator(cluster, DType::bf16);
-  const auto start = std::chrono::steady_clock::now();
+  const Deadline unbounded{};  // the chains stop at proposals_per_mesh
   McmcSearch delta{.request = &request, .estimator = &estimator, .model = &model, .delta = true,
                    .proposals_per_mesh = 400};
   McmcSearch full = delta;
   full.delta = false;
-  const std::vector<Candidate> a = search_mcmc(delta, start);
-  const std::vector<Candidate> b = search_mcmc(full, start);
+  const std::vector<Candidate> a = search_mcmc(delta, unbounded);
+  const std::vector<Candidate> b = search_mcmc(full, unbounded);
   ASSERT_EQ(a.size(), b.size());
   ASSERT_FALSE(a.empty());
   for (size_t i = 0; i < a.size(); ++i) {
