@@ -47,6 +47,25 @@ void Heartbeats::post_receive(int member) {
 
 void Heartbeats::exchange(std::span<const std::byte> message) {
   PX_CHECK_EQ(message.size(), bytes_);
+  receive();
+  Transport& transport = comm_.transport();
+  for (int member = 0; member < comm_.size(); ++member) {
+    Peer& peer = peers_[static_cast<size_t>(member)];
+    if (member == comm_.rank() || !peer.broken.empty()) continue;
+    try {
+      if (peer.sending && transport.test(peer.send)) peer.sending = false;
+      if (!peer.sending) {
+        std::copy(message.begin(), message.end(), peer.outgoing.begin());
+        peer.send = comm_.isend(member, tag_, peer.outgoing.data(), bytes_);
+        peer.sending = true;
+      }
+    } catch (const Error& error) {
+      peer.broken = error.what();
+    }
+  }
+}
+
+void Heartbeats::receive() {
   Transport& transport = comm_.transport();
   for (int member = 0; member < comm_.size(); ++member) {
     Peer& peer = peers_[static_cast<size_t>(member)];
@@ -55,12 +74,6 @@ void Heartbeats::exchange(std::span<const std::byte> message) {
       for (int taken = 0; taken < kMostTakenPerExchange && transport.test(peer.receive); ++taken) {
         peer.latest = peer.incoming;
         post_receive(member);
-      }
-      if (peer.sending && transport.test(peer.send)) peer.sending = false;
-      if (!peer.sending) {
-        std::copy(message.begin(), message.end(), peer.outgoing.begin());
-        peer.send = comm_.isend(member, tag_, peer.outgoing.data(), bytes_);
-        peer.sending = true;
       }
     } catch (const Error& error) {
       peer.broken = error.what();

@@ -34,6 +34,10 @@ class Heartbeats {
   // stopped process, a full link) gets none this time, so the latest wins
   // and nothing piles up.
   void exchange(std::span<const std::byte> message);
+  // Only takes what has arrived (after a member's last message: hearing
+  // the others' last ones, so none is left unreceived when the transport
+  // closes).
+  void receive();
   // The latest message from group rank `member` (empty until one arrived).
   std::span<const std::byte> latest(int member) const;
   // Why `member` is heard from no more ("" while it is): the transport

@@ -30,8 +30,24 @@ Watchdog::~Watchdog() {
   }
   wake_.notify_all();
   thread_.join();
-  // The rank's last phase (finished, failed), so the peers stop watching it.
-  if (peers_ != nullptr) peers_->exchange(news());
+  // After a verdict the peers are failing too: nobody to wait for.
+  if (peers_ == nullptr || !failure().empty()) return;
+  // The rank's last phase (finished, failed), so the peers stop watching
+  // it; then their last words, so none of their heartbeats arrives after
+  // this rank stopped listening (MPICH warns of unreceived messages).
+  peers_->exchange(news());
+  const int own = locals_.front().recorder->rank();
+  const auto until = Clock::now() + options_.timeout;
+  for (bool all_ended = false; !all_ended && Clock::now() < until;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    peers_->receive();
+    all_ended = true;
+    for (int r = 0; r < world_ && all_ended; ++r) {
+      if (r == own) continue;
+      const std::optional<WatchdogNews> last = peers_->heard(r);
+      all_ended = last && (last->pulse.phase == RankPhase::finished || last->pulse.phase == RankPhase::failed);
+    }
+  }
 }
 
 std::string Watchdog::failure() const {

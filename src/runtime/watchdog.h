@@ -54,6 +54,8 @@ class WatchdogPeers {
   virtual ~WatchdogPeers() = default;
   // Sends this process's news to every other rank and takes theirs; never blocks.
   virtual void exchange(const WatchdogNews& mine) = 0;
+  // Only takes theirs.
+  virtual void receive() = 0;
   // The latest news from world rank `rank` (std::nullopt: none heard yet).
   virtual std::optional<WatchdogNews> heard(int rank) const = 0;
 };
@@ -68,7 +70,10 @@ class Watchdog {
   // (nullptr: every rank is local); with peers, this process has one rank.
   // `peers` must outlive the watchdog.
   Watchdog(WatchdogOptions options, std::vector<Local> locals, int world, WatchdogPeers* peers = nullptr);
-  ~Watchdog();  // stops the thread; tells the peers this rank's last phase
+  // Stops the thread; with peers, tells them this rank's last phase and
+  // hears theirs (for at most the timeout), so no heartbeat is left in
+  // flight when the transport closes.
+  ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 

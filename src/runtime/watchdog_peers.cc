@@ -104,6 +104,7 @@ std::optional<WatchdogNews> decode_news(std::span<const std::byte> bytes) {
 TransportPeers::TransportPeers(comm::Communicator& world) : heartbeats_(world, kMessageBytes) {}
 
 void TransportPeers::exchange(const WatchdogNews& mine) { heartbeats_.exchange(encode_news(mine)); }
+void TransportPeers::receive() { heartbeats_.receive(); }
 
 std::optional<WatchdogNews> TransportPeers::heard(int rank) const {
   const std::span<const std::byte> latest = heartbeats_.latest(rank);

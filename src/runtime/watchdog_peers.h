@@ -24,6 +24,7 @@ class TransportPeers : public WatchdogPeers {
   explicit TransportPeers(comm::Communicator& world);
 
   void exchange(const WatchdogNews& mine) override;
+  void receive() override;
   std::optional<WatchdogNews> heard(int rank) const override;
 
  private:

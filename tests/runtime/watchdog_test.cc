@@ -26,6 +26,7 @@ class FakePeers : public WatchdogPeers {
     std::lock_guard lock(mutex_);
     sent_.push_back(mine);
   }
+  void receive() override {}
   std::optional<WatchdogNews> heard(int rank) const override {
     std::lock_guard lock(mutex_);
     auto it = news_.find(rank);
