@@ -74,16 +74,20 @@ void Watchdog::loop() {
 WatchdogNews Watchdog::news() const {
   std::lock_guard lock(mutex_);
   return {.pulse = locals_.front().recorder->pulse(),
-          .verdict = failure_,
+          .verdict = verdict_,
           .suspect = suspect_,
           .suspect_heard_ns = suspect_heard_ns_};
 }
 
-void Watchdog::declare(const std::string& reason, int suspect, int64_t heard_ns, Clock::time_point now) {
+void Watchdog::declare(const std::string& verdict, int declared_by, int suspect, int64_t heard_ns,
+                       Clock::time_point now) {
   // Recorded where the doctor reads it: which rank, last heard when (wall clock).
   for (const Local& l : locals_) l.recorder->set_suspect(suspect, heard_ns);
+  const std::string reason =
+      declared_by < 0 ? verdict : fmt::format("{} (declared by rank {})", verdict, declared_by);
   std::lock_guard lock(mutex_);
   failure_ = reason;
+  verdict_ = verdict;
   suspect_ = suspect;
   suspect_heard_ns_ = heard_ns;
   declared_at_ = now;
@@ -120,7 +124,7 @@ void Watchdog::tick(Clock::time_point now) {
   for (int r = 0; r < world_; ++r) {
     const std::optional<WatchdogNews>& news = heard[static_cast<size_t>(r)];
     if (!news || news->verdict.empty()) continue;
-    declare(fmt::format("{} (declared by rank {})", news->verdict, r), news->suspect, news->suspect_heard_ns, now);
+    declare(news->verdict, r, news->suspect, news->suspect_heard_ns, now);
     return;
   }
   for (int r = 0; r < world_; ++r) {
@@ -152,7 +156,7 @@ void Watchdog::tick(Clock::time_point now) {
                : std::chrono::duration_cast<std::chrono::nanoseconds>(
                      (std::chrono::system_clock::now() - (now - seen.changed)).time_since_epoch())
                      .count();
-    declare(reason, r, heard_ns, now);
+    declare(reason, -1, r, heard_ns, now);
     return;
   }
 }

@@ -90,8 +90,11 @@ class Watchdog {
  private:
   void loop();
   WatchdogNews news() const;
-  // Why rank `rank` is taken for silent or failed: every local wait stops.
-  void declare(const std::string& reason, int suspect, int64_t heard_ns, std::chrono::steady_clock::time_point now);
+  // `verdict` names the silent rank `suspect`: every local wait stops with
+  // it (and the rank that reached it, `declared_by` >= 0, when that is not
+  // this process).
+  void declare(const std::string& verdict, int declared_by, int suspect, int64_t heard_ns,
+               std::chrono::steady_clock::time_point now);
 
   WatchdogOptions options_;
   std::vector<Local> locals_;
@@ -111,6 +114,7 @@ class Watchdog {
   std::condition_variable wake_;
   bool stop_ = false;
   std::string failure_;
+  std::string verdict_;  // failure_ as the peers are told it (without "declared by")
   int suspect_ = -1;
   int64_t suspect_heard_ns_ = 0;
   std::thread thread_;

@@ -114,6 +114,8 @@ TEST(Watchdog, TakesAVerdictAnotherWatchdogSendsAtOnce) {
   const double seconds = seconds_until_failure(watchdog, 3000ms);
   EXPECT_EQ(watchdog.failure(), accuser.verdict + " (declared by rank 2)");
   EXPECT_LT(seconds, 1.0) << "long before this watchdog's own 5 s timeout";
+  std::this_thread::sleep_for(700ms);  // the next period (500 ms) sends it on
+  EXPECT_EQ(peers.sent().back().verdict, accuser.verdict) << "passed on as it was reached, not re-attributed";
   const FlightDump dump = recorder.read();
   EXPECT_EQ(dump.suspect, 1);
   EXPECT_EQ(dump.suspect_heard_ns, 123456789);
