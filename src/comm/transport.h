@@ -70,6 +70,10 @@ class Transport {
   virtual Request irecv(int peer, uint32_t tag, void* data, size_t bytes) = 0;
   // True once the request completed; throws px::Error if it failed.
   virtual bool test(Request& request) = 0;
+  // Withdraws a request that has not completed (a receive that will never
+  // be matched, before the transport goes away); its buffer is free once
+  // this returns. A send already under way may still be delivered.
+  virtual void cancel(Request& request) { request.state.reset(); }
 
   // Non-empty once some rank of the world failed (in-process poisoning) or
   // a failure was declared here; every wait then stops with this reason

@@ -364,11 +364,4 @@ std::optional<FlightDump> FlightRecorder::read_file(const std::string& path, boo
   return d;
 }
 
-std::optional<FlightRecorder::Pulse> FlightRecorder::pulse_of_file(const std::string& path) {
-  std::optional<FlightDump> d = read_file(path, false);
-  if (!d) return std::nullopt;
-  return Pulse{.heartbeat = d->heartbeat, .phase = d->phase, .step = d->step, .instr = d->instr,
-               .instr_name = d->instr_name};
-}
-
 }  // namespace px

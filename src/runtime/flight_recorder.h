@@ -5,7 +5,9 @@
 // page cache holds the latest state whatever happens to the process.
 // `parallax doctor RUN_DIR` reads every rank's file and aligns them
 // (runtime/flight_report.h). Without a run directory the record lives in
-// anonymous memory (heartbeats still work between in-process ranks).
+// anonymous memory. Either way the watchdogs read its pulse (heartbeat,
+// phase, position) from memory and send it to other processes over the
+// transport (runtime/watchdog.h): liveness never reads the files.
 //
 // The file: a header (rank, world, pid, heartbeat, the step and instruction
 // the rank is at, its phase, its error) and a ring of the last `capacity`
@@ -103,7 +105,7 @@ class FlightRecorder {
   // std::nullopt if it does not exist yet; px::Error if it is not a record.
   // `events` false: the header's position and pulse only, not the ring.
   static std::optional<FlightDump> read_file(const std::string& path, bool events = true);
-  // Just its heartbeat and phase, cheaply (the watchdog polls peers' files).
+  // Just its heartbeat, phase and position (what the watchdogs exchange).
   struct Pulse {
     uint64_t heartbeat = 0;
     RankPhase phase = RankPhase::starting;
@@ -111,7 +113,6 @@ class FlightRecorder {
     int instr = -1;
     std::string instr_name;
   };
-  static std::optional<Pulse> pulse_of_file(const std::string& path);
   Pulse pulse() const;
 
  private:

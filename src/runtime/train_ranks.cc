@@ -21,6 +21,7 @@
 #include "runtime/train_rank.h"
 #include "runtime/trainer.h"
 #include "runtime/watchdog.h"
+#include "runtime/watchdog_peers.h"
 
 namespace px {
 namespace {
@@ -81,27 +82,29 @@ TrainResult train(TrainOptions o, std::ostream& log) {
     comm::Communicator& world = comm::mpi::world();
     world.set_timeout(timeout);
     FlightRecorder recorder(flight_file(world.rank()), world.rank(), world.size());
-    // The peers' heartbeats are read from their flight files; without a
-    // run directory only the waits' timeouts detect a silent rank.
-    Watchdog watchdog({.timeout = timeout,
-                       .stuck =
-                           [&recorder](const std::string& reason) {
-                             // Blocked where no wait polls (the MPI library's own collective): end the job.
-                             recorder.set_error(reason);
-                             recorder.set_phase(RankPhase::failed);
-                             std::cerr << fmt::format("error: rank {}: {}\n", recorder.rank(), reason);
-                             comm::mpi::abort(1);
-                           }},
-                      {{&recorder, &world.transport()}}, world.size(),
-                      o.run_dir.empty() ? Watchdog::PulseReader() : pulses_from_files(o.run_dir));
     TrainResult result;
-    try {
-      std::ostream& rank_log = world.rank() == 0 ? log : quiet;
-      result = run_recorded(o, world.size() > 1 ? &world : nullptr, rank_log, recorder);
-    } catch (const Error& e) {
-      // The other ranks would wait for this one until their timeout: end the job now.
-      std::cerr << fmt::format("error: rank {}: {}\n", world.rank(), e.what());
-      comm::mpi::abort(1);
+    {
+      // Heartbeats and verdicts travel over MPI itself, so hosts need share
+      // no filesystem; the run directory's flight files are for the doctor.
+      TransportPeers peers(world);
+      Watchdog watchdog({.timeout = timeout,
+                         .stuck =
+                             [&recorder](const std::string& reason) {
+                               // Blocked where no wait polls (the MPI library's own collective): end the job.
+                               recorder.set_error(reason);
+                               recorder.set_phase(RankPhase::failed);
+                               std::cerr << fmt::format("error: rank {}: {}\n", recorder.rank(), reason);
+                               comm::mpi::abort(1);
+                             }},
+                        {{&recorder, &world.transport()}}, world.size(), &peers);
+      try {
+        std::ostream& rank_log = world.rank() == 0 ? log : quiet;
+        result = run_recorded(o, world.size() > 1 ? &world : nullptr, rank_log, recorder);
+      } catch (const Error& e) {
+        // The other ranks would wait for this one until their timeout: end the job now.
+        std::cerr << fmt::format("error: rank {}: {}\n", world.rank(), e.what());
+        comm::mpi::abort(1);
+      }
     }
     comm::mpi::finalize();
     return result;

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Restarts under `parallax launch` with `mpirun -np 4` (docs/fault_tolerance.md):
-#  1. kill -9 of rank 2 at step 17: the job finishes; every step's loss
+#  1. kill -9 of rank 2 at step 21: the job finishes; every step's loss
 #     equals a fault-free run's within 1e-5; the job ended at most the
 #     timeout + 2 s after the dead rank's last heartbeat; the time lost is
 #     printed.
 #  2. SIGSTOP of rank 1 at step 12: every other rank names it within the
 #     timeout, and `parallax doctor` names the frozen rank and where it was.
-#  3. Elastic: rank 2 lost for good at step 17 of a 4-rank job: it goes on
+#  3. Elastic: rank 2 lost for good at step 21 of a 4-rank job: it goes on
 #     at 3 ranks, and its losses equal a 3-rank run resumed from the same
 #     checkpoint within 1e-5.
+#
+# The kills come at step 21: the save at step 20 first waited for the
+# checkpoint of step 10 to be in place, so a restart resumes from it (or,
+# if its background write landed before the kill, from step 20's). At
+# step 17 the checkpoint of step 10, written in the background while
+# steps 11.. run, was still being written about one launch in two.
 #
 #   mpi_restart_test.sh PARALLAX MPIEXEC
 set -euo pipefail
@@ -68,13 +74,14 @@ grep -q "4 ranks, mesh {dp:4} (mpi)" "$WORK/ref.log" || fail "the reference did 
 
 # 1. kill -9.
 "$PARALLAX" launch --max-restarts 1 --run-dir "$WORK/kill" -- "${MPIRUN[@]}" -np 4 "$PARALLAX" "${GPT[@]}" \
-  --save "$WORK/kill/ckpt" --inject-fault 2:17:kill --metrics "$WORK/kill.jsonl" > "$WORK/kill.log" 2>&1 ||
+  --save "$WORK/kill/ckpt" --inject-fault 2:21:kill --metrics "$WORK/kill.jsonl" > "$WORK/kill.log" 2>&1 ||
   fail "the job did not finish after a restart" "$WORK/kill.log"
 grep -q "attempt 1 failed" "$WORK/kill.log" || fail "the injected kill did not fail the first attempt" "$WORK/kill.log"
-grep -q "resumed from '$WORK/kill/ckpt' at step 10" "$WORK/kill.log" || fail "no resume from step 10" "$WORK/kill.log"
+grep -qE "resumed from '$WORK/kill/ckpt' at step (10|20) " "$WORK/kill.log" ||
+  fail "no resume from step 10 or 20" "$WORK/kill.log"
 grep -q "restarts: 1; time lost to failures: [0-9.]* s" "$WORK/kill.log" || fail "no time lost printed" "$WORK/kill.log"
 check_detection "$WORK/kill.log" 2
-compare "$WORK/ref.jsonl" "$WORK/kill.jsonl" "kill -9 of rank 2 at step 17, restarted"
+compare "$WORK/ref.jsonl" "$WORK/kill.jsonl" "kill -9 of rank 2 at step 21, restarted"
 
 # 2. SIGSTOP: the others name the frozen rank; the doctor finds it.
 "$PARALLAX" launch --max-restarts 1 --run-dir "$WORK/stop" -- "${MPIRUN[@]}" -np 4 "$PARALLAX" "${GPT[@]}" \
@@ -96,11 +103,13 @@ compare "$WORK/ref.jsonl" "$WORK/stop.jsonl" "SIGSTOP of rank 1 at step 12, rest
 # 3. Elastic: 4 ranks lose rank 2 for good and go on at 3.
 "$PARALLAX" launch --ranks 4 --min-ranks 3 --max-restarts 1 --run-dir "$WORK/lost" -- \
   "${MPIRUN[@]}" -np '{ranks}' "$PARALLAX" "${GPT[@]}" --save "$WORK/lost/ckpt" --keep-last 3 \
-  --inject-fault 2:17:lost --metrics "$WORK/lost.jsonl" > "$WORK/lost.log" 2>&1 ||
+  --inject-fault 2:21:lost --metrics "$WORK/lost.jsonl" > "$WORK/lost.log" 2>&1 ||
   fail "the elastic job did not finish" "$WORK/lost.log"
 grep -q "1 rank lost for good: continuing at 3 ranks" "$WORK/lost.log" || fail "no shrink to 3 ranks" "$WORK/lost.log"
 grep -q "continuing at 3 ranks, mesh {dp:3}" "$WORK/lost.log" || fail "the restart did not run 3 ranks" "$WORK/lost.log"
-"${MPIRUN[@]}" -np 3 "$PARALLAX" "${GPT[@]}" --resume "$WORK/lost/ckpt.step-000010" \
+RESUMED=$(grep -oE "resumed from '$WORK/lost/ckpt' at step (10|20) " "$WORK/lost.log" | grep -oE "[0-9]+ $" | tr -d " ") ||
+  fail "no resume from step 10 or 20" "$WORK/lost.log"
+"${MPIRUN[@]}" -np 3 "$PARALLAX" "${GPT[@]}" --resume "$WORK/lost/ckpt.step-$(printf %06d "$RESUMED")" \
   --metrics "$WORK/three.jsonl" > "$WORK/three.log"
-compare "$WORK/three.jsonl" "$WORK/lost.jsonl" "elastic 4 -> 3 ranks against a 3-rank resume" 11
+compare "$WORK/three.jsonl" "$WORK/lost.jsonl" "elastic 4 -> 3 ranks against a 3-rank resume" $((RESUMED + 1))
 echo "PASS"

@@ -175,6 +175,21 @@ class MpiTransport : public Transport, public NativeCollectives {
     return done != 0;
   }
 
+  void cancel(Request& request) override {
+    if (request.state == nullptr) return;
+    auto& state = static_cast<MpiRequest&>(*request.state);
+    auto lock = serialized();
+    if (state.request != MPI_REQUEST_NULL) {
+      // A cancelled receive completes at once; a send the library already
+      // delivered may not be cancellable: freed, it completes on its own.
+      MPI_Cancel(&state.request);
+      int done = 0;
+      for (int poll = 0; poll < 1000 && !done; ++poll) MPI_Test(&state.request, &done, MPI_STATUS_IGNORE);
+      if (!done) MPI_Request_free(&state.request);
+    }
+    request.state.reset();
+  }
+
   std::shared_ptr<SharedSegment> map_shared(std::span<const int> group, size_t bytes_per_member,
                                             uint32_t tag) override {
     auto lock = serialized();
