@@ -150,6 +150,16 @@ PlanResult plan(const PlanRequest& request) {
     }
     return true;
   };
+  // Beside the layer-wise and MCMC placements, plain data parallelism: the
+  // baseline any placement must beat (left out when the budget is spent).
+  auto add_data_parallel_baseline = [&] {
+    try {
+      all.push_back(evaluate(request, model, parallel::data_parallel(request.ranks, request.batch_inputs), *estimator,
+                             &deadline));
+    } catch (const DeadlinePassed&) {
+      result.budget_exhausted = true;
+    }
+  };
   if (method == "auto" && has_blocks(model.graph) && points.size() > 1000) method = "alpa";
   if (method == "auto") {
     // The grid when it fits the budget: time its first candidate to tell.
@@ -177,13 +187,7 @@ PlanResult plan(const PlanRequest& request) {
       fail("plan: --method layerwise places fully-connected layers fc1, fc2, ... one by one; this model has none");
     result.considered = search.considered + 1;
     result.budget_exhausted = search.cut;
-    // Beside plain data parallelism, the baseline any placement must beat.
-    try {
-      all.push_back(evaluate(request, model, parallel::data_parallel(request.ranks, request.batch_inputs), *estimator,
-                             &deadline));
-    } catch (const DeadlinePassed&) {
-      result.budget_exhausted = true;
-    }
+    add_data_parallel_baseline();
   } else if (method == "mcmc") {
     McmcSearch search{.request = &request, .estimator = estimator, .model = &model, .delta = request.mcmc_delta};
     all = search_mcmc(search, deadline);
@@ -191,12 +195,7 @@ PlanResult plan(const PlanRequest& request) {
     result.proposals = search.proposals;
     result.proposals_per_second = search.proposals_per_second();
     result.budget_exhausted = search.cut;
-    try {
-      all.push_back(evaluate(request, model, parallel::data_parallel(request.ranks, request.batch_inputs), *estimator,
-                             &deadline));
-    } catch (const DeadlinePassed&) {
-      result.budget_exhausted = true;
-    }
+    add_data_parallel_baseline();
   } else if (method == "alpa") {
     if (!has_blocks(model.graph))
       fail("plan: --method alpa cuts models of repeated blocks (h.0, h.1, ...) into stages; this model has none");

@@ -91,7 +91,8 @@ ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, O
   // compressor (vectors with Method::none: dense, but counted alike).
   if (program_.strategy.lowering.compression.lossy() && group_size > 1)
     for (int id : gradient_collectives()) {
-      codecs_[id] = codec_store_.emplace_back(make_codec(std::get<parallel::Collective>(program_.instrs[static_cast<size_t>(id)].op))).get();
+      const auto& collective = std::get<parallel::Collective>(program_.instrs[static_cast<size_t>(id)].op);
+      codecs_[id] = codec_store_.emplace_back(make_codec(collective)).get();
       compressors_.push_back(codecs_[id]);
     }
 }
@@ -150,15 +151,21 @@ void ProgramExecutor::add_program(parallel::Program program) {
   if (program.params != mine.params || program.buckets != mine.buckets) differs("parameter layout");
   if (program.buffers != mine.buffers) differs("buffers");
   if (has_program_for(program.global_rows)) return;
+  // Indexed while active (the indexing reads program_), then put aside.
   Lowering other{.program = std::move(program)};
   swap_active(other);
-  const std::vector<ParamShard> shards = index_instructions();
-  if (optimizer_ ? shards != optimizer_->shards() : !shards.empty()) differs("optimizer shards");
-  const std::vector<int> collectives = gradient_collectives();
-  if (!codec_store_.empty()) {
-    if (collectives.size() != codec_store_.size()) differs("gradient collectives");
-    codecs_.clear();
-    for (size_t k = 0; k < collectives.size(); ++k) codecs_[collectives[k]] = codec_store_[k].get();
+  try {
+    const std::vector<ParamShard> shards = index_instructions();
+    if (optimizer_ ? shards != optimizer_->shards() : !shards.empty()) differs("optimizer shards");
+    const std::vector<int> collectives = gradient_collectives();
+    if (!codec_store_.empty()) {
+      if (collectives.size() != codec_store_.size()) differs("gradient collectives");
+      codecs_.clear();
+      for (size_t k = 0; k < collectives.size(); ++k) codecs_[collectives[k]] = codec_store_[k].get();
+    }
+  } catch (...) {
+    swap_active(other);  // the first program stays the active one
+    throw;
   }
   swap_active(other);
   programs_.push_back(std::move(other));

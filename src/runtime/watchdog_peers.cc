@@ -11,7 +11,7 @@ namespace {
 
 // Layout: fixed fields, then two strings (a 16-bit length and the bytes),
 // the instruction's name cut at kNameBytes, the verdict at what is left.
-constexpr uint32_t kMagic = 0x50584842;  // "PXHB"
+constexpr uint32_t kNewsMagic = 0x50584842;  // "PXHB"
 constexpr size_t kNameBytes = 96;
 
 class Writer {
@@ -73,7 +73,7 @@ class Reader {
 std::vector<std::byte> encode_news(const WatchdogNews& news) {
   std::vector<std::byte> out(TransportPeers::kMessageBytes);
   Writer w(out);
-  w.put(kMagic);
+  w.put(kNewsMagic);
   w.put(news.pulse.heartbeat);
   w.put(news.pulse.step);
   w.put(static_cast<int32_t>(news.pulse.instr));
@@ -87,7 +87,7 @@ std::vector<std::byte> encode_news(const WatchdogNews& news) {
 
 std::optional<WatchdogNews> decode_news(std::span<const std::byte> bytes) {
   Reader r(bytes);
-  if (r.get<uint32_t>() != kMagic) return std::nullopt;
+  if (r.get<uint32_t>() != kNewsMagic) return std::nullopt;
   WatchdogNews news;
   news.pulse.heartbeat = r.get<uint64_t>();
   news.pulse.step = r.get<int64_t>();

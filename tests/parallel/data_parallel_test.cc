@@ -254,8 +254,8 @@ TEST(ZeroOverlap, BackwardComputesWhileABucketIsReduceScattered) {
   }
   ASSERT_GE(reductions.size(), 6u) << log.str();
   int overlapped = 0;
-  for (const auto& [begin, end] : reductions)
-    overlapped += std::any_of(computes.begin(), computes.end(), [&](double t) { return t > begin && t < end; });
+  for (const std::pair<double, double>& r : reductions)
+    overlapped += std::any_of(computes.begin(), computes.end(), [&](double t) { return t > r.first && t < r.second; });
   EXPECT_GE(overlapped, 2) << "of " << reductions.size() << " gradient reduce-scatters, " << overlapped
                            << " had backward compute start while they ran";
 }
