@@ -59,7 +59,7 @@ void add_eval_command(CLI::App& app) {
     t.steps = 1;
     auto task = make_task(t);
     ParamStore params = load_params(*task, o->checkpoint);
-    Evaluation e = task->evaluate(params);
+    Evaluation e = task->evaluate(params).mean();
     std::cout << fmt::format("val_loss {:.4f}", e.loss);
     if (e.accuracy >= 0) std::cout << fmt::format(" val_accuracy {:.2f}%", 100 * e.accuracy);
     std::cout << "\n";

@@ -36,12 +36,13 @@ class ClassificationTask : public Task {
 
   int64_t steps_per_epoch() const override { return sampler_.batches_per_epoch(); }
 
-  Evaluation evaluate(const ParamStore& params) override {
-    double loss_sum = 0;
+  EvaluationSums evaluate(const ParamStore& params, int part, int parts) override {
+    double loss_sum = 0, rows_seen = 0;
     // --eval-batches batches of kEvalBatch test images (the default covers all 10,000).
     int64_t correct = 0, n = std::min(test_->size(), options_.eval_batches * kEvalBatch);
-    for (int64_t begin = 0; begin < n; begin += kEvalBatch) {
+    for (int64_t begin = int64_t(part) * kEvalBatch; begin < n; begin += int64_t(parts) * kEvalBatch) {
       int64_t rows = std::min(kEvalBatch, n - begin);
+      rows_seen += double(rows);
       Evaluator& evaluator = evaluator_for(rows);
       evaluator.executor->use_parameters(params);
       Tensor labels = test_->labels.slice_rows(begin, begin + rows);
@@ -57,7 +58,7 @@ class ClassificationTask : public Task {
         correct += best == labels.data<int32_t>()[r];
       }
     }
-    return {loss_sum / double(n), double(correct) / double(n)};
+    return {.loss = loss_sum, .weight = rows_seen, .correct = double(correct)};
   }
 
   nlohmann::json data_state() const override { return sampler_.state(); }

@@ -33,7 +33,7 @@ class LanguageModelTask : public Task {
     return {b.inputs, b.targets, sampler_.batch_size()};
   }
 
-  Evaluation evaluate(const ParamStore& params) override {
+  EvaluationSums evaluate(const ParamStore& params, int part, int parts) override {
     if (!eval_) {
       eval_model_ = build(validation_.windows_per_batch(), false);
       eval_ = std::make_unique<ProgramExecutor>(
@@ -41,12 +41,13 @@ class LanguageModelTask : public Task {
           AxisGroups{});
     }
     eval_->use_parameters(params);
-    double loss_sum = 0;
-    for (int64_t i = 0; i < validation_.num_batches(); ++i) {
+    EvaluationSums sums;
+    for (int64_t i = part; i < validation_.num_batches(); i += parts) {
       TokenBatch b = validation_.batch(i);
-      loss_sum += eval_->run({.feeds = feeds_of(eval_model_, {b.inputs, b.targets})}).loss;
+      sums.loss += eval_->run({.feeds = feeds_of(eval_model_, {b.inputs, b.targets})}).loss;
+      sums.weight += 1;
     }
-    return {loss_sum / double(validation_.num_batches()), -1};
+    return sums;
   }
 
   nlohmann::json data_state() const override { return sampler_.state(); }

@@ -213,7 +213,7 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
   const Gathered gathered = gather_shards(comm, layout, shard);
   std::vector<SavedRun> state_runs = unflatten(gathered, params, o.optimizer.kind);
   task->restore_data_state(receive_data_state(comm, layout.rank_of_worker(0)));
-  Evaluation e = task->evaluate(params);
+  Evaluation e = task->evaluate(params).mean();
   result.evaluation = e;
   nlohmann::json line{{"step", end}, {"val_loss", e.loss}};
   std::string text = fmt::format("eval at step {}: val_loss {:.4f}", end, e.loss);

@@ -35,6 +35,16 @@ struct Evaluation {
   double accuracy = -1;  // classifiers only
 };
 
+// A part of an evaluation: sums over the validation batches one part
+// took (batches part, part + parts, ...), so every rank's parts add up to
+// the whole evaluation, whatever the number of parts.
+struct EvaluationSums {
+  double loss = 0;      // Σ batch mean loss x its weight
+  double weight = 0;    // Σ weights: rows (classifiers) or batches (text)
+  double correct = -1;  // classifiers: rows predicted right (-1: no accuracy)
+  Evaluation mean() const { return {loss / weight, correct < 0 ? -1 : correct / weight}; }
+};
+
 class Task {
  public:
   virtual ~Task() = default;
@@ -45,7 +55,9 @@ class Task {
   virtual DataBatch next_batch(int rank, int world) = 0;
   // Batches in one epoch (classifiers), 0 when training is counted in steps only.
   virtual int64_t steps_per_epoch() const { return 0; }
-  virtual Evaluation evaluate(const ParamStore& params) = 0;
+  // The validation batches part, part + parts, ... of the whole set
+  // (data-parallel ranks each evaluate a part at once; the sums add up).
+  virtual EvaluationSums evaluate(const ParamStore& params, int part = 0, int parts = 1) = 0;
   virtual nlohmann::json data_state() const = 0;
   virtual void restore_data_state(const nlohmann::json& state) = 0;
   // What one row of a batch is, for throughput: "tok" (T tokens a row) or "img".

@@ -2,6 +2,7 @@
 #include "runtime/train_rank.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -279,10 +280,21 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
   comm::compression::WireStats wire;  // summed over the steps run
   StageMeasurement stage;  // this rank's pipeline measurements
   Progress progress(total, step, task->unit(), o.progress_bar, log);
+  // Every rank evaluates a part of the validation batches and the parts'
+  // sums are added up: no rank waits in a collective while another
+  // evaluates alone (a wait that could outlast --timeout), and the whole
+  // set takes 1/world of the time.
   auto evaluate = [&](int64_t at_step) {
-    const ParamStore params = executor.parameters();  // collective under ZeRO-3
-    if (!lead) return Evaluation{};  // replicas hold the same weights
-    Evaluation e = task->evaluate(params);
+    const ParamStore params = executor.parameters();  // collective: every rank gets the whole
+    const EvaluationSums part = task->evaluate(params, rank, world);
+    EvaluationSums sums = part;
+    if (group != nullptr && world > 1) {
+      std::array<float, 3> summed{float(part.loss), float(part.weight), float(part.correct < 0 ? 0 : part.correct)};
+      comm::allreduce(*group, std::span<float>(summed), comm::Reduction::sum);
+      sums = {.loss = summed[0], .weight = summed[1], .correct = part.correct < 0 ? -1 : double(summed[2])};
+    }
+    const Evaluation e = sums.mean();
+    if (!lead) return e;
     nlohmann::json line{{"step", at_step}, {"val_loss", e.loss}, {"time_s", progress.elapsed_seconds()}};
     std::string text = fmt::format("eval at step {}: val_loss {:.4f}", at_step, e.loss);
     if (e.accuracy >= 0) {
