@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up, build and run the tests, in parts. With no PART: --asan, --tsan
-# and --fuzz (what CI runs, ~34 minutes on 2 cores); name parts to run only
+# and --fuzz (what CI runs, ~36 minutes on 2 cores); name parts to run only
 # those. Arguments after `--` go to CTest. Both full suites run every MPI
 # test twice: under OpenMPI's mpirun and, linked against MPICH from the
 # same objects (-DPX_ALSO_MPICH=ON: parallax-mpich, ...), under
