@@ -7,8 +7,10 @@
 #include "cli/commands.h"
 #include "cli/train_flags.h"
 #include "core/error.h"
+#include "core/float_env.h"
 
 int main(int argc, char** argv) {
+  px::flush_subnormals_to_zero();  // before any thread starts: they inherit it
   CLI::App app{"parallax: a C++20 engine for training deep networks across many devices"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every subcommand");

@@ -131,7 +131,7 @@ void add_train_flags(CLI::App& cmd, TrainFlags& flags) {
                "mlp/cnn: leave out each epoch's last batch when --batch does not divide the training set (by "
                "default it trains, its loss the mean over the rows it has)");
   cmd.add_option("--optimizer", o.optimizer.kind, "sgd or adamw (default: gpt adamw, mlp/cnn sgd)");
-  cmd.add_option("--lr", o.schedule.lr, "peak learning rate (default: gpt 1e-3, mlp/cnn 0.05)");
+  cmd.add_option("--lr", o.schedule.lr, "peak learning rate (default: gpt 1e-3, mlp/cnn 0.05 x min(batch, 64)/64)");
   cmd.add_option("--lr-schedule", o.schedule.kind, "learning-rate schedule: cosine (decays to --min-lr-ratio) or constant")->capture_default_str();
   cmd.add_option("--warmup", o.schedule.warmup, "linear warmup steps (default: gpt 100, mlp/cnn 0)");
   cmd.add_option("--min-lr-ratio", o.schedule.min_ratio, "cosine floor as a fraction of --lr (default: gpt 0.1, mlp/cnn 0)");

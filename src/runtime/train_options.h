@@ -135,7 +135,8 @@ void apply_model_json(const nlohmann::json& json, TrainOptions& options);
 // Fills the fields left at their "model default" sentinel (kModelDefault,
 // NaN, empty optimizer kind): gpt trains 3500 steps of batch 16 with
 // AdamW lr 1e-3, warmup 100, cosine decay, weight decay 0.1, clip 1.0;
-// mlp/cnn train 2 epochs of batch 64 with SGD momentum 0.9, lr 0.05, cosine.
+// mlp/cnn train 2 epochs of batch 64 with SGD momentum 0.9, lr 0.05 (scaled
+// by batch/64 below batch 64), cosine.
 void apply_model_defaults(TrainOptions& options);
 
 }  // namespace px
