@@ -14,7 +14,7 @@ on the fortunes corpus with batch 16 and
   - AdamW (betas 0.9/0.999, eps 1e-8), weight decay only on what parallax
     decays (wte, wpe and the c_attn/c_proj/c_fc weights; no biases, no
     layer norms), global-norm gradient clipping, linear warmup then cosine
-    decay to lr * min_ratio (src/runtime/lr_schedule.cc);
+    decay to lr * min_ratio (src/runtime/optimizer/lr_schedule.cc);
   - the same validation windows: ValidationWindows(val, B, T, eval_batches).
 It prints both validation losses at every evaluation step and their relative
 difference (target: within 2%), and writes RESULTS/summary.json.

@@ -40,9 +40,9 @@
 #include "data/sampler.h"
 #include "gpt_bench.h"
 #include "kernels/threads.h"
-#include "runtime/program_executor.h"
-#include "runtime/optimizer.h"
-#include "runtime/param_store.h"
+#include "runtime/executor/program_executor.h"
+#include "runtime/optimizer/optimizer.h"
+#include "runtime/executor/param_store.h"
 
 namespace {
 

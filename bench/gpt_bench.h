@@ -24,7 +24,7 @@
 #include "core/tensor.h"
 #include "nn/gpt.h"
 #include "parallel/lower.h"
-#include "runtime/task.h"
+#include "runtime/tasks/task.h"
 
 namespace px::bench {
 

@@ -10,8 +10,8 @@
 
 #include "core/error.h"
 #include "nn/gpt.h"
-#include "runtime/param_store.h"
-#include "runtime/safetensors.h"
+#include "runtime/executor/param_store.h"
+#include "runtime/checkpoint/safetensors.h"
 
 int main(int argc, char** argv) {
   px::nn::GptConfig config;

@@ -30,9 +30,9 @@
 #include "gpt_bench.h"
 #include "kernels/threads.h"
 #include "nn/gpt.h"
-#include "runtime/program_executor.h"
-#include "runtime/optimizer.h"
-#include "runtime/param_store.h"
+#include "runtime/executor/program_executor.h"
+#include "runtime/optimizer/optimizer.h"
+#include "runtime/executor/param_store.h"
 
 namespace {
 

@@ -8,8 +8,8 @@
 
 #include "data/sampler.h"
 #include "fuzz/fuzz_input.h"
-#include "runtime/checkpoint.h"
-#include "runtime/trainer.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/train/trainer.h"
 
 namespace {
 

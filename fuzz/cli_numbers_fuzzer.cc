@@ -8,7 +8,7 @@
 
 #include "cli/train_flags.h"
 #include "fuzz/fuzz_input.h"
-#include "runtime/memory_guard.h"
+#include "runtime/fault/memory_guard.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::string> args;

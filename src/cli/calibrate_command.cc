@@ -24,12 +24,12 @@
 #include "plan/cluster.h"
 #include "plan/estimator.h"
 #include "plan/simulate.h"
-#include "runtime/atomic_file.h"
-#include "runtime/optimizer.h"
-#include "runtime/param_store.h"
-#include "runtime/program_executor.h"
-#include "runtime/task.h"
-#include "runtime/trainer.h"
+#include "core/atomic_file.h"
+#include "runtime/optimizer/optimizer.h"
+#include "runtime/executor/param_store.h"
+#include "runtime/executor/program_executor.h"
+#include "runtime/tasks/task.h"
+#include "runtime/train/trainer.h"
 
 namespace px::cli {
 namespace {

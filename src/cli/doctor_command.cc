@@ -1,12 +1,12 @@
 // `parallax doctor RUN_DIR`: every rank's flight record side by side, and
 // which rank fell behind, where, and what the others wait for
-// (runtime/flight_report.h).
+// (runtime/fault/flight_report.h).
 #include <ctime>
 #include <iostream>
 #include <memory>
 
 #include "cli/commands.h"
-#include "runtime/flight_report.h"
+#include "runtime/fault/flight_report.h"
 
 namespace px::cli {
 

@@ -5,9 +5,9 @@
 
 #include "cli/commands.h"
 #include "kernels/threads.h"
-#include "runtime/checkpoint.h"
-#include "runtime/sampling.h"
-#include "runtime/task.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/tasks/sampling.h"
+#include "runtime/tasks/task.h"
 
 namespace px::cli {
 namespace {

@@ -26,8 +26,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "runtime/flight_report.h"
-#include "runtime/trainer.h"
+#include "runtime/fault/flight_report.h"
+#include "runtime/train/trainer.h"
 
 namespace px::cli {
 namespace {

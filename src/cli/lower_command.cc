@@ -8,9 +8,9 @@
 #include "cli/commands.h"
 #include "cli/train_flags.h"
 #include "parallel/lower.h"
-#include "runtime/pipeline_report.h"
-#include "runtime/task.h"
-#include "runtime/trainer.h"
+#include "runtime/train/pipeline_report.h"
+#include "runtime/tasks/task.h"
+#include "runtime/train/trainer.h"
 
 namespace px::cli {
 

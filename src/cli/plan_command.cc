@@ -13,9 +13,9 @@
 #include "cli/train_flags.h"
 #include "parallel/strategy.h"
 #include "plan/search.h"
-#include "runtime/atomic_file.h"
-#include "runtime/optimizer.h"
-#include "runtime/task.h"
+#include "core/atomic_file.h"
+#include "runtime/optimizer/optimizer.h"
+#include "runtime/tasks/task.h"
 
 namespace px::cli {
 namespace {

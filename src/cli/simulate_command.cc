@@ -13,10 +13,10 @@
 #include "cli/train_flags.h"
 #include "parallel/lower.h"
 #include "plan/simulate.h"
-#include "runtime/optimizer.h"
-#include "runtime/task.h"
-#include "runtime/trace.h"
-#include "runtime/trainer.h"
+#include "runtime/optimizer/optimizer.h"
+#include "runtime/tasks/task.h"
+#include "runtime/executor/trace.h"
+#include "runtime/train/trainer.h"
 
 namespace px::cli {
 namespace {

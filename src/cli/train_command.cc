@@ -7,9 +7,9 @@
 #include "cli/commands.h"
 #include "cli/local_cluster.h"
 #include "cli/train_flags.h"
-#include "runtime/atomic_file.h"
-#include "runtime/progress.h"
-#include "runtime/trainer.h"
+#include "core/atomic_file.h"
+#include "runtime/train/progress.h"
+#include "runtime/train/trainer.h"
 
 namespace px::cli {
 namespace {

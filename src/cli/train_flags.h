@@ -7,7 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "runtime/train_options.h"
+#include "runtime/train/train_options.h"
 
 namespace px::cli {
 

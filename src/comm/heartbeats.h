@@ -2,7 +2,7 @@
 // sends every other member once per period, on a communicator of its own
 // (so it never matches the collectives' traffic), keeping the latest one
 // heard from each. Liveness thus travels over the job's own transport and
-// needs no filesystem the hosts share; runtime/watchdog.h gives the bytes
+// needs no filesystem the hosts share; runtime/fault/watchdog.h gives the bytes
 // their meaning and judges silence.
 //
 // Threads: after the collective constructor, one thread (the watchdog's)

@@ -79,7 +79,7 @@ class Transport {
   // a failure was declared here; every wait then stops with this reason
   // instead of running into its timeout.
   std::string failure() const;
-  // A watchdog found a rank silent (runtime/watchdog.h): every wait of this
+  // A watchdog found a rank silent (runtime/fault/watchdog.h): every wait of this
   // rank stops with `reason` from now on. Thread-safe.
   void declare_failure(const std::string& reason);
 

@@ -2,7 +2,7 @@
 // value (JSON round trip: `parallax train --strategy FILE`, `parallax lower
 // ... --print-strategy`). It says *what* runs where; how fast the executor
 // runs it (overlap, P3 slices, bucket buffers, the collective algorithm) is
-// the executor's business (runtime/program_executor.h).
+// the executor's business (runtime/executor/program_executor.h).
 //
 // Data parallelism seeds the batch inputs S(0) along the data axis and
 // everything else B; propagation (lower/propagate.h) derives that every

@@ -4,7 +4,7 @@
 // and every activation from its production to its last read
 // (parallel/lower/liveness.h); a view shares its input's storage. The
 // simulator reports it per rank, and the trainer's memory guard checks it
-// against the machine before allocating anything (runtime/memory_guard.h).
+// against the machine before allocating anything (runtime/fault/memory_guard.h).
 #pragma once
 
 #include "core/dtype.h"

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "report/run_directory.h"
-#include "runtime/atomic_file.h"
+#include "core/atomic_file.h"
 
 namespace px::report {
 namespace {

@@ -2,7 +2,7 @@
 // for the report (docs/report.md):
 //
 //   metrics.jsonl   every step's and evaluation's JSON line (required)
-//   run.json        the run's summary, written when it ends (runtime/run_summary.h)
+//   run.json        the run's summary, written when it ends (runtime/train/run_summary.h)
 //   strategy.json   the strategy it ran (parallax train --strategy takes it)
 //   trace.json      a Chrome trace of steps 2-4, every rank
 //   plan.json       how `parallax plan --explain` chose the strategy, when it did

@@ -1,4 +1,4 @@
-// What a run's Chrome trace (runtime/trace.h: one process per rank, lane 0
+// What a run's Chrome trace (runtime/executor/trace.h: one process per rank, lane 0
 // "compute", lane 1 "comm", each event tagged with its step) says at a
 // glance: per rank, how the traced steps' time split between computing,
 // communicating while not computing, and waiting; and one step laid out

@@ -20,10 +20,10 @@
 #include "core/rng.h"
 #include "nn/gpt.h"
 #include "parallel/lower.h"
-#include "runtime/program_executor.h"
-#include "runtime/task.h"
-#include "runtime/param_store.h"
-#include "runtime/safetensors.h"
+#include "runtime/executor/program_executor.h"
+#include "runtime/tasks/task.h"
+#include "runtime/executor/param_store.h"
+#include "runtime/checkpoint/safetensors.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {

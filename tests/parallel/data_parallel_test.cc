@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "parallel/strategy_equivalence.h"
-#include "runtime/task.h"
-#include "runtime/trainer.h"
+#include "runtime/tasks/task.h"
+#include "runtime/train/trainer.h"
 #include "testing/expect_train_error.h"
 #include "testing/scratch_dir.h"
 #include "testing/tiny_jobs.h"
@@ -260,7 +260,7 @@ TEST(ZeroOverlap, BackwardComputesWhileABucketIsReduceScattered) {
                            << " had backward compute start while they ran";
 }
 
-// Memory per rank follows runtime/memory_report.h: parameters 4Ψ, then
+// Memory per rank follows runtime/train/memory_report.h: parameters 4Ψ, then
 // 4Ψ/p at ZeRO-3; gradients 4Ψ, 4Ψ + 4Ψ/p, 4Ψ/p; optimizer state 4KΨ, then
 // 4KΨ/p — up to one element per bucket from the block split. ZeRO-2/3's
 // bucket buffers stay within bucket_buffers buckets; ZeRO-3's gathered

@@ -20,7 +20,7 @@
 #include "nn/gpt.h"
 #include "parallel/lower.h"
 #include "parallel/tensor_parallel.h"
-#include "runtime/task.h"
+#include "runtime/tasks/task.h"
 
 namespace px::parallel {
 namespace {

@@ -14,7 +14,7 @@
 #include "parallel/lower/liveness.h"
 #include "parallel/lower/reshard.h"
 #include "parallel/tensor_parallel.h"
-#include "runtime/task.h"
+#include "runtime/tasks/task.h"
 
 namespace px::parallel {
 namespace {

@@ -11,7 +11,7 @@
 #include "plan/calibrate.h"
 #include "plan/estimator.h"
 #include "plan/simulate.h"
-#include "runtime/task.h"
+#include "runtime/tasks/task.h"
 
 namespace px::plan {
 namespace {

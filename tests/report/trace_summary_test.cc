@@ -10,7 +10,7 @@
 namespace px::report {
 namespace {
 
-// An "X" event as runtime/trace.cc writes it (times in µs).
+// An "X" event as runtime/executor/trace.cc writes it (times in µs).
 nlohmann::json event(int rank, int lane, double start_us, double duration_us, long step, int instr = -1) {
   nlohmann::json e{{"ph", "X"}, {"name", lane == 0 ? "matmul" : "allreduce"}, {"pid", rank}, {"tid", lane},
                    {"ts", start_us}, {"dur", duration_us}, {"args", {{"step", step}}}};

@@ -7,7 +7,7 @@
 
 #include <sstream>
 
-#include "runtime/trainer.h"
+#include "runtime/train/trainer.h"
 #include "testing/scratch_dir.h"
 #include "testing/tiny_jobs.h"
 

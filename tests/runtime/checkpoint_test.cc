@@ -1,4 +1,4 @@
-// The collective checkpoint protocol (runtime/checkpoint.h) on in-process
+// The collective checkpoint protocol (runtime/checkpoint/checkpoint.h) on in-process
 // ranks: every rank writes its runs, the lead the model and the state; a
 // failure on any rank reaches every rank and leaves the previous
 // checkpoint; a missing, truncated or unlisted shard file is a named error.
@@ -11,8 +11,8 @@
 
 #include "comm/backends.h"
 #include "core/error.h"
-#include "runtime/checkpoint.h"
-#include "runtime/train_options.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/train/train_options.h"
 #include "testing/scratch_dir.h"
 
 namespace px {

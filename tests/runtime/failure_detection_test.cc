@@ -9,8 +9,8 @@
 #include <ctime>
 #include <sstream>
 
-#include "runtime/flight_report.h"
-#include "runtime/trainer.h"
+#include "runtime/fault/flight_report.h"
+#include "runtime/train/trainer.h"
 #include "testing/scratch_dir.h"
 #include "testing/tiny_jobs.h"
 

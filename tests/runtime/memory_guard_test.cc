@@ -1,4 +1,4 @@
-// The memory guard (runtime/memory_guard.h): an impossible configuration
+// The memory guard (runtime/fault/memory_guard.h): an impossible configuration
 // stops with a named error before anything is allocated, and the estimate
 // it checks is the measured peak's within 10%.
 #include <gtest/gtest.h>
@@ -10,8 +10,8 @@
 #include "parallel/lower.h"
 #include "parallel/lower/liveness.h"
 #include "plan/memory.h"
-#include "runtime/memory_guard.h"
-#include "runtime/trainer.h"
+#include "runtime/fault/memory_guard.h"
+#include "runtime/train/trainer.h"
 #include "testing/tiny_jobs.h"
 
 namespace px {

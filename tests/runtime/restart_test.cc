@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <sstream>
 
-#include "runtime/checkpoint.h"
-#include "runtime/trainer.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/train/trainer.h"
 #include "testing/scratch_dir.h"
 #include "testing/tiny_jobs.h"
 

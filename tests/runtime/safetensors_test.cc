@@ -1,4 +1,4 @@
-#include "runtime/safetensors.h"
+#include "runtime/checkpoint/safetensors.h"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 #include <limits>
 #include <string>
 
-#include "runtime/train_options.h"
+#include "runtime/train/train_options.h"
 
 namespace px {
 namespace {

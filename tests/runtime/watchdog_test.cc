@@ -1,4 +1,4 @@
-// The watchdog with peers in other processes (runtime/watchdog.h), heard
+// The watchdog with peers in other processes (runtime/fault/watchdog.h), heard
 // through a fake WatchdogPeers: a peer whose heartbeat stops, or that never
 // beats, is named within the timeout; a verdict another watchdog sends is
 // taken at once; a finished peer is not silent; this rank's news, verdict
@@ -10,8 +10,8 @@
 #include <mutex>
 #include <thread>
 
-#include "runtime/watchdog.h"
-#include "runtime/watchdog_peers.h"
+#include "runtime/fault/watchdog.h"
+#include "runtime/fault/watchdog_peers.h"
 
 namespace px {
 namespace {

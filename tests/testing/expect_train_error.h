@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "runtime/trainer.h"
+#include "runtime/train/trainer.h"
 
 namespace px::testing {
 

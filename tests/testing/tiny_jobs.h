@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/rng.h"
-#include "runtime/train_options.h"
+#include "runtime/train/train_options.h"
 #include "testing/scratch_dir.h"
 
 namespace px::testing {

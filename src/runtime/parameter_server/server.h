@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "runtime/lr_schedule.h"
+#include "runtime/optimizer/lr_schedule.h"
 #include "runtime/parameter_server/protocol.h"
 #include "runtime/parameter_server/server_slice.h"
 

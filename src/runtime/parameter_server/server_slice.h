@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "comm/buffer.h"
-#include "runtime/optimizer.h"
-#include "runtime/sharded_tensors.h"
+#include "runtime/optimizer/optimizer.h"
+#include "runtime/checkpoint/sharded_tensors.h"
 
 namespace px::ps {
 

@@ -20,9 +20,9 @@
 #include <memory>
 
 #include "comm/communicator.h"
-#include "runtime/program_executor.h"
+#include "runtime/executor/program_executor.h"
 #include "runtime/parameter_server/protocol.h"
-#include "runtime/task.h"
+#include "runtime/tasks/task.h"
 
 namespace px::ps {
 

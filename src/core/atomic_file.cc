@@ -1,0 +1,193 @@
+#include "core/atomic_file.h"
+
+#include <fcntl.h>
+#include <stdio.h>  // renameat2
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace px {
+namespace fs = std::filesystem;
+namespace {
+
+std::string temp_name(const std::string& path, std::string_view kind) {
+  return fmt::format("{}.{}.{}", path, kind, static_cast<long>(::getpid()));
+}
+
+std::string parent_dir(const std::string& path) {
+  fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+// fsync of a file or directory by path; px::Error on failure. Some
+// filesystems cannot fsync directories (EINVAL); that is not an error.
+void fsync_path(const std::string& path, bool directory, const std::string& target) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
+  if (fd < 0)
+    fail("atomic write of '{}': cannot open '{}' to fsync it: {}", target, path,
+         std::strerror(errno));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0 && !(directory && (err == EINVAL || err == EROFS)))
+    fail("atomic write of '{}': fsync of '{}' failed: {}", target, path, std::strerror(err));
+}
+
+void fsync_tree(const std::string& dir, const std::string& target) {
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    if (it->is_symlink(ec)) continue;
+    if (it->is_directory(ec))
+      fsync_path(it->path().string(), true, target);
+    else if (it->is_regular_file(ec))
+      fsync_path(it->path().string(), false, target);
+  }
+  if (ec) fail("atomic write of '{}': cannot list '{}': {}", target, dir, ec.message());
+  fsync_path(dir, true, target);
+}
+
+}  // namespace
+
+void create_parent_directories(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  std::error_code ec;  // what cannot be made, the file's own opening names
+  if (!parent.empty()) fs::create_directories(parent, ec);
+}
+
+void FileSink::write(const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("atomic write of '{}': writing '{}' failed after {} bytes: {}", target_, temp_path_,
+           written_, std::strerror(errno));
+    }
+    p += n;
+    bytes -= static_cast<size_t>(n);
+    written_ += static_cast<uint64_t>(n);
+  }
+}
+
+void write_file_atomically(const std::string& path, const std::function<void(FileSink&)>& write) {
+  create_parent_directories(path);
+  const std::string temp = temp_name(path, "tmp");
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    fail("atomic write of '{}': cannot create temporary file '{}': {}", path, temp,
+         std::strerror(errno));
+  try {
+    FileSink sink(fd, path, temp);
+    write(sink);
+    if (::fsync(fd) != 0)
+      fail("atomic write of '{}': fsync of '{}' failed: {}", path, temp, std::strerror(errno));
+    int rc = ::close(fd);
+    fd = -1;
+    if (rc != 0)
+      fail("atomic write of '{}': closing '{}' failed: {}", path, temp, std::strerror(errno));
+    if (::rename(temp.c_str(), path.c_str()) != 0)
+      fail("atomic write of '{}': renaming '{}' over it failed: {}", path, temp,
+           std::strerror(errno));
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(temp.c_str());
+    throw;
+  }
+  // The new file is in place; make its directory entry durable.
+  fsync_path(parent_dir(path), true, path);
+}
+
+void write_file_atomically(const std::string& path, std::string_view contents) {
+  write_file_atomically(path, [&](FileSink& sink) { sink.write(contents); });
+}
+
+namespace {
+
+std::string without_trailing_slashes(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
+}
+
+// The previous contents of a committed directory, now at `at`: deleted, or
+// kept at `keep_at`. Either is best effort: the new contents are in place.
+void set_aside(const std::string& at, const std::string& keep_at) {
+  std::error_code ec;
+  if (!keep_at.empty()) {
+    fs::remove_all(keep_at, ec);
+    if (::rename(at.c_str(), keep_at.c_str()) == 0) return;
+  }
+  fs::remove_all(at, ec);
+}
+
+}  // namespace
+
+std::string staging_directory(const std::string& dir, long id) {
+  return fmt::format("{}.tmp.{}", without_trailing_slashes(dir), id);
+}
+
+StagedDirectory::StagedDirectory(const std::string& dir, long id)
+    : target_(without_trailing_slashes(dir)), staging_(staging_directory(dir, id)) {
+  create_parent_directories(target_);
+  std::error_code ec;
+  fs::remove_all(staging_, ec);  // a leftover of a dead process with the same id
+  if (!fs::create_directory(staging_, ec) || ec)
+    fail("atomic write of '{}': cannot create staging directory '{}': {}", target_, staging_,
+         ec ? ec.message() : "it already exists");
+}
+
+StagedDirectory::~StagedDirectory() {
+  if (committed_) return;
+  std::error_code ec;
+  fs::remove_all(staging_, ec);
+}
+
+void StagedDirectory::commit(const std::string& keep_previous_at) {
+  PX_CHECK(!committed_, "staging directory '{}' committed twice", staging_);
+  const std::string& target = target_;
+  std::error_code ec;
+  fsync_tree(staging_, target);
+  if (!fs::exists(fs::symlink_status(target, ec))) {
+    if (::rename(staging_.c_str(), target.c_str()) != 0)
+      fail("atomic write of '{}': renaming '{}' to it failed: {}", target, staging_, std::strerror(errno));
+    committed_ = true;
+    fsync_path(parent_dir(target), true, target);
+    return;
+  }
+  if (::renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+      fail("atomic write of '{}': exchanging it with '{}' failed: {}", target, staging_, std::strerror(errno));
+    // No RENAME_EXCHANGE here: two renames, the old contents parked aside.
+    const std::string old = temp_name(target, "old");
+    fs::remove_all(old, ec);
+    if (::rename(target.c_str(), old.c_str()) != 0)
+      fail("atomic write of '{}': moving it aside to '{}' failed: {}", target, old, std::strerror(errno));
+    if (::rename(staging_.c_str(), target.c_str()) != 0) {
+      int err = errno;
+      ::rename(old.c_str(), target.c_str());  // put the previous checkpoint back
+      fail("atomic write of '{}': renaming '{}' to it failed: {}", target, staging_, std::strerror(err));
+    }
+    committed_ = true;
+    fsync_path(parent_dir(target), true, target);
+    set_aside(old, keep_previous_at);
+    return;
+  }
+  committed_ = true;
+  fsync_path(parent_dir(target), true, target);
+  // After an exchange the previous contents sit at the staging name.
+  set_aside(staging_, keep_previous_at);
+}
+
+void write_directory_atomically(const std::string& dir,
+                                const std::function<void(const std::string& staging_dir)>& write) {
+  StagedDirectory staged(dir, static_cast<long>(::getpid()));
+  write(staged.path());
+  staged.commit();
+}
+
+}  // namespace px

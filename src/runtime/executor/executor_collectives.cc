@@ -1,0 +1,219 @@
+// Collective instructions: inline on the data axis' communicator, or queued
+// on the rank's progress engine (overlap; P3 slices by the program's
+// priorities), plain or through a compression codec with error feedback.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "comm/collectives.h"
+#include "kernels/elementwise.h"
+#include "runtime/executor/program_executor.h"
+
+namespace px {
+
+using parallel::Buffer;
+
+std::unique_ptr<ProgramExecutor::Codec> ProgramExecutor::make_codec(const parallel::Collective& op) const {
+  const Buffer& buffer = program_.buffers[static_cast<size_t>(op.input.buffer)];
+  PX_CHECK_EQ(buffer.members.size(), 1u);
+  auto codec = std::unique_ptr<Codec>(new Codec{
+      buffer.members.front().name,
+      comm::compression::GradientCompressor(op.codec, op.input.count, op.codec_rows, op.codec_cols, 0x9e3779b9u),
+      {}});
+  if (program_.strategy.lowering.local_momentum > 0) codec->velocity.assign(static_cast<size_t>(op.input.count), 0.0f);
+  return codec;
+}
+
+namespace {
+
+// (p-1)/p of n floats: what each rank sends in a ring reduce-scatter or allgather.
+uint64_t ring_pass_bytes(int p, int64_t n) {
+  return static_cast<uint64_t>((p - 1.0) / p * 4.0 * static_cast<double>(n));
+}
+
+}  // namespace
+
+comm::compression::WireStats ProgramExecutor::step_wire() const {
+  comm::compression::WireStats wire;
+  const int p = group_ ? group_->size() : 1;
+  if (p <= 1) return wire;
+  if (compressing()) {
+    for (const auto& w : wire_) wire += w;
+    return wire;
+  }
+  for (size_t i = 0; i < program_.instrs.size(); ++i) {
+    const auto* c = std::get_if<parallel::Collective>(&program_.instrs[i].op);
+    if (c == nullptr) continue;
+    const Buffer::Kind kind = program_.buffers[static_cast<size_t>(c->input.buffer)].kind;
+    if (kind == Buffer::Kind::loss || kind == Buffer::Kind::norm) continue;  // one float each
+    const int64_t n = c->kind == comm::Collective::allgather ? c->output.count : c->input.count;
+    wire.bytes_sent += (c->kind == comm::Collective::allreduce ? 2 : 1) * ring_pass_bytes(p, n);
+  }
+  wire.dense_bytes = 2 * ring_pass_bytes(p, program_.param_count);
+  return wire;
+}
+
+void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_t step) {
+  const parallel::Instr& instr = program_.instrs[static_cast<size_t>(id)];
+  if (groups_[static_cast<size_t>(op.axis)] != group_ || op.subgroup >= 0) {
+    // A model or pipeline axis' collective on a flat buffer (the gradient
+    // norm's sum, the loss, a gradient the stages sharing its parameter
+    // sum): inline, on that axis' group or the subgroup of it.
+    PX_CHECK(op.kind == comm::Collective::allreduce && op.output.buffer < 0,
+             "instruction #{}: only allreduces run on a model axis' flat buffers", id);
+    if (program_.buffers[static_cast<size_t>(op.input.buffer)].kind == Buffer::Kind::grad_bucket)
+      zero_unwritten(op.input.buffer);
+    comm::Communicator* comm = op.subgroup >= 0 ? &subgroups_[static_cast<size_t>(op.subgroup)]
+                                                : groups_[static_cast<size_t>(op.axis)];
+    const double start = tracing_ ? comm::now_us() : 0;
+    if (comm != nullptr)
+      comm::allreduce(*comm, std::span<float>(data(op.input), static_cast<size_t>(op.input.count)), op.op,
+                      options_.collective);
+    if (tracing_)
+      trace_.push_back({.name = instr.name,
+                        .lane = TraceRecord::Lane::comm,
+                        .start_us = start,
+                        .duration_us = comm::now_us() - start,
+                        .bytes = op.input.count * static_cast<int64_t>(sizeof(float)),
+                        .step = static_cast<int64_t>(step),
+                        .instr = id});
+    return;
+  }
+  const Buffer& input_buffer = program_.buffers[static_cast<size_t>(op.input.buffer)];
+  if (input_buffer.kind == Buffer::Kind::grad_bucket) zero_unwritten(op.input.buffer);
+  const int priority = options_.p3_slice_bytes > 0 ? instr.priority : 0;
+  const comm::CollectiveOptions collective = options_.collective;
+  const int64_t bytes = op.input.count * static_cast<int64_t>(sizeof(float));
+  std::span<float> input(data(op.input), static_cast<size_t>(op.input.count));
+  std::span<float> output;
+  if (op.output.buffer >= 0) output = {data(op.output), static_cast<size_t>(op.output.count)};
+  const std::string& name = instr.name;
+  const double start = comm::now_us();
+  auto traced_inline = [&] {
+    if (tracing_)
+      trace_.push_back({.name = name,
+                        .lane = TraceRecord::Lane::comm,
+                        .start_us = start,
+                        .duration_us = comm::now_us() - start,
+                        .bytes = bytes,
+                        .step = static_cast<int64_t>(step),
+                        .instr = id});
+  };
+
+  if (auto it = codecs_.find(id); it != codecs_.end()) {
+    Codec* codec = it->second;
+    const double momentum = program_.strategy.lowering.local_momentum;
+    comm::compression::WireStats* wire = &wire_[static_cast<size_t>(id)];
+    auto work = [codec, input, step, momentum, wire](comm::Communicator& comm) {
+      // A non-finite gradient would poison the error-feedback state for
+      // good, and compressed sums need not carry a NaN (top-k and the
+      // threshold drop it): the ranks agree first (one float's allreduce)
+      // and, if any gradient is bad, hand the norm a NaN, so every rank
+      // skips the step (and puts back every codec's state from before it).
+      codec->state_before = codec->compressor.state();
+      codec->velocity_before = codec->velocity;
+      float bad = std::all_of(input.begin(), input.end(), [](float x) { return std::isfinite(x); }) ? 0.0f : 1.0f;
+      comm::allreduce(comm, std::span<float>(&bad, 1), comm::Reduction::max);
+      if (bad > 0) {
+        std::fill(input.begin(), input.end(), std::numeric_limits<float>::quiet_NaN());
+        return;
+      }
+      if (codec->velocity.empty()) {
+        *wire = codec->compressor.allreduce_sum(comm, input, step);
+        return;
+      }
+      // Momentum correction: send the velocity; an entry was sent exactly
+      // when the residual after the call differs from (velocity + residual
+      // before), which unsent entries keep bitwise; their momentum is then
+      // cleared.
+      std::vector<float>& u = codec->velocity;
+      const float m = static_cast<float>(momentum);
+      std::span<const float> residual = codec->compressor.residual();
+      std::vector<float> kept(input.size());
+      for (size_t i = 0; i < input.size(); ++i) {
+        u[i] = m * u[i] + input[i];
+        input[i] = u[i];
+        kept[i] = residual.empty() ? u[i] : u[i] + residual[i];
+      }
+      *wire = codec->compressor.allreduce_sum(comm, input, step);
+      residual = codec->compressor.residual();
+      if (residual.size() == u.size())
+        for (size_t i = 0; i < u.size(); ++i)
+          if (residual[i] != kept[i]) u[i] = 0.0f;
+    };
+    if (engine_) {
+      job_[static_cast<size_t>(id)] = engine_->submit(priority, name, work, bytes);
+      instr_of_job_[job_[static_cast<size_t>(id)]] = id;
+    } else {
+      work(*group_);
+      traced_inline();
+    }
+    return;
+  }
+
+  switch (op.kind) {
+    case comm::Collective::allreduce:
+      if (engine_) job_[static_cast<size_t>(id)] = engine_->allreduce(input, priority, name, op.op);
+      else comm::allreduce(*group_, input, op.op, collective);
+      break;
+    case comm::Collective::reduce_scatter:
+      if (op.accumulate) {
+        // A later micro-batch adds its reduced block into the shard.
+        auto reduce_and_add = [input, output, collective, reduction = op.op](comm::Communicator& comm) {
+          std::vector<float> part(output.size());
+          comm::reduce_scatter(comm, input.data(), comm::Buffer(std::span<float>(part)),
+                               static_cast<int64_t>(input.size()), reduction, collective);
+          kernels::add_inplace(static_cast<int64_t>(part.size()), part.data(), output.data());
+        };
+        if (engine_) job_[static_cast<size_t>(id)] = engine_->submit(priority, name, reduce_and_add, bytes);
+        else reduce_and_add(*group_);
+      } else if (engine_) {
+        job_[static_cast<size_t>(id)] = engine_->reduce_scatter(input, output, priority, name, op.op);
+      } else {
+        comm::reduce_scatter(*group_, input.data(), comm::Buffer(output), static_cast<int64_t>(input.size()), op.op,
+                             collective);
+      }
+      break;
+    case comm::Collective::allgather: {
+      // The input may be this rank's block of the output itself: gather from a copy.
+      std::vector<float> staged(input.begin(), input.end());
+      if (engine_) {
+        const JobId job = engine_->allgather(staged, output, priority, name);
+        job_[static_cast<size_t>(id)] = job;
+        staging_[job] = std::move(staged);
+      } else {
+        comm::allgather(*group_, staged.data(), comm::Buffer(output), collective);
+      }
+      break;
+    }
+    default:
+      fail("executor: collective {} (instruction #{}) is not run by data-parallel programs",
+           comm::collective_name(op.kind), id);
+  }
+  if (!engine_) traced_inline();
+  else if (job_[static_cast<size_t>(id)] >= 0) instr_of_job_[job_[static_cast<size_t>(id)]] = id;
+}
+
+void ProgramExecutor::collect_engine_trace() {
+  flight_jobs_done();
+  // Staged allgather inputs are released once their jobs are done.
+  for (auto it = staging_.begin(); it != staging_.end();)
+    it = engine_->finished(it->first) ? staging_.erase(it) : std::next(it);
+  std::vector<comm::TraceEvent> events = engine_->take_trace();
+  if (tracing_)
+    for (const comm::TraceEvent& e : events) {
+      auto it = instr_of_job_.find(e.job);
+      trace_.push_back({.name = e.slices > 1 ? fmt::format("{} [{}/{}]", e.name, e.slice + 1, e.slices) : e.name,
+                        .lane = TraceRecord::Lane::comm,
+                        .start_us = e.start_us,
+                        .duration_us = e.duration_us,
+                        .bytes = e.bytes,
+                        .step = static_cast<int64_t>(step_),
+                        .instr = it == instr_of_job_.end() ? -1 : it->second});
+    }
+  for (auto it = instr_of_job_.begin(); it != instr_of_job_.end();)
+    it = engine_->finished(it->first) ? instr_of_job_.erase(it) : std::next(it);
+}
+
+}  // namespace px

@@ -1,0 +1,127 @@
+// Pipeline stages: the transfers between them (Send / Recv), the
+// communicators they run on, and the parameters gathered from every stage.
+//
+// Sends never block: the value is posted and kept alive until the step
+// ends (the schedule was proven free of deadlock under exactly that rule);
+// a Recv waits for its value. Transfers run on the pipeline axis'
+// communicator split once more, whose tags are the program's own (unique
+// per micro-batch, cut, direction and value), so they can never match a
+// collective's message on the pipeline axis (the loss, the gradient norm,
+// a shared parameter's gradient sum).
+#include <cstring>
+
+#include "comm/collectives.h"
+#include "runtime/executor/program_executor.h"
+
+namespace px {
+
+void ProgramExecutor::make_pipeline_groups() {
+  const parallel::PipelineLayout& pipeline = program_.pipeline;
+  if (pipeline.axis < 0) return;
+  comm::Communicator* axis = groups_[static_cast<size_t>(pipeline.axis)];
+  PX_CHECK(axis != nullptr, "a pipeline over an axis of one rank");
+  const int me = program_.coords[static_cast<size_t>(pipeline.axis)];
+  // Collective over the pipeline axis: every stage lists the same subgroups.
+  transfers_ = std::make_unique<comm::Communicator>(axis->split(0, me));
+  for (const parallel::Subgroup& s : program_.subgroups) {
+    const bool member = std::find(s.coords.begin(), s.coords.end(), me) != s.coords.end();
+    subgroups_.push_back(axis->split(member ? 0 : 1, me));
+  }
+}
+
+void ProgramExecutor::send(int id, const parallel::Send& op) {
+  const int m = program_.instrs[static_cast<size_t>(id)].micro_batch;
+  const Tensor& value = live_[static_cast<size_t>(m)][static_cast<size_t>(op.value)];
+  PX_CHECK(value.defined(), "send #{}: value {} was not computed", id, op.value);
+  pending_sends_.push_back({.request = transfers_->isend(op.peer, transfers_->fixed_tag(op.tag), value.raw(),
+                                                         value.nbytes()),
+                            .value = value});
+}
+
+void ProgramExecutor::recv(int id, const parallel::Recv& op, uint64_t step) {
+  const parallel::Instr& instr = program_.instrs[static_cast<size_t>(id)];
+  const int m = instr.micro_batch;
+  const TensorSpec& spec = program_.graph_of(m).spec(op.value);
+  Tensor value = Tensor::empty(spec.shape, spec.dtype);
+  const double start = tracing_ ? comm::now_us() : 0;
+  comm::Request request = transfers_->irecv(op.peer, transfers_->fixed_tag(op.tag), value.raw(), value.nbytes());
+  transfers_->wait(request, {.collective = "pipeline receive", .index = m});
+  if (tracing_)
+    trace_.push_back({.name = program_.str(static_cast<size_t>(id)).substr(0, 80),
+                      .lane = TraceRecord::Lane::comm,
+                      .start_us = start,
+                      .duration_us = comm::now_us() - start,
+                      .bytes = static_cast<int64_t>(value.nbytes()),
+                      .step = static_cast<int64_t>(step),
+                      .instr = id});
+  // An activation from an earlier stage is held like one made here; a gradient is not.
+  const Graph& g = program_.graph_of(m);
+  hold(m, op.value, value, g.nodes()[static_cast<size_t>(g.value(op.value).producer)].origin < 0);
+  live_[static_cast<size_t>(m)][static_cast<size_t>(op.value)] = std::move(value);
+}
+
+void ProgramExecutor::finish_sends() {
+  for (PendingSend& s : pending_sends_) transfers_->wait(s.request, {.collective = "pipeline send", .index = 0});
+  pending_sends_.clear();
+}
+
+NamedTensors ProgramExecutor::gather_stages(NamedTensors mine) {
+  const parallel::PipelineLayout& pipeline = program_.pipeline;
+  comm::Communicator& axis = *groups_[static_cast<size_t>(pipeline.axis)];
+  const int me = program_.coords[static_cast<size_t>(pipeline.axis)];
+  NamedTensors all;
+  for (const parallel::PipelineLayout::Param& p : pipeline.params) {
+    Tensor t;
+    if (p.owner == me) {
+      for (auto& [name, value] : mine)
+        if (name == p.name) t = value.clone();
+      PX_CHECK(t.defined(), "pipeline stage {} owns parameter '{}' but does not hold it", me, p.name);
+    } else {
+      t = Tensor::empty(p.shape, DType::f32);
+    }
+    comm::broadcast(axis, comm::Buffer(std::span<float>(t.f32(), static_cast<size_t>(t.numel()))), p.owner,
+                    options_.collective);
+    all.emplace_back(p.name, std::move(t));
+  }
+  return all;
+}
+
+int64_t ProgramExecutor::stashed_bytes_per_micro_batch() const {
+  int micro = -1;
+  for (size_t m = 0; m < program_.micro_batches.size() && micro < 0; ++m)
+    if (program_.micro_batches[m].rows > 0) micro = static_cast<int>(m);
+  if (micro < 0) return 0;
+  const Graph& g = program_.graph_of(micro);
+  auto node_of = [&](const parallel::Instr& instr) -> const Node* {
+    if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) return &g.nodes()[static_cast<size_t>(c->node)];
+    if (const auto* r = std::get_if<parallel::Reshard>(&instr.op)) return &g.nodes()[static_cast<size_t>(r->node)];
+    return nullptr;
+  };
+  auto stored = [&](ValueId v) {  // made by forward into storage of its own (not a view)
+    const Value& value = g.value(v);
+    if (value.producer < 0) return false;
+    const Node& node = g.nodes()[static_cast<size_t>(value.producer)];
+    return node.origin < 0 && !(value.output_index == 0 && node.def->output_is_view);
+  };
+  // Values made before the micro-batch's backward began that a backward node frees.
+  std::vector<bool> made_in_forward(g.values().size(), false);
+  bool backward = false;
+  int64_t bytes = 0;
+  for (size_t i = 0; i < program_.instrs.size(); ++i) {
+    const parallel::Instr& instr = program_.instrs[i];
+    if (instr.micro_batch != micro) continue;
+    const Node* node = node_of(instr);
+    if (node != nullptr) {
+      backward = backward || node->origin >= 0;
+      for (ValueId v : node->outputs) made_in_forward[static_cast<size_t>(v)] = !backward && stored(v);
+      for (ValueId v : liveness_.values[i])
+        if (node->origin >= 0 && made_in_forward[static_cast<size_t>(v)])
+          bytes += static_cast<int64_t>(g.spec(v).shape.numel()) * static_cast<int64_t>(dtype_size(g.spec(v).dtype));
+    } else if (const auto* r = std::get_if<parallel::Recv>(&instr.op)) {
+      made_in_forward[static_cast<size_t>(r->value)] = !backward && stored(r->value);
+    }
+  }
+  return bytes;
+}
+
+}  // namespace px

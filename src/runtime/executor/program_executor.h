@@ -1,0 +1,379 @@
+// ProgramExecutor: runs a lowered Program (parallel/program.h), one step a
+// call, on this rank. It is the only executor there is: data, tensor and
+// pipeline parallelism with ZeRO-1/2/3, a parameter-server worker's
+// gradients, and evaluation and sampling (one-rank forward programs) all
+// run through it.
+//
+// Compute instructions run their node's kernel on the calling thread (the
+// kernels thread through kernels/threads.h); collectives run inline, or with
+// overlap on the rank's progress engine (comm/engine) while compute goes on;
+// a pipeline stage's sends are posted without waiting and its receives wait
+// (executor_pipeline.cc); an instruction waits for the instructions it lists
+// in `after`. Values are
+// freed right after their last use and buffers at their Free (liveness);
+// trace records carry the instruction id.
+//
+// How it runs (not what runs) is the executor's: overlap, P3's slices and
+// deferred updates, the most gradient bucket buffers alive at once, the
+// collective algorithm.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/compression/compressor.h"
+#include "comm/engine/comm_engine.h"
+#include "core/memory.h"
+#include "parallel/lower/liveness.h"
+#include "parallel/program.h"
+#include "runtime/optimizer/optimizer.h"
+#include "runtime/executor/param_store.h"
+#include "runtime/checkpoint/safetensors.h"
+#include "runtime/checkpoint/sharded_tensors.h"
+#include "runtime/fault/flight_recorder.h"
+#include "runtime/executor/trace.h"
+
+namespace px {
+
+struct ExecutorOptions {
+  // Collectives on a progress thread while compute continues (more than one
+  // rank); otherwise each runs inline where the program lists it.
+  bool overlap = true;
+  // P3 (Jayarajan et al. 2019): > 0 reduces gradients in slices of about
+  // this many bytes, the first-needed layer first (the program's
+  // priorities), a more urgent gradient overtaking a queued one; the step
+  // returns with reductions in flight and each parameter's update runs just
+  // before the next forward reads it. Needs overlap and a program without a
+  // global norm.
+  int64_t p3_slice_bytes = 0;
+  // ZeRO-2/3: at most this many gradient bucket buffers alive at once (the
+  // ones backward fills plus those still being reduced); backward waits for
+  // the oldest reduction past that.
+  int bucket_buffers = 4;
+  comm::CollectiveOptions collective;
+  // Keep compute and communication timings (take_trace) for the steps run
+  // with set_tracing(true).
+  bool trace = false;
+  bool operator==(const ExecutorOptions&) const = default;
+};
+
+void validate(const ExecutorOptions& options, const parallel::Program& program);
+
+struct StepInput {
+  // This rank's rows of every batch input (Program::batch_inputs), whole:
+  // the executor cuts the micro-batches.
+  std::vector<std::pair<ValueId, Tensor>> feeds;
+  // Rows of the global batch these feeds are part of: the step runs the
+  // program lowered for that many (add_program). 0: the active program's.
+  int64_t global_rows = 0;
+  uint64_t seed = 0;  // dropout masks depend on (seed, global row)
+  // Added to every micro-batch's global row (a one-rank program over a shard
+  // of a larger batch, as a parameter-server worker runs).
+  int64_t row_offset = 0;
+  uint64_t step = 0;
+  double lr = 0;
+  double grad_clip = 0;  // clip the global gradient norm to this (0: off)
+  // Fault injection (--inject-nan): this rank's loss and first gradient
+  // become NaN, as a corrupted batch would make them.
+  bool poison = false;
+};
+
+struct StepResult {
+  double loss = 0;       // the global loss (summed over every rank's rows)
+  double grad_norm = 0;  // before clipping (0 without a global norm)
+  // The global norm was not finite (some rank's loss or gradient was NaN or
+  // infinite): no parameter or optimizer state changed. Every rank sees the
+  // same norm, so all skip together. Programs without a global norm (P3)
+  // cannot tell before their updates and never skip.
+  bool skipped = false;
+  int64_t peak_bytes = 0;  // this rank's tensor bytes at most alive during the step
+  // This rank's gradient bytes handed to the transport, and what a float32
+  // ring allreduce of the same gradients sends (2(p-1)/p * 4n).
+  comm::compression::WireStats wire;
+  // Per mesh axis: bytes this rank posted to send this step, counted by the
+  // axis' communicator (whatever algorithm each collective used).
+  std::vector<int64_t> axis_bytes;
+  std::vector<std::vector<Tensor>> outputs;  // per micro-batch: Program::outputs
+  // The most bytes of forward activations (values forward nodes made or
+  // this rank received from an earlier stage) alive at once: what a
+  // pipeline schedule keeps for backward.
+  int64_t activation_peak_bytes = 0;
+  // Pipelines: from the step's start to its last compute, and how much of
+  // that this rank spent computing (the rest is its bubble).
+  double pipeline_span_us = 0;
+  double pipeline_busy_us = 0;
+};
+
+// Bytes this rank holds between steps, and the most buffer bytes alive at once.
+struct ExecutorMemory {
+  int64_t parameters = 0;         // whole flat parameters, or the ZeRO-3 shard
+  int64_t gradients = 0;          // gradient buckets kept through the step (ZeRO-0/1) and the shard
+  int64_t gradient_buffer_peak = 0;  // ZeRO-2/3: the most bucket-buffer bytes alive at once
+  int64_t gathered_parameter_peak = 0;  // ZeRO-3: the most gathered parameter bytes alive at once
+  int64_t optimizer_state = 0;
+};
+
+// The one rule's collective on a local tensor along one axis: `in` placed
+// `from` becomes `to`; `whole` is the value's local shape with this axis'
+// split undone. Collective over `comm` (every rank of the axis calls it).
+Tensor reshard_tensor(comm::Communicator& comm, const Tensor& in, const Placement& from, const Placement& to,
+                      const Shape& whole, const comm::CollectiveOptions& options = {});
+// Bytes one rank sends for a Reshard of a value of `bytes` over `p` ranks (ring formulas).
+int64_t resharding_wire_bytes(const parallel::Reshard& op, int p, int64_t bytes);
+
+// This rank's communicator on each mesh axis, by axis index (nullptr: the
+// axis has one rank). Empty: one rank everywhere.
+using AxisGroups = std::vector<comm::Communicator*>;
+
+class ProgramExecutor {
+ public:
+  // `groups`: this rank's group on each axis of the program's mesh.
+  // `optimizer` is used by programs with updates.
+  ProgramExecutor(parallel::Program program, AxisGroups groups, OptimizerConfig optimizer = {},
+                  ExecutorOptions options = {});
+  ~ProgramExecutor();
+  ProgramExecutor(const ProgramExecutor&) = delete;
+  ProgramExecutor& operator=(const ProgramExecutor&) = delete;
+
+  // Takes the parameters from a whole ParamStore (identical on every rank):
+  // copies this rank's part of each (its model-axis shard; under ZeRO-3 its
+  // blocks of that) into its storage.
+  void set_parameters(const ParamStore& params);
+  // The whole parameters. Replicated storage on one model shard: views into
+  // the executor's (they change with every step). Split along a model axis
+  // or ZeRO-3: gathered from every rank into new tensors, so every rank
+  // must call it (collective).
+  ParamStore parameters();
+
+  // Programs without updates (evaluation, sampling, a parameter-server
+  // worker): read the parameters from `params` itself, no copy. Call again
+  // when its tensors are replaced.
+  void use_parameters(const ParamStore& params);
+
+  // Another lowering of the same strategy on this rank, for a global batch
+  // of other size (an epoch's partial last batch: Program::global_rows).
+  // It shares every layout with the first (parameters, buckets, buffers,
+  // optimizer shards, gradient collectives: a named error otherwise), so
+  // one set of parameters, optimizer and error-feedback state serves both;
+  // its local graphs, micro-batches and instructions are its own.
+  void add_program(parallel::Program program);
+  bool has_program_for(int64_t global_rows) const;
+
+  StepResult run(const StepInput& input);
+  // P3: runs every deferred update (before anything else reads the parameters).
+  void finish();
+
+  // Programs without updates: the reduced gradient of parameter `name` (a
+  // view, valid until the next run).
+  Tensor gradient(const std::string& name) const;
+
+  Optimizer& optimizer() { return *optimizer_; }
+  // For a checkpoint: this rank's runs of every parameter ("<param>") and
+  // optimizer slot ("<param>.<slot>") with their global boxes, leaving out
+  // copies another rank writes (this rank writes a copy when it sits at
+  // coordinate 0 of every mesh axis that replicates it). Local: no
+  // communication.
+  std::vector<SavedRun> state_runs() const;
+  // Parameters and optimizer state from a checkpoint saved under any
+  // strategy: this rank reads the runs it holds.
+  void load_state(const ShardedTensors& saved, int64_t optimizer_steps);
+
+  // Compressed gradients: every rank's error-feedback state (residuals,
+  // PowerSGD's Q, DGC velocities) as "rank<r>.<param>.<entry>" (collective).
+  NamedTensors gather_compression_state();
+  // This rank's entries of a state saved at the same rank count with the
+  // same compression; px::Error names a missing or mis-sized entry.
+  void load_compression_state(const SafetensorsFile& file);
+  bool compressing() const { return !compressors_.empty(); }
+
+  ExecutorMemory memory() const;
+  // Bytes of one micro-batch's activations this rank keeps from its
+  // forward for its backward (values made in forward, or received from an
+  // earlier stage, that a backward node reads last), from the program.
+  int64_t stashed_bytes_per_micro_batch() const;
+  // The program of the last step run (or the first one given, before any).
+  const parallel::Program& program() const { return program_; }
+  bool deferred_updates() const { return options_.p3_slice_bytes > 0 && engine_ != nullptr; }
+  void set_tracing(bool on) { tracing_ = on && options_.trace; }
+  // Record where this rank is and its communication into `recorder`
+  // (runtime/fault/flight_recorder.h; nullptr: off). It must outlive the executor.
+  void set_flight_recorder(FlightRecorder* recorder) { recorder_ = recorder; }
+  std::vector<TraceRecord> take_trace() { return std::move(trace_); }
+
+ private:
+  // A compressed gradient's compressor and, with DGC's momentum correction,
+  // this rank's velocity.
+  struct Codec {
+    std::string param;  // the one parameter whose gradient it exchanges
+    comm::compression::GradientCompressor compressor;
+    std::vector<float> velocity;  // empty without local momentum
+    // The state before this step's call, put back if the step is skipped.
+    comm::compression::GradientCompressor::State state_before;
+    std::vector<float> velocity_before;
+  };
+  using JobId = comm::CommEngine::JobId;
+
+  // A program and the per-instruction facts the step loop reads of it.
+  // The active one lives in the members below (program_, liveness_, ...);
+  // the others wait here and are swapped in by use_program_for.
+  struct Lowering {
+    parallel::Program program;
+    parallel::Liveness liveness;
+    std::vector<int> member_of, shard_of_update;
+    int last_compute = -1;
+    std::map<int, Codec*> codecs;
+  };
+  // Indexes program_'s instructions (liveness, accumulate members, update
+  // shards, the last compute) and returns the optimizer shards its updates
+  // name, in order.
+  std::vector<ParamShard> index_instructions();
+  std::vector<int> gradient_collectives() const;  // instruction ids, in order
+  void swap_active(Lowering& other);
+  void use_program_for(int64_t global_rows);
+
+  // program_executor.cc: the step loop and the local instructions.
+  void compute(int id, const parallel::Compute& op, const StepInput& input);
+  // executor_reshard.cc
+  void reshard(int id, const parallel::Reshard& op, const StepInput& input);
+  void accumulate(int id, const parallel::Accumulate& op);
+  void norm(const parallel::Norm& op);
+  double clip(const parallel::Clip& op, double clip);  // returns the global norm
+  void update(int id, const parallel::Update& op, double lr);
+  void free_buffer(int buffer, int after);
+  void allocate(int buffer);
+  // A freed buffer instance whose last reader (an engine job) still runs:
+  // its memory is held here until the job finishes, while its buffer id
+  // is already free for the next instance.
+  struct PendingFree {
+    Tensor tensor;
+    parallel::Buffer::Kind kind = parallel::Buffer::Kind::grad_bucket;
+    int64_t bytes = 0;
+    JobId job = -1;
+  };
+  // Releases the pending frees whose jobs finished (first waiting for the
+  // oldest one's, when asked); returns them.
+  std::vector<PendingFree> release_finished(bool wait_oldest);
+  void uncount(const PendingFree& freed);  // its bytes off the buffer counts
+  void wait_for(int id);
+  Tensor view(const parallel::Region& region) const;
+  float* data(const parallel::Region& region) const;
+  void zero_unwritten(int buffer);
+  void run_deferred_updates_of(int param);
+
+  // executor_pipeline.cc: transfers between pipeline stages, and the
+  // communicators of the pipeline axis they and the subgroups run on.
+  void make_pipeline_groups();
+  void send(int id, const parallel::Send& op);
+  void recv(int id, const parallel::Recv& op, uint64_t step);
+  void finish_sends();
+  // The gathered parameters of every pipeline stage (collective over the pipeline axis).
+  NamedTensors gather_stages(NamedTensors mine);
+
+  // executor_collectives.cc: collectives inline or on the engine.
+  void collective(int id, const parallel::Collective& op, uint64_t step);
+  void collect_engine_trace();
+  std::unique_ptr<Codec> make_codec(const parallel::Collective& op) const;
+  // Bytes this rank sent for the step's gradient and parameter collectives.
+  comm::compression::WireStats step_wire() const;
+
+  // executor_state.cc: parameters, optimizer and compression state.
+  void gather_buckets(std::vector<float>& flat);  // every rank's blocks into `flat` (param layout)
+  // A parameter-shaped tensor of this rank's model shard -> the whole one
+  // (collective over the model axes that split it), and back.
+  Tensor whole_of(const Tensor& local, const parallel::ParamLayout& param);
+  Tensor local_of(const Tensor& whole, const parallel::ParamLayout& param) const;
+  // A run of the rank's model shard of `param`: its elements [begin, end).
+  parallel::ShardRun run_of(const parallel::ParamLayout& param, int64_t begin, int64_t end) const;
+  // Whether this rank writes its copy of `param`'s run to a checkpoint;
+  // `split_over_data`: ZeRO gives each data rank its own run.
+  bool writes_copy(const parallel::ParamLayout& param, bool split_over_data) const;
+
+  parallel::Program program_;  // the active program
+  parallel::Liveness liveness_;
+  std::vector<Lowering> programs_;  // the others (add_program)
+  AxisGroups groups_;
+  comm::Communicator* group_;  // the data axis'
+  std::vector<uint64_t> sent_before_;  // per mesh axis: axis_bytes_sent() when the step began
+  uint64_t axis_bytes_sent(size_t axis) const;  // this rank's bytes sent so far on a mesh axis
+  ExecutorOptions options_;
+  std::unique_ptr<comm::CommEngine> engine_;
+  std::optional<Optimizer> optimizer_;
+  std::vector<int> shard_of_update_;  // per instruction: its optimizer shard (-1)
+  std::vector<std::string> declared_;  // parameter names in declaration order
+
+  std::vector<Tensor> buffers_;          // by buffer id (undefined while not allocated)
+  std::vector<std::vector<bool>> written_;  // per buffer, per member: written this instance
+  std::vector<int> member_of_;           // per instruction: Accumulate's member index
+  std::vector<std::vector<Tensor>> live_;  // per micro-batch, by value id
+  std::vector<JobId> job_;               // per instruction: its engine job this step (-1)
+  std::vector<int> param_of_;            // per value id: index into program params (-1)
+  std::vector<Tensor> external_;         // per program param: the caller's tensor (use_parameters)
+  std::deque<PendingFree> pending_frees_;
+  int64_t grad_buffer_bytes_ = 0, grad_buffer_peak_ = 0;
+  int64_t param_buffer_bytes_ = 0, param_buffer_peak_ = 0;
+  std::vector<std::unique_ptr<Codec>> codec_store_;  // one per gradient collective, in order
+  std::map<int, Codec*> codecs_;                   // by the active program's instruction id
+  std::map<JobId, std::vector<float>> staging_;   // allgather inputs copied out of their output
+  std::map<JobId, int> instr_of_job_;             // for the trace
+  std::vector<Codec*> compressors_;               // in instruction order
+  std::vector<comm::compression::WireStats> wire_;  // per instruction, this step
+
+  // P3: updates (and the frees after them) deferred to the next forward.
+  std::map<int, std::vector<int>> deferred_;  // param index -> instruction ids
+  std::vector<int> deferred_frees_;
+  double deferred_lr_ = 0;
+
+  // Pipelines: the pipeline axis split again (its transfers use the
+  // program's tags, so no collective may share its tag space), one
+  // communicator per Program::subgroups entry, sends still in flight.
+  std::unique_ptr<comm::Communicator> transfers_;
+  std::vector<comm::Communicator> subgroups_;
+  struct PendingSend {
+    comm::Request request;
+    Tensor value;  // kept alive until sent
+  };
+  std::vector<PendingSend> pending_sends_;
+  int last_compute_ = -1;  // the last Compute instruction (where a pipeline's span ends)
+  // Forward activations alive (bytes per micro-batch and value) and their peak this step.
+  std::vector<std::vector<int64_t>> held_bytes_;
+  int64_t activation_bytes_ = 0, activation_peak_ = 0;
+  // The account of the thread that made the executor: this rank's tensors
+  // (nullptr: the process's, which is this rank's when it is alone).
+  MemoryAccount* account_ = current_memory_account();
+  void hold(int micro, ValueId v, const Tensor& t, bool counts);
+  void release(int micro, ValueId v);
+
+  // executor_flight.cc: the flight recorder's entries, and errors in context.
+  struct FlightSite {
+    FlightKind kind;
+    std::string what;  // "allreduce", "reshard S(0) -> B", "send"
+    std::string axis;
+    uint64_t sequence = 0;  // the n-th collective on its group; a transfer's tag
+    uint64_t bytes = 0;
+    int peer = -1;
+  };
+  std::optional<FlightSite> flight_site(int id);  // draws the sequence number
+  void flight_done(int id);
+  void flight_jobs_done();  // marks the finished engine jobs' events done
+  int oldest_pending_event() const;
+  std::optional<FlightSite> site_of(int id) const;  // the first instruction whose event is not done (-1: none recorded)
+  Error in_context(int id, const std::optional<FlightSite>& site, const std::exception& e) const;
+  FlightRecorder* recorder_ = nullptr;
+  std::map<std::pair<int, int>, uint64_t> sequence_;  // (axis, subgroup) -> collectives posted
+  std::map<int, uint64_t> flight_events_;  // instruction -> its event, until done
+  std::map<int, FlightSite> flight_sites_;  // instruction -> where it communicates (for errors)
+
+  bool tracing_ = false;
+  uint64_t step_ = 0;
+  // This step: this rank's loss summand was not finite (folded into the
+  // norm), a gradient was poisoned (--inject-nan), the norm said skip.
+  bool poison_ = false, local_loss_bad_ = false, poisoned_ = false, skip_updates_ = false;
+  std::vector<TraceRecord> trace_;
+};
+
+}  // namespace px

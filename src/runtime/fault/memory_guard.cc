@@ -1,0 +1,96 @@
+#include "runtime/fault/memory_guard.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "parallel/lower/liveness.h"
+#include "plan/memory.h"
+
+namespace px {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// A number from a cgroup v2 file ("max" or missing: none).
+double cgroup_value(const std::string& path) {
+  std::ifstream in(path);
+  std::string text;
+  if (!(in >> text) || text == "max") return -1;
+  try {
+    return std::stod(text);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// The GPT's parameter count from its config (nn/gpt.h's layout): token and
+// position embeddings, per layer the attention (3d² + 3d, d² + d), the MLP
+// (4d² + 4d, 4d² + d) and two LayerNorms, and the final LayerNorm.
+double gpt_parameters(const nn::GptConfig& c) {
+  const double d = static_cast<double>(c.n_embd);
+  return static_cast<double>(c.vocab + c.block) * d + static_cast<double>(c.n_layer) * (12 * d * d + 13 * d) + 2 * d;
+}
+
+std::string advice() { return "try --tp, --pp, --zero or --recompute, fewer ranks on this machine, or a smaller model"; }
+
+}  // namespace
+
+AvailableMemory available_memory() {
+  AvailableMemory out{.bytes = -1, .source = "MemAvailable in /proc/meminfo"};
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);) {
+    std::istringstream fields(line);
+    std::string key;
+    double kib = 0;
+    if (fields >> key >> kib && key == "MemAvailable:") out.bytes = kib * 1024;
+  }
+  const double limit = cgroup_value("/sys/fs/cgroup/memory.max");
+  if (limit > 0) {
+    const double used = std::max(0.0, cgroup_value("/sys/fs/cgroup/memory.current"));
+    if (out.bytes < 0 || limit - used < out.bytes) out = {limit - used, "the cgroup's memory.max less its use"};
+  }
+  return out;
+}
+
+int ranks_on_this_machine(const TrainOptions& o, int world) {
+  if (!o.mpi) return world;
+  return std::max(1, o.local_ranks);
+}
+
+void check_model_fits(const TrainOptions& o, int world, int optimizer_slots) {
+  if (o.model != "gpt") return;  // the classifiers' parameters are small; check 2 covers them
+  const AvailableMemory available = available_memory();
+  if (available.bytes < 0) return;
+  const double parameters = gpt_parameters(o.gpt);
+  // Sharded over every rank at best (ZeRO-3): this machine's ranks hold their share.
+  const int here = ranks_on_this_machine(o, world);
+  const double need = parameters * sizeof(float) * (2 + optimizer_slots) * here / world;
+  if (need > available.bytes)
+    fail("the model needs {:.1f} GiB on this machine for its {:.3g} parameters, their gradients and {} optimizer "
+         "slot{} alone (even sharded over all {} ranks), and this machine has {:.1f} GiB available ({}); {}",
+         need / kGiB, parameters, optimizer_slots, optimizer_slots == 1 ? "" : "s", world, available.bytes / kGiB,
+         available.source, advice());
+}
+
+void check_program_fits(const parallel::Program& program, const TrainOptions& o, int world, int optimizer_slots,
+                        int state_copies) {
+  const AvailableMemory available = available_memory();
+  if (available.bytes < 0) return;
+  // A copy of the state: this rank's parameters and their optimizer slots
+  // (whole model shards: an upper bound under ZeRO, whose copies are blocks).
+  const double state = static_cast<double>(program.param_count) * sizeof(float) * (1 + optimizer_slots);
+  const double peak =
+      plan::program_memory(program, parallel::liveness(program), optimizer_slots).peak_bytes + state_copies * state;
+  const int here = ranks_on_this_machine(o, world);
+  if (peak * here > available.bytes)
+    fail("the run needs {:.2f} GiB per rank at its peak ({} rank{} on this machine: {:.2f} GiB), and this machine "
+         "has {:.2f} GiB available ({}); {}",
+         peak / kGiB, here, here == 1 ? "" : "s", peak * here / kGiB, available.bytes / kGiB, available.source,
+         advice());
+}
+
+}  // namespace px

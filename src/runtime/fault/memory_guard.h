@@ -1,0 +1,44 @@
+// The memory guard: before a run allocates anything, whether each rank's
+// peak fits the memory this machine has available, so an impossible
+// configuration stops at once with a named error instead of allocating
+// until the machine runs out (docs/fault_tolerance.md).
+//
+// Two checks, both against available_memory() shared by the ranks this
+// machine runs (in-process ranks, or the MPI ranks of this node):
+//   1. before the model's graph is built, from its config alone: the
+//      parameters, gradients and optimizer state it needs even if sharded
+//      over every rank (a model of 100000 layers is refused in a moment);
+//   2. once the rank's Program is lowered, before the executor allocates:
+//      its peak from liveness (plan/memory.h), the figure the planner
+//      predicts within a few percent of the measured peak.
+#pragma once
+
+#include <string>
+
+#include "parallel/program.h"
+#include "runtime/train/train_options.h"
+
+namespace px {
+
+struct AvailableMemory {
+  double bytes = 0;
+  std::string source;  // "MemAvailable in /proc/meminfo", "the cgroup's memory.max"
+};
+
+// What this process may still allocate: /proc/meminfo's MemAvailable, or
+// the cgroup's limit less its use when that is lower.
+AvailableMemory available_memory();
+
+// The ranks sharing this machine: in process the job's; under MPI the
+// node's as the launcher tells (TrainOptions::local_ranks), else 1.
+int ranks_on_this_machine(const TrainOptions& options, int world);
+
+// Check 1; px::Error names the need, what is available and what to try.
+void check_model_fits(const TrainOptions& options, int world, int optimizer_slots);
+
+// Check 2 for this rank's lowered Program, with `state_copies` copies of
+// its parameters and optimizer state held for checkpoints and restarts.
+void check_program_fits(const parallel::Program& program, const TrainOptions& options, int world,
+                        int optimizer_slots, int state_copies = 0);
+
+}  // namespace px

@@ -1,0 +1,82 @@
+#include "runtime/optimizer/optimizer.h"
+
+#include <cstring>
+
+#include "kernels/optimizer.h"
+
+namespace px {
+
+void validate(const OptimizerConfig& c) {
+  if (c.kind != "sgd" && c.kind != "adamw") fail("optimizer '{}' is unknown: expected sgd or adamw", c.kind);
+  if (c.momentum < 0 || c.momentum >= 1) fail("momentum {} must be in [0, 1)", c.momentum);
+  if (c.beta1 < 0 || c.beta1 >= 1 || c.beta2 < 0 || c.beta2 >= 1)
+    fail("adamw betas ({}, {}) must be in [0, 1)", c.beta1, c.beta2);
+  if (c.weight_decay < 0) fail("weight decay {} must be >= 0", c.weight_decay);
+}
+
+std::vector<std::string> optimizer_slot_names(const std::string& kind) {
+  if (kind == "sgd") return {"momentum"};
+  return {"exp_avg", "exp_avg_sq"};
+}
+
+std::vector<ParamShard> whole_parameters(const Graph& graph) {
+  std::vector<ParamShard> shards;
+  for (ValueId p : graph.params()) {
+    const Value& v = graph.value(p);
+    shards.push_back({v.name, v.spec.shape, 0, v.spec.shape.numel(), v.weight_decay});
+  }
+  return shards;
+}
+
+Optimizer::Optimizer(OptimizerConfig config, std::vector<ParamShard> shards)
+    : config_(std::move(config)), shards_(std::move(shards)) {
+  validate(config_);
+  int64_t total = 0;
+  for (const ParamShard& s : shards_) {
+    PX_CHECK(s.offset >= 0 && s.count >= 0 && s.offset + s.count <= s.shape.numel(), "shard of {}: [{}, {}) of {}",
+             s.name, s.offset, s.offset + s.count, s.shape.numel());
+    at_.push_back(total);
+    total += s.count;
+  }
+  for (size_t i = 0; i < optimizer_slot_names(config_.kind).size(); ++i)
+    slots_.push_back(Tensor::zeros({total}, DType::f32));
+}
+
+void Optimizer::update(size_t index, float* param, const float* grad, double lr, double decay_scale) {
+  const ParamShard& s = shards_.at(index);
+  const size_t at = static_cast<size_t>(at_[index]);
+  const float wd = s.decay ? static_cast<float>(config_.weight_decay * decay_scale) : 0.0f;
+  if (config_.kind == "sgd")
+    kernels::sgd_momentum(s.count, static_cast<float>(lr), static_cast<float>(config_.momentum), wd, steps_ == 1,
+                          param, grad, slots_[0].f32() + at);
+  else
+    kernels::adamw(s.count, static_cast<float>(lr), static_cast<float>(config_.beta1),
+                   static_cast<float>(config_.beta2), static_cast<float>(config_.eps), wd, steps_, param, grad,
+                   slots_[0].f32() + at, slots_[1].f32() + at);
+}
+
+int64_t Optimizer::state_bytes() const {
+  int64_t n = 0;
+  for (const Tensor& t : slots_) n += static_cast<int64_t>(t.nbytes());
+  return n;
+}
+
+std::span<const float> Optimizer::state(size_t slot, size_t index) const {
+  return {slots_.at(slot).f32() + at_.at(index), static_cast<size_t>(shards_.at(index).count)};
+}
+
+void Optimizer::load(const SavedState& saved, int64_t steps) {
+  const std::vector<std::string> names = optimizer_slot_names(config_.kind);
+  for (size_t k = 0; k < names.size(); ++k)
+    for (size_t i = 0; i < shards_.size(); ++i) {
+      const ParamShard& s = shards_[i];
+      const Tensor values = saved(s, names[k]);
+      if (values.numel() != s.count || values.dtype() != DType::f32)
+        fail("optimizer state '{}.{}' for elements [{}, {}) has {} {} elements, expected {} float32", s.name,
+             names[k], s.offset, s.offset + s.count, values.numel(), dtype_name(values.dtype()), s.count);
+      std::memcpy(slots_[k].f32() + at_[i], values.f32(), static_cast<size_t>(s.count) * sizeof(float));
+    }
+  steps_ = steps;
+}
+
+}  // namespace px

@@ -1,0 +1,71 @@
+// A training task: a model family and its data. The trainer is the same
+// loop for every task; a task builds graphs for a batch size, serves global
+// training batches, evaluates, and saves/restores where its data order is.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "nn/model.h"
+#include "runtime/executor/param_store.h"
+#include "runtime/train/train_options.h"
+
+namespace px {
+
+struct DataBatch {
+  Tensor inputs;   // (rows, ...) images f32 or tokens i32
+  Tensor targets;  // (rows) labels or (rows, T) next tokens, i32
+  // Rows of the global batch these are (a rank's shard of): the batch
+  // size, or fewer for an epoch's partial last batch.
+  int64_t global_rows = 0;
+  int64_t rows() const { return inputs.dim(0); }
+};
+
+// The model `options` describe, built for a batch of `batch` rows (gpt:
+// `training` adds dropout). Needs no data.
+nn::Model build_model(const TrainOptions& options, int64_t batch, bool training);
+
+// The graph inputs a batch feeds (they are split across data-parallel
+// ranks), by name, and a batch as the executor's feeds.
+std::vector<std::string> batch_input_names(const nn::Model& model);
+std::vector<std::pair<ValueId, Tensor>> feeds_of(const nn::Model& model, const DataBatch& batch);
+
+struct Evaluation {
+  double loss = 0;
+  double accuracy = -1;  // classifiers only
+};
+
+// A part of an evaluation: sums over the validation batches one part
+// took (batches part, part + parts, ...), so every rank's parts add up to
+// the whole evaluation, whatever the number of parts.
+struct EvaluationSums {
+  double loss = 0;      // Σ batch mean loss x its weight
+  double weight = 0;    // Σ weights: rows (classifiers) or batches (text)
+  double correct = -1;  // classifiers: rows predicted right (-1: no accuracy)
+  Evaluation mean() const { return {loss / weight, correct < 0 ? -1 : correct / weight}; }
+};
+
+class Task {
+ public:
+  virtual ~Task() = default;
+  virtual nn::Model build(int64_t batch, bool training) const = 0;
+  virtual DataBatch next_batch() = 0;
+  // Rows shard_rows(global rows, rank, world) of the next global batch;
+  // every rank makes the same calls, so all advance through the data alike.
+  virtual DataBatch next_batch(int rank, int world) = 0;
+  // Batches in one epoch (classifiers), 0 when training is counted in steps only.
+  virtual int64_t steps_per_epoch() const { return 0; }
+  // The validation batches part, part + parts, ... of the whole set
+  // (data-parallel ranks each evaluate a part at once; the sums add up).
+  virtual EvaluationSums evaluate(const ParamStore& params, int part = 0, int parts = 1) = 0;
+  virtual nlohmann::json data_state() const = 0;
+  virtual void restore_data_state(const nlohmann::json& state) = 0;
+  // What one row of a batch is, for throughput: "tok" (T tokens a row) or "img".
+  virtual const char* unit() const = 0;
+  virtual int64_t units_per_row() const = 0;
+};
+
+// Loads the task's data (px::Error for missing or bad data).
+std::unique_ptr<Task> make_task(const TrainOptions& options);
+
+}  // namespace px

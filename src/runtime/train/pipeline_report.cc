@@ -1,0 +1,64 @@
+#include "runtime/train/pipeline_report.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace px {
+
+std::string describe_pipeline(const parallel::PipelineLayout& pipeline) {
+  const parallel::PipelineSchedule& s = pipeline.schedule;
+  const double bubble = parallel::simulate_pipeline(s).bubble_fraction();
+  std::string out = fmt::format(
+      "pipeline schedule {}: {} stages, {} micro-batches, {} chunk{} a stage; analytical bubble {:.1f}% "
+      "((P-1)/(M+P-1) = {:.1f}%)\n",
+      parallel::pipeline_kind_name(s.kind), s.stages, s.micro_batches, s.virtual_stages,
+      s.virtual_stages == 1 ? "" : "s", 100 * bubble, 100.0 * (s.stages - 1) / (s.micro_batches + s.stages - 1));
+  double total = 0;
+  for (double c : pipeline.stage_cost) total += c;
+  for (size_t v = 0; v < pipeline.stage_layers.size(); ++v)
+    out += fmt::format("  virtual stage {} on pipeline rank {}: {} ({:.1f}% of the cost)\n", v,
+                       static_cast<int>(v) % s.stages, pipeline.stage_layers[v],
+                       total > 0 ? 100 * pipeline.stage_cost[v] / total : 0.0);
+  return out + parallel::draw_pipeline(s);
+}
+
+int max_in_flight(const parallel::PipelineSchedule& schedule, int rank) {
+  int now = 0, most = 0;
+  for (const parallel::PipelineAction& a : schedule.ranks.at(static_cast<size_t>(rank))) {
+    if (a.op == parallel::PipelineOp::forward) most = std::max(most, ++now);
+    if (a.op == parallel::PipelineOp::backward || a.op == parallel::PipelineOp::backward_weight) --now;
+  }
+  return most;
+}
+
+std::string describe_measured_pipeline(const parallel::PipelineLayout& pipeline,
+                                       const std::vector<StageMeasurement>& stages) {
+  const parallel::PipelineSchedule& s = pipeline.schedule;
+  const double analytical = parallel::simulate_pipeline(s).bubble_fraction();
+  // Idle over stages x the longest span: a stage that finishes early idles until the last one is done.
+  double busy = 0, span = 0;
+  for (const StageMeasurement& m : stages) {
+    busy += m.busy_us;
+    span = std::max(span, m.span_us);
+  }
+  const double bubble = span > 0 ? 1 - busy / (span * static_cast<double>(stages.size())) : 0.0;
+  std::string out = fmt::format("pipeline bubble: measured {:.1f}% of the pipelined time, analytical {:.1f}% ({})\n",
+                                100 * bubble, 100 * analytical, parallel::pipeline_kind_name(s.kind));
+  for (size_t r = 0; r < stages.size(); ++r) {
+    const StageMeasurement& m = stages[r];
+    const int in_flight = max_in_flight(s, static_cast<int>(r));
+    // A chunk holds about 1/V of the rank's per-micro-batch activations.
+    const double formula = static_cast<double>(in_flight) * static_cast<double>(m.stashed_bytes_per_micro_batch) /
+                           s.virtual_stages;
+    out += fmt::format(
+        "  stage {}: busy {:.1f} ms of {:.1f} ms (idle {:.1f}%); peak activations {:.2f} MiB, formula {} in flight x "
+        "{:.2f} MiB = {:.2f} MiB\n",
+        r, m.busy_us / 1e3, m.span_us / 1e3, m.span_us > 0 ? 100 * (1 - m.busy_us / m.span_us) : 0.0,
+        double(m.activation_peak_bytes) / (1 << 20), in_flight,
+        double(m.stashed_bytes_per_micro_batch) / s.virtual_stages / (1 << 20), formula / (1 << 20));
+  }
+  return out;
+}
+
+}  // namespace px

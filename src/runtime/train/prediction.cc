@@ -1,0 +1,54 @@
+#include "runtime/train/prediction.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "plan/calibrate.h"
+#include "plan/simulate.h"
+#include "runtime/optimizer/optimizer.h"
+
+namespace px {
+
+plan::ClusterSpec local_cluster(const std::string& path, int ranks, bool* calibrated) {
+  *calibrated = std::filesystem::exists(path);
+  if (*calibrated) return plan::load_cluster(path);
+  plan::HostProfile profile;
+  plan::measure_host(profile, {.batch_seconds = 0.005, .batches = 1, .max_ranks = std::max(1, ranks)});
+  profile.comm = comm::default_cost_model("inproc");
+  return plan::local_cluster_spec(std::move(profile), "this host's CPU", 1e12, std::max(64, ranks));
+}
+
+RunPrediction predict_run(const TrainOptions& o, const std::vector<parallel::Program>& programs) {
+  const int ranks = static_cast<int>(programs.size());
+  RunPrediction out;
+  const plan::ClusterSpec cluster = local_cluster(o.local_cluster, ranks, &out.calibrated);
+  out.basis = out.calibrated ? fmt::format("the local spec '{}'", o.local_cluster)
+                             : "this host's probed rates, kernels at their roofline (run 'parallax calibrate' for a "
+                               "calibrated prediction)";
+  const plan::Simulation sim = plan::simulate_sharing_cores(
+      {.programs = &programs,
+       .cluster = &cluster,
+       .overlap = o.sync.overlap,
+       .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size()),
+       .trace = true},
+      {.threads = o.threads, .model = o.model, .link_gbps = o.link_gbps, .collective = o.sync.collective});
+  out.step_seconds = sim.step_seconds;
+  out.peak_bytes = sim.peak_bytes.front();
+  out.peak_bytes_per_rank = sim.peak_bytes;
+  out.timeline = sim.trace;
+  return out;
+}
+
+std::string describe_prediction(const RunPrediction& p, double measured_step, double measured_peak) {
+  auto error = [](double predicted, double measured) {
+    return measured > 0 ? fmt::format("{:+.1f}%", 100 * (predicted / measured - 1)) : std::string("n/a");
+  };
+  return fmt::format(
+      "predicted vs measured (from {}):\n"
+      "  step time    predicted {:.4f} s, measured {:.4f} s (the executor's run, median of the steps after the first): {}\n"
+      "  peak memory  predicted {:.1f} MiB, measured {:.1f} MiB (rank 0's tensors): {}\n",
+      p.basis, p.step_seconds, measured_step, error(p.step_seconds, measured_step), p.peak_bytes / (1 << 20),
+      measured_peak / (1 << 20), error(p.peak_bytes, measured_peak));
+}
+
+}  // namespace px

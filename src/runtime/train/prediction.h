@@ -1,0 +1,38 @@
+// Predicted against measured: what the planner's simulator (plan/simulate.h)
+// says a training run's step takes and rank 0 holds, on this host's `local`
+// cluster spec (`parallax calibrate`), set beside what the run measured.
+// Without a calibration the host's rates are probed in a moment and every
+// kernel is its roofline, and the prediction says so.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "parallel/program.h"
+#include "plan/cluster.h"
+#include "plan/simulate.h"
+#include "runtime/train/train_options.h"
+
+namespace px {
+
+struct RunPrediction {
+  std::string basis;          // where the figures come from, for people
+  bool calibrated = false;
+  double step_seconds = 0;
+  double peak_bytes = 0;      // rank 0's
+  std::vector<double> peak_bytes_per_rank;  // the memory model's peak of every rank
+  std::vector<plan::SimulatedEvent> timeline;  // one step as the simulator replayed it, every rank
+};
+
+// The local spec saved at `path`, or one probed now (no kernel timings) when there is none.
+plan::ClusterSpec local_cluster(const std::string& path, int ranks, bool* calibrated);
+
+// Every rank's Program of the strategy (plan::lower_all) replayed on the
+// local spec at options.local_cluster.
+RunPrediction predict_run(const TrainOptions& options, const std::vector<parallel::Program>& programs);
+
+// "predicted step 0.412 s, measured 0.398 s (+3.5%); ..." lines.
+std::string describe_prediction(const RunPrediction& prediction, double measured_step_seconds,
+                                double measured_peak_bytes);
+
+}  // namespace px

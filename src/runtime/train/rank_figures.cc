@@ -1,0 +1,40 @@
+#include "runtime/train/rank_figures.h"
+
+#include "comm/collectives.h"
+
+namespace px {
+
+std::vector<StageMeasurement> gather_stage_measurements(comm::Communicator& world,
+                                                        const parallel::Strategy& strategy,
+                                                        const StageMeasurement& mine) {
+  // Milliseconds and KiB: floats hold them exactly enough.
+  const std::vector<float> own{static_cast<float>(mine.busy_us / 1e3), static_cast<float>(mine.span_us / 1e3),
+                               static_cast<float>(double(mine.activation_peak_bytes) / 1024),
+                               static_cast<float>(double(mine.stashed_bytes_per_micro_batch) / 1024)};
+  std::vector<float> all(own.size() * static_cast<size_t>(world.size()));
+  comm::allgather(world, own.data(), comm::Buffer(std::span<float>(all)));
+  const int axis = strategy.mesh.axis(strategy.pipeline.axis);
+  std::vector<StageMeasurement> stages;
+  for (int r = 0; r < strategy.pipeline_ranks(); ++r) {
+    std::vector<int> coords(strategy.mesh.axes().size(), 0);
+    coords[static_cast<size_t>(axis)] = r;
+    const float* at = all.data() + own.size() * static_cast<size_t>(strategy.mesh.rank_of(coords));
+    stages.push_back({.busy_us = double(at[0]) * 1e3,
+                      .span_us = double(at[1]) * 1e3,
+                      .activation_peak_bytes = static_cast<int64_t>(double(at[2]) * 1024),
+                      .stashed_bytes_per_micro_batch = static_cast<int64_t>(double(at[3]) * 1024)});
+  }
+  return stages;
+}
+
+// In KiB on the wire: floats hold them to the KiB up to 16 GiB.
+std::vector<int64_t> gather_peak_bytes(comm::Communicator& world, int64_t mine) {
+  const float own = static_cast<float>(double(mine) / 1024);
+  std::vector<float> all(static_cast<size_t>(world.size()));
+  comm::allgather(world, &own, comm::Buffer(std::span<float>(all)));
+  std::vector<int64_t> peaks;
+  for (float kib : all) peaks.push_back(static_cast<int64_t>(double(kib) * 1024));
+  return peaks;
+}
+
+}  // namespace px

@@ -1,0 +1,142 @@
+// Everything `parallax train` is told, as one plain struct: parsed once by
+// the CLI, validated here, saved in every checkpoint (so --resume knows the
+// model and data it continues).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nn/cnn.h"
+#include "nn/gpt.h"
+#include "nn/mlp.h"
+#include "comm/collectives.h"
+#include "comm/compression/spec.h"
+#include "parallel/strategy.h"
+#include "runtime/optimizer/lr_schedule.h"
+#include "runtime/optimizer/optimizer.h"
+
+namespace px {
+
+// Parameter-server training (docs/parameter_server.md): ranks 0..servers-1
+// hold the parameters and optimizer state in contiguous shards; the other
+// ranks are workers. mode "" trains data-parallel instead.
+struct ParameterServerOptions {
+  std::string mode;            // "" (off), bsp, asp or ssp
+  int servers = 1;             // K shards, one per server rank
+  int staleness = 0;           // ssp: bound s on how many clocks a worker may run ahead of the slowest
+  int backup_workers = 0;      // bsp: b; each update takes the first W - b gradients of its clock, drops the rest
+  int late_worker = -1;        // tests: server 0 takes this worker's pushes as arriving after every other's
+  bool operator==(const ParameterServerOptions&) const = default;
+};
+
+// What the user asked of data parallelism (`parallax train` flags). The
+// trainer turns it into a parallel::Strategy (what runs where: buckets,
+// ZeRO, compression) and ExecutorOptions (how it runs: overlap, P3, bucket
+// buffers, the algorithm), unless --strategy gives the strategy whole.
+struct DataParallelOptions {
+  int64_t bucket_bytes = parallel::kDefaultBucketBytes;  // gradients fused into buckets of about this many bytes
+  bool overlap = true;           // reduce on a progress thread while backward continues
+  int zero_stage = 0;            // 0-3 (parallel/strategy.h)
+  int bucket_buffers = 4;        // ZeRO-2/3: most gradient bucket buffers alive at once
+  comm::CollectiveOptions collective;
+  comm::compression::Spec compression;  // lossy gradient compression with error feedback
+  int64_t p3_slice_bytes = 0;    // P3: > 0 slices gradients and updates each layer before the next forward reads it
+  int tensor_parallel = 1;       // Megatron tensor parallelism: ranks per tensor-parallel group (mesh {dp, tp})
+  bool sequence_parallel = false;  // and LayerNorm/dropout/residuals split along the sequence
+  int pipeline_parallel = 1;     // pipeline stages (mesh {pp, dp, tp}: pp outermost)
+  parallel::PipelineOptions pipeline;  // schedule, virtual stages, stage cuts
+  parallel::Recompute recompute = parallel::Recompute::none;  // activation recomputation
+  int mesh_ranks = 0;            // --mesh or a --strategy file: the ranks it names (0: neither)
+  std::string strategy;          // a strategy JSON file (parallax lower --print-strategy writes one); overrides the above's strategy part
+  bool operator==(const DataParallelOptions&) const = default;
+};
+
+// "Use the model's default" for integer options (floats use NaN).
+inline constexpr int64_t kModelDefault = std::numeric_limits<int64_t>::min();
+
+struct TrainOptions {
+  std::string model = "gpt";     // mlp | cnn | gpt
+  std::string data;              // text file (gpt) or IDX directory (mlp/cnn); empty: the default corpus
+  nn::GptConfig gpt;
+  nn::MlpConfig mlp;
+  nn::CnnConfig cnn;
+  int64_t steps = 0;             // total steps; or
+  int64_t epochs = 0;            // whole epochs (classifiers)
+  int64_t batch = 16;            // global batch
+  // Classifiers: leave out each epoch's last batch when it is partial
+  // (fewer than `batch` rows); by default it trains (PyTorch's drop_last=False).
+  bool drop_last = false;
+  int64_t accumulation = 1;      // micro-batches per step (batch must divide)
+  OptimizerConfig optimizer;
+  LrSchedule schedule;           // schedule.total is filled from steps/epochs
+  double grad_clip = 0;          // global-norm clip; 0 = off
+  int64_t eval_every = 0;        // steps; 0 = only at the end
+  int64_t eval_batches = 20;     // validation batches (mlp/cnn: of 1000 test images)
+  uint64_t seed = 1;
+  int threads = 1;
+  int ranks = 1;                 // data-parallel ranks in this process (under mpirun: the MPI world)
+  bool mpi = false;              // launched by mpirun/mpiexec (the CLI tells): the ranks are the MPI processes
+  int local_ranks = 0;           // under MPI: the ranks on this machine, as the launcher tells (0: unknown)
+  int mpi_tag_bound = 0;         // under MPI: use at most this tag range (0: the library's; tests)
+  DataParallelOptions sync;      // how gradients are reduced across ranks
+  double link_gbps = 0;          // in-process ranks: each rank's link limited to this many Gb/s (0: off)
+  int inject_delay_rank = -1;    // fault injection: this rank sleeps inject_delay_ms before each step
+  int64_t inject_delay_ms = 0;
+  // Bad steps (docs/fault_tolerance.md): batches are numbered from 1 in the
+  // order drawn. --skip-batches never trains on these; --inject-nan makes
+  // the batch each of these steps draws first non-finite (every time it runs).
+  std::vector<int64_t> skip_batches;
+  std::vector<int64_t> inject_nan_steps;
+  // --inject-fault RANK:STEP[:kill|hang|lost]: at the start of step STEP
+  // (from 1) rank RANK dies or freezes: under MPI by SIGKILL or SIGSTOP; in
+  // process its thread stops and its heartbeat with it. `lost` dies and
+  // will not come back (a restart continues with fewer ranks). Faults are
+  // injected on the first attempt only (attempt 0).
+  int inject_fault_rank = -1;
+  int64_t inject_fault_step = 0;
+  std::string inject_fault_mode = "kill";
+  // Every wait fails after this long, and a rank whose heartbeat stops for
+  // this long is reported by every other (runtime/fault/watchdog.h).
+  double timeout_s = 60;
+  // Where the run keeps its flight records (flight/rank<R>), for `parallax
+  // doctor`. Empty: in memory only.
+  std::string run_dir;
+  ParameterServerOptions ps;     // parameter-server mode instead of data parallelism
+  std::string metrics;           // JSON-lines file
+  std::string trace;             // Chrome trace of steps 2-4 (compute and communication per rank)
+  std::string save;              // checkpoint directory
+  int64_t save_every = 0;        // steps (checkpoint, and in-memory snapshot with restarts); 0 = only at the end
+  int keep_last = 1;             // checkpoints kept: the latest in `save`, older ones beside it as <save>.step-<S>
+  // Restarts (docs/fault_tolerance.md): in process, a failed job restarts
+  // up to this many times from the latest snapshot in memory (a buddy
+  // rank's copy of a lost rank's state), else the latest checkpoint.
+  int max_restarts = 0;
+  int min_ranks = 0;             // a restart may continue with fewer ranks, down to this many (0: the same count)
+  int attempt = 0;               // this run's attempt: 0 first, k after k restarts (parallax launch sets it)
+  std::string resume;            // checkpoint directory to continue from
+  int64_t stop_after = 0;        // end (and save) after this step, as if preempted; 0 = off
+  int64_t sample_tokens = 0;     // GPT: print a sample of this many bytes at the end
+  std::string prompt = "\n";
+  bool progress_bar = false;     // else plain periodic lines
+  // Non-empty: end with predicted vs measured step time and memory on the
+  // local spec saved here (runtime/train/prediction.h; `parallax train` sets it).
+  std::string local_cluster;
+};
+
+// Checks the whole config; throws px::Error naming the bad option and value.
+void validate(const TrainOptions& options);
+// The fields that define the model and data (saved with checkpoints).
+nlohmann::json model_json(const TrainOptions& options);
+void apply_model_json(const nlohmann::json& json, TrainOptions& options);
+// Fills the fields left at their "model default" sentinel (kModelDefault,
+// NaN, empty optimizer kind): gpt trains 3500 steps of batch 16 with
+// AdamW lr 1e-3, warmup 100, cosine decay, weight decay 0.1, clip 1.0;
+// mlp/cnn train 2 epochs of batch 64 with SGD momentum 0.9, lr 0.05 (scaled
+// by batch/64 below batch 64), cosine.
+void apply_model_defaults(TrainOptions& options);
+
+}  // namespace px
