@@ -128,6 +128,7 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   program.loss = loss;
   program.outputs = outputs;
   program.training = request.training;
+  program.collective = request.collective;
   context.work = passes::plan_work(context, program);
   passes::recompute(context, context.work);
   passes::localize(context, program);
@@ -135,6 +136,7 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   passes::schedule(context, program);
   passes::optimizer(context, program);
   passes::frees(program);
+  passes::facts(context, program);
   return program;
 }
 

@@ -18,6 +18,8 @@
 //               after a sharded update
 //   liveness    the last use of every value and buffer; a Free after each buffer
 //               instance's last read (lower/liveness.h)
+//   facts       how each instruction runs: lane, group, sequence number, wire
+//               bytes (lower/facts.cc)
 //
 // The graph is built once for the global batch: the loss carries the
 // global scale (1/rows), so every rank's loss and gradients are summands of
@@ -37,6 +39,9 @@ struct LowerRequest {
   ValueId loss = kNoValue;         // a scalar
   std::vector<ValueId> outputs;    // also returned per micro-batch (evaluation: the logits)
   bool training = true;            // add backward, the gradient collectives and the updates
+  // The collective algorithm the executor will run (its ExecutorOptions'):
+  // the wire bytes stamped on each instruction are that algorithm's.
+  comm::CollectiveOptions collective;
 };
 
 // The program of `rank` (0 <= rank < strategy.mesh.ranks()). Throws

@@ -12,10 +12,21 @@
 //   Update{param shard}              the optimizer on a shard of parameters
 //   Free{buffer}                     a program buffer's last use
 //
-// Every instruction has a stream (compute, or one comm stream per mesh
-// axis), a micro-batch (-1: once per step), a priority (lower is more
-// urgent), dependencies (`after`: instruction indices; an instruction also
-// follows everything before it on its stream) and a readable name.
+// Every instruction has a lane, a micro-batch (-1: once per step), a
+// priority (lower is more urgent), dependencies (`after`: instruction
+// indices; an instruction also follows everything before it on its lane)
+// and a readable name. How it runs is stamped once, by lower/facts.cc, and
+// read by the executor, the simulator and the flight recorder alike:
+//   lane      compute: the rank's main thread, in list order (computes,
+//             accumulations, updates, and collectives and reshards that
+//             block it); progress:<axis>: the axis' progress thread, in
+//             list order, while the main thread goes on (an axis whose
+//             collectives overlap compute: the data axis); p2p:<axis>:
+//             pipeline transfers (a send is posted, a receive waited for)
+//   group     communicating instructions: index into Program::groups
+//   sequence  its place among this step's calls on that group (every
+//             member runs them in the same order, so it names one call)
+//   wire      bytes this rank sends, per link class (comm/wire_bytes.h)
 //
 // Values of a local graph are addressed by ValueId; every local graph has
 // the global graph's ids (parallel/lower.h), so one id names a value in
@@ -31,6 +42,7 @@
 
 #include "comm/compression/spec.h"
 #include "comm/collectives.h"
+#include "comm/wire_bytes.h"
 #include "comm/transport.h"
 #include "graph/graph.h"
 #include "parallel/lower/propagate.h"
@@ -124,6 +136,9 @@ struct Collective {
   // rows x cols matrix); Method::none for a plain collective.
   comm::compression::Spec codec;
   int64_t codec_rows = 1, codec_cols = 1;
+  // DGC's momentum correction (LoweringOptions::local_momentum): each rank
+  // compresses its own velocity u = m*u + g. 0: off.
+  double momentum = 0;
   // >= 0: over Program::subgroups[subgroup], some of the axis' ranks (the
   // pipeline stages sharing a parameter) instead of all of them.
   int subgroup = -1;
@@ -206,18 +221,38 @@ struct Free {
 
 using Operation = std::variant<Compute, Collective, Reshard, Send, Recv, Accumulate, Norm, Clip, Update, Free>;
 
+// Where an instruction runs (the header's table).
+struct Lane {
+  enum class Kind : uint8_t { compute, progress, p2p };
+  Kind kind = Kind::compute;
+  int axis = -1;  // progress, p2p: the mesh axis
+  bool operator==(const Lane&) const = default;
+};
+
 struct Instr {
   Operation op;
-  int stream = 0;        // kComputeStream or comm_stream(axis)
+  Lane lane;
   int micro_batch = -1;  // -1: once per step
   int priority = 0;
   std::vector<int> after;
   std::string name;
+  int group = -1;         // Program::groups (-1: talks to no group)
+  int64_t sequence = -1;  // among this step's calls on `group`
+  comm::WireBytes wire;
   bool operator==(const Instr&) const = default;
 };
 
-constexpr int kComputeStream = 0;
-inline int comm_stream(int axis) { return 1 + axis; }
+// The ranks a collective or reshard talks with: the ones that differ from
+// this rank only along `axis` (and, for a subgroup, sit at one of its
+// coordinates there). `key` is equal on every member and unique to the group.
+struct CommGroup {
+  int axis = 0;
+  int subgroup = -1;        // Program::subgroups, or -1: the whole axis
+  std::vector<int> ranks;   // world ranks, by coordinate along the axis
+  int rank = 0;             // this rank's place in `ranks`
+  std::string key;
+  bool operator==(const CommGroup&) const = default;
+};
 
 // One micro-batch of this rank's rows.
 struct MicroBatch {
@@ -291,6 +326,9 @@ struct Program {
   int norm_buffer = -1;  // with a global gradient norm
   bool training = false;
   std::vector<Subgroup> subgroups;
+  std::vector<CommGroup> groups;  // every group an instruction talks with (Instr::group)
+  // The collective algorithm the wire bytes are stamped for (LowerRequest::collective).
+  comm::CollectiveOptions collective;
   PipelineLayout pipeline;
 
   // Where compute reads parameter `param` (an index into params) from: the

@@ -19,92 +19,62 @@ using parallel::Program;
 
 double region_bytes(const parallel::Region& r) { return static_cast<double>(r.count) * sizeof(float); }
 
-// A collective's group: the ranks that differ from this one only along its
-// axis (and, for a subgroup, sit at one of its coordinates there).
-struct Group {
-  std::string key;
-  std::vector<int> ranks;
-};
-
-Group group_of(const Program& p, int axis, int subgroup) {
-  const parallel::DeviceMesh& mesh = p.strategy.mesh;
-  Group g;
-  std::vector<int> coords = p.coords;
-  std::vector<int> along;
-  if (subgroup >= 0) along = p.subgroups.at(static_cast<size_t>(subgroup)).coords;
-  else
-    for (int c = 0; c < mesh.axes()[static_cast<size_t>(axis)].size; ++c) along.push_back(c);
-  for (int c : along) {
-    coords[static_cast<size_t>(axis)] = c;
-    g.ranks.push_back(mesh.rank_of(coords));
-  }
-  coords[static_cast<size_t>(axis)] = -1;
-  g.key = fmt::format("{}/{}/{}", axis, subgroup, fmt::join(coords, ","));
-  return g;
-}
-
-// What one collective instruction is, for the replay.
+// What one communicating instruction is, for the replay: the lowering's
+// facts (its group, sequence number and wire bytes, parallel/program.h)
+// and the collective's n for the estimator's time.
 struct CollectiveCall {
-  Group group;
+  const parallel::CommGroup* group = nullptr;
   comm::Collective kind = comm::Collective::allreduce;
   comm::compression::Spec codec;  // a compressed allreduce (docs/compression.md)
   double rows = 1, cols = 1;      // its gradient as a matrix (PowerSGD)
   double bytes = 0;  // the collective's n, as comm::CostQuery counts it
-  int sequence = 0;  // its place among this group's collectives on this rank
-  bool engine = false;
+  comm::WireBytes wire;  // what this rank sends
+  int64_t sequence = 0;
+  bool engine = false;  // on its axis' progress lane
   int axis = 0;
 };
 
-// Bytes the busiest rank sends in the ring form of a collective of n bytes.
-double ring_bytes_sent(comm::Collective kind, double n, int p) {
-  if (p <= 1) return 0;
-  const double share = (p - 1.0) / p;
-  return kind == comm::Collective::allreduce ? 2 * share * n : share * n;
-}
-
 // A compressed allreduce of n floats over p ranks (docs/compression.md's
-// table): the time, and the bytes one rank sends. fp16/bf16 ring-allreduce
-// half-width values; int8, sign and the sparse methods allgather each
-// rank's payload and every rank decodes all p; PowerSGD ring-allreduces P
-// (rows x r) and Q (cols x r) around two products with the gradient.
-// Encoding is a few passes over the gradient; threshold's density depends
-// on the data and is taken as top-k's default 1%.
-std::pair<double, double> compressed_allreduce(const CostEstimator& estimator, const CollectiveCall& call, int p,
-                                               LinkClass link) {
+// table): its time. fp16/bf16 ring-allreduce half-width values; int8,
+// sign and the sparse methods allgather each rank's payload
+// (comm::gathered_payload_bytes) and every rank decodes all p; PowerSGD
+// ring-allreduces P (rows x r) and Q (cols x r) around two products with
+// the gradient. Encoding is a few passes over the gradient.
+double compressed_allreduce_seconds(const CostEstimator& estimator, const CollectiveCall& call, int p,
+                                    LinkClass link) {
   using comm::compression::Method;
-  const double n = call.bytes / 4, chunks = std::ceil(n / 256);
-  const double share = (p - 1.0) / p;
-  auto gathered = [&](double payload) {
-    // Encode (3 passes: add the residual, select or quantize, keep the rest), then decode and sum p payloads.
-    const double passes = estimator.memory_seconds(3 * 4 * n) + estimator.memory_seconds(p * 2 * 4 * n);
-    return std::pair{estimator.collective_seconds(comm::Collective::allgather, p * payload, p, link) + passes,
-                     (p - 1) * payload};
-  };
+  const double n = call.bytes / 4;
   switch (call.codec.method) {
     case Method::fp16:
     case Method::bf16:
-      return {estimator.collective_seconds(comm::Collective::allreduce, 2 * n, p, link) +
-                  estimator.memory_seconds(3 * 4 * n),
-              2 * share * 2 * n};
-    case Method::int8: return gathered(n + 4 * chunks);
-    case Method::sign: return gathered(std::ceil(n / 8) + 4 * chunks);
-    case Method::topk:
-    case Method::threshold: {
-      const double fraction = call.codec.method == Method::topk ? call.codec.topk_fraction : 0.01;
-      return gathered(8 + 3.3 * std::round(fraction * n));
-    }
+      return estimator.collective_seconds(comm::Collective::allreduce, 2 * n, p, link) +
+             estimator.memory_seconds(3 * 4 * n);
     case Method::powersgd: {
       const double r = call.codec.rank, small = 4 * r * (call.rows + call.cols);
       // Two (rows x cols) x r products and an orthogonalization, at the memory's pace.
       const double products = estimator.memory_seconds(2 * 4 * n) + estimator.memory_seconds(3 * small);
-      return {estimator.collective_seconds(comm::Collective::allreduce, 4 * r * call.rows, p, link) +
-                  estimator.collective_seconds(comm::Collective::allreduce, 4 * r * call.cols, p, link) + products,
-              2 * share * small};
+      return estimator.collective_seconds(comm::Collective::allreduce, 4 * r * call.rows, p, link) +
+             estimator.collective_seconds(comm::Collective::allreduce, 4 * r * call.cols, p, link) + products;
     }
-    case Method::none: break;
+    case Method::none: return estimator.collective_seconds(comm::Collective::allreduce, call.bytes, p, link);
+    default: {
+      // Encode (3 passes: add the residual, select or quantize, keep the rest), then decode and sum p payloads.
+      const double payload = comm::gathered_payload_bytes(call.codec, n);
+      const double passes = estimator.memory_seconds(3 * 4 * n) + estimator.memory_seconds(p * 2 * 4 * n);
+      return estimator.collective_seconds(comm::Collective::allgather, p * payload, p, link) + passes;
+    }
   }
-  return {estimator.collective_seconds(comm::Collective::allreduce, call.bytes, p, link),
-          ring_bytes_sent(comm::Collective::allreduce, call.bytes, p)};
+}
+
+// Bytes by link class: the stamped split, or, when the lowering knew no
+// node layout (all counted within a node), the link the cluster gives the group.
+void count_wire(std::map<LinkClass, double>& sent, const comm::WireBytes& wire, LinkClass link, double weight) {
+  if (link == LinkClass::intra_node || wire.inter_node > 0) {
+    sent[LinkClass::intra_node] += weight * static_cast<double>(wire.intra_node);
+    sent[LinkClass::inter_node] += weight * static_cast<double>(wire.inter_node);
+  } else {
+    sent[LinkClass::inter_node] += weight * static_cast<double>(wire.total());
+  }
 }
 
 struct Rendezvous {
@@ -218,34 +188,32 @@ Simulation simulate(const SimulationRequest& request) {
     s.finish.assign(n, -1);
     s.submitted.assign(n, -1);
     s.posted.assign(n, false);
-    const int data_axis = p.strategy.mesh.axis(p.strategy.data_axis);
-    const bool engine = request.overlap && p.strategy.data_ranks() > 1;
-    std::map<std::string, int> sequence;
     for (size_t i = 0; i < n; ++i) {
       const Instr& instr = p.instrs[i];
-      CollectiveCall call;
+      if (instr.group < 0) continue;
+      CollectiveCall call{.group = &p.groups[static_cast<size_t>(instr.group)],
+                          .wire = instr.wire,
+                          .sequence = instr.sequence,
+                          .engine = request.overlap && instr.lane.kind == parallel::Lane::Kind::progress};
       if (const auto* c = std::get_if<parallel::Collective>(&instr.op)) {
-        call.group = group_of(p, c->axis, c->subgroup);
         call.kind = c->kind;
         call.codec = c->codec;
         call.rows = static_cast<double>(c->codec_rows);
         call.cols = static_cast<double>(c->codec_cols);
         call.bytes = region_bytes(c->kind == comm::Collective::allgather ? c->output : c->input);
-        call.engine = engine && c->axis == data_axis && c->subgroup < 0;
         call.axis = c->axis;
       } else if (const auto* rs = std::get_if<parallel::Reshard>(&instr.op)) {
-        const std::optional<comm::Collective> kind = parallel::collective_of(parallel::resharding(rs->from, rs->to));
-        if (!kind) continue;  // a slice: local
         const Graph& g = p.graph_of(instr.micro_batch);
         const Node& node = g.nodes()[static_cast<size_t>(rs->node)];
-        call.group = group_of(p, rs->axis, -1);
-        call.kind = *kind;
+        call.kind = *parallel::collective_of(parallel::resharding(rs->from, rs->to));
         call.bytes = std::max(activation_bytes(g.spec(node.inputs.front())), activation_bytes(g.spec(node.outputs.front())));
+        // Mixed precision moves the activations at the compute dtype's width.
+        call.wire.intra_node = std::llround(activation_scale * static_cast<double>(call.wire.intra_node));
+        call.wire.inter_node = std::llround(activation_scale * static_cast<double>(call.wire.inter_node));
         call.axis = rs->axis;
       } else {
         continue;
       }
-      call.sequence = sequence[call.group.key]++;
       if (call.engine) s.engine.push_back(static_cast<int>(i));
       s.calls[i] = std::move(call);
     }
@@ -259,7 +227,7 @@ Simulation simulate(const SimulationRequest& request) {
     auto it = link_free.find({rank, link});
     return it == link_free.end() ? 0.0 : it->second;
   };
-  std::map<std::pair<std::string, int>, Rendezvous> rendezvous;
+  std::map<std::pair<std::string, int64_t>, Rendezvous> rendezvous;
   std::map<std::tuple<int, int, uint32_t>, double> arrivals;  // (from, to, tag) -> arrival
   auto event = [&](int rank, int instr, const std::string& lane, double start, double duration) {
     if (!request.trace) return;
@@ -277,28 +245,25 @@ Simulation simulate(const SimulationRequest& request) {
   auto join = [&](int rank, int i, double ready) -> std::optional<double> {
     RankState& s = state[static_cast<size_t>(rank)];
     const CollectiveCall& call = *s.calls[static_cast<size_t>(i)];
-    Rendezvous& rv = rendezvous[{call.group.key, call.sequence}];
+    Rendezvous& rv = rendezvous[{call.group->key, call.sequence}];
     if (!s.posted[static_cast<size_t>(i)]) {
       s.posted[static_cast<size_t>(i)] = true;
       rv.posted.push_back({rank, i});
       rv.ready = std::max(rv.ready, ready);
       size_t members = 0;
-      for (int m : call.group.ranks) members += replayed.count(m);
+      for (int m : call.group->ranks) members += replayed.count(m);
       if (rv.posted.size() == members) {
-        const LinkClass link = link_of(call.group.ranks);
-        const int p = static_cast<int>(call.group.ranks.size());
-        double seconds = 0, sent = 0;  // the collective, and what each member sends
-        if (call.codec.lossy()) {
-          std::tie(seconds, sent) = compressed_allreduce(estimator, call, p, link);
-        } else {
-          seconds = estimator.collective_seconds(call.kind, call.bytes, p, link);
-          sent = ring_bytes_sent(call.kind, call.bytes, p);
-        }
+        const LinkClass link = link_of(call.group->ranks);
+        const int p = static_cast<int>(call.group->ranks.size());
+        const double seconds = call.codec.lossy() ? compressed_allreduce_seconds(estimator, call, p, link)
+                                                  : estimator.collective_seconds(call.kind, call.bytes, p, link);
         double begin = rv.ready;
         for (const auto& [member, instr] : rv.posted) begin = std::max(begin, free_from(member, link));
         rv.finish = begin + seconds;
         for (const auto& [member, instr] : rv.posted) link_free[{member, link}] = *rv.finish;
-        out.bytes_sent[link] += weight * static_cast<double>(members) * sent;
+        for (const auto& [member, instr] : rv.posted)
+          count_wire(out.bytes_sent, state[static_cast<size_t>(member)].calls[static_cast<size_t>(instr)]->wire, link,
+                     weight);
         const std::string& lane =
             "comm:" + programs.front().strategy.mesh.axes()[static_cast<size_t>(call.axis)].name;
         for (const auto& [member, instr] : rv.posted) event(member, instr, lane, begin, *rv.finish - begin);
@@ -352,7 +317,9 @@ Simulation simulate(const SimulationRequest& request) {
         std::vector<int> coords = p.coords;
         coords[static_cast<size_t>(send->axis)] = send->peer;
         const int to = p.strategy.mesh.rank_of(coords);
-        const double bytes = activation_bytes(p.graph_of(instr.micro_batch).spec(send->value));
+        // The stamped bytes, at the compute dtype's width (mixed precision).
+        const TensorSpec& spec = p.graph_of(instr.micro_batch).spec(send->value);
+        const double bytes = (spec.dtype == DType::f32 ? activation_scale : 1.0) * static_cast<double>(instr.wire.total());
         const LinkClass link = cluster.link_between(p.rank, to);
         // A message goes out at once (small, latency-bound, it cuts in) and
         // holds the link for its time: a collective after it starts later.

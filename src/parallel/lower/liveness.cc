@@ -167,8 +167,7 @@ void frees(Program& p) {
     for (int& dep : instr.after) dep = id[static_cast<size_t>(dep)];
     id[i] = emit(p, std::move(instr));
     for (int b : live.buffers[i])
-      emit(p, {.op = Free{b}, .stream = p.instrs[static_cast<size_t>(id[i])].stream,
-               .micro_batch = p.instrs[static_cast<size_t>(id[i])].micro_batch, .after = {id[i]}});
+      emit(p, {.op = Free{b}, .micro_batch = p.instrs[static_cast<size_t>(id[i])].micro_batch, .after = {id[i]}});
   }
 }
 

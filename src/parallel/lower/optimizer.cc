@@ -106,18 +106,15 @@ void optimizer(const Context& c, Program& p) {
     p.norm_buffer = add_buffer(p, {.kind = Buffer::Kind::norm, .name = "norm", .count = 1, .persistent = true});
     const Region squares{p.norm_buffer, 0, 1};
     norm = emit(p, {.op = Norm{.gradients = gradients, .weights = weights, .into = squares},
-                    .stream = kComputeStream,
                     .after = after,
                     .name = "gradient norm"});
     std::vector<int> sum_over = model_axes;
     if (sharded) sum_over.insert(sum_over.begin(), c.data_axis);
     for (int axis : sum_over)
       norm = emit(p, {.op = Collective{.kind = comm::Collective::allreduce, .axis = axis, .input = squares},
-                      .stream = comm_stream(axis),
                       .after = {norm},
                       .name = "gradient norm"});
     norm = emit(p, {.op = Clip{.gradients = whole, .norm = squares},
-                    .stream = kComputeStream,
                     .after = {norm},
                     .name = "clip"});
   }
@@ -130,7 +127,6 @@ void optimizer(const Context& c, Program& p) {
     for (const Piece& piece : pieces[b])
       updates.push_back(emit(p, {.op = Update{.param = piece.param, .offset = piece.offset, .count = piece.count,
                                               .gradient = piece.gradient, .storage = piece.storage},
-                                 .stream = kComputeStream,
                                  .after = after}));
     if (!sharded || p.params_buffer < 0) continue;
     const Transition& t = c.transition(Transition::Site::parameter_update,
@@ -141,7 +137,6 @@ void optimizer(const Context& c, Program& p) {
                               .axis = c.data_axis,
                               .input = {p.params_buffer, bucket.offset + bucket.block_begin, bucket.block_count},
                               .output = {p.params_buffer, bucket.offset, bucket.count}},
-             .stream = comm_stream(c.data_axis),
              .after = updates,
              .name = fmt::format("gather updated bucket {}", b)});
   }

@@ -38,7 +38,6 @@ int emit(Program& program, Instr instr) {
 void schedule(const Context& c, Program& p) {
   const Graph& graph = c.graph;
   const bool multi = c.data_size > 1;
-  const int stream = comm_stream(c.data_axis);
   const RankWork& work = c.work;
   std::vector<int> param_of(graph.values().size(), -1), part_of(graph.values().size(), -1);
   for (size_t i = 0; i < p.params.size(); ++i) param_of[static_cast<size_t>(p.params[i].value)] = static_cast<int>(i);
@@ -89,11 +88,11 @@ void schedule(const Context& c, Program& p) {
     if (c.strategy.lowering.compression.lossy()) {
       const bool matrix = param.shape.rank() >= 2;
       if (matrix) reduce.codec = c.strategy.lowering.compression;
+      reduce.momentum = c.strategy.lowering.local_momentum;
       reduce.codec_rows = matrix ? param.shape[0] : 1;
       reduce.codec_cols = param.shape.numel() / reduce.codec_rows;
     }
     emit(p, {.op = reduce,
-             .stream = stream,
              .micro_batch = m,
              .priority = bucket.priority,
              .after = after >= 0 ? std::vector<int>{after} : std::vector<int>{},
@@ -113,7 +112,7 @@ void schedule(const Context& c, Program& p) {
                                                   .tag = phase.tags[i]}}
                                  : Operation{Recv{.value = v, .axis = work.pipeline_axis, .peer = phase.peer,
                                                   .tag = phase.tags[i]}};
-        emit(p, {.op = op, .stream = comm_stream(work.pipeline_axis), .micro_batch = m});
+        emit(p, {.op = op, .micro_batch = m});
       }
       continue;
     }
@@ -130,13 +129,12 @@ void schedule(const Context& c, Program& p) {
                                .axis = c.data_axis,
                                .input = {p.param_shard_buffer, bucket.shard_offset, bucket.block_count},
                                .output = {bucket.param_buffer, 0, bucket.count}},
-              .stream = stream,
               .micro_batch = m,
               .name = fmt::format("gather bucket {} ({})", b, phase.backward ? "backward" : "forward")});
     };
     for (int n : phase.nodes) {
       const Node& node = graph.nodes()[static_cast<size_t>(n)];
-      Instr compute{.op = Compute{n}, .stream = kComputeStream, .micro_batch = m};
+      Instr compute{.op = Compute{n}, .micro_batch = m};
       if (node.op() == "reshard") {
         // A placement change propagation inserted: the rule's collective on the value.
         const int axis = static_cast<int>(node.attrs.get_int("axis"));
@@ -144,7 +142,6 @@ void schedule(const Context& c, Program& p) {
                              .axis = axis,
                              .from = placement_from_string(node.attrs.get_string("from")),
                              .to = placement_from_string(node.attrs.get_string("to"))};
-        compute.stream = comm_stream(axis);
       }
       if (gather) {
         bool first_use = false;
@@ -164,7 +161,7 @@ void schedule(const Context& c, Program& p) {
       if (computes) emit(p, std::move(compute));
       for (ValueId out : node.outputs) {
         if (out == c.loss && computes)
-          last_loss = emit(p, {.op = Accumulate{out, {p.loss_buffer, 0, 1}}, .stream = kComputeStream, .micro_batch = m});
+          last_loss = emit(p, {.op = Accumulate{out, {p.loss_buffer, 0, 1}}, .micro_batch = m});
         const int i = part_of[static_cast<size_t>(out)];
         if (i < 0) continue;
         const ParamLayout& param = p.params[static_cast<size_t>(i)];
@@ -173,7 +170,6 @@ void schedule(const Context& c, Program& p) {
         if (computes)
           last_accumulate[static_cast<size_t>(b)] =
               emit(p, {.op = Accumulate{out, {bucket.grad_buffer, param.offset - bucket.offset, param.shape.numel()}},
-                       .stream = kComputeStream,
                        .micro_batch = m});
         --missing[static_cast<size_t>(b)];
         const bool complete = reduce_every_micro_batch ? --missing_of_micro[static_cast<size_t>(m)][static_cast<size_t>(b)] == 0
@@ -197,7 +193,6 @@ void schedule(const Context& c, Program& p) {
                                               .axis = work.pipeline_axis,
                                               .input = {bucket.grad_buffer, 0, bucket.count},
                                               .subgroup = group},
-                             .stream = comm_stream(work.pipeline_axis),
                              .after = last >= 0 ? std::vector<int>{last} : std::vector<int>{},
                              .name = fmt::format("grad bucket {} over the stages sharing it", b)});
     if (multi) emit_reduction(b, micro - 1, sum);
@@ -205,7 +200,6 @@ void schedule(const Context& c, Program& p) {
   if (multi) {
     const Transition& t = c.transition(Transition::Site::loss, c.loss);
     last_loss = emit(p, {.op = Collective{.kind = collective_for(t), .axis = c.data_axis, .input = {p.loss_buffer, 0, 1}},
-                         .stream = stream,
                          .after = last_loss >= 0 ? std::vector<int>{last_loss} : std::vector<int>{},
                          .name = "loss"});
   }
@@ -213,7 +207,6 @@ void schedule(const Context& c, Program& p) {
   if (work.pipeline_axis >= 0)
     emit(p, {.op = Collective{.kind = comm::Collective::allreduce, .axis = work.pipeline_axis,
                               .input = {p.loss_buffer, 0, 1}},
-             .stream = comm_stream(work.pipeline_axis),
              .after = last_loss >= 0 ? std::vector<int>{last_loss} : std::vector<int>{},
              .name = "loss over the stages"});
 }

@@ -1,6 +1,7 @@
-// Collective instructions: inline on the data axis' communicator, or queued
-// on the rank's progress engine (overlap; P3 slices by the program's
-// priorities), plain or through a compression codec with error feedback.
+// Collective instructions on the lane the program names (parallel/program.h):
+// queued on the rank's progress engine (overlap; P3 slices by the
+// program's priorities), or inline on their group's communicator, plain or
+// through a compression codec with error feedback.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -21,65 +22,44 @@ std::unique_ptr<ProgramExecutor::Codec> ProgramExecutor::make_codec(const parall
       buffer.members.front().name,
       comm::compression::GradientCompressor(op.codec, op.input.count, op.codec_rows, op.codec_cols, 0x9e3779b9u),
       {}});
-  if (program_.strategy.lowering.local_momentum > 0) codec->velocity.assign(static_cast<size_t>(op.input.count), 0.0f);
+  if (op.momentum > 0) codec->velocity.assign(static_cast<size_t>(op.input.count), 0.0f);
   return codec;
 }
 
-namespace {
-
-// (p-1)/p of n floats: what each rank sends in a ring reduce-scatter or allgather.
-uint64_t ring_pass_bytes(int p, int64_t n) {
-  return static_cast<uint64_t>((p - 1.0) / p * 4.0 * static_cast<double>(n));
-}
-
-}  // namespace
-
 comm::compression::WireStats ProgramExecutor::step_wire() const {
+  // Gradient and parameter collectives: what the lowering stamped
+  // (comm/wire_bytes.h), or what the codecs measured; the one-float loss
+  // and norm aside.
   comm::compression::WireStats wire;
   const int p = group_ ? group_->size() : 1;
   if (p <= 1) return wire;
-  if (compressing()) {
-    for (const auto& w : wire_) wire += w;
-    return wire;
-  }
   for (size_t i = 0; i < program_.instrs.size(); ++i) {
     const auto* c = std::get_if<parallel::Collective>(&program_.instrs[i].op);
     if (c == nullptr) continue;
     const Buffer::Kind kind = program_.buffers[static_cast<size_t>(c->input.buffer)].kind;
-    if (kind == Buffer::Kind::loss || kind == Buffer::Kind::norm) continue;  // one float each
-    const int64_t n = c->kind == comm::Collective::allgather ? c->output.count : c->input.count;
-    wire.bytes_sent += (c->kind == comm::Collective::allreduce ? 2 : 1) * ring_pass_bytes(p, n);
+    if (kind == Buffer::Kind::loss || kind == Buffer::Kind::norm) continue;
+    wire.bytes_sent += compressing() ? wire_[i].bytes_sent : static_cast<uint64_t>(program_.instrs[i].wire.total());
   }
-  wire.dense_bytes = 2 * ring_pass_bytes(p, program_.param_count);
+  wire.dense_bytes = static_cast<uint64_t>(
+      comm::wire_bytes({.options = {.algorithm = comm::Algorithm::ring},
+                        .bytes = program_.param_count * static_cast<int64_t>(sizeof(float)),
+                        .ranks = p})
+          .total());
   return wire;
+}
+
+comm::Communicator* ProgramExecutor::communicator_of(const parallel::Instr& instr) {
+  const parallel::CommGroup& group = program_.groups[static_cast<size_t>(instr.group)];
+  return group.subgroup >= 0 ? &subgroups_[static_cast<size_t>(group.subgroup)]
+                             : groups_[static_cast<size_t>(group.axis)];
 }
 
 void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_t step) {
   const parallel::Instr& instr = program_.instrs[static_cast<size_t>(id)];
-  if (groups_[static_cast<size_t>(op.axis)] != group_ || op.subgroup >= 0) {
-    // A model or pipeline axis' collective on a flat buffer (the gradient
-    // norm's sum, the loss, a gradient the stages sharing its parameter
-    // sum): inline, on that axis' group or the subgroup of it.
-    PX_CHECK(op.kind == comm::Collective::allreduce && op.output.buffer < 0,
-             "instruction #{}: only allreduces run on a model axis' flat buffers", id);
-    if (program_.buffers[static_cast<size_t>(op.input.buffer)].kind == Buffer::Kind::grad_bucket)
-      zero_unwritten(op.input.buffer);
-    comm::Communicator* comm = op.subgroup >= 0 ? &subgroups_[static_cast<size_t>(op.subgroup)]
-                                                : groups_[static_cast<size_t>(op.axis)];
-    const double start = tracing_ ? comm::now_us() : 0;
-    if (comm != nullptr)
-      comm::allreduce(*comm, std::span<float>(data(op.input), static_cast<size_t>(op.input.count)), op.op,
-                      options_.collective);
-    if (tracing_)
-      trace_.push_back({.name = instr.name,
-                        .lane = TraceRecord::Lane::comm,
-                        .start_us = start,
-                        .duration_us = comm::now_us() - start,
-                        .bytes = op.input.count * static_cast<int64_t>(sizeof(float)),
-                        .step = static_cast<int64_t>(step),
-                        .instr = id});
-    return;
-  }
+  // The lane the program names: the progress engine, or inline here.
+  const bool queued = instr.lane.kind == parallel::Lane::Kind::progress && engine_ != nullptr;
+  comm::Communicator* group = communicator_of(instr);
+  if (group == nullptr) return;  // an axis of one rank
   const Buffer& input_buffer = program_.buffers[static_cast<size_t>(op.input.buffer)];
   if (input_buffer.kind == Buffer::Kind::grad_bucket) zero_unwritten(op.input.buffer);
   const int priority = options_.p3_slice_bytes > 0 ? instr.priority : 0;
@@ -103,7 +83,7 @@ void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_
 
   if (auto it = codecs_.find(id); it != codecs_.end()) {
     Codec* codec = it->second;
-    const double momentum = program_.strategy.lowering.local_momentum;
+    const double momentum = op.momentum;
     comm::compression::WireStats* wire = &wire_[static_cast<size_t>(id)];
     auto work = [codec, input, step, momentum, wire](comm::Communicator& comm) {
       // A non-finite gradient would poison the error-feedback state for
@@ -142,11 +122,11 @@ void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_
         for (size_t i = 0; i < u.size(); ++i)
           if (residual[i] != kept[i]) u[i] = 0.0f;
     };
-    if (engine_) {
+    if (queued) {
       job_[static_cast<size_t>(id)] = engine_->submit(priority, name, work, bytes);
       instr_of_job_[job_[static_cast<size_t>(id)]] = id;
     } else {
-      work(*group_);
+      work(*group);
       traced_inline();
     }
     return;
@@ -154,8 +134,8 @@ void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_
 
   switch (op.kind) {
     case comm::Collective::allreduce:
-      if (engine_) job_[static_cast<size_t>(id)] = engine_->allreduce(input, priority, name, op.op);
-      else comm::allreduce(*group_, input, op.op, collective);
+      if (queued) job_[static_cast<size_t>(id)] = engine_->allreduce(input, priority, name, op.op);
+      else comm::allreduce(*group, input, op.op, collective);
       break;
     case comm::Collective::reduce_scatter:
       if (op.accumulate) {
@@ -166,24 +146,24 @@ void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_
                                static_cast<int64_t>(input.size()), reduction, collective);
           kernels::add_inplace(static_cast<int64_t>(part.size()), part.data(), output.data());
         };
-        if (engine_) job_[static_cast<size_t>(id)] = engine_->submit(priority, name, reduce_and_add, bytes);
-        else reduce_and_add(*group_);
-      } else if (engine_) {
+        if (queued) job_[static_cast<size_t>(id)] = engine_->submit(priority, name, reduce_and_add, bytes);
+        else reduce_and_add(*group);
+      } else if (queued) {
         job_[static_cast<size_t>(id)] = engine_->reduce_scatter(input, output, priority, name, op.op);
       } else {
-        comm::reduce_scatter(*group_, input.data(), comm::Buffer(output), static_cast<int64_t>(input.size()), op.op,
+        comm::reduce_scatter(*group, input.data(), comm::Buffer(output), static_cast<int64_t>(input.size()), op.op,
                              collective);
       }
       break;
     case comm::Collective::allgather: {
       // The input may be this rank's block of the output itself: gather from a copy.
       std::vector<float> staged(input.begin(), input.end());
-      if (engine_) {
+      if (queued) {
         const JobId job = engine_->allgather(staged, output, priority, name);
         job_[static_cast<size_t>(id)] = job;
         staging_[job] = std::move(staged);
       } else {
-        comm::allgather(*group_, staged.data(), comm::Buffer(output), collective);
+        comm::allgather(*group, staged.data(), comm::Buffer(output), collective);
       }
       break;
     }
@@ -191,7 +171,7 @@ void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_
       fail("executor: collective {} (instruction #{}) is not run by data-parallel programs",
            comm::collective_name(op.kind), id);
   }
-  if (!engine_) traced_inline();
+  if (!queued) traced_inline();
   else if (job_[static_cast<size_t>(id)] >= 0) instr_of_job_[job_[static_cast<size_t>(id)]] = id;
 }
 

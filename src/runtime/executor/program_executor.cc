@@ -2,6 +2,7 @@
 // compute, accumulate, norm, update, free.
 #include "runtime/executor/program_executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -35,6 +36,24 @@ void validate(const ExecutorOptions& o, const parallel::Program& program) {
   }
 }
 
+namespace {
+
+// The axis whose progress lane the engine runs (the program's lanes name at
+// most one: a second overlapping axis needs an engine of its own); the
+// data axis when none does.
+int progress_axis(const parallel::Program& program) {
+  int axis = -1;
+  for (const Instr& instr : program.instrs) {
+    if (instr.lane.kind != parallel::Lane::Kind::progress) continue;
+    PX_CHECK(axis < 0 || axis == instr.lane.axis, "progress lanes on two axes ({} and {}): one engine runs one",
+             axis, instr.lane.axis);
+    axis = instr.lane.axis;
+  }
+  return axis >= 0 ? axis : program.strategy.mesh.axis(program.strategy.data_axis);
+}
+
+}  // namespace
+
 ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, OptimizerConfig optimizer,
                                  ExecutorOptions options)
     : program_(std::move(program)), groups_(std::move(groups)),
@@ -52,7 +71,7 @@ ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, O
   }
   sent_before_.assign(axes.size(), 0);
   make_pipeline_groups();
-  group_ = groups_[static_cast<size_t>(program_.strategy.mesh.axis(program_.strategy.data_axis))];
+  group_ = groups_[static_cast<size_t>(progress_axis(program_))];
   const int group_size = group_ ? group_->size() : 1;
   validate(options_, program_);
   PX_CHECK(!program_.graphs.empty(), "a program without a local graph (rank {} has no rows)", program_.rank);
@@ -87,8 +106,12 @@ ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, O
   wire_.assign(program_.instrs.size(), {});
   // Compressed gradients: every gradient collective through its own
   // compressor (vectors with Method::none: dense, but counted alike).
-  if (program_.strategy.lowering.compression.lossy() && group_size > 1)
-    for (int id : gradient_collectives()) {
+  const std::vector<int> gradients = gradient_collectives();
+  const bool compressed = std::any_of(gradients.begin(), gradients.end(), [&](int id) {
+    return std::get<parallel::Collective>(program_.instrs[static_cast<size_t>(id)].op).codec.lossy();
+  });
+  if (compressed && group_size > 1)
+    for (int id : gradients) {
       const auto& collective = std::get<parallel::Collective>(program_.instrs[static_cast<size_t>(id)].op);
       codecs_[id] = codec_store_.emplace_back(make_codec(collective)).get();
       compressors_.push_back(codecs_[id]);

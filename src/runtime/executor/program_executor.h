@@ -278,6 +278,8 @@ class ProgramExecutor {
   void collective(int id, const parallel::Collective& op, uint64_t step);
   void collect_engine_trace();
   std::unique_ptr<Codec> make_codec(const parallel::Collective& op) const;
+  // The communicator of the group an instruction names (nullptr: one rank).
+  comm::Communicator* communicator_of(const parallel::Instr& instr);
   // Bytes this rank sent for the step's gradient and parameter collectives.
   comm::compression::WireStats step_wire() const;
 
@@ -297,7 +299,7 @@ class ProgramExecutor {
   parallel::Liveness liveness_;
   std::vector<Lowering> programs_;  // the others (add_program)
   AxisGroups groups_;
-  comm::Communicator* group_;  // the data axis'
+  comm::Communicator* group_;  // the progress lane's axis' (the data axis)
   std::vector<uint64_t> sent_before_;  // per mesh axis: axis_bytes_sent() when the step began
   uint64_t axis_bytes_sent(size_t axis) const;  // this rank's bytes sent so far on a mesh axis
   ExecutorOptions options_;
@@ -353,18 +355,17 @@ class ProgramExecutor {
     FlightKind kind;
     std::string what;  // "allreduce", "reshard S(0) -> B", "send"
     std::string axis;
-    uint64_t sequence = 0;  // the n-th collective on its group; a transfer's tag
+    uint64_t sequence = 0;  // the n-th call on its group this step (Instr::sequence); a transfer's tag
     uint64_t bytes = 0;
     int peer = -1;
   };
-  std::optional<FlightSite> flight_site(int id);  // draws the sequence number
+  std::optional<FlightSite> flight_site(int id) const;
   void flight_done(int id);
   void flight_jobs_done();  // marks the finished engine jobs' events done
   int oldest_pending_event() const;
   std::optional<FlightSite> site_of(int id) const;  // the first instruction whose event is not done (-1: none recorded)
   Error in_context(int id, const std::optional<FlightSite>& site, const std::exception& e) const;
   FlightRecorder* recorder_ = nullptr;
-  std::map<std::pair<int, int>, uint64_t> sequence_;  // (axis, subgroup) -> collectives posted
   std::map<int, uint64_t> flight_events_;  // instruction -> its event, until done
   std::map<int, FlightSite> flight_sites_;  // instruction -> where it communicates (for errors)
 
