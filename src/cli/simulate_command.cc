@@ -33,7 +33,9 @@ void write_trace(const std::string& path, const plan::Simulation& sim, int ranks
   for (const plan::SimulatedEvent& e : sim.trace)
     per_rank[static_cast<size_t>(e.rank)].push_back(
         {.name = e.name,
-         .lane = e.lane == "compute" ? TraceRecord::Lane::compute : TraceRecord::Lane::comm,
+         .lane = e.lane == "compute"                ? TraceRecord::Lane::compute
+                 : e.lane.starts_with("progress:") ? TraceRecord::Lane::progress
+                                                   : TraceRecord::Lane::comm,
          .start_us = e.start * 1e6,
          .duration_us = e.duration * 1e6,
          .bytes = 0,

@@ -22,6 +22,14 @@ std::string_view buffer_kind_name(Buffer::Kind kind) {
   return "?";
 }
 
+std::string lane_name(const Program& p, const Lane& lane) {
+  if (lane.kind == Lane::Kind::compute) return "compute";
+  const auto& axes = p.strategy.mesh.axes();
+  const std::string axis =
+      lane.axis >= 0 && lane.axis < static_cast<int>(axes.size()) ? axes[static_cast<size_t>(lane.axis)].name : "?";
+  return fmt::format("{}:{}", lane.kind == Lane::Kind::progress ? "progress" : "p2p", axis);
+}
+
 Region Program::param_source(int param) const {
   const ParamLayout& p = params.at(static_cast<size_t>(param));
   const int64_t count = p.shape.numel();
@@ -36,14 +44,6 @@ namespace {
 std::string region_str(const Program& p, const Region& r) {
   if (r.buffer < 0) return "-";
   return fmt::format("{}[{}:{}]", p.buffers.at(static_cast<size_t>(r.buffer)).name, r.offset, r.offset + r.count);
-}
-
-std::string lane_str(const Program& p, const Lane& lane) {
-  if (lane.kind == Lane::Kind::compute) return "compute";
-  const auto& axes = p.strategy.mesh.axes();
-  const std::string axis =
-      lane.axis >= 0 && lane.axis < static_cast<int>(axes.size()) ? axes[static_cast<size_t>(lane.axis)].name : "?";
-  return fmt::format("{}:{}", lane.kind == Lane::Kind::progress ? "progress" : "p2p", axis);
 }
 
 // " seq 3 wire 1536" for what talks to a group: its call and its bytes.
@@ -131,7 +131,7 @@ struct OperationPrinter {
 std::string Program::str(size_t i) const {
   const Instr& instr = instrs.at(i);
   std::string line = fmt::format("#{} {} {}", i, instr.micro_batch >= 0 ? fmt::format("mb{}", instr.micro_batch) : "-",
-                                 lane_str(*this, instr.lane));
+                                 lane_name(*this, instr.lane));
   line += " " + std::visit(OperationPrinter{*this, instr}, instr.op) + facts_str(instr);
   if (instr.priority != 0) line += fmt::format(" prio {}", instr.priority);
   if (!instr.after.empty()) line += fmt::format(" after #{}", fmt::join(instr.after, " #"));

@@ -242,6 +242,10 @@ struct Instr {
   bool operator==(const Instr&) const = default;
 };
 
+// "compute", "progress:<axis>" or "p2p:<axis>" (str() prints it).
+struct Program;
+std::string lane_name(const Program& program, const Lane& lane);
+
 // The ranks a collective or reshard talks with: the ones that differ from
 // this rank only along `axis` (and, for a subgroup, sit at one of its
 // coordinates there). `key` is equal on every member and unique to the group.

@@ -229,7 +229,8 @@ Simulation simulate(const SimulationRequest& request) {
   };
   std::map<std::pair<std::string, int64_t>, Rendezvous> rendezvous;
   std::map<std::tuple<int, int, uint32_t>, double> arrivals;  // (from, to, tag) -> arrival
-  auto event = [&](int rank, int instr, const std::string& lane, double start, double duration) {
+  auto event = [&](int rank, int instr, const std::string& lane, double start, double duration,
+                   int64_t sequence = -1) {
     if (!request.trace) return;
     const Program& p = programs[static_cast<size_t>(rank)];
     const Instr& in = p.instrs[static_cast<size_t>(instr)];
@@ -239,7 +240,7 @@ Simulation simulate(const SimulationRequest& request) {
       name = fmt::format("{} ({})", node.name, node.op());
     }
     if (name.empty()) name = p.str(static_cast<size_t>(instr)).substr(0, 60);
-    out.trace.push_back({p.rank, lane, std::move(name), start, duration, instr});
+    out.trace.push_back({p.rank, lane, std::move(name), start, duration, instr, sequence});
   };
   // Joins rank's instruction to its collective at `ready`; its finish once every member has.
   auto join = [&](int rank, int i, double ready) -> std::optional<double> {
@@ -264,9 +265,12 @@ Simulation simulate(const SimulationRequest& request) {
         for (const auto& [member, instr] : rv.posted)
           count_wire(out.bytes_sent, state[static_cast<size_t>(member)].calls[static_cast<size_t>(instr)]->wire, link,
                      weight);
-        const std::string& lane =
-            "comm:" + programs.front().strategy.mesh.axes()[static_cast<size_t>(call.axis)].name;
-        for (const auto& [member, instr] : rv.posted) event(member, instr, lane, begin, *rv.finish - begin);
+        const Program& first = programs.front();
+        const std::string lane =
+            call.engine ? parallel::lane_name(first, {.kind = parallel::Lane::Kind::progress, .axis = call.axis})
+                        : "compute";
+        for (const auto& [member, instr] : rv.posted)
+          event(member, instr, lane, begin, *rv.finish - begin, call.sequence);
       }
     }
     return rv.finish;
@@ -334,7 +338,7 @@ Simulation simulate(const SimulationRequest& request) {
         if (it == arrivals.end()) return moved;
         end = std::max(start, it->second);
         s.receive_wait += end - start;
-        event(rank, i, "comm:" + p.strategy.mesh.axes()[static_cast<size_t>(recv->axis)].name, start, end - start);
+        event(rank, i, parallel::lane_name(p, instr.lane), start, end - start);
       } else if (s.calls[s.pc]) {
         if (s.calls[s.pc]->engine) {
           s.submitted[s.pc] = start;  // queued on the progress stream; the main thread goes on

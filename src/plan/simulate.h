@@ -58,10 +58,15 @@ struct SimulationRequest {
 // One timed piece of the replay; `instr` is the executor's instruction id.
 struct SimulatedEvent {
   int rank = 0;
-  std::string lane;  // "compute" or "comm:<axis>"
+  // Where the replay ran it, named as the Program names lanes: "compute"
+  // (the main thread: computes, and collectives and reshards it blocks
+  // on, progress-lane ones too without overlap), "progress:<axis>",
+  // "p2p:<axis>" (a receive's wait).
+  std::string lane;
   std::string name;
   double start = 0, duration = 0;  // seconds from the step's start
   int instr = -1;
+  int64_t sequence = -1;  // a collective's or reshard's call on its group
 };
 
 // Per-rank vectors follow `programs` (the representatives in a symmetric

@@ -185,7 +185,7 @@ void ProgramExecutor::collect_engine_trace() {
     for (const comm::TraceEvent& e : events) {
       auto it = instr_of_job_.find(e.job);
       trace_.push_back({.name = e.slices > 1 ? fmt::format("{} [{}/{}]", e.name, e.slice + 1, e.slices) : e.name,
-                        .lane = TraceRecord::Lane::comm,
+                        .lane = TraceRecord::Lane::progress,
                         .start_us = e.start_us,
                         .duration_us = e.duration_us,
                         .bytes = e.bytes,
