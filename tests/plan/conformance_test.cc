@@ -123,20 +123,22 @@ void expect_valid_schedule(const parallel::Program& p, const std::map<int, Span>
   int main_id = -1, progress_id = -1;
   for (const auto& [id, span] : spans) {
     const parallel::Instr& instr = p.instrs[static_cast<size_t>(id)];
-    for (int dep : instr.after)
-      if (auto it = spans.find(dep); it != spans.end())
-        EXPECT_LE(it->second.finish, span.start) << where << ": #" << id << " started before #" << dep << " finished";
-    if (span.lane == TraceRecord::Lane::progress) {
-      if (progress)
-        EXPECT_LE(progress->finish, span.start) << where << ": progress lane ran #" << id << " beside #" << progress_id;
-      if (main) EXPECT_LE(main->finish, span.start) << where << ": #" << id << " ran before the main thread reached it";
-      progress = &span;
-      progress_id = id;
-    } else {
-      if (main) EXPECT_LE(main->finish, span.start) << where << ": main thread ran #" << id << " beside #" << main_id;
-      main = &span;
-      main_id = id;
+    for (int dep : instr.after) {
+      auto it = spans.find(dep);
+      if (it == spans.end()) continue;
+      EXPECT_LE(it->second.finish, span.start) << where << ": #" << id << " started before #" << dep << " finished";
     }
+    const bool on_progress = span.lane == TraceRecord::Lane::progress;
+    const Span* before = on_progress ? progress : main;
+    const int before_id = on_progress ? progress_id : main_id;
+    if (before != nullptr) {
+      EXPECT_LE(before->finish, span.start) << where << ": #" << id << " ran beside #" << before_id << " on its lane";
+    }
+    if (on_progress && main != nullptr) {
+      EXPECT_LE(main->finish, span.start) << where << ": #" << id << " ran before the main thread reached it";
+    }
+    (on_progress ? progress : main) = &span;
+    (on_progress ? progress_id : main_id) = id;
   }
 }
 

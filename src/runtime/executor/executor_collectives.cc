@@ -54,125 +54,131 @@ comm::Communicator* ProgramExecutor::communicator_of(const parallel::Instr& inst
                              : groups_[static_cast<size_t>(group.axis)];
 }
 
+// A compressed gradient's exchange through its codec, as a job on either
+// lane. A non-finite gradient would poison the error-feedback state for
+// good, and compressed sums need not carry a NaN (top-k and the threshold
+// drop it): the ranks agree first (one float's allreduce) and, if any
+// gradient is bad, hand the norm a NaN, so every rank skips the step (and
+// puts back every codec's state from before it).
+std::function<void(comm::Communicator&)> ProgramExecutor::compressed_exchange(Codec* codec, std::span<float> input,
+                                                                             uint64_t step, double momentum,
+                                                                             comm::compression::WireStats* wire) {
+  return [codec, input, step, momentum, wire](comm::Communicator& comm) {
+    codec->state_before = codec->compressor.state();
+    codec->velocity_before = codec->velocity;
+    float bad = std::all_of(input.begin(), input.end(), [](float x) { return std::isfinite(x); }) ? 0.0f : 1.0f;
+    comm::allreduce(comm, std::span<float>(&bad, 1), comm::Reduction::max);
+    if (bad > 0) {
+      std::fill(input.begin(), input.end(), std::numeric_limits<float>::quiet_NaN());
+      return;
+    }
+    if (codec->velocity.empty()) {
+      *wire = codec->compressor.allreduce_sum(comm, input, step);
+      return;
+    }
+    // Momentum correction: send the velocity; an entry was sent exactly
+    // when the residual after the call differs from (velocity + residual
+    // before), which unsent entries keep bitwise; their momentum is then
+    // cleared.
+    std::vector<float>& u = codec->velocity;
+    const float m = static_cast<float>(momentum);
+    std::span<const float> residual = codec->compressor.residual();
+    std::vector<float> kept(input.size());
+    for (size_t i = 0; i < input.size(); ++i) {
+      u[i] = m * u[i] + input[i];
+      input[i] = u[i];
+      kept[i] = residual.empty() ? u[i] : u[i] + residual[i];
+    }
+    *wire = codec->compressor.allreduce_sum(comm, input, step);
+    residual = codec->compressor.residual();
+    if (residual.size() == u.size())
+      for (size_t i = 0; i < u.size(); ++i)
+        if (residual[i] != kept[i]) u[i] = 0.0f;
+  };
+}
+
 void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_t step) {
   const parallel::Instr& instr = program_.instrs[static_cast<size_t>(id)];
-  // The lane the program names: the progress engine, or inline here.
-  const bool queued = instr.lane.kind == parallel::Lane::Kind::progress && engine_ != nullptr;
   comm::Communicator* group = communicator_of(instr);
   if (group == nullptr) return;  // an axis of one rank
-  const Buffer& input_buffer = program_.buffers[static_cast<size_t>(op.input.buffer)];
-  if (input_buffer.kind == Buffer::Kind::grad_bucket) zero_unwritten(op.input.buffer);
+  if (program_.buffers[static_cast<size_t>(op.input.buffer)].kind == Buffer::Kind::grad_bucket)
+    zero_unwritten(op.input.buffer);
+  // The lane the program names: the progress engine, or inline here.
+  const bool queued = instr.lane.kind == parallel::Lane::Kind::progress && engine_ != nullptr;
   const int priority = options_.p3_slice_bytes > 0 ? instr.priority : 0;
-  const comm::CollectiveOptions collective = options_.collective;
   const int64_t bytes = op.input.count * static_cast<int64_t>(sizeof(float));
   std::span<float> input(data(op.input), static_cast<size_t>(op.input.count));
-  std::span<float> output;
-  if (op.output.buffer >= 0) output = {data(op.output), static_cast<size_t>(op.output.count)};
-  const std::string& name = instr.name;
   const double start = comm::now_us();
-  auto traced_inline = [&] {
-    if (tracing_)
-      trace_.push_back({.name = name,
-                        .lane = TraceRecord::Lane::comm,
-                        .start_us = start,
-                        .duration_us = comm::now_us() - start,
-                        .bytes = bytes,
-                        .step = static_cast<int64_t>(step),
-                        .instr = id});
-  };
-
+  JobId& job = job_[static_cast<size_t>(id)];
   if (auto it = codecs_.find(id); it != codecs_.end()) {
-    Codec* codec = it->second;
-    const double momentum = op.momentum;
-    comm::compression::WireStats* wire = &wire_[static_cast<size_t>(id)];
-    auto work = [codec, input, step, momentum, wire](comm::Communicator& comm) {
-      // A non-finite gradient would poison the error-feedback state for
-      // good, and compressed sums need not carry a NaN (top-k and the
-      // threshold drop it): the ranks agree first (one float's allreduce)
-      // and, if any gradient is bad, hand the norm a NaN, so every rank
-      // skips the step (and puts back every codec's state from before it).
-      codec->state_before = codec->compressor.state();
-      codec->velocity_before = codec->velocity;
-      float bad = std::all_of(input.begin(), input.end(), [](float x) { return std::isfinite(x); }) ? 0.0f : 1.0f;
-      comm::allreduce(comm, std::span<float>(&bad, 1), comm::Reduction::max);
-      if (bad > 0) {
-        std::fill(input.begin(), input.end(), std::numeric_limits<float>::quiet_NaN());
-        return;
-      }
-      if (codec->velocity.empty()) {
-        *wire = codec->compressor.allreduce_sum(comm, input, step);
-        return;
-      }
-      // Momentum correction: send the velocity; an entry was sent exactly
-      // when the residual after the call differs from (velocity + residual
-      // before), which unsent entries keep bitwise; their momentum is then
-      // cleared.
-      std::vector<float>& u = codec->velocity;
-      const float m = static_cast<float>(momentum);
-      std::span<const float> residual = codec->compressor.residual();
-      std::vector<float> kept(input.size());
-      for (size_t i = 0; i < input.size(); ++i) {
-        u[i] = m * u[i] + input[i];
-        input[i] = u[i];
-        kept[i] = residual.empty() ? u[i] : u[i] + residual[i];
-      }
-      *wire = codec->compressor.allreduce_sum(comm, input, step);
-      residual = codec->compressor.residual();
-      if (residual.size() == u.size())
-        for (size_t i = 0; i < u.size(); ++i)
-          if (residual[i] != kept[i]) u[i] = 0.0f;
-    };
-    if (queued) {
-      job_[static_cast<size_t>(id)] = engine_->submit(priority, name, work, bytes);
-      instr_of_job_[job_[static_cast<size_t>(id)]] = id;
-    } else {
-      work(*group);
-      traced_inline();
-    }
-    return;
+    auto work = compressed_exchange(it->second, input, step, op.momentum, &wire_[static_cast<size_t>(id)]);
+    if (queued) job = engine_->submit(priority, instr.name, work, bytes);
+    else work(*group);
+  } else {
+    std::span<float> output;
+    if (op.output.buffer >= 0) output = {data(op.output), static_cast<size_t>(op.output.count)};
+    job = dense(op, instr.name, input, output, queued ? priority : -1, *group);
+    PX_CHECK(queued == (job >= 0), "instruction #{}: queued {} but job {}", id, queued, job);
   }
+  if (queued) {
+    instr_of_job_[job] = id;
+  } else if (tracing_) {
+    trace_.push_back({.name = instr.name,
+                      .lane = TraceRecord::Lane::comm,
+                      .start_us = start,
+                      .duration_us = comm::now_us() - start,
+                      .bytes = bytes,
+                      .step = static_cast<int64_t>(step),
+                      .instr = id});
+  }
+}
 
+// A plain collective: queued on the engine when `priority` >= 0 (its job),
+// else run here (-1).
+ProgramExecutor::JobId ProgramExecutor::dense(const parallel::Collective& op, const std::string& name,
+                                              std::span<float> input, std::span<float> output, int priority,
+                                              comm::Communicator& group) {
+  const bool queued = priority >= 0;
+  const comm::CollectiveOptions collective = options_.collective;
+  const int64_t bytes = static_cast<int64_t>(input.size() * sizeof(float));
   switch (op.kind) {
     case comm::Collective::allreduce:
-      if (queued) job_[static_cast<size_t>(id)] = engine_->allreduce(input, priority, name, op.op);
-      else comm::allreduce(*group, input, op.op, collective);
-      break;
-    case comm::Collective::reduce_scatter:
-      if (op.accumulate) {
-        // A later micro-batch adds its reduced block into the shard.
-        auto reduce_and_add = [input, output, collective, reduction = op.op](comm::Communicator& comm) {
-          std::vector<float> part(output.size());
-          comm::reduce_scatter(comm, input.data(), comm::Buffer(std::span<float>(part)),
-                               static_cast<int64_t>(input.size()), reduction, collective);
-          kernels::add_inplace(static_cast<int64_t>(part.size()), part.data(), output.data());
-        };
-        if (queued) job_[static_cast<size_t>(id)] = engine_->submit(priority, name, reduce_and_add, bytes);
-        else reduce_and_add(*group);
-      } else if (queued) {
-        job_[static_cast<size_t>(id)] = engine_->reduce_scatter(input, output, priority, name, op.op);
-      } else {
-        comm::reduce_scatter(*group, input.data(), comm::Buffer(output), static_cast<int64_t>(input.size()), op.op,
+      if (queued) return engine_->allreduce(input, priority, name, op.op);
+      comm::allreduce(group, input, op.op, collective);
+      return -1;
+    case comm::Collective::reduce_scatter: {
+      if (!op.accumulate) {
+        if (queued) return engine_->reduce_scatter(input, output, priority, name, op.op);
+        comm::reduce_scatter(group, input.data(), comm::Buffer(output), static_cast<int64_t>(input.size()), op.op,
                              collective);
+        return -1;
       }
-      break;
+      // A later micro-batch adds its reduced block into the shard.
+      auto reduce_and_add = [input, output, collective, reduction = op.op](comm::Communicator& comm) {
+        std::vector<float> part(output.size());
+        comm::reduce_scatter(comm, input.data(), comm::Buffer(std::span<float>(part)),
+                             static_cast<int64_t>(input.size()), reduction, collective);
+        kernels::add_inplace(static_cast<int64_t>(part.size()), part.data(), output.data());
+      };
+      if (queued) return engine_->submit(priority, name, reduce_and_add, bytes);
+      reduce_and_add(group);
+      return -1;
+    }
     case comm::Collective::allgather: {
       // The input may be this rank's block of the output itself: gather from a copy.
       std::vector<float> staged(input.begin(), input.end());
-      if (queued) {
-        const JobId job = engine_->allgather(staged, output, priority, name);
-        job_[static_cast<size_t>(id)] = job;
-        staging_[job] = std::move(staged);
-      } else {
-        comm::allgather(*group, staged.data(), comm::Buffer(output), collective);
+      if (!queued) {
+        comm::allgather(group, staged.data(), comm::Buffer(output), collective);
+        return -1;
       }
-      break;
+      const JobId job = engine_->allgather(staged, output, priority, name);
+      staging_[job] = std::move(staged);
+      return job;
     }
     default:
-      fail("executor: collective {} (instruction #{}) is not run by data-parallel programs",
-           comm::collective_name(op.kind), id);
+      fail("executor: collective {} ('{}') is not run by data-parallel programs", comm::collective_name(op.kind),
+           name);
   }
-  if (!queued) traced_inline();
-  else if (job_[static_cast<size_t>(id)] >= 0) instr_of_job_[job_[static_cast<size_t>(id)]] = id;
 }
 
 void ProgramExecutor::collect_engine_trace() {

@@ -236,7 +236,21 @@ class ProgramExecutor {
   void swap_active(Lowering& other);
   void use_program_for(int64_t global_rows);
 
-  // program_executor.cc: the step loop and the local instructions.
+  // program_executor.cc: the step loop. A step's state beside the members.
+  struct Step {
+    const StepInput& input;
+    StepResult& result;
+    bool pipelined = false;
+    double start_us = 0;  // pipelines: when the step began
+    bool optimizer_begun = false;
+  };
+  void begin_step(const StepInput& input);  // feeds cut into micro-batches, buffers reset
+  void execute(int id, Step& step);
+  template <typename Op>
+  void dispatch(int id, const Op& op, Step& step);
+  void end_step(StepResult& result, double lr);
+
+  // executor_local.cc: the instructions that talk to no other rank.
   void compute(int id, const parallel::Compute& op, const StepInput& input);
   // executor_reshard.cc
   void reshard(int id, const parallel::Reshard& op, const StepInput& input);
@@ -244,6 +258,7 @@ class ProgramExecutor {
   void norm(const parallel::Norm& op);
   double clip(const parallel::Clip& op, double clip);  // returns the global norm
   void update(int id, const parallel::Update& op, double lr);
+  // executor_buffers.cc
   void free_buffer(int buffer, int after);
   void allocate(int buffer);
   // A freed buffer instance whose last reader (an engine job) still runs:
@@ -276,6 +291,11 @@ class ProgramExecutor {
 
   // executor_collectives.cc: collectives inline or on the engine.
   void collective(int id, const parallel::Collective& op, uint64_t step);
+  static std::function<void(comm::Communicator&)> compressed_exchange(Codec* codec, std::span<float> input,
+                                                                     uint64_t step, double momentum,
+                                                                     comm::compression::WireStats* wire);
+  JobId dense(const parallel::Collective& op, const std::string& name, std::span<float> input,
+              std::span<float> output, int priority, comm::Communicator& group);
   void collect_engine_trace();
   std::unique_ptr<Codec> make_codec(const parallel::Collective& op) const;
   // The communicator of the group an instruction names (nullptr: one rank).

@@ -1,0 +1,118 @@
+// The program's flat float buffers: allocated at an instance's first write
+// (liveness), freed at its Free (or, while an engine job still reads it,
+// once that job finishes), zero-filled where this step wrote nothing, and
+// the waits for engine jobs an instruction depends on.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/elementwise.h"
+#include "runtime/executor/program_executor.h"
+
+namespace px {
+
+using parallel::Buffer;
+using parallel::Instr;
+using parallel::Region;
+
+Tensor ProgramExecutor::view(const Region& r) const {
+  const Tensor& buffer = buffers_.at(static_cast<size_t>(r.buffer));
+  PX_CHECK(buffer.defined(), "buffer '{}' is read while not allocated", program_.buffers[static_cast<size_t>(r.buffer)].name);
+  return buffer.slice_rows(r.offset, r.offset + r.count);
+}
+
+float* ProgramExecutor::data(const Region& r) const {
+  Tensor buffer = buffers_.at(static_cast<size_t>(r.buffer));  // a handle: the data is not const
+  PX_CHECK(buffer.defined(), "buffer '{}' is used while not allocated", program_.buffers[static_cast<size_t>(r.buffer)].name);
+  return buffer.f32() + r.offset;
+}
+
+void ProgramExecutor::allocate(int b) {
+  const Buffer& buffer = program_.buffers[static_cast<size_t>(b)];
+  if (buffer.persistent) return;
+  const int64_t bytes = buffer.count * static_cast<int64_t>(sizeof(float));
+  if (buffer.kind == Buffer::Kind::grad_bucket) {
+    // P3: the previous step's updates read this bucket until they ran.
+    if (!deferred_.empty()) finish();
+    // ZeRO-2/3: room for one more bucket buffer, waiting for the oldest reductions.
+    int live = 0;
+    for (size_t other = 0; other < buffers_.size(); ++other)
+      live += buffers_[other].defined() && program_.buffers[other].kind == Buffer::Kind::grad_bucket &&
+              !program_.buffers[other].persistent;
+    for (const PendingFree& pending : pending_frees_) live += pending.kind == Buffer::Kind::grad_bucket;
+    while (program_.grad_shard_buffer >= 0 && live >= options_.bucket_buffers && !pending_frees_.empty()) {
+      int released = 0;
+      for (const PendingFree& pending : release_finished(true)) released += pending.kind == Buffer::Kind::grad_bucket;
+      live -= released;
+    }
+  }
+  if (buffers_[static_cast<size_t>(b)].defined()) free_buffer(b, -1);
+  buffers_[static_cast<size_t>(b)] = Tensor::empty({buffer.count}, DType::f32);
+  written_[static_cast<size_t>(b)].assign(buffer.members.size(), false);
+  if (buffer.kind == Buffer::Kind::grad_bucket) {
+    grad_buffer_bytes_ += bytes;
+    grad_buffer_peak_ = std::max(grad_buffer_peak_, grad_buffer_bytes_);
+  } else if (buffer.kind == Buffer::Kind::param_bucket) {
+    param_buffer_bytes_ += bytes;
+    param_buffer_peak_ = std::max(param_buffer_peak_, param_buffer_bytes_);
+  }
+}
+
+void ProgramExecutor::free_buffer(int b, int after) {
+  const Buffer& buffer = program_.buffers[static_cast<size_t>(b)];
+  Tensor& tensor = buffers_[static_cast<size_t>(b)];
+  if (buffer.persistent || !tensor.defined()) return;
+  PendingFree freed{.tensor = std::move(tensor), .kind = buffer.kind, .bytes = buffer.count * int64_t(sizeof(float))};
+  tensor = Tensor();  // the buffer id is free for its next instance now
+  // Its last reader still running on the engine: the memory goes once that finishes.
+  if (after >= 0 && engine_ && job_[static_cast<size_t>(after)] >= 0 &&
+      !engine_->finished(job_[static_cast<size_t>(after)])) {
+    freed.job = job_[static_cast<size_t>(after)];
+    pending_frees_.push_back(std::move(freed));
+    return;
+  }
+  uncount(freed);
+}
+
+void ProgramExecutor::uncount(const PendingFree& freed) {
+  if (freed.kind == Buffer::Kind::grad_bucket) grad_buffer_bytes_ -= freed.bytes;
+  if (freed.kind == Buffer::Kind::param_bucket) param_buffer_bytes_ -= freed.bytes;
+}
+
+std::vector<ProgramExecutor::PendingFree> ProgramExecutor::release_finished(bool wait_oldest) {
+  std::vector<PendingFree> released;
+  if (wait_oldest && !pending_frees_.empty()) engine_->wait(pending_frees_.front().job);
+  while (!pending_frees_.empty() && engine_->finished(pending_frees_.front().job)) {
+    uncount(pending_frees_.front());
+    released.push_back(std::move(pending_frees_.front()));
+    pending_frees_.pop_front();
+  }
+  return released;  // their tensors go with the vector
+}
+
+void ProgramExecutor::wait_for(int id) {
+  const JobId job = job_[static_cast<size_t>(id)];
+  if (job < 0) return;
+  try {
+    engine_->wait(job);
+  } catch (const Error& e) {
+    if (recorder_)
+      if (auto it = flight_events_.find(id); it != flight_events_.end()) recorder_->done(it->second, false);
+    throw in_context(id, site_of(id), e);
+  }
+  if (recorder_) flight_done(id);
+}
+
+void ProgramExecutor::zero_unwritten(int b) {
+  std::vector<bool>& written = written_[static_cast<size_t>(b)];
+  const Buffer& buffer = program_.buffers[static_cast<size_t>(b)];
+  for (size_t m = 0; m < written.size(); ++m) {
+    if (written[m]) continue;
+    const int64_t offset = buffer.members.empty() ? 0 : buffer.members[m].offset;
+    const int64_t count = buffer.members.empty() ? buffer.count : buffer.members[m].count;
+    std::memset(buffers_[static_cast<size_t>(b)].f32() + offset, 0, static_cast<size_t>(count) * sizeof(float));
+    written[m] = true;
+  }
+}
+
+}  // namespace px
