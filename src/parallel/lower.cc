@@ -136,6 +136,7 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   passes::schedule(context, program);
   passes::optimizer(context, program);
   passes::frees(program);
+  passes::back_pressure(program, request.bucket_buffers);
   passes::facts(context, program);
   return program;
 }

@@ -18,6 +18,8 @@
 //               after a sharded update
 //   liveness    the last use of every value and buffer; a Free after each buffer
 //               instance's last read (lower/liveness.h)
+//   back_pressure  ZeRO: a bucket buffer's first write after the reduction that frees
+//               the one `bucket_buffers` earlier
 //   facts       how each instruction runs: lane, group, sequence number, wire
 //               bytes (lower/facts.cc)
 //
@@ -42,6 +44,10 @@ struct LowerRequest {
   // The collective algorithm the executor will run (its ExecutorOptions'):
   // the wire bytes stamped on each instruction are that algorithm's.
   comm::CollectiveOptions collective;
+  // Gradients sharded (ZeRO): at most this many gradient bucket buffers
+  // alive at once, backward waiting for the oldest reduction past that
+  // (lower/back_pressure.cc).
+  int bucket_buffers = 4;
 };
 
 // The program of `rank` (0 <= rank < strategy.mesh.ranks()). Throws

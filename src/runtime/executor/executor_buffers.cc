@@ -34,17 +34,9 @@ void ProgramExecutor::allocate(int b) {
   if (buffer.kind == Buffer::Kind::grad_bucket) {
     // P3: the previous step's updates read this bucket until they ran.
     if (!deferred_.empty()) finish();
-    // ZeRO-2/3: room for one more bucket buffer, waiting for the oldest reductions.
-    int live = 0;
-    for (size_t other = 0; other < buffers_.size(); ++other)
-      live += buffers_[other].defined() && program_.buffers[other].kind == Buffer::Kind::grad_bucket &&
-              !program_.buffers[other].persistent;
-    for (const PendingFree& pending : pending_frees_) live += pending.kind == Buffer::Kind::grad_bucket;
-    while (program_.grad_shard_buffer >= 0 && live >= options_.bucket_buffers && !pending_frees_.empty()) {
-      int released = 0;
-      for (const PendingFree& pending : release_finished(true)) released += pending.kind == Buffer::Kind::grad_bucket;
-      live -= released;
-    }
+    // ZeRO: the program made this write wait for the reduction that frees
+    // the oldest bucket buffer (lower/back_pressure.cc); its memory goes now.
+    if (engine_ && !pending_frees_.empty()) release_finished();
   }
   if (buffers_[static_cast<size_t>(b)].defined()) free_buffer(b, -1);
   buffers_[static_cast<size_t>(b)] = Tensor::empty({buffer.count}, DType::f32);
@@ -79,15 +71,11 @@ void ProgramExecutor::uncount(const PendingFree& freed) {
   if (freed.kind == Buffer::Kind::param_bucket) param_buffer_bytes_ -= freed.bytes;
 }
 
-std::vector<ProgramExecutor::PendingFree> ProgramExecutor::release_finished(bool wait_oldest) {
-  std::vector<PendingFree> released;
-  if (wait_oldest && !pending_frees_.empty()) engine_->wait(pending_frees_.front().job);
+void ProgramExecutor::release_finished() {
   while (!pending_frees_.empty() && engine_->finished(pending_frees_.front().job)) {
     uncount(pending_frees_.front());
-    released.push_back(std::move(pending_frees_.front()));
     pending_frees_.pop_front();
   }
-  return released;  // their tensors go with the vector
 }
 
 void ProgramExecutor::wait_for(int id) {

@@ -180,7 +180,7 @@ void ProgramExecutor::finish() {
   while (!deferred_.empty()) run_deferred_updates_of(deferred_.begin()->first);
   if (!engine_) return;
   engine_->wait_all();
-  release_finished(false);
+  release_finished();
   collect_engine_trace();
 }
 

@@ -21,8 +21,6 @@ using parallel::Region;
 
 void validate(const ExecutorOptions& o, const parallel::Program& program) {
   if (o.p3_slice_bytes < 0) fail("P3 slice size {} bytes must be >= 0", o.p3_slice_bytes);
-  if (o.bucket_buffers < 1)
-    fail("gradient bucket buffers {}: expected at least 1 (the bucket backward fills)", o.bucket_buffers);
   if (o.p3_slice_bytes > 0) {
     if (!o.overlap) fail("P3 reduces gradients on the progress thread: it cannot run with --no-overlap");
     if (program.strategy.lowering.global_norm)
@@ -203,7 +201,7 @@ void ProgramExecutor::execute(int id, Step& step) {
     release(instr.micro_batch, v);
     live_[static_cast<size_t>(instr.micro_batch)][static_cast<size_t>(v)] = Tensor();
   }
-  if (engine_ && !pending_frees_.empty()) release_finished(false);
+  if (engine_ && !pending_frees_.empty()) release_finished();
 }
 
 template <typename Op>
@@ -306,7 +304,7 @@ void ProgramExecutor::end_step(StepResult& result, double lr) {
     } catch (const Error& e) {
       throw in_context(oldest_pending_event(), site_of(oldest_pending_event()), e);
     }
-    release_finished(false);
+    release_finished();
   }
   if (engine_) collect_engine_trace();
 }

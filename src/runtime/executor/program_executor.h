@@ -14,8 +14,9 @@
 // trace records carry the instruction id.
 //
 // How it runs (not what runs) is the executor's: overlap, P3's slices and
-// deferred updates, the most gradient bucket buffers alive at once, the
-// collective algorithm.
+// deferred updates, the collective algorithm. When an instruction may
+// start is the program's: its lane, its `after` edges (ZeRO's bucket-buffer
+// back-pressure among them).
 #pragma once
 
 #include <deque>
@@ -51,10 +52,6 @@ struct ExecutorOptions {
   // before the next forward reads it. Needs overlap and a program without a
   // global norm.
   int64_t p3_slice_bytes = 0;
-  // ZeRO-2/3: at most this many gradient bucket buffers alive at once (the
-  // ones backward fills plus those still being reduced); backward waits for
-  // the oldest reduction past that.
-  int bucket_buffers = 4;
   comm::CollectiveOptions collective;
   // Keep compute and communication timings (take_trace) for the steps run
   // with set_tracing(true).
@@ -270,9 +267,8 @@ class ProgramExecutor {
     int64_t bytes = 0;
     JobId job = -1;
   };
-  // Releases the pending frees whose jobs finished (first waiting for the
-  // oldest one's, when asked); returns them.
-  std::vector<PendingFree> release_finished(bool wait_oldest);
+  // Releases the pending frees whose jobs finished.
+  void release_finished();
   void uncount(const PendingFree& freed);  // its bytes off the buffer counts
   void wait_for(int id);
   Tensor view(const parallel::Region& region) const;

@@ -138,7 +138,6 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
   if (lead && !o.run_dir.empty()) write_run_strategy(o.run_dir, strategy);
   ExecutorOptions run_options{.overlap = o.sync.overlap,
                               .p3_slice_bytes = o.sync.p3_slice_bytes,
-                              .bucket_buffers = o.sync.bucket_buffers,
                               .collective = o.sync.collective,
                               .trace = !o.trace.empty()};
   // This rank's group on every mesh axis (tp innermost: consecutive ranks).
@@ -151,7 +150,10 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
   const int data_axis = strategy.mesh.axis(strategy.data_axis);
   const int data_rank = strategy.mesh.coords(rank)[static_cast<size_t>(data_axis)];
   const int data_ranks = strategy.data_ranks();
-  parallel::Program program = parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, rank);
+  parallel::Program program = parallel::lower({.forward = &model.graph, .loss = model.loss,
+                                               .collective = o.sync.collective,
+                                               .bucket_buffers = o.sync.bucket_buffers},
+                                              strategy, rank);
   // Copies of the training state a checkpoint or a restart keeps: one
   // being written in the background (and the lead's gathered model, at
   // most as large), and with in-memory snapshots two generations of this
@@ -315,7 +317,9 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
     if (executor.has_program_for(batch.global_rows)) return;
     const nn::Model partial = task->build(batch.global_rows, true);
     executor.add_program(
-        parallel::lower({.forward = &partial.graph, .loss = partial.loss}, partial_strategy, rank));
+        parallel::lower({.forward = &partial.graph, .loss = partial.loss, .collective = o.sync.collective,
+                         .bucket_buffers = o.sync.bucket_buffers},
+                        partial_strategy, rank));
   };
 
   const int64_t end = o.stop_after > 0 ? std::min(o.stop_after, total) : total;
@@ -481,7 +485,9 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
   const bool predicting = !o.local_cluster.empty();
   if (lead && (predicting || !o.run_dir.empty())) {
     const std::vector<parallel::Program> programs =
-        plan::lower_all({.forward = &model.graph, .loss = model.loss}, strategy);
+        plan::lower_all({.forward = &model.graph, .loss = model.loss, .collective = o.sync.collective,
+                         .bucket_buffers = o.sync.bucket_buffers},
+                        strategy);
     std::optional<RunPrediction> predicted;
     if (predicting) {
       predicted = predict_run(o, programs);
