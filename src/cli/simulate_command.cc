@@ -82,7 +82,8 @@ void add_simulate_command(CLI::App& app) {
     const plan::ClusterSpec cluster = plan::cluster_named(sim_flags->cluster, local_cluster_path());
     const nn::Model model = build_model(o, o.batch, true);
     const parallel::Strategy strategy = strategy_for(o, model, o.ranks);
-    const parallel::LowerRequest lowering{.forward = &model.graph, .loss = model.loss};
+    const parallel::LowerRequest lowering{.forward = &model.graph, .loss = model.loss,
+                                          .collective = o.sync.collective, .bucket_buffers = o.sync.bucket_buffers};
     const std::vector<parallel::Program> programs = sim_flags->all_ranks
                                                         ? plan::lower_all(lowering, strategy)
                                                         : plan::lower_representatives(lowering, strategy);
