@@ -19,20 +19,21 @@ using parallel::Buffer;
 using parallel::Instr;
 using parallel::Region;
 
+// P3's deferral is the executor's today; what it defers must allow it, as
+// the program shows: no global norm before the updates, no gradient
+// shards, no codec state to roll back.
 void validate(const ExecutorOptions& o, const parallel::Program& program) {
   if (o.p3_slice_bytes < 0) fail("P3 slice size {} bytes must be >= 0", o.p3_slice_bytes);
-  if (o.p3_slice_bytes > 0) {
-    if (!o.overlap) fail("P3 reduces gradients on the progress thread: it cannot run with --no-overlap");
-    if (program.strategy.lowering.global_norm)
-      fail("P3 updates each layer as soon as its gradient arrives; the program computes a global gradient norm "
-           "first (clipping needs every gradient): lower it without (global_norm false, --grad-clip 0)");
-    if (program.strategy.zero_stage > 0)
-      fail("ZeRO-{} and P3 do not combine: P3 defers whole-parameter updates to the next forward",
-           program.strategy.zero_stage);
-    if (program.strategy.lowering.compression.lossy())
-      fail("P3 and gradient compression ({}) do not combine yet: choose one",
-           program.strategy.lowering.compression.to_string());
-  }
+  if (o.p3_slice_bytes == 0) return;
+  if (!o.overlap) fail("P3 reduces gradients on the progress thread: it cannot run with --no-overlap");
+  if (program.norm_buffer >= 0)
+    fail("P3 updates each layer as soon as its gradient arrives; the program computes a global gradient norm "
+         "first (clipping needs every gradient): lower it without (global_norm false, --grad-clip 0)");
+  if (program.grad_shard_buffer >= 0)
+    fail("ZeRO and P3 do not combine: P3 defers whole-parameter updates to the next forward");
+  for (const Instr& instr : program.instrs)
+    if (const auto* c = std::get_if<parallel::Collective>(&instr.op); c && c->codec.lossy())
+      fail("P3 and gradient compression ({}) do not combine yet: choose one", c->codec.to_string());
 }
 
 namespace {
