@@ -18,6 +18,7 @@ std::string_view buffer_kind_name(Buffer::Kind kind) {
     case Buffer::Kind::grad_shard: return "grad_shard";
     case Buffer::Kind::loss: return "loss";
     case Buffer::Kind::norm: return "norm";
+    case Buffer::Kind::flags: return "flags";
   }
   return "?";
 }
@@ -79,6 +80,7 @@ struct OperationPrinter {
     if (c.output.buffer >= 0) s += fmt::format(" -> {}{}", region_str(p, c.output), c.accumulate ? " (add)" : "");
     if (c.codec.lossy()) s += fmt::format(" codec {} ({}x{})", c.codec.to_string(), c.codec_rows, c.codec_cols);
     if (c.momentum != 0) s += fmt::format(" momentum {}", c.momentum);
+    if (c.agreement.buffer >= 0) s += fmt::format(" if {} clear", region_str(p, c.agreement));
     if (c.subgroup >= 0)
       s += fmt::format(" among [{}]", fmt::join(p.subgroups.at(static_cast<size_t>(c.subgroup)).coords, ","));
     return s;
@@ -110,6 +112,9 @@ struct OperationPrinter {
       s += " " + region_str(p, n.gradients[i]) +
            (i < n.weights.size() && n.weights[i] != 1 ? fmt::format("x{:.4g}", n.weights[i]) : "");
     return s + " -> " + region_str(p, n.into);
+  }
+  std::string operator()(const Finite& f) const {
+    return fmt::format("finite {} -> {}", region_str(p, f.gradient), region_str(p, f.into));
   }
   std::string operator()(const Clip& c) const {
     std::string s = "clip";

@@ -8,6 +8,7 @@
 //   Send / Recv{value, peer}         a value to / from another pipeline stage
 //   Accumulate{value -> buffer}      a gradient into its bucket (copy, then add)
 //   Norm{gradients -> norm}          this rank's part of the squared gradient norm
+//   Finite{gradient -> flag}         1 in the flag if the gradient has a non-finite element
 //   Clip{gradients, norm}            the global norm read; gradients scaled to the clip
 //   Update{param shard}              the optimizer on a shard of parameters
 //   Free{buffer}                     a program buffer's last use
@@ -70,6 +71,7 @@ struct Buffer {
     grad_shard,    // this rank's block of every gradient bucket, reduced (ZeRO-1/2/3)
     loss,          // the step's loss (one float)
     norm,          // the step's squared gradient norm (one float)
+    flags,         // per compressed gradient collective, its agreed non-finite flag (one float each)
   };
   Kind kind = Kind::grad_bucket;
   std::string name;
@@ -139,6 +141,10 @@ struct Collective {
   // DGC's momentum correction (LoweringOptions::local_momentum): each rank
   // compresses its own velocity u = m*u + g. 0: off.
   double momentum = 0;
+  // Compressed: the flag the ranks agreed on (a Finite, then its max
+  // allreduce, before this on the lane). Set, no codec state may take the
+  // gradient in: the collective hands on NaN so the norm skips the step.
+  Region agreement;
   // >= 0: over Program::subgroups[subgroup], some of the axis' ranks (the
   // pipeline stages sharing a parameter) instead of all of them.
   int subgroup = -1;
@@ -194,6 +200,15 @@ struct Norm {
   bool operator==(const Norm&) const = default;
 };
 
+// Whether a gradient may enter a codec's error-feedback state: `into`
+// (one float) becomes 1 if any element of `gradient` is not finite, else 0.
+// A max allreduce of it over the ranks then tells every rank alike.
+struct Finite {
+  Region gradient;
+  Region into;
+  bool operator==(const Finite&) const = default;
+};
+
 // The global gradient norm is sqrt(norm); when it exceeds the step's clip
 // every gradient is scaled by clip / norm (before any update reads them).
 struct Clip {
@@ -219,7 +234,8 @@ struct Free {
   bool operator==(const Free&) const = default;
 };
 
-using Operation = std::variant<Compute, Collective, Reshard, Send, Recv, Accumulate, Norm, Clip, Update, Free>;
+using Operation =
+    std::variant<Compute, Collective, Reshard, Send, Recv, Accumulate, Norm, Finite, Clip, Update, Free>;
 
 // Where an instruction runs (the header's table).
 struct Lane {

@@ -315,6 +315,8 @@ std::optional<double> Replay::main_instruction(int rank, const Instr& instr, dou
     return start + estimator_.memory_seconds(3 * region_bytes(a->into));
   if (const auto* nm = std::get_if<parallel::Norm>(&instr.op))
     return start + estimator_.memory_seconds(bytes_of(nm->gradients));
+  if (const auto* f = std::get_if<parallel::Finite>(&instr.op))
+    return start + estimator_.memory_seconds(region_bytes(f->gradient));
   if (const auto* cl = std::get_if<parallel::Clip>(&instr.op))
     return start + estimator_.memory_seconds(2 * bytes_of(cl->gradients));
   if (const auto* u = std::get_if<parallel::Update>(&instr.op))  // read the gradient, the parameter and each

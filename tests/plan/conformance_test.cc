@@ -28,7 +28,8 @@
 namespace px::plan {
 namespace {
 
-// The golden Programs' strategies (tests/parallel/golden_program_test.cc).
+// The golden Programs' strategies (tests/parallel/golden_program_test.cc),
+// and data parallelism with top-k compression.
 struct Case {
   const char* name;
   int ranks;  // data x tensor ranks of one stage
@@ -40,6 +41,7 @@ struct Case {
   int pp = 1;
   const char* schedule = "1f1b";
   parallel::Recompute recompute = parallel::Recompute::none;
+  const char* compress = nullptr;  // a codec, with the ranks' agreement before each compressed collective
 };
 
 // What one rank's executor did in its step.
@@ -74,6 +76,7 @@ parallel::Strategy strategy_of(const Case& c, const nn::Model& model) {
   s.micro_batches = c.micro_batches;
   s.lowering.bucket_bytes = 4096;
   s.lowering.recompute = c.recompute;
+  if (c.compress != nullptr) s.lowering.compression = comm::compression::Spec::parse(c.compress);
   if (c.pp > 1) s = parallel::with_pipeline(s, c.pp, {.schedule = parallel::pipeline_kind_from_name(c.schedule)});
   return s;
 }
@@ -207,7 +210,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "gpt1l_dp2_tp2_zero1", .ranks = 4, .zero_stage = 1, .layers = 1, .tp = 2},
                       Case{.name = "gpt2l_pp2_1f1b", .ranks = 1, .micro_batches = 2, .pp = 2},
                       Case{.name = "gpt2l_pp2_zbh1", .ranks = 1, .micro_batches = 2, .pp = 2, .schedule = "zb-h1"},
-                      Case{.name = "gpt2l_recompute_full", .ranks = 1, .recompute = parallel::Recompute::full}),
+                      Case{.name = "gpt2l_recompute_full", .ranks = 1, .recompute = parallel::Recompute::full},
+                      Case{.name = "gpt2l_dp2_topk", .ranks = 2, .compress = "topk:0.1"}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -31,12 +31,16 @@ Access access(const Program& p, const Instr& instr, const std::vector<int>& para
             if (param_of[static_cast<size_t>(in)] >= 0) read(p.param_source(param_of[static_cast<size_t>(in)]));
         } else if constexpr (std::is_same_v<T, Collective>) {
           read(op.input);
+          read(op.agreement);
           if (op.output.buffer < 0) write(op.input);  // in place
           else {
             write(op.output);
             if (op.accumulate) read(op.output);
           }
         } else if constexpr (std::is_same_v<T, Accumulate>) {
+          write(op.into);
+        } else if constexpr (std::is_same_v<T, Finite>) {
+          read(op.gradient);
           write(op.into);
         } else if constexpr (std::is_same_v<T, Norm>) {
           for (const Region& r : op.gradients) read(r);

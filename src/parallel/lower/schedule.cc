@@ -6,7 +6,8 @@
 // as it is produced; a bucket's gradient collective (the transition's:
 // allreduce P -> B, or reduce-scatter P -> S into the shard) follows its
 // last gradient part of the step (ZeRO-2/3: of every micro-batch, each
-// adding into the shard). A bucket of a parameter pipeline stages share is
+// adding into the shard); compressed, after a Finite of the bucket and the
+// max allreduce that agrees on it. A bucket of a parameter pipeline stages share is
 // first summed over those stages, at the end of the step (every stage is
 // done with its schedule by then, so the sum cannot wait on a transfer).
 // ZeRO-3 gathers a parameter bucket (S -> B) before its first use in each
@@ -26,6 +27,60 @@ comm::Collective collective_for(const Transition& t) {
   const std::optional<comm::Collective> kind = collective_of(t.how);
   PX_CHECK(kind.has_value(), "transition {} -> {} of value {} runs no collective", t.from.str(), t.to.str(), t.value);
   return *kind;
+}
+
+// The next float of the program's flags buffer (made on first use).
+Region next_flag(Program& p) {
+  auto it = std::find_if(p.buffers.begin(), p.buffers.end(),
+                         [](const Buffer& b) { return b.kind == Buffer::Kind::flags; });
+  if (it == p.buffers.end()) {
+    add_buffer(p, {.kind = Buffer::Kind::flags, .name = "flags", .count = 0, .persistent = true});
+    it = p.buffers.end() - 1;
+  }
+  return {static_cast<int>(it - p.buffers.begin()), it->count++, 1};
+}
+
+// A bucket's gradient collective after `after` (its last accumulation).
+// Compressed, the ranks first agree whether the gradient is finite: a
+// non-finite gradient would poison the error-feedback state for good, and
+// compressed sums need not carry a NaN (top-k and the threshold drop it).
+// The Finite and its max allreduce go before the collective on its lane,
+// so they cost what they cost in the simulator too.
+void emit_gradient_reduction(const Context& c, Program& p, int b, int m, int after) {
+  const BucketLayout& bucket = p.buckets[static_cast<size_t>(b)];
+  const ParamLayout& param = p.params[static_cast<size_t>(bucket.members.front())];
+  const Transition& t = c.transition(Transition::Site::gradient, param.grad);
+  Collective reduce{.kind = collective_for(t), .axis = c.data_axis, .input = {bucket.grad_buffer, 0, bucket.count}};
+  if (reduce.kind == comm::Collective::reduce_scatter) {
+    reduce.output = {p.grad_shard_buffer, bucket.shard_offset, bucket.block_count};
+    reduce.accumulate = c.zero_stage >= 2 && m > 0;  // ZeRO-2/3 reduce every micro-batch into the shard
+  }
+  // Compressed: one gradient a bucket, seen as (first dim, the rest);
+  // vectors (a fraction of a percent of the bytes) go uncompressed, as
+  // DGC and PowerSGD do: top-k of a 10-element bias would starve it.
+  std::vector<int> waits = after >= 0 ? std::vector<int>{after} : std::vector<int>{};
+  const std::string name = fmt::format("grad bucket {}", b);
+  if (c.strategy.lowering.compression.lossy()) {
+    const bool matrix = param.shape.rank() >= 2;
+    if (matrix) reduce.codec = c.strategy.lowering.compression;
+    reduce.momentum = c.strategy.lowering.local_momentum;
+    reduce.codec_rows = matrix ? param.shape[0] : 1;
+    reduce.codec_cols = param.shape.numel() / reduce.codec_rows;
+    reduce.agreement = next_flag(p);
+    const int check = emit(p, {.op = Finite{.gradient = reduce.input, .into = reduce.agreement},
+                               .micro_batch = m,
+                               .after = waits,
+                               .name = name + " finite"});
+    emit(p, {.op = Collective{.kind = comm::Collective::allreduce,
+                              .axis = c.data_axis,
+                              .op = comm::Reduction::max,
+                              .input = reduce.agreement},
+             .micro_batch = m,
+             .priority = bucket.priority,
+             .after = {check},
+             .name = name + " finite on every rank"});
+  }
+  emit(p, {.op = reduce, .micro_batch = m, .priority = bucket.priority, .after = waits, .name = name});
 }
 
 }  // namespace
@@ -67,37 +122,13 @@ void schedule(const Context& c, Program& p) {
       }
 
   const int micro = static_cast<int>(p.micro_batches.size());
-  const bool reduce_every_micro_batch = c.zero_stage >= 2;
+  const bool reduce_every_micro_batch = c.zero_stage >= 2;  // ZeRO-2/3: each micro-batch's buckets
   // Gradient parts still to come per bucket: this step's, and per micro-batch.
   std::vector<int> missing(p.buckets.size()), last_accumulate(p.buckets.size(), -1);
   std::vector<std::vector<int>> missing_of_micro(static_cast<size_t>(micro), parts_per_micro);
   for (size_t b = 0; b < p.buckets.size(); ++b) missing[b] = parts_per_micro[b] * micro;
   std::vector<int> deferred;  // shared buckets: reduced at the end of the step
-  auto emit_reduction = [&](int b, int m, int after) {
-    const BucketLayout& bucket = p.buckets[static_cast<size_t>(b)];
-    const ParamLayout& param = p.params[static_cast<size_t>(bucket.members.front())];
-    const Transition& t = c.transition(Transition::Site::gradient, param.grad);
-    Collective reduce{.kind = collective_for(t), .axis = c.data_axis, .input = {bucket.grad_buffer, 0, bucket.count}};
-    if (reduce.kind == comm::Collective::reduce_scatter) {
-      reduce.output = {p.grad_shard_buffer, bucket.shard_offset, bucket.block_count};
-      reduce.accumulate = reduce_every_micro_batch && m > 0;
-    }
-    // Compressed: one gradient a bucket, seen as (first dim, the rest);
-    // vectors (a fraction of a percent of the bytes) go uncompressed, as
-    // DGC and PowerSGD do: top-k of a 10-element bias would starve it.
-    if (c.strategy.lowering.compression.lossy()) {
-      const bool matrix = param.shape.rank() >= 2;
-      if (matrix) reduce.codec = c.strategy.lowering.compression;
-      reduce.momentum = c.strategy.lowering.local_momentum;
-      reduce.codec_rows = matrix ? param.shape[0] : 1;
-      reduce.codec_cols = param.shape.numel() / reduce.codec_rows;
-    }
-    emit(p, {.op = reduce,
-             .micro_batch = m,
-             .priority = bucket.priority,
-             .after = after >= 0 ? std::vector<int>{after} : std::vector<int>{},
-             .name = fmt::format("grad bucket {}", b)});
-  };
+  auto emit_reduction = [&](int b, int m, int after) { emit_gradient_reduction(c, p, b, m, after); };
 
   int last_loss = -1;
   for (const Phase& phase : work.phases) {

@@ -28,8 +28,8 @@ std::unique_ptr<ProgramExecutor::Codec> ProgramExecutor::make_codec(const parall
 
 comm::compression::WireStats ProgramExecutor::step_wire() const {
   // Gradient and parameter collectives: what the lowering stamped
-  // (comm/wire_bytes.h), or what the codecs measured; the one-float loss
-  // and norm aside.
+  // (comm/wire_bytes.h), or what the codecs measured; the one-float loss,
+  // norm and agreements aside.
   comm::compression::WireStats wire;
   const int p = group_ ? group_->size() : 1;
   if (p <= 1) return wire;
@@ -37,7 +37,7 @@ comm::compression::WireStats ProgramExecutor::step_wire() const {
     const auto* c = std::get_if<parallel::Collective>(&program_.instrs[i].op);
     if (c == nullptr) continue;
     const Buffer::Kind kind = program_.buffers[static_cast<size_t>(c->input.buffer)].kind;
-    if (kind == Buffer::Kind::loss || kind == Buffer::Kind::norm) continue;
+    if (kind == Buffer::Kind::loss || kind == Buffer::Kind::norm || kind == Buffer::Kind::flags) continue;
     wire.bytes_sent += compressing() ? wire_[i].bytes_sent : static_cast<uint64_t>(program_.instrs[i].wire.total());
   }
   wire.dense_bytes = static_cast<uint64_t>(
@@ -55,20 +55,19 @@ comm::Communicator* ProgramExecutor::communicator_of(const parallel::Instr& inst
 }
 
 // A compressed gradient's exchange through its codec, as a job on either
-// lane. A non-finite gradient would poison the error-feedback state for
-// good, and compressed sums need not carry a NaN (top-k and the threshold
-// drop it): the ranks agree first (one float's allreduce) and, if any
-// gradient is bad, hand the norm a NaN, so every rank skips the step (and
-// puts back every codec's state from before it).
+// lane. `agreed` is the flag the ranks agreed on before it on its lane
+// (the program's Finite and its max allreduce): set, the gradient must
+// not enter the error-feedback state, and NaN goes on to the norm, so
+// every rank skips the step (and puts back every codec's state from
+// before it).
 std::function<void(comm::Communicator&)> ProgramExecutor::compressed_exchange(Codec* codec, std::span<float> input,
-                                                                             uint64_t step, double momentum,
+                                                                             const float* agreed, uint64_t step,
+                                                                             double momentum,
                                                                              comm::compression::WireStats* wire) {
-  return [codec, input, step, momentum, wire](comm::Communicator& comm) {
+  return [codec, input, agreed, step, momentum, wire](comm::Communicator& comm) {
     codec->state_before = codec->compressor.state();
     codec->velocity_before = codec->velocity;
-    float bad = std::all_of(input.begin(), input.end(), [](float x) { return std::isfinite(x); }) ? 0.0f : 1.0f;
-    comm::allreduce(comm, std::span<float>(&bad, 1), comm::Reduction::max);
-    if (bad > 0) {
+    if (*agreed > 0) {
       std::fill(input.begin(), input.end(), std::numeric_limits<float>::quiet_NaN());
       return;
     }
@@ -111,7 +110,9 @@ void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_
   const double start = comm::now_us();
   JobId& job = job_[static_cast<size_t>(id)];
   if (auto it = codecs_.find(id); it != codecs_.end()) {
-    auto work = compressed_exchange(it->second, input, step, op.momentum, &wire_[static_cast<size_t>(id)]);
+    PX_CHECK(op.agreement.buffer >= 0, "compressed collective #{} without the ranks' agreement", id);
+    auto work = compressed_exchange(it->second, input, data(op.agreement), step, op.momentum,
+                                    &wire_[static_cast<size_t>(id)]);
     if (queued) job = engine_->submit(priority, instr.name, work, bytes);
     else work(*group);
   } else {

@@ -1,6 +1,7 @@
 // The instructions that run on the calling thread without talking to
 // another rank: compute (a node's kernel), accumulate, norm, clip, update
 // (and P3's deferred updates), and the bookkeeping of forward activations.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -134,6 +135,12 @@ void ProgramExecutor::norm(const parallel::Norm& op) {
   // norm is summed over every axis), so all ranks skip the step together.
   if (local_loss_bad_) squares = std::numeric_limits<double>::quiet_NaN();
   *data(op.into) = static_cast<float>(squares);
+}
+
+void ProgramExecutor::finite(const parallel::Finite& op) {
+  zero_unwritten(op.gradient.buffer);  // a rank without rows contributes zeros
+  const float* g = data(op.gradient);
+  *data(op.into) = std::all_of(g, g + op.gradient.count, [](float x) { return std::isfinite(x); }) ? 0.0f : 1.0f;
 }
 
 double ProgramExecutor::clip(const parallel::Clip& op, double clip) {

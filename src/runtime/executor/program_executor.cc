@@ -225,6 +225,8 @@ void ProgramExecutor::dispatch(int id, const Op& op, Step& step) {
     reshard(id, op, input);
   } else if constexpr (std::is_same_v<Op, parallel::Norm>) {
     norm(op);
+  } else if constexpr (std::is_same_v<Op, parallel::Finite>) {
+    finite(op);
   } else if constexpr (std::is_same_v<Op, parallel::Clip>) {
     step.result.grad_norm = clip(op, input.grad_clip);
   } else if constexpr (std::is_same_v<Op, parallel::Update>) {

@@ -253,6 +253,7 @@ class ProgramExecutor {
   void reshard(int id, const parallel::Reshard& op, const StepInput& input);
   void accumulate(int id, const parallel::Accumulate& op);
   void norm(const parallel::Norm& op);
+  void finite(const parallel::Finite& op);
   double clip(const parallel::Clip& op, double clip);  // returns the global norm
   void update(int id, const parallel::Update& op, double lr);
   // executor_buffers.cc
@@ -288,7 +289,8 @@ class ProgramExecutor {
   // executor_collectives.cc: collectives inline or on the engine.
   void collective(int id, const parallel::Collective& op, uint64_t step);
   static std::function<void(comm::Communicator&)> compressed_exchange(Codec* codec, std::span<float> input,
-                                                                     uint64_t step, double momentum,
+                                                                     const float* agreed, uint64_t step,
+                                                                     double momentum,
                                                                      comm::compression::WireStats* wire);
   JobId dense(const parallel::Collective& op, const std::string& name, std::span<float> input,
               std::span<float> output, int priority, comm::Communicator& group);
