@@ -140,7 +140,7 @@ ProgramExecutor::JobId ProgramExecutor::dense(const parallel::Collective& op, co
                                               std::span<float> input, std::span<float> output, int priority,
                                               comm::Communicator& group) {
   const bool queued = priority >= 0;
-  const comm::CollectiveOptions collective = options_.collective;
+  const comm::CollectiveOptions collective = program_.collective;
   const int64_t bytes = static_cast<int64_t>(input.size() * sizeof(float));
   switch (op.kind) {
     case comm::Collective::allreduce:

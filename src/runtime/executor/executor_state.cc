@@ -71,7 +71,7 @@ Tensor ProgramExecutor::whole_of(const Tensor& local, const parallel::ParamLayou
     const parallel::AxisPlacements was = placement;
     placement[a] = Placement::B();
     const Shape whole = parallel::local_shape(param.global_shape, placement, program_.strategy.mesh, program_.coords);
-    t = reshard_tensor(*groups_[a], t, was[a], Placement::B(), whole, options_.collective);
+    t = reshard_tensor(*groups_[a], t, was[a], Placement::B(), whole, program_.collective);
   }
   return t;
 }
@@ -96,7 +96,7 @@ void ProgramExecutor::gather_buckets(std::vector<float>& flat) {
     mine.assign(flat.begin() + b.offset + b.block_begin, flat.begin() + b.offset + b.block_begin + b.block_count);
     comm::allgather(*group_, mine.data(),
                     comm::Buffer(std::span<float>(flat.data() + b.offset, static_cast<size_t>(b.count))),
-                    options_.collective);
+                    program_.collective);
   }
 }
 

@@ -77,7 +77,7 @@ ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, O
   PX_CHECK(!program_.graphs.empty(), "a program without a local graph (rank {} has no rows)", program_.rank);
   if (group_size > 1 && options_.overlap) {
     comm::EngineOptions engine;
-    engine.collective = options_.collective;
+    engine.collective = program_.collective;
     engine.slice_bytes = options_.p3_slice_bytes;
     engine.trace = options_.trace;
     engine_ = std::make_unique<comm::CommEngine>(*group_, engine);

@@ -14,9 +14,9 @@
 // trace records carry the instruction id.
 //
 // How it runs (not what runs) is the executor's: overlap, P3's slices and
-// deferred updates, the collective algorithm. When an instruction may
-// start is the program's: its lane, its `after` edges (ZeRO's bucket-buffer
-// back-pressure among them).
+// deferred updates. Where and when an instruction runs is the program's:
+// its lane, its group, its `after` edges (ZeRO's bucket-buffer
+// back-pressure among them), the collective algorithm.
 #pragma once
 
 #include <deque>
@@ -41,9 +41,12 @@
 
 namespace px {
 
+// How this process runs a Program, nothing it decides: the program names
+// each instruction's lane, its group, when it may start and the collective
+// algorithm (Program::collective).
 struct ExecutorOptions {
-  // Collectives on a progress thread while compute continues (more than one
-  // rank); otherwise each runs inline where the program lists it.
+  // Progress-lane collectives on a progress thread while compute continues
+  // (more than one rank); otherwise each runs inline where the program lists it.
   bool overlap = true;
   // P3 (Jayarajan et al. 2019): > 0 reduces gradients in slices of about
   // this many bytes, the first-needed layer first (the program's
@@ -52,7 +55,6 @@ struct ExecutorOptions {
   // before the next forward reads it. Needs overlap and a program without a
   // global norm.
   int64_t p3_slice_bytes = 0;
-  comm::CollectiveOptions collective;
   // Keep compute and communication timings (take_trace) for the steps run
   // with set_tracing(true).
   bool trace = false;

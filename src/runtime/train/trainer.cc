@@ -138,7 +138,6 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
   if (lead && !o.run_dir.empty()) write_run_strategy(o.run_dir, strategy);
   ExecutorOptions run_options{.overlap = o.sync.overlap,
                               .p3_slice_bytes = o.sync.p3_slice_bytes,
-                              .collective = o.sync.collective,
                               .trace = !o.trace.empty()};
   // This rank's group on every mesh axis (tp innermost: consecutive ranks).
   parallel::MeshGroups mesh_groups;
