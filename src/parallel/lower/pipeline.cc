@@ -95,6 +95,154 @@ RankWork without_pipeline(const Context& c, const Program& p) {
   return work;
 }
 
+// Message tags: unique per micro-batch, cut, direction and value within a step.
+struct Tags {
+  int stages = 1;
+  size_t width = 1;  // the most values crossing one cut one way
+  std::vector<uint32_t> of(int m, int cut, int direction, size_t count) const {
+    std::vector<uint32_t> tags;
+    for (size_t i = 0; i < count; ++i)
+      tags.push_back(static_cast<uint32_t>(((static_cast<uint64_t>(m) * static_cast<uint64_t>(stages - 1) +
+                                             static_cast<uint64_t>(cut)) * 2 + static_cast<uint64_t>(direction)) *
+                                               width + i));
+    return tags;
+  }
+};
+
+struct StageNodes {
+  std::vector<int> forward, backward, input_grad, weight_grad;
+};
+
+// Per stage: forward nodes, backward nodes, and the backward split into
+// B (feeding an input gradient) and W (feeding only weight gradients).
+std::vector<StageNodes> nodes_of_stages(const Context& c, const std::vector<int>& nodes,
+                                        const std::vector<int>& stage_of, int stages,
+                                        const std::vector<std::pair<ValueId, int>>& parts,
+                                        const std::vector<std::vector<ValueId>>& backward_crossing) {
+  const Graph& graph = c.graph;
+  std::vector<bool> is_part(graph.values().size(), false);
+  for (const auto& [v, i] : parts) is_part[static_cast<size_t>(v)] = true;
+  std::vector<bool> sent_back(graph.values().size(), false);
+  for (const auto& cut : backward_crossing)
+    for (ValueId v : cut) sent_back[static_cast<size_t>(v)] = true;
+  std::vector<std::vector<int>> readers(graph.values().size());
+  for (int n : nodes)
+    for (ValueId v : graph.nodes()[static_cast<size_t>(n)].inputs) readers[static_cast<size_t>(v)].push_back(n);
+  std::vector<bool> weight_only(graph.nodes().size(), false);
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    const int n = *it;
+    if (n < c.forward_nodes) continue;
+    bool only = true;
+    for (ValueId out : graph.nodes()[static_cast<size_t>(n)].outputs) {
+      if (is_part[static_cast<size_t>(out)]) continue;
+      if (sent_back[static_cast<size_t>(out)] || out == c.loss) only = false;
+      for (int r : readers[static_cast<size_t>(out)]) only = only && weight_only[static_cast<size_t>(r)];
+    }
+    weight_only[static_cast<size_t>(n)] = only;
+  }
+  std::vector<StageNodes> of_stage(static_cast<size_t>(stages));
+  for (int n : nodes) {
+    StageNodes& s = of_stage[static_cast<size_t>(stage_of[static_cast<size_t>(n)])];
+    if (n < c.forward_nodes) {
+      s.forward.push_back(n);
+      continue;
+    }
+    s.backward.push_back(n);
+    (weight_only[static_cast<size_t>(n)] ? s.weight_grad : s.input_grad).push_back(n);
+  }
+  return of_stage;
+}
+
+// This rank's phases in its schedule's order.
+std::vector<Phase> phases_of(const PipelineSchedule& schedule, int me, const std::vector<StageNodes>& of_stage,
+                             const StageCrossings& crossings, const Tags& tags) {
+  std::vector<Phase> phases;
+  for (const PipelineAction& a : schedule.ranks[static_cast<size_t>(me)]) {
+    const int stage = schedule.virtual_stage(me, a.chunk);
+    const StageNodes& s = of_stage[static_cast<size_t>(stage)];
+    Phase phase{.kind = Phase::Kind::compute, .micro = a.micro, .peer = a.peer};
+    phase.backward = a.op == PipelineOp::backward || a.op == PipelineOp::backward_input ||
+                     a.op == PipelineOp::backward_weight;
+    switch (a.op) {
+      case PipelineOp::forward: phase.nodes = s.forward; break;
+      case PipelineOp::backward: phase.nodes = s.backward; break;
+      case PipelineOp::backward_input: phase.nodes = s.input_grad; break;
+      case PipelineOp::backward_weight: phase.nodes = s.weight_grad; break;
+      case PipelineOp::send_activation:
+      case PipelineOp::recv_activation: {
+        const int cut = a.op == PipelineOp::send_activation ? stage : stage - 1;
+        phase.kind = a.op == PipelineOp::send_activation ? Phase::Kind::send : Phase::Kind::recv;
+        phase.values = crossings.forward[static_cast<size_t>(cut)];
+        phase.tags = tags.of(a.micro, cut, 0, phase.values.size());
+        break;
+      }
+      case PipelineOp::send_gradient:
+      case PipelineOp::recv_gradient: {
+        const int cut = a.op == PipelineOp::send_gradient ? stage - 1 : stage;
+        phase.kind = a.op == PipelineOp::send_gradient ? Phase::Kind::send : Phase::Kind::recv;
+        phase.values = crossings.backward[static_cast<size_t>(cut)];
+        phase.tags = tags.of(a.micro, cut, 1, phase.values.size());
+        break;
+      }
+      case PipelineOp::reduce_gradients: continue;  // each bucket's reduction follows its last gradient
+    }
+    if (phase.kind != Phase::Kind::compute && phase.values.empty()) continue;
+    phases.push_back(std::move(phase));
+  }
+  return phases;
+}
+
+// What this rank holds and accumulates, and the subgroups summing a
+// parameter pipeline stages share; returns every parameter's holders
+// (pipeline coordinates reading it).
+std::map<ValueId, std::set<int>> holdings(const Context& c, Program& p, const PipelineSchedule& schedule, int me,
+                                          const std::vector<int>& nodes, const std::vector<int>& stage_of,
+                                          const std::vector<std::pair<ValueId, int>>& parts, RankWork& work) {
+  const Graph& graph = c.graph;
+  const int ranks = c.strategy.pipeline_ranks(), axis = work.pipeline_axis;
+  auto rank_of_stage = [&](int s) { return s % ranks; };
+  std::set<int> mine;
+  for (int chunk = 0; chunk < schedule.virtual_stages; ++chunk) mine.insert(schedule.virtual_stage(me, chunk));
+  work.holds.assign(graph.values().size(), false);
+  std::map<ValueId, std::set<int>> holders;  // parameter -> pipeline coordinates reading it
+  for (int n : nodes)
+    for (ValueId v : graph.nodes()[static_cast<size_t>(n)].inputs)
+      if (graph.value(v).kind == Value::Kind::param) {
+        holders[v].insert(rank_of_stage(stage_of[static_cast<size_t>(n)]));
+        if (mine.count(stage_of[static_cast<size_t>(n)])) work.holds[static_cast<size_t>(v)] = true;
+      }
+  for (const auto& [v, i] : parts)
+    if (mine.count(stage_of[static_cast<size_t>(graph.value(v).producer)])) work.gradient_parts.push_back({v, i});
+  // Every rank lists the same subgroups, in parameter order.
+  for (const ParamGrad& pg : c.grads) {
+    const std::set<int>& on = holders[pg.param];
+    if (on.size() < 2 || pg.grad == kNoValue) continue;
+    if (on.count(me)) work.shared.push_back({pg.param, static_cast<int>(p.subgroups.size())});
+    p.subgroups.push_back({axis, std::vector<int>(on.begin(), on.end())});
+  }
+  return holders;
+}
+
+// Program::pipeline: the schedule, the stages and who owns each parameter.
+void describe_layout(const Context& c, Program& p, const PipelineSchedule& schedule, const std::vector<int>& starts,
+                     const StageAssignment& assignment, const std::map<ValueId, std::set<int>>& holders) {
+  const Graph& graph = c.graph;
+  const int stages = static_cast<int>(starts.size());
+  PipelineLayout& layout = p.pipeline;
+  layout.axis = c.strategy.mesh.axis(c.strategy.pipeline.axis);
+  layout.schedule = schedule;
+  layout.stage_starts = starts;
+  layout.stage_cost = assignment.cost;
+  for (int s = 0; s < stages; ++s)
+    layout.stage_layers.push_back(
+        stage_layers(graph, starts[static_cast<size_t>(s)],
+                     s + 1 < stages ? starts[static_cast<size_t>(s) + 1] : c.forward_nodes));
+  for (ValueId v : graph.params()) {
+    auto it = holders.find(v);
+    layout.params.push_back({graph.value(v).name, graph.spec(v).shape, it == holders.end() || it->second.empty() ? 0 : *it->second.begin()});
+  }
+}
+
 }  // namespace
 
 RankWork plan_work(const Context& c, Program& p) {
@@ -108,7 +256,6 @@ RankWork plan_work(const Context& c, Program& p) {
   const int M = c.strategy.micro_batches;
   const PipelineSchedule schedule = make_pipeline_schedule(options.schedule, ranks, M, options.virtual_stages);
   const int stages = ranks * schedule.virtual_stages;
-  auto rank_of_stage = [&](int s) { return s % ranks; };
 
   std::vector<int> starts;
   if (options.stage_cuts.empty()) {
@@ -144,131 +291,25 @@ RankWork plan_work(const Context& c, Program& p) {
   const StageCrossings crossings = stage_crossings(graph, c.forward_nodes, stage_of, stages, nodes);
   const std::vector<std::vector<ValueId>>& forward_crossing = crossings.forward;
   const std::vector<std::vector<ValueId>>& backward_crossing = crossings.backward;
-  size_t width = 1;
+  Tags tags{.stages = stages};
   for (int k = 0; k + 1 < stages; ++k) {
     if (forward_crossing[static_cast<size_t>(k)].empty())
       fail("pipeline: nothing crosses from stage {} to stage {}: the stages are not a chain", k, k + 1);
-    width = std::max({width, forward_crossing[static_cast<size_t>(k)].size(), backward_crossing[static_cast<size_t>(k)].size()});
+    tags.width = std::max({tags.width, forward_crossing[static_cast<size_t>(k)].size(),
+                           backward_crossing[static_cast<size_t>(k)].size()});
   }
-  // Tags: unique per micro-batch, cut, direction and value within a step.
-  const uint64_t tag_count = static_cast<uint64_t>(M) * static_cast<uint64_t>(stages) * 2 * width;
+  const uint64_t tag_count = static_cast<uint64_t>(M) * static_cast<uint64_t>(stages) * 2 * tags.width;
   if (tag_count >= (1u << 20))
     fail("pipeline: {} micro-batches x {} stages x {} values a cut need more message tags than the {} available",
-         M, stages, width, 1u << 20);
-  auto tags_of = [&](int m, int cut, int direction, size_t count) {
-    std::vector<uint32_t> tags;
-    for (size_t i = 0; i < count; ++i)
-      tags.push_back(static_cast<uint32_t>(((static_cast<uint64_t>(m) * static_cast<uint64_t>(stages - 1) +
-                                             static_cast<uint64_t>(cut)) * 2 + static_cast<uint64_t>(direction)) *
-                                               width + i));
-    return tags;
-  };
-
-  // Per stage: forward nodes, backward nodes, and the backward split into
-  // B (feeding an input gradient) and W (feeding only weight gradients).
-  std::vector<bool> is_part(graph.values().size(), false);
-  for (const auto& [v, i] : parts) is_part[static_cast<size_t>(v)] = true;
-  std::vector<bool> sent_back(graph.values().size(), false);
-  for (const auto& cut : backward_crossing)
-    for (ValueId v : cut) sent_back[static_cast<size_t>(v)] = true;
-  std::vector<std::vector<int>> readers(graph.values().size());
-  for (int n : nodes)
-    for (ValueId v : graph.nodes()[static_cast<size_t>(n)].inputs) readers[static_cast<size_t>(v)].push_back(n);
-  std::vector<bool> weight_only(graph.nodes().size(), false);
-  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
-    const int n = *it;
-    if (n < c.forward_nodes) continue;
-    bool only = true;
-    for (ValueId out : graph.nodes()[static_cast<size_t>(n)].outputs) {
-      if (is_part[static_cast<size_t>(out)]) continue;
-      if (sent_back[static_cast<size_t>(out)] || out == c.loss) only = false;
-      for (int r : readers[static_cast<size_t>(out)]) only = only && weight_only[static_cast<size_t>(r)];
-    }
-    weight_only[static_cast<size_t>(n)] = only;
-  }
-  struct StageNodes {
-    std::vector<int> forward, backward, input_grad, weight_grad;
-  };
-  std::vector<StageNodes> of_stage(static_cast<size_t>(stages));
-  for (int n : nodes) {
-    StageNodes& s = of_stage[static_cast<size_t>(stage_of[static_cast<size_t>(n)])];
-    if (n < c.forward_nodes) {
-      s.forward.push_back(n);
-      continue;
-    }
-    s.backward.push_back(n);
-    (weight_only[static_cast<size_t>(n)] ? s.weight_grad : s.input_grad).push_back(n);
-  }
+         M, stages, tags.width, 1u << 20);
 
   RankWork work;
   work.pipeline_axis = axis;
-  for (const PipelineAction& a : schedule.ranks[static_cast<size_t>(me)]) {
-    const int stage = schedule.virtual_stage(me, a.chunk);
-    const StageNodes& s = of_stage[static_cast<size_t>(stage)];
-    Phase phase{.kind = Phase::Kind::compute, .micro = a.micro, .peer = a.peer};
-    phase.backward = a.op == PipelineOp::backward || a.op == PipelineOp::backward_input ||
-                     a.op == PipelineOp::backward_weight;
-    switch (a.op) {
-      case PipelineOp::forward: phase.nodes = s.forward; break;
-      case PipelineOp::backward: phase.nodes = s.backward; break;
-      case PipelineOp::backward_input: phase.nodes = s.input_grad; break;
-      case PipelineOp::backward_weight: phase.nodes = s.weight_grad; break;
-      case PipelineOp::send_activation:
-      case PipelineOp::recv_activation: {
-        const int cut = a.op == PipelineOp::send_activation ? stage : stage - 1;
-        phase.kind = a.op == PipelineOp::send_activation ? Phase::Kind::send : Phase::Kind::recv;
-        phase.values = forward_crossing[static_cast<size_t>(cut)];
-        phase.tags = tags_of(a.micro, cut, 0, phase.values.size());
-        break;
-      }
-      case PipelineOp::send_gradient:
-      case PipelineOp::recv_gradient: {
-        const int cut = a.op == PipelineOp::send_gradient ? stage - 1 : stage;
-        phase.kind = a.op == PipelineOp::send_gradient ? Phase::Kind::send : Phase::Kind::recv;
-        phase.values = backward_crossing[static_cast<size_t>(cut)];
-        phase.tags = tags_of(a.micro, cut, 1, phase.values.size());
-        break;
-      }
-      case PipelineOp::reduce_gradients: continue;  // each bucket's reduction follows its last gradient
-    }
-    if (phase.kind != Phase::Kind::compute && phase.values.empty()) continue;
-    work.phases.push_back(std::move(phase));
-  }
+  work.phases = phases_of(schedule, me, nodes_of_stages(c, nodes, stage_of, stages, parts, backward_crossing),
+                          crossings, tags);
 
-  // What this rank holds and accumulates.
-  std::set<int> mine;
-  for (int chunk = 0; chunk < schedule.virtual_stages; ++chunk) mine.insert(schedule.virtual_stage(me, chunk));
-  work.holds.assign(graph.values().size(), false);
-  std::map<ValueId, std::set<int>> holders;  // parameter -> pipeline coordinates reading it
-  for (int n : nodes)
-    for (ValueId v : graph.nodes()[static_cast<size_t>(n)].inputs)
-      if (graph.value(v).kind == Value::Kind::param) {
-        holders[v].insert(rank_of_stage(stage_of[static_cast<size_t>(n)]));
-        if (mine.count(stage_of[static_cast<size_t>(n)])) work.holds[static_cast<size_t>(v)] = true;
-      }
-  for (const auto& [v, i] : parts)
-    if (mine.count(stage_of[static_cast<size_t>(graph.value(v).producer)])) work.gradient_parts.push_back({v, i});
-  // Every rank lists the same subgroups, in parameter order.
-  for (const ParamGrad& pg : c.grads) {
-    const std::set<int>& on = holders[pg.param];
-    if (on.size() < 2 || pg.grad == kNoValue) continue;
-    if (on.count(me)) work.shared.push_back({pg.param, static_cast<int>(p.subgroups.size())});
-    p.subgroups.push_back({axis, std::vector<int>(on.begin(), on.end())});
-  }
-
-  PipelineLayout& layout = p.pipeline;
-  layout.axis = axis;
-  layout.schedule = schedule;
-  layout.stage_starts = starts;
-  layout.stage_cost = assignment.cost;
-  for (int s = 0; s < stages; ++s)
-    layout.stage_layers.push_back(
-        stage_layers(graph, starts[static_cast<size_t>(s)],
-                     s + 1 < stages ? starts[static_cast<size_t>(s) + 1] : c.forward_nodes));
-  for (ValueId v : graph.params()) {
-    const std::set<int>& on = holders[v];
-    layout.params.push_back({graph.value(v).name, graph.spec(v).shape, on.empty() ? 0 : *on.begin()});
-  }
+  const std::map<ValueId, std::set<int>> holders = holdings(c, p, schedule, me, nodes, stage_of, parts, work);
+  describe_layout(c, p, schedule, starts, assignment, holders);
   return work;
 }
 
