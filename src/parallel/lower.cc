@@ -46,6 +46,19 @@ std::vector<std::vector<std::optional<Placement>>> seeds_by_value(const Graph& g
   return seeds;
 }
 
+// Training: backward added to `graph`; every parameter with its gradient
+// (kNoValue without backward).
+std::vector<ParamGrad> with_backward(Graph& graph, const LowerRequest& request) {
+  std::vector<ParamGrad> grads;
+  if (!request.training) {
+    for (ValueId p : graph.params()) grads.push_back({p, kNoValue});
+    return grads;
+  }
+  Gradients g = build_backward(graph, request.loss, graph.params());
+  for (ValueId p : graph.params()) grads.push_back({p, g.at(p)});
+  return grads;
+}
+
 }  // namespace
 
 Strategy with_stage_cuts_of(Strategy strategy, const Program& program) {
@@ -66,13 +79,7 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
     fail("lowering: rank {} is outside mesh {} of {} ranks", rank, strategy.mesh.str(), strategy.mesh.ranks());
   Graph graph = *request.forward;  // backward is added to a copy
   const int forward_nodes = static_cast<int>(graph.nodes().size());
-  std::vector<ParamGrad> grads;
-  if (request.training) {
-    Gradients g = build_backward(graph, request.loss, graph.params());
-    for (ValueId p : graph.params()) grads.push_back({p, g.at(p)});
-  } else {
-    for (ValueId p : graph.params()) grads.push_back({p, kNoValue});
-  }
+  std::vector<ParamGrad> grads = with_backward(graph, request);
   const int axis = strategy.mesh.axis(strategy.data_axis);
   const std::vector<int> coords = strategy.mesh.coords(rank);
 
