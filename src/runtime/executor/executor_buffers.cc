@@ -33,7 +33,7 @@ void ProgramExecutor::allocate(int b) {
   const int64_t bytes = buffer.count * static_cast<int64_t>(sizeof(float));
   if (buffer.kind == Buffer::Kind::grad_bucket) {
     // P3: the previous step's updates read this bucket until they ran.
-    if (!deferred_.empty()) finish();
+    if (!deferred_.updates.empty()) finish();
     // ZeRO: the program made this write wait for the reduction that frees
     // the oldest bucket buffer (lower/back_pressure.cc); its memory goes now.
     if (engine_ && !pending_frees_.empty()) release_finished();
@@ -42,11 +42,11 @@ void ProgramExecutor::allocate(int b) {
   buffers_[static_cast<size_t>(b)] = Tensor::empty({buffer.count}, DType::f32);
   written_[static_cast<size_t>(b)].assign(buffer.members.size(), false);
   if (buffer.kind == Buffer::Kind::grad_bucket) {
-    grad_buffer_bytes_ += bytes;
-    grad_buffer_peak_ = std::max(grad_buffer_peak_, grad_buffer_bytes_);
+    buffer_bytes_.gradients += bytes;
+    buffer_bytes_.gradient_peak = std::max(buffer_bytes_.gradient_peak, buffer_bytes_.gradients);
   } else if (buffer.kind == Buffer::Kind::param_bucket) {
-    param_buffer_bytes_ += bytes;
-    param_buffer_peak_ = std::max(param_buffer_peak_, param_buffer_bytes_);
+    buffer_bytes_.parameters += bytes;
+    buffer_bytes_.parameter_peak = std::max(buffer_bytes_.parameter_peak, buffer_bytes_.parameters);
   }
 }
 
@@ -67,8 +67,8 @@ void ProgramExecutor::free_buffer(int b, int after) {
 }
 
 void ProgramExecutor::uncount(const PendingFree& freed) {
-  if (freed.kind == Buffer::Kind::grad_bucket) grad_buffer_bytes_ -= freed.bytes;
-  if (freed.kind == Buffer::Kind::param_bucket) param_buffer_bytes_ -= freed.bytes;
+  if (freed.kind == Buffer::Kind::grad_bucket) buffer_bytes_.gradients -= freed.bytes;
+  if (freed.kind == Buffer::Kind::param_bucket) buffer_bytes_.parameters -= freed.bytes;
 }
 
 void ProgramExecutor::release_finished() {

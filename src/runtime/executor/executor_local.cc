@@ -27,7 +27,7 @@ void ProgramExecutor::compute(int id, const parallel::Compute& op, const StepInp
   for (ValueId v : node.inputs) {
     const int param = param_of_[static_cast<size_t>(v)];
     if (param >= 0) {
-      if (!deferred_.empty()) run_deferred_updates_of(param);
+      if (!deferred_.updates.empty()) run_deferred_updates_of(param);
       params.push_back(external_.empty() ? view(program_.param_source(param)).reshape(g.spec(v).shape)
                                          : external_[static_cast<size_t>(param)]);
       in.push_back(&params.back());
@@ -75,14 +75,14 @@ void ProgramExecutor::hold(int micro, ValueId v, const Tensor& t, bool counts) {
   release(micro, v);
   if (!counts) return;
   const int64_t bytes = static_cast<int64_t>(t.nbytes());
-  held_bytes_[static_cast<size_t>(micro)][static_cast<size_t>(v)] = bytes;
-  activation_bytes_ += bytes;
-  activation_peak_ = std::max(activation_peak_, activation_bytes_);
+  activations_.held[static_cast<size_t>(micro)][static_cast<size_t>(v)] = bytes;
+  activations_.bytes += bytes;
+  activations_.peak = std::max(activations_.peak, activations_.bytes);
 }
 
 void ProgramExecutor::release(int micro, ValueId v) {
-  int64_t& bytes = held_bytes_[static_cast<size_t>(micro)][static_cast<size_t>(v)];
-  activation_bytes_ -= bytes;
+  int64_t& bytes = activations_.held[static_cast<size_t>(micro)][static_cast<size_t>(v)];
+  activations_.bytes -= bytes;
   bytes = 0;
 }
 
@@ -168,23 +168,23 @@ void ProgramExecutor::update(int id, const parallel::Update& op, double lr) {
 }
 
 void ProgramExecutor::run_deferred_updates_of(int param) {
-  auto it = deferred_.find(param);
-  if (it == deferred_.end()) return;
+  auto it = deferred_.updates.find(param);
+  if (it == deferred_.updates.end()) return;
   const std::vector<int> ids = std::move(it->second);
-  deferred_.erase(it);
+  deferred_.updates.erase(it);
   for (int id : ids) {
     const Instr& instr = program_.instrs[static_cast<size_t>(id)];
     for (int dep : instr.after) wait_for(dep);
-    update(id, std::get<parallel::Update>(instr.op), deferred_lr_);
+    update(id, std::get<parallel::Update>(instr.op), deferred_.lr);
   }
-  if (deferred_.empty()) {
-    for (int id : deferred_frees_) free_buffer(std::get<parallel::Free>(program_.instrs[static_cast<size_t>(id)].op).buffer, -1);
-    deferred_frees_.clear();
+  if (deferred_.updates.empty()) {
+    for (int id : deferred_.frees) free_buffer(std::get<parallel::Free>(program_.instrs[static_cast<size_t>(id)].op).buffer, -1);
+    deferred_.frees.clear();
   }
 }
 
 void ProgramExecutor::finish() {
-  while (!deferred_.empty()) run_deferred_updates_of(deferred_.begin()->first);
+  while (!deferred_.updates.empty()) run_deferred_updates_of(deferred_.updates.begin()->first);
   if (!engine_) return;
   engine_->wait_all();
   release_finished();

@@ -283,8 +283,8 @@ ExecutorMemory ProgramExecutor::memory() const {
   if (program_.strategy.zero_stage < 2 || program_.grad_shard_buffer < 0)
     for (const parallel::BucketLayout& b : program_.buckets) m.gradients += bytes(b.grad_buffer);
   else
-    m.gradient_buffer_peak = grad_buffer_peak_;
-  m.gathered_parameter_peak = param_buffer_peak_;
+    m.gradient_buffer_peak = buffer_bytes_.gradient_peak;
+  m.gathered_parameter_peak = buffer_bytes_.parameter_peak;
   m.optimizer_state = optimizer_ ? optimizer_->state_bytes() : 0;
   return m;
 }

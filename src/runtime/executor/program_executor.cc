@@ -126,13 +126,13 @@ void ProgramExecutor::begin_step(const StepInput& input) {
   poison_ = input.poison;
   local_loss_bad_ = poisoned_ = skip_updates_ = false;
   live_.assign(micro, {});
-  held_bytes_.assign(micro, {});
-  activation_bytes_ = activation_peak_ = 0;
+  activations_.held.assign(micro, {});
+  activations_.bytes = activations_.peak = 0;
   for (size_t m = 0; m < micro; ++m) {
     const parallel::MicroBatch& mb = program_.micro_batches[m];
     if (mb.rows == 0) continue;
     live_[m].resize(program_.graphs[static_cast<size_t>(mb.graph)].values().size());
-    held_bytes_[m].assign(live_[m].size(), 0);
+    activations_.held[m].assign(live_[m].size(), 0);
     for (ValueId v : program_.batch_inputs) {
       const Tensor* feed = nullptr;
       for (const auto& [id, t] : input.feeds)
@@ -159,7 +159,7 @@ void ProgramExecutor::begin_step(const StepInput& input) {
     written_[static_cast<size_t>(program_.loss_buffer)].assign(1, true);
   }
   // Engine jobs of the previous step stay referenced by deferred updates (resolved there).
-  if (deferred_.empty()) job_.assign(program_.instrs.size(), -1);
+  if (deferred_.updates.empty()) job_.assign(program_.instrs.size(), -1);
   wire_.assign(program_.instrs.size(), {});
   for (size_t a = 0; a < groups_.size(); ++a) sent_before_[a] = axis_bytes_sent(a);
 }
@@ -231,7 +231,7 @@ void ProgramExecutor::dispatch(int id, const Op& op, Step& step) {
     step.result.grad_norm = clip(op, input.grad_clip);
   } else if constexpr (std::is_same_v<Op, parallel::Update>) {
     if (deferred_updates()) {
-      deferred_[op.param].push_back(id);
+      deferred_.updates[op.param].push_back(id);
       return;
     }
     if (skip_updates_) return;  // a bad step: nothing changes
@@ -241,7 +241,7 @@ void ProgramExecutor::dispatch(int id, const Op& op, Step& step) {
   } else if constexpr (std::is_same_v<Op, parallel::Free>) {
     const Instr& instr = program_.instrs[static_cast<size_t>(id)];
     if (deferred_updates() && program_.buffers[static_cast<size_t>(op.buffer)].kind == Buffer::Kind::grad_bucket)
-      deferred_frees_.push_back(id);
+      deferred_.frees.push_back(id);
     else
       free_buffer(op.buffer, instr.after.empty() ? -1 : instr.after.front());
   }
@@ -290,7 +290,7 @@ void ProgramExecutor::end_step(StepResult& result, double lr) {
       }
     }
   }
-  result.activation_peak_bytes = activation_peak_;
+  result.activation_peak_bytes = activations_.peak;
   if (deferred_updates()) {
     // P3: the gradient reductions run on; each update happens before the
     // next forward reads its parameter. The loss is needed now.
@@ -300,7 +300,7 @@ void ProgramExecutor::end_step(StepResult& result, double lr) {
         wait_for(static_cast<int>(i));
     }
     optimizer_->begin_step();
-    deferred_lr_ = lr;
+    deferred_.lr = lr;
   } else if (engine_) {
     try {
       engine_->wait_all();

@@ -336,8 +336,11 @@ class ProgramExecutor {
   std::vector<int> param_of_;            // per value id: index into program params (-1)
   std::vector<Tensor> external_;         // per program param: the caller's tensor (use_parameters)
   std::deque<PendingFree> pending_frees_;
-  int64_t grad_buffer_bytes_ = 0, grad_buffer_peak_ = 0;
-  int64_t param_buffer_bytes_ = 0, param_buffer_peak_ = 0;
+  // Bytes of gradient and (ZeRO-3) gathered parameter bucket buffers alive, and their peaks.
+  struct BufferBytes {
+    int64_t gradients = 0, gradient_peak = 0;
+    int64_t parameters = 0, parameter_peak = 0;
+  } buffer_bytes_;
   std::vector<std::unique_ptr<Codec>> codec_store_;  // one per gradient collective, in order
   std::map<int, Codec*> codecs_;                   // by the active program's instruction id
   std::map<JobId, std::vector<float>> staging_;   // allgather inputs copied out of their output
@@ -346,9 +349,11 @@ class ProgramExecutor {
   std::vector<comm::compression::WireStats> wire_;  // per instruction, this step
 
   // P3: updates (and the frees after them) deferred to the next forward.
-  std::map<int, std::vector<int>> deferred_;  // param index -> instruction ids
-  std::vector<int> deferred_frees_;
-  double deferred_lr_ = 0;
+  struct Deferred {
+    std::map<int, std::vector<int>> updates;  // param index -> instruction ids
+    std::vector<int> frees;
+    double lr = 0;
+  } deferred_;
 
   // Pipelines: the pipeline axis split again (its transfers use the
   // program's tags, so no collective may share its tag space), one
@@ -362,8 +367,10 @@ class ProgramExecutor {
   std::vector<PendingSend> pending_sends_;
   int last_compute_ = -1;  // the last Compute instruction (where a pipeline's span ends)
   // Forward activations alive (bytes per micro-batch and value) and their peak this step.
-  std::vector<std::vector<int64_t>> held_bytes_;
-  int64_t activation_bytes_ = 0, activation_peak_ = 0;
+  struct Activations {
+    std::vector<std::vector<int64_t>> held;  // per micro-batch and value
+    int64_t bytes = 0, peak = 0;
+  } activations_;
   // The account of the thread that made the executor: this rank's tensors
   // (nullptr: the process's, which is this rank's when it is alone).
   MemoryAccount* account_ = current_memory_account();
