@@ -9,7 +9,9 @@
 //    on no member before every member started it;
 //  - instruction by instruction, the simulator puts each collective and
 //    reshard on the lane the executor ran it on and meets its group with
-//    the sequence number the executor's flight recorder logged.
+//    the sequence number the executor's flight recorder logged;
+//  - per mesh axis, the wire bytes the lowering stamped (for the ring) are
+//    the bytes the axis' communicator counted, collectives run inline.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -48,6 +50,7 @@ struct Case {
 struct Observed {
   std::vector<TraceRecord> trace;
   std::vector<FlightEvent> events;
+  std::vector<int64_t> axis_bytes;  // what each axis' communicator counted
 };
 
 // Per instruction: its start and finish (engine slices merged) and its lane.
@@ -95,7 +98,8 @@ std::vector<std::pair<ValueId, Tensor>> feeds_of(const parallel::Program& p) {
   return feeds;
 }
 
-std::vector<Observed> run_step(const std::vector<parallel::Program>& programs, const ParamStore& params) {
+std::vector<Observed> run_step(const std::vector<parallel::Program>& programs, const ParamStore& params,
+                               bool overlap = true) {
   const int world = static_cast<int>(programs.size());
   std::vector<Observed> observed(static_cast<size_t>(world));
   comm::run_inproc(world, [&](comm::Communicator& comm) {
@@ -104,13 +108,14 @@ std::vector<Observed> run_step(const std::vector<parallel::Program>& programs, c
     AxisGroups groups;
     for (comm::Communicator& c : mesh.axis) groups.push_back(&c);
     FlightRecorder recorder("", comm.rank(), world);
-    ProgramExecutor executor(program, groups, {}, {.trace = true});
+    ProgramExecutor executor(program, groups, {}, {.overlap = overlap, .trace = true});
     executor.set_parameters(params);
     executor.set_flight_recorder(&recorder);
     executor.set_tracing(true);
-    executor.run({.feeds = feeds_of(program), .seed = 1, .step = 0, .lr = 1e-3});
+    const StepResult result = executor.run({.feeds = feeds_of(program), .seed = 1, .step = 0, .lr = 1e-3});
     executor.finish();
     Observed& mine = observed[static_cast<size_t>(comm.rank())];
+    mine.axis_bytes = result.axis_bytes;
     mine.trace = executor.take_trace();
     mine.events = recorder.read().events;
   });
@@ -151,8 +156,10 @@ TEST_P(Conformance, ExecutorRunsTheProgramAsTheSimulatorReplaysIt) {
   const Case& c = GetParam();
   const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = c.layers, .n_head = 2, .n_embd = 16, .dropout = 0.1};
   const nn::Model model = nn::build_gpt(config, 4, config.block, true);
+  // The ring, whose bytes the stamped wire must be to the byte.
   const std::vector<parallel::Program> programs =
-      lower_all({.forward = &model.graph, .loss = model.loss}, strategy_of(c, model));
+      lower_all({.forward = &model.graph, .loss = model.loss, .collective = {.algorithm = comm::Algorithm::ring}},
+                strategy_of(c, model));
   const std::vector<Observed> observed = run_step(programs, ParamStore::initialize(model.graph, 7));
 
   FakeEstimator fake;
@@ -193,6 +200,24 @@ TEST_P(Conformance, ExecutorRunsTheProgramAsTheSimulatorReplaysIt) {
       ++compared;
     }
     EXPECT_EQ(compared, static_cast<int>(logged.size())) << where << ": the simulator met other calls than were run";
+
+  }
+  // Wire bytes: what the lowering stamped is what each axis' communicator
+  // counted, run inline (the progress engine adds its own agreement on
+  // which jobs every rank submitted; subgroups and transfers run on
+  // communicators of their own). A codec's payload is a model of its data.
+  if (c.compress == nullptr) {
+    const std::vector<Observed> inline_run = run_step(programs, ParamStore::initialize(model.graph, 7), false);
+    for (size_t r = 0; r < programs.size(); ++r) {
+      const parallel::Program& p = programs[r];
+      std::vector<int64_t> stamped(p.strategy.mesh.axes().size(), 0);
+      for (const parallel::Instr& instr : p.instrs)
+        if (instr.group >= 0 && p.groups[static_cast<size_t>(instr.group)].subgroup < 0)
+          stamped[static_cast<size_t>(p.groups[static_cast<size_t>(instr.group)].axis)] += instr.wire.total();
+      for (size_t a = 0; a < stamped.size(); ++a)
+        EXPECT_EQ(stamped[a], inline_run[r].axis_bytes[a])
+            << c.name << " rank " << r << ": bytes on axis " << p.strategy.mesh.axes()[a].name;
+    }
   }
   for (const auto& [call, times] : calls)
     EXPECT_LE(times.first, times.second) << c.name << ": group " << call.first << " call " << call.second
