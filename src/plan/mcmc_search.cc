@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "plan/candidates.h"
+#include "parallel/compose.h"
 #include "plan/layer_placement.h"
 #include "plan/simulate.h"
 
@@ -150,8 +151,7 @@ class Chain {
 
 parallel::Strategy strategy_of(const PlanRequest& request, int dp, int tp, const std::vector<Unit>& units,
                                const std::vector<LayerPlacement>& placements) {
-  parallel::Strategy s = parallel::data_parallel(dp, request.batch_inputs);
-  s.mesh = parallel::DeviceMesh({{"dp", dp}, {"tp", tp}});
+  parallel::Strategy s = parallel::data_tensor_mesh(dp, tp, request.batch_inputs);
   for (size_t i = 0; i < units.size(); ++i) seed_layer(s, units[i].name, placements[i]);
   return s;
 }

@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "core/error.h"
-#include "parallel/strategy.h"
+#include "parallel/compose.h"
 #include "plan/simulate.h"
 #include "plan/layer_search.h"
 #include "plan/mcmc_search.h"

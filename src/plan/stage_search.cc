@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/compose.h"
 #include "plan/simulate.h"
 
 namespace px::plan {
@@ -66,11 +66,8 @@ struct ProbeKey {
 };
 
 parallel::Strategy probe_strategy(const nn::Model& m, const PlanRequest& request, const ProbeKey& key) {
-  parallel::Strategy s = key.tp > 1 || key.sp
-                             ? parallel::tensor_parallel(m.graph, 1, key.tp, request.batch_inputs, key.sp)
-                             : parallel::data_parallel(1, request.batch_inputs);
-  s.lowering.recompute = key.recompute;
-  return s;
+  return parallel::compose({.tensor_parallel = key.tp, .sequence_parallel = key.sp, .recompute = key.recompute},
+                           {.graph = &m.graph, .batch_inputs = request.batch_inputs, .ranks = key.tp});
 }
 
 // The parts of a two-block probe from its replay's trace (rank 0 of the tensor group).
@@ -400,22 +397,21 @@ class StageModel {
 
 parallel::Strategy strategy_of(const PlanRequest& request, const nn::Model& model, const Layout& l,
                                const std::vector<int>& blocks) {
-  parallel::Strategy s = l.tp > 1 || l.sp
-                             ? parallel::tensor_parallel(model.graph, l.dp, l.tp, request.batch_inputs, l.sp)
-                             : parallel::data_parallel(l.dp, request.batch_inputs);
-  s.zero_stage = l.zero;
-  s.micro_batches = l.micro_batches;
-  s.lowering.recompute = l.recompute;
-  if (l.stages > 1) {
-    parallel::PipelineOptions pipeline{.schedule = l.kind};
-    int start = 0;
-    for (size_t i = 0; i + 1 < blocks.size(); ++i) {
-      start += blocks[i];
-      pipeline.stage_cuts.push_back(fmt::format("h.{}", start));
-    }
-    s = parallel::with_pipeline(std::move(s), l.stages, pipeline);
+  parallel::PipelineOptions pipeline{.schedule = l.kind};
+  for (size_t i = 0, start = 0; l.stages > 1 && i + 1 < blocks.size(); ++i) {
+    start += static_cast<size_t>(blocks[i]);
+    pipeline.stage_cuts.push_back(fmt::format("h.{}", start));
   }
-  return s;
+  return parallel::compose({.zero_stage = l.zero,
+                            .tensor_parallel = l.tp,
+                            .sequence_parallel = l.sp,
+                            .pipeline_parallel = l.stages,
+                            .pipeline = pipeline,
+                            .recompute = l.recompute},
+                           {.graph = &model.graph,
+                            .batch_inputs = request.batch_inputs,
+                            .ranks = l.stages * l.dp * l.tp,
+                            .micro_batches = l.micro_batches});
 }
 
 // describe() of the strategy the layout makes, with its blocks per stage.

@@ -19,7 +19,7 @@
 
 #include "nn/gpt.h"
 #include "parallel/lower.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/compose.h"
 #include "runtime/tasks/task.h"
 
 namespace px::parallel {
@@ -53,15 +53,17 @@ TEST_P(GoldenProgram, PrintsAsCheckedIn) {
   // (B=4, T=8), vocabulary 64, C=16: small shapes, every op of the real model.
   const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = g.layers, .n_head = 2, .n_embd = 16, .dropout = 0.1};
   const nn::Model model = nn::build_gpt(config, 4, config.block, true);
-  Strategy strategy = g.tp > 1 ? tensor_parallel(model.graph, g.ranks / g.tp, g.tp, batch_input_names(model),
-                                                 g.sequence_parallel)
-                               : data_parallel(g.ranks, batch_input_names(model));
-  strategy.zero_stage = g.zero_stage;
-  strategy.micro_batches = g.micro_batches;
-  strategy.lowering.bucket_bytes = 4096;  // several buckets, so their order and priorities show
-  strategy.lowering.recompute = g.recompute;
-  if (g.pp > 1)
-    strategy = with_pipeline(strategy, g.pp, {.schedule = pipeline_kind_from_name(g.schedule)});
+  const Strategy strategy = compose({.bucket_bytes = 4096,  // several buckets, so their order and priorities show
+                                     .zero_stage = g.zero_stage,
+                                     .tensor_parallel = g.tp,
+                                     .sequence_parallel = g.sequence_parallel,
+                                     .pipeline_parallel = g.pp,
+                                     .pipeline = {.schedule = pipeline_kind_from_name(g.schedule)},
+                                     .recompute = g.recompute},
+                                    {.graph = &model.graph,
+                                     .batch_inputs = batch_input_names(model),
+                                     .ranks = g.ranks * g.pp,
+                                     .micro_batches = g.micro_batches});
   const std::string printed = lower({.forward = &model.graph, .loss = model.loss}, strategy, g.rank).str();
   const std::string path = std::string(PX_GOLDEN_DIR) + "/" + g.file;
   const char* update = std::getenv("PX_UPDATE_GOLDEN");
