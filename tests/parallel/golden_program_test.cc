@@ -7,7 +7,9 @@
 // layer, printed by Program::str() —
 // the form `parallax lower` shows — and checked in under golden/. A change
 // to the lowering shows up as a diff of these files that a reviewer reads:
-// every collective, its buffers, stream and dependencies.
+// every collective, its buffers, stream and dependencies, and in the
+// footer what it costs (plan/program_cost.h): bytes per axis and kind, the
+// liveness peak and the step a FakeEstimator replay of every rank takes.
 //
 // After a deliberate change, regenerate them and read the diff:
 //   PX_UPDATE_GOLDEN=1 build/tests/parallel/px_parallel_tests --gtest_filter='*GoldenProgram*'
@@ -19,6 +21,8 @@
 
 #include "nn/gpt.h"
 #include "parallel/lower.h"
+#include "plan/program_cost.h"
+#include "plan/simulate.h"
 #include "parallel/compose.h"
 #include "runtime/tasks/task.h"
 
@@ -64,7 +68,13 @@ TEST_P(GoldenProgram, PrintsAsCheckedIn) {
                                      .batch_inputs = batch_input_names(model),
                                      .ranks = g.ranks * g.pp,
                                      .micro_batches = g.micro_batches});
-  const std::string printed = lower({.forward = &model.graph, .loss = model.loss}, strategy, g.rank).str();
+  // Every rank's Program, for the footer's replay; the file pins rank g.rank's.
+  const std::vector<Program> programs = plan::lower_all({.forward = &model.graph, .loss = model.loss}, strategy);
+  const plan::FakeEstimator fake = plan::footer_estimator();
+  const std::string printed =
+      programs[static_cast<size_t>(g.rank)].str() +
+      plan::cost_footer(plan::program_cost(programs, g.rank, plan::cluster_named("dgx-a100"), fake),
+                        "FakeEstimator: 1 us a node, 0.1 ns a memory byte, 10 us + 1 ns a byte a message");
   const std::string path = std::string(PX_GOLDEN_DIR) + "/" + g.file;
   const char* update = std::getenv("PX_UPDATE_GOLDEN");
   if (update != nullptr && std::string(update) == "1") {
