@@ -48,12 +48,14 @@ double instr_bytes_sent(const parallel::Program& program, size_t instr);
 ProgramCost program_cost(const std::vector<parallel::Program>& programs, int rank, const ClusterSpec& cluster,
                          const CostEstimator& estimator);
 
-// The estimator the golden footers are timed with: round figures, so a
-// step time moves only when the Program does.
-FakeEstimator footer_estimator();
-
 // "cost: ..." lines, one fact a line (the form above); `estimator_name`
 // says what timed the step.
 std::string cost_footer(const ProgramCost& cost, const std::string& estimator_name);
+
+// The footer the golden Programs and `parallax lower --cost` print: rank
+// `rank`'s cost, the step timed by a FakeEstimator of round figures (1 us
+// a node, 0.1 ns a memory byte, 10 us + 1 ns a byte a message) on one node
+// of the mesh's devices, so the time moves only when the Program does.
+std::string program_footer(const std::vector<parallel::Program>& programs, int rank);
 
 }  // namespace px::plan
