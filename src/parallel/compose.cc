@@ -1,5 +1,7 @@
 #include "parallel/compose.h"
 
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 #include "parallel/tensor_parallel.h"
 
@@ -22,6 +24,7 @@ Strategy from_parts(const StrategyRequest& r, const CompositionInputs& in) {
   s.lowering.bucket_bytes = r.bucket_bytes;
   s.lowering.compression = r.compression;
   s.lowering.recompute = r.recompute;
+  s.pipeline = r.pipeline;  // without stages validate names what needs them
   if (pp > 1) s = with_pipeline(std::move(s), pp, r.pipeline);
   // P3 updates each parameter as soon as its own gradient is in, and every
   // gradient is its own job with its own priority. (A strategy file that
@@ -75,6 +78,9 @@ void validate_pipeline(const Strategy& s) {
     if (s.pipeline.virtual_stages > 1)
       fail("strategy: {} virtual stages need a pipeline axis '{}' of more than one rank in mesh {}",
            s.pipeline.virtual_stages, s.pipeline.axis, s.mesh.str());
+    if (!s.pipeline.stage_cuts.empty())
+      fail("strategy: stage cuts ({}) need a pipeline axis '{}' of more than one rank in mesh {}",
+           fmt::join(s.pipeline.stage_cuts, ","), s.pipeline.axis, s.mesh.str());
     return;
   }
   if (s.pipeline.axis == s.data_axis) fail("strategy: the pipeline axis '{}' is also the data axis", s.pipeline.axis);
