@@ -4,8 +4,8 @@
 // under Megatron tensor parallelism (tp=2, with and without sequence
 // parallelism; dp=2 x tp=2 with ZeRO-1), two pipeline stages (1F1B's first,
 // zero bubble's last, two micro-batches) and one rank recomputing every
-// layer, printed by Program::str() —
-// the form `parallax lower` shows — and checked in under golden/. A change
+// layer, printed by Program::str() with plan::program_footer() — the form
+// `parallax lower --cost` shows — and checked in under golden/. A change
 // to the lowering shows up as a diff of these files that a reviewer reads:
 // every collective, its buffers, stream and dependencies, and in the
 // footer what it costs (plan/program_cost.h): bytes per axis and kind, the
