@@ -95,81 +95,82 @@ RankWork without_pipeline(const Context& c, const Program& p) {
   return work;
 }
 
-}  // namespace
-
-RankWork plan_work(const Context& c, Program& p) {
-  const int ranks = c.strategy.pipeline_ranks();
-  if (ranks == 1) return without_pipeline(c, p);
-  if (!p.training) fail("pipeline stages run training steps; evaluation runs on one rank");
-  const Graph& graph = c.graph;
+// Where each virtual stage starts: balanced by cost, or at the layers
+// --stage-cuts names.
+std::vector<int> stage_starts_of(const Context& c, int ranks, int virtual_stages) {
   const PipelineOptions& options = c.strategy.pipeline;
-  const int axis = c.strategy.mesh.axis(options.axis);
-  const int me = c.coords[static_cast<size_t>(axis)];
-  const int M = c.strategy.micro_batches;
-  const PipelineSchedule schedule = make_pipeline_schedule(options.schedule, ranks, M, options.virtual_stages);
-  const int stages = ranks * schedule.virtual_stages;
-  auto rank_of_stage = [&](int s) { return s % ranks; };
+  const int stages = ranks * virtual_stages;
+  if (options.stage_cuts.empty()) return balanced_stage_starts(c.graph, c.forward_nodes, stages);
+  if (static_cast<int>(options.stage_cuts.size()) != stages - 1)
+    fail("--stage-cuts names {} layers ({}); {} pipeline ranks x {} chunks need {} cuts", options.stage_cuts.size(),
+         fmt::join(options.stage_cuts, ","), ranks, virtual_stages, stages - 1);
+  return stage_starts_at(c.graph, c.forward_nodes, options.stage_cuts);
+}
 
-  std::vector<int> starts;
-  if (options.stage_cuts.empty()) {
-    starts = balanced_stage_starts(graph, c.forward_nodes, stages);
-  } else {
-    if (static_cast<int>(options.stage_cuts.size()) != stages - 1)
-      fail("--stage-cuts names {} layers ({}); {} pipeline ranks x {} chunks need {} cuts", options.stage_cuts.size(),
-           fmt::join(options.stage_cuts, ","), ranks, schedule.virtual_stages, stages - 1);
-    starts = stage_starts_at(graph, c.forward_nodes, options.stage_cuts);
-  }
-  const StageAssignment assignment = assign_stages(graph, c.forward_nodes, starts);
-  const std::vector<int>& stage_of = assignment.stage_of_node;
-
-  // Gradients: whole where one stage makes them, else each stage's summands.
+// Gradients: whole where one stage makes them, else each stage's summands
+// (a parameter two stages share). `parts` gets (value, index into
+// Context::grads) for every stage's; the values are also `wanted`.
+void gradient_terms(const Context& c, const StageAssignment& assignment, std::vector<ValueId>& wanted,
+                    std::vector<std::pair<ValueId, int>>& parts) {
   std::set<ValueId> shared_params;
   for (const auto& [param, on] : assignment.shared_params) shared_params.insert(param);
-  std::vector<ValueId> wanted{c.loss};
-  std::vector<std::pair<ValueId, int>> parts;  // every stage's
   for (size_t i = 0; i < c.grads.size(); ++i) {
     const ParamGrad& pg = c.grads[i];
     if (pg.grad == kNoValue) continue;
     std::vector<ValueId> terms;
-    if (shared_params.count(pg.param)) summands(graph, pg.grad, terms);
+    if (shared_params.count(pg.param)) summands(c.graph, pg.grad, terms);
     else terms.push_back(pg.grad);
     for (ValueId t : terms) {
       wanted.push_back(t);
       parts.push_back({t, static_cast<int>(i)});
     }
   }
-  const std::vector<int> nodes = needed_nodes(graph, wanted);
+}
 
-  // Values crossing each cut: forward values read later, backward values read earlier.
-  const StageCrossings crossings = stage_crossings(graph, c.forward_nodes, stage_of, stages, nodes);
-  const std::vector<std::vector<ValueId>>& forward_crossing = crossings.forward;
-  const std::vector<std::vector<ValueId>>& backward_crossing = crossings.backward;
-  size_t width = 1;
-  for (int k = 0; k + 1 < stages; ++k) {
-    if (forward_crossing[static_cast<size_t>(k)].empty())
-      fail("pipeline: nothing crosses from stage {} to stage {}: the stages are not a chain", k, k + 1);
-    width = std::max({width, forward_crossing[static_cast<size_t>(k)].size(), backward_crossing[static_cast<size_t>(k)].size()});
+// Message tags: unique per micro-batch, cut, direction and value within a step.
+class MessageTags {
+ public:
+  MessageTags(const StageCrossings& crossings, int micro_batches, int stages) : stages_(stages) {
+    for (int k = 0; k + 1 < stages; ++k) {
+      if (crossings.forward[static_cast<size_t>(k)].empty())
+        fail("pipeline: nothing crosses from stage {} to stage {}: the stages are not a chain", k, k + 1);
+      width_ = std::max({width_, crossings.forward[static_cast<size_t>(k)].size(),
+                         crossings.backward[static_cast<size_t>(k)].size()});
+    }
+    const uint64_t count = static_cast<uint64_t>(micro_batches) * static_cast<uint64_t>(stages) * 2 * width_;
+    if (count >= (1u << 20))
+      fail("pipeline: {} micro-batches x {} stages x {} values a cut need more message tags than the {} available",
+           micro_batches, stages, width_, 1u << 20);
   }
-  // Tags: unique per micro-batch, cut, direction and value within a step.
-  const uint64_t tag_count = static_cast<uint64_t>(M) * static_cast<uint64_t>(stages) * 2 * width;
-  if (tag_count >= (1u << 20))
-    fail("pipeline: {} micro-batches x {} stages x {} values a cut need more message tags than the {} available",
-         M, stages, width, 1u << 20);
-  auto tags_of = [&](int m, int cut, int direction, size_t count) {
+  // The tags of `count` values crossing `cut` for micro-batch m (direction 0 forward, 1 backward).
+  std::vector<uint32_t> of(int m, int cut, int direction, size_t count) const {
     std::vector<uint32_t> tags;
     for (size_t i = 0; i < count; ++i)
-      tags.push_back(static_cast<uint32_t>(((static_cast<uint64_t>(m) * static_cast<uint64_t>(stages - 1) +
+      tags.push_back(static_cast<uint32_t>(((static_cast<uint64_t>(m) * static_cast<uint64_t>(stages_ - 1) +
                                              static_cast<uint64_t>(cut)) * 2 + static_cast<uint64_t>(direction)) *
-                                               width + i));
+                                               width_ + i));
     return tags;
-  };
+  }
 
-  // Per stage: forward nodes, backward nodes, and the backward split into
-  // B (feeding an input gradient) and W (feeding only weight gradients).
+ private:
+  int stages_;
+  size_t width_ = 1;
+};
+
+struct StageNodes {
+  std::vector<int> forward, backward, input_grad, weight_grad;
+};
+
+// Per stage: forward nodes, backward nodes, and the backward split into
+// B (feeding an input gradient) and W (feeding only weight gradients).
+std::vector<StageNodes> nodes_by_stage(const Context& c, const std::vector<int>& nodes,
+                                       const std::vector<std::pair<ValueId, int>>& parts,
+                                       const StageCrossings& crossings, const std::vector<int>& stage_of, int stages) {
+  const Graph& graph = c.graph;
   std::vector<bool> is_part(graph.values().size(), false);
   for (const auto& [v, i] : parts) is_part[static_cast<size_t>(v)] = true;
   std::vector<bool> sent_back(graph.values().size(), false);
-  for (const auto& cut : backward_crossing)
+  for (const auto& cut : crossings.backward)
     for (ValueId v : cut) sent_back[static_cast<size_t>(v)] = true;
   std::vector<std::vector<int>> readers(graph.values().size());
   for (int n : nodes)
@@ -186,9 +187,6 @@ RankWork plan_work(const Context& c, Program& p) {
     }
     weight_only[static_cast<size_t>(n)] = only;
   }
-  struct StageNodes {
-    std::vector<int> forward, backward, input_grad, weight_grad;
-  };
   std::vector<StageNodes> of_stage(static_cast<size_t>(stages));
   for (int n : nodes) {
     StageNodes& s = of_stage[static_cast<size_t>(stage_of[static_cast<size_t>(n)])];
@@ -199,9 +197,14 @@ RankWork plan_work(const Context& c, Program& p) {
     s.backward.push_back(n);
     (weight_only[static_cast<size_t>(n)] ? s.weight_grad : s.input_grad).push_back(n);
   }
+  return of_stage;
+}
 
-  RankWork work;
-  work.pipeline_axis = axis;
+// This rank's action list as phases: its chunks' nodes and the transfers
+// between stages.
+std::vector<Phase> phases_of(const PipelineSchedule& schedule, int me, const std::vector<StageNodes>& of_stage,
+                             const StageCrossings& crossings, const MessageTags& tags) {
+  std::vector<Phase> phases;
   for (const PipelineAction& a : schedule.ranks[static_cast<size_t>(me)]) {
     const int stage = schedule.virtual_stage(me, a.chunk);
     const StageNodes& s = of_stage[static_cast<size_t>(stage)];
@@ -217,23 +220,55 @@ RankWork plan_work(const Context& c, Program& p) {
       case PipelineOp::recv_activation: {
         const int cut = a.op == PipelineOp::send_activation ? stage : stage - 1;
         phase.kind = a.op == PipelineOp::send_activation ? Phase::Kind::send : Phase::Kind::recv;
-        phase.values = forward_crossing[static_cast<size_t>(cut)];
-        phase.tags = tags_of(a.micro, cut, 0, phase.values.size());
+        phase.values = crossings.forward[static_cast<size_t>(cut)];
+        phase.tags = tags.of(a.micro, cut, 0, phase.values.size());
         break;
       }
       case PipelineOp::send_gradient:
       case PipelineOp::recv_gradient: {
         const int cut = a.op == PipelineOp::send_gradient ? stage - 1 : stage;
         phase.kind = a.op == PipelineOp::send_gradient ? Phase::Kind::send : Phase::Kind::recv;
-        phase.values = backward_crossing[static_cast<size_t>(cut)];
-        phase.tags = tags_of(a.micro, cut, 1, phase.values.size());
+        phase.values = crossings.backward[static_cast<size_t>(cut)];
+        phase.tags = tags.of(a.micro, cut, 1, phase.values.size());
         break;
       }
       case PipelineOp::reduce_gradients: continue;  // each bucket's reduction follows its last gradient
     }
     if (phase.kind != Phase::Kind::compute && phase.values.empty()) continue;
-    work.phases.push_back(std::move(phase));
+    phases.push_back(std::move(phase));
   }
+  return phases;
+}
+
+}  // namespace
+
+RankWork plan_work(const Context& c, Program& p) {
+  const int ranks = c.strategy.pipeline_ranks();
+  if (ranks == 1) return without_pipeline(c, p);
+  if (!p.training) fail("pipeline stages run training steps; evaluation runs on one rank");
+  const Graph& graph = c.graph;
+  const PipelineOptions& options = c.strategy.pipeline;
+  const int axis = c.strategy.mesh.axis(options.axis);
+  const int me = c.coords[static_cast<size_t>(axis)];
+  const int M = c.strategy.micro_batches;
+  const PipelineSchedule schedule = make_pipeline_schedule(options.schedule, ranks, M, options.virtual_stages);
+  const int stages = ranks * schedule.virtual_stages;
+  auto rank_of_stage = [&](int s) { return s % ranks; };
+
+  const std::vector<int> starts = stage_starts_of(c, ranks, schedule.virtual_stages);
+  const StageAssignment assignment = assign_stages(graph, c.forward_nodes, starts);
+  const std::vector<int>& stage_of = assignment.stage_of_node;
+  std::vector<ValueId> wanted{c.loss};
+  std::vector<std::pair<ValueId, int>> parts;  // every stage's
+  gradient_terms(c, assignment, wanted, parts);
+  const std::vector<int> nodes = needed_nodes(graph, wanted);
+  // Values crossing each cut: forward values read later, backward values read earlier.
+  const StageCrossings crossings = stage_crossings(graph, c.forward_nodes, stage_of, stages, nodes);
+  const MessageTags tags(crossings, M, stages);
+
+  RankWork work;
+  work.pipeline_axis = axis;
+  work.phases = phases_of(schedule, me, nodes_by_stage(c, nodes, parts, crossings, stage_of, stages), crossings, tags);
 
   // What this rank holds and accumulates.
   std::set<int> mine;

@@ -17,22 +17,13 @@ using parallel::Buffer;
 using parallel::Instr;
 using parallel::Region;
 
-void validate(const ExecutorOptions& o, const parallel::Program& program) {
+void validate(const ExecutorOptions& o) {
   if (o.p3_slice_bytes < 0) fail("P3 slice size {} bytes must be >= 0", o.p3_slice_bytes);
   if (o.bucket_buffers < 1)
     fail("gradient bucket buffers {}: expected at least 1 (the bucket backward fills)", o.bucket_buffers);
-  if (o.p3_slice_bytes > 0) {
-    if (!o.overlap) fail("P3 reduces gradients on the progress thread: it cannot run with --no-overlap");
-    if (program.strategy.lowering.global_norm)
-      fail("P3 updates each layer as soon as its gradient arrives; the program computes a global gradient norm "
-           "first (clipping needs every gradient): lower it without (global_norm false, --grad-clip 0)");
-    if (program.strategy.zero_stage > 0)
-      fail("ZeRO-{} and P3 do not combine: P3 defers whole-parameter updates to the next forward",
-           program.strategy.zero_stage);
-    if (program.strategy.lowering.compression.lossy())
-      fail("P3 and gradient compression ({}) do not combine yet: choose one",
-           program.strategy.lowering.compression.to_string());
-  }
+  // How P3 combines with the strategy is parallel::validate's (parallel/compose.h).
+  if (o.p3_slice_bytes > 0 && !o.overlap)
+    fail("P3 reduces gradients on the progress thread: it cannot run with --no-overlap");
 }
 
 ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, OptimizerConfig optimizer,
@@ -54,7 +45,7 @@ ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, O
   make_pipeline_groups();
   group_ = groups_[static_cast<size_t>(program_.strategy.mesh.axis(program_.strategy.data_axis))];
   const int group_size = group_ ? group_->size() : 1;
-  validate(options_, program_);
+  validate(options_);
   PX_CHECK(!program_.graphs.empty(), "a program without a local graph (rank {} has no rows)", program_.rank);
   if (group_size > 1 && options_.overlap) {
     comm::EngineOptions engine;
