@@ -23,6 +23,7 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "nn/gpt.h"
+#include "parallel/compose.h"
 #include "parallel/lower.h"
 #include "runtime/tasks/task.h"
 

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz/fuzz_input.h"
+#include "parallel/compose.h"
 #include "parallel/strategy.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -18,6 +18,7 @@
 #include "comm/backends.h"
 #include "comm/tuning/benchmark.h"
 #include "kernels/threads.h"
+#include "parallel/compose.h"
 #include "parallel/lower.h"
 #include "plan/calibrate.h"
 #include "plan/candidates.h"

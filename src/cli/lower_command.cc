@@ -8,6 +8,8 @@
 #include "cli/commands.h"
 #include "cli/train_flags.h"
 #include "parallel/lower.h"
+#include "plan/program_cost.h"
+#include "plan/simulate.h"
 #include "runtime/train/pipeline_report.h"
 #include "runtime/tasks/task.h"
 #include "runtime/train/trainer.h"
@@ -19,6 +21,7 @@ void add_lower_command(CLI::App& app) {
   auto rank = std::make_shared<int>(0);
   auto print_strategy = std::make_shared<bool>(false);
   auto print_schedule = std::make_shared<bool>(false);
+  auto print_cost = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand("lower", "print the Program a rank runs for a model and strategy");
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_model_flags(*cmd, *flags);
@@ -27,7 +30,10 @@ void add_lower_command(CLI::App& app) {
   cmd->add_flag("--print-strategy", *print_strategy, "print the strategy as JSON instead (for --strategy FILE)");
   cmd->add_flag("--print-schedule", *print_schedule,
                 "print the pipeline schedule as a text timeline (one row per stage) and the stages instead");
-  cmd->callback([flags, rank, print_strategy, print_schedule] {
+  cmd->add_flag("--cost", *print_cost,
+                "end with the rank's cost, as the golden Programs do: bytes per mesh axis and collective kind, the "
+                "liveness peak and a step time replayed with round figures (lowers every rank)");
+  cmd->callback([flags, rank, print_strategy, print_schedule, print_cost] {
     apply(*flags);
     TrainOptions& o = flags->options;
     if (o.sync.mesh_ranks > 0) o.ranks = o.sync.mesh_ranks;  // --mesh names the ranks
@@ -47,6 +53,9 @@ void add_lower_command(CLI::App& app) {
       return;
     }
     std::cout << program.str();
+    if (*print_cost)
+      std::cout << plan::program_footer(plan::lower_all({.forward = &model.graph, .loss = model.loss}, strategy),
+                                        *rank);
   });
 }
 

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "graph/autodiff.h"
+#include "parallel/compose.h"
 #include "parallel/lower/passes.h"
 
 namespace px::parallel {

@@ -92,6 +92,26 @@ PipelineTimeline execute(const PipelineSchedule& s, std::vector<size_t>& positio
 // once and in order, receives before the compute they feed, sends after
 // the compute that produces them, one reduction per chunk after its last
 // backward; peers are the neighbouring stages'.
+// Action k of a rank's list on its own: its chunk and micro-batch exist,
+// and a message's peer holds the stage it names.
+void check_action(const PipelineSchedule& s, int rank, const std::string& where, size_t k, const PipelineAction& a) {
+  const int last = s.stages * s.virtual_stages - 1;
+  if (a.chunk < 0 || a.chunk >= s.virtual_stages)
+    fail("{}: action {} '{}' names chunk {} of {}", where, k, a.str(), a.chunk, s.virtual_stages);
+  if (a.op != Op::reduce_gradients && (a.micro < 0 || a.micro >= s.micro_batches))
+    fail("{}: action {} '{}' names micro-batch {} of {}", where, k, a.str(), a.micro, s.micro_batches);
+  if (!is_compute(a.op) && a.op != Op::reduce_gradients) {
+    const auto [gradient, micro, from, to] = message_of(s, rank, a);
+    const int other = a.op == Op::send_activation || a.op == Op::send_gradient ? to : from;
+    if (other < 0 || other > last) fail("{}: action {} '{}' reaches past the ends of the pipeline", where, k, a.str());
+    if (a.peer != other % s.stages)
+      fail("{}: action {} '{}' names peer {}, but stage {} is on rank {}", where, k, a.str(), a.peer, other,
+           other % s.stages);
+  }
+  if (a.op == Op::reduce_gradients && a.micro != -1)
+    fail("{}: action {} '{}' names micro-batch {}; a reduction covers them all (-1)", where, k, a.str(), a.micro);
+}
+
 void check_rank(const PipelineSchedule& s, int rank) {
   const std::string where = fmt::format("{}: rank {}", describe(s), rank);
   const int last = s.stages * s.virtual_stages - 1;
@@ -106,21 +126,7 @@ void check_rank(const PipelineSchedule& s, int rank) {
   std::vector<int> first(slots, -1), count(slots, 0);
   for (size_t k = 0; k < list.size(); ++k) {
     const PipelineAction& a = list[k];
-    if (a.chunk < 0 || a.chunk >= s.virtual_stages)
-      fail("{}: action {} '{}' names chunk {} of {}", where, k, a.str(), a.chunk, s.virtual_stages);
-    if (a.op != Op::reduce_gradients && (a.micro < 0 || a.micro >= s.micro_batches))
-      fail("{}: action {} '{}' names micro-batch {} of {}", where, k, a.str(), a.micro, s.micro_batches);
-    if (!is_compute(a.op) && a.op != Op::reduce_gradients) {
-      const auto [gradient, micro, from, to] = message_of(s, rank, a);
-      const int other = a.op == Op::send_activation || a.op == Op::send_gradient ? to : from;
-      if (other < 0 || other > last)
-        fail("{}: action {} '{}' reaches past the ends of the pipeline", where, k, a.str());
-      if (a.peer != other % s.stages)
-        fail("{}: action {} '{}' names peer {}, but stage {} is on rank {}", where, k, a.str(), a.peer, other,
-             other % s.stages);
-    }
-    if (a.op == Op::reduce_gradients && a.micro != -1)
-      fail("{}: action {} '{}' names micro-batch {}; a reduction covers them all (-1)", where, k, a.str(), a.micro);
+    check_action(s, rank, where, k, a);
     const size_t at = slot(a.op, a.micro, a.chunk);
     if (count[at]++ == 0) first[at] = static_cast<int>(k);
   }

@@ -6,15 +6,9 @@
 
 #include "core/error.h"
 #include "core/json_fields.h"
+#include "parallel/compose.h"
 
 namespace px::parallel {
-
-Strategy data_parallel(int ranks, const std::vector<std::string>& batch_inputs) {
-  Strategy s;
-  s.mesh = DeviceMesh::data_parallel(ranks);
-  for (const std::string& name : batch_inputs) s.seeds.push_back({name, "dp", Placement::S(0)});
-  return s;
-}
 
 Recompute recompute_from_name(std::string_view name) {
   if (name == "none") return Recompute::none;
@@ -36,60 +30,6 @@ int Strategy::pipeline_ranks() const {
   for (const MeshAxis& a : mesh.axes())
     if (a.name == pipeline.axis) return a.size;
   return 1;
-}
-
-Strategy with_pipeline(Strategy base, int stages, PipelineOptions pipeline) {
-  std::vector<MeshAxis> axes{{pipeline.axis, stages}};
-  for (const MeshAxis& a : base.mesh.axes()) axes.push_back(a);
-  base.mesh = DeviceMesh(std::move(axes));
-  base.pipeline = std::move(pipeline);
-  return base;
-}
-
-void validate(const Strategy& s) {
-  s.mesh.axis(s.data_axis);  // names the mesh when the axis is missing
-  for (const PlacementSeed& seed : s.seeds) {
-    s.mesh.axis(seed.axis);
-    if (seed.placement.kind == Placement::Kind::partial)
-      fail("strategy: seed '{}' is {} on axis '{}': a value is seeded S(d) or B (partial values come out of ops)",
-           seed.value, seed.placement.str(), seed.axis);
-  }
-  if (s.zero_stage < 0 || s.zero_stage > 3)
-    fail("strategy: ZeRO stage {} is not available: expected 0 (off), 1 (optimizer state sharded), 2 (and "
-         "gradients) or 3 (and parameters)",
-         s.zero_stage);
-  if (s.micro_batches < 1) fail("strategy: micro_batches {} must be >= 1", s.micro_batches);
-  if (s.lowering.bucket_bytes < 0) fail("strategy: bucket_bytes {} must be >= 0", s.lowering.bucket_bytes);
-  if (s.lowering.local_momentum < 0 || s.lowering.local_momentum >= 1)
-    fail("strategy: local_momentum {} must be in [0, 1)", s.lowering.local_momentum);
-  if (s.zero_stage > 0 && s.lowering.compression.lossy())
-    fail("strategy: ZeRO-{} and gradient compression ({}) do not combine: compression exchanges whole gradients",
-         s.zero_stage, s.lowering.compression.to_string());
-  if (s.zero_stage > 0 && !s.lowering.updates)
-    fail("strategy: ZeRO-{} shards the optimizer; a program without updates keeps whole gradients (zero_stage 0)",
-         s.zero_stage);
-  if (s.pipeline.virtual_stages < 1) fail("strategy: virtual_stages {} must be >= 1", s.pipeline.virtual_stages);
-  const int stages = s.pipeline_ranks();
-  if (stages > 1) {
-    if (s.pipeline.axis == s.data_axis)
-      fail("strategy: the pipeline axis '{}' is also the data axis", s.pipeline.axis);
-    for (const PlacementSeed& seed : s.seeds)
-      if (seed.axis == s.pipeline.axis)
-        fail("strategy: seed '{}' places a value along the pipeline axis '{}'; stages split the graph, not values",
-             seed.value, seed.axis);
-    if (s.zero_stage > 2)
-      fail("strategy: ZeRO-3 does not combine with pipeline stages (it would gather every parameter once per "
-           "micro-batch and chunk); use ZeRO-1 or -2 over '{}'",
-           s.data_axis);
-    if (s.lowering.compression.lossy())
-      fail("strategy: gradient compression ({}) does not combine with pipeline stages yet",
-           s.lowering.compression.to_string());
-    // Names an M the schedule cannot take, with the nearest valid values.
-    make_pipeline_schedule(s.pipeline.schedule, stages, s.micro_batches, s.pipeline.virtual_stages);
-  } else if (s.pipeline.virtual_stages > 1) {
-    fail("strategy: {} virtual stages need a pipeline axis '{}' of more than one rank in mesh {}",
-         s.pipeline.virtual_stages, s.pipeline.axis, s.mesh.str());
-  }
 }
 
 nlohmann::json to_json(const Strategy& s) {

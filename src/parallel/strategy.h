@@ -103,19 +103,11 @@ struct Strategy {
   bool operator==(const Strategy&) const = default;
 };
 
-// `ranks`-way data parallelism: the named batch inputs S(0) along "dp".
-Strategy data_parallel(int ranks, const std::vector<std::string>& batch_inputs);
-
-// `base` (over its own mesh) repeated on `stages` pipeline ranks: the
-// pipeline axis goes first (outermost), so a stage's data and tensor
-// groups are consecutive ranks.
-Strategy with_pipeline(Strategy base, int stages, PipelineOptions pipeline);
-
-// Throws px::Error naming the field, its value and what is expected.
-void validate(const Strategy& strategy);
+// Strategies are built and validated in parallel/compose.h.
 
 nlohmann::json to_json(const Strategy& strategy);
-// Reads what to_json writes; unknown keys and bad values are named errors.
+// Reads what to_json writes; unknown keys, bad values and parts that do not
+// combine (validate, parallel/compose.h) are named errors.
 Strategy strategy_from_json(const nlohmann::json& json);
 Strategy load_strategy(const std::string& path);
 

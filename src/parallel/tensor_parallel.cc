@@ -63,14 +63,4 @@ std::vector<PlacementSeed> megatron_seeds(const Graph& graph, const std::string&
   return seeds;
 }
 
-Strategy tensor_parallel(const Graph& graph, int dp, int tp, const std::vector<std::string>& batch_inputs,
-                         bool sequence_parallel) {
-  if (dp < 1 || tp < 1) fail("tensor parallelism: dp={} and tp={} must be >= 1", dp, tp);
-  Strategy s;
-  s.mesh = DeviceMesh({{"dp", dp}, {"tp", tp}});
-  for (const std::string& name : batch_inputs) s.seeds.push_back({name, "dp", Placement::S(0)});
-  for (PlacementSeed& seed : megatron_seeds(graph, "tp", sequence_parallel)) s.seeds.push_back(std::move(seed));
-  return s;
-}
-
 }  // namespace px::parallel

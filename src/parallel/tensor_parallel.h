@@ -30,10 +30,6 @@ namespace px::parallel {
 // parallelism) no sequence dim.
 std::vector<PlacementSeed> megatron_seeds(const Graph& graph, const std::string& axis, bool sequence_parallel);
 
-// Data parallelism over `dp` ranks times Megatron tensor parallelism over
-// `tp` on mesh {dp, tp} (tp innermost: a tensor-parallel group is
-// consecutive ranks, which under MPI share a host).
-Strategy tensor_parallel(const Graph& graph, int dp, int tp, const std::vector<std::string>& batch_inputs,
-                         bool sequence_parallel);
+// The mesh {dp, tp} they go on: tensor_parallel() in parallel/compose.h.
 
 }  // namespace px::parallel

@@ -3,7 +3,7 @@
 #include <set>
 
 #include "core/error.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/compose.h"
 
 namespace px::plan {
 namespace {
@@ -99,16 +99,17 @@ std::vector<GridPoint> grid_points(const Graph& graph, const SearchSpace& space)
 }
 
 std::optional<parallel::Strategy> grid_strategy(const Graph& graph, const SearchSpace& space, const GridPoint& point) {
-  const int dp = space.ranks / point.pp / point.tp;
   try {
-    parallel::Strategy s = point.tp > 1 ? parallel::tensor_parallel(graph, dp, point.tp, space.batch_inputs, point.sp)
-                                        : parallel::data_parallel(dp, space.batch_inputs);
-    s.zero_stage = point.zero;
-    s.micro_batches = point.micro_batches;
-    s.lowering.recompute = point.recompute;
-    if (point.pp > 1) s = parallel::with_pipeline(std::move(s), point.pp, {.schedule = point.kind});
-    parallel::validate(s);
-    return s;
+    return parallel::compose({.zero_stage = point.zero,
+                              .tensor_parallel = point.tp,
+                              .sequence_parallel = point.sp,
+                              .pipeline_parallel = point.pp,
+                              .pipeline = {.schedule = point.kind},
+                              .recompute = point.recompute},
+                             {.graph = &graph,
+                              .batch_inputs = space.batch_inputs,
+                              .ranks = space.ranks,
+                              .micro_batches = point.micro_batches});
   } catch (const Error&) {
     return std::nullopt;
   }

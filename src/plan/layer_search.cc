@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "parallel/compose.h"
 #include "plan/layer_placement.h"
 #include "plan/profile.h"
 #include "plan/simulate.h"
@@ -57,8 +58,7 @@ std::vector<Layer> measure_layers(const PlanRequest& request, const CostEstimato
 // The seeds of one placement of the chain, on mesh {dp, tp}.
 parallel::Strategy strategy_of(const PlanRequest& request, int dp, int tp, const std::vector<Layer>& layers,
                                const std::vector<LayerPlacement>& placement) {
-  parallel::Strategy s = parallel::data_parallel(dp, request.batch_inputs);
-  s.mesh = parallel::DeviceMesh({{"dp", dp}, {"tp", tp}});
+  parallel::Strategy s = parallel::data_tensor_mesh(dp, tp, request.batch_inputs);
   for (size_t i = 0; i < layers.size(); ++i) seed_layer(s, fmt::format("fc{}", layers[i].index), placement[i]);
   return s;
 }

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "plan/candidates.h"
+#include "parallel/compose.h"
 #include "plan/layer_placement.h"
 #include "plan/simulate.h"
 
@@ -150,8 +151,7 @@ class Chain {
 
 parallel::Strategy strategy_of(const PlanRequest& request, int dp, int tp, const std::vector<Unit>& units,
                                const std::vector<LayerPlacement>& placements) {
-  parallel::Strategy s = parallel::data_parallel(dp, request.batch_inputs);
-  s.mesh = parallel::DeviceMesh({{"dp", dp}, {"tp", tp}});
+  parallel::Strategy s = parallel::data_tensor_mesh(dp, tp, request.batch_inputs);
   for (size_t i = 0; i < units.size(); ++i) seed_layer(s, units[i].name, placements[i]);
   return s;
 }
@@ -169,6 +169,80 @@ std::string describe_placements(int dp, int tp, const std::vector<Unit>& units,
   return text + fc;
 }
 
+// Where a walk over one chain stands: each unit's placement, their times
+// and the exchanges before them, and the step they make.
+struct ChainState {
+  std::vector<LayerPlacement> layouts;
+  std::vector<UnitTimes> times;
+  std::vector<double> exchanges;
+  double step = 0;
+};
+
+// `from` with unit u placed `next`, re-timed: with `delta` only the unit
+// and the exchanges on its two sides, else every unit (and `rest`).
+ChainState propose(const Chain& chain, const ChainState& from, size_t u, LayerPlacement next, bool delta,
+                   std::pair<double, double>& rest, double rest_sync) {
+  const size_t n = from.layouts.size();
+  ChainState to;
+  to.layouts = from.layouts;
+  to.layouts[u] = next;
+  if (delta) {
+    to.times = from.times;
+    to.exchanges = from.exchanges;
+    to.times[u] = chain.time_unit(u, next);
+    to.exchanges[u] = u > 0 ? chain.exchange(u, to.layouts[u - 1], next) : 0;
+    if (u + 1 < n) to.exchanges[u + 1] = chain.exchange(u + 1, next, to.layouts[u + 1]);
+  } else {
+    to.times.resize(n);
+    to.exchanges.assign(n, 0);
+    for (size_t v = 0; v < n; ++v) {
+      to.times[v] = chain.time_unit(v, to.layouts[v]);
+      if (v > 0) to.exchanges[v] = chain.exchange(v, to.layouts[v - 1], to.layouts[v]);
+    }
+    rest = chain.time_rest();
+  }
+  to.step = chain.step(to.times, to.exchanges, chain.exit(to.layouts.back()), rest, rest_sync);
+  return to;
+}
+
+// Metropolis over one chain's placements from all replicated, until
+// search.proposals_per_mesh proposals or `chain_end` (seconds into the
+// deadline): the best placements seen and their step.
+std::pair<std::vector<LayerPlacement>, double> walk(McmcSearch& search, const Chain& chain, Rng& rng,
+                                                    const Deadline& deadline, double chain_end) {
+  constexpr double kBeta = 20;  // a 5% slower proposal is accepted with probability 1/e
+  const std::vector<Unit>& units = chain.units();
+  ChainState state{.layouts = std::vector<LayerPlacement>(units.size(), LayerPlacement::replicated),
+                   .times = std::vector<UnitTimes>(units.size()),
+                   .exchanges = std::vector<double>(units.size(), 0)};
+  for (size_t u = 0; u < units.size(); ++u) state.times[u] = chain.time_unit(u, state.layouts[u]);
+  std::pair<double, double> rest = chain.time_rest();
+  const double rest_sync = chain.rest_sync();
+  state.step = chain.step(state.times, state.exchanges, chain.exit(state.layouts.back()), rest, rest_sync);
+  std::vector<LayerPlacement> best = state.layouts;
+  double best_step = state.step;
+  const int limit = search.proposals_per_mesh;
+  for (int made = 0; limit > 0 ? made < limit : deadline.elapsed() < chain_end;) {
+    for (int k = 0; k < (limit > 0 ? 1 : 64); ++k, ++made) {  // a batch of proposals between clock reads
+      const size_t u = static_cast<size_t>(rng.below(units.size()));
+      const std::vector<LayerPlacement> choices = units[u].placements();
+      LayerPlacement next = choices[rng.below(choices.size())];
+      if (next == state.layouts[u])
+        next = choices[(std::find(choices.begin(), choices.end(), next) - choices.begin() + 1) % choices.size()];
+      ChainState proposed = propose(chain, state, u, next, search.delta, rest, rest_sync);
+      ++search.proposals;
+      if (proposed.step <= state.step || rng.uniform() < std::exp(-kBeta * (proposed.step - state.step) / state.step)) {
+        state = std::move(proposed);
+        if (state.step < best_step) {
+          best_step = state.step;
+          best = state.layouts;
+        }
+      }
+    }
+  }
+  return {best, best_step};
+}
+
 }  // namespace
 
 std::vector<Candidate> search_mcmc(McmcSearch& search, const Deadline& deadline) {
@@ -179,7 +253,6 @@ std::vector<Candidate> search_mcmc(McmcSearch& search, const Deadline& deadline)
   for (int tp : divisors(request.ranks))
     if (tp > 1 && tp <= cluster.devices_per_node && request.batch >= request.ranks / tp) tps.push_back(tp);
   Rng rng(0x5eed);
-  constexpr double kBeta = 20;  // a 5% slower proposal is accepted with probability 1/e
   for (size_t m = 0; m < tps.size(); ++m) {
     if (deadline.passed()) {
       search.cut = true;
@@ -193,58 +266,9 @@ std::vector<Candidate> search_mcmc(McmcSearch& search, const Deadline& deadline)
     if (units.empty()) return out;
     // Each mesh gets an equal share of what is left of half the budget.
     const double chain_end = deadline.elapsed() +
-                             std::max(0.0, 0.5 * deadline.seconds - deadline.elapsed()) / (tps.size() - m);
-    std::vector<LayerPlacement> layouts(units.size(), LayerPlacement::replicated);
-    std::vector<UnitTimes> times(units.size());
-    std::vector<double> exchanges(units.size(), 0);
-    for (size_t u = 0; u < units.size(); ++u) times[u] = chain.time_unit(u, layouts[u]);
-    std::pair<double, double> rest = chain.time_rest();
-    const double rest_sync = chain.rest_sync();
-    double current = chain.step(times, exchanges, chain.exit(layouts.back()), rest, rest_sync);
-    std::vector<LayerPlacement> best = layouts;
-    double best_step = current;
+                             std::max(0.0, 0.5 * deadline.seconds - deadline.elapsed()) / static_cast<double>(tps.size() - m);
     const auto chain_start = std::chrono::steady_clock::now();
-    const int limit = search.proposals_per_mesh;
-    for (int made = 0; limit > 0 ? made < limit : deadline.elapsed() < chain_end;) {
-      for (int k = 0; k < (limit > 0 ? 1 : 64); ++k, ++made) {  // a batch of proposals between clock reads
-        const size_t u = static_cast<size_t>(rng.below(units.size()));
-        const std::vector<LayerPlacement> choices = units[u].placements();
-        LayerPlacement next = choices[rng.below(choices.size())];
-        if (next == layouts[u]) next = choices[(std::find(choices.begin(), choices.end(), next) - choices.begin() + 1) % choices.size()];
-        std::vector<UnitTimes> proposed_times;
-        std::vector<double> proposed_exchanges;
-        std::vector<LayerPlacement> proposed = layouts;
-        proposed[u] = next;
-        if (search.delta) {
-          // Only the proposal's unit and the exchanges on its two sides are re-timed.
-          proposed_times = times;
-          proposed_exchanges = exchanges;
-          proposed_times[u] = chain.time_unit(u, next);
-          proposed_exchanges[u] = u > 0 ? chain.exchange(u, proposed[u - 1], next) : 0;
-          if (u + 1 < units.size()) proposed_exchanges[u + 1] = chain.exchange(u + 1, next, proposed[u + 1]);
-        } else {
-          proposed_times.resize(units.size());
-          proposed_exchanges.assign(units.size(), 0);
-          for (size_t v = 0; v < units.size(); ++v) {
-            proposed_times[v] = chain.time_unit(v, proposed[v]);
-            if (v > 0) proposed_exchanges[v] = chain.exchange(v, proposed[v - 1], proposed[v]);
-          }
-          rest = chain.time_rest();
-        }
-        const double step = chain.step(proposed_times, proposed_exchanges, chain.exit(proposed.back()), rest, rest_sync);
-        ++search.proposals;
-        if (step <= current || rng.uniform() < std::exp(-kBeta * (step - current) / current)) {
-          layouts = std::move(proposed);
-          times = std::move(proposed_times);
-          exchanges = std::move(proposed_exchanges);
-          current = step;
-          if (current < best_step) {
-            best_step = current;
-            best = layouts;
-          }
-        }
-      }
-    }
+    const auto [best, best_step] = walk(search, chain, rng, deadline, chain_end);
     search.seconds += seconds_since(chain_start);
     if (std::all_of(best.begin(), best.end(), [](LayerPlacement l) { return l == LayerPlacement::replicated; })) continue;
     try {

@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "core/error.h"
-#include "parallel/strategy.h"
+#include "parallel/compose.h"
 #include "plan/simulate.h"
 #include "plan/layer_search.h"
 #include "plan/mcmc_search.h"
@@ -105,6 +105,157 @@ Candidate evaluate(const PlanRequest& request, const nn::Model& model, const par
   return c;
 }
 
+namespace {
+
+// One plan() call's search: the grid walked point by point, or one of the
+// other methods, every candidate into `all` until the deadline.
+class Planner {
+ public:
+  Planner(const PlanRequest& request, const Deadline& deadline)
+      : request_(request), deadline_(deadline), model_(request.build(request.batch, 0)),
+        own_(request.estimator ? nullptr : estimator_for(request)),
+        estimator_(request.estimator ? request.estimator : own_.get()) {
+    space_ = request.space;
+    space_.ranks = request.ranks;
+    space_.batch = request.batch;
+    space_.batch_inputs = request.batch_inputs;
+    result_.budget_seconds = request.budget_seconds;
+  }
+
+  PlanResult run() {
+    std::string method = request_.method;
+    // The grid's points, for the methods that walk it (or choose by its size).
+    if (method == "auto" || method == "grid") {
+      points_ = grid_points(model_.graph, space_);
+      if (points_.empty()) fail("plan: the grid has no strategy for {} ranks", request_.ranks);
+    }
+    result_.considered = static_cast<int>(points_.size());
+    if (method == "auto") method = choose();
+    if (method == "grid") method = grid();
+    else if (method == "layerwise") layerwise();
+    else if (method == "mcmc") mcmc();
+    else if (method == "alpa") alpa();
+    else fail("plan: --method '{}' is unknown; expected auto, grid, layerwise, mcmc or alpa", method);
+    result_.method = method;
+    rank();
+    result_.seconds = deadline_.elapsed();
+    return std::move(result_);
+  }
+
+ private:
+  // auto: alpa on large grids of models of blocks; else the grid when it
+  // fits the budget (its first candidate timed to tell).
+  std::string choose() {
+    if (has_blocks(model_.graph) && points_.size() > 1000) return "alpa";
+    const auto probe_start = std::chrono::steady_clock::now();
+    while (all_.empty() && next_ < points_.size() && walk_grid(next_ + 1)) {}
+    const double each = seconds_since(probe_start);
+    const bool grid_fits = each * static_cast<double>(points_.size()) < 0.8 * request_.budget_seconds;
+    if (grid_fits || !has_blocks(model_.graph)) return "grid";
+    all_.clear();
+    return "alpa";
+  }
+
+  // The grid from point `next_` on, each point's Strategy built when it is
+  // reached (a point that does not validate leaves the space), until the
+  // deadline: false once it passed.
+  bool walk_grid(size_t until) {
+    for (; next_ < until; ++next_) {
+      if (deadline_.passed()) return false;
+      std::optional<parallel::Strategy> strategy = grid_strategy(model_.graph, space_, points_[next_]);
+      if (!strategy) {
+        --result_.considered;
+        continue;
+      }
+      try {
+        all_.push_back(evaluate(request_, model_, *strategy, *estimator_, &deadline_));
+      } catch (const DeadlinePassed&) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  std::string grid() {
+    result_.budget_exhausted = !walk_grid(points_.size());
+    // auto on models of fully-connected chains: their layer-wise placements too.
+    if (request_.method != "auto" || !request_.space.tensor || has_blocks(model_.graph)) return "grid";
+    LayerSearch search{.request = &request_, .estimator = estimator_, .model = &model_};
+    for (Candidate& c : search_layers(search, deadline_)) all_.push_back(std::move(c));
+    result_.considered += search.considered;
+    result_.budget_exhausted = result_.budget_exhausted || search.cut;
+    return "grid+layerwise";
+  }
+
+  void layerwise() {
+    LayerSearch search{.request = &request_, .estimator = estimator_, .model = &model_};
+    all_ = search_layers(search, deadline_);
+    if (all_.empty() && !search.cut)
+      fail("plan: --method layerwise places fully-connected layers fc1, fc2, ... one by one; this model has none");
+    result_.considered = search.considered + 1;
+    result_.budget_exhausted = search.cut;
+    add_data_parallel_baseline();
+  }
+
+  void mcmc() {
+    McmcSearch search{.request = &request_, .estimator = estimator_, .model = &model_, .delta = request_.mcmc_delta};
+    all_ = search_mcmc(search, deadline_);
+    result_.considered = search.proposals + 1;
+    result_.proposals = search.proposals;
+    result_.proposals_per_second = search.proposals_per_second();
+    result_.budget_exhausted = search.cut;
+    add_data_parallel_baseline();
+  }
+
+  void alpa() {
+    if (!has_blocks(model_.graph))
+      fail("plan: --method alpa cuts models of repeated blocks (h.0, h.1, ...) into stages; this model has none");
+    StageSearch search{.request = &request_, .estimator = estimator_, .model = &model_};
+    all_ = search_stages(search, deadline_);
+    result_.considered = search.considered;
+    result_.budget_exhausted = search.cut;
+  }
+
+  // Beside the layer-wise and MCMC placements, plain data parallelism: the
+  // baseline any placement must beat (left out when the budget is spent).
+  void add_data_parallel_baseline() {
+    try {
+      all_.push_back(evaluate(request_, model_, parallel::data_parallel(request_.ranks, request_.batch_inputs),
+                              *estimator_, &deadline_));
+    } catch (const DeadlinePassed&) {
+      result_.budget_exhausted = true;
+    }
+  }
+
+  // Fastest first, a simulated figure before an estimate of the same time;
+  // the rejected closest to fitting first: by memory, then time.
+  void rank() {
+    result_.evaluated = static_cast<int>(all_.size());
+    for (Candidate& c : all_) (c.rejected.empty() ? result_.ranked : result_.rejected).push_back(std::move(c));
+    std::stable_sort(result_.ranked.begin(), result_.ranked.end(), [](const Candidate& a, const Candidate& b) {
+      if (a.step_seconds != b.step_seconds) return a.step_seconds < b.step_seconds;
+      return a.simulated > b.simulated;
+    });
+    std::stable_sort(result_.rejected.begin(), result_.rejected.end(), [](const Candidate& a, const Candidate& b) {
+      if ((a.peak_bytes > 0) != (b.peak_bytes > 0)) return a.peak_bytes > 0;
+      return a.peak_bytes < b.peak_bytes;
+    });
+  }
+
+  const PlanRequest& request_;
+  const Deadline& deadline_;
+  const nn::Model model_;
+  const std::unique_ptr<CostEstimator> own_;
+  const CostEstimator* estimator_;
+  SearchSpace space_;
+  std::vector<GridPoint> points_;
+  size_t next_ = 0;  // the grid's next point to walk
+  std::vector<Candidate> all_;
+  PlanResult result_;
+};
+
+}  // namespace
+
 PlanResult plan(const PlanRequest& request) {
   PX_CHECK(request.build && request.cluster, "plan: incomplete request");
   if (request.ranks > request.cluster->devices())
@@ -112,116 +263,7 @@ PlanResult plan(const PlanRequest& request) {
          request.cluster->devices(), request.cluster->nodes, request.cluster->devices_per_node);
   if (request.budget_seconds <= 0) fail("plan: --budget-s {} must be > 0", request.budget_seconds);
   const Deadline deadline{.seconds = request.budget_seconds};
-  SearchSpace space = request.space;
-  space.ranks = request.ranks;
-  space.batch = request.batch;
-  space.batch_inputs = request.batch_inputs;
-  const nn::Model model = request.build(request.batch, 0);
-  const std::unique_ptr<CostEstimator> own = request.estimator ? nullptr : estimator_for(request);
-  const CostEstimator* estimator = request.estimator ? request.estimator : own.get();
-  std::string method = request.method;
-  // The grid's points, for the methods that walk it (or choose by its size).
-  std::vector<GridPoint> points;
-  if (method == "auto" || method == "grid") {
-    points = grid_points(model.graph, space);
-    if (points.empty()) fail("plan: the grid has no strategy for {} ranks", request.ranks);
-  }
-
-  PlanResult result;
-  result.budget_seconds = request.budget_seconds;
-  result.considered = static_cast<int>(points.size());
-  std::vector<Candidate> all;
-  // The grid from point `next` on, each point's Strategy built when it is reached (a point that does not
-  // validate leaves the space), until the deadline.
-  size_t next = 0;
-  auto walk_grid = [&](size_t until) {
-    for (; next < until; ++next) {
-      if (deadline.passed()) return false;
-      std::optional<parallel::Strategy> strategy = grid_strategy(model.graph, space, points[next]);
-      if (!strategy) {
-        --result.considered;
-        continue;
-      }
-      try {
-        all.push_back(evaluate(request, model, *strategy, *estimator, &deadline));
-      } catch (const DeadlinePassed&) {
-        return false;
-      }
-    }
-    return true;
-  };
-  // Beside the layer-wise and MCMC placements, plain data parallelism: the
-  // baseline any placement must beat (left out when the budget is spent).
-  auto add_data_parallel_baseline = [&] {
-    try {
-      all.push_back(evaluate(request, model, parallel::data_parallel(request.ranks, request.batch_inputs), *estimator,
-                             &deadline));
-    } catch (const DeadlinePassed&) {
-      result.budget_exhausted = true;
-    }
-  };
-  if (method == "auto" && has_blocks(model.graph) && points.size() > 1000) method = "alpa";
-  if (method == "auto") {
-    // The grid when it fits the budget: time its first candidate to tell.
-    const auto probe_start = std::chrono::steady_clock::now();
-    while (all.empty() && next < points.size() && walk_grid(next + 1)) {}
-    const double each = seconds_since(probe_start);
-    const bool grid_fits = each * static_cast<double>(points.size()) < 0.8 * request.budget_seconds;
-    method = grid_fits || !has_blocks(model.graph) ? "grid" : "alpa";
-    if (method == "alpa") all.clear();
-  }
-  if (method == "grid") {
-    result.budget_exhausted = !walk_grid(points.size());
-    // auto on models of fully-connected chains: their layer-wise placements too.
-    if (request.method == "auto" && request.space.tensor && !has_blocks(model.graph)) {
-      LayerSearch search{.request = &request, .estimator = estimator, .model = &model};
-      for (Candidate& c : search_layers(search, deadline)) all.push_back(std::move(c));
-      result.considered += search.considered;
-      result.budget_exhausted = result.budget_exhausted || search.cut;
-      method = "grid+layerwise";
-    }
-  } else if (method == "layerwise") {
-    LayerSearch search{.request = &request, .estimator = estimator, .model = &model};
-    all = search_layers(search, deadline);
-    if (all.empty() && !search.cut)
-      fail("plan: --method layerwise places fully-connected layers fc1, fc2, ... one by one; this model has none");
-    result.considered = search.considered + 1;
-    result.budget_exhausted = search.cut;
-    add_data_parallel_baseline();
-  } else if (method == "mcmc") {
-    McmcSearch search{.request = &request, .estimator = estimator, .model = &model, .delta = request.mcmc_delta};
-    all = search_mcmc(search, deadline);
-    result.considered = search.proposals + 1;
-    result.proposals = search.proposals;
-    result.proposals_per_second = search.proposals_per_second();
-    result.budget_exhausted = search.cut;
-    add_data_parallel_baseline();
-  } else if (method == "alpa") {
-    if (!has_blocks(model.graph))
-      fail("plan: --method alpa cuts models of repeated blocks (h.0, h.1, ...) into stages; this model has none");
-    StageSearch search{.request = &request, .estimator = estimator, .model = &model};
-    all = search_stages(search, deadline);
-    result.considered = search.considered;
-    result.budget_exhausted = search.cut;
-  } else {
-    fail("plan: --method '{}' is unknown; expected auto, grid, layerwise, mcmc or alpa", method);
-  }
-  result.method = method;
-  result.evaluated = static_cast<int>(all.size());
-  for (Candidate& c : all) (c.rejected.empty() ? result.ranked : result.rejected).push_back(std::move(c));
-  // Fastest first; a simulated figure before an estimate of the same time.
-  auto faster = [](const Candidate& a, const Candidate& b) {
-    if (a.step_seconds != b.step_seconds) return a.step_seconds < b.step_seconds;
-    return a.simulated > b.simulated;
-  };
-  std::stable_sort(result.ranked.begin(), result.ranked.end(), faster);
-  // The rejected closest to fitting first: by memory, then time.
-  std::stable_sort(result.rejected.begin(), result.rejected.end(), [](const Candidate& a, const Candidate& b) {
-    if ((a.peak_bytes > 0) != (b.peak_bytes > 0)) return a.peak_bytes > 0;
-    return a.peak_bytes < b.peak_bytes;
-  });
-  result.seconds = deadline.elapsed();
-  return result;
+  return Planner(request, deadline).run();
 }
 
 }  // namespace px::plan

@@ -10,176 +10,15 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/compose.h"
 #include "plan/simulate.h"
+#include "plan/stage_probe.h"
 
 namespace px::plan {
 namespace {
 
 using parallel::PipelineKind;
 using parallel::Recompute;
-
-// "h.<i>..." -> i, else -1.
-int block_of(const std::string& name) {
-  if (name.rfind("h.", 0) != 0) return -1;
-  const size_t dot = name.find('.', 2);
-  try {
-    return std::stoi(name.substr(2, dot == std::string::npos ? std::string::npos : dot - 2));
-  } catch (const std::exception&) {
-    return -1;
-  }
-}
-
-int block_count(const Graph& graph) {
-  int blocks = 0;
-  for (const Node& n : graph.nodes()) blocks = std::max(blocks, block_of(n.name) + 1);
-  return blocks;
-}
-
-// What one part of the model costs a micro-batch on one rank of a stage.
-struct Part {
-  double forward = 0, backward = 0;  // seconds, tensor-parallel collectives included
-  double weight = 0;                 // of backward: the weight-gradient leaves (zb-h1's W)
-  double params = 0;                 // this rank's elements
-  double seconds() const { return forward + backward; }
-};
-
-struct ProbeCosts {
-  Part pre, block, post;
-  double shared_params = 0;  // read by pre and post both (GPT's tied embedding): reduced between the end stages
-  double block_stash = 0;  // bytes a block keeps from its forward to its backward, a micro-batch
-  double post_stash = 0;   // the head's and the loss's (the last stage's), a micro-batch
-  double transient = 0;    // backward's working set beyond the stash (the head's, on the last stage)
-  double boundary = 0;     // bytes a stage cut sends a micro-batch, each way
-  double block_flops = 0, base_flops = 0;  // executed by the tensor group a micro-batch
-  double block_instrs = 0, base_instrs = 0;  // a micro-batch's instructions, summed over the stages
-  double seconds_per_instr = 0;              // lowering and replaying the probes
-  std::string error;       // the probe does not lower (e.g. heads not divisible)
-};
-
-struct ProbeKey {
-  int tp;
-  bool sp;
-  int64_t rows;
-  Recompute recompute;
-  auto operator<=>(const ProbeKey&) const = default;
-};
-
-parallel::Strategy probe_strategy(const nn::Model& m, const PlanRequest& request, const ProbeKey& key) {
-  parallel::Strategy s = key.tp > 1 || key.sp
-                             ? parallel::tensor_parallel(m.graph, 1, key.tp, request.batch_inputs, key.sp)
-                             : parallel::data_parallel(1, request.batch_inputs);
-  s.lowering.recompute = key.recompute;
-  return s;
-}
-
-// The parts of a two-block probe from its replay's trace (rank 0 of the tensor group).
-void attribute(const parallel::Program& program, const Simulation& sim, ProbeCosts& costs) {
-  const Graph& g = program.graphs.front();
-  int first_block = std::numeric_limits<int>::max();
-  for (size_t k = 0; k < g.nodes().size(); ++k)
-    if (block_of(g.nodes()[k].name) >= 0) first_block = std::min(first_block, static_cast<int>(k));
-  // Part of a forward node: -1 pre, 0/1 the blocks, 2 post.
-  auto part_of = [&](int node) {
-    const Node& n = g.nodes()[static_cast<size_t>(node)];
-    const int origin = n.origin >= 0 ? n.origin : node;
-    const int block = block_of(g.nodes()[static_cast<size_t>(origin)].name);
-    return block >= 0 ? block : origin < first_block ? -1 : 2;
-  };
-  Part parts[4];
-  auto at = [&](int part) -> Part& { return parts[part + 1]; };
-  // Backward nodes no other node reads: weight gradients (zb-h1 defers them as W).
-  std::vector<bool> read(g.values().size(), false);
-  for (const Node& n : g.nodes())
-    for (ValueId v : n.inputs) read[static_cast<size_t>(v)] = true;
-  auto weight_leaf = [&](int node) {
-    const Node& n = g.nodes()[static_cast<size_t>(node)];
-    if (n.origin < 0) return false;
-    for (ValueId v : n.outputs)
-      if (read[static_cast<size_t>(v)]) return false;
-    return true;
-  };
-  for (const SimulatedEvent& e : sim.trace) {
-    const parallel::Instr& instr = program.instrs[static_cast<size_t>(e.instr)];
-    int node = -1;
-    if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) node = c->node;
-    if (const auto* r = std::get_if<parallel::Reshard>(&instr.op)) node = r->node;
-    if (node < 0) continue;
-    const bool backward = g.nodes()[static_cast<size_t>(node)].origin >= 0;
-    (backward ? at(part_of(node)).backward : at(part_of(node)).forward) += e.duration;
-    if (weight_leaf(node)) at(part_of(node)).weight += e.duration;
-  }
-  // Parameters: counted in every part that reads them (the tied embedding is pre's and post's).
-  for (const parallel::ParamLayout& p : program.params) {
-    std::set<int> readers;
-    for (size_t k = 0; k < g.nodes().size(); ++k) {
-      const Node& n = g.nodes()[k];
-      if (n.origin < 0 && std::find(n.inputs.begin(), n.inputs.end(), p.value) != n.inputs.end())
-        readers.insert(part_of(static_cast<int>(k)));
-    }
-    for (int part : readers) at(part).params += static_cast<double>(p.shape.numel());
-    if (readers.count(-1) && readers.count(2)) costs.shared_params += static_cast<double>(p.shape.numel());
-  }
-  costs.pre = at(-1);
-  costs.post = at(2);
-  costs.block = {.forward = (at(0).forward + at(1).forward) / 2,
-                 .backward = (at(0).backward + at(1).backward) / 2,
-                 .weight = (at(0).weight + at(1).weight) / 2,
-                 .params = at(1).params};
-  // What h.1 reads of h.0's forward values: a stage cut's message.
-  for (const Node& n : g.nodes()) {
-    if (n.origin >= 0 || block_of(n.name) != 1) continue;
-    for (ValueId v : n.inputs) {
-      const int producer = g.value(v).producer;
-      if (producer >= 0 && block_of(g.nodes()[static_cast<size_t>(producer)].name) == 0)
-        costs.boundary += static_cast<double>(g.spec(v).shape.numel()) * 4;
-    }
-  }
-}
-
-ProbeCosts probe(const PlanRequest& request, const CostEstimator& estimator, const ProbeKey& key,
-                 const Deadline& deadline) {
-  ProbeCosts costs;
-  double activation[3] = {0, 0, 0}, stash[3] = {0, 0, 0}, flops[3] = {0, 0, 0}, instrs[3] = {0, 0, 0};
-  double lowering = 0;  // seconds lowering and replaying (what a verification costs an instruction)
-  for (int layers : {1, 2}) {
-    const nn::Model m = request.build(key.rows, layers);
-    const auto start = std::chrono::steady_clock::now();
-    std::vector<parallel::Program> programs;
-    try {
-      programs = lower_representatives({.forward = &m.graph, .loss = m.loss}, probe_strategy(m, request, key),
-                                       &deadline);
-    } catch (const Error& e) {
-      costs.error = e.what();
-      return costs;
-    }
-    const Simulation sim = simulate({.programs = &programs,
-                                     .cluster = request.cluster,
-                                     .estimator = &estimator,
-                                     .overlap = request.overlap,
-                                     .optimizer_slots = request.optimizer_slots,
-                                     .compute = request.compute,
-                                     .trace = layers == 2,
-                                     .deadline = &deadline});
-    activation[layers] = sim.activation_peak_bytes.front();
-    stash[layers] = sim.stash_bytes.front();
-    flops[layers] = sim.flops;
-    instrs[layers] = static_cast<double>(programs.front().instrs.size());
-    lowering += seconds_since(start);
-    if (layers == 2) attribute(programs.front(), sim, costs);
-  }
-  const double scale = static_cast<double>(dtype_size(request.compute)) / 4;  // activations in the compute dtype
-  costs.boundary *= scale;
-  costs.block_stash = std::max(0.0, stash[2] - stash[1]);
-  costs.post_stash = std::max(0.0, stash[1] - costs.block_stash - costs.boundary);
-  costs.transient = std::max(0.0, activation[1] - stash[1]);
-  costs.block_flops = flops[2] - flops[1];
-  costs.base_flops = flops[1] - costs.block_flops;
-  costs.block_instrs = instrs[2] - instrs[1];
-  costs.base_instrs = instrs[1] - costs.block_instrs;
-  costs.seconds_per_instr = lowering / (instrs[1] + instrs[2]);
-  return costs;
-}
 
 // One point of the search space, with the probe it stands on.
 struct Layout {
@@ -400,22 +239,21 @@ class StageModel {
 
 parallel::Strategy strategy_of(const PlanRequest& request, const nn::Model& model, const Layout& l,
                                const std::vector<int>& blocks) {
-  parallel::Strategy s = l.tp > 1 || l.sp
-                             ? parallel::tensor_parallel(model.graph, l.dp, l.tp, request.batch_inputs, l.sp)
-                             : parallel::data_parallel(l.dp, request.batch_inputs);
-  s.zero_stage = l.zero;
-  s.micro_batches = l.micro_batches;
-  s.lowering.recompute = l.recompute;
-  if (l.stages > 1) {
-    parallel::PipelineOptions pipeline{.schedule = l.kind};
-    int start = 0;
-    for (size_t i = 0; i + 1 < blocks.size(); ++i) {
-      start += blocks[i];
-      pipeline.stage_cuts.push_back(fmt::format("h.{}", start));
-    }
-    s = parallel::with_pipeline(std::move(s), l.stages, pipeline);
+  parallel::PipelineOptions pipeline{.schedule = l.kind};
+  for (size_t i = 0, start = 0; l.stages > 1 && i + 1 < blocks.size(); ++i) {
+    start += static_cast<size_t>(blocks[i]);
+    pipeline.stage_cuts.push_back(fmt::format("h.{}", start));
   }
-  return s;
+  return parallel::compose({.zero_stage = l.zero,
+                            .tensor_parallel = l.tp,
+                            .sequence_parallel = l.sp,
+                            .pipeline_parallel = l.stages,
+                            .pipeline = pipeline,
+                            .recompute = l.recompute},
+                           {.graph = &model.graph,
+                            .batch_inputs = request.batch_inputs,
+                            .ranks = l.stages * l.dp * l.tp,
+                            .micro_batches = l.micro_batches});
 }
 
 // describe() of the strategy the layout makes, with its blocks per stage.
@@ -439,15 +277,10 @@ std::string describe_layout(const Layout& l, const std::vector<int>& blocks) {
   return text;
 }
 
-}  // namespace
-
-std::vector<Candidate> search_stages(StageSearch& search, const Deadline& deadline) {
-  const PlanRequest& request = *search.request;
+// Every layout of the space (cheap: nothing is lowered).
+std::vector<Layout> layouts_of(const PlanRequest& request, int blocks) {
   const SearchSpace& space = request.space;
   const ClusterSpec& cluster = *request.cluster;
-  const int blocks = block_count(search.model->graph);
-  PX_CHECK_GE(blocks, 1);
-  // The space first (cheap), then each layout scored in turn until the deadline, its probe made when first needed.
   std::vector<Layout> layouts;
   for (int tp : divisors(request.ranks)) {
     if (tp > 1 && (!space.tensor || tp > cluster.devices_per_node)) continue;  // tensor groups stay in a node
@@ -472,26 +305,51 @@ std::vector<Candidate> search_stages(StageSearch& search, const Deadline& deadli
       }
     }
   }
-  search.considered = static_cast<int>(layouts.size());
-  // Visited in a fixed shuffled order: a search the deadline cuts short has
-  // sampled the whole space evenly (every mesh, micro-batch count and
-  // recomputation), not finished one corner of it, which at scale holds
-  // few of the layouts that fit. The ranking below does not depend on it.
-  std::vector<size_t> order(layouts.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  Rng rng(0x5ca1e);
-  for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
-  std::map<ProbeKey, ProbeCosts> probes;
+  return layouts;
+}
+
+// A layout's screened figures: its best cut's estimate, or (no cut fits)
+// the memory of balanced blocks and why it is rejected.
+struct Scored {
+  size_t index;  // in the layouts
+  Layout layout;
+  std::vector<int> blocks;
+  Candidate candidate;
+  const ProbeCosts* costs;
+};
+
+// The layout scored on its probe's costs.
+Scored score(const PlanRequest& request, const CostEstimator& estimator, size_t index, const Layout& layout,
+             int blocks, const ProbeCosts& costs, const parallel::PipelineSchedule& schedule) {
+  const ClusterSpec& cluster = *request.cluster;
+  const StageModel model(request, estimator, costs, layout, schedule);
+  std::vector<int> cuts = model.best_cuts(blocks);
+  if (cuts.empty()) {
+    // No cut fits: balanced blocks give the memory to report. Its step is not worth a replay of the schedule
+    // (at scale most layouts are these), and neither the tables nor --explain show a rejected one's.
+    cuts = model.balanced(blocks);
+    Candidate c{.peak_bytes = model.peak(cuts)};
+    c.rejected = memory_verdict(cluster, request.ranks, c.peak_bytes);
+    if (c.rejected.empty()) c.rejected = "no stage cut fits every stage's memory";
+    return {index, layout, cuts, std::move(c), &costs};
+  }
+  const Estimate e = model.estimate(cuts);
+  const double step_flops =
+      static_cast<double>(layout.dp) * layout.micro_batches * (blocks * costs.block_flops + costs.base_flops);
+  Candidate c{.step_seconds = e.step,
+              .peak_bytes = e.peak,
+              .utilization = step_flops / (e.step * request.ranks * cluster.device.flops(request.compute))};
+  return {index, layout, cuts, std::move(c), &costs};
+}
+
+// Layouts scored in `order` until the deadline, each probe made when first
+// needed (kept in `probes`, which the scores point into), fastest first.
+std::vector<Scored> score_all(StageSearch& search, const std::vector<Layout>& layouts,
+                              const std::vector<size_t>& order, int blocks, const Deadline& deadline,
+                              std::map<ProbeKey, ProbeCosts>& probes) {
+  const PlanRequest& request = *search.request;
   std::map<std::tuple<PipelineKind, int, int>, parallel::PipelineSchedule> schedules;
-  struct Scored {
-    size_t index;  // in `layouts`
-    Layout layout;
-    std::vector<int> blocks;
-    Candidate candidate;
-    const ProbeCosts* costs;
-  };
   std::vector<Scored> scored;
-  const double peak_flops = cluster.device.flops(request.compute);
   for (size_t index : order) {
     const Layout& layout = layouts[index];
     if (deadline.passed()) {
@@ -510,8 +368,7 @@ std::vector<Candidate> search_stages(StageSearch& search, const Deadline& deadli
         break;
       }
     }
-    const ProbeCosts& costs = it->second;
-    if (!costs.error.empty()) {
+    if (!it->second.error.empty()) {
       --search.considered;  // the sub-mesh does not lower this model
       continue;
     }
@@ -520,31 +377,35 @@ std::vector<Candidate> search_stages(StageSearch& search, const Deadline& deadli
       known = schedules.emplace(std::tuple{layout.kind, layout.stages, layout.micro_batches},
                                 parallel::make_pipeline_schedule(layout.kind, layout.stages, layout.micro_batches))
                   .first;
-    const StageModel model(request, *search.estimator, costs, layout, known->second);
-    std::vector<int> cuts = model.best_cuts(blocks);
-    if (cuts.empty()) {
-      // No cut fits: balanced blocks give the memory to report. Its step is not worth a replay of the schedule
-      // (at scale most layouts are these), and neither the tables nor --explain show a rejected one's.
-      cuts = model.balanced(blocks);
-      Candidate c{.peak_bytes = model.peak(cuts)};
-      c.rejected = memory_verdict(cluster, request.ranks, c.peak_bytes);
-      if (c.rejected.empty()) c.rejected = "no stage cut fits every stage's memory";
-      scored.push_back({index, layout, cuts, std::move(c), &costs});
-      continue;
-    }
-    const Estimate e = model.estimate(cuts);
-    const double step_flops =
-        static_cast<double>(layout.dp) * layout.micro_batches * (blocks * costs.block_flops + costs.base_flops);
-    Candidate c{.step_seconds = e.step,
-                .peak_bytes = e.peak,
-                .utilization = step_flops / (e.step * request.ranks * peak_flops)};
-    scored.push_back({index, layout, cuts, std::move(c), &costs});
+    scored.push_back(score(request, *search.estimator, index, layout, blocks, it->second, known->second));
   }
   std::sort(scored.begin(), scored.end(), [](const Scored& a, const Scored& b) {
     if (a.candidate.rejected.empty() != b.candidate.rejected.empty()) return a.candidate.rejected.empty();
     if (a.candidate.step_seconds != b.candidate.step_seconds) return a.candidate.step_seconds < b.candidate.step_seconds;
     return a.index < b.index;
   });
+  return scored;
+}
+
+}  // namespace
+
+std::vector<Candidate> search_stages(StageSearch& search, const Deadline& deadline) {
+  const PlanRequest& request = *search.request;
+  const int blocks = block_count(search.model->graph);
+  PX_CHECK_GE(blocks, 1);
+  // The space first (cheap), then each layout scored in turn until the deadline, its probe made when first needed.
+  const std::vector<Layout> layouts = layouts_of(request, blocks);
+  search.considered = static_cast<int>(layouts.size());
+  // Visited in a fixed shuffled order: a search the deadline cuts short has
+  // sampled the whole space evenly (every mesh, micro-batch count and
+  // recomputation), not finished one corner of it, which at scale holds
+  // few of the layouts that fit. The ranking does not depend on it.
+  std::vector<size_t> order(layouts.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  Rng rng(0x5ca1e);
+  for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+  std::map<ProbeKey, ProbeCosts> probes;
+  std::vector<Scored> scored = score_all(search, layouts, order, blocks, deadline, probes);
   // The fastest fitting candidates get their Strategy (the others keep their
   // figures, and the rejected their reasons); the fastest are replayed on their Programs while
   // the budget allows, judged by how long the probes took per instruction.

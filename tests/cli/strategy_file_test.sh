@@ -52,6 +52,15 @@ for want in "allgather dp param.shard" "reduce_scatter dp sum grad.bucket" "allr
 done
 echo "parallax lower --zero 3 shows its collectives"
 
+# --cost ends the Program with what the golden files end with: bytes per axis and kind, the peak, a step time.
+"$px" lower "${gpt[@]}" --ranks 2 --zero 3 --rank 1 --cost > "$work/zero3.cost"
+cmp -s <(head -n "$(wc -l < "$work/zero3.program")" "$work/zero3.cost") "$work/zero3.program" ||
+  fail "parallax lower --cost changed the Program it prints"
+for want in "cost: rank 1 of mesh {dp:2}" "cost: bytes dp allgather" "cost: bytes dp reduce_scatter" "cost: liveness peak" "cost: step"; do
+  grep -q "^$want" "$work/zero3.cost" || fail "parallax lower --cost shows no '$want': $(tail -6 "$work/zero3.cost")"
+done
+echo "parallax lower --cost ends with the rank's cost"
+
 # A strategy file names its ranks: without --ranks, train starts them as
 # in-process ranks, to the same losses as the flags' run (zero2 above), and
 # lower prints any of them; a --ranks that disagrees is a named error.

@@ -4,10 +4,12 @@
 // under Megatron tensor parallelism (tp=2, with and without sequence
 // parallelism; dp=2 x tp=2 with ZeRO-1), two pipeline stages (1F1B's first,
 // zero bubble's last, two micro-batches) and one rank recomputing every
-// layer, printed by Program::str() —
-// the form `parallax lower` shows — and checked in under golden/. A change
+// layer, printed by Program::str() with plan::program_footer() — the form
+// `parallax lower --cost` shows — and checked in under golden/. A change
 // to the lowering shows up as a diff of these files that a reviewer reads:
-// every collective, its buffers, stream and dependencies.
+// every collective, its buffers, stream and dependencies, and in the
+// footer what it costs (plan/program_cost.h): bytes per axis and kind, the
+// liveness peak and the step a FakeEstimator replay of every rank takes.
 //
 // After a deliberate change, regenerate them and read the diff:
 //   PX_UPDATE_GOLDEN=1 build/tests/parallel/px_parallel_tests --gtest_filter='*GoldenProgram*'
@@ -19,7 +21,9 @@
 
 #include "nn/gpt.h"
 #include "parallel/lower.h"
-#include "parallel/tensor_parallel.h"
+#include "plan/program_cost.h"
+#include "plan/simulate.h"
+#include "parallel/compose.h"
 #include "runtime/tasks/task.h"
 
 namespace px::parallel {
@@ -53,16 +57,20 @@ TEST_P(GoldenProgram, PrintsAsCheckedIn) {
   // (B=4, T=8), vocabulary 64, C=16: small shapes, every op of the real model.
   const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = g.layers, .n_head = 2, .n_embd = 16, .dropout = 0.1};
   const nn::Model model = nn::build_gpt(config, 4, config.block, true);
-  Strategy strategy = g.tp > 1 ? tensor_parallel(model.graph, g.ranks / g.tp, g.tp, batch_input_names(model),
-                                                 g.sequence_parallel)
-                               : data_parallel(g.ranks, batch_input_names(model));
-  strategy.zero_stage = g.zero_stage;
-  strategy.micro_batches = g.micro_batches;
-  strategy.lowering.bucket_bytes = 4096;  // several buckets, so their order and priorities show
-  strategy.lowering.recompute = g.recompute;
-  if (g.pp > 1)
-    strategy = with_pipeline(strategy, g.pp, {.schedule = pipeline_kind_from_name(g.schedule)});
-  const std::string printed = lower({.forward = &model.graph, .loss = model.loss}, strategy, g.rank).str();
+  const Strategy strategy = compose({.bucket_bytes = 4096,  // several buckets, so their order and priorities show
+                                     .zero_stage = g.zero_stage,
+                                     .tensor_parallel = g.tp,
+                                     .sequence_parallel = g.sequence_parallel,
+                                     .pipeline_parallel = g.pp,
+                                     .pipeline = {.schedule = pipeline_kind_from_name(g.schedule)},
+                                     .recompute = g.recompute},
+                                    {.graph = &model.graph,
+                                     .batch_inputs = batch_input_names(model),
+                                     .ranks = g.ranks * g.pp,
+                                     .micro_batches = g.micro_batches});
+  // Every rank's Program, for the footer's replay; the file pins rank g.rank's.
+  const std::vector<Program> programs = plan::lower_all({.forward = &model.graph, .loss = model.loss}, strategy);
+  const std::string printed = programs[static_cast<size_t>(g.rank)].str() + plan::program_footer(programs, g.rank);
   const std::string path = std::string(PX_GOLDEN_DIR) + "/" + g.file;
   const char* update = std::getenv("PX_UPDATE_GOLDEN");
   if (update != nullptr && std::string(update) == "1") {

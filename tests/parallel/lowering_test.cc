@@ -13,7 +13,7 @@
 #include "parallel/lower.h"
 #include "parallel/lower/liveness.h"
 #include "parallel/lower/reshard.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/compose.h"
 #include "runtime/tasks/task.h"
 
 namespace px::parallel {

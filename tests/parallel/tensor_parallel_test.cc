@@ -16,7 +16,7 @@
 #include "parallel/lower.h"
 #include "parallel/lower/reshard.h"
 #include "parallel/strategy_equivalence.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/compose.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/tasks/task.h"
 #include "testing/expect_train_error.h"

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "nn/gpt.h"
+#include "parallel/compose.h"
 #include "plan/calibrate.h"
 #include "plan/estimator.h"
 #include "plan/simulate.h"

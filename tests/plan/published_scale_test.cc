@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "nn/gpt.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/compose.h"
 #include "plan/simulate.h"
 #include "runtime/tasks/task.h"
 

@@ -13,6 +13,7 @@
 #include "nn/cnn.h"
 #include "nn/gpt.h"
 #include "nn/mlp.h"
+#include "parallel/compose.h"
 #include "plan/mcmc_search.h"
 #include "plan/search.h"
 #include "runtime/tasks/task.h"

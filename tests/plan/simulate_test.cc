@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "nn/gpt.h"
 #include "nn/mlp.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/compose.h"
 #include "parallel/lower.h"
 #include "plan/simulate.h"
 #include "runtime/tasks/task.h"

@@ -95,18 +95,66 @@ RankWork without_pipeline(const Context& c, const Program& p) {
   return work;
 }
 
+// Where each virtual stage starts: balanced by cost, or at the layers
+// --stage-cuts names.
+std::vector<int> stage_starts_of(const Context& c, int ranks, int virtual_stages) {
+  const PipelineOptions& options = c.strategy.pipeline;
+  const int stages = ranks * virtual_stages;
+  if (options.stage_cuts.empty()) return balanced_stage_starts(c.graph, c.forward_nodes, stages);
+  if (static_cast<int>(options.stage_cuts.size()) != stages - 1)
+    fail("--stage-cuts names {} layers ({}); {} pipeline ranks x {} chunks need {} cuts", options.stage_cuts.size(),
+         fmt::join(options.stage_cuts, ","), ranks, virtual_stages, stages - 1);
+  return stage_starts_at(c.graph, c.forward_nodes, options.stage_cuts);
+}
+
+// Gradients: whole where one stage makes them, else each stage's summands
+// (a parameter two stages share). `parts` gets (value, index into
+// Context::grads) for every stage's; the values are also `wanted`.
+void gradient_terms(const Context& c, const StageAssignment& assignment, std::vector<ValueId>& wanted,
+                    std::vector<std::pair<ValueId, int>>& parts) {
+  std::set<ValueId> shared_params;
+  for (const auto& [param, on] : assignment.shared_params) shared_params.insert(param);
+  for (size_t i = 0; i < c.grads.size(); ++i) {
+    const ParamGrad& pg = c.grads[i];
+    if (pg.grad == kNoValue) continue;
+    std::vector<ValueId> terms;
+    if (shared_params.count(pg.param)) summands(c.graph, pg.grad, terms);
+    else terms.push_back(pg.grad);
+    for (ValueId t : terms) {
+      wanted.push_back(t);
+      parts.push_back({t, static_cast<int>(i)});
+    }
+  }
+}
+
 // Message tags: unique per micro-batch, cut, direction and value within a step.
-struct Tags {
-  int stages = 1;
-  size_t width = 1;  // the most values crossing one cut one way
+class MessageTags {
+ public:
+  MessageTags(const StageCrossings& crossings, int micro_batches, int stages) : stages_(stages) {
+    for (int k = 0; k + 1 < stages; ++k) {
+      if (crossings.forward[static_cast<size_t>(k)].empty())
+        fail("pipeline: nothing crosses from stage {} to stage {}: the stages are not a chain", k, k + 1);
+      width_ = std::max({width_, crossings.forward[static_cast<size_t>(k)].size(),
+                         crossings.backward[static_cast<size_t>(k)].size()});
+    }
+    const uint64_t count = static_cast<uint64_t>(micro_batches) * static_cast<uint64_t>(stages) * 2 * width_;
+    if (count >= (1u << 20))
+      fail("pipeline: {} micro-batches x {} stages x {} values a cut need more message tags than the {} available",
+           micro_batches, stages, width_, 1u << 20);
+  }
+  // The tags of `count` values crossing `cut` for micro-batch m (direction 0 forward, 1 backward).
   std::vector<uint32_t> of(int m, int cut, int direction, size_t count) const {
     std::vector<uint32_t> tags;
     for (size_t i = 0; i < count; ++i)
-      tags.push_back(static_cast<uint32_t>(((static_cast<uint64_t>(m) * static_cast<uint64_t>(stages - 1) +
+      tags.push_back(static_cast<uint32_t>(((static_cast<uint64_t>(m) * static_cast<uint64_t>(stages_ - 1) +
                                              static_cast<uint64_t>(cut)) * 2 + static_cast<uint64_t>(direction)) *
-                                               width + i));
+                                               width_ + i));
     return tags;
   }
+
+ private:
+  int stages_;
+  size_t width_ = 1;
 };
 
 struct StageNodes {
@@ -115,15 +163,14 @@ struct StageNodes {
 
 // Per stage: forward nodes, backward nodes, and the backward split into
 // B (feeding an input gradient) and W (feeding only weight gradients).
-std::vector<StageNodes> nodes_of_stages(const Context& c, const std::vector<int>& nodes,
-                                        const std::vector<int>& stage_of, int stages,
-                                        const std::vector<std::pair<ValueId, int>>& parts,
-                                        const std::vector<std::vector<ValueId>>& backward_crossing) {
+std::vector<StageNodes> nodes_by_stage(const Context& c, const std::vector<int>& nodes,
+                                       const std::vector<std::pair<ValueId, int>>& parts,
+                                       const StageCrossings& crossings, const std::vector<int>& stage_of, int stages) {
   const Graph& graph = c.graph;
   std::vector<bool> is_part(graph.values().size(), false);
   for (const auto& [v, i] : parts) is_part[static_cast<size_t>(v)] = true;
   std::vector<bool> sent_back(graph.values().size(), false);
-  for (const auto& cut : backward_crossing)
+  for (const auto& cut : crossings.backward)
     for (ValueId v : cut) sent_back[static_cast<size_t>(v)] = true;
   std::vector<std::vector<int>> readers(graph.values().size());
   for (int n : nodes)
@@ -153,9 +200,10 @@ std::vector<StageNodes> nodes_of_stages(const Context& c, const std::vector<int>
   return of_stage;
 }
 
-// This rank's phases in its schedule's order.
+// This rank's action list as phases: its chunks' nodes and the transfers
+// between stages.
 std::vector<Phase> phases_of(const PipelineSchedule& schedule, int me, const std::vector<StageNodes>& of_stage,
-                             const StageCrossings& crossings, const Tags& tags) {
+                             const StageCrossings& crossings, const MessageTags& tags) {
   std::vector<Phase> phases;
   for (const PipelineAction& a : schedule.ranks[static_cast<size_t>(me)]) {
     const int stage = schedule.virtual_stage(me, a.chunk);
@@ -192,15 +240,37 @@ std::vector<Phase> phases_of(const PipelineSchedule& schedule, int me, const std
   return phases;
 }
 
-// What this rank holds and accumulates, and the subgroups summing a
-// parameter pipeline stages share; returns every parameter's holders
-// (pipeline coordinates reading it).
-std::map<ValueId, std::set<int>> holdings(const Context& c, Program& p, const PipelineSchedule& schedule, int me,
-                                          const std::vector<int>& nodes, const std::vector<int>& stage_of,
-                                          const std::vector<std::pair<ValueId, int>>& parts, RankWork& work) {
+}  // namespace
+
+RankWork plan_work(const Context& c, Program& p) {
+  const int ranks = c.strategy.pipeline_ranks();
+  if (ranks == 1) return without_pipeline(c, p);
+  if (!p.training) fail("pipeline stages run training steps; evaluation runs on one rank");
   const Graph& graph = c.graph;
-  const int ranks = c.strategy.pipeline_ranks(), axis = work.pipeline_axis;
+  const PipelineOptions& options = c.strategy.pipeline;
+  const int axis = c.strategy.mesh.axis(options.axis);
+  const int me = c.coords[static_cast<size_t>(axis)];
+  const int M = c.strategy.micro_batches;
+  const PipelineSchedule schedule = make_pipeline_schedule(options.schedule, ranks, M, options.virtual_stages);
+  const int stages = ranks * schedule.virtual_stages;
   auto rank_of_stage = [&](int s) { return s % ranks; };
+
+  const std::vector<int> starts = stage_starts_of(c, ranks, schedule.virtual_stages);
+  const StageAssignment assignment = assign_stages(graph, c.forward_nodes, starts);
+  const std::vector<int>& stage_of = assignment.stage_of_node;
+  std::vector<ValueId> wanted{c.loss};
+  std::vector<std::pair<ValueId, int>> parts;  // every stage's
+  gradient_terms(c, assignment, wanted, parts);
+  const std::vector<int> nodes = needed_nodes(graph, wanted);
+  // Values crossing each cut: forward values read later, backward values read earlier.
+  const StageCrossings crossings = stage_crossings(graph, c.forward_nodes, stage_of, stages, nodes);
+  const MessageTags tags(crossings, M, stages);
+
+  RankWork work;
+  work.pipeline_axis = axis;
+  work.phases = phases_of(schedule, me, nodes_by_stage(c, nodes, parts, crossings, stage_of, stages), crossings, tags);
+
+  // What this rank holds and accumulates.
   std::set<int> mine;
   for (int chunk = 0; chunk < schedule.virtual_stages; ++chunk) mine.insert(schedule.virtual_stage(me, chunk));
   work.holds.assign(graph.values().size(), false);
@@ -220,16 +290,9 @@ std::map<ValueId, std::set<int>> holdings(const Context& c, Program& p, const Pi
     if (on.count(me)) work.shared.push_back({pg.param, static_cast<int>(p.subgroups.size())});
     p.subgroups.push_back({axis, std::vector<int>(on.begin(), on.end())});
   }
-  return holders;
-}
 
-// Program::pipeline: the schedule, the stages and who owns each parameter.
-void describe_layout(const Context& c, Program& p, const PipelineSchedule& schedule, const std::vector<int>& starts,
-                     const StageAssignment& assignment, const std::map<ValueId, std::set<int>>& holders) {
-  const Graph& graph = c.graph;
-  const int stages = static_cast<int>(starts.size());
   PipelineLayout& layout = p.pipeline;
-  layout.axis = c.strategy.mesh.axis(c.strategy.pipeline.axis);
+  layout.axis = axis;
   layout.schedule = schedule;
   layout.stage_starts = starts;
   layout.stage_cost = assignment.cost;
@@ -238,78 +301,9 @@ void describe_layout(const Context& c, Program& p, const PipelineSchedule& sched
         stage_layers(graph, starts[static_cast<size_t>(s)],
                      s + 1 < stages ? starts[static_cast<size_t>(s) + 1] : c.forward_nodes));
   for (ValueId v : graph.params()) {
-    auto it = holders.find(v);
-    layout.params.push_back({graph.value(v).name, graph.spec(v).shape, it == holders.end() || it->second.empty() ? 0 : *it->second.begin()});
+    const std::set<int>& on = holders[v];
+    layout.params.push_back({graph.value(v).name, graph.spec(v).shape, on.empty() ? 0 : *on.begin()});
   }
-}
-
-}  // namespace
-
-RankWork plan_work(const Context& c, Program& p) {
-  const int ranks = c.strategy.pipeline_ranks();
-  if (ranks == 1) return without_pipeline(c, p);
-  if (!p.training) fail("pipeline stages run training steps; evaluation runs on one rank");
-  const Graph& graph = c.graph;
-  const PipelineOptions& options = c.strategy.pipeline;
-  const int axis = c.strategy.mesh.axis(options.axis);
-  const int me = c.coords[static_cast<size_t>(axis)];
-  const int M = c.strategy.micro_batches;
-  const PipelineSchedule schedule = make_pipeline_schedule(options.schedule, ranks, M, options.virtual_stages);
-  const int stages = ranks * schedule.virtual_stages;
-
-  std::vector<int> starts;
-  if (options.stage_cuts.empty()) {
-    starts = balanced_stage_starts(graph, c.forward_nodes, stages);
-  } else {
-    if (static_cast<int>(options.stage_cuts.size()) != stages - 1)
-      fail("--stage-cuts names {} layers ({}); {} pipeline ranks x {} chunks need {} cuts", options.stage_cuts.size(),
-           fmt::join(options.stage_cuts, ","), ranks, schedule.virtual_stages, stages - 1);
-    starts = stage_starts_at(graph, c.forward_nodes, options.stage_cuts);
-  }
-  const StageAssignment assignment = assign_stages(graph, c.forward_nodes, starts);
-  const std::vector<int>& stage_of = assignment.stage_of_node;
-
-  // Gradients: whole where one stage makes them, else each stage's summands.
-  std::set<ValueId> shared_params;
-  for (const auto& [param, on] : assignment.shared_params) shared_params.insert(param);
-  std::vector<ValueId> wanted{c.loss};
-  std::vector<std::pair<ValueId, int>> parts;  // every stage's
-  for (size_t i = 0; i < c.grads.size(); ++i) {
-    const ParamGrad& pg = c.grads[i];
-    if (pg.grad == kNoValue) continue;
-    std::vector<ValueId> terms;
-    if (shared_params.count(pg.param)) summands(graph, pg.grad, terms);
-    else terms.push_back(pg.grad);
-    for (ValueId t : terms) {
-      wanted.push_back(t);
-      parts.push_back({t, static_cast<int>(i)});
-    }
-  }
-  const std::vector<int> nodes = needed_nodes(graph, wanted);
-
-  // Values crossing each cut: forward values read later, backward values read earlier.
-  const StageCrossings crossings = stage_crossings(graph, c.forward_nodes, stage_of, stages, nodes);
-  const std::vector<std::vector<ValueId>>& forward_crossing = crossings.forward;
-  const std::vector<std::vector<ValueId>>& backward_crossing = crossings.backward;
-  Tags tags{.stages = stages};
-  for (int k = 0; k + 1 < stages; ++k) {
-    if (forward_crossing[static_cast<size_t>(k)].empty())
-      fail("pipeline: nothing crosses from stage {} to stage {}: the stages are not a chain", k, k + 1);
-    tags.width = std::max({tags.width, forward_crossing[static_cast<size_t>(k)].size(),
-                           backward_crossing[static_cast<size_t>(k)].size()});
-  }
-  const uint64_t tag_count = static_cast<uint64_t>(M) * static_cast<uint64_t>(stages) * 2 * tags.width;
-  if (tag_count >= (1u << 20))
-    fail("pipeline: {} micro-batches x {} stages x {} values a cut need more message tags than the {} available",
-         M, stages, tags.width, 1u << 20);
-
-  RankWork work;
-  work.pipeline_axis = axis;
-  work.phases = phases_of(schedule, me, nodes_of_stages(c, nodes, stage_of, stages, parts, backward_crossing),
-                          crossings, tags);
-
-  const std::map<ValueId, std::set<int>> holders = holdings(c, p, schedule, me, nodes, stage_of, parts, work);
-  describe_layout(c, p, schedule, starts, assignment, holders);
   return work;
 }
 

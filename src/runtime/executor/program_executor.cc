@@ -19,21 +19,11 @@ using parallel::Buffer;
 using parallel::Instr;
 using parallel::Region;
 
-// P3's deferral is the executor's today; what it defers must allow it, as
-// the program shows: no global norm before the updates, no gradient
-// shards, no codec state to roll back.
-void validate(const ExecutorOptions& o, const parallel::Program& program) {
+void validate(const ExecutorOptions& o) {
   if (o.p3_slice_bytes < 0) fail("P3 slice size {} bytes must be >= 0", o.p3_slice_bytes);
-  if (o.p3_slice_bytes == 0) return;
-  if (!o.overlap) fail("P3 reduces gradients on the progress thread: it cannot run with --no-overlap");
-  if (program.norm_buffer >= 0)
-    fail("P3 updates each layer as soon as its gradient arrives; the program computes a global gradient norm "
-         "first (clipping needs every gradient): lower it without (global_norm false, --grad-clip 0)");
-  if (program.grad_shard_buffer >= 0)
-    fail("ZeRO and P3 do not combine: P3 defers whole-parameter updates to the next forward");
-  for (const Instr& instr : program.instrs)
-    if (const auto* c = std::get_if<parallel::Collective>(&instr.op); c && c->codec.lossy())
-      fail("P3 and gradient compression ({}) do not combine yet: choose one", c->codec.to_string());
+  // How P3 combines with the strategy is parallel::validate's (parallel/compose.h).
+  if (o.p3_slice_bytes > 0 && !o.overlap)
+    fail("P3 reduces gradients on the progress thread: it cannot run with --no-overlap");
 }
 
 namespace {
@@ -73,7 +63,7 @@ ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, O
   make_pipeline_groups();
   group_ = groups_[static_cast<size_t>(progress_axis(program_))];
   const int group_size = group_ ? group_->size() : 1;
-  validate(options_, program_);
+  validate(options_);
   PX_CHECK(!program_.graphs.empty(), "a program without a local graph (rank {} has no rows)", program_.rank);
   if (group_size > 1 && options_.overlap) {
     comm::EngineOptions engine;

@@ -61,7 +61,7 @@ struct ExecutorOptions {
   bool operator==(const ExecutorOptions&) const = default;
 };
 
-void validate(const ExecutorOptions& options, const parallel::Program& program);
+void validate(const ExecutorOptions& options);
 
 struct StepInput {
   // This rank's rows of every batch input (Program::batch_inputs), whole:

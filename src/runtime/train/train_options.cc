@@ -71,12 +71,8 @@ void validate(const TrainOptions& o) {
   const int dp = o.ranks / (tp * pp);
   if (o.batch < dp)
     fail("batch size {} is smaller than the {} data-parallel ranks: expected at least one row a rank", o.batch, dp);
-  if (pp > 1) {
-    if (!o.ps.mode.empty()) fail("pipeline stages and parameter servers do not combine: drop --pp or --ps");
-    if (o.sync.p3_slice_bytes > 0) fail("P3 and pipeline stages do not combine yet: choose one");
-  } else if (o.sync.pipeline.virtual_stages > 1) {
-    fail("--virtual-stages {} needs pipeline stages (--pp or --mesh pp=...)", o.sync.pipeline.virtual_stages);
-  }
+  // How the strategy's parts combine is parallel::validate's (parallel/compose.h).
+  if (pp > 1 && !o.ps.mode.empty()) fail("pipeline stages and parameter servers do not combine: drop --pp or --ps");
   if (tp > 1 || o.sync.sequence_parallel) {
     if (!o.ps.mode.empty()) fail("tensor parallelism and parameter servers do not combine: drop --tp or --ps");
     if (o.model == "gpt" && o.gpt.n_head % tp != 0)
@@ -84,10 +80,6 @@ void validate(const TrainOptions& o) {
            "{} or --heads {})",
            tp, o.gpt.n_head, std::gcd(static_cast<int64_t>(tp), o.gpt.n_head), tp * ((o.gpt.n_head + tp - 1) / tp));
     if (o.sync.sequence_parallel && o.model != "gpt") fail("--sequence-parallel needs a sequence: the gpt model");
-    if (o.sync.compression.lossy())
-      fail("gradient compression ({}) and tensor parallelism do not combine yet: choose one",
-           o.sync.compression.to_string());
-    if (o.sync.p3_slice_bytes > 0) fail("P3 and tensor parallelism do not combine yet: choose one");
   }
   if (o.link_gbps < 0) fail("link limit {} Gb/s must be >= 0 (0: unlimited)", o.link_gbps);
   if (o.inject_delay_rank >= o.ranks)

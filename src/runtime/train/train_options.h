@@ -15,7 +15,7 @@
 #include "nn/mlp.h"
 #include "comm/collectives.h"
 #include "comm/compression/spec.h"
-#include "parallel/strategy.h"
+#include "parallel/compose.h"
 #include "runtime/optimizer/lr_schedule.h"
 #include "runtime/optimizer/optimizer.h"
 
@@ -33,25 +33,14 @@ struct ParameterServerOptions {
   bool operator==(const ParameterServerOptions&) const = default;
 };
 
-// What the user asked of data parallelism (`parallax train` flags). The
-// trainer turns it into a parallel::Strategy (what runs where: buckets,
-// ZeRO, compression) and ExecutorOptions (how it runs: overlap, P3, bucket
-// buffers, the algorithm), unless --strategy gives the strategy whole.
-struct DataParallelOptions {
-  int64_t bucket_bytes = parallel::kDefaultBucketBytes;  // gradients fused into buckets of about this many bytes
+// What the user asked of data parallelism (`parallax train` flags): the
+// strategy's parts, which parallel::compose turns into a Strategy (or a
+// --strategy file gives whole), and how the executor runs it (overlap,
+// bucket buffers, the algorithm; P3's slices).
+struct DataParallelOptions : parallel::StrategyRequest {
   bool overlap = true;           // reduce on a progress thread while backward continues
-  int zero_stage = 0;            // 0-3 (parallel/strategy.h)
   int bucket_buffers = 4;        // ZeRO-2/3: most gradient bucket buffers alive at once
   comm::CollectiveOptions collective;
-  comm::compression::Spec compression;  // lossy gradient compression with error feedback
-  int64_t p3_slice_bytes = 0;    // P3: > 0 slices gradients and updates each layer before the next forward reads it
-  int tensor_parallel = 1;       // Megatron tensor parallelism: ranks per tensor-parallel group (mesh {dp, tp})
-  bool sequence_parallel = false;  // and LayerNorm/dropout/residuals split along the sequence
-  int pipeline_parallel = 1;     // pipeline stages (mesh {pp, dp, tp}: pp outermost)
-  parallel::PipelineOptions pipeline;  // schedule, virtual stages, stage cuts
-  parallel::Recompute recompute = parallel::Recompute::none;  // activation recomputation
-  int mesh_ranks = 0;            // --mesh or a --strategy file: the ranks it names (0: neither)
-  std::string strategy;          // a strategy JSON file (parallax lower --print-strategy writes one); overrides the above's strategy part
   bool operator==(const DataParallelOptions&) const = default;
 };
 

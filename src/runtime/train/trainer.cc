@@ -26,7 +26,7 @@
 #include "runtime/fault/flight_recorder.h"
 #include "runtime/fault/watchdog.h"
 #include "parallel/lower.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/compose.h"
 #include "core/memory.h"
 #include "runtime/fault/memory_guard.h"
 #include "runtime/train/memory_report.h"
@@ -98,6 +98,20 @@ static void note_restart(const TrainOptions& o, const Checkpoint* resumed, int64
   if (o.run_dir.empty()) return;
   std::filesystem::create_directories(o.run_dir);
   std::ofstream(o.run_dir + "/restarts.jsonl", std::ios::app) << line.dump() << "\n";
+}
+
+parallel::Strategy strategy_for(const TrainOptions& o, const nn::Model& model, int world) {
+  return parallel::compose(o.sync, {.graph = &model.graph,
+                                    .batch_inputs = batch_input_names(model),
+                                    .ranks = world,
+                                    .micro_batches = static_cast<int>(o.accumulation),
+                                    .grad_clip = o.grad_clip,
+                                    .sgd_momentum = o.optimizer.kind == "sgd" ? o.optimizer.momentum : 0});
+}
+
+OptimizerConfig optimizer_for_strategy(OptimizerConfig optimizer, const parallel::Strategy& strategy) {
+  if (strategy.lowering.local_momentum > 0) optimizer.momentum = 0;  // applied by the ranks instead
+  return optimizer;
 }
 
 // One rank's whole job (runtime/train/train_rank.h).

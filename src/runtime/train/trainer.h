@@ -51,7 +51,8 @@ struct TrainResult {
 };
 
 // The strategy the options describe for `world` ranks, or the one
-// --strategy names (its mesh must have `world` ranks), validated.
+// --strategy names (its mesh must have `world` ranks), validated: the
+// options' parts and the run's figures handed to parallel::compose.
 parallel::Strategy strategy_for(const TrainOptions& options, const nn::Model& model, int world);
 // The optimizer a strategy's updates run: without momentum when the
 // strategy moved it into the ranks (DGC's momentum correction).

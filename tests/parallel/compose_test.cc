@@ -1,0 +1,121 @@
+// Strategy composition (parallel/compose.h): a request, its strategy file
+// and the planner's grid point compose the same Strategy; the run's P3 and
+// SGD momentum change the lowering options there; and every combination
+// rule of validate() is a named error, whichever way the strategy came.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "comm/compression/spec.h"
+#include "nn/gpt.h"
+#include "parallel/compose.h"
+#include "plan/candidates.h"
+#include "runtime/tasks/task.h"
+
+namespace px::parallel {
+namespace {
+
+// A 2-layer GPT: (B=4, T=8), vocabulary 64, C=16, two heads.
+nn::Model small_gpt() {
+  const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = 2, .n_head = 2, .n_embd = 16, .dropout = 0.1};
+  return nn::build_gpt(config, 4, config.block, true);
+}
+
+std::string error_of(const auto& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+TEST(Compose, RequestFileAndGridPointMakeTheSameStrategy) {
+  const nn::Model model = small_gpt();
+  const StrategyRequest request{.zero_stage = 1,
+                                .tensor_parallel = 2,
+                                .sequence_parallel = true,
+                                .pipeline_parallel = 2,
+                                .pipeline = {.schedule = PipelineKind::gpipe},
+                                .recompute = Recompute::selective};
+  const CompositionInputs inputs{
+      .graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 8, .micro_batches = 2};
+  const Strategy composed = compose(request, inputs);
+  EXPECT_EQ(composed.mesh.str(), "{pp:2, dp:2, tp:2}");
+  EXPECT_EQ(strategy_from_json(to_json(composed)), composed);
+  const std::optional<Strategy> point =
+      plan::grid_strategy(model.graph, {.ranks = 8, .batch = 4, .batch_inputs = inputs.batch_inputs},
+                          {.pp = 2, .tp = 2, .sp = true, .micro_batches = 2, .kind = PipelineKind::gpipe, .zero = 1,
+                           .recompute = Recompute::selective});
+  ASSERT_TRUE(point.has_value());
+  EXPECT_EQ(*point, composed);
+}
+
+TEST(Compose, P3LowersWithoutAGlobalNormAndWithABucketPerTensor) {
+  const nn::Model model = small_gpt();
+  const Strategy s = compose({.p3_slice_bytes = 4096},
+                             {.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 2});
+  EXPECT_FALSE(s.lowering.global_norm);
+  EXPECT_EQ(s.lowering.bucket_bytes, 0);
+  EXPECT_TRUE(compose({}, {.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 2})
+                  .lowering.global_norm);
+}
+
+TEST(Compose, SparsifiedGradientsTakeSgdMomentumIntoTheRanks) {
+  const nn::Model model = small_gpt();
+  const CompositionInputs inputs{
+      .graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 2, .sgd_momentum = 0.9};
+  EXPECT_EQ(compose({.compression = comm::compression::Spec::parse("topk:0.1")}, inputs).lowering.local_momentum, 0.9);
+  EXPECT_EQ(compose({.compression = comm::compression::Spec::parse("int8")}, inputs).lowering.local_momentum, 0);
+  CompositionInputs one = inputs;
+  one.ranks = 1;  // nothing is compressed on one rank
+  EXPECT_EQ(compose({.compression = comm::compression::Spec::parse("topk:0.1")}, one).lowering.local_momentum, 0);
+}
+
+TEST(Compose, EveryCombinationRuleIsANamedError) {
+  const nn::Model model = small_gpt();
+  const CompositionInputs two{.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 2};
+  const CompositionInputs four{
+      .graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 4, .micro_batches = 2};
+  const comm::compression::Spec topk = comm::compression::Spec::parse("topk:0.1");
+  struct Case {
+    StrategyRequest request;
+    CompositionInputs inputs;
+    std::string expected;
+  };
+  CompositionInputs clipped = two;
+  clipped.grad_clip = 1;
+  const Case cases[] = {
+      {{.zero_stage = 1, .compression = topk}, two, "ZeRO-1 and gradient compression (topk:0.1) do not combine"},
+      {{.compression = topk, .tensor_parallel = 2}, four,
+       "gradient compression (topk:0.1) and tensor parallelism (axis 'tp' of 2 ranks) do not combine"},
+      {{.compression = topk, .pipeline_parallel = 2}, four, "does not combine with pipeline stages"},
+      {{.zero_stage = 3, .pipeline_parallel = 2}, four, "ZeRO-3 does not combine with pipeline stages"},
+      {{.p3_slice_bytes = 1024}, clipped, "--grad-clip 1 needs every gradient first"},
+      {{.zero_stage = 2, .p3_slice_bytes = 1024}, two, "ZeRO-2 and P3 do not combine"},
+      {{.compression = topk, .p3_slice_bytes = 1024}, two, "P3 and gradient compression (topk:0.1) do not combine"},
+      {{.p3_slice_bytes = 1024, .pipeline_parallel = 2}, four, "P3 and pipeline stages ('pp' of 2 ranks)"},
+      {{.p3_slice_bytes = 1024, .tensor_parallel = 2}, four, "P3 and tensor parallelism (axis 'tp' of 2 ranks)"},
+      {{.pipeline_parallel = 1, .pipeline = {.virtual_stages = 2}}, two, "2 virtual stages need a pipeline axis"},
+      {{.pipeline = {.stage_cuts = {"h.1"}}}, two, "stage cuts (h.1) need a pipeline axis 'pp'"},
+      {{.tensor_parallel = 3}, four, "--pp 1 x --tp 3 does not divide the job's 4 ranks"},
+      {{.mesh_ranks = 8}, four, "--mesh names 8 ranks; this job has 4"},
+  };
+  for (const Case& c : cases) {
+    const std::string what = error_of([&] { compose(c.request, c.inputs); });
+    EXPECT_NE(what.find(c.expected), std::string::npos) << "expected '" << c.expected << "', got: " << what;
+  }
+}
+
+TEST(Compose, AStrategyThatComputesAGlobalNormIsRefusedUnderP3) {
+  const nn::Model model = small_gpt();
+  const Strategy file = compose({}, {.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 2});
+  const std::string what = error_of([&] { validate(file, {.p3 = true}); });
+  EXPECT_NE(what.find("the program computes a global gradient norm first"), std::string::npos) << what;
+  Strategy deferred = file;
+  deferred.lowering.global_norm = false;
+  EXPECT_NO_THROW(validate(deferred, {.p3 = true}));
+}
+
+}  // namespace
+}  // namespace px::parallel
