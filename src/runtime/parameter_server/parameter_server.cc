@@ -124,7 +124,7 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
   Checkpoint resumed;
   if (!o.resume.empty()) {
     resumed = load_checkpoint(o.resume);
-    apply_model_json(resumed.state.at("config"), o);
+    apply_model_json(resumed.state.config, o);
   }
   o.ranks = comm.size();
   validate(o);
@@ -140,9 +140,9 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
   if (!o.resume.empty()) {
     for (const std::string& name : params.names())
       params.at(name) = resumed.shards.read_whole(name, params.at(name).shape());
-    start = resumed.state.at("step").get<int64_t>();
-    optimizer_steps = resumed.state.at("optimizer_steps").get<int64_t>();
-    task->restore_data_state(resumed.state.at("data"));
+    start = resumed.state.step;
+    optimizer_steps = resumed.state.optimizer_steps;
+    task->restore_data_state(resumed.state.data);
     log << fmt::format("resumed from '{}' at step {}\n", o.resume, start);
   }
   const int64_t end = o.stop_after > 0 ? std::min(o.stop_after, total) : total;
@@ -224,13 +224,13 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
   if (metrics.is_open()) metrics << line.dump() << "\n" << std::flush;
   log << text << "\n";
   if (!o.save.empty()) {
-    nlohmann::json state{{"step", end},
-                         {"config", model_json(o)},
-                         {"data", task->data_state()},
-                         {"optimizer", o.optimizer.kind},
-                         {"optimizer_steps", gathered.updates},
-                         {"ranks", comm.size()},
-                         {"parameter_server", o.ps.mode}};
+    const CheckpointState state{.step = end,
+                                .config = model_json(o),
+                                .data = task->data_state(),
+                                .optimizer = o.optimizer.kind,
+                                .optimizer_steps = gathered.updates,
+                                .ranks = comm.size(),
+                                .parameter_server = o.ps.mode};
     // The lead gathered everything: one shard file of whole tensors.
     save_checkpoint(o.save, nullptr, {.shards = std::move(state_runs), .model = params.named(), .state = state});
     log << fmt::format("saved checkpoint to '{}'\n", o.save);

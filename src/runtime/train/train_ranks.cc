@@ -231,16 +231,16 @@ static TrainResult train_restarting(TrainOptions o, std::ostream& log) {
       if (!archived.empty()) log << fmt::format("  flight records: parallax doctor {}\n", archived);
       restore = snapshots ? snapshots->restore() : std::nullopt;
       if (restore) {
-        restored_from = restore->state.value("saved_at", started);
+        restored_from = restore->state.saved_at.value_or(started);
       } else if (!o.save.empty() && std::filesystem::exists(o.save + "/state.json")) {
         o.resume = o.save;  // each rank reads its runs from disk
-        restored_from = load_checkpoint(o.save).state.value("saved_at", started);
+        restored_from = load_checkpoint(o.save).state.saved_at.value_or(started);
       } else {
         o.resume.clear();
         restored_from = started;
       }
       log << fmt::format("restart {} of {}: {} ranks, from {}\n", attempt + 1, o.max_restarts, o.ranks,
-                         restore ? fmt::format("step {} in {}", restore->state.value("step", 0), restore->dir)
+                         restore ? fmt::format("step {} in {}", restore->state.step, restore->dir)
                          : o.resume.empty() ? std::string("the start (no snapshot or checkpoint yet)")
                                             : fmt::format("checkpoint '{}'", o.resume));
     }

@@ -68,8 +68,8 @@ class MetricsLog {
 static void restore_compression_state(const Checkpoint& resumed, ProgramExecutor& executor, int world,
                                       std::ostream& log) {
   const std::string spec = executor.program().strategy.lowering.compression.to_string();
-  const std::string saved_spec = resumed.state.value("compression", std::string());
-  const int saved_ranks = resumed.state.value("ranks", 1);
+  const std::string& saved_spec = resumed.state.compression;
+  const int saved_ranks = resumed.state.ranks;
   std::string why;
   if (!resumed.compression) why = "the checkpoint has none";
   else if (saved_spec != spec) why = fmt::format("it was saved with --compress {}", saved_spec.empty() ? "none" : saved_spec);
@@ -93,7 +93,8 @@ static void note_restart(const TrainOptions& o, const Checkpoint* resumed, int64
   const nlohmann::json line{{"restart", o.attempt},
                             {"resumed_step", step},
                             {"ready_at", now},
-                            {"saved_at", resumed ? resumed->state.value("saved_at", nlohmann::json()) : nlohmann::json()}};
+                            {"saved_at", resumed && resumed->state.saved_at ? nlohmann::json(*resumed->state.saved_at)
+                                                                           : nlohmann::json()}};
   metrics.write(line);
   if (o.run_dir.empty()) return;
   std::filesystem::create_directories(o.run_dir);
@@ -118,7 +119,7 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
     loaded = load_checkpoint(o.resume);
     resumed = &loaded;
   }
-  if (resumed != nullptr) apply_model_json(resumed->state.at("config"), o);
+  if (resumed != nullptr) apply_model_json(resumed->state.config, o);
   o.ranks = world;
   validate(o);
   std::unique_ptr<Task> task = make_task(o);
@@ -174,14 +175,14 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
     // storage of them (its model shard, or its ZeRO-3 block) and these go.
     executor.set_parameters(ParamStore::initialize(model.graph, o.seed));
   } else {
-    step = resumed->state.at("step").get<int64_t>();
-    executor.load_state(resumed->shards, resumed->state.at("optimizer_steps").get<int64_t>());
-    task->restore_data_state(resumed->state.at("data"));
+    step = resumed->state.step;
+    executor.load_state(resumed->shards, resumed->state.optimizer_steps);
+    task->restore_data_state(resumed->state.data);
     if (compressed) restore_compression_state(*resumed, executor, world, log);
     const auto ranks = [](int n) { return fmt::format("{} rank{}", n, n == 1 ? "" : "s"); };
     log << fmt::format("resumed from {} at step {} (saved at {}, mesh {}; continuing at {}, mesh {})\n",
                        recovery.restore ? resumed->dir : fmt::format("'{}'", resumed->dir), step,
-                       ranks(resumed->state.value("ranks", 1)), resumed->state.value("mesh", std::string("?")),
+                       ranks(resumed->state.ranks), resumed->state.mesh.empty() ? "?" : resumed->state.mesh,
                        ranks(world), strategy.mesh.str());
   }
   log << fmt::format("model {} with {} parameters; {} steps of batch {}{}; {}threads {}; BLAS {}\n", o.model,
@@ -220,8 +221,8 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
   std::set<int64_t> bad_batches(o.skip_batches.begin(), o.skip_batches.end());
   int64_t batches_drawn = step;  // without skips, step s trains on batch s
   if (resumed != nullptr) {
-    batches_drawn = resumed->state.value("batches", step);
-    for (int64_t b : resumed->state.value("bad_batches", std::vector<int64_t>())) bad_batches.insert(b);
+    batches_drawn = resumed->state.batches.value_or(step);
+    bad_batches.insert(resumed->state.bad_batches.begin(), resumed->state.bad_batches.end());
   }
   MetricsLog metrics(lead ? o.metrics : std::string(), resumed != nullptr || o.attempt > 0);
   if (lead) note_restart(o, resumed, step, recovery, metrics);
@@ -238,19 +239,19 @@ TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& 
     if (!writer && recovery.snapshots == nullptr) return;
     MemoryAccountScope charged(checkpoint_memory);
     RankSnapshot own{.step = at_step,
-                     .state = {{"step", at_step},
-                               {"config", model_json(o)},
-                               {"data", task->data_state()},
-                               {"optimizer", o.optimizer.kind},
-                               {"optimizer_steps", executor.optimizer().steps()},
-                               {"ranks", world},
-                               {"mesh", strategy.mesh.str()},
-                               {"batches", batches_drawn},
-                               {"bad_batches", std::vector<int64_t>(bad_batches.begin(), bad_batches.end())},
-                               {"saved_at", unix_seconds()}},
+                     .state = {.step = at_step,
+                               .config = model_json(o),
+                               .data = task->data_state(),
+                               .optimizer = o.optimizer.kind,
+                               .optimizer_steps = executor.optimizer().steps(),
+                               .ranks = world,
+                               .mesh = strategy.mesh.str(),
+                               .batches = batches_drawn,
+                               .bad_batches = std::vector<int64_t>(bad_batches.begin(), bad_batches.end()),
+                               .saved_at = unix_seconds()},
                      .runs = executor.state_runs()};
     if (compressed) {
-      own.state["compression"] = strategy.lowering.compression.to_string();
+      own.state.compression = strategy.lowering.compression.to_string();
       own.compression = executor.gather_compression_state();  // collective: rank 0 gets every rank's
     }
     if (writer) {
