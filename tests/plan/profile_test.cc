@@ -8,9 +8,9 @@
 
 #include "core/error.h"
 #include "nn/gpt.h"
-#include "plan/calibrate.h"
 #include "plan/estimator.h"
 #include "plan/simulate.h"
+#include "runtime/calibrate/calibrate.h"
 #include "runtime/tasks/task.h"
 
 namespace px::plan {

@@ -129,7 +129,7 @@ struct Job {
   std::ostream& log;
 };
 
-void log_start(const Job& job) {
+void log_job(const Job& job) {
   const TrainOptions& o = job.o;
   const ParameterServerOptions& ps = o.ps;
   job.log << fmt::format(
@@ -249,7 +249,7 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
                 .layout = {.servers = o.ps.servers, .workers = comm.size() - o.ps.servers, .params = params.count()},
                 .resumed = resumed, .start = start,
                 .end = o.stop_after > 0 ? std::min(o.stop_after, total) : total, .total = total, .log = log};
-  log_start(job);
+  log_job(job);
   return job.layout.is_server(comm.rank()) ? run_server(job) : run_worker(job);
 }
 
