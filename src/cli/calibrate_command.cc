@@ -172,7 +172,7 @@ void add_calibrate_command(CLI::App& app) {
     if (cal->comm != "keep") profile.comm = measure_comm(cal->comm, say);
 
     // The kernels of every candidate on 1 .. max ranks, and of the strategy the flags give.
-    const nn::Model model = build_model(o, o.batch, true);
+    const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
     std::vector<parallel::Strategy> strategies{strategy_for(o, model, o.ranks)};
     for (int r = 1; r <= options.max_ranks; ++r)
       for (parallel::Strategy& s : plan::grid(model.graph, {.ranks = r,

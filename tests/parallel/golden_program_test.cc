@@ -20,7 +20,7 @@
 #include "nn/gpt.h"
 #include "parallel/lower.h"
 #include "parallel/tensor_parallel.h"
-#include "runtime/tasks/task.h"
+#include "nn/model.h"
 
 namespace px::parallel {
 namespace {

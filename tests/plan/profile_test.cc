@@ -11,7 +11,7 @@
 #include "plan/estimator.h"
 #include "plan/simulate.h"
 #include "runtime/calibrate/calibrate.h"
-#include "runtime/tasks/task.h"
+#include "nn/model.h"
 
 namespace px::plan {
 namespace {

@@ -15,7 +15,7 @@
 #include "nn/mlp.h"
 #include "plan/mcmc_search.h"
 #include "plan/search.h"
-#include "runtime/tasks/task.h"
+#include "nn/model.h"
 
 namespace px::plan {
 namespace {

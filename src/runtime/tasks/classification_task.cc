@@ -22,7 +22,7 @@ class ClassificationTask : public Task {
         test_(shared_fashion_mnist(data_dir(), FashionMnistSplit::test)),
         sampler_(train_->size(), o.batch, o.seed, o.drop_last) {}
 
-  nn::Model build(int64_t batch, bool training) const override { return build_model(options_, batch, training); }
+  nn::Model build(int64_t batch, bool training) const override { return nn::build_model(options_.model_config(), batch, training); }
 
   DataBatch next_batch() override {
     EpochBatch b = sampler_.next_batch();

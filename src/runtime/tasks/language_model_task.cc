@@ -20,7 +20,7 @@ class LanguageModelTask : public Task {
         validation_(corpus_.val, o.batch, o.gpt.block, o.eval_batches) {}
 
   nn::Model build(int64_t batch, bool training) const override {
-    return build_model(options_, batch, training);
+    return nn::build_model(options_.model_config(), batch, training);
   }
 
   DataBatch next_batch() override {
