@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "core/rng.h"
-#include "data/sampler.h"
+#include "parallel/row_split.h"
 #include "kernels/elementwise.h"
 #include "runtime/parameter_server/poll.h"
 #include "parallel/lower.h"
@@ -104,7 +104,7 @@ void Worker::compute_and_push(int64_t clock) {
     std::fill(gradient_.begin(), gradient_.end(), 0.0f);
   } else {
     const uint64_t seed = splitmix64(config_.seed ^ splitmix64(static_cast<uint64_t>(clock) * 1024));
-    const int64_t row_offset = shard_rows(batch.global_rows, worker_, layout_.workers).begin;
+    const int64_t row_offset = parallel::shard_rows(batch.global_rows, worker_, layout_.workers).begin;
     Gradients& program = gradients_for(rows);
     // The Program's Norm and Clip clip the worker's mean gradient (--grad-clip).
     StepResult out = program.executor->run({.feeds = feeds_of(program.model, batch),

@@ -6,6 +6,7 @@
 #include "nn/cnn.h"
 #include "nn/mlp.h"
 #include "parallel/lower.h"
+#include "parallel/row_split.h"
 #include "runtime/executor/program_executor.h"
 #include "runtime/tasks/task.h"
 
@@ -30,7 +31,9 @@ class ClassificationTask : public Task {
   }
 
   DataBatch next_batch(int rank, int world) override {
-    EpochBatch b = sampler_.next_batch(rank, world);
+    EpochBatch b = sampler_.next_batch();
+    const parallel::RowRange mine = parallel::shard_rows(b.global_rows, rank, world);
+    b.indices = {b.indices.begin() + mine.begin, b.indices.begin() + mine.end};
     return {train_->images(b.indices), gather_rows(train_->labels, b.indices), b.global_rows};
   }
 

@@ -3,6 +3,7 @@
 #include "data/text_corpus.h"
 #include "nn/gpt.h"
 #include "parallel/lower.h"
+#include "parallel/row_split.h"
 #include "runtime/executor/program_executor.h"
 #include "runtime/tasks/task.h"
 
@@ -29,7 +30,10 @@ class LanguageModelTask : public Task {
   }
 
   DataBatch next_batch(int rank, int world) override {
-    TokenBatch b = sampler_.next_batch(rank, world);
+    // Every rank draws all B offsets, so all advance alike.
+    const std::vector<int64_t> offsets = sampler_.next_offsets();
+    const parallel::RowRange mine = parallel::shard_rows(sampler_.batch_size(), rank, world);
+    TokenBatch b = sampler_.windows(std::span(offsets).subspan(mine.begin, mine.size()));
     return {b.inputs, b.targets, sampler_.batch_size()};
   }
 

@@ -44,7 +44,7 @@ class Task {
   virtual ~Task() = default;
   virtual nn::Model build(int64_t batch, bool training) const = 0;
   virtual DataBatch next_batch() = 0;
-  // Rows shard_rows(global rows, rank, world) of the next global batch;
+  // Rows parallel::shard_rows(global rows, rank, world) of the next global batch;
   // every rank makes the same calls, so all advance through the data alike.
   virtual DataBatch next_batch(int rank, int world) = 0;
   // Batches in one epoch (classifiers), 0 when training is counted in steps only.
