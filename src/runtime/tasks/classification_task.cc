@@ -25,11 +25,6 @@ class ClassificationTask : public Task {
 
   nn::Model build(int64_t batch, bool training) const override { return nn::build_model(options_.model_config(), batch, training); }
 
-  DataBatch next_batch() override {
-    EpochBatch b = sampler_.next_batch();
-    return {train_->images(b.indices), gather_rows(train_->labels, b.indices), b.global_rows};
-  }
-
   DataBatch next_batch(int rank, int world) override {
     EpochBatch b = sampler_.next_batch();
     const parallel::RowRange mine = parallel::shard_rows(b.global_rows, rank, world);

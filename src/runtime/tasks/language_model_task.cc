@@ -24,11 +24,6 @@ class LanguageModelTask : public Task {
     return nn::build_model(options_.model_config(), batch, training);
   }
 
-  DataBatch next_batch() override {
-    TokenBatch b = sampler_.next_batch();
-    return {b.inputs, b.targets, sampler_.batch_size()};
-  }
-
   DataBatch next_batch(int rank, int world) override {
     // Every rank draws all B offsets, so all advance alike.
     const std::vector<int64_t> offsets = sampler_.next_offsets();

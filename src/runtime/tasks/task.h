@@ -43,7 +43,6 @@ class Task {
  public:
   virtual ~Task() = default;
   virtual nn::Model build(int64_t batch, bool training) const = 0;
-  virtual DataBatch next_batch() = 0;
   // Rows parallel::shard_rows(global rows, rank, world) of the next global batch;
   // every rank makes the same calls, so all advance through the data alike.
   virtual DataBatch next_batch(int rank, int world) = 0;
