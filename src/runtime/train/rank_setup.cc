@@ -61,7 +61,7 @@ RankTrainer::RankTrainer(TrainOptions o, comm::Communicator* group, std::ostream
   strategy_ = strategy_for(o_, model_, world_);
   o_.optimizer = optimizer_for_strategy(o_.optimizer, strategy_);
   if (lead_ && !o_.run_dir.empty()) write_run_strategy(o_.run_dir, strategy_);
-  lower_and_load(recovery);
+  lower_and_load();
   resume_state();
   log_start();
   const Checkpoint* resumed = resume_.checkpoint();
@@ -91,7 +91,7 @@ TrainOptions RankTrainer::completed(TrainOptions o, const ResumePoint& resume, i
 
 // This rank's Program and the executor that runs it, once the memory guard
 // has seen it.
-void RankTrainer::lower_and_load(const RankRecovery& recovery) {
+void RankTrainer::lower_and_load() {
   // This rank's group on every mesh axis (tp innermost: consecutive ranks).
   AxisGroups groups;
   if (group_ != nullptr) {
@@ -106,7 +106,7 @@ void RankTrainer::lower_and_load(const RankRecovery& recovery) {
   // being written in the background (and the lead's gathered model, at
   // most as large), and with in-memory snapshots two generations of this
   // rank's own and of its buddy's.
-  const int state_copies = (o_.save.empty() ? 0 : 2) + (recovery.snapshots != nullptr ? 4 : 0);
+  const int state_copies = (o_.save.empty() ? 0 : 2) + (recovery_.snapshots != nullptr ? 4 : 0);
   check_program_fits(program, o_, world_, slots_, state_copies);
   executor_ = std::make_unique<ProgramExecutor>(std::move(program), groups, o_.optimizer,
                                                 ExecutorOptions{.overlap = o_.sync.overlap,

@@ -48,7 +48,7 @@ class RankTrainer {
  private:
   // Setup (rank_setup.cc).
   static TrainOptions completed(TrainOptions options, const ResumePoint& resume, int world, bool lead);
-  void lower_and_load(const RankRecovery& recovery);
+  void lower_and_load();
   void resume_state();
   void log_start();
   // Steps (rank_steps.cc).
