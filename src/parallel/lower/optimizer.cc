@@ -51,7 +51,9 @@ std::vector<std::vector<Piece>> pieces_of(const Program& p, bool sharded) {
 }  // namespace
 
 void optimizer(const Context& c, Program& p) {
-  if (!p.training || !c.strategy.lowering.updates) return;
+  // Without updates (a parameter-server worker) the norm and clip still
+  // run: the gradients leave the rank clipped.
+  if (!p.training) return;
   const bool sharded = c.zero_stage >= 1 && c.data_size > 1;
   // The last gradient collective per bucket (none on one rank: the gradient is complete once accumulated).
   std::vector<int> reduced(p.buckets.size(), -1);
@@ -121,6 +123,7 @@ void optimizer(const Context& c, Program& p) {
                     .after = {norm},
                     .name = "clip"});
   }
+  if (!c.strategy.lowering.updates) return;
   for (size_t b = 0; b < p.buckets.size(); ++b) {
     const BucketLayout& bucket = p.buckets[b];
     std::vector<int> after;
