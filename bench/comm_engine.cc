@@ -21,13 +21,14 @@
 
 #include "comm/backends.h"
 #include "comm/engine/comm_engine.h"
-#include "comm/engine/gradient_buckets.h"
 #include "core/error.h"
 #include "parallel/strategy.h"
+#include "gradient_buckets.h"
 
 namespace {
 
 using namespace px::comm;
+using namespace px::bench;
 
 struct Config {
   int ranks = 4;

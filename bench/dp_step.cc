@@ -37,9 +37,9 @@
 #include "comm/backends.h"
 #include "comm/collectives.h"
 #include "contention.h"
-#include "data/sampler.h"
 #include "gpt_bench.h"
 #include "kernels/threads.h"
+#include "parallel/row_split.h"
 #include "runtime/executor/program_executor.h"
 #include "runtime/optimizer/optimizer.h"
 #include "runtime/executor/param_store.h"
@@ -179,7 +179,7 @@ nlohmann::json run_rank(const Args& args, comm::Communicator* group, bool meters
       bench_program(model, world, rank, static_cast<int64_t>(args.bucket_mb * (1 << 20)), /*decay_all=*/true), px::AxisGroups{group},
       {.kind = "adamw", .weight_decay = 0.01}, overlap_options(args.overlap));
   runner.set_parameters(params);
-  const px::RowRange mine = px::shard_rows(B, rank, world);
+  const px::parallel::RowRange mine = px::parallel::shard_rows(B, rank, world);
   std::vector<px::DataBatch> batches;  // this rank's rows of each global batch
   for (auto& [x, y] : random_token_batches(cfg))
     batches.push_back({x.slice_rows(mine.begin, mine.end), y.slice_rows(mine.begin, mine.end)});

@@ -49,7 +49,7 @@ inline BenchConfig config_named(const std::string& key) {
 // global norm), buckets of `bucket_bytes`.
 inline px::parallel::Program bench_program(const px::nn::Model& model, int ranks, int rank, int64_t bucket_bytes,
                                            bool decay_all) {
-  px::parallel::Strategy strategy = px::parallel::data_parallel(ranks, px::batch_input_names(model));
+  px::parallel::Strategy strategy = px::parallel::data_parallel(ranks, px::nn::batch_input_names(model));
   strategy.lowering.bucket_bytes = bucket_bytes;
   strategy.lowering.global_norm = false;
   px::parallel::Program program = px::parallel::lower({.forward = &model.graph, .loss = model.loss, .outputs = {}}, strategy, rank);

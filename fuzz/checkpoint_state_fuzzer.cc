@@ -63,12 +63,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   px::fuzz::expect_value_or_named_error([&] {
     const px::Checkpoint c = px::load_checkpoint(dir);
     px::TrainOptions o;
-    px::apply_model_json(c.state.at("config"), o);
+    px::apply_model_json(c.state.config, o);
     px::apply_model_defaults(o);
     px::validate(o);
     // The data order's state, as the task of either kind restores it.
-    px::fuzz::expect_value_or_named_error([&] { c.state.at("data").get<px::WindowSamplerState>(); });
-    px::fuzz::expect_value_or_named_error([&] { c.state.at("data").get<px::EpochSamplerState>(); });
+    px::fuzz::expect_value_or_named_error([&] { c.state.data.get<px::WindowSamplerState>(); });
+    px::fuzz::expect_value_or_named_error([&] { c.state.data.get<px::EpochSamplerState>(); });
   });
   return 0;
 }

@@ -20,7 +20,7 @@
 #include "kernels/threads.h"
 #include "parallel/compose.h"
 #include "parallel/lower.h"
-#include "plan/calibrate.h"
+#include "runtime/calibrate/calibrate.h"
 #include "plan/candidates.h"
 #include "plan/cluster.h"
 #include "plan/estimator.h"
@@ -38,7 +38,7 @@ namespace {
 struct CalibrateFlags {
   std::string out;
   int max_ranks = 4;
-  double kernel_ms = 1e3 * plan::CalibrationOptions{}.batch_seconds;
+  double kernel_ms = 1e3 * CalibrationOptions{}.batch_seconds;
   std::string comm = "quick";
   bool fresh = false;
 };
@@ -63,7 +63,7 @@ double available_memory_bytes() {
 
 // The in-process transport between two ranks: links only (quick) or every
 // allreduce algorithm's fit too (tune, minutes).
-comm::CostModel measure_comm(const std::string& how, const plan::CalibrationProgress& say) {
+comm::CostModel measure_comm(const std::string& how, const CalibrationProgress& say) {
   comm::CostModel model;
   comm::run_inproc(2, [&](comm::Communicator& world) {
     const auto progress = [&](const std::string& line) {
@@ -86,8 +86,8 @@ plan::ClusterSpec local_spec(plan::HostProfile profile) {
 // Program on the profile without any in-situ factor. Returns (the
 // sample's name, measured / replayed).
 std::pair<std::string, double> measure_in_situ(TrainOptions o, plan::HostProfile& profile,
-                                               const plan::CalibrationOptions& options,
-                                               const plan::CalibrationProgress& say) {
+                                               const CalibrationOptions& options,
+                                               const CalibrationProgress& say) {
   o.batch = std::max<int64_t>(1, o.batch / 2);
   o.ranks = 1;
   o.accumulation = 1;
@@ -96,7 +96,7 @@ std::pair<std::string, double> measure_in_situ(TrainOptions o, plan::HostProfile
   const parallel::Program program = parallel::lower({.forward = &model.graph, .loss = model.loss},
                                                     parallel::data_parallel(1, batch_input_names(model)), 0);
   kernels::set_threads(o.threads);
-  plan::time_kernels(profile, {program}, options, say);
+  time_kernels(profile, {program}, options, say);
   ProgramExecutor executor(program, {}, o.optimizer);
   executor.set_parameters(ParamStore::initialize(model.graph, o.seed));
   std::vector<double> seconds;
@@ -166,14 +166,14 @@ void add_calibrate_command(CLI::App& app) {
     std::optional<plan::ClusterSpec> saved;
     if (!cal->fresh && std::filesystem::exists(path)) saved = plan::load_cluster(path);
     plan::HostProfile profile = saved && saved->profile ? *saved->profile : plan::HostProfile{};
-    const plan::CalibrationOptions options{.batch_seconds = cal->kernel_ms / 1e3,
+    const CalibrationOptions options{.batch_seconds = cal->kernel_ms / 1e3,
                                            .max_ranks = std::max(cal->max_ranks, o.ranks)};
-    plan::measure_host(profile, options, say);
+    measure_host(profile, options, say);
     if (cal->comm == "keep" && !(saved && saved->profile)) fail("--comm keep: '{}' holds no profile to keep", path);
     if (cal->comm != "keep") profile.comm = measure_comm(cal->comm, say);
 
     // The kernels of every candidate on 1 .. max ranks, and of the strategy the flags give.
-    const nn::Model model = build_model(o, o.batch, true);
+    const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
     std::vector<parallel::Strategy> strategies{strategy_for(o, model, o.ranks)};
     for (int r = 1; r <= options.max_ranks; ++r)
       for (parallel::Strategy& s : plan::grid(model.graph, {.ranks = r,
@@ -196,9 +196,9 @@ void add_calibrate_command(CLI::App& app) {
       }
     int timed = 0;
     kernels::set_threads(lone_threads);
-    timed += plan::time_kernels(profile, alone, options, say);
+    timed += time_kernels(profile, alone, options, say);
     kernels::set_threads(1);
-    timed += plan::time_kernels(profile, shared, options, say);
+    timed += time_kernels(profile, shared, options, say);
     say(fmt::format("{} strategies, {} programs: timed {} new kernels ({} in the profile)", strategies.size(),
                     alone.size() + shared.size(), timed, profile.kernels.size()));
 

@@ -11,7 +11,7 @@
 #include "plan/program_cost.h"
 #include "plan/simulate.h"
 #include "runtime/train/pipeline_report.h"
-#include "runtime/tasks/task.h"
+#include "nn/build_model.h"
 #include "runtime/train/trainer.h"
 
 namespace px::cli {
@@ -40,7 +40,7 @@ void add_lower_command(CLI::App& app) {
     // --pp / --tp alone: one rank per stage and tensor shard.
     if (o.ranks == 1) o.ranks = o.sync.pipeline_parallel * o.sync.tensor_parallel;
     validate(o);
-    const nn::Model model = build_model(o, o.batch, true);
+    const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
     const parallel::Strategy strategy = strategy_for(o, model, o.ranks);
     if (*print_strategy) {
       std::cout << parallel::to_json(strategy).dump(2) << "\n";

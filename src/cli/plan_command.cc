@@ -15,7 +15,7 @@
 #include "plan/search.h"
 #include "core/atomic_file.h"
 #include "runtime/optimizer/optimizer.h"
-#include "runtime/tasks/task.h"
+#include "nn/build_model.h"
 
 namespace px::cli {
 namespace {
@@ -156,12 +156,12 @@ void add_plan_command(CLI::App& app) {
     if (bf16 && cluster.device.flops_bf16 <= 0)
       fail("--precision bf16: the cluster's {} has no bf16 FLOP/s (device.flops_bf16 is 0)", cluster.device.name);
     const TrainOptions base = o;
-    const nn::Model model = build_model(o, o.batch, true);
+    const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
     const plan::PlanRequest request{
         .build = [base](int64_t batch, int64_t layers) {
           TrainOptions t = base;
           if (layers > 0) t.gpt.n_layer = layers;
-          return build_model(t, batch, true);
+          return nn::build_model(t.model_config(), batch, true);
         },
         .batch_inputs = batch_input_names(model),
         .batch = o.batch,

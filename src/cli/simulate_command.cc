@@ -14,7 +14,7 @@
 #include "parallel/lower.h"
 #include "plan/simulate.h"
 #include "runtime/optimizer/optimizer.h"
-#include "runtime/tasks/task.h"
+#include "nn/build_model.h"
 #include "runtime/executor/trace.h"
 #include "runtime/train/trainer.h"
 
@@ -80,7 +80,7 @@ void add_simulate_command(CLI::App& app) {
     if (o.ranks == 1) o.ranks = o.sync.pipeline_parallel * o.sync.tensor_parallel;
     validate(o);
     const plan::ClusterSpec cluster = plan::cluster_named(sim_flags->cluster, local_cluster_path());
-    const nn::Model model = build_model(o, o.batch, true);
+    const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
     const parallel::Strategy strategy = strategy_for(o, model, o.ranks);
     const parallel::LowerRequest lowering{.forward = &model.graph, .loss = model.loss,
                                           .collective = o.sync.collective, .bucket_buffers = o.sync.bucket_buffers};

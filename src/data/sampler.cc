@@ -7,11 +7,6 @@
 namespace px {
 namespace {
 
-void check_rank(int rank, int world) {
-  if (world < 1 || rank < 0 || rank >= world)
-    fail("sampler: rank {} of world size {} is invalid, expected 0 <= rank < world", rank, world);
-}
-
 std::array<uint64_t, 4> rng_state_from_json(const nlohmann::json& json, std::string_view what) {
   if (!json.is_array() || json.size() != 4)
     fail("{}: rng_state {} is invalid, expected an array of 4 unsigned 64-bit integers", what,
@@ -34,11 +29,6 @@ int64_t int_from_json(const nlohmann::json& json, const char* key, std::string_v
 }
 
 }  // namespace
-
-RowRange shard_rows(int64_t rows, int rank, int world) {
-  check_rank(rank, world);
-  return {.begin = rank * rows / world, .end = (rank + 1) * rows / world};
-}
 
 Tensor gather_rows(const Tensor& source, std::span<const int64_t> rows) {
   PX_CHECK_GE(source.rank(), 1);
@@ -107,14 +97,6 @@ EpochBatch EpochSampler::next_batch() {
                    .global_rows = end - position_,
                    .indices = {permutation_.begin() + position_, permutation_.begin() + end}};
   position_ = end;
-  return batch;
-}
-
-EpochBatch EpochSampler::next_batch(int rank, int world) {
-  check_rank(rank, world);
-  EpochBatch batch = next_batch();
-  RowRange mine = shard_rows(static_cast<int64_t>(batch.indices.size()), rank, world);
-  batch.indices = {batch.indices.begin() + mine.begin, batch.indices.begin() + mine.end};
   return batch;
 }
 
@@ -189,13 +171,6 @@ std::vector<int64_t> WindowSampler::next_offsets() {
 
 TokenBatch WindowSampler::next_batch() { return make_windows(train_, next_offsets(), block_); }
 
-TokenBatch WindowSampler::next_batch(int rank, int world) {
-  check_rank(rank, world);
-  std::vector<int64_t> offsets = next_offsets();
-  RowRange mine = shard_rows(batch_, rank, world);
-  return make_windows(train_, std::span(offsets).subspan(mine.begin, mine.size()), block_);
-}
-
 void WindowSampler::set_state(const WindowSamplerState& state) {
   if (state.step < 0) fail("window sampler: state step {} is invalid, expected >= 0", state.step);
   rng_.set_state(state.rng_state);
@@ -234,12 +209,6 @@ std::vector<int64_t> ValidationWindows::offsets(int64_t index) const {
 
 TokenBatch ValidationWindows::batch(int64_t index) const {
   return make_windows(val_, offsets(index), block_);
-}
-
-TokenBatch ValidationWindows::batch(int64_t index, int rank, int world) const {
-  std::vector<int64_t> all = offsets(index);
-  RowRange mine = shard_rows(rows_, rank, world);
-  return make_windows(val_, std::span(all).subspan(mine.begin, mine.size()), block_);
 }
 
 }  // namespace px

@@ -1,5 +1,6 @@
-// Seeded, reproducible, checkpointable batch samplers, and the contiguous
-// split of a global batch across data-parallel ranks.
+// Seeded, reproducible, checkpointable batch samplers of global batches
+// (which rows of one a rank trains on is the data axis' split,
+// parallel/row_split.h).
 //  - EpochSampler: classification datasets; a fresh random permutation per
 //    epoch, batches of B indices, the last partial batch kept (or, with
 //    drop_last, left out, as PyTorch's DataLoader conventions go).
@@ -22,18 +23,6 @@
 #include "core/tensor.h"
 
 namespace px {
-
-// Rank `rank` of `world` takes rows [begin, end) of a global batch of `rows`
-// rows: begin = rank * rows / world, end = (rank + 1) * rows / world (integer
-// division). Shards are disjoint, cover the batch, and differ in size by at
-// most one; a rank gets an empty shard when rows < world.
-struct RowRange {
-  int64_t begin = 0;
-  int64_t end = 0;
-  int64_t size() const { return end - begin; }
-  bool operator==(const RowRange&) const = default;
-};
-RowRange shard_rows(int64_t rows, int rank, int world);
 
 // (rows.size(), ...) copy of the given rows of `source` (any dtype, rank >= 1).
 Tensor gather_rows(const Tensor& source, std::span<const int64_t> rows);
@@ -71,9 +60,6 @@ class EpochSampler {
   // The next global batch: the next min(B, N - position) indices of the
   // current permutation; when the epoch is exhausted, first starts the next.
   EpochBatch next_batch();
-  // This rank's shard (shard_rows) of the next global batch. Every rank must
-  // make the same sequence of calls with the same seed, so all advance alike.
-  EpochBatch next_batch(int rank, int world);
 
   int64_t dataset_size() const { return size_; }
   int64_t batch_size() const { return batch_; }
@@ -129,9 +115,8 @@ class WindowSampler {
   // offset[b] = rng.below(n - T). Advances the step.
   std::vector<int64_t> next_offsets();
   TokenBatch next_batch();  // (B, T)
-  // This rank's rows of the next global batch (all B offsets are drawn, so
-  // every rank advances alike).
-  TokenBatch next_batch(int rank, int world);  // (b, T)
+  // Windows of the corpus at `offsets` (some of next_offsets()): (b, T).
+  TokenBatch windows(std::span<const int64_t> offsets) const { return make_windows(train_, offsets, block_); }
 
   int64_t batch_size() const { return batch_; }
   int64_t block_size() const { return block_; }
@@ -160,7 +145,6 @@ class ValidationWindows {
   int64_t windows_per_batch() const { return rows_; }
   std::vector<int64_t> offsets(int64_t index) const;  // (rows) start offsets
   TokenBatch batch(int64_t index) const;              // (rows, T)
-  TokenBatch batch(int64_t index, int rank, int world) const;
 
  private:
   std::span<const uint8_t> val_;

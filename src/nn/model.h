@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "graph/graph.h"
 
@@ -17,5 +18,11 @@ struct Model {
   ValueId logits = kNoValue;     // (N, classes) or (B, T, V)
   ValueId loss = kNoValue;       // [] mean cross-entropy over the batch
 };
+
+// The graph inputs a batch feeds, by name: what data-parallel strategies
+// split along the batch.
+inline std::vector<std::string> batch_input_names(const Model& model) {
+  return {model.graph.value(model.inputs).name, model.graph.value(model.targets).name};
+}
 
 }  // namespace px::nn

@@ -153,7 +153,7 @@ Program lower_single(const Graph& forward, ValueId loss, const std::vector<Value
                      const std::vector<std::string>& batch_inputs, bool training) {
   Strategy strategy = data_parallel(1, batch_inputs);
   strategy.lowering.updates = false;
-  strategy.lowering.global_norm = false;
+  strategy.lowering.global_norm = training;  // the worker's gradients, clipped by the Program
   return lower({.forward = &forward, .loss = loss, .outputs = outputs, .training = training}, strategy, 0);
 }
 

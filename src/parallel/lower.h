@@ -62,8 +62,8 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank);
 Strategy with_stage_cuts_of(Strategy strategy, const Program& program);
 
 // A one-rank program over `model`'s graph: evaluation and sampling
-// (training false) or a parameter-server worker's gradients (training true,
-// no updates). `batch_inputs` are fed per step.
+// (training false) or a parameter-server worker's gradients (training true:
+// their norm and clip, no updates). `batch_inputs` are fed per step.
 Program lower_single(const Graph& forward, ValueId loss, const std::vector<ValueId>& outputs,
                      const std::vector<std::string>& batch_inputs, bool training);
 

@@ -15,25 +15,6 @@ std::vector<int32_t> as_vector(const Tensor& t) {
   return {t.data<int32_t>(), t.data<int32_t>() + t.numel()};
 }
 
-TEST(ShardRows, DisjointContiguousAndCoveringForOneToFiveRanks) {
-  for (int world = 1; world <= 5; ++world) {
-    for (int64_t rows = 0; rows <= 13; ++rows) {
-      int64_t next = 0;
-      for (int rank = 0; rank < world; ++rank) {
-        RowRange r = shard_rows(rows, rank, world);
-        EXPECT_EQ(r.begin, next) << "rows " << rows << " rank " << rank << "/" << world;
-        EXPECT_GE(r.size(), rows / world);
-        EXPECT_LE(r.size(), rows / world + 1);
-        next = r.end;
-      }
-      EXPECT_EQ(next, rows) << "rows " << rows << " world " << world;
-    }
-  }
-  EXPECT_EQ(shard_rows(10, 1, 4), (RowRange{2, 5}));  // [r*B/R, (r+1)*B/R)
-  EXPECT_THROW(shard_rows(10, 4, 4), Error);
-  EXPECT_THROW(shard_rows(10, 0, 0), Error);
-}
-
 TEST(GatherRows, CopiesSelectedRowsOfAnyDtype) {
   Tensor t = Tensor::from_vector(Shape{4, 2}, std::vector<int32_t>{0, 1, 10, 11, 20, 21, 30, 31});
   std::vector<int64_t> rows = {3, 0, 3};
@@ -133,27 +114,6 @@ TEST(EpochSampler, RejectsStatesThatCannotBelongToIt) {
   EXPECT_THROW(EpochSampler(5, 0, 0), Error);
 }
 
-TEST(EpochSampler, RankShardsAreDisjointAndCoverEveryGlobalBatchForOneToFiveRanks) {
-  const int64_t n = 23, batch = 7;  // uneven: 7 rows over 2..5 ranks, last batch of 2
-  for (int world = 1; world <= 5; ++world) {
-    EpochSampler global(n, batch, 5);
-    std::vector<EpochSampler> ranks(world, EpochSampler(n, batch, 5));
-    for (int step = 0; step < 10; ++step) {  // > 1 epoch
-      EpochBatch whole = global.next_batch();
-      std::vector<int64_t> joined;
-      for (int r = 0; r < world; ++r) {
-        EpochBatch mine = ranks[r].next_batch(r, world);
-        EXPECT_EQ(mine.epoch, whole.epoch);
-        RowRange range = shard_rows(static_cast<int64_t>(whole.indices.size()), r, world);
-        EXPECT_EQ(static_cast<int64_t>(mine.indices.size()), range.size());
-        joined.insert(joined.end(), mine.indices.begin(), mine.indices.end());
-      }
-      EXPECT_EQ(joined, whole.indices) << "world " << world << " step " << step;
-      EXPECT_EQ(std::set<int64_t>(joined.begin(), joined.end()).size(), joined.size());
-    }
-  }
-}
-
 // ---------------------------------------------------------------- text
 
 std::vector<uint8_t> ramp(size_t n) {
@@ -212,25 +172,6 @@ TEST(WindowSampler, RestoredStateContinuesExactly) {
                Error);
 }
 
-TEST(WindowSampler, RankShardsConcatenateToTheGlobalBatch) {
-  std::vector<uint8_t> text = ramp(3000);
-  for (int world = 1; world <= 5; ++world) {
-    WindowSampler global(text, 7, 12, 8);
-    std::vector<WindowSampler> ranks(world, WindowSampler(text, 7, 12, 8));
-    for (int step = 0; step < 3; ++step) {
-      std::vector<int32_t> whole = as_vector(global.next_batch().inputs);
-      std::vector<int32_t> joined;
-      for (int r = 0; r < world; ++r) {
-        TokenBatch mine = ranks[r].next_batch(r, world);
-        EXPECT_EQ(mine.inputs.dim(0), shard_rows(7, r, world).size());
-        std::vector<int32_t> rows = as_vector(mine.inputs);
-        joined.insert(joined.end(), rows.begin(), rows.end());
-      }
-      EXPECT_EQ(joined, whole) << "world " << world;
-    }
-  }
-}
-
 TEST(ValidationWindows, FixedEvenlySpacedWindowsInFullBatches) {
   std::vector<uint8_t> text = ramp(1000);
   // W = (1000 - 1) / 10 = 99 windows, 99 / 8 = 12 full batches.
@@ -243,13 +184,6 @@ TEST(ValidationWindows, FixedEvenlySpacedWindowsInFullBatches) {
   ValidationWindows first3(text, 8, 10, 3);
   EXPECT_EQ(first3.num_batches(), 3);
   EXPECT_EQ(as_vector(first3.batch(2).inputs), as_vector(all.batch(2).inputs));
-  // Rank shards of a validation batch concatenate to it.
-  std::vector<int32_t> joined;
-  for (int r = 0; r < 3; ++r) {
-    std::vector<int32_t> rows = as_vector(all.batch(5, r, 3).inputs);
-    joined.insert(joined.end(), rows.begin(), rows.end());
-  }
-  EXPECT_EQ(joined, as_vector(all.batch(5).inputs));
 }
 
 TEST(ValidationWindows, FewerWindowsThanBatchGiveOnePartialBatch) {

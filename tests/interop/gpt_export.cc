@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     }
     px::Tensor x = px::Tensor::from_vector({B, T}, tokens), y = px::Tensor::from_vector({B, T}, targets);
     px::ProgramExecutor forward(
-        px::parallel::lower_single(model.graph, model.loss, {model.logits}, px::batch_input_names(model), false),
+        px::parallel::lower_single(model.graph, model.loss, {model.logits}, px::nn::batch_input_names(model), false),
         px::AxisGroups{});
     forward.use_parameters(params);
     px::StepResult out = forward.run({.feeds = px::feeds_of(model, {x, y})});

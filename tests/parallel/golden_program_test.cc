@@ -24,7 +24,7 @@
 #include "plan/program_cost.h"
 #include "plan/simulate.h"
 #include "parallel/compose.h"
-#include "runtime/tasks/task.h"
+#include "nn/model.h"
 
 namespace px::parallel {
 namespace {

@@ -8,13 +8,15 @@
 
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "graph/autodiff.h"
 #include "nn/gpt.h"
 #include "parallel/lower.h"
 #include "parallel/lower/liveness.h"
 #include "parallel/lower/reshard.h"
 #include "parallel/compose.h"
-#include "runtime/tasks/task.h"
+#include "nn/model.h"
 
 namespace px::parallel {
 namespace {

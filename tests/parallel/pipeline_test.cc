@@ -13,7 +13,7 @@
 
 #include "parallel/lower.h"
 #include "parallel/strategy_equivalence.h"
-#include "runtime/tasks/task.h"
+#include "nn/model.h"
 #include "testing/expect_train_error.h"
 #include "testing/scratch_dir.h"
 #include "testing/tiny_jobs.h"

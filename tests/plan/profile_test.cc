@@ -9,10 +9,10 @@
 #include "core/error.h"
 #include "nn/gpt.h"
 #include "parallel/compose.h"
-#include "plan/calibrate.h"
 #include "plan/estimator.h"
 #include "plan/simulate.h"
-#include "runtime/tasks/task.h"
+#include "runtime/calibrate/calibrate.h"
+#include "nn/model.h"
 
 namespace px::plan {
 namespace {

@@ -12,7 +12,7 @@
 #include "nn/gpt.h"
 #include "parallel/compose.h"
 #include "plan/simulate.h"
-#include "runtime/tasks/task.h"
+#include "nn/model.h"
 
 namespace px::plan {
 namespace {

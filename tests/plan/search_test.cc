@@ -16,7 +16,7 @@
 #include "parallel/compose.h"
 #include "plan/mcmc_search.h"
 #include "plan/search.h"
-#include "runtime/tasks/task.h"
+#include "nn/model.h"
 
 namespace px::plan {
 namespace {

@@ -13,7 +13,7 @@
 #include "parallel/compose.h"
 #include "parallel/lower.h"
 #include "plan/simulate.h"
-#include "runtime/tasks/task.h"
+#include "nn/model.h"
 
 namespace px::plan {
 namespace {

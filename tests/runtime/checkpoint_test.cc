@@ -43,7 +43,7 @@ CheckpointPart part_of(int rank, const Tensor& whole, const ParamStore& model, b
                       .who = {{"mesh", "{dp:3}"}, {"coords", fmt::format("[{}]", rank)}}};
   if (rank == 0) {
     part.model = model.named();
-    part.state = {{"step", 7}, {"optimizer_steps", 7}, {"config", {{"model", "test"}}}, {"data", {{"step", 7}}}};
+    part.state = {.step = 7, .config = {{"model", "test"}}, .data = {{"step", 7}}, .optimizer_steps = 7};
   }
   return part;
 }
@@ -76,8 +76,8 @@ TEST(CollectiveCheckpoint, EveryRankWritesItsShardFileAndTheLeadTheRest) {
   EXPECT_EQ(save_on_ranks(ckpt), std::vector<std::string>(kRanks));
   for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(fs::exists(fmt::format("{}/shards/rank{}.safetensors", ckpt, r)));
   const Checkpoint c = load_checkpoint(ckpt);
-  EXPECT_EQ(c.state.at("step"), 7);
-  EXPECT_EQ(c.state.at("files").size(), 4u);  // three shard files and the model
+  EXPECT_EQ(c.state.step, 7);
+  EXPECT_EQ(c.state.files.size(), 4u);  // three shard files and the model
   const Tensor w = c.shards.read_whole("w", Shape{6, 4});
   const Tensor m = c.shards.read_whole("w.exp_avg", Shape{6, 4});
   for (int64_t i = 0; i < w.numel(); ++i) {

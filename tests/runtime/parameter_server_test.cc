@@ -13,8 +13,8 @@
 #include <numeric>
 #include <sstream>
 
-#include "data/sampler.h"
 #include "parallel/lower.h"
+#include "parallel/row_split.h"
 #include "runtime/executor/program_executor.h"
 #include "runtime/optimizer/optimizer.h"
 #include "runtime/tasks/task.h"
@@ -167,8 +167,8 @@ std::vector<double> one_rank_on_rows(const TrainOptions& o, int64_t begin, int64
 // of 16, 11 rows, rescaled from their 11/16 share to the mean over the 11.
 TEST(ParameterServer, BackupWorkersUpdateWithTheMeanOverTheRowsThatArrived) {
   const TrainOptions o = cnn_job(20);
-  const RowRange worker0 = shard_rows(o.batch, 0, 3);
-  ASSERT_EQ(worker0, (RowRange{0, 5}));
+  const parallel::RowRange worker0 = parallel::shard_rows(o.batch, 0, 3);
+  ASSERT_EQ(worker0, (parallel::RowRange{0, 5}));
   const std::vector<double> reference = one_rank_on_rows(o, worker0.end, o.batch);
   for (int servers : {1, 2}) {  // 2: server 1 must take server 0's choice, not its own arrival order
     TrainOptions backup = with_ps(o, "bsp", servers, 3);

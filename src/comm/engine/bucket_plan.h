@@ -1,5 +1,5 @@
 // The one bucket rule, used by the lowering (parallel/lower/buckets.cc) and
-// by GradientBuckets (callers without a lowering): gradients, in the order
+// by the engine benchmark's GradientBuckets (bench/): gradients, in the order
 // backward produces them, are taken into the current bucket until it holds
 // at least `bucket_bytes`; the next gradient then opens a new one. A
 // gradient larger than the size fills a bucket alone. Fewer, fuller

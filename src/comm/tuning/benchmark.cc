@@ -150,12 +150,6 @@ double bus_factor(Collective collective, int ranks) {
   }
 }
 
-std::vector<int64_t> default_benchmark_sizes() {
-  std::vector<int64_t> sizes;
-  for (int64_t bytes = 4; bytes <= (int64_t{256} << 20); bytes *= 4) sizes.push_back(bytes);
-  return sizes;
-}
-
 std::vector<int64_t> default_tuning_sizes() {
   // Where the cliffs lie (a rank's part passing the 1 MiB L2, p · n the
   // shared L3), a step can fall anywhere between two 2x sizes, and a fit to

@@ -158,7 +158,4 @@ CostModel fit_allreduce_model(const CostModel& links, const std::vector<Benchmar
 // here, need points inside them to be located).
 std::vector<int64_t> default_tuning_sizes();
 
-// Sizes 4 B .. 256 MiB by factors of 4 (nccl-tests' default sweep shape).
-std::vector<int64_t> default_benchmark_sizes();
-
 }  // namespace px::comm

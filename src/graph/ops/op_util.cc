@@ -35,12 +35,6 @@ std::vector<PlacementSignature> pointwise_signatures(int rank, size_t n_inputs, 
   return out;
 }
 
-std::vector<TensorSpec> specs_of(const Graph& g, const std::vector<ValueId>& ids) {
-  std::vector<TensorSpec> out;
-  for (ValueId id : ids) out.push_back(g.spec(id));
-  return out;
-}
-
 }  // namespace px::ops
 
 namespace px::ops {

@@ -32,9 +32,6 @@ int64_t rows_of(const Shape& s);
 std::vector<PlacementSignature> pointwise_signatures(int rank, size_t n_inputs, size_t n_outputs,
                                                      bool linear);
 
-// Output specs of the inputs, for ops whose outputs mirror inputs.
-std::vector<TensorSpec> specs_of(const Graph& g, const std::vector<ValueId>& ids);
-
 }  // namespace px::ops
 
 namespace px::ops {

@@ -9,8 +9,8 @@
 
 #include "comm/buffer.h"
 #include "core/error.h"
-#include "data/sampler.h"
 #include "parallel/lower/passes.h"
+#include "parallel/row_split.h"
 #include "parallel/shard.h"
 
 namespace px::parallel::passes {
@@ -118,7 +118,7 @@ void localize(const Context& c, Program& program) {
   // collectives with zeros (the options refuse a full batch that small).
   program.global_rows = global_rows;
   for (size_t v = 0; v < graph.values().size(); ++v) program.batch_rows.push_back(c.data_placement(static_cast<ValueId>(v)) == Placement::S(0));
-  // The rows the samplers serve this rank (data/sampler.h), in micro-batches cut the same way.
+  // The rows the tasks serve this rank (parallel/row_split.h), in micro-batches cut the same way.
   const RowRange mine = shard_rows(global_rows, c.data_rank, c.data_size);
   std::map<int64_t, int> graph_of_rows;
   for (int m = 0; m < c.strategy.micro_batches; ++m) {

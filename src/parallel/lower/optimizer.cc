@@ -105,7 +105,9 @@ int emit_norm(const Context& c, Program& p, const std::vector<int>& reduced,
 }  // namespace
 
 void optimizer(const Context& c, Program& p) {
-  if (!p.training || !c.strategy.lowering.updates) return;
+  // Without updates (a parameter-server worker) the norm and clip still
+  // run: the gradients leave the rank clipped.
+  if (!p.training) return;
   const bool sharded = c.zero_stage >= 1 && c.data_size > 1;
   // The last gradient collective per bucket (none on one rank: the gradient is complete once accumulated).
   std::vector<int> reduced(p.buckets.size(), -1);
@@ -122,6 +124,7 @@ void optimizer(const Context& c, Program& p) {
   for (size_t a = 0; a < c.strategy.mesh.axes().size(); ++a)
     if (static_cast<int>(a) != c.data_axis && c.strategy.mesh.axes()[a].size > 1) model_axes.push_back(static_cast<int>(a));
   const int norm = c.strategy.lowering.global_norm ? emit_norm(c, p, reduced, pieces, model_axes, sharded) : -1;
+  if (!c.strategy.lowering.updates) return;
   for (size_t b = 0; b < p.buckets.size(); ++b) {
     const BucketLayout& bucket = p.buckets[b];
     std::vector<int> after;

@@ -14,16 +14,6 @@ namespace px {
 namespace fs = std::filesystem;
 namespace {
 
-// A JSON value for a message: its text, cut short when long.
-std::string brief(const nlohmann::json& value) {
-  std::string text = value.dump();
-  return text.size() <= 80 ? text : text.substr(0, 77) + "...";
-}
-
-bool is_count(const nlohmann::json& value) {
-  return value.is_number_unsigned() || (value.is_number_integer() && value.get<int64_t>() >= 0);
-}
-
 // Ends one phase of the save: every rank learns whether any rank failed in
 // it. The failing rank throws its own message, the others one naming it.
 void agree(comm::Communicator* group, const std::string& error, const std::string& dir, std::string_view phase) {
@@ -49,8 +39,8 @@ std::string attempt(Body&& body) {
 }
 
 // Every regular file under `dir`, by path relative to it, with its size.
-nlohmann::json file_sizes(const std::string& dir) {
-  nlohmann::json files = nlohmann::json::object();
+std::map<std::string, uint64_t> file_sizes(const std::string& dir) {
+  std::map<std::string, uint64_t> files;
   for (const fs::directory_entry& e : fs::recursive_directory_iterator(dir))
     if (e.is_regular_file()) files[fs::relative(e.path(), dir).generic_string()] = e.file_size();
   return files;
@@ -71,9 +61,8 @@ int64_t step_of(const std::string& dir) {
   std::ifstream in(dir + "/state.json");
   if (!in) return -1;
   try {
-    const nlohmann::json state = nlohmann::json::parse(in);
-    return state.is_object() && state.contains("step") && is_count(state["step"]) ? state["step"].get<int64_t>() : -1;
-  } catch (const nlohmann::json::exception&) {
+    return CheckpointState::from_json(nlohmann::json::parse(in), dir, false).step;
+  } catch (const std::exception&) {  // not JSON, or not a checkpoint's state
     return -1;
   }
 }
@@ -145,7 +134,7 @@ void CheckpointWriter::write(CheckpointPart part, const std::string& staging) {
   // the failure that caused it.
   if (error_.empty())
     error_ = attempt([&] {
-      std::map<std::string, std::string> metadata{{"format", "pt"}, {"parallax", part.state.at("config").dump()}};
+      std::map<std::string, std::string> metadata{{"format", "pt"}, {"parallax", part.state.config.dump()}};
       save_safetensors(staging + "/model.safetensors", part.model, metadata);
       if (!part.compression.empty()) save_safetensors(staging + "/compression.safetensors", part.compression);
     });
@@ -168,9 +157,9 @@ void CheckpointWriter::write(CheckpointPart part, const std::string& staging) {
   if (error_.empty())
     error_ = attempt([&] {
       fs::remove_all(staging + "/written");
-      nlohmann::json state = part.state;
-      state["files"] = file_sizes(staging);
-      write_file_atomically(staging + "/state.json", state.dump(2) + "\n");
+      CheckpointState state = part.state;
+      state.files = file_sizes(staging);
+      write_file_atomically(staging + "/state.json", state.to_json().dump(2) + "\n");
       const int64_t previous = keep_last_ > 1 ? step_of(dir_) : -1;
       staged_->commit(previous >= 0 ? kept_checkpoint_path(dir_, previous) : std::string());
       if (keep_last_ > 1) prune_kept(dir_, keep_last_ - 1);
@@ -200,68 +189,25 @@ static nlohmann::json read_state(const std::string& path) {
   }
 }
 
-// Every field of state.json a resume reads, of the type it reads it as, so
-// a damaged or hand-edited file is refused here, by name, and not deep
-// inside a resume. The model config (apply_model_json) and the data
-// order's state (the task's sampler) are checked by their readers.
-static void check_state(const nlohmann::json& state, const std::string& dir) {
-  if (!state.is_object()) fail("checkpoint '{}': state.json is {}, expected a JSON object", dir, brief(state));
-  const auto bad = [&](const std::string& key, std::string_view expected) {
-    fail("checkpoint '{}': state.json's '{}' is {}, expected {}", dir, key,
-         state.contains(key) ? brief(state.at(key)) : "missing", expected);
-  };
-  if (!state.contains("files") || !state["files"].is_object())
-    fail("checkpoint '{}': state.json lists no files (written by a parallax before sharded checkpoints?); "
-         "its model.safetensors still loads for eval and sample",
-         dir);
-  for (const char* key : {"step", "optimizer_steps"})
-    if (!state.contains(key) || !is_count(state[key])) bad(key, "a non-negative integer");
-  if (state.contains("batches") && !is_count(state["batches"])) bad("batches", "a non-negative integer");
-  if (!state.contains("config") || !state["config"].is_object()) bad("config", "the model config object");
-  if (!state.contains("data")) bad("data", "the data order's state");
-  if (state.contains("ranks") && !(is_count(state["ranks"]) && state["ranks"].get<uint64_t>() >= 1 &&
-                                   state["ranks"].get<uint64_t>() <= (1 << 20)))
-    bad("ranks", "a rank count from 1 to 2^20");
-  for (const char* key : {"mesh", "compression", "optimizer"})
-    if (state.contains(key) && !state[key].is_string()) bad(key, "a string");
-  if (state.contains("saved_at") && !state["saved_at"].is_number()) bad("saved_at", "a time in seconds");
-  if (state.contains("bad_batches")) {
-    const nlohmann::json& batches = state["bad_batches"];
-    if (!batches.is_array() || !std::all_of(batches.begin(), batches.end(), is_count))
-      bad("bad_batches", "an array of batch numbers");
-  }
-  for (const auto& [name, bytes] : state["files"].items()) {
-    // Names are paths inside the checkpoint: never absolute, never up and out.
-    const fs::path path(name);
-    const bool inside = !name.empty() && path.is_relative() &&
-                        std::none_of(path.begin(), path.end(), [](const fs::path& part) { return part == ".."; });
-    if (!inside)
-      fail("checkpoint '{}': state.json lists file '{}', expected a path inside the checkpoint directory", dir, name);
-    if (!is_count(bytes))
-      fail("checkpoint '{}': state.json records {} bytes for '{}', expected a byte count", dir, brief(bytes), name);
-  }
-}
-
 Checkpoint load_checkpoint(const std::string& dir) {
   if (!fs::is_directory(dir))
     fail("checkpoint directory '{}' does not exist (expected a directory written by parallax train --save)", dir);
   Checkpoint c;
   c.dir = dir;
-  c.state = read_state(dir + "/state.json");
-  check_state(c.state, dir);
+  c.state = CheckpointState::from_json(read_state(dir + "/state.json"), fmt::format("checkpoint '{}'", dir), true);
   std::vector<std::string> shard_files;
-  for (const auto& [name, bytes] : c.state["files"].items()) {
+  for (const auto& [name, bytes] : c.state.files) {
     const std::string path = dir + "/" + name;
     std::error_code ec;
     const uintmax_t size = fs::file_size(path, ec);
     if (ec) fail("checkpoint '{}': '{}' is missing ({}); the checkpoint is incomplete", dir, name, ec.message());
-    if (size != bytes.get<uintmax_t>())
+    if (size != bytes)
       fail("checkpoint '{}': '{}' has {} bytes, state.json records {}: the file is truncated or was replaced", dir,
-           name, size, bytes.get<uintmax_t>());
+           name, size, bytes);
     if (name.rfind("shards/", 0) == 0) shard_files.push_back(path);
   }
   c.shards = ShardedTensors(shard_files, dir);
-  if (c.state["files"].contains("compression.safetensors"))
+  if (c.state.files.contains("compression.safetensors"))
     c.compression = load_safetensors(dir + "/compression.safetensors");
   return c;
 }

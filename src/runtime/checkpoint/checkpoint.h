@@ -31,6 +31,7 @@
 #include "comm/communicator.h"
 #include "core/atomic_file.h"
 #include "runtime/executor/param_store.h"
+#include "runtime/checkpoint/checkpoint_state.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/checkpoint/sharded_tensors.h"
 
@@ -43,7 +44,7 @@ struct CheckpointPart {
   std::map<std::string, std::string> who;  // "mesh", "coords": written with the shards
   // The lead rank's (rank 0 of the group) alone:
   NamedTensors model;  // the parameters gathered whole (copies, not views of live storage)
-  nlohmann::json state;
+  CheckpointState state;  // its file list is the writer's
   NamedTensors compression;  // written when not empty
 };
 
@@ -96,13 +97,13 @@ std::string kept_checkpoint_path(const std::string& dir, int64_t step);
 // (runtime/checkpoint/snapshots.h) after a rank's loss.
 struct Checkpoint {
   std::string dir;  // where it came from, for the log
-  nlohmann::json state;
+  CheckpointState state;
   ShardedTensors shards;  // parameters and optimizer state
   std::optional<SafetensorsFile> compression;  // when the run compressed gradients
 };
 
-// Reads state.json, checks every file it lists is there with its recorded
-// size, and opens the shard files; px::Error names the directory, the file
+// Reads state.json (CheckpointState::from_json), checks every file it
+// lists is there with its recorded size, and opens the shard files; px::Error names the directory, the file
 // and what is wrong (missing, truncated, corrupt).
 Checkpoint load_checkpoint(const std::string& dir);
 // Only the model weights (for eval and sample); `path` is the directory or the .safetensors file.

@@ -30,7 +30,7 @@ Packed pack(const RankSnapshot& s) {
     compression.push_back({{"name", name}, {"dtype", dtype_name(t.dtype())}, {"shape", t.shape().dims()}});
     total += t.nbytes();
   }
-  Packed p{.header = nlohmann::json{{"step", s.step}, {"state", s.state}, {"runs", runs},
+  Packed p{.header = nlohmann::json{{"step", s.step}, {"state", s.state.to_json()}, {"runs", runs},
                                     {"compression", compression}}
                          .dump(),
            .bytes = std::vector<char>(total)};
@@ -46,7 +46,8 @@ Packed pack(const RankSnapshot& s) {
 
 RankSnapshot unpack(const std::string& header, const std::vector<char>& bytes, int from) {
   const nlohmann::json h = nlohmann::json::parse(header);
-  RankSnapshot s{.step = h.at("step").get<int64_t>(), .state = h.at("state")};
+  const std::string where = fmt::format("rank {}'s snapshot", from);
+  RankSnapshot s{.step = h.at("step").get<int64_t>(), .state = CheckpointState::from_json(h.at("state"), where, false)};
   const char* at = bytes.data();
   auto take = [&](Tensor t) {
     PX_CHECK(at + t.nbytes() <= bytes.data() + bytes.size(), "rank {}'s snapshot is shorter than its header says",
@@ -55,7 +56,6 @@ RankSnapshot unpack(const std::string& header, const std::vector<char>& bytes, i
     at += t.nbytes();
     return t;
   };
-  const std::string where = fmt::format("rank {}'s snapshot", from);
   for (const nlohmann::json& r : h.at("runs")) {
     parallel::ShardRun run = shard_run_from_json(r.at("run").dump(), r.at("name"), where);
     Tensor values = take(Tensor::empty(Shape{run.count()}, DType::f32));

@@ -26,7 +26,7 @@ namespace px {
 // One rank's state at a step boundary: what its checkpoint part holds.
 struct RankSnapshot {
   int64_t step = -1;
-  nlohmann::json state;        // state.json's fields (every rank has them)
+  CheckpointState state;       // state.json's fields (every rank has them)
   std::vector<SavedRun> runs;  // this rank's runs of parameters and optimizer state
   NamedTensors compression;    // rank 0: every rank's error-feedback state
 };

@@ -45,6 +45,78 @@ std::string event_text(const FlightEvent& e) {
   return text + fmt::format(") at step {}, instruction #{}", e.step, e.instr);
 }
 
+// The rank that fell behind: the one the others' watchdogs declared silent,
+// if they did (most named; among as many, the one its accusers last heard
+// first: a rank stalled behind the culprit can be named too, by a rank
+// waiting on it); else silent ranks first (no error of their own), then
+// the furthest back.
+struct Behind {
+  const FlightDump* dump = nullptr;
+  std::map<int, std::vector<int>> named_by;  // suspect -> ranks that declared it
+  int64_t heard_ns = 0;                      // its last heartbeat as they saw it (the earliest)
+};
+
+Behind find_behind(const std::vector<FlightDump>& ranks) {
+  Behind out;
+  for (const FlightDump& d : ranks)
+    if (d.suspect >= 0 && d.suspect != d.rank) out.named_by[d.suspect].push_back(d.rank);
+  if (!out.named_by.empty()) {
+    // When its accusers last heard the suspect (the earliest of them; its
+    // own record may beat again after a SIGCONT).
+    auto last_heard = [&](int suspect) {
+      int64_t earliest = std::numeric_limits<int64_t>::max();
+      for (const FlightDump& d : ranks)
+        if (d.suspect == suspect && d.suspect_heard_ns > 0) earliest = std::min(earliest, d.suspect_heard_ns);
+      return earliest;
+    };
+    const auto most = std::max_element(out.named_by.begin(), out.named_by.end(), [&](const auto& a, const auto& b) {
+      if (a.second.size() != b.second.size()) return a.second.size() < b.second.size();
+      return last_heard(a.first) > last_heard(b.first);  // heard later: less silent
+    });
+    for (const FlightDump& d : ranks) {
+      if (d.rank == most->first) out.dump = &d;
+      if (d.suspect == most->first && d.suspect_heard_ns > 0 &&
+          (out.heard_ns == 0 || d.suspect_heard_ns < out.heard_ns))
+        out.heard_ns = d.suspect_heard_ns;
+    }
+  }
+  if (out.dump == nullptr)
+    for (const FlightDump& d : ranks) {
+      if (out.dump == nullptr) {
+        out.dump = &d;
+        continue;
+      }
+      // Within a step, the one at an earlier instruction (-1: between steps) is behind.
+      auto key = [](const FlightDump& x) { return std::make_tuple(reported(x), x.step, x.instr, x.heartbeat_ns); };
+      if (key(d) < key(*out.dump)) out.dump = &d;
+    }
+  return out;
+}
+
+// What every other rank waits for, beside the behind rank's latest
+// sequence number in the same group.
+std::string describe_waits(const std::vector<FlightDump>& ranks, const FlightDump& behind) {
+  std::string r;
+  for (const FlightDump& d : ranks) {
+    if (&d == &behind) continue;
+    bool waiting = false;
+    for (const FlightEvent& e : d.events) {
+      if (e.state != FlightState::posted && e.state != FlightState::failed) continue;
+      waiting = true;
+      std::string theirs = "it never posted one on that axis";
+      for (auto it = behind.events.rbegin(); it != behind.events.rend(); ++it)
+        if (it->axis == e.axis && it->kind == e.kind) {
+          theirs = fmt::format("its latest there: {} {}", it->sequence, flight_state_name(it->state));
+          break;
+        }
+      r += fmt::format("rank {} waits for {} ({}; rank {}: {})\n", d.rank, event_text(e),
+                       flight_state_name(e.state), behind.rank, theirs);
+    }
+    if (!waiting) r += fmt::format("rank {} waits on no collective or transfer\n", d.rank);
+  }
+  return r;
+}
+
 }  // namespace
 
 FlightDiagnosis diagnose(const std::vector<FlightDump>& ranks, int64_t now_ns) {
@@ -58,81 +130,27 @@ FlightDiagnosis diagnose(const std::vector<FlightDump>& ranks, int64_t now_ns) {
                      age_s(d.heartbeat_ns));
     if (!d.error.empty()) r += fmt::format("  error: {}\n", d.error);
   }
-  // The rank the others' watchdogs declared silent, if they did (most
-  // named; among as many, the one its accusers last heard first: a rank
-  // stalled behind the culprit can be named too, by a rank waiting on
-  // it); else silent ranks first (no error of their own), then
-  // the furthest back.
-  std::map<int, std::vector<int>> named_by;  // suspect -> ranks that declared it
-  int64_t heard_ns = 0;                      // its last heartbeat as they saw it (the earliest)
-  for (const FlightDump& d : ranks)
-    if (d.suspect >= 0 && d.suspect != d.rank) named_by[d.suspect].push_back(d.rank);
-  const FlightDump* behind = nullptr;
-  if (!named_by.empty()) {
-    // When its accusers last heard the suspect (the earliest of them; its
-    // own record may beat again after a SIGCONT).
-    auto last_heard = [&](int suspect) {
-      int64_t earliest = std::numeric_limits<int64_t>::max();
-      for (const FlightDump& d : ranks)
-        if (d.suspect == suspect && d.suspect_heard_ns > 0) earliest = std::min(earliest, d.suspect_heard_ns);
-      return earliest;
-    };
-    const auto most = std::max_element(named_by.begin(), named_by.end(), [&](const auto& a, const auto& b) {
-      if (a.second.size() != b.second.size()) return a.second.size() < b.second.size();
-      return last_heard(a.first) > last_heard(b.first);  // heard later: less silent
-    });
-    for (const FlightDump& d : ranks) {
-      if (d.rank == most->first) behind = &d;
-      if (d.suspect == most->first && d.suspect_heard_ns > 0 && (heard_ns == 0 || d.suspect_heard_ns < heard_ns))
-        heard_ns = d.suspect_heard_ns;
-    }
-  }
-  if (behind == nullptr)
-    for (const FlightDump& d : ranks) {
-      if (behind == nullptr) {
-        behind = &d;
-        continue;
-      }
-      // Within a step, the one at an earlier instruction (-1: between steps) is behind.
-      auto key = [](const FlightDump& x) { return std::make_tuple(reported(x), x.step, x.instr, x.heartbeat_ns); };
-      if (key(d) < key(*behind)) behind = &d;
-    }
-  if (behind == nullptr) return out;
-  out.behind = behind->rank;
-  out.last_heard_ns = heard_ns > 0 ? heard_ns : behind->heartbeat_ns;
+  Behind found = find_behind(ranks);
+  if (found.dump == nullptr) return out;
+  const FlightDump& behind = *found.dump;
+  out.behind = behind.rank;
+  out.last_heard_ns = found.heard_ns > 0 ? found.heard_ns : behind.heartbeat_ns;
   const std::string named =
-      named_by.count(behind->rank) ? fmt::format(", declared silent by rank{} {}",
-                                                 named_by[behind->rank].size() == 1 ? "" : "s",
-                                                 fmt::join(named_by[behind->rank], ", "))
-                                   : "";
-  r += fmt::format("\nrank {} fell behind: {}{}{}, at {}; its heartbeat stopped {:.1f} s ago\n", behind->rank,
-                   rank_phase_name(behind->phase),
-                   reported(*behind) ? "" : " without reporting an error (killed, stopped or hung)", named,
-                   describe_position(behind->step, behind->instr, behind->instr_name), age_s(out.last_heard_ns));
-  const size_t last = std::min<size_t>(behind->events.size(), 3);
-  for (size_t i = behind->events.size() - last; i < behind->events.size(); ++i) {
-    const FlightEvent& e = behind->events[i];
-    r += fmt::format("  its {} event: {}, {}\n", i + 1 == behind->events.size() ? "last" : "earlier", event_text(e),
+      found.named_by.count(behind.rank) ? fmt::format(", declared silent by rank{} {}",
+                                                      found.named_by[behind.rank].size() == 1 ? "" : "s",
+                                                      fmt::join(found.named_by[behind.rank], ", "))
+                                        : "";
+  r += fmt::format("\nrank {} fell behind: {}{}{}, at {}; its heartbeat stopped {:.1f} s ago\n", behind.rank,
+                   rank_phase_name(behind.phase),
+                   reported(behind) ? "" : " without reporting an error (killed, stopped or hung)", named,
+                   describe_position(behind.step, behind.instr, behind.instr_name), age_s(out.last_heard_ns));
+  const size_t last = std::min<size_t>(behind.events.size(), 3);
+  for (size_t i = behind.events.size() - last; i < behind.events.size(); ++i) {
+    const FlightEvent& e = behind.events[i];
+    r += fmt::format("  its {} event: {}, {}\n", i + 1 == behind.events.size() ? "last" : "earlier", event_text(e),
                      flight_state_name(e.state));
   }
-  for (const FlightDump& d : ranks) {
-    if (&d == behind) continue;
-    bool waiting = false;
-    for (const FlightEvent& e : d.events) {
-      if (e.state != FlightState::posted && e.state != FlightState::failed) continue;
-      waiting = true;
-      // The same group's latest sequence number on the behind rank.
-      std::string theirs = "it never posted one on that axis";
-      for (auto it = behind->events.rbegin(); it != behind->events.rend(); ++it)
-        if (it->axis == e.axis && it->kind == e.kind) {
-          theirs = fmt::format("its latest there: {} {}", it->sequence, flight_state_name(it->state));
-          break;
-        }
-      r += fmt::format("rank {} waits for {} ({}; rank {}: {})\n", d.rank, event_text(e),
-                       flight_state_name(e.state), behind->rank, theirs);
-    }
-    if (!waiting) r += fmt::format("rank {} waits on no collective or transfer\n", d.rank);
-  }
+  r += describe_waits(ranks, behind);
   return out;
 }
 

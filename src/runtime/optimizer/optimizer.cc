@@ -19,15 +19,6 @@ std::vector<std::string> optimizer_slot_names(const std::string& kind) {
   return {"exp_avg", "exp_avg_sq"};
 }
 
-std::vector<ParamShard> whole_parameters(const Graph& graph) {
-  std::vector<ParamShard> shards;
-  for (ValueId p : graph.params()) {
-    const Value& v = graph.value(p);
-    shards.push_back({v.name, v.spec.shape, 0, v.spec.shape.numel(), v.weight_decay});
-  }
-  return shards;
-}
-
 Optimizer::Optimizer(OptimizerConfig config, std::vector<ParamShard> shards)
     : config_(std::move(config)), shards_(std::move(shards)) {
   validate(config_);

@@ -43,9 +43,6 @@ struct ParamShard {
   bool operator==(const ParamShard&) const = default;
 };
 
-// Every parameter of `graph` whole, in declaration order (one replica).
-std::vector<ParamShard> whole_parameters(const Graph& graph);
-
 class Optimizer {
  public:
   Optimizer(OptimizerConfig config, std::vector<ParamShard> shards);

@@ -1,14 +1,15 @@
 #include "runtime/parameter_server/parameter_server.h"
 
 #include <cstring>
-#include <fstream>
 
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/parameter_server/poll.h"
 #include "runtime/parameter_server/server.h"
 #include "runtime/parameter_server/server_slice.h"
 #include "runtime/parameter_server/worker.h"
+#include "runtime/train/metrics.h"
 #include "runtime/train/progress.h"
+#include "runtime/train/resume.h"
 
 namespace px {
 namespace {
@@ -115,17 +116,117 @@ nlohmann::json receive_data_state(comm::Communicator& comm, int from) {
   return nlohmann::json::parse(text);
 }
 
+// One parameter-server job as every rank sees it once set up.
+struct Job {
+  const TrainOptions& o;
+  comm::Communicator& comm;
+  Task& task;
+  ParamStore& params;  // the initial or resumed parameters, whole
+  const std::map<std::string, bool>& decays;
+  Layout layout;
+  const Checkpoint* resumed;  // nullptr: from the start
+  int64_t start = 0, end = 0, total = 0;
+  std::ostream& log;
+};
+
+void log_job(const Job& job) {
+  const TrainOptions& o = job.o;
+  const ParameterServerOptions& ps = o.ps;
+  job.log << fmt::format(
+      "model {} with {} parameters; {} steps of global batch {}; parameter server ({}{}{}): {} server{}, {} workers "
+      "({}); threads {}\n",
+      o.model, job.params.count(), job.total, o.batch, ps.mode,
+      ps.mode == "ssp" ? fmt::format(", staleness {}", ps.staleness) : "",
+      ps.backup_workers > 0 ? fmt::format(", {} backup worker{}", ps.backup_workers, ps.backup_workers > 1 ? "s" : "")
+                            : "",
+      job.layout.servers, job.layout.servers > 1 ? "s" : "", job.layout.workers, job.comm.backend(), o.threads);
+}
+
+TrainResult run_worker(const Job& job) {
+  const TrainOptions& o = job.o;
+  const int rank = job.comm.rank();
+  ps::Worker runner(job.comm, job.layout, job.task, job.params,
+                    {.start_clock = job.start, .end_clock = job.end, .grad_clip = o.grad_clip,
+                     .seed = o.seed, .bsp = o.ps.mode == "bsp",
+                     .delay_ms = rank == o.inject_delay_rank ? o.inject_delay_ms : 0});
+  ps::WorkerStats stats = runner.run();
+  if (job.layout.worker_of(rank) == 0) send_data_state(job.comm, job.task.data_state());
+  TrainResult result;
+  result.steps = job.end;
+  result.max_staleness = stats.max_staleness;
+  result.peak_tensor_bytes = stats.peak_tensor_bytes;
+  return result;
+}
+
+// Rank 0 once every clock is applied: the servers' shards gathered, the
+// model evaluated and the checkpoint saved (whole tensors, one shard
+// file: any rank count and strategy resumes it).
+void finish_lead(const Job& job, const ps::ServerSlice& shard, MetricsLog& metrics, TrainResult& result) {
+  const TrainOptions& o = job.o;
+  const Gathered gathered = gather_shards(job.comm, job.layout, shard);
+  std::vector<SavedRun> state_runs = unflatten(gathered, job.params, o.optimizer.kind);
+  job.task.restore_data_state(receive_data_state(job.comm, job.layout.rank_of_worker(0)));
+  result.evaluation = job.task.evaluate(job.params).mean();
+  const EvaluationReport report = report_evaluation(result.evaluation, job.end);
+  metrics.write(report.line);
+  job.log << report.text << "\n";
+  if (!o.save.empty()) {
+    CheckpointState state = run_state(o, job.task, job.end, gathered.updates, job.comm.size());
+    state.parameter_server = o.ps.mode;
+    save_checkpoint(o.save, nullptr, {.shards = std::move(state_runs), .model = job.params.named(), .state = state});
+    job.log << fmt::format("saved checkpoint to '{}'\n", o.save);
+  }
+  job.log << fmt::format("trained {} steps in {:.1f} s; largest staleness a worker computed with: {}\n",
+                         result.losses.size(), result.seconds, result.max_staleness);
+  if (o.ps.backup_workers > 0)
+    job.log << fmt::format(
+        "{} backup worker{}: gradients dropped per worker (too late for their step's update): [{}]\n",
+        o.ps.backup_workers, o.ps.backup_workers > 1 ? "s" : "", fmt::join(result.dropped_pushes, ", "));
+}
+
+TrainResult run_server(const Job& job) {
+  const TrainOptions& o = job.o;
+  const int rank = job.comm.rank();
+  const bool lead = rank == 0;
+  ps::ServerSlice shard(o.optimizer, job.params, job.decays, job.layout.shard(rank),
+                        job.resumed ? &job.resumed->shards : nullptr,
+                        job.resumed ? job.resumed->state.optimizer_steps : 0);
+  ps::Server server(job.comm, job.layout, shard,
+                    {.mode = o.ps.mode, .staleness = o.ps.staleness, .backup_workers = o.ps.backup_workers,
+                     .late_worker = o.ps.late_worker, .start_clock = job.start, .end_clock = job.end,
+                     .schedule = o.schedule});
+  MetricsLog metrics(lead ? o.metrics : std::string(), job.resumed != nullptr);
+  Progress progress(job.total, job.start, job.task.unit(), o.progress_bar, job.log);
+  TrainResult result;
+  server.run([&](int64_t clock, double loss) {
+    if (!lead) return;
+    if (!std::isfinite(loss)) fail("training diverged at step {}: loss is {}", clock + 1, loss);
+    result.losses.push_back(loss);
+    result.last_train_loss = loss;
+    metrics.write({{"step", clock + 1}, {"train_loss", loss}, {"lr", o.schedule.at(clock)},
+                   {"time_s", progress.elapsed_seconds()}});
+    progress.update(clock + 1, loss, o.batch * job.task.units_per_row());
+  });
+  progress.finish();
+  result.steps = job.end;
+  result.seconds = progress.elapsed_seconds();
+  result.max_staleness = server.max_staleness();
+  if (o.ps.mode == "bsp") {
+    result.dropped_pushes = server.dropped_pushes();
+    result.gradients_per_update = server.gradients_per_update();
+  }
+  if (lead) finish_lead(job, shard, metrics, result);
+  else send_shard(job.comm, shard);
+  return result;
+}
+
 }  // namespace
 
 TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, std::ostream& log) {
   // A private tag space: the protocol's fixed tags never meet another user's.
   comm::Communicator comm = world.split(0, world.rank());
-  const int rank = comm.rank();
-  Checkpoint resumed;
-  if (!o.resume.empty()) {
-    resumed = load_checkpoint(o.resume);
-    apply_model_json(resumed.state.at("config"), o);
-  }
+  const ResumePoint resume(o.resume, nullptr);
+  resume.apply_model(o);
   o.ranks = comm.size();
   validate(o);
   std::unique_ptr<Task> task = make_task(o);
@@ -136,111 +237,20 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
   const std::map<std::string, bool> decays = decay_flags(shape_model.graph);
   ParamStore params = ParamStore::initialize(shape_model.graph, o.seed);
   validate(o.optimizer);
-  int64_t start = 0, optimizer_steps = 0;
-  if (!o.resume.empty()) {
+  const Checkpoint* resumed = resume.checkpoint();
+  int64_t start = 0;
+  if (resumed != nullptr) {
     for (const std::string& name : params.names())
-      params.at(name) = resumed.shards.read_whole(name, params.at(name).shape());
-    start = resumed.state.at("step").get<int64_t>();
-    optimizer_steps = resumed.state.at("optimizer_steps").get<int64_t>();
-    task->restore_data_state(resumed.state.at("data"));
+      params.at(name) = resumed->shards.read_whole(name, params.at(name).shape());
+    start = resume.restore_task(*task);
     log << fmt::format("resumed from '{}' at step {}\n", o.resume, start);
   }
-  const int64_t end = o.stop_after > 0 ? std::min(o.stop_after, total) : total;
-  const Layout layout{.servers = o.ps.servers, .workers = comm.size() - o.ps.servers, .params = params.count()};
-  log << fmt::format(
-      "model {} with {} parameters; {} steps of global batch {}; parameter server ({}{}{}): {} server{}, {} workers "
-      "({}); threads {}\n",
-      o.model, params.count(), total, o.batch, o.ps.mode,
-      o.ps.mode == "ssp" ? fmt::format(", staleness {}", o.ps.staleness) : "",
-      o.ps.backup_workers > 0 ? fmt::format(", {} backup worker{}", o.ps.backup_workers,
-                                            o.ps.backup_workers > 1 ? "s" : "")
-                              : "",
-      layout.servers,
-      layout.servers > 1 ? "s" : "", layout.workers, comm.backend(), o.threads);
-
-  TrainResult result;
-  if (!layout.is_server(rank)) {
-    const int worker = layout.worker_of(rank);
-    ps::Worker runner(comm, layout, *task, params,
-                      {.start_clock = start, .end_clock = end, .grad_clip = o.grad_clip,
-                       .seed = o.seed, .bsp = o.ps.mode == "bsp",
-                       .delay_ms = rank == o.inject_delay_rank ? o.inject_delay_ms : 0});
-    ps::WorkerStats stats = runner.run();
-    if (worker == 0) send_data_state(comm, task->data_state());
-    result.steps = end;
-    result.max_staleness = stats.max_staleness;
-    result.peak_tensor_bytes = stats.peak_tensor_bytes;
-    return result;
-  }
-
-  ps::ServerSlice shard(o.optimizer, params, decays, layout.shard(rank), o.resume.empty() ? nullptr : &resumed.shards,
-                        optimizer_steps);
-  ps::Server server(comm, layout, shard,
-                    {.mode = o.ps.mode, .staleness = o.ps.staleness, .backup_workers = o.ps.backup_workers,
-                     .late_worker = o.ps.late_worker, .start_clock = start, .end_clock = end,
-                     .schedule = o.schedule});
-  const bool lead = rank == 0;
-  std::ofstream metrics;
-  if (lead && !o.metrics.empty()) {
-    metrics.open(o.metrics, o.resume.empty() ? std::ios::trunc : std::ios::app);
-    if (!metrics) fail("cannot open metrics file '{}' for writing", o.metrics);
-  }
-  Progress progress(total, start, task->unit(), o.progress_bar, log);
-  server.run([&](int64_t clock, double loss) {
-    if (!lead) return;
-    if (!std::isfinite(loss)) fail("training diverged at step {}: loss is {}", clock + 1, loss);
-    result.losses.push_back(loss);
-    result.last_train_loss = loss;
-    if (metrics.is_open())
-      metrics << nlohmann::json{{"step", clock + 1}, {"train_loss", loss}, {"lr", o.schedule.at(clock)},
-                                {"time_s", progress.elapsed_seconds()}}.dump()
-              << "\n" << std::flush;
-    progress.update(clock + 1, loss, o.batch * task->units_per_row());
-  });
-  progress.finish();
-  result.steps = end;
-  result.seconds = progress.elapsed_seconds();
-  result.max_staleness = server.max_staleness();
-  if (o.ps.mode == "bsp") {
-    result.dropped_pushes = server.dropped_pushes();
-    result.gradients_per_update = server.gradients_per_update();
-  }
-  if (!lead) {
-    send_shard(comm, shard);
-    return result;
-  }
-
-  const Gathered gathered = gather_shards(comm, layout, shard);
-  std::vector<SavedRun> state_runs = unflatten(gathered, params, o.optimizer.kind);
-  task->restore_data_state(receive_data_state(comm, layout.rank_of_worker(0)));
-  Evaluation e = task->evaluate(params).mean();
-  result.evaluation = e;
-  nlohmann::json line{{"step", end}, {"val_loss", e.loss}};
-  std::string text = fmt::format("eval at step {}: val_loss {:.4f}", end, e.loss);
-  if (e.accuracy >= 0) {
-    line["val_accuracy"] = e.accuracy;
-    text += fmt::format(", val_accuracy {:.2f}%", 100 * e.accuracy);
-  }
-  if (metrics.is_open()) metrics << line.dump() << "\n" << std::flush;
-  log << text << "\n";
-  if (!o.save.empty()) {
-    nlohmann::json state{{"step", end},
-                         {"config", model_json(o)},
-                         {"data", task->data_state()},
-                         {"optimizer", o.optimizer.kind},
-                         {"optimizer_steps", gathered.updates},
-                         {"ranks", comm.size()},
-                         {"parameter_server", o.ps.mode}};
-    // The lead gathered everything: one shard file of whole tensors.
-    save_checkpoint(o.save, nullptr, {.shards = std::move(state_runs), .model = params.named(), .state = state});
-    log << fmt::format("saved checkpoint to '{}'\n", o.save);
-  }
-  log << fmt::format("trained {} steps in {:.1f} s; largest staleness a worker computed with: {}\n",
-                     result.losses.size(), result.seconds, result.max_staleness);
-  if (o.ps.backup_workers > 0)
-    log << fmt::format("{} backup worker{}: gradients dropped per worker (too late for their step's update): [{}]\n",
-                       o.ps.backup_workers, o.ps.backup_workers > 1 ? "s" : "", fmt::join(result.dropped_pushes, ", "));
-  return result;
+  const Job job{.o = o, .comm = comm, .task = *task, .params = params, .decays = decays,
+                .layout = {.servers = o.ps.servers, .workers = comm.size() - o.ps.servers, .params = params.count()},
+                .resumed = resumed, .start = start,
+                .end = o.stop_after > 0 ? std::min(o.stop_after, total) : total, .total = total, .log = log};
+  log_job(job);
+  return job.layout.is_server(comm.rank()) ? run_server(job) : run_worker(job);
 }
 
 }  // namespace px

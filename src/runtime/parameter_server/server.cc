@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "data/sampler.h"
+#include "parallel/row_split.h"
 #include "runtime/parameter_server/poll.h"
 
 namespace px::ps {
@@ -206,7 +206,7 @@ void Server::update(const std::vector<int>& chosen, const std::function<void(int
     for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += peer.gradient[i];
     loss += peer.push.weighted_loss;
     global_rows = peer.push.global_rows;
-    full_rows += shard_rows(global_rows, worker, layout_.workers).size();
+    full_rows += parallel::shard_rows(global_rows, worker, layout_.workers).size();
   }
   // Each push is weighted rows / B, so W - b of them sum to full_rows / B of
   // a global batch's gradient: rescaled, the update is the mean gradient over

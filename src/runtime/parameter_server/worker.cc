@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "core/rng.h"
-#include "data/sampler.h"
+#include "parallel/row_split.h"
 #include "kernels/elementwise.h"
 #include "runtime/parameter_server/poll.h"
 #include "parallel/lower.h"
@@ -104,26 +104,22 @@ void Worker::compute_and_push(int64_t clock) {
     std::fill(gradient_.begin(), gradient_.end(), 0.0f);
   } else {
     const uint64_t seed = splitmix64(config_.seed ^ splitmix64(static_cast<uint64_t>(clock) * 1024));
-    const int64_t row_offset = shard_rows(batch.global_rows, worker_, layout_.workers).begin;
+    const int64_t row_offset = parallel::shard_rows(batch.global_rows, worker_, layout_.workers).begin;
     Gradients& program = gradients_for(rows);
-    StepResult out =
-        program.executor->run({.feeds = feeds_of(program.model, batch), .seed = seed, .row_offset = row_offset});
+    // The Program's Norm and Clip clip the worker's mean gradient (--grad-clip).
+    StepResult out = program.executor->run({.feeds = feeds_of(program.model, batch),
+                                            .seed = seed,
+                                            .row_offset = row_offset,
+                                            .grad_clip = config_.grad_clip});
     stats_.peak_tensor_bytes = std::max(stats_.peak_tensor_bytes, out.peak_bytes);
     if (!std::isfinite(out.loss))
       fail("training diverged at step {} on worker {}: loss is {} (lower the learning rate or enable --grad-clip)",
            clock + 1, worker_, out.loss);
-    std::vector<Tensor> grads;  // ParamStore order
-    for (const std::string& name : params_.names()) grads.push_back(program.executor->gradient(name));
-    double squares = 0;
-    for (const Tensor& g : grads) squares += kernels::sum_squares(g.numel(), g.f32());
-    const double norm = std::sqrt(squares);
     // This worker's share of the global batch (an epoch's last may be partial).
     const double share = double(rows) / double(batch.global_rows);
-    double scale = share;
-    if (config_.grad_clip > 0 && norm > config_.grad_clip) scale *= config_.grad_clip / (norm + 1e-6);
     for (size_t t = 0; t < offsets_.size(); ++t) {
-      const Tensor& g = grads[t];
-      kernels::scale(g.numel(), static_cast<float>(scale), g.f32(), gradient_.data() + offsets_[t]);
+      const Tensor g = program.executor->gradient(params_.names()[t]);
+      kernels::scale(g.numel(), static_cast<float>(share), g.f32(), gradient_.data() + offsets_[t]);
     }
     weighted_loss = double(out.loss) * share;
   }

@@ -13,7 +13,8 @@
 // Update scaling: the worker's gradient is the mean over its b rows, sent
 // multiplied by b / B (B = the global batch), so the W pushes of a clock sum
 // to the gradient of the global batch's loss (what one rank computes on all
-// B rows). Clipping (--grad-clip) applies to the worker's mean gradient.
+// B rows). Clipping (--grad-clip) applies to the worker's mean gradient: the
+// Program's Norm and Clip, as in every other training program.
 #pragma once
 
 #include <map>

@@ -6,6 +6,7 @@
 #include "nn/cnn.h"
 #include "nn/mlp.h"
 #include "parallel/lower.h"
+#include "parallel/row_split.h"
 #include "runtime/executor/program_executor.h"
 #include "runtime/tasks/task.h"
 
@@ -22,15 +23,12 @@ class ClassificationTask : public Task {
         test_(shared_fashion_mnist(data_dir(), FashionMnistSplit::test)),
         sampler_(train_->size(), o.batch, o.seed, o.drop_last) {}
 
-  nn::Model build(int64_t batch, bool training) const override { return build_model(options_, batch, training); }
-
-  DataBatch next_batch() override {
-    EpochBatch b = sampler_.next_batch();
-    return {train_->images(b.indices), gather_rows(train_->labels, b.indices), b.global_rows};
-  }
+  nn::Model build(int64_t batch, bool training) const override { return nn::build_model(options_.model_config(), batch, training); }
 
   DataBatch next_batch(int rank, int world) override {
-    EpochBatch b = sampler_.next_batch(rank, world);
+    EpochBatch b = sampler_.next_batch();
+    const parallel::RowRange mine = parallel::shard_rows(b.global_rows, rank, world);
+    b.indices = {b.indices.begin() + mine.begin, b.indices.begin() + mine.end};
     return {train_->images(b.indices), gather_rows(train_->labels, b.indices), b.global_rows};
   }
 

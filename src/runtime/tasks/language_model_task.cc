@@ -3,6 +3,7 @@
 #include "data/text_corpus.h"
 #include "nn/gpt.h"
 #include "parallel/lower.h"
+#include "parallel/row_split.h"
 #include "runtime/executor/program_executor.h"
 #include "runtime/tasks/task.h"
 
@@ -20,16 +21,14 @@ class LanguageModelTask : public Task {
         validation_(corpus_.val, o.batch, o.gpt.block, o.eval_batches) {}
 
   nn::Model build(int64_t batch, bool training) const override {
-    return build_model(options_, batch, training);
-  }
-
-  DataBatch next_batch() override {
-    TokenBatch b = sampler_.next_batch();
-    return {b.inputs, b.targets, sampler_.batch_size()};
+    return nn::build_model(options_.model_config(), batch, training);
   }
 
   DataBatch next_batch(int rank, int world) override {
-    TokenBatch b = sampler_.next_batch(rank, world);
+    // Every rank draws all B offsets, so all advance alike.
+    const std::vector<int64_t> offsets = sampler_.next_offsets();
+    const parallel::RowRange mine = parallel::shard_rows(sampler_.batch_size(), rank, world);
+    TokenBatch b = sampler_.windows(std::span(offsets).subspan(mine.begin, mine.size()));
     return {b.inputs, b.targets, sampler_.batch_size()};
   }
 

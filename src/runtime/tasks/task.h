@@ -21,13 +21,7 @@ struct DataBatch {
   int64_t rows() const { return inputs.dim(0); }
 };
 
-// The model `options` describe, built for a batch of `batch` rows (gpt:
-// `training` adds dropout). Needs no data.
-nn::Model build_model(const TrainOptions& options, int64_t batch, bool training);
-
-// The graph inputs a batch feeds (they are split across data-parallel
-// ranks), by name, and a batch as the executor's feeds.
-std::vector<std::string> batch_input_names(const nn::Model& model);
+// A batch as the executor's feeds (nn::batch_input_names names them).
 std::vector<std::pair<ValueId, Tensor>> feeds_of(const nn::Model& model, const DataBatch& batch);
 
 struct Evaluation {
@@ -49,8 +43,7 @@ class Task {
  public:
   virtual ~Task() = default;
   virtual nn::Model build(int64_t batch, bool training) const = 0;
-  virtual DataBatch next_batch() = 0;
-  // Rows shard_rows(global rows, rank, world) of the next global batch;
+  // Rows parallel::shard_rows(global rows, rank, world) of the next global batch;
   // every rank makes the same calls, so all advance through the data alike.
   virtual DataBatch next_batch(int rank, int world) = 0;
   // Batches in one epoch (classifiers), 0 when training is counted in steps only.

@@ -3,7 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "plan/calibrate.h"
+#include "runtime/calibrate/calibrate.h"
 #include "plan/simulate.h"
 #include "runtime/optimizer/optimizer.h"
 
@@ -13,7 +13,7 @@ plan::ClusterSpec local_cluster(const std::string& path, int ranks, bool* calibr
   *calibrated = std::filesystem::exists(path);
   if (*calibrated) return plan::load_cluster(path);
   plan::HostProfile profile;
-  plan::measure_host(profile, {.batch_seconds = 0.005, .batches = 1, .max_ranks = std::max(1, ranks)});
+  measure_host(profile, {.batch_seconds = 0.005, .batches = 1, .max_ranks = std::max(1, ranks)});
   profile.comm = comm::default_cost_model("inproc");
   return plan::local_cluster_spec(std::move(profile), "this host's CPU", 1e12, std::max(64, ranks));
 }

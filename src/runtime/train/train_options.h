@@ -10,9 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "nn/cnn.h"
-#include "nn/gpt.h"
-#include "nn/mlp.h"
+#include "nn/build_model.h"
 #include "comm/collectives.h"
 #include "comm/compression/spec.h"
 #include "parallel/compose.h"
@@ -114,6 +112,9 @@ struct TrainOptions {
   // Non-empty: end with predicted vs measured step time and memory on the
   // local spec saved here (runtime/train/prediction.h; `parallax train` sets it).
   std::string local_cluster;
+
+  // The model these options name, for nn::build_model.
+  nn::ModelConfig model_config() const { return {.kind = model, .gpt = gpt, .mlp = mlp, .cnn = cnn}; }
 };
 
 // Checks the whole config; throws px::Error naming the bad option and value.

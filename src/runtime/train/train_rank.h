@@ -1,5 +1,6 @@
-// The trainer's parts (trainer.cc and train_ranks.cc): one rank's whole
-// job, and how an injected fault stops an in-process rank.
+// The trainer's parts: one rank's whole job (its stages: rank_trainer.h),
+// what a restarting job gives it (trainer.cc), and how an injected fault
+// stops an in-process rank.
 #pragma once
 
 #include <atomic>
@@ -17,7 +18,7 @@ namespace px {
 // (a dead process tells nobody), and the others must notice its silence.
 struct RankStopped {};
 
-// What a job that restarts gives its ranks (train_ranks.cc).
+// What a job that restarts gives its ranks (trainer.cc).
 struct RankRecovery {
   SnapshotStore* snapshots = nullptr;       // keep in-memory snapshots here at --save-every steps
   const Checkpoint* restore = nullptr;      // start from this state instead of --resume

@@ -1,6 +1,8 @@
-// Calibration: what `parallax calibrate` measures on this host into a
-// HostProfile (plan/profile.h). The rates are one thread's; the host is shared and noisy, so every
-// figure is the median of a few batches.
+// Calibration: what `parallax calibrate` (and a run's --local-cluster
+// prediction) measures on this host into a HostProfile (plan/profile.h), by
+// running kernels; the planner only reads the profile. The rates are one
+// thread's; the host is shared and noisy, so every figure is the median of a
+// few batches.
 #pragma once
 
 #include <functional>
@@ -10,7 +12,7 @@
 #include "parallel/program.h"
 #include "plan/profile.h"
 
-namespace px::plan {
+namespace px {
 
 using CalibrationProgress = std::function<void(const std::string&)>;
 
@@ -22,12 +24,12 @@ struct CalibrationOptions {
 
 // The host's rates (one rank's GEMM FLOP/s and streaming bandwidth), its
 // cores, and the contention curves.
-void measure_host(HostProfile& profile, const CalibrationOptions& options, const CalibrationProgress& progress = {});
+void measure_host(plan::HostProfile& profile, const CalibrationOptions& options, const CalibrationProgress& progress = {});
 
 // Times every distinct compute node of `programs` the profile lacks, alone,
 // on inputs of its local shapes, with the kernels' current thread count;
 // returns how many it timed.
-int time_kernels(HostProfile& profile, const std::vector<parallel::Program>& programs,
+int time_kernels(plan::HostProfile& profile, const std::vector<parallel::Program>& programs,
                  const CalibrationOptions& options, const CalibrationProgress& progress = {});
 
-}  // namespace px::plan
+}  // namespace px

@@ -1,4 +1,4 @@
-#include "plan/calibrate.h"
+#include "runtime/calibrate/calibrate.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,7 +14,8 @@
 #include "kernels/gemm.h"
 #include "kernels/threads.h"
 
-namespace px::plan {
+namespace px {
+using plan::HostProfile;
 namespace {
 
 double now_seconds() {
@@ -150,7 +151,7 @@ int time_kernels(HostProfile& profile, const std::vector<parallel::Program>& pro
       if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) {
         const int graph = p.micro_batches.at(static_cast<size_t>(instr.micro_batch)).graph;
         const Graph& g = p.graphs.at(static_cast<size_t>(graph));
-        const std::string key = kernel_key(g, g.nodes()[static_cast<size_t>(c->node)], threads);
+        const std::string key = plan::kernel_key(g, g.nodes()[static_cast<size_t>(c->node)], threads);
         if (!profile.kernels.count(key)) pending.emplace(key, Pending{&p, graph, c->node});
       }
   Rng rng(7);
@@ -179,7 +180,7 @@ int time_kernels(HostProfile& profile, const std::vector<parallel::Program>& pro
     const double seconds = time_calls([&] { node.def->forward(context, node.attrs, in, out); }, options);
     profile.kernels[key] = {.op = node.op(),
                             .threads = threads,
-                            .roofline = roofline_seconds(profile, node_cost(g, node)),
+                            .roofline = plan::roofline_seconds(profile, plan::node_cost(g, node)),
                             .seconds = seconds};
     if (progress && (++done % 20 == 0 || done == static_cast<int>(pending.size())))
       progress(fmt::format("timed {} of {} kernels", done, pending.size()));
@@ -187,4 +188,4 @@ int time_kernels(HostProfile& profile, const std::vector<parallel::Program>& pro
   return static_cast<int>(pending.size());
 }
 
-}  // namespace px::plan
+}  // namespace px

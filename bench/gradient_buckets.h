@@ -1,6 +1,9 @@
 // GradientBuckets: fuses small gradients into buckets of about bucket_bytes
 // and hands each bucket to a CommEngine as one allreduce as soon as all its
-// gradients are ready (backward still computing the earlier layers).
+// gradients are ready (backward still computing the earlier layers). The
+// engine benchmark's own driver (bench/comm_engine.cc): training gets its
+// buckets, their order and their priorities from the lowering
+// (parallel/lower/buckets.cc) as instructions of the Program.
 //
 // Buckets follow the one bucket rule (bucket_plan.h). Gradients live in one
 // flat arena owned by the caller, so a bucket is a contiguous range of it
@@ -17,8 +20,8 @@
 
 #include "comm/engine/comm_engine.h"
 
-namespace px::comm {
-
+namespace px::bench {
+using namespace px::comm;
 
 struct GradientSlot {
   std::string name;
@@ -74,4 +77,4 @@ class GradientBuckets {
   int next_bucket_ = 0;            // first bucket not yet submitted this step
 };
 
-}  // namespace px::comm
+}  // namespace px::bench

@@ -1,11 +1,11 @@
-#include "comm/engine/gradient_buckets.h"
+#include "gradient_buckets.h"
 
 #include <algorithm>
 
 #include "comm/engine/bucket_plan.h"
 #include "core/error.h"
 
-namespace px::comm {
+namespace px::bench {
 
 GradientBuckets::GradientBuckets(CommEngine& engine, std::span<float> arena,
                                  std::vector<GradientSlot> grads, int64_t bucket_bytes,
@@ -86,4 +86,4 @@ void GradientBuckets::wait() {
     missing_[b] = buckets_[b].last - buckets_[b].first + 1;
 }
 
-}  // namespace px::comm
+}  // namespace px::bench

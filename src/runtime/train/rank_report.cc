@@ -1,0 +1,131 @@
+// Report: the end of one rank's training (rank_trainer.h): the trace, the
+// final evaluation and checkpoint, the log's totals, and on the lead the
+// run directory's summary and the prediction beside the measurement.
+#include <algorithm>
+
+#include <fmt/ranges.h>
+
+#include "plan/simulate.h"
+#include "runtime/tasks/sampling.h"
+#include "runtime/train/prediction.h"
+#include "runtime/train/rank_figures.h"
+#include "runtime/train/rank_trainer.h"
+#include "runtime/train/run_summary.h"
+
+namespace px {
+
+void RankTrainer::report() {
+  if (!o_.trace.empty()) {
+    write_chrome_trace(o_.trace, group_, trace_);
+    log_ << fmt::format("wrote a trace of steps {}-{} to '{}' (open it in https://ui.perfetto.dev)\n",
+                        trace_begin_ + 1, std::min(trace_end_, end_), o_.trace);
+  }
+  result_.steps = step_;
+  result_.seconds = progress_->elapsed_seconds();
+  result_.skipped_runs = bad_steps_->skipped_runs();
+  result_.bad_batches = bad_steps_->bad_batches();
+  if (result_.skipped_runs > 0)
+    log_ << fmt::format("bad steps: {} step run{} not applied (non-finite loss or gradients); batches skipped for "
+                        "good: {}\n",
+                        result_.skipped_runs, result_.skipped_runs == 1 ? "" : "s",
+                        fmt::join(result_.bad_batches, ", "));
+  if (strategy_.pipeline_ranks() > 1) {
+    stage_.activation_peak_bytes = result_.activation_peak_bytes;
+    stage_.stashed_bytes_per_micro_batch = executor_->stashed_bytes_per_micro_batch();
+    result_.pipeline_stages = gather_stage_measurements(*group_, strategy_, stage_);
+    log_ << describe_measured_pipeline(executor_->program().pipeline, result_.pipeline_stages);
+  }
+  result_.evaluation = evaluate(step_);
+  checkpointer_->save(*executor_, state_now(step_), true);
+  if (!o_.save.empty() && lead_) log_ << fmt::format("saved checkpoint to '{}'\n", o_.save);
+  if (checkpointer_->peak_bytes() > 0)
+    log_ << fmt::format("checkpoint copies held beside training: at most {:.1f} MiB ({})\n",
+                        double(checkpointer_->peak_bytes()) / (1 << 20),
+                        recovery_.snapshots != nullptr ? "snapshots in memory, the buddy's copy and background writes"
+                                                       : "background writes");
+  log_totals();
+  measure_step_seconds();
+  summarize_and_predict();
+  if (o_.model == "gpt" && o_.sample_tokens > 0) {
+    const ParamStore params = executor_->parameters();
+    SampleOptions so{.tokens = o_.sample_tokens, .temperature = 0.8, .top_k = 40, .seed = o_.seed};
+    if (lead_) log_ << "sample:\n" << o_.prompt << sample_text(o_.gpt, params, o_.prompt, so) << "\n";
+  }
+}
+
+// Steps, time, memory and the bytes on the wire.
+void RankTrainer::log_totals() {
+  log_ << fmt::format("trained {} steps in {:.1f} s; peak tensor memory {:.1f} MiB, of it forward activations {:.1f} "
+                      "MiB{}\n",
+                      result_.losses.size(), result_.seconds, double(result_.peak_tensor_bytes) / (1 << 20),
+                      double(result_.activation_peak_bytes) / (1 << 20),
+                      strategy_.lowering.recompute == parallel::Recompute::none
+                          ? ""
+                          : fmt::format(" (recompute {})", parallel::recompute_name(strategy_.lowering.recompute)));
+  const ExecutorMemory memory = executor_->memory();
+  result_.gradient_buffer_peak_bytes = memory.gradient_buffer_peak;
+  result_.gathered_parameter_peak_bytes = memory.gathered_parameter_peak;
+  const int zero = data_ranks_ > 1 ? strategy_.zero_stage : 0;
+  if (zero >= 2)
+    log_ << fmt::format("ZeRO-{} bucket buffers: at most {:.2f} MiB alive at once (up to {} buckets of ~{:.2f} MiB)\n",
+                        zero, double(result_.gradient_buffer_peak_bytes) / (1 << 20), o_.sync.bucket_buffers,
+                        double(strategy_.lowering.bucket_bytes) / (1 << 20));
+  if (zero >= 3)
+    log_ << fmt::format("ZeRO-3 gathered parameters: at most {:.2f} MiB alive at once beside the {:.2f} MiB shard\n",
+                        double(result_.gathered_parameter_peak_bytes) / (1 << 20),
+                        result_.memory.parameters / (1 << 20));
+  if (world_ > 1 && !result_.losses.empty()) {
+    const double n = static_cast<double>(result_.losses.size());
+    log_ << fmt::format("gradient bytes on the wire per step (rank 0): {:.3f} MB; a float32 ring allreduce sends "
+                        "{:.3f} MB ({:.1f}x {})\n",
+                        double(wire_.bytes_sent) / n / 1e6, double(wire_.dense_bytes) / n / 1e6, wire_.reduction(),
+                        strategy_.lowering.compression.method == comm::compression::Method::none
+                            ? "- uncompressed"
+                            : "fewer with " + strategy_.lowering.compression.to_string());
+  }
+}
+
+// The first step warms caches and pools up; the median of the rest.
+void RankTrainer::measure_step_seconds() {
+  std::vector<double> seconds = step_seconds_;
+  if (seconds.size() > 1) seconds.erase(seconds.begin());
+  if (seconds.empty()) return;
+  std::nth_element(seconds.begin(), seconds.begin() + static_cast<long>(seconds.size() / 2), seconds.end());
+  result_.measured_step_seconds = seconds[seconds.size() / 2];
+}
+
+// The lead: the simulator's prediction beside the measurement
+// (--local-cluster), and the run directory's summary.
+void RankTrainer::summarize_and_predict() {
+  // Every rank's peak, for the run directory's summary (collective).
+  std::vector<int64_t> peaks{result_.peak_tensor_bytes};
+  if (!o_.run_dir.empty() && group_ != nullptr) peaks = gather_peak_bytes(*group_, result_.peak_tensor_bytes);
+  const bool predicting = !o_.local_cluster.empty();
+  if (!lead_ || (!predicting && o_.run_dir.empty())) return;
+  const std::vector<parallel::Program> programs =
+      plan::lower_all({.forward = &model_.graph, .loss = model_.loss, .collective = o_.sync.collective,
+                       .bucket_buffers = o_.sync.bucket_buffers},
+                      strategy_);
+  std::optional<RunPrediction> predicted;
+  if (predicting) {
+    predicted = predict_run(o_, programs);
+    result_.predicted_step_seconds = predicted->step_seconds;
+    result_.predicted_peak_bytes = predicted->peak_bytes;
+    log_ << describe_prediction(*predicted, result_.measured_step_seconds, double(result_.peak_tensor_bytes));
+    metrics_->write({{"predicted_step_s", predicted->step_seconds},
+                     {"measured_step_s", result_.measured_step_seconds},
+                     {"predicted_peak_bytes", predicted->peak_bytes},
+                     {"measured_peak_bytes", result_.peak_tensor_bytes},
+                     {"prediction_calibrated", predicted->calibrated}});
+  }
+  if (o_.run_dir.empty()) return;
+  write_run_summary(o_.run_dir, run_summary(o_, strategy_, programs, result_,
+                                            {.unit = task_->unit(),
+                                             .units_per_step = o_.batch * task_->units_per_row(),
+                                             .measured_peak_bytes = peaks,
+                                             .prediction = predicted ? &*predicted : nullptr}));
+  log_ << fmt::format("the run's metrics, trace and summary are in '{}' (parallax report {} draws them)\n",
+                      o_.run_dir, o_.run_dir);
+}
+
+}  // namespace px

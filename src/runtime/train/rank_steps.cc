@@ -1,0 +1,148 @@
+// Steps: one rank's training loop (rank_trainer.h). Each step draws its
+// batch past the bad ones, runs it (once more, or with another batch, when
+// its loss or gradients were not finite), records what it measured, and at
+// their intervals evaluates and keeps the state.
+#include <array>
+#include <cmath>
+#include <thread>
+
+#include "comm/collectives.h"
+#include "core/rng.h"
+#include "parallel/lower.h"
+#include "runtime/train/rank_trainer.h"
+
+namespace px {
+
+TrainResult RankTrainer::run() {
+  for (; step_ < end_; ++step_) {
+    run_step();
+    const bool last = step_ + 1 == end_;
+    const bool eval_now = o_.eval_every > 0 && (step_ + 1) % o_.eval_every == 0 && !last;
+    const bool save_now = o_.save_every > 0 && (step_ + 1) % o_.save_every == 0 && !last;
+    if (eval_now || save_now) executor_->finish();
+    if (eval_now) evaluate(step_ + 1);
+    if (save_now) checkpointer_->save(*executor_, state_now(step_ + 1), false);
+  }
+  executor_->finish();
+  progress_->finish();
+  report();
+  return std::move(result_);
+}
+
+void RankTrainer::run_step() {
+  DataBatch batch = bad_steps_->draw(*task_, data_rank_, data_ranks_);
+  add_program_for(batch);
+  bad_steps_->poison_if_named(step_);
+  const uint64_t seed = splitmix64(o_.seed ^ splitmix64(static_cast<uint64_t>(step_) * 1024));
+  recorder_->at(step_ + 1, -1, "");  // between steps
+  if (rank_ == o_.inject_fault_rank && step_ + 1 == o_.inject_fault_step && o_.attempt == 0)
+    inject_fault(o_, recorder_, group_);
+  if (rank_ == o_.inject_delay_rank)  // a straggler, for demonstrations (--inject-delay)
+    std::this_thread::sleep_for(std::chrono::milliseconds(o_.inject_delay_ms));
+  executor_->set_tracing(step_ >= trace_begin_ && step_ < trace_end_);
+  const double lr = o_.schedule.at(step_);
+  const StepResult out = run_batch(batch, seed, lr);
+  record_step(out, batch, lr);
+}
+
+// Runs `batch` until a run is applied: a run that is not runs once more,
+// then with the next batch (BadSteps).
+StepResult RankTrainer::run_batch(DataBatch& batch, uint64_t seed, double lr) {
+  for (int attempt = 1;; ++attempt) {
+    const double step_start = progress_->elapsed_seconds();
+    StepResult out = executor_->run({.feeds = feeds_of(model_, batch),
+                                     .global_rows = batch.global_rows,
+                                     .seed = seed,
+                                     .step = static_cast<uint64_t>(step_),
+                                     .lr = lr,
+                                     .grad_clip = o_.grad_clip,
+                                     .poison = bad_steps_->poisoned()});
+    step_seconds_.push_back(progress_->elapsed_seconds() - step_start);
+    if (!out.skipped) {
+      bad_steps_->applied();
+      return out;
+    }
+    if (!bad_steps_->not_applied(out, step_, attempt, *metrics_, *progress_)) continue;
+    batch = bad_steps_->draw(*task_, data_rank_, data_ranks_);
+    add_program_for(batch);
+    attempt = 0;
+  }
+}
+
+// An applied step: its loss, its measurements and its metrics line.
+void RankTrainer::record_step(const StepResult& out, const DataBatch& batch, double lr) {
+  wire_ += out.wire;
+  for (TraceRecord& r : executor_->take_trace()) trace_.push_back(std::move(r));
+  result_.peak_tensor_bytes = std::max(result_.peak_tensor_bytes, out.peak_bytes);
+  result_.activation_peak_bytes = std::max(result_.activation_peak_bytes, out.activation_peak_bytes);
+  if (step_ > trace_begin_ - 1) {  // the first step of a run warms caches and pools up
+    stage_.busy_us += out.pipeline_busy_us;
+    stage_.span_us += out.pipeline_span_us;
+  }
+  const double loss = out.loss;
+  const bool can_skip = strategy_.lowering.global_norm && o_.sync.p3_slice_bytes == 0;
+  if (!std::isfinite(loss))  // only a program without a global norm gets here (P3)
+    fail("training diverged at step {}: loss is {} (lower the learning rate {}{})", step_ + 1, loss, o_.schedule.lr,
+         can_skip ? "" : "; P3 updates before the global norm is known, so it cannot skip bad steps");
+  result_.losses.push_back(loss);
+  result_.last_train_loss = loss;
+  nlohmann::json line{{"step", step_ + 1}, {"train_loss", loss}, {"lr", lr}, {"grad_norm", out.grad_norm},
+                      {"time_s", progress_->elapsed_seconds()}, {"step_s", step_seconds_.back()}};
+  if (world_ > 1) {
+    line["wire_bytes"] = out.wire.bytes_sent;
+    for (size_t a = 0; a < out.axis_bytes.size(); ++a) {
+      const std::string& axis = strategy_.mesh.axes()[a].name;
+      line["bytes_sent"][axis] = out.axis_bytes[a];
+      result_.bytes_per_axis[axis] = out.axis_bytes[a];
+    }
+  }
+  metrics_->write(line);
+  progress_->update(step_ + 1, loss, batch.global_rows * task_->units_per_row());
+}
+
+// An epoch's partial last batch (classifiers, without --drop-last) runs
+// the same strategy lowered for its rows: the loss is the mean over the
+// rows there are, so every strategy equals one rank on them. Lowered the
+// first time one comes, with the main program's stage cuts.
+void RankTrainer::add_program_for(const DataBatch& batch) {
+  if (executor_->has_program_for(batch.global_rows)) return;
+  const nn::Model partial = task_->build(batch.global_rows, true);
+  executor_->add_program(
+      parallel::lower({.forward = &partial.graph, .loss = partial.loss, .collective = o_.sync.collective,
+                       .bucket_buffers = o_.sync.bucket_buffers},
+                      *partial_strategy_, rank_));
+}
+
+// Every rank evaluates a part of the validation batches and the parts'
+// sums are added up: no rank waits in a collective while another evaluates
+// alone (a wait that could outlast --timeout), and the whole set takes
+// 1/world of the time.
+Evaluation RankTrainer::evaluate(int64_t at_step) {
+  const ParamStore params = executor_->parameters();  // collective: every rank gets the whole
+  const EvaluationSums part = task_->evaluate(params, rank_, world_);
+  EvaluationSums sums = part;
+  if (group_ != nullptr && world_ > 1) {
+    std::array<float, 3> summed{float(part.loss), float(part.weight), float(part.correct < 0 ? 0 : part.correct)};
+    comm::allreduce(*group_, std::span<float>(summed), comm::Reduction::sum);
+    sums = {.loss = summed[0], .weight = summed[1], .correct = part.correct < 0 ? -1 : double(summed[2])};
+  }
+  const Evaluation e = sums.mean();
+  if (!lead_) return e;
+  EvaluationReport report = report_evaluation(e, at_step);
+  report.line["time_s"] = progress_->elapsed_seconds();
+  metrics_->write(report.line);
+  progress_->message(report.text);
+  return e;
+}
+
+// The run's state after `at_step` steps, for a checkpoint or a snapshot.
+CheckpointState RankTrainer::state_now(int64_t at_step) const {
+  CheckpointState state = run_state(o_, *task_, at_step, executor_->optimizer().steps(), world_);
+  state.mesh = strategy_.mesh.str();
+  state.batches = bad_steps_->batches_drawn();
+  state.bad_batches = bad_steps_->bad_batches();
+  state.saved_at = unix_seconds();
+  return state;
+}
+
+}  // namespace px

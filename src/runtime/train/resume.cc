@@ -1,0 +1,31 @@
+#include "runtime/train/resume.h"
+
+namespace px {
+
+ResumePoint::ResumePoint(const std::string& resume_dir, const Checkpoint* restore) : from_(restore) {
+  if (from_ != nullptr || resume_dir.empty()) return;
+  loaded_ = load_checkpoint(resume_dir);
+  from_ = &loaded_;
+}
+
+void ResumePoint::apply_model(TrainOptions& options) const {
+  if (from_ != nullptr) apply_model_json(from_->state.config, options);
+}
+
+int64_t ResumePoint::restore_task(Task& task) const {
+  if (from_ == nullptr) return 0;
+  task.restore_data_state(from_->state.data);
+  return from_->state.step;
+}
+
+CheckpointState run_state(const TrainOptions& o, const Task& task, int64_t step, int64_t optimizer_steps,
+                          int ranks) {
+  return {.step = step,
+          .config = model_json(o),
+          .data = task.data_state(),
+          .optimizer = o.optimizer.kind,
+          .optimizer_steps = optimizer_steps,
+          .ranks = ranks};
+}
+
+}  // namespace px

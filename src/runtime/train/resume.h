@@ -1,0 +1,42 @@
+// Where a rank's training continues from, and the state it saves for the
+// next one to continue from; shared by the data-parallel trainer and the
+// parameter server. A run continues a restart's state in memory
+// (snapshots.h), else --resume's checkpoint directory, else starts afresh.
+#pragma once
+
+#include <string>
+
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/tasks/task.h"
+#include "runtime/train/train_options.h"
+
+namespace px {
+
+class ResumePoint {
+ public:
+  // Reads `resume_dir` (--resume) unless `restore` (a restart's state) is given.
+  ResumePoint(const std::string& resume_dir, const Checkpoint* restore);
+  ResumePoint(const ResumePoint&) = delete;
+  ResumePoint& operator=(const ResumePoint&) = delete;
+
+  // nullptr: the run starts afresh.
+  const Checkpoint* checkpoint() const { return from_; }
+  bool from_memory() const { return from_ != nullptr && from_ != &loaded_; }
+  // The resumed run trains the checkpoint's model: its config replaces the options'.
+  void apply_model(TrainOptions& options) const;
+  // Puts the task's data order where the checkpoint left it; returns the
+  // step training continues after (0 afresh).
+  int64_t restore_task(Task& task) const;
+
+ private:
+  Checkpoint loaded_;
+  const Checkpoint* from_ = nullptr;
+};
+
+// What every checkpoint says of the run at `step` (the writer adds mesh,
+// batches and the like): the model config, the task's data order, the
+// optimizer and its update count, the rank count.
+CheckpointState run_state(const TrainOptions& options, const Task& task, int64_t step, int64_t optimizer_steps,
+                          int ranks);
+
+}  // namespace px
