@@ -43,14 +43,20 @@ TEST(Heartbeats, EveryMemberHearsEveryOthersLatestRoundOnFiveRanks) {
       heartbeats.exchange(message(world.rank(), round));
       if (round % 20 == 0) allreduce(world, data, Reduction::sum, {.algorithm = Algorithm::ring});
     }
-    // Everyone has sent its last round; keep exchanging until it arrived.
+    // Everyone has sent its last round; keep exchanging until every member
+    // heard every other's. Not until this rank heard all: a send skipped
+    // because the last one was still in flight is only made good by a later
+    // exchange, so a rank that stopped early could leave a peer short.
     const auto deadline = Clock::now() + std::chrono::seconds(10);
-    for (bool all = false; !all && Clock::now() < deadline;) {
+    for (bool everyone = false; !everyone;) {
       heartbeats.exchange(message(world.rank(), kRounds));
-      all = true;
+      float heard_all = 1.0f;
       for (int member = 0; member < kRanks; ++member)
-        if (member != world.rank()) all = all && fields_of(heartbeats.latest(member)).second == kRounds;
-      std::this_thread::yield();
+        if (member != world.rank() && fields_of(heartbeats.latest(member)).second != kRounds) heard_all = 0.0f;
+      if (Clock::now() >= deadline) heard_all = 1.0f;  // give up together; the checks below fail
+      std::vector<float> flag{heard_all};
+      allreduce(world, flag, Reduction::min);
+      everyone = flag[0] == 1.0f;
     }
     for (int member = 0; member < kRanks; ++member) {
       if (member == world.rank()) {
