@@ -33,7 +33,9 @@ void write_trace(const std::string& path, const plan::Simulation& sim, int ranks
   for (const plan::SimulatedEvent& e : sim.trace)
     per_rank[static_cast<size_t>(e.rank)].push_back(
         {.name = e.name,
-         .lane = e.lane == "compute" ? TraceRecord::Lane::compute : TraceRecord::Lane::comm,
+         .lane = e.lane == "compute"                ? TraceRecord::Lane::compute
+                 : e.lane.starts_with("progress:") ? TraceRecord::Lane::progress
+                                                   : TraceRecord::Lane::comm,
          .start_us = e.start * 1e6,
          .duration_us = e.duration * 1e6,
          .bytes = 0,
@@ -80,7 +82,8 @@ void add_simulate_command(CLI::App& app) {
     const plan::ClusterSpec cluster = plan::cluster_named(sim_flags->cluster, local_cluster_path());
     const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
     const parallel::Strategy strategy = strategy_for(o, model, o.ranks);
-    const parallel::LowerRequest lowering{.forward = &model.graph, .loss = model.loss};
+    const parallel::LowerRequest lowering{.forward = &model.graph, .loss = model.loss,
+                                          .collective = o.sync.collective, .bucket_buffers = o.sync.bucket_buffers};
     const std::vector<parallel::Program> programs = sim_flags->all_ranks
                                                         ? plan::lower_all(lowering, strategy)
                                                         : plan::lower_representatives(lowering, strategy);

@@ -47,6 +47,19 @@ std::vector<std::vector<std::optional<Placement>>> seeds_by_value(const Graph& g
   return seeds;
 }
 
+// Training: backward added to `graph`; every parameter with its gradient
+// (kNoValue without backward).
+std::vector<ParamGrad> with_backward(Graph& graph, const LowerRequest& request) {
+  std::vector<ParamGrad> grads;
+  if (!request.training) {
+    for (ValueId p : graph.params()) grads.push_back({p, kNoValue});
+    return grads;
+  }
+  Gradients g = build_backward(graph, request.loss, graph.params());
+  for (ValueId p : graph.params()) grads.push_back({p, g.at(p)});
+  return grads;
+}
+
 }  // namespace
 
 Strategy with_stage_cuts_of(Strategy strategy, const Program& program) {
@@ -67,13 +80,7 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
     fail("lowering: rank {} is outside mesh {} of {} ranks", rank, strategy.mesh.str(), strategy.mesh.ranks());
   Graph graph = *request.forward;  // backward is added to a copy
   const int forward_nodes = static_cast<int>(graph.nodes().size());
-  std::vector<ParamGrad> grads;
-  if (request.training) {
-    Gradients g = build_backward(graph, request.loss, graph.params());
-    for (ValueId p : graph.params()) grads.push_back({p, g.at(p)});
-  } else {
-    for (ValueId p : graph.params()) grads.push_back({p, kNoValue});
-  }
+  std::vector<ParamGrad> grads = with_backward(graph, request);
   const int axis = strategy.mesh.axis(strategy.data_axis);
   const std::vector<int> coords = strategy.mesh.coords(rank);
 
@@ -129,6 +136,7 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   program.loss = loss;
   program.outputs = outputs;
   program.training = request.training;
+  program.collective = request.collective;
   context.work = passes::plan_work(context, program);
   passes::recompute(context, context.work);
   passes::localize(context, program);
@@ -136,6 +144,8 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   passes::schedule(context, program);
   passes::optimizer(context, program);
   passes::frees(program);
+  passes::back_pressure(program, request.bucket_buffers);
+  passes::facts(context, program);
   return program;
 }
 

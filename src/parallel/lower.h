@@ -18,6 +18,10 @@
 //               after a sharded update
 //   liveness    the last use of every value and buffer; a Free after each buffer
 //               instance's last read (lower/liveness.h)
+//   back_pressure  ZeRO: a bucket buffer's first write after the reduction that frees
+//               the one `bucket_buffers` earlier
+//   facts       how each instruction runs: lane, group, sequence number, wire
+//               bytes (lower/facts.cc)
 //
 // The graph is built once for the global batch: the loss carries the
 // global scale (1/rows), so every rank's loss and gradients are summands of
@@ -37,6 +41,13 @@ struct LowerRequest {
   ValueId loss = kNoValue;         // a scalar
   std::vector<ValueId> outputs;    // also returned per micro-batch (evaluation: the logits)
   bool training = true;            // add backward, the gradient collectives and the updates
+  // The collective algorithm the executor will run (its ExecutorOptions'):
+  // the wire bytes stamped on each instruction are that algorithm's.
+  comm::CollectiveOptions collective;
+  // Gradients sharded (ZeRO): at most this many gradient bucket buffers
+  // alive at once, backward waiting for the oldest reduction past that
+  // (lower/back_pressure.cc).
+  int bucket_buffers = 4;
 };
 
 // The program of `rank` (0 <= rank < strategy.mesh.ranks()). Throws

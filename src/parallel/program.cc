@@ -18,8 +18,17 @@ std::string_view buffer_kind_name(Buffer::Kind kind) {
     case Buffer::Kind::grad_shard: return "grad_shard";
     case Buffer::Kind::loss: return "loss";
     case Buffer::Kind::norm: return "norm";
+    case Buffer::Kind::flags: return "flags";
   }
   return "?";
+}
+
+std::string lane_name(const Program& p, const Lane& lane) {
+  if (lane.kind == Lane::Kind::compute) return "compute";
+  const auto& axes = p.strategy.mesh.axes();
+  const std::string axis =
+      lane.axis >= 0 && lane.axis < static_cast<int>(axes.size()) ? axes[static_cast<size_t>(lane.axis)].name : "?";
+  return fmt::format("{}:{}", lane.kind == Lane::Kind::progress ? "progress" : "p2p", axis);
 }
 
 Region Program::param_source(int param) const {
@@ -38,11 +47,15 @@ std::string region_str(const Program& p, const Region& r) {
   return fmt::format("{}[{}:{}]", p.buffers.at(static_cast<size_t>(r.buffer)).name, r.offset, r.offset + r.count);
 }
 
-std::string stream_str(const Program& p, int stream) {
-  if (stream == kComputeStream) return "compute";
-  const int axis = stream - 1;
-  const auto& axes = p.strategy.mesh.axes();
-  return fmt::format("comm:{}", axis >= 0 && axis < static_cast<int>(axes.size()) ? axes[static_cast<size_t>(axis)].name : "?");
+// " seq 3 wire 1536" for what talks to a group: its call and its bytes.
+std::string facts_str(const Instr& instr) {
+  std::string s;
+  if (instr.group >= 0) s += fmt::format(" seq {}", instr.sequence);
+  if (instr.wire.inter_node > 0)
+    s += fmt::format(" wire {}+{} across nodes", instr.wire.intra_node, instr.wire.inter_node);
+  else if (instr.wire.intra_node > 0)
+    s += fmt::format(" wire {}", instr.wire.intra_node);
+  return s;
 }
 
 std::string axis_str(const Program& p, int axis) {
@@ -66,6 +79,8 @@ struct OperationPrinter {
                                 reduces ? fmt::format(" {}", comm::reduction_name(c.op)) : "", region_str(p, c.input));
     if (c.output.buffer >= 0) s += fmt::format(" -> {}{}", region_str(p, c.output), c.accumulate ? " (add)" : "");
     if (c.codec.lossy()) s += fmt::format(" codec {} ({}x{})", c.codec.to_string(), c.codec_rows, c.codec_cols);
+    if (c.momentum != 0) s += fmt::format(" momentum {}", c.momentum);
+    if (c.agreement.buffer >= 0) s += fmt::format(" if {} clear", region_str(p, c.agreement));
     if (c.subgroup >= 0)
       s += fmt::format(" among [{}]", fmt::join(p.subgroups.at(static_cast<size_t>(c.subgroup)).coords, ","));
     return s;
@@ -98,6 +113,9 @@ struct OperationPrinter {
            (i < n.weights.size() && n.weights[i] != 1 ? fmt::format("x{:.4g}", n.weights[i]) : "");
     return s + " -> " + region_str(p, n.into);
   }
+  std::string operator()(const Finite& f) const {
+    return fmt::format("finite {} -> {}", region_str(p, f.gradient), region_str(p, f.into));
+  }
   std::string operator()(const Clip& c) const {
     std::string s = "clip";
     for (const Region& r : c.gradients) s += " " + region_str(p, r);
@@ -118,8 +136,8 @@ struct OperationPrinter {
 std::string Program::str(size_t i) const {
   const Instr& instr = instrs.at(i);
   std::string line = fmt::format("#{} {} {}", i, instr.micro_batch >= 0 ? fmt::format("mb{}", instr.micro_batch) : "-",
-                                 stream_str(*this, instr.stream));
-  line += " " + std::visit(OperationPrinter{*this, instr}, instr.op);
+                                 lane_name(*this, instr.lane));
+  line += " " + std::visit(OperationPrinter{*this, instr}, instr.op) + facts_str(instr);
   if (instr.priority != 0) line += fmt::format(" prio {}", instr.priority);
   if (!instr.after.empty()) line += fmt::format(" after #{}", fmt::join(instr.after, " #"));
   if (!instr.name.empty()) line += fmt::format("  \"{}\"", instr.name);
@@ -131,6 +149,9 @@ std::string Program::str() const {
                               strategy.mesh.str(), fmt::join(coords, ","), strategy.zero_stage,
                               micro_batches.size(), micro_batches.size() == 1 ? "" : "es",
                               training ? "training" : "forward only");
+  if (!(collective == comm::CollectiveOptions{}))
+    s += fmt::format("collectives: {}{}\n", comm::algorithm_name(collective.algorithm),
+                     collective.ranks_per_node > 0 ? fmt::format(", {} ranks a node", collective.ranks_per_node) : "");
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     const MicroBatch& mb = micro_batches[m];
     s += fmt::format("micro-batch {}: {} row{} from global row {}\n", m, mb.rows, mb.rows == 1 ? "" : "s", mb.row_offset);
@@ -179,7 +200,8 @@ bool Program::operator==(const Program& other) const {
          instrs == other.instrs && params_buffer == other.params_buffer &&
          param_shard_buffer == other.param_shard_buffer && grad_shard_buffer == other.grad_shard_buffer &&
          loss_buffer == other.loss_buffer && norm_buffer == other.norm_buffer && training == other.training &&
-         subgroups == other.subgroups && pipeline == other.pipeline;
+         subgroups == other.subgroups && groups == other.groups && collective == other.collective &&
+         pipeline == other.pipeline;
 }
 
 }  // namespace px::parallel

@@ -8,14 +8,26 @@
 //   Send / Recv{value, peer}         a value to / from another pipeline stage
 //   Accumulate{value -> buffer}      a gradient into its bucket (copy, then add)
 //   Norm{gradients -> norm}          this rank's part of the squared gradient norm
+//   Finite{gradient -> flag}         1 in the flag if the gradient has a non-finite element
 //   Clip{gradients, norm}            the global norm read; gradients scaled to the clip
 //   Update{param shard}              the optimizer on a shard of parameters
 //   Free{buffer}                     a program buffer's last use
 //
-// Every instruction has a stream (compute, or one comm stream per mesh
-// axis), a micro-batch (-1: once per step), a priority (lower is more
-// urgent), dependencies (`after`: instruction indices; an instruction also
-// follows everything before it on its stream) and a readable name.
+// Every instruction has a lane, a micro-batch (-1: once per step), a
+// priority (lower is more urgent), dependencies (`after`: instruction
+// indices; an instruction also follows everything before it on its lane)
+// and a readable name. How it runs is stamped once, by lower/facts.cc, and
+// read by the executor, the simulator and the flight recorder alike:
+//   lane      compute: the rank's main thread, in list order (computes,
+//             accumulations, updates, and collectives and reshards that
+//             block it); progress:<axis>: the axis' progress thread, in
+//             list order, while the main thread goes on (an axis whose
+//             collectives overlap compute: the data axis); p2p:<axis>:
+//             pipeline transfers (a send is posted, a receive waited for)
+//   group     communicating instructions: index into Program::groups
+//   sequence  its place among this step's calls on that group (every
+//             member runs them in the same order, so it names one call)
+//   wire      bytes this rank sends, per link class (comm/wire_bytes.h)
 //
 // Values of a local graph are addressed by ValueId; every local graph has
 // the global graph's ids (parallel/lower.h), so one id names a value in
@@ -31,6 +43,7 @@
 
 #include "comm/compression/spec.h"
 #include "comm/collectives.h"
+#include "comm/wire_bytes.h"
 #include "comm/transport.h"
 #include "graph/graph.h"
 #include "parallel/lower/propagate.h"
@@ -58,6 +71,7 @@ struct Buffer {
     grad_shard,    // this rank's block of every gradient bucket, reduced (ZeRO-1/2/3)
     loss,          // the step's loss (one float)
     norm,          // the step's squared gradient norm (one float)
+    flags,         // per compressed gradient collective, its agreed non-finite flag (one float each)
   };
   Kind kind = Kind::grad_bucket;
   std::string name;
@@ -124,6 +138,13 @@ struct Collective {
   // rows x cols matrix); Method::none for a plain collective.
   comm::compression::Spec codec;
   int64_t codec_rows = 1, codec_cols = 1;
+  // DGC's momentum correction (LoweringOptions::local_momentum): each rank
+  // compresses its own velocity u = m*u + g. 0: off.
+  double momentum = 0;
+  // Compressed: the flag the ranks agreed on (a Finite, then its max
+  // allreduce, before this on the lane). Set, no codec state may take the
+  // gradient in: the collective hands on NaN so the norm skips the step.
+  Region agreement;
   // >= 0: over Program::subgroups[subgroup], some of the axis' ranks (the
   // pipeline stages sharing a parameter) instead of all of them.
   int subgroup = -1;
@@ -179,6 +200,15 @@ struct Norm {
   bool operator==(const Norm&) const = default;
 };
 
+// Whether a gradient may enter a codec's error-feedback state: `into`
+// (one float) becomes 1 if any element of `gradient` is not finite, else 0.
+// A max allreduce of it over the ranks then tells every rank alike.
+struct Finite {
+  Region gradient;
+  Region into;
+  bool operator==(const Finite&) const = default;
+};
+
 // The global gradient norm is sqrt(norm); when it exceeds the step's clip
 // every gradient is scaled by clip / norm (before any update reads them).
 struct Clip {
@@ -204,20 +234,45 @@ struct Free {
   bool operator==(const Free&) const = default;
 };
 
-using Operation = std::variant<Compute, Collective, Reshard, Send, Recv, Accumulate, Norm, Clip, Update, Free>;
+using Operation =
+    std::variant<Compute, Collective, Reshard, Send, Recv, Accumulate, Norm, Finite, Clip, Update, Free>;
+
+// Where an instruction runs (the header's table).
+struct Lane {
+  enum class Kind : uint8_t { compute, progress, p2p };
+  Kind kind = Kind::compute;
+  int axis = -1;  // progress, p2p: the mesh axis
+  bool operator==(const Lane&) const = default;
+};
 
 struct Instr {
   Operation op;
-  int stream = 0;        // kComputeStream or comm_stream(axis)
+  Lane lane;
   int micro_batch = -1;  // -1: once per step
   int priority = 0;
   std::vector<int> after;
   std::string name;
+  int group = -1;         // Program::groups (-1: talks to no group)
+  int64_t sequence = -1;  // among this step's calls on `group`
+  comm::WireBytes wire;
   bool operator==(const Instr&) const = default;
 };
 
-constexpr int kComputeStream = 0;
-inline int comm_stream(int axis) { return 1 + axis; }
+// "compute", "progress:<axis>" or "p2p:<axis>" (str() prints it).
+struct Program;
+std::string lane_name(const Program& program, const Lane& lane);
+
+// The ranks a collective or reshard talks with: the ones that differ from
+// this rank only along `axis` (and, for a subgroup, sit at one of its
+// coordinates there). `key` is equal on every member and unique to the group.
+struct CommGroup {
+  int axis = 0;
+  int subgroup = -1;        // Program::subgroups, or -1: the whole axis
+  std::vector<int> ranks;   // world ranks, by coordinate along the axis
+  int rank = 0;             // this rank's place in `ranks`
+  std::string key;
+  bool operator==(const CommGroup&) const = default;
+};
 
 // One micro-batch of this rank's rows.
 struct MicroBatch {
@@ -291,6 +346,9 @@ struct Program {
   int norm_buffer = -1;  // with a global gradient norm
   bool training = false;
   std::vector<Subgroup> subgroups;
+  std::vector<CommGroup> groups;  // every group an instruction talks with (Instr::group)
+  // The collective algorithm the wire bytes are stamped for (LowerRequest::collective).
+  comm::CollectiveOptions collective;
   PipelineLayout pipeline;
 
   // Where compute reads parameter `param` (an index into params) from: the

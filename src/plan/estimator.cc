@@ -125,14 +125,9 @@ double FakeEstimator::compute_seconds(const Graph&, const Node& node) const {
 
 double FakeEstimator::collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass) const {
   if (ranks <= 1) return 0;
-  const double p = ranks, share = (p - 1) / p;
-  switch (kind) {
-    case comm::Collective::allreduce: return 2 * (p - 1) * alpha + 2 * share * bytes * beta;
-    case comm::Collective::reduce_scatter:
-    case comm::Collective::allgather:
-    case comm::Collective::all_to_all: return (p - 1) * alpha + share * bytes * beta;
-    default: return (p - 1) * alpha + bytes * beta;
-  }
+  const comm::CostTerms ring =
+      comm::cost_terms({.collective = kind, .algorithm = comm::Algorithm::ring, .bytes = bytes, .ranks = ranks});
+  return ring.messages * alpha + ring.bytes_sent * beta;
 }
 
 }  // namespace px::plan

@@ -91,9 +91,10 @@ std::unique_ptr<CostEstimator> make_estimator(const ClusterSpec& cluster, DType 
                                               const ProfiledEstimator::Options& local = {});
 
 // A table for tests: each node costs its op's entry (or `per_node`),
-// memory passes `per_byte` a byte, collectives and messages
-// α + bytes_sent · β with the ring's bytes sent (allreduce 2(p−1)/p · n,
-// reduce-scatter and allgather (p−1)/p · n) and 2(p−1) or (p−1) messages.
+// memory passes `per_byte` a byte, a message α + bytes · β, a collective
+// messages · α + bytes_sent · β with the ring's terms (comm::cost_terms:
+// allreduce 2(p−1) messages and 2(p−1)/p · n bytes, reduce-scatter and
+// allgather (p−1) and (p−1)/p · n).
 struct FakeEstimator : CostEstimator {
   std::map<std::string, double> per_op;  // op name -> seconds
   double per_node = 0;

@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include "comm/cost_model.h"
 #include "core/error.h"
 #include "parallel/lower/liveness.h"
 #include "parallel/lower/reshard.h"
@@ -16,14 +15,6 @@ namespace {
 
 using parallel::Instr;
 using parallel::Program;
-
-// The ring form's bytes the busiest rank sends for a collective of n bytes
-// (comm's CostQuery n: the whole buffer) over p ranks.
-double ring_sent(comm::Collective kind, double n, int p) {
-  return comm::cost_terms({.collective = kind, .algorithm = comm::Algorithm::ring, .bytes = n, .ranks = p}).bytes_sent;
-}
-
-double footer_region_bytes(const parallel::Region& r) { return static_cast<double>(r.count) * sizeof(float); }
 
 // (axis name, kind) of what instruction `i` sends, if anything.
 std::optional<std::pair<std::string, std::string>> sent_by(const Program& p, const Instr& instr) {
@@ -41,23 +32,8 @@ std::optional<std::pair<std::string, std::string>> sent_by(const Program& p, con
 }  // namespace
 
 double instr_bytes_sent(const Program& p, size_t i) {
-  const Instr& instr = p.instrs.at(i);
-  if (const auto* c = std::get_if<parallel::Collective>(&instr.op)) {
-    const int ranks = c->subgroup >= 0 ? static_cast<int>(p.subgroups.at(static_cast<size_t>(c->subgroup)).coords.size())
-                                       : p.strategy.mesh.axes()[static_cast<size_t>(c->axis)].size;
-    return ring_sent(c->kind, footer_region_bytes(c->kind == comm::Collective::allgather ? c->output : c->input), ranks);
-  }
-  if (const auto* rs = std::get_if<parallel::Reshard>(&instr.op)) {
-    const std::optional<comm::Collective> kind = parallel::collective_of(parallel::resharding(rs->from, rs->to));
-    if (!kind) return 0;  // a slice: local
-    const Graph& g = p.graph_of(instr.micro_batch);
-    const Node& node = g.nodes()[static_cast<size_t>(rs->node)];
-    const double n = static_cast<double>(std::max(g.spec(node.inputs.front()).bytes(), g.spec(node.outputs.front()).bytes()));
-    return ring_sent(*kind, n, p.strategy.mesh.axes()[static_cast<size_t>(rs->axis)].size);
-  }
-  if (const auto* send = std::get_if<parallel::Send>(&instr.op))
-    return static_cast<double>(p.graph_of(instr.micro_batch).spec(send->value).bytes());
-  return 0;
+  // What the lowering stamped (comm::wire_bytes for Program::collective).
+  return static_cast<double>(p.instrs.at(i).wire.total());
 }
 
 ProgramCost program_cost(const std::vector<Program>& programs, int rank, const ClusterSpec& cluster,

@@ -39,8 +39,7 @@ struct ProgramCost {
 };
 
 // The bytes one rank sends for instruction `instr` of `program` (0 for
-// what sends nothing): the ring form of a collective over its group, a
-// reshard's collective over its axis, a send's value.
+// what sends nothing): its stamped wire bytes (parallel/program.h).
 double instr_bytes_sent(const parallel::Program& program, size_t instr);
 
 // `programs` is every rank of the mesh in rank order (lower_all); the cost

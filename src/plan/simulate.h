@@ -2,17 +2,20 @@
 // events, the way runtime::ProgramExecutor would run them, on a cluster it
 // never touches: no kernel runs and no model memory is allocated.
 //
-// Per rank there is the main thread, which walks the instruction list in
-// order (computes, accumulations, the norm, clips, updates; collectives off
-// the data axis and reshards inline; sends posted without waiting; receives
-// waiting for their message; every instruction first waits for its
-// `after`), and the progress stream, which runs the data axis' collectives
-// in the order the main thread submits them (with overlap, as the executor
-// does with more than one data rank). A collective starts once every
-// member of its group has reached it and ends for all of them together; a
-// message arrives its transfer time after it was sent. What each piece
-// takes comes from a CostEstimator (plan/estimator.h), the link from where
-// the group's ranks sit on the cluster (cluster.h).
+// Per rank there are the lanes the Program names (parallel/program.h):
+// the main thread, which walks the instruction list in order (computes,
+// accumulations, the norm, clips, updates; collectives and reshards on the
+// compute lane inline; sends posted without waiting; receives waiting for
+// their message; every instruction first waits for its `after`), and the
+// progress lane, which runs its collectives in the order the main thread
+// submits them (with overlap, as the executor does; without, they run
+// inline). A collective meets the other members of its group by the
+// group key and sequence number the lowering stamped, starts once every
+// member has reached it and ends for all of them together; a message
+// arrives its transfer time after it was sent. What each piece takes comes
+// from a CostEstimator (plan/estimator.h), the link from where the group's
+// ranks sit on the cluster (cluster.h); the bytes each rank sends are the
+// instruction's stamped wire bytes.
 //
 // Memory is the executor's allocation order: the persistent buffers, the
 // optimizer's state and the step's batch, every buffer instance from its first write to its
@@ -41,7 +44,7 @@ struct SimulationRequest {
   const std::vector<parallel::Program>* programs = nullptr;
   const ClusterSpec* cluster = nullptr;
   const CostEstimator* estimator = nullptr;
-  bool overlap = true;       // data-axis collectives on the progress stream
+  bool overlap = true;       // progress-lane collectives overlap the main thread
   int optimizer_slots = 2;   // float32 state per updated element (AdamW: 2, SGD momentum: 1)
   // Mixed precision: activations (and what stages and reshards move) in
   // this dtype, and a working copy of the parameters in it beside the
@@ -55,10 +58,15 @@ struct SimulationRequest {
 // One timed piece of the replay; `instr` is the executor's instruction id.
 struct SimulatedEvent {
   int rank = 0;
-  std::string lane;  // "compute" or "comm:<axis>"
+  // Where the replay ran it, named as the Program names lanes: "compute"
+  // (the main thread: computes, and collectives and reshards it blocks
+  // on, progress-lane ones too without overlap), "progress:<axis>",
+  // "p2p:<axis>" (a receive's wait).
+  std::string lane;
   std::string name;
   double start = 0, duration = 0;  // seconds from the step's start
   int instr = -1;
+  int64_t sequence = -1;  // a collective's or reshard's call on its group
 };
 
 // Per-rank vectors follow `programs` (the representatives in a symmetric

@@ -112,7 +112,7 @@ TEST(Simulate, AReceiveNobodySendsIsNamed) {
     simulate({.programs = &programs, .cluster = &cluster, .estimator = &fake});
     FAIL() << "expected the replay to get stuck";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 1 at #0 mb0 comm:pp recv"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1 at #0 mb0 p2p:pp recv"), std::string::npos) << e.what();
   }
 }
 

@@ -34,7 +34,11 @@ int add_buffer(Program& program, Buffer buffer) {
   return static_cast<int>(program.buffers.size() - 1);
 }
 
-void buckets(const Context& c, Program& program) {
+namespace {
+
+// Every parameter this rank holds, in the order backward completes its
+// gradient (declaration order without backward), laid out flat.
+void lay_out_parameters(const Context& c, Program& program) {
   const Graph& graph = c.graph;
   const std::vector<int> first_use = forward_order(graph, c.forward_nodes);
   // When this rank's part of each gradient is complete: its last part's producer.
@@ -43,8 +47,6 @@ void buckets(const Context& c, Program& program) {
     const ValueId param = c.grads[static_cast<size_t>(grad)].param;
     ready[static_cast<size_t>(param)] = std::max(ready[static_cast<size_t>(param)], graph.value(value).producer);
   }
-  std::vector<bool> shared(graph.values().size(), false);
-  for (const auto& [value, group] : c.work.shared) shared[static_cast<size_t>(value)] = true;
   for (const ParamGrad& pg : c.grads) {
     if (!c.work.holds[static_cast<size_t>(pg.param)]) continue;  // another pipeline stage's
     const Value& value = graph.value(pg.param);
@@ -66,45 +68,53 @@ void buckets(const Context& c, Program& program) {
     std::stable_sort(program.params.begin(), program.params.end(),
                      [&](const ParamLayout& a, const ParamLayout& b) { return producer(a) < producer(b); });
   }
-  std::vector<int64_t> counts;
   for (ParamLayout& p : program.params) {
     p.offset = program.param_count;
     program.param_count += p.shape.numel();
-    counts.push_back(p.shape.numel());
   }
-  const bool sharded = c.strategy.zero_stage >= 1 && c.data_size > 1;
-  if (program.training) {
-    // A compressed gradient is exchanged alone (PowerSGD needs its matrix).
-    const int64_t bucket_bytes = c.strategy.lowering.compression.lossy() ? 0 : c.strategy.lowering.bucket_bytes;
-    // A parameter pipeline stages share is a bucket alone: the stages sum
-    // just its gradient.
-    std::vector<bool> starts(counts.size(), false);
-    for (size_t i = 0; i < counts.size(); ++i) {
-      if (!shared[static_cast<size_t>(program.params[i].value)]) continue;
-      starts[i] = true;
-      if (i + 1 < counts.size()) starts[i + 1] = true;
-    }
-    for (const comm::BucketSpan& span : comm::plan_buckets(counts, bucket_bytes, starts)) {
-      BucketLayout b{.offset = program.params[static_cast<size_t>(span.first)].offset, .count = span.count,
-                     .priority = std::numeric_limits<int>::max()};
-      for (int i = span.first; i <= span.last; ++i) {
-        ParamLayout& p = program.params[static_cast<size_t>(i)];
-        p.bucket = static_cast<int>(program.buckets.size());
-        b.members.push_back(i);
-        b.priority = std::min(b.priority, p.forward_order);
-      }
-      if (sharded) {
-        const comm::Block block = comm::block(b.count, c.data_size, c.data_rank);
-        b.block_begin = block.begin;
-        b.block_count = block.count;
-        b.shard_offset = program.shard_count;
-        program.shard_count += block.count;
-      }
-      program.buckets.push_back(b);
-    }
-  }
+}
 
-  // Storage: whole parameters, or (ZeRO-3) this rank's blocks of them.
+// The one bucket rule over the flat layout, and (ZeRO) this rank's block of each bucket.
+void cut_buckets(const Context& c, Program& program) {
+  std::vector<bool> shared(c.graph.values().size(), false);
+  for (const auto& [value, group] : c.work.shared) shared[static_cast<size_t>(value)] = true;
+  std::vector<int64_t> counts;
+  for (const ParamLayout& p : program.params) counts.push_back(p.shape.numel());
+  const bool sharded = c.strategy.zero_stage >= 1 && c.data_size > 1;
+  // A compressed gradient is exchanged alone (PowerSGD needs its matrix).
+  const int64_t bucket_bytes = c.strategy.lowering.compression.lossy() ? 0 : c.strategy.lowering.bucket_bytes;
+  // A parameter pipeline stages share is a bucket alone: the stages sum
+  // just its gradient.
+  std::vector<bool> starts(counts.size(), false);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (!shared[static_cast<size_t>(program.params[i].value)]) continue;
+    starts[i] = true;
+    if (i + 1 < counts.size()) starts[i + 1] = true;
+  }
+  for (const comm::BucketSpan& span : comm::plan_buckets(counts, bucket_bytes, starts)) {
+    BucketLayout b{.offset = program.params[static_cast<size_t>(span.first)].offset, .count = span.count,
+                   .priority = std::numeric_limits<int>::max()};
+    for (int i = span.first; i <= span.last; ++i) {
+      ParamLayout& p = program.params[static_cast<size_t>(i)];
+      p.bucket = static_cast<int>(program.buckets.size());
+      b.members.push_back(i);
+      b.priority = std::min(b.priority, p.forward_order);
+    }
+    if (sharded) {
+      const comm::Block block = comm::block(b.count, c.data_size, c.data_rank);
+      b.block_begin = block.begin;
+      b.block_count = block.count;
+      b.shard_offset = program.shard_count;
+      program.shard_count += block.count;
+    }
+    program.buckets.push_back(b);
+  }
+}
+
+// Storage: whole parameters, or (ZeRO-3) this rank's blocks of them; a
+// gradient buffer per bucket, the shard, the loss.
+void add_storage(const Context& c, Program& program) {
+  const bool sharded = c.strategy.zero_stage >= 1 && c.data_size > 1;
   auto members_of = [&](int64_t base, const std::vector<int>& indices) {
     std::vector<BufferMember> members;
     for (int i : indices) {
@@ -145,6 +155,14 @@ void buckets(const Context& c, Program& program) {
                                                      .count = program.shard_count, .persistent = true});
   // The executor reads the loss after the step.
   program.loss_buffer = add_buffer(program, {.kind = Buffer::Kind::loss, .name = "loss", .count = 1, .persistent = true});
+}
+
+}  // namespace
+
+void buckets(const Context& c, Program& program) {
+  lay_out_parameters(c, program);
+  if (program.training) cut_buckets(c, program);
+  add_storage(c, program);
 }
 
 }  // namespace px::parallel::passes

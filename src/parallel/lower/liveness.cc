@@ -31,12 +31,16 @@ Access access(const Program& p, const Instr& instr, const std::vector<int>& para
             if (param_of[static_cast<size_t>(in)] >= 0) read(p.param_source(param_of[static_cast<size_t>(in)]));
         } else if constexpr (std::is_same_v<T, Collective>) {
           read(op.input);
+          read(op.agreement);
           if (op.output.buffer < 0) write(op.input);  // in place
           else {
             write(op.output);
             if (op.accumulate) read(op.output);
           }
         } else if constexpr (std::is_same_v<T, Accumulate>) {
+          write(op.into);
+        } else if constexpr (std::is_same_v<T, Finite>) {
+          read(op.gradient);
           write(op.into);
         } else if constexpr (std::is_same_v<T, Norm>) {
           for (const Region& r : op.gradients) read(r);
@@ -57,23 +61,14 @@ Access access(const Program& p, const Instr& instr, const std::vector<int>& para
   return a;
 }
 
-}  // namespace
-
-Liveness liveness(const Program& p) {
+// Values: instances from a production (a node's output, a Recv) to the
+// last instruction of their micro-batch that reads them (the production
+// itself when none does). A value recomputed before its backward is
+// produced twice: the first instance dies after its last forward read.
+void value_liveness(const Program& p, size_t values, Liveness& live) {
   const size_t n = p.instrs.size();
-  Liveness live{.values = std::vector<std::vector<ValueId>>(n), .buffers = std::vector<std::vector<int>>(n),
-                .allocates = std::vector<std::vector<int>>(n)};
-  size_t values = 0;
-  for (const Graph& g : p.graphs) values = std::max(values, g.values().size());
-  std::vector<int> param_of(values, -1);
-  for (size_t i = 0; i < p.params.size(); ++i) param_of[static_cast<size_t>(p.params[i].value)] = static_cast<int>(i);
   std::vector<bool> kept(values, false);  // never freed: the executor's or the caller's
   for (ValueId v : p.outputs) kept[static_cast<size_t>(v)] = true;
-
-  // Values: instances from a production (a node's output, a Recv) to the
-  // last instruction of their micro-batch that reads them (the production
-  // itself when none does). A value recomputed before its backward is
-  // produced twice: the first instance dies after its last forward read.
   std::map<std::pair<int, ValueId>, int> open;  // -> the instance's last use so far
   auto end_instance = [&](const std::pair<int, ValueId>& key) {
     auto it = open.find(key);
@@ -110,7 +105,11 @@ Liveness liveness(const Program& p) {
   while (!open.empty()) end_instance(open.begin()->first);
   for (std::vector<ValueId>& dead : live.values) std::sort(dead.begin(), dead.end());
 
-  // Buffers: instances between a (re)first write and the last read before the next.
+}
+
+// Buffers: instances between a (re)first write and the last read before the next.
+void buffer_liveness(const Program& p, const std::vector<int>& param_of, Liveness& live) {
+  const size_t n = p.instrs.size();
   struct State {
     bool open = false;       // an instance exists
     bool read_since = false;  // read since its last write
@@ -150,6 +149,20 @@ Liveness liveness(const Program& p) {
     }
   }
   for (size_t b = 0; b < p.buffers.size(); ++b) close(static_cast<int>(b));
+}
+
+}  // namespace
+
+Liveness liveness(const Program& p) {
+  const size_t n = p.instrs.size();
+  Liveness live{.values = std::vector<std::vector<ValueId>>(n), .buffers = std::vector<std::vector<int>>(n),
+                .allocates = std::vector<std::vector<int>>(n)};
+  size_t values = 0;
+  for (const Graph& g : p.graphs) values = std::max(values, g.values().size());
+  std::vector<int> param_of(values, -1);
+  for (size_t i = 0; i < p.params.size(); ++i) param_of[static_cast<size_t>(p.params[i].value)] = static_cast<int>(i);
+  value_liveness(p, values, live);
+  buffer_liveness(p, param_of, live);
   return live;
 }
 
@@ -167,8 +180,7 @@ void frees(Program& p) {
     for (int& dep : instr.after) dep = id[static_cast<size_t>(dep)];
     id[i] = emit(p, std::move(instr));
     for (int b : live.buffers[i])
-      emit(p, {.op = Free{b}, .stream = p.instrs[static_cast<size_t>(id[i])].stream,
-               .micro_batch = p.instrs[static_cast<size_t>(id[i])].micro_batch, .after = {id[i]}});
+      emit(p, {.op = Free{b}, .micro_batch = p.instrs[static_cast<size_t>(id[i])].micro_batch, .after = {id[i]}});
   }
 }
 

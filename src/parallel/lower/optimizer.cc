@@ -48,6 +48,60 @@ std::vector<std::vector<Piece>> pieces_of(const Program& p, bool sharded) {
   return out;
 }
 
+// The squared global norm after every reduction in `reduced`: squares
+// summed locally, summed over the data axis when every rank holds a shard
+// and over the model axes, then the clip that every update waits for.
+// Returns the clip's instruction.
+int emit_norm(const Context& c, Program& p, const std::vector<int>& reduced,
+              const std::vector<std::vector<Piece>>& pieces, const std::vector<int>& model_axes, bool sharded) {
+  // The gradients this rank holds reduced: its shard, or every bucket.
+  std::vector<Region> whole;
+  if (sharded) whole.push_back({p.grad_shard_buffer, 0, p.shard_count});
+  else
+    for (const BucketLayout& b : p.buckets) whole.push_back({b.grad_buffer, 0, b.count});
+  // Pipeline stages hold different parameters, a shared one on each of its stages.
+  std::vector<int> holders(p.params.size(), 1);
+  for (const auto& [value, group] : c.work.shared)
+    for (size_t i = 0; i < p.params.size(); ++i)
+      if (p.params[i].value == value) holders[i] = static_cast<int>(p.subgroups[static_cast<size_t>(group)].coords.size());
+  std::vector<Region> gradients = whole;
+  std::vector<double> weights;
+  if (!model_axes.empty()) {
+    gradients.clear();
+    // Per piece: a parameter the model axes replicate counts once over them.
+    for (const std::vector<Piece>& bucket : pieces)
+      for (const Piece& piece : bucket) {
+        const ParamLayout& param = p.params[static_cast<size_t>(piece.param)];
+        double copies = 1;
+        for (int a : model_axes)
+          if (a == c.work.pipeline_axis) copies *= holders[static_cast<size_t>(piece.param)];
+          else if (!param.placement[static_cast<size_t>(a)].is_split())
+            copies *= c.strategy.mesh.axes()[static_cast<size_t>(a)].size;
+        gradients.push_back(piece.gradient);
+        weights.push_back(1 / copies);
+      }
+  }
+  std::vector<int> after;
+  for (int r : reduced)
+    if (r >= 0) after.push_back(r);
+  // One float the executor reads after the step (metrics, clipping).
+  p.norm_buffer = add_buffer(p, {.kind = Buffer::Kind::norm, .name = "norm", .count = 1, .persistent = true});
+  const Region squares{p.norm_buffer, 0, 1};
+  int norm = emit(p, {.op = Norm{.gradients = gradients, .weights = weights, .into = squares},
+                  .after = after,
+                  .name = "gradient norm"});
+  std::vector<int> sum_over = model_axes;
+  if (sharded) sum_over.insert(sum_over.begin(), c.data_axis);
+  for (int axis : sum_over)
+    norm = emit(p, {.op = Collective{.kind = comm::Collective::allreduce, .axis = axis, .input = squares},
+                    .after = {norm},
+                    .name = "gradient norm"});
+  norm = emit(p, {.op = Clip{.gradients = whole, .norm = squares},
+                  .after = {norm},
+                  .name = "clip"});
+  return norm;
+}
+
 }  // namespace
 
 void optimizer(const Context& c, Program& p) {
@@ -69,60 +123,7 @@ void optimizer(const Context& c, Program& p) {
   std::vector<int> model_axes;
   for (size_t a = 0; a < c.strategy.mesh.axes().size(); ++a)
     if (static_cast<int>(a) != c.data_axis && c.strategy.mesh.axes()[a].size > 1) model_axes.push_back(static_cast<int>(a));
-  // The norm: squares summed locally, summed over the data axis when every
-  // rank holds a shard and over the model axes, then the clip that every
-  // update waits for.
-  int norm = -1;
-  if (c.strategy.lowering.global_norm) {
-    // The gradients this rank holds reduced: its shard, or every bucket.
-    std::vector<Region> whole;
-    if (sharded) whole.push_back({p.grad_shard_buffer, 0, p.shard_count});
-    else
-      for (const BucketLayout& b : p.buckets) whole.push_back({b.grad_buffer, 0, b.count});
-    // Pipeline stages hold different parameters, a shared one on each of its stages.
-    std::vector<int> holders(p.params.size(), 1);
-    for (const auto& [value, group] : c.work.shared)
-      for (size_t i = 0; i < p.params.size(); ++i)
-        if (p.params[i].value == value) holders[i] = static_cast<int>(p.subgroups[static_cast<size_t>(group)].coords.size());
-    std::vector<Region> gradients = whole;
-    std::vector<double> weights;
-    if (!model_axes.empty()) {
-      gradients.clear();
-      // Per piece: a parameter the model axes replicate counts once over them.
-      for (const std::vector<Piece>& bucket : pieces)
-        for (const Piece& piece : bucket) {
-          const ParamLayout& param = p.params[static_cast<size_t>(piece.param)];
-          double copies = 1;
-          for (int a : model_axes)
-            if (a == c.work.pipeline_axis) copies *= holders[static_cast<size_t>(piece.param)];
-            else if (!param.placement[static_cast<size_t>(a)].is_split())
-              copies *= c.strategy.mesh.axes()[static_cast<size_t>(a)].size;
-          gradients.push_back(piece.gradient);
-          weights.push_back(1 / copies);
-        }
-    }
-    std::vector<int> after;
-    for (int r : reduced)
-      if (r >= 0) after.push_back(r);
-    // One float the executor reads after the step (metrics, clipping).
-    p.norm_buffer = add_buffer(p, {.kind = Buffer::Kind::norm, .name = "norm", .count = 1, .persistent = true});
-    const Region squares{p.norm_buffer, 0, 1};
-    norm = emit(p, {.op = Norm{.gradients = gradients, .weights = weights, .into = squares},
-                    .stream = kComputeStream,
-                    .after = after,
-                    .name = "gradient norm"});
-    std::vector<int> sum_over = model_axes;
-    if (sharded) sum_over.insert(sum_over.begin(), c.data_axis);
-    for (int axis : sum_over)
-      norm = emit(p, {.op = Collective{.kind = comm::Collective::allreduce, .axis = axis, .input = squares},
-                      .stream = comm_stream(axis),
-                      .after = {norm},
-                      .name = "gradient norm"});
-    norm = emit(p, {.op = Clip{.gradients = whole, .norm = squares},
-                    .stream = kComputeStream,
-                    .after = {norm},
-                    .name = "clip"});
-  }
+  const int norm = c.strategy.lowering.global_norm ? emit_norm(c, p, reduced, pieces, model_axes, sharded) : -1;
   if (!c.strategy.lowering.updates) return;
   for (size_t b = 0; b < p.buckets.size(); ++b) {
     const BucketLayout& bucket = p.buckets[b];
@@ -133,7 +134,6 @@ void optimizer(const Context& c, Program& p) {
     for (const Piece& piece : pieces[b])
       updates.push_back(emit(p, {.op = Update{.param = piece.param, .offset = piece.offset, .count = piece.count,
                                               .gradient = piece.gradient, .storage = piece.storage},
-                                 .stream = kComputeStream,
                                  .after = after}));
     if (!sharded || p.params_buffer < 0) continue;
     const Transition& t = c.transition(Transition::Site::parameter_update,
@@ -144,7 +144,6 @@ void optimizer(const Context& c, Program& p) {
                               .axis = c.data_axis,
                               .input = {p.params_buffer, bucket.offset + bucket.block_begin, bucket.block_count},
                               .output = {p.params_buffer, bucket.offset, bucket.count}},
-             .stream = comm_stream(c.data_axis),
              .after = updates,
              .name = fmt::format("gather updated bucket {}", b)});
   }

@@ -90,6 +90,16 @@ void optimizer(const Context& context, Program& program);
 // Free instructions after every non-persistent buffer's last use.
 void frees(Program& program);
 
+// ZeRO: the first write of a gradient bucket buffer waits for the
+// reduction that frees the one `bucket_buffers` before it
+// (lower/back_pressure.cc).
+void back_pressure(Program& program, int bucket_buffers);
+
+// How every instruction runs (program.h's table): its lane, and for what
+// talks to other ranks its group, sequence number and wire bytes under
+// Program::collective. The last pass: nothing after it moves instructions.
+void facts(const Context& context, Program& program);
+
 // Appends an instruction; returns its id.
 int emit(Program& program, Instr instr);
 // Appends a buffer; returns its index.

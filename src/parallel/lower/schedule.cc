@@ -6,7 +6,8 @@
 // as it is produced; a bucket's gradient collective (the transition's:
 // allreduce P -> B, or reduce-scatter P -> S into the shard) follows its
 // last gradient part of the step (ZeRO-2/3: of every micro-batch, each
-// adding into the shard). A bucket of a parameter pipeline stages share is
+// adding into the shard); compressed, after a Finite of the bucket and the
+// max allreduce that agrees on it. A bucket of a parameter pipeline stages share is
 // first summed over those stages, at the end of the step (every stage is
 // done with its schedule by then, so the sum cannot wait on a transfer).
 // ZeRO-3 gathers a parameter bucket (S -> B) before its first use in each
@@ -28,6 +29,60 @@ comm::Collective collective_for(const Transition& t) {
   return *kind;
 }
 
+// The next float of the program's flags buffer (made on first use).
+Region next_flag(Program& p) {
+  auto it = std::find_if(p.buffers.begin(), p.buffers.end(),
+                         [](const Buffer& b) { return b.kind == Buffer::Kind::flags; });
+  if (it == p.buffers.end()) {
+    add_buffer(p, {.kind = Buffer::Kind::flags, .name = "flags", .count = 0, .persistent = true});
+    it = p.buffers.end() - 1;
+  }
+  return {static_cast<int>(it - p.buffers.begin()), it->count++, 1};
+}
+
+// A bucket's gradient collective after `after` (its last accumulation).
+// Compressed, the ranks first agree whether the gradient is finite: a
+// non-finite gradient would poison the error-feedback state for good, and
+// compressed sums need not carry a NaN (top-k and the threshold drop it).
+// The Finite and its max allreduce go before the collective on its lane,
+// so they cost what they cost in the simulator too.
+void emit_gradient_reduction(const Context& c, Program& p, int b, int m, int after) {
+  const BucketLayout& bucket = p.buckets[static_cast<size_t>(b)];
+  const ParamLayout& param = p.params[static_cast<size_t>(bucket.members.front())];
+  const Transition& t = c.transition(Transition::Site::gradient, param.grad);
+  Collective reduce{.kind = collective_for(t), .axis = c.data_axis, .input = {bucket.grad_buffer, 0, bucket.count}};
+  if (reduce.kind == comm::Collective::reduce_scatter) {
+    reduce.output = {p.grad_shard_buffer, bucket.shard_offset, bucket.block_count};
+    reduce.accumulate = c.zero_stage >= 2 && m > 0;  // ZeRO-2/3 reduce every micro-batch into the shard
+  }
+  // Compressed: one gradient a bucket, seen as (first dim, the rest);
+  // vectors (a fraction of a percent of the bytes) go uncompressed, as
+  // DGC and PowerSGD do: top-k of a 10-element bias would starve it.
+  std::vector<int> waits = after >= 0 ? std::vector<int>{after} : std::vector<int>{};
+  const std::string name = fmt::format("grad bucket {}", b);
+  if (c.strategy.lowering.compression.lossy()) {
+    const bool matrix = param.shape.rank() >= 2;
+    if (matrix) reduce.codec = c.strategy.lowering.compression;
+    reduce.momentum = c.strategy.lowering.local_momentum;
+    reduce.codec_rows = matrix ? param.shape[0] : 1;
+    reduce.codec_cols = param.shape.numel() / reduce.codec_rows;
+    reduce.agreement = next_flag(p);
+    const int check = emit(p, {.op = Finite{.gradient = reduce.input, .into = reduce.agreement},
+                               .micro_batch = m,
+                               .after = waits,
+                               .name = name + " finite"});
+    emit(p, {.op = Collective{.kind = comm::Collective::allreduce,
+                              .axis = c.data_axis,
+                              .op = comm::Reduction::max,
+                              .input = reduce.agreement},
+             .micro_batch = m,
+             .priority = bucket.priority,
+             .after = {check},
+             .name = name + " finite on every rank"});
+  }
+  emit(p, {.op = reduce, .micro_batch = m, .priority = bucket.priority, .after = waits, .name = name});
+}
+
 }  // namespace
 
 int emit(Program& program, Instr instr) {
@@ -35,187 +90,210 @@ int emit(Program& program, Instr instr) {
   return static_cast<int>(program.instrs.size() - 1);
 }
 
-void schedule(const Context& c, Program& p) {
-  const Graph& graph = c.graph;
-  const bool multi = c.data_size > 1;
-  const int stream = comm_stream(c.data_axis);
-  const RankWork& work = c.work;
-  std::vector<int> param_of(graph.values().size(), -1), part_of(graph.values().size(), -1);
-  for (size_t i = 0; i < p.params.size(); ++i) param_of[static_cast<size_t>(p.params[i].value)] = static_cast<int>(i);
-  std::vector<int> shared_group(p.params.size(), -1);  // per program param: the pipeline subgroup summing it
-  for (const auto& [value, group] : work.shared) shared_group[static_cast<size_t>(param_of[static_cast<size_t>(value)])] = group;
+namespace {
+
+// The schedule pass's state over the phases: which parameter and bucket
+// each value feeds, the gradient parts still to come, what was emitted last.
+class Scheduler {
+ public:
+  Scheduler(const Context& c, Program& p);
+  void run();
+
+ private:
+  void transfers(const Phase& phase);
+  void compute_phase(const Phase& phase);
+  // ZeRO-3: the gathers a node's parameters need before it (one bucket ahead).
+  struct Gathers {
+    std::vector<int> gathered;  // per bucket: this phase's gather instruction
+    std::vector<bool> used;     // per bucket: read by a node of this phase yet
+    size_t next = 0;
+  };
+  void gather_for(const Node& node, const Phase& phase, Gathers& g, Instr& compute);
+  int emit_gather(int b, const Phase& phase, Gathers& g);
+  void produced(ValueId out, int m, bool computes);
+  void finish();
+
+  const Context& c_;
+  Program& p_;
+  const bool multi_;                  // more than one data rank
+  const bool reduce_every_micro_batch_;  // ZeRO-2/3: each micro-batch's buckets
+  std::vector<int> param_of_, part_of_;  // per value: its program param / the param its gradient part feeds
+  std::vector<int> shared_group_;        // per program param: the pipeline subgroup summing it
+  std::vector<std::vector<int>> gather_order_;  // ZeRO-3, per kind of phase: buckets by first use
+  // Gradient parts still to come per bucket: this step's, and per micro-batch.
+  std::vector<int> missing_, last_accumulate_;
+  std::vector<std::vector<int>> missing_of_micro_;
+  std::vector<int> deferred_;  // shared buckets: reduced at the end of the step
+  int last_loss_ = -1;
+};
+
+Scheduler::Scheduler(const Context& c, Program& p)
+    : c_(c),
+      p_(p),
+      multi_(c.data_size > 1),
+      reduce_every_micro_batch_(c.zero_stage >= 2),
+      param_of_(c.graph.values().size(), -1),
+      part_of_(c.graph.values().size(), -1),
+      shared_group_(p.params.size(), -1),
+      gather_order_(2),
+      missing_(p.buckets.size()),
+      last_accumulate_(p.buckets.size(), -1) {
+  for (size_t i = 0; i < p.params.size(); ++i) param_of_[static_cast<size_t>(p.params[i].value)] = static_cast<int>(i);
+  for (const auto& [value, group] : c.work.shared)
+    shared_group_[static_cast<size_t>(param_of_[static_cast<size_t>(value)])] = group;
   // Per bucket: gradient parts per micro-batch (all equal: the same nodes run).
   std::vector<int> parts_per_micro(p.buckets.size(), 0);
-  for (const auto& [value, grad] : work.gradient_parts) {
-    const int i = param_of[static_cast<size_t>(c.grads[static_cast<size_t>(grad)].param)];
+  for (const auto& [value, grad] : c.work.gradient_parts) {
+    const int i = param_of_[static_cast<size_t>(c.grads[static_cast<size_t>(grad)].param)];
     PX_CHECK_GE(i, 0);
-    part_of[static_cast<size_t>(value)] = i;
+    part_of_[static_cast<size_t>(value)] = i;
     ++parts_per_micro[static_cast<size_t>(p.params[static_cast<size_t>(i)].bucket)];
   }
-
-  // ZeRO-3: per kind of phase (forward, backward), buckets in the order of their first use.
-  const bool gather = p.param_shard_buffer >= 0;
-  std::vector<std::vector<int>> gather_order(2);
-  if (gather)
-    for (const Phase& phase : work.phases)
-      for (int n : phase.nodes) {
-        std::vector<int>& order = gather_order[phase.backward ? 1 : 0];
-        for (ValueId in : graph.nodes()[static_cast<size_t>(n)].inputs)
-          if (param_of[static_cast<size_t>(in)] >= 0) {
-            const int b = p.params[static_cast<size_t>(param_of[static_cast<size_t>(in)])].bucket;
-            if (std::find(order.begin(), order.end(), b) == order.end()) order.push_back(b);
-          }
-      }
-
-  const int micro = static_cast<int>(p.micro_batches.size());
-  const bool reduce_every_micro_batch = c.zero_stage >= 2;
-  // Gradient parts still to come per bucket: this step's, and per micro-batch.
-  std::vector<int> missing(p.buckets.size()), last_accumulate(p.buckets.size(), -1);
-  std::vector<std::vector<int>> missing_of_micro(static_cast<size_t>(micro), parts_per_micro);
-  for (size_t b = 0; b < p.buckets.size(); ++b) missing[b] = parts_per_micro[b] * micro;
-  std::vector<int> deferred;  // shared buckets: reduced at the end of the step
-  auto emit_reduction = [&](int b, int m, int after) {
-    const BucketLayout& bucket = p.buckets[static_cast<size_t>(b)];
-    const ParamLayout& param = p.params[static_cast<size_t>(bucket.members.front())];
-    const Transition& t = c.transition(Transition::Site::gradient, param.grad);
-    Collective reduce{.kind = collective_for(t), .axis = c.data_axis, .input = {bucket.grad_buffer, 0, bucket.count}};
-    if (reduce.kind == comm::Collective::reduce_scatter) {
-      reduce.output = {p.grad_shard_buffer, bucket.shard_offset, bucket.block_count};
-      reduce.accumulate = reduce_every_micro_batch && m > 0;
-    }
-    // Compressed: one gradient a bucket, seen as (first dim, the rest);
-    // vectors (a fraction of a percent of the bytes) go uncompressed, as
-    // DGC and PowerSGD do: top-k of a 10-element bias would starve it.
-    if (c.strategy.lowering.compression.lossy()) {
-      const bool matrix = param.shape.rank() >= 2;
-      if (matrix) reduce.codec = c.strategy.lowering.compression;
-      reduce.codec_rows = matrix ? param.shape[0] : 1;
-      reduce.codec_cols = param.shape.numel() / reduce.codec_rows;
-    }
-    emit(p, {.op = reduce,
-             .stream = stream,
-             .micro_batch = m,
-             .priority = bucket.priority,
-             .after = after >= 0 ? std::vector<int>{after} : std::vector<int>{},
-             .name = fmt::format("grad bucket {}", b)});
-  };
-
-  int last_loss = -1;
-  for (const Phase& phase : work.phases) {
-    const int m = phase.micro;
-    const bool computes = p.micro_batches[static_cast<size_t>(m)].rows > 0;
-    if (phase.kind != Phase::Kind::compute) {
-      if (!computes) continue;  // no rows: every stage skips the micro-batch alike
-      for (size_t i = 0; i < phase.values.size(); ++i) {
-        const ValueId v = phase.values[i];
-        const Operation op = phase.kind == Phase::Kind::send
-                                 ? Operation{Send{.value = v, .axis = work.pipeline_axis, .peer = phase.peer,
-                                                  .tag = phase.tags[i]}}
-                                 : Operation{Recv{.value = v, .axis = work.pipeline_axis, .peer = phase.peer,
-                                                  .tag = phase.tags[i]}};
-        emit(p, {.op = op, .stream = comm_stream(work.pipeline_axis), .micro_batch = m});
-      }
-      continue;
-    }
-    std::vector<int> gathered(p.buckets.size(), -1);  // this phase's gather instruction per bucket
-    std::vector<bool> used(p.buckets.size(), false);  // read by a node of this phase yet
-    size_t next_gather = 0;
-    const std::vector<int>& order = gather_order[phase.backward ? 1 : 0];
-    auto emit_gather = [&](int b) {
-      const BucketLayout& bucket = p.buckets[static_cast<size_t>(b)];
-      const Transition& t = c.transition(Transition::Site::parameter_use,
-                                         p.params[static_cast<size_t>(bucket.members.front())].value);
-      gathered[static_cast<size_t>(b)] = emit(
-          p, {.op = Collective{.kind = collective_for(t),
-                               .axis = c.data_axis,
-                               .input = {p.param_shard_buffer, bucket.shard_offset, bucket.block_count},
-                               .output = {bucket.param_buffer, 0, bucket.count}},
-              .stream = stream,
-              .micro_batch = m,
-              .name = fmt::format("gather bucket {} ({})", b, phase.backward ? "backward" : "forward")});
-    };
+  const size_t micro = p.micro_batches.size();
+  missing_of_micro_.assign(micro, parts_per_micro);
+  for (size_t b = 0; b < p.buckets.size(); ++b) missing_[b] = parts_per_micro[b] * static_cast<int>(micro);
+  if (p.param_shard_buffer < 0) return;
+  for (const Phase& phase : c.work.phases)
     for (int n : phase.nodes) {
-      const Node& node = graph.nodes()[static_cast<size_t>(n)];
-      Instr compute{.op = Compute{n}, .stream = kComputeStream, .micro_batch = m};
-      if (node.op() == "reshard") {
-        // A placement change propagation inserted: the rule's collective on the value.
-        const int axis = static_cast<int>(node.attrs.get_int("axis"));
-        compute.op = Reshard{.node = n,
-                             .axis = axis,
-                             .from = placement_from_string(node.attrs.get_string("from")),
-                             .to = placement_from_string(node.attrs.get_string("to"))};
-        compute.stream = comm_stream(axis);
-      }
-      if (gather) {
-        bool first_use = false;
-        for (ValueId in : node.inputs) {
-          if (param_of[static_cast<size_t>(in)] < 0) continue;
-          const int b = p.params[static_cast<size_t>(param_of[static_cast<size_t>(in)])].bucket;
-          while (gathered[static_cast<size_t>(b)] < 0) emit_gather(order[next_gather++]);
-          first_use = first_use || !used[static_cast<size_t>(b)];
-          used[static_cast<size_t>(b)] = true;
-          compute.after.push_back(gathered[static_cast<size_t>(b)]);
+      std::vector<int>& order = gather_order_[phase.backward ? 1 : 0];
+      for (ValueId in : c.graph.nodes()[static_cast<size_t>(n)].inputs)
+        if (param_of_[static_cast<size_t>(in)] >= 0) {
+          const int b = p.params[static_cast<size_t>(param_of_[static_cast<size_t>(in)])].bucket;
+          if (std::find(order.begin(), order.end(), b) == order.end()) order.push_back(b);
         }
-        // Entering a bucket, gather the next one: it arrives while this one is used.
-        if (first_use && next_gather < order.size()) emit_gather(order[next_gather++]);
-        std::sort(compute.after.begin(), compute.after.end());
-        compute.after.erase(std::unique(compute.after.begin(), compute.after.end()), compute.after.end());
-      }
-      if (computes) emit(p, std::move(compute));
-      for (ValueId out : node.outputs) {
-        if (out == c.loss && computes)
-          last_loss = emit(p, {.op = Accumulate{out, {p.loss_buffer, 0, 1}}, .stream = kComputeStream, .micro_batch = m});
-        const int i = part_of[static_cast<size_t>(out)];
-        if (i < 0) continue;
-        const ParamLayout& param = p.params[static_cast<size_t>(i)];
-        const int b = param.bucket;
-        const BucketLayout& bucket = p.buckets[static_cast<size_t>(b)];
-        if (computes)
-          last_accumulate[static_cast<size_t>(b)] =
-              emit(p, {.op = Accumulate{out, {bucket.grad_buffer, param.offset - bucket.offset, param.shape.numel()}},
-                       .stream = kComputeStream,
-                       .micro_batch = m});
-        --missing[static_cast<size_t>(b)];
-        const bool complete = reduce_every_micro_batch ? --missing_of_micro[static_cast<size_t>(m)][static_cast<size_t>(b)] == 0
-                                                       : missing[static_cast<size_t>(b)] == 0;
-        if (!complete) continue;
-        if (shared_group[static_cast<size_t>(i)] >= 0) {
-          deferred.push_back(b);
-          continue;
-        }
-        if (multi) emit_reduction(b, m, last_accumulate[static_cast<size_t>(b)]);
-      }
     }
+}
+
+void Scheduler::run() {
+  for (const Phase& phase : c_.work.phases) {
+    if (phase.kind == Phase::Kind::compute) compute_phase(phase);
+    else transfers(phase);
   }
+  finish();
+}
+
+void Scheduler::transfers(const Phase& phase) {
+  const int m = phase.micro;
+  if (p_.micro_batches[static_cast<size_t>(m)].rows == 0) return;  // no rows: every stage skips the micro-batch alike
+  const int axis = c_.work.pipeline_axis;
+  for (size_t i = 0; i < phase.values.size(); ++i) {
+    const ValueId v = phase.values[i];
+    const Operation op = phase.kind == Phase::Kind::send
+                             ? Operation{Send{.value = v, .axis = axis, .peer = phase.peer, .tag = phase.tags[i]}}
+                             : Operation{Recv{.value = v, .axis = axis, .peer = phase.peer, .tag = phase.tags[i]}};
+    emit(p_, {.op = op, .micro_batch = m});
+  }
+}
+
+void Scheduler::compute_phase(const Phase& phase) {
+  const int m = phase.micro;
+  const bool computes = p_.micro_batches[static_cast<size_t>(m)].rows > 0;
+  Gathers gathers{.gathered = std::vector<int>(p_.buckets.size(), -1),
+                  .used = std::vector<bool>(p_.buckets.size(), false)};
+  for (int n : phase.nodes) {
+    const Node& node = c_.graph.nodes()[static_cast<size_t>(n)];
+    Instr compute{.op = Compute{n}, .micro_batch = m};
+    if (node.op() == "reshard") {
+      // A placement change propagation inserted: the rule's collective on the value.
+      compute.op = Reshard{.node = n,
+                           .axis = static_cast<int>(node.attrs.get_int("axis")),
+                           .from = placement_from_string(node.attrs.get_string("from")),
+                           .to = placement_from_string(node.attrs.get_string("to"))};
+    }
+    if (p_.param_shard_buffer >= 0) gather_for(node, phase, gathers, compute);
+    if (computes) emit(p_, std::move(compute));
+    for (ValueId out : node.outputs) produced(out, m, computes);
+  }
+}
+
+void Scheduler::gather_for(const Node& node, const Phase& phase, Gathers& g, Instr& compute) {
+  const std::vector<int>& order = gather_order_[phase.backward ? 1 : 0];
+  bool first_use = false;
+  for (ValueId in : node.inputs) {
+    if (param_of_[static_cast<size_t>(in)] < 0) continue;
+    const int b = p_.params[static_cast<size_t>(param_of_[static_cast<size_t>(in)])].bucket;
+    while (g.gathered[static_cast<size_t>(b)] < 0) emit_gather(order[g.next++], phase, g);
+    first_use = first_use || !g.used[static_cast<size_t>(b)];
+    g.used[static_cast<size_t>(b)] = true;
+    compute.after.push_back(g.gathered[static_cast<size_t>(b)]);
+  }
+  // Entering a bucket, gather the next one: it arrives while this one is used.
+  if (first_use && g.next < order.size()) emit_gather(order[g.next++], phase, g);
+  std::sort(compute.after.begin(), compute.after.end());
+  compute.after.erase(std::unique(compute.after.begin(), compute.after.end()), compute.after.end());
+}
+
+int Scheduler::emit_gather(int b, const Phase& phase, Gathers& g) {
+  const BucketLayout& bucket = p_.buckets[static_cast<size_t>(b)];
+  const Transition& t =
+      c_.transition(Transition::Site::parameter_use, p_.params[static_cast<size_t>(bucket.members.front())].value);
+  return g.gathered[static_cast<size_t>(b)] =
+             emit(p_, {.op = Collective{.kind = collective_for(t),
+                                        .axis = c_.data_axis,
+                                        .input = {p_.param_shard_buffer, bucket.shard_offset, bucket.block_count},
+                                        .output = {bucket.param_buffer, 0, bucket.count}},
+                       .micro_batch = phase.micro,
+                       .name = fmt::format("gather bucket {} ({})", b, phase.backward ? "backward" : "forward")});
+}
+
+// A value a node made: the loss or a gradient part accumulated, and a
+// bucket's reduction once its last part of the step (or micro-batch) is in.
+void Scheduler::produced(ValueId out, int m, bool computes) {
+  if (out == c_.loss && computes)
+    last_loss_ = emit(p_, {.op = Accumulate{out, {p_.loss_buffer, 0, 1}}, .micro_batch = m});
+  const int i = part_of_[static_cast<size_t>(out)];
+  if (i < 0) return;
+  const ParamLayout& param = p_.params[static_cast<size_t>(i)];
+  const int b = param.bucket;
+  const BucketLayout& bucket = p_.buckets[static_cast<size_t>(b)];
+  if (computes)
+    last_accumulate_[static_cast<size_t>(b)] =
+        emit(p_, {.op = Accumulate{out, {bucket.grad_buffer, param.offset - bucket.offset, param.shape.numel()}},
+                  .micro_batch = m});
+  --missing_[static_cast<size_t>(b)];
+  const bool complete = reduce_every_micro_batch_
+                            ? --missing_of_micro_[static_cast<size_t>(m)][static_cast<size_t>(b)] == 0
+                            : missing_[static_cast<size_t>(b)] == 0;
+  if (!complete) return;
+  if (shared_group_[static_cast<size_t>(i)] >= 0) {
+    deferred_.push_back(b);
+    return;
+  }
+  if (multi_) emit_gradient_reduction(c_, p_, b, m, last_accumulate_[static_cast<size_t>(b)]);
+}
+
+// Shared buckets' sums over their stages, the loss's collectives.
+void Scheduler::finish() {
+  const int axis = c_.work.pipeline_axis;
   // Parameters pipeline stages share: their gradient summed over those
   // stages, then reduced over the data axis like any other.
-  for (int b : deferred) {
-    const BucketLayout& bucket = p.buckets[static_cast<size_t>(b)];
-    const int group = shared_group[static_cast<size_t>(bucket.members.front())];
-    const int last = last_accumulate[static_cast<size_t>(b)];
-    const int sum = emit(p, {.op = Collective{.kind = comm::Collective::allreduce,
-                                              .axis = work.pipeline_axis,
-                                              .input = {bucket.grad_buffer, 0, bucket.count},
-                                              .subgroup = group},
-                             .stream = comm_stream(work.pipeline_axis),
-                             .after = last >= 0 ? std::vector<int>{last} : std::vector<int>{},
-                             .name = fmt::format("grad bucket {} over the stages sharing it", b)});
-    if (multi) emit_reduction(b, micro - 1, sum);
+  for (int b : deferred_) {
+    const BucketLayout& bucket = p_.buckets[static_cast<size_t>(b)];
+    const int last = last_accumulate_[static_cast<size_t>(b)];
+    const int sum = emit(p_, {.op = Collective{.kind = comm::Collective::allreduce,
+                                               .axis = axis,
+                                               .input = {bucket.grad_buffer, 0, bucket.count},
+                                               .subgroup = shared_group_[static_cast<size_t>(bucket.members.front())]},
+                              .after = last >= 0 ? std::vector<int>{last} : std::vector<int>{},
+                              .name = fmt::format("grad bucket {} over the stages sharing it", b)});
+    if (multi_) emit_gradient_reduction(c_, p_, b, static_cast<int>(p_.micro_batches.size()) - 1, sum);
   }
-  if (multi) {
-    const Transition& t = c.transition(Transition::Site::loss, c.loss);
-    last_loss = emit(p, {.op = Collective{.kind = collective_for(t), .axis = c.data_axis, .input = {p.loss_buffer, 0, 1}},
-                         .stream = stream,
-                         .after = last_loss >= 0 ? std::vector<int>{last_loss} : std::vector<int>{},
-                         .name = "loss"});
+  if (multi_) {
+    const Transition& t = c_.transition(Transition::Site::loss, c_.loss);
+    last_loss_ = emit(p_, {.op = Collective{.kind = collective_for(t), .axis = c_.data_axis,
+                                            .input = {p_.loss_buffer, 0, 1}},
+                           .after = last_loss_ >= 0 ? std::vector<int>{last_loss_} : std::vector<int>{},
+                           .name = "loss"});
   }
   // The last stage computed the loss; every stage reports it.
-  if (work.pipeline_axis >= 0)
-    emit(p, {.op = Collective{.kind = comm::Collective::allreduce, .axis = work.pipeline_axis,
-                              .input = {p.loss_buffer, 0, 1}},
-             .stream = comm_stream(work.pipeline_axis),
-             .after = last_loss >= 0 ? std::vector<int>{last_loss} : std::vector<int>{},
-             .name = "loss over the stages"});
+  if (axis >= 0)
+    emit(p_, {.op = Collective{.kind = comm::Collective::allreduce, .axis = axis, .input = {p_.loss_buffer, 0, 1}},
+              .after = last_loss_ >= 0 ? std::vector<int>{last_loss_} : std::vector<int>{},
+              .name = "loss over the stages"});
 }
+
+}  // namespace
+
+void schedule(const Context& c, Program& p) { Scheduler(c, p).run(); }
 
 }  // namespace px::parallel::passes

@@ -1,6 +1,7 @@
-// Collective instructions: inline on the data axis' communicator, or queued
-// on the rank's progress engine (overlap; P3 slices by the program's
-// priorities), plain or through a compression codec with error feedback.
+// Collective instructions on the lane the program names (parallel/program.h):
+// queued on the rank's progress engine (overlap; P3 slices by the
+// program's priorities), or inline on their group's communicator, plain or
+// through a compression codec with error feedback.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -21,178 +22,164 @@ std::unique_ptr<ProgramExecutor::Codec> ProgramExecutor::make_codec(const parall
       buffer.members.front().name,
       comm::compression::GradientCompressor(op.codec, op.input.count, op.codec_rows, op.codec_cols, 0x9e3779b9u),
       {}});
-  if (program_.strategy.lowering.local_momentum > 0) codec->velocity.assign(static_cast<size_t>(op.input.count), 0.0f);
+  if (op.momentum > 0) codec->velocity.assign(static_cast<size_t>(op.input.count), 0.0f);
   return codec;
 }
 
-namespace {
-
-// (p-1)/p of n floats: what each rank sends in a ring reduce-scatter or allgather.
-uint64_t ring_pass_bytes(int p, int64_t n) {
-  return static_cast<uint64_t>((p - 1.0) / p * 4.0 * static_cast<double>(n));
-}
-
-}  // namespace
-
 comm::compression::WireStats ProgramExecutor::step_wire() const {
+  // Gradient and parameter collectives: what the lowering stamped
+  // (comm/wire_bytes.h), or what the codecs measured; the one-float loss,
+  // norm and agreements aside.
   comm::compression::WireStats wire;
   const int p = group_ ? group_->size() : 1;
   if (p <= 1) return wire;
-  if (compressing()) {
-    for (const auto& w : wire_) wire += w;
-    return wire;
-  }
   for (size_t i = 0; i < program_.instrs.size(); ++i) {
     const auto* c = std::get_if<parallel::Collective>(&program_.instrs[i].op);
     if (c == nullptr) continue;
     const Buffer::Kind kind = program_.buffers[static_cast<size_t>(c->input.buffer)].kind;
-    if (kind == Buffer::Kind::loss || kind == Buffer::Kind::norm) continue;  // one float each
-    const int64_t n = c->kind == comm::Collective::allgather ? c->output.count : c->input.count;
-    wire.bytes_sent += (c->kind == comm::Collective::allreduce ? 2 : 1) * ring_pass_bytes(p, n);
+    if (kind == Buffer::Kind::loss || kind == Buffer::Kind::norm || kind == Buffer::Kind::flags) continue;
+    wire.bytes_sent += compressing() ? wire_[i].bytes_sent : static_cast<uint64_t>(program_.instrs[i].wire.total());
   }
-  wire.dense_bytes = 2 * ring_pass_bytes(p, program_.param_count);
+  wire.dense_bytes = static_cast<uint64_t>(
+      comm::wire_bytes({.options = {.algorithm = comm::Algorithm::ring},
+                        .bytes = program_.param_count * static_cast<int64_t>(sizeof(float)),
+                        .ranks = p})
+          .total());
   return wire;
+}
+
+comm::Communicator* ProgramExecutor::communicator_of(const parallel::Instr& instr) {
+  const parallel::CommGroup& group = program_.groups[static_cast<size_t>(instr.group)];
+  return group.subgroup >= 0 ? &subgroups_[static_cast<size_t>(group.subgroup)]
+                             : groups_[static_cast<size_t>(group.axis)];
+}
+
+// A compressed gradient's exchange through its codec, as a job on either
+// lane. `agreed` is the flag the ranks agreed on before it on its lane
+// (the program's Finite and its max allreduce): set, the gradient must
+// not enter the error-feedback state, and NaN goes on to the norm, so
+// every rank skips the step (and puts back every codec's state from
+// before it).
+std::function<void(comm::Communicator&)> ProgramExecutor::compressed_exchange(Codec* codec, std::span<float> input,
+                                                                             const float* agreed, uint64_t step,
+                                                                             double momentum,
+                                                                             comm::compression::WireStats* wire) {
+  return [codec, input, agreed, step, momentum, wire](comm::Communicator& comm) {
+    codec->state_before = codec->compressor.state();
+    codec->velocity_before = codec->velocity;
+    if (*agreed > 0) {
+      std::fill(input.begin(), input.end(), std::numeric_limits<float>::quiet_NaN());
+      return;
+    }
+    if (codec->velocity.empty()) {
+      *wire = codec->compressor.allreduce_sum(comm, input, step);
+      return;
+    }
+    // Momentum correction: send the velocity; an entry was sent exactly
+    // when the residual after the call differs from (velocity + residual
+    // before), which unsent entries keep bitwise; their momentum is then
+    // cleared.
+    std::vector<float>& u = codec->velocity;
+    const float m = static_cast<float>(momentum);
+    std::span<const float> residual = codec->compressor.residual();
+    std::vector<float> kept(input.size());
+    for (size_t i = 0; i < input.size(); ++i) {
+      u[i] = m * u[i] + input[i];
+      input[i] = u[i];
+      kept[i] = residual.empty() ? u[i] : u[i] + residual[i];
+    }
+    *wire = codec->compressor.allreduce_sum(comm, input, step);
+    residual = codec->compressor.residual();
+    if (residual.size() == u.size())
+      for (size_t i = 0; i < u.size(); ++i)
+        if (residual[i] != kept[i]) u[i] = 0.0f;
+  };
 }
 
 void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_t step) {
   const parallel::Instr& instr = program_.instrs[static_cast<size_t>(id)];
-  if (groups_[static_cast<size_t>(op.axis)] != group_ || op.subgroup >= 0) {
-    // A model or pipeline axis' collective on a flat buffer (the gradient
-    // norm's sum, the loss, a gradient the stages sharing its parameter
-    // sum): inline, on that axis' group or the subgroup of it.
-    PX_CHECK(op.kind == comm::Collective::allreduce && op.output.buffer < 0,
-             "instruction #{}: only allreduces run on a model axis' flat buffers", id);
-    if (program_.buffers[static_cast<size_t>(op.input.buffer)].kind == Buffer::Kind::grad_bucket)
-      zero_unwritten(op.input.buffer);
-    comm::Communicator* comm = op.subgroup >= 0 ? &subgroups_[static_cast<size_t>(op.subgroup)]
-                                                : groups_[static_cast<size_t>(op.axis)];
-    const double start = tracing_ ? comm::now_us() : 0;
-    if (comm != nullptr)
-      comm::allreduce(*comm, std::span<float>(data(op.input), static_cast<size_t>(op.input.count)), op.op,
-                      options_.collective);
-    if (tracing_)
-      trace_.push_back({.name = instr.name,
-                        .lane = TraceRecord::Lane::comm,
-                        .start_us = start,
-                        .duration_us = comm::now_us() - start,
-                        .bytes = op.input.count * static_cast<int64_t>(sizeof(float)),
-                        .step = static_cast<int64_t>(step),
-                        .instr = id});
-    return;
-  }
-  const Buffer& input_buffer = program_.buffers[static_cast<size_t>(op.input.buffer)];
-  if (input_buffer.kind == Buffer::Kind::grad_bucket) zero_unwritten(op.input.buffer);
+  comm::Communicator* group = communicator_of(instr);
+  if (group == nullptr) return;  // an axis of one rank
+  if (program_.buffers[static_cast<size_t>(op.input.buffer)].kind == Buffer::Kind::grad_bucket)
+    zero_unwritten(op.input.buffer);
+  // The lane the program names: the progress engine, or inline here.
+  const bool queued = instr.lane.kind == parallel::Lane::Kind::progress && engine_ != nullptr;
   const int priority = options_.p3_slice_bytes > 0 ? instr.priority : 0;
-  const comm::CollectiveOptions collective = options_.collective;
   const int64_t bytes = op.input.count * static_cast<int64_t>(sizeof(float));
   std::span<float> input(data(op.input), static_cast<size_t>(op.input.count));
-  std::span<float> output;
-  if (op.output.buffer >= 0) output = {data(op.output), static_cast<size_t>(op.output.count)};
-  const std::string& name = instr.name;
   const double start = comm::now_us();
-  auto traced_inline = [&] {
-    if (tracing_)
-      trace_.push_back({.name = name,
-                        .lane = TraceRecord::Lane::comm,
-                        .start_us = start,
-                        .duration_us = comm::now_us() - start,
-                        .bytes = bytes,
-                        .step = static_cast<int64_t>(step),
-                        .instr = id});
-  };
-
+  JobId& job = job_[static_cast<size_t>(id)];
   if (auto it = codecs_.find(id); it != codecs_.end()) {
-    Codec* codec = it->second;
-    const double momentum = program_.strategy.lowering.local_momentum;
-    comm::compression::WireStats* wire = &wire_[static_cast<size_t>(id)];
-    auto work = [codec, input, step, momentum, wire](comm::Communicator& comm) {
-      // A non-finite gradient would poison the error-feedback state for
-      // good, and compressed sums need not carry a NaN (top-k and the
-      // threshold drop it): the ranks agree first (one float's allreduce)
-      // and, if any gradient is bad, hand the norm a NaN, so every rank
-      // skips the step (and puts back every codec's state from before it).
-      codec->state_before = codec->compressor.state();
-      codec->velocity_before = codec->velocity;
-      float bad = std::all_of(input.begin(), input.end(), [](float x) { return std::isfinite(x); }) ? 0.0f : 1.0f;
-      comm::allreduce(comm, std::span<float>(&bad, 1), comm::Reduction::max);
-      if (bad > 0) {
-        std::fill(input.begin(), input.end(), std::numeric_limits<float>::quiet_NaN());
-        return;
-      }
-      if (codec->velocity.empty()) {
-        *wire = codec->compressor.allreduce_sum(comm, input, step);
-        return;
-      }
-      // Momentum correction: send the velocity; an entry was sent exactly
-      // when the residual after the call differs from (velocity + residual
-      // before), which unsent entries keep bitwise; their momentum is then
-      // cleared.
-      std::vector<float>& u = codec->velocity;
-      const float m = static_cast<float>(momentum);
-      std::span<const float> residual = codec->compressor.residual();
-      std::vector<float> kept(input.size());
-      for (size_t i = 0; i < input.size(); ++i) {
-        u[i] = m * u[i] + input[i];
-        input[i] = u[i];
-        kept[i] = residual.empty() ? u[i] : u[i] + residual[i];
-      }
-      *wire = codec->compressor.allreduce_sum(comm, input, step);
-      residual = codec->compressor.residual();
-      if (residual.size() == u.size())
-        for (size_t i = 0; i < u.size(); ++i)
-          if (residual[i] != kept[i]) u[i] = 0.0f;
-    };
-    if (engine_) {
-      job_[static_cast<size_t>(id)] = engine_->submit(priority, name, work, bytes);
-      instr_of_job_[job_[static_cast<size_t>(id)]] = id;
-    } else {
-      work(*group_);
-      traced_inline();
-    }
-    return;
+    PX_CHECK(op.agreement.buffer >= 0, "compressed collective #{} without the ranks' agreement", id);
+    auto work = compressed_exchange(it->second, input, data(op.agreement), step, op.momentum,
+                                    &wire_[static_cast<size_t>(id)]);
+    if (queued) job = engine_->submit(priority, instr.name, work, bytes);
+    else work(*group);
+  } else {
+    std::span<float> output;
+    if (op.output.buffer >= 0) output = {data(op.output), static_cast<size_t>(op.output.count)};
+    job = dense(op, instr.name, input, output, queued ? priority : -1, *group);
+    PX_CHECK(queued == (job >= 0), "instruction #{}: queued {} but job {}", id, queued, job);
   }
+  if (queued) {
+    instr_of_job_[job] = id;
+  } else if (tracing_) {
+    trace_.push_back({.name = instr.name,
+                      .lane = TraceRecord::Lane::comm,
+                      .start_us = start,
+                      .duration_us = comm::now_us() - start,
+                      .bytes = bytes,
+                      .step = static_cast<int64_t>(step),
+                      .instr = id});
+  }
+}
 
+// A plain collective: queued on the engine when `priority` >= 0 (its job),
+// else run here (-1).
+ProgramExecutor::JobId ProgramExecutor::dense(const parallel::Collective& op, const std::string& name,
+                                              std::span<float> input, std::span<float> output, int priority,
+                                              comm::Communicator& group) {
+  const bool queued = priority >= 0;
+  const comm::CollectiveOptions collective = program_.collective;
+  const int64_t bytes = static_cast<int64_t>(input.size() * sizeof(float));
   switch (op.kind) {
     case comm::Collective::allreduce:
-      if (engine_) job_[static_cast<size_t>(id)] = engine_->allreduce(input, priority, name, op.op);
-      else comm::allreduce(*group_, input, op.op, collective);
-      break;
-    case comm::Collective::reduce_scatter:
-      if (op.accumulate) {
-        // A later micro-batch adds its reduced block into the shard.
-        auto reduce_and_add = [input, output, collective, reduction = op.op](comm::Communicator& comm) {
-          std::vector<float> part(output.size());
-          comm::reduce_scatter(comm, input.data(), comm::Buffer(std::span<float>(part)),
-                               static_cast<int64_t>(input.size()), reduction, collective);
-          kernels::add_inplace(static_cast<int64_t>(part.size()), part.data(), output.data());
-        };
-        if (engine_) job_[static_cast<size_t>(id)] = engine_->submit(priority, name, reduce_and_add, bytes);
-        else reduce_and_add(*group_);
-      } else if (engine_) {
-        job_[static_cast<size_t>(id)] = engine_->reduce_scatter(input, output, priority, name, op.op);
-      } else {
-        comm::reduce_scatter(*group_, input.data(), comm::Buffer(output), static_cast<int64_t>(input.size()), op.op,
+      if (queued) return engine_->allreduce(input, priority, name, op.op);
+      comm::allreduce(group, input, op.op, collective);
+      return -1;
+    case comm::Collective::reduce_scatter: {
+      if (!op.accumulate) {
+        if (queued) return engine_->reduce_scatter(input, output, priority, name, op.op);
+        comm::reduce_scatter(group, input.data(), comm::Buffer(output), static_cast<int64_t>(input.size()), op.op,
                              collective);
+        return -1;
       }
-      break;
+      // A later micro-batch adds its reduced block into the shard.
+      auto reduce_and_add = [input, output, collective, reduction = op.op](comm::Communicator& comm) {
+        std::vector<float> part(output.size());
+        comm::reduce_scatter(comm, input.data(), comm::Buffer(std::span<float>(part)),
+                             static_cast<int64_t>(input.size()), reduction, collective);
+        kernels::add_inplace(static_cast<int64_t>(part.size()), part.data(), output.data());
+      };
+      if (queued) return engine_->submit(priority, name, reduce_and_add, bytes);
+      reduce_and_add(group);
+      return -1;
+    }
     case comm::Collective::allgather: {
       // The input may be this rank's block of the output itself: gather from a copy.
       std::vector<float> staged(input.begin(), input.end());
-      if (engine_) {
-        const JobId job = engine_->allgather(staged, output, priority, name);
-        job_[static_cast<size_t>(id)] = job;
-        staging_[job] = std::move(staged);
-      } else {
-        comm::allgather(*group_, staged.data(), comm::Buffer(output), collective);
+      if (!queued) {
+        comm::allgather(group, staged.data(), comm::Buffer(output), collective);
+        return -1;
       }
-      break;
+      const JobId job = engine_->allgather(staged, output, priority, name);
+      staging_[job] = std::move(staged);
+      return job;
     }
     default:
-      fail("executor: collective {} (instruction #{}) is not run by data-parallel programs",
-           comm::collective_name(op.kind), id);
+      fail("executor: collective {} ('{}') is not run by data-parallel programs", comm::collective_name(op.kind),
+           name);
   }
-  if (!engine_) traced_inline();
-  else if (job_[static_cast<size_t>(id)] >= 0) instr_of_job_[job_[static_cast<size_t>(id)]] = id;
 }
 
 void ProgramExecutor::collect_engine_trace() {
@@ -205,7 +192,7 @@ void ProgramExecutor::collect_engine_trace() {
     for (const comm::TraceEvent& e : events) {
       auto it = instr_of_job_.find(e.job);
       trace_.push_back({.name = e.slices > 1 ? fmt::format("{} [{}/{}]", e.name, e.slice + 1, e.slices) : e.name,
-                        .lane = TraceRecord::Lane::comm,
+                        .lane = TraceRecord::Lane::progress,
                         .start_us = e.start_us,
                         .duration_us = e.duration_us,
                         .bytes = e.bytes,

@@ -7,12 +7,12 @@
 
 namespace px {
 
-std::optional<ProgramExecutor::FlightSite> ProgramExecutor::flight_site(int id) {
+std::optional<ProgramExecutor::FlightSite> ProgramExecutor::flight_site(int id) const {
   const parallel::Instr& instr = program_.instrs[static_cast<size_t>(id)];
   auto axis_name = [&](int axis) { return program_.strategy.mesh.axes()[static_cast<size_t>(axis)].name; };
-  // The n-th collective on a group: every member runs the group's
-  // collectives in the same order, so n names the same call on all.
-  auto next = [&](int axis, int subgroup) { return sequence_[{axis, subgroup}]++; };
+  // The lowering's sequence number: (step, group, n) names one call on every member.
+  const auto sequence = static_cast<uint64_t>(std::max<int64_t>(instr.sequence, 0));
+  const auto wire = static_cast<uint64_t>(instr.wire.total());
   return std::visit(
       [&](const auto& op) -> std::optional<FlightSite> {
         using T = std::decay_t<decltype(op)>;
@@ -20,19 +20,19 @@ std::optional<ProgramExecutor::FlightSite> ProgramExecutor::flight_site(int id) 
           return FlightSite{.kind = FlightKind::collective,
                             .what = std::string(comm::collective_name(op.kind)),
                             .axis = axis_name(op.axis),
-                            .sequence = next(op.axis, op.subgroup),
-                            .bytes = static_cast<uint64_t>(op.input.count) * sizeof(float)};
+                            .sequence = sequence,
+                            .bytes = wire};
         } else if constexpr (std::is_same_v<T, parallel::Reshard>) {
-          const Graph& g = program_.graph_of(instr.micro_batch);
-          const ValueId out = g.nodes()[static_cast<size_t>(op.node)].outputs.front();
+          if (instr.group < 0) return std::nullopt;  // a slice: nothing to wait for
           return FlightSite{.kind = FlightKind::reshard,
                             .what = fmt::format("reshard {} -> {}", op.from.str(), op.to.str()),
                             .axis = axis_name(op.axis),
-                            .sequence = next(op.axis, -1),
-                            .bytes = static_cast<uint64_t>(g.spec(out).shape.numel()) * sizeof(float)};
+                            .sequence = sequence,
+                            .bytes = wire};
         } else if constexpr (std::is_same_v<T, parallel::Send> || std::is_same_v<T, parallel::Recv>) {
           const Graph& g = program_.graph_of(instr.micro_batch);
           constexpr bool sending = std::is_same_v<T, parallel::Send>;
+          // A transfer is named by its tag; a receive's bytes are its sender's.
           return FlightSite{.kind = sending ? FlightKind::send : FlightKind::recv,
                             .what = sending ? "send" : "receive",
                             .axis = axis_name(op.axis),

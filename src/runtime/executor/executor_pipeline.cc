@@ -80,7 +80,7 @@ NamedTensors ProgramExecutor::gather_stages(NamedTensors mine) {
       t = Tensor::empty(p.shape, DType::f32);
     }
     comm::broadcast(axis, comm::Buffer(std::span<float>(t.f32(), static_cast<size_t>(t.numel()))), p.owner,
-                    options_.collective);
+                    program_.collective);
     all.emplace_back(p.name, std::move(t));
   }
   return all;

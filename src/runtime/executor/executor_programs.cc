@@ -63,6 +63,7 @@ void ProgramExecutor::add_program(parallel::Program program) {
   if (program.pipeline.stage_layers != mine.pipeline.stage_layers) differs("pipeline stages");
   if (program.params != mine.params || program.buckets != mine.buckets) differs("parameter layout");
   if (program.buffers != mine.buffers) differs("buffers");
+  if (!(program.collective == mine.collective)) differs("collective algorithm");
   if (has_program_for(program.global_rows)) return;
   // Indexed while active (the indexing reads program_), then put aside.
   Lowering other{.program = std::move(program)};

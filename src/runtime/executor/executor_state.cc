@@ -71,7 +71,7 @@ Tensor ProgramExecutor::whole_of(const Tensor& local, const parallel::ParamLayou
     const parallel::AxisPlacements was = placement;
     placement[a] = Placement::B();
     const Shape whole = parallel::local_shape(param.global_shape, placement, program_.strategy.mesh, program_.coords);
-    t = reshard_tensor(*groups_[a], t, was[a], Placement::B(), whole, options_.collective);
+    t = reshard_tensor(*groups_[a], t, was[a], Placement::B(), whole, program_.collective);
   }
   return t;
 }
@@ -96,7 +96,7 @@ void ProgramExecutor::gather_buckets(std::vector<float>& flat) {
     mine.assign(flat.begin() + b.offset + b.block_begin, flat.begin() + b.offset + b.block_begin + b.block_count);
     comm::allgather(*group_, mine.data(),
                     comm::Buffer(std::span<float>(flat.data() + b.offset, static_cast<size_t>(b.count))),
-                    options_.collective);
+                    program_.collective);
   }
 }
 
@@ -283,8 +283,8 @@ ExecutorMemory ProgramExecutor::memory() const {
   if (program_.strategy.zero_stage < 2 || program_.grad_shard_buffer < 0)
     for (const parallel::BucketLayout& b : program_.buckets) m.gradients += bytes(b.grad_buffer);
   else
-    m.gradient_buffer_peak = grad_buffer_peak_;
-  m.gathered_parameter_peak = param_buffer_peak_;
+    m.gradient_buffer_peak = buffer_bytes_.gradient_peak;
+  m.gathered_parameter_peak = buffer_bytes_.parameter_peak;
   m.optimizer_state = optimizer_ ? optimizer_->state_bytes() : 0;
   return m;
 }

@@ -14,8 +14,9 @@
 // trace records carry the instruction id.
 //
 // How it runs (not what runs) is the executor's: overlap, P3's slices and
-// deferred updates, the most gradient bucket buffers alive at once, the
-// collective algorithm.
+// deferred updates. Where and when an instruction runs is the program's:
+// its lane, its group, its `after` edges (ZeRO's bucket-buffer
+// back-pressure among them), the collective algorithm.
 #pragma once
 
 #include <deque>
@@ -40,9 +41,12 @@
 
 namespace px {
 
+// How this process runs a Program, nothing it decides: the program names
+// each instruction's lane, its group, when it may start and the collective
+// algorithm (Program::collective).
 struct ExecutorOptions {
-  // Collectives on a progress thread while compute continues (more than one
-  // rank); otherwise each runs inline where the program lists it.
+  // Progress-lane collectives on a progress thread while compute continues
+  // (more than one rank); otherwise each runs inline where the program lists it.
   bool overlap = true;
   // P3 (Jayarajan et al. 2019): > 0 reduces gradients in slices of about
   // this many bytes, the first-needed layer first (the program's
@@ -51,11 +55,6 @@ struct ExecutorOptions {
   // before the next forward reads it. Needs overlap and a program without a
   // global norm.
   int64_t p3_slice_bytes = 0;
-  // ZeRO-2/3: at most this many gradient bucket buffers alive at once (the
-  // ones backward fills plus those still being reduced); backward waits for
-  // the oldest reduction past that.
-  int bucket_buffers = 4;
-  comm::CollectiveOptions collective;
   // Keep compute and communication timings (take_trace) for the steps run
   // with set_tracing(true).
   bool trace = false;
@@ -236,14 +235,30 @@ class ProgramExecutor {
   void swap_active(Lowering& other);
   void use_program_for(int64_t global_rows);
 
-  // program_executor.cc: the step loop and the local instructions.
+  // program_executor.cc: the step loop. A step's state beside the members.
+  struct Step {
+    const StepInput& input;
+    StepResult& result;
+    bool pipelined = false;
+    double start_us = 0;  // pipelines: when the step began
+    bool optimizer_begun = false;
+  };
+  void begin_step(const StepInput& input);  // feeds cut into micro-batches, buffers reset
+  void execute(int id, Step& step);
+  template <typename Op>
+  void dispatch(int id, const Op& op, Step& step);
+  void end_step(StepResult& result, double lr);
+
+  // executor_local.cc: the instructions that talk to no other rank.
   void compute(int id, const parallel::Compute& op, const StepInput& input);
   // executor_reshard.cc
   void reshard(int id, const parallel::Reshard& op, const StepInput& input);
   void accumulate(int id, const parallel::Accumulate& op);
   void norm(const parallel::Norm& op);
+  void finite(const parallel::Finite& op);
   double clip(const parallel::Clip& op, double clip);  // returns the global norm
   void update(int id, const parallel::Update& op, double lr);
+  // executor_buffers.cc
   void free_buffer(int buffer, int after);
   void allocate(int buffer);
   // A freed buffer instance whose last reader (an engine job) still runs:
@@ -255,9 +270,8 @@ class ProgramExecutor {
     int64_t bytes = 0;
     JobId job = -1;
   };
-  // Releases the pending frees whose jobs finished (first waiting for the
-  // oldest one's, when asked); returns them.
-  std::vector<PendingFree> release_finished(bool wait_oldest);
+  // Releases the pending frees whose jobs finished.
+  void release_finished();
   void uncount(const PendingFree& freed);  // its bytes off the buffer counts
   void wait_for(int id);
   Tensor view(const parallel::Region& region) const;
@@ -276,8 +290,16 @@ class ProgramExecutor {
 
   // executor_collectives.cc: collectives inline or on the engine.
   void collective(int id, const parallel::Collective& op, uint64_t step);
+  static std::function<void(comm::Communicator&)> compressed_exchange(Codec* codec, std::span<float> input,
+                                                                     const float* agreed, uint64_t step,
+                                                                     double momentum,
+                                                                     comm::compression::WireStats* wire);
+  JobId dense(const parallel::Collective& op, const std::string& name, std::span<float> input,
+              std::span<float> output, int priority, comm::Communicator& group);
   void collect_engine_trace();
   std::unique_ptr<Codec> make_codec(const parallel::Collective& op) const;
+  // The communicator of the group an instruction names (nullptr: one rank).
+  comm::Communicator* communicator_of(const parallel::Instr& instr);
   // Bytes this rank sent for the step's gradient and parameter collectives.
   comm::compression::WireStats step_wire() const;
 
@@ -297,7 +319,7 @@ class ProgramExecutor {
   parallel::Liveness liveness_;
   std::vector<Lowering> programs_;  // the others (add_program)
   AxisGroups groups_;
-  comm::Communicator* group_;  // the data axis'
+  comm::Communicator* group_;  // the progress lane's axis' (the data axis)
   std::vector<uint64_t> sent_before_;  // per mesh axis: axis_bytes_sent() when the step began
   uint64_t axis_bytes_sent(size_t axis) const;  // this rank's bytes sent so far on a mesh axis
   ExecutorOptions options_;
@@ -314,8 +336,11 @@ class ProgramExecutor {
   std::vector<int> param_of_;            // per value id: index into program params (-1)
   std::vector<Tensor> external_;         // per program param: the caller's tensor (use_parameters)
   std::deque<PendingFree> pending_frees_;
-  int64_t grad_buffer_bytes_ = 0, grad_buffer_peak_ = 0;
-  int64_t param_buffer_bytes_ = 0, param_buffer_peak_ = 0;
+  // Bytes of gradient and (ZeRO-3) gathered parameter bucket buffers alive, and their peaks.
+  struct BufferBytes {
+    int64_t gradients = 0, gradient_peak = 0;
+    int64_t parameters = 0, parameter_peak = 0;
+  } buffer_bytes_;
   std::vector<std::unique_ptr<Codec>> codec_store_;  // one per gradient collective, in order
   std::map<int, Codec*> codecs_;                   // by the active program's instruction id
   std::map<JobId, std::vector<float>> staging_;   // allgather inputs copied out of their output
@@ -324,9 +349,11 @@ class ProgramExecutor {
   std::vector<comm::compression::WireStats> wire_;  // per instruction, this step
 
   // P3: updates (and the frees after them) deferred to the next forward.
-  std::map<int, std::vector<int>> deferred_;  // param index -> instruction ids
-  std::vector<int> deferred_frees_;
-  double deferred_lr_ = 0;
+  struct Deferred {
+    std::map<int, std::vector<int>> updates;  // param index -> instruction ids
+    std::vector<int> frees;
+    double lr = 0;
+  } deferred_;
 
   // Pipelines: the pipeline axis split again (its transfers use the
   // program's tags, so no collective may share its tag space), one
@@ -340,8 +367,10 @@ class ProgramExecutor {
   std::vector<PendingSend> pending_sends_;
   int last_compute_ = -1;  // the last Compute instruction (where a pipeline's span ends)
   // Forward activations alive (bytes per micro-batch and value) and their peak this step.
-  std::vector<std::vector<int64_t>> held_bytes_;
-  int64_t activation_bytes_ = 0, activation_peak_ = 0;
+  struct Activations {
+    std::vector<std::vector<int64_t>> held;  // per micro-batch and value
+    int64_t bytes = 0, peak = 0;
+  } activations_;
   // The account of the thread that made the executor: this rank's tensors
   // (nullptr: the process's, which is this rank's when it is alone).
   MemoryAccount* account_ = current_memory_account();
@@ -353,18 +382,17 @@ class ProgramExecutor {
     FlightKind kind;
     std::string what;  // "allreduce", "reshard S(0) -> B", "send"
     std::string axis;
-    uint64_t sequence = 0;  // the n-th collective on its group; a transfer's tag
+    uint64_t sequence = 0;  // the n-th call on its group this step (Instr::sequence); a transfer's tag
     uint64_t bytes = 0;
     int peer = -1;
   };
-  std::optional<FlightSite> flight_site(int id);  // draws the sequence number
+  std::optional<FlightSite> flight_site(int id) const;
   void flight_done(int id);
   void flight_jobs_done();  // marks the finished engine jobs' events done
   int oldest_pending_event() const;
   std::optional<FlightSite> site_of(int id) const;  // the first instruction whose event is not done (-1: none recorded)
   Error in_context(int id, const std::optional<FlightSite>& site, const std::exception& e) const;
   FlightRecorder* recorder_ = nullptr;
-  std::map<std::pair<int, int>, uint64_t> sequence_;  // (axis, subgroup) -> collectives posted
   std::map<int, uint64_t> flight_events_;  // instruction -> its event, until done
   std::map<int, FlightSite> flight_sites_;  // instruction -> where it communicates (for errors)
 

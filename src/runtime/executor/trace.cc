@@ -14,6 +14,7 @@ nlohmann::json events_of(int rank, const std::vector<TraceRecord>& records) {
   events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rank}, {"args", {{"name", fmt::format("rank {}", rank)}}}});
   events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", 0}, {"args", {{"name", "compute"}}}});
   events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", 1}, {"args", {{"name", "comm"}}}});
+  events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", 2}, {"args", {{"name", "progress"}}}});
   for (const TraceRecord& r : records) {
     nlohmann::json e{{"ph", "X"},
                      {"name", r.name},
@@ -23,7 +24,7 @@ nlohmann::json events_of(int rank, const std::vector<TraceRecord>& records) {
                      {"ts", r.start_us},
                      {"dur", r.duration_us},
                      {"args", {{"step", r.step}}}};
-    if (r.lane == TraceRecord::Lane::comm) e["args"]["bytes"] = r.bytes;
+    if (r.lane != TraceRecord::Lane::compute) e["args"]["bytes"] = r.bytes;
     if (r.instr >= 0) e["args"]["instr"] = r.instr;
     events.push_back(std::move(e));
   }

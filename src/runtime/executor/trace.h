@@ -1,7 +1,8 @@
 // Chrome trace (JSON, opens in Perfetto / chrome://tracing) of compute and
 // communication per rank: one process per rank, a "compute" lane with every
-// graph node run and a "comm" lane with every collective (or slice) the
-// gradient reduction ran, each tagged with its Program instruction id (the
+// graph node run, a "comm" lane with what the main thread waited on
+// another rank for, and a "progress" lane with every collective (or slice)
+// the progress engine ran, each tagged with its Program instruction id (the
 // id a simulator's trace of the same Program uses). Times are
 // comm::now_us() microseconds.
 #pragma once
@@ -14,7 +15,10 @@
 namespace px {
 
 struct TraceRecord {
-  enum class Lane { compute = 0, comm = 1 };
+  // compute: the main thread's computes; comm: what blocks it on another
+  // rank (inline collectives, reshards, receives); progress: collectives on
+  // the progress engine's thread (the Program's progress lane).
+  enum class Lane { compute = 0, comm = 1, progress = 2 };
   std::string name;
   Lane lane = Lane::compute;
   double start_us = 0;

@@ -9,7 +9,7 @@
 //   2      4Ψ          4Ψ/p (shard)                  4KΨ/p
 //   3      4Ψ/p        4Ψ/p (shard)                  4KΨ/p
 //
-// ZeRO-2/3 add at most ExecutorOptions::bucket_buffers gradient bucket
+// ZeRO-2/3 add at most LowerRequest::bucket_buffers gradient bucket
 // buffers while backward runs, ZeRO-3 the parameter buckets gathered for
 // use (a few buckets); activations (the executor's peak) come on top of all.
 // Shards are block(bucket, p, rank) of every bucket, so a rank's share is

@@ -103,7 +103,9 @@ void RankTrainer::summarize_and_predict() {
   const bool predicting = !o_.local_cluster.empty();
   if (!lead_ || (!predicting && o_.run_dir.empty())) return;
   const std::vector<parallel::Program> programs =
-      plan::lower_all({.forward = &model_.graph, .loss = model_.loss}, strategy_);
+      plan::lower_all({.forward = &model_.graph, .loss = model_.loss, .collective = o_.sync.collective,
+                       .bucket_buffers = o_.sync.bucket_buffers},
+                      strategy_);
   std::optional<RunPrediction> predicted;
   if (predicting) {
     predicted = predict_run(o_, programs);

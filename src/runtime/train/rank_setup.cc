@@ -101,7 +101,12 @@ void RankTrainer::lower_and_load() {
   const int data_axis = strategy_.mesh.axis(strategy_.data_axis);
   data_rank_ = strategy_.mesh.coords(rank_)[static_cast<size_t>(data_axis)];
   data_ranks_ = strategy_.data_ranks();
-  parallel::Program program = parallel::lower({.forward = &model_.graph, .loss = model_.loss}, strategy_, rank_);
+  // The collective algorithm and the bucket buffers shape the Program (its
+  // wire bytes, its back-pressure edges): lowering inputs, not executor options.
+  parallel::Program program = parallel::lower({.forward = &model_.graph, .loss = model_.loss,
+                                               .collective = o_.sync.collective,
+                                               .bucket_buffers = o_.sync.bucket_buffers},
+                                              strategy_, rank_);
   // Copies of the training state a checkpoint or a restart keeps: one
   // being written in the background (and the lead's gathered model, at
   // most as large), and with in-memory snapshots two generations of this
@@ -111,8 +116,6 @@ void RankTrainer::lower_and_load() {
   executor_ = std::make_unique<ProgramExecutor>(std::move(program), groups, o_.optimizer,
                                                 ExecutorOptions{.overlap = o_.sync.overlap,
                                                                 .p3_slice_bytes = o_.sync.p3_slice_bytes,
-                                                                .bucket_buffers = o_.sync.bucket_buffers,
-                                                                .collective = o_.sync.collective,
                                                                 .trace = !o_.trace.empty()});
   executor_->set_flight_recorder(recorder_);
   recorder_->set_phase(RankPhase::running);

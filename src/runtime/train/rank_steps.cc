@@ -108,7 +108,9 @@ void RankTrainer::add_program_for(const DataBatch& batch) {
   if (executor_->has_program_for(batch.global_rows)) return;
   const nn::Model partial = task_->build(batch.global_rows, true);
   executor_->add_program(
-      parallel::lower({.forward = &partial.graph, .loss = partial.loss}, *partial_strategy_, rank_));
+      parallel::lower({.forward = &partial.graph, .loss = partial.loss, .collective = o_.sync.collective,
+                       .bucket_buffers = o_.sync.bucket_buffers},
+                      *partial_strategy_, rank_));
 }
 
 // Every rank evaluates a part of the validation batches and the parts'

@@ -1,0 +1,47 @@
+// WireBytes: what one rank of a collective hands to the transport, per link
+// class, for the algorithm that runs and the codec its payload goes
+// through. It is the one formula: the lowering stamps it on every
+// communicating instruction (parallel/program.h) and the executor, the
+// simulator and the flight recorder read it there.
+//
+// Per rank, not per busiest rank: a hierarchical allreduce's node leaders
+// send the ring between nodes, the others only inside their node. With no
+// node size (ranks_per_node 0) every byte is counted within a node, and a
+// reader that knows where the group's ranks sit moves them to its link.
+#pragma once
+
+#include <cstdint>
+
+#include "comm/collectives.h"
+#include "comm/compression/spec.h"
+
+namespace px::comm {
+
+struct WireBytes {
+  int64_t intra_node = 0;
+  int64_t inter_node = 0;
+  int64_t total() const { return intra_node + inter_node; }
+  bool operator==(const WireBytes&) const = default;
+};
+
+struct WireQuery {
+  Collective collective = Collective::allreduce;
+  // The algorithm (automatic: the ring's bytes, the α-β model's
+  // reference), sharded parameter servers' count, hierarchical's node size.
+  CollectiveOptions options;
+  int64_t bytes = 0;  // the collective's n: the whole buffer (allgather: its output)
+  int ranks = 1;
+  int rank = 0;       // this rank's place in the group
+  // A compressed allreduce of a (rows x cols) float gradient.
+  compression::Spec codec;
+  int64_t codec_rows = 1, codec_cols = 1;
+};
+
+WireBytes wire_bytes(const WireQuery& query);
+
+// One rank's payload for a compressed gradient of n floats that the
+// methods allgather (int8, sign, top-k, threshold; threshold's density is
+// taken as top-k's default 1%); 0 for the others. docs/compression.md.
+double gathered_payload_bytes(const compression::Spec& codec, double floats);
+
+}  // namespace px::comm

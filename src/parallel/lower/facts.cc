@@ -1,0 +1,99 @@
+// facts: how every instruction runs, stamped once (program.h's table), so
+// the executor, the simulator and the flight recorder read one answer.
+//
+// Lanes: the data axis' collectives (gradient buckets, ZeRO gathers, the
+// loss, a sharded norm) go on the data axis' progress lane: they overlap
+// compute, which is what data parallelism's buckets are for. Every other
+// collective (a model axis', the pipeline's loss, a subgroup's sum) and
+// every reshard block the main thread where they stand: the value is
+// needed next. Sends and receives are the pipeline axis' p2p lane.
+//
+// Groups and sequence numbers: a collective or reshard that moves data
+// names its group (the ranks differing from this one only along its axis,
+// or a subgroup of them) and counts its place among this step's calls on
+// that group, in list order: every member lists the group's calls in the
+// same order (collectives.h's contract), so (group key, sequence) names one
+// call on every rank.
+//
+// Wire bytes: comm::wire_bytes for Program::collective's algorithm, the
+// instruction's codec and this rank's place in its group; a send's value.
+#include <algorithm>
+#include <map>
+
+#include "core/error.h"
+#include "parallel/lower/passes.h"
+
+namespace px::parallel::passes {
+namespace {
+
+int group_of(Program& p, int axis, int subgroup) {
+  for (size_t g = 0; g < p.groups.size(); ++g)
+    if (p.groups[g].axis == axis && p.groups[g].subgroup == subgroup) return static_cast<int>(g);
+  const DeviceMesh& mesh = p.strategy.mesh;
+  CommGroup group{.axis = axis, .subgroup = subgroup};
+  std::vector<int> along;
+  if (subgroup >= 0) along = p.subgroups.at(static_cast<size_t>(subgroup)).coords;
+  else
+    for (int c = 0; c < mesh.axes()[static_cast<size_t>(axis)].size; ++c) along.push_back(c);
+  std::vector<int> coords = p.coords;
+  for (int c : along) {
+    if (c == p.coords[static_cast<size_t>(axis)]) group.rank = static_cast<int>(group.ranks.size());
+    coords[static_cast<size_t>(axis)] = c;
+    group.ranks.push_back(mesh.rank_of(coords));
+  }
+  coords[static_cast<size_t>(axis)] = -1;
+  group.key = fmt::format("{}/{}/{}", axis, subgroup, fmt::join(coords, ","));
+  p.groups.push_back(std::move(group));
+  return static_cast<int>(p.groups.size() - 1);
+}
+
+comm::WireBytes collective_wire(const Program& p, const CommGroup& group, const Collective& c) {
+  const Region& whole = c.kind == comm::Collective::allgather ? c.output : c.input;
+  return comm::wire_bytes({.collective = c.kind,
+                           .options = p.collective,
+                           .bytes = whole.count * static_cast<int64_t>(sizeof(float)),
+                           .ranks = static_cast<int>(group.ranks.size()),
+                           .rank = group.rank,
+                           .codec = c.codec,
+                           .codec_rows = c.codec_rows,
+                           .codec_cols = c.codec_cols});
+}
+
+// A reshard's collective moves the value whole on one side (the larger).
+comm::WireBytes reshard_wire(const Program& p, const CommGroup& group, const Instr& instr, const Reshard& r,
+                             comm::Collective kind) {
+  const Graph& g = p.graph_of(instr.micro_batch);
+  const Node& node = g.nodes()[static_cast<size_t>(r.node)];
+  const int64_t bytes = std::max(static_cast<int64_t>(g.spec(node.inputs.front()).bytes()),
+                                 static_cast<int64_t>(g.spec(node.outputs.front()).bytes()));
+  return comm::wire_bytes({.collective = kind, .options = p.collective, .bytes = bytes,
+                           .ranks = static_cast<int>(group.ranks.size()), .rank = group.rank});
+}
+
+}  // namespace
+
+void facts(const Context& c, Program& p) {
+  std::map<int, int64_t> calls;  // group -> calls stamped so far
+  for (Instr& instr : p.instrs) {
+    instr.lane = {};
+    if (const auto* collective = std::get_if<Collective>(&instr.op)) {
+      instr.group = group_of(p, collective->axis, collective->subgroup);
+      if (collective->axis == c.data_axis && collective->subgroup < 0 && c.data_size > 1)
+        instr.lane = {.kind = Lane::Kind::progress, .axis = c.data_axis};
+      instr.wire = collective_wire(p, p.groups[static_cast<size_t>(instr.group)], *collective);
+    } else if (const auto* reshard = std::get_if<Reshard>(&instr.op)) {
+      const std::optional<comm::Collective> kind = collective_of(resharding(reshard->from, reshard->to));
+      if (!kind) continue;  // a slice: local
+      instr.group = group_of(p, reshard->axis, -1);
+      instr.wire = reshard_wire(p, p.groups[static_cast<size_t>(instr.group)], instr, *reshard, *kind);
+    } else if (const auto* send = std::get_if<Send>(&instr.op)) {
+      instr.lane = {.kind = Lane::Kind::p2p, .axis = send->axis};
+      instr.wire.intra_node = static_cast<int64_t>(p.graph_of(instr.micro_batch).spec(send->value).bytes());
+    } else if (const auto* recv = std::get_if<Recv>(&instr.op)) {
+      instr.lane = {.kind = Lane::Kind::p2p, .axis = recv->axis};
+    }
+    if (instr.group >= 0) instr.sequence = calls[instr.group]++;
+  }
+}
+
+}  // namespace px::parallel::passes

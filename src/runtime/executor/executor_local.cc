@@ -1,0 +1,194 @@
+// The instructions that run on the calling thread without talking to
+// another rank: compute (a node's kernel), accumulate, norm, clip, update
+// (and P3's deferred updates), and the bookkeeping of forward activations.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/elementwise.h"
+#include "runtime/executor/program_executor.h"
+
+namespace px {
+
+using parallel::Buffer;
+using parallel::Instr;
+using parallel::Region;
+
+void ProgramExecutor::compute(int id, const parallel::Compute& op, const StepInput& input) {
+  const Instr& instr = program_.instrs[static_cast<size_t>(id)];
+  const int m = instr.micro_batch;
+  const Graph& g = program_.graph_of(m);
+  const Node& node = g.nodes()[static_cast<size_t>(op.node)];
+  std::vector<Tensor>& live = live_[static_cast<size_t>(m)];
+  std::vector<Tensor> params;  // views that must outlive the call
+  std::vector<const Tensor*> in;
+  params.reserve(node.inputs.size());
+  for (ValueId v : node.inputs) {
+    const int param = param_of_[static_cast<size_t>(v)];
+    if (param >= 0) {
+      if (!deferred_.updates.empty()) run_deferred_updates_of(param);
+      params.push_back(external_.empty() ? view(program_.param_source(param)).reshape(g.spec(v).shape)
+                                         : external_[static_cast<size_t>(param)]);
+      in.push_back(&params.back());
+      continue;
+    }
+    if (!live[static_cast<size_t>(v)].defined())
+      fail("executor: node '{}' ({}) reads value '{}' which was not fed or computed", node.name, node.op(),
+           g.value(v).name);
+    in.push_back(&live[static_cast<size_t>(v)]);
+  }
+  std::vector<Tensor*> out;
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    const ValueId v = node.outputs[i];
+    const TensorSpec& spec = g.spec(v);
+    const bool view = i == 0 && node.def->output_is_view;
+    live[static_cast<size_t>(v)] = view ? in[0]->reshape(spec.shape) : Tensor::empty(spec.shape, spec.dtype);
+    hold(m, v, live[static_cast<size_t>(v)], !view && node.origin < 0);  // forward nodes have no origin
+    out.push_back(&live[static_cast<size_t>(v)]);
+  }
+  // Where the shards sit in the unsplit values: the lowering's boxes plus
+  // the micro-batch's global rows on the batch dim.
+  const std::vector<ShardBox>& boxes = program_.boxes[static_cast<size_t>(program_.micro_batches[static_cast<size_t>(m)].graph)];
+  const int64_t rows = input.row_offset + program_.micro_batches[static_cast<size_t>(m)].row_offset;
+  auto box_of = [&](ValueId v) {
+    ShardBox box = boxes[static_cast<size_t>(v)];
+    if (program_.batch_rows[static_cast<size_t>(v)] && !box.offset.empty()) box.offset[0] += rows;
+    return box;
+  };
+  OpContext context{.seed = input.seed, .inputs = {}, .outputs = {}};
+  for (ValueId v : node.inputs) context.inputs.push_back(box_of(v));
+  for (ValueId v : node.outputs) context.outputs.push_back(box_of(v));
+  const double start = tracing_ ? comm::now_us() : 0;
+  node.def->forward(context, node.attrs, in, out);
+  if (tracing_)
+    trace_.push_back({.name = fmt::format("{} ({})", node.name, node.op()),
+                      .lane = TraceRecord::Lane::compute,
+                      .start_us = start,
+                      .duration_us = comm::now_us() - start,
+                      .bytes = 0,
+                      .step = static_cast<int64_t>(input.step),
+                      .instr = id});
+}
+
+void ProgramExecutor::hold(int micro, ValueId v, const Tensor& t, bool counts) {
+  release(micro, v);
+  if (!counts) return;
+  const int64_t bytes = static_cast<int64_t>(t.nbytes());
+  activations_.held[static_cast<size_t>(micro)][static_cast<size_t>(v)] = bytes;
+  activations_.bytes += bytes;
+  activations_.peak = std::max(activations_.peak, activations_.bytes);
+}
+
+void ProgramExecutor::release(int micro, ValueId v) {
+  int64_t& bytes = activations_.held[static_cast<size_t>(micro)][static_cast<size_t>(v)];
+  activations_.bytes -= bytes;
+  bytes = 0;
+}
+
+void ProgramExecutor::use_parameters(const ParamStore& store) {
+  PX_CHECK(!optimizer_.has_value(), "use_parameters: this program updates its own parameters");
+  external_.clear();
+  for (const parallel::ParamLayout& param : program_.params) {
+    const Tensor& t = store.at(param.name);
+    if (t.shape() != param.shape)
+      fail("parameter '{}' has shape {}, the program expects {}", param.name, t.shape(), param.shape);
+    external_.push_back(t);
+  }
+}
+
+void ProgramExecutor::accumulate(int id, const parallel::Accumulate& op) {
+  const Instr& instr = program_.instrs[static_cast<size_t>(id)];
+  const Tensor& from = live_[static_cast<size_t>(instr.micro_batch)][static_cast<size_t>(op.from)];
+  PX_CHECK(from.defined() && from.numel() == op.into.count, "accumulate #{}: value {} has {} elements, region {}", id,
+           op.from, from.defined() ? from.numel() : -1, op.into.count);
+  const int member = member_of_[static_cast<size_t>(id)];
+  PX_CHECK_GE(member, 0);
+  std::vector<bool>& written = written_[static_cast<size_t>(op.into.buffer)];
+  float* into = data(op.into);
+  if (!written[static_cast<size_t>(member)]) {
+    std::memcpy(into, from.f32(), static_cast<size_t>(op.into.count) * sizeof(float));
+    written[static_cast<size_t>(member)] = true;
+  } else {
+    kernels::add_inplace(op.into.count, from.f32(), into);
+  }
+  if (op.into.buffer == program_.loss_buffer) {
+    if (poison_) into[0] = std::numeric_limits<float>::quiet_NaN();
+    // The loss is reduced on the comm stream, maybe while the norm is
+    // summed: the norm learns of a bad summand from this flag, not by
+    // reading the buffer.
+    if (!std::isfinite(from.f32()[0]) || poison_) local_loss_bad_ = true;
+  } else if (poison_ && !poisoned_) {
+    into[0] = std::numeric_limits<float>::quiet_NaN();  // reduced to every rank like any gradient
+    poisoned_ = true;
+  }
+}
+
+void ProgramExecutor::norm(const parallel::Norm& op) {
+  double squares = 0;
+  for (size_t i = 0; i < op.gradients.size(); ++i) {
+    const Region& r = op.gradients[i];
+    zero_unwritten(r.buffer);
+    squares += kernels::sum_squares(r.count, data(r)) * (i < op.weights.size() ? op.weights[i] : 1.0);
+  }
+  // A non-finite loss summand makes the global norm NaN on every rank (the
+  // norm is summed over every axis), so all ranks skip the step together.
+  if (local_loss_bad_) squares = std::numeric_limits<double>::quiet_NaN();
+  *data(op.into) = static_cast<float>(squares);
+}
+
+void ProgramExecutor::finite(const parallel::Finite& op) {
+  zero_unwritten(op.gradient.buffer);  // a rank without rows contributes zeros
+  const float* g = data(op.gradient);
+  *data(op.into) = std::all_of(g, g + op.gradient.count, [](float x) { return std::isfinite(x); }) ? 0.0f : 1.0f;
+}
+
+double ProgramExecutor::clip(const parallel::Clip& op, double clip) {
+  const double norm = std::sqrt(static_cast<double>(*data(op.norm)));
+  if (!std::isfinite(norm)) {
+    skip_updates_ = true;
+    // Error feedback as if the step never ran (its reductions are done: the norm waited for them).
+    for (Codec* codec : compressors_) {
+      if (!codec->state_before.empty()) codec->compressor.load_state(codec->state_before);
+      codec->velocity = codec->velocity_before;
+    }
+    return norm;
+  }
+  if (clip > 0 && norm > clip) {
+    const float scale = static_cast<float>(clip / (norm + 1e-6));
+    for (const Region& r : op.gradients) kernels::scale(r.count, scale, data(r), data(r));
+  }
+  return norm;
+}
+
+void ProgramExecutor::update(int id, const parallel::Update& op, double lr) {
+  zero_unwritten(op.gradient.buffer);
+  optimizer_->update(static_cast<size_t>(shard_of_update_[static_cast<size_t>(id)]), data(op.storage),
+                     data(op.gradient), lr);
+}
+
+void ProgramExecutor::run_deferred_updates_of(int param) {
+  auto it = deferred_.updates.find(param);
+  if (it == deferred_.updates.end()) return;
+  const std::vector<int> ids = std::move(it->second);
+  deferred_.updates.erase(it);
+  for (int id : ids) {
+    const Instr& instr = program_.instrs[static_cast<size_t>(id)];
+    for (int dep : instr.after) wait_for(dep);
+    update(id, std::get<parallel::Update>(instr.op), deferred_.lr);
+  }
+  if (deferred_.updates.empty()) {
+    for (int id : deferred_.frees) free_buffer(std::get<parallel::Free>(program_.instrs[static_cast<size_t>(id)].op).buffer, -1);
+    deferred_.frees.clear();
+  }
+}
+
+void ProgramExecutor::finish() {
+  while (!deferred_.updates.empty()) run_deferred_updates_of(deferred_.updates.begin()->first);
+  if (!engine_) return;
+  engine_->wait_all();
+  release_finished();
+  collect_engine_trace();
+}
+
+}  // namespace px

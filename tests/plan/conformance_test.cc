@@ -1,0 +1,243 @@
+// Conformance: the executor runs a Program the way the simulator replays
+// it. For each strategy of the golden Programs (tests/parallel/golden/),
+// every rank runs one step in process with tracing and a flight recorder,
+// and simulate() replays the same Programs with a FakeEstimator; then
+//  - the executor's start/finish times per lane are a valid schedule of the
+//    dependence relation the simulator uses: `after` edges, list order on
+//    the main thread and on the progress lane, a progress-lane collective
+//    no earlier than the main thread reached it, and a collective finishing
+//    on no member before every member started it;
+//  - instruction by instruction, the simulator puts each collective and
+//    reshard on the lane the executor ran it on and meets its group with
+//    the sequence number the executor's flight recorder logged;
+//  - per mesh axis, the wire bytes the lowering stamped (for the ring) are
+//    the bytes the axis' communicator counted, collectives run inline.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "comm/backends.h"
+#include "nn/gpt.h"
+#include "parallel/mesh.h"
+#include "parallel/tensor_parallel.h"
+#include "plan/simulate.h"
+#include "runtime/executor/program_executor.h"
+#include "runtime/fault/flight_recorder.h"
+#include "runtime/tasks/task.h"
+
+namespace px::plan {
+namespace {
+
+// The golden Programs' strategies (tests/parallel/golden_program_test.cc),
+// and data parallelism with top-k compression.
+struct Case {
+  const char* name;
+  int ranks;  // data x tensor ranks of one stage
+  int zero_stage = 0;
+  int micro_batches = 1;
+  int layers = 2;
+  int tp = 1;
+  bool sequence_parallel = false;
+  int pp = 1;
+  const char* schedule = "1f1b";
+  parallel::Recompute recompute = parallel::Recompute::none;
+  const char* compress = nullptr;  // a codec, with the ranks' agreement before each compressed collective
+};
+
+// What one rank's executor did in its step.
+struct Observed {
+  std::vector<TraceRecord> trace;
+  std::vector<FlightEvent> events;
+  std::vector<int64_t> axis_bytes;  // what each axis' communicator counted
+};
+
+// Per instruction: its start and finish (engine slices merged) and its lane.
+struct Span {
+  double start = 0, finish = 0;
+  TraceRecord::Lane lane = TraceRecord::Lane::compute;
+};
+
+std::map<int, Span> spans_of(const std::vector<TraceRecord>& trace) {
+  std::map<int, Span> spans;
+  for (const TraceRecord& r : trace) {
+    if (r.instr < 0) continue;
+    auto [it, fresh] = spans.try_emplace(r.instr, Span{r.start_us, r.start_us + r.duration_us, r.lane});
+    if (fresh) continue;
+    it->second.start = std::min(it->second.start, r.start_us);
+    it->second.finish = std::max(it->second.finish, r.start_us + r.duration_us);
+  }
+  return spans;
+}
+
+parallel::Strategy strategy_of(const Case& c, const nn::Model& model) {
+  parallel::Strategy s = c.tp > 1 ? parallel::tensor_parallel(model.graph, c.ranks / c.tp, c.tp,
+                                                              batch_input_names(model), c.sequence_parallel)
+                                  : parallel::data_parallel(c.ranks, batch_input_names(model));
+  s.zero_stage = c.zero_stage;
+  s.micro_batches = c.micro_batches;
+  s.lowering.bucket_bytes = 4096;
+  s.lowering.recompute = c.recompute;
+  if (c.compress != nullptr) s.lowering.compression = comm::compression::Spec::parse(c.compress);
+  if (c.pp > 1) s = parallel::with_pipeline(s, c.pp, {.schedule = parallel::pipeline_kind_from_name(c.schedule)});
+  return s;
+}
+
+// This rank's rows of every batch input, zeros (token 0 is a valid token).
+std::vector<std::pair<ValueId, Tensor>> feeds_of(const parallel::Program& p) {
+  int64_t rows = 0;
+  for (const parallel::MicroBatch& mb : p.micro_batches) rows = std::max(rows, mb.row_begin + mb.rows);
+  std::vector<std::pair<ValueId, Tensor>> feeds;
+  for (ValueId v : p.batch_inputs) {
+    const TensorSpec& spec = p.graphs.front().spec(v);
+    std::vector<int64_t> dims = spec.shape.dims();
+    dims[0] = rows;
+    feeds.emplace_back(v, Tensor::zeros(Shape(dims), spec.dtype));
+  }
+  return feeds;
+}
+
+std::vector<Observed> run_step(const std::vector<parallel::Program>& programs, const ParamStore& params,
+                               bool overlap = true) {
+  const int world = static_cast<int>(programs.size());
+  std::vector<Observed> observed(static_cast<size_t>(world));
+  comm::run_inproc(world, [&](comm::Communicator& comm) {
+    const parallel::Program& program = programs[static_cast<size_t>(comm.rank())];
+    parallel::MeshGroups mesh = parallel::make_mesh_groups(comm, program.strategy.mesh);
+    AxisGroups groups;
+    for (comm::Communicator& c : mesh.axis) groups.push_back(&c);
+    FlightRecorder recorder("", comm.rank(), world);
+    ProgramExecutor executor(program, groups, {}, {.overlap = overlap, .trace = true});
+    executor.set_parameters(params);
+    executor.set_flight_recorder(&recorder);
+    executor.set_tracing(true);
+    const StepResult result = executor.run({.feeds = feeds_of(program), .seed = 1, .step = 0, .lr = 1e-3});
+    executor.finish();
+    Observed& mine = observed[static_cast<size_t>(comm.rank())];
+    mine.axis_bytes = result.axis_bytes;
+    mine.trace = executor.take_trace();
+    mine.events = recorder.read().events;
+  });
+  return observed;
+}
+
+// The main thread and the progress lane each keep list order; `after`
+// edges hold; a progress-lane collective starts no earlier than the main
+// thread reached it.
+void expect_valid_schedule(const parallel::Program& p, const std::map<int, Span>& spans, const std::string& where) {
+  const Span* main = nullptr;
+  const Span* progress = nullptr;
+  int main_id = -1, progress_id = -1;
+  for (const auto& [id, span] : spans) {
+    const parallel::Instr& instr = p.instrs[static_cast<size_t>(id)];
+    for (int dep : instr.after) {
+      auto it = spans.find(dep);
+      if (it == spans.end()) continue;
+      EXPECT_LE(it->second.finish, span.start) << where << ": #" << id << " started before #" << dep << " finished";
+    }
+    const bool on_progress = span.lane == TraceRecord::Lane::progress;
+    const Span* before = on_progress ? progress : main;
+    const int before_id = on_progress ? progress_id : main_id;
+    if (before != nullptr) {
+      EXPECT_LE(before->finish, span.start) << where << ": #" << id << " ran beside #" << before_id << " on its lane";
+    }
+    if (on_progress && main != nullptr) {
+      EXPECT_LE(main->finish, span.start) << where << ": #" << id << " ran before the main thread reached it";
+    }
+    (on_progress ? progress : main) = &span;
+    (on_progress ? progress_id : main_id) = id;
+  }
+}
+
+class Conformance : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Conformance, ExecutorRunsTheProgramAsTheSimulatorReplaysIt) {
+  const Case& c = GetParam();
+  const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = c.layers, .n_head = 2, .n_embd = 16, .dropout = 0.1};
+  const nn::Model model = nn::build_gpt(config, 4, config.block, true);
+  // The ring, whose bytes the stamped wire must be to the byte.
+  const std::vector<parallel::Program> programs =
+      lower_all({.forward = &model.graph, .loss = model.loss, .collective = {.algorithm = comm::Algorithm::ring}},
+                strategy_of(c, model));
+  const std::vector<Observed> observed = run_step(programs, ParamStore::initialize(model.graph, 7));
+
+  FakeEstimator fake;
+  fake.per_node = 1e-6;
+  fake.per_byte = 1e-10;
+  fake.alpha = 1e-6;
+  fake.beta = 1e-9;
+  const ClusterSpec cluster = cluster_named("dgx-a100");
+  const Simulation sim = simulate({.programs = &programs, .cluster = &cluster, .estimator = &fake, .trace = true});
+
+  // Every (group, sequence) call: its members' starts and finishes.
+  std::map<std::pair<std::string, int64_t>, std::pair<double, double>> calls;  // -> (latest start, earliest finish)
+  for (size_t r = 0; r < programs.size(); ++r) {
+    const parallel::Program& p = programs[r];
+    const std::string where = fmt::format("{} rank {}", c.name, r);
+    const std::map<int, Span> spans = spans_of(observed[r].trace);
+    expect_valid_schedule(p, spans, where);
+    std::map<int, int64_t> logged;  // instruction -> the flight recorder's sequence number
+    for (const FlightEvent& e : observed[r].events)
+      if (e.kind == FlightKind::collective || e.kind == FlightKind::reshard) logged[e.instr] = static_cast<int64_t>(e.sequence);
+    int compared = 0;
+    for (const SimulatedEvent& e : sim.trace) {
+      if (e.rank != p.rank || e.sequence < 0) continue;
+      auto span = spans.find(e.instr);
+      ASSERT_NE(span, spans.end()) << where << ": the executor left no record of " << p.str(static_cast<size_t>(e.instr));
+      const bool on_progress = span->second.lane == TraceRecord::Lane::progress;
+      EXPECT_EQ(e.lane.starts_with("progress:"), on_progress)
+          << where << ": simulated on " << e.lane << ", executed " << (on_progress ? "on the progress lane" : "inline")
+          << ": " << p.str(static_cast<size_t>(e.instr));
+      ASSERT_TRUE(logged.count(e.instr)) << where << ": no flight event for " << p.str(static_cast<size_t>(e.instr));
+      EXPECT_EQ(logged[e.instr], e.sequence) << where << ": " << p.str(static_cast<size_t>(e.instr));
+      const std::string& key = p.groups[static_cast<size_t>(p.instrs[static_cast<size_t>(e.instr)].group)].key;
+      auto [it, fresh] = calls.try_emplace({key, e.sequence}, span->second.start, span->second.finish);
+      if (!fresh) {
+        it->second.first = std::max(it->second.first, span->second.start);
+        it->second.second = std::min(it->second.second, span->second.finish);
+      }
+      ++compared;
+    }
+    EXPECT_EQ(compared, static_cast<int>(logged.size())) << where << ": the simulator met other calls than were run";
+
+  }
+  // Wire bytes: what the lowering stamped is what each axis' communicator
+  // counted, run inline (the progress engine adds its own agreement on
+  // which jobs every rank submitted; subgroups and transfers run on
+  // communicators of their own). A codec's payload is a model of its data.
+  if (c.compress == nullptr) {
+    const std::vector<Observed> inline_run = run_step(programs, ParamStore::initialize(model.graph, 7), false);
+    for (size_t r = 0; r < programs.size(); ++r) {
+      const parallel::Program& p = programs[r];
+      std::vector<int64_t> stamped(p.strategy.mesh.axes().size(), 0);
+      for (const parallel::Instr& instr : p.instrs)
+        if (instr.group >= 0 && p.groups[static_cast<size_t>(instr.group)].subgroup < 0)
+          stamped[static_cast<size_t>(p.groups[static_cast<size_t>(instr.group)].axis)] += instr.wire.total();
+      for (size_t a = 0; a < stamped.size(); ++a)
+        EXPECT_EQ(stamped[a], inline_run[r].axis_bytes[a])
+            << c.name << " rank " << r << ": bytes on axis " << p.strategy.mesh.axes()[a].name;
+    }
+  }
+  for (const auto& [call, times] : calls)
+    EXPECT_LE(times.first, times.second) << c.name << ": group " << call.first << " call " << call.second
+                                         << " finished on a member before another started it";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    GoldenStrategies, Conformance,
+    ::testing::Values(Case{.name = "gpt2l_1rank", .ranks = 1}, Case{.name = "gpt2l_dp2", .ranks = 2},
+                      Case{.name = "gpt2l_zero1", .ranks = 2, .zero_stage = 1, .micro_batches = 2},
+                      Case{.name = "gpt2l_zero2", .ranks = 2, .zero_stage = 2, .micro_batches = 2},
+                      Case{.name = "gpt2l_zero3", .ranks = 2, .zero_stage = 3, .micro_batches = 2},
+                      Case{.name = "gpt1l_tp2", .ranks = 2, .layers = 1, .tp = 2},
+                      Case{.name = "gpt1l_tp2_sp", .ranks = 2, .layers = 1, .tp = 2, .sequence_parallel = true},
+                      Case{.name = "gpt1l_dp2_tp2_zero1", .ranks = 4, .zero_stage = 1, .layers = 1, .tp = 2},
+                      Case{.name = "gpt2l_pp2_1f1b", .ranks = 1, .micro_batches = 2, .pp = 2},
+                      Case{.name = "gpt2l_pp2_zbh1", .ranks = 1, .micro_batches = 2, .pp = 2, .schedule = "zb-h1"},
+                      Case{.name = "gpt2l_recompute_full", .ranks = 1, .recompute = parallel::Recompute::full},
+                      Case{.name = "gpt2l_dp2_topk", .ranks = 2, .compress = "topk:0.1"}),
+    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace px::plan
