@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <ostream>
 
 #include "comm/backends.h"
 #include "nn/gpt.h"
@@ -45,6 +46,8 @@ struct Case {
   parallel::Recompute recompute = parallel::Recompute::none;
   const char* compress = nullptr;  // a codec, with the ranks' agreement before each compressed collective
 };
+// Test listings show the case's name, not its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 // What one rank's executor did in its step.
 struct Observed {
