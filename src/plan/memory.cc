@@ -5,18 +5,13 @@
 
 namespace px::plan {
 
-ProgramMemory program_memory(const parallel::Program& p, const parallel::Liveness& liveness, int optimizer_slots,
-                             DType compute) {
-  using parallel::Instr;
-  // Activations are float32 in the graph; mixed precision keeps them in the compute dtype.
-  const double activation_scale = static_cast<double>(dtype_size(compute)) / static_cast<double>(dtype_size(DType::f32));
-  auto activation_bytes = [&](const TensorSpec& spec) {
-    return spec.dtype == DType::f32 ? activation_scale * static_cast<double>(spec.bytes()) : static_cast<double>(spec.bytes());
-  };
-  double live = 0, peak = 0, updated = 0, activations = 0, activation_peak = 0, stash = -1;
+// What is alive before the step's first instruction: persistent buffers,
+// optimizer state, the step's batch and a mixed-precision working copy.
+static double bytes_before_the_step(const parallel::Program& p, int optimizer_slots, DType compute) {
+  double live = 0, updated = 0;
   for (const parallel::Buffer& b : p.buffers)
     if (b.persistent) live += static_cast<double>(b.count) * sizeof(float);
-  for (const Instr& instr : p.instrs)
+  for (const parallel::Instr& instr : p.instrs)
     if (const auto* u = std::get_if<parallel::Update>(&instr.op)) updated += static_cast<double>(u->count);
   live += updated * sizeof(float) * optimizer_slots;
   // The step's batch: this rank's rows of every batch input, fed whole before the step.
@@ -26,6 +21,19 @@ ProgramMemory program_memory(const parallel::Program& p, const parallel::Livenes
         live += static_cast<double>(p.graphs[static_cast<size_t>(m.graph)].spec(v).bytes());
   // The working copy of the parameters beside the float32 master weights.
   if (compute != DType::f32) live += static_cast<double>(p.param_count) * static_cast<double>(dtype_size(compute));
+  return live;
+}
+
+ProgramMemory program_memory(const parallel::Program& p, const parallel::Liveness& liveness, int optimizer_slots,
+                             DType compute) {
+  using parallel::Instr;
+  // Activations are float32 in the graph; mixed precision keeps them in the compute dtype.
+  const double activation_scale = static_cast<double>(dtype_size(compute)) / static_cast<double>(dtype_size(DType::f32));
+  auto activation_bytes = [&](const TensorSpec& spec) {
+    return spec.dtype == DType::f32 ? activation_scale * static_cast<double>(spec.bytes()) : static_cast<double>(spec.bytes());
+  };
+  double live = bytes_before_the_step(p, optimizer_slots, compute);
+  double peak = 0, activations = 0, activation_peak = 0, stash = -1;
   // A value's bytes live in a storage; a view (reshape) shares its input's,
   // which stays alive until the value and all its views are dead.
   struct Storage {

@@ -9,8 +9,12 @@
 namespace px {
 namespace {
 
-// volatile: the products are computed at run time, under the MXCSR set here.
-float product(volatile float a, volatile float b) { return a * b; }
+// Through volatile locals: the product is computed at run time, under the
+// MXCSR set here, not folded by the compiler.
+float product(float a, float b) {
+  volatile float x = a, y = b;
+  return x * y;
+}
 
 TEST(FloatEnv, SubnormalsFlushToZeroOnThisThreadAndOnThreadsStartedAfter) {
   const unsigned saved = _mm_getcsr();

@@ -278,12 +278,9 @@ ExecutorMemory ProgramExecutor::memory() const {
   };
   ExecutorMemory m;
   m.parameters = bytes(program_.params_buffer) + bytes(program_.param_shard_buffer);
-  m.gradients = bytes(program_.grad_shard_buffer);
-  // ZeRO-0/1 keep every bucket through backward; ZeRO-2/3 only the ones in flight.
-  if (program_.strategy.zero_stage < 2 || program_.grad_shard_buffer < 0)
-    for (const parallel::BucketLayout& b : program_.buckets) m.gradients += bytes(b.grad_buffer);
-  else
-    m.gradient_buffer_peak = buffer_bytes_.gradient_peak;
+  m.gradient_shard = bytes(program_.grad_shard_buffer);
+  for (const parallel::BucketLayout& b : program_.buckets) m.gradient_buckets += bytes(b.grad_buffer);
+  m.gradient_buffer_peak = buffer_bytes_.gradient_peak;
   m.gathered_parameter_peak = buffer_bytes_.parameter_peak;
   m.optimizer_state = optimizer_ ? optimizer_->state_bytes() : 0;
   return m;

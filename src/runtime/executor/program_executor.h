@@ -111,8 +111,9 @@ struct StepResult {
 // Bytes this rank holds between steps, and the most buffer bytes alive at once.
 struct ExecutorMemory {
   int64_t parameters = 0;         // whole flat parameters, or the ZeRO-3 shard
-  int64_t gradients = 0;          // gradient buckets kept through the step (ZeRO-0/1) and the shard
-  int64_t gradient_buffer_peak = 0;  // ZeRO-2/3: the most bucket-buffer bytes alive at once
+  int64_t gradient_shard = 0;     // ZeRO: this rank's reduced block of every bucket
+  int64_t gradient_buckets = 0;   // every gradient bucket at once (what ZeRO-0/1's accounting keeps)
+  int64_t gradient_buffer_peak = 0;  // the most bucket-buffer bytes alive at once, measured
   int64_t gathered_parameter_peak = 0;  // ZeRO-3: the most gathered parameter bytes alive at once
   int64_t optimizer_state = 0;
 };
@@ -122,8 +123,6 @@ struct ExecutorMemory {
 // split undone. Collective over `comm` (every rank of the axis calls it).
 Tensor reshard_tensor(comm::Communicator& comm, const Tensor& in, const Placement& from, const Placement& to,
                       const Shape& whole, const comm::CollectiveOptions& options = {});
-// Bytes one rank sends for a Reshard of a value of `bytes` over `p` ranks (ring formulas).
-int64_t resharding_wire_bytes(const parallel::Reshard& op, int p, int64_t bytes);
 
 // This rank's communicator on each mesh axis, by axis index (nullptr: the
 // axis has one rank). Empty: one rank everywhere.

@@ -103,16 +103,6 @@ struct FlightRecorder::Slot {
   char name[48];
 };
 
-std::string_view flight_kind_name(FlightKind kind) {
-  switch (kind) {
-    case FlightKind::collective: return "collective";
-    case FlightKind::reshard: return "reshard";
-    case FlightKind::send: return "send";
-    case FlightKind::recv: return "recv";
-  }
-  return "?";
-}
-
 std::string_view flight_state_name(FlightState state) {
   switch (state) {
     case FlightState::posted: return "posted";

@@ -33,7 +33,6 @@ enum class FlightState : uint8_t { posted, done, failed };
 // dead process would.
 enum class RankPhase : uint8_t { starting, running, failed, finished, frozen, killed, lost };
 
-std::string_view flight_kind_name(FlightKind kind);
 std::string_view flight_state_name(FlightState state);
 std::string_view rank_phase_name(RankPhase phase);
 
