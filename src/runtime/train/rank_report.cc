@@ -63,9 +63,7 @@ void RankTrainer::log_totals() {
                           ? ""
                           : fmt::format(" (recompute {})", parallel::recompute_name(strategy_.lowering.recompute)));
   const ExecutorMemory memory = executor_->memory();
-  // A ZeRO-2/3 figure: ZeRO-0/1's accounting keeps every bucket (rank_setup.cc).
-  result_.gradient_buffer_peak_bytes =
-      strategy_.zero_stage >= 2 && memory.gradient_shard > 0 ? memory.gradient_buffer_peak : 0;
+  result_.gradient_buffer_peak_bytes = only_shard_kept(memory) ? memory.gradient_buffer_peak : 0;
   result_.gathered_parameter_peak_bytes = memory.gathered_parameter_peak;
   const int zero = data_ranks_ > 1 ? strategy_.zero_stage : 0;
   if (zero >= 2)

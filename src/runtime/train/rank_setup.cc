@@ -179,12 +179,9 @@ void RankTrainer::log_start() {
                       o_.threads, openblas_get_corename());
   result_.first_step = step_;
   const ExecutorMemory m = executor_->memory();
-  // ZeRO's accounting (Rajbhandari et al.): ZeRO-0/1 keep every bucket
-  // through backward, ZeRO-2/3 only the shard (their buckets in flight are
-  // the measured peak, reported after the run).
-  const bool buckets_kept = strategy_.zero_stage < 2 || m.gradient_shard == 0;
   result_.memory = RankMemory{.parameters = static_cast<double>(m.parameters),
-                              .gradients = static_cast<double>(m.gradient_shard + (buckets_kept ? m.gradient_buckets : 0)),
+                              .gradients = static_cast<double>(m.gradient_shard +
+                                                               (only_shard_kept(m) ? 0 : m.gradient_buckets)),
                               .optimizer_state = static_cast<double>(m.optimizer_state)};
   // Ψ here is this rank's model shard (all of it without tensor parallelism).
   const int64_t shard_parameters = program.param_count;

@@ -63,6 +63,12 @@ class RankTrainer {
   void log_totals();
   void measure_step_seconds();
   void summarize_and_predict();
+  // ZeRO's accounting (Rajbhandari et al.): ZeRO-0/1 keep every gradient
+  // bucket through backward; ZeRO-2/3 keep only the shard, their buckets in
+  // flight being the measured peak.
+  bool only_shard_kept(const ExecutorMemory& memory) const {
+    return strategy_.zero_stage >= 2 && memory.gradient_shard > 0;
+  }
 
   comm::Communicator* group_;
   std::ostream& log_;
