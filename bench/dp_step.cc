@@ -46,8 +46,8 @@
 
 namespace {
 
-px::ExecutorOptions overlap_options(bool overlap) {
-  px::ExecutorOptions options;
+px::parallel::ExecutionOptions overlap_options(bool overlap) {
+  px::parallel::ExecutionOptions options;
   options.overlap = overlap;
   return options;
 }

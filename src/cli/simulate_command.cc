@@ -98,10 +98,9 @@ void add_simulate_command(CLI::App& app) {
         {.programs = &programs,
          .cluster = &cluster,
          .estimator = &roofline,
-         .overlap = o.sync.overlap,
+         .execution = {.overlap = o.sync.overlap, .trace = !sim_flags->trace.empty()},
          .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size()),
-         .compute = compute,
-         .trace = !sim_flags->trace.empty()},
+         .compute = compute},
         {.threads = o.ranks > 1 ? 1 : o.threads, .model = o.model, .link_gbps = o.link_gbps,
          .collective = o.sync.collective});
     const int devices = strategy.mesh.ranks();

@@ -27,8 +27,7 @@ Strategy from_parts(const StrategyRequest& r, const CompositionInputs& in) {
   s.pipeline = r.pipeline;  // without stages validate names what needs them
   if (pp > 1) s = with_pipeline(std::move(s), pp, r.pipeline);
   // P3 updates each parameter as soon as its own gradient is in, and every
-  // gradient is its own job with its own priority. (A strategy file that
-  // computes a global norm is refused by validate, naming both.)
+  // gradient is its own job with its own priority.
   if (r.p3_slice_bytes > 0) {
     s.lowering.global_norm = false;
     s.lowering.bucket_bytes = 0;
@@ -66,6 +65,8 @@ void validate_fields(const Strategy& s) {
          s.zero_stage);
   if (s.micro_batches < 1) fail("strategy: micro_batches {} must be >= 1", s.micro_batches);
   if (s.lowering.bucket_bytes < 0) fail("strategy: bucket_bytes {} must be >= 0", s.lowering.bucket_bytes);
+  if (s.lowering.p3_slice_bytes < 0)
+    fail("strategy: p3_slice_bytes {} must be >= 0 (0: no P3)", s.lowering.p3_slice_bytes);
   if (s.lowering.local_momentum < 0 || s.lowering.local_momentum >= 1)
     fail("strategy: local_momentum {} must be in [0, 1)", s.lowering.local_momentum);
   if (s.pipeline.virtual_stages < 1) fail("strategy: virtual_stages {} must be >= 1", s.pipeline.virtual_stages);
@@ -155,6 +156,9 @@ Strategy with_pipeline(Strategy base, int stages, PipelineOptions pipeline) {
 Strategy compose(const StrategyRequest& request, const CompositionInputs& inputs) {
   PX_CHECK(inputs.graph != nullptr, "compose: no graph");
   Strategy s = request.strategy.empty() ? from_parts(request, inputs) : from_file(request, inputs);
+  // --p3-slice-kb on a strategy file's lowering too (one that computes a
+  // global norm is refused by validate, naming both).
+  if (request.p3_slice_bytes > 0) s.lowering.p3_slice_bytes = request.p3_slice_bytes;
   // Sparsified gradients with SGD momentum (DGC's momentum correction, Lin
   // et al. 2018): the momentum moves into the ranks, before compression,
   // and the optimizer applies the aggregated velocity without momentum of
@@ -164,7 +168,7 @@ Strategy compose(const StrategyRequest& request, const CompositionInputs& inputs
   if (s.data_ranks() > 1 && (method == Method::topk || method == Method::threshold) && inputs.sgd_momentum > 0 &&
       s.lowering.local_momentum == 0)
     s.lowering.local_momentum = inputs.sgd_momentum;
-  validate(s, {.p3 = request.p3_slice_bytes > 0, .grad_clip = inputs.grad_clip});
+  validate(s, {.grad_clip = inputs.grad_clip});
   return s;
 }
 
@@ -181,7 +185,7 @@ void validate(const Strategy& s, const StrategyUse& use) {
          "choose one",
          s.lowering.compression.to_string(), axis, s.mesh.size(axis));
   validate_pipeline(s);
-  if (use.p3) validate_p3(s, use);
+  if (s.lowering.p3_slice_bytes > 0) validate_p3(s, use);
 }
 
 }  // namespace px::parallel

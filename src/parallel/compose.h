@@ -55,7 +55,6 @@ struct CompositionInputs {
 
 // How the run uses a strategy, where a combination rule depends on it.
 struct StrategyUse {
-  bool p3 = false;       // P3's deferred updates and sliced reductions
   double grad_clip = 0;  // global-norm clipping (0: off)
 };
 

@@ -143,6 +143,7 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   passes::buckets(context, program);
   passes::schedule(context, program);
   passes::optimizer(context, program);
+  passes::defer_updates(program);
   passes::frees(program);
   passes::back_pressure(program, request.bucket_buffers);
   passes::facts(context, program);

@@ -41,7 +41,7 @@ struct LowerRequest {
   ValueId loss = kNoValue;         // a scalar
   std::vector<ValueId> outputs;    // also returned per micro-batch (evaluation: the logits)
   bool training = true;            // add backward, the gradient collectives and the updates
-  // The collective algorithm the executor will run (its ExecutorOptions'):
+  // The collective algorithm the executor will run:
   // the wire bytes stamped on each instruction are that algorithm's.
   comm::CollectiveOptions collective;
   // Gradients sharded (ZeRO): at most this many gradient bucket buffers

@@ -83,6 +83,7 @@ struct OperationPrinter {
     if (c.agreement.buffer >= 0) s += fmt::format(" if {} clear", region_str(p, c.agreement));
     if (c.subgroup >= 0)
       s += fmt::format(" among [{}]", fmt::join(p.subgroups.at(static_cast<size_t>(c.subgroup)).coords, ","));
+    if (c.slice_bytes > 0) s += fmt::format(" in slices of {} B", c.slice_bytes);
     return s;
   }
   std::string operator()(const Reshard& r) const {
@@ -133,13 +134,25 @@ struct OperationPrinter {
 
 }  // namespace
 
+std::vector<int> step_order(const std::vector<Instr>& instrs) {
+  std::vector<int> order;
+  order.reserve(instrs.size());
+  for (bool deferred : {false, true})
+    for (size_t i = 0; i < instrs.size(); ++i)
+      if (instrs[i].deferred == deferred) order.push_back(static_cast<int>(i));
+  return order;
+}
+
 std::string Program::str(size_t i) const {
   const Instr& instr = instrs.at(i);
   std::string line = fmt::format("#{} {} {}", i, instr.micro_batch >= 0 ? fmt::format("mb{}", instr.micro_batch) : "-",
                                  lane_name(*this, instr.lane));
   line += " " + std::visit(OperationPrinter{*this, instr}, instr.op) + facts_str(instr);
   if (instr.priority != 0) line += fmt::format(" prio {}", instr.priority);
-  if (!instr.after.empty()) line += fmt::format(" after #{}", fmt::join(instr.after, " #"));
+  if (!instr.after.empty())
+    line += fmt::format(" after {}#{}", instr.deferred ? "last step's " : "", fmt::join(instr.after, " #"));
+  else if (instr.deferred)
+    line += " deferred";
   if (!instr.name.empty()) line += fmt::format("  \"{}\"", instr.name);
   return line;
 }

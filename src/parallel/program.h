@@ -13,6 +13,10 @@
 //   Update{param shard}              the optimizer on a shard of parameters
 //   Free{buffer}                     a program buffer's last use
 //
+// A deferred instruction (P3's updates) belongs to the previous step: it
+// runs at this step's head, after the previous step's instructions it
+// names in `after` (parallel/lower/defer_updates.cc).
+//
 // Every instruction has a lane, a micro-batch (-1: once per step), a
 // priority (lower is more urgent), dependencies (`after`: instruction
 // indices; an instruction also follows everything before it on its lane)
@@ -148,6 +152,10 @@ struct Collective {
   // >= 0: over Program::subgroups[subgroup], some of the axis' ranks (the
   // pipeline stages sharing a parameter) instead of all of them.
   int subgroup = -1;
+  // > 0 (P3): on the progress lane it runs in slices of about this many
+  // bytes, and a more urgent collective (Instr::priority) queued later runs
+  // before its remaining slices. 0: whole.
+  int64_t slice_bytes = 0;
   bool operator==(const Collective&) const = default;
 };
 
@@ -249,14 +257,26 @@ struct Instr {
   Operation op;
   Lane lane;
   int micro_batch = -1;  // -1: once per step
+  // Among what waits on the progress lane, lower runs first (P3: the
+  // forward order of the gradient's layer); equal ones in list order.
   int priority = 0;
   std::vector<int> after;
+  // Runs on the previous step's results, at this step's head (P3's
+  // updates, and the frees after them): its `after` names instructions of
+  // the previous step. The first step has none to run; the executor's
+  // finish() runs what the last step left. See step_order().
+  bool deferred = false;
   std::string name;
   int group = -1;         // Program::groups (-1: talks to no group)
   int64_t sequence = -1;  // among this step's calls on `group`
   comm::WireBytes wire;
   bool operator==(const Instr&) const = default;
 };
+
+// The order a step's instructions take effect in: the list without the
+// deferred ones, then the deferred ones (which run at the next step's head
+// on what this step made). Liveness follows it.
+std::vector<int> step_order(const std::vector<Instr>& instrs);
 
 // "compute", "progress:<axis>" or "p2p:<axis>" (str() prints it).
 struct Program;

@@ -49,7 +49,8 @@ nlohmann::json to_json(const Strategy& s) {
             {"updates", s.lowering.updates},
             {"compression", s.lowering.compression.to_string()},
             {"local_momentum", s.lowering.local_momentum},
-            {"recompute", recompute_name(s.lowering.recompute)}}},
+            {"recompute", recompute_name(s.lowering.recompute)},
+            {"p3_slice_bytes", s.lowering.p3_slice_bytes}}},
           {"pipeline",
            {{"axis", s.pipeline.axis},
             {"schedule", pipeline_kind_name(s.pipeline.schedule)},
@@ -84,13 +85,16 @@ Strategy strategy_from_json(const nlohmann::json& json) {
   if (json.contains("lowering")) {
     const nlohmann::json& l = json.at("lowering");
     json_fields::check_keys("strategy", l, "lowering",
-               {"bucket_bytes", "global_norm", "updates", "compression", "local_momentum", "recompute"});
+               {"bucket_bytes", "global_norm", "updates", "compression", "local_momentum", "recompute",
+                                 "p3_slice_bytes"});
     s.lowering.bucket_bytes = json_fields::field<int64_t>("strategy", l, "lowering", "bucket_bytes", s.lowering.bucket_bytes);
     s.lowering.global_norm = json_fields::field<bool>("strategy", l, "lowering", "global_norm", s.lowering.global_norm);
     s.lowering.updates = json_fields::field<bool>("strategy", l, "lowering", "updates", s.lowering.updates);
     s.lowering.compression = comm::compression::Spec::parse(json_fields::field<std::string>("strategy", l, "lowering", "compression", "none"));
     s.lowering.local_momentum = json_fields::field<double>("strategy", l, "lowering", "local_momentum", s.lowering.local_momentum);
     s.lowering.recompute = recompute_from_name(json_fields::field<std::string>("strategy", l, "lowering", "recompute", "none"));
+    s.lowering.p3_slice_bytes =
+        json_fields::field<int64_t>("strategy", l, "lowering", "p3_slice_bytes", s.lowering.p3_slice_bytes);
   }
   if (json.contains("pipeline")) {
     const nlohmann::json& pl = json.at("pipeline");

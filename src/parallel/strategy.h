@@ -80,6 +80,13 @@ struct LoweringOptions {
   // optimizer then runs without momentum. 0: off.
   double local_momentum = 0;
   Recompute recompute = Recompute::none;
+  // P3 (Jayarajan et al. 2019). > 0: every gradient is reduced in slices of
+  // about this many bytes, the layer forward needs first first (a more
+  // urgent gradient overtakes a queued one at a slice boundary), and each
+  // parameter's update is deferred to the next step, just before its
+  // forward reads it (Instr::deferred). Needs one bucket per tensor and no
+  // global norm (compose() lowers it so). 0: off.
+  int64_t p3_slice_bytes = 0;
   bool operator==(const LoweringOptions&) const = default;
 };
 

@@ -53,6 +53,13 @@ ProgramMemory program_memory(const parallel::Program& p, const parallel::Livenes
     storage_of.erase(it);
   };
   std::vector<double> buffer_live(p.buffers.size(), 0);
+  // P3: the previous step's gradient buckets are alive until the deferred
+  // updates at this step's head free them.
+  for (const Instr& instr : p.instrs)
+    if (const auto* f = std::get_if<parallel::Free>(&instr.op); f && instr.deferred) {
+      buffer_live[static_cast<size_t>(f->buffer)] = static_cast<double>(p.buffers[static_cast<size_t>(f->buffer)].count) * sizeof(float);
+      live += buffer_live[static_cast<size_t>(f->buffer)];
+    }
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const Instr& instr = p.instrs[i];
     for (int b : liveness.allocates[i]) {

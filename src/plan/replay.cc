@@ -7,143 +7,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <optional>
-#include <tuple>
+#include <limits>
 
+#include "comm/engine/job.h"
 #include "core/error.h"
 #include "graph/op.h"
-#include "parallel/lower/liveness.h"
 #include "parallel/lower/reshard.h"
 #include "plan/memory.h"
+#include "plan/replay_state.h"
 
 namespace px::plan {
-namespace {
-
-using parallel::Instr;
-using parallel::Program;
-
-double region_bytes(const parallel::Region& r) { return static_cast<double>(r.count) * sizeof(float); }
-
-// What one communicating instruction is, for the replay: the lowering's
-// facts (its group, sequence number and wire bytes, parallel/program.h)
-// and the collective's n for the estimator's time.
-struct CollectiveCall {
-  const parallel::CommGroup* group = nullptr;
-  comm::Collective kind = comm::Collective::allreduce;
-  comm::compression::Spec codec;  // a compressed allreduce (docs/compression.md)
-  double rows = 1, cols = 1;      // its gradient as a matrix (PowerSGD)
-  double bytes = 0;  // the collective's n, as comm::CostQuery counts it
-  comm::WireBytes wire;  // what this rank sends
-  int64_t sequence = 0;
-  bool engine = false;  // on its axis' progress lane
-  int axis = 0;
-};
-
-// A compressed allreduce of n floats over p ranks (docs/compression.md's
-// table): its time. fp16/bf16 ring-allreduce half-width values; int8,
-// sign and the sparse methods allgather each rank's payload
-// (comm::gathered_payload_bytes) and every rank decodes all p; PowerSGD
-// ring-allreduces P (rows x r) and Q (cols x r) around two products with
-// the gradient. Encoding is a few passes over the gradient.
-double compressed_allreduce_seconds(const CostEstimator& estimator, const CollectiveCall& call, int p,
-                                    LinkClass link) {
-  using comm::compression::Method;
-  const double n = call.bytes / 4;
-  switch (call.codec.method) {
-    case Method::fp16:
-    case Method::bf16:
-      return estimator.collective_seconds(comm::Collective::allreduce, 2 * n, p, link) +
-             estimator.memory_seconds(3 * 4 * n);
-    case Method::powersgd: {
-      const double r = call.codec.rank, small = 4 * r * (call.rows + call.cols);
-      // Two (rows x cols) x r products and an orthogonalization, at the memory's pace.
-      const double products = estimator.memory_seconds(2 * 4 * n) + estimator.memory_seconds(3 * small);
-      return estimator.collective_seconds(comm::Collective::allreduce, 4 * r * call.rows, p, link) +
-             estimator.collective_seconds(comm::Collective::allreduce, 4 * r * call.cols, p, link) + products;
-    }
-    case Method::none: return estimator.collective_seconds(comm::Collective::allreduce, call.bytes, p, link);
-    default: {
-      // Encode (3 passes: add the residual, select or quantize, keep the rest), then decode and sum p payloads.
-      const double payload = comm::gathered_payload_bytes(call.codec, n);
-      const double passes = estimator.memory_seconds(3 * 4 * n) + estimator.memory_seconds(p * 2 * 4 * n);
-      return estimator.collective_seconds(comm::Collective::allgather, p * payload, p, link) + passes;
-    }
-  }
-}
-
-// Bytes by link class: the stamped split, or, when the lowering knew no
-// node layout (all counted within a node), the link the cluster gives the group.
-void count_wire(std::map<LinkClass, double>& sent, const comm::WireBytes& wire, LinkClass link, double weight) {
-  if (link == LinkClass::intra_node || wire.inter_node > 0) {
-    sent[LinkClass::intra_node] += weight * static_cast<double>(wire.intra_node);
-    sent[LinkClass::inter_node] += weight * static_cast<double>(wire.inter_node);
-  } else {
-    sent[LinkClass::inter_node] += weight * static_cast<double>(wire.total());
-  }
-}
-
-struct Rendezvous {
-  std::vector<std::pair<int, int>> posted;  // (rank, instruction)
-  double ready = 0;
-  std::optional<double> finish;
-};
-
-struct RankState {
-  const Program* program = nullptr;
-  parallel::Liveness live;
-  std::vector<std::optional<CollectiveCall>> calls;  // per instruction
-  std::vector<double> finish;                        // per instruction (< 0: not yet)
-  std::vector<double> submitted;                     // engine collectives: when the main thread reached them
-  std::vector<bool> posted;
-  std::vector<int> engine;  // the engine's collectives, in order
-  size_t pc = 0, engine_next = 0;
-  double t = 0, engine_t = 0;
-  double busy = 0, last_compute = 0, receive_wait = 0;
-};
-
-class Replay {
- public:
-  explicit Replay(const SimulationRequest& request);
-  Simulation run();
-
- private:
-  void prepare(int rank);
-  std::optional<CollectiveCall> call_of(const Program& p, const Instr& instr) const;
-  double activation_bytes(const TensorSpec& spec) const {
-    return (spec.dtype == DType::f32 ? activation_scale_ : 1.0) * static_cast<double>(spec.bytes());
-  }
-  LinkClass link_of(const std::vector<int>& members) const;
-  double free_from(int rank, LinkClass link) const;
-  void event(int rank, int instr, const std::string& lane, double start, double duration, int64_t sequence = -1);
-  std::optional<double> join(int rank, int i, double ready);
-  void complete(const CollectiveCall& call, Rendezvous& rv);
-  bool advance_main(int rank);
-  // The main thread's time for one instruction from `start`; nullopt while it waits.
-  std::optional<double> main_instruction(int rank, const Instr& instr, double start);
-  void send(int rank, const Instr& instr, const parallel::Send& send, double start);
-  bool advance_engine(int rank);
-  void check_finished() const;
-  void summarize();
-
-  const SimulationRequest& request_;
-  const std::vector<Program>& programs_;
-  const ClusterSpec& cluster_;
-  const CostEstimator& estimator_;
-  const int ranks_;
-  double weight_ = 1;  // mesh ranks each replayed rank stands for
-  // Activations are float32 in the graph; mixed precision keeps them in the compute dtype.
-  double activation_scale_ = 1;
-  std::map<int, int> replayed_;  // mesh rank -> replayed index
-  std::vector<RankState> state_;
-  // Links are shared: a collective holds each member's link of its class
-  // from start to finish and waits until it is free; a message goes out at
-  // once and holds its sender's link for its time.
-  std::map<std::pair<int, LinkClass>, double> link_free_;  // (replayed rank, link class) -> free from
-  std::map<std::pair<std::string, int64_t>, Rendezvous> rendezvous_;
-  std::map<std::tuple<int, int, uint32_t>, double> arrivals_;  // (from, to, tag) -> arrival
-  Simulation out_;
-};
+namespace replaying {
 
 Replay::Replay(const SimulationRequest& request)
     : request_(request),
@@ -165,14 +39,27 @@ void Replay::prepare(int rank) {
   const Program& p = programs_[static_cast<size_t>(rank)];
   s.program = &p;
   s.live = parallel::liveness(p);
-  const size_t n = p.instrs.size();
-  s.calls.resize(n);
-  s.finish.assign(n, -1);
-  s.submitted.assign(n, -1);
-  s.posted.assign(n, false);
-  for (size_t i = 0; i < n; ++i) {
-    s.calls[i] = call_of(p, p.instrs[i]);
-    if (s.calls[i] && s.calls[i]->engine) s.engine.push_back(static_cast<int>(i));
+  s.n = p.instrs.size();
+  s.carried.assign(s.n, false);
+  for (const Instr& instr : p.instrs)
+    if (instr.deferred) {
+      s.steps = 2;
+      for (int dep : instr.after)
+        if (!p.instrs[static_cast<size_t>(dep)].deferred) s.carried[static_cast<size_t>(dep)] = true;
+    }
+  s.calls.resize(s.n);
+  const size_t positions = s.n * static_cast<size_t>(s.steps);
+  s.finish.assign(positions, -1);
+  s.submitted.assign(positions, -1);
+  s.slices_done.assign(positions, 0);
+  s.posted_slice.assign(positions, -1);
+  s.step_end.assign(static_cast<size_t>(s.steps), -1);
+  for (size_t i = 0; i < s.n; ++i) s.calls[i] = call_of(p, p.instrs[i]);
+  for (size_t pos = 0; pos < positions; ++pos) {
+    const std::optional<CollectiveCall>& call = s.calls[pos % s.n];
+    if (!call || !call->engine) continue;
+    s.engine.push_back(static_cast<int>(pos));
+    s.prioritized = s.prioritized || call->priority != s.calls[static_cast<size_t>(s.engine.front()) % s.n]->priority;
   }
 }
 
@@ -181,7 +68,8 @@ std::optional<CollectiveCall> Replay::call_of(const Program& p, const Instr& ins
   CollectiveCall call{.group = &p.groups[static_cast<size_t>(instr.group)],
                       .wire = instr.wire,
                       .sequence = instr.sequence,
-                      .engine = request_.overlap && instr.lane.kind == parallel::Lane::Kind::progress};
+                      .engine = request_.execution.overlap && instr.lane.kind == parallel::Lane::Kind::progress,
+                      .priority = instr.priority};
   if (const auto* c = std::get_if<parallel::Collective>(&instr.op)) {
     call.kind = c->kind;
     call.codec = c->codec;
@@ -189,6 +77,15 @@ std::optional<CollectiveCall> Replay::call_of(const Program& p, const Instr& ins
     call.cols = static_cast<double>(c->codec_cols);
     call.bytes = region_bytes(c->kind == comm::Collective::allgather ? c->output : c->input);
     call.axis = c->axis;
+    // The engine slices plain collectives (an accumulating reduce-scatter and a codec run whole).
+    if (call.engine && !c->codec.lossy() && !c->accumulate) {
+      const comm::JobKind kind = c->kind == comm::Collective::allreduce        ? comm::JobKind::allreduce
+                                 : c->kind == comm::Collective::reduce_scatter ? comm::JobKind::reduce_scatter
+                                                                               : comm::JobKind::allgather;
+      call.slices = comm::slice_plan(kind, static_cast<int64_t>(call.bytes / sizeof(float)), c->slice_bytes,
+                                     static_cast<int>(call.group->ranks.size()))
+                        .slices;
+    }
     return call;
   }
   const auto* rs = std::get_if<parallel::Reshard>(&instr.op);
@@ -215,84 +112,90 @@ double Replay::free_from(int rank, LinkClass link) const {
   return it == link_free_.end() ? 0.0 : it->second;
 }
 
-void Replay::event(int rank, int instr, const std::string& lane, double start, double duration, int64_t sequence) {
-  if (!request_.trace) return;
-  const Program& p = programs_[static_cast<size_t>(rank)];
-  const Instr& in = p.instrs[static_cast<size_t>(instr)];
+void Replay::event(int rank, size_t pos, const std::string& lane, double start, double duration, int64_t sequence) {
+  const RankState& s = state_[static_cast<size_t>(rank)];
+  // Only the step whose time is reported.
+  if (!request_.execution.trace || s.step_of(pos) != s.steps - 1) return;
+  const Program& p = *s.program;
+  const size_t instr = pos % s.n;
+  const Instr& in = p.instrs[instr];
   std::string name = in.name;
   if (const auto* c = std::get_if<parallel::Compute>(&in.op)) {
     const Node& node = p.graph_of(in.micro_batch).nodes()[static_cast<size_t>(c->node)];
     name = fmt::format("{} ({})", node.name, node.op());
   }
-  if (name.empty()) name = p.str(static_cast<size_t>(instr)).substr(0, 60);
-  out_.trace.push_back({p.rank, lane, std::move(name), start, duration, instr, sequence});
+  if (name.empty()) name = p.str(instr).substr(0, 60);
+  events_.push_back({{p.rank, lane, std::move(name), start, duration, static_cast<int>(instr), sequence}, pos});
 }
 
-// Joins rank's instruction to its collective at `ready`; its finish once every member has.
-std::optional<double> Replay::join(int rank, int i, double ready) {
-  RankState& s = state_[static_cast<size_t>(rank)];
-  const CollectiveCall& call = *s.calls[static_cast<size_t>(i)];
-  Rendezvous& rv = rendezvous_[{call.group->key, call.sequence}];
-  if (s.posted[static_cast<size_t>(i)]) return rv.finish;
-  s.posted[static_cast<size_t>(i)] = true;
-  rv.posted.push_back({rank, i});
-  rv.ready = std::max(rv.ready, ready);
-  size_t members = 0;
-  for (int m : call.group->ranks) members += replayed_.count(m);
-  if (rv.posted.size() == members) complete(call, rv);
-  return rv.finish;
-}
-
-// Every replayed member has posted: the collective's time, links and bytes.
-void Replay::complete(const CollectiveCall& call, Rendezvous& rv) {
-  const LinkClass link = link_of(call.group->ranks);
-  const int p = static_cast<int>(call.group->ranks.size());
-  const double seconds = call.codec.lossy() ? compressed_allreduce_seconds(estimator_, call, p, link)
-                                            : estimator_.collective_seconds(call.kind, call.bytes, p, link);
-  double begin = rv.ready;
-  for (const auto& [member, instr] : rv.posted) begin = std::max(begin, free_from(member, link));
-  rv.finish = begin + seconds;
-  const std::string lane =
-      call.engine ? parallel::lane_name(programs_.front(), {.kind = parallel::Lane::Kind::progress, .axis = call.axis})
-                  : "compute";
-  for (const auto& [member, instr] : rv.posted) {
-    link_free_[{member, link}] = *rv.finish;
-    count_wire(out_.bytes_sent, state_[static_cast<size_t>(member)].calls[static_cast<size_t>(instr)]->wire, link,
-               weight_);
-    event(member, instr, lane, begin, *rv.finish - begin, call.sequence);
+// When the executor's run() of `step` returns: its list done and its
+// progress-lane jobs but the carried ones (nullopt-like -1 while not).
+double Replay::returned_at(const RankState& s, int step) const {
+  double end = s.t;
+  for (int pos : s.engine) {
+    if (s.step_of(static_cast<size_t>(pos)) != step || s.carried[static_cast<size_t>(pos) % s.n]) continue;
+    if (s.finish[static_cast<size_t>(pos)] < 0) return -1;
+    end = std::max(end, s.finish[static_cast<size_t>(pos)]);
   }
+  return end;
+}
+
+// The main thread at the head of `step` > 0: the previous step must have returned.
+bool Replay::begin_step(RankState& s, int step) {
+  if (s.step_end[static_cast<size_t>(step - 1)] >= 0) return true;
+  const double end = returned_at(s, step - 1);
+  if (end < 0) return false;
+  s.step_end[static_cast<size_t>(step - 1)] = end;
+  s.t = end;
+  return true;
 }
 
 // Runs the main thread of `rank` one instruction on; true if it moved.
 bool Replay::advance_main(int rank) {
   RankState& s = state_[static_cast<size_t>(rank)];
   const Program& p = *s.program;
-  if (s.pc >= p.instrs.size()) return false;
-  const Instr& instr = p.instrs[s.pc];
+  if (s.pc >= s.n * static_cast<size_t>(s.steps)) return false;
+  const size_t pos = s.pc;
+  const int step = s.step_of(pos);
+  const Instr& instr = s.instr_at(pos);
+  if (pos % s.n == 0 && step > 0 && !begin_step(s, step)) return false;
+  if (instr.deferred && step == 0) {  // nothing before the first step to run on
+    s.finish[pos] = s.t;
+    ++s.pc;
+    return true;
+  }
   double start = s.t;
   if (!std::holds_alternative<parallel::Free>(instr.op))
     for (int dep : instr.after) {
-      if (s.finish[static_cast<size_t>(dep)] < 0) return false;
-      start = std::max(start, s.finish[static_cast<size_t>(dep)]);
+      // A deferred instruction waits for the previous step's instructions (and its fellow deferred ones).
+      const bool previous = instr.deferred && !p.instrs[static_cast<size_t>(dep)].deferred;
+      const size_t at = static_cast<size_t>(step - (previous ? 1 : 0)) * s.n + static_cast<size_t>(dep);
+      if (s.finish[at] < 0) return false;
+      start = std::max(start, s.finish[at]);
     }
-  if (s.calls[s.pc] && s.calls[s.pc]->engine) {
-    s.submitted[s.pc] = start;  // queued on the progress lane; the main thread goes on
+  const std::optional<CollectiveCall>& call = s.calls[pos % s.n];
+  if (call && call->engine) {
+    s.submitted[pos] = start;  // queued on the progress lane; the main thread goes on
+    auto& [members, latest] = submissions_[{call->group->key, step, call->sequence}];
+    ++members;
+    latest = std::max(latest, start);
     s.t = start;
     ++s.pc;
     return true;
   }
-  const std::optional<double> end = main_instruction(rank, instr, start);
+  const std::optional<double> end = main_instruction(rank, pos, start);
   if (!end) return false;
-  s.finish[s.pc] = *end;
+  s.finish[pos] = *end;
   s.t = *end;
   ++s.pc;
   return true;
 }
 
-std::optional<double> Replay::main_instruction(int rank, const Instr& instr, double start) {
+std::optional<double> Replay::main_instruction(int rank, size_t pos, double start) {
   RankState& s = state_[static_cast<size_t>(rank)];
   const Program& p = *s.program;
-  const int i = static_cast<int>(s.pc);
+  const Instr& instr = s.instr_at(pos);
+  const bool counted = s.step_of(pos) == s.steps - 1;  // the reported step
   auto bytes_of = [](const std::vector<parallel::Region>& regions) {
     double bytes = 0;
     for (const parallel::Region& r : regions) bytes += region_bytes(r);
@@ -302,13 +205,15 @@ std::optional<double> Replay::main_instruction(int rank, const Instr& instr, dou
     const Graph& g = p.graph_of(instr.micro_batch);
     const Node& node = g.nodes()[static_cast<size_t>(c->node)];
     const double end = start + estimator_.compute_seconds(g, node);
-    std::vector<TensorSpec> in, o;
-    for (ValueId v : node.inputs) in.push_back(g.spec(v));
-    for (ValueId v : node.outputs) o.push_back(g.spec(v));
-    out_.flops += weight_ * (node.def->cost ? node.def->cost(in, o, node.attrs).flops : 0);
-    s.busy += end - start;
-    s.last_compute = end;
-    event(rank, i, "compute", start, end - start);
+    if (counted) {
+      std::vector<TensorSpec> in, o;
+      for (ValueId v : node.inputs) in.push_back(g.spec(v));
+      for (ValueId v : node.outputs) o.push_back(g.spec(v));
+      out_.flops += weight_ * (node.def->cost ? node.def->cost(in, o, node.attrs).flops : 0);
+      s.busy += end - start;
+      s.last_compute = end;
+    }
+    event(rank, pos, "compute", start, end - start);
     return end;
   }
   if (const auto* a = std::get_if<parallel::Accumulate>(&instr.op))
@@ -323,27 +228,29 @@ std::optional<double> Replay::main_instruction(int rank, const Instr& instr, dou
     // state slot; write the parameter and the slots
     return start + estimator_.memory_seconds((3 + 2.0 * request_.optimizer_slots) * region_bytes(u->gradient));
   if (const auto* sent = std::get_if<parallel::Send>(&instr.op)) {
-    send(rank, instr, *sent, start);
+    send(rank, pos, *sent, start);
     return start;
   }
   if (const auto* recv = std::get_if<parallel::Recv>(&instr.op)) {
     std::vector<int> coords = p.coords;
     coords[static_cast<size_t>(recv->axis)] = recv->peer;
-    auto it = arrivals_.find({p.strategy.mesh.rank_of(coords), p.rank, recv->tag});
+    auto it = arrivals_.find({p.strategy.mesh.rank_of(coords), p.rank, recv->tag, s.step_of(pos)});
     if (it == arrivals_.end()) return std::nullopt;
     const double end = std::max(start, it->second);
-    s.receive_wait += end - start;
-    event(rank, i, parallel::lane_name(p, instr.lane), start, end - start);
+    if (counted) s.receive_wait += end - start;
+    event(rank, pos, parallel::lane_name(p, instr.lane), start, end - start);
     return end;
   }
-  if (s.calls[s.pc]) return join(rank, i, start);
+  if (s.calls[pos % s.n]) return join(rank, pos, 0, start);
   return start;
 }
 
 // A message goes out at once (small, latency-bound, it cuts in) and holds
 // the link for its time: a collective after it starts later.
-void Replay::send(int rank, const Instr& instr, const parallel::Send& send, double start) {
-  const Program& p = *state_[static_cast<size_t>(rank)].program;
+void Replay::send(int rank, size_t pos, const parallel::Send& send, double start) {
+  const RankState& s = state_[static_cast<size_t>(rank)];
+  const Program& p = *s.program;
+  const Instr& instr = s.instr_at(pos);
   std::vector<int> coords = p.coords;
   coords[static_cast<size_t>(send.axis)] = send.peer;
   const int to = p.strategy.mesh.rank_of(coords);
@@ -352,22 +259,9 @@ void Replay::send(int rank, const Instr& instr, const parallel::Send& send, doub
   const double bytes = (spec.dtype == DType::f32 ? activation_scale_ : 1.0) * static_cast<double>(instr.wire.total());
   const LinkClass link = cluster_.link_between(p.rank, to);
   const double seconds = estimator_.transfer_seconds(bytes, link);
-  arrivals_[{p.rank, to, send.tag}] = start + seconds;
+  arrivals_[{p.rank, to, send.tag, s.step_of(pos)}] = start + seconds;
   link_free_[{rank, link}] = std::max(free_from(rank, link), start) + seconds;
-  out_.bytes_sent[link] += weight_ * bytes;
-}
-
-bool Replay::advance_engine(int rank) {
-  RankState& s = state_[static_cast<size_t>(rank)];
-  if (s.engine_next >= s.engine.size()) return false;
-  const int i = s.engine[s.engine_next];
-  if (s.submitted[static_cast<size_t>(i)] < 0) return false;
-  const std::optional<double> done = join(rank, i, std::max(s.engine_t, s.submitted[static_cast<size_t>(i)]));
-  if (!done) return false;
-  s.engine_t = *done;
-  s.finish[static_cast<size_t>(i)] = *done;
-  ++s.engine_next;
-  return true;
+  if (s.step_of(pos) == s.steps - 1) out_.bytes_sent[link] += weight_ * bytes;
 }
 
 Simulation Replay::run() {
@@ -376,14 +270,19 @@ Simulation Replay::run() {
   // thread, 2r + 1 its progress lane.
   std::vector<std::pair<double, int>> order;
   int64_t moves = 0;
+  auto engine_busy = [](const RankState& s) {
+    for (int pos : s.engine)
+      if (s.finish[static_cast<size_t>(pos)] < 0) return true;
+    return false;
+  };
   for (bool moved = true; moved; ++moves) {
     if (request_.deadline && moves % 4096 == 0) request_.deadline->check();
     moved = false;
     order.clear();
     for (int r = 0; r < ranks_; ++r) {
       const RankState& s = state_[static_cast<size_t>(r)];
-      if (s.pc < s.program->instrs.size()) order.push_back({s.t, 2 * r});
-      if (s.engine_next < s.engine.size()) order.push_back({s.engine_t, 2 * r + 1});
+      if (s.pc < s.n * static_cast<size_t>(s.steps)) order.push_back({s.t, 2 * r});
+      if (engine_busy(s)) order.push_back({s.engine_t, 2 * r + 1});
     }
     std::sort(order.begin(), order.end());
     for (const auto& [clock, lane] : order)
@@ -401,20 +300,32 @@ void Replay::check_finished() const {
   std::string stuck;
   for (int r = 0; r < ranks_; ++r) {
     const RankState& s = state_[static_cast<size_t>(r)];
-    if (s.pc < s.program->instrs.size())
-      stuck += fmt::format("\n  rank {} at {}", r, s.program->str(s.pc));
-    else if (s.engine_next < s.engine.size())
-      stuck += fmt::format("\n  rank {}'s progress lane at {}", r,
-                           s.program->str(static_cast<size_t>(s.engine[s.engine_next])));
+    if (s.pc < s.n * static_cast<size_t>(s.steps)) {
+      stuck += fmt::format("\n  rank {} at {}", r, s.program->str(s.pc % s.n));
+      continue;
+    }
+    for (int pos : s.engine)
+      if (s.finish[static_cast<size_t>(pos)] < 0) {
+        stuck += fmt::format("\n  rank {}'s progress lane at {}", r, s.program->str(static_cast<size_t>(pos) % s.n));
+        break;
+      }
   }
   if (!stuck.empty()) fail("simulate: the step cannot finish; waiting forever:{}", stuck);
 }
 
 void Replay::summarize() {
+  // The reported step: from the previous step's return (two-step replays) to its own.
+  double origin = std::numeric_limits<double>::max();
+  for (RankState& s : state_) {
+    const double begin = s.steps > 1 ? s.step_end[static_cast<size_t>(s.steps - 2)] : 0;
+    origin = std::min(origin, begin);
+    const double end = std::max(returned_at(s, s.steps - 1), s.steps > 1 ? 0.0 : s.engine_t);
+    out_.step_seconds = std::max(out_.step_seconds, end - begin);
+    s.last_compute = std::max(0.0, s.last_compute - begin);
+  }
   // The bubble: every rank's idle time until the last compute of the step, over ranks x that span.
   double busy = 0, span = 0;
   for (const RankState& s : state_) {
-    out_.step_seconds = std::max({out_.step_seconds, s.t, s.engine_t});
     out_.busy_seconds.push_back(s.busy);
     out_.compute_span.push_back(s.last_compute);
     out_.receive_wait.push_back(s.receive_wait);
@@ -422,6 +333,10 @@ void Replay::summarize() {
     span = std::max(span, s.last_compute);
   }
   out_.bubble_fraction = span > 0 ? 1 - busy / (span * ranks_) : 0;
+  for (Event& e : events_) {
+    e.event.start -= origin;
+    out_.trace.push_back(std::move(e.event));
+  }
   // Memory, in the executor's allocation order (plan/memory.h).
   for (const RankState& s : state_) {
     const ProgramMemory m = program_memory(*s.program, s.live, request_.optimizer_slots, request_.compute);
@@ -431,8 +346,8 @@ void Replay::summarize() {
   }
 }
 
-}  // namespace
+}  // namespace replaying
 
-Simulation replay(const SimulationRequest& request) { return Replay(request).run(); }
+Simulation replay(const SimulationRequest& request) { return replaying::Replay(request).run(); }
 
 }  // namespace px::plan

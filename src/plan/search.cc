@@ -89,7 +89,7 @@ Candidate evaluate(const PlanRequest& request, const nn::Model& model, const par
   const SimulationRequest replay{.programs = &programs,
                                  .cluster = request.cluster,
                                  .estimator = &estimator,
-                                 .overlap = request.overlap,
+                                 .execution = {.overlap = request.overlap},
                                  .optimizer_slots = request.optimizer_slots,
                                  .compute = request.compute,
                                  .deadline = deadline};

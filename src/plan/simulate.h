@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/execution.h"
 #include "parallel/lower.h"
 #include "parallel/program.h"
 #include "plan/cluster.h"
@@ -44,13 +45,14 @@ struct SimulationRequest {
   const std::vector<parallel::Program>* programs = nullptr;
   const ClusterSpec* cluster = nullptr;
   const CostEstimator* estimator = nullptr;
-  bool overlap = true;       // progress-lane collectives overlap the main thread
+  // How the ranks run their Programs: the executor's own options (overlap:
+  // progress-lane collectives overlap the main thread; trace: keep events).
+  parallel::ExecutionOptions execution;
   int optimizer_slots = 2;   // float32 state per updated element (AdamW: 2, SGD momentum: 1)
   // Mixed precision: activations (and what stages and reshards move) in
   // this dtype, and a working copy of the parameters in it beside the
   // float32 master weights; gradients and optimizer state stay float32.
   DType compute = DType::f32;
-  bool trace = false;
   // A planner's: the replay is given up (DeadlinePassed) once it passes.
   const Deadline* deadline = nullptr;
 };
@@ -84,7 +86,7 @@ struct Simulation {
   double bubble_fraction = 0;         // idle share of the compute spans, over all ranks
   std::map<LinkClass, double> bytes_sent;  // over all ranks, by the link they used
   double flops = 0;                   // executed by every rank together
-  std::vector<SimulatedEvent> trace;  // with request.trace
+  std::vector<SimulatedEvent> trace;  // with request.execution.trace
 };
 
 // Every rank's Program of `strategy` (parallel/lower.h), in rank order.

@@ -120,10 +120,9 @@ ProbeCosts probe(const PlanRequest& request, const CostEstimator& estimator, con
     const Simulation sim = simulate({.programs = &programs,
                                      .cluster = request.cluster,
                                      .estimator = &estimator,
-                                     .overlap = request.overlap,
+                                     .execution = {.overlap = request.overlap, .trace = layers == 2},
                                      .optimizer_slots = request.optimizer_slots,
                                      .compute = request.compute,
-                                     .trace = layers == 2,
                                      .deadline = &deadline});
     activation[layers] = sim.activation_peak_bytes.front();
     stash[layers] = sim.stash_bytes.front();

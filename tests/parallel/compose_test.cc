@@ -57,6 +57,8 @@ TEST(Compose, P3LowersWithoutAGlobalNormAndWithABucketPerTensor) {
                              {.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 2});
   EXPECT_FALSE(s.lowering.global_norm);
   EXPECT_EQ(s.lowering.bucket_bytes, 0);
+  EXPECT_EQ(s.lowering.p3_slice_bytes, 4096);
+  EXPECT_EQ(strategy_from_json(to_json(s)), s);
   EXPECT_TRUE(compose({}, {.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 2})
                   .lowering.global_norm);
 }
@@ -110,11 +112,12 @@ TEST(Compose, EveryCombinationRuleIsANamedError) {
 TEST(Compose, AStrategyThatComputesAGlobalNormIsRefusedUnderP3) {
   const nn::Model model = small_gpt();
   const Strategy file = compose({}, {.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 2});
-  const std::string what = error_of([&] { validate(file, {.p3 = true}); });
-  EXPECT_NE(what.find("the program computes a global gradient norm first"), std::string::npos) << what;
   Strategy deferred = file;
+  deferred.lowering.p3_slice_bytes = 1024;
+  const std::string what = error_of([&] { validate(deferred); });
+  EXPECT_NE(what.find("the program computes a global gradient norm first"), std::string::npos) << what;
   deferred.lowering.global_norm = false;
-  EXPECT_NO_THROW(validate(deferred, {.p3 = true}));
+  EXPECT_NO_THROW(validate(deferred));
 }
 
 }  // namespace

@@ -41,6 +41,7 @@ struct Golden {
   int pp = 1;  // pipeline stages (ranks counts the data x tensor ranks of one stage)
   const char* schedule = "1f1b";
   Recompute recompute = Recompute::none;
+  int64_t p3_slice_bytes = 0;  // P3: sliced reductions, updates deferred to the next step's head
 };
 
 std::string read_file(const std::string& path) {
@@ -59,6 +60,7 @@ TEST_P(GoldenProgram, PrintsAsCheckedIn) {
   const nn::Model model = nn::build_gpt(config, 4, config.block, true);
   const Strategy strategy = compose({.bucket_bytes = 4096,  // several buckets, so their order and priorities show
                                      .zero_stage = g.zero_stage,
+                                     .p3_slice_bytes = g.p3_slice_bytes,
                                      .tensor_parallel = g.tp,
                                      .sequence_parallel = g.sequence_parallel,
                                      .pipeline_parallel = g.pp,
@@ -107,7 +109,9 @@ INSTANTIATE_TEST_SUITE_P(Gpt2Layers, GoldenProgram,
                                            Golden{"gpt2l_pp2_1f1b_rank0.program", 1, 0, 0, 2, 2, 1, false, 2},
                                            Golden{"gpt2l_pp2_zbh1_rank1.program", 1, 0, 1, 2, 2, 1, false, 2, "zb-h1"},
                                            Golden{"gpt2l_recompute_full.program", 1, 0, 0, 1, 2, 1, false, 1, "1f1b",
-                                                  Recompute::full}),
+                                                  Recompute::full},
+                                           Golden{"gpt2l_dp2_p3_rank1.program", 2, 0, 1, 1, 2, 1, false, 1, "1f1b",
+                                                  Recompute::none, 1024}),
                          [](const ::testing::TestParamInfo<Golden>& info) {
                            std::string name = info.param.file;
                            return name.substr(0, name.find('.'));

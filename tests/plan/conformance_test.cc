@@ -18,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <ostream>
+#include <set>
 
 #include "comm/backends.h"
 #include "nn/gpt.h"
@@ -45,6 +46,7 @@ struct Case {
   const char* schedule = "1f1b";
   parallel::Recompute recompute = parallel::Recompute::none;
   const char* compress = nullptr;  // a codec, with the ranks' agreement before each compressed collective
+  int64_t p3_slice_bytes = 0;      // P3: sliced, prioritized reductions; updates deferred to the next step
 };
 // Test listings show the case's name, not its bytes.
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -83,6 +85,11 @@ parallel::Strategy strategy_of(const Case& c, const nn::Model& model) {
   s.lowering.bucket_bytes = 4096;
   s.lowering.recompute = c.recompute;
   if (c.compress != nullptr) s.lowering.compression = comm::compression::Spec::parse(c.compress);
+  if (c.p3_slice_bytes > 0) {
+    s.lowering.p3_slice_bytes = c.p3_slice_bytes;
+    s.lowering.global_norm = false;
+    s.lowering.bucket_bytes = 0;
+  }
   if (c.pp > 1) s = parallel::with_pipeline(s, c.pp, {.schedule = parallel::pipeline_kind_from_name(c.schedule)});
   return s;
 }
@@ -125,32 +132,46 @@ std::vector<Observed> run_step(const std::vector<parallel::Program>& programs, c
   return observed;
 }
 
-// The main thread and the progress lane each keep list order; `after`
+// The main thread keeps list order; the progress lane runs one slice at a
+// time, and a job no earlier than those before it in the list that are at
+// least as urgent (Instr::priority: P3's overtake less urgent ones); `after`
 // edges hold; a progress-lane collective starts no earlier than the main
 // thread reached it.
-void expect_valid_schedule(const parallel::Program& p, const std::map<int, Span>& spans, const std::string& where) {
+void expect_valid_schedule(const parallel::Program& p, const std::map<int, Span>& spans,
+                           const std::vector<TraceRecord>& trace, const std::string& where) {
   const Span* main = nullptr;
-  const Span* progress = nullptr;
-  int main_id = -1, progress_id = -1;
+  int main_id = -1;
+  std::vector<int> progress;  // ids so far
   for (const auto& [id, span] : spans) {
     const parallel::Instr& instr = p.instrs[static_cast<size_t>(id)];
     for (int dep : instr.after) {
       auto it = spans.find(dep);
-      if (it == spans.end()) continue;
+      if (it == spans.end() || instr.deferred) continue;  // a deferred one waits for the previous step's
       EXPECT_LE(it->second.finish, span.start) << where << ": #" << id << " started before #" << dep << " finished";
     }
-    const bool on_progress = span.lane == TraceRecord::Lane::progress;
-    const Span* before = on_progress ? progress : main;
-    const int before_id = on_progress ? progress_id : main_id;
-    if (before != nullptr) {
-      EXPECT_LE(before->finish, span.start) << where << ": #" << id << " ran beside #" << before_id << " on its lane";
+    if (span.lane != TraceRecord::Lane::progress) {
+      if (main != nullptr) {
+        EXPECT_LE(main->finish, span.start) << where << ": #" << id << " ran beside #" << main_id << " on its lane";
+      }
+      main = &span;
+      main_id = id;
+      continue;
     }
-    if (on_progress && main != nullptr) {
+    for (int before : progress)
+      if (p.instrs[static_cast<size_t>(before)].priority <= instr.priority) {
+        EXPECT_LE(spans.at(before).finish, span.start) << where << ": #" << id << " overtook #" << before;
+      }
+    progress.push_back(id);
+    if (main != nullptr) {
       EXPECT_LE(main->finish, span.start) << where << ": #" << id << " ran before the main thread reached it";
     }
-    (on_progress ? progress : main) = &span;
-    (on_progress ? progress_id : main_id) = id;
   }
+  std::vector<std::pair<double, double>> slices;
+  for (const TraceRecord& r : trace)
+    if (r.lane == TraceRecord::Lane::progress) slices.push_back({r.start_us, r.start_us + r.duration_us});
+  std::sort(slices.begin(), slices.end());
+  for (size_t k = 1; k < slices.size(); ++k)
+    EXPECT_LE(slices[k - 1].second, slices[k].first) << where << ": two progress-lane slices at once";
 }
 
 class Conformance : public ::testing::TestWithParam<Case> {};
@@ -171,7 +192,8 @@ TEST_P(Conformance, ExecutorRunsTheProgramAsTheSimulatorReplaysIt) {
   fake.alpha = 1e-6;
   fake.beta = 1e-9;
   const ClusterSpec cluster = cluster_named("dgx-a100");
-  const Simulation sim = simulate({.programs = &programs, .cluster = &cluster, .estimator = &fake, .trace = true});
+  const Simulation sim = simulate({.programs = &programs, .cluster = &cluster, .estimator = &fake,
+                                       .execution = {.trace = true}});
 
   // Every (group, sequence) call: its members' starts and finishes.
   std::map<std::pair<std::string, int64_t>, std::pair<double, double>> calls;  // -> (latest start, earliest finish)
@@ -179,11 +201,11 @@ TEST_P(Conformance, ExecutorRunsTheProgramAsTheSimulatorReplaysIt) {
     const parallel::Program& p = programs[r];
     const std::string where = fmt::format("{} rank {}", c.name, r);
     const std::map<int, Span> spans = spans_of(observed[r].trace);
-    expect_valid_schedule(p, spans, where);
+    expect_valid_schedule(p, spans, observed[r].trace, where);
     std::map<int, int64_t> logged;  // instruction -> the flight recorder's sequence number
     for (const FlightEvent& e : observed[r].events)
       if (e.kind == FlightKind::collective || e.kind == FlightKind::reshard) logged[e.instr] = static_cast<int64_t>(e.sequence);
-    int compared = 0;
+    std::set<int> compared;  // instructions (a sliced job has an event a slice)
     for (const SimulatedEvent& e : sim.trace) {
       if (e.rank != p.rank || e.sequence < 0) continue;
       auto span = spans.find(e.instr);
@@ -200,9 +222,9 @@ TEST_P(Conformance, ExecutorRunsTheProgramAsTheSimulatorReplaysIt) {
         it->second.first = std::max(it->second.first, span->second.start);
         it->second.second = std::min(it->second.second, span->second.finish);
       }
-      ++compared;
+      compared.insert(e.instr);
     }
-    EXPECT_EQ(compared, static_cast<int>(logged.size())) << where << ": the simulator met other calls than were run";
+    EXPECT_EQ(compared.size(), logged.size()) << where << ": the simulator met other calls than were run";
 
   }
   // Wire bytes: what the lowering stamped is what each axis' communicator
@@ -239,7 +261,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "gpt2l_pp2_1f1b", .ranks = 1, .micro_batches = 2, .pp = 2},
                       Case{.name = "gpt2l_pp2_zbh1", .ranks = 1, .micro_batches = 2, .pp = 2, .schedule = "zb-h1"},
                       Case{.name = "gpt2l_recompute_full", .ranks = 1, .recompute = parallel::Recompute::full},
-                      Case{.name = "gpt2l_dp2_topk", .ranks = 2, .compress = "topk:0.1"}),
+                      Case{.name = "gpt2l_dp2_topk", .ranks = 2, .compress = "topk:0.1"},
+                      Case{.name = "gpt2l_dp2_p3", .ranks = 2, .p3_slice_bytes = 1024}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 }  // namespace

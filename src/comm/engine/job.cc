@@ -51,28 +51,33 @@ std::string EngineJob::describe() const {
   return fmt::format("{} '{}' ({} elements, priority {})", kind_name(kind), name, count, priority);
 }
 
-void plan_slices(EngineJob& job, int64_t slice_bytes, int ranks) {
+SlicePlan slice_plan(JobKind kind, int64_t count, int64_t slice_bytes, int ranks) {
   const int64_t slice_elements = std::max<int64_t>(1, slice_bytes / kFloatBytes);
-  int64_t slices = 1;
-  switch (job.kind) {
+  int64_t slices = 1, piece = 0;
+  switch (kind) {
     case JobKind::allreduce:
-      job.piece = slice_bytes > 0 ? slice_elements : job.count;
-      if (job.piece > 0) slices = std::max<int64_t>(1, ceil_div(job.count, job.piece));
+      piece = slice_bytes > 0 ? slice_elements : count;
+      if (piece > 0) slices = std::max<int64_t>(1, ceil_div(count, piece));
       break;
     case JobKind::reduce_scatter:
     case JobKind::allgather: {
       // A slice takes `piece` elements of every rank's block: ~slice_bytes in all.
-      const int64_t largest_block = block(job.count, ranks, 0).count;
-      job.piece = slice_bytes > 0 ? ceil_div(slice_elements, ranks) : largest_block;
-      if (job.piece > 0) slices = std::max<int64_t>(1, ceil_div(largest_block, job.piece));
+      const int64_t largest_block = block(count, ranks, 0).count;
+      piece = slice_bytes > 0 ? ceil_div(slice_elements, ranks) : largest_block;
+      if (piece > 0) slices = std::max<int64_t>(1, ceil_div(largest_block, piece));
       break;
     }
-    case JobKind::custom: job.piece = 0; break;
+    case JobKind::custom: break;
   }
   if (slices > INT_MAX)
-    fail("CommEngine: {} would need {} slices of {} bytes; use larger slices", job.describe(),
-         slices, slice_bytes);
-  job.slices = static_cast<int>(slices);
+    fail("CommEngine: {} elements would need {} slices of {} bytes; use larger slices", count, slices, slice_bytes);
+  return {.slices = static_cast<int>(slices), .piece = piece};
+}
+
+void plan_slices(EngineJob& job, int64_t slice_bytes, int ranks) {
+  const SlicePlan plan = slice_plan(job.kind, job.count, slice_bytes, ranks);
+  job.slices = plan.slices;
+  job.piece = plan.piece;
 
   Fnv fnv;
   fnv.add_value(job.kind);

@@ -50,6 +50,15 @@ struct EngineJob {
   std::string describe() const;
 };
 
+// How a job of `count` elements over `ranks` is cut at `slice_bytes` (0:
+// one slice): its slice count and piece (EngineJob's fields). Custom jobs
+// run whole. The simulator cuts its replayed jobs by the same rule.
+struct SlicePlan {
+  int slices = 1;
+  int64_t piece = 0;
+};
+SlicePlan slice_plan(JobKind kind, int64_t count, int64_t slice_bytes, int ranks);
+
 // Sets slices, piece and signature. slice_bytes 0: one slice.
 void plan_slices(EngineJob& job, int64_t slice_bytes, int ranks);
 

@@ -66,7 +66,6 @@ Access access(const Program& p, const Instr& instr, const std::vector<int>& para
 // itself when none does). A value recomputed before its backward is
 // produced twice: the first instance dies after its last forward read.
 void value_liveness(const Program& p, size_t values, Liveness& live) {
-  const size_t n = p.instrs.size();
   std::vector<bool> kept(values, false);  // never freed: the executor's or the caller's
   for (ValueId v : p.outputs) kept[static_cast<size_t>(v)] = true;
   std::map<std::pair<int, ValueId>, int> open;  // -> the instance's last use so far
@@ -84,9 +83,8 @@ void value_liveness(const Program& p, size_t values, Liveness& live) {
     end_instance({micro_batch, v});
     open[{micro_batch, v}] = at;
   };
-  for (size_t i = 0; i < n; ++i) {
-    const Instr& instr = p.instrs[i];
-    const int at = static_cast<int>(i);
+  for (const int at : step_order(p.instrs)) {
+    const Instr& instr = p.instrs[static_cast<size_t>(at)];
     const int node_index = std::holds_alternative<Compute>(instr.op)   ? std::get<Compute>(instr.op).node
                            : std::holds_alternative<Reshard>(instr.op) ? std::get<Reshard>(instr.op).node
                                                                        : -1;
@@ -109,7 +107,6 @@ void value_liveness(const Program& p, size_t values, Liveness& live) {
 
 // Buffers: instances between a (re)first write and the last read before the next.
 void buffer_liveness(const Program& p, const std::vector<int>& param_of, Liveness& live) {
-  const size_t n = p.instrs.size();
   struct State {
     bool open = false;       // an instance exists
     bool read_since = false;  // read since its last write
@@ -121,7 +118,8 @@ void buffer_liveness(const Program& p, const std::vector<int>& param_of, Livenes
     if (s.open && s.last_read >= 0) live.buffers[static_cast<size_t>(s.last_read)].push_back(b);
     s = State{};
   };
-  for (size_t i = 0; i < n; ++i) {
+  for (const int at : step_order(p.instrs)) {
+    const auto i = static_cast<size_t>(at);
     const Access a = access(p, p.instrs[i], param_of);
     for (int b : a.writes) {
       if (p.buffers[static_cast<size_t>(b)].persistent) continue;
@@ -145,7 +143,7 @@ void buffer_liveness(const Program& p, const std::vector<int>& param_of, Livenes
         s.open = true;
       }
       s.read_since = true;
-      s.last_read = static_cast<int>(i);
+      s.last_read = at;
     }
   }
   for (size_t b = 0; b < p.buffers.size(); ++b) close(static_cast<int>(b));
@@ -172,15 +170,23 @@ void frees(Program& p) {
   const Liveness live = liveness(p);
   // Rebuild the list with a Free after each buffer's last read; ids shift,
   // so dependencies are renumbered.
+  // (A deferred instruction's `after` points forward, at the previous
+  // step's instance: every new id is known before any is renumbered.)
+  std::vector<int> id(p.instrs.size());
+  for (size_t i = 0, next = 0; i < p.instrs.size(); ++i) {
+    id[i] = static_cast<int>(next);
+    next += 1 + live.buffers[i].size();
+  }
   std::vector<Instr> old = std::move(p.instrs);
   p.instrs.clear();
-  std::vector<int> id(old.size());
   for (size_t i = 0; i < old.size(); ++i) {
     Instr instr = std::move(old[i]);
     for (int& dep : instr.after) dep = id[static_cast<size_t>(dep)];
-    id[i] = emit(p, std::move(instr));
+    PX_CHECK_EQ(emit(p, std::move(instr)), id[i]);
+    // A deferred instruction's last read is freed at the same step's head.
+    const Instr& last = p.instrs[static_cast<size_t>(id[i])];
     for (int b : live.buffers[i])
-      emit(p, {.op = Free{b}, .micro_batch = p.instrs[static_cast<size_t>(id[i])].micro_batch, .after = {id[i]}});
+      emit(p, {.op = Free{b}, .micro_batch = last.micro_batch, .after = {id[i]}, .deferred = last.deferred});
   }
 }
 

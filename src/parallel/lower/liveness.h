@@ -6,7 +6,8 @@
 // A buffer instance starts at a write that follows a read of the previous
 // instance (a gradient bucket refilled by the next micro-batch, a parameter
 // bucket gathered again for backward) and ends at its last read. Persistent
-// buffers never die.
+// buffers never die. Instructions are taken in step_order (program.h): a
+// gradient bucket a deferred update reads lives on into the next step.
 #pragma once
 
 #include <vector>

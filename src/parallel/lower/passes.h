@@ -87,6 +87,10 @@ void schedule(const Context& context, Program& program);
 // Norm, Updates and (ZeRO-1/2) the gather of updated parameters.
 void optimizer(const Context& context, Program& program);
 
+// P3: each Update moved to the next step's head, before the first compute
+// that reads its parameter, and marked deferred (lower/defer_updates.cc).
+void defer_updates(Program& program);
+
 // Free instructions after every non-persistent buffer's last use.
 void frees(Program& program);
 

@@ -60,6 +60,11 @@ void emit_gradient_reduction(const Context& c, Program& p, int b, int m, int aft
   // DGC and PowerSGD do: top-k of a 10-element bias would starve it.
   std::vector<int> waits = after >= 0 ? std::vector<int>{after} : std::vector<int>{};
   const std::string name = fmt::format("grad bucket {}", b);
+  // P3: sliced, the layer the next forward needs first first; otherwise in
+  // the order backward completes the buckets.
+  const int64_t slice_bytes = c.strategy.lowering.p3_slice_bytes;
+  const int priority = slice_bytes > 0 ? bucket.priority : 0;
+  reduce.slice_bytes = slice_bytes;
   if (c.strategy.lowering.compression.lossy()) {
     const bool matrix = param.shape.rank() >= 2;
     if (matrix) reduce.codec = c.strategy.lowering.compression;
@@ -76,11 +81,11 @@ void emit_gradient_reduction(const Context& c, Program& p, int b, int m, int aft
                               .op = comm::Reduction::max,
                               .input = reduce.agreement},
              .micro_batch = m,
-             .priority = bucket.priority,
+             .priority = priority,
              .after = {check},
              .name = name + " finite on every rank"});
   }
-  emit(p, {.op = reduce, .micro_batch = m, .priority = bucket.priority, .after = waits, .name = name});
+  emit(p, {.op = reduce, .micro_batch = m, .priority = priority, .after = waits, .name = name});
 }
 
 }  // namespace

@@ -32,8 +32,6 @@ void ProgramExecutor::allocate(int b) {
   if (buffer.persistent) return;
   const int64_t bytes = buffer.count * static_cast<int64_t>(sizeof(float));
   if (buffer.kind == Buffer::Kind::grad_bucket) {
-    // P3: the previous step's updates read this bucket until they ran.
-    if (!deferred_.updates.empty()) finish();
     // ZeRO: the program made this write wait for the reduction that frees
     // the oldest bucket buffer (lower/back_pressure.cc); its memory goes now.
     if (engine_ && !pending_frees_.empty()) release_finished();

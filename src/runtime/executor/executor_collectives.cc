@@ -104,7 +104,7 @@ void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_
     zero_unwritten(op.input.buffer);
   // The lane the program names: the progress engine, or inline here.
   const bool queued = instr.lane.kind == parallel::Lane::Kind::progress && engine_ != nullptr;
-  const int priority = options_.p3_slice_bytes > 0 ? instr.priority : 0;
+  const int priority = instr.priority;
   const int64_t bytes = op.input.count * static_cast<int64_t>(sizeof(float));
   std::span<float> input(data(op.input), static_cast<size_t>(op.input.count));
   const double start = comm::now_us();

@@ -27,7 +27,6 @@ void ProgramExecutor::compute(int id, const parallel::Compute& op, const StepInp
   for (ValueId v : node.inputs) {
     const int param = param_of_[static_cast<size_t>(v)];
     if (param >= 0) {
-      if (!deferred_.updates.empty()) run_deferred_updates_of(param);
       params.push_back(external_.empty() ? view(program_.param_source(param)).reshape(g.spec(v).shape)
                                          : external_[static_cast<size_t>(param)]);
       in.push_back(&params.back());
@@ -165,30 +164,6 @@ void ProgramExecutor::update(int id, const parallel::Update& op, double lr) {
   zero_unwritten(op.gradient.buffer);
   optimizer_->update(static_cast<size_t>(shard_of_update_[static_cast<size_t>(id)]), data(op.storage),
                      data(op.gradient), lr);
-}
-
-void ProgramExecutor::run_deferred_updates_of(int param) {
-  auto it = deferred_.updates.find(param);
-  if (it == deferred_.updates.end()) return;
-  const std::vector<int> ids = std::move(it->second);
-  deferred_.updates.erase(it);
-  for (int id : ids) {
-    const Instr& instr = program_.instrs[static_cast<size_t>(id)];
-    for (int dep : instr.after) wait_for(dep);
-    update(id, std::get<parallel::Update>(instr.op), deferred_.lr);
-  }
-  if (deferred_.updates.empty()) {
-    for (int id : deferred_.frees) free_buffer(std::get<parallel::Free>(program_.instrs[static_cast<size_t>(id)].op).buffer, -1);
-    deferred_.frees.clear();
-  }
-}
-
-void ProgramExecutor::finish() {
-  while (!deferred_.updates.empty()) run_deferred_updates_of(deferred_.updates.begin()->first);
-  if (!engine_) return;
-  engine_->wait_all();
-  release_finished();
-  collect_engine_trace();
 }
 
 }  // namespace px

@@ -18,6 +18,11 @@ std::vector<ParamShard> ProgramExecutor::index_instructions() {
     if (std::holds_alternative<parallel::Compute>(program_.instrs[i].op)) last_compute_ = static_cast<int>(i);
   member_of_.assign(n, -1);
   shard_of_update_.assign(n, -1);
+  carried_.assign(n, false);
+  for (const Instr& instr : program_.instrs)
+    if (instr.deferred)
+      for (int dep : instr.after)
+        if (!program_.instrs[static_cast<size_t>(dep)].deferred) carried_[static_cast<size_t>(dep)] = true;
   std::vector<ParamShard> shards;
   for (size_t i = 0; i < n; ++i) {
     const Instr& instr = program_.instrs[i];
@@ -97,6 +102,7 @@ void ProgramExecutor::swap_active(Lowering& other) {
   std::swap(liveness_, other.liveness);
   std::swap(member_of_, other.member_of);
   std::swap(shard_of_update_, other.shard_of_update);
+  std::swap(carried_, other.carried);
   std::swap(last_compute_, other.last_compute);
   std::swap(codecs_, other.codecs);
 }
@@ -105,7 +111,7 @@ void ProgramExecutor::use_program_for(int64_t global_rows) {
   if (global_rows == 0 || global_rows == program_.global_rows) return;
   for (Lowering& other : programs_) {
     if (other.program.global_rows != global_rows) continue;
-    // P3's deferred updates and the engine's jobs name the active program's instructions.
+    // Deferred instructions and the engine's jobs name the active program's instructions.
     finish();
     flight_sites_.clear();
     swap_active(other);

@@ -19,13 +19,6 @@ using parallel::Buffer;
 using parallel::Instr;
 using parallel::Region;
 
-void validate(const ExecutorOptions& o) {
-  if (o.p3_slice_bytes < 0) fail("P3 slice size {} bytes must be >= 0", o.p3_slice_bytes);
-  // How P3 combines with the strategy is parallel::validate's (parallel/compose.h).
-  if (o.p3_slice_bytes > 0 && !o.overlap)
-    fail("P3 reduces gradients on the progress thread: it cannot run with --no-overlap");
-}
-
 namespace {
 
 // The axis whose progress lane the engine runs (the program's lanes name at
@@ -42,10 +35,24 @@ int progress_axis(const parallel::Program& program) {
   return axis >= 0 ? axis : program.strategy.mesh.axis(program.strategy.data_axis);
 }
 
+// The slice size the program's progress-lane collectives name (P3; 0:
+// whole). The engine cuts every job alike, so they must agree.
+int64_t slice_bytes(const parallel::Program& program) {
+  int64_t bytes = 0;
+  for (const Instr& instr : program.instrs) {
+    const auto* c = std::get_if<parallel::Collective>(&instr.op);
+    if (c == nullptr || instr.lane.kind != parallel::Lane::Kind::progress || c->slice_bytes == 0) continue;
+    PX_CHECK(bytes == 0 || bytes == c->slice_bytes, "progress-lane collectives in slices of {} and {} bytes", bytes,
+             c->slice_bytes);
+    bytes = c->slice_bytes;
+  }
+  return bytes;
+}
+
 }  // namespace
 
 ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, OptimizerConfig optimizer,
-                                 ExecutorOptions options)
+                                 parallel::ExecutionOptions options)
     : program_(std::move(program)), groups_(std::move(groups)),
       group_(nullptr), options_(options) {
   const auto& axes = program_.strategy.mesh.axes();
@@ -63,12 +70,11 @@ ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, O
   make_pipeline_groups();
   group_ = groups_[static_cast<size_t>(progress_axis(program_))];
   const int group_size = group_ ? group_->size() : 1;
-  validate(options_);
   PX_CHECK(!program_.graphs.empty(), "a program without a local graph (rank {} has no rows)", program_.rank);
   if (group_size > 1 && options_.overlap) {
     comm::EngineOptions engine;
     engine.collective = program_.collective;
-    engine.slice_bytes = options_.p3_slice_bytes;
+    engine.slice_bytes = slice_bytes(program_);
     engine.trace = options_.trace;
     engine_ = std::make_unique<comm::CommEngine>(*group_, engine);
   }
@@ -148,8 +154,10 @@ void ProgramExecutor::begin_step(const StepInput& input) {
     buffers_[static_cast<size_t>(program_.loss_buffer)].f32()[0] = 0;
     written_[static_cast<size_t>(program_.loss_buffer)].assign(1, true);
   }
-  // Engine jobs of the previous step stay referenced by deferred updates (resolved there).
-  if (deferred_.updates.empty()) job_.assign(program_.instrs.size(), -1);
+  // The previous step's carried jobs stay: the deferred instructions at
+  // this step's head wait for them.
+  for (size_t i = 0; i < job_.size(); ++i)
+    if (!(carry_.pending && carried_[i])) job_[i] = -1;
   wire_.assign(program_.instrs.size(), {});
   for (size_t a = 0; a < groups_.size(); ++a) sent_before_[a] = axis_bytes_sent(a);
 }
@@ -157,12 +165,12 @@ void ProgramExecutor::begin_step(const StepInput& input) {
 // One instruction of the step on the calling thread (or queued on its lane).
 void ProgramExecutor::execute(int id, Step& step) {
   const Instr& instr = program_.instrs[static_cast<size_t>(id)];
-  const bool defer_update = deferred_updates() && std::holds_alternative<parallel::Update>(instr.op);
+  // The previous step's work: none before the first step (or after finish()).
+  if (instr.deferred && !carry_.pending) return;
   // A Free waits for nothing: a buffer whose last reader still runs on
   // the engine is freed once that job finishes (free_buffer), so backward
   // goes on while a bucket it filled is reduced.
-  const bool is_free = std::holds_alternative<parallel::Free>(instr.op);
-  if (!defer_update && !is_free)
+  if (!std::holds_alternative<parallel::Free>(instr.op))
     for (int dep : instr.after) wait_for(dep);
   for (int b : liveness_.allocates[static_cast<size_t>(id)]) allocate(b);
   std::optional<FlightSite> site;
@@ -220,20 +228,15 @@ void ProgramExecutor::dispatch(int id, const Op& op, Step& step) {
   } else if constexpr (std::is_same_v<Op, parallel::Clip>) {
     step.result.grad_norm = clip(op, input.grad_clip);
   } else if constexpr (std::is_same_v<Op, parallel::Update>) {
-    if (deferred_updates()) {
-      deferred_.updates[op.param].push_back(id);
-      return;
-    }
-    if (skip_updates_) return;  // a bad step: nothing changes
+    // A deferred update applies the previous step's gradient at its rate.
+    const bool deferred = program_.instrs[static_cast<size_t>(id)].deferred;
+    if (skip_updates_ && !deferred) return;  // a bad step: nothing changes
     if (!step.optimizer_begun) optimizer_->begin_step();
     step.optimizer_begun = true;
-    update(id, op, input.lr);
+    update(id, op, deferred ? carry_.lr : input.lr);
   } else if constexpr (std::is_same_v<Op, parallel::Free>) {
     const Instr& instr = program_.instrs[static_cast<size_t>(id)];
-    if (deferred_updates() && program_.buffers[static_cast<size_t>(op.buffer)].kind == Buffer::Kind::grad_bucket)
-      deferred_.frees.push_back(id);
-    else
-      free_buffer(op.buffer, instr.after.empty() ? -1 : instr.after.front());
+    free_buffer(op.buffer, instr.after.empty() ? -1 : instr.after.front());
   }
 }
 
@@ -247,6 +250,7 @@ StepResult ProgramExecutor::run(const StepInput& input) {
   const bool pipelined = program_.pipeline.axis >= 0;
   Step step{.input = input, .result = result, .pipelined = pipelined, .start_us = pipelined ? comm::now_us() : 0};
   for (size_t i = 0; i < program_.instrs.size(); ++i) execute(static_cast<int>(i), step);
+  carry_.pending = false;
   end_step(result, input.lr);
   result.peak_bytes = std::max((account_ ? account_->stats() : memory_stats()).peak_bytes, at_start.live_bytes);
   if (program_.loss_buffer >= 0) result.loss = buffers_[static_cast<size_t>(program_.loss_buffer)].f32()[0];
@@ -281,25 +285,33 @@ void ProgramExecutor::end_step(StepResult& result, double lr) {
     }
   }
   result.activation_peak_bytes = activations_.peak;
-  if (deferred_updates()) {
-    // P3: the gradient reductions run on; each update happens before the
-    // next forward reads its parameter. The loss is needed now.
-    for (size_t i = 0; i < program_.instrs.size(); ++i) {
-      const auto* c = std::get_if<parallel::Collective>(&program_.instrs[i].op);
-      if (c != nullptr && program_.buffers[static_cast<size_t>(c->input.buffer)].kind == Buffer::Kind::loss)
-        wait_for(static_cast<int>(i));
-    }
-    optimizer_->begin_step();
-    deferred_.lr = lr;
-  } else if (engine_) {
-    try {
-      engine_->wait_all();
-    } catch (const Error& e) {
-      throw in_context(oldest_pending_event(), site_of(oldest_pending_event()), e);
+  // The step returns once its collectives are done, but for those the
+  // next step's deferred instructions wait for (P3: they run on).
+  if (engine_) {
+    for (size_t i = 0; i < job_.size(); ++i) {
+      if (job_[i] < 0 || carried_[i]) continue;
+      wait_for(static_cast<int>(i));
     }
     release_finished();
+    collect_engine_trace();
   }
-  if (engine_) collect_engine_trace();
+  for (const Instr& instr : program_.instrs) carry_.pending = carry_.pending || instr.deferred;
+  carry_.lr = lr;
+}
+
+void ProgramExecutor::finish() {
+  if (carry_.pending) {
+    const StepInput input{.lr = carry_.lr};
+    StepResult result;
+    Step step{.input = input, .result = result};
+    for (size_t i = 0; i < program_.instrs.size(); ++i)
+      if (program_.instrs[i].deferred) execute(static_cast<int>(i), step);
+    carry_.pending = false;
+  }
+  if (!engine_) return;
+  engine_->wait_all();
+  release_finished();
+  collect_engine_trace();
 }
 
 uint64_t ProgramExecutor::axis_bytes_sent(size_t axis) const {

@@ -13,10 +13,11 @@
 // freed right after their last use and buffers at their Free (liveness);
 // trace records carry the instruction id.
 //
-// How it runs (not what runs) is the executor's: overlap, P3's slices and
-// deferred updates. Where and when an instruction runs is the program's:
-// its lane, its group, its `after` edges (ZeRO's bucket-buffer
-// back-pressure among them), the collective algorithm.
+// How it runs is parallel::ExecutionOptions (overlap, traces), shared with
+// the simulator. Where and when an instruction runs is the program's: its
+// lane, its group, its `after` edges (ZeRO's bucket-buffer back-pressure
+// among them), its priority and slices, whether it is deferred to the next
+// step's head (P3's updates), the collective algorithm.
 #pragma once
 
 #include <deque>
@@ -30,6 +31,7 @@
 #include "comm/compression/compressor.h"
 #include "comm/engine/comm_engine.h"
 #include "core/memory.h"
+#include "parallel/execution.h"
 #include "parallel/lower/liveness.h"
 #include "parallel/program.h"
 #include "runtime/optimizer/optimizer.h"
@@ -40,28 +42,6 @@
 #include "runtime/executor/trace.h"
 
 namespace px {
-
-// How this process runs a Program, nothing it decides: the program names
-// each instruction's lane, its group, when it may start and the collective
-// algorithm (Program::collective).
-struct ExecutorOptions {
-  // Progress-lane collectives on a progress thread while compute continues
-  // (more than one rank); otherwise each runs inline where the program lists it.
-  bool overlap = true;
-  // P3 (Jayarajan et al. 2019): > 0 reduces gradients in slices of about
-  // this many bytes, the first-needed layer first (the program's
-  // priorities), a more urgent gradient overtaking a queued one; the step
-  // returns with reductions in flight and each parameter's update runs just
-  // before the next forward reads it. Needs overlap and a program without a
-  // global norm.
-  int64_t p3_slice_bytes = 0;
-  // Keep compute and communication timings (take_trace) for the steps run
-  // with set_tracing(true).
-  bool trace = false;
-  bool operator==(const ExecutorOptions&) const = default;
-};
-
-void validate(const ExecutorOptions& options);
 
 struct StepInput {
   // This rank's rows of every batch input (Program::batch_inputs), whole:
@@ -133,7 +113,7 @@ class ProgramExecutor {
   // `groups`: this rank's group on each axis of the program's mesh.
   // `optimizer` is used by programs with updates.
   ProgramExecutor(parallel::Program program, AxisGroups groups, OptimizerConfig optimizer = {},
-                  ExecutorOptions options = {});
+                  parallel::ExecutionOptions options = {});
   ~ProgramExecutor();
   ProgramExecutor(const ProgramExecutor&) = delete;
   ProgramExecutor& operator=(const ProgramExecutor&) = delete;
@@ -163,7 +143,8 @@ class ProgramExecutor {
   bool has_program_for(int64_t global_rows) const;
 
   StepResult run(const StepInput& input);
-  // P3: runs every deferred update (before anything else reads the parameters).
+  // Runs what the last step deferred (P3's updates: before anything else
+  // reads the parameters) and waits for the collectives it left running.
   void finish();
 
   // Programs without updates: the reduced gradient of parameter `name` (a
@@ -196,7 +177,6 @@ class ProgramExecutor {
   int64_t stashed_bytes_per_micro_batch() const;
   // The program of the last step run (or the first one given, before any).
   const parallel::Program& program() const { return program_; }
-  bool deferred_updates() const { return options_.p3_slice_bytes > 0 && engine_ != nullptr; }
   void set_tracing(bool on) { tracing_ = on && options_.trace; }
   // Record where this rank is and its communication into `recorder`
   // (runtime/fault/flight_recorder.h; nullptr: off). It must outlive the executor.
@@ -223,6 +203,7 @@ class ProgramExecutor {
     parallel::Program program;
     parallel::Liveness liveness;
     std::vector<int> member_of, shard_of_update;
+    std::vector<bool> carried;
     int last_compute = -1;
     std::map<int, Codec*> codecs;
   };
@@ -276,7 +257,6 @@ class ProgramExecutor {
   Tensor view(const parallel::Region& region) const;
   float* data(const parallel::Region& region) const;
   void zero_unwritten(int buffer);
-  void run_deferred_updates_of(int param);
 
   // executor_pipeline.cc: transfers between pipeline stages, and the
   // communicators of the pipeline axis they and the subgroups run on.
@@ -321,7 +301,7 @@ class ProgramExecutor {
   comm::Communicator* group_;  // the progress lane's axis' (the data axis)
   std::vector<uint64_t> sent_before_;  // per mesh axis: axis_bytes_sent() when the step began
   uint64_t axis_bytes_sent(size_t axis) const;  // this rank's bytes sent so far on a mesh axis
-  ExecutorOptions options_;
+  parallel::ExecutionOptions options_;
   std::unique_ptr<comm::CommEngine> engine_;
   std::optional<Optimizer> optimizer_;
   std::vector<int> shard_of_update_;  // per instruction: its optimizer shard (-1)
@@ -330,6 +310,9 @@ class ProgramExecutor {
   std::vector<Tensor> buffers_;          // by buffer id (undefined while not allocated)
   std::vector<std::vector<bool>> written_;  // per buffer, per member: written this instance
   std::vector<int> member_of_;           // per instruction: Accumulate's member index
+  // Per instruction: a deferred instruction waits for it, so the step
+  // returns with it still running (P3's gradient reductions).
+  std::vector<bool> carried_;
   std::vector<std::vector<Tensor>> live_;  // per micro-batch, by value id
   std::vector<JobId> job_;               // per instruction: its engine job this step (-1)
   std::vector<int> param_of_;            // per value id: index into program params (-1)
@@ -347,12 +330,12 @@ class ProgramExecutor {
   std::vector<Codec*> compressors_;               // in instruction order
   std::vector<comm::compression::WireStats> wire_;  // per instruction, this step
 
-  // P3: updates (and the frees after them) deferred to the next forward.
-  struct Deferred {
-    std::map<int, std::vector<int>> updates;  // param index -> instruction ids
-    std::vector<int> frees;
+  // Deferred instructions (P3) the last step left for the next one's head
+  // (or finish()), and that step's learning rate they run with.
+  struct Carry {
+    bool pending = false;
     double lr = 0;
-  } deferred_;
+  } carry_;
 
   // Pipelines: the pipeline axis split again (its transfers use the
   // program's tags, so no collective may share its tag space), one

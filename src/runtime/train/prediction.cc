@@ -28,9 +28,8 @@ RunPrediction predict_run(const TrainOptions& o, const std::vector<parallel::Pro
   const plan::Simulation sim = plan::simulate_sharing_cores(
       {.programs = &programs,
        .cluster = &cluster,
-       .overlap = o.sync.overlap,
-       .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size()),
-       .trace = true},
+       .execution = {.overlap = o.sync.overlap, .trace = true},
+       .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size())},
       {.threads = o.threads, .model = o.model, .link_gbps = o.link_gbps, .collective = o.sync.collective});
   out.step_seconds = sim.step_seconds;
   out.peak_bytes = sim.peak_bytes.front();

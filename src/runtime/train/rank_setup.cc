@@ -114,9 +114,8 @@ void RankTrainer::lower_and_load() {
   const int state_copies = (o_.save.empty() ? 0 : 2) + (recovery_.snapshots != nullptr ? 4 : 0);
   check_program_fits(program, o_, world_, slots_, state_copies);
   executor_ = std::make_unique<ProgramExecutor>(std::move(program), groups, o_.optimizer,
-                                                ExecutorOptions{.overlap = o_.sync.overlap,
-                                                                .p3_slice_bytes = o_.sync.p3_slice_bytes,
-                                                                .trace = !o_.trace.empty()});
+                                                parallel::ExecutionOptions{.overlap = o_.sync.overlap,
+                                                                           .trace = !o_.trace.empty()});
   executor_->set_flight_recorder(recorder_);
   recorder_->set_phase(RankPhase::running);
 }

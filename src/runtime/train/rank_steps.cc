@@ -80,10 +80,9 @@ void RankTrainer::record_step(const StepResult& out, const DataBatch& batch, dou
     stage_.span_us += out.pipeline_span_us;
   }
   const double loss = out.loss;
-  const bool can_skip = strategy_.lowering.global_norm && o_.sync.p3_slice_bytes == 0;
   if (!std::isfinite(loss))  // only a program without a global norm gets here (P3)
     fail("training diverged at step {}: loss is {} (lower the learning rate {}{})", step_ + 1, loss, o_.schedule.lr,
-         can_skip ? "" : "; P3 updates before the global norm is known, so it cannot skip bad steps");
+         strategy_.lowering.global_norm ? "" : "; P3 updates before the global norm is known, so it cannot skip bad steps");
   result_.losses.push_back(loss);
   result_.last_train_loss = loss;
   nlohmann::json line{{"step", step_ + 1}, {"train_loss", loss}, {"lr", lr}, {"grad_norm", out.grad_norm},

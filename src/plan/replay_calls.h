@@ -1,0 +1,45 @@
+// The replay's communicating instructions (internal to plan/): what one
+// collective or reshard is for the simulator, and its time and bytes.
+#pragma once
+
+#include <map>
+
+#include "comm/collectives.h"
+#include "comm/compression/spec.h"
+#include "comm/wire_bytes.h"
+#include "parallel/program.h"
+#include "plan/cluster.h"
+#include "plan/estimator.h"
+
+namespace px::plan {
+
+// One communicating instruction: the lowering's facts (its group, sequence
+// number and wire bytes, parallel/program.h) and the collective's n for the
+// estimator's time.
+struct CollectiveCall {
+  const parallel::CommGroup* group = nullptr;
+  comm::Collective kind = comm::Collective::allreduce;
+  comm::compression::Spec codec;  // a compressed allreduce (docs/compression.md)
+  double rows = 1, cols = 1;      // its gradient as a matrix (PowerSGD)
+  double bytes = 0;  // the collective's n, as comm::CostQuery counts it
+  comm::WireBytes wire;  // what this rank sends
+  int64_t sequence = 0;
+  bool engine = false;  // on its axis' progress lane
+  int axis = 0;
+  int priority = 0;  // the progress lane runs the most urgent first
+  // On the progress lane, the engine's slices (comm::slice_plan): each one
+  // an agreement round and a collective of its share of the bytes.
+  int slices = 1;
+};
+
+// The time of one of `call`'s slices over a group of p ranks on `link`:
+// the engine's agreement round before it (sliced jobs) and the collective
+// (a compressed allreduce by its codec's recipe).
+double slice_seconds(const CostEstimator& estimator, const CollectiveCall& call, int p, LinkClass link);
+
+// Adds `weight` times `wire` to the bytes by link class: the stamped split,
+// or, when the lowering knew no node layout (all counted within a node),
+// the link the cluster gives the group.
+void count_wire(std::map<LinkClass, double>& sent, const comm::WireBytes& wire, LinkClass link, double weight);
+
+}  // namespace px::plan
