@@ -35,28 +35,18 @@ constexpr std::array kAlgorithmNames{
     "recursive_doubling", "halving_doubling", "tree", "hierarchical", "shared_memory",
     "pairwise",       "dissemination", "native"};
 
-Algorithm choose(Communicator& comm, Collective collective, double bytes,
-                 const CollectiveOptions& options) {
-  if (options.algorithm != A::automatic) {
-    auto allowed = algorithms_for(collective);
-    if (std::find(allowed.begin(), allowed.end(), options.algorithm) == allowed.end())
-      fail("{}: algorithm '{}' does not implement this collective", collective_name(collective),
-           algorithm_name(options.algorithm));
-    return options.algorithm;
+// The menu a call needs (no host exchange: the choice does not use it).
+AlgorithmMenu menu_of(Communicator& comm, Collective collective, const CollectiveOptions& options) {
+  AlgorithmMenu menu{.cost_model = &comm.cost_model(), .ranks = comm.size()};
+  if (options.algorithm == A::automatic) {
+    menu.shared_memory = runnable(comm, collective, A::shared_memory);
+    menu.native = runnable(comm, collective, A::native);
   }
-  Algorithm best = algorithms_for(collective)[0];
-  double best_time = std::numeric_limits<double>::infinity();
-  for (Algorithm candidate : algorithms_for(collective)) {
-    if (candidate == A::native || !runnable(comm, collective, candidate)) continue;
-    double time = predicted_seconds(
-        comm.cost_model(), CostQuery{collective, candidate, bytes, comm.size(), options.servers,
-                                     options.ranks_per_node});
-    if (time < best_time) {
-      best_time = time;
-      best = candidate;
-    }
-  }
-  return best;
+  return menu;
+}
+
+Algorithm choose(Communicator& comm, Collective collective, double bytes, const CollectiveOptions& options) {
+  return choose_algorithm(menu_of(comm, collective, options), collective, bytes, comm.size(), options);
 }
 
 void check_root(Communicator& comm, int root, std::string_view collective) {
@@ -98,6 +88,43 @@ std::span<const Algorithm> algorithms_for(Collective collective) {
     case Collective::barrier: return kBarrier;
   }
   return {};
+}
+
+Algorithm choose_algorithm(const AlgorithmMenu& menu, Collective collective, double bytes, int ranks,
+                           const CollectiveOptions& options) {
+  if (options.algorithm != A::automatic) {
+    auto allowed = algorithms_for(collective);
+    if (std::find(allowed.begin(), allowed.end(), options.algorithm) == allowed.end())
+      fail("{}: algorithm '{}' does not implement this collective", collective_name(collective),
+           algorithm_name(options.algorithm));
+    return options.algorithm;
+  }
+  PX_CHECK(menu.cost_model != nullptr, "choose_algorithm: a menu without a cost model");
+  Algorithm best = algorithms_for(collective)[0];
+  double best_time = std::numeric_limits<double>::infinity();
+  for (Algorithm candidate : algorithms_for(collective)) {
+    if (candidate == A::native || (candidate == A::shared_memory && !menu.shared_memory && ranks > 1)) continue;
+    const double time = predicted_seconds(
+        *menu.cost_model, CostQuery{collective, candidate, bytes, ranks, options.servers, options.ranks_per_node});
+    if (time < best_time) {
+      best_time = time;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+AlgorithmMenu algorithm_menu(Communicator& comm) {
+  AlgorithmMenu menu = menu_of(comm, Collective::allreduce, {});
+  if (comm.size() == 1) return menu;
+  // Hosts by the hierarchical algorithm's own rule (ranks_per_node 0).
+  float sizes[2] = {static_cast<float>(comm.node_groups(0).first->size()),
+                    -static_cast<float>(comm.node_groups(0).first->size())};
+  Communicator& node = *comm.node_groups(0).first;
+  menu.node_shared_memory = node.size() == 1 || node.shared_memory() != nullptr;
+  allreduce(comm, Buffer(std::span<float>(sizes, 2)), Reduction::max, {.algorithm = A::naive});
+  if (sizes[0] == -sizes[1]) menu.ranks_per_host = static_cast<int>(sizes[0]);
+  return menu;
 }
 
 bool runnable(Communicator& comm, Collective collective, Algorithm algorithm) {

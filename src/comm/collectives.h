@@ -48,12 +48,35 @@ std::span<const Algorithm> algorithms_for(Collective collective);
 // Whether `algorithm` can run `collective` on this communicator now.
 bool runnable(Communicator& comm, Collective collective, Algorithm algorithm);
 
+
 struct CollectiveOptions {
   Algorithm algorithm = Algorithm::automatic;
   int servers = 0;         // sharded_parameter_server: shard count (0: one per rank)
   int ranks_per_node = 0;  // hierarchical: node size (0: ranks sharing a host)
   bool operator==(const CollectiveOptions&) const = default;
 };
+
+// What Algorithm::automatic chooses among on one communicator, taken ahead
+// of the run so a lowering can stamp the algorithm that will run (and its
+// wire bytes): the transport's cost model, which backend-dependent
+// algorithms it can run, and how many of its ranks share each host.
+struct AlgorithmMenu {
+  const CostModel* cost_model = nullptr;  // the communicator's (it must outlive the menu)
+  int ranks = 1;
+  bool shared_memory = false;  // every rank on one host, a shared segment mapped
+  bool native = false;         // the MPI library's own collectives
+  // Ranks a host when every host has as many (hierarchical's node size for
+  // ranks_per_node 0); 0 when hosts differ.
+  int ranks_per_host = 0;
+  bool node_shared_memory = true;  // a host's ranks share a segment (hierarchical's in-node steps)
+};
+// Collective over `comm` (the ranks exchange their host's rank count).
+AlgorithmMenu algorithm_menu(Communicator& comm);
+// The algorithm `options` run `collective` of `bytes` with over a group of
+// `ranks` ranks of the menu's communicator (or a subgroup of it): the
+// named one, or automatic's choice, as the collective itself would make it.
+Algorithm choose_algorithm(const AlgorithmMenu& menu, Collective collective, double bytes, int ranks,
+                           const CollectiveOptions& options);
 
 // In place: data holds this rank's contribution and receives the result.
 void allreduce(Communicator& comm, Buffer data, Reduction op = Reduction::sum,

@@ -92,6 +92,7 @@ Request Communicator::isend(int peer, uint32_t tag, const void* data, size_t byt
   return state_->transport->isend(world_rank(peer), tag, data, bytes);
 }
 uint64_t Communicator::bytes_sent() const { return state_->bytes_sent.load(std::memory_order_relaxed); }
+void Communicator::count_sent(uint64_t bytes) { state_->bytes_sent.fetch_add(bytes, std::memory_order_relaxed); }
 
 Request Communicator::irecv(int peer, uint32_t tag, void* data, size_t bytes) {
   return state_->transport->irecv(world_rank(peer), tag, data, bytes);

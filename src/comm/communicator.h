@@ -62,8 +62,12 @@ class Communicator {
   uint32_t fixed_tag(uint32_t index) const;
 
   // Bytes this rank has posted to send on this group so far (every
-  // algorithm over the transport; shared-memory copies are not sends).
+  // algorithm over the transport; shared-memory copies are not sends),
+  // those a collective on it sent through its node groups included.
   uint64_t bytes_sent() const;
+  // Counts `bytes` a collective on this group sent through a group split
+  // from it (hierarchical's node and leader groups).
+  void count_sent(uint64_t bytes);
 
   // Point-to-point on group ranks.
   Request isend(int peer, uint32_t tag, const void* data, size_t bytes);

@@ -12,18 +12,29 @@ WireBytes dense_wire(const WireQuery& q, Collective collective, double n) {
   const int p = q.ranks;
   if (p <= 1) return {};
   Algorithm algorithm = q.options.algorithm == Algorithm::automatic ? Algorithm::ring : q.options.algorithm;
-  const CostTerms terms = cost_terms({.collective = collective, .algorithm = algorithm, .bytes = n, .ranks = p,
-                                      .servers = q.options.servers, .ranks_per_node = q.options.ranks_per_node});
+  // Copies through a shared segment are no transport's.
+  if (algorithm == Algorithm::shared_memory) return {};
   const int m = q.options.ranks_per_node;
   const bool spans_nodes = m > 0 && m < p;
+  if (algorithm == Algorithm::hierarchical && collective == Collective::allreduce) {
+    // Reduce to and broadcast from the node leader (a shared segment, or a
+    // tree of the node's ranks), the leaders' ring between nodes.
+    const int node_size = spans_nodes ? std::min(m, p - (q.rank / m) * m) : p;
+    const double in_node =
+        q.node_shared_memory || node_size == 1
+            ? 0
+            : cost_terms({.collective = Collective::allreduce, .algorithm = Algorithm::tree, .bytes = n,
+                          .ranks = node_size})
+                  .bytes_sent;
+    if (!spans_nodes) return {.intra_node = std::llround(in_node)};
+    const double nodes = std::ceil(static_cast<double>(p) / m);
+    const bool leader = q.rank % m == 0;
+    return {.intra_node = std::llround(in_node), .inter_node = leader ? std::llround(2 * (nodes - 1) / nodes * n) : 0};
+  }
+  const CostTerms terms = cost_terms({.collective = collective, .algorithm = algorithm, .bytes = n, .ranks = p,
+                                      .servers = q.options.servers, .ranks_per_node = q.options.ranks_per_node});
   if (!spans_nodes) return {.intra_node = std::llround(terms.bytes_sent)};
-  if (algorithm != Algorithm::hierarchical || collective != Collective::allreduce)
-    return {.inter_node = std::llround(terms.bytes_sent)};
-  // Reduce and broadcast inside the node; the node leaders ring between nodes.
-  const double nodes = std::ceil(static_cast<double>(p) / m);
-  const double ring = 2 * (nodes - 1) / nodes * n;
-  const bool leader = q.rank % m == 0;
-  return {.intra_node = std::llround(terms.bytes_sent - ring), .inter_node = leader ? std::llround(ring) : 0};
+  return {.inter_node = std::llround(terms.bytes_sent)};
 }
 
 WireBytes on_group_link(WireBytes w, double bytes, const WireQuery& q) {

@@ -1,6 +1,7 @@
 // WireBytes: what one rank of a collective hands to the transport, per link
 // class, for the algorithm that runs and the codec its payload goes
-// through. It is the one formula: the lowering stamps it on every
+// through (copies through a shared-memory segment are none: the shared
+// memory algorithm sends nothing, hierarchical only its leaders' ring). It is the one formula: the lowering stamps it on every
 // communicating instruction (parallel/program.h) and the executor, the
 // simulator and the flight recorder read it there.
 //
@@ -32,6 +33,9 @@ struct WireQuery {
   int64_t bytes = 0;  // the collective's n: the whole buffer (allgather: its output)
   int ranks = 1;
   int rank = 0;       // this rank's place in the group
+  // Hierarchical: a node's ranks reduce and broadcast through a shared
+  // segment (nothing on a link), else by a tree over the transport.
+  bool node_shared_memory = true;
   // A compressed allreduce of a (rows x cols) float gradient.
   compression::Spec codec;
   int64_t codec_rows = 1, codec_cols = 1;

@@ -146,7 +146,7 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   passes::defer_updates(program);
   passes::frees(program);
   passes::back_pressure(program, request.bucket_buffers);
-  passes::facts(context, program);
+  passes::facts(context, program, request.menus);
   return program;
 }
 

@@ -51,6 +51,7 @@ std::string region_str(const Program& p, const Region& r) {
 std::string facts_str(const Instr& instr) {
   std::string s;
   if (instr.group >= 0) s += fmt::format(" seq {}", instr.sequence);
+  if (instr.algorithm != comm::Algorithm::automatic) s += fmt::format(" by {}", comm::algorithm_name(instr.algorithm));
   if (instr.wire.inter_node > 0)
     s += fmt::format(" wire {}+{} across nodes", instr.wire.intra_node, instr.wire.inter_node);
   else if (instr.wire.intra_node > 0)

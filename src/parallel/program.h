@@ -31,7 +31,10 @@
 //   group     communicating instructions: index into Program::groups
 //   sequence  its place among this step's calls on that group (every
 //             member runs them in the same order, so it names one call)
-//   wire      bytes this rank sends, per link class (comm/wire_bytes.h)
+//   algorithm the collective algorithm it runs (Program::collective's,
+//             automatic resolved where the lowering knew the run's menus)
+//   wire      bytes this rank sends, per link class (comm/wire_bytes.h),
+//             for that algorithm
 //
 // Values of a local graph are addressed by ValueId; every local graph has
 // the global graph's ids (parallel/lower.h), so one id names a value in
@@ -269,6 +272,10 @@ struct Instr {
   std::string name;
   int group = -1;         // Program::groups (-1: talks to no group)
   int64_t sequence = -1;  // among this step's calls on `group`
+  // The algorithm its collective (or reshard's) runs: resolved at lowering
+  // from the run's menus (LowerRequest::menus), or automatic when the
+  // lowering knew none (the run's cost model then chooses).
+  comm::Algorithm algorithm = comm::Algorithm::automatic;
   comm::WireBytes wire;
   bool operator==(const Instr&) const = default;
 };

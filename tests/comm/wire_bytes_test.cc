@@ -63,13 +63,23 @@ TEST(WireBytes, HierarchicalLeadersAloneCrossNodes) {
   EXPECT_EQ(on(2).inter_node, n);
   EXPECT_EQ(on(1).inter_node, 0);
   EXPECT_EQ(on(3).inter_node, 0);
-  EXPECT_GT(on(1).intra_node, 0);
-  EXPECT_EQ(on(0).intra_node, on(1).intra_node);
+  // Inside a node the ranks share a segment: nothing on a link.
+  EXPECT_EQ(on(1).intra_node, 0);
+  EXPECT_EQ(on(0).intra_node, 0);
+  // Without one, a tree over the transport inside the node.
+  const WireBytes tree = wire_bytes({.options = {.algorithm = Algorithm::hierarchical, .ranks_per_node = 2},
+                                     .bytes = n, .ranks = 4, .rank = 1, .node_shared_memory = false});
+  EXPECT_GT(tree.intra_node, 0);
+  EXPECT_EQ(tree.inter_node, 0);
   // A ring over the same two nodes crosses them with every byte.
   const WireBytes ring = wire_bytes({.options = {.algorithm = Algorithm::ring, .ranks_per_node = 2},
                                      .bytes = n, .ranks = 4, .rank = 1});
   EXPECT_EQ(ring.intra_node, 0);
   EXPECT_EQ(ring.inter_node, 2 * 3 * n / 4);
+}
+
+TEST(WireBytes, TheSharedMemoryAlgorithmSendsNothing) {
+  EXPECT_EQ(wire_bytes({.options = {.algorithm = Algorithm::shared_memory}, .bytes = 4096, .ranks = 4}).total(), 0);
 }
 
 TEST(WireBytes, CompressedGradientsSendTheirPayload) {

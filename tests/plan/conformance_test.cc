@@ -11,7 +11,9 @@
 //    reshard on the lane the executor ran it on and meets its group with
 //    the sequence number the executor's flight recorder logged;
 //  - per mesh axis, the wire bytes the lowering stamped (for the ring) are
-//    the bytes the axis' communicator counted, collectives run inline.
+//    the bytes the axis' communicator counted, collectives run inline;
+//    and so they are for the automatic algorithm, lowered with the run's
+//    menus (what each communicator's cost model would choose).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -247,6 +249,49 @@ TEST_P(Conformance, ExecutorRunsTheProgramAsTheSimulatorReplaysIt) {
   for (const auto& [call, times] : calls)
     EXPECT_LE(times.first, times.second) << c.name << ": group " << call.first << " call " << call.second
                                          << " finished on a member before another started it";
+}
+
+// Lowered inside the run with each axis' menu, automatic is stamped as the
+// algorithm the communicator will run, and its bytes are counted.
+TEST_P(Conformance, AutomaticIsStampedAsTheAlgorithmThatRuns) {
+  const Case& c = GetParam();
+  if (c.compress != nullptr) GTEST_SKIP() << "a codec's payload is a model of its data";
+  const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = c.layers, .n_head = 2, .n_embd = 16, .dropout = 0.1};
+  const nn::Model model = nn::build_gpt(config, 4, config.block, true);
+  const parallel::Strategy strategy = strategy_of(c, model);
+  const ParamStore params = ParamStore::initialize(model.graph, 7);
+  const int world = strategy.mesh.ranks();
+  std::mutex mutex;
+  std::set<std::string> algorithms;
+  comm::run_inproc(world, [&](comm::Communicator& comm) {
+    parallel::MeshGroups mesh = parallel::make_mesh_groups(comm, strategy.mesh);
+    AxisGroups groups;
+    std::vector<comm::AlgorithmMenu> menus;
+    for (comm::Communicator& axis : mesh.axis) {
+      groups.push_back(&axis);
+      menus.push_back(comm::algorithm_menu(axis));
+    }
+    const parallel::Program program =
+        parallel::lower({.forward = &model.graph, .loss = model.loss, .menus = menus}, strategy, comm.rank());
+    ProgramExecutor executor(program, groups, {}, {.overlap = false});
+    executor.set_parameters(params);
+    const StepResult result = executor.run({.feeds = feeds_of(program), .seed = 1, .step = 0, .lr = 1e-3});
+    executor.finish();
+    std::vector<int64_t> stamped(program.strategy.mesh.axes().size(), 0);
+    std::set<std::string> mine;
+    for (const parallel::Instr& instr : program.instrs) {
+      if (instr.group < 0 || program.groups[static_cast<size_t>(instr.group)].subgroup >= 0) continue;
+      stamped[static_cast<size_t>(program.groups[static_cast<size_t>(instr.group)].axis)] += instr.wire.total();
+      EXPECT_NE(instr.algorithm, comm::Algorithm::automatic) << c.name << ": " << program.str(&instr - program.instrs.data());
+      mine.insert(std::string(comm::algorithm_name(instr.algorithm)));
+    }
+    for (size_t a = 0; a < stamped.size(); ++a)
+      EXPECT_EQ(stamped[a], result.axis_bytes[a]) << c.name << " rank " << comm.rank() << ": bytes on axis "
+                                                  << program.strategy.mesh.axes()[a].name;
+    std::lock_guard lock(mutex);
+    algorithms.insert(mine.begin(), mine.end());
+  });
+  if (world > 1) EXPECT_FALSE(algorithms.empty()) << c.name;
 }
 
 INSTANTIATE_TEST_SUITE_P(

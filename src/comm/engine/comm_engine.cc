@@ -55,9 +55,10 @@ CommEngine::~CommEngine() {
 }
 
 CommEngine::JobId CommEngine::allreduce(std::span<float> data, int priority, std::string name,
-                                        Reduction op) {
+                                        Reduction op, Algorithm algorithm) {
   auto job = std::make_shared<EngineJob>();
   job->kind = JobKind::allreduce;
+  job->algorithm = algorithm;
   job->priority = priority;
   job->name = std::move(name);
   job->op = op;
@@ -67,7 +68,8 @@ CommEngine::JobId CommEngine::allreduce(std::span<float> data, int priority, std
 }
 
 CommEngine::JobId CommEngine::reduce_scatter(std::span<const float> input, std::span<float> output,
-                                             int priority, std::string name, Reduction op) {
+                                             int priority, std::string name, Reduction op,
+                                             Algorithm algorithm) {
   const int64_t n = static_cast<int64_t>(input.size());
   if (static_cast<int64_t>(output.size()) != block(n, size_, rank_).count)
     fail("CommEngine::reduce_scatter '{}': output has {} elements on rank {}, expected block({}, "
@@ -75,6 +77,7 @@ CommEngine::JobId CommEngine::reduce_scatter(std::span<const float> input, std::
          name, output.size(), rank_, n, size_, rank_, block(n, size_, rank_).count);
   auto job = std::make_shared<EngineJob>();
   job->kind = JobKind::reduce_scatter;
+  job->algorithm = algorithm;
   job->priority = priority;
   job->name = std::move(name);
   job->op = op;
@@ -85,7 +88,7 @@ CommEngine::JobId CommEngine::reduce_scatter(std::span<const float> input, std::
 }
 
 CommEngine::JobId CommEngine::allgather(std::span<const float> input, std::span<float> output,
-                                        int priority, std::string name) {
+                                        int priority, std::string name, Algorithm algorithm) {
   const int64_t n = static_cast<int64_t>(output.size());
   if (static_cast<int64_t>(input.size()) != block(n, size_, rank_).count)
     fail("CommEngine::allgather '{}': input has {} elements on rank {}, expected block({}, {}, "
@@ -93,6 +96,7 @@ CommEngine::JobId CommEngine::allgather(std::span<const float> input, std::span<
          name, input.size(), rank_, n, size_, rank_, block(n, size_, rank_).count);
   auto job = std::make_shared<EngineJob>();
   job->kind = JobKind::allgather;
+  job->algorithm = algorithm;
   job->priority = priority;
   job->name = std::move(name);
   job->data = output;
@@ -243,7 +247,9 @@ void CommEngine::run_next_slice() {
   }
   const int slice = job->next_slice;
   const double start = now_us();
-  const int64_t bytes = run_slice(*job, slice, comm_, options_.collective, staging_);
+  CollectiveOptions options = options_.collective;
+  if (job->algorithm != Algorithm::automatic) options.algorithm = job->algorithm;
+  const int64_t bytes = run_slice(*job, slice, comm_, options, staging_);
   const double end = now_us();
   {
     std::lock_guard lock(mutex_);

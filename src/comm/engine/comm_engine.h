@@ -82,7 +82,9 @@ class CommEngine {
 
   // Each call queues a job and returns at once. Lower `priority` is more
   // urgent (P3: the layer's index in forward order, so layer 0 goes first);
-  // equal priorities run in submission order. Buffers must stay valid and
+  // equal priorities run in submission order. `algorithm` is the job's
+  // (automatic: EngineOptions::collective's, chosen per slice by the cost
+  // model); the servers and node size are EngineOptions::collective's. Buffers must stay valid and
   // untouched by the caller until wait() for the job returns.
 
   // Bytes this rank's jobs have sent so far (their own communicator's
@@ -91,13 +93,14 @@ class CommEngine {
 
   // In place: data holds this rank's contribution and receives the result.
   JobId allreduce(std::span<float> data, int priority, std::string name,
-                  Reduction op = Reduction::sum);
+                  Reduction op = Reduction::sum, Algorithm algorithm = Algorithm::automatic);
   // input: n elements; output: block(n, size(), rank()) of the reduced result.
   JobId reduce_scatter(std::span<const float> input, std::span<float> output, int priority,
-                       std::string name, Reduction op = Reduction::sum);
+                       std::string name, Reduction op = Reduction::sum,
+                       Algorithm algorithm = Algorithm::automatic);
   // input: block(n, size(), rank()) elements; output: all n.
   JobId allgather(std::span<const float> input, std::span<float> output, int priority,
-                  std::string name);
+                  std::string name, Algorithm algorithm = Algorithm::automatic);
   // Any exchange (e.g. a compression codec's): runs work(engine communicator)
   // on the progress thread, whole (never sliced). `bytes` is only reported in
   // the trace. work must not split the communicator.

@@ -83,6 +83,7 @@ void plan_slices(EngineJob& job, int64_t slice_bytes, int ranks) {
   fnv.add_value(job.kind);
   fnv.add_value(job.count);
   fnv.add_value(job.op);
+  fnv.add_value(job.algorithm);
   fnv.add_value(job.priority);
   fnv.add_value(slice_bytes);
   fnv.add(job.name.data(), job.name.size());

@@ -24,6 +24,7 @@ struct EngineJob {
   int priority = 0;
   std::string name;
   Reduction op = Reduction::sum;
+  Algorithm algorithm = Algorithm::automatic;  // the job's own (automatic: the engine's options)
   // allreduce: the data, in place. reduce_scatter: the output block.
   // allgather: the whole output.
   std::span<float> data;

@@ -15,8 +15,11 @@
 // same order (collectives.h's contract), so (group key, sequence) names one
 // call on every rank.
 //
-// Wire bytes: comm::wire_bytes for Program::collective's algorithm, the
-// instruction's codec and this rank's place in its group; a send's value.
+// Algorithm and wire bytes: Program::collective's algorithm, automatic
+// resolved by the run's menus (what the communicator would choose for the
+// collective's size; hierarchical's nodes the hosts); comm::wire_bytes for
+// it, the instruction's codec and this rank's place in its group; a
+// send's value.
 #include <algorithm>
 #include <map>
 
@@ -47,32 +50,64 @@ int group_of(Program& p, int axis, int subgroup) {
   return static_cast<int>(p.groups.size() - 1);
 }
 
-comm::WireBytes collective_wire(const Program& p, const CommGroup& group, const Collective& c) {
+// Resolves automatic where the run's menu is known: the algorithm a
+// collective of `bytes` over `group` will run, and the options its wire
+// bytes are counted under (hierarchical's node size the hosts').
+struct Resolved {
+  comm::Algorithm algorithm = comm::Algorithm::automatic;
+  comm::CollectiveOptions wire;
+  bool node_shared_memory = true;
+};
+Resolved resolve(const Program& p, const std::vector<comm::AlgorithmMenu>& menus, const CommGroup& group,
+                 comm::Collective kind, int64_t bytes) {
+  Resolved r{.wire = p.collective};
+  const int ranks = static_cast<int>(group.ranks.size());
+  if (menus.empty() || ranks <= 1) return r;
+  const comm::AlgorithmMenu& menu = menus.at(static_cast<size_t>(group.axis));
+  r.algorithm = comm::choose_algorithm(menu, kind, static_cast<double>(bytes), ranks, p.collective);
+  r.wire.algorithm = r.algorithm;
+  if (r.wire.ranks_per_node == 0) r.wire.ranks_per_node = menu.ranks_per_host;
+  r.node_shared_memory = menu.node_shared_memory;
+  return r;
+}
+
+// A collective's algorithm (a compressed one runs its codec's exchange) and wire bytes.
+void stamp_collective(const Program& p, const std::vector<comm::AlgorithmMenu>& menus, const Collective& c,
+                      Instr& instr) {
+  const CommGroup& group = p.groups[static_cast<size_t>(instr.group)];
   const Region& whole = c.kind == comm::Collective::allgather ? c.output : c.input;
-  return comm::wire_bytes({.collective = c.kind,
-                           .options = p.collective,
-                           .bytes = whole.count * static_cast<int64_t>(sizeof(float)),
-                           .ranks = static_cast<int>(group.ranks.size()),
-                           .rank = group.rank,
-                           .codec = c.codec,
-                           .codec_rows = c.codec_rows,
-                           .codec_cols = c.codec_cols});
+  const int64_t bytes = whole.count * static_cast<int64_t>(sizeof(float));
+  const Resolved r = c.codec.lossy() ? Resolved{.wire = p.collective} : resolve(p, menus, group, c.kind, bytes);
+  instr.algorithm = r.algorithm;
+  instr.wire = comm::wire_bytes({.collective = c.kind,
+                                 .options = r.wire,
+                                 .bytes = bytes,
+                                 .ranks = static_cast<int>(group.ranks.size()),
+                                 .rank = group.rank,
+                                 .node_shared_memory = r.node_shared_memory,
+                                 .codec = c.codec,
+                                 .codec_rows = c.codec_rows,
+                                 .codec_cols = c.codec_cols});
 }
 
 // A reshard's collective moves the value whole on one side (the larger).
-comm::WireBytes reshard_wire(const Program& p, const CommGroup& group, const Instr& instr, const Reshard& r,
-                             comm::Collective kind) {
+void stamp_reshard(const Program& p, const std::vector<comm::AlgorithmMenu>& menus, const Reshard& reshard,
+                   comm::Collective kind, Instr& instr) {
+  const CommGroup& group = p.groups[static_cast<size_t>(instr.group)];
   const Graph& g = p.graph_of(instr.micro_batch);
-  const Node& node = g.nodes()[static_cast<size_t>(r.node)];
+  const Node& node = g.nodes()[static_cast<size_t>(reshard.node)];
   const int64_t bytes = std::max(static_cast<int64_t>(g.spec(node.inputs.front()).bytes()),
                                  static_cast<int64_t>(g.spec(node.outputs.front()).bytes()));
-  return comm::wire_bytes({.collective = kind, .options = p.collective, .bytes = bytes,
-                           .ranks = static_cast<int>(group.ranks.size()), .rank = group.rank});
+  const Resolved r = resolve(p, menus, group, kind, bytes);
+  instr.algorithm = r.algorithm;
+  instr.wire = comm::wire_bytes({.collective = kind, .options = r.wire, .bytes = bytes,
+                                 .ranks = static_cast<int>(group.ranks.size()), .rank = group.rank,
+                                 .node_shared_memory = r.node_shared_memory});
 }
 
 }  // namespace
 
-void facts(const Context& c, Program& p) {
+void facts(const Context& c, Program& p, const std::vector<comm::AlgorithmMenu>& menus) {
   std::map<int, int64_t> calls;  // group -> calls stamped so far
   for (Instr& instr : p.instrs) {
     instr.lane = {};
@@ -80,12 +115,12 @@ void facts(const Context& c, Program& p) {
       instr.group = group_of(p, collective->axis, collective->subgroup);
       if (collective->axis == c.data_axis && collective->subgroup < 0 && c.data_size > 1)
         instr.lane = {.kind = Lane::Kind::progress, .axis = c.data_axis};
-      instr.wire = collective_wire(p, p.groups[static_cast<size_t>(instr.group)], *collective);
+      stamp_collective(p, menus, *collective, instr);
     } else if (const auto* reshard = std::get_if<Reshard>(&instr.op)) {
       const std::optional<comm::Collective> kind = collective_of(resharding(reshard->from, reshard->to));
       if (!kind) continue;  // a slice: local
       instr.group = group_of(p, reshard->axis, -1);
-      instr.wire = reshard_wire(p, p.groups[static_cast<size_t>(instr.group)], instr, *reshard, *kind);
+      stamp_reshard(p, menus, *reshard, *kind, instr);
     } else if (const auto* send = std::get_if<Send>(&instr.op)) {
       instr.lane = {.kind = Lane::Kind::p2p, .axis = send->axis};
       instr.wire.intra_node = static_cast<int64_t>(p.graph_of(instr.micro_batch).spec(send->value).bytes());

@@ -100,9 +100,10 @@ void frees(Program& program);
 void back_pressure(Program& program, int bucket_buffers);
 
 // How every instruction runs (program.h's table): its lane, and for what
-// talks to other ranks its group, sequence number and wire bytes under
-// Program::collective. The last pass: nothing after it moves instructions.
-void facts(const Context& context, Program& program);
+// talks to other ranks its group, sequence number, algorithm (automatic
+// resolved by the run's `menus`, one per mesh axis, when given) and wire
+// bytes. The last pass: nothing after it moves instructions.
+void facts(const Context& context, Program& program, const std::vector<comm::AlgorithmMenu>& menus);
 
 // Appends an instruction; returns its id.
 int emit(Program& program, Instr instr);

@@ -48,6 +48,12 @@ comm::compression::WireStats ProgramExecutor::step_wire() const {
   return wire;
 }
 
+comm::CollectiveOptions ProgramExecutor::options_of(const parallel::Instr& instr) const {
+  comm::CollectiveOptions options = program_.collective;
+  if (instr.algorithm != comm::Algorithm::automatic) options.algorithm = instr.algorithm;
+  return options;
+}
+
 comm::Communicator* ProgramExecutor::communicator_of(const parallel::Instr& instr) {
   const parallel::CommGroup& group = program_.groups[static_cast<size_t>(instr.group)];
   return group.subgroup >= 0 ? &subgroups_[static_cast<size_t>(group.subgroup)]
@@ -118,7 +124,7 @@ void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_
   } else {
     std::span<float> output;
     if (op.output.buffer >= 0) output = {data(op.output), static_cast<size_t>(op.output.count)};
-    job = dense(op, instr.name, input, output, queued ? priority : -1, *group);
+    job = dense(op, instr, input, output, queued ? priority : -1, *group);
     PX_CHECK(queued == (job >= 0), "instruction #{}: queued {} but job {}", id, queued, job);
   }
   if (queued) {
@@ -136,20 +142,22 @@ void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_
 
 // A plain collective: queued on the engine when `priority` >= 0 (its job),
 // else run here (-1).
-ProgramExecutor::JobId ProgramExecutor::dense(const parallel::Collective& op, const std::string& name,
+ProgramExecutor::JobId ProgramExecutor::dense(const parallel::Collective& op, const parallel::Instr& instr,
                                               std::span<float> input, std::span<float> output, int priority,
                                               comm::Communicator& group) {
   const bool queued = priority >= 0;
-  const comm::CollectiveOptions collective = program_.collective;
+  const std::string& name = instr.name;
+  const comm::CollectiveOptions collective = options_of(instr);
+  const comm::Algorithm algorithm = instr.algorithm;
   const int64_t bytes = static_cast<int64_t>(input.size() * sizeof(float));
   switch (op.kind) {
     case comm::Collective::allreduce:
-      if (queued) return engine_->allreduce(input, priority, name, op.op);
+      if (queued) return engine_->allreduce(input, priority, name, op.op, algorithm);
       comm::allreduce(group, input, op.op, collective);
       return -1;
     case comm::Collective::reduce_scatter: {
       if (!op.accumulate) {
-        if (queued) return engine_->reduce_scatter(input, output, priority, name, op.op);
+        if (queued) return engine_->reduce_scatter(input, output, priority, name, op.op, algorithm);
         comm::reduce_scatter(group, input.data(), comm::Buffer(output), static_cast<int64_t>(input.size()), op.op,
                              collective);
         return -1;
@@ -172,7 +180,7 @@ ProgramExecutor::JobId ProgramExecutor::dense(const parallel::Collective& op, co
         comm::allgather(group, staged.data(), comm::Buffer(output), collective);
         return -1;
       }
-      const JobId job = engine_->allgather(staged, output, priority, name);
+      const JobId job = engine_->allgather(staged, output, priority, name, algorithm);
       staging_[job] = std::move(staged);
       return job;
     }

@@ -129,7 +129,7 @@ void ProgramExecutor::reshard(int id, const parallel::Reshard& op, const StepInp
   // The value with this axis' split undone: the larger of the two sides.
   const Shape& out_shape = g.spec(node.outputs.front()).shape;
   const Shape whole = op.from.is_split() ? out_shape : in.shape();
-  Tensor out = comm == nullptr ? in : reshard_tensor(*comm, in, op.from, op.to, whole, program_.collective);
+  Tensor out = comm == nullptr ? in : reshard_tensor(*comm, in, op.from, op.to, whole, options_of(program_.instrs[static_cast<size_t>(id)]));
   PX_CHECK(out.shape() == out_shape, "reshard #{} gives {}, the program expects {}", id, out.shape(), out_shape);
   live[static_cast<size_t>(node.outputs.front())] = out;
   const int64_t bytes = std::max(in.numel(), out.numel()) * static_cast<int64_t>(sizeof(float));

@@ -273,8 +273,11 @@ class ProgramExecutor {
                                                                      const float* agreed, uint64_t step,
                                                                      double momentum,
                                                                      comm::compression::WireStats* wire);
-  JobId dense(const parallel::Collective& op, const std::string& name, std::span<float> input,
+  JobId dense(const parallel::Collective& op, const parallel::Instr& instr, std::span<float> input,
               std::span<float> output, int priority, comm::Communicator& group);
+  // The collective options an instruction runs with: the program's, with
+  // the algorithm the lowering resolved for it.
+  comm::CollectiveOptions options_of(const parallel::Instr& instr) const;
   void collect_engine_trace();
   std::unique_ptr<Codec> make_codec(const parallel::Collective& op) const;
   // The communicator of the group an instruction names (nullptr: one rank).

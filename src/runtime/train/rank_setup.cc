@@ -96,7 +96,10 @@ void RankTrainer::lower_and_load() {
   AxisGroups groups;
   if (group_ != nullptr) {
     mesh_groups_ = parallel::make_mesh_groups(*group_, strategy_.mesh);
-    for (comm::Communicator& c : mesh_groups_.axis) groups.push_back(&c);
+    for (comm::Communicator& c : mesh_groups_.axis) {
+      groups.push_back(&c);
+      menus_.push_back(comm::algorithm_menu(c));
+    }
   }
   const int data_axis = strategy_.mesh.axis(strategy_.data_axis);
   data_rank_ = strategy_.mesh.coords(rank_)[static_cast<size_t>(data_axis)];
@@ -105,6 +108,7 @@ void RankTrainer::lower_and_load() {
   // wire bytes, its back-pressure edges): lowering inputs, not executor options.
   parallel::Program program = parallel::lower({.forward = &model_.graph, .loss = model_.loss,
                                                .collective = o_.sync.collective,
+                                               .menus = menus_,
                                                .bucket_buffers = o_.sync.bucket_buffers},
                                               strategy_, rank_);
   // Copies of the training state a checkpoint or a restart keeps: one

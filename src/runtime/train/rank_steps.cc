@@ -108,7 +108,7 @@ void RankTrainer::add_program_for(const DataBatch& batch) {
   const nn::Model partial = task_->build(batch.global_rows, true);
   executor_->add_program(
       parallel::lower({.forward = &partial.graph, .loss = partial.loss, .collective = o_.sync.collective,
-                       .bucket_buffers = o_.sync.bucket_buffers},
+                       .menus = menus_, .bucket_buffers = o_.sync.bucket_buffers},
                       *partial_strategy_, rank_));
 }
 

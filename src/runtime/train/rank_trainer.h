@@ -87,6 +87,9 @@ class RankTrainer {
   nn::Model model_;
   parallel::Strategy strategy_;
   parallel::MeshGroups mesh_groups_;  // this rank's group on every mesh axis (the executor's)
+  // Per mesh axis, what its communicator's automatic algorithm chooses
+  // among: the lowering stamps the algorithm each collective will run.
+  std::vector<comm::AlgorithmMenu> menus_;
   std::unique_ptr<ProgramExecutor> executor_;
   int data_rank_ = 0, data_ranks_ = 1;
   int64_t step_ = 0;  // steps done
