@@ -44,6 +44,9 @@ assert_error fault-step-overflow "RANK:STEP" -- train "${tiny[@]}" --inject-faul
 assert_error launch-without-placeholder "{ranks}" -- launch --ranks 4 -- parallax train
 assert_error launch-unrunnable "cannot run 'no-such-program'" -- launch --max-restarts 0 --run-dir "$work/launch" -- no-such-program
 assert_error negative-lr "learning rate -0.1" -- train "${tiny[@]}" --lr -0.1
+# A strategy whose parts do not combine is the job's error, not a rank's.
+assert_error p3-with-clipping "error: P3 updates each layer" -- train "${tiny[@]}" --steps 2 --ranks 2 --p3-slice-kb 4 --grad-clip 1
+assert_error compress-with-tp "error: strategy: gradient compression" -- train "${tiny[@]}" --steps 2 --ranks 2 --tp 2 --compress topk:0.1
 assert_error missing-text "$work/nope.txt" -- train --data "$work/nope.txt" --steps 1
 assert_error missing-fmnist "$work/no-dir" -- train --model mlp --data "$work/no-dir"
 mkdir -p "$work/fmnist"

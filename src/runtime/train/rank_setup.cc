@@ -58,7 +58,11 @@ RankTrainer::RankTrainer(TrainOptions o, comm::Communicator* group, std::ostream
   slots_ = static_cast<int>(optimizer_slot_names(o_.optimizer.kind).size());
   check_model_fits(o_, world_, slots_);
   model_ = task_->build(o_.batch, true);
-  strategy_ = strategy_for(o_, model_, world_);
+  try {
+    strategy_ = strategy_for(o_, model_, world_);
+  } catch (const Error& e) {
+    throw JobConfigurationError(e.what());
+  }
   o_.optimizer = optimizer_for_strategy(o_.optimizer, strategy_);
   if (lead_ && !o_.run_dir.empty()) write_run_strategy(o_.run_dir, strategy_);
   lower_and_load();

@@ -18,6 +18,12 @@ namespace px {
 // (a dead process tells nobody), and the others must notice its silence.
 struct RankStopped {};
 
+// An error every rank meets alike before any talks to another (the
+// strategy's parts do not combine): the job's, reported without a rank.
+struct JobConfigurationError : Error {
+  using Error::Error;
+};
+
 // What a job that restarts gives its ranks (trainer.cc).
 struct RankRecovery {
   SnapshotStore* snapshots = nullptr;       // keep in-memory snapshots here at --save-every steps

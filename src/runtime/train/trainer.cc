@@ -10,6 +10,7 @@
 #include <iostream>
 #include <memory>
 #include <streambuf>
+#include <thread>
 #include <vector>
 
 #include "comm/backends.h"
@@ -46,6 +47,10 @@ static TrainResult run_recorded(const TrainOptions& o, comm::Communicator* group
     return result;
   } catch (const RankStopped&) {
     return {};
+  } catch (const JobConfigurationError& e) {
+    recorder.set_error(e.what());
+    recorder.set_phase(RankPhase::failed);
+    throw;
   } catch (const Error& e) {
     recorder.set_error(e.what());
     recorder.set_phase(RankPhase::failed);
@@ -101,6 +106,12 @@ TrainResult train(TrainOptions o, std::ostream& log) {
       try {
         std::ostream& rank_log = world.rank() == 0 ? log : quiet;
         result = run_recorded(o, world.size() > 1 ? &world : nullptr, rank_log, recorder);
+      } catch (const JobConfigurationError& e) {
+        // Every rank met it: rank 0 says it once and ends the job (the
+        // others give it time to).
+        if (world.rank() == 0) std::cerr << fmt::format("error: {}\n", e.what());
+        else std::this_thread::sleep_for(std::chrono::seconds(1));
+        comm::mpi::abort(1);
       } catch (const Error& e) {
         // The other ranks would wait for this one until their timeout: end the job now.
         std::cerr << fmt::format("error: rank {}: {}\n", world.rank(), e.what());
