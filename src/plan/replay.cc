@@ -86,6 +86,11 @@ std::optional<CollectiveCall> Replay::call_of(const Program& p, const Instr& ins
                                      static_cast<int>(call.group->ranks.size()))
                         .slices;
     }
+    // The engine's agreement round before each slice: where it adds up, for
+    // sliced jobs (P3's hundreds a step), and on the calibrated local spec,
+    // where parallax's own engine is what runs (a compressed step's
+    // per-tensor jobs and flags); a preset's collectives are a library's.
+    call.agreement = call.engine && (call.slices > 1 || cluster_.profile.has_value());
     return call;
   }
   const auto* rs = std::get_if<parallel::Reshard>(&instr.op);
@@ -270,11 +275,6 @@ Simulation Replay::run() {
   // thread, 2r + 1 its progress lane.
   std::vector<std::pair<double, int>> order;
   int64_t moves = 0;
-  auto engine_busy = [](const RankState& s) {
-    for (int pos : s.engine)
-      if (s.finish[static_cast<size_t>(pos)] < 0) return true;
-    return false;
-  };
   for (bool moved = true; moved; ++moves) {
     if (request_.deadline && moves % 4096 == 0) request_.deadline->check();
     moved = false;
@@ -282,7 +282,7 @@ Simulation Replay::run() {
     for (int r = 0; r < ranks_; ++r) {
       const RankState& s = state_[static_cast<size_t>(r)];
       if (s.pc < s.n * static_cast<size_t>(s.steps)) order.push_back({s.t, 2 * r});
-      if (engine_busy(s)) order.push_back({s.engine_t, 2 * r + 1});
+      if (s.engine_first < s.engine.size()) order.push_back({s.engine_t, 2 * r + 1});
     }
     std::sort(order.begin(), order.end());
     for (const auto& [clock, lane] : order)

@@ -42,10 +42,8 @@ double compressed_allreduce_seconds(const CostEstimator& estimator, const Collec
 double slice_seconds(const CostEstimator& estimator, const CollectiveCall& call, int p, LinkClass link) {
   // Before each slice the engine's ranks announce their jobs to each other
   // (comm/engine/agreement.h): one small message to every peer at once.
-  // Counted where it adds up, for sliced jobs (P3's thousands of slices a
-  // step); one round per whole bucket is lost in the bucket's time.
   const double agreement =
-      call.slices > 1 ? estimator.transfer_seconds(static_cast<double>(sizeof(comm::Announcement)), link) : 0;
+      call.agreement ? estimator.transfer_seconds(static_cast<double>(sizeof(comm::Announcement)), link) : 0;
   if (call.codec.lossy()) return agreement + compressed_allreduce_seconds(estimator, call, p, link);
   return agreement + estimator.collective_seconds(call.kind, call.bytes / call.slices, p, link);
 }

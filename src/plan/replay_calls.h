@@ -28,13 +28,15 @@ struct CollectiveCall {
   int axis = 0;
   int priority = 0;  // the progress lane runs the most urgent first
   // On the progress lane, the engine's slices (comm::slice_plan): each one
-  // an agreement round and a collective of its share of the bytes.
+  // a collective of its share of the bytes, after an agreement round where
+  // `agreement` says so.
   int slices = 1;
+  bool agreement = false;
 };
 
 // The time of one of `call`'s slices over a group of p ranks on `link`:
-// the engine's agreement round before it (sliced jobs) and the collective
-// (a compressed allreduce by its codec's recipe).
+// the engine's agreement round before it (call.agreement) and the
+// collective (a compressed allreduce by its codec's recipe).
 double slice_seconds(const CostEstimator& estimator, const CollectiveCall& call, int p, LinkClass link);
 
 // Adds `weight` times `wire` to the bytes by link class: the stamped split,

@@ -60,9 +60,19 @@ std::optional<double> Replay::agreed_at(const CollectiveCall& call, int step) co
 // idles up to the member's main thread instead (true: its clock moved).
 bool Replay::choose_job(int rank) {
   RankState& s = state_[static_cast<size_t>(rank)];
+  if (!s.prioritized) {
+    // One priority: in submission order, each once this rank reached it
+    // (its meeting waits for the others).
+    const int pos = s.engine[s.engine_first];
+    if (s.submitted[static_cast<size_t>(pos)] < 0) return false;
+    s.current = pos;
+    s.current_ready = std::max(s.engine_t, s.submitted[static_cast<size_t>(pos)]);
+    return true;
+  }
   int best = -1;
   std::tuple<double, int, int> best_key{};
-  for (int pos : s.engine) {
+  for (size_t k = s.engine_first; k < s.engine.size(); ++k) {
+    const int pos = s.engine[k];
     if (s.submitted[static_cast<size_t>(pos)] < 0) break;  // submitted in list order
     if (s.finish[static_cast<size_t>(pos)] >= 0) continue;
     const CollectiveCall& call = *s.calls[static_cast<size_t>(pos) % s.n];
@@ -73,7 +83,7 @@ bool Replay::choose_job(int rank) {
   }
   if (best < 0) return false;
   const double start = std::get<0>(best_key);
-  if (s.prioritized && start > s.engine_t) {
+  if (start > s.engine_t) {
     double idle_to = start;
     for (int m : s.calls[static_cast<size_t>(best) % s.n]->group->ranks) {
       auto it = replayed_.find(m);
@@ -99,7 +109,11 @@ bool Replay::advance_engine(int rank) {
   const std::optional<double> done = join(rank, pos, s.slices_done[pos], s.current_ready);
   if (!done) return false;
   s.engine_t = *done;
-  if (++s.slices_done[pos] == s.calls[pos % s.n]->slices) s.finish[pos] = *done;
+  if (++s.slices_done[pos] == s.calls[pos % s.n]->slices) {
+    s.finish[pos] = *done;
+    while (s.engine_first < s.engine.size() && s.finish[static_cast<size_t>(s.engine[s.engine_first])] >= 0)
+      ++s.engine_first;
+  }
   s.current = -1;
   return true;
 }

@@ -45,6 +45,7 @@ struct RankState {
   std::vector<int> slices_done;  // progress-lane positions
   std::vector<int> posted_slice; // per position: the slice it has joined (-1: none)
   std::vector<int> engine;       // progress-lane positions, in submission order
+  size_t engine_first = 0;       // the first of them not finished (engine.size(): all are)
   bool prioritized = false;      // its progress lane holds more than one priority
   std::vector<double> step_end;  // per step: when the executor's run() returns
   size_t pc = 0;
