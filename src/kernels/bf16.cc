@@ -6,7 +6,9 @@
 
 #include <immintrin.h>
 
+#include "core/thread_pool.h"
 #include "kernels/cpu_features.h"
+#include "kernels/grain.h"
 
 namespace px::kernels {
 namespace {
@@ -43,18 +45,16 @@ PX_AVX512_BF16 void to_float_avx512(int64_t n, const bf16* x, float* y) {
 
 }  // namespace
 
+// Memory-bound: large arrays are split across the pool in chunks of
+// detail::kCheapGrain elements.
 void to_bf16(int64_t n, const float* x, bf16* y) {
-  if (cpu_has_avx512_bf16())
-    to_bf16_avx512(n, x, y);
-  else
-    ref::to_bf16(n, x, y);
+  const auto convert = cpu_has_avx512_bf16() ? to_bf16_avx512 : ref::to_bf16;
+  px::parallel_for(0, n, detail::kCheapGrain, [&](int64_t lo, int64_t hi) { convert(hi - lo, x + lo, y + lo); });
 }
 
 void to_float(int64_t n, const bf16* x, float* y) {
-  if (cpu_has_avx512_bf16())
-    to_float_avx512(n, x, y);
-  else
-    ref::to_float(n, x, y);
+  const auto convert = cpu_has_avx512_bf16() ? to_float_avx512 : ref::to_float;
+  px::parallel_for(0, n, detail::kCheapGrain, [&](int64_t lo, int64_t hi) { convert(hi - lo, x + lo, y + lo); });
 }
 
 namespace ref {

@@ -35,7 +35,8 @@ inline bf16 to_bf16(float value) {
   return {static_cast<uint16_t>((x + rounding_bias) >> 16)};  // inf + bias stays inf
 }
 
-// n values at a time; AVX512-BF16 where the CPU has it, else the scalar loop.
+// n values at a time; AVX512-BF16 where the CPU has it, else the scalar
+// loop; large arrays across the thread pool.
 void to_bf16(int64_t n, const float* x, bf16* y);
 void to_float(int64_t n, const bf16* x, float* y);
 

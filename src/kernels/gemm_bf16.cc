@@ -32,7 +32,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   if (K == 0) return scale_output(M, N, beta, C, ldc);
   PX_CHECK_GE(lda, trans_a ? M : K);
   PX_CHECK_GE(ldb, trans_b ? K : N);
-  constexpr double kSplitFlops = 1.6e7;  // ~40 us of one core at the bf16 rate
+  constexpr double kSplitFlops = 2e7;  // ~20 us of one core at the bf16 rate (AMX, ~1 TFLOP/s), as gemm.cc
   const int parts = px::num_threads();
   const bool split_rows = M >= N;
   const int64_t length = split_rows ? M : N;

@@ -67,23 +67,28 @@ TEST(Bf16, EveryBf16SurvivesARoundTrip) {
 
 // The array conversions against the scalar rule on 2^22 bit patterns spread
 // over all of float32 (every sign, exponent and rounding case, NaNs,
-// denormals), at lengths that leave every tail size 0..31.
+// denormals), at lengths that leave every tail size 0..31, on one thread
+// and split across two.
 TEST(Bf16, VectorConversionMatchesScalarBitForBit) {
+  testing::ThreadReset reset;
   std::vector<float> x;
   for (uint64_t bits = 0; bits < (uint64_t{1} << 32); bits += 1021) x.push_back(from_bits(uint32_t(bits)));
   for (uint32_t bits : {0x3f808000u, 0x3f818000u, 0x7f800000u, 0xff800000u, 0x7fc00001u, 0x00000001u})
     x.push_back(from_bits(bits));
-  for (int64_t n : {int64_t(x.size()), int64_t(1), int64_t(15), int64_t(16), int64_t(17), int64_t(31),
-                    int64_t(33), int64_t(x.size()) - 7}) {
-    std::vector<bf16> fast(size_t(n) + 1, bf16{0xabcd}), slow(size_t(n) + 1, bf16{0xabcd});
-    to_bf16(n, x.data(), fast.data());
-    ref::to_bf16(n, x.data(), slow.data());
-    ASSERT_EQ(fast, slow) << "n=" << n;  // including the untouched guard element
-    std::vector<float> back_fast(size_t(n) + 1, 7.0f), back_slow(size_t(n) + 1, 7.0f);
-    to_float(n, fast.data(), back_fast.data());
-    ref::to_float(n, slow.data(), back_slow.data());
-    for (int64_t i = 0; i <= n; ++i)
-      ASSERT_EQ(std::bit_cast<uint32_t>(back_fast[i]), std::bit_cast<uint32_t>(back_slow[i])) << i;
+  const std::vector<int64_t> lengths = {int64_t(x.size()), 1, 15, 16, 17, 31, 33, int64_t(x.size()) - 7};
+  for (int threads : testing::kThreadCounts) {
+    set_threads(threads);
+    for (int64_t n : lengths) {
+      std::vector<bf16> fast(size_t(n) + 1, bf16{0xabcd}), slow(size_t(n) + 1, bf16{0xabcd});
+      to_bf16(n, x.data(), fast.data());
+      ref::to_bf16(n, x.data(), slow.data());
+      ASSERT_EQ(fast, slow) << "n=" << n << " threads=" << threads;  // including the untouched guard element
+      std::vector<float> back_fast(size_t(n) + 1, 7.0f), back_slow(size_t(n) + 1, 7.0f);
+      to_float(n, fast.data(), back_fast.data());
+      ref::to_float(n, slow.data(), back_slow.data());
+      for (int64_t i = 0; i <= n; ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(back_fast[i]), std::bit_cast<uint32_t>(back_slow[i])) << i;
+    }
   }
 }
 
