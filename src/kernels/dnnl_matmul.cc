@@ -1,8 +1,6 @@
 // oneDNN's matmul primitive for bf16 GEMM, one primitive per shape.
 #include "kernels/dnnl_matmul.h"
 
-#include <omp.h>
-
 #include <map>
 #include <memory>
 #include <mutex>
@@ -13,6 +11,11 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "core/error.h"
+
+// GNU OpenMP's, the runtime Debian's oneDNN runs on (declared here rather
+// than by <omp.h>: clang's header belongs to its own runtime).
+extern "C" int omp_get_max_threads();
+extern "C" void omp_set_num_threads(int num_threads);
 
 namespace px::kernels::detail {
 namespace {

@@ -20,10 +20,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <iterator>
 #include <tuple>
 #include <vector>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "kernels/bf16.h"
 #include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
@@ -131,6 +134,23 @@ TEST_F(GemmBf16, SplitsLargeProductsAcrossThreadsBothWays) {
     EXPECT_TRUE(matches_reference({true, false, 64, 1000, 257, 1.0f, 0.0f, 2}, 12)) << threads;
     EXPECT_TRUE(matches_reference({true, true, 333, 1000, 100, 1.0f, 0.0f, 0}, 13)) << threads;
   }
+}
+
+int64_t threads_in_process() {
+  return std::distance(std::filesystem::directory_iterator("/proc/self/task"), std::filesystem::directory_iterator());
+}
+
+// oneDNN runs on OpenMP, which would start a team of its own (kept for the
+// process' life) on any thread that calls it; the kernels' thread count
+// must be the only one. CTest runs each case in a process of its own, so
+// no earlier case has started such a team.
+TEST_F(GemmBf16, StartsNoThreadsBeyondThePool) {
+  set_threads(2);
+  px::parallel_for(0, 2, 1, [](int64_t, int64_t) {});  // the pool's worker is up
+  const int64_t before = threads_in_process();
+  // Both halves of this product run in the pool, one on the pool's worker.
+  ASSERT_TRUE(matches_reference({false, false, 512, 512, 512, 1.0f, 0.0f, 0}, 31));
+  EXPECT_EQ(threads_in_process(), before);
 }
 
 TEST_F(GemmBf16, ScalesByAlphaAndAccumulatesWithBeta) {
