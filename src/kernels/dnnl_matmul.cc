@@ -55,9 +55,11 @@ class OneOmpThread {
   int saved_;
 };
 
+// The engine and the cache are never destroyed: the pool's workers hold
+// thread-local streams and may outlive static destructors at exit.
 const dnnl::engine& engine() {
-  static const dnnl::engine cpu(dnnl::engine::kind::cpu, 0);
-  return cpu;
+  static const dnnl::engine* cpu = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *cpu;
 }
 
 // Row-major [rows, cols] stored either way round: strides {ld, 1}, or
@@ -110,8 +112,8 @@ class Cache {
 };
 
 Cache& cache() {
-  static Cache shared;
-  return shared;
+  static Cache* shared = new Cache;
+  return *shared;
 }
 
 }  // namespace
