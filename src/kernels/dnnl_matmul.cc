@@ -74,8 +74,10 @@ std::shared_ptr<const Primitive> build(const Shape& s) {
   const memory::desc b = matrix(s.K, s.N, s.ldb, s.trans_b, memory::data_type::bf16);
   const memory::desc c = matrix(s.M, s.N, s.ldc, false, memory::data_type::f32);
   dnnl::primitive_attr attr;
-  // Scratchpad passed per call: one primitive may run on several pool
-  // threads at once, and this oneDNN build shares its own scratchpad.
+  // Scratchpad passed per call (a thread's own): one primitive may run on
+  // several pool threads at once, and Debian's build is not configured for
+  // concurrent execution with its own scratchpad (DNNL_ENABLE_CONCURRENT_EXEC
+  // unset in dnnl_config.h).
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (s.alpha != 1.0f) attr.set_output_scales(0, {s.alpha});
   if (s.beta != 0.0f) {
