@@ -104,6 +104,9 @@ sg = json.load(open(f"{d}/sgemm.json"))
 cells = sorted({(r["config"], r["threads"]) for r in px})
 print(f"sgemm single-core: best {sg['best_gflops']:.1f} GFLOP/s {sg['gflops_by_size']}; "
       f"triad 64 MiB {sg['triad64MiB_gbs_1t']:.1f} GB/s")
+if "bf16_best_gflops" in sg:  # the bf16 GEMM roof of a mixed-precision step (oneDNN, fp32 accumulation)
+    print(f"bf16 GEMM single-core: best {sg['bf16_best_gflops']:.1f} GFLOP/s, NN {sg['bf16_gflops_by_layout']['NN']} "
+          f"({sg['bf16_kernel']})")
 print(f"{'config':<16}{'thr':>4}{'parallax ms':>13}{'torch ms':>10}{'ratio':>7}{'<=0.8':>6}"
       f"{'px RSS':>8}{'pt RSS':>8}{'RSS ok':>7}{'px GF/s':>9}{'pt GF/s':>9}{'sgemm1c':>8}  reps (px/torch ms)")
 ok_all = True

@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libopenblas-dev libopenblas0-openmp zlib1g-dev
+  libdnnl-dev                # oneDNN: bf16 GEMM (src/kernels/dnnl_matmul.cc)
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin

@@ -1,4 +1,6 @@
-// One knob for every kernel thread: parallax's own pool and OpenBLAS's.
+// One knob for every kernel thread: parallax's own pool, OpenBLAS's and
+// oneDNN's. BLAS and oneDNN run one thread per call; large GEMMs are split
+// across the pool instead (kernels/gemm.cc, kernels/gemm_bf16.cc).
 #pragma once
 
 namespace px::kernels {

@@ -86,6 +86,7 @@ nlohmann::json to_json(const HostProfile& p) {
     kernels[key] = {{"op", t.op}, {"threads", t.threads}, {"roofline", t.roofline}, {"seconds", t.seconds}};
   return {{"cores", p.cores},
           {"flops", p.flops},
+          {"flops_bf16", p.flops_bf16},
           {"memory_bandwidth", p.memory_bandwidth},
           {"cache_bandwidth", p.cache_bandwidth},
           {"cache_bytes", p.cache_bytes},
@@ -99,11 +100,12 @@ nlohmann::json to_json(const HostProfile& p) {
 HostProfile profile_from_json(const nlohmann::json& json) {
   const std::string doc = "cluster";
   json_fields::check_keys(doc, json, "profile",
-                          {"cores", "flops", "memory_bandwidth", "cache_bandwidth", "cache_bytes", "contention_compute", "contention_memory",
+                          {"cores", "flops", "flops_bf16", "memory_bandwidth", "cache_bandwidth", "cache_bytes", "contention_compute", "contention_memory",
                            "comm", "kernels", "in_situ_samples"});
   HostProfile p;
   p.cores = json_fields::field<int>(doc, json, "profile", "cores", 1);
   p.flops = json_fields::field<double>(doc, json, "profile", "flops", 0);
+  p.flops_bf16 = json_fields::field<double>(doc, json, "profile", "flops_bf16", 0);
   p.memory_bandwidth = json_fields::field<double>(doc, json, "profile", "memory_bandwidth", 0);
   p.cache_bandwidth = json_fields::field<double>(doc, json, "profile", "cache_bandwidth", 0);
   p.cache_bytes = json_fields::field<double>(doc, json, "profile", "cache_bytes", 0);
@@ -111,6 +113,8 @@ HostProfile profile_from_json(const nlohmann::json& json) {
   p.contention_memory = json_fields::field<std::vector<double>>(doc, json, "profile", "contention_memory", {});
   if (p.cores < 1) fail("cluster: profile.cores {} must be >= 1", p.cores);
   if (!(p.flops > 0)) fail("cluster: profile.flops {} must be > 0 FLOP/s", p.flops);
+  if (!(p.flops_bf16 >= 0))
+    fail("cluster: profile.flops_bf16 {} must be >= 0 FLOP/s (0: no bf16 GEMM measured)", p.flops_bf16);
   if (!(p.memory_bandwidth > 0)) fail("cluster: profile.memory_bandwidth {} must be > 0 bytes/s", p.memory_bandwidth);
   for (const auto* curve : {&p.contention_compute, &p.contention_memory})
     for (double f : *curve)

@@ -44,6 +44,7 @@ struct KernelTiming {
 struct HostProfile {
   int cores = 1;                  // online CPUs
   double flops = 0;               // FLOP/s of one rank's large GEMM
+  double flops_bf16 = 0;          // the same GEMM with bf16 inputs, fp32 accumulation (0: not measured, no bf16)
   double memory_bandwidth = 0;    // bytes/s one rank streams (read + write) past the caches
   double cache_bandwidth = 0;     // the same over a working set the last-level cache holds (0: not measured)
   double cache_bytes = 0;         // the last-level cache

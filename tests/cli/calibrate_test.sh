@@ -36,6 +36,9 @@ ops = {k["op"] for k in kernels.values()}
 assert {"attention", "linear", "layernorm"} <= ops, ops
 assert {k["threads"] for k in kernels.values()} == {1, 2}, "lone ranks time at 2 threads, in-process ranks at 1"
 assert spec["devices_share_memory"] is True and spec["profile"]["contention_compute"][0] == 1
+bf16_cpu = any(l.startswith("flags") and " avx512_bf16" in l for l in open("/proc/cpuinfo"))
+assert (spec["profile"]["flops_bf16"] > 0) == bf16_cpu, spec["profile"]["flops_bf16"]
+assert spec["device"]["flops_bf16"] == 0, "train runs fp32 only: --precision auto must not pick bf16 here"
 print(f"profile: {len(kernels)} kernels of {len(ops)} ops")
 PY
 

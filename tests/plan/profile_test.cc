@@ -86,6 +86,25 @@ TEST(HostProfile, JsonRoundTripsAndBadFieldsAreNamed) {
   bad = to_json(p);
   bad["flops"] = -1;
   EXPECT_THROW(profile_from_json(bad), Error);
+  bad = to_json(p);
+  bad["flops_bf16"] = -1;
+  EXPECT_THROW(profile_from_json(bad), Error);
+}
+
+// The bf16 GEMM rate calibrate measures is kept in the profile (older
+// files without one load as 0), but the local device does not offer it:
+// `--precision auto` would plan bf16 runs that `parallax train` cannot run.
+TEST(HostProfile, Bf16RateRoundTripsWithoutMakingLocalPlansBf16) {
+  HostProfile p = rates();
+  nlohmann::json older = to_json(p);
+  older.erase("flops_bf16");
+  EXPECT_EQ(profile_from_json(older).flops_bf16, 0);
+  p.flops_bf16 = 4e9;
+  EXPECT_EQ(profile_from_json(to_json(p)), p);
+  const ClusterSpec local = local_cluster_spec(p, "cpu", 1e10);
+  EXPECT_EQ(local.profile->flops_bf16, 4e9);
+  EXPECT_EQ(local.device.flops_bf16, 0);
+  EXPECT_EQ(plan::cluster_from_json(plan::to_json(local)).profile->flops_bf16, 4e9);
 }
 
 ClusterSpec local_spec(HostProfile profile) {

@@ -1,0 +1,80 @@
+// bf16 GEMM: oneDNN's matmul for the fast path (kernels/dnnl_matmul.h), a
+// double-precision loop over the widened inputs for the reference.
+#include "kernels/gemm_bf16.h"
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu_features.h"
+#include "kernels/dnnl_matmul.h"
+
+namespace px::kernels {
+namespace {
+
+// C = beta * C: the whole product when K == 0 (oneDNN rejects empty dims).
+void scale_output(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+}
+
+}  // namespace
+
+// As kernels::gemm does for fp32: a large product is split across the px
+// pool (rows of C, or columns when C is wide), each part one single-threaded
+// oneDNN call, so one set of threads does all the kernel work. Parts are
+// multiples of 16 rows/columns, whole AMX and AVX-512 tiles.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  require_avx512_bf16("bf16 GEMM");
+  PX_CHECK(M >= 0 && N >= 0 && K >= 0, "M={} N={} K={}", M, N, K);
+  if (M == 0 || N == 0) return;
+  PX_CHECK_GE(ldc, N);
+  if (K == 0) return scale_output(M, N, beta, C, ldc);
+  PX_CHECK_GE(lda, trans_a ? M : K);
+  PX_CHECK_GE(ldb, trans_b ? K : N);
+  constexpr double kSplitFlops = 2e7;  // ~20 us of one core at the bf16 rate (AMX, ~1 TFLOP/s), as gemm.cc
+  const int parts = px::num_threads();
+  const bool split_rows = M >= N;
+  const int64_t length = split_rows ? M : N;
+  if (parts <= 1 || 2.0 * static_cast<double>(M) * N * K < kSplitFlops || length < 32) {
+    detail::matmul_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  auto bound = [&](int64_t part) {
+    return part >= parts ? length : (length * part / parts) / 16 * 16;
+  };
+  px::parallel_for(0, parts, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t part = lo; part < hi; ++part) {
+      const int64_t a = bound(part), b = bound(part + 1);
+      if (a >= b) continue;
+      if (split_rows)
+        detail::matmul_bf16(trans_a, trans_b, b - a, N, K, alpha, trans_a ? A + a : A + a * lda,
+                            lda, B, ldb, beta, C + a * ldc, ldc);
+      else
+        detail::matmul_bf16(trans_a, trans_b, M, b - a, K, alpha, A, lda,
+                            trans_b ? B + a * ldb : B + a, ldb, beta, C + a, ldc);
+    }
+  });
+}
+
+namespace ref {
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        const float a = to_float(trans_a ? A[k * lda + i] : A[i * lda + k]);
+        const float b = to_float(trans_b ? B[j * ldb + k] : B[k * ldb + j]);
+        acc += static_cast<double>(a) * b;
+      }
+      const float prior = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+      C[i * ldc + j] = alpha * static_cast<float>(acc) + prior;
+    }
+  }
+}
+
+}  // namespace ref
+}  // namespace px::kernels

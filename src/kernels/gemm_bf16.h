@@ -1,0 +1,27 @@
+// General matrix multiply with bf16 inputs, fp32 accumulation, fp32 output
+// (mixed precision's GEMM; kernels/gemm.h's conventions otherwise):
+//   C[M,N] = alpha * op(A) * op(B) + beta * C
+// op(A) is [M,K] (A stored [M,K], lda >= K) or its transpose (A stored [K,M]).
+// op(B) is [K,N] (B stored [K,N]) or its transpose (B stored [N,K]).
+// Each product of two bf16 values is exact in fp32; only the sums round.
+// Needs AVX512_BF16 (kernels/cpu_features.h): without it, throws px::Error.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/bf16.h"
+
+namespace px::kernels {
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
+               int64_t ldc);
+
+namespace ref {
+// The same product summed in double, on any CPU.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
+               int64_t ldc);
+}  // namespace ref
+
+}  // namespace px::kernels

@@ -1,0 +1,198 @@
+// bf16 GEMM against the fp32 reference GEMM run on the same bf16-rounded
+// inputs, widened back to fp32.
+//
+// The bound. With a, b bf16 values (8 significant bits each), every product
+// a*b has at most 16 significant bits and is exact in fp32 (24 bits), so
+// the inputs and the products contribute no error: only the fp32 sums do.
+// Whatever order and blocking the kernel sums in (AMX tiles, VDPBF16PS
+// pairs, K split into panels), C[i,j] is K products added by K-1 or fewer
+// fp32 additions, then alpha * acc and + beta * C: at most K+2 roundings on
+// any path from an input to C. Higham's bound for summation in any order
+// (Accuracy and Stability of Numerical Algorithms, 2nd ed., §4.2, §3.1):
+//   |C_fast - C_exact| <= gamma(K+2) * S,   gamma(n) = n u / (1 - n u),
+//   S = |alpha| sum_k |a_ik b_kj| + |beta C0_ij|,  u = 2^-24 (fp32 unit roundoff).
+// The reference sums in double (error ~K 2^-53 S, negligible) and rounds
+// the same three times at the end (float(acc), * alpha, + beta C0): within
+// 3u S of exact. So |C_fast - C_ref| <= gamma(K+5) * S. S is computed per
+// element from |A| and |B|: a bound relative to |C| alone would not hold
+// where the terms cancel. (K = 1000: gamma ~ 6e-5.)
+// Values are drawn in [-1, 1]: the hardware's flush of denormal sums (below
+// 2^-126) does not arise.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <iterator>
+#include <tuple>
+#include <vector>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/bf16.h"
+#include "kernels/cpu_features.h"
+#include "kernels/gemm.h"
+#include "kernels/gemm_bf16.h"
+#include "kernel_test_util.h"
+
+namespace px::kernels {
+namespace {
+
+using testing::random_vector;
+
+struct Case {
+  bool trans_a, trans_b;
+  int64_t M, N, K;
+  float alpha, beta;
+  int64_t pad;  // added to every leading dimension
+};
+
+// `values` rounded to bf16, and the same values widened back to fp32.
+struct Rounded {
+  std::vector<bf16> narrow;
+  std::vector<float> wide;
+};
+
+Rounded rounded(std::vector<float> values) {
+  Rounded r{std::vector<bf16>(values.size()), std::move(values)};
+  ref::to_bf16(int64_t(r.wide.size()), r.wide.data(), r.narrow.data());
+  ref::to_float(int64_t(r.wide.size()), r.narrow.data(), r.wide.data());
+  return r;
+}
+
+std::vector<float> absolute(std::vector<float> v) {
+  for (float& x : v) x = std::fabs(x);
+  return v;
+}
+
+::testing::AssertionResult matches_reference(const Case& c, uint64_t seed) {
+  const int64_t a_rows = c.trans_a ? c.K : c.M, a_cols = c.trans_a ? c.M : c.K;
+  const int64_t b_rows = c.trans_b ? c.N : c.K, b_cols = c.trans_b ? c.K : c.N;
+  const int64_t lda = a_cols + c.pad, ldb = b_cols + c.pad, ldc = c.N + c.pad;
+  const Rounded A = rounded(random_vector(a_rows * lda, seed));
+  const Rounded B = rounded(random_vector(b_rows * ldb, seed + 1));
+  const std::vector<float> C0 = random_vector(c.M * ldc, seed + 2);
+  std::vector<float> fast = C0, expected = C0, magnitude = absolute(C0);
+  gemm_bf16(c.trans_a, c.trans_b, c.M, c.N, c.K, c.alpha, A.narrow.data(), lda, B.narrow.data(), ldb,
+            c.beta, fast.data(), ldc);
+  ref::gemm(c.trans_a, c.trans_b, c.M, c.N, c.K, c.alpha, A.wide.data(), lda, B.wide.data(), ldb, c.beta,
+            expected.data(), ldc);
+  // S = |alpha| |A| |B| + |beta| |C0|, by the same reference GEMM.
+  ref::gemm(c.trans_a, c.trans_b, c.M, c.N, c.K, std::fabs(c.alpha), absolute(A.wide).data(), lda,
+            absolute(B.wide).data(), ldb, std::fabs(c.beta), magnitude.data(), ldc);
+  const double u = std::ldexp(1.0, -24), n = double(c.K + 5);
+  const double gamma = n * u / (1.0 - n * u);
+  for (int64_t i = 0; i < c.M; ++i)
+    for (int64_t j = 0; j < c.N; ++j) {
+      const int64_t at = i * ldc + j;
+      const double error = std::fabs(double(fast[at]) - expected[at]);
+      // The sum S itself was rounded a few times: 1.01 covers it.
+      if (!(error <= 1.01 * gamma * magnitude[at]))
+        return ::testing::AssertionFailure()
+               << "C[" << i << "," << j << "] = " << fast[at] << ", reference " << expected[at]
+               << ", error " << error << " > bound " << gamma * magnitude[at];
+    }
+  for (int64_t i = 0; i < c.M; ++i)  // the padding between rows is not written
+    for (int64_t j = c.N; j < ldc; ++j)
+      if (fast[i * ldc + j] != C0[i * ldc + j])
+        return ::testing::AssertionFailure() << "wrote padding at [" << i << "," << j << "]";
+  return ::testing::AssertionSuccess();
+}
+
+class GemmBf16 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16: gemm_bf16 refuses to run";
+  }
+  testing::ThreadReset reset_;
+};
+
+// NN, NT, TN (the graph's layouts) and TT, on every combination of the odd
+// sizes {1, 7, 33, 1000} with at most one 1000 (runtime), at 1 and 2 threads.
+TEST_F(GemmBf16, MatchesFp32ReferenceInEveryLayoutOnOddShapes) {
+  const std::vector<int64_t> sizes = {1, 7, 33, 1000};
+  for (int threads : testing::kThreadCounts) {
+    set_threads(threads);
+    uint64_t seed = 1;
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (int64_t M : sizes)
+          for (int64_t N : sizes)
+            for (int64_t K : sizes) {
+              if ((M == 1000) + (N == 1000) + (K == 1000) > 1) continue;
+              const Case c{ta, tb, M, N, K, 1.0f, 0.0f, (M + N + K) % 3};
+              EXPECT_TRUE(matches_reference(c, seed++))
+                  << "threads=" << threads << " ta=" << ta << " tb=" << tb << " M=" << M << " N=" << N
+                  << " K=" << K << " pad=" << c.pad;
+            }
+  }
+}
+
+TEST_F(GemmBf16, SplitsLargeProductsAcrossThreadsBothWays) {
+  for (int threads : testing::kThreadCounts) {
+    set_threads(threads);
+    // Tall C splits by rows, wide C by columns; 1000 is not a multiple of 16.
+    EXPECT_TRUE(matches_reference({false, true, 1000, 64, 257, 1.0f, 0.0f, 1}, 11)) << threads;
+    EXPECT_TRUE(matches_reference({true, false, 64, 1000, 257, 1.0f, 0.0f, 2}, 12)) << threads;
+    EXPECT_TRUE(matches_reference({true, true, 333, 1000, 100, 1.0f, 0.0f, 0}, 13)) << threads;
+  }
+}
+
+int64_t threads_in_process() {
+  return std::distance(std::filesystem::directory_iterator("/proc/self/task"), std::filesystem::directory_iterator());
+}
+
+// oneDNN runs on OpenMP, which would start a team of its own (kept for the
+// process' life) on any thread that calls it; the kernels' thread count
+// must be the only one. CTest runs each case in a process of its own, so
+// no earlier case has started such a team.
+TEST_F(GemmBf16, StartsNoThreadsBeyondThePool) {
+  set_threads(2);
+  px::parallel_for(0, 2, 1, [](int64_t, int64_t) {});  // the pool's worker is up
+  const int64_t before = threads_in_process();
+  // Both halves of this product run in the pool, one on the pool's worker.
+  ASSERT_TRUE(matches_reference({false, false, 512, 512, 512, 1.0f, 0.0f, 0}, 31));
+  EXPECT_EQ(threads_in_process(), before);
+}
+
+TEST_F(GemmBf16, ScalesByAlphaAndAccumulatesWithBeta) {
+  for (int threads : testing::kThreadCounts) {
+    set_threads(threads);
+    for (auto [alpha, beta] : {std::pair{1.0f, 1.0f}, {0.125f, 1.0f}, {-0.7f, -0.5f}, {2.0f, 0.0f}})
+      for (bool tb : {false, true})
+        EXPECT_TRUE(matches_reference({false, tb, 129, 67, 131, alpha, beta, 3}, 21))
+            << "alpha=" << alpha << " beta=" << beta << " tb=" << tb;
+  }
+}
+
+TEST_F(GemmBf16, EmptyDepthScalesOutputByBeta) {
+  std::vector<float> C = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f};
+  gemm_bf16(false, false, 2, 3, 0, 1.0f, nullptr, 1, nullptr, 3, 0.5f, C.data(), 3);
+  EXPECT_EQ(C, (std::vector<float>{0.5f, 1.0f, 1.5f, 2.0f, 2.5f, 3.0f}));
+  gemm_bf16(false, false, 2, 3, 0, 1.0f, nullptr, 1, nullptr, 3, 0.0f, C.data(), 3);
+  EXPECT_EQ(C, std::vector<float>(6, 0.0f));
+}
+
+// Exactly representable data: small integers times powers of two, sums far
+// below 2^24, so every kernel must give the exact product.
+TEST_F(GemmBf16, ComputesKnownProductExactly) {
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {0.5f, -1, 2, 0.25f, 8, -4};  // A [2,3], B [3,2]
+  std::vector<bf16> A(a.size()), B(b.size());
+  to_bf16(6, a.data(), A.data());
+  to_bf16(6, b.data(), B.data());
+  std::vector<float> C(4, 99.0f);
+  gemm_bf16(false, false, 2, 2, 3, 1.0f, A.data(), 3, B.data(), 2, 0.0f, C.data(), 2);
+  EXPECT_EQ(C, (std::vector<float>{28.5f, -12.5f, 60.0f, -26.75f}));
+  ref::gemm_bf16(false, false, 2, 2, 3, 1.0f, A.data(), 3, B.data(), 2, 0.0f, C.data(), 2);
+  EXPECT_EQ(C, (std::vector<float>{28.5f, -12.5f, 60.0f, -26.75f}));
+}
+
+TEST(GemmBf16Reference, AgreesWithFp32ReferenceOnWidenedInputs) {
+  const Rounded A = rounded(random_vector(37 * 41, 3)), B = rounded(random_vector(41 * 29, 4));
+  std::vector<float> C(37 * 29, 0.0f), expected = C;
+  ref::gemm_bf16(false, false, 37, 29, 41, 1.0f, A.narrow.data(), 41, B.narrow.data(), 29, 0.0f, C.data(), 29);
+  ref::gemm(false, false, 37, 29, 41, 1.0f, A.wide.data(), 41, B.wide.data(), 29, 0.0f, expected.data(), 29);
+  EXPECT_EQ(C, expected);
+}
+
+}  // namespace
+}  // namespace px::kernels
