@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libopenblas-dev libopenblas0-openmp zlib1g-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev
+  libonnx-dev libprotobuf-dev protobuf-compiler   # ONNX import (src/nn/onnx; docs/onnx.md)
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   mpich libmpich-dev
