@@ -2,7 +2,8 @@
 // (loss attached by parallax) and the CNN (loss in the graph) from
 // tests/fixtures/onnx, trained 50 AdamW steps on Fashion-MNIST through the
 // whole trainer, give one rank's per-step losses at 2 and 3 in-process
-// ranks, and with ZeRO-1 at 2.
+// ranks, with ZeRO-1 at 2 and ZeRO-3 at 3, and in 2 pipeline stages of 4
+// micro-batches (cut by cost at a node boundary).
 #include <gtest/gtest.h>
 
 #include "parallel/strategy_equivalence.h"
@@ -27,26 +28,30 @@ struct OnnxCase {
   std::string fixture;
   int ranks = 2;
   int zero = 0;
+  int stages = 1;  // pipeline stages, each running 4 micro-batches when > 1
 };
 
-class OnnxDataParallel : public ::testing::TestWithParam<OnnxCase> {};
+class OnnxStrategies : public ::testing::TestWithParam<OnnxCase> {};
 
-TEST_P(OnnxDataParallel, MatchesOneRank) {
+TEST_P(OnnxStrategies, MatchesOneRank) {
   const OnnxCase c = GetParam();
   TrainOptions o = onnx_job(c.fixture);
   const auto& single = testing::reference_losses("onnx " + c.fixture, o);
   o.ranks = c.ranks;
   o.sync.zero_stage = c.zero;
+  o.sync.pipeline_parallel = c.stages;
+  if (c.stages > 1) o.accumulation = 4;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
-                              fmt::format("{}.onnx at {} ranks, ZeRO-{}", c.fixture, c.ranks, c.zero));
+                              fmt::format("{}.onnx at {} ranks, ZeRO-{}, {} stages", c.fixture, c.ranks, c.zero, c.stages));
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxDataParallel,
+INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxStrategies,
                          ::testing::Values(OnnxCase{"mlp", 2}, OnnxCase{"cnn", 2}, OnnxCase{"cnn", 3},
-                                           OnnxCase{"mlp", 2, 1}),
+                                           OnnxCase{"mlp", 2, 1}, OnnxCase{"cnn", 3, 3},
+                                           OnnxCase{"cnn", 2, 0, 2}),
                          [](const auto& info) {
-                           return fmt::format("{}_{}ranks_zero{}", info.param.fixture, info.param.ranks,
-                                              info.param.zero);
+                           return fmt::format("{}_{}ranks_zero{}_{}stages", info.param.fixture, info.param.ranks,
+                                              info.param.zero, info.param.stages);
                          });
 
 }  // namespace
