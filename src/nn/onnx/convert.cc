@@ -13,7 +13,6 @@ namespace px::nn {
 namespace {
 
 using ::onnx::NodeProto;
-using Converter = std::function<void(ImportContext&, const NodeProto&)>;
 
 std::string in(const NodeProto& node, int i) { return ImportContext::input(node, i); }
 
@@ -47,18 +46,23 @@ void convert_gemm(ImportContext& c, const NodeProto& node) {
   result(c, node, y);
 }
 
-// MatMul of activations (N..., K) by a matrix (K, M): linear.
+// MatMul of activations (N..., K) by a matrix (K, M): linear; of two
+// stacks of matrices (L..., M, K) x (L..., K, N): batched_matmul.
 void convert_matmul(ImportContext& c, const NodeProto& node) {
   const ValueId a = c.value(in(node, 0), node), b = c.value(in(node, 1), node);
   const Shape &sa = c.graph().spec(a).shape, &sb = c.graph().spec(b).shape;
-  if (sb.rank() != 2 || sa.rank() < 1)
-    fail("{}: {} x {}: parallax imports MatMul of (N..., K) by a (K, M) matrix", describe(node), sa, sb);
-  result(c, node, c.graph().add1("linear", {a, b}, {}, ImportContext::node_name(node)));
+  const std::string name = ImportContext::node_name(node);
+  if (sb.rank() == 2 && sa.rank() >= 1) return result(c, node, c.graph().add1("linear", {a, b}, {}, name));
+  if (sa.rank() >= 3 && sa.rank() == sb.rank())
+    return result(c, node, c.graph().add1("batched_matmul", {a, b}, {}, name));
+  fail("{}: {} x {}: parallax imports MatMul of (N..., K) by a (K, M) matrix, or of two stacks (L..., M, K) x "
+       "(L..., K, N) of the same rank", describe(node), sa, sb);
 }
 
 // Add of same shapes, or with one operand the other's trailing dims (a
 // bias (M) -> bias_add; a (T, C) table -> broadcast_add).
 void convert_add(ImportContext& c, const NodeProto& node) {
+  if (convert_scalar_arithmetic(c, node)) return;
   ValueId a = c.value(in(node, 0), node), b = c.value(in(node, 1), node);
   Graph& g = c.graph();
   if (g.spec(a).shape.rank() < g.spec(b).shape.rank()) std::swap(a, b);
@@ -199,12 +203,16 @@ void convert_softmax_cross_entropy(ImportContext& c, const NodeProto& node) {
 }
 
 const std::map<std::string, Converter>& converters() {
-  static const std::map<std::string, Converter> table{
+  static const std::map<std::string, Converter> table = [] {
+    std::map<std::string, Converter> t{
       {"Gemm", convert_gemm},       {"MatMul", convert_matmul},   {"Add", convert_add},
       {"Relu", convert_relu},       {"Flatten", convert_flatten}, {"Reshape", convert_reshape},
       {"Conv", convert_conv},       {"MaxPool", convert_maxpool}, {"Dropout", convert_dropout},
       {"Identity", convert_identity},
       {"SoftmaxCrossEntropyLoss", convert_softmax_cross_entropy}};
+    t.insert(transformer_converters().begin(), transformer_converters().end());
+    return t;
+  }();
   return table;
 }
 

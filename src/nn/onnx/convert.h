@@ -4,6 +4,8 @@
 // ops cannot express are refused by name, never approximated.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,16 @@
 #include "nn/onnx/import_context.h"
 
 namespace px::nn {
+
+using Converter = std::function<void(ImportContext&, const ::onnx::NodeProto&)>;
+
+// The converters of the operators a GPT-style transformer exports to
+// (convert_transformer.cc): Gather, LayerNormalization, Transpose, Split,
+// Softmax, Mul, Div, Sub, Erf, Where (a causal mask), batched MatMul.
+const std::map<std::string, Converter>& transformer_converters();
+// An Add, Mul, Div or Sub with a scalar constant operand as an affine
+// node (y = scale·x + shift); false when neither operand is a constant.
+bool convert_scalar_arithmetic(ImportContext& context, const ::onnx::NodeProto& node);
 
 std::vector<std::string> converted_operators();
 // Adds `node` to the context's graph and defines its outputs. px::Error

@@ -254,6 +254,16 @@ Outputs fold_constant_of_shape(ImportContext& c, const NodeProto& node) {
 
 Outputs fold_identity(ImportContext& c, const NodeProto& node) { return {in(c, node, 0)}; }
 
+// Equal of two constants (a mask compared with 0), as i64 0/1.
+Outputs fold_equal(ImportContext& c, const NodeProto& node) {
+  const Tensor &a = in(c, node, 0), &b = in(c, node, 1);
+  if (b.numel() != 1 && b.shape() != a.shape())
+    fail("{}: parallax folds Equal of equal shapes or against a scalar", describe(node));
+  Tensor out = Tensor::empty(a.shape(), DType::i64);
+  for (int64_t i = 0; i < a.numel(); ++i) out.data<int64_t>()[i] = number(a, i) == number(b, b.numel() == 1 ? 0 : i);
+  return {out};
+}
+
 const std::map<std::string, FoldFn>& folders() {
   static const std::map<std::string, FoldFn> table{
       {"Constant", fold_constant},   {"Shape", fold_shape},     {"Gather", fold_gather},
@@ -261,7 +271,7 @@ const std::map<std::string, FoldFn>& folders() {
       {"Slice", fold_slice},         {"Cast", fold_cast},       {"Reshape", fold_reshape},
       {"Add", fold_arithmetic},      {"Sub", fold_arithmetic},  {"Mul", fold_arithmetic},
       {"Div", fold_arithmetic},      {"ConstantOfShape", fold_constant_of_shape},
-      {"Identity", fold_identity}};
+      {"Identity", fold_identity},   {"Equal", fold_equal}};
   return table;
 }
 
@@ -284,8 +294,15 @@ std::optional<std::vector<Tensor>> try_fold(ImportContext& context, const NodePr
   auto it = folders().find(node.op_type());
   if (it == folders().end()) return std::nullopt;
   if (node.op_type() == "Shape") return it->second(context, node);  // of any value: shapes are static
+  // A table lookup in a float initializer is a parameter's (positions in
+  // wpe): it is converted (embedding of arange), never frozen into a constant.
+  if (node.op_type() == "Gather" && context.is_initializer(ImportContext::input(node, 0)) &&
+      !context.is_constant(ImportContext::input(node, 0)))
+    return std::nullopt;
+  // A float initializer read only here is a buffer (a causal mask), not a
+  // parameter: those fold. One an earlier node read as a value does not.
   for (const std::string& name : node.input())
-    if (!name.empty() && !context.is_constant(name)) return std::nullopt;
+    if (!name.empty() && !context.is_constant(name) && !context.is_initializer(name)) return std::nullopt;
   return it->second(context, node);
 }
 

@@ -66,6 +66,14 @@ TensorSpec ImportContext::spec(const std::string& name, const ::onnx::NodeProto&
   return graph_.spec(value(name, node));
 }
 
+bool ImportContext::is_initializer(const std::string& name) const {
+  return initializers_.count(name) != 0 && values_.count(name) == 0;
+}
+
+void ImportContext::alias_initializer(const std::string& alias, const std::string& name) {
+  initializers_[alias] = initializers_.at(name);
+}
+
 void ImportContext::define(const std::string& name, ValueId id) { values_[name] = id; }
 
 void ImportContext::define_constant(const std::string& name, Tensor value) {

@@ -39,6 +39,13 @@ class ImportContext {
   // The spec of a graph value or constant.
   TensorSpec spec(const std::string& name, const ::onnx::NodeProto& node);
 
+  // Is `name` an initializer (of any type), not yet turned into anything?
+  bool is_initializer(const std::string& name) const;
+  // `alias` names the same initializer data as `name`: torch writes
+  // Identity(init) for parameters whose initial values are equal (every
+  // LayerNorm's ones); each name still becomes a parameter of its own.
+  void alias_initializer(const std::string& alias, const std::string& name);
+
   void define(const std::string& name, ValueId id);
   void define_constant(const std::string& name, Tensor value);
 

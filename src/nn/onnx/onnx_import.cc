@@ -54,6 +54,10 @@ Model import_onnx(const OnnxConfig& config, int64_t batch, bool training) {
     bind_inputs(context, proto.graph(), config, model);
     // Nodes come in topological order (the checker enforces it).
     for (const auto& node : proto.graph().node()) {
+      if (node.op_type() == "Identity" && context.is_initializer(ImportContext::input(node, 0))) {
+        context.alias_initializer(node.output(0), node.input(0));
+        continue;
+      }
       if (auto folded = try_fold(context, node)) {
         for (int i = 0; i < node.output_size() && i < static_cast<int>(folded->size()); ++i)
           context.define_constant(node.output(i), std::move((*folded)[static_cast<size_t>(i)]));
@@ -66,11 +70,6 @@ Model import_onnx(const OnnxConfig& config, int64_t batch, bool training) {
     fail("onnx: '{}': {}", config.path, e.what());
   }
   return model;
-}
-
-InputRole onnx_main_input_role(const OnnxConfig& config) {
-  const Model model = import_onnx(config, 1, false);
-  return model.graph.spec(model.inputs).dtype == DType::f32 ? InputRole::images : InputRole::tokens;
 }
 
 }  // namespace px::nn

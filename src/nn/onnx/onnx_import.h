@@ -51,9 +51,6 @@ InputBinding parse_input_binding(const std::string& text);
 // input no dataset fits, a loss that cannot be attached.
 Model import_onnx(const OnnxConfig& config, int64_t batch, bool training);
 
-// The role of the model's main input (images or tokens): which task trains it.
-InputRole onnx_main_input_role(const OnnxConfig& config);
-
 // Every operator type the importer accepts, sorted.
 std::vector<std::string> onnx_supported_operators();
 

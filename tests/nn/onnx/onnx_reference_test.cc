@@ -29,7 +29,7 @@ constexpr double kStepsTolerance = 1e-4;
 struct Fixture {
   std::string name;
   nn::OnnxConfig config;
-  SafetensorsFile tensors;  // images, labels, grad.<param>
+  SafetensorsFile tensors;  // inputs, targets, grad.<param>
   nlohmann::json reference; // loss, adamw, losses
   int64_t batch() const { return reference.at("batch").get<int64_t>(); }
 };
@@ -46,8 +46,8 @@ Fixture load_fixture(const std::string& name) {
 std::vector<Tensor> bind(const nn::Model& model, const Fixture& f) {
   std::vector<Tensor> bound;
   initial_parameters(model.graph, 0).bind(model.graph, bound);
-  bound[model.inputs] = f.tensors.at("images");
-  bound[model.targets] = f.tensors.at("labels");
+  bound[model.inputs] = f.tensors.at("inputs");
+  bound[model.targets] = f.tensors.at("targets");
   return bound;
 }
 
@@ -103,8 +103,8 @@ TEST_P(OnnxReference, FiftyAdamwStepsMatchPyTorch) {
   executor.set_parameters(initial_parameters(model.graph, 0));
   const std::vector<double> torch_losses = f.reference.at("losses").get<std::vector<double>>();
   for (size_t step = 0; step < torch_losses.size(); ++step) {
-    const StepResult out = executor.run({.feeds = {{model.inputs, f.tensors.at("images")},
-                                                   {model.targets, f.tensors.at("labels")}},
+    const StepResult out = executor.run({.feeds = {{model.inputs, f.tensors.at("inputs")},
+                                                   {model.targets, f.tensors.at("targets")}},
                                          .step = step,
                                          .lr = adamw.at("lr").get<double>()});
     EXPECT_LE(std::abs(out.loss - torch_losses[step]) / std::abs(torch_losses[step]), kStepsTolerance)
@@ -112,7 +112,7 @@ TEST_P(OnnxReference, FiftyAdamwStepsMatchPyTorch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxReference, ::testing::Values("mlp", "cnn"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxReference, ::testing::Values("mlp", "cnn", "gpt"));
 
 }  // namespace
 }  // namespace px

@@ -1,7 +1,7 @@
-// Imported ONNX models under data parallelism against one rank: the MLP
+// Imported ONNX models under parallel strategies against one rank: the MLP
 // (loss attached by parallax) and the CNN (loss in the graph) from
 // tests/fixtures/onnx, trained 50 AdamW steps on Fashion-MNIST through the
-// whole trainer, give one rank's per-step losses at 2 and 3 in-process
+// whole trainer, and the GPT-style one on a generated text, give one rank's per-step losses at 2 and 3 in-process
 // ranks, with ZeRO-1 at 2 and ZeRO-3 at 3, and in 2 pipeline stages of 4
 // micro-batches (cut by cost at a node boundary).
 #include <gtest/gtest.h>
@@ -18,6 +18,7 @@ using testing::kEquivalenceTolerance;
 TrainOptions onnx_job(const std::string& fixture) {
   TrainOptions o = testing::tiny_cnn();
   o.model = std::string(PX_ONNX_FIXTURES) + "/" + fixture + ".onnx";
+  if (fixture == "gpt") o.data = testing::shared_text();  // byte windows as long as its input (8)
   o.steps = kEquivalenceSteps;
   o.schedule = {.kind = "cosine", .lr = 1e-3, .warmup = 0, .total = kEquivalenceSteps, .min_ratio = 0.0};
   o.optimizer = {.kind = "adamw", .weight_decay = 0.01};
@@ -48,7 +49,8 @@ TEST_P(OnnxStrategies, MatchesOneRank) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxStrategies,
                          ::testing::Values(OnnxCase{"mlp", 2}, OnnxCase{"cnn", 2}, OnnxCase{"cnn", 3},
                                            OnnxCase{"mlp", 2, 1}, OnnxCase{"cnn", 3, 3},
-                                           OnnxCase{"cnn", 2, 0, 2}),
+                                           OnnxCase{"cnn", 2, 0, 2}, OnnxCase{"gpt", 2}, OnnxCase{"gpt", 3, 1},
+                                           OnnxCase{"gpt", 2, 0, 2}),
                          [](const auto& info) {
                            return fmt::format("{}_{}ranks_zero{}_{}stages", info.param.fixture, info.param.ranks,
                                               info.param.zero, info.param.stages);
