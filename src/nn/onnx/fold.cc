@@ -244,6 +244,12 @@ Outputs fold_arithmetic(ImportContext& c, const NodeProto& node) {
 
 Outputs fold_constant_of_shape(ImportContext& c, const NodeProto& node) {
   const std::vector<int64_t> dims = constant_ints(in(c, node, 0));
+  // Shape arithmetic makes small tensors; a huge one is a malformed model.
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0 || (d > 0 && n > (int64_t{1} << 28) / d)) fail("{}: shape [{}] is negative or too large to fold", describe(node), fmt::join(dims, ","));
+    n *= d;
+  }
   const auto* a = find_attribute(node, "value");
   if (a == nullptr) return {Tensor::zeros(Shape(dims))};
   const Tensor v = to_tensor(a->t());
