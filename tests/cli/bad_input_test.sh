@@ -45,6 +45,16 @@ assert_error launch-without-placeholder "{ranks}" -- launch --ranks 4 -- paralla
 assert_error launch-unrunnable "cannot run 'no-such-program'" -- launch --max-restarts 0 --run-dir "$work/launch" -- no-such-program
 assert_error negative-lr "learning rate -0.1" -- train "${tiny[@]}" --lr -0.1
 assert_error missing-text "$work/nope.txt" -- train --data "$work/nope.txt" --steps 1
+# ONNX models (docs/onnx.md): the loader's and the binding's named errors.
+fixtures="$(dirname "$0")/../fixtures/onnx"
+head -c 3000 "$fixtures/mlp.onnx" > "$work/truncated.onnx"
+assert_error onnx-missing "cannot open '$work/none.onnx'" -- train --model "$work/none.onnx" --steps 1
+assert_error onnx-truncated "is not a valid ONNX model" -- train --model "$work/truncated.onnx" --steps 1
+assert_error onnx-input-unknown "the model has no input 'pixels'" -- train --model "$fixtures/mlp.onnx" --steps 1 --input pixels=images
+assert_error onnx-input-role "input role 'pictures' is unknown" -- train --model "$fixtures/mlp.onnx" --steps 1 --input x=pictures
+assert_error onnx-loss-twice "computes its loss already" -- train --model "$fixtures/cnn.onnx" --steps 1 --loss cross_entropy
+assert_error onnx-flags-without-onnx "give --model FILE.onnx" -- train "${tiny[@]}" --steps 1 --loss cross_entropy
+assert_error eval-nothing "give --checkpoint DIR, or --model FILE.onnx" -- eval
 assert_error missing-fmnist "$work/no-dir" -- train --model mlp --data "$work/no-dir"
 mkdir -p "$work/fmnist"
 cp /usr/share/datasets/fashion-mnist/* "$work/fmnist/"
