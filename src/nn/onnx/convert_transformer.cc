@@ -9,7 +9,7 @@
 //   Softmax(scores, axis=-1)                -> softmax
 //   Where(causal mask, -inf, scores)        -> causal_fill
 //   Mul/Div/Add/Sub with a scalar constant  -> affine; Mul of two values -> mul
-//   Erf                                     -> erf
+//   Erf, Tanh                               -> erf, tanh (GELU's two forms)
 #include <cmath>
 
 #include "core/error.h"
@@ -104,6 +104,10 @@ void convert_erf(ImportContext& c, const NodeProto& node) {
   c.define(node.output(0), c.graph().add1("erf", {c.value(in(node, 0), node)}, {}, name_of(node)));
 }
 
+void convert_tanh(ImportContext& c, const NodeProto& node) {
+  c.define(node.output(0), c.graph().add1("tanh", {c.value(in(node, 0), node)}, {}, name_of(node)));
+}
+
 // Mul of two values of one shape; a scalar constant operand is affine's.
 void convert_mul(ImportContext& c, const NodeProto& node) {
   if (convert_scalar_arithmetic(c, node)) return;
@@ -186,7 +190,7 @@ const std::map<std::string, Converter>& transformer_converters() {
   static const std::map<std::string, Converter> table{
       {"Gather", convert_gather},   {"LayerNormalization", convert_layer_normalization},
       {"Transpose", convert_transpose}, {"Split", convert_split},
-      {"Softmax", convert_softmax}, {"Erf", convert_erf},
+      {"Softmax", convert_softmax}, {"Erf", convert_erf},       {"Tanh", convert_tanh},
       {"Mul", convert_mul},         {"Sub", convert_sub},
       {"Div", convert_div},         {"Where", convert_where}};
   return table;

@@ -6,6 +6,7 @@
 #include <onnx/checker.h>
 
 #include "core/error.h"
+#include "nn/onnx/fuse.h"
 #include "nn/onnx/onnx_import.h"
 #include "nn/onnx/tensors.h"
 
@@ -88,6 +89,9 @@ void check_operators(const std::string& path, const ::onnx::GraphProto& graph) {
   } catch (const std::exception& e) {
     fail("onnx: '{}' fails the ONNX checker: {}", path, one_line(e.what()));
   }
+  // Fused before the operator check: ReduceMean, Pow and Sqrt are known
+  // only as parts of a LayerNorm.
+  fuse_layer_norms(*model.mutable_graph());
   check_operators(path, model.graph());
   return model;
 }

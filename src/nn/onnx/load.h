@@ -1,6 +1,7 @@
-// Reading an ONNX file: the ModelProto parsed, run through the ONNX checker
-// and checked for what the importer relies on (opset, initializer sizes,
-// operators it knows), each failure one line naming the file.
+// Reading an ONNX file: the ModelProto parsed, run through the ONNX checker,
+// its decomposed LayerNorms fused (fuse.h) and checked for what the
+// importer relies on (opset, initializer sizes, operators it knows), each
+// failure one line naming the file.
 #pragma once
 
 #include <string>

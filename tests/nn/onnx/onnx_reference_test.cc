@@ -112,7 +112,7 @@ TEST_P(OnnxReference, FiftyAdamwStepsMatchPyTorch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxReference, ::testing::Values("mlp", "cnn", "gpt"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxReference, ::testing::Values("mlp", "cnn", "gpt", "gpt_opset13"));
 
 }  // namespace
 }  // namespace px

@@ -1,0 +1,172 @@
+#include "nn/onnx/fuse.h"
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "nn/onnx/tensors.h"
+
+namespace px::nn {
+namespace {
+
+using ::onnx::GraphProto;
+using ::onnx::NodeProto;
+
+// Who reads each value and what a Constant node or initializer holds.
+class GraphIndex {
+ public:
+  explicit GraphIndex(const GraphProto& graph) : graph_(graph) {
+    for (int i = 0; i < graph.node_size(); ++i)
+      for (const std::string& name : graph.node(i).input()) readers_[name].push_back(i);
+    for (const auto& out : graph.output()) readers_[out.name()].push_back(-1);  // a graph output is read too
+    for (const auto& t : graph.initializer()) initializers_[t.name()] = &t;
+    for (int i = 0; i < graph.node_size(); ++i)
+      if (graph.node(i).op_type() == "Constant" && graph.node(i).output_size() == 1)
+        constants_[graph.node(i).output(0)] = i;
+  }
+
+  // The only reader of `value`, if it has exactly one and it is a `type` node.
+  std::optional<int> only_reader(const std::string& value, const std::string& type) const {
+    auto it = readers_.find(value);
+    if (it == readers_.end() || it->second.size() != 1 || it->second[0] < 0) return std::nullopt;
+    if (graph_.node(it->second[0]).op_type() != type) return std::nullopt;
+    return it->second[0];
+  }
+  const std::vector<int>& readers(const std::string& value) const {
+    static const std::vector<int> none;
+    auto it = readers_.find(value);
+    return it == readers_.end() ? none : it->second;
+  }
+
+  // The value of a one-element float constant (Constant node or initializer).
+  std::optional<float> scalar(const std::string& name) const {
+    const ::onnx::TensorProto* t = nullptr;
+    if (auto it = constants_.find(name); it != constants_.end()) {
+      const auto* a = find_attribute(graph_.node(it->second), "value");
+      if (a != nullptr) t = &a->t();
+    } else if (auto init = initializers_.find(name); init != initializers_.end()) {
+      t = init->second;
+    }
+    if (t == nullptr || t->data_type() != ::onnx::TensorProto::FLOAT) return std::nullopt;
+    try {
+      const Tensor v = to_tensor(*t);
+      if (v.numel() != 1) return std::nullopt;
+      return v.f32()[0];
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+
+  const NodeProto& node(int i) const { return graph_.node(i); }
+
+ private:
+  const GraphProto& graph_;
+  std::map<std::string, std::vector<int>> readers_;
+  std::map<std::string, const ::onnx::TensorProto*> initializers_;
+  std::map<std::string, int> constants_;
+};
+
+bool reduces_last_axis(const NodeProto& node) {
+  const auto axes = attr_ints(node, "axes");
+  return node.input_size() == 1 && axes && *axes == std::vector<int64_t>{-1} && attr_int(node, "keepdims", 1) == 1;
+}
+
+// The other input of a two-input node, given one of them.
+std::optional<std::string> other_input(const NodeProto& node, const std::string& one) {
+  if (node.input_size() != 2) return std::nullopt;
+  if (node.input(0) == one) return node.input(1);
+  if (node.input(1) == one) return node.input(0);
+  return std::nullopt;
+}
+
+// A LayerNorm rooted at ReduceMean node `r1`: the fused node and the nodes it replaces.
+struct Match {
+  NodeProto fused;
+  std::vector<int> nodes;
+};
+
+std::optional<Match> match_layer_norm(const GraphIndex& ix, int r1) {
+  const NodeProto& mean = ix.node(r1);
+  if (mean.op_type() != "ReduceMean" || !reduces_last_axis(mean)) return std::nullopt;
+  const std::string x = mean.input(0);
+  const auto sub = ix.only_reader(mean.output(0), "Sub");
+  if (!sub || ix.node(*sub).input(0) != x || ix.node(*sub).input(1) != mean.output(0)) return std::nullopt;
+  const std::string d = ix.node(*sub).output(0);
+  // d is read twice: squared for the variance, divided for the result.
+  std::optional<int> pow, div;
+  for (int reader : ix.readers(d)) {
+    if (reader >= 0 && ix.node(reader).op_type() == "Pow" && ix.node(reader).input(0) == d) pow = reader;
+    else if (reader >= 0 && ix.node(reader).op_type() == "Div" && ix.node(reader).input(0) == d) div = reader;
+    else return std::nullopt;
+  }
+  if (!pow || !div || ix.readers(d).size() != 2 || ix.scalar(ix.node(*pow).input(1)) != 2.0f) return std::nullopt;
+  const auto r2 = ix.only_reader(ix.node(*pow).output(0), "ReduceMean");
+  if (!r2 || !reduces_last_axis(ix.node(*r2))) return std::nullopt;
+  const auto add_eps = ix.only_reader(ix.node(*r2).output(0), "Add");
+  if (!add_eps) return std::nullopt;
+  const auto eps_name = other_input(ix.node(*add_eps), ix.node(*r2).output(0));
+  const std::optional<float> eps = eps_name ? ix.scalar(*eps_name) : std::nullopt;
+  const auto sqrt = ix.only_reader(ix.node(*add_eps).output(0), "Sqrt");
+  if (!eps || !sqrt || ix.node(*div).input(1) != ix.node(*sqrt).output(0) || ix.readers(ix.node(*sqrt).output(0)).size() != 1)
+    return std::nullopt;
+  const auto mul = ix.only_reader(ix.node(*div).output(0), "Mul");
+  const auto weight = mul ? other_input(ix.node(*mul), ix.node(*div).output(0)) : std::nullopt;
+  const auto add = mul ? ix.only_reader(ix.node(*mul).output(0), "Add") : std::nullopt;
+  const auto bias = add ? other_input(ix.node(*add), ix.node(*mul).output(0)) : std::nullopt;
+  if (!weight || !bias) return std::nullopt;
+  Match m;
+  m.nodes = {r1, *sub, *pow, *r2, *add_eps, *sqrt, *div, *mul, *add};
+  m.fused.set_op_type("LayerNormalization");
+  m.fused.set_name(ix.node(*add).name().empty() ? ix.node(*add).output(0) : ix.node(*add).name() + ".layer_norm");
+  for (const std::string& in : {x, *weight, *bias}) m.fused.add_input(in);
+  m.fused.add_output(ix.node(*add).output(0));
+  auto* epsilon = m.fused.add_attribute();
+  epsilon->set_name("epsilon");
+  epsilon->set_type(::onnx::AttributeProto::FLOAT);
+  epsilon->set_f(*eps);
+  auto* axis = m.fused.add_attribute();
+  axis->set_name("axis");
+  axis->set_type(::onnx::AttributeProto::INT);
+  axis->set_i(-1);
+  return m;
+}
+
+}  // namespace
+
+int fuse_layer_norms(GraphProto& graph) {
+  std::vector<Match> matches;
+  {
+    const GraphIndex ix(graph);
+    std::set<int> taken;
+    for (int i = 0; i < graph.node_size(); ++i) {
+      auto m = match_layer_norm(ix, i);
+      if (!m) continue;
+      bool overlaps = false;
+      for (int n : m->nodes) overlaps = overlaps || taken.count(n) != 0;
+      if (overlaps) continue;
+      taken.insert(m->nodes.begin(), m->nodes.end());
+      matches.push_back(std::move(*m));
+    }
+  }
+  if (matches.empty()) return 0;
+  // The fused node takes the place of the pattern's last node (its inputs
+  // are all defined before the first), the others are dropped.
+  std::map<int, const NodeProto*> replaced_by;
+  std::set<int> dropped;
+  for (const Match& m : matches) {
+    replaced_by[m.nodes.back()] = &m.fused;
+    dropped.insert(m.nodes.begin(), m.nodes.end() - 1);
+  }
+  google::protobuf::RepeatedPtrField<NodeProto> nodes;
+  for (int i = 0; i < graph.node_size(); ++i) {
+    if (dropped.count(i) != 0) continue;
+    auto it = replaced_by.find(i);
+    *nodes.Add() = it != replaced_by.end() ? *it->second : graph.node(i);
+  }
+  graph.mutable_node()->Swap(&nodes);
+  return static_cast<int>(matches.size());
+}
+
+}  // namespace px::nn
