@@ -78,8 +78,9 @@ assert_error shape-mismatch "[256,16]" -- sample --checkpoint "$work/wider" --to
 assert_error missing-checkpoint "$work/none" -- eval --checkpoint "$work/none"
 assert_error resume-truncated "model.safetensors" -- train "${tiny[@]}" --steps 4 --resume "$work/trunc"
 assert_error bad-flag-value "abc" -- train --steps abc
+assert_error export-builtin "holds the built-in model 'gpt'" -- export --checkpoint "$work/ckpt" --onnx "$work/out.onnx"
 
-for sub in train eval sample "bench comm"; do
+for sub in train eval sample export "bench comm"; do
   # shellcheck disable=SC2086
   assert_true "help-$sub" "$px" $sub --help > /dev/null
 done

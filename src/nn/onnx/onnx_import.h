@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,13 @@ InputBinding parse_input_binding(const std::string& text);
 // unsupported operator (its type, node name and the supported set), an
 // input no dataset fits, a loss that cannot be attached.
 Model import_onnx(const OnnxConfig& config, int64_t batch, bool training);
+
+// Writes `model_path`'s graph to `out_path` (atomically) with every
+// initializer parallax trained set to `parameters` (by ONNX name): what a
+// framework loads back. px::Error names a parameter the model does not
+// hold or holds with another shape.
+void export_onnx(const std::string& model_path, const std::map<std::string, Tensor>& parameters,
+                 const std::string& out_path);
 
 // Every operator type the importer accepts, sorted.
 std::vector<std::string> onnx_supported_operators();
