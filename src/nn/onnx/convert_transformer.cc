@@ -104,6 +104,13 @@ void convert_erf(ImportContext& c, const NodeProto& node) {
   c.define(node.output(0), c.graph().add1("erf", {c.value(in(node, 0), node)}, {}, name_of(node)));
 }
 
+// Gelu (opset 20, or made by the fusion pass): the tanh form is parallax's gelu.
+void convert_gelu(ImportContext& c, const NodeProto& node) {
+  if (attr_string(node, "approximate", "none") != "tanh")
+    fail("{}: parallax's gelu is the tanh approximation; the exact (erf) form imports as its Erf graph", describe(node));
+  c.define(node.output(0), c.graph().add1("gelu", {c.value(in(node, 0), node)}, {}, name_of(node)));
+}
+
 void convert_tanh(ImportContext& c, const NodeProto& node) {
   c.define(node.output(0), c.graph().add1("tanh", {c.value(in(node, 0), node)}, {}, name_of(node)));
 }
@@ -190,7 +197,7 @@ const std::map<std::string, Converter>& transformer_converters() {
   static const std::map<std::string, Converter> table{
       {"Gather", convert_gather},   {"LayerNormalization", convert_layer_normalization},
       {"Transpose", convert_transpose}, {"Split", convert_split},
-      {"Softmax", convert_softmax}, {"Erf", convert_erf},       {"Tanh", convert_tanh},
+      {"Softmax", convert_softmax}, {"Erf", convert_erf},       {"Tanh", convert_tanh},   {"Gelu", convert_gelu},
       {"Mul", convert_mul},         {"Sub", convert_sub},
       {"Div", convert_div},         {"Where", convert_where}};
   return table;

@@ -1,5 +1,7 @@
 #include "nn/onnx/fuse.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -22,9 +24,19 @@ class GraphIndex {
       for (const std::string& name : graph.node(i).input()) readers_[name].push_back(i);
     for (const auto& out : graph.output()) readers_[out.name()].push_back(-1);  // a graph output is read too
     for (const auto& t : graph.initializer()) initializers_[t.name()] = &t;
-    for (int i = 0; i < graph.node_size(); ++i)
+    for (int i = 0; i < graph.node_size(); ++i) {
       if (graph.node(i).op_type() == "Constant" && graph.node(i).output_size() == 1)
         constants_[graph.node(i).output(0)] = i;
+      for (const std::string& name : graph.node(i).output()) producers_[name] = i;
+    }
+  }
+
+  // The node making `value`, if it is a `type` node read only once (by the pattern).
+  std::optional<int> single_use_producer(const std::string& value, const std::string& type) const {
+    auto it = producers_.find(value);
+    if (it == producers_.end() || graph_.node(it->second).op_type() != type) return std::nullopt;
+    if (readers(value).size() != 1) return std::nullopt;
+    return it->second;
   }
 
   // The only reader of `value`, if it has exactly one and it is a `type` node.
@@ -66,6 +78,7 @@ class GraphIndex {
   std::map<std::string, std::vector<int>> readers_;
   std::map<std::string, const ::onnx::TensorProto*> initializers_;
   std::map<std::string, int> constants_;
+  std::map<std::string, int> producers_;
 };
 
 bool reduces_last_axis(const NodeProto& node) {
@@ -133,15 +146,68 @@ std::optional<Match> match_layer_norm(const GraphIndex& ix, int r1) {
   return m;
 }
 
-}  // namespace
+bool near(std::optional<float> value, double expected) {
+  return value && std::abs(double(*value) - expected) <= 1e-6 * std::abs(expected);
+}
 
-int fuse_layer_norms(GraphProto& graph) {
+// For a two-input node: the input that is not the scalar constant `k`.
+std::optional<std::string> times_constant(const GraphIndex& ix, const NodeProto& node, double k) {
+  if (node.input_size() != 2) return std::nullopt;
+  if (near(ix.scalar(node.input(0)), k)) return node.input(1);
+  if (near(ix.scalar(node.input(1)), k)) return node.input(0);
+  return std::nullopt;
+}
+
+// GELU's tanh form as torch writes it, rooted at its Tanh node `t`:
+//   0.5 · (x · (1 + tanh(sqrt(2/pi) · (x + 0.044715 · (x · (x · x))))))
+// -> Gelu(x, approximate="tanh") (the ONNX opset-20 operator).
+std::optional<Match> match_tanh_gelu(const GraphIndex& ix, int t) {
+  if (ix.node(t).op_type() != "Tanh") return std::nullopt;
+  const auto m4 = ix.single_use_producer(ix.node(t).input(0), "Mul");
+  const auto a1_name = m4 ? times_constant(ix, ix.node(*m4), std::sqrt(2.0 / M_PI)) : std::nullopt;
+  const auto a1 = a1_name ? ix.single_use_producer(*a1_name, "Add") : std::nullopt;
+  if (!a1) return std::nullopt;
+  for (int x_side = 0; x_side < 2; ++x_side) {
+    const std::string x = ix.node(*a1).input(x_side);
+    const auto m3 = ix.single_use_producer(ix.node(*a1).input(1 - x_side), "Mul");
+    const auto m2_name = m3 ? times_constant(ix, ix.node(*m3), 0.044715) : std::nullopt;
+    const auto m2 = m2_name ? ix.single_use_producer(*m2_name, "Mul") : std::nullopt;
+    const auto m1_name = m2 ? other_input(ix.node(*m2), x) : std::nullopt;
+    const auto m1 = m1_name ? ix.single_use_producer(*m1_name, "Mul") : std::nullopt;
+    if (!m1 || ix.node(*m1).input(0) != x || ix.node(*m1).input(1) != x) continue;
+    const auto a2 = ix.only_reader(ix.node(t).output(0), "Add");
+    if (!a2 || !times_constant(ix, ix.node(*a2), 1.0)) return std::nullopt;
+    const auto m5 = ix.only_reader(ix.node(*a2).output(0), "Mul");
+    if (!m5 || other_input(ix.node(*m5), ix.node(*a2).output(0)) != x) return std::nullopt;
+    const auto m6 = ix.only_reader(ix.node(*m5).output(0), "Mul");
+    if (!m6 || !times_constant(ix, ix.node(*m6), 0.5)) return std::nullopt;
+    Match m;
+    m.nodes = {*m1, *m2, *m3, *a1, *m4, t, *a2, *m5, *m6};
+    std::sort(m.nodes.begin(), m.nodes.end());
+    m.fused.set_op_type("Gelu");
+    m.fused.set_name(ix.node(*m6).name().empty() ? ix.node(*m6).output(0) : ix.node(*m6).name() + ".gelu");
+    m.fused.add_input(x);
+    m.fused.add_output(ix.node(*m6).output(0));
+    auto* approximate = m.fused.add_attribute();
+    approximate->set_name("approximate");
+    approximate->set_type(::onnx::AttributeProto::STRING);
+    approximate->set_s("tanh");
+    return m;
+  }
+  return std::nullopt;
+}
+
+using Matcher = std::optional<Match> (*)(const GraphIndex&, int);
+
+// Every non-overlapping match of `matcher`, the fused node in the place of
+// the pattern's last node (so its inputs are defined before it).
+int fuse(GraphProto& graph, Matcher matcher) {
   std::vector<Match> matches;
   {
     const GraphIndex ix(graph);
     std::set<int> taken;
     for (int i = 0; i < graph.node_size(); ++i) {
-      auto m = match_layer_norm(ix, i);
+      auto m = matcher(ix, i);
       if (!m) continue;
       bool overlaps = false;
       for (int n : m->nodes) overlaps = overlaps || taken.count(n) != 0;
@@ -151,8 +217,6 @@ int fuse_layer_norms(GraphProto& graph) {
     }
   }
   if (matches.empty()) return 0;
-  // The fused node takes the place of the pattern's last node (its inputs
-  // are all defined before the first), the others are dropped.
   std::map<int, const NodeProto*> replaced_by;
   std::set<int> dropped;
   for (const Match& m : matches) {
@@ -168,5 +232,9 @@ int fuse_layer_norms(GraphProto& graph) {
   graph.mutable_node()->Swap(&nodes);
   return static_cast<int>(matches.size());
 }
+
+}  // namespace
+
+int fuse_subgraphs(GraphProto& graph) { return fuse(graph, match_layer_norm) + fuse(graph, match_tanh_gelu); }
 
 }  // namespace px::nn

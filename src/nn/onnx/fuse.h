@@ -1,13 +1,16 @@
 // The fusion pass: before conversion, subgraphs an exporter wrote out of
 // small operators are rewritten to the one node parallax has a fused op
-// for. Today: LayerNorm as torch exports it below opset 17,
+// for. LayerNorm as torch exports it below opset 17,
 //   mean = ReduceMean(x, axes=[-1]); d = Sub(x, mean)
 //   var = ReduceMean(Pow(d, 2), axes=[-1])
 //   y = Add(Mul(Div(d, Sqrt(Add(var, eps))), weight), bias)
 // becomes LayerNormalization(x, weight, bias, epsilon=eps, axis=-1), which
-// imports as `layernorm`. A match must be exact (every intermediate read
-// only inside the pattern, the constants 2 and a scalar eps); anything else
-// is left as it is and converted node by node.
+// imports as `layernorm`; and GELU's tanh form,
+//   0.5 · (x · (1 + tanh(sqrt(2/pi) · (x + 0.044715 · (x · (x · x))))))
+// becomes Gelu(x, approximate="tanh") (ONNX's opset-20 operator), which
+// imports as `gelu`. A match must be exact (every intermediate read only
+// inside the pattern, the constants as written); anything else is left as
+// it is and converted node by node. The attention core is not fused yet.
 #pragma once
 
 #include <onnx/onnx_pb.h>
@@ -15,6 +18,6 @@
 namespace px::nn {
 
 // Rewrites `graph` in place; returns the number of subgraphs fused.
-int fuse_layer_norms(::onnx::GraphProto& graph);
+int fuse_subgraphs(::onnx::GraphProto& graph);
 
 }  // namespace px::nn

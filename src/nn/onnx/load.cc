@@ -91,7 +91,7 @@ void check_operators(const std::string& path, const ::onnx::GraphProto& graph) {
   }
   // Fused before the operator check: ReduceMean, Pow and Sqrt are known
   // only as parts of a LayerNorm.
-  fuse_layer_norms(*model.mutable_graph());
+  fuse_subgraphs(*model.mutable_graph());
   check_operators(path, model.graph());
   return model;
 }

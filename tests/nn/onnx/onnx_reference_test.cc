@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -113,6 +114,19 @@ TEST_P(OnnxReference, FiftyAdamwStepsMatchPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxReference, ::testing::Values("mlp", "cnn", "gpt", "gpt_opset13"));
+
+// The opset-13 export spells LayerNorm and GELU out of small operators; the
+// fusion pass gives the graph the fused ops back (the reference tests above
+// check the numbers).
+TEST(OnnxFusion, Opset13LayerNormsAndTanhGelusBecomeTheFusedOps) {
+  const nn::Model model = nn::import_onnx({.path = std::string(PX_ONNX_FIXTURES) + "/gpt_opset13.onnx"}, 2, true);
+  std::map<std::string, int> ops;
+  for (const Node& node : model.graph.nodes()) ++ops[node.op()];
+  EXPECT_EQ(ops["layernorm"], 5);  // 2 blocks x 2, and the final one
+  EXPECT_EQ(ops["gelu"], 2);
+  EXPECT_EQ(ops["tanh"], 0);
+  EXPECT_EQ(ops["mul"], 0);  // GELU's x·x·x and x·(1 + tanh) are gone
+}
 
 }  // namespace
 }  // namespace px
