@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "nn/onnx/fold.h"
+#include "nn/onnx/fuse.h"
 #include "nn/onnx/tensors.h"
 
 namespace px::nn {
@@ -225,6 +226,7 @@ std::vector<std::string> converted_operators() {
 }
 
 void convert_node(ImportContext& context, const NodeProto& node) {
+  if (node.domain() == kFusedDomain) return fused_converters().at(node.op_type())(context, node);
   auto it = converters().find(node.op_type());
   if (it == converters().end())
     fail("{}: parallax folds this operator only when its inputs are constants (shape arithmetic), "

@@ -21,6 +21,8 @@ using Converter = std::function<void(ImportContext&, const ::onnx::NodeProto&)>;
 // (convert_transformer.cc): Gather, LayerNormalization, Transpose, Split,
 // Softmax, Mul, Div, Sub, Erf, Where (a causal mask), batched MatMul.
 const std::map<std::string, Converter>& transformer_converters();
+// The converters of the fusion pass's own nodes (domain kFusedDomain, fuse.h).
+const std::map<std::string, Converter>& fused_converters();
 // An Add, Mul, Div or Sub with a scalar constant operand as an affine
 // node (y = scale·x + shift); false when neither operand is a constant.
 bool convert_scalar_arithmetic(ImportContext& context, const ::onnx::NodeProto& node);

@@ -171,7 +171,54 @@ void convert_where(ImportContext& c, const NodeProto& node) {
   c.define(node.output(0), c.graph().add1("causal_fill", {scores}, {{"value", fill}}, name_of(node)));
 }
 
+// A Reshape's target with ONNX's 0 (copy) and -1 (infer) resolved against `from`.
+std::vector<int64_t> resolved(const Shape& from, std::vector<int64_t> dims) {
+  int64_t known = 1;
+  int infer = -1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == 0 && static_cast<int>(i) < from.rank()) dims[i] = from[static_cast<int>(i)];
+    if (dims[i] == -1) infer = static_cast<int>(i);
+    else known *= dims[i];
+  }
+  if (infer >= 0 && known > 0) dims[static_cast<size_t>(infer)] = from.numel() / known;
+  return dims;
+}
+
+// parallax.CausalSelfAttention (fuse.h): qkv (B, T, 3C) viewed as
+// (B, T, 3, H, D) -> attention -> (B, T, H, D). The fusion matched the
+// structure; the folded shapes, scale and mask are checked here.
+void convert_fused_attention(ImportContext& c, const NodeProto& node) {
+  const ValueId qkv = c.value(in(node, 0), node);
+  const Shape s = c.graph().spec(qkv).shape;
+  if (s.rank() != 3 || s[2] % 3 != 0) fail("{}: q|k|v {} must be (B, T, 3C)", describe(node), s);
+  const int64_t B = s[0], T = s[1], C = s[2] / 3;
+  if (constant_ints(c.constant(in(node, 1), node)) != std::vector<int64_t>{C, C, C})
+    fail("{}: the Split must cut (B, T, 3C) into three (B, T, C)", describe(node));
+  const std::vector<int64_t> heads = resolved(Shape{B, T, C}, constant_ints(c.constant(in(node, 2), node)));
+  for (int i = 3; i <= 4; ++i)
+    if (resolved(Shape{B, T, C}, constant_ints(c.constant(in(node, i), node))) != heads)
+      fail("{}: q, k and v are reshaped to different head layouts", describe(node));
+  if (heads.size() != 4 || heads[0] != B || heads[1] != T || heads[2] * heads[3] != C)
+    fail("{}: heads {} must be (B, T, H, D) with H·D = {}", describe(node), Shape(heads), C);
+  const int64_t H = heads[2], D = heads[3];
+  const Tensor& scale = c.constant(in(node, 5), node);
+  const double expected = 1.0 / std::sqrt(double(D)), got = scale.dtype() == DType::f32 ? scale.f32()[0] : 0.0;
+  if (std::abs(got - expected) > 1e-6 * expected)
+    fail("{}: scores scaled by {}; parallax's attention scales by 1/sqrt(D) = {}", describe(node), got, expected);
+  if (!causal(c.constant(in(node, 6), node), T, /*above=*/true))
+    fail("{}: the mask is not causal over ({}, {})", describe(node), T, T);
+  const std::string name = name_of(node);
+  const ValueId heads_view =
+      c.graph().add1("reshape", {qkv}, {{"shape", std::vector<int64_t>{-1, T, 3, H, D}}}, name + ".split_heads");
+  c.define(node.output(0), c.graph().add1("attention", {heads_view}, {}, name));  // (B, T, H, D)
+}
+
 }  // namespace
+
+const std::map<std::string, Converter>& fused_converters() {
+  static const std::map<std::string, Converter> table{{"CausalSelfAttention", convert_fused_attention}};
+  return table;
+}
 
 bool convert_scalar_arithmetic(ImportContext& c, const NodeProto& node) {
   const bool first = c.is_constant(in(node, 0)), second = c.is_constant(in(node, 1));

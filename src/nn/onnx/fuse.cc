@@ -197,6 +197,70 @@ std::optional<Match> match_tanh_gelu(const GraphIndex& ix, int t) {
   return std::nullopt;
 }
 
+// The reader of `value` if it is its only one, a `type` node, and (for a
+// Transpose) permutes by `perm`.
+std::optional<int> only_transpose(const GraphIndex& ix, const std::string& value, const std::vector<int64_t>& perm) {
+  const auto t = ix.only_reader(value, "Transpose");
+  if (!t || attr_ints(ix.node(*t), "perm") != perm) return std::nullopt;
+  return t;
+}
+
+// Causal self-attention on a fused q|k|v, rooted at its Split node `s`:
+//   q, k, v = Split(qkv (B, T, 3C), axis 2); each Reshape (B, T, H, D) and
+//   Transpose to (B, H, T, D) (k to (B, H, D, T)); Softmax(Where(mask, -inf,
+//   MatMul(q, k) · scale)) · v, transposed back to (B, T, H, D)
+// -> parallax.CausalSelfAttention(qkv, sizes, q/k/v shapes, scale, mask,
+//   fill). The shapes and the mask are folded only at import, so the
+//   converter checks them (H·D = C, scale = 1/sqrt(D), a causal mask).
+std::optional<Match> match_attention(const GraphIndex& ix, int s) {
+  const NodeProto& split = ix.node(s);
+  if (split.op_type() != "Split" || split.output_size() != 3 || split.input_size() != 2 ||
+      (attr_int(split, "axis", 0) != 2 && attr_int(split, "axis", 0) != -1))
+    return std::nullopt;
+  std::vector<int> reshapes, transposes;
+  const std::vector<std::vector<int64_t>> perms{{0, 2, 1, 3}, {0, 2, 3, 1}, {0, 2, 1, 3}};
+  for (int i = 0; i < 3; ++i) {
+    const auto r = ix.only_reader(split.output(i), "Reshape");
+    const auto t = r ? only_transpose(ix, ix.node(*r).output(0), perms[static_cast<size_t>(i)]) : std::nullopt;
+    if (!t || ix.node(*r).input(0) != split.output(i)) return std::nullopt;
+    reshapes.push_back(*r);
+    transposes.push_back(*t);
+  }
+  const auto scores = ix.only_reader(ix.node(transposes[0]).output(0), "MatMul");
+  if (!scores || ix.node(*scores).input(1) != ix.node(transposes[1]).output(0) ||
+      ix.readers(ix.node(transposes[1]).output(0)).size() != 1)
+    return std::nullopt;
+  const auto scaled = ix.only_reader(ix.node(*scores).output(0), "Mul");
+  const auto scale = scaled ? other_input(ix.node(*scaled), ix.node(*scores).output(0)) : std::nullopt;
+  const auto where = scaled ? ix.only_reader(ix.node(*scaled).output(0), "Where") : std::nullopt;
+  if (!scale || !ix.scalar(*scale) || !where || ix.node(*where).input(2) != ix.node(*scaled).output(0)) return std::nullopt;
+  const std::optional<float> fill = ix.scalar(ix.node(*where).input(1));
+  if (!fill || !std::isinf(*fill) || *fill > 0) return std::nullopt;
+  const auto softmax = ix.only_reader(ix.node(*where).output(0), "Softmax");
+  if (!softmax || attr_int(ix.node(*softmax), "axis", -1) != -1) return std::nullopt;
+  const auto mixed = ix.only_reader(ix.node(*softmax).output(0), "MatMul");
+  if (!mixed || ix.node(*mixed).input(1) != ix.node(transposes[2]).output(0) ||
+      ix.readers(ix.node(transposes[2]).output(0)).size() != 1)
+    return std::nullopt;
+  const auto back = only_transpose(ix, ix.node(*mixed).output(0), {0, 2, 1, 3});
+  if (!back) return std::nullopt;
+  Match m;
+  m.nodes = {s, *scores, *scaled, *where, *softmax, *mixed, *back};
+  m.nodes.insert(m.nodes.end(), reshapes.begin(), reshapes.end());
+  m.nodes.insert(m.nodes.end(), transposes.begin(), transposes.end());
+  std::sort(m.nodes.begin(), m.nodes.end());
+  if (m.nodes.back() != *back) return std::nullopt;  // the output comes last
+  m.fused.set_op_type("CausalSelfAttention");
+  m.fused.set_domain(kFusedDomain);
+  m.fused.set_name(ix.node(*back).name().empty() ? ix.node(*back).output(0) : ix.node(*back).name() + ".attention");
+  for (const std::string& in : {split.input(0), split.input(1), ix.node(reshapes[0]).input(1),
+                                ix.node(reshapes[1]).input(1), ix.node(reshapes[2]).input(1), *scale,
+                                ix.node(*where).input(0), ix.node(*where).input(1)})
+    m.fused.add_input(in);
+  m.fused.add_output(ix.node(*back).output(0));
+  return m;
+}
+
 using Matcher = std::optional<Match> (*)(const GraphIndex&, int);
 
 // Every non-overlapping match of `matcher`, the fused node in the place of
@@ -235,6 +299,8 @@ int fuse(GraphProto& graph, Matcher matcher) {
 
 }  // namespace
 
-int fuse_subgraphs(GraphProto& graph) { return fuse(graph, match_layer_norm) + fuse(graph, match_tanh_gelu); }
+int fuse_subgraphs(GraphProto& graph) {
+  return fuse(graph, match_layer_norm) + fuse(graph, match_tanh_gelu) + fuse(graph, match_attention);
+}
 
 }  // namespace px::nn

@@ -10,12 +10,18 @@
 // becomes Gelu(x, approximate="tanh") (ONNX's opset-20 operator), which
 // imports as `gelu`. A match must be exact (every intermediate read only
 // inside the pattern, the constants as written); anything else is left as
-// it is and converted node by node. The attention core is not fused yet.
+// it is and converted node by node. And causal self-attention on a fused
+// q|k|v (Split, Reshape and Transpose to heads, scaled q·kᵀ, a -inf
+// causal Where, Softmax, ·v, Transpose back) becomes the node
+// parallax.CausalSelfAttention, which imports as the fused `attention`.
 #pragma once
 
 #include <onnx/onnx_pb.h>
 
 namespace px::nn {
+
+// The domain of fused nodes no ONNX operator expresses.
+inline constexpr const char* kFusedDomain = "parallax";
 
 // Rewrites `graph` in place; returns the number of subgraphs fused.
 int fuse_subgraphs(::onnx::GraphProto& graph);

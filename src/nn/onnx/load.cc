@@ -69,6 +69,7 @@ void check_initializers(const std::string& path, const ::onnx::GraphProto& graph
 void check_operators(const std::string& path, const ::onnx::GraphProto& graph) {
   const std::vector<std::string> supported = onnx_supported_operators();
   for (const auto& node : graph.node()) {
+    if (node.domain() == kFusedDomain) continue;  // made by the fusion pass, converted as such
     const bool known = std::find(supported.begin(), supported.end(), node.op_type()) != supported.end();
     if (!known || !node.domain().empty())
       fail("onnx: '{}': operator {}{} (node '{}') is not supported; supported: {}", path,

@@ -115,10 +115,10 @@ TEST_P(OnnxReference, FiftyAdamwStepsMatchPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxReference, ::testing::Values("mlp", "cnn", "gpt", "gpt_opset13"));
 
-// The opset-13 export spells LayerNorm and GELU out of small operators; the
-// fusion pass gives the graph the fused ops back (the reference tests above
-// check the numbers).
-TEST(OnnxFusion, Opset13LayerNormsAndTanhGelusBecomeTheFusedOps) {
+// The opset-13 export spells LayerNorm, GELU and attention out of small
+// operators; the fusion pass gives the graph the fused ops back (the
+// reference tests above check the numbers).
+TEST(OnnxFusion, Opset13LayerNormsGelusAndAttentionBecomeTheFusedOps) {
   const nn::Model model = nn::import_onnx({.path = std::string(PX_ONNX_FIXTURES) + "/gpt_opset13.onnx"}, 2, true);
   std::map<std::string, int> ops;
   for (const Node& node : model.graph.nodes()) ++ops[node.op()];
@@ -126,6 +126,8 @@ TEST(OnnxFusion, Opset13LayerNormsAndTanhGelusBecomeTheFusedOps) {
   EXPECT_EQ(ops["gelu"], 2);
   EXPECT_EQ(ops["tanh"], 0);
   EXPECT_EQ(ops["mul"], 0);  // GELU's x·x·x and x·(1 + tanh) are gone
+  EXPECT_EQ(ops["attention"], 2);
+  EXPECT_EQ(ops["batched_matmul"] + ops["softmax"] + ops["causal_fill"] + ops["narrow"], 0);
 }
 
 }  // namespace
