@@ -73,7 +73,8 @@ ValueId add_input(ImportContext& c, const Declared& d, InputRole role) {
 
 }  // namespace
 
-void bind_inputs(ImportContext& c, const ::onnx::GraphProto& graph, const OnnxConfig& config, Model& model) {
+void bind_inputs(ImportContext& c, const ::onnx::GraphProto& graph, const OnnxConfig& config, Model& model,
+                 bool& attached_targets) {
   std::vector<std::string> initializers, names;
   for (const auto& t : graph.initializer()) initializers.push_back(t.name());
   for (const auto& info : graph.input())
@@ -102,6 +103,16 @@ void bind_inputs(ImportContext& c, const ::onnx::GraphProto& graph, const OnnxCo
   }
   if (model.inputs == kNoValue)
     fail("the model has no input parallax can feed images or tokens to (inputs: {})", fmt::join(names, ", "));
+  // Without labels or targets among its inputs, a loss attached later
+  // reads ours: declared here, before any node, as the built-in models
+  // declare theirs (lowering re-adds values in id order).
+  if (model.targets == kNoValue) {
+    Graph& g = c.graph();
+    const Shape& x = g.spec(model.inputs).shape;
+    const bool images = g.spec(model.inputs).dtype == DType::f32;
+    model.targets = g.input(images ? "labels" : "targets", {images ? Shape{x[0]} : x, DType::i32});
+    attached_targets = true;
+  }
 }
 
 namespace {
@@ -114,17 +125,16 @@ void attach_cross_entropy(ImportContext& c, ValueId logits, Model& model) {
   if (s.rank() != (images ? 2 : 3) || s[0] != c.batch())
     fail("--loss cross_entropy: the first output has shape {}; it takes {} scores", s,
          images ? "(N, classes) class" : "(N, T, vocabulary) next-token");
-  if (model.targets == kNoValue) {
-    const std::string name = images ? "labels" : "targets";
-    model.targets = g.input(name, {images ? Shape{s[0]} : Shape{s[0], s[1]}, DType::i32});
-  }
+  if (g.spec(model.targets).shape != Shape(std::vector<int64_t>(s.dims().begin(), s.dims().end() - 1)))
+    fail("--loss cross_entropy: the first output {} does not fit targets {}", s, g.spec(model.targets).shape);
   const double rows = double(s.numel(0, s.rank() - 1));
   model.loss = g.add1("cross_entropy", {logits, model.targets}, {{"scale", 1.0 / rows}}, "loss");
 }
 
 }  // namespace
 
-void bind_loss(ImportContext& c, const ::onnx::GraphProto& graph, const OnnxConfig& config, Model& model) {
+void bind_loss(ImportContext& c, const ::onnx::GraphProto& graph, const OnnxConfig& config, Model& model,
+               bool attached_targets) {
   Graph& g = c.graph();
   ValueId scalar = kNoValue, first = kNoValue;
   ::onnx::NodeProto graph_outputs;
@@ -139,7 +149,7 @@ void bind_loss(ImportContext& c, const ::onnx::GraphProto& graph, const OnnxConf
     if (!config.loss.empty())
       fail("--loss {}: the model computes its loss already (its scalar output); leave --loss out", config.loss);
     if (g.spec(scalar).dtype != DType::f32) fail("the scalar output is not a float loss");
-    if (model.targets == kNoValue) fail("the model's loss reads no labels or targets input");
+    if (attached_targets) fail("the model's loss reads no labels or targets input");
     model.loss = scalar;
     model.logits = c.loss_scores != kNoValue ? c.loss_scores : first;
     return;

@@ -51,7 +51,8 @@ Model import_onnx(const OnnxConfig& config, int64_t batch, bool training) {
   Model model;
   try {
     ImportContext context(model.graph, proto.graph(), batch, training);
-    bind_inputs(context, proto.graph(), config, model);
+    bool attached_targets = false;
+    bind_inputs(context, proto.graph(), config, model, attached_targets);
     // Nodes come in topological order (the checker enforces it).
     for (const auto& node : proto.graph().node()) {
       if (node.op_type() == "Identity" && context.is_initializer(ImportContext::input(node, 0))) {
@@ -65,7 +66,7 @@ Model import_onnx(const OnnxConfig& config, int64_t batch, bool training) {
       }
       convert_node(context, node);
     }
-    bind_loss(context, proto.graph(), config, model);
+    bind_loss(context, proto.graph(), config, model, attached_targets);
   } catch (const Error& e) {
     fail("onnx: '{}': {}", config.path, e.what());
   }

@@ -2,8 +2,12 @@
 // (loss attached by parallax) and the CNN (loss in the graph) from
 // tests/fixtures/onnx, trained 50 AdamW steps on Fashion-MNIST through the
 // whole trainer, and the GPT-style one on a generated text, give one rank's per-step losses at 2 and 3 in-process
-// ranks, with ZeRO-1 at 2 and ZeRO-3 at 3, and in 2 pipeline stages of 4
-// micro-batches (cut by cost at a node boundary).
+// ranks, with ZeRO-1 at 2 and ZeRO-3 at 3, in 2 pipeline stages of 4
+// micro-batches (cut by cost at a node boundary), and the GPT-style one in
+// Megatron's tensor parallelism at tp=2 from a strategy file whose seeds
+// name its ONNX parameters (gpt_megatron_tp2.json: c_attn and c_fc split
+// by output rows, c_proj and mlp_proj by input columns; torch's (out, in)
+// layout).
 #include <gtest/gtest.h>
 
 #include "parallel/strategy_equivalence.h"
@@ -30,6 +34,7 @@ struct OnnxCase {
   int ranks = 2;
   int zero = 0;
   int stages = 1;  // pipeline stages, each running 4 micro-batches when > 1
+  std::string strategy;  // a strategy file in the fixtures (its mesh names the ranks)
 };
 
 class OnnxStrategies : public ::testing::TestWithParam<OnnxCase> {};
@@ -42,6 +47,10 @@ TEST_P(OnnxStrategies, MatchesOneRank) {
   o.sync.zero_stage = c.zero;
   o.sync.pipeline_parallel = c.stages;
   if (c.stages > 1) o.accumulation = 4;
+  if (!c.strategy.empty()) {
+    o.sync.strategy = std::string(PX_ONNX_FIXTURES) + "/" + c.strategy;
+    o.sync.mesh_ranks = c.ranks;
+  }
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
                               fmt::format("{}.onnx at {} ranks, ZeRO-{}, {} stages", c.fixture, c.ranks, c.zero, c.stages));
 }
@@ -50,10 +59,12 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxStrategies,
                          ::testing::Values(OnnxCase{"mlp", 2}, OnnxCase{"cnn", 2}, OnnxCase{"cnn", 3},
                                            OnnxCase{"mlp", 2, 1}, OnnxCase{"cnn", 3, 3},
                                            OnnxCase{"cnn", 2, 0, 2}, OnnxCase{"gpt", 2}, OnnxCase{"gpt", 3, 1},
-                                           OnnxCase{"gpt", 2, 0, 2}, OnnxCase{"gpt_opset13", 2}),
+                                           OnnxCase{"gpt", 2, 0, 2}, OnnxCase{"gpt_opset13", 2},
+                                           OnnxCase{"gpt", 2, 0, 1, "gpt_megatron_tp2.json"}),
                          [](const auto& info) {
-                           return fmt::format("{}_{}ranks_zero{}_{}stages", info.param.fixture, info.param.ranks,
-                                              info.param.zero, info.param.stages);
+                           return fmt::format("{}_{}ranks_zero{}_{}stages{}", info.param.fixture, info.param.ranks,
+                                              info.param.zero, info.param.stages,
+                                              info.param.strategy.empty() ? "" : "_megatron_tp");
                          });
 
 }  // namespace
