@@ -12,7 +12,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   mpich libmpich-dev
   dataset-fashion-mnist fortunes
-  python3-torch python3-numpy
+  python3-torch python3-numpy python3-protobuf   # python3-protobuf: the ONNX export round trip (tests/interop)
   clang libclang-rt-14-dev   # the sanitizer builds and libFuzzer (scripts/test.sh --asan, --tsan, --fuzz)
   chromium                   # the report test renders `parallax report` pages headless (tests/report/)
 )
