@@ -8,11 +8,12 @@ packages=(
   libopenblas-dev libopenblas0-openmp zlib1g-dev
   libdnnl-dev                # oneDNN: bf16 GEMM (src/kernels/dnnl_matmul.cc)
   libfmt-dev nlohmann-json3-dev libcli11-dev
+  libonnx-dev libprotobuf-dev protobuf-compiler   # ONNX import (src/nn/onnx; docs/onnx.md)
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   mpich libmpich-dev
   dataset-fashion-mnist fortunes
-  python3-torch python3-numpy
+  python3-torch python3-numpy python3-protobuf   # python3-protobuf: the ONNX export round trip (tests/interop)
   clang libclang-rt-14-dev   # the sanitizer builds and libFuzzer (scripts/test.sh --asan, --tsan, --fuzz)
   chromium                   # the report test renders `parallax report` pages headless (tests/report/)
 )

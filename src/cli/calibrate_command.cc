@@ -138,7 +138,7 @@ std::pair<std::string, double> measure_in_situ(TrainOptions o, plan::HostProfile
   kernels::set_threads(o.threads);
   time_kernels(profile, {program}, options, say);
   ProgramExecutor executor(program, {}, o.optimizer);
-  executor.set_parameters(ParamStore::initialize(model.graph, o.seed));
+  executor.set_parameters(initial_parameters(model.graph, o.seed));
   std::vector<double> seconds;
   for (int step = 0; step < 9; ++step) {
     DataBatch batch = task->next_batch(0, 1);

@@ -34,17 +34,40 @@ ParamStore load_params(const Task& task, const std::string& dir) {
   return params;
 }
 
+// The options `parallax eval` evaluates: a checkpoint's, or an ONNX
+// model's (--model FILE.onnx alone: the file's own initializers).
+TrainOptions eval_options(const std::string& checkpoint, const std::string& model, const nn::OnnxConfig& onnx,
+                          const std::string& data) {
+  if (!checkpoint.empty()) {
+    if (!model.empty()) fail("eval: give --checkpoint (its config names the model) or --model FILE.onnx, not both");
+    return options_from_checkpoint(checkpoint, data);
+  }
+  if (!nn::is_onnx_path(model))
+    fail("eval: give --checkpoint DIR, or --model FILE.onnx to evaluate an ONNX model's own weights");
+  TrainOptions o;
+  o.model = model;
+  o.onnx = onnx;
+  o.data = data;
+  return o;
+}
+
 }  // namespace
 
 void add_eval_command(CLI::App& app) {
   struct Options {
-    std::string checkpoint, data;
+    std::string checkpoint, data, model;
+    nn::OnnxConfig onnx;
+    std::vector<std::string> inputs;
     int64_t batch = 16, eval_batches = 20;
     int threads = 2;
   };
   auto o = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand("eval", "evaluate a checkpoint on its validation/test set");
-  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint directory")->required();
+  CLI::App* cmd = app.add_subcommand("eval", "evaluate a checkpoint (or an ONNX model's own weights) on its "
+                                             "validation/test set");
+  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint directory");
+  cmd->add_option("--model", o->model, "FILE.onnx without --checkpoint: evaluate the file's own weights");
+  cmd->add_option("--loss", o->onnx.loss, "FILE.onnx: as train's --loss")->check(CLI::IsMember({"cross_entropy"}));
+  cmd->add_option("--input", o->inputs, "FILE.onnx: as train's --input NAME=ROLE");
   cmd->add_option("--data", o->data, "override the checkpoint's data path");
   cmd->add_option("--batch", o->batch, "gpt: validation batch size")->capture_default_str();
   cmd->add_option("--eval-batches", o->eval_batches,
@@ -53,12 +76,14 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "threads for kernels and BLAS")->capture_default_str();
   cmd->callback([o] {
     kernels::set_threads(o->threads);
-    TrainOptions t = options_from_checkpoint(o->checkpoint, o->data);
+    for (const std::string& text : o->inputs) o->onnx.bindings.push_back(nn::parse_input_binding(text));
+    TrainOptions t = eval_options(o->checkpoint, o->model, o->onnx, o->data);
     t.batch = o->batch;
     t.eval_batches = o->eval_batches;
     t.steps = 1;
     auto task = make_task(t);
-    ParamStore params = load_params(*task, o->checkpoint);
+    ParamStore params = o->checkpoint.empty() ? initial_parameters(task->build(1, false).graph, 0)
+                                              : load_params(*task, o->checkpoint);
     Evaluation e = task->evaluate(params).mean();
     std::cout << fmt::format("val_loss {:.4f}", e.loss);
     if (e.accuracy >= 0) std::cout << fmt::format(" val_accuracy {:.2f}%", 100 * e.accuracy);

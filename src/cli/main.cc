@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   px::cli::add_train_command(app);
   px::cli::add_eval_command(app);
   px::cli::add_sample_command(app);
+  px::cli::add_export_command(app);
   px::cli::add_lower_command(app);
   px::cli::add_simulate_command(app);
   px::cli::add_calibrate_command(app);

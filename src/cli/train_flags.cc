@@ -44,7 +44,17 @@ void add_model_flags(CLI::App& cmd, TrainFlags& flags) {
   o.steps = o.epochs = o.batch = o.schedule.warmup = o.eval_every = o.sample_tokens = kModelDefault;
   o.optimizer.kind = "";
   o.schedule.lr = o.schedule.min_ratio = o.optimizer.weight_decay = o.grad_clip = unset;
-  cmd.add_option("--model", o.model, "mlp, cnn or gpt")->check(CLI::IsMember({"mlp", "cnn", "gpt"}))->capture_default_str();
+  cmd.add_option("--model", o.model, "mlp, cnn, gpt or an ONNX file FILE.onnx (docs/onnx.md)")
+      ->check([](const std::string& model) {
+        const bool known = model == "mlp" || model == "cnn" || model == "gpt" || nn::is_onnx_path(model);
+        return known ? std::string() : "expected mlp, cnn, gpt or a FILE.onnx, got '" + model + "'";
+      })
+      ->capture_default_str();
+  cmd.add_option("--loss", o.onnx.loss, "FILE.onnx without a scalar (loss) output: the loss attached to its first "
+                                        "output (cross_entropy)")
+      ->check(CLI::IsMember({"cross_entropy"}));
+  cmd.add_option("--input", flags.inputs, "FILE.onnx: feed input NAME from a dataset, NAME=images|tokens|labels|"
+                                          "targets (default: by shape and dtype)");
   cmd.add_option("--batch", o.batch, "global batch size (default: gpt 16, mlp/cnn 64)");
   cmd.add_option("--accumulation", o.accumulation, "micro-batches per step (gradient accumulation)")->capture_default_str();
   cmd.add_option("--seed", o.seed, "seed for initialization, data order and dropout")->capture_default_str();
@@ -215,6 +225,8 @@ void add_train_flags(CLI::App& cmd, TrainFlags& flags) {
 void apply(TrainFlags& flags) {
   TrainOptions& o = flags.options;
   apply_model_defaults(o);
+  o.onnx.bindings.clear();
+  for (const std::string& text : flags.inputs) o.onnx.bindings.push_back(nn::parse_input_binding(text));
   if (!(flags.bucket_mb >= 0)) fail("--bucket-mb {} must be >= 0", flags.bucket_mb);
   o.sync.bucket_bytes = static_cast<int64_t>(flags.bucket_mb * (1 << 20));
   o.sync.collective.algorithm = comm::algorithm_from_name(flags.allreduce);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -25,6 +26,7 @@ struct TrainFlags {
   std::string progress = "auto";  // auto, bar or lines
   std::string inject_delay;       // "RANK:MS"
   std::string inject_fault;       // "RANK:STEP[:kill|hang|lost]"
+  std::vector<std::string> inputs;  // --input NAME=ROLE (an .onnx model's input bindings)
   CLI::Option* ranks_flag = nullptr;  // --ranks, to tell whether it was given
 };
 

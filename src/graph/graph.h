@@ -6,6 +6,7 @@
 // node outputs.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,10 +14,12 @@
 
 namespace px {
 
-// How a parameter is initialized (the runtime draws the numbers).
+// How a parameter is initialized: the runtime draws the numbers, unless
+// the model brings its own (an imported ONNX initializer), which then win.
 struct ParamInit {
   enum class Kind { normal, zeros, ones, uniform } kind = Kind::zeros;
   double scale = 0;  // normal: std; uniform: bound (values in [-scale, scale])
+  std::shared_ptr<const Tensor> values;  // set: the parameter's initial values (its shape)
   bool operator==(const ParamInit&) const = default;
 };
 

@@ -8,7 +8,12 @@ Model build_model(const ModelConfig& c, int64_t batch, bool training) {
   if (c.kind == "gpt") return build_gpt(c.gpt, batch, c.gpt.block, training);
   if (c.kind == "mlp") return build_mlp(c.mlp, batch);
   if (c.kind == "cnn") return build_cnn(c.cnn, batch);
-  fail("model '{}' is unknown: expected mlp, cnn or gpt", c.kind);
+  if (is_onnx_path(c.kind)) {
+    OnnxConfig onnx = c.onnx;
+    onnx.path = c.kind;
+    return import_onnx(onnx, batch, training);
+  }
+  fail("model '{}' is unknown: expected mlp, cnn, gpt or a FILE.onnx", c.kind);
 }
 
 }  // namespace px::nn

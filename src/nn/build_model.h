@@ -9,18 +9,20 @@
 #include "nn/gpt.h"
 #include "nn/mlp.h"
 #include "nn/model.h"
+#include "nn/onnx/onnx_import.h"
 
 namespace px::nn {
 
 struct ModelConfig {
-  std::string kind = "gpt";  // mlp | cnn | gpt
+  std::string kind = "gpt";  // mlp | cnn | gpt | a path ending in .onnx (nn/onnx/onnx_import.h)
   GptConfig gpt;
   MlpConfig mlp;
   CnnConfig cnn;
+  OnnxConfig onnx;  // an .onnx kind: its path (= kind), loss and input bindings
 };
 
 // The model `config` names, for a batch of `batch` rows (gpt: `training`
-// adds dropout). px::Error for an unknown kind.
+// and imported ONNX models add dropout). px::Error for an unknown kind.
 Model build_model(const ModelConfig& config, int64_t batch, bool training);
 
 }  // namespace px::nn

@@ -48,6 +48,16 @@ assert_error negative-lr "learning rate -0.1" -- train "${tiny[@]}" --lr -0.1
 assert_error p3-with-clipping "error: P3 updates each layer" -- train "${tiny[@]}" --steps 2 --ranks 2 --p3-slice-kb 4 --grad-clip 1
 assert_error compress-with-tp "error: strategy: gradient compression" -- train "${tiny[@]}" --steps 2 --ranks 2 --tp 2 --compress topk:0.1
 assert_error missing-text "$work/nope.txt" -- train --data "$work/nope.txt" --steps 1
+# ONNX models (docs/onnx.md): the loader's and the binding's named errors.
+fixtures="$(dirname "$0")/../fixtures/onnx"
+head -c 3000 "$fixtures/mlp.onnx" > "$work/truncated.onnx"
+assert_error onnx-missing "cannot open '$work/none.onnx'" -- train --model "$work/none.onnx" --steps 1
+assert_error onnx-truncated "is not a valid ONNX model" -- train --model "$work/truncated.onnx" --steps 1
+assert_error onnx-input-unknown "the model has no input 'pixels'" -- train --model "$fixtures/mlp.onnx" --steps 1 --input pixels=images
+assert_error onnx-input-role "input role 'pictures' is unknown" -- train --model "$fixtures/mlp.onnx" --steps 1 --input x=pictures
+assert_error onnx-loss-twice "computes its loss already" -- train --model "$fixtures/cnn.onnx" --steps 1 --loss cross_entropy
+assert_error onnx-flags-without-onnx "give --model FILE.onnx" -- train "${tiny[@]}" --steps 1 --loss cross_entropy
+assert_error eval-nothing "give --checkpoint DIR, or --model FILE.onnx" -- eval
 assert_error missing-fmnist "$work/no-dir" -- train --model mlp --data "$work/no-dir"
 mkdir -p "$work/fmnist"
 cp /usr/share/datasets/fashion-mnist/* "$work/fmnist/"
@@ -71,8 +81,9 @@ assert_error shape-mismatch "[256,16]" -- sample --checkpoint "$work/wider" --to
 assert_error missing-checkpoint "$work/none" -- eval --checkpoint "$work/none"
 assert_error resume-truncated "model.safetensors" -- train "${tiny[@]}" --steps 4 --resume "$work/trunc"
 assert_error bad-flag-value "abc" -- train --steps abc
+assert_error export-builtin "holds the built-in model 'gpt'" -- export --checkpoint "$work/ckpt" --onnx "$work/out.onnx"
 
-for sub in train eval sample "bench comm"; do
+for sub in train eval sample export "bench comm"; do
   # shellcheck disable=SC2086
   assert_true "help-$sub" "$px" $sub --help > /dev/null
 done

@@ -196,7 +196,7 @@ TEST(LoadCheckpoint, AModelConfigWithABadFieldIsNamed) {
   nlohmann::json missing = gpt;
   missing["gpt"].erase("n_head");
   expect_refused(missing, "gpt.n_head is missing");
-  expect_refused({{"model", "resnet"}}, "model is 'resnet', expected gpt, mlp or cnn");
+  expect_refused({{"model", "resnet"}}, "model is 'resnet', expected gpt, mlp, cnn or a FILE.onnx");
   expect_refused({{"model", "mlp"}, {"mlp", {{"inputs", 4}, {"hidden", {8, "x"}}, {"classes", 2}}}},
                  "mlp.hidden[1] is \"x\", expected an integer");
   expect_refused(nlohmann::json::array(), "expected a JSON object");

@@ -104,7 +104,7 @@ TEST(Trainer, ImpossibleConfigsAreNamedErrors) {
   expect_error(lr, {"learning rate", "-0.1"});
   TrainOptions model = o;
   model.model = "resnet";
-  expect_error(model, {"resnet", "mlp, cnn or gpt"});
+  expect_error(model, {"resnet", "mlp, cnn, gpt or a FILE.onnx"});
   TrainOptions data = o;
   data.data = dir.file("missing.txt");
   expect_error(data, {"missing.txt"});

@@ -235,7 +235,7 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
 
   nn::Model shape_model = task->build(1, false);
   const std::map<std::string, bool> decays = decay_flags(shape_model.graph);
-  ParamStore params = ParamStore::initialize(shape_model.graph, o.seed);
+  ParamStore params = initial_parameters(shape_model.graph, o.seed);
   validate(o.optimizer);
   const Checkpoint* resumed = resume.checkpoint();
   int64_t start = 0;

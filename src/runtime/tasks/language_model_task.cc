@@ -75,6 +75,17 @@ std::unique_ptr<Task> make_classification_task(const TrainOptions& options);
 
 std::unique_ptr<Task> make_task(const TrainOptions& options) {
   if (options.model == "gpt") return make_language_model_task(options);
+  if (nn::is_onnx_path(options.model)) {
+    // An imported model's task is its main input's dataset: token windows
+    // as long as its (B, T) input, or images.
+    const nn::Model probe = nn::build_model(options.model_config(), 1, false);
+    const TensorSpec& input = probe.graph.spec(probe.inputs);
+    if (input.dtype != DType::f32) {
+      TrainOptions o = options;
+      o.gpt.block = input.shape[1];
+      return make_language_model_task(o);
+    }
+  }
   return make_classification_task(options);
 }
 

@@ -10,4 +10,15 @@ std::vector<std::pair<ValueId, Tensor>> feeds_of(const nn::Model& model, const D
   return {{model.inputs, batch.inputs}, {model.targets, batch.targets}};
 }
 
+ParamStore initial_parameters(const Graph& graph, uint64_t seed) {
+  ParamStore store = ParamStore::initialize(graph, seed);
+  for (ValueId id : graph.params()) {
+    const Value& v = graph.value(id);
+    if (v.init.values == nullptr) continue;
+    PX_CHECK(v.init.values->shape() == v.spec.shape, "param {}", v.name);
+    store.at(v.name).copy_from(*v.init.values);
+  }
+  return store;
+}
+
 }  // namespace px

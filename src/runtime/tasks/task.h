@@ -58,6 +58,12 @@ class Task {
   virtual int64_t units_per_row() const = 0;
 };
 
+// A model's starting parameters: every one drawn from its ParamInit with
+// one Rng(seed) (ParamStore::initialize), then the values the model brings
+// itself (ParamInit::values: an imported ONNX model's initializers) copied
+// over the draws. Every rank calls it alike and gets the same store.
+ParamStore initial_parameters(const Graph& graph, uint64_t seed);
+
 // Loads the task's data (px::Error for missing or bad data).
 std::unique_ptr<Task> make_task(const TrainOptions& options);
 

@@ -155,7 +155,7 @@ void RankTrainer::resume_state() {
   if (resumed == nullptr) {
     // Every rank draws the same initial parameters; the executor keeps its
     // storage of them (its model shard, or its ZeRO-3 block) and these go.
-    executor_->set_parameters(ParamStore::initialize(model_.graph, o_.seed));
+    executor_->set_parameters(initial_parameters(model_.graph, o_.seed));
     return;
   }
   step_ = resume_.restore_task(*task_);

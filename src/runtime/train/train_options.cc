@@ -49,8 +49,11 @@ static void validate_parameter_server(const TrainOptions& o) {
 }
 
 void validate(const TrainOptions& o) {
-  if (o.model != "mlp" && o.model != "cnn" && o.model != "gpt")
-    fail("model '{}' is unknown: expected mlp, cnn or gpt", o.model);
+  const bool onnx = nn::is_onnx_path(o.model);
+  if (o.model != "mlp" && o.model != "cnn" && o.model != "gpt" && !onnx)
+    fail("model '{}' is unknown: expected mlp, cnn, gpt or a FILE.onnx", o.model);
+  if (!onnx && (!o.onnx.loss.empty() || !o.onnx.bindings.empty()))
+    fail("--loss and --input bind an imported model's outputs and inputs: give --model FILE.onnx");
   if (o.batch <= 0) fail("batch size {} must be positive", o.batch);
   // Micro-batches need not divide the batch: a rank's rows are cut as evenly
   // as they go (some micro-batches one row longer; more micro-batches than
@@ -126,6 +129,11 @@ nlohmann::json model_json(const TrainOptions& o) {
   if (o.model == "cnn")
     j["cnn"] = {{"channels1", o.cnn.channels1}, {"channels2", o.cnn.channels2}, {"hidden", o.cnn.hidden},
                 {"classes", o.cnn.classes}};
+  if (nn::is_onnx_path(o.model)) {
+    nlohmann::json inputs = nlohmann::json::object();
+    for (const nn::InputBinding& b : o.onnx.bindings) inputs[b.input] = nn::input_role_name(b.role);
+    j["onnx"] = {{"loss", o.onnx.loss}, {"inputs", inputs}};
+  }
   return j;
 }
 
@@ -171,16 +179,33 @@ class ModelConfigReader {
   const nlohmann::json& config_;
 };
 
+// The "onnx" section: {"loss": "", "inputs": {"x": "images", ...}}.
+nn::OnnxConfig read_onnx_config(const nlohmann::json& section) {
+  nn::OnnxConfig onnx;
+  if (!section.contains("loss") || !section.at("loss").is_string() || !section.contains("inputs") ||
+      !section.at("inputs").is_object())
+    fail("checkpoint model config: onnx is {}, expected {{\"loss\": string, \"inputs\": object}}", section.dump());
+  onnx.loss = section.at("loss").get<std::string>();
+  for (const auto& [name, role] : section.at("inputs").items()) {
+    if (!role.is_string()) fail("checkpoint model config: onnx.inputs.{} is {}, expected a role", name, role.dump());
+    onnx.bindings.push_back({.input = name, .role = nn::input_role(role.get<std::string>())});
+  }
+  return onnx;
+}
+
 }  // namespace
 
 void apply_model_json(const nlohmann::json& j, TrainOptions& o) {
   const ModelConfigReader config(j);
   o.model = config.string("model", "");
-  if (o.model != "gpt" && o.model != "mlp" && o.model != "cnn")
-    fail("checkpoint model config: model is '{}', expected gpt, mlp or cnn", o.model);
+  const bool onnx = nn::is_onnx_path(o.model);
+  if (o.model != "gpt" && o.model != "mlp" && o.model != "cnn" && !onnx)
+    fail("checkpoint model config: model is '{}', expected gpt, mlp, cnn or a FILE.onnx", o.model);
   o.data = config.string("data", "");
   using R = ModelConfigReader;
-  if (o.model == "gpt") {
+  if (onnx) {
+    o.onnx = read_onnx_config(config.section("onnx"));
+  } else if (o.model == "gpt") {
     const auto& g = config.section("gpt");
     o.gpt = {.vocab = R::size(g, "gpt", "vocab"), .block = R::size(g, "gpt", "block"),
              .n_layer = R::size(g, "gpt", "n_layer"), .n_head = R::size(g, "gpt", "n_head"),

@@ -46,11 +46,12 @@ struct DataParallelOptions : parallel::StrategyRequest {
 inline constexpr int64_t kModelDefault = std::numeric_limits<int64_t>::min();
 
 struct TrainOptions {
-  std::string model = "gpt";     // mlp | cnn | gpt
+  std::string model = "gpt";     // mlp | cnn | gpt | FILE.onnx (an imported model, docs/onnx.md)
   std::string data;              // text file (gpt) or IDX directory (mlp/cnn); empty: the default corpus
   nn::GptConfig gpt;
   nn::MlpConfig mlp;
   nn::CnnConfig cnn;
+  nn::OnnxConfig onnx;           // FILE.onnx: --loss and --input NAME=ROLE (its path is `model`)
   int64_t steps = 0;             // total steps; or
   int64_t epochs = 0;            // whole epochs (classifiers)
   int64_t batch = 16;            // global batch
@@ -114,7 +115,7 @@ struct TrainOptions {
   std::string local_cluster;
 
   // The model these options name, for nn::build_model.
-  nn::ModelConfig model_config() const { return {.kind = model, .gpt = gpt, .mlp = mlp, .cnn = cnn}; }
+  nn::ModelConfig model_config() const { return {.kind = model, .gpt = gpt, .mlp = mlp, .cnn = cnn, .onnx = onnx}; }
 };
 
 // Checks the whole config; throws px::Error naming the bad option and value.

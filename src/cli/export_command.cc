@@ -1,0 +1,44 @@
+// `parallax export`: a checkpoint of an imported ONNX model written back as
+// ONNX — the original graph with the trained initializers (docs/onnx.md).
+#include <fstream>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "nn/onnx/onnx_import.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/train/train_options.h"
+
+namespace px::cli {
+
+void add_export_command(CLI::App& app) {
+  struct Options {
+    std::string checkpoint, onnx, model;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("export", "write a checkpoint of an imported ONNX model back as ONNX");
+  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint directory (of a --model FILE.onnx run)")->required();
+  cmd->add_option("--onnx", o->onnx, "the ONNX file to write")->required();
+  cmd->add_option("--model", o->model, "the ONNX file trained (default: the one the checkpoint names)");
+  cmd->callback([o] {
+    std::ifstream in(o->checkpoint + "/state.json");
+    if (!in) fail("checkpoint '{}' has no state.json: expected a directory written by parallax train --save", o->checkpoint);
+    nlohmann::json state;
+    try {
+      state = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      fail("checkpoint state '{}/state.json' is not valid JSON: {}", o->checkpoint, e.what());
+    }
+    TrainOptions t;
+    apply_model_json(state.at("config"), t);
+    if (!nn::is_onnx_path(t.model))
+      fail("checkpoint '{}' holds the built-in model '{}'; export writes models imported from ONNX", o->checkpoint,
+           t.model);
+    const std::string source = o->model.empty() ? t.model : o->model;
+    std::map<std::string, Tensor> parameters;
+    for (const auto& [name, tensor] : load_model_weights(o->checkpoint).tensors) parameters.emplace(name, tensor);
+    nn::export_onnx(source, parameters, o->onnx);
+    std::cout << fmt::format("wrote '{}': {} with {} trained parameters\n", o->onnx, source, parameters.size());
+  });
+}
+
+}  // namespace px::cli

@@ -1,0 +1,315 @@
+#include "nn/onnx/fold.h"
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+
+#include "core/error.h"
+#include "nn/onnx/tensors.h"
+
+namespace px::nn {
+namespace {
+
+using ::onnx::NodeProto;
+using Outputs = std::vector<Tensor>;
+using FoldFn = std::function<Outputs(ImportContext&, const NodeProto&)>;
+
+std::vector<int64_t> strides_of(const Shape& s) {
+  std::vector<int64_t> st(static_cast<size_t>(s.rank()), 1);
+  for (int d = s.rank() - 2; d >= 0; --d) st[d] = st[d + 1] * s[d + 1];
+  return st;
+}
+
+// Element `i` of `src` into element `j` of `dst` (same dtype).
+void copy_element(const Tensor& src, int64_t i, Tensor& dst, int64_t j) {
+  const size_t n = dtype_size(src.dtype());
+  std::memcpy(static_cast<char*>(dst.raw()) + j * n, static_cast<const char*>(src.raw()) + i * n, n);
+}
+
+double number(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::f32 ? double(t.f32()[i]) : double(t.data<int64_t>()[i]);
+}
+
+// Axis `a` of a rank-`rank` tensor, negative counting from the end.
+int axis_of(int64_t a, int rank, const NodeProto& node) {
+  if (a < -rank || a >= rank) fail("{}: axis {} is outside rank {}", describe(node), a, rank);
+  return static_cast<int>(a < 0 ? a + rank : a);
+}
+
+const Tensor& in(ImportContext& c, const NodeProto& node, int i) {
+  return c.constant(ImportContext::input(node, i), node);
+}
+
+Outputs fold_constant(ImportContext&, const NodeProto& node) {
+  if (const auto* a = find_attribute(node, "value")) return {to_tensor(a->t())};
+  if (const auto* a = find_attribute(node, "value_float")) return {Tensor::full(Shape{}, a->f())};
+  Tensor t = Tensor::empty(Shape{}, DType::i64);
+  if (const auto* a = find_attribute(node, "value_int")) {
+    t.data<int64_t>()[0] = a->i();
+    return {t};
+  }
+  if (const auto* a = find_attribute(node, "value_ints")) {
+    Tensor v = Tensor::empty(Shape{a->ints_size()}, DType::i64);
+    for (int i = 0; i < a->ints_size(); ++i) v.data<int64_t>()[i] = a->ints(i);
+    return {v};
+  }
+  fail("{}: only value, value_float, value_int and value_ints constants are read", describe(node));
+}
+
+Outputs fold_shape(ImportContext& c, const NodeProto& node) {
+  const Shape s = c.spec(ImportContext::input(node, 0), node).shape;
+  int64_t start = attr_int(node, "start", 0), end = attr_int(node, "end", s.rank());
+  if (start < 0) start += s.rank();
+  if (end < 0) end += s.rank();
+  start = std::clamp<int64_t>(start, 0, s.rank());
+  end = std::clamp<int64_t>(end, start, s.rank());
+  Tensor out = Tensor::empty(Shape{end - start}, DType::i64);
+  for (int64_t d = start; d < end; ++d) out.data<int64_t>()[d - start] = s[static_cast<int>(d)];
+  return {out};
+}
+
+Outputs fold_gather(ImportContext& c, const NodeProto& node) {
+  const Tensor &data = in(c, node, 0), &indices = in(c, node, 1);
+  const Shape& ds = data.shape();
+  const int axis = axis_of(attr_int(node, "axis", 0), ds.rank(), node);
+  std::vector<int64_t> dims(ds.dims().begin(), ds.dims().begin() + axis);
+  for (int64_t d : indices.shape().dims()) dims.push_back(d);
+  dims.insert(dims.end(), ds.dims().begin() + axis + 1, ds.dims().end());
+  Tensor out = Tensor::empty(Shape(dims), data.dtype());
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= ds[d];
+  for (int d = axis + 1; d < ds.rank(); ++d) inner *= ds[d];
+  const std::vector<int64_t> idx = constant_ints(indices);
+  int64_t j = 0;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k : idx) {
+      if (k < -ds[axis] || k >= ds[axis]) fail("{}: index {} is outside [0, {})", describe(node), k, ds[axis]);
+      if (k < 0) k += ds[axis];
+      for (int64_t i = 0; i < inner; ++i) copy_element(data, (o * ds[axis] + k) * inner + i, out, j++);
+    }
+  return {out};
+}
+
+// A copy of `t` viewed with `dims` (same elements, same order).
+Tensor relabel(const Tensor& t, const std::vector<int64_t>& dims) {
+  Tensor out = t.clone();
+  return out.reshape(Shape(dims));
+}
+
+std::vector<int64_t> axes_input(ImportContext& c, const NodeProto& node, int rank) {
+  std::vector<int64_t> axes = constant_ints(in(c, node, 1));
+  for (int64_t& a : axes) a = axis_of(a, rank, node);
+  std::sort(axes.begin(), axes.end());
+  return axes;
+}
+
+Outputs fold_unsqueeze(ImportContext& c, const NodeProto& node) {
+  const Tensor& x = in(c, node, 0);
+  const int rank = x.rank() + static_cast<int>(constant_ints(in(c, node, 1)).size());
+  std::vector<int64_t> axes = axes_input(c, node, rank), dims;
+  for (int d = 0, k = 0; d < rank; ++d)
+    dims.push_back(std::find(axes.begin(), axes.end(), d) != axes.end() ? 1 : x.shape()[k++]);
+  return {relabel(x, dims)};
+}
+
+Outputs fold_squeeze(ImportContext& c, const NodeProto& node) {
+  const Tensor& x = in(c, node, 0);
+  const bool all = ImportContext::input(node, 1).empty();
+  std::vector<int64_t> axes = all ? std::vector<int64_t>{} : axes_input(c, node, x.rank()), dims;
+  for (int d = 0; d < x.rank(); ++d) {
+    const bool listed = std::find(axes.begin(), axes.end(), d) != axes.end();
+    if ((all && x.shape()[d] == 1) || listed) continue;
+    dims.push_back(x.shape()[d]);
+  }
+  return {relabel(x, dims)};
+}
+
+Outputs fold_concat(ImportContext& c, const NodeProto& node) {
+  const Tensor& first = in(c, node, 0);
+  const int axis = axis_of(attr_int(node, "axis", 0), first.rank(), node);
+  std::vector<int64_t> dims = first.shape().dims();
+  dims[axis] = 0;
+  for (int i = 0; i < node.input_size(); ++i) dims[axis] += in(c, node, i).shape()[axis];
+  Tensor out = Tensor::empty(Shape(dims), first.dtype());
+  int64_t outer = 1;
+  for (int d = 0; d < axis; ++d) outer *= dims[d];
+  int64_t j = 0;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int i = 0; i < node.input_size(); ++i) {
+      const Tensor& t = in(c, node, i);
+      if (t.dtype() != first.dtype()) fail("{}: inputs of different types", describe(node));
+      const int64_t block = t.numel() / outer;
+      for (int64_t k = 0; k < block; ++k) copy_element(t, o * block + k, out, j++);
+    }
+  return {out};
+}
+
+Outputs fold_slice(ImportContext& c, const NodeProto& node) {
+  const Tensor& x = in(c, node, 0);
+  const Shape& s = x.shape();
+  const std::vector<int64_t> starts = constant_ints(in(c, node, 1)), ends = constant_ints(in(c, node, 2));
+  std::vector<int64_t> axes, steps(starts.size(), 1);
+  if (!ImportContext::input(node, 3).empty()) axes = constant_ints(in(c, node, 3));
+  else for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (!ImportContext::input(node, 4).empty()) steps = constant_ints(in(c, node, 4));
+  // Per dim: first index, step, count (ONNX's clamping rules).
+  std::vector<int64_t> first(s.rank(), 0), step(s.rank(), 1), count(s.dims().begin(), s.dims().end());
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int d = axis_of(axes[i], s.rank(), node);
+    const int64_t n = s[d], st = steps[i];
+    if (st == 0) fail("{}: step 0", describe(node));
+    auto clamp = [&](int64_t v) {
+      if (v < 0) v += n;
+      return st > 0 ? std::clamp<int64_t>(v, 0, n) : std::clamp<int64_t>(v, -1, n - 1);
+    };
+    const int64_t b = clamp(starts[i]), e = clamp(ends[i]);
+    first[d] = b;
+    step[d] = st;
+    count[d] = st > 0 ? std::max<int64_t>(0, (e - b + st - 1) / st) : std::max<int64_t>(0, (b - e - st - 1) / -st);
+  }
+  Tensor out = Tensor::empty(Shape(count), x.dtype());
+  const std::vector<int64_t> xs = strides_of(s), os = strides_of(out.shape());
+  for (int64_t j = 0; j < out.numel(); ++j) {
+    int64_t src = 0;
+    for (int d = 0; d < s.rank(); ++d) src += (first[d] + (j / os[d] % count[d]) * step[d]) * xs[d];
+    copy_element(x, src, out, j);
+  }
+  return {out};
+}
+
+Outputs fold_cast(ImportContext& c, const NodeProto& node) {
+  const Tensor& x = in(c, node, 0);
+  const bool to_float = attr_int(node, "to", 0) == ::onnx::TensorProto::FLOAT;
+  Tensor out = Tensor::empty(x.shape(), to_float ? DType::f32 : DType::i64);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    if (to_float) out.f32()[i] = static_cast<float>(number(x, i));
+    else out.data<int64_t>()[i] = x.dtype() == DType::i64 ? x.data<int64_t>()[i] : static_cast<int64_t>(x.f32()[i]);
+  }
+  return {out};
+}
+
+Outputs fold_reshape(ImportContext& c, const NodeProto& node) {
+  const Tensor& x = in(c, node, 0);
+  std::vector<int64_t> dims = constant_ints(in(c, node, 1));
+  int64_t known = 1;
+  int infer = -1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == 0) dims[i] = x.shape()[static_cast<int>(i)];
+    if (dims[i] == -1) infer = static_cast<int>(i);
+    else known *= dims[i];
+  }
+  if (infer >= 0) dims[infer] = known == 0 ? 0 : x.numel() / known;
+  if (Shape(dims).numel() != x.numel()) fail("{}: cannot view {} as {}", describe(node), x.shape(), Shape(dims));
+  return {relabel(x, dims)};
+}
+
+// Elementwise arithmetic with numpy broadcasting, in i64 when both are.
+Outputs fold_arithmetic(ImportContext& c, const NodeProto& node) {
+  const Tensor &a = in(c, node, 0), &b = in(c, node, 1);
+  const int rank = std::max(a.rank(), b.rank());
+  std::vector<int64_t> dims(rank);
+  auto dim = [&](const Tensor& t, int d) { return d < rank - t.rank() ? 1 : t.shape()[d - (rank - t.rank())]; };
+  for (int d = 0; d < rank; ++d) {
+    if (dim(a, d) != dim(b, d) && dim(a, d) != 1 && dim(b, d) != 1)
+      fail("{}: shapes {} and {} do not broadcast", describe(node), a.shape(), b.shape());
+    dims[d] = std::max(dim(a, d), dim(b, d));
+  }
+  const bool ints = a.dtype() == DType::i64 && b.dtype() == DType::i64;
+  Tensor out = Tensor::empty(Shape(dims), ints ? DType::i64 : DType::f32);
+  const std::vector<int64_t> os = strides_of(out.shape());
+  auto source = [&](const Tensor& t, int64_t j) {
+    int64_t index = 0, stride = 1;
+    for (int d = rank - 1; d >= rank - t.rank(); --d) {
+      const int64_t n = t.shape()[d - (rank - t.rank())];
+      index += (n == 1 ? 0 : j / os[d] % dims[d]) * stride;
+      stride *= n;
+    }
+    return index;
+  };
+  const std::string& op = node.op_type();
+  for (int64_t j = 0; j < out.numel(); ++j) {
+    const int64_t ia = source(a, j), ib = source(b, j);
+    if (ints) {
+      const int64_t x = a.data<int64_t>()[ia], y = b.data<int64_t>()[ib];
+      if (op == "Div" && y == 0) fail("{}: integer division by zero", describe(node));
+      out.data<int64_t>()[j] = op == "Add" ? x + y : op == "Sub" ? x - y : op == "Mul" ? x * y : x / y;
+    } else {
+      const double x = number(a, ia), y = number(b, ib);
+      out.f32()[j] = static_cast<float>(op == "Add" ? x + y : op == "Sub" ? x - y : op == "Mul" ? x * y : x / y);
+    }
+  }
+  return {out};
+}
+
+Outputs fold_constant_of_shape(ImportContext& c, const NodeProto& node) {
+  const std::vector<int64_t> dims = constant_ints(in(c, node, 0));
+  // Shape arithmetic makes small tensors; a huge one is a malformed model.
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0 || (d > 0 && n > (int64_t{1} << 28) / d)) fail("{}: shape [{}] is negative or too large to fold", describe(node), fmt::join(dims, ","));
+    n *= d;
+  }
+  const auto* a = find_attribute(node, "value");
+  if (a == nullptr) return {Tensor::zeros(Shape(dims))};
+  const Tensor v = to_tensor(a->t());
+  Tensor out = Tensor::empty(Shape(dims), v.dtype());
+  for (int64_t j = 0; j < out.numel(); ++j) copy_element(v, 0, out, j);
+  return {out};
+}
+
+Outputs fold_identity(ImportContext& c, const NodeProto& node) { return {in(c, node, 0)}; }
+
+// Equal of two constants (a mask compared with 0), as i64 0/1.
+Outputs fold_equal(ImportContext& c, const NodeProto& node) {
+  const Tensor &a = in(c, node, 0), &b = in(c, node, 1);
+  if (b.numel() != 1 && b.shape() != a.shape())
+    fail("{}: parallax folds Equal of equal shapes or against a scalar", describe(node));
+  Tensor out = Tensor::empty(a.shape(), DType::i64);
+  for (int64_t i = 0; i < a.numel(); ++i) out.data<int64_t>()[i] = number(a, i) == number(b, b.numel() == 1 ? 0 : i);
+  return {out};
+}
+
+const std::map<std::string, FoldFn>& folders() {
+  static const std::map<std::string, FoldFn> table{
+      {"Constant", fold_constant},   {"Shape", fold_shape},     {"Gather", fold_gather},
+      {"Unsqueeze", fold_unsqueeze}, {"Squeeze", fold_squeeze}, {"Concat", fold_concat},
+      {"Slice", fold_slice},         {"Cast", fold_cast},       {"Reshape", fold_reshape},
+      {"Add", fold_arithmetic},      {"Sub", fold_arithmetic},  {"Mul", fold_arithmetic},
+      {"Div", fold_arithmetic},      {"ConstantOfShape", fold_constant_of_shape},
+      {"Identity", fold_identity},   {"Equal", fold_equal}};
+  return table;
+}
+
+}  // namespace
+
+std::vector<std::string> foldable_operators() {
+  std::vector<std::string> names;
+  for (const auto& [name, fn] : folders()) names.push_back(name);
+  return names;
+}
+
+std::vector<int64_t> constant_ints(const Tensor& t) {
+  std::vector<int64_t> out(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    out[i] = t.dtype() == DType::i64 ? t.data<int64_t>()[i] : static_cast<int64_t>(t.f32()[i]);
+  return out;
+}
+
+std::optional<std::vector<Tensor>> try_fold(ImportContext& context, const NodeProto& node) {
+  auto it = folders().find(node.op_type());
+  if (it == folders().end()) return std::nullopt;
+  if (node.op_type() == "Shape") return it->second(context, node);  // of any value: shapes are static
+  // A table lookup in a float initializer is a parameter's (positions in
+  // wpe): it is converted (embedding of arange), never frozen into a constant.
+  if (node.op_type() == "Gather" && context.is_initializer(ImportContext::input(node, 0)) &&
+      !context.is_constant(ImportContext::input(node, 0)))
+    return std::nullopt;
+  // A float initializer read only here is a buffer (a causal mask), not a
+  // parameter: those fold. One an earlier node read as a value does not.
+  for (const std::string& name : node.input())
+    if (!name.empty() && !context.is_constant(name) && !context.is_initializer(name)) return std::nullopt;
+  return it->second(context, node);
+}
+
+}  // namespace px::nn

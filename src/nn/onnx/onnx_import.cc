@@ -1,0 +1,76 @@
+#include "nn/onnx/onnx_import.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "nn/onnx/binding.h"
+#include "nn/onnx/convert.h"
+#include "nn/onnx/fold.h"
+#include "nn/onnx/load.h"
+
+namespace px::nn {
+
+bool is_onnx_path(const std::string& model) {
+  return model.size() > 5 && model.compare(model.size() - 5, 5, ".onnx") == 0;
+}
+
+InputRole input_role(const std::string& name) {
+  for (InputRole r : {InputRole::images, InputRole::tokens, InputRole::labels, InputRole::targets})
+    if (name == input_role_name(r)) return r;
+  fail("input role '{}' is unknown: expected images, tokens, labels or targets", name);
+}
+
+const char* input_role_name(InputRole role) {
+  switch (role) {
+    case InputRole::images: return "images";
+    case InputRole::tokens: return "tokens";
+    case InputRole::labels: return "labels";
+    case InputRole::targets: return "targets";
+  }
+  return "?";
+}
+
+InputBinding parse_input_binding(const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0)
+    fail("--input '{}': expected NAME=ROLE (ROLE: images, tokens, labels or targets)", text);
+  return {.input = text.substr(0, eq), .role = input_role(text.substr(eq + 1))};
+}
+
+std::vector<std::string> onnx_supported_operators() {
+  std::vector<std::string> names = converted_operators();
+  for (const std::string& name : foldable_operators())
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Model import_onnx(const OnnxConfig& config, int64_t batch, bool training) {
+  if (batch <= 0) fail("onnx: batch {} must be positive", batch);
+  const ::onnx::ModelProto proto = load_onnx(config.path);
+  Model model;
+  try {
+    ImportContext context(model.graph, proto.graph(), batch, training);
+    bool attached_targets = false;
+    bind_inputs(context, proto.graph(), config, model, attached_targets);
+    // Nodes come in topological order (the checker enforces it).
+    for (const auto& node : proto.graph().node()) {
+      if (node.op_type() == "Identity" && context.is_initializer(ImportContext::input(node, 0))) {
+        context.alias_initializer(node.output(0), node.input(0));
+        continue;
+      }
+      if (auto folded = try_fold(context, node)) {
+        for (int i = 0; i < node.output_size() && i < static_cast<int>(folded->size()); ++i)
+          context.define_constant(node.output(i), std::move((*folded)[static_cast<size_t>(i)]));
+        continue;
+      }
+      convert_node(context, node);
+    }
+    bind_loss(context, proto.graph(), config, model, attached_targets);
+  } catch (const Error& e) {
+    fail("onnx: '{}': {}", config.path, e.what());
+  }
+  return model;
+}
+
+}  // namespace px::nn

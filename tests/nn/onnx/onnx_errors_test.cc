@@ -1,0 +1,132 @@
+// Bad ONNX input gives one-line errors that name the file and what is wrong:
+// each case edits the MLP fixture's ModelProto (or its bytes) one way.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include <onnx/onnx_pb.h>
+
+#include "core/error.h"
+#include "nn/onnx/onnx_import.h"
+#include "testing/scratch_dir.h"
+
+namespace px {
+namespace {
+
+const std::string kMlp = std::string(PX_ONNX_FIXTURES) + "/mlp.onnx";
+
+::onnx::ModelProto mlp_proto() {
+  ::onnx::ModelProto model;
+  EXPECT_TRUE(model.ParseFromString(testing::read_file(kMlp)));
+  return model;
+}
+
+// The error importing `bytes` (with `config`'s bindings) gives; "" if none.
+std::string import_error(const std::string& bytes, nn::OnnxConfig config = {}) {
+  testing::ScratchDir dir;
+  config.path = dir.file("model.onnx");
+  testing::write_file(config.path, bytes);
+  try {
+    nn::import_onnx(config, 8, true);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string edited(const std::function<void(::onnx::ModelProto&)>& edit) {
+  ::onnx::ModelProto model = mlp_proto();
+  edit(model);
+  return model.SerializeAsString();
+}
+
+// `message` is one line and holds every one of `parts`.
+void expect_named(const std::string& message, const std::vector<std::string>& parts) {
+  ASSERT_FALSE(message.empty()) << "no error";
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  for (const std::string& part : parts) EXPECT_NE(message.find(part), std::string::npos) << message;
+}
+
+::onnx::NodeProto& node_of_type(::onnx::ModelProto& model, const std::string& type) {
+  for (auto& node : *model.mutable_graph()->mutable_node())
+    if (node.op_type() == type) return node;
+  throw std::logic_error("no " + type + " node");
+}
+
+TEST(OnnxErrors, TheFixtureItselfImports) { EXPECT_EQ(import_error(testing::read_file(kMlp)), ""); }
+
+TEST(OnnxErrors, ATruncatedFileIsNamed) {
+  const std::string bytes = testing::read_file(kMlp);
+  expect_named(import_error(bytes.substr(0, bytes.size() / 2)), {"model.onnx", "not a valid ONNX model", "truncated"});
+}
+
+TEST(OnnxErrors, ACorruptFileIsNamed) {
+  expect_named(import_error(std::string(256, '\xff')), {"model.onnx", "not a valid ONNX model"});
+}
+
+TEST(OnnxErrors, AMissingFileIsNamed) {
+  try {
+    nn::import_onnx({.path = "/nonexistent/model.onnx"}, 8, true);
+    FAIL() << "imported a missing file";
+  } catch (const Error& e) {
+    expect_named(e.what(), {"cannot open '/nonexistent/model.onnx'"});
+  }
+}
+
+TEST(OnnxErrors, AnOpsetOutsideThirteenToSeventeenIsNamed) {
+  expect_named(import_error(edited([](auto& m) { m.mutable_opset_import(0)->set_version(9); })),
+               {"uses opset 9", "opsets 13 to 17"});
+}
+
+TEST(OnnxErrors, AnInitializerWhoseDataDisagreesWithItsShapeIsNamed) {
+  const std::string bytes = edited([](auto& m) {
+    for (auto& t : *m.mutable_graph()->mutable_initializer())
+      if (t.name() == "fc1.weight") t.mutable_raw_data()->resize(t.raw_data().size() - 4);
+  });
+  expect_named(import_error(bytes), {"initializer 'fc1.weight'", "[32,784]", "100348 bytes", "needs 100352"});
+}
+
+TEST(OnnxErrors, AnUnsupportedOperatorNamesItsTypeNodeAndTheSupportedSet) {
+  const std::string bytes = edited([](auto& m) { node_of_type(m, "Relu").set_op_type("Selu"); });
+  expect_named(import_error(bytes), {"operator Selu", "node '/Relu'", "supported: ", "Conv", "Gemm"});
+}
+
+TEST(OnnxErrors, AGraphTheCheckerRejectsIsNamed) {
+  const std::string bytes = edited([](auto& m) { node_of_type(m, "Relu").set_op_type("NoSuchOperator"); });
+  expect_named(import_error(bytes), {"fails the ONNX checker", "NoSuchOperator"});
+}
+
+TEST(OnnxErrors, AnInputNoDatasetFitsIsNamed) {
+  const std::string bytes = edited([](auto& m) {
+    auto* shape = m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+    shape->mutable_dim(1)->set_dim_value(3 * 32 * 32);
+  });
+  expect_named(import_error(bytes), {"input 'x' is float [?,3072]", "no dataset fits", "--input x=ROLE"});
+}
+
+TEST(OnnxErrors, AFixedBatchDimOtherThanTheBatchIsNamed) {
+  const std::string bytes = edited([](auto& m) {
+    auto* shape = m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+    shape->mutable_dim(0)->set_dim_value(4);
+  });
+  expect_named(import_error(bytes), {"fixed batch dim 4", "8 rows", "dynamic_axes"});
+}
+
+TEST(OnnxErrors, ABindingOfAnUnknownInputNamesTheInputs) {
+  nn::OnnxConfig config{.bindings = {{.input = "pixels", .role = nn::InputRole::images}}};
+  expect_named(import_error(testing::read_file(kMlp), config), {"--input pixels=images", "inputs: x"});
+}
+
+TEST(OnnxErrors, ABindingToADatasetThatDoesNotFitIsNamed) {
+  nn::OnnxConfig config{.bindings = {{.input = "x", .role = nn::InputRole::tokens}}};
+  expect_named(import_error(testing::read_file(kMlp), config), {"input 'x' is float [?,784] but tokens are int [N,T]"});
+}
+
+TEST(OnnxErrors, AnUnknownRoleIsNamed) {
+  EXPECT_THROW(nn::parse_input_binding("x=pixels"), Error);
+  EXPECT_THROW(nn::parse_input_binding("x"), Error);
+  EXPECT_EQ(nn::parse_input_binding("x=labels").role, nn::InputRole::labels);
+}
+
+}  // namespace
+}  // namespace px

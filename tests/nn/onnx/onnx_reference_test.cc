@@ -1,0 +1,134 @@
+// Imported ONNX models against PyTorch (tests/fixtures/onnx, written by
+// make_fixtures.py): on the fixture's batch, the forward loss within 1e-5
+// relative, every parameter's gradient within 1e-4 of its largest element,
+// and the losses of 50 AdamW steps within 1e-4 relative.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "graph/autodiff.h"
+#include "graph/executor.h"
+#include "nn/onnx/onnx_import.h"
+#include "parallel/lower.h"
+#include "parallel/strategy.h"
+#include "runtime/checkpoint/safetensors.h"
+#include "runtime/executor/program_executor.h"
+#include "runtime/tasks/task.h"
+
+namespace px {
+namespace {
+
+constexpr double kLossTolerance = 1e-5;
+constexpr double kGradientTolerance = 1e-4;
+constexpr double kStepsTolerance = 1e-4;
+
+// A fixture: the model file, its batch and PyTorch's numbers.
+struct Fixture {
+  std::string name;
+  nn::OnnxConfig config;
+  SafetensorsFile tensors;  // inputs, targets, grad.<param>
+  nlohmann::json reference; // loss, adamw, losses
+  int64_t batch() const { return reference.at("batch").get<int64_t>(); }
+};
+
+Fixture load_fixture(const std::string& name) {
+  const std::string base = std::string(PX_ONNX_FIXTURES) + "/" + name;
+  Fixture f{.name = name, .config = {.path = base + ".onnx"}, .tensors = load_safetensors(base + ".reference.safetensors")};
+  std::ifstream in(base + ".reference.json");
+  f.reference = nlohmann::json::parse(in);
+  return f;
+}
+
+// Every parameter and the batch bound by value id, for graph::Executor.
+std::vector<Tensor> bind(const nn::Model& model, const Fixture& f) {
+  std::vector<Tensor> bound;
+  initial_parameters(model.graph, 0).bind(model.graph, bound);
+  bound[model.inputs] = f.tensors.at("inputs");
+  bound[model.targets] = f.tensors.at("targets");
+  return bound;
+}
+
+class OnnxReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OnnxReference, ForwardLossMatchesPyTorch) {
+  const Fixture f = load_fixture(GetParam());
+  const nn::Model model = nn::import_onnx(f.config, f.batch(), true);
+  Executor executor(model.graph, {model.loss});
+  const double loss = executor.run(bind(model, f)).front().f32()[0];
+  const double torch_loss = f.reference.at("loss").get<double>();
+  EXPECT_LE(std::abs(loss - torch_loss) / std::abs(torch_loss), kLossTolerance) << loss << " vs " << torch_loss;
+}
+
+TEST_P(OnnxReference, EveryParameterGradientMatchesPyTorch) {
+  const Fixture f = load_fixture(GetParam());
+  nn::Model model = nn::import_onnx(f.config, f.batch(), true);
+  const std::vector<ValueId> params = model.graph.params();
+  const Gradients grads = build_backward(model.graph, model.loss, params);
+  std::vector<ValueId> wanted;
+  for (ValueId p : params) wanted.push_back(grads.at(p));
+  Executor executor(model.graph, wanted);
+  const std::vector<Tensor> ours = executor.run(bind(model, f));
+  size_t checked = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string& name = model.graph.value(params[i]).name;
+    const Tensor& torch_grad = f.tensors.at("grad." + name);
+    ASSERT_EQ(ours[i].shape(), torch_grad.shape()) << name;
+    double worst = 0, largest = 0;
+    for (int64_t j = 0; j < torch_grad.numel(); ++j) {
+      worst = std::max(worst, double(std::abs(ours[i].f32()[j] - torch_grad.f32()[j])));
+      largest = std::max(largest, double(std::abs(torch_grad.f32()[j])));
+    }
+    EXPECT_LE(worst / largest, kGradientTolerance) << name << ": largest difference " << worst << " of " << largest;
+    ++checked;
+  }
+  // Every tensor PyTorch differentiated is a parameter here, and back.
+  EXPECT_EQ(checked + 2, f.tensors.tensors.size());
+}
+
+TEST_P(OnnxReference, FiftyAdamwStepsMatchPyTorch) {
+  const Fixture f = load_fixture(GetParam());
+  const nn::Model model = nn::import_onnx(f.config, f.batch(), true);
+  const nlohmann::json& adamw = f.reference.at("adamw");
+  const OptimizerConfig optimizer{.kind = "adamw",
+                                  .beta1 = adamw.at("beta1").get<double>(),
+                                  .beta2 = adamw.at("beta2").get<double>(),
+                                  .eps = adamw.at("eps").get<double>(),
+                                  .weight_decay = adamw.at("weight_decay").get<double>()};
+  const parallel::Strategy strategy = parallel::data_parallel(1, batch_input_names(model));
+  ProgramExecutor executor(parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, 0), AxisGroups{},
+                           optimizer);
+  executor.set_parameters(initial_parameters(model.graph, 0));
+  const std::vector<double> torch_losses = f.reference.at("losses").get<std::vector<double>>();
+  for (size_t step = 0; step < torch_losses.size(); ++step) {
+    const StepResult out = executor.run({.feeds = {{model.inputs, f.tensors.at("inputs")},
+                                                   {model.targets, f.tensors.at("targets")}},
+                                         .step = step,
+                                         .lr = adamw.at("lr").get<double>()});
+    EXPECT_LE(std::abs(out.loss - torch_losses[step]) / std::abs(torch_losses[step]), kStepsTolerance)
+        << "step " << step + 1 << ": " << out.loss << " vs PyTorch's " << torch_losses[step];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxReference, ::testing::Values("mlp", "cnn", "gpt", "gpt_opset13"));
+
+// The opset-13 export spells LayerNorm, GELU and attention out of small
+// operators; the fusion pass gives the graph the fused ops back (the
+// reference tests above check the numbers).
+TEST(OnnxFusion, Opset13LayerNormsGelusAndAttentionBecomeTheFusedOps) {
+  const nn::Model model = nn::import_onnx({.path = std::string(PX_ONNX_FIXTURES) + "/gpt_opset13.onnx"}, 2, true);
+  std::map<std::string, int> ops;
+  for (const Node& node : model.graph.nodes()) ++ops[node.op()];
+  EXPECT_EQ(ops["layernorm"], 5);  // 2 blocks x 2, and the final one
+  EXPECT_EQ(ops["gelu"], 2);
+  EXPECT_EQ(ops["tanh"], 0);
+  EXPECT_EQ(ops["mul"], 0);  // GELU's x·x·x and x·(1 + tanh) are gone
+  EXPECT_EQ(ops["attention"], 2);
+  EXPECT_EQ(ops["batched_matmul"] + ops["softmax"] + ops["causal_fill"] + ops["narrow"], 0);
+}
+
+}  // namespace
+}  // namespace px

@@ -1,0 +1,71 @@
+// Imported ONNX models under parallel strategies against one rank: the MLP
+// (loss attached by parallax) and the CNN (loss in the graph) from
+// tests/fixtures/onnx, trained 50 AdamW steps on Fashion-MNIST through the
+// whole trainer, and the GPT-style one on a generated text, give one rank's per-step losses at 2 and 3 in-process
+// ranks, with ZeRO-1 at 2 and ZeRO-3 at 3, in 2 pipeline stages of 4
+// micro-batches (cut by cost at a node boundary), and the GPT-style one in
+// Megatron's tensor parallelism at tp=2 from a strategy file whose seeds
+// name its ONNX parameters (gpt_megatron_tp2.json: c_attn and c_fc split
+// by output rows, c_proj and mlp_proj by input columns; torch's (out, in)
+// layout).
+#include <gtest/gtest.h>
+
+#include "parallel/strategy_equivalence.h"
+#include "testing/tiny_jobs.h"
+
+namespace px {
+namespace {
+
+using testing::kEquivalenceSteps;
+using testing::kEquivalenceTolerance;
+
+TrainOptions onnx_job(const std::string& fixture) {
+  TrainOptions o = testing::tiny_cnn();
+  o.model = std::string(PX_ONNX_FIXTURES) + "/" + fixture + ".onnx";
+  if (fixture.starts_with("gpt")) o.data = testing::shared_text();  // byte windows as long as its input (8)
+  o.steps = kEquivalenceSteps;
+  o.schedule = {.kind = "cosine", .lr = 1e-3, .warmup = 0, .total = kEquivalenceSteps, .min_ratio = 0.0};
+  o.optimizer = {.kind = "adamw", .weight_decay = 0.01};
+  return o;
+}
+
+struct OnnxCase {
+  std::string fixture;
+  int ranks = 2;
+  int zero = 0;
+  int stages = 1;  // pipeline stages, each running 4 micro-batches when > 1
+  std::string strategy;  // a strategy file in the fixtures (its mesh names the ranks)
+};
+
+class OnnxStrategies : public ::testing::TestWithParam<OnnxCase> {};
+
+TEST_P(OnnxStrategies, MatchesOneRank) {
+  const OnnxCase c = GetParam();
+  TrainOptions o = onnx_job(c.fixture);
+  const auto& single = testing::reference_losses("onnx " + c.fixture, o);
+  o.ranks = c.ranks;
+  o.sync.zero_stage = c.zero;
+  o.sync.pipeline_parallel = c.stages;
+  if (c.stages > 1) o.accumulation = 4;
+  if (!c.strategy.empty()) {
+    o.sync.strategy = std::string(PX_ONNX_FIXTURES) + "/" + c.strategy;
+    o.sync.mesh_ranks = c.ranks;
+  }
+  testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
+                              fmt::format("{}.onnx at {} ranks, ZeRO-{}, {} stages", c.fixture, c.ranks, c.zero, c.stages));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxStrategies,
+                         ::testing::Values(OnnxCase{"mlp", 2}, OnnxCase{"cnn", 2}, OnnxCase{"cnn", 3},
+                                           OnnxCase{"mlp", 2, 1}, OnnxCase{"cnn", 3, 3},
+                                           OnnxCase{"cnn", 2, 0, 2}, OnnxCase{"gpt", 2}, OnnxCase{"gpt", 3, 1},
+                                           OnnxCase{"gpt", 2, 0, 2}, OnnxCase{"gpt_opset13", 2},
+                                           OnnxCase{"gpt", 2, 0, 1, "gpt_megatron_tp2.json"}),
+                         [](const auto& info) {
+                           return fmt::format("{}_{}ranks_zero{}_{}stages{}", info.param.fixture, info.param.ranks,
+                                              info.param.zero, info.param.stages,
+                                              info.param.strategy.empty() ? "" : "_megatron_tp");
+                         });
+
+}  // namespace
+}  // namespace px
