@@ -15,8 +15,6 @@ namespace {
 
 using ::onnx::NodeProto;
 
-std::string in(const NodeProto& node, int i) { return ImportContext::input(node, i); }
-
 // Defines the node's first output as `id`.
 void result(ImportContext& c, const NodeProto& node, ValueId id) { c.define(node.output(0), id); }
 

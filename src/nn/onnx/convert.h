@@ -17,6 +17,9 @@ namespace px::nn {
 
 using Converter = std::function<void(ImportContext&, const ::onnx::NodeProto&)>;
 
+// The name of input `i` of `node` (the converters' shorthand).
+inline std::string in(const ::onnx::NodeProto& node, int i) { return ImportContext::input(node, i); }
+
 // The converters of the operators a GPT-style transformer exports to
 // (convert_transformer.cc): Gather, LayerNormalization, Transpose, Split,
 // Softmax, Mul, Div, Sub, Erf, Where (a causal mask), batched MatMul.

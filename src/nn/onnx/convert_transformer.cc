@@ -22,7 +22,6 @@ namespace {
 
 using ::onnx::NodeProto;
 
-std::string in(const NodeProto& node, int i) { return ImportContext::input(node, i); }
 std::string name_of(const NodeProto& node) { return ImportContext::node_name(node); }
 
 int positive_axis(const NodeProto& node, int64_t axis, int rank) {

@@ -37,7 +37,7 @@ int axis_of(int64_t a, int rank, const NodeProto& node) {
   return static_cast<int>(a < 0 ? a + rank : a);
 }
 
-const Tensor& in(ImportContext& c, const NodeProto& node, int i) {
+const Tensor& folded_input(ImportContext& c, const NodeProto& node, int i) {
   return c.constant(ImportContext::input(node, i), node);
 }
 
@@ -70,7 +70,7 @@ Outputs fold_shape(ImportContext& c, const NodeProto& node) {
 }
 
 Outputs fold_gather(ImportContext& c, const NodeProto& node) {
-  const Tensor &data = in(c, node, 0), &indices = in(c, node, 1);
+  const Tensor &data = folded_input(c, node, 0), &indices = folded_input(c, node, 1);
   const Shape& ds = data.shape();
   const int axis = axis_of(attr_int(node, "axis", 0), ds.rank(), node);
   std::vector<int64_t> dims(ds.dims().begin(), ds.dims().begin() + axis);
@@ -98,15 +98,15 @@ Tensor relabel(const Tensor& t, const std::vector<int64_t>& dims) {
 }
 
 std::vector<int64_t> axes_input(ImportContext& c, const NodeProto& node, int rank) {
-  std::vector<int64_t> axes = constant_ints(in(c, node, 1));
+  std::vector<int64_t> axes = constant_ints(folded_input(c, node, 1));
   for (int64_t& a : axes) a = axis_of(a, rank, node);
   std::sort(axes.begin(), axes.end());
   return axes;
 }
 
 Outputs fold_unsqueeze(ImportContext& c, const NodeProto& node) {
-  const Tensor& x = in(c, node, 0);
-  const int rank = x.rank() + static_cast<int>(constant_ints(in(c, node, 1)).size());
+  const Tensor& x = folded_input(c, node, 0);
+  const int rank = x.rank() + static_cast<int>(constant_ints(folded_input(c, node, 1)).size());
   std::vector<int64_t> axes = axes_input(c, node, rank), dims;
   for (int d = 0, k = 0; d < rank; ++d)
     dims.push_back(std::find(axes.begin(), axes.end(), d) != axes.end() ? 1 : x.shape()[k++]);
@@ -114,7 +114,7 @@ Outputs fold_unsqueeze(ImportContext& c, const NodeProto& node) {
 }
 
 Outputs fold_squeeze(ImportContext& c, const NodeProto& node) {
-  const Tensor& x = in(c, node, 0);
+  const Tensor& x = folded_input(c, node, 0);
   const bool all = ImportContext::input(node, 1).empty();
   std::vector<int64_t> axes = all ? std::vector<int64_t>{} : axes_input(c, node, x.rank()), dims;
   for (int d = 0; d < x.rank(); ++d) {
@@ -126,18 +126,18 @@ Outputs fold_squeeze(ImportContext& c, const NodeProto& node) {
 }
 
 Outputs fold_concat(ImportContext& c, const NodeProto& node) {
-  const Tensor& first = in(c, node, 0);
+  const Tensor& first = folded_input(c, node, 0);
   const int axis = axis_of(attr_int(node, "axis", 0), first.rank(), node);
   std::vector<int64_t> dims = first.shape().dims();
   dims[axis] = 0;
-  for (int i = 0; i < node.input_size(); ++i) dims[axis] += in(c, node, i).shape()[axis];
+  for (int i = 0; i < node.input_size(); ++i) dims[axis] += folded_input(c, node, i).shape()[axis];
   Tensor out = Tensor::empty(Shape(dims), first.dtype());
   int64_t outer = 1;
   for (int d = 0; d < axis; ++d) outer *= dims[d];
   int64_t j = 0;
   for (int64_t o = 0; o < outer; ++o)
     for (int i = 0; i < node.input_size(); ++i) {
-      const Tensor& t = in(c, node, i);
+      const Tensor& t = folded_input(c, node, i);
       if (t.dtype() != first.dtype()) fail("{}: inputs of different types", describe(node));
       const int64_t block = t.numel() / outer;
       for (int64_t k = 0; k < block; ++k) copy_element(t, o * block + k, out, j++);
@@ -146,13 +146,13 @@ Outputs fold_concat(ImportContext& c, const NodeProto& node) {
 }
 
 Outputs fold_slice(ImportContext& c, const NodeProto& node) {
-  const Tensor& x = in(c, node, 0);
+  const Tensor& x = folded_input(c, node, 0);
   const Shape& s = x.shape();
-  const std::vector<int64_t> starts = constant_ints(in(c, node, 1)), ends = constant_ints(in(c, node, 2));
+  const std::vector<int64_t> starts = constant_ints(folded_input(c, node, 1)), ends = constant_ints(folded_input(c, node, 2));
   std::vector<int64_t> axes, steps(starts.size(), 1);
-  if (!ImportContext::input(node, 3).empty()) axes = constant_ints(in(c, node, 3));
+  if (!ImportContext::input(node, 3).empty()) axes = constant_ints(folded_input(c, node, 3));
   else for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
-  if (!ImportContext::input(node, 4).empty()) steps = constant_ints(in(c, node, 4));
+  if (!ImportContext::input(node, 4).empty()) steps = constant_ints(folded_input(c, node, 4));
   // Per dim: first index, step, count (ONNX's clamping rules).
   std::vector<int64_t> first(s.rank(), 0), step(s.rank(), 1), count(s.dims().begin(), s.dims().end());
   for (size_t i = 0; i < starts.size(); ++i) {
@@ -179,7 +179,7 @@ Outputs fold_slice(ImportContext& c, const NodeProto& node) {
 }
 
 Outputs fold_cast(ImportContext& c, const NodeProto& node) {
-  const Tensor& x = in(c, node, 0);
+  const Tensor& x = folded_input(c, node, 0);
   const bool to_float = attr_int(node, "to", 0) == ::onnx::TensorProto::FLOAT;
   Tensor out = Tensor::empty(x.shape(), to_float ? DType::f32 : DType::i64);
   for (int64_t i = 0; i < x.numel(); ++i) {
@@ -190,8 +190,8 @@ Outputs fold_cast(ImportContext& c, const NodeProto& node) {
 }
 
 Outputs fold_reshape(ImportContext& c, const NodeProto& node) {
-  const Tensor& x = in(c, node, 0);
-  std::vector<int64_t> dims = constant_ints(in(c, node, 1));
+  const Tensor& x = folded_input(c, node, 0);
+  std::vector<int64_t> dims = constant_ints(folded_input(c, node, 1));
   int64_t known = 1;
   int infer = -1;
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -206,7 +206,7 @@ Outputs fold_reshape(ImportContext& c, const NodeProto& node) {
 
 // Elementwise arithmetic with numpy broadcasting, in i64 when both are.
 Outputs fold_arithmetic(ImportContext& c, const NodeProto& node) {
-  const Tensor &a = in(c, node, 0), &b = in(c, node, 1);
+  const Tensor &a = folded_input(c, node, 0), &b = folded_input(c, node, 1);
   const int rank = std::max(a.rank(), b.rank());
   std::vector<int64_t> dims(rank);
   auto dim = [&](const Tensor& t, int d) { return d < rank - t.rank() ? 1 : t.shape()[d - (rank - t.rank())]; };
@@ -243,7 +243,7 @@ Outputs fold_arithmetic(ImportContext& c, const NodeProto& node) {
 }
 
 Outputs fold_constant_of_shape(ImportContext& c, const NodeProto& node) {
-  const std::vector<int64_t> dims = constant_ints(in(c, node, 0));
+  const std::vector<int64_t> dims = constant_ints(folded_input(c, node, 0));
   // Shape arithmetic makes small tensors; a huge one is a malformed model.
   int64_t n = 1;
   for (int64_t d : dims) {
@@ -258,11 +258,11 @@ Outputs fold_constant_of_shape(ImportContext& c, const NodeProto& node) {
   return {out};
 }
 
-Outputs fold_identity(ImportContext& c, const NodeProto& node) { return {in(c, node, 0)}; }
+Outputs fold_identity(ImportContext& c, const NodeProto& node) { return {folded_input(c, node, 0)}; }
 
 // Equal of two constants (a mask compared with 0), as i64 0/1.
 Outputs fold_equal(ImportContext& c, const NodeProto& node) {
-  const Tensor &a = in(c, node, 0), &b = in(c, node, 1);
+  const Tensor &a = folded_input(c, node, 0), &b = folded_input(c, node, 1);
   if (b.numel() != 1 && b.shape() != a.shape())
     fail("{}: parallax folds Equal of equal shapes or against a scalar", describe(node));
   Tensor out = Tensor::empty(a.shape(), DType::i64);
