@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/blas.h"
+#include "kernels/gemm_parts.h"
 
 namespace px::kernels {
 namespace detail {
@@ -49,29 +50,8 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc) {
   constexpr double kSplitFlops = 4.0e6;  // ~20 us of one core
-  const int parts = px::num_threads();
-  const bool split_rows = M >= N;
-  const int64_t length = split_rows ? M : N;
-  if (parts <= 1 || 2.0 * static_cast<double>(M) * N * K < kSplitFlops || length < 32) {
-    detail::sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
-  auto bound = [&](int64_t part) {
-    return part >= parts ? length : (length * part / parts) / 16 * 16;
-  };
-  detail::SerialBlasScope serial;
-  px::parallel_for(0, parts, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t part = lo; part < hi; ++part) {
-      const int64_t a = bound(part), b = bound(part + 1);
-      if (a >= b) continue;
-      if (split_rows)
-        detail::sgemm(trans_a, trans_b, b - a, N, K, alpha, trans_a ? A + a : A + a * lda, lda, B,
-                      ldb, beta, C + a * ldc, ldc);
-      else
-        detail::sgemm(trans_a, trans_b, M, b - a, K, alpha, A, lda, trans_b ? B + a * ldb : B + a,
-                      ldb, beta, C + a, ldc);
-    }
-  });
+  detail::gemm_in_parts<detail::SerialBlasScope>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                                                 kSplitFlops, detail::sgemm);
 }
 
 void gemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,

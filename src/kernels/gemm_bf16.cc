@@ -6,6 +6,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu_features.h"
 #include "kernels/dnnl_matmul.h"
+#include "kernels/gemm_parts.h"
 
 namespace px::kernels {
 namespace {
@@ -32,29 +33,9 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   if (K == 0) return scale_output(M, N, beta, C, ldc);
   PX_CHECK_GE(lda, trans_a ? M : K);
   PX_CHECK_GE(ldb, trans_b ? K : N);
-  constexpr double kSplitFlops = 2e7;  // ~20 us of one core at the bf16 rate (AMX, ~1 TFLOP/s), as gemm.cc
-  const int parts = px::num_threads();
-  const bool split_rows = M >= N;
-  const int64_t length = split_rows ? M : N;
-  if (parts <= 1 || 2.0 * static_cast<double>(M) * N * K < kSplitFlops || length < 32) {
-    detail::matmul_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
-  auto bound = [&](int64_t part) {
-    return part >= parts ? length : (length * part / parts) / 16 * 16;
-  };
-  px::parallel_for(0, parts, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t part = lo; part < hi; ++part) {
-      const int64_t a = bound(part), b = bound(part + 1);
-      if (a >= b) continue;
-      if (split_rows)
-        detail::matmul_bf16(trans_a, trans_b, b - a, N, K, alpha, trans_a ? A + a : A + a * lda,
-                            lda, B, ldb, beta, C + a * ldc, ldc);
-      else
-        detail::matmul_bf16(trans_a, trans_b, M, b - a, K, alpha, A, lda,
-                            trans_b ? B + a * ldb : B + a, ldb, beta, C + a, ldc);
-    }
-  });
+  constexpr double kSplitFlops = 2e7;  // ~20 us of one core at the bf16 rate (AMX, ~1 TFLOP/s)
+  detail::gemm_in_parts<detail::NoPartsScope>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                                              kSplitFlops, detail::matmul_bf16);
 }
 
 namespace ref {

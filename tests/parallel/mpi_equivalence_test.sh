@@ -14,10 +14,7 @@ set -euo pipefail
 PARALLAX=$1 MPIEXEC=$2 RANKS=$3
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# OpenMPI's launcher refuses root and more ranks than cores without these flags; MPICH's knows neither.
-MPIRUN=("$MPIEXEC")
-"$MPIEXEC" --version 2>&1 | grep -qE "Open MPI|OpenRTE" && MPIRUN+=(--allow-run-as-root --oversubscribe)
+source "$(dirname "${BASH_SOURCE[0]}")/../mpi_launch.sh"
 MPIRUN+=(-np "$RANKS")
 
 

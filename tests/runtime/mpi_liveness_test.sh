@@ -18,10 +18,7 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# OpenMPI's launcher refuses root and more ranks than cores without these flags; MPICH's knows neither.
-MPIRUN=("$MPIEXEC")
-"$MPIEXEC" --version 2>&1 | grep -qE "Open MPI|OpenRTE" && MPIRUN+=(--allow-run-as-root --oversubscribe)
+source "$(dirname "${BASH_SOURCE[0]}")/../mpi_launch.sh"
 
 # PX_TEST_TIME_SCALE (scripts/test.sh sets it under the sanitizers) scales
 # the timeout and the detection bound; the step counts scale with the

@@ -21,10 +21,7 @@ set -euo pipefail
 PARALLAX=$1 MPIEXEC=$2
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# OpenMPI's launcher refuses root and more ranks than cores without these flags; MPICH's knows neither.
-MPIRUN=("$MPIEXEC")
-"$MPIEXEC" --version 2>&1 | grep -qE "Open MPI|OpenRTE" && MPIRUN+=(--allow-run-as-root --oversubscribe)
+source "$(dirname "${BASH_SOURCE[0]}")/../mpi_launch.sh"
 
 # PX_TEST_TIME_SCALE (scripts/test.sh sets it under the sanitizers, whose
 # 3-10x slowdown on oversubscribed cores stretches every phase) scales the
