@@ -2,10 +2,13 @@
 // double-precision loop over the widened inputs for the reference.
 #include "kernels/gemm_bf16.h"
 
+#include <vector>
+
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu_features.h"
 #include "kernels/dnnl_matmul.h"
+#include "kernels/gemm.h"
 #include "kernels/gemm_parts.h"
 
 namespace px::kernels {
@@ -43,18 +46,16 @@ namespace ref {
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
                int64_t ldc) {
-  for (int64_t i = 0; i < M; ++i) {
-    for (int64_t j = 0; j < N; ++j) {
-      double acc = 0.0;
-      for (int64_t k = 0; k < K; ++k) {
-        const float a = to_float(trans_a ? A[k * lda + i] : A[i * lda + k]);
-        const float b = to_float(trans_b ? B[j * ldb + k] : B[k * ldb + j]);
-        acc += static_cast<double>(a) * b;
-      }
-      const float prior = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
-      C[i * ldc + j] = alpha * static_cast<float>(acc) + prior;
-    }
-  }
+  if (M == 0 || N == 0) return;
+  // The bf16 values widened exactly, then the fp32 reference GEMM (double accumulation).
+  auto widened = [](const bf16* x, int64_t rows, int64_t cols, int64_t ld) {
+    std::vector<float> out(rows == 0 || cols == 0 ? 0 : static_cast<size_t>((rows - 1) * ld + cols));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = to_float(x[i]);
+    return out;
+  };
+  const std::vector<float> a = widened(A, trans_a ? K : M, trans_a ? M : K, lda);
+  const std::vector<float> b = widened(B, trans_b ? N : K, trans_b ? K : N, ldb);
+  ref::gemm(trans_a, trans_b, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
 }
 
 }  // namespace ref

@@ -31,7 +31,7 @@ void gemm_in_parts(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
     return;
   }
   auto bound = [&](int64_t part) { return part >= parts ? length : (length * part / parts) / 16 * 16; };
-  const PartsScope scope;
+  [[maybe_unused]] const PartsScope scope;
   px::parallel_for(0, parts, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t part = lo; part < hi; ++part) {
       const int64_t a = bound(part), b = bound(part + 1);

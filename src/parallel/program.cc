@@ -144,6 +144,15 @@ std::vector<int> step_order(const std::vector<Instr>& instrs) {
   return order;
 }
 
+std::vector<bool> carried_instructions(const std::vector<Instr>& instrs) {
+  std::vector<bool> carried(instrs.size(), false);
+  for (const Instr& instr : instrs)
+    if (instr.deferred)
+      for (int dep : instr.after)
+        if (!instrs[static_cast<size_t>(dep)].deferred) carried[static_cast<size_t>(dep)] = true;
+  return carried;
+}
+
 std::string Program::str(size_t i) const {
   const Instr& instr = instrs.at(i);
   std::string line = fmt::format("#{} {} {}", i, instr.micro_batch >= 0 ? fmt::format("mb{}", instr.micro_batch) : "-",

@@ -285,6 +285,11 @@ struct Instr {
 // on what this step made). Liveness follows it.
 std::vector<int> step_order(const std::vector<Instr>& instrs);
 
+// Per instruction: whether a deferred instruction waits for it (it runs on
+// past its step's end: P3's gradient reductions). A deferred instruction's
+// `after` names the previous step's instance of these.
+std::vector<bool> carried_instructions(const std::vector<Instr>& instrs);
+
 // "compute", "progress:<axis>" or "p2p:<axis>" (str() prints it).
 struct Program;
 std::string lane_name(const Program& program, const Lane& lane);

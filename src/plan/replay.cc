@@ -40,13 +40,8 @@ void Replay::prepare(int rank) {
   s.program = &p;
   s.live = parallel::liveness(p);
   s.n = p.instrs.size();
-  s.carried.assign(s.n, false);
-  for (const Instr& instr : p.instrs)
-    if (instr.deferred) {
-      s.steps = 2;
-      for (int dep : instr.after)
-        if (!p.instrs[static_cast<size_t>(dep)].deferred) s.carried[static_cast<size_t>(dep)] = true;
-    }
+  s.carried = parallel::carried_instructions(p.instrs);
+  if (std::any_of(p.instrs.begin(), p.instrs.end(), [](const Instr& instr) { return instr.deferred; })) s.steps = 2;
   s.calls.resize(s.n);
   const size_t positions = s.n * static_cast<size_t>(s.steps);
   s.finish.assign(positions, -1);

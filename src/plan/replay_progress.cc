@@ -17,12 +17,12 @@ std::optional<double> Replay::join(int rank, size_t pos, int slice, double ready
   rv.ready = std::max(rv.ready, ready);
   size_t members = 0;
   for (int m : call.group->ranks) members += replayed_.count(m);
-  if (rv.posted.size() == members) complete(call, rv, slice);
+  if (rv.posted.size() == members) complete(call, rv);
   return rv.finish;
 }
 
 // Every replayed member has posted: the collective's (slice's) time, links and bytes.
-void Replay::complete(const CollectiveCall& call, Rendezvous& rv, int slice) {
+void Replay::complete(const CollectiveCall& call, Rendezvous& rv) {
   const LinkClass link = link_of(call.group->ranks);
   const int p = static_cast<int>(call.group->ranks.size());
   const double seconds = slice_seconds(estimator_, call, p, link);
@@ -39,7 +39,6 @@ void Replay::complete(const CollectiveCall& call, Rendezvous& rv, int slice) {
       count_wire(out_.bytes_sent, m.calls[static_cast<size_t>(pos) % m.n]->wire, link, weight_ / call.slices);
     event(member, static_cast<size_t>(pos), lane, begin, *rv.finish - begin, call.sequence);
   }
-  (void)slice;
 }
 
 // When every replayed member of the call's group has submitted it (the

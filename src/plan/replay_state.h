@@ -72,7 +72,7 @@ class Replay {
   double free_from(int rank, LinkClass link) const;
   void event(int rank, size_t pos, const std::string& lane, double start, double duration, int64_t sequence = -1);
   std::optional<double> join(int rank, size_t pos, int slice, double ready);
-  void complete(const CollectiveCall& call, Rendezvous& rv, int slice);
+  void complete(const CollectiveCall& call, Rendezvous& rv);
   bool advance_main(int rank);
   bool begin_step(RankState& s, int step);
   // The main thread's time for one instruction from `start`; nullopt while it waits.

@@ -291,7 +291,9 @@ TEST_P(Conformance, AutomaticIsStampedAsTheAlgorithmThatRuns) {
     std::lock_guard lock(mutex);
     algorithms.insert(mine.begin(), mine.end());
   });
-  if (world > 1) EXPECT_FALSE(algorithms.empty()) << c.name;
+  if (world > 1) {
+    EXPECT_FALSE(algorithms.empty()) << c.name;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -18,11 +18,7 @@ std::vector<ParamShard> ProgramExecutor::index_instructions() {
     if (std::holds_alternative<parallel::Compute>(program_.instrs[i].op)) last_compute_ = static_cast<int>(i);
   member_of_.assign(n, -1);
   shard_of_update_.assign(n, -1);
-  carried_.assign(n, false);
-  for (const Instr& instr : program_.instrs)
-    if (instr.deferred)
-      for (int dep : instr.after)
-        if (!program_.instrs[static_cast<size_t>(dep)].deferred) carried_[static_cast<size_t>(dep)] = true;
+  carried_ = parallel::carried_instructions(program_.instrs);
   std::vector<ParamShard> shards;
   for (size_t i = 0; i < n; ++i) {
     const Instr& instr = program_.instrs[i];
