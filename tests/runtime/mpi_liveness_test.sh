@@ -70,7 +70,9 @@ named_within_bound() {  # named_within_bound SIGNAL WHAT
   [[ -n $pid ]] || fail "no process of rank 1 found" "$log"
   kill -"$1" "$pid"
   sent=$(date +%s.%N)
-  if wait "$JOB"; then fail "the job finished although rank 1 got SIG$1" "$log"; fi
+  local status=0
+  wait "$JOB" || status=$?
+  ((status != 0)) || fail "the job finished although rank 1 got SIG$1" "$log"
   ended=$(date +%s.%N)
   JOB=
   waited=$(python3 -c "print(f'{$ended - $sent:.2f}')")
@@ -78,7 +80,7 @@ named_within_bound() {  # named_within_bound SIGNAL WHAT
   # ("peer rank 1 did not answer", "... publish its input": the timeouts are
   # equal), or, for a kill, by the launcher that saw it die.
   grep -qE "rank 1 is silent: no heartbeat for|peer rank 1 did not [a-z]+|process rank 1 .*exited on signal 9|EXIT STRING: Killed \(signal 9\)" "$log" ||
-    fail "SIG$1 of rank 1: nobody named rank 1" "$log"
+    fail "SIG$1 of rank 1: nobody named rank 1 (the job ended $waited s after it, exit $status)" "$log"
   python3 -c "import sys; sys.exit(0 if $waited <= $BOUND else 1)" ||
     fail "SIG$1 of rank 1: the job ended $waited s after it, more than the timeout $TIMEOUT s + $((2 * SCALE)) s" "$log"
   echo "$2: rank 1 named, the job ended $waited s after the signal (timeout $TIMEOUT s): $(grep -m1 -oE "rank 1 is silent[^;]*|peer rank 1 did not [a-z]+|process rank 1 .*signal 9[^.]*|EXIT STRING: Killed \(signal 9\)" "$log")"

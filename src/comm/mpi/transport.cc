@@ -16,12 +16,15 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "comm/backends.h"
@@ -349,7 +352,16 @@ void finalize() {
   if (s.we_initialized && !finalized) MPI_Finalize();
 }
 
-void abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); std::exit(code); }
+void abort(int code) {
+  // The caller has just written why to stderr. MPICH's hydra proxy kills the
+  // ranks on MPI_Abort without draining their output pipes, so under load the
+  // line naming the failed rank could be lost (seen in CI): give the launcher
+  // a moment to forward it first.
+  std::fflush(nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
 
 }  // namespace mpi
 }  // namespace px::comm
