@@ -157,6 +157,11 @@ void add_train_flags(CLI::App& cmd, TrainFlags& flags) {
       ->capture_default_str();
   cmd.add_option("--threads", o.threads, "threads for kernels and BLAS (per MPI rank; in-process ranks use 1 each)")
       ->capture_default_str();
+  cmd.add_option("--precision", o.precision,
+                 "fp32, or bf16: mixed precision (GEMM inputs rounded to bf16, fp32 accumulation; weights, "
+                 "optimizer and checkpoints fp32; needs AVX512_BF16)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   add_parallel_flags(cmd, flags);
   cmd.add_option("--link-gbps", o.link_gbps, "in-process ranks: limit each rank's link to X Gb/s (0: unlimited)")
       ->capture_default_str();

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "graph/precision.h"
 
 namespace px {
 
@@ -63,6 +64,7 @@ Gradients build_backward(Graph& graph, ValueId loss, const std::vector<ValueId>&
       if (in_grads[i] != kNoValue && requires_grad.count(node.inputs[i]))
         accumulate(node.inputs[i], in_grads[i]);
     graph.set_origin(first, static_cast<int>(n));
+    inherit_precision(graph, first, static_cast<int>(n));
   }
 
   Gradients out;

@@ -73,6 +73,10 @@ void Graph::set_origin(int first, int origin) {
   for (size_t n = static_cast<size_t>(first); n < nodes_.size(); ++n) nodes_[n].origin = origin;
 }
 
+void Graph::set_attr(int node, const std::string& name, AttrValue value) {
+  nodes_.at(static_cast<size_t>(node)).attrs.set(name, std::move(value));
+}
+
 ValueId Graph::add1(const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs,
                     const std::string& name) {
   return add(op, inputs, attrs, name).front();

@@ -79,6 +79,9 @@ class Graph {
 
   // Stamps nodes [first, end) as backward nodes of forward node `origin`.
   void set_origin(int first, int origin);
+  // Sets one attribute of node `node`. Only for attributes the shape rule
+  // does not read (graph/precision.h's): the outputs are not inferred again.
+  void set_attr(int node, const std::string& name, AttrValue value);
 
   int64_t param_count() const;
   std::string str() const;  // one line per node, for debugging

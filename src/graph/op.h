@@ -104,6 +104,9 @@ struct OpDef {
   // The first output is a view of the first input (reshape): the executor
   // does not allocate it; forward receives it already bound.
   bool output_is_view = false;
+  // Forward has a bf16 path (GEMM inputs rounded to bf16, fp32 accumulation)
+  // taken when the node's attribute precision="bf16" (graph/precision.h).
+  bool mixed_precision = false;
 };
 
 // The registry. Ops register themselves from static initializers in

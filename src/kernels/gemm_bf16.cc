@@ -2,6 +2,7 @@
 // double-precision loop over the widened inputs for the reference.
 #include "kernels/gemm_bf16.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/error.h"
@@ -20,7 +21,39 @@ void scale_output(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
     for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
 }
 
+// `rows` rows of `cols` floats, `ld` apart, rounded into `scratch` packed
+// (leading dimension `cols`). One conversion over the whole block when it
+// is contiguous (across the pool when large), else row by row.
+const bf16* pack_rounded(int64_t rows, int64_t cols, const float* x, int64_t ld,
+                         std::vector<bf16>& scratch) {
+  const size_t size = static_cast<size_t>(rows * cols);
+  if (scratch.size() < size) scratch.resize(size);
+  if (ld == cols) {
+    to_bf16(rows * cols, x, scratch.data());
+  } else {
+    for (int64_t r = 0; r < rows; ++r) to_bf16(cols, x + r * ld, scratch.data() + r * cols);
+  }
+  return scratch.data();
+}
+
 }  // namespace
+
+void gemm_rounding_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                           const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                           float* C, int64_t ldc) {
+  require_avx512_bf16("bf16 GEMM");
+  PX_CHECK(M >= 0 && N >= 0 && K >= 0, "M={} N={} K={}", M, N, K);
+  // Kept per thread: the graph's GEMMs repeat the same sizes every step, so
+  // after the first step no call allocates (a fresh multi-MB buffer would
+  // be page-faulted in on every call). At most the largest operand pair a
+  // thread has multiplied stays allocated.
+  thread_local std::vector<bf16> scratch_a, scratch_b;
+  const int64_t a_cols = trans_a ? M : K, b_cols = trans_b ? K : N;
+  const bf16* a = pack_rounded(trans_a ? K : M, a_cols, A, lda, scratch_a);
+  const bf16* b = pack_rounded(trans_b ? N : K, b_cols, B, ldb, scratch_b);
+  gemm_bf16(trans_a, trans_b, M, N, K, alpha, a, std::max<int64_t>(a_cols, 1), b,
+            std::max<int64_t>(b_cols, 1), beta, C, ldc);
+}
 
 // As kernels::gemm does for fp32: a large product is split across the px
 // pool (rows of C, or columns when C is wide), each part one single-threaded

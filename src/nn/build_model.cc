@@ -4,7 +4,9 @@
 
 namespace px::nn {
 
-Model build_model(const ModelConfig& c, int64_t batch, bool training) {
+namespace {
+
+Model build_in_fp32(const ModelConfig& c, int64_t batch, bool training) {
   if (c.kind == "gpt") return build_gpt(c.gpt, batch, c.gpt.block, training);
   if (c.kind == "mlp") return build_mlp(c.mlp, batch);
   if (c.kind == "cnn") return build_cnn(c.cnn, batch);
@@ -14,6 +16,14 @@ Model build_model(const ModelConfig& c, int64_t batch, bool training) {
     return import_onnx(onnx, batch, training);
   }
   fail("model '{}' is unknown: expected mlp, cnn, gpt or a FILE.onnx", c.kind);
+}
+
+}  // namespace
+
+Model build_model(const ModelConfig& c, int64_t batch, bool training) {
+  Model model = build_in_fp32(c, batch, training);
+  set_precision(model.graph, c.precision);
+  return model;
 }
 
 }  // namespace px::nn

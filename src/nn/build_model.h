@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "graph/precision.h"
 #include "nn/cnn.h"
 #include "nn/gpt.h"
 #include "nn/mlp.h"
@@ -19,10 +20,13 @@ struct ModelConfig {
   MlpConfig mlp;
   CnnConfig cnn;
   OnnxConfig onnx;  // an .onnx kind: its path (= kind), loss and input bindings
+  // What the GEMM ops run in (graph/precision.h); parameters stay fp32.
+  Precision precision = Precision::fp32;
 };
 
 // The model `config` names, for a batch of `batch` rows (gpt: `training`
-// and imported ONNX models add dropout). px::Error for an unknown kind.
+// and imported ONNX models add dropout), its GEMM nodes stamped with
+// `config.precision`. px::Error for an unknown kind.
 Model build_model(const ModelConfig& config, int64_t batch, bool training);
 
 }  // namespace px::nn

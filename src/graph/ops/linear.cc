@@ -4,7 +4,6 @@
 // row-parallel signature (P out) needed a partial bias, which no placement
 // of a bias parameter gives soundly.
 #include "graph/ops/op_util.h"
-#include "kernels/gemm.h"
 
 namespace px::ops {
 namespace {
@@ -19,11 +18,11 @@ OpDef make() {
     require(x[-1] == w[0], "x {} has {} features but weight {} expects {}", x, x[-1], w, w[0]);
     return std::vector<TensorSpec>{f32(with_last(x, w[1]))};
   };
-  d.forward = [](const OpContext&, const Attrs&, const std::vector<const Tensor*>& in,
+  d.mixed_precision = true;
+  d.forward = [](const OpContext&, const Attrs& a, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
     int64_t K = in[1]->dim(0), N = in[1]->dim(1), M = rows_of(in[0]->shape());
-    kernels::gemm(false, false, M, N, K, 1.0f, in[0]->f32(), K, in[1]->f32(), N, 0.0f,
-                  out[0]->f32(), N);
+    gemm(a, false, false, M, N, K, in[0]->f32(), K, in[1]->f32(), N, out[0]->f32(), N);
   };
   d.backward = [](Graph& g, const Node& n, const std::vector<ValueId>& dout) {
     ValueId x = n.inputs[0], w = n.inputs[1], dy = dout[0];

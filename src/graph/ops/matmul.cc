@@ -2,7 +2,6 @@
 //   a (M..., K), b (K, N) [or (N, K) with trans_b=1] -> y (M..., N)
 // The tied GPT LM head is matmul(h, wte, trans_b=1).
 #include "graph/ops/op_util.h"
-#include "kernels/gemm.h"
 
 namespace px::ops {
 namespace {
@@ -20,12 +19,12 @@ OpDef make() {
             tb ? " (b transposed)" : "");
     return std::vector<TensorSpec>{f32(with_last(x, N))};
   };
+  d.mixed_precision = true;
   d.forward = [](const OpContext&, const Attrs& a, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
     bool tb = a.get_int("trans_b", 0) != 0;
     int64_t K = in[0]->shape()[-1], N = out[0]->shape()[-1], M = rows_of(in[0]->shape());
-    kernels::gemm(false, tb, M, N, K, 1.0f, in[0]->f32(), K, in[1]->f32(), tb ? K : N, 0.0f,
-                  out[0]->f32(), N);
+    gemm(a, false, tb, M, N, K, in[0]->f32(), K, in[1]->f32(), tb ? K : N, out[0]->f32(), N);
   };
   d.backward = [](Graph& g, const Node& n, const std::vector<ValueId>& dout) {
     bool tb = n.attrs.get_int("trans_b", 0) != 0;

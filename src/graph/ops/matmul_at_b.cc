@@ -3,7 +3,6 @@
 // The weight gradient of matmul/linear. Split along rows (the batch) it is
 // partial: each shard's product is a summand of the full one.
 #include "graph/ops/op_util.h"
-#include "kernels/gemm.h"
 
 namespace px::ops {
 namespace {
@@ -19,10 +18,11 @@ OpDef make() {
       require(a[i] == c[i], "leading dims differ: a {} vs c {}", a, c);
     return std::vector<TensorSpec>{f32({a[-1], c[-1]})};
   };
-  d.forward = [](const OpContext&, const Attrs&, const std::vector<const Tensor*>& in,
+  d.mixed_precision = true;
+  d.forward = [](const OpContext&, const Attrs& a, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
     int64_t K = in[0]->shape()[-1], N = in[1]->shape()[-1], M = rows_of(in[0]->shape());
-    kernels::gemm(true, false, K, N, M, 1.0f, in[0]->f32(), K, in[1]->f32(), N, 0.0f, out[0]->f32(), N);
+    gemm(a, true, false, K, N, M, in[0]->f32(), K, in[1]->f32(), N, out[0]->f32(), N);
   };
   d.cost = [](const auto& in, const auto& out, const Attrs&) {
     OpCost c = streaming_cost(in, out);

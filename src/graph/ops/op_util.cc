@@ -1,6 +1,18 @@
 #include "graph/ops/op_util.h"
 
+#include "graph/precision.h"
+#include "kernels/gemm.h"
+#include "kernels/gemm_bf16.h"
+
 namespace px::ops {
+
+void gemm(const Attrs& attrs, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) {
+  if (precision_of(attrs) == Precision::bf16)
+    kernels::gemm_rounding_to_bf16(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+  else
+    kernels::gemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+}
 
 void require_count(const std::vector<TensorSpec>& in, size_t lo, size_t hi) {
   if (in.size() < lo || in.size() > hi) {

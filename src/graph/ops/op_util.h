@@ -27,6 +27,11 @@ Shape with_last(const Shape& s, int64_t last);
 // Product of all dims but the last (the "rows" of a [..., C] tensor).
 int64_t rows_of(const Shape& s);
 
+// kernels::gemm, or, when the node's precision is bf16 (graph/precision.h),
+// kernels::gemm_rounding_to_bf16: the GEMM ops' one call site for both.
+void gemm(const Attrs& attrs, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc);
+
 // Pointwise ops over n same-shape inputs: S(d) for every d, and B; plus
 // all-P -> P when the op is linear in its inputs (add).
 std::vector<PlacementSignature> pointwise_signatures(int rank, size_t n_inputs, size_t n_outputs,

@@ -6,6 +6,8 @@
 #include <numeric>
 #include <string>
 
+#include "kernels/cpu_features.h"
+
 namespace px {
 
 static void validate_parameter_server(const TrainOptions& o) {
@@ -55,6 +57,7 @@ void validate(const TrainOptions& o) {
   if (!onnx && (!o.onnx.loss.empty() || !o.onnx.bindings.empty()))
     fail("--loss and --input bind an imported model's outputs and inputs: give --model FILE.onnx");
   if (o.batch <= 0) fail("batch size {} must be positive", o.batch);
+  if (parse_precision(o.precision) == Precision::bf16) kernels::require_avx512_bf16("--precision bf16");
   // Micro-batches need not divide the batch: a rank's rows are cut as evenly
   // as they go (some micro-batches one row longer; more micro-batches than
   // rows leaves some empty).

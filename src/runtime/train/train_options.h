@@ -66,6 +66,9 @@ struct TrainOptions {
   int64_t eval_batches = 20;     // validation batches (mlp/cnn: of 1000 test images)
   uint64_t seed = 1;
   int threads = 1;
+  // fp32, or bf16: mixed precision (graph/precision.h). Not part of the
+  // model: checkpoints stay fp32 and resume in either precision.
+  std::string precision = "fp32";
   int ranks = 1;                 // data-parallel ranks in this process (under mpirun: the MPI world)
   bool mpi = false;              // launched by mpirun/mpiexec (the CLI tells): the ranks are the MPI processes
   int local_ranks = 0;           // under MPI: the ranks on this machine, as the launcher tells (0: unknown)
@@ -115,7 +118,10 @@ struct TrainOptions {
   std::string local_cluster;
 
   // The model these options name, for nn::build_model.
-  nn::ModelConfig model_config() const { return {.kind = model, .gpt = gpt, .mlp = mlp, .cnn = cnn, .onnx = onnx}; }
+  nn::ModelConfig model_config() const {
+    return {.kind = model, .gpt = gpt, .mlp = mlp, .cnn = cnn, .onnx = onnx,
+            .precision = parse_precision(precision)};
+  }
 };
 
 // Checks the whole config; throws px::Error naming the bad option and value.

@@ -1,0 +1,39 @@
+// The precision a graph's GEMMs run in, carried by the graph itself: every
+// node of an op with a bf16 path (OpDef::mixed_precision) is stamped with
+// the attribute precision="bf16", and its forward reads it. A node without
+// the attribute runs fp32, so an fp32 graph is exactly the graph of before.
+//
+// bf16 is mixed precision's usual recipe: the GEMM's fp32 operands are
+// rounded to bf16 and multiplied with fp32 accumulation into an fp32
+// output; parameters, gradients, optimizer state and every other op stay
+// fp32. Being an attribute, the choice survives every copy of the graph
+// (autodiff, propagation, localization) and reaches the kernel through the
+// node, with no global setting and nothing added to the executors.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "graph/graph.h"
+
+namespace px {
+
+enum class Precision { fp32, bf16 };
+
+// "fp32" or "bf16"; px::Error naming the word and the choices otherwise.
+Precision parse_precision(std::string_view word);
+std::string_view precision_name(Precision precision);
+
+// Stamps every node whose op has a bf16 path with `precision` (fp32 removes
+// nothing: call it on a graph built fresh). Backward nodes added later
+// inherit their origin's precision (inherit_precision).
+void set_precision(Graph& graph, Precision precision);
+
+// Nodes [first, end) added by node `origin`'s backward rule take its
+// precision where their op has a bf16 path (autodiff calls this).
+void inherit_precision(Graph& graph, int first, int origin);
+
+// The precision a node with these attributes runs in (fp32 when unset).
+Precision precision_of(const Attrs& attrs);
+
+}  // namespace px

@@ -1,0 +1,173 @@
+// Mixed precision as the graph carries it (graph/precision.h): which nodes
+// are stamped, that backward inherits the stamp, and that each GEMM op's
+// bf16 path matches its fp32 path within a bound derived from K.
+//
+// The bound. For one output C = sum_k a_k b_k of K products (alpha 1,
+// beta 0), with S = sum_k |a_k b_k| and the unit roundoffs
+// u = 2^-24 (fp32, 24 significant bits) and v = 2^-8 (bf16, 8 bits):
+//   - the bf16 path first rounds a and b: a' = a(1+e), b' = b(1+f), |e|,|f| <= v,
+//     so |sum a'b' - sum ab| <= (2v + v^2) S;
+//   - it then sums the products (exact in fp32) with fp32 additions in any
+//     order: |C_bf16 - sum a'b'| <= gamma(K+2) (1+v)^2 S, gamma(n) = nu/(1-nu)
+//     (Higham, Accuracy and Stability of Numerical Algorithms, §3.1, §4.2);
+//   - the fp32 path: |C_fp32 - sum ab| <= gamma(K+2) S.
+// Together: |C_bf16 - C_fp32| <= ((2v + v^2) + gamma(K+2) ((1+v)^2 + 1)) S.
+// The rounding dominates (2v ~ 0.0078 of S at any K; gamma(K+2) ~ 6e-5 at
+// K = 1000). That bound alone would pass an op that never rounded, so each
+// op is also held to the fp32 GEMM of the bf16-rounded inputs, within the
+// two fp32 summations' 2 gamma(K+2) S: only a product of the rounded values
+// is that close. S is the fp32 op run on |inputs| (every op here is a
+// product), itself rounded: the 1.01 covers that.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "graph/autodiff.h"
+#include "graph/graph.h"
+#include "graph/op.h"
+#include "graph/precision.h"
+#include "graph/op_harness.h"
+#include "kernels/bf16.h"
+#include "kernels/cpu_features.h"
+#include "kernels/kernel_test_util.h"
+
+namespace px {
+namespace {
+
+Tensor random_tensor(const Shape& shape, uint64_t seed) {
+  return Tensor::from_vector(shape, kernels::testing::random_vector(shape.numel(), seed));
+}
+
+Tensor transformed(const Tensor& t, float (*f)(float)) {
+  std::vector<float> values(t.f32(), t.f32() + t.numel());
+  for (float& x : values) x = f(x);
+  return Tensor::from_vector(t.shape(), values);
+}
+
+float round_to_bf16(float x) { return kernels::to_float(kernels::to_bf16(x)); }
+float magnitude(float x) { return std::fabs(x); }
+
+struct OpCase {
+  std::string op;
+  Attrs attrs;
+  Shape a, b;
+  int64_t K;  // the summed dimension
+};
+
+double gamma(int64_t n) {
+  const double u = std::ldexp(1.0, -24);
+  return double(n) * u / (1.0 - double(n) * u);
+}
+
+::testing::AssertionResult bf16_path_matches(const OpCase& c, uint64_t seed) {
+  const OpDef& def = OpRegistry::instance().get(c.op);
+  Attrs bf16 = c.attrs;
+  bf16.set("precision", std::string("bf16"));
+  const std::vector<Tensor> in = {random_tensor(c.a, seed), random_tensor(c.b, seed + 1)};
+  const Tensor fast = testing::run_op(def, bf16, in)[0];
+  const Tensor fp32 = testing::run_op(def, c.attrs, in)[0];
+  const Tensor of_rounded =
+      testing::run_op(def, c.attrs, {transformed(in[0], round_to_bf16), transformed(in[1], round_to_bf16)})[0];
+  const Tensor sums = testing::run_op(def, c.attrs, {transformed(in[0], magnitude), transformed(in[1], magnitude)})[0];
+  const double v = std::ldexp(1.0, -8), g = gamma(c.K + 2);
+  const double against_fp32 = 1.01 * ((2 * v + v * v) + g * ((1 + v) * (1 + v) + 1));
+  const double against_rounded = 1.01 * 2 * g;
+  for (int64_t i = 0; i < fast.numel(); ++i) {
+    const double s = sums.f32()[i], x = fast.f32()[i];
+    if (!(std::fabs(x - fp32.f32()[i]) <= against_fp32 * s))
+      return ::testing::AssertionFailure() << c.op << " [" << i << "] bf16 " << x << " vs fp32 " << fp32.f32()[i]
+                                           << ": beyond " << against_fp32 << " * S = " << against_fp32 * s;
+    if (!(std::fabs(x - of_rounded.f32()[i]) <= against_rounded * s))
+      return ::testing::AssertionFailure() << c.op << " [" << i << "] bf16 " << x << " vs the rounded inputs' "
+                                           << of_rounded.f32()[i] << ": beyond " << against_rounded * s;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class MixedPrecisionOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!kernels::cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16: the bf16 path refuses to run";
+  }
+  kernels::testing::ThreadReset reset_;
+};
+
+// Every GEMM op in every layout the graph uses it in (linear NN, matmul NN
+// and NT, matmul_at_b TN), on odd sizes with K from 1 to 1000, 1 and 2 threads.
+TEST_F(MixedPrecisionOps, Bf16PathOfEveryGemmOpMatchesFp32WithinTheBoundForK) {
+  const Attrs nt = {{"trans_b", int64_t{1}}};
+  for (int threads : kernels::testing::kThreadCounts) {
+    kernels::set_threads(threads);
+    uint64_t seed = 1;
+    for (int64_t K : {1, 7, 33, 1000}) {
+      const std::vector<OpCase> cases = {
+          {"linear", {}, Shape{3, 37, K}, Shape{K, 65}, K},
+          {"matmul", {}, Shape{2, 33, K}, Shape{K, 17}, K},
+          {"matmul", nt, Shape{5, 7, K}, Shape{129, K}, K},
+          // matmul_at_b sums over the rows: (K/7+1, 7, 33)^T (.., 7, 40) -> (33, 40)
+          {"matmul_at_b", {}, Shape{K / 7 + 1, 7, 33}, Shape{K / 7 + 1, 7, 40}, (K / 7 + 1) * 7},
+      };
+      for (const OpCase& c : cases)
+        EXPECT_TRUE(bf16_path_matches(c, seed += 2)) << "threads=" << threads << " K=" << c.K;
+    }
+  }
+}
+
+// A small model: x -> linear -> relu -> matmul (tied, transposed) -> loss.
+struct SmallGraph {
+  Graph graph;
+  ValueId loss = kNoValue;
+  SmallGraph() {
+    ValueId x = graph.input("x", {Shape{4, 6}});
+    ValueId w = graph.param("w", {Shape{6, 5}}, {}, true);
+    ValueId e = graph.param("e", {Shape{3, 5}}, {}, true);
+    ValueId h = graph.add1("relu", {graph.add1("linear", {x, w}, {}, "fc")}, {}, "act");
+    ValueId logits = graph.add1("matmul", {h, e}, {{"trans_b", int64_t{1}}}, "head");
+    ValueId target = graph.input("target", {Shape{4}, DType::i32});
+    loss = graph.add1("cross_entropy", {logits, target}, {{"scale", 0.25}}, "loss");
+  }
+};
+
+TEST(MixedPrecision, Bf16StampsTheGemmNodesOnlyAndFp32StampsNothing) {
+  SmallGraph fp32, bf16;
+  set_precision(fp32.graph, Precision::fp32);
+  set_precision(bf16.graph, Precision::bf16);
+  for (const Node& node : fp32.graph.nodes()) EXPECT_FALSE(node.attrs.has("precision")) << node.name;
+  for (const Node& node : bf16.graph.nodes()) {
+    const bool gemm = node.op() == "linear" || node.op() == "matmul";
+    EXPECT_EQ(precision_of(node.attrs), gemm ? Precision::bf16 : Precision::fp32) << node.name;
+  }
+}
+
+TEST(MixedPrecision, BackwardGemmsInheritTheirForwardNodesPrecision) {
+  SmallGraph model;
+  set_precision(model.graph, Precision::bf16);
+  const size_t forward = model.graph.nodes().size();
+  build_backward(model.graph, model.loss, model.graph.params());
+  int gemms = 0;
+  for (size_t n = forward; n < model.graph.nodes().size(); ++n) {
+    const Node& node = model.graph.nodes()[n];
+    const bool gemm = node.def->mixed_precision;
+    gemms += gemm;
+    EXPECT_EQ(precision_of(node.attrs), gemm ? Precision::bf16 : Precision::fp32) << node.name << " " << node.op();
+  }
+  // Each GEMM's rule adds both products (fc.grad_x too, unused: x is an input).
+  EXPECT_EQ(gemms, 4);
+}
+
+TEST(MixedPrecision, UnknownPrecisionNamesTheWordAndTheChoices) {
+  try {
+    parse_precision("fp16");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("'fp16'"), std::string::npos) << message;
+    EXPECT_NE(message.find("fp32 or bf16"), std::string::npos) << message;
+  }
+}
+
+}  // namespace
+}  // namespace px
