@@ -37,24 +37,27 @@ std::string Graph::scoped(const std::string& name) const {
   return out;
 }
 
-std::vector<ValueId> Graph::add(const std::string& op, const std::vector<ValueId>& inputs,
-                                const Attrs& attrs, const std::string& name) {
-  const OpDef& def = OpRegistry::instance().get(op);
+std::vector<TensorSpec> Graph::infer(const Node& node) const {
   std::vector<TensorSpec> in_specs;
-  for (ValueId id : inputs) {
-    PX_CHECK(id >= 0 && id < static_cast<ValueId>(values_.size()), "op {} input id {}", op, id);
+  for (ValueId id : node.inputs) {
+    PX_CHECK(id >= 0 && id < static_cast<ValueId>(values_.size()), "op {} input id {}", node.op(), id);
     in_specs.push_back(spec(id));
   }
-  Node node{.def = &def, .attrs = attrs, .inputs = inputs, .outputs = {}, .name = scoped(name)};
-  std::vector<TensorSpec> out_specs;
   try {
-    out_specs = def.infer(in_specs, attrs);
+    return node.def->infer(in_specs, node.attrs);
   } catch (const Error& e) {
     std::string shapes;
     for (const auto& s : in_specs) shapes += (shapes.empty() ? "" : ", ") + s.str();
-    fail("op {} '{}' with inputs ({}) and attributes {}: {}", op, node.name, shapes, attrs.str(),
+    fail("op {} '{}' with inputs ({}) and attributes {}: {}", node.op(), node.name, shapes, node.attrs.str(),
          e.what());
   }
+}
+
+std::vector<ValueId> Graph::add(const std::string& op, const std::vector<ValueId>& inputs,
+                                const Attrs& attrs, const std::string& name) {
+  Node node{.def = &OpRegistry::instance().get(op), .attrs = attrs, .inputs = inputs, .outputs = {},
+            .name = scoped(name)};
+  const std::vector<TensorSpec> out_specs = infer(node);
   int index = static_cast<int>(nodes_.size());
   for (size_t i = 0; i < out_specs.size(); ++i)
   {
@@ -67,6 +70,39 @@ std::vector<ValueId> Graph::add(const std::string& op, const std::vector<ValueId
   }
   nodes_.push_back(std::move(node));
   return nodes_.back().outputs;
+}
+
+std::vector<ValueId> Graph::insert_after(int after, const std::string& op, const std::vector<ValueId>& inputs,
+                                         const Attrs& attrs, const std::string& name) {
+  PX_CHECK(after >= 0 && after < static_cast<int>(nodes_.size()), "insert_after: node {} of {}", after,
+           nodes_.size());
+  const std::vector<ValueId> outputs = add(op, inputs, attrs, name);
+  const int at = after + 1;
+  for (Node& n : nodes_)
+    if (n.origin >= at) ++n.origin;
+  for (Value& v : values_)
+    if (v.producer >= at) ++v.producer;
+  Node node = std::move(nodes_.back());
+  nodes_.pop_back();
+  node.origin = nodes_[static_cast<size_t>(after)].origin;
+  for (ValueId v : node.outputs) values_[static_cast<size_t>(v)].producer = at;
+  nodes_.insert(nodes_.begin() + at, std::move(node));
+  return outputs;
+}
+
+void Graph::set_input(int node, size_t index, ValueId value) {
+  Node& n = nodes_.at(static_cast<size_t>(node));
+  PX_CHECK(index < n.inputs.size(), "node '{}' has {} inputs, not {}", n.name, n.inputs.size(), index + 1);
+  PX_CHECK(values_.at(static_cast<size_t>(value)).producer < node, "node '{}' cannot read value {} made after it",
+           n.name, value);
+  n.inputs[index] = value;
+  const std::vector<TensorSpec> out_specs = infer(n);
+  for (size_t i = 0; i < n.outputs.size(); ++i) {
+    TensorSpec& spec = values_[static_cast<size_t>(n.outputs[i])].spec;
+    PX_CHECK(out_specs.at(i).shape == spec.shape, "node '{}' reading value {}: output {} would be {}, not {}",
+             n.name, value, i, out_specs[i].str(), spec.str());
+    spec = out_specs[i];
+  }
 }
 
 void Graph::set_origin(int first, int origin) {

@@ -77,6 +77,15 @@ class Graph {
   void pop_scope() { scopes_.pop_back(); }
   std::string scoped(const std::string& name) const;
 
+  // add(), but the node goes right after node `after` (a later node of the
+  // graph may then read its outputs): the nodes behind it move up one
+  // index, and producers and origins follow them. It takes `after`'s origin.
+  std::vector<ValueId> insert_after(int after, const std::string& op, const std::vector<ValueId>& inputs,
+                                    const Attrs& attrs, const std::string& name);
+  // Node `node` reads `value` as its input `index` instead. The op's shape
+  // rule must give the same output shapes (their dtypes follow the rule).
+  void set_input(int node, size_t index, ValueId value);
+
   // Stamps nodes [first, end) as backward nodes of forward node `origin`.
   void set_origin(int first, int origin);
   // Sets one attribute of node `node`. Only for attributes the shape rule
@@ -88,6 +97,7 @@ class Graph {
 
  private:
   ValueId new_value(Value v);
+  std::vector<TensorSpec> infer(const Node& node) const;  // the op's shape rule, its errors naming the node
   std::vector<Value> values_;
   std::vector<Node> nodes_;
   std::vector<ValueId> params_, inputs_;

@@ -107,6 +107,10 @@ struct OpDef {
   // Forward has a bf16 path (GEMM inputs rounded to bf16, fp32 accumulation)
   // taken when the node's attribute precision="bf16" (graph/precision.h).
   bool mixed_precision = false;
+  // Inputs such a node also takes stored in bf16 (a GEMM operand): where a
+  // forward value is read only at these positions of bf16 nodes, the
+  // lowering stores it in bf16 (graph/precision.h).
+  std::vector<int> bf16_inputs;
 };
 
 // The registry. Ops register themselves from static initializers in

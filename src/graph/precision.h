@@ -33,6 +33,17 @@ void set_precision(Graph& graph, Precision precision);
 // precision where their op has a bf16 path (autodiff calls this).
 void inherit_precision(Graph& graph, int first, int origin);
 
+// Storage: every forward activation that only bf16 nodes read, each at a
+// position its op takes in bf16 (OpDef::bf16_inputs: GEMM operands), gets
+// a to_bf16 node right after its producer, and its readers read that
+// instead. The fp32 value then dies at once; what backward keeps (the GEMMs'
+// saved inputs, for the weight gradients) and what resharding moves is half
+// the bytes. Results do not change: the GEMMs round the same values the
+// cast does. Runs on a differentiated graph (the lowering calls it), so
+// backward readers count and the casts need no backward. Graph outputs stay
+// fp32. Returns the number of casts inserted (none in an fp32 graph).
+int store_gemm_operands_in_bf16(Graph& graph);
+
 // The precision a node with these attributes runs in (fp32 when unset).
 Precision precision_of(const Attrs& attrs);
 

@@ -7,56 +7,20 @@
 // Legend: B batch, T time, H heads, D head dim, C = H*D.
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
-#include "core/thread_pool.h"
 #include "kernels/attention.h"
-#include "kernels/blas.h"
-#include "kernels/fast_math.h"
+#include "kernels/attention_parts.h"
 
 namespace px::kernels {
-namespace {
 
-// 64 query rows per block measured best for T = 128 and 256 (D = 32, 64).
-int64_t block_size(int64_t T) { return std::min<int64_t>(T, 64); }
-
-// Softmax of row t of the scaled scores over keys [0, t]; zero above.
-void causal_softmax_row(float* __restrict row, int64_t t, int64_t T) {
-  const int64_t n = t + 1;
-  float m = detail::max(row, n);
-  float inv = 1.0f / detail::exp_shifted_sum(row, row, n, m);
-  for (int64_t j = 0; j < n; ++j) row[j] *= inv;
-  std::fill(row + n, row + T, 0.0f);
-}
-
-// dS = P * (dP - rowsum(P * dP)) * scale on row t, keys [0, t]; zero on (t, limit).
-void causal_softmax_grad_row(const float* __restrict p, float* __restrict dp, int64_t t,
-                             int64_t limit, float scale) {
-  const int64_t n = t + 1;
-  float d = detail::dot(p, dp, n);
-  for (int64_t j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - d) * scale;
-  std::fill(dp + n, dp + limit, 0.0f);
-}
-
-float* scratch(int64_t n) {
-  thread_local std::vector<float> buffer;
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
-  return buffer.data();
-}
-
-template <typename Body>
-void for_each_head(int64_t B, int64_t H, Body body) {
-  detail::SerialBlasScope serial;
-  px::parallel_for(0, B * H, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) body(i / H, i % H, i);
-  });
-}
-
-}  // namespace
+using detail::attention_block;
+using detail::causal_softmax_grad_row;
+using detail::causal_softmax_row;
+using detail::for_each_head;
 
 void attention(int64_t B, int64_t T, int64_t H, int64_t D, const float* qkv, float* out,
                float* probs) {
-  const int64_t C = H * D, C3 = 3 * C, bs = block_size(T);
+  const int64_t C = H * D, C3 = 3 * C, bs = attention_block(T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   for_each_head(B, H, [&](int64_t b, int64_t h, int64_t i) {
     const float* q = qkv + b * T * C3 + h * D;  // (T, D), row stride 3C
@@ -76,7 +40,7 @@ void attention(int64_t B, int64_t T, int64_t H, int64_t D, const float* qkv, flo
 
 void attention_backward(int64_t B, int64_t T, int64_t H, int64_t D, const float* qkv,
                         const float* probs, const float* dout, float* dqkv) {
-  const int64_t C = H * D, C3 = 3 * C, bs = block_size(T);
+  const int64_t C = H * D, C3 = 3 * C, bs = attention_block(T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   for_each_head(B, H, [&](int64_t b, int64_t h, int64_t i) {
     const float* q = qkv + b * T * C3 + h * D;
@@ -87,7 +51,7 @@ void attention_backward(int64_t B, int64_t T, int64_t H, int64_t D, const float*
     float* dq = dqkv + b * T * C3 + h * D;
     float* dk = dq + C;
     float* dv = dq + 2 * C;
-    float* ds = scratch(T * T);  // dP, then dS in place; row block r valid on keys [0, r1)
+    float* ds = detail::attention_scratch(T * T);  // dP, then dS in place; row block r valid on keys [0, r1)
     for (int64_t r0 = 0; r0 < T; r0 += bs) {
       const int64_t r1 = std::min(T, r0 + bs);
       detail::sgemm(false, true, r1 - r0, r1, D, 1.0f, dO + r0 * C, C, v, C3, 0.0f, ds + r0 * T,

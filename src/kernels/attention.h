@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/gemm_bf16.h"
+
 namespace px::kernels {
 
 void attention(int64_t B, int64_t T, int64_t H, int64_t D, const float* qkv, float* out,
@@ -15,6 +17,17 @@ void attention(int64_t B, int64_t T, int64_t H, int64_t D, const float* qkv, flo
 // dqkv overwritten.
 void attention_backward(int64_t B, int64_t T, int64_t H, int64_t D, const float* qkv,
                         const float* probs, const float* dout, float* dqkv);
+
+// The same under bf16 mixed precision: the four products per head (two in
+// backward's dQ/dK/dV besides dP) are bf16 GEMMs with fp32 accumulation
+// (kernels/gemm_bf16.h); the softmax and its gradient run in fp32, the
+// gradient on the probabilities at bf16 precision. qkv may be fp32
+// (rounded as it is read) or stored in bf16, probs likewise in backward; a
+// bf16 operand gives the result of its fp32 original, bit for bit.
+// Operands' `ld` is unused (the layouts above fix the strides).
+void attention_bf16(int64_t B, int64_t T, int64_t H, int64_t D, Bf16Operand qkv, float* out, float* probs);
+void attention_backward_bf16(int64_t B, int64_t T, int64_t H, int64_t D, Bf16Operand qkv, Bf16Operand probs,
+                             const float* dout, float* dqkv);
 
 namespace ref {
 void attention(int64_t B, int64_t T, int64_t H, int64_t D, const float* qkv, float* out,

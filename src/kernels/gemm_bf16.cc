@@ -36,23 +36,39 @@ const bf16* pack_rounded(int64_t rows, int64_t cols, const float* x, int64_t ld,
   return scratch.data();
 }
 
+// An operand of `rows` x `cols` as a packed bf16 block (leading dimension
+// `cols`): a packed bf16 operand as it is, any other rounded or copied into
+// `scratch`. Always packed, because oneDNN picks its kernel, and with it the
+// order of the fp32 sums, by the layout: an operand stored in bf16 must
+// give the bits its fp32 original gives.
+const bf16* packed(int64_t rows, int64_t cols, const Bf16Operand& x, std::vector<bf16>& scratch) {
+  if (x.f32 != nullptr) return pack_rounded(rows, cols, x.f32, x.ld, scratch);
+  if (x.ld == cols || rows <= 1) return x.rounded;
+  const size_t size = static_cast<size_t>(rows * cols);
+  if (scratch.size() < size) scratch.resize(size);
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy(x.rounded + r * x.ld, x.rounded + r * x.ld + cols, scratch.data() + r * cols);
+  return scratch.data();
+}
+
 }  // namespace
 
-void gemm_rounding_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                           const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                           float* C, int64_t ldc) {
+void gemm_mixed_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A,
+                     Bf16Operand B, float beta, float* C, int64_t ldc) {
   require_avx512_bf16("bf16 GEMM");
   PX_CHECK(M >= 0 && N >= 0 && K >= 0, "M={} N={} K={}", M, N, K);
+  PX_CHECK((A.f32 == nullptr) != (A.rounded == nullptr) && (B.f32 == nullptr) != (B.rounded == nullptr),
+           "gemm_mixed_bf16: each operand is fp32 or bf16, not both or neither");
   // Kept per thread: the graph's GEMMs repeat the same sizes every step, so
   // after the first step no call allocates (a fresh multi-MB buffer would
   // be page-faulted in on every call). At most the largest operand pair a
   // thread has multiplied stays allocated.
   thread_local std::vector<bf16> scratch_a, scratch_b;
   const int64_t a_cols = trans_a ? M : K, b_cols = trans_b ? K : N;
-  const bf16* a = pack_rounded(trans_a ? K : M, a_cols, A, lda, scratch_a);
-  const bf16* b = pack_rounded(trans_b ? N : K, b_cols, B, ldb, scratch_b);
-  gemm_bf16(trans_a, trans_b, M, N, K, alpha, a, std::max<int64_t>(a_cols, 1), b,
-            std::max<int64_t>(b_cols, 1), beta, C, ldc);
+  const bf16* a = packed(trans_a ? K : M, a_cols, A, scratch_a);
+  const bf16* b = packed(trans_b ? N : K, b_cols, B, scratch_b);
+  const int64_t lda = std::max<int64_t>(a_cols, 1), ldb = std::max<int64_t>(b_cols, 1);
+  gemm_bf16(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
 }
 
 // As kernels::gemm does for fp32: a large product is split across the px

@@ -17,15 +17,25 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
                int64_t ldc);
 
-// The same product for fp32 operands: A and B are first rounded to bf16
-// (to nearest even, kernels/bf16.h) into per-thread scratch that calls
-// reuse, then multiplied by gemm_bf16. What a graph op with precision bf16
+// One operand of a mixed-precision GEMM, stored [rows, ld]: fp32 values,
+// rounded to bf16 on the way in, or values already stored in bf16 (a graph
+// value the lowering keeps in bf16 because only bf16 GEMMs read it,
+// graph/precision.h). Exactly one of the two pointers is set.
+struct Bf16Operand {
+  const float* f32 = nullptr;
+  const bf16* rounded = nullptr;
+  int64_t ld = 0;
+};
+
+// The product gemm_bf16 computes, for operands in either storage: fp32
+// ones are first rounded to bf16 (to nearest even, kernels/bf16.h) into
+// per-thread scratch that calls reuse. What a graph op with precision bf16
 // runs; relative to fp32 each product carries up to about 2^-7 of extra
 // error (two roundings of at most 2^-8, bf16's unit roundoff), the sums the
-// same fp32 rounding as gemm.
-void gemm_rounding_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                           const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                           float* C, int64_t ldc);
+// same fp32 rounding as gemm. An operand stored in bf16 gives bit for bit
+// the result of its fp32 original, rounded here.
+void gemm_mixed_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A,
+                     Bf16Operand B, float beta, float* C, int64_t ldc);
 
 namespace ref {
 // The same product summed in double, on any CPU.

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "graph/autodiff.h"
+#include "graph/precision.h"
 #include "parallel/compose.h"
 #include "parallel/lower/passes.h"
 
@@ -79,8 +80,9 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   if (rank < 0 || rank >= strategy.mesh.ranks())
     fail("lowering: rank {} is outside mesh {} of {} ranks", rank, strategy.mesh.str(), strategy.mesh.ranks());
   Graph graph = *request.forward;  // backward is added to a copy
-  const int forward_nodes = static_cast<int>(graph.nodes().size());
+  int forward_nodes = static_cast<int>(graph.nodes().size());
   std::vector<ParamGrad> grads = with_backward(graph, request);
+  forward_nodes += store_gemm_operands_in_bf16(graph);  // its casts follow forward nodes
   const int axis = strategy.mesh.axis(strategy.data_axis);
   const std::vector<int> coords = strategy.mesh.coords(rank);
 

@@ -26,6 +26,7 @@
 
 #include "core/error.h"
 #include "graph/autodiff.h"
+#include "graph/executor.h"
 #include "graph/graph.h"
 #include "graph/op.h"
 #include "graph/precision.h"
@@ -156,6 +157,81 @@ TEST(MixedPrecision, BackwardGemmsInheritTheirForwardNodesPrecision) {
   }
   // Each GEMM's rule adds both products (fc.grad_x too, unused: x is an input).
   EXPECT_EQ(gemms, 4);
+}
+
+// x -> linear -> gelu -> linear -> loss: gelu's output is read only by the
+// second linear (its x) and that linear's weight gradient (matmul_at_b's
+// a); the first linear's output is read by gelu and gelu_grad.
+struct MlpGraph {
+  Graph graph;
+  ValueId loss = kNoValue, hidden = kNoValue;
+  explicit MlpGraph(Precision precision) {
+    ValueId x = graph.input("x", {Shape{4, 6}});
+    ValueId w1 = graph.param("w1", {Shape{6, 9}}, {ParamInit::Kind::normal, 0.5}, true);
+    ValueId w2 = graph.param("w2", {Shape{9, 3}}, {ParamInit::Kind::normal, 0.5}, true);
+    hidden = graph.add1("gelu", {graph.add1("linear", {x, w1}, {}, "fc1")}, {}, "act");
+    ValueId logits = graph.add1("linear", {hidden, w2}, {}, "fc2");
+    ValueId target = graph.input("target", {Shape{4}, DType::i32});
+    loss = graph.add1("cross_entropy", {logits, target}, {{"scale", 0.25}}, "loss");
+    set_precision(graph, precision);
+    build_backward(graph, loss, graph.params());
+  }
+};
+
+TEST(MixedPrecision, StorageCastsExactlyTheValuesOnlyBf16GemmsRead) {
+  MlpGraph fp32(Precision::fp32), bf16(Precision::bf16);
+  EXPECT_EQ(store_gemm_operands_in_bf16(fp32.graph), 0);
+  const size_t before = bf16.graph.nodes().size();
+  const int producer = bf16.graph.value(bf16.hidden).producer;
+  ASSERT_EQ(store_gemm_operands_in_bf16(bf16.graph), 1);
+  const Graph& g = bf16.graph;
+  ASSERT_EQ(g.nodes().size(), before + 1);
+  const Node& cast = g.nodes()[static_cast<size_t>(producer) + 1];
+  EXPECT_EQ(cast.op(), "to_bf16");
+  EXPECT_EQ(cast.origin, -1);  // a forward node, where its value's producer is
+  EXPECT_EQ(cast.inputs, std::vector<ValueId>{bf16.hidden});
+  EXPECT_EQ(g.spec(cast.outputs[0]).dtype, DType::bf16);
+  int gemm_readers = 0;
+  for (size_t n = 0; n < g.nodes().size(); ++n) {
+    const Node& node = g.nodes()[n];
+    for (ValueId v : node.inputs) {
+      // Still topological, producers and origins following the shift.
+      if (g.value(v).producer >= 0) EXPECT_LT(g.value(v).producer, static_cast<int>(n)) << node.name;
+      if (v == bf16.hidden) EXPECT_EQ(node.op(), "to_bf16") << node.name << " still reads the fp32 value";
+      if (v == cast.outputs[0]) {
+        EXPECT_TRUE(node.def->mixed_precision) << node.name;
+        ++gemm_readers;
+      }
+    }
+    for (ValueId v : node.outputs) EXPECT_EQ(g.value(v).producer, static_cast<int>(n)) << node.name;
+    if (node.origin >= 0) EXPECT_EQ(g.nodes()[static_cast<size_t>(node.origin)].origin, -1) << node.name;
+  }
+  EXPECT_EQ(gemm_readers, 2);  // fc2 and fc2.grad_w
+}
+
+TEST_F(MixedPrecisionOps, StoringGemmOperandsInBf16ChangesNoResult) {
+  auto run = [](bool stored) {
+    MlpGraph model(Precision::bf16);
+    if (stored) EXPECT_EQ(store_gemm_operands_in_bf16(model.graph), 1);
+    const Graph& g = model.graph;
+    std::vector<ValueId> wanted = {model.loss};
+    for (const char* name : {"fc1.grad_w", "fc2.grad_w"})
+      for (const Node& node : g.nodes())
+        if (node.name == name) wanted.push_back(node.outputs[0]);
+    std::vector<Tensor> bound(g.values().size());
+    uint64_t seed = 7;
+    for (ValueId p : g.params()) bound[static_cast<size_t>(p)] = random_tensor(g.spec(p).shape, seed += 2);
+    bound[static_cast<size_t>(g.find("x"))] = random_tensor(Shape{4, 6}, 3);
+    Tensor target = Tensor::empty(Shape{4}, DType::i32);
+    for (int i = 0; i < 4; ++i) target.data<int32_t>()[i] = i % 3;
+    bound[static_cast<size_t>(g.find("target"))] = target;
+    return Executor(g, wanted).run(bound);
+  };
+  const std::vector<Tensor> rounded = run(false), stored = run(true);
+  ASSERT_EQ(rounded.size(), 3u);
+  for (size_t i = 0; i < rounded.size(); ++i)
+    for (int64_t j = 0; j < rounded[i].numel(); ++j)
+      EXPECT_EQ(stored[i].f32()[j], rounded[i].f32()[j]) << "output " << i << " [" << j << "]";
 }
 
 TEST(MixedPrecision, UnknownPrecisionNamesTheWordAndTheChoices) {

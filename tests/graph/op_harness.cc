@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/bf16.h"
+
 namespace px::testing {
 
 std::vector<Tensor> random_inputs(const OpExample& example, Rng& rng) {
@@ -79,6 +81,7 @@ std::vector<Tensor> run_op(const OpDef& def, const Attrs& attrs, const std::vect
 static double as_double(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
     case DType::f32: return t.f32()[i];
+    case DType::bf16: return kernels::to_float(static_cast<const kernels::bf16*>(t.raw())[i]);
     case DType::i32: return t.data<int32_t>()[i];
     case DType::u8: return t.data<uint8_t>()[i];
     default: PX_CHECK(false, "unsupported dtype");

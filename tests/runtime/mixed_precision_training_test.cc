@@ -6,8 +6,8 @@
 // an error of random sign per element. The loss averages 64 rows' cross-
 // entropies, so step 1's loss (the forward's rounding alone) moves far
 // less: 3.3e-6 relative, measured. The updates then differ too and the
-// runs drift apart: the largest gap over the 20 steps measured 3.7e-5, at
-// 1 and 2 threads (2026-11-26). 1e-3 relative, the bound bf16 strategies
+// runs drift apart: the largest gap over the 20 steps measured 4.3e-5, at
+// 1 and 2 threads, attention's products in bf16 too (2026-11-26). 1e-3 relative, the bound bf16 strategies
 // are held to against one rank, leaves 25x of that for other builds; a
 // bf16 path that multiplied the wrong operands or did not train would
 // miss it by far (the loss falls by 10% and more over the run,
@@ -53,39 +53,12 @@ TEST_P(MixedPrecisionTraining, Bf16LossesFollowFp32ForTwentySteps) {
     worst = std::max(worst, relative);
   }
   EXPECT_GT(worst, 0.0) << "bf16 losses equal fp32's bitwise: the bf16 path did not run";
+  ::testing::Test::RecordProperty("worst_relative_difference", std::to_string(worst));
   EXPECT_LT(fp32.losses.back(), 0.9 * fp32.losses.front()) << "the run must learn more than the tolerance";
   EXPECT_NEAR(bf16.evaluation.loss, fp32.evaluation.loss, 1e-3 * fp32.evaluation.loss);
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, MixedPrecisionTraining, ::testing::Values(1, 2));
-
-// Two data-parallel ranks in bf16 against one rank in bf16. Not within
-// fp32's 1e-5: each rank's weight-gradient GEMMs sum half the rows before
-// the allreduce adds the halves, which changes the weights in their last
-// fp32 bits as in fp32's data parallelism, but rounding to bf16 is a step
-// function: a last-bit change flips some inputs' bf16 rounding by 2^-8 in
-// the next step's GEMMs. Measured gap 7.7e-6 over 20 steps (on the default
-// GPT over 50 steps: bf16 1.0e-5, fp32 1.1e-7); 1e-3 as above.
-TEST(MixedPrecisionDataParallel, TwoRanksInBf16FollowOneRankInBf16) {
-  if (!kernels::cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16: --precision bf16 is refused";
-  testing::ScratchDir dir;
-  TrainOptions o = testing::tiny_gpt(testing::write_text(dir));
-  o.steps = o.schedule.total = 20;
-  o.gpt.dropout = 0;
-  o.precision = "bf16";
-  std::ostringstream log;
-  const TrainResult one = train(o, log);
-  o.ranks = 2;
-  const TrainResult two = train(o, log);
-  ASSERT_EQ(two.losses.size(), one.losses.size());
-  double worst = 0;
-  for (size_t i = 0; i < one.losses.size(); ++i) {
-    const double relative = std::abs(two.losses[i] - one.losses[i]) / std::abs(one.losses[i]);
-    EXPECT_LE(relative, 1e-3) << "step " << i + 1 << ": 2 ranks " << two.losses[i] << ", 1 rank " << one.losses[i];
-    worst = std::max(worst, relative);
-  }
-  ::testing::Test::RecordProperty("worst_relative_difference", std::to_string(worst));
-}
 
 }  // namespace
 }  // namespace px

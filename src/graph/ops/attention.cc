@@ -5,6 +5,7 @@
 // Heads are independent, so besides the batch split there is a head split
 // (Megatron's attention tensor parallelism): S(3) on qkv -> S(2) on out.
 #include "graph/ops/op_util.h"
+#include "graph/precision.h"
 #include "kernels/attention.h"
 
 namespace px::ops {
@@ -23,9 +24,15 @@ OpDef make_attention() {
     require_qkv(q);
     return std::vector<TensorSpec>{f32({q[0], q[1], q[3], q[4]}), f32({q[0], q[3], q[1], q[1]})};
   };
-  d.forward = [](const OpContext&, const Attrs&, const std::vector<const Tensor*>& in,
+  // bf16: the per-head products run in bf16 (kernels::attention_bf16), and
+  // qkv, read only by this node and its gradient, is stored in bf16.
+  d.mixed_precision = true;
+  d.bf16_inputs = {0};
+  d.forward = [](const OpContext&, const Attrs& a, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
     const Shape& q = in[0]->shape();
+    if (precision_of(a) == Precision::bf16)
+      return kernels::attention_bf16(q[0], q[1], q[3], q[4], bf16_operand(*in[0]), out[0]->f32(), out[1]->f32());
     kernels::attention(q[0], q[1], q[3], q[4], in[0]->f32(), out[0]->f32(), out[1]->f32());
   };
   d.backward = [](Graph& g, const Node& n, const std::vector<ValueId>& dout) {
@@ -57,11 +64,17 @@ OpDef make_attention_grad() {
   d.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
     require_count(in, 3, 3);
     require_qkv(in[0].shape);
-    return std::vector<TensorSpec>{in[0]};
+    return std::vector<TensorSpec>{f32(in[0].shape)};
   };
-  d.forward = [](const OpContext&, const Attrs&, const std::vector<const Tensor*>& in,
+  // bf16: qkv and the saved probabilities may come stored in bf16.
+  d.mixed_precision = true;
+  d.bf16_inputs = {0, 1};
+  d.forward = [](const OpContext&, const Attrs& a, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
     const Shape& q = in[0]->shape();
+    if (precision_of(a) == Precision::bf16)
+      return kernels::attention_backward_bf16(q[0], q[1], q[3], q[4], bf16_operand(*in[0]), bf16_operand(*in[1]),
+                                              in[2]->f32(), out[0]->f32());
     kernels::attention_backward(q[0], q[1], q[3], q[4], in[0]->f32(), in[1]->f32(), in[2]->f32(),
                                 out[0]->f32());
   };

@@ -19,10 +19,11 @@ OpDef make() {
     return std::vector<TensorSpec>{f32(with_last(x, w[1]))};
   };
   d.mixed_precision = true;
+  d.bf16_inputs = {0};  // x (the weight is a parameter, kept fp32)
   d.forward = [](const OpContext&, const Attrs& a, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
     int64_t K = in[1]->dim(0), N = in[1]->dim(1), M = rows_of(in[0]->shape());
-    gemm(a, false, false, M, N, K, in[0]->f32(), K, in[1]->f32(), N, out[0]->f32(), N);
+    gemm(a, false, false, M, N, K, *in[0], K, *in[1], N, out[0]->f32(), N);
   };
   d.backward = [](Graph& g, const Node& n, const std::vector<ValueId>& dout) {
     ValueId x = n.inputs[0], w = n.inputs[1], dy = dout[0];

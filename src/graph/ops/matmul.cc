@@ -20,11 +20,12 @@ OpDef make() {
     return std::vector<TensorSpec>{f32(with_last(x, N))};
   };
   d.mixed_precision = true;
+  d.bf16_inputs = {0, 1};
   d.forward = [](const OpContext&, const Attrs& a, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
     bool tb = a.get_int("trans_b", 0) != 0;
     int64_t K = in[0]->shape()[-1], N = out[0]->shape()[-1], M = rows_of(in[0]->shape());
-    gemm(a, false, tb, M, N, K, in[0]->f32(), K, in[1]->f32(), tb ? K : N, out[0]->f32(), N);
+    gemm(a, false, tb, M, N, K, *in[0], K, *in[1], tb ? K : N, out[0]->f32(), N);
   };
   d.backward = [](Graph& g, const Node& n, const std::vector<ValueId>& dout) {
     bool tb = n.attrs.get_int("trans_b", 0) != 0;

@@ -19,10 +19,11 @@ OpDef make() {
     return std::vector<TensorSpec>{f32({a[-1], c[-1]})};
   };
   d.mixed_precision = true;
+  d.bf16_inputs = {0, 1};
   d.forward = [](const OpContext&, const Attrs& a, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
     int64_t K = in[0]->shape()[-1], N = in[1]->shape()[-1], M = rows_of(in[0]->shape());
-    gemm(a, true, false, K, N, M, in[0]->f32(), K, in[1]->f32(), N, out[0]->f32(), N);
+    gemm(a, true, false, K, N, M, *in[0], K, *in[1], N, out[0]->f32(), N);
   };
   d.cost = [](const auto& in, const auto& out, const Attrs&) {
     OpCost c = streaming_cost(in, out);

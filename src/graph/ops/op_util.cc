@@ -6,12 +6,18 @@
 
 namespace px::ops {
 
-void gemm(const Attrs& attrs, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-          const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) {
+kernels::Bf16Operand bf16_operand(const Tensor& t, int64_t ld) {
+  if (t.dtype() == DType::bf16) return {.rounded = static_cast<const kernels::bf16*>(t.raw()), .ld = ld};
+  return {.f32 = t.f32(), .ld = ld};
+}
+
+void gemm(const Attrs& attrs, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const Tensor& A,
+          int64_t lda, const Tensor& B, int64_t ldb, float* C, int64_t ldc) {
   if (precision_of(attrs) == Precision::bf16)
-    kernels::gemm_rounding_to_bf16(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
-  else
-    kernels::gemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+    return kernels::gemm_mixed_bf16(trans_a, trans_b, M, N, K, 1.0f, bf16_operand(A, lda), bf16_operand(B, ldb), 0.0f, C,
+                                    ldc);
+  // f32() checks the dtype: a bf16 operand reaches only a bf16 node.
+  kernels::gemm(trans_a, trans_b, M, N, K, 1.0f, A.f32(), lda, B.f32(), ldb, 0.0f, C, ldc);
 }
 
 void require_count(const std::vector<TensorSpec>& in, size_t lo, size_t hi) {

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "graph/graph.h"
 #include "graph/op.h"
+#include "kernels/gemm_bf16.h"
 
 namespace px::ops {
 
@@ -27,10 +28,16 @@ Shape with_last(const Shape& s, int64_t last);
 // Product of all dims but the last (the "rows" of a [..., C] tensor).
 int64_t rows_of(const Shape& s);
 
-// kernels::gemm, or, when the node's precision is bf16 (graph/precision.h),
-// kernels::gemm_rounding_to_bf16: the GEMM ops' one call site for both.
-void gemm(const Attrs& attrs, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-          const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc);
+// A bf16 node's operand as the mixed-precision kernels take it: an fp32
+// tensor (rounded as it is read) or one stored in bf16. Rows `ld` apart.
+kernels::Bf16Operand bf16_operand(const Tensor& t, int64_t ld = 0);
+
+// C = op(A) · op(B) by kernels::gemm, or, when the node's precision is bf16
+// (graph/precision.h), by kernels::gemm_mixed_bf16: the GEMM ops' one call
+// site for both. A and B are fp32 tensors, or under bf16 either may be a
+// value the lowering stores in bf16 (store_gemm_operands_in_bf16).
+void gemm(const Attrs& attrs, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const Tensor& A,
+          int64_t lda, const Tensor& B, int64_t ldb, float* C, int64_t ldc);
 
 // Pointwise ops over n same-shape inputs: S(d) for every d, and B; plus
 // all-P -> P when the op is linear in its inputs (add).

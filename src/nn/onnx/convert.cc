@@ -2,6 +2,7 @@
 // of a layer, M its outputs.
 #include "nn/onnx/convert.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 
@@ -105,8 +106,17 @@ void convert_reshape(ImportContext& c, const NodeProto& node) {
       if (static_cast<int>(i) >= s.rank()) fail("{}: shape entry {} copies a dim the input lacks", describe(node), i);
       dims[i] = s[static_cast<int>(i)];
     }
-    if (dims[i] == -1) infer = static_cast<int>(i);
-    else known *= dims[i];
+    if (dims[i] < -1)
+      fail("{}: shape entry {} is {}: expected a size, 0 (copy the input's) or -1 (infer)", describe(node), i, dims[i]);
+    if (dims[i] == -1) {
+      if (infer >= 0) fail("{}: shape entries {} and {} are both -1: at most one may be inferred", describe(node), infer, i);
+      infer = static_cast<int>(i);
+    } else if (dims[i] > 0 && known > std::max<int64_t>(s.numel(), 1) / dims[i]) {
+      // Larger than the input already (and the product could overflow).
+      fail("{}: cannot reshape {} ({} elements) to [{}]", describe(node), s, s.numel(), fmt::join(dims, ","));
+    } else {
+      known *= dims[i];
+    }
   }
   if (infer >= 0 && known > 0) dims[infer] = s.numel() / known;
   if (Shape(dims).numel() != s.numel())

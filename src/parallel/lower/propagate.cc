@@ -101,10 +101,13 @@ class Propagator {
         out_.value_of[v] = id;
         continue;
       }
-      if (value.output_index != 0) continue;  // created with output 0
-      PX_CHECK_EQ(static_cast<size_t>(value.producer), next_node);
-      add_node(static_cast<int>(next_node++));
+      // Nodes go in node order, each once its first output's turn comes
+      // (or that of a later node's: a node inserted after the graph was
+      // built, a bf16 cast, has its values at the end).
+      if (value.output_index != 0) continue;
+      while (next_node <= static_cast<size_t>(value.producer)) add_node(static_cast<int>(next_node++));
     }
+    while (next_node < graph_.nodes().size()) add_node(static_cast<int>(next_node++));
     for (size_t t = 0; t < request_.targets.size(); ++t)
       if (out_.target_of[t] == kNoValue) {  // an input or parameter named as a target
         const ValueId v = out_.value_of[static_cast<size_t>(request_.targets[t].first)];

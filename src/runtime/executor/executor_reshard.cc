@@ -52,8 +52,12 @@ Tensor reshard_tensor(comm::Communicator& comm, const Tensor& in, const Placemen
     parallel::copy_to_local(in, block_pieces(whole, to, p, me), out);
     return out;
   }
-  if (in.dtype() != DType::f32)
-    fail("resharding {} -> {} moves float32 values; this one is {}", from.str(), to.str(), dtype_name(in.dtype()));
+  // Sums need float32; gathers and all-to-alls move bytes (a bf16 value
+  // travels in the float collectives' words, two elements a word).
+  if (from.is_partial() && in.dtype() != DType::f32)
+    fail("resharding {} -> {} sums float32 values; this one is {}", from.str(), to.str(), dtype_name(in.dtype()));
+  const size_t element = dtype_size(in.dtype());
+  auto words = [element](int64_t elements) { return static_cast<size_t>((elements * static_cast<int64_t>(element) + 3) / 4); };
   // The packed exchanges below size their buffers by `whole`: the input must be this rank's block of it.
   const Shape expected = from.is_split() ? block_shape(whole, from, p, me) : whole;
   PX_CHECK(in.shape() == expected, "resharding {} -> {}: this rank holds {}, its block of {} is {}", from.str(),
@@ -79,14 +83,14 @@ Tensor reshard_tensor(comm::Communicator& comm, const Tensor& in, const Placemen
     return out;
   }
   if (from.is_split() && !to.is_split()) {  // S -> B: allgather of packed blocks
-    const int64_t chunk = largest_block(whole, from, p);
-    std::vector<float> mine(static_cast<size_t>(chunk), 0.0f), all(static_cast<size_t>(chunk * p));
-    std::memcpy(mine.data(), in.f32(), static_cast<size_t>(in.numel()) * sizeof(float));
+    const size_t chunk = words(largest_block(whole, from, p));
+    std::vector<float> mine(chunk, 0.0f), all(chunk * static_cast<size_t>(p));
+    std::memcpy(mine.data(), in.raw(), in.nbytes());
     comm::allgather(comm, mine.data(), comm::Buffer(std::span<float>(all)), options);
-    Tensor out = Tensor::empty(whole, DType::f32);
+    Tensor out = Tensor::empty(whole, in.dtype());
     for (int q = 0; q < p; ++q) {
-      Tensor block = Tensor::empty(block_shape(whole, from, p, q), DType::f32);
-      std::memcpy(block.f32(), all.data() + q * chunk, static_cast<size_t>(block.numel()) * sizeof(float));
+      Tensor block = Tensor::empty(block_shape(whole, from, p, q), in.dtype());
+      std::memcpy(block.raw(), all.data() + static_cast<size_t>(q) * chunk, block.nbytes());
       parallel::copy_to_whole(block, block_pieces(whole, from, p, q), out);
     }
     return out;
@@ -94,23 +98,24 @@ Tensor reshard_tensor(comm::Communicator& comm, const Tensor& in, const Placemen
   // S(d) -> S(e): all-to-all. Rank r holds block r along d; it sends rank q
   // the part of its block that is q's along e.
   const Shape mine_shape = in.shape();  // block `me` along d
-  int64_t chunk = 0;
+  int64_t largest = 0;
   for (int r = 0; r < p; ++r)
     for (int q = 0; q < p; ++q)
-      chunk = std::max(chunk, block_shape(block_shape(whole, from, p, r), to, p, q).numel());
-  std::vector<float> send(static_cast<size_t>(chunk * p), 0.0f), received(static_cast<size_t>(chunk * p));
+      largest = std::max(largest, block_shape(block_shape(whole, from, p, r), to, p, q).numel());
+  const size_t chunk = words(largest);
+  std::vector<float> send(chunk * static_cast<size_t>(p), 0.0f), received(chunk * static_cast<size_t>(p));
   for (int q = 0; q < p; ++q) {
-    Tensor part = Tensor::empty(block_shape(mine_shape, to, p, q), DType::f32);
+    Tensor part = Tensor::empty(block_shape(mine_shape, to, p, q), in.dtype());
     parallel::copy_to_local(in, block_pieces(mine_shape, to, p, q), part);
-    std::memcpy(send.data() + q * chunk, part.f32(), static_cast<size_t>(part.numel()) * sizeof(float));
+    std::memcpy(send.data() + static_cast<size_t>(q) * chunk, part.raw(), part.nbytes());
   }
   comm::all_to_all(comm, send.data(), comm::Buffer(std::span<float>(received)), options);
   const Shape out_shape = block_shape(whole, to, p, me);
-  Tensor out = Tensor::empty(out_shape, DType::f32);
+  Tensor out = Tensor::empty(out_shape, in.dtype());
   for (int r = 0; r < p; ++r) {
     // From rank r: its block along d, cut to my block along e.
-    Tensor part = Tensor::empty(block_shape(block_shape(whole, from, p, r), to, p, me), DType::f32);
-    std::memcpy(part.f32(), received.data() + r * chunk, static_cast<size_t>(part.numel()) * sizeof(float));
+    Tensor part = Tensor::empty(block_shape(block_shape(whole, from, p, r), to, p, me), in.dtype());
+    std::memcpy(part.raw(), received.data() + static_cast<size_t>(r) * chunk, part.nbytes());
     parallel::copy_to_whole(part, block_pieces(out_shape, from, p, r), out);
   }
   return out;
