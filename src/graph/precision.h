@@ -34,7 +34,8 @@ void set_precision(Graph& graph, Precision precision);
 void inherit_precision(Graph& graph, int first, int origin);
 
 // Storage: every forward activation that only bf16 nodes read, each at a
-// position its op takes in bf16 (OpDef::bf16_inputs: GEMM operands), gets
+// position its op takes in bf16 (OpDef::bf16_inputs: GEMM and attention
+// operands, gelu's input, all read at bf16 precision anyway), gets
 // a to_bf16 node right after its producer, and its readers read that
 // instead. The fp32 value then dies at once; what backward keeps (the GEMMs'
 // saved inputs, for the weight gradients) and what resharding moves is half

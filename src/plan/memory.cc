@@ -34,11 +34,13 @@ ProgramMemory program_memory(const parallel::Program& p, const parallel::Livenes
   };
   double live = bytes_before_the_step(p, optimizer_slots, compute);
   double peak = 0, activations = 0, activation_peak = 0, stash = -1;
+  double forward = 0, forward_peak = 0;  // the storage forward made
   // A value's bytes live in a storage; a view (reshape) shares its input's,
   // which stays alive until the value and all its views are dead.
   struct Storage {
     double bytes = 0;
     int refs = 0;
+    bool forward = false;
   };
   std::vector<Storage> storages;
   std::map<std::pair<int, ValueId>, size_t> storage_of;  // (micro-batch, value) -> storage
@@ -49,6 +51,7 @@ ProgramMemory program_memory(const parallel::Program& p, const parallel::Livenes
     if (--st.refs == 0) {
       live -= st.bytes;
       activations -= st.bytes;
+      if (st.forward) forward -= st.bytes;
     }
     storage_of.erase(it);
   };
@@ -68,12 +71,13 @@ ProgramMemory program_memory(const parallel::Program& p, const parallel::Livenes
       live += buffer_live[static_cast<size_t>(b)];
     }
     const int mb = instr.micro_batch;
-    auto produce = [&](ValueId v, double bytes) {
+    auto produce = [&](ValueId v, double bytes, bool made_by_forward) {
       drop({mb, v});  // an instance made again (recomputation)
-      storages.push_back({bytes, 1});
+      storages.push_back({bytes, 1, made_by_forward});
       storage_of[{mb, v}] = storages.size() - 1;
       live += bytes;
       activations += bytes;
+      if (made_by_forward) forward += bytes;
     };
     if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) {
       const Graph& g = p.graph_of(mb);
@@ -81,7 +85,7 @@ ProgramMemory program_memory(const parallel::Program& p, const parallel::Livenes
       if (node.origin >= 0 && stash < 0) stash = activations;
       for (size_t o = 0; o < node.outputs.size(); ++o) {
         if (o > 0 || !node.def->output_is_view) {
-          produce(node.outputs[o], activation_bytes(g.spec(node.outputs[o])));
+          produce(node.outputs[o], activation_bytes(g.spec(node.outputs[o])), node.origin < 0);
           continue;
         }
         drop({mb, node.outputs[o]});
@@ -92,19 +96,25 @@ ProgramMemory program_memory(const parallel::Program& p, const parallel::Livenes
       }
     } else if (const auto* rs = std::get_if<parallel::Reshard>(&instr.op)) {
       const Graph& g = p.graph_of(mb);
-      const ValueId v = g.nodes()[static_cast<size_t>(rs->node)].outputs.front();
-      produce(v, activation_bytes(g.spec(v)));
+      const Node& node = g.nodes()[static_cast<size_t>(rs->node)];
+      produce(node.outputs.front(), activation_bytes(g.spec(node.outputs.front())), node.origin < 0);
     } else if (const auto* recv = std::get_if<parallel::Recv>(&instr.op)) {
-      produce(recv->value, activation_bytes(p.graph_of(mb).spec(recv->value)));
+      const Graph& g = p.graph_of(mb);
+      produce(recv->value, activation_bytes(g.spec(recv->value)),
+              g.nodes()[static_cast<size_t>(g.value(recv->value).producer)].origin < 0);
     } else if (const auto* f = std::get_if<parallel::Free>(&instr.op)) {
       live -= buffer_live[static_cast<size_t>(f->buffer)];
       buffer_live[static_cast<size_t>(f->buffer)] = 0;
     }
     peak = std::max(peak, live);
     activation_peak = std::max(activation_peak, activations);
+    forward_peak = std::max(forward_peak, forward);
     for (ValueId v : liveness.values[i]) drop({mb, v});
   }
-  return {.peak_bytes = peak, .activation_peak_bytes = activation_peak, .stash_bytes = std::max(0.0, stash)};
+  return {.peak_bytes = peak,
+          .activation_peak_bytes = activation_peak,
+          .forward_activation_peak_bytes = forward_peak,
+          .stash_bytes = std::max(0.0, stash)};
 }
 
 }  // namespace px::plan

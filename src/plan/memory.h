@@ -16,6 +16,9 @@ namespace px::plan {
 struct ProgramMemory {
   double peak_bytes = 0;
   double activation_peak_bytes = 0;  // the values of the local graphs alone
+  // Of them, those forward made (the executor's count: what a training
+  // run reports as forward activations). A view counts its input's storage.
+  double forward_activation_peak_bytes = 0;
   double stash_bytes = 0;            // activations alive when the first backward node runs
 };
 

@@ -337,6 +337,7 @@ void Replay::summarize() {
     const ProgramMemory m = program_memory(*s.program, s.live, request_.optimizer_slots, request_.compute);
     out_.peak_bytes.push_back(m.peak_bytes);
     out_.activation_peak_bytes.push_back(m.activation_peak_bytes);
+    out_.forward_activation_peak_bytes.push_back(m.forward_activation_peak_bytes);
     out_.stash_bytes.push_back(m.stash_bytes);
   }
 }

@@ -77,6 +77,7 @@ struct Simulation {
   double step_seconds = 0;
   std::vector<double> peak_bytes;     // per rank
   std::vector<double> activation_peak_bytes;  // per rank: the values of the local graphs alone
+  std::vector<double> forward_activation_peak_bytes;  // per rank: of them, those forward made
   // Per rank: the values alive when its first backward compute starts (one
   // micro-batch: what its forward keeps for backward).
   std::vector<double> stash_bytes;

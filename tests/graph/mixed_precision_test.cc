@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -159,18 +160,21 @@ TEST(MixedPrecision, BackwardGemmsInheritTheirForwardNodesPrecision) {
   EXPECT_EQ(gemms, 4);
 }
 
-// x -> linear -> gelu -> linear -> loss: gelu's output is read only by the
-// second linear (its x) and that linear's weight gradient (matmul_at_b's
-// a); the first linear's output is read by gelu and gelu_grad.
+// x -> linear -> gelu -> linear -> loss. Under bf16, gelu's output is read
+// only by the second linear (its x) and that linear's weight gradient
+// (matmul_at_b's a), the first linear's output only by gelu and gelu_grad
+// (their x, read at bf16 precision): both are stored in bf16. The loss
+// reads the logits in fp32: they stay.
 struct MlpGraph {
   Graph graph;
-  ValueId loss = kNoValue, hidden = kNoValue;
+  ValueId loss = kNoValue, hidden = kNoValue, pre_activation = kNoValue, logits = kNoValue;
   explicit MlpGraph(Precision precision) {
     ValueId x = graph.input("x", {Shape{4, 6}});
     ValueId w1 = graph.param("w1", {Shape{6, 9}}, {ParamInit::Kind::normal, 0.5}, true);
     ValueId w2 = graph.param("w2", {Shape{9, 3}}, {ParamInit::Kind::normal, 0.5}, true);
-    hidden = graph.add1("gelu", {graph.add1("linear", {x, w1}, {}, "fc1")}, {}, "act");
-    ValueId logits = graph.add1("linear", {hidden, w2}, {}, "fc2");
+    pre_activation = graph.add1("linear", {x, w1}, {}, "fc1");
+    hidden = graph.add1("gelu", {pre_activation}, {}, "act");
+    logits = graph.add1("linear", {hidden, w2}, {}, "fc2");
     ValueId target = graph.input("target", {Shape{4}, DType::i32});
     loss = graph.add1("cross_entropy", {logits, target}, {{"scale", 0.25}}, "loss");
     set_precision(graph, precision);
@@ -178,41 +182,46 @@ struct MlpGraph {
   }
 };
 
-TEST(MixedPrecision, StorageCastsExactlyTheValuesOnlyBf16GemmsRead) {
+TEST(MixedPrecision, StorageCastsExactlyTheValuesOnlyBf16ReadersTakeInBf16) {
   MlpGraph fp32(Precision::fp32), bf16(Precision::bf16);
   EXPECT_EQ(store_gemm_operands_in_bf16(fp32.graph), 0);
   const size_t before = bf16.graph.nodes().size();
-  const int producer = bf16.graph.value(bf16.hidden).producer;
-  ASSERT_EQ(store_gemm_operands_in_bf16(bf16.graph), 1);
+  ASSERT_EQ(store_gemm_operands_in_bf16(bf16.graph), 2);
   const Graph& g = bf16.graph;
-  ASSERT_EQ(g.nodes().size(), before + 1);
-  const Node& cast = g.nodes()[static_cast<size_t>(producer) + 1];
-  EXPECT_EQ(cast.op(), "to_bf16");
-  EXPECT_EQ(cast.origin, -1);  // a forward node, where its value's producer is
-  EXPECT_EQ(cast.inputs, std::vector<ValueId>{bf16.hidden});
-  EXPECT_EQ(g.spec(cast.outputs[0]).dtype, DType::bf16);
-  int gemm_readers = 0;
+  ASSERT_EQ(g.nodes().size(), before + 2);
+  std::map<ValueId, ValueId> stored;  // fp32 value -> its bf16 copy
+  for (size_t n = 0; n < g.nodes().size(); ++n) {
+    const Node& node = g.nodes()[n];
+    if (node.op() != "to_bf16") continue;
+    const ValueId value = node.inputs[0];
+    EXPECT_EQ(g.value(value).producer, static_cast<int>(n) - 1) << "right after its producer: " << node.name;
+    EXPECT_EQ(node.origin, -1) << node.name;
+    EXPECT_EQ(g.spec(node.outputs[0]).dtype, DType::bf16);
+    stored[value] = node.outputs[0];
+  }
+  EXPECT_EQ(stored.size(), 2u);
+  EXPECT_TRUE(stored.count(bf16.hidden) && stored.count(bf16.pre_activation));
+  std::map<ValueId, std::vector<std::string>> readers;
   for (size_t n = 0; n < g.nodes().size(); ++n) {
     const Node& node = g.nodes()[n];
     for (ValueId v : node.inputs) {
       // Still topological, producers and origins following the shift.
       if (g.value(v).producer >= 0) EXPECT_LT(g.value(v).producer, static_cast<int>(n)) << node.name;
-      if (v == bf16.hidden) EXPECT_EQ(node.op(), "to_bf16") << node.name << " still reads the fp32 value";
-      if (v == cast.outputs[0]) {
-        EXPECT_TRUE(node.def->mixed_precision) << node.name;
-        ++gemm_readers;
-      }
+      if (stored.count(v)) EXPECT_EQ(node.op(), "to_bf16") << node.name << " still reads the fp32 value";
+      readers[v].push_back(node.op());
     }
     for (ValueId v : node.outputs) EXPECT_EQ(g.value(v).producer, static_cast<int>(n)) << node.name;
     if (node.origin >= 0) EXPECT_EQ(g.nodes()[static_cast<size_t>(node.origin)].origin, -1) << node.name;
   }
-  EXPECT_EQ(gemm_readers, 2);  // fc2 and fc2.grad_w
+  EXPECT_EQ(readers[stored[bf16.hidden]], (std::vector<std::string>{"linear", "matmul_at_b"}));
+  EXPECT_EQ(readers[stored[bf16.pre_activation]], (std::vector<std::string>{"gelu", "gelu_grad"}));
+  EXPECT_EQ(g.spec(bf16.logits).dtype, DType::f32);
 }
 
 TEST_F(MixedPrecisionOps, StoringGemmOperandsInBf16ChangesNoResult) {
   auto run = [](bool stored) {
     MlpGraph model(Precision::bf16);
-    if (stored) EXPECT_EQ(store_gemm_operands_in_bf16(model.graph), 1);
+    if (stored) EXPECT_EQ(store_gemm_operands_in_bf16(model.graph), 2);
     const Graph& g = model.graph;
     std::vector<ValueId> wanted = {model.loss};
     for (const char* name : {"fc1.grad_w", "fc2.grad_w"})

@@ -103,3 +103,19 @@ TEST_F(MixedPrecisionStrategies, RecomputeEqualsOneRankWithout) {
 
 }  // namespace
 }  // namespace px
+#include "graph/autodiff.h"
+#include "graph/precision.h"
+#include "nn/build_model.h"
+namespace px { namespace {
+TEST(TempCasts, Print) {
+  nn::ModelConfig c{.kind = "gpt"};
+  c.gpt = {.vocab = 256, .block = 64, .n_layer = 1, .n_head = 2, .n_embd = 32};
+  c.gpt.dropout = 0;
+  c.precision = Precision::bf16;
+  nn::Model m = nn::build_model(c, 2, true);
+  Graph g = m.graph;
+  build_backward(g, m.loss, g.params());
+  store_gemm_operands_in_bf16(g);
+  std::cout << g.str();
+}
+}}

@@ -60,5 +60,42 @@ TEST_P(MixedPrecisionTraining, Bf16LossesFollowFp32ForTwentySteps) {
 
 INSTANTIATE_TEST_SUITE_P(Threads, MixedPrecisionTraining, ::testing::Values(1, 2));
 
+// What forward keeps for backward, in the proportions of gpt-small (heads x
+// block / embd = 4: a layer's T x T probabilities are 4 of its B·T·C
+// activations; vocab / embd = 4). Per layer, in units of B·T·C, fp32 keeps
+// 20: the two block inputs 2, two LayerNorm outputs 2, qkv 3, the
+// probabilities 4, attention's output 1, the MLP's pre-activation 4 and
+// GELU's output 4. bf16 keeps 11: everything but the block inputs in bf16.
+// With the final LayerNorm's output and the logits (4, fp32: the loss
+// reads them), 4 layers: (4·11 + 0.5 + 4) / (4·20 + 1 + 4) = 0.57, the
+// issue's bound 0.6. The executor's count and the simulator's memory model
+// (what `parallax train` prints as "activations predicted ... measured")
+// must agree: they count the same storage of the same Program.
+TEST(MixedPrecisionMemory, Bf16KeepsUnder60PercentOfFp32sActivationsAndTheSimulatorAgrees) {
+  if (!kernels::cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16: --precision bf16 is refused";
+  testing::ScratchDir dir;
+  TrainOptions o = testing::tiny_gpt(testing::write_text(dir));
+  o.gpt.n_layer = 4;
+  o.gpt.n_head = 4;
+  o.gpt.n_embd = 64;
+  o.gpt.block = 64;
+  o.gpt.dropout = 0;
+  o.batch = 4;
+  o.steps = o.schedule.total = 2;
+  o.eval_every = 0;
+  o.local_cluster = dir.file("no-spec-here.json");  // predict from a quick probe of the host
+  std::ostringstream log;
+  const TrainResult fp32 = train(o, log);
+  o.precision = "bf16";
+  const TrainResult bf16 = train(o, log);
+  for (const TrainResult* r : {&fp32, &bf16}) {
+    ASSERT_GT(r->activation_peak_bytes, 0);
+    EXPECT_NEAR(r->predicted_activation_peak_bytes / double(r->activation_peak_bytes), 1.0, 0.1) << log.str();
+  }
+  const double ratio = double(bf16.activation_peak_bytes) / double(fp32.activation_peak_bytes);
+  EXPECT_LE(ratio, 0.6) << "bf16 " << bf16.activation_peak_bytes << " B, fp32 " << fp32.activation_peak_bytes << " B";
+  EXPECT_GE(ratio, 0.5) << "below what storing in bf16 can save";
+}
+
 }  // namespace
 }  // namespace px

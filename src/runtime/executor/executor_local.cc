@@ -43,7 +43,8 @@ void ProgramExecutor::compute(int id, const parallel::Compute& op, const StepInp
     const TensorSpec& spec = g.spec(v);
     const bool view = i == 0 && node.def->output_is_view;
     live[static_cast<size_t>(v)] = view ? in[0]->reshape(spec.shape) : Tensor::empty(spec.shape, spec.dtype);
-    hold(m, v, live[static_cast<size_t>(v)], !view && node.origin < 0);  // forward nodes have no origin
+    // Forward nodes have no origin; a view shares its input's storage.
+    hold(m, v, live[static_cast<size_t>(v)], !view && node.origin < 0, view ? node.inputs.front() : kNoValue);
     out.push_back(&live[static_cast<size_t>(v)]);
   }
   // Where the shards sit in the unsplit values: the lowering's boxes plus
@@ -70,19 +71,33 @@ void ProgramExecutor::compute(int id, const parallel::Compute& op, const StepInp
                       .instr = id});
 }
 
-void ProgramExecutor::hold(int micro, ValueId v, const Tensor& t, bool counts) {
+void ProgramExecutor::hold(int micro, ValueId v, const Tensor& t, bool counts, ValueId view_of) {
   release(micro, v);
+  const auto m = static_cast<size_t>(micro);
+  std::vector<ValueId>& storage = activations_.storage[m];
+  const ValueId shared = view_of == kNoValue ? kNoValue : storage[static_cast<size_t>(view_of)];
+  if (shared != kNoValue) {
+    storage[static_cast<size_t>(v)] = shared;
+    ++activations_.sharers[m][static_cast<size_t>(shared)];
+    return;
+  }
   if (!counts) return;
-  const int64_t bytes = static_cast<int64_t>(t.nbytes());
-  activations_.held[static_cast<size_t>(micro)][static_cast<size_t>(v)] = bytes;
-  activations_.bytes += bytes;
+  storage[static_cast<size_t>(v)] = v;
+  activations_.sharers[m][static_cast<size_t>(v)] = 1;
+  activations_.bytes_of[m][static_cast<size_t>(v)] = static_cast<int64_t>(t.nbytes());
+  activations_.bytes += static_cast<int64_t>(t.nbytes());
   activations_.peak = std::max(activations_.peak, activations_.bytes);
 }
 
 void ProgramExecutor::release(int micro, ValueId v) {
-  int64_t& bytes = activations_.held[static_cast<size_t>(micro)][static_cast<size_t>(v)];
-  activations_.bytes -= bytes;
-  bytes = 0;
+  const auto m = static_cast<size_t>(micro);
+  ValueId& storage = activations_.storage[m][static_cast<size_t>(v)];
+  if (storage == kNoValue) return;
+  const auto s = static_cast<size_t>(storage);
+  storage = kNoValue;
+  if (--activations_.sharers[m][s] > 0) return;
+  activations_.bytes -= activations_.bytes_of[m][s];
+  activations_.bytes_of[m][s] = 0;
 }
 
 void ProgramExecutor::use_parameters(const ParamStore& store) {

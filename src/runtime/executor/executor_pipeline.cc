@@ -103,8 +103,15 @@ int64_t ProgramExecutor::stashed_bytes_per_micro_batch() const {
     const Node& node = g.nodes()[static_cast<size_t>(value.producer)];
     return node.origin < 0 && !(value.output_index == 0 && node.def->output_is_view);
   };
-  // Values made before the micro-batch's backward began that a backward node frees.
-  std::vector<bool> made_in_forward(g.values().size(), false);
+  // Storage made before the micro-batch's backward began whose last holder
+  // a backward node frees (a view holds its input's storage, as the
+  // activation count has it).
+  std::vector<ValueId> storage(g.values().size(), kNoValue);
+  std::vector<int> sharers(g.values().size(), 0);
+  auto own = [&](ValueId v) {
+    storage[static_cast<size_t>(v)] = v;
+    sharers[static_cast<size_t>(v)] = 1;
+  };
   bool backward = false;
   int64_t bytes = 0;
   for (size_t i = 0; i < program_.instrs.size(); ++i) {
@@ -113,12 +120,24 @@ int64_t ProgramExecutor::stashed_bytes_per_micro_batch() const {
     const Node* node = node_of(instr);
     if (node != nullptr) {
       backward = backward || node->origin >= 0;
-      for (ValueId v : node->outputs) made_in_forward[static_cast<size_t>(v)] = !backward && stored(v);
-      for (ValueId v : liveness_.values[i])
-        if (node->origin >= 0 && made_in_forward[static_cast<size_t>(v)])
-          bytes += static_cast<int64_t>(g.spec(v).shape.numel()) * static_cast<int64_t>(dtype_size(g.spec(v).dtype));
+      for (size_t o = 0; o < node->outputs.size() && !backward; ++o) {
+        const ValueId v = node->outputs[o];
+        if (stored(v)) {
+          own(v);
+        } else if (o == 0 && node->def->output_is_view && storage[static_cast<size_t>(node->inputs.front())] != kNoValue) {
+          storage[static_cast<size_t>(v)] = storage[static_cast<size_t>(node->inputs.front())];
+          ++sharers[static_cast<size_t>(storage[static_cast<size_t>(v)])];
+        }
+      }
+      for (ValueId v : liveness_.values[i]) {
+        const ValueId held = storage[static_cast<size_t>(v)];
+        if (held == kNoValue) continue;
+        storage[static_cast<size_t>(v)] = kNoValue;
+        if (--sharers[static_cast<size_t>(held)] == 0 && node->origin >= 0)
+          bytes += static_cast<int64_t>(g.spec(held).bytes());
+      }
     } else if (const auto* r = std::get_if<parallel::Recv>(&instr.op)) {
-      made_in_forward[static_cast<size_t>(r->value)] = !backward && stored(r->value);
+      if (!backward && stored(r->value)) own(r->value);
     }
   }
   return bytes;

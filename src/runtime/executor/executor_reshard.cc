@@ -137,7 +137,11 @@ void ProgramExecutor::reshard(int id, const parallel::Reshard& op, const StepInp
   Tensor out = comm == nullptr ? in : reshard_tensor(*comm, in, op.from, op.to, whole, options_of(program_.instrs[static_cast<size_t>(id)]));
   PX_CHECK(out.shape() == out_shape, "reshard #{} gives {}, the program expects {}", id, out.shape(), out_shape);
   live[static_cast<size_t>(node.outputs.front())] = out;
-  const int64_t bytes = std::max(in.numel(), out.numel()) * static_cast<int64_t>(sizeof(float));
+  // Held like a forward node's output when forward resharded it (the input
+  // itself when there was nothing to move).
+  const bool same = out.raw() == in.raw();
+  hold(m, node.outputs.front(), out, !same && node.origin < 0, same ? node.inputs.front() : kNoValue);
+  const auto bytes = static_cast<int64_t>(std::max(in.nbytes(), out.nbytes()));
   if (tracing_)
     trace_.push_back({.name = fmt::format("{} ({} -> {})", node.name, op.from.str(), op.to.str()),
                       .lane = TraceRecord::Lane::comm,

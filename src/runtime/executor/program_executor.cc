@@ -122,13 +122,17 @@ void ProgramExecutor::begin_step(const StepInput& input) {
   poison_ = input.poison;
   local_loss_bad_ = poisoned_ = skip_updates_ = false;
   live_.assign(micro, {});
-  activations_.held.assign(micro, {});
+  activations_.storage.assign(micro, {});
+  activations_.bytes_of.assign(micro, {});
+  activations_.sharers.assign(micro, {});
   activations_.bytes = activations_.peak = 0;
   for (size_t m = 0; m < micro; ++m) {
     const parallel::MicroBatch& mb = program_.micro_batches[m];
     if (mb.rows == 0) continue;
     live_[m].resize(program_.graphs[static_cast<size_t>(mb.graph)].values().size());
-    activations_.held[m].assign(live_[m].size(), 0);
+    activations_.storage[m].assign(live_[m].size(), kNoValue);
+    activations_.bytes_of[m].assign(live_[m].size(), 0);
+    activations_.sharers[m].assign(live_[m].size(), 0);
     for (ValueId v : program_.batch_inputs) {
       const Tensor* feed = nullptr;
       for (const auto& [id, t] : input.feeds)

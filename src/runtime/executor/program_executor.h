@@ -351,15 +351,22 @@ class ProgramExecutor {
   };
   std::vector<PendingSend> pending_sends_;
   int last_compute_ = -1;  // the last Compute instruction (where a pipeline's span ends)
-  // Forward activations alive (bytes per micro-batch and value) and their peak this step.
+  // Forward activations alive and their peak this step, counted by storage
+  // as plan/memory.cc counts them: a view (reshape) shares its input's
+  // storage, which is counted until the last value sharing it is released.
+  // Per micro-batch and value: the value whose storage it holds (kNoValue:
+  // none counted), and for a storage's own value its bytes and sharers.
   struct Activations {
-    std::vector<std::vector<int64_t>> held;  // per micro-batch and value
+    std::vector<std::vector<ValueId>> storage;
+    std::vector<std::vector<int64_t>> bytes_of;
+    std::vector<std::vector<int>> sharers;
     int64_t bytes = 0, peak = 0;
   } activations_;
   // The account of the thread that made the executor: this rank's tensors
   // (nullptr: the process's, which is this rank's when it is alone).
   MemoryAccount* account_ = current_memory_account();
-  void hold(int micro, ValueId v, const Tensor& t, bool counts);
+  // `v` now holds `t`: counted when `counts`, or sharing `view_of`'s storage.
+  void hold(int micro, ValueId v, const Tensor& t, bool counts, ValueId view_of = kNoValue);
   void release(int micro, ValueId v);
 
   // executor_flight.cc: the flight recorder's entries, and errors in context.

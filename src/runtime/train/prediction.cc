@@ -33,21 +33,26 @@ RunPrediction predict_run(const TrainOptions& o, const std::vector<parallel::Pro
       {.threads = o.threads, .model = o.model, .link_gbps = o.link_gbps, .collective = o.sync.collective});
   out.step_seconds = sim.step_seconds;
   out.peak_bytes = sim.peak_bytes.front();
+  out.activation_peak_bytes = sim.forward_activation_peak_bytes.front();
   out.peak_bytes_per_rank = sim.peak_bytes;
   out.timeline = sim.trace;
   return out;
 }
 
-std::string describe_prediction(const RunPrediction& p, double measured_step, double measured_peak) {
+std::string describe_prediction(const RunPrediction& p, double measured_step, double measured_peak,
+                                double measured_activations) {
   auto error = [](double predicted, double measured) {
     return measured > 0 ? fmt::format("{:+.1f}%", 100 * (predicted / measured - 1)) : std::string("n/a");
   };
+  constexpr double kMiB = 1 << 20;
   return fmt::format(
       "predicted vs measured (from {}):\n"
       "  step time    predicted {:.4f} s, measured {:.4f} s (the executor's run, median of the steps after the first): {}\n"
-      "  peak memory  predicted {:.1f} MiB, measured {:.1f} MiB (rank 0's tensors): {}\n",
-      p.basis, p.step_seconds, measured_step, error(p.step_seconds, measured_step), p.peak_bytes / (1 << 20),
-      measured_peak / (1 << 20), error(p.peak_bytes, measured_peak));
+      "  peak memory  predicted {:.1f} MiB, measured {:.1f} MiB (rank 0's tensors): {}\n"
+      "  activations  predicted {:.1f} MiB, measured {:.1f} MiB (rank 0's forward activations at their peak): {}\n",
+      p.basis, p.step_seconds, measured_step, error(p.step_seconds, measured_step), p.peak_bytes / kMiB,
+      measured_peak / kMiB, error(p.peak_bytes, measured_peak), p.activation_peak_bytes / kMiB,
+      measured_activations / kMiB, error(p.activation_peak_bytes, measured_activations));
 }
 
 }  // namespace px

@@ -20,6 +20,7 @@ struct RunPrediction {
   bool calibrated = false;
   double step_seconds = 0;
   double peak_bytes = 0;      // rank 0's
+  double activation_peak_bytes = 0;  // rank 0's forward activations at their peak
   std::vector<double> peak_bytes_per_rank;  // the memory model's peak of every rank
   std::vector<plan::SimulatedEvent> timeline;  // one step as the simulator replayed it, every rank
 };
@@ -33,6 +34,6 @@ RunPrediction predict_run(const TrainOptions& options, const std::vector<paralle
 
 // "predicted step 0.412 s, measured 0.398 s (+3.5%); ..." lines.
 std::string describe_prediction(const RunPrediction& prediction, double measured_step_seconds,
-                                double measured_peak_bytes);
+                                double measured_peak_bytes, double measured_activation_peak_bytes);
 
 }  // namespace px

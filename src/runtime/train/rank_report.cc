@@ -111,11 +111,15 @@ void RankTrainer::summarize_and_predict() {
     predicted = predict_run(o_, programs);
     result_.predicted_step_seconds = predicted->step_seconds;
     result_.predicted_peak_bytes = predicted->peak_bytes;
-    log_ << describe_prediction(*predicted, result_.measured_step_seconds, double(result_.peak_tensor_bytes));
+    result_.predicted_activation_peak_bytes = predicted->activation_peak_bytes;
+    log_ << describe_prediction(*predicted, result_.measured_step_seconds, double(result_.peak_tensor_bytes),
+                                 double(result_.activation_peak_bytes));
     metrics_->write({{"predicted_step_s", predicted->step_seconds},
                      {"measured_step_s", result_.measured_step_seconds},
                      {"predicted_peak_bytes", predicted->peak_bytes},
                      {"measured_peak_bytes", result_.peak_tensor_bytes},
+                     {"predicted_activation_peak_bytes", predicted->activation_peak_bytes},
+                     {"measured_activation_peak_bytes", result_.activation_peak_bytes},
                      {"prediction_calibrated", predicted->calibrated}});
   }
   if (o_.run_dir.empty()) return;

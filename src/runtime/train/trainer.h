@@ -44,10 +44,12 @@ struct TrainResult {
   std::vector<StageMeasurement> pipeline_stages;
   int64_t activation_peak_bytes = 0;
   // Rank 0: the median wall time of the steps after the first, and with
-  // options.predict what the simulator predicted for the step and rank 0's peak.
+  // options.predict what the simulator predicted for the step, rank 0's
+  // peak and its forward activations' peak.
   double measured_step_seconds = 0;
   double predicted_step_seconds = 0;
   double predicted_peak_bytes = 0;
+  double predicted_activation_peak_bytes = 0;
 };
 
 // The strategy the options describe for `world` ranks, or the one
