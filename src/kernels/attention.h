@@ -24,7 +24,9 @@ void attention_backward(int64_t B, int64_t T, int64_t H, int64_t D, const float*
 // gradient on the probabilities at bf16 precision. qkv may be fp32
 // (rounded as it is read) or stored in bf16, probs likewise in backward; a
 // bf16 operand gives the result of its fp32 original, bit for bit.
-// Operands' `ld` is unused (the layouts above fix the strides).
+// Operands' `ld` is unused (the layouts above fix the strides). Heads
+// narrower than 64 multiply in fp32 the values widened from bf16 (small
+// products run faster so; the inputs' precision is the same).
 void attention_bf16(int64_t B, int64_t T, int64_t H, int64_t D, Bf16Operand qkv, float* out, float* probs);
 void attention_backward_bf16(int64_t B, int64_t T, int64_t H, int64_t D, Bf16Operand qkv, Bf16Operand probs,
                              const float* dout, float* dqkv);

@@ -83,7 +83,8 @@ TEST(Attention, Bf16PathMatchesFp32OnRoundedInputsAndStorageChangesNothing) {
   testing::ThreadReset reset;
   for (int threads : testing::kThreadCounts) {
     set_threads(threads);
-    for (Dims d : {Dims{1, 1, 1, 1}, Dims{2, 3, 1, 7}, Dims{1, 13, 3, 5}, Dims{2, 67, 2, 16}, Dims{1, 131, 3, 32}}) {
+    for (Dims d : {Dims{1, 1, 1, 1}, Dims{2, 3, 1, 7}, Dims{1, 13, 3, 5}, Dims{2, 67, 2, 16}, Dims{1, 131, 3, 32},
+                   Dims{2, 67, 2, 64}, Dims{1, 131, 1, 80}}) {
       const int64_t C = d.H * d.D;
       const std::string where = "B=" + std::to_string(d.B) + " T=" + std::to_string(d.T) + " H=" +
                                 std::to_string(d.H) + " D=" + std::to_string(d.D) + " threads=" + std::to_string(threads);
