@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/json_fields.h"
 #include "graph/op.h"
+#include "graph/precision.h"
 
 namespace px::plan {
 
@@ -28,16 +29,21 @@ double roofline_seconds(const HostProfile& profile, const OpCost& cost) {
   return std::max(cost.flops / profile.flops, (cost.bytes_read + cost.bytes_written) / profile.memory_bandwidth);
 }
 
-double kernel_seconds(const HostProfile& profile, const Graph& graph, const Node& node, int threads) {
-  if (auto it = profile.kernels.find(kernel_key(graph, node, threads)); it != profile.kernels.end())
-    return it->second.seconds;
+namespace {
+
+// Whether a profile key names a node stamped bf16 (kernel_key prints its attributes).
+bool bf16_key(const std::string& key) { return key.find("precision=bf16") != std::string::npos; }
+
+// The op's timings of this precision by roofline time: the measured /
+// roofline ratio between the two nearest (linear in log roofline), held
+// beyond the ends; the roofline when the op has none.
+double interpolated_seconds(const HostProfile& profile, const Graph& graph, const Node& node, int threads) {
   const double roofline = roofline_seconds(profile, node_cost(graph, node));
-  // The op's timings by roofline time: the measured / roofline ratio between
-  // the two nearest (linear in log roofline), held beyond the ends.
+  const bool bf16 = precision_of(node.attrs) == Precision::bf16;
   const KernelTiming* below = nullptr;
   const KernelTiming* above = nullptr;
   for (const auto& [key, t] : profile.kernels) {
-    if (t.op != node.op() || t.threads != threads || t.roofline <= 0) continue;
+    if (t.op != node.op() || t.threads != threads || t.roofline <= 0 || bf16_key(key) != bf16) continue;
     if (t.roofline <= roofline && (!below || t.roofline > below->roofline)) below = &t;
     if (t.roofline >= roofline && (!above || t.roofline < above->roofline)) above = &t;
   }
@@ -50,6 +56,38 @@ double kernel_seconds(const HostProfile& profile, const Graph& graph, const Node
   const double ratio = std::exp((1 - w) * std::log(below->seconds / below->roofline) +
                                 w * std::log(above->seconds / above->roofline));
   return roofline * ratio;
+}
+
+bool has_bf16_timings(const HostProfile& profile, const Node& node, int threads) {
+  for (const auto& [key, t] : profile.kernels)
+    if (t.op == node.op() && t.threads == threads && bf16_key(key)) return true;
+  return false;
+}
+
+}  // namespace
+
+double bf16_gemm_seconds(const HostProfile& profile, const Graph& graph, const Node& node, int threads) {
+  Node twin = node;
+  twin.attrs.erase("precision");
+  const double fp32 = kernel_seconds(profile, graph, twin, threads);
+  // The rounding pass: each fp32 operand read, its bf16 copy written.
+  double operand_elements = 0;
+  for (ValueId v : node.inputs) operand_elements += static_cast<double>(graph.spec(v).shape.numel());
+  const double rounding = profile.pass_seconds(operand_elements * (sizeof(float) + 2));
+  return fp32 * profile.flops / profile.flops_bf16 + rounding;
+}
+
+double kernel_seconds(const HostProfile& profile, const Graph& graph, const Node& node, int threads) {
+  if (auto it = profile.kernels.find(kernel_key(graph, node, threads)); it != profile.kernels.end())
+    return it->second.seconds;
+  if (precision_of(node.attrs) == Precision::bf16 && !has_bf16_timings(profile, node, threads)) {
+    if (profile.flops_bf16 <= 0)
+      fail("node '{}' ({}) runs in bf16, but the profile has no bf16 GEMM rate: run parallax calibrate on a CPU "
+           "with AVX512_BF16",
+           node.name, node.op());
+    return bf16_gemm_seconds(profile, graph, node, threads);
+  }
+  return interpolated_seconds(profile, graph, node, threads);
 }
 
 double HostProfile::pass_seconds(double bytes) const {
