@@ -154,6 +154,7 @@ void add_calibrate_command(CLI::App& app) {
       ->check(CLI::IsMember({"quick", "tune", "keep"}))
       ->capture_default_str();
   cmd->add_flag("--fresh", cal->fresh, "start a new profile instead of adding to the saved one");
+  flags->precision_flag = add_precision_option(*cmd, flags->options.precision);
   flags->options.threads = 2;  // train's default for a lone rank
   cmd->add_option("--threads", flags->options.threads, "kernel threads of a lone rank (in-process ranks use 1 each)")
       ->capture_default_str();

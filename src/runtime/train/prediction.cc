@@ -21,10 +21,16 @@ plan::ClusterSpec local_cluster(const std::string& path, int ranks, bool* calibr
 RunPrediction predict_run(const TrainOptions& o, const std::vector<parallel::Program>& programs) {
   const int ranks = static_cast<int>(programs.size());
   RunPrediction out;
-  const plan::ClusterSpec cluster = local_cluster(o.local_cluster, ranks, &out.calibrated);
+  plan::ClusterSpec cluster = local_cluster(o.local_cluster, ranks, &out.calibrated);
   out.basis = out.calibrated ? fmt::format("the local spec '{}'", o.local_cluster)
                              : "this host's probed rates, kernels at their roofline (run 'parallax calibrate' for a "
                                "calibrated prediction)";
+  // A bf16 run on a spec saved without a bf16 rate: the rate probed now.
+  if (parse_precision(o.precision) == Precision::bf16 && cluster.profile && cluster.profile->flops_bf16 <= 0) {
+    cluster.profile->flops_bf16 = cluster.device.flops_bf16 =
+        measure_bf16_gemm_rate({.batch_seconds = 0.005, .batches = 1});
+    out.basis += " with the bf16 GEMM rate probed now (calibrate again to keep one)";
+  }
   const plan::Simulation sim = plan::simulate_sharing_cores(
       {.programs = &programs,
        .cluster = &cluster,
