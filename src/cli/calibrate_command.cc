@@ -122,8 +122,8 @@ std::pair<std::string, double> measure_in_situ(TrainOptions o, plan::HostProfile
        .estimator = &estimator,
        .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size())});
   const double ratio = measured / replay.step_seconds;
-  const std::string name = fmt::format("{}{} batch {} threads {}", o.model, o.precision == "bf16" ? " bf16" : "",
-                                       o.batch, o.threads);
+  const std::string name = fmt::format("{} batch {} threads {}{}", o.model, o.batch, o.threads,
+                                       o.precision == "bf16" ? " bf16" : "");
   say(fmt::format("in situ: {} steps of {:.3f} ms against {:.3f} ms replayed: x{:.3f} ({})", seconds.size(),
                   1e3 * measured, 1e3 * replay.step_seconds, ratio, name));
   return {name, ratio};
@@ -208,7 +208,8 @@ void add_calibrate_command(CLI::App& app) {
 
     const auto [run, ratio] = measure_in_situ(o, profile, options, say);
     profile.in_situ_samples[run] = ratio;
-    say(fmt::format("in situ: {}'s kernels x{:.3f} inside a step", o.model, profile.in_situ_factor(o.model)));
+    say(fmt::format("in situ: {}'s {} kernels x{:.3f} inside a step", o.model, o.precision,
+                    profile.in_situ_factor(o.model, parse_precision(o.precision))));
     const plan::ClusterSpec local = local_spec(std::move(profile));
     plan::validate(local);
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();

@@ -32,6 +32,7 @@
 
 #include "comm/cost_model.h"
 #include "graph/graph.h"
+#include "graph/precision.h"
 
 namespace px::plan {
 
@@ -56,13 +57,16 @@ struct HostProfile {
   std::vector<double> contention_memory;
   comm::CostModel comm;
   std::map<std::string, KernelTiming> kernels;  // kernel_key@threads -> timing
-  // Per calibration run of a model on one rank ("gpt batch 8 threads 2"):
-  // measured step / replayed step. The median of `model`'s runs (of all
-  // runs when it has none), within 0.5 .. 2, scales every compute and
+  // Per calibration run of a model on one rank ("gpt batch 8 threads 2",
+  // "gpt batch 8 threads 2 bf16" for a bf16 one): measured step / replayed
+  // step. The median of `model`'s runs in `precision` (of its fp32 runs
+  // when it has none in bf16; of all runs in the precision, then of all,
+  // when the model has none), within 0.5 .. 2, scales every compute and
   // memory pass: how much a step slows its kernels depends on the model
-  // (measured here: the GPT 1.09, the CNN 1.55, the MLP 1.8).
+  // (measured here: the GPT 1.09, the CNN 1.55, the MLP 1.8) and on its
+  // precision (the GPT's bf16 step 1.55 against its fp32 step's 1.42).
   std::map<std::string, double> in_situ_samples;
-  double in_situ_factor(const std::string& model = "") const;
+  double in_situ_factor(const std::string& model = "", Precision precision = Precision::fp32) const;
   bool operator==(const HostProfile&) const = default;
 };
 
@@ -81,8 +85,9 @@ double kernel_seconds(const HostProfile& profile, const Graph& graph, const Node
 // the same node without the stamp, timed or interpolated as above, times
 // flops / flops_bf16 (the profile's two rates on the same GEMM), plus the
 // pass that rounds its fp32 operands to bf16 copies (4 bytes read and 2
-// written an element). The rates are a large GEMM's; a small GEMM's fp32
-// time carries its own inefficiency, which the scaling keeps.
+// written an element, at memory_bandwidth). The rates are a large GEMM's;
+// a small GEMM's fp32 time carries its own inefficiency, which the scaling
+// keeps. Calibrating the model in bf16 (timings of its own) is closer.
 double bf16_gemm_seconds(const HostProfile& profile, const Graph& graph, const Node& node, int threads);
 // The slowdown of a kernel when `ranks` ranks compute at once (>= 1; a
 // fraction is the time-average of a pipeline's busy ranks, interpolated).

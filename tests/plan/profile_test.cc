@@ -129,10 +129,12 @@ TEST(HostProfile, Bf16GemmIsItsFp32TwinAtTheBf16RatePlusTheRoundingPass) {
   Bf16Twins m;
   HostProfile p = rates();
   p.flops_bf16 = 8e9;
+  p.cache_bandwidth = 4e9;  // not the rounding's
+  p.cache_bytes = 1e6;
   const double roof = roofline_seconds(p, node_cost(m.g, *m.fp32));
   p.kernels[kernel_key(m.g, *m.fp32, 1)] = {.op = "matmul", .threads = 1, .roofline = roof, .seconds = 5e-6};
   ASSERT_NE(kernel_key(m.g, *m.fp32, 1), kernel_key(m.g, *m.bf16, 1));
-  // 64x16 + 16x16 fp32 operands read (4 bytes) and written as bf16 (2 bytes).
+  // 64x16 + 16x16 fp32 operands read (4 bytes) and written as bf16 (2 bytes), past the cache.
   const double rounding = (64 * 16 + 16 * 16) * 6 / p.memory_bandwidth;
   EXPECT_DOUBLE_EQ(kernel_seconds(p, m.g, *m.bf16, 1), 5e-6 / 8 + rounding);
   EXPECT_DOUBLE_EQ(kernel_seconds(p, m.g, *m.fp32, 1), 5e-6);
@@ -150,6 +152,20 @@ TEST(HostProfile, Bf16GemmIsItsFp32TwinAtTheBf16RatePlusTheRoundingPass) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no bf16 GEMM rate"), std::string::npos) << e.what();
   }
+}
+
+// A model's bf16 steps slow their kernels by their own in-situ factor; a
+// model calibrated in fp32 only lends its fp32 factor to bf16.
+TEST(HostProfile, InSituFactorIsTheModelsInItsPrecision) {
+  HostProfile p = rates();
+  p.in_situ_samples = {{"gpt batch 8 threads 2", 1.4}, {"mlp batch 8 threads 2", 1.8}};
+  EXPECT_DOUBLE_EQ(p.in_situ_factor("gpt", Precision::bf16), 1.4);
+  p.in_situ_samples["gpt batch 8 threads 2 bf16"] = 1.6;
+  EXPECT_DOUBLE_EQ(p.in_situ_factor("gpt", Precision::fp32), 1.4);
+  EXPECT_DOUBLE_EQ(p.in_situ_factor("gpt", Precision::bf16), 1.6);
+  EXPECT_DOUBLE_EQ(p.in_situ_factor("mlp", Precision::bf16), 1.8);
+  EXPECT_DOUBLE_EQ(p.in_situ_factor("cnn", Precision::bf16), 1.6);  // no cnn: every bf16 run
+  EXPECT_DOUBLE_EQ(p.in_situ_factor("cnn"), 1.6);                   // every fp32 run: median of 1.4 and 1.8
 }
 
 TEST(ProfiledEstimator, Bf16GemmCostsLessThanItsFp32TwinWhereTheBf16RateIsHigher) {

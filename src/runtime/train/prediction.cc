@@ -36,7 +36,8 @@ RunPrediction predict_run(const TrainOptions& o, const std::vector<parallel::Pro
        .cluster = &cluster,
        .execution = {.overlap = o.sync.overlap, .trace = true},
        .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size())},
-      {.threads = o.threads, .model = o.model, .link_gbps = o.link_gbps, .collective = o.sync.collective});
+      {.threads = o.threads, .model = o.model, .precision = parse_precision(o.precision), .link_gbps = o.link_gbps,
+       .collective = o.sync.collective});
   out.step_seconds = sim.step_seconds;
   out.peak_bytes = sim.peak_bytes.front();
   out.peak_bytes_per_rank = sim.peak_bytes;
