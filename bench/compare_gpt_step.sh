@@ -4,6 +4,7 @@
 #   bench/compare_gpt_step.sh [--quick] [--reps 3] [--retries 2] [--configs "A B"] [--threads "1 2"]
 #                             [--steps 10] [--max-time 60] [--build build-bench]
 #                             [--peers DIR] [--results DIR] [--lock /tmp/px-build.lock]
+#                             [--precision fp32|bf16]
 #
 # For every repetition, config (A = gpt-mini, B = gpt-small) and thread count
 # it runs px_bench_gpt_step and peers/torch/gpt_step.py back to back, one
@@ -17,12 +18,20 @@
 # achieved GFLOP/s beside this machine's single-core sgemm rate.
 # A run without enough clean steps is repeated (--retries). --quick: 1
 # repetition, 1 retry, 2 warmup + 5 timed steps, 30 s cap per run.
+# --precision bf16: per cell three runs instead, parallax fp32, parallax
+# --precision bf16 (GEMMs in bf16 with fp32 accumulation, as `parallax
+# train --precision bf16`) and the peer under torch.autocast bf16
+# (gpt_step.py --precision bf16), collected in RESULTS/{parallax,
+# parallax_bf16,torch_bf16}.jsonl; the table shows the three step times,
+# parallax's bf16 speed-up over its fp32 and its bf16 step against the
+# peer's (target <= 0.8), and the single-core bf16 GEMM rate beside sgemm.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=$REPO/build-bench
 PEERS=${PX_PEERS:-$REPO/../shared/peers}
 REPS=3 RETRIES=2 CONFIGS="A B" THREADS="1 2" STEPS=10 WARMUP=3 MAX_TIME=60 RESULTS="" LOCK=/tmp/px-build.lock
+PRECISION=fp32
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
@@ -38,11 +47,14 @@ while [[ $# -gt 0 ]]; do
     --peers) PEERS=$2; shift 2 ;;
     --results) RESULTS=$2; shift 2 ;;
     --lock) LOCK=$2; shift 2 ;;
+    --precision) PRECISION=$2; shift 2 ;;
     -h|--help) usage 0 ;;
     *) echo "error: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 
+[[ $PRECISION == fp32 || $PRECISION == bf16 ]] ||
+  { echo "error: --precision '$PRECISION' is unknown: expected fp32 or bf16" >&2; exit 2; }
 PX_STEP=$BUILD/bench/px_bench_gpt_step
 PX_SGEMM=$BUILD/bench/px_bench_sgemm_rate
 for b in "$PX_STEP" "$PX_SGEMM"; do
@@ -59,14 +71,17 @@ echo "results in $RESULTS" >&2
 
 locked() { if [[ -n $LOCK ]]; then flock "$LOCK" "$@"; else "$@"; fi; }
 
-run_parallax() {  # config threads
+run_parallax() {  # config threads [precision]
   locked "$PX_STEP" --config "$1" --threads "$2" --warmup "$WARMUP" --steps "$STEPS" --max-time "$MAX_TIME" \
-    2>>"$RESULTS/parallax.log" | tail -n 1
+    --precision "${3:-fp32}" 2>>"$RESULTS/parallax${3:+_$3}.log" | tail -n 1
 }
-run_torch() {
+run_torch() {  # config threads [precision]
   LD_LIBRARY_PATH=$TORCH_BLAS locked "$PY" "$PEERS/torch/gpt_step.py" --config "$1" --threads "$2" \
-    --warmup "$WARMUP" --steps "$STEPS" --max-time "$MAX_TIME" 2>>"$RESULTS/torch.log" | grep '^{' | tail -n 1
+    --warmup "$WARMUP" --steps "$STEPS" --max-time "$MAX_TIME" --precision "${3:-fp32}" \
+    2>>"$RESULTS/torch${3:+_$3}.log" | grep '^{' | tail -n 1
 }
+run_parallax_bf16() { run_parallax "$1" "$2" bf16; }
+run_torch_bf16() { run_torch "$1" "$2" bf16; }
 # Runs one system for one cell; a run that could not get enough clean steps
 # (another job kept the machine busy) is repeated up to RETRIES times. Every
 # attempt goes to SYSTEM.all.jsonl, the last one to SYSTEM.jsonl.
@@ -85,15 +100,51 @@ measure() {  # system config threads
 locked "$PX_SGEMM" --threads 1 >"$RESULTS/sgemm.json"
 echo "sgemm (1 thread): $(cat "$RESULTS/sgemm.json")" >&2
 
+if [[ $PRECISION == bf16 ]]; then SYSTEMS="parallax parallax_bf16 torch_bf16"; else SYSTEMS="parallax torch"; fi
 for ((rep = 1; rep <= REPS; rep++)); do
   for cfg in $CONFIGS; do
     for th in $THREADS; do
       echo "[rep $rep/$REPS] config $cfg threads $th" >&2
-      if ((rep % 2)); then measure parallax "$cfg" "$th"; measure torch "$cfg" "$th"
-      else measure torch "$cfg" "$th"; measure parallax "$cfg" "$th"; fi
+      order=$SYSTEMS
+      ((rep % 2)) || order=$(tr ' ' '\n' <<<"$SYSTEMS" | tac | tr '\n' ' ')
+      for system in $order; do measure "$system" "$cfg" "$th"; done
     done
   done
 done
+
+if [[ $PRECISION == bf16 ]]; then
+"$PY" - "$RESULTS" <<'EOF' | tee "$RESULTS/summary.txt"
+import json, statistics, sys
+d = sys.argv[1]
+load = lambda f: [json.loads(l) for l in open(f"{d}/{f}") if l.strip()]
+runs = {s: load(f"{s}.jsonl") for s in ("parallax", "parallax_bf16", "torch_bf16")}
+sg = json.load(open(f"{d}/sgemm.json"))
+print(f"sgemm single-core: best {sg['best_gflops']:.1f} GFLOP/s; bf16 GEMM single-core: best "
+      f"{sg.get('bf16_best_gflops', 'n/a')} GFLOP/s ({sg.get('bf16_kernel', 'no AVX512_BF16')})")
+print(f"{'config':<16}{'thr':>4}{'px fp32 ms':>12}{'px bf16 ms':>12}{'pt bf16 ms':>12}{'px bf16/fp32':>14}"
+      f"{'px/pt bf16':>12}{'<=0.8':>6}{'px RSS':>8}{'pt RSS':>8}  reps (px fp32/px bf16/pt bf16 ms)")
+cells = sorted({(r["config"], r["threads"]) for r in runs["parallax_bf16"]})
+ok_all = True
+for cfg, th in cells:
+    cell = {s: [r for r in rs if (r["config"], r["threads"]) == (cfg, th)] for s, rs in runs.items()}
+    if not all(cell.values()):
+        continue
+    ms = {s: statistics.median(r["median_ms"] for r in rs) for s, rs in cell.items()}
+    ratio = ms["parallax_bf16"] / ms["torch_bf16"]
+    ok_all &= ratio <= 0.8
+    reps = " ".join(f"{a['median_ms']:.0f}/{b['median_ms']:.0f}/{c['median_ms']:.0f}"
+                    for a, b, c in zip(cell["parallax"], cell["parallax_bf16"], cell["torch_bf16"]))
+    dirty = sum(r["median_is_over"] != "clean" for rs in cell.values() for r in rs)
+    print(f"{cell['parallax'][0]['name'] + ' (' + cfg + ')':<16}{th:>4}{ms['parallax']:>12.1f}"
+          f"{ms['parallax_bf16']:>12.1f}{ms['torch_bf16']:>12.1f}{ms['parallax_bf16'] / ms['parallax']:>14.2f}"
+          f"{ratio:>12.2f}{'yes' if ratio <= 0.8 else 'NO':>6}"
+          f"{max(r['peak_rss_mib'] for r in cell['parallax_bf16']):>8.0f}"
+          f"{max(r['peak_rss_mib'] for r in cell['torch_bf16']):>8.0f}  {reps}"
+          + (f"  ({dirty} runs without enough clean steps)" if dirty else ""))
+print("all targets met" if ok_all else "some targets NOT met")
+EOF
+exit 0
+fi
 
 "$PY" - "$RESULTS" <<'EOF' | tee "$RESULTS/summary.txt"
 import json, statistics, sys

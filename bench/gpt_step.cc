@@ -4,8 +4,11 @@
 //
 //   px_bench_gpt_step --config A|B --threads N [--warmup 3] [--steps 20]
 //                     [--max-steps 200] [--max-time 360] [--decay all|matrices]
-//                     [--seed 0] [--json FILE]
+//                     [--seed 0] [--json FILE] [--precision fp32|bf16]
 //
+// --precision bf16 builds the model as `parallax train --precision bf16`
+// does: its GEMMs stamped bf16 (graph/precision.h), operands rounded to
+// bf16 with fp32 accumulation; weights, gradients and AdamW fp32.
 // Run one (config, threads) per process so peak RSS belongs to that run alone.
 // As the peer: AdamW lr 3e-4, betas (0.9, 0.999), eps 1e-8, weight decay 0.01
 // on every parameter (--decay all, torch.optim.AdamW(model.parameters())), no
@@ -28,6 +31,9 @@
 
 #include "contention.h"
 #include "gpt_bench.h"
+#include "core/error.h"
+#include "graph/precision.h"
+#include "kernels/cpu_features.h"
 #include "kernels/threads.h"
 #include "nn/gpt.h"
 #include "runtime/executor/program_executor.h"
@@ -48,12 +54,14 @@ struct Args {
   std::string decay = "all";
   uint64_t seed = 0;
   std::string json;
+  std::string precision = "fp32";
 };
 
 [[noreturn]] void usage(int code) {
   std::fprintf(code ? stderr : stdout,
                "usage: px_bench_gpt_step --config A|B --threads N [--warmup 3] [--steps 20] [--max-steps 200]\n"
-               "                         [--max-time 360] [--decay all|matrices] [--seed 0] [--json FILE]\n");
+               "                         [--max-time 360] [--decay all|matrices] [--seed 0] [--json FILE]\n"
+               "                         [--precision fp32|bf16]\n");
   std::exit(code);
 }
 
@@ -77,6 +85,7 @@ Args parse(int argc, char** argv) {
       else if (k == "--decay") a.decay = v;
       else if (k == "--seed") a.seed = std::stoull(v);
       else if (k == "--json") a.json = v;
+      else if (k == "--precision") a.precision = v;
       else {
         std::fprintf(stderr, "error: unknown option %s\n", k.c_str());
         usage(2);
@@ -92,6 +101,10 @@ Args parse(int argc, char** argv) {
   }
   if (a.decay != "all" && a.decay != "matrices") {
     std::fprintf(stderr, "error: --decay '%s' is unknown: expected all or matrices\n", a.decay.c_str());
+    std::exit(2);
+  }
+  if (a.precision != "fp32" && a.precision != "bf16") {
+    std::fprintf(stderr, "error: --precision '%s' is unknown: expected fp32 or bf16\n", a.precision.c_str());
     std::exit(2);
   }
   if (a.steps < 1 || a.warmup < 0) {
@@ -110,7 +123,17 @@ int main(int argc, char** argv) {
   px::kernels::set_threads(args.threads);
   const double rss_start = rss_now_mib();
 
+  const px::Precision precision = px::parse_precision(args.precision);
+  if (precision == px::Precision::bf16) {
+    try {
+      px::kernels::require_avx512_bf16("px_bench_gpt_step --precision bf16");
+    } catch (const px::Error& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 2;
+    }
+  }
   px::nn::Model model = px::nn::build_gpt(cfg.gpt, cfg.batch, cfg.gpt.block, /*training=*/true);
+  px::set_precision(model.graph, precision);
   px::ParamStore params = px::ParamStore::initialize(model.graph, args.seed);
   const int64_t n_params = params.count();
   px::ProgramExecutor executor(bench_program(model, 1, 0, px::parallel::kDefaultBucketBytes, args.decay == "all"),
@@ -154,6 +177,7 @@ int main(int argc, char** argv) {
   const double flops = flops_per_step(cfg, n_params);
   nlohmann::json res{
       {"bench", "gpt_step"}, {"system", "parallax"}, {"config", args.config}, {"name", cfg.name},
+      {"precision", args.precision},
       {"vocab", cfg.gpt.vocab}, {"block", cfg.gpt.block}, {"n_layer", cfg.gpt.n_layer},
       {"n_head", cfg.gpt.n_head}, {"n_embd", cfg.gpt.n_embd}, {"batch", cfg.batch}, {"threads", args.threads},
       {"warmup", args.warmup}, {"steps", args.steps}, {"paused_s", paused_s}, {"self_run_delay", self_delay},
@@ -165,9 +189,9 @@ int main(int argc, char** argv) {
   res.update(steps.summary());
   std::cout << res.dump() << std::endl;
   std::fprintf(stderr,
-               "[px_bench_gpt_step] config %s (%s) threads=%d params=%lld median %.1f ms/step, %.0f tok/s, "
+               "[px_bench_gpt_step] config %s (%s) %s threads=%d params=%lld median %.1f ms/step, %.0f tok/s, "
                "~%.1f GFLOP/s, peak RSS %.0f MiB, clean steps %d/%zu (median all %.1f)\n",
-               args.config.c_str(), cfg.name, args.threads, static_cast<long long>(n_params), med_s * 1e3,
+               args.config.c_str(), cfg.name, args.precision.c_str(), args.threads, static_cast<long long>(n_params), med_s * 1e3,
                double(B * T) / med_s,
                flops / med_s / 1e9, peak_rss_mib(), steps.clean_count(), res["timed_steps"].get<size_t>(),
                res["median_all_ms"].get<double>());

@@ -2,15 +2,19 @@
 # The main job, about five minutes on two cores: set up and build; time
 # this host into the planner's `local` cluster spec (once); plan the GPT
 # (gpt-mini: 4 layers, 4 heads, 128 wide, context 128) for two in-process
-# ranks and say what the planner chose and why; train it with that
-# strategy on the fortunes corpus, evaluating as it goes, ending with
-# predicted vs measured step time and memory and a generated sample; then
-# write the run's HTML report (runs/gpt-mini/report.html).
+# ranks and say what the planner chose and why (where the CPU has
+# AVX512_BF16 the plan compares fp32 with bf16 mixed precision and keeps
+# the faster; the strategy file records the precision, and the script
+# says which); train it with that strategy, in that precision, on the
+# fortunes corpus, evaluating as it goes, ending with predicted vs
+# measured step time and memory and a generated sample; then write the
+# run's HTML report (runs/gpt-mini/report.html).
 #
 # Extra arguments go to `parallax train` (see `parallax train --help`);
 # those that define the model or the ranks (--model, --ranks, --layers,
 # --heads, --embd, --block, --batch, ...) go to `parallax plan` as well,
-# so the plan is for the model that is trained.
+# so the plan is for the model that is trained; --precision fp32|bf16
+# fixes the precision instead of letting the plan choose.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh parallax
@@ -25,11 +29,11 @@ args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
   case "${args[i]}" in
     --model | --batch | --accumulation | --seed | --block | --layers | --heads | --embd | --vocab | --dropout | \
-      --cnn-channels | --cnn-hidden | --hidden | --ranks)
+      --cnn-channels | --cnn-hidden | --hidden | --ranks | --precision)
       [ "${args[i]}" = --ranks ] && RANKS="${args[i + 1]}"
       plan_args+=("${args[i]}" "${args[i + 1]}"); i=$((i + 1)) ;;
     --model=* | --batch=* | --accumulation=* | --seed=* | --block=* | --layers=* | --heads=* | --embd=* | \
-      --vocab=* | --dropout=* | --cnn-channels=* | --cnn-hidden=* | --hidden=* | --ranks=*)
+      --vocab=* | --dropout=* | --cnn-channels=* | --cnn-hidden=* | --hidden=* | --ranks=* | --precision=*)
       [[ "${args[i]}" == --ranks=* ]] && RANKS="${args[i]#--ranks=}"
       plan_args+=("${args[i]}") ;;
   esac
@@ -41,6 +45,10 @@ if [ -f "$spec" ]; then
   echo "using '$spec' (delete it, or run 'parallax calibrate', to measure again)"
 else
   "$P" calibrate --model gpt --max-ranks "$RANKS"
+  # Where the CPU runs bf16 GEMMs, their own timings, so the plan compares the precisions on measured kernels.
+  if grep -q '^flags.* avx512_bf16' /proc/cpuinfo; then
+    "$P" calibrate --model gpt --max-ranks "$RANKS" --precision bf16 --comm keep
+  fi
 fi
 
 echo; echo "== 2. the plan: the fastest strategy for $RANKS ranks of this host that fits its memory"
@@ -49,7 +57,17 @@ mkdir -p "$RUN"
 "$P" plan --model gpt --cluster local --ranks "$RANKS" "${plan_args[@]}" --out "$RUN/plan-strategy.json" \
   --explain "$RUN/plan.json" --top 6
 
-echo; echo "== 3. training with it on $RANKS in-process ranks"
+precision=$(grep -o '"precision": *"[a-z0-9]*"' "$RUN/plan-strategy.json" | grep -o '[a-z0-9]*"$' | tr -d '"')
+if [ "$precision" = bf16 ]; then
+  why="bf16 mixed precision: GEMMs on bf16 operands with fp32 accumulation, weights and optimizer fp32"
+elif grep -q '^flags.* avx512_bf16' /proc/cpuinfo; then
+  why="the plan predicted fp32 faster, or --precision fp32 asked for it"
+else
+  why="this CPU has no AVX512_BF16"
+fi
+echo "precision: ${precision:-fp32} ($why)"
+
+echo; echo "== 3. training with it on $RANKS in-process ranks, in ${precision:-fp32}"
 "$P" train --model gpt --ranks "$RANKS" --steps "$STEPS" --strategy "$RUN/plan-strategy.json" --save "$RUN/checkpoint" \
   --run-dir "$RUN" "$@"
 

@@ -3,8 +3,9 @@
 // has AVX512_BF16) and streaming rates, how kernels slow down when ranks
 // share the cores, the in-process transport's α-β-γ, and the time of
 // every kernel the planner's candidate strategies for a model
-// run (on up to --max-ranks ranks), each at its local shapes. Kernels
-// already in the saved spec are kept, so calibrating several models adds
+// run (on up to --max-ranks ranks), each at its local shapes (with
+// --precision bf16, the bf16 GEMMs' own timings). Kernels already in the
+// saved spec are kept, so calibrating several models adds
 // them up; --fresh starts over.
 #include <algorithm>
 #include <chrono>
@@ -18,9 +19,6 @@
 #include "cli/train_flags.h"
 #include "comm/backends.h"
 #include "comm/tuning/benchmark.h"
-#include "kernels/bf16.h"
-#include "kernels/cpu_features.h"
-#include "kernels/gemm_bf16.h"
 #include "kernels/threads.h"
 #include "parallel/compose.h"
 #include "parallel/lower.h"
@@ -80,42 +78,6 @@ comm::CostModel measure_comm(const std::string& how, const CalibrationProgress& 
   return model;
 }
 
-// One rank's bf16 GEMM rate (bf16 inputs, fp32 accumulation and output):
-// the square product measure_host times in fp32 (384 a side), on one
-// kernel thread, per call the median of options.batches batches of at
-// least batch_seconds. 0 where the CPU has no AVX512_BF16. Kept in the
-// profile (plan/cluster.cc says why the device does not offer it yet).
-double measure_bf16_gemm(const CalibrationOptions& options, const CalibrationProgress& say) {
-  if (!kernels::cpu_has_avx512_bf16()) {
-    say("one rank: no bf16 GEMM rate (this CPU has no AVX512_BF16)");
-    return 0;
-  }
-  constexpr int64_t n = 384;
-  const std::vector<kernels::bf16> a(n * n, kernels::to_bf16(1.0f)), b(n * n, kernels::to_bf16(0.5f));
-  std::vector<float> c(n * n);
-  const int threads = kernels::threads();
-  kernels::set_threads(1);
-  auto gemm = [&] { kernels::gemm_bf16(false, false, n, n, n, 1, a.data(), n, b.data(), n, 0, c.data(), n); };
-  gemm();  // builds the shape's oneDNN primitive
-  std::vector<double> per_call;
-  for (int batch = 0; batch < std::max(1, options.batches); ++batch) {
-    const auto start = std::chrono::steady_clock::now();
-    int calls = 0;
-    double elapsed = 0;
-    do {
-      gemm();
-      ++calls;
-      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    } while (elapsed < options.batch_seconds);
-    per_call.push_back(elapsed / calls);
-  }
-  kernels::set_threads(threads);
-  std::sort(per_call.begin(), per_call.end());
-  const double flops = 2.0 * n * n * n / per_call[per_call.size() / 2];
-  say(fmt::format("one rank: {:.1f} GFLOP/s bf16 ({}x{} GEMM, fp32 accumulation)", flops / 1e9, n, n));
-  return flops;
-}
-
 plan::ClusterSpec local_spec(plan::HostProfile profile) {
   return plan::local_cluster_spec(std::move(profile), cpu_model(), available_memory_bytes());
 }
@@ -160,7 +122,8 @@ std::pair<std::string, double> measure_in_situ(TrainOptions o, plan::HostProfile
        .estimator = &estimator,
        .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size())});
   const double ratio = measured / replay.step_seconds;
-  const std::string name = fmt::format("{} batch {} threads {}", o.model, o.batch, o.threads);
+  const std::string name = fmt::format("{} batch {} threads {}{}", o.model, o.batch, o.threads,
+                                       o.precision == "bf16" ? " bf16" : "");
   say(fmt::format("in situ: {} steps of {:.3f} ms against {:.3f} ms replayed: x{:.3f} ({})", seconds.size(),
                   1e3 * measured, 1e3 * replay.step_seconds, ratio, name));
   return {name, ratio};
@@ -191,6 +154,7 @@ void add_calibrate_command(CLI::App& app) {
       ->check(CLI::IsMember({"quick", "tune", "keep"}))
       ->capture_default_str();
   cmd->add_flag("--fresh", cal->fresh, "start a new profile instead of adding to the saved one");
+  flags->precision_flag = add_precision_option(*cmd, flags->options.precision);
   flags->options.threads = 2;  // train's default for a lone rank
   cmd->add_option("--threads", flags->options.threads, "kernel threads of a lone rank (in-process ranks use 1 each)")
       ->capture_default_str();
@@ -209,7 +173,6 @@ void add_calibrate_command(CLI::App& app) {
     const CalibrationOptions options{.batch_seconds = cal->kernel_ms / 1e3,
                                            .max_ranks = std::max(cal->max_ranks, o.ranks)};
     measure_host(profile, options, say);
-    profile.flops_bf16 = measure_bf16_gemm(options, say);
     if (cal->comm == "keep" && !(saved && saved->profile)) fail("--comm keep: '{}' holds no profile to keep", path);
     if (cal->comm != "keep") profile.comm = measure_comm(cal->comm, say);
 
@@ -245,7 +208,8 @@ void add_calibrate_command(CLI::App& app) {
 
     const auto [run, ratio] = measure_in_situ(o, profile, options, say);
     profile.in_situ_samples[run] = ratio;
-    say(fmt::format("in situ: {}'s kernels x{:.3f} inside a step", o.model, profile.in_situ_factor(o.model)));
+    say(fmt::format("in situ: {}'s {} kernels x{:.3f} inside a step", o.model, o.precision,
+                    profile.in_situ_factor(o.model, parse_precision(o.precision))));
     const plan::ClusterSpec local = local_spec(std::move(profile));
     plan::validate(local);
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();

@@ -4,6 +4,8 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/train_flags.h"
+#include "kernels/cpu_features.h"
 #include "kernels/threads.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/tasks/sampling.h"
@@ -60,6 +62,7 @@ void add_eval_command(CLI::App& app) {
     std::vector<std::string> inputs;
     int64_t batch = 16, eval_batches = 20;
     int threads = 2;
+    std::string precision = "fp32";
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("eval", "evaluate a checkpoint (or an ONNX model's own weights) on its "
@@ -74,10 +77,13 @@ void add_eval_command(CLI::App& app) {
                   "validation batches (gpt: of --batch; mlp/cnn: of 1000 test images, all 10 by default)")
       ->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads for kernels and BLAS")->capture_default_str();
+  add_precision_option(*cmd, o->precision);
   cmd->callback([o] {
     kernels::set_threads(o->threads);
     for (const std::string& text : o->inputs) o->onnx.bindings.push_back(nn::parse_input_binding(text));
     TrainOptions t = eval_options(o->checkpoint, o->model, o->onnx, o->data);
+    t.precision = o->precision;  // checkpoints are fp32 whatever they were trained in
+    if (t.precision == "bf16") kernels::require_avx512_bf16("--precision bf16");
     t.batch = o->batch;
     t.eval_batches = o->eval_batches;
     t.steps = 1;
@@ -96,6 +102,7 @@ void add_sample_command(CLI::App& app) {
     std::string checkpoint, prompt = "\n";
     SampleOptions sample;
     int threads = 1;
+    std::string precision = "fp32";
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("sample", "generate text from a GPT checkpoint");
@@ -106,8 +113,11 @@ void add_sample_command(CLI::App& app) {
   cmd->add_option("--top-k", o->sample.top_k, "sample among the k likeliest bytes (0: all)")->capture_default_str();
   cmd->add_option("--seed", o->sample.seed, "sampling seed")->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads for kernels and BLAS")->capture_default_str();
+  add_precision_option(*cmd, o->precision);
   cmd->callback([o] {
     kernels::set_threads(o->threads);
+    o->sample.precision = parse_precision(o->precision);
+    if (o->sample.precision == Precision::bf16) kernels::require_avx512_bf16("--precision bf16");
     validate(o->sample);
     TrainOptions t = options_from_checkpoint(o->checkpoint, "");
     if (t.model != "gpt") fail("checkpoint '{}' holds a {} model; sample needs a gpt checkpoint", o->checkpoint, t.model);

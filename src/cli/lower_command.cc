@@ -26,6 +26,7 @@ void add_lower_command(CLI::App& app) {
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_model_flags(*cmd, *flags);
   add_parallel_flags(*cmd, *flags);
+  flags->precision_flag = add_precision_option(*cmd, flags->options.precision);
   cmd->add_option("--rank", *rank, "the rank whose Program to print")->capture_default_str();
   cmd->add_flag("--print-strategy", *print_strategy, "print the strategy as JSON instead (for --strategy FILE)");
   cmd->add_flag("--print-schedule", *print_schedule,

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/local_cluster.h"
+#include "cli/precision_choice.h"
 #include "cli/train_flags.h"
 #include "parallel/strategy.h"
 #include "plan/search.h"
@@ -28,7 +29,6 @@ struct PlanFlags {
   std::string out;
   std::string explain;
   int top = 10;
-  std::string precision = "auto";
   bool no_pipeline = false, no_tensor = false, no_zero = false, no_recompute = false;
   bool full_simulation = false;
 };
@@ -128,9 +128,12 @@ void add_plan_command(CLI::App& app) {
                   "write the search as JSON here: the choice and why, every candidate ranked, the rejected ones "
                   "and their reasons (parallax report shows it when it is a run directory's plan.json)");
   cmd->add_option("--top", pf->top, "candidates to list")->capture_default_str();
-  cmd->add_option("--precision", pf->precision, "fp32, bf16 mixed precision, or auto (bf16 where the device has it)")
-      ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
-      ->capture_default_str();
+  flags->options.precision = "auto";
+  flags->precision_flag = add_precision_option(
+      *cmd, flags->options.precision,
+      "bf16 where a preset's device has bf16 units (modelled GPU-style: bf16 compute and activations, fp32 master "
+      "weights); on --cluster local both searched and the faster kept where the CPU and the profile have bf16, "
+      "else fp32");
   flags->options.threads = 2;
   cmd->add_option("--threads", flags->options.threads, "--cluster local, one rank: its kernel threads, as train's")
       ->capture_default_str();
@@ -151,38 +154,60 @@ void add_plan_command(CLI::App& app) {
       fail("--cluster {}: give --ranks (in-process ranks share the host; its {} devices are a limit, not a count)",
            pf->cluster, cluster.devices());
     o.ranks = ranks;
-    validate(o);
-    const bool bf16 = pf->precision == "bf16" || (pf->precision == "auto" && cluster.device.flops_bf16 > 0);
-    if (bf16 && cluster.device.flops_bf16 <= 0)
-      fail("--precision bf16: the cluster's {} has no bf16 FLOP/s (device.flops_bf16 is 0)", cluster.device.name);
-    const TrainOptions base = o;
-    const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
-    const plan::PlanRequest request{
-        .build = [base](int64_t batch, int64_t layers) {
-          TrainOptions t = base;
-          if (layers > 0) t.gpt.n_layer = layers;
-          return nn::build_model(t.model_config(), batch, true);
-        },
-        .batch_inputs = batch_input_names(model),
-        .batch = o.batch,
-        .ranks = ranks,
-        .cluster = &cluster,
-        .compute = bf16 ? DType::bf16 : DType::f32,
-        .local = {.threads = ranks > 1 ? 1 : o.threads, .model = o.model, .link_gbps = o.link_gbps,
-                  .collective = o.sync.collective},
-        .overlap = o.sync.overlap,
-        .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size()),
-        .budget_seconds = pf->budget_seconds,
-        .method = pf->method,
-        .space = {.tensor = !pf->no_tensor, .pipeline = !pf->no_pipeline, .zero = !pf->no_zero,
-                  .recompute = !pf->no_recompute},
-        .mcmc_delta = !pf->full_simulation};
-    const plan::PlanResult result = plan::plan(request);
+    // One search per precision to compare, each with its share of the budget; the faster best is kept.
+    const std::vector<ModelledPrecision> precisions = precisions_to_model(o.precision, cluster, true);
+    ModelledPrecision precision;
+    plan::PlanResult result;
+    std::string compared;
+    bool first = true;
+    for (const ModelledPrecision& candidate : precisions) {
+      o.precision = candidate.graph;
+      validate(o);
+      const TrainOptions base = o;
+      const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
+      const plan::PlanRequest request{
+          .build = [base](int64_t batch, int64_t layers) {
+            TrainOptions t = base;
+            if (layers > 0) t.gpt.n_layer = layers;
+            return nn::build_model(t.model_config(), batch, true);
+          },
+          .batch_inputs = batch_input_names(model),
+          .batch = o.batch,
+          .ranks = ranks,
+          .cluster = &cluster,
+          .compute = candidate.compute,
+          .local = {.threads = ranks > 1 ? 1 : o.threads, .model = o.model,
+                    .precision = parse_precision(o.precision), .link_gbps = o.link_gbps,
+                    .collective = o.sync.collective},
+          .overlap = o.sync.overlap,
+          .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size()),
+          .budget_seconds = pf->budget_seconds / static_cast<double>(precisions.size()),
+          .method = pf->method,
+          .space = {.tensor = !pf->no_tensor, .pipeline = !pf->no_pipeline, .zero = !pf->no_zero,
+                    .recompute = !pf->no_recompute},
+          .mcmc_delta = !pf->full_simulation};
+      plan::PlanResult searched = plan::plan(request);
+      for (auto* list : {&searched.ranked, &searched.rejected})
+        for (plan::Candidate& c : *list) c.strategy.precision = candidate.word;
+      if (precisions.size() > 1)
+        compared += fmt::format("{}{} {}", compared.empty() ? "" : ", ", candidate.word,
+                                searched.ranked.empty() ? "nothing fits" : seconds_text(searched.best().step_seconds));
+      const bool faster = !searched.ranked.empty() &&
+                          (result.ranked.empty() || searched.best().step_seconds < result.best().step_seconds);
+      if (first || faster) {
+        result = std::move(searched);
+        precision = candidate;
+      }
+      first = false;
+    }
+    const bool bf16 = precision.word == "bf16";
 
     const double units = o.model == "gpt" ? static_cast<double>(o.batch * o.gpt.block) : static_cast<double>(o.batch);
     int replayed = 0;
     for (const auto* list : {&result.ranked, &result.rejected})
       for (const plan::Candidate& c : *list) replayed += c.simulated;
+    if (!compared.empty())
+      std::cout << fmt::format("precision: compared the best steps, {}: planned in {}\n", compared, precision.word);
     std::cout << fmt::format("planned {} for batch {} on {} ({} ranks{}) in {:.2f} s: {} search, {} of {} candidates "
                              "estimated, {} replayed on their Programs{}\n",
                              o.model, o.batch, pf->cluster, ranks, bf16 ? ", bf16 mixed precision" : "",

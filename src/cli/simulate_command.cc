@@ -1,8 +1,8 @@
 // `parallax simulate`: a model and a strategy (the same flags as train and
 // lower) replayed on a cluster (plan/simulate.h; one rank per pipeline
 // stage unless --all-ranks) without running a kernel
-// or allocating a weight (bf16 mixed precision on devices with bf16 units,
-// unless --precision fp32): step time, throughput, bubble, peak memory per
+// or allocating a weight (--precision as cli/precision_choice.h models it
+// on the cluster): step time, throughput, bubble, peak memory per
 // device against the device's memory, bytes per link class, and with
 // --trace the replay as a Chrome trace whose events carry the instruction
 // ids `parallax lower` prints.
@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/local_cluster.h"
+#include "cli/precision_choice.h"
 #include "cli/train_flags.h"
 #include "parallel/lower.h"
 #include "plan/simulate.h"
@@ -24,7 +25,6 @@ namespace {
 struct SimulateFlags {
   std::string cluster = "dgx-a100";
   std::string trace;
-  std::string precision = "auto";
   bool all_ranks = false;
 };
 
@@ -68,18 +68,20 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--link-gbps", flags->options.link_gbps,
                   "--cluster local: each in-process rank's link limited to X Gb/s, as train's (0: unlimited)")
       ->capture_default_str();
-  cmd->add_option("--precision", sim_flags->precision,
-                  "fp32, or bf16 mixed precision (bf16 compute and activations, fp32 master weights, gradients and "
-                  "optimizer state); auto: bf16 where the device has bf16 units")
-      ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
-      ->capture_default_str();
+  flags->options.precision = "auto";
+  flags->precision_flag = add_precision_option(
+      *cmd, flags->options.precision,
+      "bf16 where a preset's device has bf16 units (modelled GPU-style: bf16 compute and activations, fp32 "
+      "master weights); on --cluster local fp32 (bf16 there is what train --precision bf16 runs)");
   cmd->callback([flags, sim_flags] {
     apply(*flags);
     TrainOptions& o = flags->options;
     if (o.sync.mesh_ranks > 0) o.ranks = o.sync.mesh_ranks;  // --mesh names the ranks
     if (o.ranks == 1) o.ranks = o.sync.pipeline_parallel * o.sync.tensor_parallel;
-    validate(o);
     const plan::ClusterSpec cluster = plan::cluster_named(sim_flags->cluster, local_cluster_path());
+    const ModelledPrecision precision = precisions_to_model(o.precision, cluster, false).front();
+    o.precision = precision.graph;
+    validate(o);
     const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
     const parallel::Strategy strategy = strategy_for(o, model, o.ranks);
     const parallel::LowerRequest lowering{.forward = &model.graph, .loss = model.loss,
@@ -87,11 +89,7 @@ void add_simulate_command(CLI::App& app) {
     const std::vector<parallel::Program> programs = sim_flags->all_ranks
                                                         ? plan::lower_all(lowering, strategy)
                                                         : plan::lower_representatives(lowering, strategy);
-    const bool bf16 = sim_flags->precision == "bf16" ||
-                      (sim_flags->precision == "auto" && cluster.device.flops_bf16 > 0);
-    if (bf16 && cluster.device.flops_bf16 <= 0)
-      fail("--precision bf16: the cluster's {} has no bf16 FLOP/s (device.flops_bf16 is 0)", cluster.device.name);
-    const DType compute = bf16 ? DType::bf16 : DType::f32;
+    const DType compute = precision.compute;
     // On the local spec: in-process ranks of one kernel thread each, as train runs them, sharing the cores.
     const plan::RooflineEstimator roofline(cluster, compute);
     const plan::Simulation sim = plan::simulate_sharing_cores(
@@ -101,12 +99,13 @@ void add_simulate_command(CLI::App& app) {
          .execution = {.overlap = o.sync.overlap, .trace = !sim_flags->trace.empty()},
          .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size()),
          .compute = compute},
-        {.threads = o.ranks > 1 ? 1 : o.threads, .model = o.model, .link_gbps = o.link_gbps,
+        {.threads = o.ranks > 1 ? 1 : o.threads, .model = o.model, .precision = parse_precision(o.precision),
+         .link_gbps = o.link_gbps,
          .collective = o.sync.collective});
     const int devices = strategy.mesh.ranks();
     std::cout << fmt::format("simulated mesh {} on {} ({} of {} {} devices, {} a node), {}\n", strategy.mesh.str(),
                              sim_flags->cluster, devices, cluster.devices(), cluster.device.name,
-                             cluster.devices_per_node, bf16 ? "bf16 mixed precision" : "fp32");
+                             cluster.devices_per_node, precision.word == "bf16" ? "bf16 mixed precision" : "fp32");
     const double rows = static_cast<double>(o.batch);
     const double units = o.model == "gpt" ? rows * static_cast<double>(o.gpt.block) : rows;
     std::cout << fmt::format("step {:.4f} s; {:.0f} {}/s; bubble {:.1f}%\n", sim.step_seconds,
@@ -124,8 +123,8 @@ void add_simulate_command(CLI::App& app) {
     for (const auto& [link, bytes] : sim.bytes_sent)
       std::cout << fmt::format("bytes sent per step, {}: {:.3f} GB\n", plan::link_class_name(link), bytes / 1e9);
     std::cout << fmt::format("hardware FLOP utilisation {:.1f}% (executed FLOPs over step x devices x {} peak)\n",
-                             100 * sim.flops / (sim.step_seconds * devices * cluster.device.flops(compute)),
-                             bf16 ? "bf16" : "f32");
+                             100 * sim.flops / (sim.step_seconds * devices * cluster.device.flops(precision.peak)),
+                             precision.peak == DType::bf16 ? "bf16" : "f32");
     if (!sim_flags->trace.empty()) {
       write_trace(sim_flags->trace, sim, devices);
       std::cout << fmt::format("wrote the simulated step to '{}' (open it in https://ui.perfetto.dev)\n",

@@ -129,6 +129,18 @@ void add_parallel_flags(CLI::App& cmd, TrainFlags& flags) {
                                                 "instead of the flags above");
 }
 
+CLI::Option* add_precision_option(CLI::App& cmd, std::string& precision, const std::string& auto_help) {
+  std::string help =
+      "fp32, or bf16: mixed precision (GEMM inputs rounded to bf16, fp32 accumulation; weights, optimizer and "
+      "checkpoints fp32; needs AVX512_BF16)";
+  std::vector<std::string> words{"fp32", "bf16"};
+  if (!auto_help.empty()) {
+    words.push_back("auto");
+    help += "; auto: " + auto_help;
+  }
+  return cmd.add_option("--precision", precision, help)->check(CLI::IsMember(words))->capture_default_str();
+}
+
 void add_train_flags(CLI::App& cmd, TrainFlags& flags) {
   TrainOptions& o = flags.options;
   add_model_flags(cmd, flags);
@@ -157,11 +169,7 @@ void add_train_flags(CLI::App& cmd, TrainFlags& flags) {
       ->capture_default_str();
   cmd.add_option("--threads", o.threads, "threads for kernels and BLAS (per MPI rank; in-process ranks use 1 each)")
       ->capture_default_str();
-  cmd.add_option("--precision", o.precision,
-                 "fp32, or bf16: mixed precision (GEMM inputs rounded to bf16, fp32 accumulation; weights, "
-                 "optimizer and checkpoints fp32; needs AVX512_BF16)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
-      ->capture_default_str();
+  flags.precision_flag = add_precision_option(cmd, o.precision);
   add_parallel_flags(cmd, flags);
   cmd.add_option("--link-gbps", o.link_gbps, "in-process ranks: limit each rank's link to X Gb/s (0: unlimited)")
       ->capture_default_str();
@@ -281,8 +289,20 @@ void apply(TrainFlags& flags) {
   // A strategy file names its ranks, as --mesh does: without --ranks they
   // are the job's (in-process, that many threads; under mpirun the
   // processes must be as many, which the strategy's check says).
-  if (!o.sync.strategy.empty() && flags.mesh.empty() && flags.ranks_flag != nullptr && flags.ranks_flag->count() == 0)
-    o.sync.mesh_ranks = parallel::load_strategy(o.sync.strategy).mesh.ranks();
+  if (!o.sync.strategy.empty()) {
+    const parallel::Strategy file = parallel::load_strategy(o.sync.strategy);
+    if (flags.mesh.empty() && flags.ranks_flag != nullptr && flags.ranks_flag->count() == 0)
+      o.sync.mesh_ranks = file.mesh.ranks();
+    // The file's precision is the run's: the one it was planned (or written) for.
+    if (!file.precision.empty()) {
+      const bool given = flags.precision_flag != nullptr && flags.precision_flag->count() > 0 && o.precision != "auto";
+      if (given && o.precision != file.precision)
+        fail("--precision {} and strategy '{}' (precision {}) disagree: drop --precision to run the file's {}, or "
+             "write the strategy again for {}",
+             o.precision, o.sync.strategy, file.precision, file.precision, o.precision);
+      o.precision = file.precision;
+    }
+  }
   if (!flags.inject_delay.empty()) {
     const std::vector<std::string_view> parts = split(flags.inject_delay, ':');
     const auto rank = parts.size() == 2 ? parse_count(parts[0]) : std::nullopt;

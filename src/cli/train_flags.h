@@ -28,6 +28,7 @@ struct TrainFlags {
   std::string inject_fault;       // "RANK:STEP[:kill|hang|lost]"
   std::vector<std::string> inputs;  // --input NAME=ROLE (an .onnx model's input bindings)
   CLI::Option* ranks_flag = nullptr;  // --ranks, to tell whether it was given
+  CLI::Option* precision_flag = nullptr;  // --precision, to tell whether it was given
 };
 
 // What every parallax command line shares, set on the top-level app before
@@ -39,13 +40,19 @@ void set_parser_conventions(CLI::App& app);
 // Unset integer and float options take the model's default (apply()).
 void add_model_flags(CLI::App& cmd, TrainFlags& flags);
 void add_parallel_flags(CLI::App& cmd, TrainFlags& flags);
+// --precision into `precision`: fp32 or bf16, the same words and meaning on
+// every command; with `auto_help` (simulate and plan, which resolve it
+// against the cluster: cli/precision_choice.h) auto too, so described.
+CLI::Option* add_precision_option(CLI::App& cmd, std::string& precision, const std::string& auto_help = "");
 // Every flag of `parallax train`: the two above and the run's own (steps,
 // optimizer, checkpoints, restarts, injected faults, outputs).
 void add_train_flags(CLI::App& cmd, TrainFlags& flags);
 // After parsing: the model's defaults, then the text flags into options. A
 // --strategy file names its ranks: without --ranks they are the job's
 // (mesh_ranks; in-process, that many threads; under mpirun the processes
-// must match it).
+// must match it). A strategy file that records a precision sets
+// options.precision; a --precision given that says otherwise is an error
+// naming both.
 void apply(TrainFlags& flags);
 
 }  // namespace px::cli

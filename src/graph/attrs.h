@@ -27,6 +27,7 @@ class Attrs {
   const std::string& get_string(const std::string& name) const;
   const std::vector<int64_t>& get_ints(const std::string& name) const;
   void set(const std::string& name, AttrValue value) { items_[name] = std::move(value); }
+  void erase(const std::string& name) { items_.erase(name); }
   std::string str() const;  // "{n_head=4, p=0.1}"
 
   bool operator==(const Attrs& other) const = default;

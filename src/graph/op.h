@@ -111,6 +111,9 @@ struct OpDef {
   // forward value is read only at these positions of bf16 nodes, the
   // lowering stores it in bf16 (graph/precision.h).
   std::vector<int> bf16_inputs;
+  // Under bf16 its flops run at the bf16 GEMM rate (a GEMM op). The
+  // planner costs the other bf16 ops, untimed, as their fp32 twins.
+  bool bf16_gemm = false;
 };
 
 // The registry. Ops register themselves from static initializers in

@@ -76,6 +76,8 @@ Strategy tensor_parallel(const Graph& graph, int dp, int tp, const std::vector<s
 Strategy with_pipeline(Strategy base, int stages, PipelineOptions pipeline);
 
 // The validated Strategy of a request (or its strategy file) for the inputs.
+// Its precision is the one the file records, else the graph's (bf16 when
+// any node is stamped so, graph/precision.h).
 // px::Error names the request's part or the file and what is expected.
 Strategy compose(const StrategyRequest& request, const CompositionInputs& inputs);
 

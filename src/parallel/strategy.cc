@@ -38,7 +38,7 @@ nlohmann::json to_json(const Strategy& s) {
   nlohmann::json seeds = nlohmann::json::array();
   for (const PlacementSeed& seed : s.seeds)
     seeds.push_back({{"value", seed.value}, {"axis", seed.axis}, {"placement", seed.placement.str()}});
-  return {{"mesh", mesh},
+  nlohmann::json json{{"mesh", mesh},
           {"data_axis", s.data_axis},
           {"seeds", seeds},
           {"zero_stage", s.zero_stage},
@@ -56,10 +56,12 @@ nlohmann::json to_json(const Strategy& s) {
             {"schedule", pipeline_kind_name(s.pipeline.schedule)},
             {"virtual_stages", s.pipeline.virtual_stages},
             {"stage_cuts", s.pipeline.stage_cuts}}}};
+  if (!s.precision.empty()) json["precision"] = s.precision;
+  return json;
 }
 
 Strategy strategy_from_json(const nlohmann::json& json) {
-  json_fields::check_keys("strategy", json, "the strategy", {"mesh", "data_axis", "seeds", "zero_stage", "micro_batches", "lowering", "pipeline"});
+  json_fields::check_keys("strategy", json, "the strategy", {"mesh", "data_axis", "seeds", "zero_stage", "micro_batches", "lowering", "pipeline", "precision"});
   Strategy s;
   if (json.contains("mesh")) {
     const nlohmann::json& mesh = json.at("mesh");
@@ -109,6 +111,11 @@ Strategy strategy_from_json(const nlohmann::json& json) {
         s.pipeline.stage_cuts.push_back(cut.get<std::string>());
       }
     }
+  }
+  if (json.contains("precision")) {
+    s.precision = json_fields::field<std::string>("strategy", json, "strategy", "precision", "");
+    if (s.precision != "fp32" && s.precision != "bf16")
+      fail("strategy: precision '{}' is unknown: expected fp32 or bf16", s.precision);
   }
   validate(s);
   return s;

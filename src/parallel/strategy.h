@@ -103,6 +103,12 @@ struct Strategy {
   int micro_batches = 1;  // gradient accumulation (and the pipeline's M): the rank's rows in this many parts
   LoweringOptions lowering;
   PipelineOptions pipeline;
+  // The precision the model's GEMMs run in (graph/precision.h): "fp32" or
+  // "bf16", as `parallax train --precision` says it. The graph carries it
+  // (build_model stamps its nodes); the strategy records it, so a file
+  // `parallax plan` writes runs in the precision it was planned for. ""
+  // (a file that does not record it): the run's --precision.
+  std::string precision;
 
   int data_ranks() const { return mesh.size(data_axis); }
   // Ranks along the pipeline axis (1: no pipeline).

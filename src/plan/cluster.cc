@@ -165,10 +165,9 @@ ClusterSpec local_cluster_spec(HostProfile profile, const std::string& cpu, doub
           .devices_per_node = devices,
           .device = {.name = fmt::format("{} rank", cpu),
                      .flops_f32 = profile.flops,
-                     // Not profile.flops_bf16 yet: `plan`/`simulate --precision auto`
-                     // pick bf16 wherever the device has a bf16 rate, and `parallax
-                     // train` runs fp32 only; the measured rate waits in the profile.
-                     .flops_bf16 = 0,
+                     // The GEMMs of a graph stamped bf16 run at it (the profiled
+                     // estimator reads each node's stamp); 0 without AVX512_BF16.
+                     .flops_bf16 = profile.flops_bf16,
                      .memory_bytes = memory_bytes,
                      .memory_bandwidth = profile.memory_bandwidth},
           .intra_node = {.name = "in-process transport", .bandwidth = 1 / link.beta, .latency = link.alpha},

@@ -76,13 +76,13 @@ double ProfiledEstimator::compute_seconds(const Graph& graph, const Node& node) 
   const HostProfile& profile = *cluster_.profile;
   const OpCost cost = node_cost(graph, node);
   const bool memory_bound = cost.flops / profile.flops < (cost.bytes_read + cost.bytes_written) / profile.memory_bandwidth;
-  return kernel_seconds(profile, graph, node, options_.threads) * profile.in_situ_factor(options_.model) *
+  return kernel_seconds(profile, graph, node, options_.threads) * profile.in_situ_factor(options_.model, options_.precision) *
          contention(profile, options_.ranks, memory_bound);
 }
 
 double ProfiledEstimator::memory_seconds(double bytes) const {
   const HostProfile& profile = *cluster_.profile;
-  return profile.pass_seconds(bytes) * profile.in_situ_factor(options_.model) *
+  return profile.pass_seconds(bytes) * profile.in_situ_factor(options_.model, options_.precision) *
          contention(profile, options_.ranks, true);
 }
 

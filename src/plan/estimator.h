@@ -70,6 +70,7 @@ class ProfiledEstimator : public CostEstimator {
     double ranks = 1;            // in-process ranks computing at once (on average)
     int threads = 1;             // kernel threads a rank
     std::string model;           // its in-situ factor (plan/profile.h); empty: every model's
+    Precision precision = Precision::fp32;  // the run's (the in-situ factor of its steps)
     double link_gbps = 0;        // 0: unlimited
     comm::CollectiveOptions collective;
   };

@@ -8,7 +8,9 @@
 //               measured / roofline ratio at the nearest roofline times
 //               (in log space), the ratio held beyond the ends; an op never
 //               timed gets the roofline. Timings are per kernel thread count
-//               (in-process ranks run one thread each, a lone rank more).
+//               (in-process ranks run one thread each, a lone rank more)
+//               and per precision: a GEMM stamped bf16 without bf16
+//               timings of its op is its fp32 twin scaled by the rates.
 //   contention  in-process ranks are threads sharing the host's cores: a
 //               kernel's time when k ranks compute at once over its time
 //               alone, for compute-bound (GEMM) and memory-bound (streaming)
@@ -30,6 +32,7 @@
 
 #include "comm/cost_model.h"
 #include "graph/graph.h"
+#include "graph/precision.h"
 
 namespace px::plan {
 
@@ -54,13 +57,16 @@ struct HostProfile {
   std::vector<double> contention_memory;
   comm::CostModel comm;
   std::map<std::string, KernelTiming> kernels;  // kernel_key@threads -> timing
-  // Per calibration run of a model on one rank ("gpt batch 8 threads 2"):
-  // measured step / replayed step. The median of `model`'s runs (of all
-  // runs when it has none), within 0.5 .. 2, scales every compute and
+  // Per calibration run of a model on one rank ("gpt batch 8 threads 2",
+  // "gpt batch 8 threads 2 bf16" for a bf16 one): measured step / replayed
+  // step. The median of `model`'s runs in `precision` (of its fp32 runs
+  // when it has none in bf16; of all runs in the precision, then of all,
+  // when the model has none), within 0.5 .. 2, scales every compute and
   // memory pass: how much a step slows its kernels depends on the model
-  // (measured here: the GPT 1.09, the CNN 1.55, the MLP 1.8).
+  // (measured here: the GPT 1.09, the CNN 1.55, the MLP 1.8) and on its
+  // precision (the GPT's bf16 step 1.55 against its fp32 step's 1.42).
   std::map<std::string, double> in_situ_samples;
-  double in_situ_factor(const std::string& model = "") const;
+  double in_situ_factor(const std::string& model = "", Precision precision = Precision::fp32) const;
   bool operator==(const HostProfile&) const = default;
 };
 
@@ -71,8 +77,18 @@ std::string kernel_key(const Graph& graph, const Node& node, int threads);
 OpCost node_cost(const Graph& graph, const Node& node);
 double roofline_seconds(const HostProfile& profile, const OpCost& cost);
 // One rank alone with `threads` kernel threads: the node's timing, else
-// its op's at those threads interpolated, else the roofline.
+// its op's timings of the same precision at those threads interpolated,
+// else (a GEMM stamped bf16 whose op has no bf16 timings)
+// bf16_gemm_seconds, else the roofline.
 double kernel_seconds(const HostProfile& profile, const Graph& graph, const Node& node, int threads);
+// A GEMM node stamped bf16 (graph/precision.h) from its fp32 twin's time:
+// the same node without the stamp, timed or interpolated as above, times
+// flops / flops_bf16 (the profile's two rates on the same GEMM), plus the
+// pass that rounds its fp32 operands to bf16 copies (4 bytes read and 2
+// written an element, at memory_bandwidth). The rates are a large GEMM's;
+// a small GEMM's fp32 time carries its own inefficiency, which the scaling
+// keeps. Calibrating the model in bf16 (timings of its own) is closer.
+double bf16_gemm_seconds(const HostProfile& profile, const Graph& graph, const Node& node, int threads);
 // The slowdown of a kernel when `ranks` ranks compute at once (>= 1; a
 // fraction is the time-average of a pipeline's busy ranks, interpolated).
 double contention(const HostProfile& profile, double ranks, bool memory_bound);

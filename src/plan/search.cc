@@ -99,7 +99,9 @@ Candidate evaluate(const PlanRequest& request, const nn::Model& model, const par
                              : simulate(replay);
   c.step_seconds = sim.step_seconds;
   c.peak_bytes = *std::max_element(sim.peak_bytes.begin(), sim.peak_bytes.end());
-  c.utilization = sim.flops / (sim.step_seconds * strategy.mesh.ranks() * request.cluster->device.flops(request.compute));
+  // Against the bf16 peak where the graph runs its GEMMs in bf16 (a host's bf16 plan keeps compute f32).
+  const DType peak = strategy.precision == "bf16" ? DType::bf16 : request.compute;
+  c.utilization = sim.flops / (sim.step_seconds * strategy.mesh.ranks() * request.cluster->device.flops(peak));
   c.simulated = true;
   c.rejected = memory_verdict(*request.cluster, strategy.mesh.ranks(), c.peak_bytes);
   return c;

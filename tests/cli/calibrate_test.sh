@@ -4,7 +4,9 @@
 # it; `simulate --cluster local` reads it; `train` ends with predicted vs
 # measured step time and memory from it and writes both into the metrics
 # (and, before any calibration, from probed rates, saying so); --cluster
-# local without a calibration is a named error.
+# local without a calibration is a named error. --precision bf16 on the
+# local spec costs the bf16 graph train runs (a named error on a CPU
+# without AVX512_BF16), and a bf16 run predicts its own step.
 #
 #   calibrate_test.sh PARALLAX
 set -euo pipefail
@@ -38,7 +40,7 @@ assert {k["threads"] for k in kernels.values()} == {1, 2}, "lone ranks time at 2
 assert spec["devices_share_memory"] is True and spec["profile"]["contention_compute"][0] == 1
 bf16_cpu = any(l.startswith("flags") and " avx512_bf16" in l for l in open("/proc/cpuinfo"))
 assert (spec["profile"]["flops_bf16"] > 0) == bf16_cpu, spec["profile"]["flops_bf16"]
-assert spec["device"]["flops_bf16"] == 0, "train runs fp32 only: --precision auto must not pick bf16 here"
+assert spec["device"]["flops_bf16"] == spec["profile"]["flops_bf16"], "the local device offers the measured bf16 rate"
 print(f"profile: {len(kernels)} kernels of {len(ops)} ops")
 PY
 
@@ -61,6 +63,24 @@ ratio = p["predicted_peak_bytes"] / p["measured_peak_bytes"]
 assert 0.9 < ratio < 1.1, f"predicted/measured peak memory {ratio:.3f}"
 print(f"step: predicted {p['predicted_step_s']*1e3:.2f} ms, measured {p['measured_step_s']*1e3:.2f} ms; memory ratio {ratio:.3f}")
 PY
+step_of() { sed -n 's/^step \([0-9.]*\) s;.*/\1/p' "$1"; }
+if grep -q '^flags.* avx512_bf16' /proc/cpuinfo; then
+  "$PX" simulate "${TINY[@]}" --ranks 2 --cluster local --precision bf16 > "$WORK/sim-bf16.txt"
+  grep -q "on local .*, bf16 mixed precision" "$WORK/sim-bf16.txt" || { cat "$WORK/sim-bf16.txt"; fail "simulate bf16 on local"; }
+  [ "$(step_of "$WORK/sim.txt")" != "$(step_of "$WORK/sim-bf16.txt")" ] ||
+    fail "bf16 on local predicted the fp32 step: $(step_of "$WORK/sim.txt") s"
+  "$PX" train "${TINY[@]}" --steps 4 --sample-tokens 0 --eval-batches 1 --progress lines --precision bf16 \
+    > "$WORK/train-bf16.txt"
+  grep -q "predicted vs measured (from the local spec '$SPEC')" "$WORK/train-bf16.txt" ||
+    { cat "$WORK/train-bf16.txt"; fail "no prediction for a bf16 run"; }
+  echo "bf16 on local: simulate $(step_of "$WORK/sim-bf16.txt") s against fp32 $(step_of "$WORK/sim.txt") s"
+else
+  if "$PX" simulate "${TINY[@]}" --ranks 2 --cluster local --precision bf16 > "$WORK/err.txt" 2>&1; then
+    fail "--precision bf16 on local ran on a CPU without AVX512_BF16"
+  fi
+  grep -q "no bf16 GEMM rate" "$WORK/err.txt" || { cat "$WORK/err.txt"; fail "no named error for bf16 on local"; }
+fi
+
 "$PX" train "${TINY[@]}" --steps 2 --sample-tokens 0 --eval-batches 1 --progress lines --no-predict > "$WORK/quiet.txt"
 if grep -q "predicted vs measured" "$WORK/quiet.txt"; then fail "--no-predict still predicted"; fi
 echo "calibrate: ok"

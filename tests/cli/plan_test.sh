@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `parallax plan` end to end: on a calibrated local spec it writes the
-# chosen strategy, which `parallax train --strategy` runs unchanged; its
+# chosen strategy, with its precision (auto: fp32 and bf16 compared where
+# the CPU has bf16), which `parallax train --strategy` runs unchanged; its
 # table ranks by predicted step; on a DGX preset a large GPT goes through
 # the stage search with pipeline stages; an impossible memory budget is a
 # named error naming the closest candidate; --cluster local without
@@ -29,7 +30,18 @@ steps = [seconds(l) for l in rows]
 assert steps == sorted(steps), f"not ranked by step: {steps}"
 strategy = json.load(open(sys.argv[2]))
 assert "mesh" in strategy, strategy
+bf16_cpu = any(l.startswith("flags") and " avx512_bf16" in l for l in open("/proc/cpuinfo"))
+text = open(sys.argv[1]).read()
+# auto on local: both precisions searched where the CPU has bf16, the faster written into the strategy.
+assert ("precision: compared the best steps, fp32" in text) == bf16_cpu, text
+assert strategy["precision"] in (("fp32", "bf16") if bf16_cpu else ("fp32",)), strategy
+assert f"planned in {strategy['precision']}" in text or not bf16_cpu, text
 PY
+"$PX" plan "${TINY[@]}" --cluster local --ranks 2 --precision fp32 --out "$WORK/plan-fp32.json" > /dev/null
+grep -q '"precision": "fp32"' "$WORK/plan-fp32.json" || fail "plan --precision fp32 did not record fp32"
+"$PX" plan "${TINY[@]}" --cluster dgx-a100 --ranks 8 --budget-s 3 --out "$WORK/plan-dgx.json" > "$WORK/plan-dgx.txt"
+grep -q '"precision": "bf16"' "$WORK/plan-dgx.json" || fail "a DGX plan (bf16 by default) did not record bf16"
+grep -q "bf16 mixed precision" "$WORK/plan-dgx.txt" || fail "a DGX plan does not say bf16"
 "$PX" train "${TINY[@]}" --ranks 2 --strategy "$WORK/plan.json" --steps 3 --sample-tokens 0 --eval-batches 1 \
   --progress lines > "$WORK/train.txt"
 grep -q "trained 3 steps" "$WORK/train.txt" || { cat "$WORK/train.txt"; fail "the plan did not train"; }

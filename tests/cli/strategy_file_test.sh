@@ -5,7 +5,9 @@
 # Program the flags lower to, and train to the same per-step losses, bitwise
 # (ZeRO-2 with micro-batches, and top-k compression whose SGD momentum moves
 # into the ranks). A file names its ranks: train and lower start them
-# without --ranks. `parallax lower` shows every collective of ZeRO-3.
+# without --ranks. `parallax lower` shows every collective of ZeRO-3. A
+# file records its precision: train runs in it (a --precision that says
+# otherwise is a named error), and eval and sample take --precision too.
 # usage: strategy_file_test.sh PATH/TO/parallax
 set -euo pipefail
 px="$1"
@@ -77,3 +79,34 @@ if "$px" train "${two[@]}" "${run[@]}" --data "$text" --strategy "$work/zero2.js
 fi
 grep -q "has mesh {dp:2} of 2 ranks; this job has 1" "$work/one.txt" || { cat "$work/one.txt"; fail "no named error for --ranks 1"; }
 echo "a strategy file starts its ranks without --ranks; --ranks 1 against it is refused"
+
+# The precision a strategy file records is the run's.
+"$px" lower "${gpt[@]}" --ranks 2 --print-strategy > "$work/fp32.json"
+grep -q '"precision": "fp32"' "$work/fp32.json" || fail "lower --print-strategy records no fp32: $(cat "$work/fp32.json")"
+if grep -q '^flags.* avx512_bf16' /proc/cpuinfo; then
+  "$px" lower "${gpt[@]}" --ranks 2 --precision bf16 --print-strategy > "$work/bf16.json"
+  grep -q '"precision": "bf16"' "$work/bf16.json" || fail "lower --precision bf16 records no bf16"
+  "$px" train "${gpt[@]}" "${run[@]}" --data "$text" --strategy "$work/bf16.json" --metrics "$work/bf16.file.jsonl" \
+    --save "$work/bf16.ckpt" > /dev/null
+  "$px" train "${gpt[@]}" "${run[@]}" --data "$text" --ranks 2 --precision bf16 --metrics "$work/bf16.flags.jsonl" \
+    > /dev/null
+  grep -o '"train_loss":[^,}]*' "$work/bf16.file.jsonl" > "$work/bf16.file.losses"
+  grep -o '"train_loss":[^,}]*' "$work/bf16.flags.jsonl" > "$work/bf16.flags.losses"
+  cmp -s "$work/bf16.file.losses" "$work/bf16.flags.losses" ||
+    fail "a bf16 strategy file trained to other losses than --precision bf16: $(paste "$work/bf16.file.losses" "$work/bf16.flags.losses" | head -3)"
+  "$px" train "${gpt[@]}" "${run[@]}" --data "$text" --strategy "$work/fp32.json" --metrics "$work/fp32.file.jsonl" > /dev/null
+  grep -o '"train_loss":[^,}]*' "$work/fp32.file.jsonl" > "$work/fp32.file.losses"
+  if cmp -s "$work/bf16.file.losses" "$work/fp32.file.losses"; then fail "the bf16 strategy file trained in fp32"; fi
+  if "$px" train "${gpt[@]}" "${run[@]}" --data "$text" --strategy "$work/bf16.json" --precision fp32 > "$work/clash.txt" 2>&1; then
+    fail "--precision fp32 ran a bf16 strategy file"
+  fi
+  grep -q "precision fp32 and strategy '$work/bf16.json' (precision bf16) disagree" "$work/clash.txt" ||
+    { cat "$work/clash.txt"; fail "no named error for --precision against the file's"; }
+  "$px" eval --checkpoint "$work/bf16.ckpt" --precision bf16 --batch 8 --eval-batches 1 | grep -q "^val_loss" ||
+    fail "eval --precision bf16"
+  "$px" sample --checkpoint "$work/bf16.ckpt" --precision bf16 --tokens 5 > /dev/null || fail "sample --precision bf16"
+  echo "a strategy file's precision is the run's; --precision against it is refused; eval and sample take it"
+else
+  if "$px" lower "${gpt[@]}" --precision bf16 > "$work/nobf16.txt" 2>&1; then fail "--precision bf16 ran without AVX512_BF16"; fi
+  grep -q "AVX512_BF16" "$work/nobf16.txt" || { cat "$work/nobf16.txt"; fail "no named error for bf16"; }
+fi

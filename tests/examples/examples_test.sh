@@ -29,7 +29,9 @@ for strategy in "$EX"/strategies/*.json; do
   python3 - "$WORK/runs/$name/run.json" "$strategy" <<'PY'
 import json, sys
 summary, strategy = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-assert summary["strategy"] == strategy, f"{sys.argv[2]}: the run ran another strategy: {summary['strategy']}"
+# An example records no precision: it runs in the run's (--precision, fp32 here), which run.json records.
+assert summary["strategy"] == {"precision": "fp32", **strategy}, \
+    f"{sys.argv[2]}: the run ran another strategy: {summary['strategy']}"
 # Sequence parallelism is read off the strategy's seeds (the GPT's residual
 # stream, "embed" and each block's "*.c_proj.add_bias", split along the
 # sequence), not off a flag: megatron_tp.json has it.

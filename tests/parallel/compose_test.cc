@@ -6,7 +6,10 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "comm/compression/spec.h"
+#include "graph/precision.h"
 #include "nn/gpt.h"
 #include "parallel/compose.h"
 #include "plan/candidates.h"
@@ -72,6 +75,28 @@ TEST(Compose, SparsifiedGradientsTakeSgdMomentumIntoTheRanks) {
   CompositionInputs one = inputs;
   one.ranks = 1;  // nothing is compressed on one rank
   EXPECT_EQ(compose({.compression = comm::compression::Spec::parse("topk:0.1")}, one).lowering.local_momentum, 0);
+}
+
+// The strategy records the precision its graph was built in (a file
+// `parallax plan` writes runs in the precision it was planned for); a file
+// that records none takes the graph's.
+TEST(Compose, TheStrategyRecordsTheGraphsPrecisionThroughItsFile) {
+  nn::Model model = small_gpt();
+  const CompositionInputs inputs{.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 2};
+  EXPECT_EQ(compose({}, inputs).precision, "fp32");
+  set_precision(model.graph, Precision::bf16);
+  const Strategy bf16 = compose({.zero_stage = 1}, inputs);
+  EXPECT_EQ(bf16.precision, "bf16");
+  const nlohmann::json json = to_json(bf16);
+  EXPECT_EQ(json.at("precision"), "bf16");
+  EXPECT_EQ(strategy_from_json(json), bf16);
+  nlohmann::json unrecorded = json;
+  unrecorded.erase("precision");
+  EXPECT_EQ(strategy_from_json(unrecorded).precision, "");
+  nlohmann::json bad = json;
+  bad["precision"] = "fp16";
+  EXPECT_NE(error_of([&] { strategy_from_json(bad); }).find("precision 'fp16' is unknown"), std::string::npos)
+      << error_of([&] { strategy_from_json(bad); });
 }
 
 TEST(Compose, EveryCombinationRuleIsANamedError) {

@@ -92,19 +92,92 @@ TEST(HostProfile, JsonRoundTripsAndBadFieldsAreNamed) {
 }
 
 // The bf16 GEMM rate calibrate measures is kept in the profile (older
-// files without one load as 0), but the local device does not offer it:
-// `--precision auto` would plan bf16 runs that `parallax train` cannot run.
-TEST(HostProfile, Bf16RateRoundTripsWithoutMakingLocalPlansBf16) {
+// files without one load as 0) and is the local device's bf16 rate: the
+// profiled estimator costs GEMMs stamped bf16 at it.
+TEST(HostProfile, Bf16RateRoundTripsAndIsTheLocalDevicesBf16Rate) {
   HostProfile p = rates();
   nlohmann::json older = to_json(p);
   older.erase("flops_bf16");
   EXPECT_EQ(profile_from_json(older).flops_bf16, 0);
+  EXPECT_EQ(local_cluster_spec(profile_from_json(older), "cpu", 1e10).device.flops_bf16, 0);
   p.flops_bf16 = 4e9;
   EXPECT_EQ(profile_from_json(to_json(p)), p);
   const ClusterSpec local = local_cluster_spec(p, "cpu", 1e10);
   EXPECT_EQ(local.profile->flops_bf16, 4e9);
-  EXPECT_EQ(local.device.flops_bf16, 0);
+  EXPECT_EQ(local.device.flops_bf16, 4e9);
   EXPECT_EQ(plan::cluster_from_json(plan::to_json(local)).profile->flops_bf16, 4e9);
+}
+
+// Two matmuls of the same shapes, [64,16]x[16,16]: the second stamped bf16
+// (graph/precision.h), as build_model stamps a `--precision bf16` model.
+struct Bf16Twins {
+  Graph g;
+  const Node* fp32 = nullptr;
+  const Node* bf16 = nullptr;
+  Bf16Twins() {
+    const ValueId a = g.input("a", {Shape{64, 16}, DType::f32});
+    const ValueId w = g.input("w", {Shape{16, 16}, DType::f32});
+    g.add1("matmul", {a, w}, {}, "fp32");
+    g.add1("matmul", {a, w}, {}, "bf16");
+    g.set_attr(1, "precision", std::string("bf16"));
+    fp32 = &g.nodes()[0];
+    bf16 = &g.nodes()[1];
+  }
+};
+
+TEST(HostProfile, Bf16GemmIsItsFp32TwinAtTheBf16RatePlusTheRoundingPass) {
+  Bf16Twins m;
+  HostProfile p = rates();
+  p.flops_bf16 = 8e9;
+  p.cache_bandwidth = 4e9;  // not the rounding's
+  p.cache_bytes = 1e6;
+  const double roof = roofline_seconds(p, node_cost(m.g, *m.fp32));
+  p.kernels[kernel_key(m.g, *m.fp32, 1)] = {.op = "matmul", .threads = 1, .roofline = roof, .seconds = 5e-6};
+  ASSERT_NE(kernel_key(m.g, *m.fp32, 1), kernel_key(m.g, *m.bf16, 1));
+  // 64x16 + 16x16 fp32 operands read (4 bytes) and written as bf16 (2 bytes), past the cache.
+  const double rounding = (64 * 16 + 16 * 16) * 6 / p.memory_bandwidth;
+  EXPECT_DOUBLE_EQ(kernel_seconds(p, m.g, *m.bf16, 1), 5e-6 / 8 + rounding);
+  EXPECT_DOUBLE_EQ(kernel_seconds(p, m.g, *m.fp32, 1), 5e-6);
+  // Timings of the op in bf16 (calibrate --precision bf16) are the bf16 nodes' own, never the fp32 nodes'.
+  const double bf16_roof = roofline_seconds(p, node_cost(m.g, *m.bf16));
+  p.kernels["matmul{precision=bf16}(F32[8,16],F32[16,16])@1"] = {
+      .op = "matmul", .threads = 1, .roofline = bf16_roof, .seconds = 2 * bf16_roof};
+  EXPECT_DOUBLE_EQ(kernel_seconds(p, m.g, *m.bf16, 1), 2 * bf16_roof);
+  EXPECT_DOUBLE_EQ(kernel_seconds(p, m.g, *m.fp32, 1), 5e-6);
+  // A profile without a bf16 rate cannot cost a bf16 node.
+  HostProfile without = rates();
+  try {
+    kernel_seconds(without, m.g, *m.bf16, 1);
+    FAIL() << "no error for a bf16 node on a profile without a bf16 rate";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no bf16 GEMM rate"), std::string::npos) << e.what();
+  }
+}
+
+// A model's bf16 steps slow their kernels by their own in-situ factor; a
+// model calibrated in fp32 only lends its fp32 factor to bf16.
+TEST(HostProfile, InSituFactorIsTheModelsInItsPrecision) {
+  HostProfile p = rates();
+  p.in_situ_samples = {{"gpt batch 8 threads 2", 1.4}, {"mlp batch 8 threads 2", 1.8}};
+  EXPECT_DOUBLE_EQ(p.in_situ_factor("gpt", Precision::bf16), 1.4);
+  p.in_situ_samples["gpt batch 8 threads 2 bf16"] = 1.6;
+  EXPECT_DOUBLE_EQ(p.in_situ_factor("gpt", Precision::fp32), 1.4);
+  EXPECT_DOUBLE_EQ(p.in_situ_factor("gpt", Precision::bf16), 1.6);
+  EXPECT_DOUBLE_EQ(p.in_situ_factor("mlp", Precision::bf16), 1.8);
+  EXPECT_DOUBLE_EQ(p.in_situ_factor("cnn", Precision::bf16), 1.6);  // no cnn: every bf16 run
+  EXPECT_DOUBLE_EQ(p.in_situ_factor("cnn"), 1.6);                   // every fp32 run: median of 1.4 and 1.8
+}
+
+TEST(ProfiledEstimator, Bf16GemmCostsLessThanItsFp32TwinWhereTheBf16RateIsHigher) {
+  Bf16Twins m;
+  HostProfile p = rates();
+  p.flops_bf16 = 4 * p.flops;
+  p.comm = comm::default_cost_model("inproc");
+  ClusterSpec cluster = local_cluster_spec(p, "cpu", 1e10);
+  for (int threads : {1, 2}) {
+    const ProfiledEstimator estimator(cluster, {.ranks = 1, .threads = threads});
+    EXPECT_LT(estimator.compute_seconds(m.g, *m.bf16), estimator.compute_seconds(m.g, *m.fp32)) << threads;
+  }
 }
 
 ClusterSpec local_spec(HostProfile profile) {

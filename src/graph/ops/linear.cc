@@ -19,6 +19,7 @@ OpDef make() {
     return std::vector<TensorSpec>{f32(with_last(x, w[1]))};
   };
   d.mixed_precision = true;
+  d.bf16_gemm = true;
   d.bf16_inputs = {0};  // x (the weight is a parameter, kept fp32)
   d.forward = [](const OpContext&, const Attrs& a, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {

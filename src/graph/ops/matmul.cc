@@ -20,6 +20,7 @@ OpDef make() {
     return std::vector<TensorSpec>{f32(with_last(x, N))};
   };
   d.mixed_precision = true;
+  d.bf16_gemm = true;
   d.bf16_inputs = {0, 1};
   d.forward = [](const OpContext&, const Attrs& a, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {

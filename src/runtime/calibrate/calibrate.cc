@@ -11,7 +11,10 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "graph/op.h"
+#include "kernels/bf16.h"
+#include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_bf16.h"
 #include "kernels/threads.h"
 
 namespace px {
@@ -81,6 +84,20 @@ void fill(Tensor& t, Rng& rng) {
 
 }  // namespace
 
+double measure_bf16_gemm_rate(const CalibrationOptions& options) {
+  if (!kernels::cpu_has_avx512_bf16()) return 0;
+  const int threads = kernels::threads();
+  kernels::set_threads(1);  // one rank's thread
+  const std::vector<kernels::bf16> a(kGemm * kGemm, kernels::to_bf16(1.0f)), b(kGemm * kGemm, kernels::to_bf16(0.5f));
+  std::vector<float> c(kGemm * kGemm);
+  // The first call (time_calls' warm-up) builds the shape's oneDNN primitive.
+  const double seconds = time_calls([&] {
+    kernels::gemm_bf16(false, false, kGemm, kGemm, kGemm, 1, a.data(), kGemm, b.data(), kGemm, 0, c.data(), kGemm);
+  }, options);
+  kernels::set_threads(threads);
+  return kGemmFlops / seconds;
+}
+
 void measure_host(HostProfile& profile, const CalibrationOptions& options, const CalibrationProgress& progress) {
   auto say = [&](const std::string& line) {
     if (progress) progress(line);
@@ -92,6 +109,7 @@ void measure_host(HostProfile& profile, const CalibrationOptions& options, const
   const double gemm_alone = time_calls([&] { gemm.gemm(); }, options);
   const double stream_alone = time_calls([&] { stream.stream(); }, options);
   profile.flops = kGemmFlops / gemm_alone;
+  profile.flops_bf16 = measure_bf16_gemm_rate(options);
   profile.memory_bandwidth = kStreamBytes / stream_alone;
   // The same stream over a working set well inside the last-level cache:
   // the reported one, at most 8 MiB (a virtual machine reports its host's
@@ -105,6 +123,10 @@ void measure_host(HostProfile& profile, const CalibrationOptions& options, const
                   "cache); {} cores",
                   profile.flops / 1e9, kGemm, kGemm, profile.memory_bandwidth / 1e9, profile.cache_bandwidth / 1e9,
                   profile.cache_bytes / (1 << 20), profile.cores));
+  say(profile.flops_bf16 > 0 ? fmt::format("one rank: {:.1f} GFLOP/s bf16 (the same GEMM, bf16 inputs, fp32 "
+                                           "accumulation)",
+                                           profile.flops_bf16 / 1e9)
+                             : std::string("one rank: no bf16 GEMM rate (this CPU has no AVX512_BF16)"));
   // Contention: in each round, one rank alone and then k at once, back to
   // back, so a slow spell of the shared host slows both sides of a ratio;
   // the median ratio over the rounds (at least five).

@@ -22,9 +22,15 @@ struct CalibrationOptions {
   int max_ranks = 4;            // contention measured for 1 .. max_ranks ranks at once
 };
 
-// The host's rates (one rank's GEMM FLOP/s and streaming bandwidth), its
-// cores, and the contention curves.
+// The host's rates (one rank's GEMM FLOP/s, the same GEMM's with bf16
+// inputs and fp32 accumulation where the CPU has AVX512_BF16, else 0, and
+// its streaming bandwidth), its cores, and the contention curves.
 void measure_host(plan::HostProfile& profile, const CalibrationOptions& options, const CalibrationProgress& progress = {});
+
+// One rank's bf16 GEMM rate: measure_host's GEMM with bf16 inputs, fp32
+// accumulation and output (kernels::gemm_bf16) on one thread; 0 where the
+// CPU has no AVX512_BF16.
+double measure_bf16_gemm_rate(const CalibrationOptions& options);
 
 // Times every distinct compute node of `programs` the profile lacks, alone,
 // on inputs of its local shapes, with the kernels' current thread count;

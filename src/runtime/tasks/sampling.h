@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "graph/precision.h"
 #include "nn/gpt.h"
 #include "runtime/executor/param_store.h"
 
@@ -15,6 +16,7 @@ struct SampleOptions {
   double temperature = 0.8;  // > 0
   int64_t top_k = 40;        // 0 = all
   uint64_t seed = 1;
+  Precision precision = Precision::fp32;  // the forward's GEMMs (graph/precision.h), as train's --precision
 };
 
 void validate(const SampleOptions& options);

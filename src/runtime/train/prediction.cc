@@ -21,16 +21,23 @@ plan::ClusterSpec local_cluster(const std::string& path, int ranks, bool* calibr
 RunPrediction predict_run(const TrainOptions& o, const std::vector<parallel::Program>& programs) {
   const int ranks = static_cast<int>(programs.size());
   RunPrediction out;
-  const plan::ClusterSpec cluster = local_cluster(o.local_cluster, ranks, &out.calibrated);
+  plan::ClusterSpec cluster = local_cluster(o.local_cluster, ranks, &out.calibrated);
   out.basis = out.calibrated ? fmt::format("the local spec '{}'", o.local_cluster)
                              : "this host's probed rates, kernels at their roofline (run 'parallax calibrate' for a "
                                "calibrated prediction)";
+  // A bf16 run on a spec saved without a bf16 rate: the rate probed now.
+  if (parse_precision(o.precision) == Precision::bf16 && cluster.profile && cluster.profile->flops_bf16 <= 0) {
+    cluster.profile->flops_bf16 = cluster.device.flops_bf16 =
+        measure_bf16_gemm_rate({.batch_seconds = 0.005, .batches = 1});
+    out.basis += " with the bf16 GEMM rate probed now (calibrate again to keep one)";
+  }
   const plan::Simulation sim = plan::simulate_sharing_cores(
       {.programs = &programs,
        .cluster = &cluster,
        .execution = {.overlap = o.sync.overlap, .trace = true},
        .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size())},
-      {.threads = o.threads, .model = o.model, .link_gbps = o.link_gbps, .collective = o.sync.collective});
+      {.threads = o.threads, .model = o.model, .precision = parse_precision(o.precision), .link_gbps = o.link_gbps,
+       .collective = o.sync.collective});
   out.step_seconds = sim.step_seconds;
   out.peak_bytes = sim.peak_bytes.front();
   out.activation_peak_bytes = sim.forward_activation_peak_bytes.front();

@@ -48,7 +48,8 @@ void RankTrainer::report() {
   summarize_and_predict();
   if (o_.model == "gpt" && o_.sample_tokens > 0) {
     const ParamStore params = executor_->parameters();
-    SampleOptions so{.tokens = o_.sample_tokens, .temperature = 0.8, .top_k = 40, .seed = o_.seed};
+    SampleOptions so{.tokens = o_.sample_tokens, .temperature = 0.8, .top_k = 40, .seed = o_.seed,
+                     .precision = parse_precision(o_.precision)};
     if (lead_) log_ << "sample:\n" << o_.prompt << sample_text(o_.gpt, params, o_.prompt, so) << "\n";
   }
 }
