@@ -1,6 +1,7 @@
 #include "parallel/tensor_parallel.h"
 
 #include <map>
+#include <set>
 
 #include "core/error.h"
 #include "parallel/split_units.h"
@@ -40,15 +41,14 @@ std::vector<PlacementSeed> megatron_seeds(const Graph& graph, const std::string&
          "or MLP, two fully-connected layers in a chain); use data parallelism");
   // A tied embedding (GPT-2's wte: the table of an embedding lookup that the
   // LM head also reads, as x·Wᵀ) is split by vocabulary rows: the lookup and the logits.
-  for (ValueId p : graph.params()) {
-    bool lookup = false, head = false;
-    for (const Node& n : graph.nodes()) {
-      if (n.origin >= 0) continue;
-      lookup = lookup || (n.op() == "embedding" && n.inputs.size() == 2 && n.inputs[1] == p);
-      head = head || (n.op() == "matmul" && n.inputs.size() == 2 && n.inputs[1] == p && n.attrs.get_int("trans_b", 0) != 0);
-    }
-    if (lookup && head) split.emplace(graph.value(p).name, Placement::S(0));
+  std::set<ValueId> tables, heads;
+  for (const Node& n : graph.nodes()) {
+    if (n.origin >= 0 || n.inputs.size() != 2) continue;
+    if (n.op() == "embedding") tables.insert(n.inputs[1]);
+    if (n.op() == "matmul" && n.attrs.get_int("trans_b", 0) != 0) heads.insert(n.inputs[1]);
   }
+  for (ValueId p : graph.params())
+    if (tables.count(p) && heads.count(p)) split.emplace(graph.value(p).name, Placement::S(0));
   std::vector<PlacementSeed> seeds;
   for (ValueId p : graph.params())  // in parameter order, as strategy files list them
     if (auto it = split.find(graph.value(p).name); it != split.end()) seeds.push_back({it->first, axis, it->second});
