@@ -11,14 +11,14 @@ namespace {
 // (an unfused attention is about fifteen nodes).
 constexpr size_t kMaxRegionNodes = 48;
 
-bool counts(const Node& n) { return n.origin < 0 && n.op() != "reshard"; }
+bool is_forward_node(const Node& n) { return n.origin < 0 && n.op() != "reshard"; }
 
 // The graph's forward readers of every value.
 std::vector<std::vector<int>> forward_readers(const Graph& graph) {
   std::vector<std::vector<int>> readers(graph.values().size());
   for (size_t i = 0; i < graph.nodes().size(); ++i) {
     const Node& n = graph.nodes()[i];
-    if (!counts(n)) continue;
+    if (!is_forward_node(n)) continue;
     for (ValueId v : n.inputs) {
       std::vector<int>& r = readers[static_cast<size_t>(v)];
       if (r.empty() || r.back() != static_cast<int>(i)) r.push_back(static_cast<int>(i));
@@ -150,7 +150,7 @@ std::vector<SplitUnit> split_units(const Graph& graph) {
   std::vector<GemmLayer> layers;
   std::vector<int> layer_at(graph.nodes().size(), -1);
   for (size_t i = 0; i < graph.nodes().size(); ++i) {
-    if (!counts(graph.nodes()[i])) continue;
+    if (!is_forward_node(graph.nodes()[i])) continue;
     if (std::optional<GemmLayer> layer = gemm_layer(graph, readers, static_cast<int>(i))) {
       layer_at[i] = static_cast<int>(layers.size());
       layers.push_back(std::move(*layer));

@@ -34,7 +34,7 @@ namespace {
 using testing::kEquivalenceSteps;
 using testing::kEquivalenceTolerance;
 
-std::string fixture(const std::string& name) { return std::string(PX_ONNX_FIXTURES) + "/" + name; }
+std::string fixture_path(const std::string& name) { return std::string(PX_ONNX_FIXTURES) + "/" + name; }
 
 std::vector<std::string> unit_names(const Graph& graph) {
   std::vector<std::string> names;
@@ -45,14 +45,14 @@ std::vector<std::string> unit_names(const Graph& graph) {
 
 TEST(OnnxSplitUnits, FindTheGptFixturesBlocksAndItsHeadByStructure) {
   for (const char* file : {"gpt.onnx", "gpt_opset13.onnx"}) {
-    const nn::Model model = nn::import_onnx({.path = fixture(file)}, 4, true);
+    const nn::Model model = nn::import_onnx({.path = fixture_path(file)}, 4, true);
     EXPECT_EQ(unit_names(model.graph),
               (std::vector<std::string>{"h.0.attn block/3", "h.0.mlp block/1", "h.1.attn block/3", "h.1.mlp block/1",
                                         "lm_head"}))
         << file;
   }
   // The MLP's two Gemm layers are a chain: fc1 reaches fc2 through its relu.
-  const nn::Model mlp = nn::import_onnx({.path = fixture("mlp.onnx")}, 4, true);
+  const nn::Model mlp = nn::import_onnx({.path = fixture_path("mlp.onnx")}, 4, true);
   const std::vector<parallel::SplitUnit> units = parallel::split_units(mlp.graph);
   ASSERT_EQ(units.size(), 2u);
   EXPECT_EQ(units[0].name, "fc1");
@@ -61,8 +61,8 @@ TEST(OnnxSplitUnits, FindTheGptFixturesBlocksAndItsHeadByStructure) {
 }
 
 TEST(OnnxSplitUnits, TensorParallelSeedsAreTheHandWrittenMegatronStrategy) {
-  const nn::Model model = nn::import_onnx({.path = fixture("gpt.onnx")}, 4, true);
-  const parallel::Strategy file = parallel::load_strategy(fixture("gpt_megatron_tp2.json"));
+  const nn::Model model = nn::import_onnx({.path = fixture_path("gpt.onnx")}, 4, true);
+  const parallel::Strategy file = parallel::load_strategy(fixture_path("gpt_megatron_tp2.json"));
   std::vector<parallel::PlacementSeed> expected;
   for (const parallel::PlacementSeed& s : file.seeds)
     if (s.axis == "tp") expected.push_back(s);
@@ -94,7 +94,7 @@ TEST(OnnxSplitUnits, BuiltInModelsKeepMegatronsLayout) {
 
 TrainOptions gpt_job() {
   TrainOptions o = testing::tiny_cnn();
-  o.model = fixture("gpt.onnx");
+  o.model = fixture_path("gpt.onnx");
   o.data = testing::shared_text();
   o.steps = kEquivalenceSteps;
   o.schedule = {.kind = "cosine", .lr = 1e-3, .warmup = 0, .total = kEquivalenceSteps, .min_ratio = 0.0};
@@ -164,7 +164,7 @@ TEST(OnnxPlan, EveryMethodPlansTheFixtures) {
   const plan::ClusterSpec cluster = plan::cluster_named("dgx-a100");
   for (const char* file : {"mlp.onnx", "cnn.onnx", "gpt.onnx", "gpt_opset13.onnx"}) {
     TrainOptions o = gpt_job();
-    o.model = fixture(file);
+    o.model = fixture_path(file);
     const nn::Model model = nn::build_model(o.model_config(), 8, true);
     plan::PlanRequest request{
         .build = [&](int64_t rows, int64_t) { return nn::build_model(o.model_config(), rows, true); },
