@@ -7,6 +7,7 @@
 //   Cast(x, to)                           -> the value itself, when `to` is stored as x is
 //                                            (float -> float, int -> int)
 //   Slice(x, starts, ends, [axes], [steps]) of a computed x, one axis, step 1 -> narrow
+//   Concat(x0, x1, ..., axis) of computed values -> concat
 //   BatchNormalization                    -> refused by name, with what to do (refused_operator)
 #include <algorithm>
 #include <optional>
@@ -102,12 +103,21 @@ void convert_slice(ImportContext& c, const NodeProto& node) {
                                           ImportContext::node_name(node)));
 }
 
+// Concat of computed values (every input a graph value): concat.
+void convert_concat(ImportContext& c, const NodeProto& node) {
+  std::vector<ValueId> inputs;
+  for (int i = 0; i < node.input_size(); ++i) inputs.push_back(c.value(in(node, i), node));
+  const int rank = c.graph().spec(inputs.front()).shape.rank();
+  const int axis = axis_index(node, attr_int(node, "axis", 0), rank);
+  c.define(node.output(0), c.graph().add1("concat", inputs, {{"dim", int64_t{axis}}}, ImportContext::node_name(node)));
+}
+
 }  // namespace
 
 const std::map<std::string, Converter>& math_converters() {
   static const std::map<std::string, Converter> table{
       {"Sqrt", convert_sqrt}, {"Pow", convert_pow},     {"ReduceMean", convert_reduce_mean},
-      {"Cast", convert_cast}, {"Slice", convert_slice}};
+      {"Cast", convert_cast}, {"Slice", convert_slice},   {"Concat", convert_concat}};
   return table;
 }
 

@@ -140,6 +140,24 @@ TEST(OnnxErrors, ACastWithinFloatsImportsAndACastAcrossKindsIsNamed) {
   expect_named(import_error(cast_to(::onnx::TensorProto::INT64)), {"node '/inserted/Cast'", "casts within floats"});
 }
 
+TEST(OnnxErrors, AConcatOfComputedValuesImportsAsConcat) {
+  const std::string bytes = edited([](auto& m) {
+    insert_after_relu(m, "Concat", {}, [](::onnx::NodeProto& n) {
+      auto* a = n.add_attribute();
+      a->set_name("axis");
+      a->set_type(::onnx::AttributeProto::INT);
+      a->set_i(-1);
+    });
+  });
+  testing::ScratchDir dir;
+  const std::string path = dir.file("concat.onnx");
+  testing::write_file(path, bytes);
+  const nn::Model model = nn::import_onnx({.path = path}, 8, true);
+  int concats = 0;
+  for (const Node& n : model.graph.nodes()) concats += n.op() == "concat";
+  EXPECT_EQ(concats, 1);
+}
+
 TEST(OnnxErrors, AGraphTheCheckerRejectsIsNamed) {
   const std::string bytes = edited([](auto& m) { node_of_type(m, "Relu").set_op_type("NoSuchOperator"); });
   expect_named(import_error(bytes), {"fails the ONNX checker", "NoSuchOperator"});
