@@ -202,7 +202,8 @@ void add_plan_command(CLI::App& app) {
     }
     const bool bf16 = precision.word == "bf16";
 
-    const double units = o.model == "gpt" ? static_cast<double>(o.batch * o.gpt.block) : static_cast<double>(o.batch);
+    const int64_t positions = nn::positions_per_row(model);
+    const double units = static_cast<double>(o.batch * positions);
     int replayed = 0;
     for (const auto* list : {&result.ranked, &result.rejected})
       for (const plan::Candidate& c : *list) replayed += c.simulated;
@@ -214,7 +215,7 @@ void add_plan_command(CLI::App& app) {
                              result.seconds, result.method, result.evaluated, result.considered, replayed,
                              result.budget_exhausted ? "\n  " + cut_text(result) : "");
     std::cout << fmt::format("{:>4}  {:<52} {:>10} {:>12} {:>11} {:>6}  {}\n", "rank", "strategy", "step", 
-                             o.model == "gpt" ? "tokens/s" : "samples/s", "mem/device", "util", "from");
+                             positions > 1 ? "tokens/s" : "samples/s", "mem/device", "util", "from");
     for (size_t i = 0; i < result.ranked.size() && static_cast<int>(i) < pf->top; ++i) {
       const plan::Candidate& c = result.ranked[i];
       const std::string from =

@@ -107,9 +107,10 @@ void add_simulate_command(CLI::App& app) {
                              sim_flags->cluster, devices, cluster.devices(), cluster.device.name,
                              cluster.devices_per_node, precision.word == "bf16" ? "bf16 mixed precision" : "fp32");
     const double rows = static_cast<double>(o.batch);
-    const double units = o.model == "gpt" ? rows * static_cast<double>(o.gpt.block) : rows;
+    const int64_t positions = nn::positions_per_row(model);
+    const double units = rows * static_cast<double>(positions);
     std::cout << fmt::format("step {:.4f} s; {:.0f} {}/s; bubble {:.1f}%\n", sim.step_seconds,
-                             units / sim.step_seconds, o.model == "gpt" ? "tokens" : "samples",
+                             units / sim.step_seconds, positions > 1 ? "tokens" : "samples",
                              100 * sim.bubble_fraction);
     double peak = 0;
     size_t at = 0;

@@ -25,4 +25,13 @@ inline std::vector<std::string> batch_input_names(const Model& model) {
   return {model.graph.value(model.inputs).name, model.graph.value(model.targets).name};
 }
 
+// Positions a row of the batch holds: T for a token model (its input is
+// ids (B, T): a built-in or imported GPT), 1 for anything else. Throughput
+// is counted in tokens (rows x T) or samples.
+inline int64_t positions_per_row(const Model& model) {
+  const TensorSpec& in = model.graph.spec(model.inputs);
+  const bool ids = in.dtype == DType::i32 || in.dtype == DType::i64;
+  return ids && in.shape.rank() == 2 ? in.shape[1] : 1;
+}
+
 }  // namespace px::nn

@@ -1,8 +1,10 @@
 #include "parallel/tensor_parallel.h"
 
-#include <cstdio>
+#include <map>
+#include <set>
 
 #include "core/error.h"
+#include "parallel/split_units.h"
 
 namespace px::parallel {
 namespace {
@@ -14,38 +16,43 @@ bool ends_with(const std::string& s, const std::string& tail) {
 }  // namespace
 
 std::vector<PlacementSeed> megatron_seeds(const Graph& graph, const std::string& axis, bool sequence_parallel) {
-  std::vector<PlacementSeed> seeds;
-  auto seed = [&](const std::string& name, Placement p) { seeds.push_back({name, axis, p}); };
-  int mlp_layers = 0;
-  for (ValueId p : graph.params()) {
-    int index = 0;
-    char tail = 0;
-    if (std::sscanf(graph.value(p).name.c_str(), "fc%d.weigh%c", &index, &tail) == 2 && tail == 't')
-      mlp_layers = std::max(mlp_layers, index);
-  }
-  bool split = false;
-  for (ValueId p : graph.params()) {
-    const std::string& name = graph.value(p).name;
-    if (name == "wte.weight") seed(name, Placement::S(0));
-    else if (ends_with(name, ".c_attn.weight")) seed(name, Placement::S(1, 3));
-    else if (ends_with(name, ".c_attn.bias")) seed(name, Placement::S(0, 3));
-    else if (ends_with(name, ".c_fc.weight")) seed(name, Placement::S(1));
-    else if (ends_with(name, ".c_fc.bias")) seed(name, Placement::S(0));
-    else if (ends_with(name, ".c_proj.weight")) seed(name, Placement::S(0));
-    else {
-      int index = 0;
-      char kind = 0;
-      if (std::sscanf(name.c_str(), "fc%d.%c", &index, &kind) != 2) continue;
-      const bool column = index % 2 == 1 && index < mlp_layers, row = index % 2 == 0;
-      if (column) seed(name, kind == 'w' ? Placement::S(1) : Placement::S(0));
-      else if (row && kind == 'w') seed(name, Placement::S(0));
-      else continue;
+  // Every split found by structure (parallel/split_units.h): each block's
+  // column and row layer; lone layers in chains, column then row, two by two.
+  std::map<std::string, Placement> split;
+  auto add = [&](const std::vector<PlacementSeed>& seeds) {
+    for (const PlacementSeed& s : seeds) split.emplace(s.value, s.placement);
+  };
+  const std::vector<SplitUnit> units = split_units(graph);
+  std::vector<bool> taken(units.size(), false);
+  for (size_t u = 0; u < units.size(); ++u) {
+    const SplitUnit& unit = units[u];
+    if (unit.block()) {
+      add(column_seeds(unit.layers[0], axis, unit.groups));
+      add(row_seeds(unit.layers[1], axis));
+    } else if (!taken[u] && unit.next >= 0 && !taken[static_cast<size_t>(unit.next)]) {
+      add(column_seeds(unit.layers[0], axis));
+      add(row_seeds(units[static_cast<size_t>(unit.next)].layers[0], axis));
+      taken[static_cast<size_t>(unit.next)] = true;
     }
-    split = true;
+    taken[u] = true;
   }
-  if (!split)
-    fail("tensor parallelism: the model has no layer parallax knows how to split (GPT blocks' attn/mlp, an MLP's "
-         "fc1, fc2, ...); use data parallelism");
+  if (split.empty())
+    fail("tensor parallelism: the model has no layer parallax knows how to split (a transformer block's attention "
+         "or MLP, two fully-connected layers in a chain); use data parallelism");
+  // A tied embedding (GPT-2's wte: the table of an embedding lookup that the
+  // LM head also reads, as x·Wᵀ) is split by vocabulary rows: the lookup and the logits.
+  std::set<ValueId> tables, heads;
+  for (const Node& n : graph.nodes()) {
+    if (n.origin >= 0 || n.inputs.size() != 2) continue;
+    if (n.op() == "embedding") tables.insert(n.inputs[1]);
+    if (n.op() == "matmul" && n.attrs.get_int("trans_b", 0) != 0) heads.insert(n.inputs[1]);
+  }
+  for (ValueId p : graph.params())
+    if (tables.count(p) && heads.count(p)) split.emplace(graph.value(p).name, Placement::S(0));
+  std::vector<PlacementSeed> seeds;
+  for (ValueId p : graph.params())  // in parameter order, as strategy files list them
+    if (auto it = split.find(graph.value(p).name); it != split.end()) seeds.push_back({it->first, axis, it->second});
+  auto seed = [&](const std::string& name, Placement p) { seeds.push_back({name, axis, p}); };
   if (sequence_parallel) {
     bool any = false;
     for (const Value& v : graph.values()) {

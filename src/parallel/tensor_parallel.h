@@ -1,15 +1,22 @@
 // Megatron-LM's tensor parallelism as placement seeds on one mesh axis:
-// where each parameter of a model is stored, by its GPT-2 (or MLP) name.
-// Everything else follows from propagation and the one resharding rule
-// (lower/propagate.h): no collective is placed here.
+// where each parameter of a model is stored. The layers are found by the
+// graph's structure (parallel/split_units.h), so a built-in model and an
+// imported ONNX graph split alike. Everything else follows from
+// propagation and the one resharding rule (lower/propagate.h): no
+// collective is placed here.
 //
-//   GPT block:  attn.c_attn  column (S(1,3): each rank its heads of q, k and v)
-//               attn.c_proj  row (S(0)); its bias whole, added after the reduction
-//               mlp.c_fc     column (S(1)), mlp.c_proj row (S(0))
-//               LayerNorms   whole
-//   GPT:        wte          vocabulary rows (S(0)): the embedding's lookup and
-//                            the tied LM head's logits are split by vocabulary
-//   MLP:        fc1 column, fc2 row, fc3 column, fc4 row, ...; an odd last layer whole
+//   transformer block  attention: the q|k|v layer column (S(out,3): each rank
+//                      its heads of q, k and v), the output projection row
+//                      (its bias whole, added after the reduction); MLP:
+//                      the first layer column, the second row; LayerNorms whole
+//   tied embedding     (GPT-2's wte: an embedding table the LM head reads as
+//                      x·Wᵀ) vocabulary rows (S(0)): the lookup and the
+//                      logits are split by vocabulary
+//   layers in a chain  (an MLP's fc1, fc2, ...) column, row, column, row, ...;
+//                      an odd last layer whole
+//
+// "column" splits a weight's output features, "row" its input features:
+// S(1) and S(0) of a (in, out) weight, S(0) and S(1) of torch's (out, in).
 //
 // Sequence parallelism (Korthikanti et al. 2022) also seeds the residual
 // stream S(1) (split along the sequence) where it leaves the embedding and

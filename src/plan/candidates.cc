@@ -1,9 +1,11 @@
 #include "plan/candidates.h"
 
+#include <optional>
 #include <set>
 
 #include "core/error.h"
 #include "parallel/compose.h"
+#include "parallel/tensor_parallel.h"
 
 namespace px::plan {
 namespace {
@@ -56,6 +58,21 @@ std::vector<GridPoint> grid_points(const Graph& graph, const SearchSpace& space)
     attention = attention || n.op() == "attention";
     blocks = blocks || n.name.rfind("h.", 0) == 0;
   }
+  // Whether Megatron's rules split this model (without and with sequence
+  // parallelism) depends on the graph alone: asked once, not per mesh.
+  std::optional<bool> splits[2];
+  auto tensor_splits = [&](bool sp) {
+    std::optional<bool>& known = splits[sp ? 1 : 0];
+    if (!known) {
+      try {
+        parallel::megatron_seeds(graph, "tp", sp);
+        known = true;
+      } catch (const Error&) {
+        known = false;  // the model has no layers Megatron's rules split
+      }
+    }
+    return *known;
+  };
   std::vector<GridPoint> out;
   for (int pp : divisors(space.ranks)) {
     if (pp > 1 && (!space.pipeline || layers < 2 * pp)) continue;
@@ -66,13 +83,7 @@ std::vector<GridPoint> grid_points(const Graph& graph, const SearchSpace& space)
       if (rows < 1) continue;
       for (bool sp : {false, true}) {
         if (sp && (tp == 1 || !space.tensor)) continue;
-        if (tp > 1) {
-          try {
-            parallel::tensor_parallel(graph, dp, tp, space.batch_inputs, sp);
-          } catch (const Error&) {
-            continue;  // the model has no layers Megatron's rules split
-          }
-        }
+        if (tp > 1 && !tensor_splits(sp)) continue;
         for (int m = 1; m <= std::min<int64_t>(rows, space.max_micro_batches); m *= 2) {
           std::vector<parallel::PipelineKind> kinds{parallel::PipelineKind::one_f_one_b};
           if (pp > 1 && space.schedules) kinds = {parallel::PipelineKind::gpipe, parallel::PipelineKind::one_f_one_b,

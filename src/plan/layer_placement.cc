@@ -1,6 +1,6 @@
 #include "plan/layer_placement.h"
 
-#include <cstdio>
+#include "core/error.h"
 
 namespace px::plan {
 
@@ -14,31 +14,24 @@ std::string_view layer_placement_name(LayerPlacement placement) {
   return "?";
 }
 
-int fc_index(const std::string& name) {
-  int index = 0;
-  char next = 0;
-  const int read = std::sscanf(name.c_str(), "fc%d%c", &index, &next);
-  return read >= 1 && index > 0 && (read == 1 || next == '.') ? index : 0;
+std::vector<LayerPlacement> placements_of(const parallel::SplitUnit& unit) {
+  if (unit.block()) return {LayerPlacement::replicated, LayerPlacement::pair};
+  return {LayerPlacement::replicated, LayerPlacement::column, LayerPlacement::row};
 }
 
-void seed_layer(parallel::Strategy& strategy, const std::string& layer, LayerPlacement placement) {
-  auto seed = [&](const std::string& value, Placement p) { strategy.seeds.push_back({value, "tp", p}); };
+void seed_layer(parallel::Strategy& strategy, const parallel::SplitUnit& unit, LayerPlacement placement) {
+  auto add = [&](const std::vector<parallel::PlacementSeed>& seeds) {
+    strategy.seeds.insert(strategy.seeds.end(), seeds.begin(), seeds.end());
+  };
+  const parallel::GemmLayer& first = unit.layers.front();
   switch (placement) {
     case LayerPlacement::replicated: break;
-    case LayerPlacement::column:
-      seed(layer + ".weight", Placement::S(1));
-      seed(layer + ".bias", Placement::S(0));
-      break;
-    case LayerPlacement::row: seed(layer + ".weight", Placement::S(0)); break;
+    case LayerPlacement::column: add(parallel::column_seeds(first, "tp")); break;
+    case LayerPlacement::row: add(parallel::row_seeds(first, "tp")); break;
     case LayerPlacement::pair:
-      if (layer.ends_with(".attn")) {
-        seed(layer + ".c_attn.weight", Placement::S(1, 3));
-        seed(layer + ".c_attn.bias", Placement::S(0, 3));
-      } else {
-        seed(layer + ".c_fc.weight", Placement::S(1));
-        seed(layer + ".c_fc.bias", Placement::S(0));
-      }
-      seed(layer + ".c_proj.weight", Placement::S(0));
+      PX_CHECK(unit.block(), "seed_layer: a pair placement for the lone layer {}", unit.name);
+      add(parallel::column_seeds(first, "tp", unit.groups));
+      add(parallel::row_seeds(unit.layers[1], "tp"));
       break;
   }
 }

@@ -8,13 +8,17 @@
 //               S(1), bias S(0)): the output is split by feature
 //   row         its input features split (weight S(0)): the output is a
 //               partial sum every tp rank holds a summand of
-//   pair        a GPT block's attention or MLP as Megatron splits it
-//               (column, then row, reduced inside): whole in, whole out
+//   pair        a transformer block's attention or MLP as Megatron splits
+//               it (column, then row, reduced inside): whole in, whole out
+//
+// The layers and blocks are parallel::split_units' (found by structure).
 #pragma once
 
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "parallel/split_units.h"
 #include "parallel/strategy.h"
 #include "plan/estimator.h"
 
@@ -23,11 +27,12 @@ namespace px::plan {
 enum class LayerPlacement { replicated, column, row, pair };
 std::string_view layer_placement_name(LayerPlacement placement);
 
-// "fc<i>..." (a node or parameter of fully-connected layer i) -> i, else 0.
-int fc_index(const std::string& name);
+// The placements a unit takes: a lone layer replicated, column or row; a
+// block replicated or split as a pair.
+std::vector<LayerPlacement> placements_of(const parallel::SplitUnit& unit);
 
-// The seeds placing `layer` ("fc2"; "h.3.attn" or "h.3.mlp" for a pair) on the axis "tp".
-void seed_layer(parallel::Strategy& strategy, const std::string& layer, LayerPlacement placement);
+// The seeds placing `unit` on the axis "tp".
+void seed_layer(parallel::Strategy& strategy, const parallel::SplitUnit& unit, LayerPlacement placement);
 
 // An activation of `bytes` from a layer placed `from` into the next placed
 // `to`, forward and backward (the gradient takes the dual collective, of

@@ -14,52 +14,54 @@
 namespace px::plan {
 namespace {
 
-constexpr std::array kLayouts{LayerPlacement::replicated, LayerPlacement::column, LayerPlacement::row};
-
-// What one fully-connected layer costs, from the data-parallel lowering.
+// What one unit (a lone layer or a block, parallel/split_units.h) costs, from the data-parallel lowering.
 struct Layer {
-  int index = 0;           // fc<index>
+  parallel::SplitUnit unit;
   double seconds = 0;      // forward and backward, whole
-  double params = 0;       // weight and bias elements
-  double input_bytes = 0;  // its input activation (this rank's rows)
+  double params = 0;       // its parameters' elements
+  double input_bytes = 0;  // its input activation (this rank's rows); a block's: its output, reduced whole
   double output_bytes = 0;
 };
 
-// The chain's layers on one data rank of `dp`, their costs by `estimator`.
+// The model's units on one data rank of `dp`, their costs by `estimator`.
 std::vector<Layer> measure_layers(const PlanRequest& request, const CostEstimator& estimator, const nn::Model& model,
                                   int dp) {
   const parallel::Program p = parallel::lower({.forward = &model.graph, .loss = model.loss},
                                               parallel::data_parallel(dp, request.batch_inputs), 0);
   const Graph& g = p.graphs.front();
-  std::map<int, Layer> layers;
+  std::vector<Layer> layers;
+  std::vector<int> owner(g.nodes().size(), -1);
+  std::map<std::string, size_t> param_owner;
+  for (parallel::SplitUnit& unit : parallel::split_units(g)) {
+    for (int n : unit.nodes) owner[static_cast<size_t>(n)] = static_cast<int>(layers.size());
+    for (const parallel::GemmLayer& l : unit.layers) {
+      param_owner[l.weight] = layers.size();
+      if (!l.bias.empty()) param_owner[l.bias] = layers.size();
+    }
+    Layer layer{.unit = std::move(unit)};
+    const parallel::GemmLayer &first = layer.unit.layers.front(), &last = layer.unit.layers.back();
+    layer.output_bytes = static_cast<double>(g.spec(last.output).shape.numel()) * 4;
+    layer.input_bytes = layer.unit.block() ? layer.output_bytes : static_cast<double>(g.spec(first.input).shape.numel()) * 4;
+    layers.push_back(std::move(layer));
+  }
   for (const parallel::Instr& instr : p.instrs) {
     const auto* c = std::get_if<parallel::Compute>(&instr.op);
     if (!c || instr.micro_batch != 0) continue;
     const Node& n = g.nodes()[static_cast<size_t>(c->node)];
-    const Node& forward = n.origin >= 0 ? g.nodes()[static_cast<size_t>(n.origin)] : n;
-    const int index = fc_index(forward.name);
-    if (index == 0) continue;
-    Layer& layer = layers[index];
-    layer.index = index;
-    layer.seconds += estimator.compute_seconds(g, n);
-    if (n.origin < 0 && n.op() == "linear") {
-      layer.input_bytes = static_cast<double>(g.spec(n.inputs.front()).shape.numel()) * 4;
-      layer.output_bytes = static_cast<double>(g.spec(n.outputs.front()).shape.numel()) * 4;
-    }
+    const int unit = owner[static_cast<size_t>(n.origin >= 0 ? n.origin : c->node)];
+    if (unit >= 0) layers[static_cast<size_t>(unit)].seconds += estimator.compute_seconds(g, n);
   }
   for (const parallel::ParamLayout& param : p.params)
-    if (const int index = fc_index(param.name); index > 0 && layers.count(index))
-      layers[index].params += static_cast<double>(param.global_shape.numel());
-  std::vector<Layer> out;
-  for (auto& [index, layer] : layers) out.push_back(layer);
-  return out;
+    if (auto it = param_owner.find(param.name); it != param_owner.end())
+      layers[it->second].params += static_cast<double>(param.global_shape.numel());
+  return layers;
 }
 
 // The seeds of one placement of the chain, on mesh {dp, tp}.
 parallel::Strategy strategy_of(const PlanRequest& request, int dp, int tp, const std::vector<Layer>& layers,
                                const std::vector<LayerPlacement>& placement) {
   parallel::Strategy s = parallel::data_tensor_mesh(dp, tp, request.batch_inputs);
-  for (size_t i = 0; i < layers.size(); ++i) seed_layer(s, fmt::format("fc{}", layers[i].index), placement[i]);
+  for (size_t i = 0; i < layers.size(); ++i) seed_layer(s, layers[i].unit, placement[i]);
   return s;
 }
 
@@ -67,7 +69,7 @@ std::string describe_placement(int dp, int tp, const std::vector<Layer>& layers,
                                const std::vector<LayerPlacement>& placement) {
   std::string text = fmt::format("pp=1 dp={} tp={} layer-wise", dp, tp);
   for (size_t i = 0; i < layers.size(); ++i)
-    text += fmt::format(" fc{}={}", layers[i].index, layer_placement_name(placement[i]));
+    text += fmt::format(" {}={}", layers[i].unit.name, layer_placement_name(placement[i]));
   return text;
 }
 
@@ -98,37 +100,48 @@ std::vector<Candidate> search_layers(LayerSearch& search, const Deadline& deadli
     };
     auto own = [&](const Layer& layer, LayerPlacement l) {
       const double share = l == LayerPlacement::replicated ? 1.0 : 1.0 / tp;
-      return layer.seconds * share + collective(comm::Collective::allreduce, 4 * layer.params * share, dp, dp_link);
+      // A split pair's row half reduces its output forward and its input's gradient backward.
+      const double inside =
+          l == LayerPlacement::pair ? 2 * collective(comm::Collective::allreduce, layer.output_bytes, tp, tp_link) : 0.0;
+      return layer.seconds * share + inside +
+             collective(comm::Collective::allreduce, 4 * layer.params * share, dp, dp_link);
     };
-    // f[i][l]: the cheapest chain up to layer i with layer i placed l; the input of layer 0 is whole.
+    // f[i][k]: the cheapest chain up to unit i with unit i placed its k-th way; the input of unit 0 is whole.
     const size_t n = layers.size();
     constexpr double kNone = std::numeric_limits<double>::infinity();
-    std::vector<std::array<double, 3>> f(n, {kNone, kNone, kNone});
-    std::vector<std::array<int, 3>> from(n, {0, 0, 0});
-    for (size_t li = 0; li < 3; ++li)
-      f[0][li] = transition(LayerPlacement::replicated, kLayouts[li], layers[0].input_bytes) + own(layers[0], kLayouts[li]);
-    for (size_t i = 1; i < n; ++i)
-      for (size_t li = 0; li < 3; ++li)
-        for (size_t pi = 0; pi < 3; ++pi) {
-          const double c = f[i - 1][pi] + transition(kLayouts[pi], kLayouts[li], layers[i].input_bytes) +
-                           own(layers[i], kLayouts[li]);
-          if (c < f[i][li]) {
-            f[i][li] = c;
-            from[i][li] = static_cast<int>(pi);
-          }
+    std::vector<std::vector<LayerPlacement>> ways(n);
+    std::vector<std::vector<double>> f(n);
+    std::vector<std::vector<size_t>> from(n);
+    for (size_t i = 0; i < n; ++i) {
+      ways[i] = placements_of(layers[i].unit);
+      f[i].assign(ways[i].size(), kNone);
+      from[i].assign(ways[i].size(), 0);
+      for (size_t k = 0; k < ways[i].size(); ++k) {
+        const double here = own(layers[i], ways[i][k]);
+        if (i == 0) {
+          f[0][k] = transition(LayerPlacement::replicated, ways[0][k], layers[0].input_bytes) + here;
+          continue;
         }
-    search.considered += static_cast<int>(9 * (n - 1) + 3);
-    // The loss reads the last layer's output whole.
+        for (size_t j = 0; j < ways[i - 1].size(); ++j) {
+          const double c = f[i - 1][j] + transition(ways[i - 1][j], ways[i][k], layers[i].input_bytes) + here;
+          if (c < f[i][k]) f[i][k] = c, from[i][k] = j;
+        }
+        search.considered += static_cast<int>(ways[i - 1].size());
+      }
+    }
+    search.considered += static_cast<int>(ways[0].size());
+    // The loss reads the last unit's output whole.
     size_t best = 0;
     double best_cost = kNone;
-    for (size_t li = 0; li < 3; ++li) {
-      const double c = f[n - 1][li] + transition(kLayouts[li], LayerPlacement::replicated, layers[n - 1].output_bytes);
-      if (c < best_cost) best_cost = c, best = li;
+    for (size_t k = 0; k < ways[n - 1].size(); ++k) {
+      const double c =
+          f[n - 1][k] + transition(ways[n - 1][k], LayerPlacement::replicated, layers[n - 1].output_bytes);
+      if (c < best_cost) best_cost = c, best = k;
     }
     std::vector<LayerPlacement> placement(n);
-    for (size_t i = n, l = best; i-- > 0;) {
-      placement[i] = kLayouts[l];
-      l = static_cast<size_t>(from[i][l]);
+    for (size_t i = n, k = best; i-- > 0;) {
+      placement[i] = ways[i][k];
+      k = from[i][k];
     }
     if (std::all_of(placement.begin(), placement.end(), [](LayerPlacement l) { return l == LayerPlacement::replicated; }))
       continue;  // data parallelism with tensor ranks repeating it: the grid's dp=ranks is better

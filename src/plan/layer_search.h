@@ -1,13 +1,18 @@
-// The OptCNN-style search: each fully-connected layer of a chain ("fc1",
-// "fc2", ... in forward order) gets its own placement on the tensor axis of
-// a mesh dp x tp, and everything else (convolutions, pooling, activations)
-// runs data-parallel along dp, whole along tp:
+// The OptCNN-style search: each unit tensor parallelism can split
+// (parallel/split_units.h, found by the graph's structure: a lone
+// fully-connected layer, "fc1", "fc2", ... of an MLP or an imported
+// Gemm/MatMul; a transformer block's attention or MLP) gets its own
+// placement on the tensor axis of a mesh dp x tp, in forward order, and
+// everything else (convolutions, pooling, activations) runs data-parallel
+// along dp, whole along tp. A lone layer is placed
 //
 //   replicated  the weight whole on every tp rank
 //   column      the weight's output features split (S(1)), the bias S(0):
 //               the layer's output is split by feature
 //   row         the input features split (S(0)): the output is a partial
 //               sum every tp rank holds a summand of
+//
+// and a block replicated or split as Megatron's pair (plan/layer_placement.h).
 //
 // For each tp a dynamic program over the chain picks the placements that
 // minimize the layers' compute (a split layer computes 1/tp of it), their
@@ -40,7 +45,7 @@ struct LayerSearch {
   bool cut = false;    // set by search_layers: the deadline passed before every mesh was searched
 };
 
-// Replayed candidates, fastest first (empty when the model has no "fc<i>" layers);
+// Replayed candidates, fastest first (empty when the model has no unit to split);
 // those of the meshes searched before the deadline.
 std::vector<Candidate> search_layers(LayerSearch& search, const Deadline& deadline);
 

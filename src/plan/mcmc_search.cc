@@ -14,30 +14,16 @@
 namespace px::plan {
 namespace {
 
+// A unit of parallel::split_units (a lone layer or a block) with its nodes in the lowered graph.
 struct Unit {
-  std::string name;    // "fc2", "h.3.attn", "h.3.mlp"
-  bool pair = false;   // a GPT attention or MLP (column then row inside)
+  parallel::SplitUnit split;
   std::vector<const Node*> forward, backward;
   double params = 0;        // elements
-  double input_bytes = 0;   // fc: its input activation; pair: its output (what the row half reduces)
+  double input_bytes = 0;   // lone: its input activation; block: its output (what the row half reduces)
   double output_bytes = 0;
-  // fc layers take all three; GPT pairs whole or Megatron's split.
-  std::vector<LayerPlacement> placements() const {
-    return pair ? std::vector<LayerPlacement>{LayerPlacement::replicated, LayerPlacement::pair}
-                : std::vector<LayerPlacement>{LayerPlacement::replicated, LayerPlacement::column, LayerPlacement::row};
-  }
+  bool pair() const { return split.block(); }
+  const std::string& name() const { return split.name; }
 };
-
-// "fc<i>..." -> "fc<i>"; "h.<i>.attn..." / "h.<i>.mlp..." -> that; else "".
-std::string unit_of(const std::string& name) {
-  if (const int index = fc_index(name); index > 0) return fmt::format("fc{}", index);
-  if (name.rfind("h.", 0) != 0) return "";
-  const size_t dot = name.find('.', 2);
-  if (dot == std::string::npos) return "";
-  for (const char* part : {"attn", "mlp"})
-    if (name.compare(dot + 1, std::string(part).size(), part) == 0) return name.substr(0, dot + 1) + part;
-  return "";
-}
 
 // A unit's tasks under one layout, timed by the estimator.
 struct UnitTimes {
@@ -52,31 +38,30 @@ class Chain {
     const ClusterSpec& cluster = *request.cluster;
     tp_link_ = cluster.link_between(0, tp - 1);
     dp_link_ = cluster.link_between(0, (dp - 1) * tp);
-    std::map<std::string, size_t> index;
+    std::vector<int> owner(graph_.nodes().size(), -1);
+    std::map<std::string, size_t> param_owner;
+    for (parallel::SplitUnit& split : parallel::split_units(graph_)) {
+      for (int n : split.nodes) owner[static_cast<size_t>(n)] = static_cast<int>(units_.size());
+      for (const parallel::GemmLayer& l : split.layers) {
+        param_owner[l.weight] = units_.size();
+        if (!l.bias.empty()) param_owner[l.bias] = units_.size();
+      }
+      Unit u{.split = std::move(split)};
+      const parallel::GemmLayer &first = u.split.layers.front(), &last = u.split.layers.back();
+      u.output_bytes = static_cast<double>(graph_.spec(last.output).shape.numel()) * 4;
+      u.input_bytes = u.pair() ? u.output_bytes : static_cast<double>(graph_.spec(first.input).shape.numel()) * 4;
+      units_.push_back(std::move(u));
+    }
     for (const parallel::Instr& instr : program.instrs) {
       const auto* c = std::get_if<parallel::Compute>(&instr.op);
       if (!c || instr.micro_batch != 0) continue;
       const Node& n = graph_.nodes()[static_cast<size_t>(c->node)];
-      const Node& forward = n.origin >= 0 ? graph_.nodes()[static_cast<size_t>(n.origin)] : n;
-      const std::string name = unit_of(forward.name);
-      if (name.empty()) {
-        (n.origin >= 0 ? rest_backward_ : rest_forward_).push_back(&n);
-        continue;
-      }
-      auto [it, added] = index.emplace(name, units_.size());
-      if (added) units_.push_back({.name = name, .pair = name.rfind("h.", 0) == 0});
-      Unit& u = units_[it->second];
-      (n.origin >= 0 ? u.backward : u.forward).push_back(&n);
-      if (n.origin < 0 && n.op() == "linear") {
-        if (u.input_bytes == 0) u.input_bytes = static_cast<double>(graph_.spec(n.inputs.front()).shape.numel()) * 4;
-        u.output_bytes = static_cast<double>(graph_.spec(n.outputs.front()).shape.numel()) * 4;
-      }
+      const int unit = owner[static_cast<size_t>(n.origin >= 0 ? n.origin : c->node)];
+      if (unit < 0) (n.origin >= 0 ? rest_backward_ : rest_forward_).push_back(&n);
+      else (n.origin >= 0 ? units_[static_cast<size_t>(unit)].backward : units_[static_cast<size_t>(unit)].forward).push_back(&n);
     }
-    for (Unit& u : units_)
-      if (u.pair) u.input_bytes = u.output_bytes;  // the row half's partial output, reduced whole
     for (const parallel::ParamLayout& p : program.params) {
-      const std::string name = unit_of(p.name);
-      if (auto it = index.find(name); it != index.end())
+      if (auto it = param_owner.find(p.name); it != param_owner.end())
         units_[it->second].params += static_cast<double>(p.global_shape.numel());
       else
         rest_params_ += static_cast<double>(p.global_shape.numel());
@@ -152,21 +137,21 @@ class Chain {
 parallel::Strategy strategy_of(const PlanRequest& request, int dp, int tp, const std::vector<Unit>& units,
                                const std::vector<LayerPlacement>& placements) {
   parallel::Strategy s = parallel::data_tensor_mesh(dp, tp, request.batch_inputs);
-  for (size_t i = 0; i < units.size(); ++i) seed_layer(s, units[i].name, placements[i]);
+  for (size_t i = 0; i < units.size(); ++i) seed_layer(s, units[i].split, placements[i]);
   return s;
 }
 
 std::string describe_placements(int dp, int tp, const std::vector<Unit>& units,
                                 const std::vector<LayerPlacement>& placements) {
-  int split = 0;
-  std::string fc;
+  int blocks = 0, split = 0;
+  std::string lone;
   for (size_t i = 0; i < units.size(); ++i) {
-    if (units[i].pair) split += placements[i] == LayerPlacement::pair;
-    else fc += fmt::format(" {}={}", units[i].name, layer_placement_name(placements[i]));
+    if (units[i].pair()) ++blocks, split += placements[i] == LayerPlacement::pair;
+    else lone += fmt::format(" {}={}", units[i].name(), layer_placement_name(placements[i]));
   }
   std::string text = fmt::format("pp=1 dp={} tp={} mcmc", dp, tp);
-  if (fc.empty()) return text + fmt::format(" {}/{} attn+mlp split", split, units.size());
-  return text + fc;
+  if (blocks > 0) text += fmt::format(" {}/{} attn+mlp split", split, blocks);
+  return text + lone;
 }
 
 // Where a walk over one chain stands: each unit's placement, their times
@@ -225,7 +210,7 @@ std::pair<std::vector<LayerPlacement>, double> walk(McmcSearch& search, const Ch
   for (int made = 0; limit > 0 ? made < limit : deadline.elapsed() < chain_end;) {
     for (int k = 0; k < (limit > 0 ? 1 : 64); ++k, ++made) {  // a batch of proposals between clock reads
       const size_t u = static_cast<size_t>(rng.below(units.size()));
-      const std::vector<LayerPlacement> choices = units[u].placements();
+      const std::vector<LayerPlacement> choices = placements_of(units[u].split);
       LayerPlacement next = choices[rng.below(choices.size())];
       if (next == state.layouts[u])
         next = choices[(std::find(choices.begin(), choices.end(), next) - choices.begin() + 1) % choices.size()];

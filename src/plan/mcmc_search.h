@@ -1,11 +1,13 @@
 // The FlexFlow-style search: Markov chain Monte Carlo over per-layer
 // placements on the tensor axis of a mesh dp x tp, with delta simulation.
 //
-// The units placed are the model's layers that can be split: each
-// fully-connected layer of a chain (replicated, column or row, as in
-// plan/layer_search.h) and each GPT block's attention and MLP (replicated,
-// or Megatron's column-then-row pair). The embedding and everything else
-// stay replicated along tp and data-parallel along dp.
+// The units placed are the model's layers that can be split, found by the
+// graph's structure (parallel/split_units.h), so imported ONNX graphs are
+// placed like built-in models: each lone fully-connected layer (replicated,
+// column or row, as in plan/layer_search.h) and each transformer block's
+// attention and MLP (replicated, or Megatron's column-then-row pair). The
+// embedding and everything else stay replicated along tp and
+// data-parallel along dp.
 //
 // A placement is simulated as a task graph of its units: each unit's
 // forward and backward computes (a split unit computes 1/tp of them), its

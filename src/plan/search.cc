@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "parallel/compose.h"
+#include "parallel/split_units.h"
 #include "plan/simulate.h"
 #include "plan/layer_search.h"
 #include "plan/mcmc_search.h"
@@ -190,10 +191,11 @@ class Planner {
   }
 
   void layerwise() {
+    if (parallel::split_units(model_.graph).empty())
+      fail("plan: --method layerwise places the layers tensor parallelism splits (fully-connected layers, "
+           "transformer blocks' attention and MLP) one by one; this model has none");
     LayerSearch search{.request = &request_, .estimator = estimator_, .model = &model_};
     all_ = search_layers(search, deadline_);
-    if (all_.empty() && !search.cut)
-      fail("plan: --method layerwise places fully-connected layers fc1, fc2, ... one by one; this model has none");
     result_.considered = search.considered + 1;
     result_.budget_exhausted = search.cut;
     add_data_parallel_baseline();
@@ -211,7 +213,9 @@ class Planner {
 
   void alpa() {
     if (!has_blocks(model_.graph))
-      fail("plan: --method alpa cuts models of repeated blocks (h.0, h.1, ...) into stages; this model has none");
+      fail("plan: --method alpa cuts built-in models of repeated blocks (h.0, h.1, ...) into stages, probing copies "
+           "of one and two blocks; this model has none (an imported graph is fixed as exported); use --method "
+           "grid, layerwise or mcmc");
     StageSearch search{.request = &request_, .estimator = estimator_, .model = &model_};
     all_ = search_stages(search, deadline_);
     result_.considered = search.considered;

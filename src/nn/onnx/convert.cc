@@ -220,6 +220,7 @@ const std::map<std::string, Converter>& converters() {
       {"Identity", convert_identity},
       {"SoftmaxCrossEntropyLoss", convert_softmax_cross_entropy}};
     t.insert(transformer_converters().begin(), transformer_converters().end());
+    t.insert(math_converters().begin(), math_converters().end());
     return t;
   }();
   return table;

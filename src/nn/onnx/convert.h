@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,12 @@ inline std::string in(const ::onnx::NodeProto& node, int i) { return ImportConte
 // (convert_transformer.cc): Gather, LayerNormalization, Transpose, Split,
 // Softmax, Mul, Div, Sub, Erf, Where (a causal mask), batched MatMul.
 const std::map<std::string, Converter>& transformer_converters();
+// Sqrt, Pow, ReduceMean, and Cast, Slice and Concat of computed values
+// (convert_math.cc).
+const std::map<std::string, Converter>& math_converters();
+// What an operator parallax refuses on purpose is, why, and what to do
+// instead (the loader names the node with it); nullopt for the others.
+std::optional<std::string> refused_operator(const std::string& op_type);
 // The converters of the fusion pass's own nodes (domain kFusedDomain, fuse.h).
 const std::map<std::string, Converter>& fused_converters();
 // An Add, Mul, Div or Sub with a scalar constant operand as an affine

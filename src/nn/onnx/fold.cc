@@ -270,6 +270,25 @@ Outputs fold_equal(ImportContext& c, const NodeProto& node) {
   return {out};
 }
 
+// Trilu(x, [k], upper) of a constant (a causal mask made in the graph,
+// torch.tril(torch.ones(T, T))): the elements on and above diagonal k
+// (upper) or on and below it kept, the others 0, over the last two dims.
+Outputs fold_trilu(ImportContext& c, const NodeProto& node) {
+  const Tensor& x = folded_input(c, node, 0);
+  const Shape& s = x.shape();
+  if (s.rank() < 2) fail("{}: Trilu needs a matrix, got {}", describe(node), s);
+  const int64_t k = ImportContext::input(node, 1).empty() ? 0 : constant_ints(folded_input(c, node, 1)).at(0);
+  const bool upper = attr_int(node, "upper", 1) != 0;
+  const int64_t rows = s[s.rank() - 2], cols = s[s.rank() - 1];
+  Tensor out = Tensor::empty(s, x.dtype());
+  std::memset(out.raw(), 0, static_cast<size_t>(out.numel()) * dtype_size(x.dtype()));
+  for (int64_t j = 0; j < out.numel(); ++j) {
+    const int64_t col = j % cols, row = j / cols % rows;
+    if (upper ? col - row >= k : col - row <= k) copy_element(x, j, out, j);
+  }
+  return {out};
+}
+
 const std::map<std::string, FoldFn>& folders() {
   static const std::map<std::string, FoldFn> table{
       {"Constant", fold_constant},   {"Shape", fold_shape},     {"Gather", fold_gather},
@@ -277,7 +296,7 @@ const std::map<std::string, FoldFn>& folders() {
       {"Slice", fold_slice},         {"Cast", fold_cast},       {"Reshape", fold_reshape},
       {"Add", fold_arithmetic},      {"Sub", fold_arithmetic},  {"Mul", fold_arithmetic},
       {"Div", fold_arithmetic},      {"ConstantOfShape", fold_constant_of_shape},
-      {"Identity", fold_identity},   {"Equal", fold_equal}};
+      {"Identity", fold_identity},   {"Equal", fold_equal},     {"Trilu", fold_trilu}};
   return table;
 }
 

@@ -6,6 +6,7 @@
 #include <onnx/checker.h>
 
 #include "core/error.h"
+#include "nn/onnx/convert.h"
 #include "nn/onnx/fuse.h"
 #include "nn/onnx/onnx_import.h"
 #include "nn/onnx/tensors.h"
@@ -70,6 +71,8 @@ void check_operators(const std::string& path, const ::onnx::GraphProto& graph) {
   const std::vector<std::string> supported = onnx_supported_operators();
   for (const auto& node : graph.node()) {
     if (node.domain() == kFusedDomain) continue;  // made by the fusion pass, converted as such
+    if (const std::optional<std::string> why = refused_operator(node.op_type()); why && node.domain().empty())
+      fail("onnx: '{}': node '{}' ({}) is {}", path, node.name(), node.op_type(), *why);
     const bool known = std::find(supported.begin(), supported.end(), node.op_type()) != supported.end();
     if (!known || !node.domain().empty())
       fail("onnx: '{}': operator {}{} (node '{}') is not supported; supported: {}", path,
@@ -90,8 +93,9 @@ void check_operators(const std::string& path, const ::onnx::GraphProto& graph) {
   } catch (const std::exception& e) {
     fail("onnx: '{}' fails the ONNX checker: {}", path, one_line(e.what()));
   }
-  // Fused before the operator check: ReduceMean, Pow and Sqrt are known
-  // only as parts of a LayerNorm.
+  // Fused before the operator check: what a fusion consumes (a LayerNorm
+  // written out, GELU's tanh form, attention's parts) is checked as the
+  // fused node.
   fuse_subgraphs(*model.mutable_graph());
   check_operators(path, model.graph());
   return model;

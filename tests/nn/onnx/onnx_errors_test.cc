@@ -91,6 +91,73 @@ TEST(OnnxErrors, AnUnsupportedOperatorNamesItsTypeNodeAndTheSupportedSet) {
   expect_named(import_error(bytes), {"operator Selu", "node '/Relu'", "supported: ", "Conv", "Gemm"});
 }
 
+// A node of `type` inserted after the MLP's Relu (32 features), reading its
+// output and `more` inputs (initializers of 32 ones made here), its output
+// what the Relu's was.
+void insert_after_relu(::onnx::ModelProto& m, const std::string& type, const std::vector<std::string>& more,
+                       const std::function<void(::onnx::NodeProto&)>& attributes = {}) {
+  auto* nodes = m.mutable_graph()->mutable_node();
+  int relu = 0;
+  while (nodes->Get(relu).op_type() != "Relu") ++relu;
+  const std::string out = nodes->Get(relu).output(0);
+  nodes->Mutable(relu)->set_output(0, out + ".before");
+  ::onnx::NodeProto* node = nodes->Add();
+  node->set_op_type(type);
+  node->set_name("/inserted/" + type);
+  node->add_input(out + ".before");
+  for (const std::string& name : more) {
+    node->add_input(name);
+    auto* t = m.mutable_graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(::onnx::TensorProto::FLOAT);
+    t->add_dims(32);
+    for (int i = 0; i < 32; ++i) t->add_float_data(1.0f);
+  }
+  node->add_output(out);
+  if (attributes) attributes(*node);
+  for (int i = nodes->size() - 1; i > relu + 1; --i) nodes->SwapElements(i, i - 1);
+}
+
+TEST(OnnxErrors, BatchNormalizationIsRefusedByNameWithWhatToDo) {
+  const std::string bytes = edited(
+      [](auto& m) { insert_after_relu(m, "BatchNormalization", {"bn.scale", "bn.bias", "bn.mean", "bn.var"}); });
+  expect_named(import_error(bytes), {"node '/inserted/BatchNormalization'", "batch normalization",
+                                     "model.eval()", "LayerNorm"});
+}
+
+TEST(OnnxErrors, ACastWithinFloatsImportsAndACastAcrossKindsIsNamed) {
+  auto cast_to = [](int to) {
+    return edited([to](auto& m) {
+      insert_after_relu(m, "Cast", {}, [to](::onnx::NodeProto& n) {
+        auto* a = n.add_attribute();
+        a->set_name("to");
+        a->set_type(::onnx::AttributeProto::INT);
+        a->set_i(to);
+      });
+    });
+  };
+  EXPECT_EQ(import_error(cast_to(::onnx::TensorProto::FLOAT)), "");
+  expect_named(import_error(cast_to(::onnx::TensorProto::INT64)), {"node '/inserted/Cast'", "casts within floats"});
+}
+
+TEST(OnnxErrors, AConcatOfComputedValuesImportsAsConcat) {
+  const std::string bytes = edited([](auto& m) {
+    insert_after_relu(m, "Concat", {}, [](::onnx::NodeProto& n) {
+      auto* a = n.add_attribute();
+      a->set_name("axis");
+      a->set_type(::onnx::AttributeProto::INT);
+      a->set_i(-1);
+    });
+  });
+  testing::ScratchDir dir;
+  const std::string path = dir.file("concat.onnx");
+  testing::write_file(path, bytes);
+  const nn::Model model = nn::import_onnx({.path = path}, 8, true);
+  int concats = 0;
+  for (const Node& n : model.graph.nodes()) concats += n.op() == "concat";
+  EXPECT_EQ(concats, 1);
+}
+
 TEST(OnnxErrors, AGraphTheCheckerRejectsIsNamed) {
   const std::string bytes = edited([](auto& m) { node_of_type(m, "Relu").set_op_type("NoSuchOperator"); });
   expect_named(import_error(bytes), {"fails the ONNX checker", "NoSuchOperator"});

@@ -113,7 +113,7 @@ TEST_P(OnnxReference, FiftyAdamwStepsMatchPyTorch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxReference, ::testing::Values("mlp", "cnn", "gpt", "gpt_opset13"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxReference, ::testing::Values("mlp", "cnn", "gpt", "gpt_opset13", "mlp_ops"));
 
 // The opset-13 export spells LayerNorm, GELU and attention out of small
 // operators; the fusion pass gives the graph the fused ops back (the

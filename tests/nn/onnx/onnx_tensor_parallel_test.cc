@@ -1,0 +1,196 @@
+// Tensor parallelism on imported graphs, found by structure
+// (parallel/split_units.h): the GPT fixture's attention and MLP are found
+// as Megatron blocks and `--tp` seeds them as the hand-written strategy
+// file does; the layer-wise and MCMC searches place its GEMMs on a tensor
+// axis, and the plan they return trains as one rank does within 1e-5
+// (tests/parallel/strategy_equivalence.h); every plan method works on
+// every fixture (alpa refuses by name).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "nn/build_model.h"
+#include "nn/gpt.h"
+#include "nn/mlp.h"
+#include "nn/onnx/onnx_import.h"
+#include "parallel/compose.h"
+#include "parallel/split_units.h"
+#include "parallel/strategy_equivalence.h"
+#include "parallel/tensor_parallel.h"
+#include "plan/cluster.h"
+#include "plan/estimator.h"
+#include "plan/layer_search.h"
+#include "plan/mcmc_search.h"
+#include "plan/search.h"
+#include "testing/scratch_dir.h"
+#include "testing/tiny_jobs.h"
+
+namespace px {
+namespace {
+
+using testing::kEquivalenceSteps;
+using testing::kEquivalenceTolerance;
+
+std::string fixture_path(const std::string& name) { return std::string(PX_ONNX_FIXTURES) + "/" + name; }
+
+std::vector<std::string> unit_names(const Graph& graph) {
+  std::vector<std::string> names;
+  for (const parallel::SplitUnit& u : parallel::split_units(graph))
+    names.push_back(u.name + (u.block() ? fmt::format(" block/{}", u.groups) : ""));
+  return names;
+}
+
+TEST(OnnxSplitUnits, FindTheGptFixturesBlocksAndItsHeadByStructure) {
+  for (const char* file : {"gpt.onnx", "gpt_opset13.onnx"}) {
+    const nn::Model model = nn::import_onnx({.path = fixture_path(file)}, 4, true);
+    EXPECT_EQ(unit_names(model.graph),
+              (std::vector<std::string>{"h.0.attn block/3", "h.0.mlp block/1", "h.1.attn block/3", "h.1.mlp block/1",
+                                        "lm_head"}))
+        << file;
+  }
+  // The MLP's two Gemm layers are a chain: fc1 reaches fc2 through its relu.
+  const nn::Model mlp = nn::import_onnx({.path = fixture_path("mlp.onnx")}, 4, true);
+  const std::vector<parallel::SplitUnit> units = parallel::split_units(mlp.graph);
+  ASSERT_EQ(units.size(), 2u);
+  EXPECT_EQ(units[0].name, "fc1");
+  EXPECT_EQ(units[0].next, 1);
+  EXPECT_EQ(units[0].layers[0].out_dim, 0);  // torch's (out, in) weight under Gemm's transB
+}
+
+TEST(OnnxSplitUnits, TensorParallelSeedsAreTheHandWrittenMegatronStrategy) {
+  const nn::Model model = nn::import_onnx({.path = fixture_path("gpt.onnx")}, 4, true);
+  const parallel::Strategy file = parallel::load_strategy(fixture_path("gpt_megatron_tp2.json"));
+  std::vector<parallel::PlacementSeed> expected;
+  for (const parallel::PlacementSeed& s : file.seeds)
+    if (s.axis == "tp") expected.push_back(s);
+  std::vector<parallel::PlacementSeed> found = parallel::megatron_seeds(model.graph, "tp", false);
+  auto by_name = [](const auto& a, const auto& b) { return a.value < b.value; };
+  std::sort(found.begin(), found.end(), by_name);
+  std::sort(expected.begin(), expected.end(), by_name);
+  EXPECT_EQ(found, expected);
+}
+
+TEST(OnnxSplitUnits, BuiltInModelsKeepMegatronsLayout) {
+  const nn::Model gpt = nn::build_gpt({.vocab = 64, .block = 8, .n_layer = 2, .n_head = 2, .n_embd = 16}, 4, 8, true);
+  std::vector<std::string> seeds;
+  for (const parallel::PlacementSeed& s : parallel::megatron_seeds(gpt.graph, "tp", false))
+    seeds.push_back(s.value + " " + s.placement.str());
+  EXPECT_EQ(seeds, (std::vector<std::string>{
+                       "wte.weight S(0)", "h.0.attn.c_attn.weight S(1,3)", "h.0.attn.c_attn.bias S(0,3)",
+                       "h.0.attn.c_proj.weight S(0)", "h.0.mlp.c_fc.weight S(1)", "h.0.mlp.c_fc.bias S(0)",
+                       "h.0.mlp.c_proj.weight S(0)", "h.1.attn.c_attn.weight S(1,3)", "h.1.attn.c_attn.bias S(0,3)",
+                       "h.1.attn.c_proj.weight S(0)", "h.1.mlp.c_fc.weight S(1)", "h.1.mlp.c_fc.bias S(0)",
+                       "h.1.mlp.c_proj.weight S(0)"}));
+  // An MLP of three layers: fc1 column, fc2 row, the odd last one whole.
+  const nn::Model mlp = nn::build_mlp({.hidden = {32, 32}}, 4);
+  seeds.clear();
+  for (const parallel::PlacementSeed& s : parallel::megatron_seeds(mlp.graph, "tp", false))
+    seeds.push_back(s.value + " " + s.placement.str());
+  EXPECT_EQ(seeds, (std::vector<std::string>{"fc1.weight S(1)", "fc1.bias S(0)", "fc2.weight S(0)"}));
+}
+
+TrainOptions gpt_job() {
+  TrainOptions o = testing::tiny_cnn();
+  o.model = fixture_path("gpt.onnx");
+  o.data = testing::shared_text();
+  o.steps = kEquivalenceSteps;
+  o.schedule = {.kind = "cosine", .lr = 1e-3, .warmup = 0, .total = kEquivalenceSteps, .min_ratio = 0.0};
+  o.optimizer = {.kind = "adamw", .weight_decay = 0.01};
+  return o;
+}
+
+TEST(OnnxTensorParallel, TpFlagOnTheGptFixtureMatchesOneRank) {
+  TrainOptions o = gpt_job();
+  const auto& single = testing::reference_losses("onnx gpt", o);
+  ASSERT_EQ(single.size(), static_cast<size_t>(kEquivalenceSteps));
+  o.ranks = 4;
+  o.sync.tensor_parallel = 2;  // mesh {dp:2, tp:2}, the seeds found by structure
+  testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "gpt.onnx --ranks 4 --tp 2");
+}
+
+// The searches on the GPT fixture over two nodes of two devices joined by a
+// slow network (whole gradients reduced across nodes are dear, so a split
+// pays): each returns a tensor-parallel placement of the imported GEMMs,
+// and that plan, as a strategy file, trains as one rank does.
+class OnnxPlannedTensorParallel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OnnxPlannedTensorParallel, ThePlanMatchesOneRank) {
+  plan::ClusterSpec cluster = plan::cluster_named("dgx-a100:2");
+  cluster.devices_per_node = 2;
+  cluster.inter_node.bandwidth = 12.5e6;  // 100 Mb/s
+  TrainOptions o = gpt_job();
+  const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
+  const plan::PlanRequest request{.build = [&](int64_t rows, int64_t) { return nn::build_model(o.model_config(), rows, true); },
+                                  .batch_inputs = batch_input_names(model),
+                                  .batch = o.batch,
+                                  .ranks = 4,
+                                  .cluster = &cluster};
+  const plan::RooflineEstimator estimator(cluster, DType::f32);
+  const plan::Deadline unbounded{};
+  std::vector<plan::Candidate> found;
+  if (GetParam() == "layerwise") {
+    plan::LayerSearch search{.request = &request, .estimator = &estimator, .model = &model};
+    found = plan::search_layers(search, unbounded);
+  } else {
+    plan::McmcSearch search{.request = &request, .estimator = &estimator, .model = &model, .proposals_per_mesh = 200};
+    found = plan::search_mcmc(search, unbounded);
+  }
+  ASSERT_FALSE(found.empty()) << GetParam() << " placed nothing on the tensor axis";
+  const parallel::Strategy& planned = found.front().strategy;
+  int split = 0;
+  for (const parallel::PlacementSeed& s : planned.seeds) split += s.axis == "tp";
+  EXPECT_GT(split, 0) << found.front().description;
+
+  testing::ScratchDir dir;
+  const std::string path = dir.file("plan.json");
+  std::ofstream(path) << parallel::to_json(planned).dump(2);
+  const auto& single = testing::reference_losses("onnx gpt", o);
+  o.sync.strategy = path;
+  o.sync.mesh_ranks = 4;
+  o.ranks = 4;
+  testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
+                              GetParam() + ": " + found.front().description);
+}
+
+INSTANTIATE_TEST_SUITE_P(Searches, OnnxPlannedTensorParallel, ::testing::Values("layerwise", "mcmc"));
+
+// `parallax plan --model FILE.onnx --method X` for every X on the fixtures:
+// each search returns a plan; alpa, which rebuilds the model with one and
+// two blocks, refuses an imported graph by name.
+TEST(OnnxPlan, EveryMethodPlansTheFixtures) {
+  const plan::ClusterSpec cluster = plan::cluster_named("dgx-a100");
+  for (const char* file : {"mlp.onnx", "cnn.onnx", "gpt.onnx", "gpt_opset13.onnx"}) {
+    TrainOptions o = gpt_job();
+    o.model = fixture_path(file);
+    const nn::Model model = nn::build_model(o.model_config(), 8, true);
+    plan::PlanRequest request{
+        .build = [&](int64_t rows, int64_t) { return nn::build_model(o.model_config(), rows, true); },
+        .batch_inputs = batch_input_names(model),
+        .batch = 8,
+        .ranks = 4,
+        .cluster = &cluster,
+        .budget_seconds = 5};
+    for (const char* method : {"auto", "grid", "layerwise", "mcmc"}) {
+      request.method = method;
+      try {
+        const plan::PlanResult result = plan::plan(request);
+        EXPECT_FALSE(result.ranked.empty()) << file << " " << method;
+      } catch (const Error& e) {
+        ADD_FAILURE() << file << " --method " << method << ": " << e.what();
+      }
+    }
+    request.method = "alpa";
+    try {
+      plan::plan(request);
+      ADD_FAILURE() << file << ": alpa planned an imported graph";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("imported graph"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace px
