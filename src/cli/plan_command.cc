@@ -159,12 +159,14 @@ void add_plan_command(CLI::App& app) {
     ModelledPrecision precision;
     plan::PlanResult result;
     std::string compared;
+    int64_t positions = 0;  // per batch row: tokens of a sequence model, 1 otherwise
     bool first = true;
     for (const ModelledPrecision& candidate : precisions) {
       o.precision = candidate.graph;
       validate(o);
       const TrainOptions base = o;
       const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
+      positions = nn::positions_per_row(model);
       const plan::PlanRequest request{
           .build = [base](int64_t batch, int64_t layers) {
             TrainOptions t = base;
@@ -202,7 +204,6 @@ void add_plan_command(CLI::App& app) {
     }
     const bool bf16 = precision.word == "bf16";
 
-    const int64_t positions = nn::positions_per_row(model);
     const double units = static_cast<double>(o.batch * positions);
     int replayed = 0;
     for (const auto* list : {&result.ranked, &result.rejected})
