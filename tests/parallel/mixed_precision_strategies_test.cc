@@ -44,8 +44,19 @@ TrainOptions bf16_gpt(int accumulation) {
   return o;
 }
 
+// One rank's bf16 losses, checked to be what the tolerances assume: a run
+// that learns (by more than 10%, far beyond 1e-3) and that ran in bf16 (its
+// losses differ from fp32's, else every comparison here would be fp32's).
 const std::vector<double>& one_rank(int accumulation) {
-  return testing::reference_losses("bf16 gpt accumulating " + std::to_string(accumulation), bf16_gpt(accumulation));
+  const std::vector<double>& bf16 =
+      testing::reference_losses("bf16 gpt accumulating " + std::to_string(accumulation), bf16_gpt(accumulation));
+  EXPECT_EQ(bf16.size(), static_cast<size_t>(kEquivalenceSteps));
+  if (!bf16.empty()) EXPECT_LT(bf16.back(), 0.9 * bf16.front()) << "the bf16 reference did not learn";
+  TrainOptions fp32 = bf16_gpt(accumulation);
+  fp32.precision = "fp32";
+  EXPECT_NE(testing::reference_losses("fp32 gpt accumulating " + std::to_string(accumulation), fp32), bf16)
+      << "bf16 losses equal fp32's bitwise: the bf16 path did not run";
+  return bf16;
 }
 
 class MixedPrecisionStrategies : public ::testing::Test {
