@@ -179,7 +179,7 @@ void add_train_flags(CLI::App& cmd, TrainFlags& flags) {
                   "(lost: a restart continues without it) at the start of step STEP, on the first attempt only; for "
                   "demonstrations and tests of failure detection and restarts");
   cmd.add_option("--timeout", o.timeout_s,
-                  "seconds: every wait fails after this long, and a rank silent this long is named by every other")
+                  "seconds: a rank silent this long is named by every other, and every wait fails soon after")
       ->capture_default_str();
   cmd.add_option("--run-dir", o.run_dir,
                   "directory for the run's flight records (flight/rank<R>), which `parallax doctor` reads after a "

@@ -15,12 +15,20 @@ Watchdog::Watchdog(WatchdogOptions options, std::vector<Local> locals, int world
       locals_(std::move(locals)),
       world_(world),
       peers_(peers),
-      period_(std::clamp(options_.timeout / 10, std::chrono::milliseconds(20), std::chrono::milliseconds(1000))),
+      period_(period_for(options_.timeout)),
       seen_(static_cast<size_t>(world)),
       began_(Clock::now()) {
   PX_CHECK(peers_ == nullptr || locals_.size() == 1, "a watchdog with peers watches one rank of its own, not {}",
            locals_.size());
   thread_ = std::thread([this] { loop(); });
+}
+
+std::chrono::milliseconds Watchdog::period_for(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout / 10, std::chrono::milliseconds(20), std::chrono::milliseconds(1000));
+}
+
+std::chrono::milliseconds Watchdog::wait_timeout(std::chrono::milliseconds timeout) {
+  return timeout + 3 * period_for(timeout);
 }
 
 Watchdog::~Watchdog() {

@@ -77,6 +77,16 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
+  // How often the watchdog beats and checks, for a given timeout.
+  static std::chrono::milliseconds period_for(std::chrono::milliseconds timeout);
+  // How long the ranks' own waits (the communicator's timeout) may last
+  // before they give up by themselves. The watchdog names a silent rank
+  // up to two periods after the timeout (it notes a heartbeat when it next
+  // looks, and looks every period), and a wait that began just after the
+  // rank fell silent would otherwise fail first with the vaguer "peer did
+  // not answer". A backstop: the watchdog's verdict stops the wait sooner.
+  static std::chrono::milliseconds wait_timeout(std::chrono::milliseconds timeout);
+
   // "" while every rank is alive; else why it is not.
   std::string failure() const;
   // Local rank `index`'s transport, once it exists (in-process ranks make

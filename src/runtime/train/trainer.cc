@@ -84,9 +84,10 @@ TrainResult train(TrainOptions o, std::ostream& log) {
     if (o.ranks != 1)
       fail("--ranks {} starts in-process ranks; under mpirun the ranks are the MPI processes (give -np to mpirun)",
            o.ranks);
-    comm::mpi::init(nullptr, nullptr, {.timeout = timeout}, {.tag_bound = o.mpi_tag_bound});
+    const auto wait_timeout = Watchdog::wait_timeout(timeout);
+    comm::mpi::init(nullptr, nullptr, {.timeout = wait_timeout}, {.tag_bound = o.mpi_tag_bound});
     comm::Communicator& world = comm::mpi::world();
-    world.set_timeout(timeout);
+    world.set_timeout(wait_timeout);
     FlightRecorder recorder(flight_file(world.rank()), world.rank(), world.size());
     TrainResult result;
     {
@@ -157,7 +158,7 @@ static TrainResult run_attempt(const TrainOptions& o, std::ostream& log, const R
   std::vector<TrainResult> results(static_cast<size_t>(o.ranks));
   comm::InprocOptions inproc;
   inproc.link_gbps = o.link_gbps;
-  inproc.communicator.timeout = timeout;
+  inproc.communicator.timeout = Watchdog::wait_timeout(timeout);
   comm::run_inproc(
       o.ranks,
       [&](comm::Communicator& world) {
