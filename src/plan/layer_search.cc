@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <limits>
 #include <map>
 
@@ -73,6 +74,51 @@ std::string describe_placement(int dp, int tp, const std::vector<Layer>& layers,
   return text;
 }
 
+// The placements of the chain of units that cost least (OptCNN's dynamic
+// programme over a chain): each unit's own cost by `own`, each boundary's
+// by `transition`; the first unit reads its input whole and the loss reads
+// the last unit's output whole. `considered` counts the pairs compared.
+std::vector<LayerPlacement> cheapest_chain(
+    const std::vector<Layer>& layers, const std::function<double(const Layer&, LayerPlacement)>& own,
+    const std::function<double(LayerPlacement, LayerPlacement, double)>& transition, int& considered) {
+  // f[i][k]: the cheapest chain up to unit i with unit i placed its k-th way.
+  const size_t n = layers.size();
+  constexpr double kNone = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<LayerPlacement>> ways(n);
+  std::vector<std::vector<double>> f(n);
+  std::vector<std::vector<size_t>> from(n);
+  for (size_t i = 0; i < n; ++i) {
+    ways[i] = placements_of(layers[i].unit);
+    f[i].assign(ways[i].size(), kNone);
+    from[i].assign(ways[i].size(), 0);
+    for (size_t k = 0; k < ways[i].size(); ++k) {
+      const double here = own(layers[i], ways[i][k]);
+      if (i == 0) {
+        f[0][k] = transition(LayerPlacement::replicated, ways[0][k], layers[0].input_bytes) + here;
+        continue;
+      }
+      for (size_t j = 0; j < ways[i - 1].size(); ++j) {
+        const double c = f[i - 1][j] + transition(ways[i - 1][j], ways[i][k], layers[i].input_bytes) + here;
+        if (c < f[i][k]) f[i][k] = c, from[i][k] = j;
+      }
+      considered += static_cast<int>(ways[i - 1].size());
+    }
+  }
+  considered += static_cast<int>(ways[0].size());
+  size_t best = 0;
+  double best_cost = kNone;
+  for (size_t k = 0; k < ways[n - 1].size(); ++k) {
+    const double c = f[n - 1][k] + transition(ways[n - 1][k], LayerPlacement::replicated, layers[n - 1].output_bytes);
+    if (c < best_cost) best_cost = c, best = k;
+  }
+  std::vector<LayerPlacement> placement(n);
+  for (size_t i = n, k = best; i-- > 0;) {
+    placement[i] = ways[i][k];
+    k = from[i][k];
+  }
+  return placement;
+}
+
 }  // namespace
 
 std::vector<Candidate> search_layers(LayerSearch& search, const Deadline& deadline) {
@@ -106,43 +152,7 @@ std::vector<Candidate> search_layers(LayerSearch& search, const Deadline& deadli
       return layer.seconds * share + inside +
              collective(comm::Collective::allreduce, 4 * layer.params * share, dp, dp_link);
     };
-    // f[i][k]: the cheapest chain up to unit i with unit i placed its k-th way; the input of unit 0 is whole.
-    const size_t n = layers.size();
-    constexpr double kNone = std::numeric_limits<double>::infinity();
-    std::vector<std::vector<LayerPlacement>> ways(n);
-    std::vector<std::vector<double>> f(n);
-    std::vector<std::vector<size_t>> from(n);
-    for (size_t i = 0; i < n; ++i) {
-      ways[i] = placements_of(layers[i].unit);
-      f[i].assign(ways[i].size(), kNone);
-      from[i].assign(ways[i].size(), 0);
-      for (size_t k = 0; k < ways[i].size(); ++k) {
-        const double here = own(layers[i], ways[i][k]);
-        if (i == 0) {
-          f[0][k] = transition(LayerPlacement::replicated, ways[0][k], layers[0].input_bytes) + here;
-          continue;
-        }
-        for (size_t j = 0; j < ways[i - 1].size(); ++j) {
-          const double c = f[i - 1][j] + transition(ways[i - 1][j], ways[i][k], layers[i].input_bytes) + here;
-          if (c < f[i][k]) f[i][k] = c, from[i][k] = j;
-        }
-        search.considered += static_cast<int>(ways[i - 1].size());
-      }
-    }
-    search.considered += static_cast<int>(ways[0].size());
-    // The loss reads the last unit's output whole.
-    size_t best = 0;
-    double best_cost = kNone;
-    for (size_t k = 0; k < ways[n - 1].size(); ++k) {
-      const double c =
-          f[n - 1][k] + transition(ways[n - 1][k], LayerPlacement::replicated, layers[n - 1].output_bytes);
-      if (c < best_cost) best_cost = c, best = k;
-    }
-    std::vector<LayerPlacement> placement(n);
-    for (size_t i = n, k = best; i-- > 0;) {
-      placement[i] = ways[i][k];
-      k = from[i][k];
-    }
+    const std::vector<LayerPlacement> placement = cheapest_chain(layers, own, transition, search.considered);
     if (std::all_of(placement.begin(), placement.end(), [](LayerPlacement l) { return l == LayerPlacement::replicated; }))
       continue;  // data parallelism with tensor ranks repeating it: the grid's dp=ranks is better
     try {

@@ -1,7 +1,9 @@
 #include "plan/memory.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <utility>
 
 namespace px::plan {
 
@@ -24,92 +26,118 @@ static double bytes_before_the_step(const parallel::Program& p, int optimizer_sl
   return live;
 }
 
+namespace {
+
+// The activations alive at each point of the walk, by storage: a value's
+// bytes live in a storage; a view (reshape) shares its input's, which
+// stays alive until the value and all its views are dead.
+class ActivationLedger {
+ public:
+  using Key = std::pair<int, ValueId>;  // (micro-batch, value)
+
+  void produce(Key key, double bytes, bool made_by_forward) {
+    drop(key);  // an instance made again (recomputation)
+    storages_.push_back({bytes, 1, made_by_forward});
+    storage_of_[key] = storages_.size() - 1;
+    change(bytes, made_by_forward);
+  }
+  // `view` shares `base`'s storage; nothing when `base` is a parameter or fed input.
+  void alias(Key view, Key base) {
+    drop(view);
+    auto it = storage_of_.find(base);
+    if (it == storage_of_.end()) return;
+    ++storages_[it->second].refs;
+    storage_of_[view] = it->second;
+  }
+  void drop(Key key) {
+    auto it = storage_of_.find(key);
+    if (it == storage_of_.end()) return;
+    Storage& st = storages_[it->second];
+    if (--st.refs == 0) change(-st.bytes, st.forward);
+    storage_of_.erase(it);
+  }
+  double bytes() const { return bytes_; }
+  double forward_bytes() const { return forward_; }
+  // The bytes each drop or produce added (the caller's running total).
+  double take_delta() { return std::exchange(delta_, 0.0); }
+
+ private:
+  struct Storage {
+    double bytes = 0;
+    int refs = 0;
+    bool forward = false;  // made by forward (not backward or recomputation)
+  };
+  void change(double bytes, bool forward) {
+    bytes_ += bytes;
+    delta_ += bytes;
+    if (forward) forward_ += bytes;
+  }
+  std::vector<Storage> storages_;
+  std::map<Key, size_t> storage_of_;
+  double bytes_ = 0, forward_ = 0, delta_ = 0;
+};
+
+// What instruction `instr` makes, in the ledger.
+void record_outputs(const parallel::Program& p, const parallel::Instr& instr,
+                    const std::function<double(const TensorSpec&)>& activation_bytes, ActivationLedger& ledger) {
+  const int mb = instr.micro_batch;
+  if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) {
+    const Graph& g = p.graph_of(mb);
+    const Node& node = g.nodes()[static_cast<size_t>(c->node)];
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      if (o > 0 || !node.def->output_is_view)
+        ledger.produce({mb, node.outputs[o]}, activation_bytes(g.spec(node.outputs[o])), node.origin < 0);
+      else
+        ledger.alias({mb, node.outputs[o]}, {mb, node.inputs.front()});
+    }
+  } else if (const auto* rs = std::get_if<parallel::Reshard>(&instr.op)) {
+    const Graph& g = p.graph_of(mb);
+    const Node& node = g.nodes()[static_cast<size_t>(rs->node)];
+    ledger.produce({mb, node.outputs.front()}, activation_bytes(g.spec(node.outputs.front())), node.origin < 0);
+  } else if (const auto* recv = std::get_if<parallel::Recv>(&instr.op)) {
+    const Graph& g = p.graph_of(mb);
+    ledger.produce({mb, recv->value}, activation_bytes(g.spec(recv->value)),
+                   g.nodes()[static_cast<size_t>(g.value(recv->value).producer)].origin < 0);
+  }
+}
+
+}  // namespace
+
 ProgramMemory program_memory(const parallel::Program& p, const parallel::Liveness& liveness, int optimizer_slots,
                              DType compute) {
   using parallel::Instr;
   // Activations are float32 in the graph; mixed precision keeps them in the compute dtype.
   const double activation_scale = static_cast<double>(dtype_size(compute)) / static_cast<double>(dtype_size(DType::f32));
-  auto activation_bytes = [&](const TensorSpec& spec) {
+  const auto activation_bytes = [&](const TensorSpec& spec) {
     return spec.dtype == DType::f32 ? activation_scale * static_cast<double>(spec.bytes()) : static_cast<double>(spec.bytes());
   };
   double live = bytes_before_the_step(p, optimizer_slots, compute);
-  double peak = 0, activations = 0, activation_peak = 0, stash = -1;
-  double forward = 0, forward_peak = 0;  // the storage forward made
-  // A value's bytes live in a storage; a view (reshape) shares its input's,
-  // which stays alive until the value and all its views are dead.
-  struct Storage {
-    double bytes = 0;
-    int refs = 0;
-    bool forward = false;
-  };
-  std::vector<Storage> storages;
-  std::map<std::pair<int, ValueId>, size_t> storage_of;  // (micro-batch, value) -> storage
-  auto drop = [&](std::pair<int, ValueId> key) {
-    auto it = storage_of.find(key);
-    if (it == storage_of.end()) return;
-    Storage& st = storages[it->second];
-    if (--st.refs == 0) {
-      live -= st.bytes;
-      activations -= st.bytes;
-      if (st.forward) forward -= st.bytes;
-    }
-    storage_of.erase(it);
-  };
+  double peak = 0, activation_peak = 0, stash = -1, forward_peak = 0;
+  ActivationLedger ledger;
   std::vector<double> buffer_live(p.buffers.size(), 0);
+  auto set_buffer = [&](int b, double bytes) {
+    live += bytes - buffer_live[static_cast<size_t>(b)];
+    buffer_live[static_cast<size_t>(b)] = bytes;
+  };
+  auto buffer_bytes = [&](int b) { return static_cast<double>(p.buffers[static_cast<size_t>(b)].count) * sizeof(float); };
   // P3: the previous step's gradient buckets are alive until the deferred
   // updates at this step's head free them.
   for (const Instr& instr : p.instrs)
-    if (const auto* f = std::get_if<parallel::Free>(&instr.op); f && instr.deferred) {
-      buffer_live[static_cast<size_t>(f->buffer)] = static_cast<double>(p.buffers[static_cast<size_t>(f->buffer)].count) * sizeof(float);
-      live += buffer_live[static_cast<size_t>(f->buffer)];
-    }
+    if (const auto* f = std::get_if<parallel::Free>(&instr.op); f && instr.deferred) set_buffer(f->buffer, buffer_bytes(f->buffer));
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const Instr& instr = p.instrs[i];
-    for (int b : liveness.allocates[i]) {
-      live -= buffer_live[static_cast<size_t>(b)];
-      buffer_live[static_cast<size_t>(b)] = static_cast<double>(p.buffers[static_cast<size_t>(b)].count) * sizeof(float);
-      live += buffer_live[static_cast<size_t>(b)];
-    }
-    const int mb = instr.micro_batch;
-    auto produce = [&](ValueId v, double bytes, bool made_by_forward) {
-      drop({mb, v});  // an instance made again (recomputation)
-      storages.push_back({bytes, 1, made_by_forward});
-      storage_of[{mb, v}] = storages.size() - 1;
-      live += bytes;
-      activations += bytes;
-      if (made_by_forward) forward += bytes;
-    };
-    if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) {
-      const Graph& g = p.graph_of(mb);
-      const Node& node = g.nodes()[static_cast<size_t>(c->node)];
-      if (node.origin >= 0 && stash < 0) stash = activations;
-      for (size_t o = 0; o < node.outputs.size(); ++o) {
-        if (o > 0 || !node.def->output_is_view) {
-          produce(node.outputs[o], activation_bytes(g.spec(node.outputs[o])), node.origin < 0);
-          continue;
-        }
-        drop({mb, node.outputs[o]});
-        auto base = storage_of.find({mb, node.inputs.front()});
-        if (base == storage_of.end()) continue;  // a view of a parameter or fed input
-        ++storages[base->second].refs;
-        storage_of[{mb, node.outputs[o]}] = base->second;
-      }
-    } else if (const auto* rs = std::get_if<parallel::Reshard>(&instr.op)) {
-      const Graph& g = p.graph_of(mb);
-      const Node& node = g.nodes()[static_cast<size_t>(rs->node)];
-      produce(node.outputs.front(), activation_bytes(g.spec(node.outputs.front())), node.origin < 0);
-    } else if (const auto* recv = std::get_if<parallel::Recv>(&instr.op)) {
-      const Graph& g = p.graph_of(mb);
-      produce(recv->value, activation_bytes(g.spec(recv->value)),
-              g.nodes()[static_cast<size_t>(g.value(recv->value).producer)].origin < 0);
-    } else if (const auto* f = std::get_if<parallel::Free>(&instr.op)) {
-      live -= buffer_live[static_cast<size_t>(f->buffer)];
-      buffer_live[static_cast<size_t>(f->buffer)] = 0;
-    }
+    for (int b : liveness.allocates[i]) set_buffer(b, buffer_bytes(b));
+    if (const auto* c = std::get_if<parallel::Compute>(&instr.op);
+        c && p.graph_of(instr.micro_batch).nodes()[static_cast<size_t>(c->node)].origin >= 0 && stash < 0)
+      stash = ledger.bytes();  // backward begins: what forward left
+    record_outputs(p, instr, activation_bytes, ledger);
+    if (const auto* f = std::get_if<parallel::Free>(&instr.op)) set_buffer(f->buffer, 0);
+    live += ledger.take_delta();
     peak = std::max(peak, live);
-    activation_peak = std::max(activation_peak, activations);
-    forward_peak = std::max(forward_peak, forward);
-    for (ValueId v : liveness.values[i]) drop({mb, v});
+    activation_peak = std::max(activation_peak, ledger.bytes());
+    forward_peak = std::max(forward_peak, ledger.forward_bytes());
+    for (ValueId v : liveness.values[i]) ledger.drop({instr.micro_batch, v});
+    live += ledger.take_delta();
   }
   return {.peak_bytes = peak,
           .activation_peak_bytes = activation_peak,
