@@ -176,7 +176,7 @@ nlohmann::json run_rank(const Args& args, comm::Communicator* group, bool meters
   px::ParamStore params = px::ParamStore::initialize(model.graph, args.seed);  // same on every rank
   const int64_t n_params = params.count();
   px::ProgramExecutor runner(
-      bench_program(model, world, rank, static_cast<int64_t>(args.bucket_mb * (1 << 20)), /*decay_all=*/true), px::AxisGroups{group},
+      bench_program(model, world, rank, static_cast<int64_t>(args.bucket_mb * (1 << 20)), /*decay_all=*/true), px::AxisGroups{.axis = {group}},
       {.kind = "adamw", .weight_decay = 0.01}, overlap_options(args.overlap));
   runner.set_parameters(params);
   const px::parallel::RowRange mine = px::parallel::shard_rows(B, rank, world);

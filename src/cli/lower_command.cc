@@ -38,8 +38,8 @@ void add_lower_command(CLI::App& app) {
     apply(*flags);
     TrainOptions& o = flags->options;
     if (o.sync.mesh_ranks > 0) o.ranks = o.sync.mesh_ranks;  // --mesh names the ranks
-    // --pp / --tp alone: one rank per stage and tensor shard.
-    if (o.ranks == 1) o.ranks = o.sync.pipeline_parallel * o.sync.tensor_parallel;
+    // --pp / --cp / --tp alone: one rank per stage, sequence chunk and tensor shard.
+    if (o.ranks == 1) o.ranks = o.sync.pipeline_parallel * o.sync.context_parallel * o.sync.tensor_parallel;
     validate(o);
     const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
     const parallel::Strategy strategy = strategy_for(o, model, o.ranks);

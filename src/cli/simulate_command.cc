@@ -77,7 +77,7 @@ void add_simulate_command(CLI::App& app) {
     apply(*flags);
     TrainOptions& o = flags->options;
     if (o.sync.mesh_ranks > 0) o.ranks = o.sync.mesh_ranks;  // --mesh names the ranks
-    if (o.ranks == 1) o.ranks = o.sync.pipeline_parallel * o.sync.tensor_parallel;
+    if (o.ranks == 1) o.ranks = o.sync.pipeline_parallel * o.sync.context_parallel * o.sync.tensor_parallel;
     const plan::ClusterSpec cluster = plan::cluster_named(sim_flags->cluster, local_cluster_path());
     const ModelledPrecision precision = precisions_to_model(o.precision, cluster, false).front();
     o.precision = precision.graph;

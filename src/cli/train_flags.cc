@@ -104,8 +104,15 @@ void add_parallel_flags(CLI::App& cmd, TrainFlags& flags) {
   cmd.add_option("--tp", o.sync.tensor_parallel, "Megatron tensor parallelism: ranks per tensor-parallel group; the "
                                                  "mesh is {dp: ranks / tp, tp: tp} (GPT: tp must divide --heads)")
       ->capture_default_str();
-  cmd.add_option("--mesh", flags.mesh, "the device mesh as axis=size pairs, e.g. pp=2,dp=2,tp=2 (sets --pp and "
-                                       "--tp; pp x dp x tp must equal the ranks)");
+  cmd.add_option("--mesh", flags.mesh, "the device mesh as axis=size pairs, e.g. pp=2,dp=2,cp=2,tp=2 (sets --pp, "
+                                       "--cp and --tp; pp x dp x cp x tp must equal the ranks)");
+  cmd.add_option("--cp", o.sync.context_parallel, "context parallelism: ranks each sequence is split over, through "
+                                                  "attention too (mesh {pp, dp, cp, tp}; see --cp-method)")
+      ->capture_default_str();
+  cmd.add_option("--cp-method", flags.cp_method, "how attention sees the whole sequence under --cp: all-to-all "
+                                                 "(DeepSpeed-Ulysses: heads scattered, tokens gathered; --cp must "
+                                                 "divide --heads)")
+      ->capture_default_str();
   cmd.add_option("--pp", o.sync.pipeline_parallel, "pipeline stages: the graph cut into this many stages, each on "
                                                    "its own ranks (mesh {pp, dp, tp})")
       ->capture_default_str();
@@ -253,14 +260,15 @@ void apply(TrainFlags& flags) {
     o.accumulation = flags.micro_batches;
   }
   o.sync.pipeline.schedule = parallel::pipeline_kind_from_name(flags.schedule);
+  o.sync.context_method = parallel::context_method_from_name(flags.cp_method);
   o.sync.recompute = parallel::recompute_from_name(flags.recompute);
   o.sync.pipeline.stage_cuts.clear();
   std::stringstream cuts(flags.stage_cuts);
   for (std::string layer; std::getline(cuts, layer, ',');)
     if (!layer.empty()) o.sync.pipeline.stage_cuts.push_back(layer);
   if (!flags.mesh.empty()) {
-    // axis=size pairs; the mesh is {pp, dp, tp} whatever the order given.
-    int pp = 1, dp = 1, tp = 1;
+    // axis=size pairs; the mesh is {pp, dp, cp, tp} whatever the order given.
+    int pp = 1, dp = 1, cp = 1, tp = 1;
     std::stringstream pairs(flags.mesh);
     for (std::string pair; std::getline(pairs, pair, ',');) {
       const size_t eq = pair.find('=');
@@ -272,16 +280,20 @@ void apply(TrainFlags& flags) {
       if (axis == "dp") dp = size;
       else if (axis == "tp") tp = size;
       else if (axis == "pp") pp = size;
-      else fail("--mesh '{}': axis '{}' is not one of pp, dp, tp", flags.mesh, axis);
+      else if (axis == "cp") cp = size;
+      else fail("--mesh '{}': axis '{}' is not one of pp, dp, cp, tp", flags.mesh, axis);
     }
     if (o.sync.tensor_parallel != 1 && o.sync.tensor_parallel != tp)
       fail("--mesh '{}' says tp={}, --tp says {}", flags.mesh, tp, o.sync.tensor_parallel);
     if (o.sync.pipeline_parallel != 1 && o.sync.pipeline_parallel != pp)
       fail("--mesh '{}' says pp={}, --pp says {}", flags.mesh, pp, o.sync.pipeline_parallel);
-    const int64_t mesh_ranks = int64_t{pp} * dp * tp;
+    if (o.sync.context_parallel != 1 && o.sync.context_parallel != cp)
+      fail("--mesh '{}' says cp={}, --cp says {}", flags.mesh, cp, o.sync.context_parallel);
+    const int64_t mesh_ranks = int64_t{pp} * dp * cp * tp;
     if (mesh_ranks > (1 << 20)) fail("--mesh '{}' has {} ranks, expected at most 2^20", flags.mesh, mesh_ranks);
     o.sync.tensor_parallel = tp;
     o.sync.pipeline_parallel = pp;
+    o.sync.context_parallel = cp;
     o.sync.mesh_ranks = static_cast<int>(mesh_ranks);
     if (o.ranks != 1 && o.ranks != mesh_ranks)
       fail("--mesh '{}' has {} ranks, --ranks says {}", flags.mesh, mesh_ranks, o.ranks);

@@ -4,22 +4,27 @@
 
 #include "core/error.h"
 #include "graph/precision.h"
+#include "parallel/context_parallel.h"
 #include "parallel/tensor_parallel.h"
 
 namespace px::parallel {
 namespace {
 
-// The request's parts on the job's ranks: mesh {pp, dp, tp}.
+// The request's parts on the job's ranks: mesh {pp, dp, cp, tp}.
 Strategy from_parts(const StrategyRequest& r, const CompositionInputs& in) {
-  const int tp = r.tensor_parallel, pp = r.pipeline_parallel;
+  const int tp = r.tensor_parallel, pp = r.pipeline_parallel, cp = r.context_parallel;
   if (tp < 1) fail("--tp {} must be >= 1", tp);
   if (pp < 1) fail("--pp {} must be >= 1", pp);
+  if (cp < 1) fail("--cp {} must be >= 1", cp);
   if (r.mesh_ranks > 0 && r.mesh_ranks != in.ranks) fail("--mesh names {} ranks; this job has {}", r.mesh_ranks, in.ranks);
-  if (in.ranks % (tp * pp) != 0) fail("--pp {} x --tp {} does not divide the job's {} ranks", pp, tp, in.ranks);
-  const int stage_ranks = in.ranks / pp;  // a stage's data x tensor ranks
+  if (in.ranks % (tp * pp * cp) != 0)
+    fail("--pp {}{} x --tp {} does not divide the job's {} ranks", pp, cp > 1 ? fmt::format(" x --cp {}", cp) : "",
+         tp, in.ranks);
+  const int dp = in.ranks / (pp * cp * tp);
   Strategy s = tp > 1 || r.sequence_parallel
-                   ? tensor_parallel(*in.graph, stage_ranks / tp, tp, in.batch_inputs, r.sequence_parallel)
-                   : data_parallel(stage_ranks, in.batch_inputs);
+                   ? tensor_parallel(*in.graph, dp, tp, in.batch_inputs, r.sequence_parallel)
+                   : data_parallel(dp, in.batch_inputs);
+  if (cp > 1) s = with_context(std::move(s), *in.graph, cp, {.method = r.context_method});
   s.zero_stage = r.zero_stage;
   s.micro_batches = in.micro_batches;
   s.lowering.bucket_bytes = r.bucket_bytes;
@@ -51,10 +56,11 @@ Precision stamped_precision(const Graph& graph) {
 }
 
 // The axis tensor parallelism splits values along: one that seeds place
-// values on, other than the data axis, of more than one rank ("" if none).
+// values on, other than the data and context axes, of more than one rank
+// ("" if none).
 std::string model_axis(const Strategy& s) {
   for (const PlacementSeed& seed : s.seeds)
-    if (seed.axis != s.data_axis && s.mesh.size(seed.axis) > 1) return seed.axis;
+    if (seed.axis != s.data_axis && seed.axis != s.context.axis && s.mesh.size(seed.axis) > 1) return seed.axis;
   return "";
 }
 
@@ -78,6 +84,25 @@ void validate_fields(const Strategy& s) {
   if (s.lowering.local_momentum < 0 || s.lowering.local_momentum >= 1)
     fail("strategy: local_momentum {} must be in [0, 1)", s.lowering.local_momentum);
   if (s.pipeline.virtual_stages < 1) fail("strategy: virtual_stages {} must be >= 1", s.pipeline.virtual_stages);
+}
+
+// Context parallelism with the other parts.
+void validate_context(const Strategy& s) {
+  if (s.context_ranks() <= 1) return;
+  if (s.context.axis == s.data_axis) fail("strategy: the context axis '{}' is also the data axis", s.context.axis);
+  if (s.context.axis == s.pipeline.axis)
+    fail("strategy: the context axis '{}' is also the pipeline axis", s.context.axis);
+  if (s.lowering.compression.lossy())
+    fail("strategy: gradient compression ({}) and context parallelism (axis '{}' of {} ranks) do not combine yet: "
+         "choose one",
+         s.lowering.compression.to_string(), s.context.axis, s.context_ranks());
+  if (s.lowering.p3_slice_bytes > 0)
+    fail("strategy: P3 and context parallelism (axis '{}' of {} ranks) do not combine yet: choose one",
+         s.context.axis, s.context_ranks());
+  if (const std::string axis = model_axis(s); !axis.empty() && s.context.method == ContextMethod::all_to_all)
+    fail("strategy: context parallelism by all-to-all (axis '{}') and tensor parallelism (axis '{}' of {} ranks) "
+         "both split attention's heads and do not combine yet: choose one",
+         s.context.axis, axis, s.mesh.size(axis));
 }
 
 // Pipeline stages with the other parts.
@@ -153,6 +178,18 @@ Strategy tensor_parallel(const Graph& graph, int dp, int tp, const std::vector<s
   return s;
 }
 
+Strategy with_context(Strategy base, const Graph& graph, int ranks, ContextOptions context) {
+  std::vector<MeshAxis> axes;
+  for (const MeshAxis& a : base.mesh.axes()) {
+    axes.push_back(a);
+    if (a.name == base.data_axis) axes.push_back({context.axis, ranks});
+  }
+  base.mesh = DeviceMesh(std::move(axes));
+  for (PlacementSeed& seed : context_parallel_seeds(graph, context, ranks)) base.seeds.push_back(std::move(seed));
+  base.context = std::move(context);
+  return base;
+}
+
 Strategy with_pipeline(Strategy base, int stages, PipelineOptions pipeline) {
   std::vector<MeshAxis> axes{{pipeline.axis, stages}};
   for (const MeshAxis& a : base.mesh.axes()) axes.push_back(a);
@@ -197,6 +234,7 @@ void validate(const Strategy& s, const StrategyUse& use) {
          "choose one",
          s.lowering.compression.to_string(), axis, s.mesh.size(axis));
   validate_pipeline(s);
+  validate_context(s);
   if (s.lowering.p3_slice_bytes > 0) validate_p3(s, use);
 }
 

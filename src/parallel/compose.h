@@ -6,8 +6,8 @@
 // uses it: P3, clipping) must obey is in validate(), each a px::Error that
 // names the parts, the bad value and what is expected.
 //
-// A request describes the mesh by its parallel degrees, {pp, dp, tp} with
-// pp outermost and tp innermost (dp = ranks / (pp tp)), and what runs on
+// A request describes the mesh by its parallel degrees, {pp, dp, cp, tp}
+// with pp outermost and tp innermost (dp = ranks / (pp cp tp)), and what runs on
 // it; a strategy file gives the Strategy whole instead. Either way the run
 // then decides two things here, not in the trainer: P3 lowers without a
 // global norm and with a bucket per tensor, and sparsified gradients under
@@ -35,7 +35,9 @@ struct StrategyRequest {
   int64_t p3_slice_bytes = 0;
   int tensor_parallel = 1;         // Megatron tensor parallelism: ranks per tensor-parallel group (mesh {dp, tp})
   bool sequence_parallel = false;  // and LayerNorm/dropout/residuals split along the sequence
-  int pipeline_parallel = 1;       // pipeline stages (mesh {pp, dp, tp}: pp outermost)
+  int pipeline_parallel = 1;       // pipeline stages (mesh {pp, dp, cp, tp}: pp outermost)
+  int context_parallel = 1;        // ranks each sequence is split over (the cp axis; Strategy::context)
+  ContextMethod context_method = ContextMethod::all_to_all;
   PipelineOptions pipeline;        // schedule, virtual stages, stage cuts
   Recompute recompute = Recompute::none;  // activation recomputation
   int mesh_ranks = 0;              // --mesh or a --strategy file: the ranks it names (0: neither)
@@ -70,6 +72,11 @@ Strategy data_tensor_mesh(int dp, int tp, const std::vector<std::string>& batch_
 // tensor-parallel group is consecutive ranks, which under MPI share a host);
 Strategy tensor_parallel(const Graph& graph, int dp, int tp, const std::vector<std::string>& batch_inputs,
                          bool sequence_parallel);
+// `base` with its data axis' ranks each split `ranks` ways along the
+// sequence: a context axis right after the data axis (so a context group
+// is consecutive ranks, or consecutive tensor groups) and its seeds
+// (parallel/context_parallel.h).
+Strategy with_context(Strategy base, const Graph& graph, int ranks, ContextOptions context);
 // `base` (over its own mesh) repeated on `stages` pipeline ranks: the
 // pipeline axis goes first (outermost), so a stage's data and tensor groups
 // are consecutive ranks.

@@ -25,8 +25,11 @@ const Transition& Context::transition(Transition::Site site, ValueId value) cons
 namespace {
 
 // The strategy's seeds by value id and axis. A seed names an input, a
-// parameter or an activation (a node's output, by its name).
-std::vector<std::vector<std::optional<Placement>>> seeds_by_value(const Graph& graph, const Strategy& strategy) {
+// parameter or an activation (a node's output, by its name), forward or,
+// named "<node>.grad" as autodiff names them, backward: a program without
+// backward has none of the latter to place.
+std::vector<std::vector<std::optional<Placement>>> seeds_by_value(const Graph& graph, const Strategy& strategy,
+                                                                  bool backward) {
   const size_t axes = strategy.mesh.axes().size();
   std::map<std::string, ValueId> by_name;
   for (size_t v = 0; v < graph.values().size(); ++v) by_name.emplace(graph.values()[v].name, static_cast<ValueId>(v));
@@ -34,6 +37,8 @@ std::vector<std::vector<std::optional<Placement>>> seeds_by_value(const Graph& g
                                                            std::vector<std::optional<Placement>>(axes));
   for (const PlacementSeed& seed : strategy.seeds) {
     auto it = by_name.find(seed.value);
+    const bool gradient = seed.value.size() > 5 && seed.value.compare(seed.value.size() - 5, 5, ".grad") == 0;
+    if (it == by_name.end() && gradient && !backward) continue;
     if (it == by_name.end())
       fail("strategy: a seed places '{}' along '{}', but the model has no input, parameter or value of that name",
            seed.value, seed.axis);
@@ -61,6 +66,27 @@ std::vector<ParamGrad> with_backward(Graph& graph, const LowerRequest& request) 
   return grads;
 }
 
+// Under context parallelism the data path sums the loss and every weight
+// gradient over the context axis too: each must be a summand there.
+void check_context_summands(const Propagation& placement, int context_axis, ValueId loss,
+                            const std::vector<ParamGrad>& grads, const Strategy& strategy) {
+  const Graph& g = placement.graph;
+  auto along = [&](ValueId v) { return placement.of_value[static_cast<size_t>(v)][static_cast<size_t>(context_axis)]; };
+  if (!along(loss).is_partial())
+    fail("context parallelism: the loss '{}' comes out {} along '{}'; each rank's chunk of the sequence must give "
+         "a summand (P) of it",
+         g.value(loss).name, along(loss).str(), strategy.context.axis);
+  for (const ParamGrad& pg : grads) {
+    if (along(pg.param) != Placement::B())
+      fail("context parallelism: parameter '{}' is used {} along '{}'; weights are whole there (B)",
+           g.value(pg.param).name, along(pg.param).str(), strategy.context.axis);
+    if (!along(pg.grad).is_partial())
+      fail("context parallelism: the gradient of '{}' comes out {} along '{}'; each chunk of the sequence must give "
+           "a summand (P) of it",
+           g.value(pg.param).name, along(pg.grad).str(), strategy.context.axis);
+  }
+}
+
 }  // namespace
 
 Strategy with_stage_cuts_of(Strategy strategy, const Program& program) {
@@ -84,12 +110,14 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   std::vector<ParamGrad> grads = with_backward(graph, request);
   forward_nodes += store_gemm_operands_in_bf16(graph);  // its casts follow forward nodes
   const int axis = strategy.mesh.axis(strategy.data_axis);
+  const int context_axis = strategy.context_ranks() > 1 ? strategy.mesh.axis(strategy.context.axis) : -1;
   const std::vector<int> coords = strategy.mesh.coords(rank);
 
   // Placements on every axis, the rule's reshard nodes inserted. Along the
   // model axes each gradient is resharded to where its parameter is stored;
-  // along the data axis the buckets carry it (the transitions below).
-  PlacementRequest placing{.graph = &graph, .mesh = &strategy.mesh, .seeds = seeds_by_value(graph, strategy),
+  // along the data axis (and the context axis, whose gradients are
+  // summands too) the buckets carry it (the transitions below).
+  PlacementRequest placing{.graph = &graph, .mesh = &strategy.mesh, .seeds = seeds_by_value(graph, strategy, request.training),
                            .targets = {},
                           .whole_axes = std::vector<bool>(strategy.mesh.axes().size(), false)};
   if (strategy.pipeline_ranks() > 1) placing.whole_axes[static_cast<size_t>(strategy.mesh.axis(strategy.pipeline.axis))] = true;
@@ -97,7 +125,9 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
     if (pg.grad == kNoValue) continue;
     std::vector<std::optional<Placement>> where = placing.seeds[static_cast<size_t>(pg.param)];
     for (size_t a = 0; a < where.size(); ++a)
-      where[a] = static_cast<int>(a) == axis ? std::nullopt : std::optional(where[a].value_or(Placement::B()));
+      where[a] = static_cast<int>(a) == axis || static_cast<int>(a) == context_axis
+                     ? std::nullopt
+                     : std::optional(where[a].value_or(Placement::B()));
     placing.targets.push_back({pg.grad, where});
   }
   const Propagation placement = propagate(placing);
@@ -115,10 +145,13 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   passes::Context context{.graph = placement.graph,
                           .strategy = strategy,
                           .coords = coords,
-                          .data_rank = coords[static_cast<size_t>(axis)],
-                          .data_size = strategy.data_ranks(),
+                          .data_rank = joined_coordinate(strategy.mesh, coords, axis, context_axis),
+                          .data_size = strategy.data_ranks() * strategy.context_ranks(),
+                          .row_rank = coords[static_cast<size_t>(axis)],
+                          .row_ranks = strategy.data_ranks(),
                           .data_axis = axis,
-                          .zero_stage = strategy.data_ranks() > 1 ? strategy.zero_stage : 0,
+                          .context_axis = context_axis,
+                          .zero_stage = strategy.data_ranks() * strategy.context_ranks() > 1 ? strategy.zero_stage : 0,
                           .forward_nodes = local_forward_nodes,
                           .loss = loss,
                           .grads = grads,
@@ -130,6 +163,7 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   for (const ParamGrad& pg : grads)
     if (pg.grad != kNoValue) with_gradients.push_back(pg);
   context.transitions = transitions(placement.graph, placement, axis, loss, with_gradients, effective);
+  if (context_axis >= 0) check_context_summands(placement, context_axis, loss, with_gradients, strategy);
 
   Program program;
   program.strategy = strategy;

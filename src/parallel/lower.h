@@ -47,8 +47,9 @@ struct LowerRequest {
   // Per mesh axis, what automatic chooses among on this rank's communicator
   // of that axis (comm::algorithm_menu; the run's, so each collective is
   // stamped with the algorithm that will run and hierarchical's node size
-  // is the hosts'). Empty (a plan for another cluster): automatic stays,
-  // its wire bytes the ring's.
+  // is the hosts'), then, with context parallelism, the data x context
+  // group's (parallel/mesh.h's MeshGroups::data). Empty (a plan for
+  // another cluster): automatic stays, its wire bytes the ring's.
   std::vector<comm::AlgorithmMenu> menus;
   // Gradients sharded (ZeRO): at most this many gradient bucket buffers
   // alive at once, backward waiting for the oldest reduction past that

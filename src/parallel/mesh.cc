@@ -50,7 +50,20 @@ std::string DeviceMesh::str() const {
   return s + "}";
 }
 
-MeshGroups make_mesh_groups(comm::Communicator& world, const DeviceMesh& mesh) {
+int joined_coordinate(const DeviceMesh& mesh, const std::vector<int>& coords, int outer, int inner) {
+  const int o = coords[static_cast<size_t>(outer)];
+  if (inner < 0) return o;
+  return o * mesh.axes()[static_cast<size_t>(inner)].size + coords[static_cast<size_t>(inner)];
+}
+
+std::vector<comm::AlgorithmMenu> algorithm_menus(MeshGroups& groups) {
+  std::vector<comm::AlgorithmMenu> menus;
+  for (comm::Communicator& c : groups.axis) menus.push_back(comm::algorithm_menu(c));
+  if (groups.data) menus.push_back(comm::algorithm_menu(*groups.data));
+  return menus;
+}
+
+MeshGroups make_mesh_groups(comm::Communicator& world, const DeviceMesh& mesh, int data_axis, int context_axis) {
   if (world.size() != mesh.ranks())
     fail("device mesh {} needs {} ranks, the job has {}", mesh.str(), mesh.ranks(), world.size());
   MeshGroups groups;
@@ -61,6 +74,12 @@ MeshGroups make_mesh_groups(comm::Communicator& world, const DeviceMesh& mesh) {
     std::vector<int> others = mine;
     others[a] = 0;
     groups.axis.push_back(world.split(mesh.rank_of(others), mine[a]));
+  }
+  if (data_axis >= 0 && context_axis >= 0) {
+    std::vector<int> others = mine;
+    others[static_cast<size_t>(data_axis)] = 0;
+    others[static_cast<size_t>(context_axis)] = 0;
+    groups.data = world.split(mesh.rank_of(others), joined_coordinate(mesh, mine, data_axis, context_axis));
   }
   return groups;
 }

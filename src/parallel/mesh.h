@@ -4,9 +4,11 @@
 // the communicators the lowering's collectives run on.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "comm/collectives.h"
 #include "comm/communicator.h"
 
 namespace px::parallel {
@@ -38,12 +40,26 @@ class DeviceMesh {
   std::vector<MeshAxis> axes_;
 };
 
+// A rank's place in the group of ranks that differ from it only along
+// axes `outer` and `inner` (-1: only along `outer`): outer coordinate,
+// then inner.
+int joined_coordinate(const DeviceMesh& mesh, const std::vector<int>& coords, int outer, int inner);
+
 // This rank's communicator along every axis of the mesh, split from `world`
 // (collective: every rank of the world calls it). world.size() must equal
 // mesh.ranks().
 struct MeshGroups {
   std::vector<comm::Communicator> axis;  // by axis index
+  // Context parallelism's data path (Strategy::context): the ranks that
+  // differ only along the data and the context axis, ordered by
+  // joined_coordinate. std::nullopt without a context axis.
+  std::optional<comm::Communicator> data;
 };
-MeshGroups make_mesh_groups(comm::Communicator& world, const DeviceMesh& mesh);
+// `data_axis` and `context_axis` >= 0 (indices): MeshGroups::data too.
+MeshGroups make_mesh_groups(comm::Communicator& world, const DeviceMesh& mesh, int data_axis = -1,
+                            int context_axis = -1);
+// What automatic chooses among on each group (comm::algorithm_menu): per
+// axis, then MeshGroups::data's when there is one (LowerRequest::menus).
+std::vector<comm::AlgorithmMenu> algorithm_menus(MeshGroups& groups);
 
 }  // namespace px::parallel

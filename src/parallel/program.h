@@ -296,11 +296,18 @@ std::string lane_name(const Program& program, const Lane& lane);
 
 // The ranks a collective or reshard talks with: the ones that differ from
 // this rank only along `axis` (and, for a subgroup, sit at one of its
-// coordinates there). `key` is equal on every member and unique to the group.
+// coordinates there; with a context axis, along that axis too). `key` is
+// equal on every member and unique to the group.
 struct CommGroup {
   int axis = 0;
   int subgroup = -1;        // Program::subgroups, or -1: the whole axis
-  std::vector<int> ranks;   // world ranks, by coordinate along the axis
+  // >= 0: the data axis' group joined with the context axis (context
+  // parallelism's weight gradients are summands along it too: the data
+  // path's collectives run over data x context ranks, Strategy::context).
+  int context_axis = -1;
+  // World ranks, by coordinate along the axis (with a context axis: by
+  // data coordinate, then context coordinate).
+  std::vector<int> ranks;
   int rank = 0;             // this rank's place in `ranks`
   std::string key;
   bool operator==(const CommGroup&) const = default;

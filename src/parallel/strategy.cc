@@ -26,6 +26,32 @@ std::string_view recompute_name(Recompute recompute) {
   return "?";
 }
 
+ContextMethod context_method_from_name(std::string_view name) {
+  if (name == "all-to-all") return ContextMethod::all_to_all;
+  fail("context-parallel method '{}' is not one of: all-to-all (DeepSpeed-Ulysses: heads scattered, the sequence "
+       "gathered around attention)",
+       name);
+}
+
+std::string_view context_method_name(ContextMethod method) {
+  switch (method) {
+    case ContextMethod::all_to_all: return "all-to-all";
+  }
+  return "?";
+}
+
+int Strategy::context_ranks() const {
+  for (const MeshAxis& a : mesh.axes())
+    if (a.name == context.axis) return a.size;
+  return 1;
+}
+
+MeshGroups make_strategy_groups(comm::Communicator& world, const Strategy& strategy) {
+  if (strategy.context_ranks() <= 1) return make_mesh_groups(world, strategy.mesh);
+  return make_mesh_groups(world, strategy.mesh, strategy.mesh.axis(strategy.data_axis),
+                          strategy.mesh.axis(strategy.context.axis));
+}
+
 int Strategy::pipeline_ranks() const {
   for (const MeshAxis& a : mesh.axes())
     if (a.name == pipeline.axis) return a.size;
@@ -57,11 +83,13 @@ nlohmann::json to_json(const Strategy& s) {
             {"virtual_stages", s.pipeline.virtual_stages},
             {"stage_cuts", s.pipeline.stage_cuts}}}};
   if (!s.precision.empty()) json["precision"] = s.precision;
+  if (s.context_ranks() > 1)
+    json["context"] = {{"axis", s.context.axis}, {"method", context_method_name(s.context.method)}};
   return json;
 }
 
 Strategy strategy_from_json(const nlohmann::json& json) {
-  json_fields::check_keys("strategy", json, "the strategy", {"mesh", "data_axis", "seeds", "zero_stage", "micro_batches", "lowering", "pipeline", "precision"});
+  json_fields::check_keys("strategy", json, "the strategy", {"mesh", "data_axis", "seeds", "zero_stage", "micro_batches", "lowering", "pipeline", "precision", "context"});
   Strategy s;
   if (json.contains("mesh")) {
     const nlohmann::json& mesh = json.at("mesh");
@@ -111,6 +139,13 @@ Strategy strategy_from_json(const nlohmann::json& json) {
         s.pipeline.stage_cuts.push_back(cut.get<std::string>());
       }
     }
+  }
+  if (json.contains("context")) {
+    const nlohmann::json& c = json.at("context");
+    json_fields::check_keys("strategy", c, "context", {"axis", "method"});
+    s.context.axis = json_fields::field<std::string>("strategy", c, "context", "axis", s.context.axis);
+    s.context.method = context_method_from_name(
+        json_fields::field<std::string>("strategy", c, "context", "method", std::string(context_method_name(s.context.method))));
   }
   if (json.contains("precision")) {
     s.precision = json_fields::field<std::string>("strategy", json, "strategy", "precision", "");

@@ -60,6 +60,29 @@ struct PipelineOptions {
   bool operator==(const PipelineOptions&) const = default;
 };
 
+// Context parallelism (LightSeq's DistAttn, Li et al. 2023; DeepSpeed-
+// Ulysses): the tokens of every sequence split into chunks along a mesh
+// axis, through attention too. Every op but attention runs on its chunk
+// (the residual stream is seeded S(1) there: parallel/context_parallel.h);
+// attention gets the whole sequence by the method's exchange. Weights are
+// whole on the axis and their gradients come out P: they are reduced with
+// the data axis' in one group of data x context ranks, which ZeRO shards
+// over too. Off unless the mesh has the axis with more than one rank.
+enum class ContextMethod {
+  // DeepSpeed-Ulysses: q, k and v all-to-all from sequence chunks to head
+  // groups before attention, the output back after; the heads must divide
+  // by the axis' ranks.
+  all_to_all,
+};
+ContextMethod context_method_from_name(std::string_view name);  // px::Error naming the choices
+std::string_view context_method_name(ContextMethod method);
+
+struct ContextOptions {
+  std::string axis = "cp";
+  ContextMethod method = ContextMethod::all_to_all;
+  bool operator==(const ContextOptions&) const = default;
+};
+
 struct LoweringOptions {
   // Gradients are fused into buckets in the order backward produces them; a
   // bucket closes once it holds at least this many bytes (0: one per tensor).
@@ -103,6 +126,7 @@ struct Strategy {
   int micro_batches = 1;  // gradient accumulation (and the pipeline's M): the rank's rows in this many parts
   LoweringOptions lowering;
   PipelineOptions pipeline;
+  ContextOptions context;
   // The precision the model's GEMMs run in (graph/precision.h): "fp32" or
   // "bf16", as `parallax train --precision` says it. The graph carries it
   // (build_model stamps its nodes); the strategy records it, so a file
@@ -113,8 +137,15 @@ struct Strategy {
   int data_ranks() const { return mesh.size(data_axis); }
   // Ranks along the pipeline axis (1: no pipeline).
   int pipeline_ranks() const;
+  // Ranks along the context axis (1: no context parallelism).
+  int context_ranks() const;
   bool operator==(const Strategy&) const = default;
 };
+
+// This rank's groups for the strategy's mesh, with the data path's over
+// data x context ranks under context parallelism (collective: every rank
+// of `world` calls it).
+MeshGroups make_strategy_groups(comm::Communicator& world, const Strategy& strategy);
 
 // Strategies are built and validated in parallel/compose.h.
 

@@ -99,6 +99,22 @@ TEST(Compose, TheStrategyRecordsTheGraphsPrecisionThroughItsFile) {
       << error_of([&] { strategy_from_json(bad); });
 }
 
+// --cp puts a context axis after the data axis, its seeds and its method,
+// and a strategy file keeps them; an unknown method is named.
+TEST(Compose, ContextParallelismRoundTripsThroughItsFile) {
+  const nn::Model model = small_gpt();
+  const Strategy s = compose({.context_parallel = 2},
+                             {.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 4});
+  EXPECT_EQ(s.mesh.str(), "{dp:2, cp:2}");
+  EXPECT_EQ(s.context_ranks(), 2);
+  EXPECT_EQ(s.context.method, ContextMethod::all_to_all);
+  EXPECT_EQ(strategy_from_json(to_json(s)), s);
+  nlohmann::json bad = to_json(s);
+  bad["context"]["method"] = "ring-of-fire";
+  EXPECT_NE(error_of([&] { strategy_from_json(bad); }).find("method 'ring-of-fire' is not one of"), std::string::npos)
+      << error_of([&] { strategy_from_json(bad); });
+}
+
 TEST(Compose, EveryCombinationRuleIsANamedError) {
   const nn::Model model = small_gpt();
   const CompositionInputs two{.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 2};
@@ -126,6 +142,12 @@ TEST(Compose, EveryCombinationRuleIsANamedError) {
       {{.pipeline_parallel = 1, .pipeline = {.virtual_stages = 2}}, two, "2 virtual stages need a pipeline axis"},
       {{.pipeline = {.stage_cuts = {"h.1"}}}, two, "stage cuts (h.1) need a pipeline axis 'pp'"},
       {{.tensor_parallel = 3}, four, "--pp 1 x --tp 3 does not divide the job's 4 ranks"},
+      {{.context_parallel = 3}, four, "--pp 1 x --cp 3 x --tp 1 does not divide the job's 4 ranks"},
+      {{.compression = topk, .context_parallel = 2}, two,
+       "gradient compression (topk:0.1) and context parallelism (axis 'cp' of 2 ranks) do not combine"},
+      {{.p3_slice_bytes = 1024, .context_parallel = 2}, two, "P3 and context parallelism (axis 'cp' of 2 ranks)"},
+      {{.tensor_parallel = 2, .context_parallel = 2}, four,
+       "context parallelism by all-to-all (axis 'cp') and tensor parallelism (axis 'tp' of 2 ranks)"},
       {{.mesh_ranks = 8}, four, "--mesh names 8 ranks; this job has 4"},
   };
   for (const Case& c : cases) {

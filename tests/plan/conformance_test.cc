@@ -116,9 +116,8 @@ std::vector<Observed> run_step(const std::vector<parallel::Program>& programs, c
   std::vector<Observed> observed(static_cast<size_t>(world));
   comm::run_inproc(world, [&](comm::Communicator& comm) {
     const parallel::Program& program = programs[static_cast<size_t>(comm.rank())];
-    parallel::MeshGroups mesh = parallel::make_mesh_groups(comm, program.strategy.mesh);
-    AxisGroups groups;
-    for (comm::Communicator& c : mesh.axis) groups.push_back(&c);
+    parallel::MeshGroups mesh = parallel::make_strategy_groups(comm, program.strategy);
+    const AxisGroups groups = axis_groups(mesh);
     FlightRecorder recorder("", comm.rank(), world);
     ProgramExecutor executor(program, groups, {}, {.overlap = overlap, .trace = true});
     executor.set_parameters(params);
@@ -264,13 +263,9 @@ TEST_P(Conformance, AutomaticIsStampedAsTheAlgorithmThatRuns) {
   std::mutex mutex;
   std::set<std::string> algorithms;
   comm::run_inproc(world, [&](comm::Communicator& comm) {
-    parallel::MeshGroups mesh = parallel::make_mesh_groups(comm, strategy.mesh);
-    AxisGroups groups;
-    std::vector<comm::AlgorithmMenu> menus;
-    for (comm::Communicator& axis : mesh.axis) {
-      groups.push_back(&axis);
-      menus.push_back(comm::algorithm_menu(axis));
-    }
+    parallel::MeshGroups mesh = parallel::make_strategy_groups(comm, strategy);
+    const AxisGroups groups = axis_groups(mesh);
+    const std::vector<comm::AlgorithmMenu> menus = parallel::algorithm_menus(mesh);
     const parallel::Program program =
         parallel::lower({.forward = &model.graph, .loss = model.loss, .menus = menus}, strategy, comm.rank());
     ProgramExecutor executor(program, groups, {}, {.overlap = false});

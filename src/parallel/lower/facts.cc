@@ -29,23 +29,32 @@
 namespace px::parallel::passes {
 namespace {
 
-int group_of(Program& p, int axis, int subgroup) {
+// `context_axis` >= 0: the group spans that axis too (the data path under
+// context parallelism), ordered as parallel::make_mesh_groups orders it.
+int group_of(Program& p, int axis, int subgroup, int context_axis = -1) {
   for (size_t g = 0; g < p.groups.size(); ++g)
-    if (p.groups[g].axis == axis && p.groups[g].subgroup == subgroup) return static_cast<int>(g);
+    if (p.groups[g].axis == axis && p.groups[g].subgroup == subgroup && p.groups[g].context_axis == context_axis)
+      return static_cast<int>(g);
   const DeviceMesh& mesh = p.strategy.mesh;
-  CommGroup group{.axis = axis, .subgroup = subgroup};
+  CommGroup group{.axis = axis, .subgroup = subgroup, .context_axis = context_axis};
   std::vector<int> along;
   if (subgroup >= 0) along = p.subgroups.at(static_cast<size_t>(subgroup)).coords;
   else
     for (int c = 0; c < mesh.axes()[static_cast<size_t>(axis)].size; ++c) along.push_back(c);
+  const int context_size = context_axis >= 0 ? mesh.axes()[static_cast<size_t>(context_axis)].size : 1;
   std::vector<int> coords = p.coords;
   for (int c : along) {
-    if (c == p.coords[static_cast<size_t>(axis)]) group.rank = static_cast<int>(group.ranks.size());
     coords[static_cast<size_t>(axis)] = c;
-    group.ranks.push_back(mesh.rank_of(coords));
+    for (int k = 0; k < context_size; ++k) {
+      if (context_axis >= 0) coords[static_cast<size_t>(context_axis)] = k;
+      if (coords == p.coords) group.rank = static_cast<int>(group.ranks.size());
+      group.ranks.push_back(mesh.rank_of(coords));
+    }
   }
   coords[static_cast<size_t>(axis)] = -1;
-  group.key = fmt::format("{}/{}/{}", axis, subgroup, fmt::join(coords, ","));
+  if (context_axis >= 0) coords[static_cast<size_t>(context_axis)] = -1;
+  group.key = context_axis >= 0 ? fmt::format("{}+{}/{}/{}", axis, context_axis, subgroup, fmt::join(coords, ","))
+                                : fmt::format("{}/{}/{}", axis, subgroup, fmt::join(coords, ","));
   p.groups.push_back(std::move(group));
   return static_cast<int>(p.groups.size() - 1);
 }
@@ -63,7 +72,10 @@ Resolved resolve(const Program& p, const std::vector<comm::AlgorithmMenu>& menus
   Resolved r{.wire = p.collective};
   const int ranks = static_cast<int>(group.ranks.size());
   if (menus.empty() || ranks <= 1) return r;
-  const comm::AlgorithmMenu& menu = menus.at(static_cast<size_t>(group.axis));
+  // The data x context group's menu follows the axes' (LowerRequest::menus).
+  const size_t slot = group.context_axis >= 0 ? p.strategy.mesh.axes().size() : static_cast<size_t>(group.axis);
+  if (slot >= menus.size()) return r;
+  const comm::AlgorithmMenu& menu = menus[slot];
   r.algorithm = comm::choose_algorithm(menu, kind, static_cast<double>(bytes), ranks, p.collective);
   r.wire.algorithm = r.algorithm;
   if (r.wire.ranks_per_node == 0) r.wire.ranks_per_node = menu.ranks_per_host;
@@ -112,8 +124,10 @@ void facts(const Context& c, Program& p, const std::vector<comm::AlgorithmMenu>&
   for (Instr& instr : p.instrs) {
     instr.lane = {};
     if (const auto* collective = std::get_if<Collective>(&instr.op)) {
-      instr.group = group_of(p, collective->axis, collective->subgroup);
-      if (collective->axis == c.data_axis && collective->subgroup < 0 && c.data_size > 1)
+      // The data path runs over data x context ranks (Strategy::context).
+      const bool data_path = collective->axis == c.data_axis && collective->subgroup < 0;
+      instr.group = group_of(p, collective->axis, collective->subgroup, data_path ? c.context_axis : -1);
+      if (data_path && c.data_size > 1)
         instr.lane = {.kind = Lane::Kind::progress, .axis = c.data_axis};
       stamp_collective(p, menus, *collective, instr);
     } else if (const auto* reshard = std::get_if<Reshard>(&instr.op)) {

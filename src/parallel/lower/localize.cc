@@ -107,10 +107,10 @@ void localize(const Context& c, Program& program) {
     global_rows = rows;
   }
   if (global_rows < 0) {
-    if (c.data_size > 1)
+    if (c.row_ranks > 1)
       fail("lowering: no graph input is split S(0) along the data axis '{}', so {} ranks would compute the same "
            "thing: seed the batch inputs",
-           c.strategy.data_axis, c.data_size);
+           c.strategy.data_axis, c.row_ranks);
     global_rows = 1;
   }
   // Fewer rows than data-parallel ranks (an epoch's partial last batch)
@@ -119,7 +119,7 @@ void localize(const Context& c, Program& program) {
   program.global_rows = global_rows;
   for (size_t v = 0; v < graph.values().size(); ++v) program.batch_rows.push_back(c.data_placement(static_cast<ValueId>(v)) == Placement::S(0));
   // The rows the tasks serve this rank (parallel/row_split.h), in micro-batches cut the same way.
-  const RowRange mine = shard_rows(global_rows, c.data_rank, c.data_size);
+  const RowRange mine = shard_rows(global_rows, c.row_rank, c.row_ranks);
   std::map<int64_t, int> graph_of_rows;
   for (int m = 0; m < c.strategy.micro_batches; ++m) {
     const RowRange part = shard_rows(mine.size(), m, c.strategy.micro_batches);

@@ -118,11 +118,15 @@ void optimizer(const Context& c, Program& p) {
     if (buffer.kind == Buffer::Kind::grad_bucket) reduced[static_cast<size_t>(buffer.bucket)] = static_cast<int>(i);
   }
   const std::vector<std::vector<Piece>> pieces = pieces_of(p, sharded);
-  // Model axes (not the data axis) of more than one rank: parameters split
-  // along them hold different elements on each rank, replicated ones the same.
+  // Model axes (not the data axis, nor the context axis, whose ranks hold
+  // the gradients the data path reduced with it) of more than one rank:
+  // parameters split along them hold different elements on each rank,
+  // replicated ones the same.
   std::vector<int> model_axes;
   for (size_t a = 0; a < c.strategy.mesh.axes().size(); ++a)
-    if (static_cast<int>(a) != c.data_axis && c.strategy.mesh.axes()[a].size > 1) model_axes.push_back(static_cast<int>(a));
+    if (static_cast<int>(a) != c.data_axis && static_cast<int>(a) != c.context_axis &&
+        c.strategy.mesh.axes()[a].size > 1)
+      model_axes.push_back(static_cast<int>(a));
   const int norm = c.strategy.lowering.global_norm ? emit_norm(c, p, reduced, pieces, model_axes, sharded) : -1;
   if (!c.strategy.lowering.updates) return;
   for (size_t b = 0; b < p.buckets.size(); ++b) {

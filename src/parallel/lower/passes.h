@@ -46,8 +46,13 @@ struct Context {
   const Graph& graph;
   const Strategy& strategy;
   std::vector<int> coords;  // this rank's, in the mesh
+  // The data path's group: the data axis, joined with the context axis
+  // under context parallelism (weight gradients are summands along both;
+  // ZeRO shards over both). Rows are split along the data axis alone.
   int data_rank = 0, data_size = 1;
-  int data_axis = 0;   // index in the mesh
+  int row_rank = 0, row_ranks = 1;  // along the data axis: whose rows
+  int data_axis = 0;     // index in the mesh
+  int context_axis = -1;  // index in the mesh of the context axis of more than one rank, or -1
   int zero_stage = 0;  // the strategy's, or 0 on a data axis of one rank (nothing to shard)
   int forward_nodes = 0;  // nodes [0, forward_nodes) are forward, the rest backward
   ValueId loss = kNoValue;
@@ -101,7 +106,7 @@ void back_pressure(Program& program, int bucket_buffers);
 
 // How every instruction runs (program.h's table): its lane, and for what
 // talks to other ranks its group, sequence number, algorithm (automatic
-// resolved by the run's `menus`, one per mesh axis, when given) and wire
+// resolved by the run's `menus`, LowerRequest::menus, when given) and wire
 // bytes. The last pass: nothing after it moves instructions.
 void facts(const Context& context, Program& program, const std::vector<comm::AlgorithmMenu>& menus);
 

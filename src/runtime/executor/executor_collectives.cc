@@ -56,8 +56,8 @@ comm::CollectiveOptions ProgramExecutor::options_of(const parallel::Instr& instr
 
 comm::Communicator* ProgramExecutor::communicator_of(const parallel::Instr& instr) {
   const parallel::CommGroup& group = program_.groups[static_cast<size_t>(instr.group)];
-  return group.subgroup >= 0 ? &subgroups_[static_cast<size_t>(group.subgroup)]
-                             : groups_[static_cast<size_t>(group.axis)];
+  if (group.subgroup >= 0) return &subgroups_[static_cast<size_t>(group.subgroup)];
+  return group.context_axis >= 0 ? data_group_ : groups_[static_cast<size_t>(group.axis)];
 }
 
 // A compressed gradient's exchange through its codec, as a job on either

@@ -131,9 +131,16 @@ void ProgramExecutor::reshard(int id, const parallel::Reshard& op, const StepInp
   PX_CHECK(in.defined(), "reshard #{}: its input '{}' was not computed", id, g.value(node.inputs.front()).name);
   comm::Communicator* comm = groups_[static_cast<size_t>(op.axis)];
   const double start = comm::now_us();
-  // The value with this axis' split undone: the larger of the two sides.
+  // The value with this axis' split undone: the larger of the two sides,
+  // or for an all-to-all (S(d) -> S(e)) the input with dim d as the
+  // output has it.
   const Shape& out_shape = g.spec(node.outputs.front()).shape;
-  const Shape whole = op.from.is_split() ? out_shape : in.shape();
+  Shape whole = op.from.is_split() && !op.to.is_split() ? out_shape : in.shape();
+  if (op.from.is_split() && op.to.is_split()) {
+    std::vector<int64_t> dims = in.shape().dims();
+    dims[static_cast<size_t>(op.from.dim)] = out_shape[op.from.dim];
+    whole = Shape(dims);
+  }
   Tensor out = comm == nullptr ? in : reshard_tensor(*comm, in, op.from, op.to, whole, options_of(program_.instrs[static_cast<size_t>(id)]));
   PX_CHECK(out.shape() == out_shape, "reshard #{} gives {}, the program expects {}", id, out.shape(), out_shape);
   live[static_cast<size_t>(node.outputs.front())] = out;

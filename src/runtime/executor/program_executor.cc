@@ -53,7 +53,7 @@ int64_t slice_bytes(const parallel::Program& program) {
 
 ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, OptimizerConfig optimizer,
                                  parallel::ExecutionOptions options)
-    : program_(std::move(program)), groups_(std::move(groups)),
+    : program_(std::move(program)), groups_(std::move(groups.axis)), data_group_(groups.data),
       group_(nullptr), options_(options) {
   const auto& axes = program_.strategy.mesh.axes();
   if (groups_.empty()) groups_.assign(axes.size(), nullptr);
@@ -68,7 +68,16 @@ ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, O
   }
   sent_before_.assign(axes.size(), 0);
   make_pipeline_groups();
-  group_ = groups_[static_cast<size_t>(progress_axis(program_))];
+  // Under context parallelism the data path spans the context axis too.
+  const bool joined = std::any_of(program_.groups.begin(), program_.groups.end(),
+                                  [](const parallel::CommGroup& g) { return g.context_axis >= 0; });
+  if (joined) {
+    const int expected = program_.strategy.data_ranks() * program_.strategy.context_ranks();
+    if (data_group_ == nullptr || data_group_->size() != expected)
+      fail("the program's data path spans {} ranks (data x context axes), the executor was given a group of {}",
+           expected, data_group_ ? data_group_->size() : 0);
+  }
+  group_ = joined ? data_group_ : groups_[static_cast<size_t>(progress_axis(program_))];
   const int group_size = group_ ? group_->size() : 1;
   PX_CHECK(!program_.graphs.empty(), "a program without a local graph (rank {} has no rows)", program_.rank);
   if (group_size > 1 && options_.overlap) {
@@ -318,12 +327,23 @@ void ProgramExecutor::finish() {
   collect_engine_trace();
 }
 
+AxisGroups axis_groups(parallel::MeshGroups& mesh) {
+  AxisGroups groups;
+  for (comm::Communicator& c : mesh.axis) groups.axis.push_back(&c);
+  if (mesh.data) groups.data = &*mesh.data;
+  return groups;
+}
+
 uint64_t ProgramExecutor::axis_bytes_sent(size_t axis) const {
   const comm::Communicator* group = groups_[axis];
-  if (group == nullptr) return 0;
-  // The data axis' collectives run on the progress engine's own split of
-  // its group (whatever a step leaves in flight counts in the next).
-  return group->bytes_sent() + (group == group_ && engine_ ? engine_->bytes_sent() : 0);
+  uint64_t sent = group != nullptr ? group->bytes_sent() : 0;
+  // The data path's collectives run on the progress engine's own split of
+  // its group (whatever a step leaves in flight counts in the next); under
+  // context parallelism that group is its own, counted on the data axis.
+  const bool data_path = static_cast<int>(axis) == program_.strategy.mesh.axis(program_.strategy.data_axis);
+  if (group_ != nullptr && group_ != group && data_path) sent += group_->bytes_sent();
+  if (group_ != nullptr && engine_ && (group == group_ || data_path)) sent += engine_->bytes_sent();
+  return sent;
 }
 
 }  // namespace px

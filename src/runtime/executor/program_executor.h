@@ -104,9 +104,16 @@ struct ExecutorMemory {
 Tensor reshard_tensor(comm::Communicator& comm, const Tensor& in, const Placement& from, const Placement& to,
                       const Shape& whole, const comm::CollectiveOptions& options = {});
 
-// This rank's communicator on each mesh axis, by axis index (nullptr: the
-// axis has one rank). Empty: one rank everywhere.
-using AxisGroups = std::vector<comm::Communicator*>;
+// This rank's communicators: one on each mesh axis, by axis index (nullptr:
+// the axis has one rank; empty: one rank everywhere), and under context
+// parallelism the data path's, over data x context ranks
+// (parallel::MeshGroups::data).
+struct AxisGroups {
+  std::vector<comm::Communicator*> axis;
+  comm::Communicator* data = nullptr;
+};
+// Pointers into `mesh`, which must outlive the executor.
+AxisGroups axis_groups(parallel::MeshGroups& mesh);
 
 class ProgramExecutor {
  public:
@@ -300,8 +307,9 @@ class ProgramExecutor {
   parallel::Program program_;  // the active program
   parallel::Liveness liveness_;
   std::vector<Lowering> programs_;  // the others (add_program)
-  AxisGroups groups_;
-  comm::Communicator* group_;  // the progress lane's axis' (the data axis)
+  std::vector<comm::Communicator*> groups_;  // by mesh axis (AxisGroups::axis)
+  comm::Communicator* data_group_ = nullptr;  // AxisGroups::data: data x context ranks
+  comm::Communicator* group_;  // the progress lane's: the data path's
   std::vector<uint64_t> sent_before_;  // per mesh axis: axis_bytes_sent() when the step began
   uint64_t axis_bytes_sent(size_t axis) const;  // this rank's bytes sent so far on a mesh axis
   parallel::ExecutionOptions options_;

@@ -66,7 +66,7 @@ void RankTrainer::log_totals() {
   const ExecutorMemory memory = executor_->memory();
   result_.gradient_buffer_peak_bytes = only_shard_kept(memory) ? memory.gradient_buffer_peak : 0;
   result_.gathered_parameter_peak_bytes = memory.gathered_parameter_peak;
-  const int zero = data_ranks_ > 1 ? strategy_.zero_stage : 0;
+  const int zero = data_ranks_ * strategy_.context_ranks() > 1 ? strategy_.zero_stage : 0;
   if (zero >= 2)
     log_ << fmt::format("ZeRO-{} bucket buffers: at most {:.2f} MiB alive at once (up to {} buckets of ~{:.2f} MiB)\n",
                         zero, double(result_.gradient_buffer_peak_bytes) / (1 << 20), o_.sync.bucket_buffers,

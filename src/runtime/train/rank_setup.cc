@@ -99,11 +99,9 @@ void RankTrainer::lower_and_load() {
   // This rank's group on every mesh axis (tp innermost: consecutive ranks).
   AxisGroups groups;
   if (group_ != nullptr) {
-    mesh_groups_ = parallel::make_mesh_groups(*group_, strategy_.mesh);
-    for (comm::Communicator& c : mesh_groups_.axis) {
-      groups.push_back(&c);
-      menus_.push_back(comm::algorithm_menu(c));
-    }
+    mesh_groups_ = parallel::make_strategy_groups(*group_, strategy_);
+    groups = axis_groups(mesh_groups_);
+    menus_ = parallel::algorithm_menus(mesh_groups_);
   }
   const int data_axis = strategy_.mesh.axis(strategy_.data_axis);
   data_rank_ = strategy_.mesh.coords(rank_)[static_cast<size_t>(data_axis)];
@@ -192,11 +190,13 @@ void RankTrainer::log_start() {
                               .optimizer_state = static_cast<double>(m.optimizer_state)};
   // Ψ here is this rank's model shard (all of it without tensor parallelism).
   const int64_t shard_parameters = program.param_count;
-  const int zero = data_ranks_ > 1 ? strategy_.zero_stage : 0;
-  if (world_ > 1) log_ << describe_rank_memory(zero, data_ranks_, slots_, shard_parameters, result_.memory) << "\n";
-  if (strategy_.mesh.ranks() > data_ranks_ * strategy_.pipeline_ranks()) {
+  // ZeRO shards over the data path's ranks: data x context.
+  const int sharing = data_ranks_ * strategy_.context_ranks();
+  const int zero = sharing > 1 ? strategy_.zero_stage : 0;
+  if (world_ > 1) log_ << describe_rank_memory(zero, sharing, slots_, shard_parameters, result_.memory) << "\n";
+  if (strategy_.mesh.ranks() > sharing * strategy_.pipeline_ranks()) {
     TensorParallelShare share{.split = 0, .replicated = 0,
-                              .ranks = strategy_.mesh.ranks() / data_ranks_ / strategy_.pipeline_ranks()};
+                              .ranks = strategy_.mesh.ranks() / sharing / strategy_.pipeline_ranks()};
     for (const parallel::ParamLayout& p : program.params)
       (p.shape == p.global_shape ? share.replicated : share.split) += p.global_shape.numel();
     log_ << describe_tensor_parallel_share(share, shard_parameters) << "\n";
