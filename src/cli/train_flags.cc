@@ -109,9 +109,10 @@ void add_parallel_flags(CLI::App& cmd, TrainFlags& flags) {
   cmd.add_option("--cp", o.sync.context_parallel, "context parallelism: ranks each sequence is split over, through "
                                                   "attention too (mesh {pp, dp, cp, tp}; see --cp-method)")
       ->capture_default_str();
-  cmd.add_option("--cp-method", flags.cp_method, "how attention sees the whole sequence under --cp: all-to-all "
-                                                 "(DeepSpeed-Ulysses: heads scattered, tokens gathered; --cp must "
-                                                 "divide --heads)")
+  cmd.add_option("--cp-method", flags.cp_method, "how attention sees the whole sequence under --cp: ring (each "
+                                                 "rank keeps its queries, key/value blocks passed around) or "
+                                                 "all-to-all (DeepSpeed-Ulysses: heads scattered, tokens gathered; "
+                                                 "--cp must divide --heads)")
       ->capture_default_str();
   cmd.add_option("--pp", o.sync.pipeline_parallel, "pipeline stages: the graph cut into this many stages, each on "
                                                    "its own ranks (mesh {pp, dp, tp})")

@@ -21,7 +21,7 @@ struct TrainFlags {
   std::string mesh;  // "pp=2,dp=2,tp=2"
   int micro_batches = 0;  // --micro-batches (0: not given; --accumulation's number)
   std::string schedule = "1f1b";
-  std::string cp_method = "all-to-all";
+  std::string cp_method = "ring";
   std::string stage_cuts;  // "h.2,h.4"
   std::string recompute = "none";
   std::string progress = "auto";  // auto, bar or lines

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <span>
 
+#include "core/block.h"
 #include "core/dtype.h"
 
 namespace px::comm {
@@ -35,16 +36,9 @@ inline void copy_bytes(void* to, const void* from, size_t bytes) {
   if (bytes > 0) std::memcpy(to, from, bytes);
 }
 
-// Block i of n elements cut into p blocks: the first n % p blocks hold one
-// element more. Every algorithm uses this cut, so reduce-scatter's output on
-// rank r is block r whatever the algorithm.
-struct Block {
-  int64_t begin = 0;
-  int64_t count = 0;
-};
-inline Block block(int64_t n, int p, int i) {
-  int64_t base = n / p, extra = n % p;
-  return {i * base + (i < extra ? i : extra), base + (i < extra ? 1 : 0)};
-}
+// Every algorithm cuts a buffer by core/block.h's rule, so reduce-scatter's
+// output on rank r is block r whatever the algorithm.
+using px::Block;
+using px::block;
 
 }  // namespace px::comm

@@ -46,6 +46,13 @@ struct PlacementSignature {
   // by the shard count: a reshape that splits heads with their channels
   // inside needs whole heads on every shard.
   bool even = false;
+  // > 0: holds only on an axis of exactly this many ranks, its split dims
+  // cut by core/block.h's rule (context parallelism's blocked layout: a
+  // rank's tokens are exactly its block).
+  int ranks = 0;
+  // Along its split dim the ranks exchange blocks (ring_shift): the
+  // lowering's transfers do it, not the kernel, which sees one block.
+  bool exchanges = false;
   bool operator==(const PlacementSignature&) const = default;
   std::string str() const;  // "data_parallel: (S(0), B) -> (S(0))"
 };

@@ -37,7 +37,7 @@ struct StrategyRequest {
   bool sequence_parallel = false;  // and LayerNorm/dropout/residuals split along the sequence
   int pipeline_parallel = 1;       // pipeline stages (mesh {pp, dp, cp, tp}: pp outermost)
   int context_parallel = 1;        // ranks each sequence is split over (the cp axis; Strategy::context)
-  ContextMethod context_method = ContextMethod::all_to_all;
+  ContextMethod context_method = ContextMethod::ring;
   PipelineOptions pipeline;        // schedule, virtual stages, stage cuts
   Recompute recompute = Recompute::none;  // activation recomputation
   int mesh_ranks = 0;              // --mesh or a --strategy file: the ranks it names (0: neither)

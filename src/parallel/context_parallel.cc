@@ -57,6 +57,8 @@ std::vector<PlacementSeed> context_parallel_seeds(const Graph& graph, const Cont
     fail("context parallelism: no value of the model is made from its inputs with the sequence ({} tokens) as dim "
          "1, so there is nothing to split",
          tokens);
+  // The ring keeps every value split along the sequence: nothing else to seed.
+  if (options.method == ContextMethod::ring) return seeds;
   for (const Node* n : attention) {
     const Shape& shape = graph.spec(n->inputs.front()).shape;
     const int64_t heads = shape[3];
@@ -82,6 +84,47 @@ std::vector<PlacementSeed> context_parallel_seeds(const Graph& graph, const Cont
       seeds.push_back({graph.value(next.front()->outputs.front()).name, options.axis, Placement::S(1)});
   }
   return seeds;
+}
+
+void ring_attention(Graph& graph, int parts) {
+  std::vector<int> sites;
+  for (size_t i = 0; i < graph.nodes().size(); ++i)
+    if (graph.nodes()[i].origin < 0 && graph.nodes()[i].op() == "attention") sites.push_back(static_cast<int>(i));
+  // Later sites first: inserting nodes moves only those behind the insertion.
+  for (auto site = sites.rbegin(); site != sites.rend(); ++site) {
+    const Node attention = graph.nodes()[static_cast<size_t>(*site)];
+    const ValueId qkv = attention.inputs.front(), out = attention.outputs.front();
+    const int64_t tokens = graph.spec(qkv).shape[1];
+    int at = *site;
+    auto add = [&](const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs,
+                   const std::string& what) { return graph.insert_after(at++, op, inputs, attrs, attention.name + "." + what); };
+    const Attrs blocking{{"tokens", tokens}, {"parts", int64_t{parts}}};
+    const ValueId blocked = add("to_blocks", {qkv}, blocking, "blocks").front();
+    ValueId kv = add("narrow", {blocked}, {{"dim", int64_t{3}}, {"start", int64_t{1}}, {"length", int64_t{2}}}, "kv").front();
+    std::vector<ValueId> outs, lses;
+    for (int j = 0; j < parts; ++j) {
+      // The next block is asked for before this one is used: its transfer
+      // overlaps this block's attention.
+      const ValueId next = j + 1 < parts ? add("ring_shift", {kv}, {{"step", int64_t{1}}}, fmt::format("kv{}", j + 1)).front()
+                                         : kNoValue;
+      Attrs attrs = blocking;
+      attrs.set("shift", int64_t{j});
+      const std::vector<ValueId> part = add("block_attention", {blocked, kv}, attrs, fmt::format("block{}", j));
+      outs.push_back(part[0]);
+      lses.push_back(part[1]);
+      kv = next;
+    }
+    std::vector<ValueId> merged_inputs = outs;
+    merged_inputs.insert(merged_inputs.end(), lses.begin(), lses.end());
+    const ValueId merged = add("merge_attention", merged_inputs, {}, "merge").front();
+    const ValueId whole = add("from_blocks", {merged}, blocking, "out").front();
+    // Every reader of attention's output reads the ring's.
+    for (int n = at + 1; n < static_cast<int>(graph.nodes().size()); ++n)
+      for (size_t i = 0; i < graph.nodes()[static_cast<size_t>(n)].inputs.size(); ++i)
+        if (graph.nodes()[static_cast<size_t>(n)].inputs[i] == out) graph.set_input(n, i, whole);
+    for (const auto& [name, value] : graph.outputs())
+      PX_CHECK(value != out, "ring attention: graph output '{}' is attention's output", name);
+  }
 }
 
 }  // namespace px::parallel

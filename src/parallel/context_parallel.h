@@ -33,4 +33,19 @@ namespace px::parallel {
 // head count `ranks` does not divide.
 std::vector<PlacementSeed> context_parallel_seeds(const Graph& graph, const ContextOptions& options, int ranks);
 
+// The ring (ContextMethod::ring), as graph rewriting before autodiff: each
+// attention node's readers read instead
+//   qkv_b = to_blocks(qkv)                    (B, P, L, 3, H, D): P = `parts` blocks
+//   kv_0 = k|v of qkv_b; kv_j = ring_shift(kv_{j-1})   each block's keys, passed on
+//   out_j, lse_j = block_attention(qkv_b, kv_j, shift j)  queries against the block held
+//   out = from_blocks(merge_attention(out_*, lse_*))     merged by log-sum-exp
+// (graph/ops/seq_blocks.cc, ring_shift.cc, block_attention.cc). Split along
+// the context axis each rank holds one block of everything: ring_shift is
+// a send to the next rank and a receive from the previous one
+// (lower/schedule.cc), and autodiff's ring_shift(-1) passes the key/value
+// gradients back the same way. Every value stays S(1): nothing is gathered.
+// The attention nodes stay, unread (the lowering schedules only what the
+// loss needs).
+void ring_attention(Graph& graph, int parts);
+
 }  // namespace px::parallel

@@ -7,6 +7,7 @@
 #include "graph/autodiff.h"
 #include "graph/precision.h"
 #include "parallel/compose.h"
+#include "parallel/context_parallel.h"
 #include "parallel/lower/passes.h"
 
 namespace px::parallel {
@@ -106,6 +107,8 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   if (rank < 0 || rank >= strategy.mesh.ranks())
     fail("lowering: rank {} is outside mesh {} of {} ranks", rank, strategy.mesh.str(), strategy.mesh.ranks());
   Graph graph = *request.forward;  // backward is added to a copy
+  if (strategy.context_ranks() > 1 && strategy.context.method == ContextMethod::ring)
+    ring_attention(graph, strategy.context_ranks());
   int forward_nodes = static_cast<int>(graph.nodes().size());
   std::vector<ParamGrad> grads = with_backward(graph, request);
   forward_nodes += store_gemm_operands_in_bf16(graph);  // its casts follow forward nodes

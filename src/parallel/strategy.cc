@@ -27,14 +27,16 @@ std::string_view recompute_name(Recompute recompute) {
 }
 
 ContextMethod context_method_from_name(std::string_view name) {
+  if (name == "ring") return ContextMethod::ring;
   if (name == "all-to-all") return ContextMethod::all_to_all;
-  fail("context-parallel method '{}' is not one of: all-to-all (DeepSpeed-Ulysses: heads scattered, the sequence "
-       "gathered around attention)",
+  fail("context-parallel method '{}' is not one of: ring (key/value blocks passed around the ranks), all-to-all "
+       "(DeepSpeed-Ulysses: heads scattered, the sequence gathered around attention)",
        name);
 }
 
 std::string_view context_method_name(ContextMethod method) {
   switch (method) {
+    case ContextMethod::ring: return "ring";
     case ContextMethod::all_to_all: return "all-to-all";
   }
   return "?";

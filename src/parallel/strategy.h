@@ -69,6 +69,10 @@ struct PipelineOptions {
 // the data axis' in one group of data x context ranks, which ZeRO shards
 // over too. Off unless the mesh has the axis with more than one rank.
 enum class ContextMethod {
+  // LightSeq's DistAttn / ring attention: each rank keeps its queries and
+  // passes key/value blocks around the axis, merging the partial results
+  // by their log-sum-exps (parallel/context_parallel.h's rewrite).
+  ring,
   // DeepSpeed-Ulysses: q, k and v all-to-all from sequence chunks to head
   // groups before attention, the output back after; the heads must divide
   // by the axis' ranks.
@@ -79,7 +83,7 @@ std::string_view context_method_name(ContextMethod method);
 
 struct ContextOptions {
   std::string axis = "cp";
-  ContextMethod method = ContextMethod::all_to_all;
+  ContextMethod method = ContextMethod::ring;
   bool operator==(const ContextOptions&) const = default;
 };
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "core/block.h"
 #include "op_harness.h"
 
 namespace px {
@@ -25,6 +26,13 @@ struct Split {
   int64_t lo, hi;
 };
 Split chunk(int64_t n, int k, int r) { return {n * r / k, n * (r + 1) / k}; }
+// A signature bound to an axis of its own rank count (PlacementSignature::
+// ranks) is cut by core/block.h's rule, as the lowering cuts it.
+Split cut(const PlacementSignature& sig, int64_t n, int k, int r) {
+  if (sig.ranks == 0) return chunk(n, k, r);
+  const Block b = block(n, k, r);
+  return {b.begin, b.begin + b.count};
+}
 
 // Splits `full` into k random summands (float only).
 std::vector<Tensor> partial_parts(const Tensor& full, int k, Rng& rng) {
@@ -73,10 +81,10 @@ Tensor concat_split(const std::vector<Tensor>& parts, const Placement& p) {
 }
 
 // The box of shard r of a tensor placed `p` (empty when whole or grouped).
-ShardBox box_of(const Shape& full, const Placement& p, int k, int r) {
+ShardBox box_of(const PlacementSignature& sig, const Shape& full, const Placement& p, int k, int r) {
   if (!p.is_split() || p.groups != 1) return {};
   ShardBox box{std::vector<int64_t>(static_cast<size_t>(full.rank()), 0), full};
-  box.offset[static_cast<size_t>(p.dim)] = chunk(full[p.dim], k, r).lo;
+  box.offset[static_cast<size_t>(p.dim)] = cut(sig, full[p.dim], k, r).lo;
   return box;
 }
 
@@ -99,7 +107,7 @@ std::string check_signature(const OpDef& def, const OpExample& ex, const Placeme
     if (p.kind == Placement::Kind::split) {
       if (inputs[i].dim(p.dim) / p.groups < k) return "skip";  // a shard would be empty
       for (int r = 0; r < k; ++r)
-        shard_inputs[r].push_back(slice_split(inputs[i], p, chunk(inputs[i].dim(p.dim) / p.groups, k, r)));
+        shard_inputs[r].push_back(slice_split(inputs[i], p, cut(sig, inputs[i].dim(p.dim) / p.groups, k, r)));
     } else if (p.kind == Placement::Kind::partial) {
       if (p.reduce != Placement::Reduce::sum) return "skip";  // no op consumes a partial maximum
       auto parts = partial_parts(inputs[i], k, rng);
@@ -114,15 +122,15 @@ std::string check_signature(const OpDef& def, const OpExample& ex, const Placeme
     OpContext ctx{.seed = kPlacementCheckSeed};
     std::vector<TensorSpec> local_in, local_out;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      ctx.inputs.push_back(box_of(inputs[i].shape(), sig.inputs[i], k, r));
+      ctx.inputs.push_back(box_of(sig, inputs[i].shape(), sig.inputs[i], k, r));
       local_in.push_back({shard_inputs[r][i].shape(), shard_inputs[r][i].dtype()});
     }
     for (size_t o = 0; o < full.size(); ++o) {
       const Placement& p = sig.outputs[o];
-      ctx.outputs.push_back(box_of(full[o].shape(), p, k, r));
+      ctx.outputs.push_back(box_of(sig, full[o].shape(), p, k, r));
       std::vector<int64_t> dims = full[o].shape().dims();
       if (p.is_split()) {
-        const Split s = chunk(dims[static_cast<size_t>(p.dim)] / p.groups, k, r);
+        const Split s = cut(sig, dims[static_cast<size_t>(p.dim)] / p.groups, k, r);
         dims[static_cast<size_t>(p.dim)] = p.groups * (s.hi - s.lo);
       }
       local_out.push_back({Shape(dims), full[o].dtype()});
@@ -166,7 +174,11 @@ TEST(PlacementCheck, EverySignatureOfEveryOpReproducesTheUnsplitResult) {
     const OpDef& def = OpRegistry::instance().get(name);
     for (const OpExample& ex : def.examples()) {
       for (const auto& sig : def.signatures(ex.inputs, ex.attrs)) {
-        for (int k : {2, 3}) {
+        // Blocks exchanged between ranks are the lowering's transfers
+        // (tests/parallel/context_parallel_test.cc holds them).
+        if (sig.exchanges) continue;
+        const std::vector<int> counts = sig.ranks > 0 ? std::vector<int>{sig.ranks} : std::vector<int>{2, 3};
+        for (int k : counts) {
           std::string problem = check_signature(def, ex, sig, k, rng);
           if (problem == "skip") continue;
           EXPECT_EQ(problem, "") << name << " " << ex.attrs.str() << " " << sig.str() << " k=" << k;
@@ -226,7 +238,7 @@ Tensor combine_two(const std::vector<Tensor>& parts, const Placement& p, std::st
 std::string check_two_axes(const OpDef& def, const OpExample& ex, const PlacementSignature& outer,
                            const PlacementSignature& inner, Rng& rng) {
   for (const PlacementSignature* s : {&outer, &inner}) {
-    if (s->even) return "skip";
+    if (s->even || s->ranks > 0 || s->exchanges) return "skip";
     for (const Placement& p : s->inputs)
       if ((p.is_split() && p.groups != 1) || (p.is_partial() && p.reduce != Placement::Reduce::sum)) return "skip";
     for (const Placement& p : s->outputs)

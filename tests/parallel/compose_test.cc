@@ -107,7 +107,7 @@ TEST(Compose, ContextParallelismRoundTripsThroughItsFile) {
                              {.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 4});
   EXPECT_EQ(s.mesh.str(), "{dp:2, cp:2}");
   EXPECT_EQ(s.context_ranks(), 2);
-  EXPECT_EQ(s.context.method, ContextMethod::all_to_all);
+  EXPECT_EQ(s.context.method, ContextMethod::ring);
   EXPECT_EQ(strategy_from_json(to_json(s)), s);
   nlohmann::json bad = to_json(s);
   bad["context"]["method"] = "ring-of-fire";
@@ -146,7 +146,7 @@ TEST(Compose, EveryCombinationRuleIsANamedError) {
       {{.compression = topk, .context_parallel = 2}, two,
        "gradient compression (topk:0.1) and context parallelism (axis 'cp' of 2 ranks) do not combine"},
       {{.p3_slice_bytes = 1024, .context_parallel = 2}, two, "P3 and context parallelism (axis 'cp' of 2 ranks)"},
-      {{.tensor_parallel = 2, .context_parallel = 2}, four,
+      {{.tensor_parallel = 2, .context_parallel = 2, .context_method = ContextMethod::all_to_all}, four,
        "context parallelism by all-to-all (axis 'cp') and tensor parallelism (axis 'tp' of 2 ranks)"},
       {{.mesh_ranks = 8}, four, "--mesh names 8 ranks; this job has 4"},
   };

@@ -1,16 +1,20 @@
 // Context parallelism against a single rank: the GPT with dropout, each
-// sequence split over cp ranks through attention (all-to-all: DeepSpeed-
-// Ulysses), at cp = 2 and 4 (4 heads) and cp = 3 (6 heads, a block of 16
-// tokens that 3 does not divide), a block of 15 at cp = 2, dp=2 x cp=2 with
-// ZeRO-2 over the data x context ranks, and pp=2 x cp=2. Per-step losses
-// over 50 steps within 1e-5 relative of one rank on the same global batch.
+// sequence split over cp ranks through attention, by the ring (key/value
+// blocks passed around) and by all-to-all (DeepSpeed-Ulysses), at cp = 2
+// and 4 (4 heads) and cp = 3 (6 heads, a block of 16 tokens that 3 does not
+// divide), a block of 15 at cp = 2, dp=2 x cp=2 with ZeRO-2 over the data x
+// context ranks, and pp=2 x cp=2; the ring also at cp=2 x tp=2 with
+// sequence parallelism. Per-step losses over 50 steps within 1e-5 relative
+// of one rank on the same global batch.
 // Also what the lowering emits (the exchanges around attention, gradients
 // reduced once over data x context ranks), the named errors, and resuming
 // a checkpoint under another cp degree.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <sstream>
 
+#include "core/block.h"
 #include "nn/gpt.h"
 #include "nn/build_model.h"
 #include "parallel/compose.h"
@@ -38,17 +42,24 @@ TrainOptions gpt_job(int heads, int64_t block) {
 }
 
 struct CpCase {
+  parallel::ContextMethod method = parallel::ContextMethod::ring;
   int heads = 4;
   int64_t block = 16;
-  int ranks = 2, cp = 2, pp = 1;
+  int ranks = 2, cp = 2, pp = 1, tp = 1;
   int zero_stage = 0;
   int micro_batches = 1;
+  bool sequence_parallel = false;
 };
 
 std::string case_name(const CpCase& c) {
-  return fmt::format("heads{}_block{}_pp{}_dp{}_cp{}{}", c.heads, c.block, c.pp, c.ranks / (c.pp * c.cp), c.cp,
-                     c.zero_stage ? fmt::format("_zero{}", c.zero_stage) : "");
+  return fmt::format("{}_heads{}_block{}_pp{}_dp{}_cp{}{}{}{}",
+                     c.method == parallel::ContextMethod::ring ? "ring" : "alltoall", c.heads, c.block, c.pp,
+                     c.ranks / (c.pp * c.cp * c.tp), c.cp, c.tp > 1 ? fmt::format("_tp{}", c.tp) : "",
+                     c.sequence_parallel ? "_sp" : "", c.zero_stage ? fmt::format("_zero{}", c.zero_stage) : "");
 }
+
+constexpr auto kRing = parallel::ContextMethod::ring;
+constexpr auto kAllToAll = parallel::ContextMethod::all_to_all;
 
 class GptContextParallel : public ::testing::TestWithParam<CpCase> {};
 
@@ -60,7 +71,10 @@ TEST_P(GptContextParallel, MatchesOneRank) {
       testing::reference_losses(fmt::format("gpt{}_{}_{}", c.heads, c.block, c.micro_batches), o);
   o.ranks = c.ranks;
   o.sync.context_parallel = c.cp;
+  o.sync.context_method = c.method;
   o.sync.pipeline_parallel = c.pp;
+  o.sync.tensor_parallel = c.tp;
+  o.sync.sequence_parallel = c.sequence_parallel;
   o.sync.zero_stage = c.zero_stage;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, case_name(c));
 }
@@ -69,13 +83,20 @@ INSTANTIATE_TEST_SUITE_P(
     Meshes, GptContextParallel,
     ::testing::Values(CpCase{}, CpCase{.ranks = 4, .cp = 4}, CpCase{.heads = 6, .ranks = 3, .cp = 3},
                       CpCase{.block = 15}, CpCase{.ranks = 4, .cp = 2, .zero_stage = 2},
-                      CpCase{.ranks = 4, .cp = 2, .pp = 2, .micro_batches = 2}),
+                      CpCase{.ranks = 4, .cp = 2, .pp = 2, .micro_batches = 2},
+                      CpCase{.ranks = 4, .cp = 2, .tp = 2, .sequence_parallel = true},
+                      CpCase{.method = kAllToAll}, CpCase{.method = kAllToAll, .ranks = 4, .cp = 4},
+                      CpCase{.method = kAllToAll, .heads = 6, .ranks = 3, .cp = 3},
+                      CpCase{.method = kAllToAll, .block = 15},
+                      CpCase{.method = kAllToAll, .ranks = 4, .cp = 2, .zero_stage = 2},
+                      CpCase{.method = kAllToAll, .ranks = 4, .cp = 2, .pp = 2, .micro_batches = 2}),
     [](const ::testing::TestParamInfo<CpCase>& info) { return case_name(info.param); });
 
-// Rank 0's program of the tiny GPT at dp=2 x cp=2.
-parallel::Program lowered(int heads, int dp, int cp, int zero_stage = 0) {
+// Rank 0's program of the tiny GPT at dp x cp.
+parallel::Program lowered(int heads, int dp, int cp, int zero_stage = 0,
+                          parallel::ContextMethod method = kAllToAll) {
   const nn::Model model = nn::build_model(gpt_job(heads, 16).model_config(), 8, true);
-  parallel::StrategyRequest request{.zero_stage = zero_stage, .context_parallel = cp};
+  parallel::StrategyRequest request{.zero_stage = zero_stage, .context_parallel = cp, .context_method = method};
   const parallel::Strategy s =
       parallel::compose(request, {.graph = &model.graph, .batch_inputs = {"tokens", "targets"}, .ranks = dp * cp});
   return parallel::lower({.forward = &model.graph, .loss = model.loss}, s, 0);
@@ -105,6 +126,40 @@ TEST(ContextParallelLowering, ExchangesHeadsAroundAttentionAndReducesGradientsOn
   EXPECT_GE(bucket_reductions, 1);
 }
 
+// The ring: key/value blocks (and backward their gradients) sent and
+// received on the cp axis' p2p lane, one block's attention computed
+// between each send and the receive of the block after it; no collective
+// along cp.
+TEST(ContextParallelLowering, RingPassesBlocksOnThePointToPointLaneWhileAttentionComputes) {
+  const parallel::Program p = lowered(4, 1, 4, 0, kRing);
+  const int cp = p.strategy.mesh.axis("cp");
+  int sends = 0, receives = 0;
+  std::map<uint32_t, size_t> sent_at;
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    const parallel::Instr& instr = p.instrs[i];
+    if (const auto* r = std::get_if<parallel::Reshard>(&instr.op))
+      EXPECT_TRUE(r->axis != cp || parallel::resharding(r->from, r->to) == parallel::Resharding::slice)
+          << "a collective along cp: " << p.str(i);
+    if (const auto* send = std::get_if<parallel::Send>(&instr.op)) {
+      ++sends;
+      EXPECT_EQ(send->axis, cp);
+      EXPECT_EQ(instr.lane.kind, parallel::Lane::Kind::p2p);
+      sent_at[send->tag] = i;
+    }
+    if (const auto* recv = std::get_if<parallel::Recv>(&instr.op)) {
+      ++receives;
+      ASSERT_TRUE(sent_at.count(recv->tag)) << p.str(i);
+      bool computed = false;
+      for (size_t k = sent_at[recv->tag] + 1; k < i; ++k)
+        computed = computed || std::holds_alternative<parallel::Compute>(p.instrs[k].op);
+      EXPECT_TRUE(computed) << "nothing overlaps the transfer received by " << p.str(i);
+    }
+  }
+  // Per layer: 3 blocks passed on forward, 3 gradients passed back.
+  EXPECT_EQ(sends, 2 * 2 * 3) << p.str();
+  EXPECT_EQ(receives, sends);
+}
+
 TEST(ContextParallelLowering, ZeroShardsOverDataAndContextRanks) {
   const parallel::Program p = lowered(4, 2, 2, 1);
   ASSERT_GT(p.param_count, 0);
@@ -121,6 +176,7 @@ TEST(ContextParallelBytes, CountedBytesEqualTheAllToAllFormula) {
   o.steps = o.schedule.total = 2;
   o.ranks = 2;
   o.sync.context_parallel = 2;
+  o.sync.context_method = kAllToAll;
   std::ostringstream log;
   const TrainResult result = train(o, log);
   const parallel::Program p = lowered(4, 1, 2);
@@ -138,10 +194,29 @@ TEST(ContextParallelBytes, CountedBytesEqualTheAllToAllFormula) {
   EXPECT_EQ(static_cast<double>(result.bytes_per_axis.at("cp")), expected);
 }
 
+// The ring: per layer and step, P-1 key/value blocks passed on forward and
+// P-1 of their gradients passed back, each a rank's (B, 1, L, 2, H, D)
+// floats (L the padded block length); nothing else moves along cp.
+TEST(ContextParallelBytes, CountedBytesEqualTheRingFormula) {
+  for (int cp : {2, 3}) {
+    TrainOptions o = gpt_job(4, 16);
+    o.steps = o.schedule.total = 2;
+    o.ranks = cp;
+    o.sync.context_parallel = cp;
+    std::ostringstream log;
+    const TrainResult result = train(o, log);
+    const double L = static_cast<double>(block(o.gpt.block, cp, 0).count);
+    const double expected = static_cast<double>(o.gpt.n_layer) * 2 * (cp - 1) * static_cast<double>(o.batch) * L * 2 *
+                            static_cast<double>(o.gpt.n_embd) * 4;
+    EXPECT_EQ(static_cast<double>(result.bytes_per_axis.at("cp")), expected) << "cp=" << cp;
+  }
+}
+
 TEST(ContextParallelErrors, AllToAllNeedsHeadsTheRanksDivide) {
   TrainOptions o = gpt_job(4, 16);
   o.ranks = 3;
   o.sync.context_parallel = 3;
+  o.sync.context_method = kAllToAll;
   testing::expect_train_error(o, "has 4 heads, which 3 does not divide");
 }
 
@@ -149,6 +224,7 @@ TEST(ContextParallelErrors, AllToAllWithTensorParallelismIsNamed) {
   TrainOptions o = gpt_job(4, 16);
   o.ranks = 4;
   o.sync.context_parallel = 2;
+  o.sync.context_method = kAllToAll;
   o.sync.tensor_parallel = 2;
   testing::expect_train_error(o, "both split attention's heads and do not combine yet");
 }

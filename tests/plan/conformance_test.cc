@@ -230,16 +230,20 @@ TEST_P(Conformance, ExecutorRunsTheProgramAsTheSimulatorReplaysIt) {
   }
   // Wire bytes: what the lowering stamped is what each axis' communicator
   // counted, run inline (the progress engine adds its own agreement on
-  // which jobs every rank submitted; subgroups and transfers run on
-  // communicators of their own). A codec's payload is a model of its data.
+  // which jobs every rank submitted; subgroups run on communicators of
+  // their own; a transfer counts on its axis). A codec's payload is a
+  // model of its data.
   if (c.compress == nullptr) {
     const std::vector<Observed> inline_run = run_step(programs, ParamStore::initialize(model.graph, 7), false);
     for (size_t r = 0; r < programs.size(); ++r) {
       const parallel::Program& p = programs[r];
       std::vector<int64_t> stamped(p.strategy.mesh.axes().size(), 0);
-      for (const parallel::Instr& instr : p.instrs)
+      for (const parallel::Instr& instr : p.instrs) {
         if (instr.group >= 0 && p.groups[static_cast<size_t>(instr.group)].subgroup < 0)
           stamped[static_cast<size_t>(p.groups[static_cast<size_t>(instr.group)].axis)] += instr.wire.total();
+        if (const auto* send = std::get_if<parallel::Send>(&instr.op))
+          stamped[static_cast<size_t>(send->axis)] += instr.wire.total();
+      }
       for (size_t a = 0; a < stamped.size(); ++a)
         EXPECT_EQ(stamped[a], inline_run[r].axis_bytes[a])
             << c.name << " rank " << r << ": bytes on axis " << p.strategy.mesh.axes()[a].name;
@@ -275,6 +279,8 @@ TEST_P(Conformance, AutomaticIsStampedAsTheAlgorithmThatRuns) {
     std::vector<int64_t> stamped(program.strategy.mesh.axes().size(), 0);
     std::set<std::string> mine;
     for (const parallel::Instr& instr : program.instrs) {
+      if (const auto* send = std::get_if<parallel::Send>(&instr.op))
+        stamped[static_cast<size_t>(send->axis)] += instr.wire.total();
       if (instr.group < 0 || program.groups[static_cast<size_t>(instr.group)].subgroup >= 0) continue;
       stamped[static_cast<size_t>(program.groups[static_cast<size_t>(instr.group)].axis)] += instr.wire.total();
       EXPECT_NE(instr.algorithm, comm::Algorithm::automatic) << c.name << ": " << program.str(&instr - program.instrs.data());

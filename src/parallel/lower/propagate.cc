@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "parallel/lower/reshard.h"
 
 namespace px::parallel {
 namespace {
@@ -42,6 +43,7 @@ PlacementSignature carry_groups(const PlacementSignature& signature, const std::
 // for an even signature, every group's part evenly over `ranks`).
 bool fits(const PlacementSignature& s, const std::vector<TensorSpec>& in, const std::vector<TensorSpec>& out,
           int ranks) {
+  if (s.ranks > 0 && s.ranks != ranks) return false;
   auto ok = [&](const Placement& p, const TensorSpec& spec) {
     if (!p.is_split()) return true;
     if (p.dim >= spec.shape.rank()) return false;
@@ -256,11 +258,22 @@ class Propagator {
   }
 
   // Inner axes first: an outer axis' block holds the inner axes' blocks.
+  // Slices (B -> S) last and outer axes first: a slice along an inner axis
+  // cuts the outer one's block, so both may cut one dim (context
+  // parallelism's sequence blocks, sequence parallelism's within them).
   ValueId reshard_to(ValueId v, const std::vector<std::optional<Placement>>& want) {
+    auto wanted = [&](int a) -> const Placement* {
+      const bool differs = static_cast<size_t>(a) < want.size() && want[static_cast<size_t>(a)] &&
+                           *want[static_cast<size_t>(a)] != placed(v)[static_cast<size_t>(a)];
+      return differs ? &*want[static_cast<size_t>(a)] : nullptr;
+    };
+    auto slice = [&](int a) {
+      return resharding(placed(v)[static_cast<size_t>(a)], *wanted(a)) == Resharding::slice;
+    };
     for (int a = axes_; a-- > 0;)
-      if (static_cast<size_t>(a) < want.size() && want[static_cast<size_t>(a)] &&
-          *want[static_cast<size_t>(a)] != placed(v)[static_cast<size_t>(a)])
-        v = reshard_one(v, a, *want[static_cast<size_t>(a)]);
+      if (wanted(a) && !slice(a)) v = reshard_one(v, a, *wanted(a));
+    for (int a = 0; a < axes_; ++a)
+      if (wanted(a)) v = reshard_one(v, a, *wanted(a));
     return v;
   }
 

@@ -15,6 +15,7 @@
 // computes and transfers nothing but runs the same collectives (its
 // gradient contribution is zero).
 #include <algorithm>
+#include <map>
 
 #include "comm/collectives.h"
 #include "core/error.h"
@@ -116,6 +117,16 @@ class Scheduler {
   void gather_for(const Node& node, const Phase& phase, Gathers& g, Instr& compute);
   int emit_gather(int b, const Phase& phase, Gathers& g);
   void produced(ValueId out, int m, bool computes);
+  // A ring_shift split along an axis (context parallelism's ring): the
+  // send of its input to the next rank as soon as that input is made
+  // (backward's order would otherwise put it after the next block's
+  // gradient), the receive of its output from the previous one before its
+  // first reader, so what runs between overlaps the transfer.
+  // exchange_axis: the axis, or -1 when none splits it (a local rotation).
+  int exchange_axis(const Node& node) const;
+  void exchange_blocks(const Node& node, int axis, int m);
+  void send_when_made(ValueId value, int m);
+  void receive_inputs(const Node& node, int m);
   void finish();
 
   const Context& c_;
@@ -130,6 +141,9 @@ class Scheduler {
   std::vector<std::vector<int>> missing_of_micro_;
   std::vector<int> deferred_;  // shared buckets: reduced at the end of the step
   int last_loss_ = -1;
+  std::map<ValueId, Instr> pending_receives_;  // ring_shift outputs not read yet
+  std::map<ValueId, const Node*> waiting_shifts_;  // this phase's ring_shifts, by their input, not sent yet
+  std::map<int, uint32_t> shift_index_;         // ring_shift node -> its place among them (tags)
 };
 
 Scheduler::Scheduler(const Context& c, Program& p)
@@ -195,8 +209,19 @@ void Scheduler::compute_phase(const Phase& phase) {
   const bool computes = p_.micro_batches[static_cast<size_t>(m)].rows > 0;
   Gathers gathers{.gathered = std::vector<int>(p_.buckets.size(), -1),
                   .used = std::vector<bool>(p_.buckets.size(), false)};
+  waiting_shifts_.clear();
   for (int n : phase.nodes) {
     const Node& node = c_.graph.nodes()[static_cast<size_t>(n)];
+    if (node.op() == "ring_shift" && exchange_axis(node) >= 0) waiting_shifts_[node.inputs.front()] = &node;
+  }
+  for (int n : phase.nodes) {
+    const Node& node = c_.graph.nodes()[static_cast<size_t>(n)];
+    if (computes) receive_inputs(node, m);
+    if (const int axis = node.op() == "ring_shift" ? exchange_axis(node) : -1; axis >= 0) {
+      send_when_made(node.inputs.front(), m);  // made before this phase: sent here
+      for (ValueId out : node.outputs) produced(out, m, computes);
+      continue;
+    }
     Instr compute{.op = Compute{n}, .micro_batch = m};
     if (node.op() == "reshard") {
       // A placement change propagation inserted: the rule's collective on the value.
@@ -207,7 +232,64 @@ void Scheduler::compute_phase(const Phase& phase) {
     }
     if (p_.param_shard_buffer >= 0) gather_for(node, phase, gathers, compute);
     if (computes) emit(p_, std::move(compute));
-    for (ValueId out : node.outputs) produced(out, m, computes);
+    for (ValueId out : node.outputs) {
+      produced(out, m, computes);
+      send_when_made(out, m);
+    }
+  }
+  // A block no node of the phase read still arrives: the sender posted it.
+  for (auto it = pending_receives_.begin(); it != pending_receives_.end();)
+    if (it->second.micro_batch == m) {
+      emit(p_, std::move(it->second));
+      it = pending_receives_.erase(it);
+    } else {
+      ++it;
+    }
+}
+
+int Scheduler::exchange_axis(const Node& node) const {
+  const AxisPlacements& placed = c_.placement.of_value[static_cast<size_t>(node.inputs.front())];
+  for (size_t a = 0; a < placed.size(); ++a)
+    if (placed[a] == Placement::S(1) && c_.strategy.mesh.axes()[a].size > 1) return static_cast<int>(a);
+  return -1;
+}
+
+void Scheduler::send_when_made(ValueId value, int m) {
+  auto it = waiting_shifts_.find(value);
+  if (it == waiting_shifts_.end()) return;
+  const Node& node = *it->second;
+  waiting_shifts_.erase(it);
+  exchange_blocks(node, exchange_axis(node), m);
+}
+
+void Scheduler::exchange_blocks(const Node& node, int axis, int m) {
+  const ValueId in = node.inputs.front(), out = node.outputs.front();
+  if (p_.micro_batches[static_cast<size_t>(m)].rows == 0) return;  // every rank of the axis skips it alike
+  const int ranks = c_.strategy.mesh.axes()[static_cast<size_t>(axis)].size;
+  const int me = c_.coords[static_cast<size_t>(axis)];
+  const int step = static_cast<int>(node.attrs.get_int("step"));
+  const int to = ((me + step) % ranks + ranks) % ranks, from = ((me - step) % ranks + ranks) % ranks;
+  // Unique per micro-batch and shift: the axis' transfers take no other tags.
+  const int shift = static_cast<int>(&node - c_.graph.nodes().data());
+  auto [it, fresh] = shift_index_.emplace(shift, static_cast<uint32_t>(shift_index_.size()));
+  const uint64_t tag = static_cast<uint64_t>(m) * (1u << 12) + it->second;
+  if (it->second >= (1u << 12) || tag >= (1u << 20))
+    fail("context parallelism: {} ring exchanges in {} micro-batches need more message tags than the {} available",
+         shift_index_.size(), p_.micro_batches.size(), 1u << 20);
+  emit(p_, {.op = Send{.value = in, .axis = axis, .peer = to, .tag = static_cast<uint32_t>(tag)}, .micro_batch = m,
+            .name = node.name});
+  pending_receives_[out] = {.op = Recv{.value = out, .axis = axis, .peer = from, .tag = static_cast<uint32_t>(tag)},
+                            .micro_batch = m,
+                            .name = node.name};
+}
+
+void Scheduler::receive_inputs(const Node& node, int m) {
+  for (ValueId in : node.inputs) {
+    auto it = pending_receives_.find(in);
+    if (it == pending_receives_.end() || it->second.micro_batch != m) continue;
+    emit(p_, std::move(it->second));
+    pending_receives_.erase(it);
+    send_when_made(in, m);  // received: passed on at once
   }
 }
 

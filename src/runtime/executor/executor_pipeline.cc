@@ -1,4 +1,5 @@
-// Pipeline stages: the transfers between them (Send / Recv), the
+// Transfers (Send / Recv): between pipeline stages, and context
+// parallelism's ring passing key/value blocks along its axis; the
 // communicators they run on, and the parameters gathered from every stage.
 //
 // Sends never block: the value is posted and kept alive until the step
@@ -9,20 +10,32 @@
 // collective's message on the pipeline axis (the loss, the gradient norm,
 // a shared parameter's gradient sum).
 #include <cstring>
+#include <set>
 
 #include "comm/collectives.h"
 #include "runtime/executor/program_executor.h"
 
 namespace px {
 
-void ProgramExecutor::make_pipeline_groups() {
+void ProgramExecutor::make_transfer_groups() {
+  // Collective over each axis with transfers, in axis order: every rank of
+  // the axis has the same axes with transfers.
+  std::set<int> axes;
+  for (const parallel::Instr& instr : program_.instrs) {
+    if (const auto* s = std::get_if<parallel::Send>(&instr.op)) axes.insert(s->axis);
+    if (const auto* r = std::get_if<parallel::Recv>(&instr.op)) axes.insert(r->axis);
+  }
+  if (program_.pipeline.axis >= 0) axes.insert(program_.pipeline.axis);
+  for (int a : axes) {
+    comm::Communicator* axis = groups_[static_cast<size_t>(a)];
+    PX_CHECK(axis != nullptr, "transfers along axis {} of one rank", a);
+    transfers_[a] = std::make_unique<comm::Communicator>(axis->split(0, program_.coords[static_cast<size_t>(a)]));
+  }
   const parallel::PipelineLayout& pipeline = program_.pipeline;
   if (pipeline.axis < 0) return;
   comm::Communicator* axis = groups_[static_cast<size_t>(pipeline.axis)];
-  PX_CHECK(axis != nullptr, "a pipeline over an axis of one rank");
   const int me = program_.coords[static_cast<size_t>(pipeline.axis)];
   // Collective over the pipeline axis: every stage lists the same subgroups.
-  transfers_ = std::make_unique<comm::Communicator>(axis->split(0, me));
   for (const parallel::Subgroup& s : program_.subgroups) {
     const bool member = std::find(s.coords.begin(), s.coords.end(), me) != s.coords.end();
     subgroups_.push_back(axis->split(member ? 0 : 1, me));
@@ -33,9 +46,17 @@ void ProgramExecutor::send(int id, const parallel::Send& op) {
   const int m = program_.instrs[static_cast<size_t>(id)].micro_batch;
   const Tensor& value = live_[static_cast<size_t>(m)][static_cast<size_t>(op.value)];
   PX_CHECK(value.defined(), "send #{}: value {} was not computed", id, op.value);
-  pending_sends_.push_back({.request = transfers_->isend(op.peer, transfers_->fixed_tag(op.tag), value.raw(),
-                                                         value.nbytes()),
-                            .value = value});
+  comm::Communicator& comm = transfers_of(op.axis);
+  // Counted on the axis too: a step's bytes per axis include its transfers.
+  groups_[static_cast<size_t>(op.axis)]->count_sent(value.nbytes());
+  pending_sends_.push_back(
+      {.request = comm.isend(op.peer, comm.fixed_tag(op.tag), value.raw(), value.nbytes()), .value = value, .comm = &comm});
+}
+
+comm::Communicator& ProgramExecutor::transfers_of(int axis) {
+  auto it = transfers_.find(axis);
+  PX_CHECK(it != transfers_.end(), "no transfers along axis {}", axis);
+  return *it->second;
 }
 
 void ProgramExecutor::recv(int id, const parallel::Recv& op, uint64_t step) {
@@ -44,8 +65,9 @@ void ProgramExecutor::recv(int id, const parallel::Recv& op, uint64_t step) {
   const TensorSpec& spec = program_.graph_of(m).spec(op.value);
   Tensor value = Tensor::empty(spec.shape, spec.dtype);
   const double start = tracing_ ? comm::now_us() : 0;
-  comm::Request request = transfers_->irecv(op.peer, transfers_->fixed_tag(op.tag), value.raw(), value.nbytes());
-  transfers_->wait(request, {.collective = "pipeline receive", .index = m});
+  comm::Communicator& comm = transfers_of(op.axis);
+  comm::Request request = comm.irecv(op.peer, comm.fixed_tag(op.tag), value.raw(), value.nbytes());
+  comm.wait(request, {.collective = op.axis == program_.pipeline.axis ? "pipeline receive" : "ring receive", .index = m});
   if (tracing_)
     trace_.push_back({.name = program_.str(static_cast<size_t>(id)).substr(0, 80),
                       .lane = TraceRecord::Lane::comm,
@@ -61,7 +83,7 @@ void ProgramExecutor::recv(int id, const parallel::Recv& op, uint64_t step) {
 }
 
 void ProgramExecutor::finish_sends() {
-  for (PendingSend& s : pending_sends_) transfers_->wait(s.request, {.collective = "pipeline send", .index = 0});
+  for (PendingSend& s : pending_sends_) s.comm->wait(s.request, {.collective = "send", .index = 0});
   pending_sends_.clear();
 }
 

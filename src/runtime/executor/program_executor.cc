@@ -67,7 +67,7 @@ ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, O
     if (size == 1) groups_[a] = nullptr;
   }
   sent_before_.assign(axes.size(), 0);
-  make_pipeline_groups();
+  make_transfer_groups();
   // Under context parallelism the data path spans the context axis too.
   const bool joined = std::any_of(program_.groups.begin(), program_.groups.end(),
                                   [](const parallel::CommGroup& g) { return g.context_axis >= 0; });

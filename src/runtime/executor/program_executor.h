@@ -265,9 +265,10 @@ class ProgramExecutor {
   float* data(const parallel::Region& region) const;
   void zero_unwritten(int buffer);
 
-  // executor_pipeline.cc: transfers between pipeline stages, and the
-  // communicators of the pipeline axis they and the subgroups run on.
-  void make_pipeline_groups();
+  // executor_pipeline.cc: transfers (between pipeline stages, along
+  // context parallelism's ring), and the communicators they and the
+  // pipeline's subgroups run on.
+  void make_transfer_groups();
   void send(int id, const parallel::Send& op);
   void recv(int id, const parallel::Recv& op, uint64_t step);
   void finish_sends();
@@ -348,14 +349,16 @@ class ProgramExecutor {
     double lr = 0;
   } carry_;
 
-  // Pipelines: the pipeline axis split again (its transfers use the
-  // program's tags, so no collective may share its tag space), one
-  // communicator per Program::subgroups entry, sends still in flight.
-  std::unique_ptr<comm::Communicator> transfers_;
+  // Per axis with transfers (the pipeline's, context parallelism's ring):
+  // its communicator split once more, whose tags are the program's own.
+  std::map<int, std::unique_ptr<comm::Communicator>> transfers_;
+  comm::Communicator& transfers_of(int axis);
+  // Pipelines: one communicator per Program::subgroups entry; sends still in flight.
   std::vector<comm::Communicator> subgroups_;
   struct PendingSend {
     comm::Request request;
     Tensor value;  // kept alive until sent
+    comm::Communicator* comm = nullptr;
   };
   std::vector<PendingSend> pending_sends_;
   int last_compute_ = -1;  // the last Compute instruction (where a pipeline's span ends)

@@ -1,0 +1,162 @@
+// Blocked causal attention (kernels/block_attention.h): per (batch, block,
+// head) BLAS products over the block pair's tokens only, the causal mask by
+// global positions, the row softmax of kernels/attention.cc's exp.
+#include "kernels/block_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/block.h"
+#include "kernels/attention_parts.h"
+
+namespace px::kernels {
+namespace {
+
+constexpr float kNoKey = -std::numeric_limits<float>::infinity();
+
+// One (batch, block, head) of the grid: where its operands sit and which
+// tokens its query and key blocks hold.
+struct Pair {
+  int64_t row0;         // the block's first row in (B·P·L)
+  Block queries, keys;  // global token ranges
+  bool empty() const { return queries.count == 0 || keys.count == 0 || keys.begin > queries.begin + queries.count - 1; }
+  // Keys row i of the query block sees: those at or before its position.
+  int64_t seen(int64_t i) const { return std::clamp<int64_t>(queries.begin + i - keys.begin + 1, 0, keys.count); }
+};
+
+Pair pair_of(const BlockGrid& g, int64_t bp) {
+  const int64_t p = bp % g.P, global = g.first + p;
+  const int64_t key_block = ((global - g.shift) % g.parts + g.parts) % g.parts;
+  return {.row0 = bp * g.L,
+          .queries = block(g.tokens, static_cast<int>(g.parts), static_cast<int>(global)),
+          .keys = block(g.tokens, static_cast<int>(g.parts), static_cast<int>(key_block))};
+}
+
+}  // namespace
+
+void block_attention(const BlockGrid& g, const float* qkv, const float* kv, float* out, float* lse, float* probs) {
+  const int64_t C = g.H * g.D, L = g.L;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(g.D));
+  detail::for_each_head(g.B * g.P, g.H, [&](int64_t bp, int64_t h, int64_t) {
+    const Pair pair = pair_of(g, bp);
+    const float* q = qkv + pair.row0 * 3 * C + h * g.D;  // (L, D), row stride 3C
+    const float* k = kv + pair.row0 * 2 * C + h * g.D;   // (L, D), row stride 2C
+    const float* v = k + C;
+    float* o = out + pair.row0 * C + h * g.D;  // (L, D), row stride C
+    float* s = probs + (bp * g.H + h) * L * L;  // (L, L)
+    std::fill(s, s + L * L, 0.0f);
+    for (int64_t i = 0; i < L; ++i) {
+      std::fill(o + i * C, o + i * C + g.D, 0.0f);
+      lse[(pair.row0 + i) * g.H + h] = kNoKey;
+    }
+    if (pair.empty()) return;
+    const int64_t ql = pair.queries.count, kl = pair.keys.count;
+    detail::sgemm(false, true, ql, kl, g.D, scale, q, 3 * C, k, 2 * C, 0.0f, s, L);
+    for (int64_t i = 0; i < ql; ++i) {
+      float* row = s + i * L;
+      const int64_t n = pair.seen(i);
+      if (n == 0) {
+        std::fill(row, row + kl, 0.0f);
+        continue;
+      }
+      const float m = detail::max(row, n);
+      const float total = detail::exp_shifted_sum(row, row, n, m);
+      const float inv = 1.0f / total;
+      for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+      std::fill(row + n, row + kl, 0.0f);
+      lse[(pair.row0 + i) * g.H + h] = m + std::log(total);
+    }
+    detail::sgemm(false, false, ql, g.D, kl, 1.0f, s, L, v, 2 * C, 0.0f, o, C);
+  });
+}
+
+void block_attention_backward(const BlockGrid& g, const float* qkv, const float* kv, const float* probs,
+                              const float* dout, const float* dlse, float* dqkv, float* dkv) {
+  const int64_t C = g.H * g.D, L = g.L;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(g.D));
+  std::memset(dqkv, 0, static_cast<size_t>(g.B * g.P * L * 3 * C) * sizeof(float));
+  std::memset(dkv, 0, static_cast<size_t>(g.B * g.P * L * 2 * C) * sizeof(float));
+  detail::for_each_head(g.B * g.P, g.H, [&](int64_t bp, int64_t h, int64_t) {
+    const Pair pair = pair_of(g, bp);
+    if (pair.empty()) return;
+    const int64_t ql = pair.queries.count, kl = pair.keys.count;
+    const float* q = qkv + pair.row0 * 3 * C + h * g.D;
+    const float* k = kv + pair.row0 * 2 * C + h * g.D;
+    const float* v = k + C;
+    const float* p = probs + (bp * g.H + h) * L * L;
+    const float* dO = dout + pair.row0 * C + h * g.D;
+    float* dq = dqkv + pair.row0 * 3 * C + h * g.D;
+    float* dk = dkv + pair.row0 * 2 * C + h * g.D;
+    float* dv = dk + C;
+    float* ds = detail::attention_scratch(ql * kl);  // dP, then dS in place: (ql, kl)
+    detail::sgemm(false, true, ql, kl, g.D, 1.0f, dO, C, v, 2 * C, 0.0f, ds, kl);
+    for (int64_t i = 0; i < ql; ++i) {
+      const float* pi = p + i * L;
+      float* di = ds + i * kl;
+      const int64_t n = pair.seen(i);
+      // d lse_i / d s_ij = p_ij, so the incoming dlse adds to every dP of the row.
+      const float d = detail::dot(pi, di, n) - dlse[(pair.row0 + i) * g.H + h];
+      for (int64_t j = 0; j < n; ++j) di[j] = pi[j] * (di[j] - d) * scale;
+      std::fill(di + n, di + kl, 0.0f);
+    }
+    detail::sgemm(false, false, ql, g.D, kl, 1.0f, ds, kl, k, 2 * C, 0.0f, dq, 3 * C);
+    detail::sgemm(true, false, kl, g.D, ql, 1.0f, ds, kl, q, 3 * C, 0.0f, dk, 2 * C);
+    detail::sgemm(true, false, kl, g.D, ql, 1.0f, p, L, dO, C, 0.0f, dv, 2 * C);
+  });
+}
+
+namespace {
+
+// The parts' weights of row r, head h: exp(lse_j - lse), summing to 1 (0 where every part skips the row).
+void merge_weights(int64_t r, int64_t H, int64_t h, std::span<const float* const> lse, float* w) {
+  float m = kNoKey;
+  for (size_t j = 0; j < lse.size(); ++j) m = std::max(m, lse[j][r * H + h]);
+  if (m == kNoKey) {
+    std::fill(w, w + lse.size(), 0.0f);
+    return;
+  }
+  float total = 0;
+  for (size_t j = 0; j < lse.size(); ++j) total += w[j] = std::exp(lse[j][r * H + h] - m);
+  for (size_t j = 0; j < lse.size(); ++j) w[j] /= total;
+}
+
+}  // namespace
+
+void merge_attention(int64_t rows, int64_t H, int64_t D, std::span<const float* const> o,
+                     std::span<const float* const> lse, float* out) {
+  px::parallel_for(0, rows * H, 64, [&](int64_t lo, int64_t hi) {
+    std::vector<float> w(o.size());
+    for (int64_t i = lo; i < hi; ++i) {
+      merge_weights(i / H, H, i % H, lse, w.data());
+      float* y = out + i * D;
+      std::fill(y, y + D, 0.0f);
+      for (size_t j = 0; j < o.size(); ++j)
+        if (w[j] != 0.0f)
+          for (int64_t d = 0; d < D; ++d) y[d] += w[j] * o[j][i * D + d];
+    }
+  });
+}
+
+void merge_attention_backward(int64_t rows, int64_t H, int64_t D, std::span<const float* const> o,
+                              std::span<const float* const> lse, const float* dout, std::span<float* const> dout_parts,
+                              std::span<float* const> dlse_parts) {
+  px::parallel_for(0, rows * H, 64, [&](int64_t lo, int64_t hi) {
+    std::vector<float> w(o.size()), y(static_cast<size_t>(D));
+    for (int64_t i = lo; i < hi; ++i) {
+      merge_weights(i / H, H, i % H, lse, w.data());
+      const float* g = dout + i * D;
+      std::fill(y.begin(), y.end(), 0.0f);
+      for (size_t j = 0; j < o.size(); ++j)
+        for (int64_t d = 0; d < D; ++d) y[static_cast<size_t>(d)] += w[j] * o[j][i * D + d];
+      const float through_out = detail::dot(g, y.data(), D);
+      for (size_t j = 0; j < o.size(); ++j) {
+        for (int64_t d = 0; d < D; ++d) dout_parts[j][i * D + d] = w[j] * g[d];
+        dlse_parts[j][i] = w[j] * (detail::dot(g, o[j] + i * D, D) - through_out);
+      }
+    }
+  });
+}
+
+}  // namespace px::kernels

@@ -1,0 +1,48 @@
+// Causal attention of query blocks against key/value blocks, for context
+// parallelism's ring (LightSeq's DistAttn): a T-token sequence cut into P
+// blocks by core/block.h's rule, each padded to L = block(T, P, 0).count
+// tokens, laid out (B, P, L, ...) — the blocked layout. Query block p
+// attends key block (p - shift) mod P, causally by the tokens' global
+// positions; merging the P partial results by their log-sum-exps gives
+// whole-sequence causal attention (kernels/attention.h).
+// Legend: B batch, P blocks held here, L padded block length, H heads,
+// D head dim, C = H*D.
+//   qkv   (B, P, L, 3, H, D)  q at index 0 (k, v unused here)
+//   kv    (B, P, L, 2, H, D)  the key/value blocks: k at 0, v at 1
+//   out   (B, P, L, H, D)     softmax(q kᵀ/√D + mask) v over the key block; 0 where a row sees no key
+//   lse   (B, P, L, H)        log Σ exp of the row's scaled scores; -inf where it sees no key
+//   probs (B, P, H, L, L)     the softmax, saved for backward
+// Padded rows and columns (beyond a block's tokens) are 0 (-inf in lse).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace px::kernels {
+
+struct BlockGrid {
+  int64_t B = 1, P = 1, L = 1, H = 1, D = 1;
+  int64_t tokens = 1;   // T, the sequence's length
+  int64_t parts = 1;    // its blocks (P of the whole sequence)
+  int64_t first = 0;    // the global index of the first block held here
+  int64_t shift = 0;    // query block p reads key block (p - shift) mod parts
+};
+
+void block_attention(const BlockGrid& g, const float* qkv, const float* kv, float* out, float* lse, float* probs);
+
+// Gradients of one block_attention given dout and dlse: dq into the q slot
+// of dqkv (its k and v slots zeroed), dkv overwritten.
+void block_attention_backward(const BlockGrid& g, const float* qkv, const float* kv, const float* probs,
+                              const float* dout, const float* dlse, float* dqkv, float* dkv);
+
+// out = Σ_j exp(lse_j - lse) o_j with lse = log Σ_j exp(lse_j), per row
+// (B·P·L rows of H heads): the partial results of n key blocks merged.
+// Rows every part skips (all lse_j = -inf) are 0.
+void merge_attention(int64_t rows, int64_t H, int64_t D, std::span<const float* const> o,
+                     std::span<const float* const> lse, float* out);
+// do_j = w_j dout and dlse_j = w_j (<dout, o_j> - <dout, out>), w_j = exp(lse_j - lse).
+void merge_attention_backward(int64_t rows, int64_t H, int64_t D, std::span<const float* const> o,
+                              std::span<const float* const> lse, const float* dout, std::span<float* const> dout_parts,
+                              std::span<float* const> dlse_parts);
+
+}  // namespace px::kernels
