@@ -13,9 +13,6 @@
 namespace px::ops {
 namespace {
 
-// Is b one divisor per row of a (R..., 1) rather than a's shape?
-bool row_divisor(const std::vector<TensorSpec>& in) { return in[1].shape != in[0].shape; }
-
 void require_divisor(const TensorSpec& a, const TensorSpec& b) {
   require_dtype(a, DType::f32, "a");
   require_dtype(b, DType::f32, "b");

@@ -63,12 +63,6 @@ void expect_one_line_naming(const std::string& message, const std::vector<std::s
   throw std::logic_error("no " + type + " node");
 }
 
-::onnx::AttributeProto& attribute(::onnx::NodeProto& node, const std::string& name) {
-  for (auto& a : *node.mutable_attribute())
-    if (a.name() == name) return a;
-  throw std::logic_error("no attribute " + name);
-}
-
 // A Constant node holding a float tensor of `dims` filled from `values`
 // (cycled), made the graph's first node.
 void add_constant(::onnx::ModelProto& m, const std::string& name, const std::vector<int64_t>& dims,
