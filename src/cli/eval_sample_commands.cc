@@ -69,7 +69,7 @@ void add_eval_command(CLI::App& app) {
                                              "validation/test set");
   cmd->add_option("--checkpoint", o->checkpoint, "checkpoint directory");
   cmd->add_option("--model", o->model, "FILE.onnx without --checkpoint: evaluate the file's own weights");
-  cmd->add_option("--loss", o->onnx.loss, "FILE.onnx: as train's --loss")->check(CLI::IsMember({"cross_entropy"}));
+  cmd->add_option("--loss", o->onnx.loss, "FILE.onnx: as train's --loss")->check(CLI::IsMember({"cross_entropy", "mse"}));
   cmd->add_option("--input", o->inputs, "FILE.onnx: as train's --input NAME=ROLE");
   cmd->add_option("--data", o->data, "override the checkpoint's data path");
   cmd->add_option("--batch", o->batch, "gpt: validation batch size")->capture_default_str();

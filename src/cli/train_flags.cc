@@ -51,8 +51,8 @@ void add_model_flags(CLI::App& cmd, TrainFlags& flags) {
       })
       ->capture_default_str();
   cmd.add_option("--loss", o.onnx.loss, "FILE.onnx without a scalar (loss) output: the loss attached to its first "
-                                        "output (cross_entropy)")
-      ->check(CLI::IsMember({"cross_entropy"}));
+                                        "output: cross_entropy, or mse against float targets (docs/onnx.md)")
+      ->check(CLI::IsMember({"cross_entropy", "mse"}));
   cmd.add_option("--input", flags.inputs, "FILE.onnx: feed input NAME from a dataset, NAME=images|tokens|labels|"
                                           "targets (default: by shape and dtype)");
   cmd.add_option("--batch", o.batch, "global batch size (default: gpt 16, mlp/cnn 64)");

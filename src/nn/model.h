@@ -15,8 +15,8 @@ struct Model {
   Graph graph;
   ValueId inputs = kNoValue;     // images (N, 1, 28, 28) f32 or tokens (B, T) i32
   ValueId targets = kNoValue;    // labels (N) or next tokens (B, T), i32
-  ValueId logits = kNoValue;     // (N, classes) or (B, T, V)
-  ValueId loss = kNoValue;       // [] mean cross-entropy over the batch
+  ValueId logits = kNoValue;     // (N, classes) or (B, T, V); kNoValue for a regression (ONNX --loss mse)
+  ValueId loss = kNoValue;       // [] mean cross-entropy over the batch (or an imported model's own loss)
 };
 
 // The graph inputs a batch feeds, by name: what data-parallel strategies

@@ -1,5 +1,6 @@
 #include "parallel/lower.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 
@@ -86,6 +87,19 @@ void check_context_summands(const Propagation& placement, int context_axis, Valu
            "a summand (P) of it",
            g.value(pg.param).name, along(pg.grad).str(), strategy.context.axis);
   }
+}
+
+// The forward graph's ids of `placed` values (the placement graph's). A
+// forward value keeps its id in `graph` (backward is appended), but the
+// placement graph shifts every value after an inserted reshard.
+std::vector<ValueId> forward_ids(const Propagation& placement, const std::vector<ValueId>& placed) {
+  std::vector<ValueId> ids;
+  for (ValueId v : placed) {
+    const auto it = std::find(placement.value_of.begin(), placement.value_of.end(), v);
+    PX_CHECK(it != placement.value_of.end(), "placed value {} comes from no forward value", v);
+    ids.push_back(static_cast<ValueId>(it - placement.value_of.begin()));
+  }
+  return ids;
 }
 
 }  // namespace
@@ -179,6 +193,7 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   context.work = passes::plan_work(context, program);
   passes::recompute(context, context.work);
   passes::localize(context, program);
+  program.batch_feeds = forward_ids(placement, program.batch_inputs);
   passes::buckets(context, program);
   passes::schedule(context, program);
   passes::optimizer(context, program);

@@ -216,7 +216,7 @@ bool Program::operator==(const Program& other) const {
       if (!(graphs[g].values()[v].spec == other.graphs[g].values()[v].spec)) return false;
   }
   return strategy == other.strategy && rank == other.rank && coords == other.coords &&
-         micro_batches == other.micro_batches && global_rows == other.global_rows && batch_inputs == other.batch_inputs && boxes == other.boxes &&
+         micro_batches == other.micro_batches && global_rows == other.global_rows && batch_inputs == other.batch_inputs && batch_feeds == other.batch_feeds && boxes == other.boxes &&
          batch_rows == other.batch_rows && loss == other.loss &&
          outputs == other.outputs && params == other.params && buckets == other.buckets &&
          param_count == other.param_count && shard_count == other.shard_count && buffers == other.buffers &&

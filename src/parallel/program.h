@@ -364,6 +364,10 @@ struct Program {
   // inputs' dim 0): a partial last batch is another lowering with fewer.
   int64_t global_rows = 0;
   std::vector<ValueId> batch_inputs;  // split S(0) along the data axis: fed per micro-batch
+  // Each batch input's id in the forward graph the Program was lowered
+  // from: what StepInput::feeds names it by. Local ids differ where the
+  // lowering inserted a reshard before an input declared late.
+  std::vector<ValueId> batch_feeds;
   // Per local graph, per value: where the shard sits in the unsplit value
   // (ops read it: graph/op.h), without the micro-batch's rows; and per value
   // whether dim 0 is the batch split along the data axis (the executor adds

@@ -56,6 +56,8 @@ assert_error onnx-truncated "is not a valid ONNX model" -- train --model "$work/
 assert_error onnx-input-unknown "the model has no input 'pixels'" -- train --model "$fixtures/mlp.onnx" --steps 1 --input pixels=images
 assert_error onnx-input-role "input role 'pictures' is unknown" -- train --model "$fixtures/mlp.onnx" --steps 1 --input x=pictures
 assert_error onnx-loss-twice "computes its loss already" -- train --model "$fixtures/cnn.onnx" --steps 1 --loss cross_entropy
+assert_error onnx-mse-classifier "--loss mse: the first output" -- train --model "$fixtures/mlp.onnx" --steps 1 --loss mse
+assert_error onnx-loss-unknown "--loss: hinge not in {cross_entropy,mse}" -- train --model "$fixtures/mlp.onnx" --steps 1 --loss hinge
 assert_error onnx-flags-without-onnx "give --model FILE.onnx" -- train "${tiny[@]}" --steps 1 --loss cross_entropy
 assert_error eval-nothing "give --checkpoint DIR, or --model FILE.onnx" -- eval
 assert_error missing-fmnist "$work/no-dir" -- train --model mlp --data "$work/no-dir"

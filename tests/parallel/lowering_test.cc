@@ -259,5 +259,32 @@ TEST(Lowering, ABatchInputSplitOffTheDataAxisIsANamedError) {
   }
 }
 
+// A batch input declared after nodes (as a graph built in any order may
+// declare its labels) keeps its forward id for the feeds, though the
+// reshards the lowering inserts before it shift its id in the local graph.
+TEST(Lowering, ABatchInputDeclaredAfterReshardsIsFedByItsForwardId) {
+  Graph g;
+  const ParamInit init{.kind = ParamInit::Kind::normal, .scale = 0.1};
+  const ValueId x = g.input("x", {Shape{8, 6}});
+  ValueId h = g.add1("linear", {x, g.param("w1", {Shape{6, 4}}, init, true)}, {}, "fc1");  // (8, 4)
+  h = g.add1("relu", {h}, {}, "relu1");
+  h = g.add1("linear", {h, g.param("w2", {Shape{4, 4}}, init, true)}, {}, "fc2");  // row-parallel: P
+  h = g.add1("relu", {h}, {}, "relu2");                                              // needs it whole
+  const ValueId logits = g.add1("linear", {h, g.param("w3", {Shape{4, 3}}, init, true)}, {}, "fc3");
+  const ValueId labels = g.input("labels", {Shape{8}, DType::i32});  // declared after the nodes
+  const ValueId loss = g.add1("cross_entropy", {logits, labels}, {{"scale", 1.0 / 8}}, "loss");
+  Strategy s = data_tensor_mesh(1, 2, {"x", "labels"});
+  s.seeds.push_back({"w1", "tp", Placement::S(1)});  // column
+  s.seeds.push_back({"w2", "tp", Placement::S(0)});  // row
+  const Program p = lower({.forward = &g, .loss = loss}, s, 0);
+  ASSERT_EQ(p.batch_inputs.size(), 2u);
+  EXPECT_EQ(p.batch_feeds, (std::vector<ValueId>{x, labels}));
+  const Graph& local = p.graphs.front();
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_EQ(local.value(p.batch_inputs[i]).name, g.value(p.batch_feeds[i]).name);
+  // The allreduce before relu2 came first: the labels' local id moved.
+  EXPECT_NE(p.batch_inputs[1], labels);
+}
+
 }  // namespace
 }  // namespace px::parallel

@@ -31,28 +31,39 @@ bool is_image(const Declared& d) {
   return d.is_float && (tail == std::vector<int64_t>{1, 28, 28} || tail == std::vector<int64_t>{784});
 }
 
-// The role of an input no --input names, by shape and dtype.
-InputRole role_by_shape(const Declared& d, bool tokens_taken) {
-  if (is_image(d)) return InputRole::images;
-  if (!d.is_float && d.dims.size() == 2) return tokens_taken ? InputRole::targets : InputRole::tokens;
+// The role of an input no --input names, by shape and dtype: a second
+// image-shaped input is a regression's target (the images again).
+InputRole role_by_shape(const Declared& d, const std::vector<InputRole>& taken) {
+  auto has = [&](InputRole r) { return std::find(taken.begin(), taken.end(), r) != taken.end(); };
+  if (is_image(d)) return has(InputRole::images) ? InputRole::targets : InputRole::images;
+  if (!d.is_float && d.dims.size() == 2) return has(InputRole::tokens) ? InputRole::targets : InputRole::tokens;
   if (!d.is_float && d.dims.size() == 1) return InputRole::labels;
   fail("input '{}' is {}: no dataset fits; parallax binds images (float [N,1,28,28] or [N,784]), tokens and "
-       "targets (int [N,T]) and labels (int [N]); name its role with --input {}=ROLE", d.name, d.str(), d.name);
+       "targets (int [N,T], or float: the images again, for mse) and labels (int [N]); name its "
+       "role with --input {}=ROLE", d.name, d.str(), d.name);
 }
 
 // Checks that `d` takes what `role` serves for a batch of `batch` rows.
+// Targets are next tokens (int [N,T]) or, as mse's float targets, images.
 void check_fits(const Declared& d, InputRole role, int64_t batch) {
-  const bool float_role = role == InputRole::images;
-  const size_t rank = role == InputRole::labels ? 1 : role == InputRole::images ? d.dims.size() : 2;
-  if (d.is_float != float_role || d.dims.size() != rank || (role == InputRole::images && !is_image(d)))
+  const bool image_like = role == InputRole::images || (role == InputRole::targets && d.is_float);
+  const size_t rank = role == InputRole::labels ? 1 : image_like ? d.dims.size() : 2;
+  if (d.is_float != image_like || d.dims.size() != rank || (image_like && !is_image(d)))
     fail("input '{}' is {} but {} are {}", d.name, d.str(), input_role_name(role),
          role == InputRole::images ? "float [N,1,28,28] or [N,784]"
-         : role == InputRole::labels ? "int [N]" : "int [N,T]");
+         : role == InputRole::labels ? "int [N]"
+         : "int [N,T] next tokens or float [N,1,28,28] or [N,784] images");
   if (d.dims[0] >= 0 && d.dims[0] != batch)
     fail("input '{}' has a fixed batch dim {} but the batch has {} rows: export it with "
          "dynamic_axes={{'{}': {{0: 'batch'}}}}", d.name, d.dims[0], batch, d.name);
-  if (rank == 2 && role != InputRole::images && d.dims[1] < 0)
+  if (rank == 2 && !image_like && d.dims[1] < 0)
     fail("input '{}' has a symbolic sequence length: export it with a fixed one (the window size)", d.name);
+}
+
+// The images (N, 1, 28, 28) viewed as `d` declares them ((N, 784) or as they are).
+ValueId images_as(ImportContext& c, ValueId images, const Declared& d, const std::string& name) {
+  if (d.dims.size() != 2) return images;
+  return c.graph().add1("reshape", {images}, {{"shape", std::vector<int64_t>{-1, 784}}}, name);
 }
 
 ValueId add_input(ImportContext& c, const Declared& d, InputRole role) {
@@ -60,9 +71,7 @@ ValueId add_input(ImportContext& c, const Declared& d, InputRole role) {
   const int64_t n = c.batch();
   if (role == InputRole::images) {
     ValueId x = g.input(d.name, {Shape{n, 1, 28, 28}});  // (N, 1, 28, 28), as the dataset serves it
-    c.define(d.name, d.dims.size() == 2 ? g.add1("reshape", {x}, {{"shape", std::vector<int64_t>{-1, 784}}},
-                                                 d.name + ".flatten")
-                                        : x);
+    c.define(d.name, images_as(c, x, d, d.name + ".flatten"));
     return x;
   }
   const Shape shape = role == InputRole::labels ? Shape{n} : Shape{n, d.dims[1]};
@@ -73,8 +82,7 @@ ValueId add_input(ImportContext& c, const Declared& d, InputRole role) {
 
 }  // namespace
 
-void bind_inputs(ImportContext& c, const ::onnx::GraphProto& graph, const OnnxConfig& config, Model& model,
-                 bool& attached_targets) {
+BoundInputs bind_inputs(ImportContext& c, const ::onnx::GraphProto& graph, const OnnxConfig& config, Model& model) {
   std::vector<std::string> initializers, names;
   for (const auto& t : graph.initializer()) initializers.push_back(t.name());
   for (const auto& info : graph.input())
@@ -84,19 +92,44 @@ void bind_inputs(ImportContext& c, const ::onnx::GraphProto& graph, const OnnxCo
     if (std::find(names.begin(), names.end(), b.input) == names.end())
       fail("--input {}={}: the model has no input '{}'; its inputs: {}", b.input, input_role_name(b.role), b.input,
            fmt::join(names, ", "));
+  // Roles first (named ones before those found by shape), then the inputs
+  // in the order the data serves them: images or tokens, then the rest.
+  std::vector<std::pair<Declared, InputRole>> roles;
   std::vector<InputRole> taken;
   for (const auto& info : graph.input()) {
     if (std::find(names.begin(), names.end(), info.name()) == names.end()) continue;
     const Declared d = declared(info);
     auto named = std::find_if(config.bindings.begin(), config.bindings.end(),
                               [&](const InputBinding& b) { return b.input == d.name; });
-    const bool tokens_taken = std::find(taken.begin(), taken.end(), InputRole::tokens) != taken.end();
-    const InputRole role = named != config.bindings.end() ? named->role : role_by_shape(d, tokens_taken);
-    if (std::find(taken.begin(), taken.end(), role) != taken.end())
-      fail("input '{}' would be fed {} too, which another input takes already; name roles with --input NAME=ROLE",
-           d.name, input_role_name(role));
-    taken.push_back(role);
-    check_fits(d, role, c.batch());
+    if (named == config.bindings.end()) continue;
+    roles.emplace_back(d, named->role);
+    taken.push_back(named->role);
+  }
+  for (const auto& info : graph.input()) {
+    if (std::find(names.begin(), names.end(), info.name()) == names.end()) continue;
+    if (std::any_of(roles.begin(), roles.end(), [&](const auto& r) { return r.first.name == info.name(); })) continue;
+    const Declared d = declared(info);
+    roles.emplace_back(d, role_by_shape(d, taken));
+    taken.push_back(roles.back().second);
+  }
+  for (size_t i = 0; i < roles.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (roles[i].second == roles[j].second)
+        fail("input '{}' would be fed {} too, which input '{}' takes already; name roles with --input NAME=ROLE",
+             roles[i].first.name, input_role_name(roles[i].second), roles[j].first.name);
+  for (const auto& [d, role] : roles) check_fits(d, role, c.batch());
+  std::stable_partition(roles.begin(), roles.end(), [](const auto& r) {
+    return r.second == InputRole::images || r.second == InputRole::tokens;
+  });
+  BoundInputs bound;
+  for (const auto& [d, role] : roles) {
+    if (role == InputRole::targets && d.is_float) {
+      if (model.inputs == kNoValue || c.graph().spec(model.inputs).dtype != DType::f32)
+        fail("input '{}' takes float targets (the images again), but no input takes the images", d.name);
+      bound.float_targets = images_as(c, model.inputs, d, d.name + ".view");
+      c.define(d.name, bound.float_targets);
+      continue;
+    }
     const ValueId id = add_input(c, d, role);
     if (role == InputRole::images || role == InputRole::tokens) model.inputs = id;
     else model.targets = id;
@@ -105,14 +138,16 @@ void bind_inputs(ImportContext& c, const ::onnx::GraphProto& graph, const OnnxCo
     fail("the model has no input parallax can feed images or tokens to (inputs: {})", fmt::join(names, ", "));
   // Without labels or targets among its inputs, a loss attached later
   // reads ours: declared here, before any node, as the built-in models
-  // declare theirs (lowering re-adds values in id order).
+  // declare theirs. (An image model regressed by mse reads none; its
+  // labels are still fed, unread.)
   if (model.targets == kNoValue) {
     Graph& g = c.graph();
     const Shape& x = g.spec(model.inputs).shape;
     const bool images = g.spec(model.inputs).dtype == DType::f32;
     model.targets = g.input(images ? "labels" : "targets", {images ? Shape{x[0]} : x, DType::i32});
-    attached_targets = true;
+    bound.attached_targets = true;
   }
+  return bound;
 }
 
 namespace {
@@ -131,10 +166,39 @@ void attach_cross_entropy(ImportContext& c, ValueId logits, Model& model) {
   model.loss = g.add1("cross_entropy", {logits, model.targets}, {{"scale", 1.0 / rows}}, "loss");
 }
 
+// Attaches mse(first output, targets), the mean over every element: the
+// targets are the float input bound as targets, else the images the model
+// reads (an autoencoder), viewed as the output is shaped.
+void attach_mse(ImportContext& c, ValueId output, Model& model, const BoundInputs& bound) {
+  Graph& g = c.graph();
+  const TensorSpec y = g.spec(output);
+  if (y.dtype != DType::f32 || y.shape.rank() < 1 || y.shape[0] != c.batch())
+    fail("--loss mse: the first output is {}; it takes float predictions with the batch's {} rows first", y.str(),
+         c.batch());
+  ValueId targets = bound.float_targets;
+  if (targets == kNoValue) {
+    if (g.spec(model.inputs).dtype != DType::f32)
+      fail("--loss mse: the model reads tokens, whose targets are integers; mse regresses to float targets (the "
+           "images of an image model): use --loss cross_entropy");
+    targets = model.inputs;
+  }
+  const Shape t = g.spec(targets).shape;
+  if (t.numel() != y.shape.numel())
+    fail("--loss mse: the first output {} does not fit the targets {} (the images, {} values a row); parallax "
+         "regresses to Fashion-MNIST images: an autoencoder's [N,784] or [N,1,28,28] output", y.shape, t,
+         t.numel(1, t.rank()));
+  if (t != y.shape) {
+    std::vector<int64_t> dims = y.shape.dims();
+    dims[0] = -1;  // the rows stay batch-relative
+    targets = g.add1("reshape", {targets}, {{"shape", dims}}, "loss.targets");
+  }
+  model.loss = g.add1("mse", {output, targets}, {{"scale", 1.0 / double(y.shape.numel())}}, "loss");
+}
+
 }  // namespace
 
 void bind_loss(ImportContext& c, const ::onnx::GraphProto& graph, const OnnxConfig& config, Model& model,
-               bool attached_targets) {
+               const BoundInputs& bound) {
   Graph& g = c.graph();
   ValueId scalar = kNoValue, first = kNoValue;
   ::onnx::NodeProto graph_outputs;
@@ -149,14 +213,24 @@ void bind_loss(ImportContext& c, const ::onnx::GraphProto& graph, const OnnxConf
     if (!config.loss.empty())
       fail("--loss {}: the model computes its loss already (its scalar output); leave --loss out", config.loss);
     if (g.spec(scalar).dtype != DType::f32) fail("the scalar output is not a float loss");
-    if (attached_targets) fail("the model's loss reads no labels or targets input");
+    if (bound.attached_targets && bound.float_targets == kNoValue)
+      fail("the model's loss reads no labels or targets input");
     model.loss = scalar;
-    model.logits = c.loss_scores != kNoValue ? c.loss_scores : first;
+    // A loss against float targets is a regression: no class scores to rank.
+    model.logits = c.loss_scores != kNoValue ? c.loss_scores : bound.float_targets != kNoValue ? kNoValue : first;
     return;
   }
   if (first == kNoValue) fail("the model has no output to attach a loss to");
+  if (config.loss == "mse") {
+    attach_mse(c, first, model, bound);
+    model.logits = kNoValue;
+    return;
+  }
   if (!config.loss.empty() && config.loss != "cross_entropy")
-    fail("--loss {} is not supported; parallax attaches cross_entropy", config.loss);
+    fail("--loss {} is unknown: parallax attaches cross_entropy or mse", config.loss);
+  if (bound.float_targets != kNoValue)
+    fail("--loss cross_entropy: a float input takes the role targets (the images again), which only a regression "
+         "reads: add --loss mse");
   model.logits = first;
   attach_cross_entropy(c, first, model);
 }

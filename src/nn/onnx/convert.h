@@ -23,10 +23,10 @@ inline std::string in(const ::onnx::NodeProto& node, int i) { return ImportConte
 
 // The converters of the operators a GPT-style transformer exports to
 // (convert_transformer.cc): Gather, LayerNormalization, Transpose, Split,
-// Softmax, Mul, Div, Sub, Erf, Where (a causal mask), batched MatMul.
+// Softmax, Mul, Sub, Erf, Where (a causal mask), batched MatMul.
 const std::map<std::string, Converter>& transformer_converters();
-// Sqrt, Pow, ReduceMean, and Cast, Slice and Concat of computed values
-// (convert_math.cc).
+// Sqrt, Pow, Div, ReduceMean, and Cast, Slice and Concat of computed
+// values (convert_math.cc).
 const std::map<std::string, Converter>& math_converters();
 // What an operator parallax refuses on purpose is, why, and what to do
 // instead (the loader names the node with it); nullopt for the others.

@@ -3,11 +3,16 @@
 // little differently), and the operators parallax refuses by name.
 //   Sqrt(x)                               -> sqrt
 //   Pow(x, p), p a scalar constant        -> pow (exponent p)
-//   ReduceMean(x, axes=[last], keepdims)  -> reduce_mean (then a reshape without keepdims)
+//   Div(a, b) of two values               -> div (b a's shape or a's with a last dim of 1)
+//   Div(k, x), k a scalar constant        -> pow (exponent -1), then affine (scale k) unless k = 1
+//   Reciprocal(x)                         -> pow (exponent -1) (torch writes 1.0 / x so)
+//   ReduceMean(x, axes, keepdims)         -> a reduce_mean per axis but the batch's (then a
+//                                            reshape without keepdims)
 //   Cast(x, to)                           -> the value itself, when `to` is stored as x is
 //                                            (float -> float, int -> int)
 //   Slice(x, starts, ends, [axes], [steps]) of a computed x, one axis, step 1 -> narrow
-//   Concat(x0, x1, ..., axis) of computed values -> concat
+//   Concat(x0, x1, ..., axis) of computed values, and constants whose elements are all
+//     equal (torch.zeros, ones, full)    -> concat, each constant a fill_like of a computed input
 //   BatchNormalization                    -> refused by name, with what to do (refused_operator)
 #include <algorithm>
 #include <optional>
@@ -41,22 +46,74 @@ void convert_pow(ImportContext& c, const NodeProto& node) {
                                           ImportContext::node_name(node)));
 }
 
-// ReduceMean over the last axis: axes as an attribute (opset 13-17).
+// ReduceMean over the axes given (an attribute at opsets 13-17), one
+// reduce_mean per axis (a mean over several equals the means taken in
+// turn). The batch axis is refused: parallax's rows are the batch, split
+// across data-parallel ranks.
 void convert_reduce_mean(ImportContext& c, const NodeProto& node) {
-  const ValueId x = c.value(in(node, 0), node);
-  const Shape s = c.graph().spec(x).shape;
+  ValueId y = c.value(in(node, 0), node);
+  const Shape s = c.graph().spec(y).shape;
   const std::optional<std::vector<int64_t>> axes = attr_ints(node, "axes");
-  if (!axes || axes->size() != 1 || axis_index(node, (*axes)[0], s.rank()) != s.rank() - 1)
-    fail("{}: axes {}: parallax imports ReduceMean over the last axis only (a norm's mean)", describe(node),
-         axes ? fmt::format("[{}]", fmt::join(*axes, ",")) : "absent (every axis)");
+  if (!axes || axes->empty())
+    fail("{}: axes absent: a mean over every axis, the batch's included; parallax imports ReduceMean over axes "
+         "other than the batch axis 0 (name them in the export: x.mean(dim=...))", describe(node));
+  std::vector<int> dims;
+  for (int64_t axis : *axes) dims.push_back(axis_index(node, axis, s.rank()));
+  std::sort(dims.begin(), dims.end());
+  if (std::adjacent_find(dims.begin(), dims.end()) != dims.end())
+    fail("{}: axes [{}] name an axis twice", describe(node), fmt::join(*axes, ","));
+  if (dims.front() == 0)
+    fail("{}: axes [{}] include the batch axis 0; parallax imports ReduceMean over the other axes (a mean over "
+         "the batch would mix the rows data parallelism splits)", describe(node), fmt::join(*axes, ","));
   const std::string name = ImportContext::node_name(node);
-  ValueId y = c.graph().add1("reduce_mean", {x}, {}, name);  // (R..., 1)
+  for (size_t i = 0; i < dims.size(); ++i) {
+    Attrs attrs;
+    if (dims[i] != s.rank() - 1) attrs.set("dim", int64_t{dims[i]});  // absent: the last
+    y = c.graph().add1("reduce_mean", {y}, attrs, dims.size() == 1 ? name : fmt::format("{}.{}", name, i));
+  }
   if (attr_int(node, "keepdims", 1) == 0) {
-    std::vector<int64_t> dims(s.dims().begin(), s.dims().end() - 1);
-    if (!dims.empty()) dims[0] = -1;  // the rows stay batch-relative
-    y = c.graph().add1("reshape", {y}, {{"shape", dims}}, name + ".squeeze");
+    std::vector<int64_t> kept;
+    for (int d = 0; d < s.rank(); ++d)
+      if (!std::binary_search(dims.begin(), dims.end(), d)) kept.push_back(d == 0 ? -1 : s[d]);  // rows batch-relative
+    y = c.graph().add1("reshape", {y}, {{"shape", kept}}, name + ".squeeze");
   }
   c.define(node.output(0), y);
+}
+
+void convert_reciprocal(ImportContext& c, const NodeProto& node) {
+  c.define(node.output(0), c.graph().add1("pow", {c.value(in(node, 0), node)}, {{"exponent", -1.0}},
+                                          ImportContext::node_name(node)));
+}
+
+// Div of two values (a divisor per element or per row), of a scalar
+// constant by a value (a reciprocal), or of a value by a nonzero scalar
+// constant (affine).
+void convert_div(ImportContext& c, const NodeProto& node) {
+  const std::string name = ImportContext::node_name(node);
+  if (c.is_constant(in(node, 1))) {
+    if (convert_scalar_arithmetic(c, node)) return;
+    fail("{}: a division by the constant {}; parallax imports Div by a nonzero scalar constant or by a computed "
+         "value", describe(node), c.constant(in(node, 1), node).shape());
+  }
+  const ValueId b = c.value(in(node, 1), node);
+  if (c.is_constant(in(node, 0))) {
+    const Tensor& k = c.constant(in(node, 0), node);
+    if (k.numel() != 1)
+      fail("{}: a constant numerator of shape {}; parallax imports k / x for a scalar constant k", describe(node),
+           k.shape());
+    const double v = k.dtype() == DType::f32 ? double(k.f32()[0]) : double(constant_ints(k)[0]);
+    ValueId y = c.graph().add1("pow", {b}, {{"exponent", -1.0}}, v == 1 ? name : name + ".reciprocal");
+    if (v != 1) y = c.graph().add1("affine", {y}, {{"scale", v}, {"shift", 0.0}}, name);
+    return c.define(node.output(0), y);
+  }
+  const ValueId a = c.value(in(node, 0), node);
+  const Shape &sa = c.graph().spec(a).shape, &sb = c.graph().spec(b).shape;
+  std::vector<int64_t> row = sa.dims();
+  if (!row.empty()) row.back() = 1;
+  if (sb != sa && sb != Shape(row))
+    fail("{}: shapes {} and {}: parallax imports Div of equal shapes, or by one divisor per row ({})",
+         describe(node), sa, sb, Shape(row));
+  c.define(node.output(0), c.graph().add1("div", {a, b}, {}, name));
 }
 
 // Cast of a computed value: parallax computes in float32 and keeps ids as
@@ -103,13 +160,41 @@ void convert_slice(ImportContext& c, const NodeProto& node) {
                                           ImportContext::node_name(node)));
 }
 
-// Concat of computed values (every input a graph value): concat.
+// Concat of computed values, and of constants whose elements are all one
+// value (what torch.zeros, ones and full fold to): each such constant a
+// fill_like of the first computed input, so it takes that input's rows
+// and split. A constant of varying values is refused by name.
 void convert_concat(ImportContext& c, const NodeProto& node) {
+  ValueId reference = kNoValue;
+  for (int i = 0; i < node.input_size() && reference == kNoValue; ++i)
+    if (!c.is_constant(in(node, i))) reference = c.value(in(node, i), node);
+  PX_CHECK(reference != kNoValue, "a Concat of constants only is folded");  // try_fold runs first
+  const Shape ref = c.graph().spec(reference).shape;
+  const int axis = axis_index(node, attr_int(node, "axis", 0), ref.rank());
+  const std::string name = ImportContext::node_name(node);
   std::vector<ValueId> inputs;
-  for (int i = 0; i < node.input_size(); ++i) inputs.push_back(c.value(in(node, i), node));
-  const int rank = c.graph().spec(inputs.front()).shape.rank();
-  const int axis = axis_index(node, attr_int(node, "axis", 0), rank);
-  c.define(node.output(0), c.graph().add1("concat", inputs, {{"dim", int64_t{axis}}}, ImportContext::node_name(node)));
+  for (int i = 0; i < node.input_size(); ++i) {
+    if (!c.is_constant(in(node, i))) {
+      inputs.push_back(c.value(in(node, i), node));
+      continue;
+    }
+    const Tensor& k = c.constant(in(node, i), node);
+    std::vector<int64_t> want = ref.dims();
+    if (k.shape().rank() == ref.rank()) want[static_cast<size_t>(axis)] = k.shape()[axis];
+    if (k.dtype() != DType::f32 || k.shape() != Shape(want) || k.numel() == 0)
+      fail("{}: input {} is a constant {} {}; parallax joins float constants shaped as the computed inputs {} but "
+           "along axis {}", describe(node), i, dtype_name(k.dtype()), k.shape(), ref, axis);
+    const float first = k.f32()[0];
+    for (int64_t e = 1; e < k.numel(); ++e)
+      if (k.f32()[e] != first)
+        fail("{}: input {} is a constant {} of varying values ({} and {}); parallax joins constants whose elements "
+             "are all equal (torch.zeros, ones, full)", describe(node), i, k.shape(), first, k.f32()[e]);
+    inputs.push_back(c.graph().add1(
+        "fill_like", {reference},
+        {{"dim", int64_t{axis}}, {"length", k.shape()[axis]}, {"value", double(first)}},
+        fmt::format("{}.constant{}", name, i)));
+  }
+  c.define(node.output(0), c.graph().add1("concat", inputs, {{"dim", int64_t{axis}}}, name));
 }
 
 }  // namespace
@@ -117,7 +202,8 @@ void convert_concat(ImportContext& c, const NodeProto& node) {
 const std::map<std::string, Converter>& math_converters() {
   static const std::map<std::string, Converter> table{
       {"Sqrt", convert_sqrt}, {"Pow", convert_pow},     {"ReduceMean", convert_reduce_mean},
-      {"Cast", convert_cast}, {"Slice", convert_slice},   {"Concat", convert_concat}};
+      {"Cast", convert_cast}, {"Slice", convert_slice},   {"Concat", convert_concat},
+      {"Div", convert_div},   {"Reciprocal", convert_reciprocal}};
   return table;
 }
 

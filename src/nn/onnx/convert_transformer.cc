@@ -8,7 +8,7 @@
 //   Split(qkv (B, T, 3C), [C, C, C], axis)  -> three narrow nodes
 //   Softmax(scores, axis=-1)                -> softmax
 //   Where(causal mask, -inf, scores)        -> causal_fill
-//   Mul/Div/Add/Sub with a scalar constant  -> affine; Mul of two values -> mul
+//   Mul/Add/Sub with a scalar constant      -> affine; Mul of two values -> mul (Div: convert_math.cc)
 //   Erf, Tanh                               -> erf, tanh (GELU's two forms)
 #include <cmath>
 
@@ -134,10 +134,6 @@ void convert_sub(ImportContext& c, const NodeProto& node) {
   c.define(node.output(0), c.graph().add1("add", {a, minus_b}, {}, name_of(node)));
 }
 
-void convert_div(ImportContext& c, const NodeProto& node) {
-  if (!convert_scalar_arithmetic(c, node) || c.is_constant(in(node, 0)))
-    fail("{}: parallax imports Div of a value by a nonzero scalar constant", describe(node));
-}
 
 // Is cond, broadcast over (T, T), true exactly where j > i (`above`) or
 // exactly where j <= i (!above)? Its leading dims must all be 1.
@@ -244,8 +240,7 @@ const std::map<std::string, Converter>& transformer_converters() {
       {"Gather", convert_gather},   {"LayerNormalization", convert_layer_normalization},
       {"Transpose", convert_transpose}, {"Split", convert_split},
       {"Softmax", convert_softmax}, {"Erf", convert_erf},       {"Tanh", convert_tanh},   {"Gelu", convert_gelu},
-      {"Mul", convert_mul},         {"Sub", convert_sub},
-      {"Div", convert_div},         {"Where", convert_where}};
+      {"Mul", convert_mul},         {"Sub", convert_sub},           {"Where", convert_where}};
   return table;
 }
 

@@ -51,8 +51,7 @@ Model import_onnx(const OnnxConfig& config, int64_t batch, bool training) {
   Model model;
   try {
     ImportContext context(model.graph, proto.graph(), batch, training);
-    bool attached_targets = false;
-    bind_inputs(context, proto.graph(), config, model, attached_targets);
+    const BoundInputs bound = bind_inputs(context, proto.graph(), config, model);
     // Nodes come in topological order (the checker enforces it).
     for (const auto& node : proto.graph().node()) {
       if (node.op_type() == "Identity" && context.is_initializer(ImportContext::input(node, 0))) {
@@ -66,7 +65,7 @@ Model import_onnx(const OnnxConfig& config, int64_t batch, bool training) {
       }
       convert_node(context, node);
     }
-    bind_loss(context, proto.graph(), config, model, attached_targets);
+    bind_loss(context, proto.graph(), config, model, bound);
   } catch (const Error& e) {
     fail("onnx: '{}': {}", config.path, e.what());
   }

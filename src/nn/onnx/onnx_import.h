@@ -19,7 +19,8 @@ namespace px::nn {
 //   images:  Fashion-MNIST images, f32 (N, 1, 28, 28) (or (N, 784) inputs)
 //   tokens:  byte-level text windows, int (N, T)
 //   labels:  class labels, int (N)
-//   targets: next tokens, int (N, T)
+//   targets: next tokens, int (N, T); or, a float input (mse's target),
+//            the images again, as that input's shape views them
 enum class InputRole { images, tokens, labels, targets };
 
 struct InputBinding {
@@ -30,7 +31,7 @@ struct InputBinding {
 
 struct OnnxConfig {
   std::string path;                   // the .onnx file
-  std::string loss;                   // "" (the graph's scalar output, else cross_entropy) | cross_entropy
+  std::string loss;                   // "" (the graph's scalar output, else cross_entropy) | cross_entropy | mse
   std::vector<InputBinding> bindings; // --input NAME=ROLE; inputs not named bind by shape and dtype
   bool operator==(const OnnxConfig&) const = default;
 };

@@ -142,10 +142,11 @@ void ProgramExecutor::begin_step(const StepInput& input) {
     activations_.storage[m].assign(live_[m].size(), kNoValue);
     activations_.bytes_of[m].assign(live_[m].size(), 0);
     activations_.sharers[m].assign(live_[m].size(), 0);
-    for (ValueId v : program_.batch_inputs) {
+    for (size_t b = 0; b < program_.batch_inputs.size(); ++b) {
+      const ValueId v = program_.batch_inputs[b];  // the local graph's id; the feeds name the forward graph's
       const Tensor* feed = nullptr;
       for (const auto& [id, t] : input.feeds)
-        if (id == v) feed = &t;
+        if (id == program_.batch_feeds[b]) feed = &t;
       const Graph& g = program_.graphs[static_cast<size_t>(mb.graph)];
       if (feed == nullptr) fail("executor: batch input '{}' was not fed", g.value(v).name);
       if (feed->dim(0) < mb.row_begin + mb.rows)

@@ -44,8 +44,9 @@
 namespace px {
 
 struct StepInput {
-  // This rank's rows of every batch input (Program::batch_inputs), whole:
-  // the executor cuts the micro-batches.
+  // This rank's rows of every batch input (Program::batch_inputs), whole,
+  // by its id in the forward graph (Program::batch_feeds): the executor
+  // cuts the micro-batches.
   std::vector<std::pair<ValueId, Tensor>> feeds;
   // Rows of the global batch these feeds are part of: the step runs the
   // program lowered for that many (add_program). 0: the active program's.

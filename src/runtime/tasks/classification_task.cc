@@ -38,6 +38,7 @@ class ClassificationTask : public Task {
     double loss_sum = 0, rows_seen = 0;
     // --eval-batches batches of kEvalBatch test images (the default covers all 10,000).
     int64_t correct = 0, n = std::min(test_->size(), options_.eval_batches * kEvalBatch);
+    bool classifies = true;
     for (int64_t begin = int64_t(part) * kEvalBatch; begin < n; begin += int64_t(parts) * kEvalBatch) {
       int64_t rows = std::min(kEvalBatch, n - begin);
       rows_seen += double(rows);
@@ -47,6 +48,8 @@ class ClassificationTask : public Task {
       StepResult out = evaluator.executor->run(
           {.feeds = feeds_of(evaluator.model, {test_->images(begin, begin + rows), labels})});
       loss_sum += out.loss * double(rows);
+      classifies = evaluator.model.logits != kNoValue;
+      if (!classifies) continue;  // a regression: no class scores to rank
       const Tensor& logit_tensor = out.outputs.front().front();  // (rows, classes)
       const float* logits = logit_tensor.f32();
       int64_t classes = logit_tensor.dim(1);
@@ -56,7 +59,7 @@ class ClassificationTask : public Task {
         correct += best == labels.data<int32_t>()[r];
       }
     }
-    return {.loss = loss_sum, .weight = rows_seen, .correct = double(correct)};
+    return {.loss = loss_sum, .weight = rows_seen, .correct = classifies ? double(correct) : -1};
   }
 
   nlohmann::json data_state() const override { return sampler_.state(); }
@@ -70,7 +73,8 @@ class ClassificationTask : public Task {
   std::string data_dir() const {
     return options_.data.empty() ? std::string(kFashionMnistDefaultDir) : options_.data;
   }
-  // A one-rank forward program per evaluation batch size, returning the logits.
+  // A one-rank forward program per evaluation batch size, returning the
+  // logits (none for a regression: an imported model under --loss mse).
   struct Evaluator {
     nn::Model model;
     std::unique_ptr<ProgramExecutor> executor;
@@ -80,7 +84,9 @@ class ClassificationTask : public Task {
     if (it != evaluators_.end()) return it->second;
     Evaluator e{build(rows, false), nullptr};
     e.executor = std::make_unique<ProgramExecutor>(
-        parallel::lower_single(e.model.graph, e.model.loss, {e.model.logits}, batch_input_names(e.model), false),
+        parallel::lower_single(e.model.graph, e.model.loss,
+                               e.model.logits == kNoValue ? std::vector<ValueId>{} : std::vector{e.model.logits},
+                               batch_input_names(e.model), false),
         AxisGroups{});
     return evaluators_.emplace(rows, std::move(e)).first->second;
   }

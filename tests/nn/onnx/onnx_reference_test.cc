@@ -40,6 +40,7 @@ Fixture load_fixture(const std::string& name) {
   Fixture f{.name = name, .config = {.path = base + ".onnx"}, .tensors = load_safetensors(base + ".reference.safetensors")};
   std::ifstream in(base + ".reference.json");
   f.reference = nlohmann::json::parse(in);
+  f.config.loss = f.reference.value("attached_loss", "");  // --loss for a graph without one
   return f;
 }
 
@@ -113,7 +114,8 @@ TEST_P(OnnxReference, FiftyAdamwStepsMatchPyTorch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxReference, ::testing::Values("mlp", "cnn", "gpt", "gpt_opset13", "mlp_ops"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxReference, ::testing::Values("mlp", "cnn", "gpt", "gpt_opset13", "mlp_ops",
+                                                                           "autoencoder"));
 
 // The opset-13 export spells LayerNorm, GELU and attention out of small
 // operators; the fusion pass gives the graph the fused ops back (the
@@ -128,6 +130,27 @@ TEST(OnnxFusion, Opset13LayerNormsGelusAndAttentionBecomeTheFusedOps) {
   EXPECT_EQ(ops["mul"], 0);  // GELU's x·x·x and x·(1 + tanh) are gone
   EXPECT_EQ(ops["attention"], 2);
   EXPECT_EQ(ops["batched_matmul"] + ops["softmax"] + ops["causal_fill"] + ops["narrow"], 0);
+}
+
+// The autoencoder's forms each import as the op made for it (the
+// reference tests above check their numbers against PyTorch).
+TEST(OnnxForms, TheAutoencodersDivisionsConcatAndMeansImportAsTheirOps) {
+  const nn::Model model = nn::import_onnx(
+      {.path = std::string(PX_ONNX_FIXTURES) + "/autoencoder.onnx", .loss = "mse"}, 4, true);
+  std::map<std::string, int> ops;
+  std::vector<int64_t> mean_dims;
+  for (const Node& node : model.graph.nodes()) {
+    ++ops[node.op()];
+    if (node.op() == "reduce_mean") mean_dims.push_back(node.attrs.get_int("dim", -1));
+  }
+  EXPECT_EQ(ops["div"], 2);        // h / sqrt(...) by rows, u / (1 + u·u) of equal shapes
+  EXPECT_EQ(ops["pow"], 2);        // h², and torch's Reciprocal of 1 + u·u (a power -1)
+  EXPECT_EQ(ops["fill_like"], 2);  // the zeros and the 0.5s
+  EXPECT_EQ(ops["concat"], 1);
+  EXPECT_EQ(ops["mse"], 1);
+  // mean(h², -1) over the last dim; mean over dims (1, 2) of (N, 2, 2, 6) one dim at a time.
+  EXPECT_EQ(mean_dims, (std::vector<int64_t>{-1, 1, 2}));
+  EXPECT_EQ(model.logits, kNoValue);  // a regression: no class scores
 }
 
 }  // namespace

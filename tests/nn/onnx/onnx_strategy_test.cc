@@ -7,7 +7,10 @@
 // Megatron's tensor parallelism at tp=2 from a strategy file whose seeds
 // name its ONNX parameters (gpt_megatron_tp2.json: c_attn and c_fc split
 // by output rows, c_proj and mlp_proj by input columns; torch's (out, in)
-// layout).
+// layout). The autoencoder (its mse attached by parallax, against the
+// images) likewise, and at tp=2 with its first layer split by output rows
+// (autoencoder_tp2.json), so the divisions, the constant blocks and the
+// means run on split values.
 #include <gtest/gtest.h>
 
 #include "parallel/strategy_equivalence.h"
@@ -23,6 +26,7 @@ TrainOptions onnx_job(const std::string& fixture) {
   TrainOptions o = testing::tiny_cnn();
   o.model = std::string(PX_ONNX_FIXTURES) + "/" + fixture + ".onnx";
   if (fixture.starts_with("gpt")) o.data = testing::shared_text();  // byte windows as long as its input (8)
+  if (fixture == "autoencoder") o.onnx.loss = "mse";  // against the images: no loss in its graph
   o.steps = kEquivalenceSteps;
   o.schedule = {.kind = "cosine", .lr = 1e-3, .warmup = 0, .total = kEquivalenceSteps, .min_ratio = 0.0};
   o.optimizer = {.kind = "adamw", .weight_decay = 0.01};
@@ -63,11 +67,14 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxStrategies,
                                            OnnxCase{"mlp", 2, 1}, OnnxCase{"cnn", 3, 3},
                                            OnnxCase{"cnn", 2, 0, 2}, OnnxCase{"gpt", 2}, OnnxCase{"gpt", 3, 1},
                                            OnnxCase{"gpt", 2, 0, 2}, OnnxCase{"gpt_opset13", 2},
-                                           OnnxCase{"gpt", 2, 0, 1, "gpt_megatron_tp2.json"}),
+                                           OnnxCase{"gpt", 2, 0, 1, "gpt_megatron_tp2.json"},
+                                           OnnxCase{"autoencoder", 2}, OnnxCase{"autoencoder", 3, 3},
+                                           OnnxCase{"autoencoder", 2, 0, 2},
+                                           OnnxCase{"autoencoder", 2, 0, 1, "autoencoder_tp2.json"}),
                          [](const auto& info) {
                            return fmt::format("{}_{}ranks_zero{}_{}stages{}", info.param.fixture, info.param.ranks,
                                               info.param.zero, info.param.stages,
-                                              info.param.strategy.empty() ? "" : "_megatron_tp");
+                                              info.param.strategy.empty() ? "" : "_tp_file");
                          });
 
 }  // namespace
