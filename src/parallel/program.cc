@@ -201,8 +201,8 @@ std::string Program::str() const {
                      bucket.shard_offset + bucket.block_count, names);
   }
   for (size_t b = 0; b < buffers.size(); ++b)
-    s += fmt::format("buffer {}: {} {} F32[{}]{}\n", b, buffers[b].name, buffer_kind_name(buffers[b].kind),
-                     buffers[b].count, buffers[b].persistent ? " persistent" : "");
+    s += fmt::format("buffer {}: {} {} {}[{}]{}\n", b, buffers[b].name, buffer_kind_name(buffers[b].kind),
+                     dtype_name(buffers[b].dtype), buffers[b].count, buffers[b].persistent ? " persistent" : "");
   for (size_t i = 0; i < instrs.size(); ++i) s += str(i) + "\n";
   return s;
 }

@@ -88,7 +88,7 @@ void stamp_collective(const Program& p, const std::vector<comm::AlgorithmMenu>& 
                       Instr& instr) {
   const CommGroup& group = p.groups[static_cast<size_t>(instr.group)];
   const Region& whole = c.kind == comm::Collective::allgather ? c.output : c.input;
-  const int64_t bytes = whole.count * static_cast<int64_t>(sizeof(float));
+  const int64_t bytes = p.bytes(whole);  // a bf16 bucket's gather: half a float32 one's
   const Resolved r = c.codec.lossy() ? Resolved{.wire = p.collective} : resolve(p, menus, group, c.kind, bytes);
   instr.algorithm = r.algorithm;
   instr.wire = comm::wire_bytes({.collective = c.kind,
