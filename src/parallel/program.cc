@@ -96,8 +96,9 @@ struct OperationPrinter {
   }
   std::string operator()(const Send& s) const {
     const Graph& g = p.graph_of(instr.micro_batch);
-    return fmt::format("send {} {} to {}:{} tag {}", g.value(s.value).name, g.spec(s.value).str(), axis_str(p, s.axis),
-                       s.peer, s.tag);
+    return fmt::format("send {} {}{} to {}:{} tag {}", g.value(s.value).name, g.spec(s.value).str(),
+                       s.dtype == g.spec(s.value).dtype ? "" : fmt::format(" as {}", dtype_name(s.dtype)),
+                       axis_str(p, s.axis), s.peer, s.tag);
   }
   std::string operator()(const Recv& r) const {
     const Graph& g = p.graph_of(instr.micro_batch);

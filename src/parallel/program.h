@@ -185,11 +185,17 @@ struct Reshard {
 // sender does not wait (the schedule was checked for deadlock with sends
 // that never block); the receiver waits for the value. `tag` is unique per
 // value, micro-batch and direction within a step.
+//
+// `dtype` is what the value travels in: its own, or bf16 for a float32
+// value that every reader on the later stages reads at bf16 precision (a
+// GEMM's operand: lower/pipeline.cc). The sender rounds it as it sends;
+// the receiving rank's local graphs hold it as BF16.
 struct Send {
   ValueId value = kNoValue;
   int axis = 0;
   int peer = 0;
   uint32_t tag = 0;
+  DType dtype = DType::f32;
   bool operator==(const Send&) const = default;
 };
 
@@ -198,6 +204,7 @@ struct Recv {
   int axis = 0;
   int peer = 0;
   uint32_t tag = 0;
+  DType dtype = DType::f32;
   bool operator==(const Recv&) const = default;
 };
 

@@ -258,8 +258,7 @@ void Replay::send(int rank, size_t pos, const parallel::Send& send, double start
   coords[static_cast<size_t>(send.axis)] = send.peer;
   const int to = p.strategy.mesh.rank_of(coords);
   // The stamped bytes, at the compute dtype's width (mixed precision).
-  const TensorSpec& spec = p.graph_of(instr.micro_batch).spec(send.value);
-  const double bytes = (spec.dtype == DType::f32 ? activation_scale_ : 1.0) * static_cast<double>(instr.wire.total());
+  const double bytes = (send.dtype == DType::f32 ? activation_scale_ : 1.0) * static_cast<double>(instr.wire.total());
   const LinkClass link = cluster_.link_between(p.rank, to);
   const double seconds = estimator_.transfer_seconds(bytes, link);
   arrivals_[{p.rank, to, send.tag, s.step_of(pos)}] = start + seconds;

@@ -3,13 +3,15 @@
 // rest (LayerNorm, biases, the embeddings GPT ties to its head) in float32
 // ones; the shards, gradients and optimizer stay float32; the stamped wire
 // bytes and the simulator's memory model count the gathered buffers at
-// their dtype.
+// their dtype. Pipeline stages send a value in bf16 when every reader on
+// the later stages reads it at bf16 precision.
 #include <gtest/gtest.h>
 
 #include <map>
 
 #include "graph/precision.h"
 #include "nn/gpt.h"
+#include "nn/mlp.h"
 #include "parallel/compose.h"
 #include "parallel/lower.h"
 #include "plan/memory.h"
@@ -127,6 +129,57 @@ TEST(MixedPrecisionLowering, Zero3MemoryModelCountsGatheredBucketsAtTheirDtype) 
   const double widened_peak = plan::program_memory(widened, liveness(widened), 2).peak_bytes;
   EXPECT_LT(bf16_peak, widened_peak);
   EXPECT_LE(widened_peak - bf16_peak, 2.0 * static_cast<double>(weights));
+}
+
+// The MLP cut before fc2: relu's output crosses. Its later readers are fc2
+// and fc2's weight gradient (bf16 GEMM operands); relu_grad reads it on the
+// first stage, in fp32. It is sent in bf16, its gradient comes back fp32.
+std::vector<Program> mlp_pipeline(Precision precision) {
+  nn::Model model = nn::build_mlp({.inputs = 784, .hidden = {64, 32}, .classes = 10}, 8);
+  set_precision(model.graph, precision);
+  const Strategy strategy = compose({.pipeline_parallel = 2, .pipeline = {.stage_cuts = {"fc2"}}},
+                                    {.graph = &model.graph,
+                                     .batch_inputs = batch_input_names(model),
+                                     .ranks = 2,
+                                     .micro_batches = 2});
+  return plan::lower_all({.forward = &model.graph, .loss = model.loss}, strategy);
+}
+
+// Per rank: the wire bytes of its sends, in list order.
+std::vector<int64_t> send_bytes(const Program& p) {
+  std::vector<int64_t> bytes;
+  for (const Instr& instr : p.instrs)
+    if (std::holds_alternative<Send>(instr.op)) bytes.push_back(instr.wire.total());
+  return bytes;
+}
+
+TEST(MixedPrecisionLowering, PipelineSendsValuesOnlyGemmsReadLaterInBf16) {
+  const std::vector<Program> bf16 = mlp_pipeline(Precision::bf16);
+  const std::vector<Program> fp32 = mlp_pipeline(Precision::fp32);
+  for (size_t r = 0; r < bf16.size(); ++r) {
+    int sends = 0, receives = 0;
+    for (size_t i = 0; i < bf16[r].instrs.size(); ++i) {
+      const Instr& instr = bf16[r].instrs[i];
+      if (instr.micro_batch < 0) continue;
+      const Graph& g = bf16[r].graph_of(instr.micro_batch);
+      if (const auto* send = std::get_if<Send>(&instr.op)) {
+        ++sends;
+        const bool activation = g.nodes()[static_cast<size_t>(g.value(send->value).producer)].origin < 0;
+        EXPECT_EQ(send->dtype, activation ? DType::bf16 : DType::f32) << bf16[r].str(i);
+        EXPECT_EQ(instr.wire.total(), g.spec(send->value).shape.numel() * (activation ? 2 : 4)) << bf16[r].str(i);
+      } else if (const auto* recv = std::get_if<Recv>(&instr.op)) {
+        ++receives;
+        EXPECT_EQ(g.spec(recv->value).dtype, recv->dtype) << "the receiver holds what arrives: " << bf16[r].str(i);
+        EXPECT_EQ(recv->dtype, r == 1 ? DType::bf16 : DType::f32) << bf16[r].str(i);
+      }
+    }
+    EXPECT_EQ(sends, 2) << "rank " << r << ": one value a micro-batch";
+    EXPECT_EQ(receives, 2) << "rank " << r;
+    // Against fp32's: the activations' bytes halve, the gradients' stay.
+    const std::vector<int64_t> half = send_bytes(bf16[r]), whole = send_bytes(fp32[r]);
+    ASSERT_EQ(half.size(), whole.size());
+    for (size_t k = 0; k < half.size(); ++k) EXPECT_EQ(half[k] * (r == 0 ? 2 : 1), whole[k]) << "rank " << r;
+  }
 }
 
 }  // namespace

@@ -81,6 +81,24 @@ TEST_F(MixedPrecisionStrategies, PipelineFollowsOneRankAccumulatingItsMicroBatch
                               "bf16 at pp=2 with 4 micro-batches");
 }
 
+// The MLP cut before fc2 sends relu's output in bf16 (fc2 and its weight
+// gradient, the only readers past the cut, round it anyway) and has no
+// parameter two stages share: the same arithmetic as one rank, exactly.
+TEST_F(MixedPrecisionStrategies, PipelineSendingBf16EqualsOneRankAccumulatingItsMicroBatches) {
+  TrainOptions single = testing::tiny_mlp();
+  single.precision = "bf16";
+  single.accumulation = 4;
+  single.steps = single.schedule.total = 20;
+  single.eval_every = 0;
+  TrainOptions o = single;
+  o.ranks = 2;
+  o.sync.pipeline_parallel = 2;
+  o.sync.pipeline.stage_cuts = {"fc2"};
+  const std::vector<double> reference = testing::train_losses(single);
+  testing::expect_same_losses(reference, testing::train_losses(o), testing::kEquivalenceTolerance,
+                              "bf16 MLP at pp=2, relu's output sent in bf16");
+}
+
 TEST_F(MixedPrecisionStrategies, Zero3FollowsOneRank) {
   TrainOptions o = bf16_gpt(1);
   o.ranks = 3;
