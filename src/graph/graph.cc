@@ -109,6 +109,10 @@ void Graph::set_origin(int first, int origin) {
   for (size_t n = static_cast<size_t>(first); n < nodes_.size(); ++n) nodes_[n].origin = origin;
 }
 
+void Graph::set_dtype(ValueId value, DType dtype) {
+  values_.at(static_cast<size_t>(value)).spec.dtype = dtype;
+}
+
 void Graph::set_attr(int node, const std::string& name, AttrValue value) {
   nodes_.at(static_cast<size_t>(node)).attrs.set(name, std::move(value));
 }

@@ -88,6 +88,11 @@ class Graph {
 
   // Stamps nodes [first, end) as backward nodes of forward node `origin`.
   void set_origin(int first, int origin);
+  // The dtype this graph holds `value` in where it differs from what its
+  // producer makes: a pipeline stage's bf16 copy of a value another stage
+  // makes and sends (parallel/lower/pipeline.cc). Nothing is inferred
+  // again: only for a value whose producer the graph's holder never runs.
+  void set_dtype(ValueId value, DType dtype);
   // Sets one attribute of node `node`. Only for attributes the shape rule
   // does not read (graph/precision.h's): the outputs are not inferred again.
   void set_attr(int node, const std::string& name, AttrValue value);

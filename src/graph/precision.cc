@@ -34,30 +34,36 @@ void inherit_precision(Graph& graph, int first, int origin) {
       graph.set_attr(static_cast<int>(n), kAttr, std::string(precision_name(precision)));
 }
 
+std::vector<bool> read_only_at_bf16(const Graph& graph) {
+  std::vector<bool> only(graph.values().size(), true), read(graph.values().size(), false);
+  for (const Node& node : graph.nodes()) {
+    const bool bf16 = precision_of(node.attrs) == Precision::bf16;
+    const std::vector<int>& takes = node.def->bf16_inputs;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const auto v = static_cast<size_t>(node.inputs[i]);
+      read[v] = true;
+      if (!bf16 || std::find(takes.begin(), takes.end(), static_cast<int>(i)) == takes.end()) only[v] = false;
+    }
+  }
+  for (const auto& [name, v] : graph.outputs()) only[static_cast<size_t>(v)] = false;
+  for (size_t v = 0; v < only.size(); ++v) only[v] = only[v] && read[v];
+  return only;
+}
+
 int store_gemm_operands_in_bf16(Graph& graph) {
   const std::vector<Node>& nodes = graph.nodes();
   // Which values qualify, decided on the graph as it stands (inserting
   // casts changes no reader's verdict: a cast reads fp32 and is read only
   // where its value was).
-  std::vector<bool> bf16_only(graph.values().size(), false), read(graph.values().size(), false);
-  for (size_t v = 0; v < graph.values().size(); ++v) {
+  std::vector<bool> bf16_only = read_only_at_bf16(graph);
+  for (size_t v = 0; v < bf16_only.size(); ++v) {
     const Value& value = graph.values()[v];
-    bf16_only[v] = value.kind == Value::Kind::activation && value.spec.dtype == DType::f32 &&
+    bf16_only[v] = bf16_only[v] && value.kind == Value::Kind::activation && value.spec.dtype == DType::f32 &&
                    nodes[static_cast<size_t>(value.producer)].origin < 0;
   }
-  for (const Node& node : nodes) {
-    const bool bf16 = precision_of(node.attrs) == Precision::bf16;
-    for (size_t i = 0; i < node.inputs.size(); ++i) {
-      const auto v = static_cast<size_t>(node.inputs[i]);
-      read[v] = true;
-      const std::vector<int>& takes = node.def->bf16_inputs;
-      if (!bf16 || std::find(takes.begin(), takes.end(), static_cast<int>(i)) == takes.end()) bf16_only[v] = false;
-    }
-  }
-  for (const auto& [name, v] : graph.outputs()) bf16_only[static_cast<size_t>(v)] = false;
   int inserted = 0;
   for (size_t v = 0; v < bf16_only.size(); ++v) {
-    if (!bf16_only[v] || !read[v]) continue;
+    if (!bf16_only[v]) continue;
     const auto value = static_cast<ValueId>(v);
     const int producer = graph.value(value).producer;
     const ValueId stored = graph.insert_after(producer, "to_bf16", {value}, {}, graph.value(value).name + ".bf16")

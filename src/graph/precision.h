@@ -13,6 +13,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "graph/graph.h"
 
@@ -32,6 +33,14 @@ void set_precision(Graph& graph, Precision precision);
 // Nodes [first, end) added by node `origin`'s backward rule take its
 // precision where their op has a bf16 path (autodiff calls this).
 void inherit_precision(Graph& graph, int first, int origin);
+
+// Per value: whether it is read, and read only by bf16 nodes, each at a
+// position its op takes at bf16 precision (OpDef::bf16_inputs: GEMM and
+// attention operands, gelu's input). Such a value can be stored, sent or
+// gathered in bf16 with no change to any result: its readers round it to
+// bf16 anyway. Graph outputs are not. Parameters count like any value (a
+// GEMM's weight qualifies; a LayerNorm's scale or a bias does not).
+std::vector<bool> read_only_at_bf16(const Graph& graph);
 
 // Storage: every forward activation that only bf16 nodes read, each at a
 // position its op takes in bf16 (OpDef::bf16_inputs: GEMM and attention

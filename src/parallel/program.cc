@@ -96,8 +96,9 @@ struct OperationPrinter {
   }
   std::string operator()(const Send& s) const {
     const Graph& g = p.graph_of(instr.micro_batch);
-    return fmt::format("send {} {} to {}:{} tag {}", g.value(s.value).name, g.spec(s.value).str(), axis_str(p, s.axis),
-                       s.peer, s.tag);
+    return fmt::format("send {} {}{} to {}:{} tag {}", g.value(s.value).name, g.spec(s.value).str(),
+                       s.dtype == g.spec(s.value).dtype ? "" : fmt::format(" as {}", dtype_name(s.dtype)),
+                       axis_str(p, s.axis), s.peer, s.tag);
   }
   std::string operator()(const Recv& r) const {
     const Graph& g = p.graph_of(instr.micro_batch);
@@ -201,8 +202,8 @@ std::string Program::str() const {
                      bucket.shard_offset + bucket.block_count, names);
   }
   for (size_t b = 0; b < buffers.size(); ++b)
-    s += fmt::format("buffer {}: {} {} F32[{}]{}\n", b, buffers[b].name, buffer_kind_name(buffers[b].kind),
-                     buffers[b].count, buffers[b].persistent ? " persistent" : "");
+    s += fmt::format("buffer {}: {} {} {}[{}]{}\n", b, buffers[b].name, buffer_kind_name(buffers[b].kind),
+                     dtype_name(buffers[b].dtype), buffers[b].count, buffers[b].persistent ? " persistent" : "");
   for (size_t i = 0; i < instrs.size(); ++i) s += str(i) + "\n";
   return s;
 }

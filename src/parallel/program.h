@@ -40,7 +40,9 @@
 // the global graph's ids (parallel/lower.h), so one id names a value in
 // every micro-batch. Flat float buffers (gradient buckets, parameter and
 // gradient shards, gathered parameters, the loss) are addressed by Region:
-// a buffer index and an element range.
+// a buffer index and an element range. Buffers are float32 but for one
+// case: under bf16 mixed precision, ZeRO-3 gathers the parameters only
+// bf16 nodes read (GEMM weights) into bf16 buckets (Buffer::dtype).
 #pragma once
 
 #include <cstdint>
@@ -82,10 +84,14 @@ struct Buffer {
   };
   Kind kind = Kind::grad_bucket;
   std::string name;
-  int64_t count = 0;        // float32 elements
+  int64_t count = 0;        // elements of `dtype`
+  // float32, but a param_bucket whose members only bf16 nodes read
+  // (graph/precision.h's read_only_at_bf16) under ZeRO-3: gathered in bf16.
+  DType dtype = DType::f32;
   bool persistent = false;  // lives across steps (parameters, sharded gradients)
   int bucket = -1;          // grad_bucket / param_bucket: the bucket it holds
   std::vector<BufferMember> members;
+  int64_t bytes() const { return count * static_cast<int64_t>(dtype_size(dtype)); }
   bool operator==(const Buffer&) const = default;
 };
 
@@ -139,7 +145,9 @@ struct Collective {
   int axis = 0;  // mesh axis
   comm::Reduction op = comm::Reduction::sum;
   Region input;   // allreduce: in place (input only)
-  Region output;  // reduce_scatter: this rank's block; allgather: the whole
+  // reduce_scatter: this rank's block; allgather: the whole, in the output
+  // buffer's dtype (a bf16 bucket: the float32 input rounded, half the bytes)
+  Region output;
   bool accumulate = false;  // reduce_scatter: add into the output instead of overwriting it
   // Gradient compression with error feedback (one tensor, viewed as a
   // rows x cols matrix); Method::none for a plain collective.
@@ -177,11 +185,17 @@ struct Reshard {
 // sender does not wait (the schedule was checked for deadlock with sends
 // that never block); the receiver waits for the value. `tag` is unique per
 // value, micro-batch and direction within a step.
+//
+// `dtype` is what the value travels in: its own, or bf16 for a float32
+// value that every reader on the later stages reads at bf16 precision (a
+// GEMM's operand: lower/pipeline.cc). The sender rounds it as it sends;
+// the receiving rank's local graphs hold it as BF16.
 struct Send {
   ValueId value = kNoValue;
   int axis = 0;
   int peer = 0;
   uint32_t tag = 0;
+  DType dtype = DType::f32;
   bool operator==(const Send&) const = default;
 };
 
@@ -190,6 +204,7 @@ struct Recv {
   int axis = 0;
   int peer = 0;
   uint32_t tag = 0;
+  DType dtype = DType::f32;
   bool operator==(const Recv&) const = default;
 };
 
@@ -397,6 +412,10 @@ struct Program {
   // Where compute reads parameter `param` (an index into params) from: the
   // flat parameters, or (ZeRO-3) its bucket's gathered buffer.
   Region param_source(int param) const;
+  // A region's bytes, in its buffer's dtype.
+  int64_t bytes(const Region& region) const {
+    return region.count * static_cast<int64_t>(dtype_size(buffers.at(static_cast<size_t>(region.buffer)).dtype));
+  }
   const Graph& graph_of(int micro_batch) const {
     return graphs.at(static_cast<size_t>(micro_batches.at(static_cast<size_t>(micro_batch)).graph));
   }

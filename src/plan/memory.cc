@@ -12,7 +12,7 @@ namespace px::plan {
 static double bytes_before_the_step(const parallel::Program& p, int optimizer_slots, DType compute) {
   double live = 0, updated = 0;
   for (const parallel::Buffer& b : p.buffers)
-    if (b.persistent) live += static_cast<double>(b.count) * sizeof(float);
+    if (b.persistent) live += static_cast<double>(b.bytes());
   for (const parallel::Instr& instr : p.instrs)
     if (const auto* u = std::get_if<parallel::Update>(&instr.op)) updated += static_cast<double>(u->count);
   live += updated * sizeof(float) * optimizer_slots;
@@ -119,7 +119,7 @@ ProgramMemory program_memory(const parallel::Program& p, const parallel::Livenes
     live += bytes - buffer_live[static_cast<size_t>(b)];
     buffer_live[static_cast<size_t>(b)] = bytes;
   };
-  auto buffer_bytes = [&](int b) { return static_cast<double>(p.buffers[static_cast<size_t>(b)].count) * sizeof(float); };
+  auto buffer_bytes = [&](int b) { return static_cast<double>(p.buffers[static_cast<size_t>(b)].bytes()); };
   // P3: the previous step's gradient buckets are alive until the deferred
   // updates at this step's head free them.
   for (const Instr& instr : p.instrs)

@@ -70,14 +70,17 @@ std::optional<CollectiveCall> Replay::call_of(const Program& p, const Instr& ins
     call.codec = c->codec;
     call.rows = static_cast<double>(c->codec_rows);
     call.cols = static_cast<double>(c->codec_cols);
-    call.bytes = region_bytes(c->kind == comm::Collective::allgather ? c->output : c->input);
+    const parallel::Region& whole = c->kind == comm::Collective::allgather ? c->output : c->input;
+    call.bytes = region_bytes(p, whole);
     call.axis = c->axis;
-    // The engine slices plain collectives (an accumulating reduce-scatter and a codec run whole).
-    if (call.engine && !c->codec.lossy() && !c->accumulate) {
+    // The engine slices plain float32 collectives (an accumulating
+    // reduce-scatter, a codec and a bf16 gather run whole).
+    if (call.engine && !c->codec.lossy() && !c->accumulate &&
+        p.buffers[static_cast<size_t>(whole.buffer)].dtype == DType::f32) {
       const comm::JobKind kind = c->kind == comm::Collective::allreduce        ? comm::JobKind::allreduce
                                  : c->kind == comm::Collective::reduce_scatter ? comm::JobKind::reduce_scatter
                                                                                : comm::JobKind::allgather;
-      call.slices = comm::slice_plan(kind, static_cast<int64_t>(call.bytes / sizeof(float)), c->slice_bytes,
+      call.slices = comm::slice_plan(kind, whole.count, c->slice_bytes,
                                      static_cast<int>(call.group->ranks.size()))
                         .slices;
     }
@@ -196,9 +199,9 @@ std::optional<double> Replay::main_instruction(int rank, size_t pos, double star
   const Program& p = *s.program;
   const Instr& instr = s.instr_at(pos);
   const bool counted = s.step_of(pos) == s.steps - 1;  // the reported step
-  auto bytes_of = [](const std::vector<parallel::Region>& regions) {
+  auto bytes_of = [&p](const std::vector<parallel::Region>& regions) {
     double bytes = 0;
-    for (const parallel::Region& r : regions) bytes += region_bytes(r);
+    for (const parallel::Region& r : regions) bytes += region_bytes(p, r);
     return bytes;
   };
   if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) {
@@ -217,16 +220,16 @@ std::optional<double> Replay::main_instruction(int rank, size_t pos, double star
     return end;
   }
   if (const auto* a = std::get_if<parallel::Accumulate>(&instr.op))
-    return start + estimator_.memory_seconds(3 * region_bytes(a->into));
+    return start + estimator_.memory_seconds(3 * region_bytes(p, a->into));
   if (const auto* nm = std::get_if<parallel::Norm>(&instr.op))
     return start + estimator_.memory_seconds(bytes_of(nm->gradients));
   if (const auto* f = std::get_if<parallel::Finite>(&instr.op))
-    return start + estimator_.memory_seconds(region_bytes(f->gradient));
+    return start + estimator_.memory_seconds(region_bytes(p, f->gradient));
   if (const auto* cl = std::get_if<parallel::Clip>(&instr.op))
     return start + estimator_.memory_seconds(2 * bytes_of(cl->gradients));
   if (const auto* u = std::get_if<parallel::Update>(&instr.op))  // read the gradient, the parameter and each
     // state slot; write the parameter and the slots
-    return start + estimator_.memory_seconds((3 + 2.0 * request_.optimizer_slots) * region_bytes(u->gradient));
+    return start + estimator_.memory_seconds((3 + 2.0 * request_.optimizer_slots) * region_bytes(p, u->gradient));
   if (const auto* sent = std::get_if<parallel::Send>(&instr.op)) {
     send(rank, pos, *sent, start);
     return start;
@@ -255,8 +258,7 @@ void Replay::send(int rank, size_t pos, const parallel::Send& send, double start
   coords[static_cast<size_t>(send.axis)] = send.peer;
   const int to = p.strategy.mesh.rank_of(coords);
   // The stamped bytes, at the compute dtype's width (mixed precision).
-  const TensorSpec& spec = p.graph_of(instr.micro_batch).spec(send.value);
-  const double bytes = (spec.dtype == DType::f32 ? activation_scale_ : 1.0) * static_cast<double>(instr.wire.total());
+  const double bytes = (send.dtype == DType::f32 ? activation_scale_ : 1.0) * static_cast<double>(instr.wire.total());
   const LinkClass link = cluster_.link_between(p.rank, to);
   const double seconds = estimator_.transfer_seconds(bytes, link);
   arrivals_[{p.rank, to, send.tag, s.step_of(pos)}] = start + seconds;

@@ -19,7 +19,7 @@ namespace px::plan::replaying {
 using parallel::Instr;
 using parallel::Program;
 
-inline double region_bytes(const parallel::Region& r) { return static_cast<double>(r.count) * sizeof(float); }
+inline double region_bytes(const Program& p, const parallel::Region& r) { return static_cast<double>(p.bytes(r)); }
 
 // A group's meeting for one call (one slice of it on the progress lane).
 struct Rendezvous {

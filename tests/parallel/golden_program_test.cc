@@ -4,7 +4,8 @@
 // under Megatron tensor parallelism (tp=2, with and without sequence
 // parallelism; dp=2 x tp=2 with ZeRO-1), two pipeline stages (1F1B's first,
 // zero bubble's last, two micro-batches) and one rank recomputing every
-// layer, printed by Program::str() with plan::program_footer() — the form
+// layer, and ZeRO-3 in bf16 (GEMM weights gathered in bf16 buckets),
+// printed by Program::str() with plan::program_footer() — the form
 // `parallax lower --cost` shows — and checked in under golden/. A change
 // to the lowering shows up as a diff of these files that a reviewer reads:
 // every collective, its buffers, stream and dependencies, and in the
@@ -19,6 +20,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "graph/precision.h"
 #include "nn/gpt.h"
 #include "parallel/lower.h"
 #include "plan/program_cost.h"
@@ -42,6 +44,7 @@ struct Golden {
   const char* schedule = "1f1b";
   Recompute recompute = Recompute::none;
   int64_t p3_slice_bytes = 0;  // P3: sliced reductions, updates deferred to the next step's head
+  Precision precision = Precision::fp32;
 };
 
 std::string read_file(const std::string& path) {
@@ -57,7 +60,8 @@ TEST_P(GoldenProgram, PrintsAsCheckedIn) {
   const Golden& g = GetParam();
   // (B=4, T=8), vocabulary 64, C=16: small shapes, every op of the real model.
   const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = g.layers, .n_head = 2, .n_embd = 16, .dropout = 0.1};
-  const nn::Model model = nn::build_gpt(config, 4, config.block, true);
+  nn::Model model = nn::build_gpt(config, 4, config.block, true);
+  set_precision(model.graph, g.precision);
   const Strategy strategy = compose({.bucket_bytes = 4096,  // several buckets, so their order and priorities show
                                      .zero_stage = g.zero_stage,
                                      .p3_slice_bytes = g.p3_slice_bytes,
@@ -111,7 +115,9 @@ INSTANTIATE_TEST_SUITE_P(Gpt2Layers, GoldenProgram,
                                            Golden{"gpt2l_recompute_full.program", 1, 0, 0, 1, 2, 1, false, 1, "1f1b",
                                                   Recompute::full},
                                            Golden{"gpt2l_dp2_p3_rank1.program", 2, 0, 1, 1, 2, 1, false, 1, "1f1b",
-                                                  Recompute::none, 1024}),
+                                                  Recompute::none, 1024},
+                                           Golden{"gpt2l_zero3_bf16_rank1.program", 2, 3, 1, 2, 2, 1, false, 1, "1f1b",
+                                                  Recompute::none, 0, Precision::bf16}),
                          [](const ::testing::TestParamInfo<Golden>& info) {
                            std::string name = info.param.file;
                            return name.substr(0, name.find('.'));

@@ -23,6 +23,8 @@
 #include <set>
 
 #include "comm/backends.h"
+#include "graph/precision.h"
+#include "kernels/cpu_features.h"
 #include "nn/gpt.h"
 #include "parallel/mesh.h"
 #include "parallel/tensor_parallel.h"
@@ -49,6 +51,7 @@ struct Case {
   parallel::Recompute recompute = parallel::Recompute::none;
   const char* compress = nullptr;  // a codec, with the ranks' agreement before each compressed collective
   int64_t p3_slice_bytes = 0;      // P3: sliced, prioritized reductions; updates deferred to the next step
+  bool bf16 = false;               // mixed precision: bf16 activations, ZeRO-3's bf16 gathers, bf16 transfers
 };
 // Test listings show the case's name, not its bytes.
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -92,6 +95,7 @@ parallel::Strategy strategy_of(const Case& c, const nn::Model& model) {
     s.lowering.global_norm = false;
     s.lowering.bucket_bytes = 0;
   }
+  if (c.bf16) s.precision = "bf16";
   if (c.pp > 1) s = parallel::with_pipeline(s, c.pp, {.schedule = parallel::pipeline_kind_from_name(c.schedule)});
   return s;
 }
@@ -180,7 +184,9 @@ class Conformance : public ::testing::TestWithParam<Case> {};
 TEST_P(Conformance, ExecutorRunsTheProgramAsTheSimulatorReplaysIt) {
   const Case& c = GetParam();
   const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = c.layers, .n_head = 2, .n_embd = 16, .dropout = 0.1};
-  const nn::Model model = nn::build_gpt(config, 4, config.block, true);
+  if (c.bf16 && !kernels::cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16";
+  nn::Model model = nn::build_gpt(config, 4, config.block, true);
+  set_precision(model.graph, c.bf16 ? Precision::bf16 : Precision::fp32);
   // The ring, whose bytes the stamped wire must be to the byte.
   const std::vector<parallel::Program> programs =
       lower_all({.forward = &model.graph, .loss = model.loss, .collective = {.algorithm = comm::Algorithm::ring}},
@@ -260,7 +266,9 @@ TEST_P(Conformance, AutomaticIsStampedAsTheAlgorithmThatRuns) {
   const Case& c = GetParam();
   if (c.compress != nullptr) GTEST_SKIP() << "a codec's payload is a model of its data";
   const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = c.layers, .n_head = 2, .n_embd = 16, .dropout = 0.1};
-  const nn::Model model = nn::build_gpt(config, 4, config.block, true);
+  if (c.bf16 && !kernels::cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16";
+  nn::Model model = nn::build_gpt(config, 4, config.block, true);
+  set_precision(model.graph, c.bf16 ? Precision::bf16 : Precision::fp32);
   const parallel::Strategy strategy = strategy_of(c, model);
   const ParamStore params = ParamStore::initialize(model.graph, 7);
   const int world = strategy.mesh.ranks();
@@ -310,7 +318,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "gpt2l_pp2_zbh1", .ranks = 1, .micro_batches = 2, .pp = 2, .schedule = "zb-h1"},
                       Case{.name = "gpt2l_recompute_full", .ranks = 1, .recompute = parallel::Recompute::full},
                       Case{.name = "gpt2l_dp2_topk", .ranks = 2, .compress = "topk:0.1"},
-                      Case{.name = "gpt2l_dp2_p3", .ranks = 2, .p3_slice_bytes = 1024}),
+                      Case{.name = "gpt2l_dp2_p3", .ranks = 2, .p3_slice_bytes = 1024},
+                      Case{.name = "gpt2l_zero3_bf16", .ranks = 2, .zero_stage = 3, .micro_batches = 2, .bf16 = true},
+                      Case{.name = "gpt2l_pp2_1f1b_bf16", .ranks = 1, .micro_batches = 2, .pp = 2, .bf16 = true}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 }  // namespace

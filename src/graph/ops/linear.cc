@@ -20,7 +20,7 @@ OpDef make() {
   };
   d.mixed_precision = true;
   d.bf16_gemm = true;
-  d.bf16_inputs = {0};  // x (the weight is a parameter, kept fp32)
+  d.bf16_inputs = {0, 1};  // both operands are rounded: x, and w (ZeRO-3 may gather it in bf16)
   d.forward = [](const OpContext&, const Attrs& a, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
     int64_t K = in[1]->dim(0), N = in[1]->dim(1), M = rows_of(in[0]->shape());

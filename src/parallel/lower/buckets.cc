@@ -4,12 +4,20 @@
 // the flat layout, for gradients and parameters alike. ZeRO cuts every
 // bucket into blocks, block(count, p, rank) on this rank: the rank's shard
 // is its blocks, concatenated.
+//
+// Under bf16 mixed precision ZeRO-3 gathers the parameters only bf16 nodes
+// read (GEMM weights: graph/precision.h's read_only_at_bf16) in bf16, half
+// the bytes, and the others (LayerNorm, biases, an embedding) in float32;
+// the shards, the optimizer and the gradients stay float32. A bucket is
+// gathered whole into one buffer of one dtype, so the bucket rule starts a
+// bucket wherever the kind changes along the ready order.
 #include <algorithm>
 #include <limits>
 
 #include "comm/buffer.h"
 #include "comm/engine/bucket_plan.h"
 #include "core/error.h"
+#include "graph/precision.h"
 #include "parallel/lower/passes.h"
 #include "parallel/shard.h"
 
@@ -74,8 +82,17 @@ void lay_out_parameters(const Context& c, Program& program) {
   }
 }
 
+// Per program parameter: ZeRO-3 gathers it in bf16 (see the top).
+std::vector<bool> gathers_in_bf16(const Context& c, const Program& program) {
+  std::vector<bool> bf16(program.params.size(), false);
+  if (c.zero_stage < 3 || c.data_size <= 1) return bf16;
+  const std::vector<bool> only = read_only_at_bf16(c.graph);
+  for (size_t i = 0; i < bf16.size(); ++i) bf16[i] = only[static_cast<size_t>(program.params[i].value)];
+  return bf16;
+}
+
 // The one bucket rule over the flat layout, and (ZeRO) this rank's block of each bucket.
-void cut_buckets(const Context& c, Program& program) {
+void cut_buckets(const Context& c, Program& program, const std::vector<bool>& bf16) {
   std::vector<bool> shared(c.graph.values().size(), false);
   for (const auto& [value, group] : c.work.shared) shared[static_cast<size_t>(value)] = true;
   std::vector<int64_t> counts;
@@ -91,6 +108,8 @@ void cut_buckets(const Context& c, Program& program) {
     starts[i] = true;
     if (i + 1 < counts.size()) starts[i + 1] = true;
   }
+  for (size_t i = 1; i < counts.size(); ++i)
+    if (bf16[i] != bf16[i - 1]) starts[i] = true;
   for (const comm::BucketSpan& span : comm::plan_buckets(counts, bucket_bytes, starts)) {
     BucketLayout b{.offset = program.params[static_cast<size_t>(span.first)].offset, .count = span.count,
                    .priority = std::numeric_limits<int>::max()};
@@ -113,7 +132,7 @@ void cut_buckets(const Context& c, Program& program) {
 
 // Storage: whole parameters, or (ZeRO-3) this rank's blocks of them; a
 // gradient buffer per bucket, the shard, the loss.
-void add_storage(const Context& c, Program& program) {
+void add_storage(const Context& c, Program& program, const std::vector<bool>& bf16) {
   const bool sharded = c.strategy.zero_stage >= 1 && c.data_size > 1;
   auto members_of = [&](int64_t base, const std::vector<int>& indices) {
     std::vector<BufferMember> members;
@@ -147,6 +166,9 @@ void add_storage(const Context& c, Program& program) {
       bucket.param_buffer = add_buffer(program, {.kind = Buffer::Kind::param_bucket,
                                                  .name = fmt::format("param.bucket{}", b),
                                                  .count = bucket.count,
+                                                 .dtype = bf16[static_cast<size_t>(bucket.members.front())]
+                                                              ? DType::bf16
+                                                              : DType::f32,
                                                  .bucket = static_cast<int>(b),
                                                  .members = members_of(bucket.offset, bucket.members)});
   }
@@ -161,8 +183,9 @@ void add_storage(const Context& c, Program& program) {
 
 void buckets(const Context& c, Program& program) {
   lay_out_parameters(c, program);
-  if (program.training) cut_buckets(c, program);
-  add_storage(c, program);
+  const std::vector<bool> bf16 = gathers_in_bf16(c, program);
+  if (program.training) cut_buckets(c, program, bf16);
+  add_storage(c, program, bf16);
 }
 
 }  // namespace px::parallel::passes

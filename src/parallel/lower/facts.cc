@@ -19,7 +19,7 @@
 // resolved by the run's menus (what the communicator would choose for the
 // collective's size; hierarchical's nodes the hosts); comm::wire_bytes for
 // it, the instruction's codec and this rank's place in its group; a
-// send's value.
+// send's value, in the dtype it travels in.
 #include <algorithm>
 #include <map>
 
@@ -88,7 +88,7 @@ void stamp_collective(const Program& p, const std::vector<comm::AlgorithmMenu>& 
                       Instr& instr) {
   const CommGroup& group = p.groups[static_cast<size_t>(instr.group)];
   const Region& whole = c.kind == comm::Collective::allgather ? c.output : c.input;
-  const int64_t bytes = whole.count * static_cast<int64_t>(sizeof(float));
+  const int64_t bytes = p.bytes(whole);  // a bf16 bucket's gather: half a float32 one's
   const Resolved r = c.codec.lossy() ? Resolved{.wire = p.collective} : resolve(p, menus, group, c.kind, bytes);
   instr.algorithm = r.algorithm;
   instr.wire = comm::wire_bytes({.collective = c.kind,
@@ -137,7 +137,8 @@ void facts(const Context& c, Program& p, const std::vector<comm::AlgorithmMenu>&
       stamp_reshard(p, menus, *reshard, *kind, instr);
     } else if (const auto* send = std::get_if<Send>(&instr.op)) {
       instr.lane = {.kind = Lane::Kind::p2p, .axis = send->axis};
-      instr.wire.intra_node = static_cast<int64_t>(p.graph_of(instr.micro_batch).spec(send->value).bytes());
+      instr.wire.intra_node = p.graph_of(instr.micro_batch).spec(send->value).shape.numel() *
+                              static_cast<int64_t>(dtype_size(send->dtype));
     } else if (const auto* recv = std::get_if<Recv>(&instr.op)) {
       instr.lane = {.kind = Lane::Kind::p2p, .axis = recv->axis};
     }

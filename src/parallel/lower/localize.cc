@@ -142,6 +142,16 @@ void localize(const Context& c, Program& program) {
     program.graphs.push_back(std::move(local.graph));
     program.boxes.push_back(std::move(local.boxes));
   }
+  // What this rank receives in another dtype than its producer makes (a
+  // pipeline's bf16 transfers) it holds in that dtype.
+  for (const Phase& phase : c.work.phases) {
+    if (phase.kind != Phase::Kind::recv) continue;
+    for (ValueId v : phase.values) {
+      const DType dtype = c.work.transfer_dtype[static_cast<size_t>(v)];
+      for (Graph& g : program.graphs)
+        if (g.spec(v).dtype != dtype) g.set_dtype(v, dtype);
+    }
+  }
 }
 
 }  // namespace px::parallel::passes

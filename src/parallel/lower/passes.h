@@ -37,6 +37,9 @@ struct RankWork {
   // Program::subgroups entry their gradients are summed over.
   std::vector<std::pair<ValueId, int>> shared;
   int pipeline_axis = -1;
+  // By value id: the dtype a value crossing a cut travels in (Send::dtype);
+  // empty without a pipeline.
+  std::vector<DType> transfer_dtype;
 };
 
 // What every pass may read: the global graph (forward + backward, with the

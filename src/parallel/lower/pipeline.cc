@@ -18,6 +18,11 @@
 //   send/recv gradient        the backward values read on an earlier stage
 //
 // A value read more than one stage later is relayed by the stages between.
+// Under bf16 mixed precision a float32 value that every reader on the later
+// stages takes at bf16 precision (a GEMM's operand, graph/precision.h) is
+// sent in bf16 (Send::dtype): half the bytes, and the readers round it
+// anyway, so results do not change. A cast to bf16 stays on its producer's
+// stage, so a value stored in bf16 crosses as the bf16 copy.
 // A parameter read on two stages (GPT's tied wte: the embedding on the first,
 // the LM head on the last) is held by both; each accumulates the summands of
 // its gradient made on its own stages, and the stages sum them (a
@@ -27,6 +32,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "graph/precision.h"
 #include "parallel/lower/passes.h"
 #include "parallel/lower/stages.h"
 
@@ -95,16 +101,55 @@ RankWork without_pipeline(const Context& c, const Program& p) {
   return work;
 }
 
+// A stage that would start at a cast to bf16 (graph/precision.h's storage
+// rewrite puts one right after its value's producer) starts after it: the
+// cast stays with its producer, and the bf16 copy is what crosses.
+std::vector<int> casts_with_producers(const Graph& graph, int forward_nodes, std::vector<int> starts) {
+  for (size_t s = 1; s < starts.size(); ++s)
+    while (starts[s] + 1 < forward_nodes && graph.nodes()[static_cast<size_t>(starts[s])].op() == "to_bf16") ++starts[s];
+  return starts;
+}
+
 // Where each virtual stage starts: balanced by cost, or at the layers
 // --stage-cuts names.
 std::vector<int> stage_starts_of(const Context& c, int ranks, int virtual_stages) {
   const PipelineOptions& options = c.strategy.pipeline;
   const int stages = ranks * virtual_stages;
-  if (options.stage_cuts.empty()) return balanced_stage_starts(c.graph, c.forward_nodes, stages);
+  if (options.stage_cuts.empty())
+    return casts_with_producers(c.graph, c.forward_nodes, balanced_stage_starts(c.graph, c.forward_nodes, stages));
   if (static_cast<int>(options.stage_cuts.size()) != stages - 1)
     fail("--stage-cuts names {} layers ({}); {} pipeline ranks x {} chunks need {} cuts", options.stage_cuts.size(),
          fmt::join(options.stage_cuts, ","), ranks, virtual_stages, stages - 1);
-  return stage_starts_at(c.graph, c.forward_nodes, options.stage_cuts);
+  return casts_with_producers(c.graph, c.forward_nodes, stage_starts_at(c.graph, c.forward_nodes, options.stage_cuts));
+}
+
+// Per value: the dtype it crosses a cut in. Its own, or bf16 for a float32
+// value every reader of which on a stage other than its producer's takes it
+// at bf16 precision (a node stamped bf16, at a position in its op's
+// bf16_inputs); graph outputs travel as they are.
+std::vector<DType> transfer_dtypes(const Graph& graph, const std::vector<int>& stage_of, const std::vector<int>& nodes,
+                                   const StageCrossings& crossings) {
+  std::vector<bool> at_bf16(graph.values().size(), true);
+  for (int n : nodes) {
+    const Node& node = graph.nodes()[static_cast<size_t>(n)];
+    const bool bf16 = precision_of(node.attrs) == Precision::bf16;
+    const std::vector<int>& takes = node.def->bf16_inputs;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const Value& value = graph.value(node.inputs[i]);
+      if (value.producer < 0 || stage_of[static_cast<size_t>(value.producer)] == stage_of[static_cast<size_t>(n)])
+        continue;  // read where it is made
+      if (!bf16 || std::find(takes.begin(), takes.end(), static_cast<int>(i)) == takes.end())
+        at_bf16[static_cast<size_t>(node.inputs[i])] = false;
+    }
+  }
+  for (const auto& [name, v] : graph.outputs()) at_bf16[static_cast<size_t>(v)] = false;
+  std::vector<DType> dtype(graph.values().size());
+  for (size_t v = 0; v < dtype.size(); ++v) dtype[v] = graph.values()[v].spec.dtype;
+  for (const std::vector<ValueId>& cut : crossings.forward)
+    for (ValueId v : cut)
+      if (at_bf16[static_cast<size_t>(v)] && dtype[static_cast<size_t>(v)] == DType::f32)
+        dtype[static_cast<size_t>(v)] = DType::bf16;
+  return dtype;
 }
 
 // Gradients: whole where one stage makes them, else each stage's summands
@@ -268,6 +313,7 @@ RankWork plan_work(const Context& c, Program& p) {
 
   RankWork work;
   work.pipeline_axis = axis;
+  work.transfer_dtype = transfer_dtypes(graph, stage_of, nodes, crossings);
   work.phases = phases_of(schedule, me, nodes_by_stage(c, nodes, parts, crossings, stage_of, stages), crossings, tags);
 
   // What this rank holds and accumulates.

@@ -197,9 +197,11 @@ void Scheduler::transfers(const Phase& phase) {
   const int axis = c_.work.pipeline_axis;
   for (size_t i = 0; i < phase.values.size(); ++i) {
     const ValueId v = phase.values[i];
-    const Operation op = phase.kind == Phase::Kind::send
-                             ? Operation{Send{.value = v, .axis = axis, .peer = phase.peer, .tag = phase.tags[i]}}
-                             : Operation{Recv{.value = v, .axis = axis, .peer = phase.peer, .tag = phase.tags[i]}};
+    const DType dtype = c_.work.transfer_dtype[static_cast<size_t>(v)];
+    const Operation op =
+        phase.kind == Phase::Kind::send
+            ? Operation{Send{.value = v, .axis = axis, .peer = phase.peer, .tag = phase.tags[i], .dtype = dtype}}
+            : Operation{Recv{.value = v, .axis = axis, .peer = phase.peer, .tag = phase.tags[i], .dtype = dtype}};
     emit(p_, {.op = op, .micro_batch = m});
   }
 }

@@ -27,17 +27,23 @@ float* ProgramExecutor::data(const Region& r) const {
   return buffer.f32() + r.offset;
 }
 
+comm::Buffer ProgramExecutor::comm_buffer(const Region& r) const {
+  Tensor buffer = buffers_.at(static_cast<size_t>(r.buffer));  // a handle: the data is not const
+  PX_CHECK(buffer.defined(), "buffer '{}' is used while not allocated", program_.buffers[static_cast<size_t>(r.buffer)].name);
+  return comm::Buffer(buffer.raw(), buffer.numel(), buffer.dtype()).slice(r.offset, r.count);
+}
+
 void ProgramExecutor::allocate(int b) {
   const Buffer& buffer = program_.buffers[static_cast<size_t>(b)];
   if (buffer.persistent) return;
-  const int64_t bytes = buffer.count * static_cast<int64_t>(sizeof(float));
+  const int64_t bytes = buffer.bytes();
   if (buffer.kind == Buffer::Kind::grad_bucket) {
     // ZeRO: the program made this write wait for the reduction that frees
     // the oldest bucket buffer (lower/back_pressure.cc); its memory goes now.
     if (engine_ && !pending_frees_.empty()) release_finished();
   }
   if (buffers_[static_cast<size_t>(b)].defined()) free_buffer(b, -1);
-  buffers_[static_cast<size_t>(b)] = Tensor::empty({buffer.count}, DType::f32);
+  buffers_[static_cast<size_t>(b)] = Tensor::empty({buffer.count}, buffer.dtype);
   written_[static_cast<size_t>(b)].assign(buffer.members.size(), false);
   if (buffer.kind == Buffer::Kind::grad_bucket) {
     buffer_bytes_.gradients += bytes;
@@ -52,7 +58,7 @@ void ProgramExecutor::free_buffer(int b, int after) {
   const Buffer& buffer = program_.buffers[static_cast<size_t>(b)];
   Tensor& tensor = buffers_[static_cast<size_t>(b)];
   if (buffer.persistent || !tensor.defined()) return;
-  PendingFree freed{.tensor = std::move(tensor), .kind = buffer.kind, .bytes = buffer.count * int64_t(sizeof(float))};
+  PendingFree freed{.tensor = std::move(tensor), .kind = buffer.kind, .bytes = buffer.bytes()};
   tensor = Tensor();  // the buffer id is free for its next instance now
   // Its last reader still running on the engine: the memory goes once that finishes.
   if (after >= 0 && engine_ && job_[static_cast<size_t>(after)] >= 0 &&

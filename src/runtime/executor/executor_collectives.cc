@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "comm/collectives.h"
+#include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 #include "runtime/executor/program_executor.h"
 
@@ -122,8 +123,7 @@ void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_
     if (queued) job = engine_->submit(priority, instr.name, work, bytes);
     else work(*group);
   } else {
-    std::span<float> output;
-    if (op.output.buffer >= 0) output = {data(op.output), static_cast<size_t>(op.output.count)};
+    const comm::Buffer output = op.output.buffer >= 0 ? comm_buffer(op.output) : comm::Buffer();
     job = dense(op, instr, input, output, queued ? priority : -1, *group);
     PX_CHECK(queued == (job >= 0), "instruction #{}: queued {} but job {}", id, queued, job);
   }
@@ -143,7 +143,7 @@ void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_
 // A plain collective: queued on the engine when `priority` >= 0 (its job),
 // else run here (-1).
 ProgramExecutor::JobId ProgramExecutor::dense(const parallel::Collective& op, const parallel::Instr& instr,
-                                              std::span<float> input, std::span<float> output, int priority,
+                                              std::span<float> input, comm::Buffer output, int priority,
                                               comm::Communicator& group) {
   const bool queued = priority >= 0;
   const std::string& name = instr.name;
@@ -156,14 +156,15 @@ ProgramExecutor::JobId ProgramExecutor::dense(const parallel::Collective& op, co
       comm::allreduce(group, input, op.op, collective);
       return -1;
     case comm::Collective::reduce_scatter: {
+      PX_CHECK(output.dtype == DType::f32, "'{}': a reduction into a {} buffer", name, dtype_name(output.dtype));
+      const std::span<float> reduced(static_cast<float*>(output.data), static_cast<size_t>(output.count));
       if (!op.accumulate) {
-        if (queued) return engine_->reduce_scatter(input, output, priority, name, op.op, algorithm);
-        comm::reduce_scatter(group, input.data(), comm::Buffer(output), static_cast<int64_t>(input.size()), op.op,
-                             collective);
+        if (queued) return engine_->reduce_scatter(input, reduced, priority, name, op.op, algorithm);
+        comm::reduce_scatter(group, input.data(), output, static_cast<int64_t>(input.size()), op.op, collective);
         return -1;
       }
       // A later micro-batch adds its reduced block into the shard.
-      auto reduce_and_add = [input, output, collective, reduction = op.op](comm::Communicator& comm) {
+      auto reduce_and_add = [input, output = reduced, collective, reduction = op.op](comm::Communicator& comm) {
         std::vector<float> part(output.size());
         comm::reduce_scatter(comm, input.data(), comm::Buffer(std::span<float>(part)),
                              static_cast<int64_t>(input.size()), reduction, collective);
@@ -174,13 +175,29 @@ ProgramExecutor::JobId ProgramExecutor::dense(const parallel::Collective& op, co
       return -1;
     }
     case comm::Collective::allgather: {
-      // The input may be this rank's block of the output itself: gather from a copy.
-      std::vector<float> staged(input.begin(), input.end());
+      // The input may be this rank's block of the output itself: gather from
+      // a copy, in the output's dtype (a bf16 bucket: rounded here, so the
+      // wire carries half the bytes).
+      Tensor staged = Tensor::empty({static_cast<int64_t>(input.size())}, output.dtype);
+      if (output.dtype == DType::bf16)
+        kernels::to_bf16(staged.numel(), input.data(), static_cast<kernels::bf16*>(staged.raw()));
+      else
+        std::copy(input.begin(), input.end(), staged.f32());
       if (!queued) {
-        comm::allgather(group, staged.data(), comm::Buffer(output), collective);
+        comm::allgather(group, staged.raw(), output, collective);
         return -1;
       }
-      const JobId job = engine_->allgather(staged, output, priority, name, algorithm);
+      const JobId job =
+          output.dtype == DType::f32
+              ? engine_->allgather(std::span<const float>(staged.f32(), input.size()),
+                                   std::span<float>(static_cast<float*>(output.data), static_cast<size_t>(output.count)),
+                                   priority, name, algorithm)
+              : engine_->submit(
+                    priority, name,
+                    [in = staged.raw(), output, collective](comm::Communicator& comm) {
+                      comm::allgather(comm, in, output, collective);
+                    },
+                    static_cast<int64_t>(output.bytes()));
       staging_[job] = std::move(staged);
       return job;
     }

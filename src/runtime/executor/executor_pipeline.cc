@@ -13,6 +13,7 @@
 #include <set>
 
 #include "comm/collectives.h"
+#include "kernels/bf16.h"
 #include "runtime/executor/program_executor.h"
 
 namespace px {
@@ -44,8 +45,15 @@ void ProgramExecutor::make_transfer_groups() {
 
 void ProgramExecutor::send(int id, const parallel::Send& op) {
   const int m = program_.instrs[static_cast<size_t>(id)].micro_batch;
-  const Tensor& value = live_[static_cast<size_t>(m)][static_cast<size_t>(op.value)];
+  Tensor value = live_[static_cast<size_t>(m)][static_cast<size_t>(op.value)];
   PX_CHECK(value.defined(), "send #{}: value {} was not computed", id, op.value);
+  if (value.dtype() != op.dtype) {  // a float32 value the later stages read at bf16 precision
+    PX_CHECK(value.dtype() == DType::f32 && op.dtype == DType::bf16, "send #{}: {} as {}", id,
+             dtype_name(value.dtype()), dtype_name(op.dtype));
+    Tensor rounded = Tensor::empty(value.shape(), DType::bf16);
+    kernels::to_bf16(value.numel(), value.f32(), static_cast<kernels::bf16*>(rounded.raw()));
+    value = std::move(rounded);
+  }
   comm::Communicator& comm = transfers_of(op.axis);
   // Counted on the axis too: a step's bytes per axis include its transfers.
   groups_[static_cast<size_t>(op.axis)]->count_sent(value.nbytes());
@@ -63,6 +71,8 @@ void ProgramExecutor::recv(int id, const parallel::Recv& op, uint64_t step) {
   const parallel::Instr& instr = program_.instrs[static_cast<size_t>(id)];
   const int m = instr.micro_batch;
   const TensorSpec& spec = program_.graph_of(m).spec(op.value);
+  PX_CHECK(spec.dtype == op.dtype, "recv #{}: the local graph holds {} as {}", id, dtype_name(op.dtype),
+           dtype_name(spec.dtype));
   Tensor value = Tensor::empty(spec.shape, spec.dtype);
   const double start = tracing_ ? comm::now_us() : 0;
   comm::Communicator& comm = transfers_of(op.axis);

@@ -274,7 +274,7 @@ void ProgramExecutor::load_compression_state(const SafetensorsFile& file) {
 
 ExecutorMemory ProgramExecutor::memory() const {
   auto bytes = [&](int buffer) {
-    return buffer < 0 ? int64_t{0} : program_.buffers[static_cast<size_t>(buffer)].count * static_cast<int64_t>(sizeof(float));
+    return buffer < 0 ? int64_t{0} : program_.buffers[static_cast<size_t>(buffer)].bytes();
   };
   ExecutorMemory m;
   m.parameters = bytes(program_.params_buffer) + bytes(program_.param_shard_buffer);

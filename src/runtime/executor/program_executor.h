@@ -264,6 +264,8 @@ class ProgramExecutor {
   void wait_for(int id);
   Tensor view(const parallel::Region& region) const;
   float* data(const parallel::Region& region) const;
+  // The region as the collectives take it, in its buffer's dtype.
+  comm::Buffer comm_buffer(const parallel::Region& region) const;
   void zero_unwritten(int buffer);
 
   // executor_pipeline.cc: transfers (between pipeline stages, along
@@ -283,7 +285,7 @@ class ProgramExecutor {
                                                                      double momentum,
                                                                      comm::compression::WireStats* wire);
   JobId dense(const parallel::Collective& op, const parallel::Instr& instr, std::span<float> input,
-              std::span<float> output, int priority, comm::Communicator& group);
+              comm::Buffer output, int priority, comm::Communicator& group);
   // The collective options an instruction runs with: the program's, with
   // the algorithm the lowering resolved for it.
   comm::CollectiveOptions options_of(const parallel::Instr& instr) const;
@@ -338,7 +340,7 @@ class ProgramExecutor {
   } buffer_bytes_;
   std::vector<std::unique_ptr<Codec>> codec_store_;  // one per gradient collective, in order
   std::map<int, Codec*> codecs_;                   // by the active program's instruction id
-  std::map<JobId, std::vector<float>> staging_;   // allgather inputs copied out of their output
+  std::map<JobId, Tensor> staging_;               // allgather inputs copied out of their output
   std::map<JobId, int> instr_of_job_;             // for the trace
   std::vector<Codec*> compressors_;               // in instruction order
   std::vector<comm::compression::WireStats> wire_;  // per instruction, this step
