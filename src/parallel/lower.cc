@@ -1,6 +1,7 @@
 #include "parallel/lower.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <optional>
 
@@ -102,6 +103,37 @@ std::vector<ValueId> forward_ids(const Propagation& placement, const std::vector
   return ids;
 }
 
+// Placements on every axis, the rule's reshard nodes inserted. Along the
+// model axes each gradient is resharded to where its parameter is stored;
+// along the data axis (and the context axis, whose gradients are summands
+// too: `summed`) the buckets carry it (the transitions). `grads` come back
+// as the placed graph's ids.
+Propagation place(const Graph& graph, const Strategy& strategy, bool backward, std::array<int, 2> summed,
+                  std::vector<ParamGrad>& grads) {
+  PlacementRequest placing{.graph = &graph,
+                           .mesh = &strategy.mesh,
+                           .seeds = seeds_by_value(graph, strategy, backward),
+                           .targets = {},
+                           .whole_axes = std::vector<bool>(strategy.mesh.axes().size(), false)};
+  if (strategy.pipeline_ranks() > 1)
+    placing.whole_axes[static_cast<size_t>(strategy.mesh.axis(strategy.pipeline.axis))] = true;
+  for (const ParamGrad& pg : grads) {
+    if (pg.grad == kNoValue) continue;
+    std::vector<std::optional<Placement>> where = placing.seeds[static_cast<size_t>(pg.param)];
+    for (size_t a = 0; a < where.size(); ++a)
+      where[a] = static_cast<int>(a) == summed[0] || static_cast<int>(a) == summed[1]
+                     ? std::nullopt
+                     : std::optional(where[a].value_or(Placement::B()));
+    placing.targets.push_back({pg.grad, where});
+  }
+  Propagation placement = propagate(placing);
+  for (size_t i = 0, t = 0; i < grads.size(); ++i) {
+    grads[i].param = placement.value_of[static_cast<size_t>(grads[i].param)];
+    if (grads[i].grad != kNoValue) grads[i].grad = placement.target_of[t++];
+  }
+  return placement;
+}
+
 }  // namespace
 
 Strategy with_stage_cuts_of(Strategy strategy, const Program& program) {
@@ -130,28 +162,7 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   const int context_axis = strategy.context_ranks() > 1 ? strategy.mesh.axis(strategy.context.axis) : -1;
   const std::vector<int> coords = strategy.mesh.coords(rank);
 
-  // Placements on every axis, the rule's reshard nodes inserted. Along the
-  // model axes each gradient is resharded to where its parameter is stored;
-  // along the data axis (and the context axis, whose gradients are
-  // summands too) the buckets carry it (the transitions below).
-  PlacementRequest placing{.graph = &graph, .mesh = &strategy.mesh, .seeds = seeds_by_value(graph, strategy, request.training),
-                           .targets = {},
-                          .whole_axes = std::vector<bool>(strategy.mesh.axes().size(), false)};
-  if (strategy.pipeline_ranks() > 1) placing.whole_axes[static_cast<size_t>(strategy.mesh.axis(strategy.pipeline.axis))] = true;
-  for (const ParamGrad& pg : grads) {
-    if (pg.grad == kNoValue) continue;
-    std::vector<std::optional<Placement>> where = placing.seeds[static_cast<size_t>(pg.param)];
-    for (size_t a = 0; a < where.size(); ++a)
-      where[a] = static_cast<int>(a) == axis || static_cast<int>(a) == context_axis
-                     ? std::nullopt
-                     : std::optional(where[a].value_or(Placement::B()));
-    placing.targets.push_back({pg.grad, where});
-  }
-  const Propagation placement = propagate(placing);
-  for (size_t i = 0, t = 0; i < grads.size(); ++i) {
-    grads[i].param = placement.value_of[static_cast<size_t>(grads[i].param)];
-    if (grads[i].grad != kNoValue) grads[i].grad = placement.target_of[t++];
-  }
+  const Propagation placement = place(graph, strategy, request.training, {axis, context_axis}, grads);
   const ValueId loss = placement.value_of[static_cast<size_t>(request.loss)];
   std::vector<ValueId> outputs;
   for (ValueId v : request.outputs) outputs.push_back(placement.value_of[static_cast<size_t>(v)]);
