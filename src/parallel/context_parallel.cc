@@ -3,6 +3,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "parallel/split_units.h"
 
 namespace px::parallel {
 namespace {
@@ -12,18 +13,6 @@ std::vector<const Node*> attention_nodes(const Graph& graph) {
   std::vector<const Node*> out;
   for (const Node& n : graph.nodes())
     if (n.origin < 0 && n.op() == "attention") out.push_back(&n);
-  return out;
-}
-
-// The nodes that read `v`.
-std::vector<const Node*> readers(const Graph& graph, ValueId v) {
-  std::vector<const Node*> out;
-  for (const Node& n : graph.nodes())
-    for (ValueId in : n.inputs)
-      if (in == v) {
-        out.push_back(&n);
-        break;
-      }
   return out;
 }
 
@@ -59,6 +48,7 @@ std::vector<PlacementSeed> context_parallel_seeds(const Graph& graph, const Cont
          tokens);
   // The ring keeps every value split along the sequence: nothing else to seed.
   if (options.method == ContextMethod::ring) return seeds;
+  const std::vector<std::vector<int>> readers = forward_readers(graph);
   for (const Node* n : attention) {
     const Shape& shape = graph.spec(n->inputs.front()).shape;
     const int64_t heads = shape[3];
@@ -78,10 +68,10 @@ std::vector<PlacementSeed> context_parallel_seeds(const Graph& graph, const Cont
       seeds.push_back({split.name + ".grad", options.axis, Placement::S(1)});
     // The heads merged back, split along the sequence again before the
     // output projection (else the rule would gather them whole).
-    const std::vector<const Node*> next = readers(graph, n->outputs.front());
-    if (next.size() == 1 && next.front()->op() == "reshape" &&
-        graph.spec(next.front()->outputs.front()).shape.rank() >= 3)
-      seeds.push_back({graph.value(next.front()->outputs.front()).name, options.axis, Placement::S(1)});
+    const std::vector<int>& next = readers[static_cast<size_t>(n->outputs.front())];
+    const Node* merge = next.size() == 1 ? &graph.nodes()[static_cast<size_t>(next.front())] : nullptr;
+    if (merge != nullptr && merge->op() == "reshape" && graph.spec(merge->outputs.front()).shape.rank() >= 3)
+      seeds.push_back({graph.value(merge->outputs.front()).name, options.axis, Placement::S(1)});
   }
   return seeds;
 }

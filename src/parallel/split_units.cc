@@ -13,20 +13,6 @@ constexpr size_t kMaxRegionNodes = 48;
 
 bool is_forward_node(const Node& n) { return n.origin < 0 && n.op() != "reshard"; }
 
-// The graph's forward readers of every value.
-std::vector<std::vector<int>> forward_readers(const Graph& graph) {
-  std::vector<std::vector<int>> readers(graph.values().size());
-  for (size_t i = 0; i < graph.nodes().size(); ++i) {
-    const Node& n = graph.nodes()[i];
-    if (!is_forward_node(n)) continue;
-    for (ValueId v : n.inputs) {
-      std::vector<int>& r = readers[static_cast<size_t>(v)];
-      if (r.empty() || r.back() != static_cast<int>(i)) r.push_back(static_cast<int>(i));
-    }
-  }
-  return readers;
-}
-
 // Node `index` as a GEMM layer, if it is one.
 std::optional<GemmLayer> gemm_layer(const Graph& graph, const std::vector<std::vector<int>>& readers, int index) {
   const Node& n = graph.nodes()[static_cast<size_t>(index)];
@@ -144,6 +130,20 @@ std::string block_name(const GemmLayer& column, const GemmLayer& row, bool atten
 }
 
 }  // namespace
+
+std::vector<std::vector<int>> forward_readers(const Graph& graph) {
+  std::vector<std::vector<int>> readers(graph.values().size());
+  for (size_t i = 0; i < graph.nodes().size(); ++i) {
+    const Node& n = graph.nodes()[i];
+    if (!is_forward_node(n)) continue;
+    for (ValueId v : n.inputs) {
+      std::vector<int>& r = readers[static_cast<size_t>(v)];
+      if (r.empty() || r.back() != static_cast<int>(i)) r.push_back(static_cast<int>(i));
+    }
+  }
+  return readers;
+}
+
 
 std::vector<SplitUnit> split_units(const Graph& graph) {
   const std::vector<std::vector<int>> readers = forward_readers(graph);

@@ -46,6 +46,10 @@ struct SplitUnit {
   bool block() const { return layers.size() == 2; }
 };
 
+// Per value, the forward nodes that read it (each once; backward nodes and
+// reshards left out).
+std::vector<std::vector<int>> forward_readers(const Graph& graph);
+
 // The graph's units in forward order; backward nodes (origin >= 0) and
 // reshards are ignored, so a lowered graph gives the same units as its
 // forward graph.

@@ -48,6 +48,13 @@ void copy_tokens(const Attrs& a, int64_t outer, int64_t inner, int64_t seq_token
     }
 }
 
+// On a shard: the blocks (to_blocks) or tokens (from_blocks) it holds.
+Attrs localize_held(const Attrs& a, const std::vector<TensorSpec>&, const std::vector<TensorSpec>& out) {
+  Attrs local = a;
+  local.set("held", out[0].shape[1]);
+  return local;
+}
+
 // Signatures shared by both (`rank`: the sequence side's): the batch and
 // the feature dims split alike (a feature dim d is d + 1 on the blocked
 // side), the sequence split into exactly its blocks, B, P.
@@ -96,11 +103,7 @@ OpDef make_to_blocks() {
   d.signatures = [](const std::vector<TensorSpec>& in, const Attrs& a) {
     return blocking_signatures(in[0].shape.rank(), static_cast<int>(a.get_int("parts")), true);
   };
-  d.localize = [](const Attrs& a, const std::vector<TensorSpec>&, const std::vector<TensorSpec>& out) {
-    Attrs local = a;
-    local.set("held", out[0].shape[1]);
-    return local;
-  };
+  d.localize = localize_held;
   d.examples = [] {
     return std::vector<OpExample>{{{f32({2, 7, 3})}, {{"tokens", int64_t{7}}, {"parts", int64_t{3}}}, {}},
                                   {{f32({3, 8, 2, 2})}, {{"tokens", int64_t{8}}, {"parts", int64_t{2}}}, {}}};
@@ -137,11 +140,7 @@ OpDef make_from_blocks() {
   d.signatures = [](const std::vector<TensorSpec>& in, const Attrs& a) {
     return blocking_signatures(in[0].shape.rank() - 1, static_cast<int>(a.get_int("parts")), false);
   };
-  d.localize = [](const Attrs& a, const std::vector<TensorSpec>&, const std::vector<TensorSpec>& out) {
-    Attrs local = a;
-    local.set("held", out[0].shape[1]);
-    return local;
-  };
+  d.localize = localize_held;
   d.examples = [] {
     return std::vector<OpExample>{{{f32({2, 3, 3, 3})}, {{"tokens", int64_t{7}}, {"parts", int64_t{3}}}, {}}};
   };
