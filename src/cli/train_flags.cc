@@ -114,6 +114,11 @@ void add_parallel_flags(CLI::App& cmd, TrainFlags& flags) {
                                                  "all-to-all (DeepSpeed-Ulysses: heads scattered, tokens gathered; "
                                                  "--cp must divide --heads)")
       ->capture_default_str();
+  cmd.add_option("--cp-balance", flags.cp_balance, "the ring's causal balance: on (rank r of n holds zigzag blocks r "
+                                                   "and 2n-1-r of the sequence, so every rank's attention is as "
+                                                   "large) or off (contiguous chunks, to compare)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   cmd.add_option("--pp", o.sync.pipeline_parallel, "pipeline stages: the graph cut into this many stages, each on "
                                                    "its own ranks (mesh {pp, dp, tp})")
       ->capture_default_str();
@@ -262,6 +267,7 @@ void apply(TrainFlags& flags) {
   }
   o.sync.pipeline.schedule = parallel::pipeline_kind_from_name(flags.schedule);
   o.sync.context_method = parallel::context_method_from_name(flags.cp_method);
+  o.sync.context_balance = flags.cp_balance == "on";
   o.sync.recompute = parallel::recompute_from_name(flags.recompute);
   o.sync.pipeline.stage_cuts.clear();
   std::stringstream cuts(flags.stage_cuts);

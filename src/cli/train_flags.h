@@ -22,6 +22,7 @@ struct TrainFlags {
   int micro_batches = 0;  // --micro-batches (0: not given; --accumulation's number)
   std::string schedule = "1f1b";
   std::string cp_method = "ring";
+  std::string cp_balance = "on";
   std::string stage_cuts;  // "h.2,h.4"
   std::string recompute = "none";
   std::string progress = "auto";  // auto, bar or lines

@@ -39,8 +39,20 @@ struct OpCost {
 struct ShardBox {
   std::vector<int64_t> offset;
   Shape global;
+  // A dim the shard holds as two runs (a zigzag split, graph/placement.h):
+  // from local index `fold_local` on it holds the run at `fold_global`.
+  int fold_dim = -1;
+  int64_t fold_local = 0, fold_global = 0;
   bool whole() const { return offset.empty(); }
   int64_t offset_of(int dim) const { return offset.empty() ? 0 : offset[static_cast<size_t>(dim)]; }
+  // The global index of local index `i` along `dim`, and back (`global`
+  // must be one the shard holds).
+  int64_t global_index(int dim, int64_t i) const {
+    return dim == fold_dim && i >= fold_local ? fold_global + (i - fold_local) : offset_of(dim) + i;
+  }
+  int64_t local_index(int dim, int64_t global) const {
+    return dim == fold_dim && global >= fold_global ? fold_local + (global - fold_global) : global - offset_of(dim);
+  }
   // The unsplit extent of `dim`, given the local one.
   int64_t extent_of(int dim, int64_t local) const { return offset.empty() ? local : global[dim]; }
   bool operator==(const ShardBox&) const = default;

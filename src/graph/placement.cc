@@ -10,7 +10,9 @@ namespace px {
 
 std::string Placement::str() const {
   switch (kind) {
-    case Kind::split: return groups == 1 ? fmt::format("S({})", dim) : fmt::format("S({},{})", dim, groups);
+    case Kind::split:
+      if (zigzag) return fmt::format("Z({})", dim);
+      return groups == 1 ? fmt::format("S({})", dim) : fmt::format("S({},{})", dim, groups);
     case Kind::broadcast: return "B";
     case Kind::partial: return reduce == Reduce::max ? "P(max)" : "P";
   }
@@ -25,10 +27,12 @@ Placement placement_from_string(const std::string& text) {
   char close = 0, tail = 0;
   if (std::sscanf(text.c_str(), "S(%d%c%c", &dim, &close, &tail) == 2 && close == ')' && dim >= 0)
     return Placement::S(dim);
+  if (std::sscanf(text.c_str(), "Z(%d%c%c", &dim, &close, &tail) == 2 && close == ')' && dim >= 0)
+    return Placement::Z(dim);
   if (std::sscanf(text.c_str(), "S(%d,%d%c%c", &dim, &groups, &close, &tail) == 3 && close == ')' && dim >= 0 &&
       groups >= 1)
     return Placement::S(dim, groups);
-  fail("placement '{}' is not one of S(d), S(d,groups) with d >= 0 and groups >= 1, B, P or P(max)", text);
+  fail("placement '{}' is not one of S(d), S(d,groups), Z(d) with d >= 0 and groups >= 1, B, P or P(max)", text);
 }
 
 static std::string join(const std::vector<Placement>& ps) {

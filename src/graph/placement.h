@@ -11,6 +11,13 @@
 // fused q|k|v projection is split this way: each rank gets its heads of q,
 // of k and of v. Signatures of ops other than reshape never name groups:
 // propagation carries the groups of a split input to the split outputs.
+//
+// A split may be zigzag: Z(d) cuts dim d into 2n blocks by core/block.h's
+// rule and rank r of n holds blocks r and 2n-1-r, in that order. Context
+// parallelism splits the sequence so, for causal balance: rank r's early
+// tokens see few keys, its late ones many, so every rank's attention work
+// is the same. Signatures name it only where they must (the ring's
+// to_blocks/from_blocks); propagation carries it like groups.
 #pragma once
 
 #include <string>
@@ -25,14 +32,16 @@ struct Placement {
   int dim = 0;     // split: the tensor dim, >= 0
   int groups = 1;  // split: dim d seen as `groups` groups, each split in blocks
   Reduce reduce = Reduce::sum;
+  bool zigzag = false;  // split: dim d cut into 2n blocks, rank r holding r and 2n-1-r
 
   static Placement S(int dim, int groups = 1) { return {Kind::split, dim, groups, Reduce::sum}; }
+  static Placement Z(int dim) { return {Kind::split, dim, 1, Reduce::sum, true}; }
   static Placement B() { return {Kind::broadcast, 0, 1, Reduce::sum}; }
   static Placement P(Reduce reduce = Reduce::sum) { return {Kind::partial, 0, 1, reduce}; }
   bool is_split() const { return kind == Kind::split; }
   bool is_partial() const { return kind == Kind::partial; }
   bool operator==(const Placement&) const = default;
-  std::string str() const;  // "S(0)", "S(1,3)", "B", "P", "P(max)"
+  std::string str() const;  // "S(0)", "S(1,3)", "Z(1)", "B", "P", "P(max)"
 };
 
 // Parses what str() prints; px::Error naming the text otherwise.

@@ -16,25 +16,64 @@ namespace {
 
 constexpr float kNoKey = -std::numeric_limits<float>::infinity();
 
+// A block's tokens: one run, or a zigzag block's two (ascending either way).
+struct Runs {
+  Block run[2];
+  int n = 1;
+  int64_t count() const { return run[0].count + (n == 2 ? run[1].count : 0); }
+  // The local rows [begin, end) of run r.
+  int64_t begin(int r) const { return r == 0 ? 0 : run[0].count; }
+  int64_t end(int r) const { return begin(r) + run[r].count; }
+  int64_t position(int64_t i) const { return i < run[0].count ? run[0].begin + i : run[1].begin + (i - run[0].count); }
+};
+
+Runs runs_of(const BlockGrid& g, int64_t p) {
+  if (!g.balanced) return {{block(g.tokens, static_cast<int>(g.parts), static_cast<int>(p)), {}}, 1};
+  const ZigzagBlock z = zigzag_block(g.tokens, static_cast<int>(g.parts), static_cast<int>(p));
+  return {{z.early, z.late}, 2};
+}
+
 // One (batch, block, head) of the grid: where its operands sit and which
 // tokens its query and key blocks hold.
 struct Pair {
-  int64_t row0;         // the block's first row in (B·P·L)
-  Block queries, keys;  // global token ranges
-  bool empty() const { return queries.count == 0 || keys.count == 0 || keys.begin > queries.begin + queries.count - 1; }
-  // Keys row i of the query block sees: those at or before its position.
-  int64_t seen(int64_t i) const { return std::clamp<int64_t>(queries.begin + i - keys.begin + 1, 0, keys.count); }
+  int64_t row0;  // the block's first row in (B·P·L)
+  Runs queries, keys;
+  // Keys query row i sees, those at or before its position: a prefix, the
+  // keys ascending.
+  int64_t seen(int64_t i) const {
+    const int64_t at = queries.position(i);
+    int64_t n = 0;
+    for (int r = 0; r < keys.n; ++r) n += std::clamp<int64_t>(at - keys.run[r].begin + 1, 0, keys.run[r].count);
+    return n;
+  }
 };
 
 Pair pair_of(const BlockGrid& g, int64_t bp) {
   const int64_t p = bp % g.P, global = g.first + p;
   const int64_t key_block = ((global - g.shift) % g.parts + g.parts) % g.parts;
-  return {.row0 = bp * g.L,
-          .queries = block(g.tokens, static_cast<int>(g.parts), static_cast<int>(global)),
-          .keys = block(g.tokens, static_cast<int>(g.parts), static_cast<int>(key_block))};
+  return {.row0 = bp * g.L, .queries = runs_of(g, global), .keys = runs_of(g, key_block)};
 }
 
 }  // namespace
+
+double block_entries(const BlockGrid& g) {
+  double total = 0;
+  for (int64_t bp = 0; bp < g.P; ++bp) {
+    const Pair pair = pair_of(g, bp);
+    for (int r = 0; r < pair.queries.n; ++r) {
+      const int64_t lo = pair.queries.begin(r), hi = pair.queries.end(r);
+      if (hi > lo) total += static_cast<double>((hi - lo) * pair.seen(hi - 1));
+    }
+  }
+  return total;
+}
+
+double mean_block_entries(const BlockGrid& g) {
+  BlockGrid all = g;
+  all.P = g.parts;
+  all.first = 0;
+  return block_entries(all) / static_cast<double>(g.parts);
+}
 
 void block_attention(const BlockGrid& g, const float* qkv, const float* kv, float* out, float* lse, float* probs) {
   const int64_t C = g.H * g.D, L = g.L;
@@ -51,24 +90,27 @@ void block_attention(const BlockGrid& g, const float* qkv, const float* kv, floa
       std::fill(o + i * C, o + i * C + g.D, 0.0f);
       lse[(pair.row0 + i) * g.H + h] = kNoKey;
     }
-    if (pair.empty()) return;
-    const int64_t ql = pair.queries.count, kl = pair.keys.count;
-    detail::sgemm(false, true, ql, kl, g.D, scale, q, 3 * C, k, 2 * C, 0.0f, s, L);
-    for (int64_t i = 0; i < ql; ++i) {
-      float* row = s + i * L;
-      const int64_t n = pair.seen(i);
-      if (n == 0) {
-        std::fill(row, row + kl, 0.0f);
-        continue;
+    for (int r = 0; r < pair.queries.n; ++r) {
+      const int64_t lo = pair.queries.begin(r), hi = pair.queries.end(r);
+      const int64_t keys = hi > lo ? pair.seen(hi - 1) : 0;  // what the run's last row sees
+      if (keys == 0) continue;
+      detail::sgemm(false, true, hi - lo, keys, g.D, scale, q + lo * 3 * C, 3 * C, k, 2 * C, 0.0f, s + lo * L, L);
+      for (int64_t i = lo; i < hi; ++i) {
+        float* row = s + i * L;
+        const int64_t n = pair.seen(i);
+        if (n == 0) {
+          std::fill(row, row + keys, 0.0f);
+          continue;
+        }
+        const float m = detail::max(row, n);
+        const float total = detail::exp_shifted_sum(row, row, n, m);
+        const float inv = 1.0f / total;
+        for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+        std::fill(row + n, row + keys, 0.0f);
+        lse[(pair.row0 + i) * g.H + h] = m + std::log(total);
       }
-      const float m = detail::max(row, n);
-      const float total = detail::exp_shifted_sum(row, row, n, m);
-      const float inv = 1.0f / total;
-      for (int64_t j = 0; j < n; ++j) row[j] *= inv;
-      std::fill(row + n, row + kl, 0.0f);
-      lse[(pair.row0 + i) * g.H + h] = m + std::log(total);
+      detail::sgemm(false, false, hi - lo, g.D, keys, 1.0f, s + lo * L, L, v, 2 * C, 0.0f, o + lo * C, C);
     }
-    detail::sgemm(false, false, ql, g.D, kl, 1.0f, s, L, v, 2 * C, 0.0f, o, C);
   });
 }
 
@@ -80,8 +122,6 @@ void block_attention_backward(const BlockGrid& g, const float* qkv, const float*
   std::memset(dkv, 0, static_cast<size_t>(g.B * g.P * L * 2 * C) * sizeof(float));
   detail::for_each_head(g.B * g.P, g.H, [&](int64_t bp, int64_t h, int64_t) {
     const Pair pair = pair_of(g, bp);
-    if (pair.empty()) return;
-    const int64_t ql = pair.queries.count, kl = pair.keys.count;
     const float* q = qkv + pair.row0 * 3 * C + h * g.D;
     const float* k = kv + pair.row0 * 2 * C + h * g.D;
     const float* v = k + C;
@@ -90,20 +130,26 @@ void block_attention_backward(const BlockGrid& g, const float* qkv, const float*
     float* dq = dqkv + pair.row0 * 3 * C + h * g.D;
     float* dk = dkv + pair.row0 * 2 * C + h * g.D;
     float* dv = dk + C;
-    float* ds = detail::attention_scratch(ql * kl);  // dP, then dS in place: (ql, kl)
-    detail::sgemm(false, true, ql, kl, g.D, 1.0f, dO, C, v, 2 * C, 0.0f, ds, kl);
-    for (int64_t i = 0; i < ql; ++i) {
-      const float* pi = p + i * L;
-      float* di = ds + i * kl;
-      const int64_t n = pair.seen(i);
-      // d lse_i / d s_ij = p_ij, so the incoming dlse adds to every dP of the row.
-      const float d = detail::dot(pi, di, n) - dlse[(pair.row0 + i) * g.H + h];
-      for (int64_t j = 0; j < n; ++j) di[j] = pi[j] * (di[j] - d) * scale;
-      std::fill(di + n, di + kl, 0.0f);
+    for (int r = 0; r < pair.queries.n; ++r) {
+      const int64_t lo = pair.queries.begin(r), hi = pair.queries.end(r), rows = hi - lo;
+      const int64_t keys = hi > lo ? pair.seen(hi - 1) : 0;
+      if (keys == 0) continue;
+      float* ds = detail::attention_scratch(rows * keys);  // dP, then dS in place: (rows, keys)
+      detail::sgemm(false, true, rows, keys, g.D, 1.0f, dO + lo * C, C, v, 2 * C, 0.0f, ds, keys);
+      for (int64_t i = lo; i < hi; ++i) {
+        const float* pi = p + i * L;
+        float* di = ds + (i - lo) * keys;
+        const int64_t n = pair.seen(i);
+        // d lse_i / d s_ij = p_ij, so the incoming dlse adds to every dP of the row.
+        const float d = detail::dot(pi, di, n) - dlse[(pair.row0 + i) * g.H + h];
+        for (int64_t j = 0; j < n; ++j) di[j] = pi[j] * (di[j] - d) * scale;
+        std::fill(di + n, di + keys, 0.0f);
+      }
+      // Each query run adds its part of the keys' and values' gradients.
+      detail::sgemm(false, false, rows, g.D, keys, 1.0f, ds, keys, k, 2 * C, 0.0f, dq + lo * 3 * C, 3 * C);
+      detail::sgemm(true, false, keys, g.D, rows, 1.0f, ds, keys, q + lo * 3 * C, 3 * C, 1.0f, dk, 2 * C);
+      detail::sgemm(true, false, keys, g.D, rows, 1.0f, p + lo * L, L, dO + lo * C, C, 1.0f, dv, 2 * C);
     }
-    detail::sgemm(false, false, ql, g.D, kl, 1.0f, ds, kl, k, 2 * C, 0.0f, dq, 3 * C);
-    detail::sgemm(true, false, kl, g.D, ql, 1.0f, ds, kl, q, 3 * C, 0.0f, dk, 2 * C);
-    detail::sgemm(true, false, kl, g.D, ql, 1.0f, p, L, dO, C, 0.0f, dv, 2 * C);
   });
 }
 

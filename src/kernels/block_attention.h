@@ -1,10 +1,13 @@
 // Causal attention of query blocks against key/value blocks, for context
 // parallelism's ring (LightSeq's DistAttn): a T-token sequence cut into P
 // blocks by core/block.h's rule, each padded to L = block(T, P, 0).count
-// tokens, laid out (B, P, L, ...) — the blocked layout. Query block p
+// tokens, laid out (B, P, L, ...) — the blocked layout; balanced, block p
+// holds zigzag block p's two runs of tokens, early then late. Query block p
 // attends key block (p - shift) mod P, causally by the tokens' global
 // positions; merging the P partial results by their log-sum-exps gives
-// whole-sequence causal attention (kernels/attention.h).
+// whole-sequence causal attention (kernels/attention.h). Only what the
+// mask lets through is computed: a query run against the keys its last row
+// sees (so a balanced block pair costs two of the four run pairs).
 // Legend: B batch, P blocks held here, L padded block length, H heads,
 // D head dim, C = H*D.
 //   qkv   (B, P, L, 3, H, D)  q at index 0 (k, v unused here)
@@ -26,7 +29,16 @@ struct BlockGrid {
   int64_t parts = 1;    // its blocks (P of the whole sequence)
   int64_t first = 0;    // the global index of the first block held here
   int64_t shift = 0;    // query block p reads key block (p - shift) mod parts
+  bool balanced = false;  // zigzag blocks (core/block.h): block p the 2·parts blocks p and 2·parts-1-p
 };
+
+// The score entries the g.P query blocks held compute against their key
+// blocks, per batch row and head (what the mask lets through, per run as
+// the kernels compute it): a rank's attention work at one ring step.
+double block_entries(const BlockGrid& g);
+// The same averaged over all `parts` blocks: a block's work for the cost
+// model, which does not know which block a shard holds.
+double mean_block_entries(const BlockGrid& g);
 
 void block_attention(const BlockGrid& g, const float* qkv, const float* kv, float* out, float* lse, float* probs);
 

@@ -24,7 +24,7 @@ Strategy from_parts(const StrategyRequest& r, const CompositionInputs& in) {
   Strategy s = tp > 1 || r.sequence_parallel
                    ? tensor_parallel(*in.graph, dp, tp, in.batch_inputs, r.sequence_parallel)
                    : data_parallel(dp, in.batch_inputs);
-  if (cp > 1) s = with_context(std::move(s), *in.graph, cp, {.method = r.context_method});
+  if (cp > 1) s = with_context(std::move(s), *in.graph, cp, {.method = r.context_method, .balance = r.context_balance});
   s.zero_stage = r.zero_stage;
   s.micro_batches = in.micro_batches;
   s.lowering.bucket_bytes = r.bucket_bytes;

@@ -38,6 +38,7 @@ struct StrategyRequest {
   int pipeline_parallel = 1;       // pipeline stages (mesh {pp, dp, cp, tp}: pp outermost)
   int context_parallel = 1;        // ranks each sequence is split over (the cp axis; Strategy::context)
   ContextMethod context_method = ContextMethod::ring;
+  bool context_balance = true;     // the ring's zigzag split (ContextOptions::balance)
   PipelineOptions pipeline;        // schedule, virtual stages, stage cuts
   Recompute recompute = Recompute::none;  // activation recomputation
   int mesh_ranks = 0;              // --mesh or a --strategy file: the ranks it names (0: neither)

@@ -30,6 +30,8 @@ std::vector<PlacementSeed> context_parallel_seeds(const Graph& graph, const Cont
          "needs a chunk)",
          options.axis, ranks, tokens);
   std::vector<PlacementSeed> seeds;
+  const bool zigzag = options.method == ContextMethod::ring && options.balance;
+  const Placement sequence = zigzag ? Placement::Z(1) : Placement::S(1);
   // The sequence enters split: what a node makes from a batch input with
   // the sequence as dim 1 (the token embedding), so the batch inputs
   // themselves stay whole along the axis and are sliced there for free.
@@ -40,7 +42,7 @@ std::vector<PlacementSeed> context_parallel_seeds(const Graph& graph, const Cont
     for (ValueId in : n.inputs) reads_input = reads_input || inputs.count(in) > 0;
     const Shape& out = graph.spec(n.outputs.front()).shape;
     if (reads_input && out.rank() >= 3 && out[1] == tokens)
-      seeds.push_back({graph.value(n.outputs.front()).name, options.axis, Placement::S(1)});
+      seeds.push_back({graph.value(n.outputs.front()).name, options.axis, sequence});
   }
   if (seeds.empty())
     fail("context parallelism: no value of the model is made from its inputs with the sequence ({} tokens) as dim "
@@ -76,7 +78,7 @@ std::vector<PlacementSeed> context_parallel_seeds(const Graph& graph, const Cont
   return seeds;
 }
 
-void ring_attention(Graph& graph, int parts) {
+void ring_attention(Graph& graph, int parts, bool balanced) {
   std::vector<int> sites;
   for (size_t i = 0; i < graph.nodes().size(); ++i)
     if (graph.nodes()[i].origin < 0 && graph.nodes()[i].op() == "attention") sites.push_back(static_cast<int>(i));
@@ -88,7 +90,7 @@ void ring_attention(Graph& graph, int parts) {
     int at = *site;
     auto add = [&](const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs,
                    const std::string& what) { return graph.insert_after(at++, op, inputs, attrs, attention.name + "." + what); };
-    const Attrs blocking{{"tokens", tokens}, {"parts", int64_t{parts}}};
+    const Attrs blocking{{"tokens", tokens}, {"parts", int64_t{parts}}, {"balanced", int64_t{balanced ? 1 : 0}}};
     const ValueId blocked = add("to_blocks", {qkv}, blocking, "blocks").front();
     ValueId kv = add("narrow", {blocked}, {{"dim", int64_t{3}}, {"start", int64_t{1}}, {"length", int64_t{2}}}, "kv").front();
     std::vector<ValueId> outs, lses;

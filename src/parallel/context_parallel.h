@@ -46,6 +46,7 @@ std::vector<PlacementSeed> context_parallel_seeds(const Graph& graph, const Cont
 // gradients back the same way. Every value stays S(1): nothing is gathered.
 // The attention nodes stay, unread (the lowering schedules only what the
 // loss needs).
-void ring_attention(Graph& graph, int parts);
+// `balanced`: the blocks are zigzag blocks (ContextOptions::balance).
+void ring_attention(Graph& graph, int parts, bool balanced);
 
 }  // namespace px::parallel

@@ -154,7 +154,7 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
     fail("lowering: rank {} is outside mesh {} of {} ranks", rank, strategy.mesh.str(), strategy.mesh.ranks());
   Graph graph = *request.forward;  // backward is added to a copy
   if (strategy.context_ranks() > 1 && strategy.context.method == ContextMethod::ring)
-    ring_attention(graph, strategy.context_ranks());
+    ring_attention(graph, strategy.context_ranks(), strategy.context.balance);
   int forward_nodes = static_cast<int>(graph.nodes().size());
   std::vector<ParamGrad> grads = with_backward(graph, request);
   forward_nodes += store_gemm_operands_in_bf16(graph);  // its casts follow forward nodes

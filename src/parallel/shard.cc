@@ -16,6 +16,29 @@ struct Segment {
   int64_t global = 0, local = 0, length = 0;
 };
 
+// Block `coord` of `size` of the run that `segs` make in the shard (their
+// local order), as the segments it meets: an axis nested inside a zigzag
+// split cuts the rank's two blocks as one run.
+std::vector<Segment> nested_block(const std::vector<Segment>& segs, int size, int coord) {
+  int64_t total = 0;
+  for (const Segment& s : segs) total += s.length;
+  const Block b = block(total, size, coord);
+  std::vector<Segment> out;
+  int64_t at = 0;  // the start of `s` in the run
+  for (const Segment& s : segs) {
+    const int64_t lo = std::max(b.begin, at), hi = std::min(b.begin + b.count, at + s.length);
+    if (hi > lo || (b.count == 0 && out.empty())) out.push_back({s.global + (lo - at), lo - b.begin, std::max<int64_t>(hi - lo, 0)});
+    at += s.length;
+  }
+  return out;
+}
+
+// Dim `n` cut into zigzag blocks: the rank's two runs (graph/placement.h's Z).
+std::vector<Segment> zigzag_blocks(int64_t n, int size, int coord) {
+  const ZigzagBlock z = zigzag_block(n, size, coord);
+  return {{z.early.begin, 0, z.early.count}, {z.late.begin, z.early.count, z.late.count}};
+}
+
 // Per dim, the segments the rank holds.
 std::vector<std::vector<Segment>> segments(const Shape& global, const AxisPlacements& placement,
                                            const DeviceMesh& mesh, const std::vector<int>& coords, int skip) {
@@ -27,21 +50,23 @@ std::vector<std::vector<Segment>> segments(const Shape& global, const AxisPlacem
     PX_CHECK_LT(p.dim, global.rank());
     std::vector<Segment>& segs = dims[static_cast<size_t>(p.dim)];
     const int size = mesh.axes()[a].size, coord = coords[a];
-    if (p.groups == 1) {
-      for (Segment& s : segs) {  // nested: this axis splits each segment's run
-        PX_CHECK_EQ(segs.size(), 1u);
-        const comm::Block b = comm::block(s.length, size, coord);
-        s = {s.global + b.begin, 0, b.count};
-      }
+    const bool whole = segs.size() == 1 && segs.front().length == global[p.dim];
+    if (p.groups == 1 && !p.zigzag) {
+      segs = nested_block(segs, size, coord);  // nested: this axis splits the run the earlier ones left
       continue;
     }
-    if (segs.size() != 1 || segs.front().length != global[p.dim])
-      fail("placement {} of dim {} nests a grouped split inside another split: not supported", p.str(), p.dim);
+    if (!whole)
+      fail("placement {} of dim {} nests a {} split inside another split: not supported", p.str(), p.dim,
+           p.zigzag ? "zigzag" : "grouped");
+    if (p.zigzag) {
+      segs = zigzag_blocks(global[p.dim], size, coord);
+      continue;
+    }
     if (global[p.dim] % p.groups != 0)
       fail("placement {} cuts dim {} of extent {} into {} groups: the groups must be equal", p.str(), p.dim,
            global[p.dim], p.groups);
     const int64_t group = global[p.dim] / p.groups;
-    const comm::Block b = comm::block(group, size, coord);
+    const Block b = block(group, size, coord);
     segs.clear();
     for (int g = 0; g < p.groups; ++g) segs.push_back({g * group + b.begin, g * b.count, b.count});
   }
@@ -85,7 +110,19 @@ ShardBox shard_box(const Shape& global, const AxisPlacements& placement, const D
   bool split = false;
   for (size_t a = 0; a < placement.size(); ++a) split = split || (static_cast<int>(a) != skip && placement[a].is_split());
   if (!split) return {};
-  return {shard_pieces(global, placement, mesh, coords, skip).front().global_offset, global};
+  const auto dims = segments(global, placement, mesh, coords, skip);
+  ShardBox box;
+  box.global = global;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    box.offset.push_back(dims[d].front().global);
+    if (dims[d].size() == 2 && dims[d][1].global != dims[d][0].global + dims[d][0].length) {
+      PX_CHECK(box.fold_dim < 0, "a shard box folds dims {} and {}: one at most", box.fold_dim, d);
+      box.fold_dim = static_cast<int>(d);
+      box.fold_local = dims[d][1].local;
+      box.fold_global = dims[d][1].global;
+    }
+  }
+  return box;
 }
 
 namespace {

@@ -34,7 +34,8 @@ Shape local_shape(const Shape& global, const AxisPlacements& placement, const De
 // a grouped split).
 std::vector<ShardPiece> shard_pieces(const Shape& global, const AxisPlacements& placement, const DeviceMesh& mesh,
                                      const std::vector<int>& coords, int skip = -1);
-// The box ops read (graph/op.h): the first piece's offset and the global shape.
+// The box ops read (graph/op.h): the first piece's offset, the global shape
+// and a zigzag split's second run (its fold).
 ShardBox shard_box(const Shape& global, const AxisPlacements& placement, const DeviceMesh& mesh,
                    const std::vector<int>& coords, int skip = -1);
 

@@ -86,7 +86,8 @@ nlohmann::json to_json(const Strategy& s) {
             {"stage_cuts", s.pipeline.stage_cuts}}}};
   if (!s.precision.empty()) json["precision"] = s.precision;
   if (s.context_ranks() > 1)
-    json["context"] = {{"axis", s.context.axis}, {"method", context_method_name(s.context.method)}};
+    json["context"] = {
+        {"axis", s.context.axis}, {"method", context_method_name(s.context.method)}, {"balance", s.context.balance}};
   return json;
 }
 
@@ -144,10 +145,11 @@ Strategy strategy_from_json(const nlohmann::json& json) {
   }
   if (json.contains("context")) {
     const nlohmann::json& c = json.at("context");
-    json_fields::check_keys("strategy", c, "context", {"axis", "method"});
+    json_fields::check_keys("strategy", c, "context", {"axis", "method", "balance"});
     s.context.axis = json_fields::field<std::string>("strategy", c, "context", "axis", s.context.axis);
     s.context.method = context_method_from_name(
         json_fields::field<std::string>("strategy", c, "context", "method", std::string(context_method_name(s.context.method))));
+    s.context.balance = json_fields::field<bool>("strategy", c, "context", "balance", s.context.balance);
   }
   if (json.contains("precision")) {
     s.precision = json_fields::field<std::string>("strategy", json, "strategy", "precision", "");

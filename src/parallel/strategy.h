@@ -84,6 +84,11 @@ std::string_view context_method_name(ContextMethod method);
 struct ContextOptions {
   std::string axis = "cp";
   ContextMethod method = ContextMethod::ring;
+  // The ring's causal balance: the sequence split in zigzag blocks (rank r
+  // of n holds blocks r and 2n-1-r of 2n, graph/placement.h's Z), so every
+  // rank's attention sees as many keys. Off: plain contiguous chunks, the
+  // last rank's attention the whole sequence's. All-to-all needs none.
+  bool balance = true;
   bool operator==(const ContextOptions&) const = default;
 };
 

@@ -1,6 +1,7 @@
 // Generic placement check: for every registered op, each example and each
 // placement signature, split the inputs as the signature says across k = 2
-// and 3 shards (S: uneven contiguous chunks; B: whole copies; P: random
+// and 3 shards (S: uneven contiguous chunks; Z: zigzag pairs of chunks;
+// B: whole copies; P: random
 // summands), run the op on each shard alone, combine the outputs
 // (concatenate S, sum P, compare B) and match the unsplit result. This is
 // the ground data, tensor and sequence parallelism stand on.
@@ -50,6 +51,29 @@ std::vector<Tensor> partial_parts(const Tensor& full, int k, Rng& rng) {
   return parts;
 }
 
+// Shard r of k of dim p.dim under a zigzag split (graph/placement.h's Z):
+// its early block, then its late one.
+Tensor slice_zigzag(const Tensor& t, const Placement& p, int k, int r) {
+  const ZigzagBlock z = zigzag_block(t.dim(p.dim), k, r);
+  return concat_dim({slice_dim(t, p.dim, z.early.begin, z.early.begin + z.early.count),
+                     slice_dim(t, p.dim, z.late.begin, z.late.begin + z.late.count)},
+                    p.dim);
+}
+
+// The k shards of a zigzag split put back in order: block c of 2k is shard
+// c's early part for c < k, shard 2k-1-c's late part after.
+Tensor concat_zigzag(const std::vector<Tensor>& parts, const Placement& p, int64_t n) {
+  const int k = static_cast<int>(parts.size());
+  std::vector<Tensor> blocks;
+  for (int c = 0; c < 2 * k; ++c) {
+    const int r = c < k ? c : 2 * k - 1 - c;
+    const ZigzagBlock z = zigzag_block(n, k, r);
+    blocks.push_back(c < k ? slice_dim(parts[r], p.dim, 0, z.early.count)
+                           : slice_dim(parts[r], p.dim, z.early.count, z.count()));
+  }
+  return concat_dim(blocks, p.dim);
+}
+
 // Rows [lo, hi) of split `p` of a tensor of shape `shape`: dim p.dim seen as
 // p.groups groups, each cut the same way.
 Tensor slice_split(const Tensor& t, const Placement& p, Split s) {
@@ -84,6 +108,14 @@ Tensor concat_split(const std::vector<Tensor>& parts, const Placement& p) {
 ShardBox box_of(const PlacementSignature& sig, const Shape& full, const Placement& p, int k, int r) {
   if (!p.is_split() || p.groups != 1) return {};
   ShardBox box{std::vector<int64_t>(static_cast<size_t>(full.rank()), 0), full};
+  if (p.zigzag) {
+    const ZigzagBlock z = zigzag_block(full[p.dim], k, r);
+    box.offset[static_cast<size_t>(p.dim)] = z.early.begin;
+    box.fold_dim = p.dim;
+    box.fold_local = z.early.count;
+    box.fold_global = z.late.begin;
+    return box;
+  }
   box.offset[static_cast<size_t>(p.dim)] = cut(sig, full[p.dim], k, r).lo;
   return box;
 }
@@ -107,7 +139,8 @@ std::string check_signature(const OpDef& def, const OpExample& ex, const Placeme
     if (p.kind == Placement::Kind::split) {
       if (inputs[i].dim(p.dim) / p.groups < k) return "skip";  // a shard would be empty
       for (int r = 0; r < k; ++r)
-        shard_inputs[r].push_back(slice_split(inputs[i], p, cut(sig, inputs[i].dim(p.dim) / p.groups, k, r)));
+        shard_inputs[r].push_back(p.zigzag ? slice_zigzag(inputs[i], p, k, r)
+                                           : slice_split(inputs[i], p, cut(sig, inputs[i].dim(p.dim) / p.groups, k, r)));
     } else if (p.kind == Placement::Kind::partial) {
       if (p.reduce != Placement::Reduce::sum) return "skip";  // no op consumes a partial maximum
       auto parts = partial_parts(inputs[i], k, rng);
@@ -129,7 +162,9 @@ std::string check_signature(const OpDef& def, const OpExample& ex, const Placeme
       const Placement& p = sig.outputs[o];
       ctx.outputs.push_back(box_of(sig, full[o].shape(), p, k, r));
       std::vector<int64_t> dims = full[o].shape().dims();
-      if (p.is_split()) {
+      if (p.zigzag) {
+        dims[static_cast<size_t>(p.dim)] = zigzag_block(dims[static_cast<size_t>(p.dim)], k, r).count();
+      } else if (p.is_split()) {
         const Split s = cut(sig, dims[static_cast<size_t>(p.dim)] / p.groups, k, r);
         dims[static_cast<size_t>(p.dim)] = p.groups * (s.hi - s.lo);
       }
@@ -144,7 +179,9 @@ std::string check_signature(const OpDef& def, const OpExample& ex, const Placeme
     std::vector<Tensor> parts;
     for (int r = 0; r < k; ++r) parts.push_back(shard_outputs[r][o]);
     Tensor combined;
-    if (p.kind == Placement::Kind::split) {
+    if (p.zigzag) {
+      combined = concat_zigzag(parts, p, full[o].dim(p.dim));
+    } else if (p.kind == Placement::Kind::split) {
       combined = concat_split(parts, p);
     } else if (p.kind == Placement::Kind::partial) {
       combined = parts[0].clone();

@@ -4,7 +4,8 @@
 // and 4 (4 heads) and cp = 3 (6 heads, a block of 16 tokens that 3 does not
 // divide), a block of 15 at cp = 2, dp=2 x cp=2 with ZeRO-2 over the data x
 // context ranks, and pp=2 x cp=2; the ring also at cp=2 x tp=2 with
-// sequence parallelism. Per-step losses over 50 steps within 1e-5 relative
+// sequence parallelism; the ring balanced (zigzag blocks, the default) and
+// not (cp = 4 and 3, a block of 15). Per-step losses over 50 steps within 1e-5 relative
 // of one rank on the same global batch.
 // Also what the lowering emits (the exchanges around attention, gradients
 // reduced once over data x context ranks), the named errors, and resuming
@@ -49,11 +50,13 @@ struct CpCase {
   int zero_stage = 0;
   int micro_batches = 1;
   bool sequence_parallel = false;
+  bool balance = true;  // the ring's zigzag split (ContextOptions::balance)
 };
 
 std::string case_name(const CpCase& c) {
+  const bool ring = c.method == parallel::ContextMethod::ring;
   return fmt::format("{}_heads{}_block{}_pp{}_dp{}_cp{}{}{}{}",
-                     c.method == parallel::ContextMethod::ring ? "ring" : "alltoall", c.heads, c.block, c.pp,
+                     ring ? (c.balance ? "ring" : "ring_plain") : "alltoall", c.heads, c.block, c.pp,
                      c.ranks / (c.pp * c.cp * c.tp), c.cp, c.tp > 1 ? fmt::format("_tp{}", c.tp) : "",
                      c.sequence_parallel ? "_sp" : "", c.zero_stage ? fmt::format("_zero{}", c.zero_stage) : "");
 }
@@ -72,6 +75,7 @@ TEST_P(GptContextParallel, MatchesOneRank) {
   o.ranks = c.ranks;
   o.sync.context_parallel = c.cp;
   o.sync.context_method = c.method;
+  o.sync.context_balance = c.balance;
   o.sync.pipeline_parallel = c.pp;
   o.sync.tensor_parallel = c.tp;
   o.sync.sequence_parallel = c.sequence_parallel;
@@ -85,6 +89,8 @@ INSTANTIATE_TEST_SUITE_P(
                       CpCase{.block = 15}, CpCase{.ranks = 4, .cp = 2, .zero_stage = 2},
                       CpCase{.ranks = 4, .cp = 2, .pp = 2, .micro_batches = 2},
                       CpCase{.ranks = 4, .cp = 2, .tp = 2, .sequence_parallel = true},
+                      CpCase{.ranks = 4, .cp = 4, .balance = false}, CpCase{.block = 15, .balance = false},
+                      CpCase{.heads = 6, .ranks = 3, .cp = 3, .balance = false},
                       CpCase{.method = kAllToAll}, CpCase{.method = kAllToAll, .ranks = 4, .cp = 4},
                       CpCase{.method = kAllToAll, .heads = 6, .ranks = 3, .cp = 3},
                       CpCase{.method = kAllToAll, .block = 15},

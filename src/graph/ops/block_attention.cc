@@ -1,6 +1,7 @@
 // Blocked causal attention for context parallelism's ring (kernels/
-// block_attention.h); attrs tokens, parts (the blocking) and shift (query
-// block p reads key block (p - shift) mod parts). Legend: B batch, P blocks,
+// block_attention.h); attrs tokens, parts, balanced (the blocking,
+// graph/ops/seq_blocks.cc) and shift (query block p reads key block
+// (p - shift) mod parts). Legend: B batch, P blocks,
 // L padded block length, H heads, D head dim.
 //   block_attention:      qkv (B,P,L,3,H,D), kv (B,P,L,2,H,D) -> out (B,P,L,H,D), lse (B,P,L,H), probs (B,P,H,L,L)
 //   block_attention_grad: qkv, kv, probs, dout, dlse -> dqkv (its q slot), dkv
@@ -22,7 +23,16 @@ void require_blocked(const Shape& s, int64_t slots, const char* what) {
 kernels::BlockGrid grid_of(const OpContext& ctx, const Attrs& a, const Shape& qkv) {
   return {.B = qkv[0], .P = qkv[1], .L = qkv[2], .H = qkv[4], .D = qkv[5], .tokens = a.get_int("tokens"),
           .parts = a.get_int("parts"), .first = ctx.inputs.empty() ? 0 : ctx.input_box(0).offset_of(1),
-          .shift = a.get_int("shift")};
+          .shift = a.get_int("shift"), .balanced = a.get_int("balanced", 0) != 0};
+}
+
+// A block's mean score entries (kernels::mean_block_entries) for qkv `in[0]`.
+double block_entries(const std::vector<TensorSpec>& in, const Attrs& a) {
+  const Shape& q = in[0].shape;
+  const kernels::BlockGrid grid{.B = 1, .P = 1, .L = q[2], .H = 1, .D = 1, .tokens = a.get_int("tokens"),
+                                .parts = a.get_int("parts"), .first = 0, .shift = a.get_int("shift"),
+                                .balanced = a.get_int("balanced", 0) != 0};
+  return kernels::mean_block_entries(grid);
 }
 
 // The ways both run split: the batch, the blocks (over exactly `parts`
@@ -78,11 +88,12 @@ OpDef make_block_attention() {
         g.add("block_attention_grad", {n.inputs[0], n.inputs[1], n.outputs[2], dout[0], dlse}, n.attrs, n.name + ".grad");
     return grads;
   };
-  d.cost = [](const auto& in, const auto& out, const Attrs&) {
+  d.cost = [](const auto& in, const auto& out, const Attrs& a) {
     const Shape& q = in[0].shape;
     OpCost c = streaming_cost(in, out);
-    // Two (L x L x D) products per block and head; the causal skip counted full, as attention does.
-    c.flops = 4.0 * double(q[0] * q[1] * q[4]) * double(q[2] * q[2]) * double(q[5]);
+    // Two products per block and head over the score entries the mask lets
+    // through, a block's mean: which block a shard holds the cost does not know.
+    c.flops = 4.0 * double(q[0] * q[1] * q[4]) * block_entries(in, a) * double(q[5]);
     return c;
   };
   d.signatures = [](const std::vector<TensorSpec>&, const Attrs& a) {
@@ -92,9 +103,15 @@ OpDef make_block_attention() {
     auto attrs = [](int64_t shift) {
       return Attrs{{"tokens", int64_t{7}}, {"parts", int64_t{3}}, {"shift", shift}};
     };
+    // 11 tokens in zigzag blocks of 3, 4 and 4 (padded to 4).
+    auto balanced = [](int64_t shift) {
+      return Attrs{{"tokens", int64_t{11}}, {"parts", int64_t{3}}, {"shift", shift}, {"balanced", int64_t{1}}};
+    };
     return std::vector<OpExample>{{{f32({2, 3, 3, 3, 2, 4}), f32({2, 3, 3, 2, 2, 4})}, attrs(0), {}},
                                   {{f32({1, 3, 3, 3, 2, 3}), f32({1, 3, 3, 2, 2, 3})}, attrs(1), {}},
-                                  {{f32({1, 3, 3, 3, 1, 4}), f32({1, 3, 3, 2, 1, 4})}, attrs(2), {}}};
+                                  {{f32({1, 3, 3, 3, 1, 4}), f32({1, 3, 3, 2, 1, 4})}, attrs(2), {}},
+                                  {{f32({1, 3, 4, 3, 2, 3}), f32({1, 3, 4, 2, 2, 3})}, balanced(1), {}},
+                                  {{f32({1, 3, 4, 3, 1, 4}), f32({1, 3, 4, 2, 1, 4})}, balanced(0), {}}};
   };
   return d;
 }
@@ -113,10 +130,10 @@ OpDef make_block_attention_grad() {
     kernels::block_attention_backward(grid_of(ctx, a, in[0]->shape()), in[0]->f32(), in[1]->f32(), in[2]->f32(),
                                       in[3]->f32(), in[4]->f32(), out[0]->f32(), out[1]->f32());
   };
-  d.cost = [](const auto& in, const auto& out, const Attrs&) {
+  d.cost = [](const auto& in, const auto& out, const Attrs& a) {
     const Shape& q = in[0].shape;
     OpCost c = streaming_cost(in, out);
-    c.flops = 8.0 * double(q[0] * q[1] * q[4]) * double(q[2] * q[2]) * double(q[5]);
+    c.flops = 8.0 * double(q[0] * q[1] * q[4]) * block_entries(in, a) * double(q[5]);
     return c;
   };
   d.signatures = [](const std::vector<TensorSpec>&, const Attrs& a) {
@@ -124,9 +141,14 @@ OpDef make_block_attention_grad() {
   };
   d.examples = [] {
     const Attrs attrs{{"tokens", int64_t{7}}, {"parts", int64_t{3}}, {"shift", int64_t{1}}};
+    const Attrs balanced{{"tokens", int64_t{11}}, {"parts", int64_t{3}}, {"shift", int64_t{2}}, {"balanced", int64_t{1}}};
     return std::vector<OpExample>{{{f32({1, 3, 3, 3, 2, 4}), f32({1, 3, 3, 2, 2, 4}), f32({1, 3, 2, 3, 3}),
                                     f32({1, 3, 3, 2, 4}), f32({1, 3, 3, 2})},
                                    attrs,
+                                   {}},
+                                  {{f32({1, 3, 4, 3, 2, 3}), f32({1, 3, 4, 2, 2, 3}), f32({1, 3, 2, 4, 4}),
+                                    f32({1, 3, 4, 2, 3}), f32({1, 3, 4, 2})},
+                                   balanced,
                                    {}}};
   };
   return d;

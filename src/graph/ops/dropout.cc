@@ -32,21 +32,25 @@ OpDef make_dropout() {
     const ShardBox& box = ctx.input_box(0);
     const Shape& local = x.shape();
     // Runs of elements contiguous in both the shard and the unsplit tensor:
-    // the dims after the last split one are whole.
+    // the dims after the last split one are whole, and so is the last split
+    // one unless the shard holds it as two runs (a zigzag split's fold).
     int last_split = -1;
     for (int d = 0; d < local.rank(); ++d)
       if (box.offset_of(d) != 0 || box.extent_of(d, local[d]) != local[d]) last_split = d;
     const int64_t inner = local.numel(last_split + 1, local.rank());
-    const int64_t run = last_split < 0 ? local.numel() : local[last_split] * inner;
+    const bool whole_last = last_split >= 0 && box.fold_dim != last_split;
+    const int64_t run = last_split < 0 ? local.numel() : whole_last ? local[last_split] * inner : inner;
     const int64_t runs = run == 0 ? 0 : local.numel() / run;
     for (int64_t r = 0; r < runs; ++r) {
       // Global index of the run's first element: its local multi-index over
-      // dims [0, last_split) plus the box offsets, in the unsplit strides.
+      // dims [0, last_split] (the last one's 0 if the run spans it) placed
+      // by the box, in the unsplit strides.
       int64_t rest = r, global = 0, stride = inner;
       for (int d = last_split; d >= 0; --d) {
-        const int64_t i = d == last_split ? 0 : rest % local[d];
-        if (d != last_split) rest /= local[d];
-        global += (box.offset_of(d) + i) * stride;
+        const bool spanned = d == last_split && whole_last;
+        const int64_t i = spanned ? 0 : rest % local[d];
+        if (!spanned) rest /= local[d];
+        global += box.global_index(d, i) * stride;
         stride *= box.extent_of(d, local[d]);
       }
       kernels::dropout(run, p, seed, static_cast<uint64_t>(global), x.f32() + r * run, out[0]->f32() + r * run,

@@ -1,12 +1,15 @@
 // The blocked layout of context parallelism's ring (kernels/block_attention.h):
-// a sequence of `tokens` cut into `parts` blocks by core/block.h's rule, each
-// padded with zeros to the longest, L = block(tokens, parts, 0).count.
+// a sequence of `tokens` cut into `parts` blocks by core/block.h's rule —
+// with `balanced` its zigzag rule, block p the tokens of 2·parts blocks p
+// and 2·parts-1-p — each padded with zeros to the longest, L.
 //   to_blocks:   x (B, T, Z...) -> (B, parts, L, Z...)
 //   from_blocks: y (B, parts, L, Z...) -> (B, T, Z...)   (the padding dropped)
 // Each is the other's gradient. Split along the sequence by the same rule
-// over exactly `parts` ranks (S(1) -> S(1)), a rank's tokens are exactly its
-// block: no data moves. On a shard, `held` is the blocks (to_blocks) or the
-// tokens (from_blocks) it has, and the boxes say which.
+// over exactly `parts` ranks (S(1) -> S(1), balanced Z(1) -> S(1)), a
+// rank's tokens are exactly its block: no data moves. On a shard, `held`
+// is the blocks (to_blocks) or the tokens (from_blocks) it has, and the
+// boxes say which.
+#include <algorithm>
 #include <cstring>
 
 #include "core/block.h"
@@ -15,8 +18,23 @@
 namespace px::ops {
 namespace {
 
+// Block p's runs of tokens, in the order the block holds them.
+std::vector<Block> block_runs(const Attrs& a, int64_t p) {
+  const int64_t T = a.get_int("tokens");
+  const int parts = static_cast<int>(a.get_int("parts"));
+  if (a.get_int("balanced", 0) == 0) return {block(T, parts, static_cast<int>(p))};
+  const ZigzagBlock z = zigzag_block(T, parts, static_cast<int>(p));
+  return {z.early, z.late};
+}
+
 int64_t padded_length(const Attrs& a) {
-  return block(a.get_int("tokens"), static_cast<int>(a.get_int("parts")), 0).count;
+  int64_t longest = 0;
+  for (int64_t p = 0; p < a.get_int("parts"); ++p) {
+    int64_t n = 0;
+    for (const Block& run : block_runs(a, p)) n += run.count;
+    longest = std::max(longest, n);
+  }
+  return longest;
 }
 
 void require_blocking(const Attrs& a) {
@@ -24,28 +42,36 @@ void require_blocking(const Attrs& a) {
           "{} tokens cannot be cut into {} blocks of at least one", a.get_int("tokens"), a.get_int("parts"));
 }
 
-// Copies the held blocks' tokens between the sequence layout (tokens from
-// global `first_token`) and the blocked one (blocks from `first_block`).
+// Copies the held blocks' tokens between the sequence layout (`sequence`
+// places its tokens) and the blocked one (blocks from `first_block`).
 // `inner` floats a token; `outer` = B.
-void copy_tokens(const Attrs& a, int64_t outer, int64_t inner, int64_t seq_tokens, int64_t first_token,
+void copy_tokens(const Attrs& a, int64_t outer, int64_t inner, int64_t seq_tokens, const ShardBox& sequence,
                  int64_t blocks, int64_t first_block, const float* src, float* dst, bool to_blocked) {
-  const int64_t L = padded_length(a), T = a.get_int("tokens");
-  const int parts = static_cast<int>(a.get_int("parts"));
-  for (int64_t b = 0; b < outer; ++b)
-    for (int64_t p = 0; p < blocks; ++p) {
-      const Block tok = block(T, parts, static_cast<int>(first_block + p));
-      const int64_t local = tok.begin - first_token;
-      PX_CHECK(local >= 0 && local + tok.count <= seq_tokens, "block {} ({} tokens at {}) is not among tokens [{}, {})",
-               first_block + p, tok.count, tok.begin, first_token, first_token + seq_tokens);
-      const int64_t blocked = (b * blocks + p) * L * inner, sequence = (b * seq_tokens + local) * inner;
-      const size_t bytes = static_cast<size_t>(tok.count * inner) * sizeof(float);
-      if (to_blocked) {
-        std::memcpy(dst + blocked, src + sequence, bytes);
-        std::memset(dst + blocked + tok.count * inner, 0, static_cast<size_t>((L - tok.count) * inner) * sizeof(float));
-      } else {
-        std::memcpy(dst + sequence, src + blocked, bytes);
+  const int64_t L = padded_length(a);
+  for (int64_t p = 0; p < blocks; ++p) {
+    int64_t at = 0;  // the run's first token in the block
+    for (const Block& run : block_runs(a, first_block + p)) {
+      const int64_t local = sequence.local_index(1, run.begin);
+      PX_CHECK(run.count == 0 || (local >= 0 && local + run.count <= seq_tokens),
+               "block {}: its {} tokens at {} are not among the {} held", first_block + p, run.count, run.begin,
+               seq_tokens);
+      for (int64_t b = 0; b < outer; ++b) {
+        const int64_t blocked = ((b * blocks + p) * L + at) * inner, tokens = (b * seq_tokens + local) * inner;
+        const size_t bytes = static_cast<size_t>(run.count * inner) * sizeof(float);
+        if (to_blocked) std::memcpy(dst + blocked, src + tokens, bytes);
+        else std::memcpy(dst + tokens, src + blocked, bytes);
       }
+      at += run.count;
     }
+    if (to_blocked)
+      for (int64_t b = 0; b < outer; ++b)
+        std::memset(dst + ((b * blocks + p) * L + at) * inner, 0, static_cast<size_t>((L - at) * inner) * sizeof(float));
+  }
+}
+
+// The blocking's attributes, for the gradient's op (not `held`: it is localized again).
+Attrs blocking_attrs(const Attrs& a) {
+  return {{"tokens", a.get_int("tokens")}, {"parts", a.get_int("parts")}, {"balanced", a.get_int("balanced", 0)}};
 }
 
 // On a shard: the blocks (to_blocks) or tokens (from_blocks) it holds.
@@ -58,11 +84,13 @@ Attrs localize_held(const Attrs& a, const std::vector<TensorSpec>&, const std::v
 // Signatures shared by both (`rank`: the sequence side's): the batch and
 // the feature dims split alike (a feature dim d is d + 1 on the blocked
 // side), the sequence split into exactly its blocks, B, P.
-std::vector<PlacementSignature> blocking_signatures(int rank, int parts, bool to_blocked) {
+std::vector<PlacementSignature> blocking_signatures(int rank, int parts, bool balanced, bool to_blocked) {
   std::vector<PlacementSignature> s{{"replicated", {Placement::B()}, {Placement::B()}},
                                     {"partial", {Placement::P()}, {Placement::P()}},
                                     {"split_0", {Placement::S(0)}, {Placement::S(0)}}};
-  PlacementSignature blocks{"sequence_blocks", {Placement::S(1)}, {Placement::S(1)}};
+  const Placement sequence = balanced ? Placement::Z(1) : Placement::S(1);
+  PlacementSignature blocks{"sequence_blocks", {to_blocked ? sequence : Placement::S(1)},
+                            {to_blocked ? Placement::S(1) : sequence}};
   blocks.ranks = parts;
   s.push_back(blocks);
   for (int d = 2; d < rank; ++d) {
@@ -90,23 +118,24 @@ OpDef make_to_blocks() {
   d.forward = [](const OpContext& ctx, const Attrs& a, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
     const Shape& x = in[0]->shape();
-    const int64_t first_token = ctx.inputs.empty() ? 0 : ctx.input_box(0).offset_of(1);
-    const int64_t first_block = ctx.outputs.empty() ? 0 : ctx.output_box(0).offset_of(1);
-    copy_tokens(a, x[0], x.numel(2, x.rank()), x[1], first_token, out[0]->shape()[1], first_block, in[0]->f32(),
+    const int64_t first_block = ctx.output_box(0).offset_of(1);
+    copy_tokens(a, x[0], x.numel(2, x.rank()), x[1], ctx.input_box(0), out[0]->shape()[1], first_block, in[0]->f32(),
                 out[0]->f32(), true);
   };
   d.backward = [](Graph& g, const Node& n, const std::vector<ValueId>& dout) {
-    Attrs attrs{{"tokens", n.attrs.get_int("tokens")}, {"parts", n.attrs.get_int("parts")}};
-    return std::vector<ValueId>{g.add1("from_blocks", {dout[0]}, attrs, n.name + ".grad")};
+    return std::vector<ValueId>{g.add1("from_blocks", {dout[0]}, blocking_attrs(n.attrs), n.name + ".grad")};
   };
   d.cost = [](const auto& in, const auto& out, const Attrs&) { return streaming_cost(in, out); };
   d.signatures = [](const std::vector<TensorSpec>& in, const Attrs& a) {
-    return blocking_signatures(in[0].shape.rank(), static_cast<int>(a.get_int("parts")), true);
+    return blocking_signatures(in[0].shape.rank(), static_cast<int>(a.get_int("parts")), a.get_int("balanced", 0) != 0,
+                               true);
   };
   d.localize = localize_held;
   d.examples = [] {
-    return std::vector<OpExample>{{{f32({2, 7, 3})}, {{"tokens", int64_t{7}}, {"parts", int64_t{3}}}, {}},
-                                  {{f32({3, 8, 2, 2})}, {{"tokens", int64_t{8}}, {"parts", int64_t{2}}}, {}}};
+    return std::vector<OpExample>{
+        {{f32({2, 7, 3})}, {{"tokens", int64_t{7}}, {"parts", int64_t{3}}}, {}},
+        {{f32({3, 8, 2, 2})}, {{"tokens", int64_t{8}}, {"parts", int64_t{2}}}, {}},
+        {{f32({2, 11, 3})}, {{"tokens", int64_t{11}}, {"parts", int64_t{3}}, {"balanced", int64_t{1}}}, {}}};
   };
   return d;
 }
@@ -127,22 +156,23 @@ OpDef make_from_blocks() {
   d.forward = [](const OpContext& ctx, const Attrs& a, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
     const Shape& x = out[0]->shape();
-    const int64_t first_token = ctx.outputs.empty() ? 0 : ctx.output_box(0).offset_of(1);
-    const int64_t first_block = ctx.inputs.empty() ? 0 : ctx.input_box(0).offset_of(1);
-    copy_tokens(a, x[0], x.numel(2, x.rank()), x[1], first_token, in[0]->shape()[1], first_block, in[0]->f32(),
+    const int64_t first_block = ctx.input_box(0).offset_of(1);
+    copy_tokens(a, x[0], x.numel(2, x.rank()), x[1], ctx.output_box(0), in[0]->shape()[1], first_block, in[0]->f32(),
                 out[0]->f32(), false);
   };
   d.backward = [](Graph& g, const Node& n, const std::vector<ValueId>& dout) {
-    Attrs attrs{{"tokens", n.attrs.get_int("tokens")}, {"parts", n.attrs.get_int("parts")}};
-    return std::vector<ValueId>{g.add1("to_blocks", {dout[0]}, attrs, n.name + ".grad")};
+    return std::vector<ValueId>{g.add1("to_blocks", {dout[0]}, blocking_attrs(n.attrs), n.name + ".grad")};
   };
   d.cost = [](const auto& in, const auto& out, const Attrs&) { return streaming_cost(in, out); };
   d.signatures = [](const std::vector<TensorSpec>& in, const Attrs& a) {
-    return blocking_signatures(in[0].shape.rank() - 1, static_cast<int>(a.get_int("parts")), false);
+    return blocking_signatures(in[0].shape.rank() - 1, static_cast<int>(a.get_int("parts")),
+                               a.get_int("balanced", 0) != 0, false);
   };
   d.localize = localize_held;
   d.examples = [] {
-    return std::vector<OpExample>{{{f32({2, 3, 3, 3})}, {{"tokens", int64_t{7}}, {"parts", int64_t{3}}}, {}}};
+    return std::vector<OpExample>{
+        {{f32({2, 3, 3, 3})}, {{"tokens", int64_t{7}}, {"parts", int64_t{3}}}, {}},
+        {{f32({2, 3, 4, 3})}, {{"tokens", int64_t{11}}, {"parts", int64_t{3}}, {"balanced", int64_t{1}}}, {}}};
   };
   return d;
 }

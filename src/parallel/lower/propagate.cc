@@ -19,23 +19,30 @@ std::string list(const std::vector<Placement>& placements) {
 }
 
 // `signature` with the groups of the split inputs it takes carried to every
-// split entry (ops other than reshape never name groups themselves).
+// split entry (ops other than reshape never name groups themselves), and
+// likewise a zigzag split (graph/placement.h) where the signature splits
+// only in plain blocks and names no zigzag itself.
 PlacementSignature carry_groups(const PlacementSignature& signature, const std::vector<Placement>& actual,
                                 bool signatures_see_groups) {
-  if (signatures_see_groups) return signature;
-  int groups = 0;
+  int groups = 0, zigzags = 0, plain = 0;
   for (size_t i = 0; i < actual.size(); ++i) {
     const Placement& want = signature.inputs[i];
     if (!want.is_split() || !actual[i].is_split() || actual[i].dim != want.dim) continue;
+    (actual[i].zigzag ? zigzags : plain) += 1;
     if (groups == 0) groups = actual[i].groups;
-    else if (groups != actual[i].groups) return signature;  // they disagree: one of them is resharded
+    else if (groups != actual[i].groups) groups = -1;  // they disagree: one of them is resharded
   }
-  if (groups <= 1) return signature;
   PlacementSignature carried = signature;
-  for (Placement& p : carried.inputs)
-    if (p.is_split()) p.groups = groups;
-  for (Placement& p : carried.outputs)
-    if (p.is_split()) p.groups = groups;
+  auto entries = [&carried](auto&& f) {
+    for (Placement& p : carried.inputs)
+      if (p.is_split()) f(p);
+    for (Placement& p : carried.outputs)
+      if (p.is_split()) f(p);
+  };
+  if (!signatures_see_groups && groups > 1) entries([groups](Placement& p) { p.groups = groups; });
+  bool blocks_only = zigzags > 0 && plain == 0;
+  entries([&blocks_only](Placement& p) { blocks_only = blocks_only && p.groups == 1 && !p.zigzag; });
+  if (blocks_only) entries([](Placement& p) { p.zigzag = true; });
   return carried;
 }
 
@@ -48,6 +55,7 @@ bool fits(const PlacementSignature& s, const std::vector<TensorSpec>& in, const 
     if (!p.is_split()) return true;
     if (p.dim >= spec.shape.rank()) return false;
     const int64_t n = spec.shape[p.dim];
+    if (p.zigzag) return !s.even || n % (2 * ranks) == 0;
     return n % p.groups == 0 && (!s.even || (n / p.groups) % ranks == 0);
   };
   for (size_t i = 0; i < in.size(); ++i)
@@ -68,6 +76,7 @@ std::optional<int> resharding_cost(const Placement& from, const Placement& to) {
   if (from == to) return 0;
   if (to.is_partial()) return std::nullopt;                        // no collective makes a summand
   if (from.is_partial()) return to.is_split() ? 11 : 10;           // reduce-scatter, allreduce
+  if (from.is_split() && to.is_split() && from.dim == to.dim) return 11;  // allgather, then a slice
   if (from.is_split()) return to.is_split() ? 12 : 10;             // all-to-all, allgather
   return 1;                                                        // B -> S: a local slice
 }
@@ -232,6 +241,9 @@ class Propagator {
     const auto key = std::make_tuple(v, axis, to.str());
     if (auto it = resharded_.find(key); it != resharded_.end()) return it->second;
     Graph& g = out_.graph;
+    // One dim cut two ways (a zigzag split and a plain one): gathered whole, then sliced.
+    if (const Placement& cut = placed(v)[static_cast<size_t>(axis)]; cut.is_split() && to.is_split() && cut.dim == to.dim)
+      return reshard_one(reshard_one(v, axis, Placement::B()), axis, to);
     const AxisPlacements from = placed(v);
     const Placement& was = from[static_cast<size_t>(axis)];
     for (int inner = axis + 1; inner < axes_; ++inner) {
