@@ -1,6 +1,8 @@
 // Blocked causal attention (kernels/block_attention.h): per (batch, block,
 // head) BLAS products over the block pair's tokens only, the causal mask by
-// global positions, the row softmax of kernels/attention.cc's exp.
+// global positions, the row softmax of kernels/attention.cc's exp. The
+// probabilities live in a per-thread scratch: backward makes them again
+// from the scores and the forward's lse (memory-efficient attention).
 #include "kernels/block_attention.h"
 
 #include <algorithm>
@@ -75,8 +77,24 @@ double mean_block_entries(const BlockGrid& g) {
   return block_entries(all) / static_cast<double>(g.parts);
 }
 
-void block_attention(const BlockGrid& g, const float* qkv, const float* kv, float* out, float* lse, float* probs) {
-  const int64_t C = g.H * g.D, L = g.L;
+// The scaled, masked scores of query rows [lo, hi) against the `keys` they
+// see, exponentiated against `shift` per row (the row max forward, the
+// row's lse backward, which gives the probabilities themselves): rows of
+// `keys` floats in `s`. Returns nothing; rows that see no key are zero.
+template <typename Shift>
+void exp_scores(const Pair& pair, const float* q, const float* k, int64_t C, int64_t D, float scale, int64_t lo,
+                int64_t hi, int64_t keys, float* s, Shift shift) {
+  detail::sgemm(false, true, hi - lo, keys, D, scale, q + lo * 3 * C, 3 * C, k, 2 * C, 0.0f, s, keys);
+  for (int64_t i = lo; i < hi; ++i) {
+    float* row = s + (i - lo) * keys;
+    const int64_t n = pair.seen(i);
+    if (n > 0) shift(i, row, n);
+    std::fill(row + n, row + keys, 0.0f);
+  }
+}
+
+void block_attention(const BlockGrid& g, const float* qkv, const float* kv, float* out, float* lse) {
+  const int64_t C = g.H * g.D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(g.D));
   detail::for_each_head(g.B * g.P, g.H, [&](int64_t bp, int64_t h, int64_t) {
     const Pair pair = pair_of(g, bp);
@@ -84,48 +102,40 @@ void block_attention(const BlockGrid& g, const float* qkv, const float* kv, floa
     const float* k = kv + pair.row0 * 2 * C + h * g.D;   // (L, D), row stride 2C
     const float* v = k + C;
     float* o = out + pair.row0 * C + h * g.D;  // (L, D), row stride C
-    float* s = probs + (bp * g.H + h) * L * L;  // (L, L)
-    std::fill(s, s + L * L, 0.0f);
-    for (int64_t i = 0; i < L; ++i) {
+    float* row_lse = lse + pair.row0 * g.H + h;  // stride H
+    for (int64_t i = 0; i < g.L; ++i) {
       std::fill(o + i * C, o + i * C + g.D, 0.0f);
-      lse[(pair.row0 + i) * g.H + h] = kNoKey;
+      row_lse[i * g.H] = kNoKey;
     }
     for (int r = 0; r < pair.queries.n; ++r) {
       const int64_t lo = pair.queries.begin(r), hi = pair.queries.end(r);
       const int64_t keys = hi > lo ? pair.seen(hi - 1) : 0;  // what the run's last row sees
       if (keys == 0) continue;
-      detail::sgemm(false, true, hi - lo, keys, g.D, scale, q + lo * 3 * C, 3 * C, k, 2 * C, 0.0f, s + lo * L, L);
-      for (int64_t i = lo; i < hi; ++i) {
-        float* row = s + i * L;
-        const int64_t n = pair.seen(i);
-        if (n == 0) {
-          std::fill(row, row + keys, 0.0f);
-          continue;
-        }
+      float* s = detail::attention_scratch((hi - lo) * keys);  // (rows, keys): the probabilities
+      exp_scores(pair, q, k, C, g.D, scale, lo, hi, keys, s, [&](int64_t i, float* row, int64_t n) {
         const float m = detail::max(row, n);
         const float total = detail::exp_shifted_sum(row, row, n, m);
         const float inv = 1.0f / total;
         for (int64_t j = 0; j < n; ++j) row[j] *= inv;
-        std::fill(row + n, row + keys, 0.0f);
-        lse[(pair.row0 + i) * g.H + h] = m + std::log(total);
-      }
-      detail::sgemm(false, false, hi - lo, g.D, keys, 1.0f, s + lo * L, L, v, 2 * C, 0.0f, o + lo * C, C);
+        row_lse[i * g.H] = m + std::log(total);
+      });
+      detail::sgemm(false, false, hi - lo, g.D, keys, 1.0f, s, keys, v, 2 * C, 0.0f, o + lo * C, C);
     }
   });
 }
 
-void block_attention_backward(const BlockGrid& g, const float* qkv, const float* kv, const float* probs,
+void block_attention_backward(const BlockGrid& g, const float* qkv, const float* kv, const float* lse,
                               const float* dout, const float* dlse, float* dqkv, float* dkv) {
-  const int64_t C = g.H * g.D, L = g.L;
+  const int64_t C = g.H * g.D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(g.D));
-  std::memset(dqkv, 0, static_cast<size_t>(g.B * g.P * L * 3 * C) * sizeof(float));
-  std::memset(dkv, 0, static_cast<size_t>(g.B * g.P * L * 2 * C) * sizeof(float));
+  std::memset(dqkv, 0, static_cast<size_t>(g.B * g.P * g.L * 3 * C) * sizeof(float));
+  std::memset(dkv, 0, static_cast<size_t>(g.B * g.P * g.L * 2 * C) * sizeof(float));
   detail::for_each_head(g.B * g.P, g.H, [&](int64_t bp, int64_t h, int64_t) {
     const Pair pair = pair_of(g, bp);
     const float* q = qkv + pair.row0 * 3 * C + h * g.D;
     const float* k = kv + pair.row0 * 2 * C + h * g.D;
     const float* v = k + C;
-    const float* p = probs + (bp * g.H + h) * L * L;
+    const float* row_lse = lse + pair.row0 * g.H + h;
     const float* dO = dout + pair.row0 * C + h * g.D;
     float* dq = dqkv + pair.row0 * 3 * C + h * g.D;
     float* dk = dkv + pair.row0 * 2 * C + h * g.D;
@@ -134,10 +144,17 @@ void block_attention_backward(const BlockGrid& g, const float* qkv, const float*
       const int64_t lo = pair.queries.begin(r), hi = pair.queries.end(r), rows = hi - lo;
       const int64_t keys = hi > lo ? pair.seen(hi - 1) : 0;
       if (keys == 0) continue;
-      float* ds = detail::attention_scratch(rows * keys);  // dP, then dS in place: (rows, keys)
+      // The probabilities again, from the scores and the forward's lse
+      // (exp(s - lse) is the softmax): nothing (L x L) is kept between.
+      float* p = detail::attention_scratch(rows * keys, 0);
+      exp_scores(pair, q, k, C, g.D, scale, lo, hi, keys, p, [&](int64_t i, float* row, int64_t n) {
+        const float shift = row_lse[i * g.H];
+        for (int64_t j = 0; j < n; ++j) row[j] = std::exp(row[j] - shift);
+      });
+      float* ds = detail::attention_scratch(rows * keys, 1);  // dP, then dS in place: (rows, keys)
       detail::sgemm(false, true, rows, keys, g.D, 1.0f, dO + lo * C, C, v, 2 * C, 0.0f, ds, keys);
       for (int64_t i = lo; i < hi; ++i) {
-        const float* pi = p + i * L;
+        const float* pi = p + (i - lo) * keys;
         float* di = ds + (i - lo) * keys;
         const int64_t n = pair.seen(i);
         // d lse_i / d s_ij = p_ij, so the incoming dlse adds to every dP of the row.
@@ -148,7 +165,7 @@ void block_attention_backward(const BlockGrid& g, const float* qkv, const float*
       // Each query run adds its part of the keys' and values' gradients.
       detail::sgemm(false, false, rows, g.D, keys, 1.0f, ds, keys, k, 2 * C, 0.0f, dq + lo * 3 * C, 3 * C);
       detail::sgemm(true, false, keys, g.D, rows, 1.0f, ds, keys, q + lo * 3 * C, 3 * C, 1.0f, dk, 2 * C);
-      detail::sgemm(true, false, keys, g.D, rows, 1.0f, p + lo * L, L, dO + lo * C, C, 1.0f, dv, 2 * C);
+      detail::sgemm(true, false, keys, g.D, rows, 1.0f, p, keys, dO + lo * C, C, 1.0f, dv, 2 * C);
     }
   });
 }

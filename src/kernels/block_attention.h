@@ -14,7 +14,10 @@
 //   kv    (B, P, L, 2, H, D)  the key/value blocks: k at 0, v at 1
 //   out   (B, P, L, H, D)     softmax(q kᵀ/√D + mask) v over the key block; 0 where a row sees no key
 //   lse   (B, P, L, H)        log Σ exp of the row's scaled scores; -inf where it sees no key
-//   probs (B, P, H, L, L)     the softmax, saved for backward
+// Nothing (L x L) is kept: backward makes the softmax again from the
+// scores and lse (exp(s - lse)), so the ring saves only q, the key/value
+// blocks and each block's out and lse (LightSeq's rematerialisation-aware
+// scheme: a recompute need not run attention again).
 // Padded rows and columns (beyond a block's tokens) are 0 (-inf in lse).
 #pragma once
 
@@ -40,11 +43,11 @@ double block_entries(const BlockGrid& g);
 // model, which does not know which block a shard holds.
 double mean_block_entries(const BlockGrid& g);
 
-void block_attention(const BlockGrid& g, const float* qkv, const float* kv, float* out, float* lse, float* probs);
+void block_attention(const BlockGrid& g, const float* qkv, const float* kv, float* out, float* lse);
 
-// Gradients of one block_attention given dout and dlse: dq into the q slot
-// of dqkv (its k and v slots zeroed), dkv overwritten.
-void block_attention_backward(const BlockGrid& g, const float* qkv, const float* kv, const float* probs,
+// Gradients of one block_attention given its lse, dout and dlse: dq into
+// the q slot of dqkv (its k and v slots zeroed), dkv overwritten.
+void block_attention_backward(const BlockGrid& g, const float* qkv, const float* kv, const float* lse,
                               const float* dout, const float* dlse, float* dqkv, float* dkv);
 
 // out = Σ_j exp(lse_j - lse) o_j with lse = log Σ_j exp(lse_j), per row

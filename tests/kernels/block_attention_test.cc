@@ -81,15 +81,14 @@ TEST_P(BlockAttention, MergedBlocksEqualWholeSequenceAttentionAndItsGradient) {
                       kv.begin() + ((b * c.P + p) * L + i) * 2 * C);
     return kv;
   };
-  std::vector<std::vector<float>> kv(static_cast<size_t>(c.P)), o(kv.size()), lse(kv.size()), pr(kv.size());
+  std::vector<std::vector<float>> kv(static_cast<size_t>(c.P)), o(kv.size()), lse(kv.size());
   std::vector<const float*> o_ptr, lse_ptr;
   for (int64_t j = 0; j < c.P; ++j) {
     const BlockGrid grid{.B = c.B, .P = c.P, .L = L, .H = c.H, .D = c.D, .tokens = c.T, .parts = c.P, .first = 0,
                          .shift = j, .balanced = c.balanced};
     kv[j] = kv_at_step(j);
     o[j].resize(static_cast<size_t>(rows * C)), lse[j].resize(static_cast<size_t>(rows * c.H));
-    pr[j].resize(static_cast<size_t>(c.B * c.P * c.H * L * L));
-    block_attention(grid, qkv_b.data(), kv[j].data(), o[j].data(), lse[j].data(), pr[j].data());
+    block_attention(grid, qkv_b.data(), kv[j].data(), o[j].data(), lse[j].data());
     o_ptr.push_back(o[j].data()), lse_ptr.push_back(lse[j].data());
   }
   std::vector<float> merged(static_cast<size_t>(rows * C));
@@ -110,7 +109,7 @@ TEST_P(BlockAttention, MergedBlocksEqualWholeSequenceAttentionAndItsGradient) {
   for (int64_t j = 0; j < c.P; ++j) {
     const BlockGrid grid{.B = c.B, .P = c.P, .L = L, .H = c.H, .D = c.D, .tokens = c.T, .parts = c.P, .first = 0,
                          .shift = j, .balanced = c.balanced};
-    block_attention_backward(grid, qkv_b.data(), kv[j].data(), pr[j].data(), d_o[j].data(), d_lse[j].data(),
+    block_attention_backward(grid, qkv_b.data(), kv[j].data(), lse[j].data(), d_o[j].data(), d_lse[j].data(),
                              dq.data(), dkv.data());
     for (size_t e = 0; e < dq.size(); ++e) dqkv_b[e] += dq[e];
     for (int64_t b = 0; b < c.B; ++b)

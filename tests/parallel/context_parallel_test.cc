@@ -21,7 +21,9 @@
 #include "parallel/compose.h"
 #include "parallel/lower.h"
 #include "parallel/lower/reshard.h"
+#include "parallel/lower/liveness.h"
 #include "parallel/strategy_equivalence.h"
+#include "plan/memory.h"
 #include "testing/expect_train_error.h"
 #include "testing/tiny_jobs.h"
 
@@ -177,6 +179,38 @@ TEST(ContextParallelLowering, ZeroShardsOverDataAndContextRanks) {
 // equal the all-to-all's formula (docs/collectives.md) summed over the
 // program's exchanges: (p-1)/p of the local value, 4 bytes an element;
 // nothing else moves along cp (the gradients go with the data path's).
+// Rank 0's forward activations at their peak (the planner's figure, which
+// the end-of-run report checks against the executor's count) for gpt-mini's
+// width (4 layers, 4 heads, 128 wide) at `block` tokens, batch 2.
+double forward_activation_peak(int64_t block, int cp, parallel::ContextMethod method, parallel::Recompute recompute =
+                                                                                         parallel::Recompute::none) {
+  TrainOptions o = gpt_job(4, block);
+  o.gpt.n_embd = 128;
+  o.gpt.n_layer = 4;
+  const nn::Model model = nn::build_model(o.model_config(), 2, true);
+  parallel::StrategyRequest request{.context_parallel = cp, .context_method = method, .recompute = recompute};
+  const parallel::Strategy s =
+      parallel::compose(request, {.graph = &model.graph, .batch_inputs = {"tokens", "targets"}, .ranks = cp});
+  const parallel::Program p = parallel::lower({.forward = &model.graph, .loss = model.loss}, s, 0);
+  return plan::program_memory(p, parallel::liveness(p), 2).forward_activation_peak_bytes;
+}
+
+// The bound: at block 2048 a rank of cp = 4 keeps at most 0.3x one
+// rank's activations. The ring keeps no (L x L) block (its backward makes
+// the softmax again), so it stays near 1/cp; all-to-all keeps its heads'
+// whole-sequence probabilities, T²·H/cp, also 1/cp of one rank's.
+TEST(ContextParallelMemory, AtBlock2048FourRanksKeepAtMostThreeTenthsOfOnesActivations) {
+  const double one = forward_activation_peak(2048, 1, kRing);
+  for (const auto method : {kRing, kAllToAll}) {
+    const double four = forward_activation_peak(2048, 4, method);
+    EXPECT_LE(four / one, 0.3) << parallel::context_method_name(method) << ": " << four / (1 << 20) << " MiB vs "
+                               << one / (1 << 20) << " MiB";
+  }
+  // Recompute keeps the ring's attention core and drops the rest of a layer.
+  const double full = forward_activation_peak(2048, 4, kRing, parallel::Recompute::full);
+  EXPECT_LT(full, forward_activation_peak(2048, 4, kRing));
+}
+
 TEST(ContextParallelBytes, CountedBytesEqualTheAllToAllFormula) {
   TrainOptions o = gpt_job(4, 16);
   o.steps = o.schedule.total = 2;

@@ -4,7 +4,9 @@
 // under Megatron tensor parallelism (tp=2, with and without sequence
 // parallelism; dp=2 x tp=2 with ZeRO-1), two pipeline stages (1F1B's first,
 // zero bubble's last, two micro-batches) and one rank recomputing every
-// layer, and ZeRO-3 in bf16 (GEMM weights gathered in bf16 buckets),
+// layer, ZeRO-3 in bf16 (GEMM weights gathered in bf16 buckets), and a
+// 1-layer GPT under context parallelism (cp=2, the balanced ring's
+// sends and receives and all-to-all's exchanges of heads),
 // printed by Program::str() with plan::program_footer() — the form
 // `parallax lower --cost` shows — and checked in under golden/. A change
 // to the lowering shows up as a diff of these files that a reviewer reads:
@@ -45,6 +47,8 @@ struct Golden {
   Recompute recompute = Recompute::none;
   int64_t p3_slice_bytes = 0;  // P3: sliced reductions, updates deferred to the next step's head
   Precision precision = Precision::fp32;
+  int cp = 1;  // context parallelism (ranks counts them too)
+  ContextMethod method = ContextMethod::ring;
 };
 
 std::string read_file(const std::string& path) {
@@ -68,6 +72,8 @@ TEST_P(GoldenProgram, PrintsAsCheckedIn) {
                                      .tensor_parallel = g.tp,
                                      .sequence_parallel = g.sequence_parallel,
                                      .pipeline_parallel = g.pp,
+                                     .context_parallel = g.cp,
+                                     .context_method = g.method,
                                      .pipeline = {.schedule = pipeline_kind_from_name(g.schedule)},
                                      .recompute = g.recompute},
                                     {.graph = &model.graph,
@@ -117,7 +123,12 @@ INSTANTIATE_TEST_SUITE_P(Gpt2Layers, GoldenProgram,
                                            Golden{"gpt2l_dp2_p3_rank1.program", 2, 0, 1, 1, 2, 1, false, 1, "1f1b",
                                                   Recompute::none, 1024},
                                            Golden{"gpt2l_zero3_bf16_rank1.program", 2, 3, 1, 2, 2, 1, false, 1, "1f1b",
-                                                  Recompute::none, 0, Precision::bf16}),
+                                                  Recompute::none, 0, Precision::bf16},
+                                           Golden{"gpt1l_cp2_ring_rank1.program", 2, 0, 1, 1, 1, 1, false, 1, "1f1b",
+                                                  Recompute::none, 0, Precision::fp32, 2, ContextMethod::ring},
+                                           Golden{"gpt1l_cp2_alltoall_rank1.program", 2, 0, 1, 1, 1, 1, false, 1,
+                                                  "1f1b", Recompute::none, 0, Precision::fp32, 2,
+                                                  ContextMethod::all_to_all}),
                          [](const ::testing::TestParamInfo<Golden>& info) {
                            std::string name = info.param.file;
                            return name.substr(0, name.find('.'));

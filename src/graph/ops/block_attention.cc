@@ -3,8 +3,8 @@
 // graph/ops/seq_blocks.cc) and shift (query block p reads key block
 // (p - shift) mod parts). Legend: B batch, P blocks,
 // L padded block length, H heads, D head dim.
-//   block_attention:      qkv (B,P,L,3,H,D), kv (B,P,L,2,H,D) -> out (B,P,L,H,D), lse (B,P,L,H), probs (B,P,H,L,L)
-//   block_attention_grad: qkv, kv, probs, dout, dlse -> dqkv (its q slot), dkv
+//   block_attention:      qkv (B,P,L,3,H,D), kv (B,P,L,2,H,D) -> out (B,P,L,H,D), lse (B,P,L,H)
+//   block_attention_grad: qkv, kv, lse, dout, dlse -> dqkv (its q slot), dkv   (the softmax made again from lse)
 //   merge_attention:      out_0..out_{n-1}, lse_0..lse_{n-1} -> out (B,P,L,H,D)
 //   merge_attention_grad: out_*, lse_*, dout -> dout_0..dout_{n-1}, dlse_0..dlse_{n-1}
 // Heads are independent and so are blocks: besides the batch split, a head
@@ -36,22 +36,22 @@ double block_entries(const std::vector<TensorSpec>& in, const Attrs& a) {
 }
 
 // The ways both run split: the batch, the blocks (over exactly `parts`
-// ranks) and the heads. Forward's outputs out, lse, probs; backward's
-// extra inputs probs, dout, dlse and outputs dqkv, dkv.
+// ranks) and the heads. Forward's outputs out, lse; backward's extra
+// inputs lse, dout, dlse and outputs dqkv, dkv.
 std::vector<PlacementSignature> block_signatures(size_t extra_inputs, int parts, size_t outputs, bool backward) {
   struct Way {
     const char* name;
-    int qkv, out, probs;
+    int qkv, out, lse;
   };
   std::vector<PlacementSignature> s{{"replicated", std::vector<Placement>(2 + extra_inputs, Placement::B()),
                                      std::vector<Placement>(outputs, Placement::B())}};
-  for (const Way w : {Way{"data_parallel", 0, 0, 0}, Way{"blocks", 1, 1, 1}, Way{"head_parallel", 4, 3, 2}}) {
+  for (const Way w : {Way{"data_parallel", 0, 0, 0}, Way{"blocks", 1, 1, 1}, Way{"head_parallel", 4, 3, 3}}) {
     std::vector<Placement> in{Placement::S(w.qkv), Placement::S(w.qkv)};
-    // Backward's extra inputs: probs, dout, dlse.
-    for (size_t i = 0; i < extra_inputs; ++i) in.push_back(Placement::S(i == 0 ? w.probs : w.out));
+    // Backward's extra inputs: lse, dout, dlse.
+    for (size_t i = 0; i < extra_inputs; ++i) in.push_back(Placement::S(i == 1 ? w.out : w.lse));
     std::vector<Placement> out;
     if (backward) out = {Placement::S(w.qkv), Placement::S(w.qkv)};
-    else out = {Placement::S(w.out), Placement::S(w.out), Placement::S(w.probs)};
+    else out = {Placement::S(w.out), Placement::S(w.lse)};
     PlacementSignature sig{w.name, in, out};
     if (w.qkv == 1) sig.ranks = parts;
     s.push_back(sig);
@@ -62,7 +62,7 @@ std::vector<PlacementSignature> block_signatures(size_t extra_inputs, int parts,
 OpDef make_block_attention() {
   OpDef d;
   d.name = "block_attention";
-  d.differentiable_outputs = 2;  // out and lse; probs is saved for backward
+  d.differentiable_outputs = 2;  // out and lse
   d.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
     require_count(in, 2, 2);
     const Shape& q = in[0].shape;
@@ -72,20 +72,19 @@ OpDef make_block_attention() {
                 in[1].shape[5] == q[5],
             "kv {} does not pair with qkv {}", in[1].shape, q);
     require(a.get_int("parts") >= 1, "parts {} must be >= 1", a.get_int("parts"));
-    return std::vector<TensorSpec>{f32({q[0], q[1], q[2], q[4], q[5]}), f32({q[0], q[1], q[2], q[4]}),
-                                   f32({q[0], q[1], q[4], q[2], q[2]})};
+    return std::vector<TensorSpec>{f32({q[0], q[1], q[2], q[4], q[5]}), f32({q[0], q[1], q[2], q[4]})};
   };
   d.forward = [](const OpContext& ctx, const Attrs& a, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
     kernels::block_attention(grid_of(ctx, a, in[0]->shape()), in[0]->f32(), in[1]->f32(), out[0]->f32(),
-                             out[1]->f32(), out[2]->f32());
+                             out[1]->f32());
   };
   d.backward = [](Graph& g, const Node& n, const std::vector<ValueId>& dout) {
     ValueId dlse = dout[1];
     if (dlse == kNoValue)
       dlse = g.add1("fill", {}, {{"value", 0.0}, {"shape", g.spec(n.outputs[1]).shape.dims()}}, n.name + ".dlse");
     const std::vector<ValueId> grads =
-        g.add("block_attention_grad", {n.inputs[0], n.inputs[1], n.outputs[2], dout[0], dlse}, n.attrs, n.name + ".grad");
+        g.add("block_attention_grad", {n.inputs[0], n.inputs[1], n.outputs[1], dout[0], dlse}, n.attrs, n.name + ".grad");
     return grads;
   };
   d.cost = [](const auto& in, const auto& out, const Attrs& a) {
@@ -97,7 +96,7 @@ OpDef make_block_attention() {
     return c;
   };
   d.signatures = [](const std::vector<TensorSpec>&, const Attrs& a) {
-    return block_signatures(0, static_cast<int>(a.get_int("parts")), 3, false);
+    return block_signatures(0, static_cast<int>(a.get_int("parts")), 2, false);
   };
   d.examples = [] {
     auto attrs = [](int64_t shift) {
@@ -142,11 +141,11 @@ OpDef make_block_attention_grad() {
   d.examples = [] {
     const Attrs attrs{{"tokens", int64_t{7}}, {"parts", int64_t{3}}, {"shift", int64_t{1}}};
     const Attrs balanced{{"tokens", int64_t{11}}, {"parts", int64_t{3}}, {"shift", int64_t{2}}, {"balanced", int64_t{1}}};
-    return std::vector<OpExample>{{{f32({1, 3, 3, 3, 2, 4}), f32({1, 3, 3, 2, 2, 4}), f32({1, 3, 2, 3, 3}),
+    return std::vector<OpExample>{{{f32({1, 3, 3, 3, 2, 4}), f32({1, 3, 3, 2, 2, 4}), f32({1, 3, 3, 2}),
                                     f32({1, 3, 3, 2, 4}), f32({1, 3, 3, 2})},
                                    attrs,
                                    {}},
-                                  {{f32({1, 3, 4, 3, 2, 3}), f32({1, 3, 4, 2, 2, 3}), f32({1, 3, 2, 4, 4}),
+                                  {{f32({1, 3, 4, 3, 2, 3}), f32({1, 3, 4, 2, 2, 3}), f32({1, 3, 4, 2}),
                                     f32({1, 3, 4, 2, 3}), f32({1, 3, 4, 2})},
                                    balanced,
                                    {}}};

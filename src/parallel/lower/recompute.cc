@@ -4,7 +4,11 @@
 // contiguous run of forward nodes in one scope "h.<i>", GPT's blocks);
 // under `selective`, each attention core (an `attention` node, whose
 // saved T x T probabilities dominate a block's activations; Korthikanti
-// et al. 2022). A segment's *dropped* values are those it makes that
+// et al. 2022). Context parallelism's ring attention is in no segment
+// (LightSeq's rematerialisation-aware checkpointing): its backward makes
+// the softmax again from the kept lse (kernels/block_attention.h), so its
+// outputs are kept and a recomputed layer does not run the ring again —
+// and selective has nothing to drop there. A segment's *dropped* values are those it makes that
 // backward reads but no forward node outside it does: the layer's input
 // and output stay, everything inside is freed after its last forward read
 // (liveness ends a value's first instance there). Before the first
@@ -35,12 +39,24 @@ std::string layer_of(const std::string& name) {
   return name.substr(0, end);
 }
 
+// A node of the ring's attention core (parallel::ring_attention): its
+// outputs are kept, never recomputed.
+bool ring_core(const Graph& graph, const Node& node) {
+  static const std::set<std::string> core{"to_blocks", "ring_shift", "block_attention", "merge_attention",
+                                          "from_blocks"};
+  if (core.count(node.op()) > 0) return true;
+  if (node.op() != "narrow") return false;
+  const int producer = graph.value(node.inputs.front()).producer;
+  return producer >= 0 && graph.nodes()[static_cast<size_t>(producer)].op() == "to_blocks";
+}
+
 // Segments of forward nodes recomputed together, in forward order.
 std::vector<std::vector<int>> segments(const Graph& graph, int forward_nodes, Recompute mode) {
   std::vector<std::vector<int>> out;
   std::string current;
   for (int n = 0; n < forward_nodes; ++n) {
     const Node& node = graph.nodes()[static_cast<size_t>(n)];
+    if (ring_core(graph, node)) continue;
     if (mode == Recompute::selective) {
       if (node.op() == "attention") out.push_back({n});
       continue;
