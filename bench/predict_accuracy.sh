@@ -9,6 +9,12 @@
 # Kendall tau between the strategies' ranking by predicted and by
 # measured step time.
 #
+# No pair is calibrated on itself: calibration times kernels and the
+# transport, and the one model-level correction (the in-situ factor,
+# plan/profile.h) a model's predictions get is held out, the median of
+# the OTHER calibrated models' one-rank steps (the GPT's from the MLP's
+# and the CNN's runs, and so on).
+#
 # The host is shared: back-to-back runs of one pair measure steps up to
 # 25% apart while a GEMM probe between them moves under 2%. So every pair
 # runs --repeats times, in rounds over all the pairs (a slow spell then

@@ -208,8 +208,9 @@ void add_calibrate_command(CLI::App& app) {
 
     const auto [run, ratio] = measure_in_situ(o, profile, options, say);
     profile.in_situ_samples[run] = ratio;
-    say(fmt::format("in situ: {}'s {} kernels x{:.3f} inside a step", o.model, o.precision,
-                    profile.in_situ_factor(o.model, parse_precision(o.precision))));
+    // A prediction of this model uses the other models' factor, never its own (plan/profile.h).
+    say(fmt::format("in situ: {}'s {} predictions scaled x{:.3f} (held out: the other calibrated models' runs)",
+                    o.model, o.precision, profile.in_situ_factor(o.model, parse_precision(o.precision))));
     const plan::ClusterSpec local = local_spec(std::move(profile));
     plan::validate(local);
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();

@@ -11,47 +11,18 @@
 namespace px::plan {
 namespace {
 
-// Vendor figures (docs/planner.md, "Presets", names the datasheets).
-// Latencies are not on datasheets: they are NCCL's typical per-message
-// costs over NVLink and InfiniBand, and say so in the docs.
-ClusterSpec dgx_a100() {
-  return {.name = "dgx-a100",
-          .nodes = 1,
-          .devices_per_node = 8,
-          .device = {.name = "A100-SXM4-80GB",
-                     .flops_f32 = 19.5e12,
-                     .flops_bf16 = 312e12,
-                     .memory_bytes = 80e9,
-                     .memory_bandwidth = 2039e9},
-          .intra_node = {.name = "NVLink 3 / NVSwitch", .bandwidth = 300e9, .latency = 3e-6},
-          .inter_node = {.name = "8x HDR InfiniBand 200 Gb/s", .bandwidth = 25e9, .latency = 6e-6},
-          .host = "2x AMD EPYC 7742"};
-}
-
-ClusterSpec dgx_h100() {
-  return {.name = "dgx-h100",
-          .nodes = 1,
-          .devices_per_node = 8,
-          .device = {.name = "H100-SXM5-80GB",
-                     .flops_f32 = 67e12,
-                     .flops_bf16 = 989e12,
-                     .memory_bytes = 80e9,
-                     .memory_bandwidth = 3350e9},
-          .intra_node = {.name = "NVLink 4 / NVSwitch", .bandwidth = 450e9, .latency = 3e-6},
-          .inter_node = {.name = "8x NDR InfiniBand 400 Gb/s", .bandwidth = 50e9, .latency = 6e-6},
-          .host = "2x Intel Xeon Platinum 8480C"};
-}
-
-
 nlohmann::json link_json(const LinkSpec& l) {
-  return {{"name", l.name}, {"bandwidth", l.bandwidth}, {"latency", l.latency}};
+  nlohmann::json json{{"name", l.name}, {"bandwidth", l.bandwidth}, {"latency", l.latency}};
+  if (l.efficiency != 1) json["efficiency"] = l.efficiency;
+  return json;
 }
 
 LinkSpec link_from(const nlohmann::json& json, const std::string& where) {
-  json_fields::check_keys("cluster", json, where, {"name", "bandwidth", "latency"});
+  json_fields::check_keys("cluster", json, where, {"name", "bandwidth", "latency", "efficiency"});
   return {.name = json_fields::field<std::string>("cluster", json, where, "name", ""),
           .bandwidth = json_fields::field<double>("cluster", json, where, "bandwidth", 0),
-          .latency = json_fields::field<double>("cluster", json, where, "latency", 0)};
+          .latency = json_fields::field<double>("cluster", json, where, "latency", 0),
+          .efficiency = json_fields::field<double>("cluster", json, where, "efficiency", 1)};
 }
 
 }  // namespace
@@ -68,9 +39,12 @@ void validate(const ClusterSpec& c) {
   if (!(c.device.memory_bytes > 0)) fail("cluster '{}': device.memory_bytes {} must be > 0", c.name, c.device.memory_bytes);
   if (!(c.device.memory_bandwidth > 0))
     fail("cluster '{}': device.memory_bandwidth {} must be > 0", c.name, c.device.memory_bandwidth);
+  validate(c.device.efficiency, c.name);
   for (const auto& [where, link] : {std::pair{"intra_node", &c.intra_node}, std::pair{"inter_node", &c.inter_node}}) {
     if (!(link->bandwidth > 0)) fail("cluster '{}': {}.bandwidth {} must be > 0 bytes/s", c.name, where, link->bandwidth);
     if (link->latency < 0) fail("cluster '{}': {}.latency {} must be >= 0 s", c.name, where, link->latency);
+    if (!(link->efficiency > 0 && link->efficiency <= 1))
+      fail("cluster '{}': {}.efficiency {} must be in (0, 1]", c.name, where, link->efficiency);
   }
 }
 
@@ -83,7 +57,8 @@ nlohmann::json to_json(const ClusterSpec& c) {
             {"flops_f32", c.device.flops_f32},
             {"flops_bf16", c.device.flops_bf16},
             {"memory_bytes", c.device.memory_bytes},
-            {"memory_bandwidth", c.device.memory_bandwidth}}},
+            {"memory_bandwidth", c.device.memory_bandwidth},
+            {"efficiency", to_json(c.device.efficiency)}}},
           {"intra_node", link_json(c.intra_node)},
           {"inter_node", link_json(c.inter_node)},
           {"host", c.host}};
@@ -102,12 +77,13 @@ ClusterSpec cluster_from_json(const nlohmann::json& json) {
   c.devices_per_node = json_fields::field<int>("cluster", json, "cluster", "devices_per_node", 1);
   if (json.contains("device")) {
     const nlohmann::json& d = json.at("device");
-    json_fields::check_keys("cluster", d, "device", {"name", "flops_f32", "flops_bf16", "memory_bytes", "memory_bandwidth"});
+    json_fields::check_keys("cluster", d, "device", {"name", "flops_f32", "flops_bf16", "memory_bytes", "memory_bandwidth", "efficiency"});
     c.device = {.name = json_fields::field<std::string>("cluster", d, "device", "name", ""),
                 .flops_f32 = json_fields::field<double>("cluster", d, "device", "flops_f32", 0),
                 .flops_bf16 = json_fields::field<double>("cluster", d, "device", "flops_bf16", 0),
                 .memory_bytes = json_fields::field<double>("cluster", d, "device", "memory_bytes", 0),
                 .memory_bandwidth = json_fields::field<double>("cluster", d, "device", "memory_bandwidth", 0)};
+    if (d.contains("efficiency")) c.device.efficiency = kernel_efficiency_from_json(d.at("efficiency"));
   }
   if (json.contains("intra_node")) c.intra_node = link_from(json.at("intra_node"), "intra_node");
   if (json.contains("inter_node")) c.inter_node = link_from(json.at("inter_node"), "inter_node");
@@ -122,10 +98,8 @@ ClusterSpec cluster_named(const std::string& spec, const std::string& local_path
   const size_t colon = spec.rfind(':');
   const std::string name = colon == std::string::npos ? spec : spec.substr(0, colon);
   ClusterSpec c;
-  if (name == "dgx-a100") {
-    c = dgx_a100();
-  } else if (name == "dgx-h100") {
-    c = dgx_h100();
+  if (std::optional<ClusterSpec> preset = preset_cluster(name)) {
+    c = std::move(*preset);
   } else if (spec == "local") {
     const std::string& path = local_path;
     if (path.empty() || !std::filesystem::exists(path))

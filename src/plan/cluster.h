@@ -16,6 +16,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/dtype.h"
+#include "plan/efficiency.h"
 #include "plan/profile.h"
 
 namespace px::plan {
@@ -26,6 +27,9 @@ struct DeviceSpec {
   double flops_bf16 = 0;  // dense FLOP/s (0: no bf16 units; f32 is used)
   double memory_bytes = 0;
   double memory_bandwidth = 0;  // bytes/s
+  // How close its kernels come to the figures above (plan/efficiency.h);
+  // the default is the datasheet roofline.
+  KernelEfficiency efficiency;
   double flops(DType dtype) const { return dtype == DType::f32 || flops_bf16 <= 0 ? flops_f32 : flops_bf16; }
   bool operator==(const DeviceSpec&) const = default;
 };
@@ -34,6 +38,10 @@ struct LinkSpec {
   std::string name;
   double bandwidth = 0;  // bytes/s one device can send at once, each way
   double latency = 0;    // s per message
+  // Achieved bus bandwidth over `bandwidth` (nccl-tests' busbw over the
+  // line rate): every byte costs 1 / (bandwidth · efficiency).
+  double efficiency = 1;
+  double achieved_bandwidth() const { return bandwidth * efficiency; }
   bool operator==(const LinkSpec&) const = default;
 };
 
@@ -76,6 +84,10 @@ ClusterSpec cluster_from_json(const nlohmann::json& json);
 // gives: cli/local_cluster.h), or a path to a cluster JSON file.
 // px::Error names the presets otherwise.
 ClusterSpec cluster_named(const std::string& spec, const std::string& local_path = "");
+
+// The named preset of one node (plan/presets.cc, where every figure names
+// its source), or nullopt.
+std::optional<ClusterSpec> preset_cluster(const std::string& name);
 
 ClusterSpec load_cluster(const std::string& path);
 

@@ -5,20 +5,48 @@
 
 #include "core/error.h"
 #include "graph/op.h"
+#include "plan/profile.h"
 
 namespace px::plan {
 namespace {
 
+double achieved_memory_bandwidth(const DeviceSpec& device) {
+  return device.memory_bandwidth * device.efficiency.memory_fraction;
+}
+
 comm::CostModel link_model(const LinkSpec& link, const DeviceSpec& device) {
   comm::CostModel m;
   m.backend = link.name;
-  m.transport = {.alpha = link.latency, .beta = 1 / link.bandwidth, .gamma = 1 / device.memory_bandwidth};
+  m.transport = {.alpha = link.latency, .beta = 1 / link.achieved_bandwidth(),
+                 .gamma = 1 / achieved_memory_bandwidth(device)};
   // Device memory, not a CPU's last-level cache: every byte costs β.
   m.cache_bytes = std::numeric_limits<double>::infinity();
   return m;
 }
 
 }  // namespace
+
+GemmTiles gemm_tiles(const Graph& graph, const Node& node) {
+  if (node.def->bf16_gemm) {
+    // linear, matmul, matmul_at_b: the output is the M x N the tiles cover.
+    const Shape& out = graph.spec(node.outputs.front()).shape;
+    const double n = static_cast<double>(out[-1]);
+    return {.m = static_cast<double>(out.numel()) / n, .n = n, .batch = 1};
+  }
+  const std::string_view op = node.op();
+  if (op == "attention" || op == "attention_grad") {
+    // qkv (B, T, 3, H, D): per (batch, head) the T x T scores and the T x D
+    // values, batched GEMMs whose largest output is the T x T one.
+    const Shape& qkv = graph.spec(node.inputs.front()).shape;
+    return {.m = static_cast<double>(qkv[1]), .n = static_cast<double>(qkv[1]),
+            .batch = static_cast<double>(qkv[0] * qkv[3])};
+  }
+  return {};
+}
+
+double GemmTiles::quantisation(const GemmEfficiency& gemm) const {
+  return m > 0 ? gemm_quantisation(gemm, m, n, batch) : 1;
+}
 
 RooflineEstimator::RooflineEstimator(ClusterSpec cluster, DType compute)
     : cluster_(std::move(cluster)),
@@ -32,18 +60,23 @@ const comm::CostModel& RooflineEstimator::cost_model(LinkClass link) const {
   return link == LinkClass::intra_node ? intra_ : inter_;
 }
 
-double RooflineEstimator::compute_seconds(const Graph& graph, const Node& node) const {
-  std::vector<TensorSpec> in, out;
-  for (ValueId v : node.inputs) in.push_back(graph.spec(v));
-  for (ValueId v : node.outputs) out.push_back(graph.spec(v));
-  const OpCost c = node.def->cost ? node.def->cost(in, out, node.attrs) : streaming_cost(in, out);
-  // The graph's float tensors are float32; computing in another dtype moves its bytes.
-  const double scale = static_cast<double>(dtype_size(compute_)) / static_cast<double>(dtype_size(DType::f32));
-  return std::max(c.flops / cluster_.device.flops(compute_),
-                  scale * (c.bytes_read + c.bytes_written) / cluster_.device.memory_bandwidth);
+double gemm_efficiency(const KernelEfficiency& e, const Graph& graph, const Node& node) {
+  return e.gemm.peak_fraction * gemm_tiles(graph, node).quantisation(e.gemm);
 }
 
-double RooflineEstimator::memory_seconds(double bytes) const { return bytes / cluster_.device.memory_bandwidth; }
+double RooflineEstimator::compute_seconds(const Graph& graph, const Node& node) const {
+  const OpCost c = node_cost(graph, node);
+  const DeviceSpec& device = cluster_.device;
+  // The graph's float tensors are float32; computing in another dtype moves its bytes.
+  const double scale = static_cast<double>(dtype_size(compute_)) / static_cast<double>(dtype_size(DType::f32));
+  const double flops_rate = device.flops(compute_) * gemm_efficiency(device.efficiency, graph, node);
+  return std::max({device.efficiency.launch_seconds, c.flops / flops_rate,
+                   scale * (c.bytes_read + c.bytes_written) / achieved_memory_bandwidth(device)});
+}
+
+double RooflineEstimator::memory_seconds(double bytes) const {
+  return std::max(cluster_.device.efficiency.launch_seconds, bytes / achieved_memory_bandwidth(cluster_.device));
+}
 
 double RooflineEstimator::collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const {
   if (ranks <= 1) return 0;
@@ -60,7 +93,7 @@ double RooflineEstimator::collective_seconds(comm::Collective kind, double bytes
 
 double RooflineEstimator::transfer_seconds(double bytes, LinkClass link) const {
   const LinkSpec& l = cluster_.link(link);
-  return l.latency + bytes / l.bandwidth;
+  return l.latency + bytes / l.achieved_bandwidth();
 }
 
 ProfiledEstimator::ProfiledEstimator(ClusterSpec cluster, Options options)

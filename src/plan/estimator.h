@@ -30,14 +30,28 @@ class CostEstimator {
   virtual double transfer_seconds(double bytes, LinkClass link) const = 0;
 };
 
+// The output tiles a GEMM-like node computes: `batch` outputs of m x n
+// (linear, matmul, matmul_at_b: the output; attention and its gradient:
+// the T x T scores of every batch row and head). m = 0: not a GEMM.
+struct GemmTiles {
+  double m = 0, n = 0, batch = 1;
+  // gemm_quantisation (plan/efficiency.h) of these tiles; 1 when not a GEMM.
+  double quantisation(const GemmEfficiency& gemm) const;
+};
+GemmTiles gemm_tiles(const Graph& graph, const Node& node);
+
 // From the ops' own cost functions (OpDef::cost: flops and bytes) and the
-// cluster's figures: a node takes max(flops / FLOP/s, bytes / memory
-// bandwidth), at the FLOP/s of the compute dtype and with its bytes (a
+// cluster's figures at the efficiency its device and links reach
+// (plan/efficiency.h; the presets' figures name their sources in
+// plan/presets.cc): a node takes the largest of the launch floor,
+// flops / (FLOP/s · GEMM peak fraction · its tiles' quantisation) and
+// bytes / (memory bandwidth · memory fraction), at the FLOP/s of the compute dtype and with its bytes (a
 // graph is float32; under bf16 mixed precision its tensors move half the
 // bytes); a collective takes what the runtime's α-β-γ cost model
 // predicts for the algorithm it would choose (the cheapest), with α the
-// link's latency, β its inverse bandwidth and γ the device's inverse memory
-// bandwidth; a message latency + bytes / bandwidth.
+// link's latency, β its inverse achieved bandwidth and γ the device's
+// inverse achieved memory bandwidth; a message latency + bytes / achieved
+// bandwidth. With the identity efficiency this is the datasheet roofline.
 class RooflineEstimator : public CostEstimator {
  public:
   explicit RooflineEstimator(ClusterSpec cluster, DType compute = DType::f32);

@@ -103,21 +103,19 @@ double HostProfile::pass_seconds(double bytes) const {
 }
 
 double HostProfile::in_situ_factor(const std::string& model, Precision precision) const {
-  if (in_situ_samples.empty()) return 1;
   auto bf16_run = [](const std::string& run) { return run.size() >= 5 && run.compare(run.size() - 5, 5, " bf16") == 0; };
-  // The runs of `model` (any model when empty) in `precision` (either when not given).
-  auto runs_of = [&](const std::string& of, const Precision* in) {
+  // The runs of models other than `model` (every run when it is empty), in
+  // `precision` (either when not given): a model is never corrected by its own steps.
+  auto held_out = [&](const Precision* in) {
     std::vector<double> samples;
     for (const auto& [run, ratio] : in_situ_samples)
-      if ((of.empty() || run.rfind(of + " ", 0) == 0) && (!in || bf16_run(run) == (*in == Precision::bf16)))
+      if ((model.empty() || run.rfind(model + " ", 0) != 0) && (!in || bf16_run(run) == (*in == Precision::bf16)))
         samples.push_back(ratio);
     return samples;
   };
-  const Precision fp32 = Precision::fp32;
-  std::vector<double> samples = runs_of(model, &precision);
-  if (samples.empty()) samples = runs_of(model, &fp32);
-  if (samples.empty()) samples = runs_of("", &precision);
-  if (samples.empty()) samples = runs_of("", nullptr);
+  std::vector<double> samples = held_out(&precision);
+  if (samples.empty()) samples = held_out(nullptr);
+  if (samples.empty()) return 1;
   std::sort(samples.begin(), samples.end());
   const size_t n = samples.size();
   return std::clamp(n % 2 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2, 0.5, 2.0);

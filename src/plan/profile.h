@@ -18,7 +18,8 @@
 //   in situ     how much slower the kernels run inside a real step than
 //               alone (cold caches, allocation, the executor's dispatch):
 //               measured one-rank steps of the calibrated models at half
-//               their batch against their replay
+//               their batch against their replay; a model's prediction
+//               uses the other models' factor, never its own
 //   comm        the in-process transport's α-β-γ cost model
 //               (comm/cost_model.h): quickly measured links, or the fits
 //               `parallax bench comm --tune` saved.
@@ -59,12 +60,13 @@ struct HostProfile {
   std::map<std::string, KernelTiming> kernels;  // kernel_key@threads -> timing
   // Per calibration run of a model on one rank ("gpt batch 8 threads 2",
   // "gpt batch 8 threads 2 bf16" for a bf16 one): measured step / replayed
-  // step. The median of `model`'s runs in `precision` (of its fp32 runs
-  // when it has none in bf16; of all runs in the precision, then of all,
-  // when the model has none), within 0.5 .. 2, scales every compute and
-  // memory pass: how much a step slows its kernels depends on the model
-  // (measured here: the GPT 1.09, the CNN 1.55, the MLP 1.8) and on its
-  // precision (the GPT's bf16 step 1.55 against its fp32 step's 1.42).
+  // step. A model's factor is held out: the median of the OTHER models'
+  // runs in `precision` (of their runs in any precision when none is in
+  // it), within 0.5 .. 2; 1 when no other model was calibrated. So a
+  // prediction is never scaled by its own model's measured steps (this
+  // host: the GPT 1.09, the CNN 1.55, the MLP 1.8 measured alone, so the
+  // held-out factor is a coarse correction whose error the benchmarks
+  // report); every compute and memory pass is scaled by it.
   std::map<std::string, double> in_situ_samples;
   double in_situ_factor(const std::string& model = "", Precision precision = Precision::fp32) const;
   bool operator==(const HostProfile&) const = default;

@@ -1,44 +1,106 @@
-// docs/planner.md compares the dgx-a100 preset's prediction with a
-// published large-scale result: Narayanan et al., "Efficient Large-Scale
-// Language Model Training on GPU Clusters Using Megatron-LM" (SC'21),
-// Table 1, the 175B row: 96 layers, hidden 12288, 96 heads, tensor 8 x
-// pipeline 8 on 1024 A100s, global batch 1536, 140 teraFLOP/s per GPU.
-// This test pins the prediction the docs quote (the same strategy:
-// micro-batches of one sequence, 1F1B, full recomputation, bf16), by the
-// paper's own FLOP count, so a change to the model or the simulator that
-// moves it shows up here and in the docs together.
+// The GPU presets against published end-to-end runs: every run of
+// bench/published_runs.json (Narayanan et al. 2021, Korthikanti et al.
+// 2022: GPT models of 1.7B to 1T parameters on 8 to 3072 A100s) replayed
+// on the dgx-a100 preset as `parallax simulate` replays it (bf16 compute,
+// one sequence a micro-batch, 1F1B), its step time compared with the
+// PUBLISHED one. The presets' efficiency constants name their sources in
+// src/plan/presets.cc and are not fitted to these runs.
+//
+// Tolerances (docs/planner.md, "Published scale"): each run within 30%,
+// the median |error| within 20%. The target is tighter (median 10%, worst
+// 20%) and not met yet: the model is 16% optimistic in the median, 25.5%
+// at worst (the 2021 runs; docs/planner.md gives the table). A preset
+// back at datasheet peak predicts these runs 1.5-1.9x fast (-35..-47%)
+// and fails both; so does a model that loses the pipeline bubble or the
+// tensor-parallel collectives.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "nn/gpt.h"
+#include "nn/model.h"
 #include "parallel/compose.h"
 #include "plan/simulate.h"
-#include "nn/model.h"
 
 namespace px::plan {
 namespace {
 
-TEST(PublishedScale, Gpt175BOnA1024A100sIsPredictedAsTheDocsSay) {
-  const nn::GptConfig config{.vocab = 51200, .block = 2048, .n_layer = 96, .n_head = 96, .n_embd = 12288};
-  constexpr int64_t kBatch = 1536;
-  const nn::Model model = nn::build_gpt(config, kBatch, config.block, true);
-  parallel::Strategy s = parallel::with_pipeline(
-      parallel::tensor_parallel(model.graph, 16, 8, batch_input_names(model), false), 8, {});
-  s.micro_batches = 96;  // a data rank's 96 sequences, one a micro-batch
-  s.lowering.recompute = parallel::Recompute::full;
+constexpr double kSequence = 2048, kVocab = 51200;
+constexpr double kRunTolerance = 0.30, kMedianTolerance = 0.20;
+
+struct PublishedRun {
+  std::string id;
+  int64_t layers = 0, heads = 0, embd = 0, batch = 0;
+  int gpus = 0, tp = 1, pp = 1;
+  bool selective = false, sequence_parallel = false;
+  bool overlap = true;  // gradient reduction overlapped with backward
+  double published_seconds = 0;  // the source's iteration time, or its teraFLOP/s turned into one
+};
+
+// Narayanan et al.'s count of an iteration's FLOPs with full recomputation.
+double megatron_flops(const PublishedRun& r) {
+  const double B = static_cast<double>(r.batch), l = static_cast<double>(r.layers), h = static_cast<double>(r.embd);
+  return 96 * B * kSequence * l * h * h * (1 + kSequence / (6 * h) + kVocab / (16 * l * h));
+}
+
+std::vector<PublishedRun> published_runs() {
+  std::ifstream in(PX_PUBLISHED_RUNS);
+  EXPECT_TRUE(in) << "cannot read " << PX_PUBLISHED_RUNS;
+  const nlohmann::json json = nlohmann::json::parse(in);
+  std::vector<PublishedRun> runs;
+  for (const nlohmann::json& j : json.at("runs")) {
+    PublishedRun r{.id = j.at("id"), .layers = j.at("layers"), .heads = j.at("heads"), .embd = j.at("embd"),
+                   .batch = j.at("batch"), .gpus = j.at("gpus"), .tp = j.at("tp"), .pp = j.at("pp"),
+                   .selective = j.at("recompute") == "selective",
+                   .sequence_parallel = j.value("sequence_parallel", false), .overlap = j.value("overlap", true)};
+    const nlohmann::json& p = j.at("published");
+    r.published_seconds = p.contains("iteration_seconds")
+                              ? p.at("iteration_seconds").get<double>()
+                              : megatron_flops(r) / (p.at("tflops_per_gpu").get<double>() * 1e12 * r.gpus);
+    runs.push_back(r);
+  }
+  return runs;
+}
+
+double predicted_seconds(const PublishedRun& r, const std::string& preset) {
+  const nn::GptConfig config{.vocab = static_cast<int64_t>(kVocab), .block = static_cast<int64_t>(kSequence),
+                             .n_layer = r.layers, .n_head = r.heads, .n_embd = r.embd};
+  const nn::Model model = nn::build_gpt(config, r.batch, config.block, true);
+  const int dp = r.gpus / (r.tp * r.pp);
+  const parallel::StrategyRequest request{
+      .tensor_parallel = r.tp, .sequence_parallel = r.sequence_parallel, .pipeline_parallel = r.pp,
+      .recompute = r.selective ? parallel::Recompute::selective : parallel::Recompute::full};
+  const parallel::Strategy s = parallel::compose(
+      request, {.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = r.gpus,
+                .micro_batches = static_cast<int>(r.batch / dp)});
   const std::vector<parallel::Program> programs =
       lower_representatives({.forward = &model.graph, .loss = model.loss}, s);
-  const ClusterSpec cluster = cluster_named("dgx-a100:128");
+  const ClusterSpec cluster = cluster_named(fmt::format("{}:{}", preset, (r.gpus + 7) / 8));
   const RooflineEstimator estimator(cluster, DType::bf16);
-  const Simulation sim =
-      simulate({.programs = &programs, .cluster = &cluster, .estimator = &estimator, .compute = DType::bf16});
-  // The paper's FLOPs per iteration: 96 B s l h^2 (1 + s / 6h + V / 16 l h).
-  const double B = kBatch, seq = 2048, l = 96, h = 12288, V = 51200;
-  const double flops = 96 * B * seq * l * h * h * (1 + seq / (6 * h) + V / (16 * l * h));
-  const double teraflops_per_gpu = flops / (sim.step_seconds * 1024) / 1e12;
-  // docs/planner.md, "Published scale": 18.86 s a step, 233.5 TFLOP/s a GPU against the paper's 140.
-  EXPECT_NEAR(sim.step_seconds, 18.86, 0.01 * 18.86);
-  EXPECT_NEAR(teraflops_per_gpu, 233.5, 0.01 * 233.5);
-  EXPECT_LT(*std::max_element(sim.peak_bytes.begin(), sim.peak_bytes.end()), cluster.device.memory_bytes);
+  return simulate({.programs = &programs, .cluster = &cluster, .estimator = &estimator,
+                   .execution = {.overlap = r.overlap}, .compute = DType::bf16})
+      .step_seconds;
+}
+
+TEST(PublishedScale, DgxA100PresetPredictsPublishedMegatronRuns) {
+  const std::vector<PublishedRun> runs = published_runs();
+  ASSERT_GE(runs.size(), 8u);
+  std::vector<double> errors;
+  for (const PublishedRun& r : runs) {
+    const double predicted = predicted_seconds(r, "dgx-a100");
+    const double error = predicted / r.published_seconds - 1;
+    errors.push_back(std::abs(error));
+    EXPECT_LE(std::abs(error), kRunTolerance)
+        << r.id << ": predicted " << predicted << " s, published " << r.published_seconds << " s";
+  }
+  std::sort(errors.begin(), errors.end());
+  const size_t n = errors.size();
+  const double median = n % 2 ? errors[n / 2] : (errors[n / 2 - 1] + errors[n / 2]) / 2;
+  EXPECT_LE(median, kMedianTolerance);
 }
 
 }  // namespace

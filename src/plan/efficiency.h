@@ -1,0 +1,61 @@
+// Kernel efficiency: how close a device's kernels come to its datasheet,
+// so a preset predicts what a real step takes rather than what the peak
+// rates allow. A plain value inside DeviceSpec (cluster.h); the presets
+// (plan/presets.cc) fill it from named public measurements, a cluster
+// file may give its own, and the identity (every fraction 1, no tiles, no
+// launch floor) is the datasheet roofline.
+//
+//   GEMM        rate = peak · gemm.peak_fraction · quantisation(M, N, batch)
+//               quantisation: the output's M x N is covered by tiles of
+//               tile_m x tile_n that run `units` at a time (one per SM);
+//               the last tile of a row/column and the last wave run partly
+//               idle (NVIDIA's "Matrix Multiplication Background" guide,
+//               tile and wave quantisation). Small K and small N show as
+//               the GEMM's own bytes at the achievable bandwidth (the
+//               roofline on its arithmetic intensity) and as tile waste.
+//   memory      bytes / (memory_bandwidth · memory_fraction)
+//   launch      no kernel takes less than launch_seconds (launches are
+//               asynchronous: a floor, not a cost added to every kernel)
+//   links       LinkSpec::efficiency: achieved bus bandwidth / line rate
+//               (nccl-tests' busbw), so a collective of n bytes costs the
+//               algorithm's α-β terms with β = 1 / (bandwidth · efficiency)
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace px::plan {
+
+struct GemmEfficiency {
+  // A large GEMM's achieved rate over the datasheet's, with the shape's
+  // own quantisation taken out (see gemm_peak_fraction).
+  double peak_fraction = 1;
+  int64_t tile_m = 1, tile_n = 1;  // one thread block's output tile
+  int64_t units = 1;               // tiles resident at once (SMs)
+  bool operator==(const GemmEfficiency&) const = default;
+};
+
+struct KernelEfficiency {
+  GemmEfficiency gemm;
+  double memory_fraction = 1;  // achievable / datasheet memory bandwidth
+  double launch_seconds = 0;   // the least time a kernel takes
+  bool operator==(const KernelEfficiency&) const = default;
+};
+
+// Share of the tile slots a GEMM with `batch` independent M x N outputs
+// keeps busy: M·N·batch over (waves · units · tile_m · tile_n). 1 for the
+// identity model.
+double gemm_quantisation(const GemmEfficiency& gemm, double m, double n, double batch = 1);
+
+// The peak fraction a published maximum-achievable GEMM rate implies:
+// achieved / (peak · quantisation of the shape it was achieved at).
+double gemm_peak_fraction(const GemmEfficiency& tiles, double achieved, double peak, double m, double n);
+
+nlohmann::json to_json(const KernelEfficiency& efficiency);
+// Throws px::Error naming the field, its value and what is expected.
+KernelEfficiency kernel_efficiency_from_json(const nlohmann::json& json);
+void validate(const KernelEfficiency& efficiency, const std::string& cluster);
+
+}  // namespace px::plan

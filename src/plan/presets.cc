@@ -1,0 +1,110 @@
+// The GPU presets: datasheet rates, and how close real kernels and
+// collectives come to them (plan/efficiency.h). Every figure names its
+// public source beside it; none is fitted to the published runs the
+// presets are scored on (bench/published_runs.json, docs/planner.md,
+// "Published scale"). One node each; cluster_named sets the node count.
+#include "plan/cluster.h"
+
+namespace px::plan {
+namespace {
+
+// NVIDIA, "Matrix Multiplication Background User's Guide" (DU-09799-001,
+// sections 2.3 and 3): cuBLAS's most efficient large tile is 256x128, and
+// one tile runs per SM, so the output is computed in waves of #SM tiles.
+constexpr int64_t kTileM = 256, kTileN = 128;
+
+// Stas Bekman, "Machine Learning Engineering", compute/accelerator
+// (github.com/stas00/ml-engineering), "Maximum Achievable Matmul FLOPS":
+// the best bf16 torch.matmul found by mamf-finder.py, as (TFLOP/s, the
+// shape M x K x N it was found at). The peak fraction takes that shape's
+// own quantisation out, so the model reproduces the figure at that shape.
+struct Mamf {
+  double flops;
+  double m, n;
+};
+constexpr Mamf kA100Mamf{.flops = 267.9e12, .m = 6912, .n = 16384};  // CUDA 12.1, 6912x2048x16384
+constexpr Mamf kH100Mamf{.flops = 792.1e12, .m = 6144, .n = 17920};  // CUDA 12.1, 6144x2816x17920
+
+// Sustained HBM bandwidth over the datasheet's: STREAM-class copy and triad
+// kernels reach about 90% on A100 and H100 (BabelStream-style
+// measurements; H100 SXM: 3.0-3.1 of 3.35 TB/s). The least precisely
+// sourced constant here: docs/planner.md says so.
+constexpr double kHbmFraction = 0.90;
+
+// NVIDIA developer blog, "Getting Started with CUDA Graphs" (A. Gray,
+// 2019): a stream of tiny kernels launched back to back runs at 3.8 us a
+// kernel (launch overhead overlapped with execution).
+constexpr double kLaunchSeconds = 3.8e-6;
+
+// NCCL's achieved bus bandwidth over the line rate. NVLink: "450GB/s is
+// the line rate. With the protocol overhead (~20%) NCCL can get an
+// effective NVLink bandwidth of 370GB/s" (S. Jeaugey, NVIDIA, nccl-tests
+// issue #212); the same protocol runs over NVLink 3. InfiniBand: 96 GB/s
+// peak all_reduce busbw against 100 GB/s of HDR line rate (3 nodes of 8
+// A100, 4 HDR ports each; nccl-tests issue #119).
+constexpr double kNvlink4Efficiency = 370.0 / 450.0;
+constexpr double kNvlink3Efficiency = kNvlink4Efficiency;
+constexpr double kInfinibandEfficiency = 96.0 / 100.0;
+
+// Datasheets give no latencies: 3 us (NVLink) and 6 us (InfiniBand) are
+// typical per-message software latencies of NCCL-class libraries,
+// estimates rather than vendor figures.
+constexpr double kNvlinkLatency = 3e-6, kInfinibandLatency = 6e-6;
+
+// NVIDIA A100 Tensor Core GPU datasheet (80 GB SXM column); the A100
+// whitepaper (108 SMs); NVIDIA DGX A100 datasheet (eight single-port
+// ConnectX-6 200 Gb/s HDR adapters for the compute fabric, two AMD EPYC
+// 7742; NVLink 3: 600 GB/s bidirectional a GPU).
+ClusterSpec dgx_a100() {
+  const GemmEfficiency tiles{.tile_m = kTileM, .tile_n = kTileN, .units = 108};
+  GemmEfficiency gemm = tiles;
+  gemm.peak_fraction = gemm_peak_fraction(tiles, kA100Mamf.flops, 312e12, kA100Mamf.m, kA100Mamf.n);
+  return {.name = "dgx-a100",
+          .nodes = 1,
+          .devices_per_node = 8,
+          .device = {.name = "A100-SXM4-80GB",
+                     .flops_f32 = 19.5e12,
+                     .flops_bf16 = 312e12,
+                     .memory_bytes = 80e9,
+                     .memory_bandwidth = 2039e9,
+                     .efficiency = {.gemm = gemm, .memory_fraction = kHbmFraction, .launch_seconds = kLaunchSeconds}},
+          .intra_node = {.name = "NVLink 3 / NVSwitch", .bandwidth = 300e9, .latency = kNvlinkLatency,
+                         .efficiency = kNvlink3Efficiency},
+          .inter_node = {.name = "8x HDR InfiniBand 200 Gb/s", .bandwidth = 25e9, .latency = kInfinibandLatency,
+                         .efficiency = kInfinibandEfficiency},
+          .host = "2x AMD EPYC 7742"};
+}
+
+// NVIDIA H100 Tensor Core GPU datasheet (SXM column, dense: half the
+// sparsity figures); the H100 whitepaper (132 SMs on SXM5); NVIDIA DGX
+// H100 datasheet (eight ConnectX-7 400 Gb/s ports, two Intel Xeon
+// Platinum 8480C; NVLink 4: 900 GB/s bidirectional a GPU).
+ClusterSpec dgx_h100() {
+  const GemmEfficiency tiles{.tile_m = kTileM, .tile_n = kTileN, .units = 132};
+  GemmEfficiency gemm = tiles;
+  gemm.peak_fraction = gemm_peak_fraction(tiles, kH100Mamf.flops, 989e12, kH100Mamf.m, kH100Mamf.n);
+  return {.name = "dgx-h100",
+          .nodes = 1,
+          .devices_per_node = 8,
+          .device = {.name = "H100-SXM5-80GB",
+                     .flops_f32 = 67e12,
+                     .flops_bf16 = 989e12,
+                     .memory_bytes = 80e9,
+                     .memory_bandwidth = 3350e9,
+                     .efficiency = {.gemm = gemm, .memory_fraction = kHbmFraction, .launch_seconds = kLaunchSeconds}},
+          .intra_node = {.name = "NVLink 4 / NVSwitch", .bandwidth = 450e9, .latency = kNvlinkLatency,
+                         .efficiency = kNvlink4Efficiency},
+          .inter_node = {.name = "8x NDR InfiniBand 400 Gb/s", .bandwidth = 50e9, .latency = kInfinibandLatency,
+                         .efficiency = kInfinibandEfficiency},
+          .host = "2x Intel Xeon Platinum 8480C"};
+}
+
+}  // namespace
+
+std::optional<ClusterSpec> preset_cluster(const std::string& name) {
+  if (name == "dgx-a100") return dgx_a100();
+  if (name == "dgx-h100") return dgx_h100();
+  return std::nullopt;
+}
+
+}  // namespace px::plan
