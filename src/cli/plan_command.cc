@@ -29,7 +29,7 @@ struct PlanFlags {
   std::string out;
   std::string explain;
   int top = 10;
-  bool no_pipeline = false, no_tensor = false, no_zero = false, no_recompute = false;
+  bool no_pipeline = false, no_tensor = false, no_zero = false, no_recompute = false, no_context = false;
   bool full_simulation = false;
 };
 
@@ -143,6 +143,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_flag("--no-tensor", pf->no_tensor, "leave tensor parallelism out of the search");
   cmd->add_flag("--no-zero", pf->no_zero, "leave ZeRO out of the search");
   cmd->add_flag("--no-recompute", pf->no_recompute, "leave recomputation out of the search");
+  cmd->add_flag("--no-context", pf->no_context, "leave context parallelism (--cp) out of the search");
   cmd->add_flag("--full-simulation", pf->full_simulation,
                 "mcmc: re-simulate every task of every proposal instead of the delta (to compare their rates)");
   cmd->callback([flags, pf] {
@@ -163,7 +164,9 @@ void add_plan_command(CLI::App& app) {
     bool first = true;
     for (const ModelledPrecision& candidate : precisions) {
       o.precision = candidate.graph;
-      validate(o);
+      TrainOptions model_only = o;  // the mesh, and so each rank's rows, is the search's to choose
+      model_only.ranks = 1;
+      validate(model_only);
       const TrainOptions base = o;
       const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
       positions = nn::positions_per_row(model);
@@ -185,8 +188,8 @@ void add_plan_command(CLI::App& app) {
           .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size()),
           .budget_seconds = pf->budget_seconds / static_cast<double>(precisions.size()),
           .method = pf->method,
-          .space = {.tensor = !pf->no_tensor, .pipeline = !pf->no_pipeline, .zero = !pf->no_zero,
-                    .recompute = !pf->no_recompute},
+          .space = {.tensor = !pf->no_tensor, .context = !pf->no_context, .pipeline = !pf->no_pipeline,
+                    .zero = !pf->no_zero, .recompute = !pf->no_recompute},
           .mcmc_delta = !pf->full_simulation};
       plan::PlanResult searched = plan::plan(request);
       for (auto* list : {&searched.ranked, &searched.rejected})

@@ -37,10 +37,13 @@ std::vector<int> divisors(int n) {
 }
 
 std::string describe(const parallel::Strategy& s) {
-  const int pp = s.pipeline_ranks(), dp = s.data_ranks(), tp = s.mesh.ranks() / pp / dp;
+  const int pp = s.pipeline_ranks(), dp = s.data_ranks(), cp = s.context_ranks(), tp = s.mesh.ranks() / pp / dp / cp;
   bool sp = false;
-  for (const parallel::PlacementSeed& seed : s.seeds) sp = sp || seed.value == "embed";  // sequence-parallel seeds
-  std::string text = fmt::format("pp={} dp={} tp={}{}", pp, dp, tp, sp ? " sp" : "");
+  for (const parallel::PlacementSeed& seed : s.seeds)
+    sp = sp || (seed.value == "embed" && seed.axis != s.context.axis);  // sequence-parallel seeds
+  const std::string context =
+      cp > 1 ? fmt::format(" cp={} {}", cp, parallel::context_method_name(s.context.method)) : std::string();
+  std::string text = fmt::format("pp={} dp={}{} tp={}{}", pp, dp, context, tp, sp ? " sp" : "");
   if (s.micro_batches > 1) text += fmt::format(" M={}", s.micro_batches);
   if (pp > 1) text += fmt::format(" {}", parallel::pipeline_kind_name(s.pipeline.schedule));
   if (s.zero_stage > 0) text += fmt::format(" zero={}", s.zero_stage);
@@ -49,61 +52,89 @@ std::string describe(const parallel::Strategy& s) {
   return text;
 }
 
-std::vector<GridPoint> grid_points(const Graph& graph, const SearchSpace& space) {
-  PX_CHECK_GE(space.ranks, 1);
-  const int layers = layer_count(graph);
-  // Recomputation reruns attention cores (selective) or "h.<i>" blocks (full): other models have neither.
-  bool attention = false, blocks = false;
+namespace {
+
+// What of the model the grid's options depend on, asked once.
+struct ModelTraits {
+  int layers = 0;
+  bool attention = false;  // selective recompute and context parallelism need attention
+  bool blocks = false;     // full recompute reruns "h.<i>" blocks
+  bool splits[2] = {false, false};  // Megatron's rules split it (without, with sequence parallelism)
+};
+
+ModelTraits traits_of(const Graph& graph) {
+  ModelTraits t{.layers = layer_count(graph)};
   for (const Node& n : graph.nodes()) {
-    attention = attention || n.op() == "attention";
-    blocks = blocks || n.name.rfind("h.", 0) == 0;
+    t.attention = t.attention || n.op() == "attention";
+    t.blocks = t.blocks || n.name.rfind("h.", 0) == 0;
   }
-  // Whether Megatron's rules split this model (without and with sequence
-  // parallelism) depends on the graph alone: asked once, not per mesh.
-  std::optional<bool> splits[2];
-  auto tensor_splits = [&](bool sp) {
-    std::optional<bool>& known = splits[sp ? 1 : 0];
-    if (!known) {
-      try {
-        parallel::megatron_seeds(graph, "tp", sp);
-        known = true;
-      } catch (const Error&) {
-        known = false;  // the model has no layers Megatron's rules split
-      }
+  for (bool sp : {false, true}) {
+    try {
+      parallel::megatron_seeds(graph, "tp", sp);
+      t.splits[sp ? 1 : 0] = true;
+    } catch (const Error&) {
+      // the model has no layers Megatron's rules split
     }
-    return *known;
-  };
+  }
+  return t;
+}
+
+// The meshes pp x dp x cp x tp and how each splits: the points' mesh
+// fields, the rest left at their defaults.
+std::vector<GridPoint> meshes(const ModelTraits& t, const SearchSpace& space) {
   std::vector<GridPoint> out;
   for (int pp : divisors(space.ranks)) {
-    if (pp > 1 && (!space.pipeline || layers < 2 * pp)) continue;
+    if (pp > 1 && (!space.pipeline || t.layers < 2 * pp)) continue;
     for (int tp : divisors(space.ranks / pp)) {
       if (tp > 1 && !space.tensor) continue;
-      const int dp = space.ranks / pp / tp;
-      const int64_t rows = space.batch / dp;  // a data rank's rows (the first ranks may hold one more)
-      if (rows < 1) continue;
-      for (bool sp : {false, true}) {
-        if (sp && (tp == 1 || !space.tensor)) continue;
-        if (tp > 1 && !tensor_splits(sp)) continue;
-        for (int m = 1; m <= std::min<int64_t>(rows, space.max_micro_batches); m *= 2) {
-          std::vector<parallel::PipelineKind> kinds{parallel::PipelineKind::one_f_one_b};
-          if (pp > 1 && space.schedules) kinds = {parallel::PipelineKind::gpipe, parallel::PipelineKind::one_f_one_b,
-                                                  parallel::PipelineKind::zb_h1};
-          if (pp == 1 && m > 1) continue;  // accumulation alone only slows a step down
-          for (parallel::PipelineKind kind : kinds) {
-            for (int zero = 0; zero <= (space.zero && dp > 1 ? 3 : 0); ++zero) {
-              if (zero == 3 && pp > 1) continue;  // refused with stages (docs/pipeline_parallel.md)
-              for (parallel::Recompute r : {parallel::Recompute::none, parallel::Recompute::selective,
-                                            parallel::Recompute::full}) {
-                if (r != parallel::Recompute::none && !space.recompute) continue;
-                if ((r == parallel::Recompute::selective && !attention) || (r == parallel::Recompute::full && !blocks))
-                  continue;
-                out.push_back({.pp = pp, .tp = tp, .sp = sp, .micro_batches = m, .kind = kind, .zero = zero,
-                               .recompute = r});
-              }
-            }
+      for (int cp : divisors(space.ranks / pp / tp)) {
+        if (cp > 1 && (!space.context || !t.attention)) continue;
+        // All-to-all scatters heads, which tensor parallelism splits already: not with tp.
+        std::vector<parallel::ContextMethod> methods{parallel::ContextMethod::ring};
+        if (cp > 1 && tp == 1) methods.push_back(parallel::ContextMethod::all_to_all);
+        for (parallel::ContextMethod method : methods)
+          for (bool sp : {false, true}) {
+            if (sp && (tp == 1 || !space.tensor)) continue;
+            if (tp > 1 && !t.splits[sp ? 1 : 0]) continue;
+            out.push_back({.pp = pp, .tp = tp, .cp = cp, .method = method, .sp = sp});
+          }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<GridPoint> grid_points(const Graph& graph, const SearchSpace& space) {
+  PX_CHECK_GE(space.ranks, 1);
+  const ModelTraits t = traits_of(graph);
+  std::vector<GridPoint> out;
+  for (const GridPoint& mesh : meshes(t, space)) {
+    const int dp = space.ranks / mesh.pp / mesh.tp / mesh.cp;
+    const int64_t rows = space.batch / dp;  // a data rank's rows (the first ranks may hold one more)
+    if (rows < 1) continue;
+    std::vector<parallel::PipelineKind> kinds{parallel::PipelineKind::one_f_one_b};
+    if (mesh.pp > 1 && space.schedules)
+      kinds = {parallel::PipelineKind::gpipe, parallel::PipelineKind::one_f_one_b, parallel::PipelineKind::zb_h1};
+    for (int m = 1; m <= std::min<int64_t>(rows, space.max_micro_batches); m *= 2) {
+      if (mesh.pp == 1 && m > 1) continue;  // accumulation alone only slows a step down
+      for (parallel::PipelineKind kind : kinds)
+        for (int zero = 0; zero <= (space.zero && dp > 1 ? 3 : 0); ++zero) {
+          if (zero == 3 && mesh.pp > 1) continue;  // refused with stages (docs/pipeline_parallel.md)
+          for (parallel::Recompute r :
+               {parallel::Recompute::none, parallel::Recompute::selective, parallel::Recompute::full}) {
+            if (r != parallel::Recompute::none && !space.recompute) continue;
+            if ((r == parallel::Recompute::selective && !t.attention) || (r == parallel::Recompute::full && !t.blocks))
+              continue;
+            GridPoint point = mesh;
+            point.micro_batches = m;
+            point.kind = kind;
+            point.zero = zero;
+            point.recompute = r;
+            out.push_back(point);
           }
         }
-      }
     }
   }
   return out;
@@ -115,6 +146,8 @@ std::optional<parallel::Strategy> grid_strategy(const Graph& graph, const Search
                               .tensor_parallel = point.tp,
                               .sequence_parallel = point.sp,
                               .pipeline_parallel = point.pp,
+                              .context_parallel = point.cp,
+                              .context_method = point.method,
                               .pipeline = {.schedule = point.kind},
                               .recompute = point.recompute},
                              {.graph = &graph,

@@ -1,7 +1,9 @@
 // The grid of strategies the planner considers for a model on some ranks:
-// every mesh pp x dp x tp that multiplies to the ranks (tensor parallelism
-// only on models Megatron's rules split, with and without sequence
-// parallelism; pipelines only with at least two layers a stage), the
+// every mesh pp x dp x cp x tp that multiplies to the ranks (tensor
+// parallelism only on models Megatron's rules split, with and without
+// sequence parallelism; pipelines only with at least two layers a stage;
+// context parallelism on models with attention, by the balanced ring and by
+// all-to-all), the
 // micro-batch counts 1, 2, 4, ... up to the rows a data rank holds, the
 // schedules, ZeRO stages and recomputation. Strategies that do not
 // validate or lower are left out by the caller that lowers them.
@@ -27,19 +29,22 @@ struct SearchSpace {
   std::vector<std::string> batch_inputs;
   int max_micro_batches = 16;
   bool tensor = true;      // tp > 1 (and sequence parallelism)
+  bool context = true;     // cp > 1 (the ring and all-to-all)
   bool pipeline = true;    // pp > 1
   bool zero = true;        // ZeRO stages 1-3 besides 0
   bool recompute = true;   // selective and full besides none
   bool schedules = true;   // every schedule; else 1F1B only
 };
 
-// What the candidate is, for tables: "pp=2 dp=1 tp=2 sp M=4 1f1b zero=1 recompute=full".
+// What the candidate is, for tables: "pp=2 dp=1 tp=2 sp M=4 1f1b zero=1 recompute=full"
+// (with "cp=2 ring" after dp under context parallelism).
 std::string describe(const parallel::Strategy& strategy);
 
-// One point of the grid: a mesh pp x dp x tp (dp = ranks / pp / tp) and
-// what runs on it.
+// One point of the grid: a mesh pp x dp x cp x tp (dp = ranks / pp / cp /
+// tp) and what runs on it.
 struct GridPoint {
-  int pp = 1, tp = 1;
+  int pp = 1, tp = 1, cp = 1;
+  parallel::ContextMethod method = parallel::ContextMethod::ring;
   bool sp = false;  // sequence parallelism
   int micro_batches = 1;
   parallel::PipelineKind kind = parallel::PipelineKind::one_f_one_b;

@@ -21,12 +21,15 @@ std::vector<parallel::Program> lower_representatives(const parallel::LowerReques
   std::vector<parallel::Program> programs;
   const parallel::DeviceMesh& mesh = strategy.mesh;
   const int pipeline_axis = strategy.pipeline_ranks() > 1 ? mesh.axis(strategy.pipeline.axis) : -1;
-  for (int stage = 0; stage < strategy.pipeline_ranks(); ++stage) {
-    if (deadline) deadline->check();
-    std::vector<int> coords(mesh.axes().size(), 0);
-    if (pipeline_axis >= 0) coords[static_cast<size_t>(pipeline_axis)] = stage;
-    programs.push_back(parallel::lower(request, strategy, mesh.rank_of(coords)));
-  }
+  const int context_axis = strategy.context_ranks() > 1 ? mesh.axis(strategy.context.axis) : -1;
+  for (int stage = 0; stage < strategy.pipeline_ranks(); ++stage)
+    for (int chunk = 0; chunk < strategy.context_ranks(); ++chunk) {  // the ring's partners send to each other
+      if (deadline) deadline->check();
+      std::vector<int> coords(mesh.axes().size(), 0);
+      if (pipeline_axis >= 0) coords[static_cast<size_t>(pipeline_axis)] = stage;
+      if (context_axis >= 0) coords[static_cast<size_t>(context_axis)] = chunk;
+      programs.push_back(parallel::lower(request, strategy, mesh.rank_of(coords)));
+    }
   return programs;
 }
 

@@ -92,10 +92,11 @@ struct Simulation {
 
 // Every rank's Program of `strategy` (parallel/lower.h), in rank order.
 std::vector<parallel::Program> lower_all(const parallel::LowerRequest& request, const parallel::Strategy& strategy);
-// One Program per pipeline stage: the ranks at coordinate 0 of every other
-// axis (the data-parallel rank 0 holds the most rows when they split
-// unevenly). A symmetric replay of these predicts the whole mesh. A
-// `deadline` is checked before each stage (DeadlinePassed).
+// One Program per pipeline stage and context chunk (the ring's ranks send
+// to each other; the balanced ring's do the same work): the ranks at
+// coordinate 0 of every other axis (the data-parallel rank 0 holds the most
+// rows when they split unevenly). A symmetric replay of these predicts the
+// whole mesh. A `deadline` is checked before each Program (DeadlinePassed).
 std::vector<parallel::Program> lower_representatives(const parallel::LowerRequest& request,
                                                      const parallel::Strategy& strategy,
                                                      const Deadline* deadline = nullptr);

@@ -4,7 +4,8 @@
 # the CPU has bf16), which `parallax train --strategy` runs unchanged; its
 # table ranks by predicted step; on a DGX preset a large GPT goes through
 # the stage search with pipeline stages; an impossible memory budget is a
-# named error naming the closest candidate; --cluster local without
+# named error naming the closest candidate; a sequence too long for one
+# rank's memory gets context parallelism; --cluster local without
 # --ranks is a named error; --budget-s bounds a search at scale.
 #
 #   plan_test.sh PARALLAX
@@ -62,6 +63,23 @@ echo '{"name": "tiny-gpus", "nodes": 1, "devices_per_node": 8,
 if "$PX" plan "${BIG[@]}" --cluster "$WORK/tiny.json" --budget-s 2 > "$WORK/oom.txt" 2>&1; then fail "a 1-GB model fitted in 100 MB"; fi
 grep -q "no strategy fits; the closest" "$WORK/oom.txt" || { cat "$WORK/oom.txt"; fail "no named error"; }
 grep -q "a device, the device has 0.09 GiB" "$WORK/oom.txt" || { cat "$WORK/oom.txt"; fail "no memory reason"; }
+# A long sequence on devices of 1 GB: one rank's attention over 16384 tokens
+# does not fit (nor with tensor parallelism, pipelines or recompute), the
+# sequence split through attention does: the plan picks context parallelism,
+# and without it nothing fits.
+echo '{"name": "small-gpus", "nodes": 1, "devices_per_node": 4,
+  "device": {"name": "small", "flops_f32": 1e12, "flops_bf16": 1e12, "memory_bytes": 1e9, "memory_bandwidth": 1e11},
+  "intra_node": {"name": "link", "bandwidth": 1e10, "latency": 5e-6},
+  "inter_node": {"name": "link", "bandwidth": 1e10, "latency": 5e-6}}' > "$WORK/small.json"
+LONG=(--model gpt --block 16384 --batch 1 --cluster "$WORK/small.json" --precision fp32)
+"$PX" plan "${LONG[@]}" --out "$WORK/long.json" > "$WORK/long.txt"
+grep -q "^chose pp=1 dp=1 cp=" "$WORK/long.txt" || { cat "$WORK/long.txt"; fail "a long sequence did not get --cp"; }
+grep -q '"context"' "$WORK/long.json" || fail "the written strategy has no context axis"
+if "$PX" plan "${LONG[@]}" --no-context > "$WORK/long-nocp.txt" 2>&1; then
+  cat "$WORK/long-nocp.txt"; fail "16384 tokens fitted 1 GB without context parallelism"
+fi
+grep -q "no strategy fits" "$WORK/long-nocp.txt" || { cat "$WORK/long-nocp.txt"; fail "no named error without --cp"; }
+
 # --budget-s is a bound: a 128-layer, 25600-wide GPT on 3072 A100s (about 4 s
 # to search whole) cut at 1 s returns within 1 s + 1 s (scaled under the
 # sanitizers) with the best strategy it found, and says how much it covered,

@@ -68,13 +68,15 @@ void validate(const TrainOptions& o) {
   if (o.grad_clip < 0) fail("gradient clip {} must be >= 0", o.grad_clip);
   if (o.threads < 1) fail("threads {} must be >= 1", o.threads);
   if (o.ranks < 1) fail("ranks {} must be >= 1", o.ranks);
-  const int tp = o.sync.tensor_parallel, pp = o.sync.pipeline_parallel;
+  const int tp = o.sync.tensor_parallel, pp = o.sync.pipeline_parallel, cp = o.sync.context_parallel;
   if (tp < 1) fail("--tp {} must be >= 1", tp);
   if (pp < 1) fail("--pp {} must be >= 1", pp);
-  if (o.ranks % (tp * pp) != 0)
-    fail("--pp {} x --tp {} does not divide the {} ranks: the mesh is {{pp: pp, dp: ranks / (pp tp), tp: tp}}", pp,
-         tp, o.ranks);
-  const int dp = o.ranks / (tp * pp);
+  if (cp < 1) fail("--cp {} must be >= 1", cp);
+  if (o.ranks % (tp * pp * cp) != 0)
+    fail("--pp {} x --cp {} x --tp {} does not divide the {} ranks: the mesh is {{pp: pp, dp: ranks / (pp cp tp), "
+         "cp: cp, tp: tp}}",
+         pp, cp, tp, o.ranks);
+  const int dp = o.ranks / (tp * pp * cp);
   if (o.batch < dp)
     fail("batch size {} is smaller than the {} data-parallel ranks: expected at least one row a rank", o.batch, dp);
   // How the strategy's parts combine is parallel::validate's (parallel/compose.h).
