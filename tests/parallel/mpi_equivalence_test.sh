@@ -4,8 +4,8 @@
 # per-step losses over 50 steps (PX_TEST_STEPS: fewer under the sanitizers,
 # which run the same code 3-10x slower), within 1e-5 relative, for GPT (with dropout,
 # also with ZeRO-1, -2 and -3; at 4 ranks also dp=2 x tp=2, with sequence
-# parallelism and with ZeRO-1; context parallelism at cp=N, at 4 ranks
-# dp=2 x cp=2 with ZeRO-2), the CNN (also with ZeRO-3) and the MLP
+# parallelism and with ZeRO-1; context parallelism at cp=N and at 4 ranks
+# also dp=2 x cp=2 with ZeRO-2), the CNN (also with ZeRO-3) and the MLP
 # over epochs with a partial last batch; and a
 # checkpoint every MPI process wrote its shards of halfway must resume
 # in-process at another rank count and strategy with the same losses.
@@ -70,14 +70,19 @@ if [ "$RANKS" = 4 ]; then
 fi
 
 # Context parallelism across MPI processes: each sequence split over the
-# cp ranks (all-to-all around attention); at 4 ranks dp=2 x cp=2 with ZeRO-2
-# sharded over the data x context ranks.
-CP=(--cp "$RANKS") CP_MESH="{dp:1, cp:$RANKS}"
-if [ "$RANKS" = 4 ]; then CP=(--mesh dp=2,cp=2 --zero 2) CP_MESH="{dp:2, cp:2}"; fi
-"${MPIRUN[@]}" "$PARALLAX" "${GPT[@]}" "${CP[@]}" --metrics "$WORK/GPT-cp.jsonl" > "$WORK/GPT-cp.log"
-grep -q "$RANKS ranks, mesh $CP_MESH (mpi)" "$WORK/GPT-cp.log" ||
-  { echo "FAIL: the MPI job did not run mesh $CP_MESH:"; cat "$WORK/GPT-cp.log"; exit 1; }
-compare "$WORK/GPT-1.jsonl" "$WORK/GPT-cp.jsonl" "GPT at $CP_MESH under MPI"
+# cp ranks by the balanced ring (key/value blocks sent between the
+# processes); at 4 ranks also dp=2 x cp=2 with ZeRO-2 sharded over the
+# data x context ranks.
+cp_case() {  # NAME MESH FLAGS...
+  local name=$1 mesh=$2
+  shift 2
+  "${MPIRUN[@]}" "$PARALLAX" "${GPT[@]}" "$@" --metrics "$WORK/GPT-$name.jsonl" > "$WORK/GPT-$name.log"
+  grep -q "$RANKS ranks, mesh $mesh (mpi)" "$WORK/GPT-$name.log" ||
+    { echo "FAIL: the MPI job did not run mesh $mesh:"; cat "$WORK/GPT-$name.log"; exit 1; }
+  compare "$WORK/GPT-1.jsonl" "$WORK/GPT-$name.jsonl" "GPT at $mesh under MPI"
+}
+cp_case cp "{dp:1, cp:$RANKS}" --cp "$RANKS"
+if [ "$RANKS" = 4 ]; then cp_case dpcp "{dp:2, cp:2}" --mesh dp=2,cp=2 --zero 2; fi
 
 # ZeRO-3 on the CNN: convolution weights gathered before use and freed.
 "${MPIRUN[@]}" "$PARALLAX" "${CNN[@]}" --zero 3 --metrics "$WORK/CNN-zero3.jsonl" > "$WORK/CNN-zero3.log"
