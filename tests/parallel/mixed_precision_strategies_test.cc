@@ -32,9 +32,9 @@
 // keep a second wte-sized accumulator, and dp would then have to reduce e
 // and h apart (a second wte-sized allreduce every step) to stay exact. The
 // orders differ in the last fp32 bit of wte's gradient (fp32 pp=2 stays
-// within 1e-6 of one rank over the run: PipelineOfSeveralMicroBatchesDiffers
-// OnlyInTheTiedSumsOrder), which bf16's rounding of the next step's GEMM
-// inputs amplifies to about 4e-5.
+// within 1e-6 of one rank over the run, the test
+// PipelineOfSeveralMicroBatchesDiffersOnlyInTheTiedSumsOrder), which
+// bf16's rounding of the next step's GEMM inputs amplifies to about 7e-5.
 #include <gtest/gtest.h>
 
 #include <string>
