@@ -34,17 +34,20 @@ void inherit_precision(Graph& graph, int first, int origin) {
       graph.set_attr(static_cast<int>(n), kAttr, std::string(precision_name(precision)));
 }
 
+bool reads_at_bf16(const Node& node, size_t position) {
+  const std::vector<int>& takes = node.def->bf16_inputs;
+  return precision_of(node.attrs) == Precision::bf16 &&
+         std::find(takes.begin(), takes.end(), static_cast<int>(position)) != takes.end();
+}
+
 std::vector<bool> read_only_at_bf16(const Graph& graph) {
   std::vector<bool> only(graph.values().size(), true), read(graph.values().size(), false);
-  for (const Node& node : graph.nodes()) {
-    const bool bf16 = precision_of(node.attrs) == Precision::bf16;
-    const std::vector<int>& takes = node.def->bf16_inputs;
+  for (const Node& node : graph.nodes())
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const auto v = static_cast<size_t>(node.inputs[i]);
       read[v] = true;
-      if (!bf16 || std::find(takes.begin(), takes.end(), static_cast<int>(i)) == takes.end()) only[v] = false;
+      if (!reads_at_bf16(node, i)) only[v] = false;
     }
-  }
   for (const auto& [name, v] : graph.outputs()) only[static_cast<size_t>(v)] = false;
   for (size_t v = 0; v < only.size(); ++v) only[v] = only[v] && read[v];
   return only;

@@ -34,6 +34,12 @@ void set_precision(Graph& graph, Precision precision);
 // precision where their op has a bf16 path (autodiff calls this).
 void inherit_precision(Graph& graph, int first, int origin);
 
+// Whether `node` reads its input at `position` at bf16 precision: the node
+// is stamped bf16 and its op takes that position in bf16
+// (OpDef::bf16_inputs). The one test behind storage, ZeRO-3's bf16 gathers
+// and pipeline transfers in bf16.
+bool reads_at_bf16(const Node& node, size_t position);
+
 // Per value: whether it is read, and read only by bf16 nodes, each at a
 // position its op takes at bf16 precision (OpDef::bf16_inputs: GEMM and
 // attention operands, gelu's input). Such a value can be stored, sent or

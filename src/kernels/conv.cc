@@ -1,5 +1,5 @@
 // Conv2d, fast path: im2col + one GEMM per image, images spread over the pool
-// with BLAS serial inside. Backward: dcol = w^T dy then col2im for dx, and
+// with BLAS serial inside; under bf16 the same GEMMs mixed (gemm_bf16.h). Backward: dcol = w^T dy then col2im for dx, and
 // dw += dy col^T summed per chunk of images, chunks combined in image order.
 // Legend: N batch, Ci/Co channels, H,W input, Kh,Kw kernel, Ho,Wo output,
 // K = Ci*Kh*Kw (GEMM depth), P = Ho*Wo (pixels per output plane).
@@ -13,6 +13,8 @@
 #include "core/thread_pool.h"
 #include "kernels/blas.h"
 #include "kernels/conv.h"
+#include "kernels/cpu_features.h"
+#include "kernels/gemm_bf16.h"
 
 namespace px::kernels {
 namespace {
@@ -86,9 +88,35 @@ void for_images(int64_t N, Body body) {
   }
 }
 
-}  // namespace
+// The products of one image, fp32 by BLAS or mixed bf16 (operands rounded
+// to bf16, fp32 accumulation): C = op(A) op(B) + beta C with gemm.h's
+// conventions. The weights are rounded once per call, not per image.
+struct Fp32Products {
+  void operator()(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                  int64_t ldb, float beta, float* C, int64_t ldc) const {
+    detail::sgemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+  }
+};
 
-void conv2d(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y) {
+struct Bf16Products {
+  const float* w = nullptr;  // its rounded copy stands in for it
+  std::vector<bf16> w_rounded;
+  Bf16Products(const float* weights, int64_t count) : w(weights), w_rounded(static_cast<size_t>(count)) {
+    to_bf16(count, weights, w_rounded.data());
+  }
+  Bf16Operand operand(const float* x, int64_t ld) const {
+    if (x == w) return {.rounded = w_rounded.data(), .ld = ld};
+    return {.f32 = x, .ld = ld};
+  }
+  void operator()(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                  int64_t ldb, float beta, float* C, int64_t ldc) const {
+    gemm_mixed_bf16(ta, tb, M, N, K, 1.0f, operand(A, lda), operand(B, ldb), beta, C, ldc);
+  }
+};
+
+template <typename Products>
+void conv2d_with(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
+                 const Products& products) {
   check_shape(s);
   const int64_t K = s.Ci * s.Kh * s.Kw, P = s.Ho() * s.Wo();
   for_images(s.N, [&](int64_t lo, int64_t hi) {
@@ -99,7 +127,7 @@ void conv2d(const Conv2dShape& s, const float* x, const float* w, const float* b
       float* yn = y + n * s.Co * P;
       if (!is_pointwise(s)) im2col(s, xn, col.data());
       const float* cols = is_pointwise(s) ? xn : col.data();
-      detail::sgemm(false, false, s.Co, P, K, 1.0f, w, K, cols, P, 0.0f, yn, P);
+      products(false, false, s.Co, P, K, w, K, cols, P, 0.0f, yn, P);
       if (bias != nullptr)
         for (int64_t co = 0; co < s.Co; ++co)
           for (int64_t p = 0; p < P; ++p) yn[co * P + p] += bias[co];
@@ -107,8 +135,9 @@ void conv2d(const Conv2dShape& s, const float* x, const float* w, const float* b
   });
 }
 
-void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy,
-                     float* dx, float* dw, float* dbias) {
+template <typename Products>
+void conv2d_backward_with(const Conv2dShape& s, const float* x, const float* w, const float* dy, float* dx,
+                          float* dw, float* dbias, const Products& products) {
   check_shape(s);
   const int64_t K = s.Ci * s.Kh * s.Kw, P = s.Ho() * s.Wo(), image = s.Ci * s.H * s.W;
   std::mutex mutex;
@@ -127,13 +156,13 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
         im2col(s, xn, cols);
         xcol = cols;
       }
-      detail::sgemm(false, true, s.Co, K, P, 1.0f, dyn, P, xcol, P, 1.0f, dw_local.data(), K);
+      products(false, true, s.Co, K, P, dyn, P, xcol, P, 1.0f, dw_local.data(), K);
       if (dx == nullptr) continue;
       float* dxn = dx + n * image;
       if (is_pointwise(s)) {
-        detail::sgemm(true, false, K, P, s.Co, 1.0f, w, K, dyn, P, 0.0f, dxn, P);
+        products(true, false, K, P, s.Co, w, K, dyn, P, 0.0f, dxn, P);
       } else {
-        detail::sgemm(true, false, K, P, s.Co, 1.0f, w, K, dyn, P, 0.0f, dcol, P);
+        products(true, false, K, P, s.Co, w, K, dyn, P, 0.0f, dcol, P);
         std::fill(dxn, dxn + image, 0.0f);
         col2im(s, dcol, dxn);
       }
@@ -155,6 +184,28 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
       dbias[co] += static_cast<float>(acc);
     }
   }
+}
+
+}  // namespace
+
+void conv2d(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y) {
+  conv2d_with(s, x, w, bias, y, Fp32Products{});
+}
+
+void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy,
+                     float* dx, float* dw, float* dbias) {
+  conv2d_backward_with(s, x, w, dy, dx, dw, dbias, Fp32Products{});
+}
+
+void conv2d_mixed_bf16(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y) {
+  require_avx512_bf16("bf16 convolution");
+  conv2d_with(s, x, w, bias, y, Bf16Products(w, s.Co * s.Ci * s.Kh * s.Kw));
+}
+
+void conv2d_backward_mixed_bf16(const Conv2dShape& s, const float* x, const float* w, const float* dy,
+                                float* dx, float* dw, float* dbias) {
+  require_avx512_bf16("bf16 convolution");
+  conv2d_backward_with(s, x, w, dy, dx, dw, dbias, Bf16Products(w, s.Co * s.Ci * s.Kh * s.Kw));
 }
 
 }  // namespace px::kernels

@@ -19,6 +19,13 @@ void conv2d(const Conv2dShape& s, const float* x, const float* w, const float* b
 void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy,
                      float* dx, float* dw, float* dbias);
 
+// The same under bf16 mixed precision: every product's operands (x's
+// columns, w, dy) rounded to bf16, fp32 accumulation and fp32 outputs;
+// the bias and its gradient fp32. Needs AVX512_BF16.
+void conv2d_mixed_bf16(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y);
+void conv2d_backward_mixed_bf16(const Conv2dShape& s, const float* x, const float* w, const float* dy,
+                                float* dx, float* dw, float* dbias);
+
 namespace ref {
 void conv2d(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y);
 void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy,

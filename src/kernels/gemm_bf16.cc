@@ -71,6 +71,29 @@ void gemm_mixed_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
   gemm_bf16(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
 }
 
+void gemm_batched_mixed_bf16(int64_t batch, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                             float alpha, Bf16Operand A, int64_t stride_a, Bf16Operand B, int64_t stride_b,
+                             float beta, float* C, int64_t ldc, int64_t stride_c) {
+  auto advanced = [](const Bf16Operand& x, int64_t offset) {
+    return x.rounded != nullptr ? Bf16Operand{.rounded = x.rounded + offset, .ld = x.ld}
+                                : Bf16Operand{.f32 = x.f32 + offset, .ld = x.ld};
+  };
+  auto one = [&](int64_t i) {
+    gemm_mixed_bf16(trans_a, trans_b, M, N, K, alpha, advanced(A, i * stride_a), advanced(B, i * stride_b), beta,
+                    C + i * stride_c, ldc);
+  };
+  // kernels::gemm_batched's rule: many small products spread over the pool
+  // (each then runs inline, single-threaded), few large ones split each.
+  const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  if (px::num_threads() > 1 && batch >= 2 * px::num_threads() && flops < 8.0e6) {
+    px::parallel_for(0, batch, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) one(i);
+    });
+  } else {
+    for (int64_t i = 0; i < batch; ++i) one(i);
+  }
+}
+
 // As kernels::gemm does for fp32: a large product is split across the px
 // pool (rows of C, or columns when C is wide), each part one single-threaded
 // oneDNN call, so one set of threads does all the kernel work. Parts are

@@ -37,6 +37,14 @@ struct Bf16Operand {
 void gemm_mixed_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A,
                      Bf16Operand B, float beta, float* C, int64_t ldc);
 
+// gemm_mixed_bf16 for `batch` products: product i reads A and B advanced
+// by i * stride_a and i * stride_b elements (in their storage) and writes C
+// advanced by i * stride_c. Many small products run one per pool thread,
+// few large ones each across the pool; every product is gemm_mixed_bf16's.
+void gemm_batched_mixed_bf16(int64_t batch, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                             float alpha, Bf16Operand A, int64_t stride_a, Bf16Operand B, int64_t stride_b,
+                             float beta, float* C, int64_t ldc, int64_t stride_c);
+
 namespace ref {
 // The same product summed in double, on any CPU.
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,

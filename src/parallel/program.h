@@ -7,7 +7,7 @@
 //   Reshard{node, axis, from, to}    a local value's placement changed along an axis
 //   Send / Recv{value, peer}         a value to / from another pipeline stage
 //   Accumulate{value -> buffer}      a gradient into its bucket (copy, then add)
-//   Norm{gradients -> norm}          this rank's part of the squared gradient norm
+//   Norm{gradients -> norm}          this rank's squares of each parameter's gradient
 //   Finite{gradient -> flag}         1 in the flag if the gradient has a non-finite element
 //   Clip{gradients, norm}            the global norm read; gradients scaled to the clip
 //   Update{param shard}              the optimizer on a shard of parameters
@@ -214,14 +214,20 @@ struct Accumulate {
   bool operator==(const Accumulate&) const = default;
 };
 
-// The squares of `gradients` summed into `into` (one float): the squared
-// global gradient norm, or this rank's part of it when the gradients are
-// sharded (an allreduce of `into` follows over each axis that shards them).
-// `weights` (empty: all 1) counts a region that the ranks of a model axis
-// hold alike once: 1 / (their number).
+// Per parameter, the squares of its gradient: `into` holds one float per
+// parameter of the model, in declaration order (every rank alike, whatever
+// it holds), and region i's squares (times `weights[i]`; empty:
+// all 1) go to entry `params[i]`; entries of parameters this rank does not
+// count stay 0. An allreduce of `into` follows over each axis that shards
+// the gradients or splits the parameters; a region that the ranks of a
+// model axis hold alike counts 1 / (their number), and a parameter two
+// pipeline stages share only on the first. Clip adds the entries in
+// parameter order, so the global norm is summed in one order whatever the
+// strategy: an entry one rank wrote arrives unchanged (x + 0 + .. = x).
 struct Norm {
   std::vector<Region> gradients;
   std::vector<double> weights;
+  std::vector<int> params;  // per region: its parameter's entry in `into`
   Region into;
   bool operator==(const Norm&) const = default;
 };
@@ -235,7 +241,8 @@ struct Finite {
   bool operator==(const Finite&) const = default;
 };
 
-// The global gradient norm is sqrt(norm); when it exceeds the step's clip
+// The global gradient norm is the square root of `norm`'s entries (Norm's
+// per-parameter squares) added in order; when it exceeds the step's clip
 // every gradient is scaled by clip / norm (before any update reads them).
 struct Clip {
   std::vector<Region> gradients;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "graph/precision.h"
 #include "parallel/compose.h"
 #include "plan/simulate.h"
 
@@ -18,8 +19,10 @@ parallel::Strategy probe_strategy(const nn::Model& m, const PlanRequest& request
                            {.graph = &m.graph, .batch_inputs = request.batch_inputs, .ranks = key.tp});
 }
 
-// The parts of a two-block probe from its replay's trace (rank 0 of the tensor group).
-void attribute(const parallel::Program& program, const Simulation& sim, ProbeCosts& costs) {
+// The parts of a two-block probe from its replay's trace (rank 0 of the
+// tensor group). Float32 values and gradients crossing a cut count in
+// `compute` (GPU-style bf16 moves them in bf16).
+void attribute(const parallel::Program& program, const Simulation& sim, DType compute, ProbeCosts& costs) {
   const Graph& g = program.graphs.front();
   int first_block = std::numeric_limits<int>::max();
   for (size_t k = 0; k < g.nodes().size(); ++k)
@@ -71,14 +74,33 @@ void attribute(const parallel::Program& program, const Simulation& sim, ProbeCos
                  .backward = (at(0).backward + at(1).backward) / 2,
                  .weight = (at(0).weight + at(1).weight) / 2,
                  .params = at(1).params};
-  // What h.1 reads of h.0's forward values: a stage cut's message.
+  // What h.1 reads of h.0's forward values: a stage cut's message, in the
+  // dtype the Program's Send gives it (bf16 for a float32 value every
+  // reader past the cut takes at bf16 precision, graph/precision.h's
+  // reads_at_bf16), and its gradient coming back in float32.
+  std::set<ValueId> crossing;
   for (const Node& n : g.nodes()) {
     if (n.origin >= 0 || block_of(n.name) != 1) continue;
     for (ValueId v : n.inputs) {
       const int producer = g.value(v).producer;
-      if (producer >= 0 && block_of(g.nodes()[static_cast<size_t>(producer)].name) == 0)
-        costs.boundary += static_cast<double>(g.spec(v).shape.numel()) * 4;
+      if (producer >= 0 && block_of(g.nodes()[static_cast<size_t>(producer)].name) == 0) crossing.insert(v);
     }
+  }
+  std::set<ValueId> outputs;
+  for (const auto& [name, v] : g.outputs()) outputs.insert(v);
+  for (ValueId v : crossing) {
+    bool at_bf16 = g.spec(v).dtype == DType::f32 && outputs.count(v) == 0;
+    for (size_t k = 0; k < g.nodes().size() && at_bf16; ++k) {
+      const Node& n = g.nodes()[k];
+      if (part_of(static_cast<int>(k)) == 0) continue;  // read where it is made
+      for (size_t i = 0; i < n.inputs.size(); ++i)
+        if (n.inputs[i] == v && !reads_at_bf16(n, i)) at_bf16 = false;
+    }
+    const DType sent = at_bf16 ? DType::bf16 : g.spec(v).dtype == DType::f32 ? compute : g.spec(v).dtype;
+    const auto elements = static_cast<double>(g.spec(v).shape.numel());
+    costs.boundary += elements * static_cast<double>(dtype_size(sent));
+    if (g.spec(v).dtype == DType::f32 || g.spec(v).dtype == DType::bf16)
+      costs.boundary_gradient += elements * static_cast<double>(dtype_size(compute));
   }
 }
 
@@ -129,10 +151,8 @@ ProbeCosts probe(const PlanRequest& request, const CostEstimator& estimator, con
     flops[layers] = sim.flops;
     instrs[layers] = static_cast<double>(programs.front().instrs.size());
     lowering += seconds_since(start);
-    if (layers == 2) attribute(programs.front(), sim, costs);
+    if (layers == 2) attribute(programs.front(), sim, request.compute, costs);
   }
-  const double scale = static_cast<double>(dtype_size(request.compute)) / 4;  // activations in the compute dtype
-  costs.boundary *= scale;
   costs.block_stash = std::max(0.0, stash[2] - stash[1]);
   costs.post_stash = std::max(0.0, stash[1] - costs.block_stash - costs.boundary);
   costs.transient = std::max(0.0, activation[1] - stash[1]);

@@ -39,7 +39,9 @@ struct ProbeCosts {
   double block_stash = 0;  // bytes a block keeps from its forward to its backward, a micro-batch
   double post_stash = 0;   // the head's and the loss's (the last stage's), a micro-batch
   double transient = 0;    // backward's working set beyond the stash (the head's, on the last stage)
-  double boundary = 0;     // bytes a stage cut sends a micro-batch, each way
+  double boundary = 0;           // bytes a stage cut sends a micro-batch forward (as the Program's Send: bf16
+                                 // where every reader past the cut takes the value at bf16 precision)
+  double boundary_gradient = 0;  // and backward: the gradients, float32
   double block_flops = 0, base_flops = 0;  // executed by the tensor group a micro-batch
   double block_instrs = 0, base_instrs = 0;  // a micro-batch's instructions, summed over the stages
   double seconds_per_instr = 0;              // lowering and replaying the probes

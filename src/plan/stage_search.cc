@@ -137,7 +137,8 @@ class StageModel {
     }
     double pipeline = F[0] + B[0];
     if (P > 1) {
-      pipeline = replay(F, B, W, estimator_.transfer_seconds(c_.boundary, pp_link_));
+      pipeline = replay(F, B, W, estimator_.transfer_seconds(c_.boundary, pp_link_),
+                        estimator_.transfer_seconds(c_.boundary_gradient, pp_link_));
       // The tied parameters' gradient summed between the first and the last stage, at the step's end.
       if (c_.shared_params > 0)
         pipeline += estimator_.collective_seconds(comm::Collective::allreduce, 4 * c_.shared_params, 2, ends_link_);
@@ -149,9 +150,10 @@ class StageModel {
 
   // The schedule's action lists run with each stage's costs: forward F,
   // backward B (zb-h1: B - W, then W when the schedule runs it), a hop to
-  // the neighbour for every activation and gradient; sends never wait.
+  // the neighbour for every activation and gradient (their own times:
+  // activations may cross in bf16); sends never wait.
   double replay(const std::vector<double>& F, const std::vector<double>& B, const std::vector<double>& W,
-                double hop) const {
+                double activation_hop, double gradient_hop) const {
     const parallel::PipelineSchedule& schedule = schedule_;
     const int P = schedule.stages, M = schedule.micro_batches;
     std::vector<double> arrival(static_cast<size_t>(2 * M * P), -1);  // [gradient?][micro][to]
@@ -174,7 +176,8 @@ class StageModel {
           else if (a.op == PipelineOp::backward_input) now += B[s] - W[s];
           else if (a.op == PipelineOp::backward_weight) now += W[s];
           else if (a.op == PipelineOp::send_activation || a.op == PipelineOp::send_gradient)
-            arrival[slot(a.op == PipelineOp::send_gradient, a.micro, a.peer)] = now + hop;
+            arrival[slot(a.op == PipelineOp::send_gradient, a.micro, a.peer)] =
+                now + (a.op == PipelineOp::send_gradient ? gradient_hop : activation_hop);
           else if (a.op == PipelineOp::recv_activation || a.op == PipelineOp::recv_gradient) {
             const double at = arrival[slot(a.op == PipelineOp::recv_gradient, a.micro, r)];
             if (at < 0) break;  // waits for its neighbour

@@ -55,8 +55,9 @@ float magnitude(float x) { return std::fabs(x); }
 struct OpCase {
   std::string op;
   Attrs attrs;
-  Shape a, b;
-  int64_t K;  // the summed dimension
+  std::vector<Shape> inputs;
+  int64_t K;                       // the summed dimension (the largest, where outputs sum over several)
+  std::vector<int> outputs = {0};  // the products among the outputs
 };
 
 double gamma(int64_t n) {
@@ -64,28 +65,37 @@ double gamma(int64_t n) {
   return double(n) * u / (1.0 - double(n) * u);
 }
 
+std::vector<Tensor> each(const std::vector<Tensor>& in, float (*f)(float)) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : in) out.push_back(transformed(t, f));
+  return out;
+}
+
 ::testing::AssertionResult bf16_path_matches(const OpCase& c, uint64_t seed) {
   const OpDef& def = OpRegistry::instance().get(c.op);
   Attrs bf16 = c.attrs;
   bf16.set("precision", std::string("bf16"));
-  const std::vector<Tensor> in = {random_tensor(c.a, seed), random_tensor(c.b, seed + 1)};
-  const Tensor fast = testing::run_op(def, bf16, in)[0];
-  const Tensor fp32 = testing::run_op(def, c.attrs, in)[0];
-  const Tensor of_rounded =
-      testing::run_op(def, c.attrs, {transformed(in[0], round_to_bf16), transformed(in[1], round_to_bf16)})[0];
-  const Tensor sums = testing::run_op(def, c.attrs, {transformed(in[0], magnitude), transformed(in[1], magnitude)})[0];
+  std::vector<Tensor> in;
+  for (const Shape& shape : c.inputs) in.push_back(random_tensor(shape, seed++));
+  const std::vector<Tensor> fast = testing::run_op(def, bf16, in);
+  const std::vector<Tensor> fp32 = testing::run_op(def, c.attrs, in);
+  const std::vector<Tensor> of_rounded = testing::run_op(def, c.attrs, each(in, round_to_bf16));
+  const std::vector<Tensor> sums = testing::run_op(def, c.attrs, each(in, magnitude));
   const double v = std::ldexp(1.0, -8), g = gamma(c.K + 2);
   const double against_fp32 = 1.01 * ((2 * v + v * v) + g * ((1 + v) * (1 + v) + 1));
   const double against_rounded = 1.01 * 2 * g;
-  for (int64_t i = 0; i < fast.numel(); ++i) {
-    const double s = sums.f32()[i], x = fast.f32()[i];
-    if (!(std::fabs(x - fp32.f32()[i]) <= against_fp32 * s))
-      return ::testing::AssertionFailure() << c.op << " [" << i << "] bf16 " << x << " vs fp32 " << fp32.f32()[i]
-                                           << ": beyond " << against_fp32 << " * S = " << against_fp32 * s;
-    if (!(std::fabs(x - of_rounded.f32()[i]) <= against_rounded * s))
-      return ::testing::AssertionFailure() << c.op << " [" << i << "] bf16 " << x << " vs the rounded inputs' "
-                                           << of_rounded.f32()[i] << ": beyond " << against_rounded * s;
-  }
+  for (int o : c.outputs)
+    for (int64_t i = 0; i < fast[o].numel(); ++i) {
+      const double s = sums[o].f32()[i], x = fast[o].f32()[i];
+      if (!(std::fabs(x - fp32[o].f32()[i]) <= against_fp32 * s))
+        return ::testing::AssertionFailure() << c.op << " output " << o << " [" << i << "] bf16 " << x << " vs fp32 "
+                                             << fp32[o].f32()[i] << ": beyond " << against_fp32 << " * S = "
+                                             << against_fp32 * s;
+      if (!(std::fabs(x - of_rounded[o].f32()[i]) <= against_rounded * s))
+        return ::testing::AssertionFailure() << c.op << " output " << o << " [" << i << "] bf16 " << x
+                                             << " vs the rounded inputs' " << of_rounded[o].f32()[i] << ": beyond "
+                                             << against_rounded * s;
+    }
   return ::testing::AssertionSuccess();
 }
 
@@ -106,15 +116,40 @@ TEST_F(MixedPrecisionOps, Bf16PathOfEveryGemmOpMatchesFp32WithinTheBoundForK) {
     uint64_t seed = 1;
     for (int64_t K : {1, 7, 33, 1000}) {
       const std::vector<OpCase> cases = {
-          {"linear", {}, Shape{3, 37, K}, Shape{K, 65}, K},
-          {"matmul", {}, Shape{2, 33, K}, Shape{K, 17}, K},
-          {"matmul", nt, Shape{5, 7, K}, Shape{129, K}, K},
+          {"linear", {}, {Shape{3, 37, K}, Shape{K, 65}}, K},
+          {"matmul", {}, {Shape{2, 33, K}, Shape{K, 17}}, K},
+          {"matmul", nt, {Shape{5, 7, K}, Shape{129, K}}, K},
           // matmul_at_b sums over the rows: (K/7+1, 7, 33)^T (.., 7, 40) -> (33, 40)
-          {"matmul_at_b", {}, Shape{K / 7 + 1, 7, 33}, Shape{K / 7 + 1, 7, 40}, (K / 7 + 1) * 7},
+          {"matmul_at_b", {}, {Shape{K / 7 + 1, 7, 33}, Shape{K / 7 + 1, 7, 40}}, (K / 7 + 1) * 7},
+          // batched_matmul in its three layouts: attention's q·kᵀ (NT), p·v (NN), backward's TN
+          {"batched_matmul", {}, {Shape{2, 3, 9, K}, Shape{2, 3, K, 5}}, K},
+          {"batched_matmul", nt, {Shape{7, 33, K}, Shape{7, 17, K}}, K},
+          {"batched_matmul", {{"trans_a", int64_t{1}}}, {Shape{5, K, 6}, Shape{5, K, 11}}, K},
       };
       for (const OpCase& c : cases)
         EXPECT_TRUE(bf16_path_matches(c, seed += 2)) << "threads=" << threads << " K=" << c.K;
     }
+  }
+}
+
+// conv2d and conv2d_grad: im2col GEMMs summing over Ci*Kh*Kw (forward),
+// Co*Kh*Kw (dx, with col2im's additions) and N*Ho*Wo (dw); K is the
+// largest. The bias gradient is a sum of dy, fp32 in both paths: only dx
+// and dw are held to the bound.
+TEST_F(MixedPrecisionOps, Bf16ConvolutionMatchesFp32WithinTheBoundForK) {
+  const Attrs strided = {{"stride", int64_t{2}}, {"pad", int64_t{1}}};
+  for (int threads : kernels::testing::kThreadCounts) {
+    kernels::set_threads(threads);
+    uint64_t seed = 100;
+    const std::vector<OpCase> cases = {
+        {"conv2d", {}, {Shape{3, 4, 7, 6}, Shape{5, 4, 3, 3}}, 4 * 3 * 3},
+        {"conv2d", strided, {Shape{2, 33, 9, 8}, Shape{7, 33, 3, 2}}, 33 * 3 * 2},
+        {"conv2d", {}, {Shape{1, 1, 5, 5}, Shape{1, 1, 1, 1}}, 1},
+        {"conv2d", {}, {Shape{2, 64, 12, 12}, Shape{16, 64, 5, 5}}, 64 * 5 * 5},
+        {"conv2d_grad", {}, {Shape{3, 4, 7, 6}, Shape{5, 4, 3, 3}, Shape{3, 5, 5, 4}}, 3 * 5 * 4, {0, 1}},
+        {"conv2d_grad", strided, {Shape{2, 33, 9, 8}, Shape{7, 33, 3, 2}, Shape{2, 7, 5, 5}}, 7 * 3 * 2 * 5, {0, 1}},
+    };
+    for (const OpCase& c : cases) EXPECT_TRUE(bf16_path_matches(c, seed += 3)) << "threads=" << threads << " " << c.op;
   }
 }
 

@@ -127,6 +127,38 @@ TEST_F(GemmBf16, MatchesFp32ReferenceInEveryLayoutOnOddShapes) {
   }
 }
 
+// Batched: each product gemm_mixed_bf16's, against the reference GEMM of
+// the rounded inputs, item by item; fp32 operands and bf16-stored ones alike.
+TEST_F(GemmBf16, BatchedMixedMatchesTheReferencePerProduct) {
+  for (int threads : testing::kThreadCounts) {
+    set_threads(threads);
+    for (auto [batch, ta, tb, M, N, K] : {std::tuple<int64_t, bool, bool, int64_t, int64_t, int64_t>{7, false, true, 33, 17, 64},
+                                         {5, false, false, 9, 40, 7}, {4, true, false, 6, 11, 33}, {1, false, false, 1, 1, 1}}) {
+      const int64_t a_size = M * K, b_size = K * N;
+      const Rounded A = rounded(random_vector(batch * a_size, 40)), B = rounded(random_vector(batch * b_size, 41));
+      std::vector<float> fast(static_cast<size_t>(batch * M * N)), from_bf16 = fast;
+      gemm_batched_mixed_bf16(batch, ta, tb, M, N, K, 1.0f, {.f32 = A.wide.data(), .ld = ta ? M : K}, a_size,
+                              {.f32 = B.wide.data(), .ld = tb ? K : N}, b_size, 0.0f, fast.data(), N, M * N);
+      gemm_batched_mixed_bf16(batch, ta, tb, M, N, K, 1.0f, {.rounded = A.narrow.data(), .ld = ta ? M : K}, a_size,
+                              {.rounded = B.narrow.data(), .ld = tb ? K : N}, b_size, 0.0f, from_bf16.data(), N, M * N);
+      EXPECT_EQ(fast, from_bf16) << "an operand stored in bf16 gives its fp32 original's bits";
+      const double u = std::ldexp(1.0, -24), n = double(K + 5), gamma = n * u / (1.0 - n * u);
+      for (int64_t i = 0; i < batch; ++i) {
+        std::vector<float> expected(static_cast<size_t>(M * N)), magnitude(static_cast<size_t>(M * N));
+        ref::gemm(ta, tb, M, N, K, 1.0f, A.wide.data() + i * a_size, ta ? M : K, B.wide.data() + i * b_size,
+                  tb ? K : N, 0.0f, expected.data(), N);
+        const std::vector<float> a = absolute({A.wide.begin() + i * a_size, A.wide.begin() + (i + 1) * a_size});
+        const std::vector<float> b = absolute({B.wide.begin() + i * b_size, B.wide.begin() + (i + 1) * b_size});
+        ref::gemm(ta, tb, M, N, K, 1.0f, a.data(), ta ? M : K, b.data(), tb ? K : N, 0.0f, magnitude.data(), N);
+        for (int64_t j = 0; j < M * N; ++j)
+          EXPECT_LE(std::fabs(double(fast[static_cast<size_t>(i * M * N + j)]) - expected[static_cast<size_t>(j)]),
+                    1.01 * gamma * magnitude[static_cast<size_t>(j)])
+              << "product " << i << " [" << j << "] threads=" << threads;
+      }
+    }
+  }
+}
+
 TEST_F(GemmBf16, SplitsLargeProductsAcrossThreadsBothWays) {
   for (int threads : testing::kThreadCounts) {
     set_threads(threads);

@@ -65,12 +65,38 @@ TEST(MixedPrecisionLowering, Zero3GathersExactlyTheGemmWeightsInBf16) {
             << "rank " << p.rank << ": " << name << " gathered in " << dtype_name(gathered.dtype);
       }
     }
-    EXPECT_EQ(bf16_buckets, 8) << "two layers' four GEMM weights, a bucket each at 4 KiB";
+    // Per layer at 4 KiB: the MLP's two weights a bucket each, the
+    // attention's two together (3 + 1 KiB); everything else one float32 bucket.
+    EXPECT_EQ(bf16_buckets, 6) << "two layers' four GEMM weights in three buckets each";
+    EXPECT_EQ(p.buckets.size(), 7u);
     // The master weights, the gradients and the optimizer's shards stay float32.
     for (const Buffer& b : p.buffers)
       if (b.kind != Buffer::Kind::param_bucket) {
         EXPECT_EQ(b.dtype, DType::f32) << b.name;
       }
+  }
+}
+
+// Collectives of each kind in the step.
+std::map<comm::Collective, int> collective_counts(const Program& p) {
+  std::map<comm::Collective, int> counts;
+  for (const Instr& instr : p.instrs)
+    if (const auto* c = std::get_if<Collective>(&instr.op)) ++counts[c->kind];
+  return counts;
+}
+
+// Each kind bucketed apart (parallel/lower/buckets.cc): bf16 adds no
+// collective to fp32's step; a bucket wherever the kind changed along the
+// ready order made 60 gathers and 34 reduce-scatters of this step's 28 and 14.
+TEST(MixedPrecisionLowering, Zero3InBf16RunsAsManyCollectivesAsFp32) {
+  const std::vector<Program> fp32 = zero3_programs(two_layer_gpt(Precision::fp32), 2);
+  const std::vector<Program> bf16 = zero3_programs(two_layer_gpt(Precision::bf16), 2);
+  for (size_t r = 0; r < 2; ++r) {
+    const std::map<comm::Collective, int> f = collective_counts(fp32[r]), h = collective_counts(bf16[r]);
+    EXPECT_EQ(h.at(comm::Collective::allgather), 28) << "rank " << r << ": 7 buckets, forward and backward, 2 micro-batches";
+    EXPECT_EQ(h.at(comm::Collective::reduce_scatter), 14) << "rank " << r;
+    EXPECT_EQ(h, f) << "rank " << r;
+    EXPECT_EQ(bf16[r].buckets.size(), fp32[r].buckets.size()) << "rank " << r;
   }
 }
 

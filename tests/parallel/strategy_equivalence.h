@@ -49,7 +49,7 @@ inline void expect_same_losses(const std::vector<double>& reference, const std::
     EXPECT_LE(rel, relative_tolerance) << what << " step " << i + 1 << ": " << candidate[i] << " vs single rank "
                                        << reference[i];
   }
-  ::testing::Test::RecordProperty("worst_relative_difference", std::to_string(worst));
+  ::testing::Test::RecordProperty("worst_relative_difference", fmt::format("{:.3g}", worst));
 }
 
 // One link of a resume chain: a job under some strategy, its steps the

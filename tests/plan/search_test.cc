@@ -15,7 +15,10 @@
 #include "nn/mlp.h"
 #include "parallel/compose.h"
 #include "plan/mcmc_search.h"
+#include "graph/precision.h"
 #include "plan/search.h"
+#include "plan/simulate.h"
+#include "plan/stage_probe.h"
 #include "nn/model.h"
 
 namespace px::plan {
@@ -283,6 +286,56 @@ TEST(PlanMcmc, DeltaSimulationWalksTheSameChainAsFullSimulation) {
     return s;
   }(), estimator);
   EXPECT_LT(a.front().step_seconds, replicated.step_seconds) << a.front().description;
+}
+
+}  // namespace
+}  // namespace px::plan
+
+namespace px::plan {
+namespace {
+
+// Two blocks h.0, h.1 of linear and relu, a linear head: relu's output,
+// crossing a cut before h.1, is read past it only by h.1's GEMMs (bf16).
+nn::Model relu_chain(int64_t rows, int64_t blocks) {
+  nn::Model m;
+  Graph& g = m.graph;
+  m.inputs = g.input("x", {Shape{rows, 24}});
+  ValueId h = m.inputs;
+  for (int64_t b = 0; b < std::max<int64_t>(blocks, 1); ++b) {
+    const ValueId w = g.param(fmt::format("h.{}.fc.weight", b), {Shape{24, 24}}, {ParamInit::Kind::normal, 0.2}, true);
+    h = g.add1("relu", {g.add1("linear", {h, w}, {}, fmt::format("h.{}.fc", b))}, {}, fmt::format("h.{}.act", b));
+  }
+  const ValueId head = g.param("head.weight", {Shape{24, 10}}, {ParamInit::Kind::normal, 0.2}, true);
+  m.logits = g.add1("linear", {h, head}, {}, "head");
+  m.targets = g.input("y", {Shape{rows}, DType::i32});
+  m.loss = g.add1("cross_entropy", {m.logits, m.targets}, {{"scale", 1.0 / static_cast<double>(rows)}}, "loss");
+  set_precision(g, Precision::bf16);
+  return m;
+}
+
+// The stage search's probe counts a cut's bytes as the Program's Send
+// carries them: relu's output in bf16 forward, its gradient fp32 back.
+TEST(StageProbe, CountsACutInTheDtypeTheProgramSendsIt) {
+  ClusterSpec cluster = cluster_named("dgx-a100");
+  const PlanRequest request{.build = relu_chain, .batch_inputs = {"x", "y"}, .batch = 8, .ranks = 2,
+                            .cluster = &cluster};
+  const ProbeCosts costs = probe(request, *estimator_for(request),
+                                 {.tp = 1, .sp = false, .rows = 8, .recompute = parallel::Recompute::none}, Deadline{});
+  ASSERT_TRUE(costs.error.empty()) << costs.error;
+  EXPECT_EQ(costs.boundary, 8 * 24 * 2);
+  EXPECT_EQ(costs.boundary_gradient, 8 * 24 * 4);
+
+  const nn::Model model = relu_chain(8, 2);
+  const parallel::Strategy strategy =
+      parallel::compose({.pipeline_parallel = 2, .pipeline = {.stage_cuts = {"h.1.fc"}}},
+                        {.graph = &model.graph, .batch_inputs = {"x", "y"}, .ranks = 2, .micro_batches = 1});
+  const std::vector<parallel::Program> programs = lower_all({.forward = &model.graph, .loss = model.loss}, strategy);
+  double sent[2] = {0, 0};  // per rank, one micro-batch
+  for (size_t r = 0; r < 2; ++r)
+    for (const parallel::Instr& instr : programs[r].instrs)
+      if (std::holds_alternative<parallel::Send>(instr.op)) sent[r] += static_cast<double>(instr.wire.total());
+  EXPECT_EQ(sent[0], costs.boundary) << "the first stage sends the activation";
+  EXPECT_EQ(sent[1], costs.boundary_gradient) << "the second sends its gradient back";
 }
 
 }  // namespace

@@ -9,7 +9,6 @@
 //   (0,1): da = dy·b  (0,0),  db = dyᵀ·a (1,0)
 //   (1,0): da = b·dyᵀ (0,1),  db = a·dy  (0,0)
 #include "graph/ops/op_util.h"
-#include "kernels/gemm.h"
 
 namespace px::ops {
 namespace {
@@ -44,12 +43,17 @@ OpDef make() {
     y.push_back(k.N);
     return std::vector<TensorSpec>{f32(Shape(y))};
   };
+  // Under bf16 (graph/precision.h) each product rounds its operands; its
+  // backward products inherit the stamp.
+  d.mixed_precision = true;
+  d.bf16_gemm = true;
+  d.bf16_inputs = {0, 1};
   d.forward = [](const OpContext&, const Attrs& at, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
     const bool ta = at.get_int("trans_a", 0) != 0, tb = at.get_int("trans_b", 0) != 0;
     const Dims k = dims_of(in[0]->shape(), in[1]->shape(), ta, tb);
-    kernels::gemm_batched(k.batch, ta, tb, k.M, k.N, k.K, 1.0f, in[0]->f32(), ta ? k.M : k.K, k.M * k.K,
-                          in[1]->f32(), tb ? k.K : k.N, k.K * k.N, 0.0f, out[0]->f32(), k.N, k.M * k.N);
+    gemm_batched(at, k.batch, ta, tb, k.M, k.N, k.K, *in[0], ta ? k.M : k.K, k.M * k.K, *in[1], tb ? k.K : k.N,
+                 k.K * k.N, out[0]->f32(), k.N, k.M * k.N);
   };
   d.backward = [](Graph& g, const Node& n, const std::vector<ValueId>& dout) {
     const bool ta = n.attrs.get_int("trans_a", 0) != 0, tb = n.attrs.get_int("trans_b", 0) != 0;

@@ -2,6 +2,7 @@
 //   conv2d:      x (N, Ci, H, W), w (Co, Ci, Kh, Kw), b (Co) optional -> y (N, Co, Ho, Wo)
 //   conv2d_grad: x, w, dy -> dx, dw, db
 #include "graph/ops/op_util.h"
+#include "graph/precision.h"
 #include "kernels/conv.h"
 
 namespace px::ops {
@@ -27,10 +28,16 @@ OpDef make_conv2d() {
             s.H + 2 * s.pad, s.W + 2 * s.pad);
     return std::vector<TensorSpec>{f32({s.N, s.Co, s.Ho(), s.Wo()})};
   };
+  // Under bf16 (graph/precision.h) the im2col GEMMs round their operands;
+  // x and w are read fp32 (the kernel rounds them: no bf16_inputs, so they
+  // are stored and gathered fp32).
+  d.mixed_precision = true;
+  d.bf16_gemm = true;
   d.forward = [](const OpContext&, const Attrs& a, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
-    kernels::conv2d(conv_shape(in[0]->shape(), in[1]->shape(), a), in[0]->f32(), in[1]->f32(),
-                    in.size() == 3 ? in[2]->f32() : nullptr, out[0]->f32());
+    const auto conv = precision_of(a) == Precision::bf16 ? kernels::conv2d_mixed_bf16 : kernels::conv2d;
+    conv(conv_shape(in[0]->shape(), in[1]->shape(), a), in[0]->f32(), in[1]->f32(),
+         in.size() == 3 ? in[2]->f32() : nullptr, out[0]->f32());
   };
   d.backward = [](Graph& g, const Node& n, const std::vector<ValueId>& dout) {
     auto grads = g.add("conv2d_grad", {n.inputs[0], n.inputs[1], dout[0]}, n.attrs, n.name + ".grad");
@@ -68,6 +75,8 @@ OpDef make_conv2d_grad() {
   OpDef d;
   d.name = "conv2d_grad";
   d.differentiable_outputs = 3;
+  d.mixed_precision = true;  // dx and dw by bf16 GEMMs; db summed from fp32 dy
+  d.bf16_gemm = true;
   d.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
     require_count(in, 3, 3);
     return std::vector<TensorSpec>{in[0], in[1], f32({in[1].shape[0]})};
@@ -76,7 +85,9 @@ OpDef make_conv2d_grad() {
                  const std::vector<Tensor*>& out) {
     out[1]->zero();
     out[2]->zero();
-    kernels::conv2d_backward(conv_shape(in[0]->shape(), in[1]->shape(), a), in[0]->f32(), in[1]->f32(),
+    const auto backward =
+        precision_of(a) == Precision::bf16 ? kernels::conv2d_backward_mixed_bf16 : kernels::conv2d_backward;
+    backward(conv_shape(in[0]->shape(), in[1]->shape(), a), in[0]->f32(), in[1]->f32(),
                              in[2]->f32(), out[0]->f32(), out[1]->f32(), out[2]->f32());
   };
   d.cost = [](const auto& in, const auto& out, const Attrs&) {

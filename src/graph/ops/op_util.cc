@@ -20,6 +20,16 @@ void gemm(const Attrs& attrs, bool trans_a, bool trans_b, int64_t M, int64_t N, 
   kernels::gemm(trans_a, trans_b, M, N, K, 1.0f, A.f32(), lda, B.f32(), ldb, 0.0f, C, ldc);
 }
 
+void gemm_batched(const Attrs& attrs, int64_t batch, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                  const Tensor& A, int64_t lda, int64_t stride_a, const Tensor& B, int64_t ldb, int64_t stride_b,
+                  float* C, int64_t ldc, int64_t stride_c) {
+  if (precision_of(attrs) == Precision::bf16)
+    return kernels::gemm_batched_mixed_bf16(batch, trans_a, trans_b, M, N, K, 1.0f, bf16_operand(A, lda), stride_a,
+                                            bf16_operand(B, ldb), stride_b, 0.0f, C, ldc, stride_c);
+  kernels::gemm_batched(batch, trans_a, trans_b, M, N, K, 1.0f, A.f32(), lda, stride_a, B.f32(), ldb, stride_b, 0.0f,
+                        C, ldc, stride_c);
+}
+
 void require_count(const std::vector<TensorSpec>& in, size_t lo, size_t hi) {
   if (in.size() < lo || in.size() > hi) {
     if (lo == hi) fail("expected {} inputs, got {}", lo, in.size());

@@ -39,6 +39,13 @@ kernels::Bf16Operand bf16_operand(const Tensor& t, int64_t ld = 0);
 void gemm(const Attrs& attrs, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const Tensor& A,
           int64_t lda, const Tensor& B, int64_t ldb, float* C, int64_t ldc);
 
+// `batch` products C_i = op(A_i) · op(B_i), A_i, B_i and C_i `stride_*`
+// elements apart: kernels::gemm_batched, or gemm_batched_mixed_bf16 when
+// the node's precision is bf16 (operands fp32 or stored in bf16).
+void gemm_batched(const Attrs& attrs, int64_t batch, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                  const Tensor& A, int64_t lda, int64_t stride_a, const Tensor& B, int64_t ldb, int64_t stride_b,
+                  float* C, int64_t ldc, int64_t stride_c);
+
 // Pointwise ops over n same-shape inputs: S(d) for every d, and B; plus
 // all-P -> P when the op is linear in its inputs (add).
 std::vector<PlacementSignature> pointwise_signatures(int rank, size_t n_inputs, size_t n_outputs,

@@ -9,8 +9,12 @@
 // read (GEMM weights: graph/precision.h's read_only_at_bf16) in bf16, half
 // the bytes, and the others (LayerNorm, biases, an embedding) in float32;
 // the shards, the optimizer and the gradients stay float32. A bucket is
-// gathered whole into one buffer of one dtype, so the bucket rule starts a
-// bucket wherever the kind changes along the ready order.
+// gathered whole into one buffer of one dtype, so each kind is bucketed
+// apart: the bucket rule runs over the bf16 parameters in ready order and
+// over the float32 ones, and the flat layout then places the buckets in
+// the order they complete. A step keeps about fp32's number of
+// collectives (a bucket of biases and LayerNorm parameters spans layers)
+// instead of a new bucket wherever the kind changes.
 #include <algorithm>
 #include <limits>
 
@@ -91,32 +95,62 @@ std::vector<bool> gathers_in_bf16(const Context& c, const Program& program) {
   return bf16;
 }
 
-// The one bucket rule over the flat layout, and (ZeRO) this rank's block of each bucket.
-void cut_buckets(const Context& c, Program& program, const std::vector<bool>& bf16) {
+// Parameter indices per bucket by the one bucket rule, each kind (`bf16`)
+// apart, the buckets in the order their last member's gradient is ready.
+std::vector<std::vector<int>> bucket_members(const Context& c, const Program& program, const std::vector<bool>& bf16) {
   std::vector<bool> shared(c.graph.values().size(), false);
   for (const auto& [value, group] : c.work.shared) shared[static_cast<size_t>(value)] = true;
-  std::vector<int64_t> counts;
-  for (const ParamLayout& p : program.params) counts.push_back(p.shape.numel());
-  const bool sharded = c.strategy.zero_stage >= 1 && c.data_size > 1;
   // A compressed gradient is exchanged alone (PowerSGD needs its matrix).
   const int64_t bucket_bytes = c.strategy.lowering.compression.lossy() ? 0 : c.strategy.lowering.bucket_bytes;
-  // A parameter pipeline stages share is a bucket alone: the stages sum
-  // just its gradient.
-  std::vector<bool> starts(counts.size(), false);
-  for (size_t i = 0; i < counts.size(); ++i) {
-    if (!shared[static_cast<size_t>(program.params[i].value)]) continue;
-    starts[i] = true;
-    if (i + 1 < counts.size()) starts[i + 1] = true;
+  std::vector<std::vector<int>> buckets;
+  for (bool kind : {false, true}) {
+    std::vector<int> of_kind;
+    for (size_t i = 0; i < program.params.size(); ++i)
+      if (bf16[i] == kind) of_kind.push_back(static_cast<int>(i));
+    std::vector<int64_t> counts;
+    for (int i : of_kind) counts.push_back(program.params[static_cast<size_t>(i)].shape.numel());
+    // A parameter pipeline stages share is a bucket alone: the stages sum
+    // just its gradient.
+    std::vector<bool> starts(counts.size(), false);
+    for (size_t k = 0; k < counts.size(); ++k) {
+      if (!shared[static_cast<size_t>(program.params[static_cast<size_t>(of_kind[k])].value)]) continue;
+      starts[k] = true;
+      if (k + 1 < counts.size()) starts[k + 1] = true;
+    }
+    for (const comm::BucketSpan& span : comm::plan_buckets(counts, bucket_bytes, starts))
+      buckets.emplace_back(of_kind.begin() + span.first, of_kind.begin() + span.last + 1);
   }
-  for (size_t i = 1; i < counts.size(); ++i)
-    if (bf16[i] != bf16[i - 1]) starts[i] = true;
-  for (const comm::BucketSpan& span : comm::plan_buckets(counts, bucket_bytes, starts)) {
-    BucketLayout b{.offset = program.params[static_cast<size_t>(span.first)].offset, .count = span.count,
+  std::stable_sort(buckets.begin(), buckets.end(),
+                   [](const std::vector<int>& a, const std::vector<int>& b) { return a.back() < b.back(); });
+  return buckets;
+}
+
+// The one bucket rule over the flat layout (re-laid bucket by bucket when
+// the kinds are bucketed apart), and (ZeRO) this rank's block of each bucket.
+void cut_buckets(const Context& c, Program& program, std::vector<bool>& bf16) {
+  const std::vector<std::vector<int>> members = bucket_members(c, program, bf16);
+  std::vector<ParamLayout> laid;
+  std::vector<bool> laid_bf16;
+  program.param_count = 0;
+  for (const std::vector<int>& bucket : members)
+    for (int i : bucket) {
+      laid.push_back(program.params[static_cast<size_t>(i)]);
+      laid.back().offset = program.param_count;
+      program.param_count += laid.back().shape.numel();
+      laid_bf16.push_back(bf16[static_cast<size_t>(i)]);
+    }
+  program.params = std::move(laid);
+  bf16 = std::move(laid_bf16);
+  const bool sharded = c.strategy.zero_stage >= 1 && c.data_size > 1;
+  int next = 0;
+  for (const std::vector<int>& bucket : members) {
+    BucketLayout b{.offset = program.params[static_cast<size_t>(next)].offset, .count = 0,
                    .priority = std::numeric_limits<int>::max()};
-    for (int i = span.first; i <= span.last; ++i) {
-      ParamLayout& p = program.params[static_cast<size_t>(i)];
+    for (size_t k = 0; k < bucket.size(); ++k, ++next) {
+      ParamLayout& p = program.params[static_cast<size_t>(next)];
       p.bucket = static_cast<int>(program.buckets.size());
-      b.members.push_back(i);
+      b.members.push_back(next);
+      b.count += p.shape.numel();
       b.priority = std::min(b.priority, p.forward_order);
     }
     if (sharded) {
@@ -183,7 +217,7 @@ void add_storage(const Context& c, Program& program, const std::vector<bool>& bf
 
 void buckets(const Context& c, Program& program) {
   lay_out_parameters(c, program);
-  const std::vector<bool> bf16 = gathers_in_bf16(c, program);
+  std::vector<bool> bf16 = gathers_in_bf16(c, program);
   if (program.training) cut_buckets(c, program, bf16);
   add_storage(c, program, bf16);
 }

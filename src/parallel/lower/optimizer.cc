@@ -8,6 +8,7 @@
 // and, where the parameters are stored whole but updated as shards
 // (ZeRO-1/2), the transition back: the bucket's parameters all-gathered.
 #include <algorithm>
+#include <map>
 
 #include "core/error.h"
 #include "parallel/lower/passes.h"
@@ -48,48 +49,57 @@ std::vector<std::vector<Piece>> pieces_of(const Program& p, bool sharded) {
   return out;
 }
 
-// The squared global norm after every reduction in `reduced`: squares
-// summed locally, summed over the data axis when every rank holds a shard
-// and over the model axes, then the clip that every update waits for.
-// Returns the clip's instruction.
+// The squared global norm after every reduction in `reduced`: each
+// parameter's squares in an entry of its own (Norm), summed over the data
+// axis when every rank holds a shard and over the model axes, then the clip
+// that every update waits for, adding the entries in parameter order. One
+// rank and a pipeline thus add the same per-parameter sums in the same
+// order, and clipping keeps a pipeline equal to one rank. Returns the
+// clip's instruction.
 int emit_norm(const Context& c, Program& p, const std::vector<int>& reduced,
               const std::vector<std::vector<Piece>>& pieces, const std::vector<int>& model_axes, bool sharded) {
-  // The gradients this rank holds reduced: its shard, or every bucket.
+  // The gradients this rank holds reduced (clipped): its shard, or every bucket.
   std::vector<Region> whole;
   if (sharded) whole.push_back({p.grad_shard_buffer, 0, p.shard_count});
   else
     for (const BucketLayout& b : p.buckets) whole.push_back({b.grad_buffer, 0, b.count});
-  // Pipeline stages hold different parameters, a shared one on each of its stages.
-  std::vector<int> holders(p.params.size(), 1);
+  // A parameter pipeline stages share is counted on the first of them.
+  std::vector<bool> counted_elsewhere(p.params.size(), false);
+  const int pipeline_coord =
+      c.work.pipeline_axis >= 0 ? c.coords[static_cast<size_t>(c.work.pipeline_axis)] : 0;
   for (const auto& [value, group] : c.work.shared)
     for (size_t i = 0; i < p.params.size(); ++i)
-      if (p.params[i].value == value) holders[i] = static_cast<int>(p.subgroups[static_cast<size_t>(group)].coords.size());
-  std::vector<Region> gradients = whole;
-  std::vector<double> weights;
-  if (!model_axes.empty()) {
-    gradients.clear();
-    // Per piece: a parameter the model axes replicate counts once over them.
-    for (const std::vector<Piece>& bucket : pieces)
-      for (const Piece& piece : bucket) {
-        const ParamLayout& param = p.params[static_cast<size_t>(piece.param)];
-        double copies = 1;
-        for (int a : model_axes)
-          if (a == c.work.pipeline_axis) copies *= holders[static_cast<size_t>(piece.param)];
-          else if (!param.placement[static_cast<size_t>(a)].is_split())
-            copies *= c.strategy.mesh.axes()[static_cast<size_t>(a)].size;
-        gradients.push_back(piece.gradient);
-        weights.push_back(1 / copies);
-      }
-  }
+      if (p.params[i].value == value)
+        counted_elsewhere[i] = p.subgroups[static_cast<size_t>(group)].coords.front() != pipeline_coord;
+  // Entries by the parameter's place in the model's declaration order
+  // (Context::grads), the same on every rank of every strategy.
+  std::map<ValueId, int> entry_of;
+  for (size_t i = 0; i < c.grads.size(); ++i) entry_of[c.grads[i].param] = static_cast<int>(i);
+  Norm squares_of{};
+  for (const std::vector<Piece>& bucket : pieces)
+    for (const Piece& piece : bucket) {
+      if (counted_elsewhere[static_cast<size_t>(piece.param)]) continue;
+      // A parameter the other model axes replicate counts once over them.
+      const ParamLayout& param = p.params[static_cast<size_t>(piece.param)];
+      double copies = 1;
+      for (int a : model_axes)
+        if (a != c.work.pipeline_axis && !param.placement[static_cast<size_t>(a)].is_split())
+          copies *= c.strategy.mesh.axes()[static_cast<size_t>(a)].size;
+      squares_of.gradients.push_back(piece.gradient);
+      squares_of.weights.push_back(1 / copies);
+      squares_of.params.push_back(entry_of.at(param.value));
+    }
+  if (std::all_of(squares_of.weights.begin(), squares_of.weights.end(), [](double w) { return w == 1; }))
+    squares_of.weights.clear();
   std::vector<int> after;
   for (int r : reduced)
     if (r >= 0) after.push_back(r);
-  // One float the executor reads after the step (metrics, clipping).
-  p.norm_buffer = add_buffer(p, {.kind = Buffer::Kind::norm, .name = "norm", .count = 1, .persistent = true});
-  const Region squares{p.norm_buffer, 0, 1};
-  int norm = emit(p, {.op = Norm{.gradients = gradients, .weights = weights, .into = squares},
-                  .after = after,
-                  .name = "gradient norm"});
+  // One float per parameter of the model, which the executor reads after the step (metrics, clipping).
+  const auto count = static_cast<int64_t>(c.grads.size());
+  p.norm_buffer = add_buffer(p, {.kind = Buffer::Kind::norm, .name = "norm", .count = count, .persistent = true});
+  squares_of.into = {p.norm_buffer, 0, count};
+  const Region squares = squares_of.into;
+  int norm = emit(p, {.op = std::move(squares_of), .after = after, .name = "gradient norm"});
   std::vector<int> sum_over = model_axes;
   if (sharded) sum_over.insert(sum_over.begin(), c.data_axis);
   for (int axis : sum_over)

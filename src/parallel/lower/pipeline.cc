@@ -132,14 +132,11 @@ std::vector<DType> transfer_dtypes(const Graph& graph, const std::vector<int>& s
   std::vector<bool> at_bf16(graph.values().size(), true);
   for (int n : nodes) {
     const Node& node = graph.nodes()[static_cast<size_t>(n)];
-    const bool bf16 = precision_of(node.attrs) == Precision::bf16;
-    const std::vector<int>& takes = node.def->bf16_inputs;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const Value& value = graph.value(node.inputs[i]);
       if (value.producer < 0 || stage_of[static_cast<size_t>(value.producer)] == stage_of[static_cast<size_t>(n)])
         continue;  // read where it is made
-      if (!bf16 || std::find(takes.begin(), takes.end(), static_cast<int>(i)) == takes.end())
-        at_bf16[static_cast<size_t>(node.inputs[i])] = false;
+      if (!reads_at_bf16(node, i)) at_bf16[static_cast<size_t>(node.inputs[i])] = false;
     }
   }
   for (const auto& [name, v] : graph.outputs()) at_bf16[static_cast<size_t>(v)] = false;

@@ -139,16 +139,17 @@ void ProgramExecutor::accumulate(int id, const parallel::Accumulate& op) {
 }
 
 void ProgramExecutor::norm(const parallel::Norm& op) {
-  double squares = 0;
+  float* squares = data(op.into);
+  std::fill(squares, squares + op.into.count, 0.0f);
   for (size_t i = 0; i < op.gradients.size(); ++i) {
     const Region& r = op.gradients[i];
     zero_unwritten(r.buffer);
-    squares += kernels::sum_squares(r.count, data(r)) * (i < op.weights.size() ? op.weights[i] : 1.0);
+    const double weight = i < op.weights.size() ? op.weights[i] : 1.0;
+    squares[op.params[i]] += static_cast<float>(kernels::sum_squares(r.count, data(r)) * weight);
   }
   // A non-finite loss summand makes the global norm NaN on every rank (the
   // norm is summed over every axis), so all ranks skip the step together.
-  if (local_loss_bad_) squares = std::numeric_limits<double>::quiet_NaN();
-  *data(op.into) = static_cast<float>(squares);
+  if (local_loss_bad_ && op.into.count > 0) squares[0] = std::numeric_limits<float>::quiet_NaN();
 }
 
 void ProgramExecutor::finite(const parallel::Finite& op) {
@@ -158,7 +159,11 @@ void ProgramExecutor::finite(const parallel::Finite& op) {
 }
 
 double ProgramExecutor::clip(const parallel::Clip& op, double clip) {
-  const double norm = std::sqrt(static_cast<double>(*data(op.norm)));
+  // Norm's per-parameter squares, added in parameter order on every rank.
+  const float* squares = data(op.norm);
+  double sum = 0;
+  for (int64_t i = 0; i < op.norm.count; ++i) sum += squares[i];
+  const double norm = std::sqrt(static_cast<double>(static_cast<float>(sum)));
   if (!std::isfinite(norm)) {
     skip_updates_ = true;
     // Error feedback as if the step never ran (its reductions are done: the norm waited for them).
