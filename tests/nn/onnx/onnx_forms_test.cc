@@ -151,16 +151,29 @@ TEST(OnnxForms, AMeanOverTheBatchAxisOrEveryAxisIsNamed) {
   EXPECT_EQ(over({1}).error, "");  // the last axis, named from the front
 }
 
-TEST(OnnxForms, AConcatOfAConstantOfVaryingValuesIsNamed) {
-  const Imported imported = import_edited("autoencoder", [](auto& m) {
-    add_constant(m, "ramp", {8, 4}, {0.0f, 1.0f, 2.0f});
-    ::onnx::NodeProto* concat = nullptr;
-    for (auto& node : *m.mutable_graph()->mutable_node())
-      if (node.op_type() == "Concat" && node.input_size() == 3) concat = &node;
-    ASSERT_NE(concat, nullptr);
-    concat->set_input(1, "ramp");
-  }, kMse);
-  expect_one_line_naming(imported.error, {"Concat", "input 1 is a constant [8,4] of varying values", "all equal"});
+// A constant of varying values joins as one row repeated over the batch
+// (a fill_like holding that row); one whose rows differ depends on the
+// batch's rows, and is named.
+TEST(OnnxForms, AConcatOfAConstantWhoseRowsDifferIsNamed) {
+  auto with_constant = [](std::vector<float> values) {
+    return import_edited("autoencoder", [values](auto& m) {
+      add_constant(m, "table", {8, 4}, values);
+      ::onnx::NodeProto* concat = nullptr;
+      for (auto& node : *m.mutable_graph()->mutable_node())
+        if (node.op_type() == "Concat" && node.input_size() == 3) concat = &node;
+      ASSERT_NE(concat, nullptr);
+      concat->set_input(1, "table");
+    }, kMse);
+  };
+  const Imported repeated = with_constant({0.0f, 1.0f, 2.0f, 3.0f});  // every row 0, 1, 2, 3
+  ASSERT_EQ(repeated.error, "");
+  std::vector<std::vector<double>> rows;
+  for (const Node& node : repeated.model.graph.nodes())
+    if (node.op() == "fill_like" && node.attrs.has("values")) rows.push_back(node.attrs.get_floats("values"));
+  EXPECT_EQ(rows, (std::vector<std::vector<double>>{{0, 1, 2, 3}}));
+  expect_one_line_naming(with_constant({0.0f, 1.0f, 2.0f}).error,
+                         {"Concat", "input 1 is a constant [8,4] whose rows differ (row 1 is not row 0)",
+                          "one row repeated over the batch"});
 }
 
 // Graph inputs listed among the initializers (keep_initializers_as_inputs)
