@@ -35,6 +35,9 @@ const std::string& Attrs::get_string(const std::string& name) const {
 const std::vector<int64_t>& Attrs::get_ints(const std::string& name) const {
   return get_as<std::vector<int64_t>>(items_, name, "an int list");
 }
+const std::vector<double>& Attrs::get_floats(const std::string& name) const {
+  return get_as<std::vector<double>>(items_, name, "a float list");
+}
 
 std::string Attrs::str() const {
   std::string out = "{";
@@ -44,7 +47,7 @@ std::string Attrs::str() const {
     std::visit(
         [&](const auto& v) {
           using T = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<T, std::vector<int64_t>>)
+          if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>)
             out += fmt::format("[{}]", fmt::join(v, ","));
           else
             out += fmt::format("{}", v);

@@ -1,5 +1,6 @@
 // Attributes of a graph node: a small ordered map from name to an int, a
-// float, a string or a list of ints. Attributes must not encode sizes that
+// float, a string, a list of ints or a list of floats (a constant
+// block's values: fill_like). Attributes must not encode sizes that
 // change when a tensor is split across ranks (use -1 / relative forms), so
 // that the same node runs unchanged on a shard.
 #pragma once
@@ -12,7 +13,7 @@
 
 namespace px {
 
-using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>>;
+using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>>;
 
 class Attrs {
  public:
@@ -26,6 +27,7 @@ class Attrs {
   double get_float(const std::string& name, double fallback) const;
   const std::string& get_string(const std::string& name) const;
   const std::vector<int64_t>& get_ints(const std::string& name) const;
+  const std::vector<double>& get_floats(const std::string& name) const;
   void set(const std::string& name, AttrValue value) { items_[name] = std::move(value); }
   void erase(const std::string& name) { items_.erase(name); }
   std::string str() const;  // "{n_head=4, p=0.1}"

@@ -104,12 +104,13 @@ std::vector<ValueId> forward_ids(const Propagation& placement, const std::vector
 }
 
 // Placements on every axis, the rule's reshard nodes inserted. Along the
-// model axes each gradient is resharded to where its parameter is stored;
-// along the data axis (and the context axis, whose gradients are summands
-// too: `summed`) the buckets carry it (the transitions). `grads` come back
-// as the placed graph's ids.
+// model axes each gradient is resharded to where its parameter is stored,
+// and the loss is made whole (a loss of sequence shards is a summand per
+// rank); along the data axis (and the context axis, whose gradients are
+// summands too: `summed`) the buckets carry them (the transitions).
+// `grads` and `loss` come back as the placed graph's ids.
 Propagation place(const Graph& graph, const Strategy& strategy, bool backward, std::array<int, 2> summed,
-                  std::vector<ParamGrad>& grads) {
+                  std::vector<ParamGrad>& grads, ValueId& loss) {
   PlacementRequest placing{.graph = &graph,
                            .mesh = &strategy.mesh,
                            .seeds = seeds_by_value(graph, strategy, backward),
@@ -126,11 +127,18 @@ Propagation place(const Graph& graph, const Strategy& strategy, bool backward, s
                      : std::optional(where[a].value_or(Placement::B()));
     placing.targets.push_back({pg.grad, where});
   }
+  std::vector<std::optional<Placement>> whole(strategy.mesh.axes().size());
+  for (size_t a = 0; a < whole.size(); ++a)
+    if (static_cast<int>(a) != summed[0] && static_cast<int>(a) != summed[1] && !placing.whole_axes[a])
+      whole[a] = Placement::B();
+  placing.targets.push_back({loss, whole});
   Propagation placement = propagate(placing);
-  for (size_t i = 0, t = 0; i < grads.size(); ++i) {
+  size_t t = 0;
+  for (size_t i = 0; i < grads.size(); ++i) {
     grads[i].param = placement.value_of[static_cast<size_t>(grads[i].param)];
     if (grads[i].grad != kNoValue) grads[i].grad = placement.target_of[t++];
   }
+  loss = placement.target_of[t];
   return placement;
 }
 
@@ -162,8 +170,8 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   const int context_axis = strategy.context_ranks() > 1 ? strategy.mesh.axis(strategy.context.axis) : -1;
   const std::vector<int> coords = strategy.mesh.coords(rank);
 
-  const Propagation placement = place(graph, strategy, request.training, {axis, context_axis}, grads);
-  const ValueId loss = placement.value_of[static_cast<size_t>(request.loss)];
+  ValueId loss = request.loss;
+  const Propagation placement = place(graph, strategy, request.training, {axis, context_axis}, grads, loss);
   std::vector<ValueId> outputs;
   for (ValueId v : request.outputs) outputs.push_back(placement.value_of[static_cast<size_t>(v)]);
   const int local_forward_nodes = forward_nodes < static_cast<int>(placement.node_of.size())

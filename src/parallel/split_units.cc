@@ -91,30 +91,31 @@ std::pair<int, std::vector<int>> region_after(const Graph& graph, const std::vec
   return {exit, std::vector<int>(nodes.begin(), nodes.end())};
 }
 
-// Is `row`'s output (past a dropout) added to a value that `column`'s input
-// was made from (past a LayerNorm)?
-bool on_residual_branch(const Graph& graph, const std::vector<std::vector<int>>& readers, const GemmLayer& column,
+// The residual stream `row`'s output (past a dropout) is added to, when
+// `column`'s input was made from it (past a LayerNorm); kNoValue when the
+// pair is not on a residual branch.
+ValueId residual_stream(const Graph& graph, const std::vector<std::vector<int>>& readers, const GemmLayer& column,
                         const GemmLayer& row) {
   ValueId out = row.output;
   for (int step = 0; step < 3; ++step) {
     const std::vector<int>& r = readers[static_cast<size_t>(out)];
-    if (r.size() != 1) return false;
+    if (r.size() != 1) return kNoValue;
     const Node& n = graph.nodes()[static_cast<size_t>(r[0])];
     if (n.op() == "add" && n.inputs.size() == 2) {
       const ValueId other = n.inputs[0] == out ? n.inputs[1] : n.inputs[0];
       ValueId v = column.input;
       for (int up = 0; up < 3; ++up) {
-        if (v == other) return true;
+        if (v == other) return other;
         const int producer = graph.value(v).producer;
         if (producer < 0) break;
         v = graph.nodes()[static_cast<size_t>(producer)].inputs.front();
       }
-      return false;
+      return kNoValue;
     }
-    if (n.outputs.empty()) return false;
+    if (n.outputs.empty()) return kNoValue;
     out = n.outputs.front();
   }
-  return false;
+  return kNoValue;
 }
 
 // "h.0.attn.c_attn" and "h.0.attn.c_proj" -> "h.0.attn"; "h.0.c_fc" and
@@ -165,13 +166,18 @@ std::vector<SplitUnit> split_units(const Graph& graph) {
     if (unit_of[i] >= 0) continue;
     const auto& [next, region] = after[i];
     SplitUnit unit;
-    if (next >= 0 && unit_of[static_cast<size_t>(next)] < 0 &&
-        on_residual_branch(graph, readers, layers[i], layers[static_cast<size_t>(next)])) {
+    const ValueId residual = next >= 0 && unit_of[static_cast<size_t>(next)] < 0
+                                 ? residual_stream(graph, readers, layers[i], layers[static_cast<size_t>(next)])
+                                 : kNoValue;
+    if (residual != kNoValue) {
       const GemmLayer& row = layers[static_cast<size_t>(next)];
       const bool attention = std::any_of(region.begin(), region.end(), [&](int n) {
         return graph.nodes()[static_cast<size_t>(n)].op() == "attention";
       });
-      unit = {.name = block_name(layers[i], row, attention), .layers = {layers[i], row}, .groups = attention ? 3 : 1};
+      unit = {.name = block_name(layers[i], row, attention),
+              .layers = {layers[i], row},
+              .groups = attention ? 3 : 1,
+              .residual = residual};
       unit.nodes = layers[i].nodes;
       unit.nodes.insert(unit.nodes.end(), region.begin(), region.end());
       unit.nodes.insert(unit.nodes.end(), row.nodes.begin(), row.nodes.end());

@@ -41,6 +41,7 @@ struct SplitUnit {
   std::vector<GemmLayer> layers; // one (lone) or two (a block: column, then row)
   int groups = 1;                // a block's column output as groups: 3 when attention reads it as q|k|v
   std::vector<int> nodes;        // the forward nodes it owns, in graph order (costs are counted by them)
+  ValueId residual = kNoValue;   // a block: the residual stream its row layer's output is added to
   int next = -1;                 // a lone layer: the lone unit its output reaches through a region nothing
                                  // else reads (an MLP's next layer, past its relu), -1 if none
   bool block() const { return layers.size() == 2; }

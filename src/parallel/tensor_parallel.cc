@@ -7,13 +7,6 @@
 #include "parallel/split_units.h"
 
 namespace px::parallel {
-namespace {
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-}  // namespace
 
 std::vector<PlacementSeed> megatron_seeds(const Graph& graph, const std::string& axis, bool sequence_parallel) {
   // Every split found by structure (parallel/split_units.h): each block's
@@ -54,18 +47,31 @@ std::vector<PlacementSeed> megatron_seeds(const Graph& graph, const std::string&
     if (auto it = split.find(graph.value(p).name); it != split.end()) seeds.push_back({it->first, axis, it->second});
   auto seed = [&](const std::string& name, Placement p) { seeds.push_back({name, axis, p}); };
   if (sequence_parallel) {
-    bool any = false;
-    for (const Value& v : graph.values()) {
-      if (v.kind != Value::Kind::activation) continue;
-      if (v.name == "embed" || ends_with(v.name, ".c_proj.add_bias")) {
-        if (v.spec.shape.rank() < 3)
-          fail("sequence parallelism splits (batch, sequence, features) activations; '{}' is {}", v.name,
-               v.spec.shape);
-        seed(v.name, Placement::S(1));
-        any = true;
+    // The residual stream, split along the sequence where it leaves the
+    // embedding (the first block's residual input, above its dropout) and
+    // where each block's row layer adds to it (its output, before the
+    // reduction the split turns into a reduce-scatter).
+    std::vector<ValueId> stream;
+    for (const SplitUnit& unit : units) {
+      if (!unit.block()) continue;
+      if (stream.empty()) {
+        ValueId v = unit.residual;
+        while (graph.value(v).producer >= 0 && graph.nodes()[static_cast<size_t>(graph.value(v).producer)].op() == "dropout")
+          v = graph.nodes()[static_cast<size_t>(graph.value(v).producer)].inputs.front();
+        stream.push_back(v);
       }
+      stream.push_back(unit.layers[1].output);
     }
-    if (!any) fail("sequence parallelism needs a model with a sequence dim (the GPT); this model has none");
+    if (stream.empty())
+      fail("sequence parallelism splits a transformer's residual stream along the sequence; this model has no "
+           "transformer block (attention or MLP on a residual branch)");
+    for (ValueId v : stream) {
+      const Value& value = graph.value(v);
+      if (value.spec.shape.rank() < 3)
+        fail("sequence parallelism splits (batch, sequence, features) activations; '{}' is {}", value.name,
+             value.spec.shape);
+      seed(value.name, Placement::S(1));
+    }
   }
   return seeds;
 }

@@ -20,6 +20,7 @@ std::vector<Tensor> random_inputs(const OpExample& example, Rng& rng) {
           t.f32()[j] = static_cast<float>(positive ? 0.5 + rng.uniform() : rng.normal());
           break;
         case DType::i32: t.data<int32_t>()[j] = static_cast<int32_t>(rng.below(upper)); break;
+        case DType::i64: t.data<int64_t>()[j] = static_cast<int64_t>(rng.below(upper)); break;
         case DType::u8: t.data<uint8_t>()[j] = static_cast<uint8_t>(rng.below(upper)); break;
         default: PX_CHECK(false, "unsupported example dtype");
       }
@@ -83,6 +84,7 @@ static double as_double(const Tensor& t, int64_t i) {
     case DType::f32: return t.f32()[i];
     case DType::bf16: return kernels::to_float(static_cast<const kernels::bf16*>(t.raw())[i]);
     case DType::i32: return t.data<int32_t>()[i];
+    case DType::i64: return static_cast<double>(t.data<int64_t>()[i]);
     case DType::u8: return t.data<uint8_t>()[i];
     default: PX_CHECK(false, "unsupported dtype");
   }

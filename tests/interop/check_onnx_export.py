@@ -48,7 +48,8 @@ def main():
         if t.data_type == onnx_pb2.TensorProto.FLOAT:
             initializers[t.name] = torch.from_numpy(
                 np.frombuffer(t.raw_data, dtype="<f4").reshape(tuple(t.dims)).copy())
-    module = {"mlp": make_fixtures.Mlp, "cnn": make_fixtures.Cnn, "gpt": make_fixtures.Gpt}[name]()
+    module = {"mlp": make_fixtures.Mlp, "cnn": make_fixtures.Cnn, "gpt": make_fixtures.Gpt,
+              "regression": make_fixtures.Regression}[name]()
     params = dict(module.named_parameters())
     missing = [p for p in params if p not in initializers]
     if missing:
@@ -60,7 +61,8 @@ def main():
     batch = read_safetensors(base + ".reference.safetensors")
     inputs, targets = batch["inputs"], batch["targets"].long()
     with torch.no_grad():
-        loss = module.loss(inputs.view(inputs.shape[0], -1) if name == "mlp" else inputs, targets).item()
+        flat = name in ("mlp", "regression")  # the model reads (N, 784)
+        loss = module.loss(inputs.view(inputs.shape[0], -1) if flat else inputs, targets).item()
     with open(os.path.join(workdir, "loss.txt")) as f:
         parallax_loss = float(f.read())
     rel = abs(loss - parallax_loss) / abs(loss)

@@ -1,4 +1,4 @@
-// px_interop_onnx_roundtrip: imports an ONNX fixture, trains it 20 AdamW
+// px_interop_onnx_roundtrip: imports an ONNX fixture, trains it 200 AdamW
 // steps on the fixture's batch, exports the trained model as ONNX and
 // writes the loss parallax computes with the trained parameters on that
 // batch, for check_onnx_export.py to reproduce in PyTorch from the
@@ -23,6 +23,8 @@
 #include "runtime/executor/program_executor.h"
 #include "runtime/tasks/task.h"
 
+constexpr uint64_t kSteps = 200;
+
 int main(int argc, char** argv) {
   if (argc != 4) {
     std::fprintf(stderr, "usage: px_interop_onnx_roundtrip FIXTURE.onnx FIXTURE.reference.safetensors OUT_DIR\n");
@@ -38,8 +40,8 @@ int main(int argc, char** argv) {
     px::ProgramExecutor executor(px::parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, 0),
                                  px::AxisGroups{}, {.kind = "adamw", .weight_decay = 0.01});
     executor.set_parameters(px::initial_parameters(model.graph, 0));
-    for (uint64_t step = 0; step < 20; ++step)
-      executor.run({.feeds = {{model.inputs, inputs}, {model.targets, targets}}, .step = step, .lr = 3e-3});
+    for (uint64_t step = 0; step < kSteps; ++step)
+      executor.run({.feeds = {{model.inputs, inputs}, {model.targets, targets}}, .step = step, .lr = 3e-4});
     const px::ParamStore trained = executor.parameters();
     std::map<std::string, px::Tensor> parameters;
     for (const auto& [name, tensor] : trained.named()) parameters.emplace(name, tensor);
@@ -54,7 +56,7 @@ int main(int argc, char** argv) {
     px::Executor forward(back.graph, {back.loss});
     const double loss = forward.run(bound).front().f32()[0];
     std::ofstream(out + "/loss.txt") << fmt::format("{:.9g}\n", loss);
-    std::printf("trained 20 steps, exported %s/trained.onnx, loss %.9g\n", out.c_str(), loss);
+    std::printf("trained %d steps, exported %s/trained.onnx, loss %.9g\n", static_cast<int>(kSteps), out.c_str(), loss);
   } catch (const px::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -30,10 +30,9 @@ OpDef make() {
     kernels::bias_grad(rows, cols, in[0]->f32(), out[0]->f32());
   };
   d.backward = [](Graph& g, const Node& n, const std::vector<ValueId>& dout) {
-    // d/dx of a sum over leading dims: broadcast dout back over them.
-    ValueId zeros = g.add1("fill", {}, {{"value", 0.0}, {"shape", g.spec(n.inputs[0]).shape.dims()}},
-                           n.name + ".zeros");
-    return std::vector<ValueId>{g.add1("broadcast_add", {zeros, dout[0]}, {}, n.name + ".grad")};
+    // d/dx of a sum over leading dims: dout broadcast back over them, in
+    // x's shape as each shard holds it (a split batch stays split).
+    return std::vector<ValueId>{g.add1("expand_like", {n.inputs[0], dout[0]}, {}, n.name + ".grad")};
   };
   d.cost = [](const auto& in, const auto& out, const Attrs&) {
     OpCost c = streaming_cost(in, out);
@@ -54,7 +53,8 @@ OpDef make() {
   };
   d.examples = [] {
     return std::vector<OpExample>{{{f32({4, 5, 3})}, {{"keep", int64_t{2}}}, {}},
-                                  {{f32({7, 6})}, {{"keep", int64_t{1}}}, {}}};
+                                  {{f32({7, 6})}, {{"keep", int64_t{1}}}, {}},
+                                  {{f32({6})}, {{"keep", int64_t{0}}}, {}}};
   };
   return d;
 }

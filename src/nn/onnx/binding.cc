@@ -167,8 +167,10 @@ void attach_cross_entropy(ImportContext& c, ValueId logits, Model& model) {
 }
 
 // Attaches mse(first output, targets), the mean over every element: the
-// targets are the float input bound as targets, else the images the model
-// reads (an autoencoder), viewed as the output is shaped.
+// targets are the float input bound as targets; else, for an output of one
+// value a row, the labels read as numbers (a regression of the labels);
+// else the images the model reads (an autoencoder), viewed as the output
+// is shaped.
 void attach_mse(ImportContext& c, ValueId output, Model& model, const BoundInputs& bound) {
   Graph& g = c.graph();
   const TensorSpec y = g.spec(output);
@@ -176,17 +178,21 @@ void attach_mse(ImportContext& c, ValueId output, Model& model, const BoundInput
     fail("--loss mse: the first output is {}; it takes float predictions with the batch's {} rows first", y.str(),
          c.batch());
   ValueId targets = bound.float_targets;
+  const bool one_a_row = y.shape.numel() == y.shape[0];
+  if (targets == kNoValue && one_a_row && model.targets != kNoValue && g.spec(model.targets).dtype != DType::f32 &&
+      g.spec(model.targets).shape == Shape({y.shape[0]}))
+    targets = g.add1("to_f32", {model.targets}, {}, "loss.labels");
   if (targets == kNoValue) {
     if (g.spec(model.inputs).dtype != DType::f32)
       fail("--loss mse: the model reads tokens, whose targets are integers; mse regresses to float targets (the "
-           "images of an image model): use --loss cross_entropy");
+           "images of an image model, or the labels as numbers): use --loss cross_entropy");
     targets = model.inputs;
   }
   const Shape t = g.spec(targets).shape;
   if (t.numel() != y.shape.numel())
     fail("--loss mse: the first output {} does not fit the targets {} (the images, {} values a row); parallax "
-         "regresses to Fashion-MNIST images: an autoencoder's [N,784] or [N,1,28,28] output", y.shape, t,
-         t.numel(1, t.rank()));
+         "regresses to Fashion-MNIST images (an autoencoder's [N,784] or [N,1,28,28] output) or to the labels as "
+         "numbers (an [N] or [N,1] output)", y.shape, t, t.numel(1, t.rank()));
   if (t != y.shape) {
     std::vector<int64_t> dims = y.shape.dims();
     dims[0] = -1;  // the rows stay batch-relative

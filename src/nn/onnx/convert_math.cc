@@ -7,15 +7,18 @@
 //   Div(k, x), k a scalar constant        -> pow (exponent -1), then affine (scale k) unless k = 1
 //   Reciprocal(x)                         -> pow (exponent -1) (torch writes 1.0 / x so)
 //   ReduceMean(x, axes, keepdims)         -> a reduce_mean per axis but the batch's (then a
-//                                            reshape without keepdims)
+//                                            reshape without keepdims); over every axis as the
+//                                            graph's loss output: sum_leading, affine (1/elements)
 //   Cast(x, to)                           -> the value itself, when `to` is stored as x is
-//                                            (float -> float, int -> int)
+//                                            (float -> float, int -> int); int -> float: to_f32
 //   Slice(x, starts, ends, [axes], [steps]) of a computed x, one axis, step 1 -> narrow
 //   Concat(x0, x1, ..., axis) of computed values, and constants whose elements are all
-//     equal (torch.zeros, ones, full)    -> concat, each constant a fill_like of a computed input
+//     equal (torch.zeros, ones, full) or one row repeated -> concat, each constant a
+//                                            fill_like of a computed input
 //   BatchNormalization                    -> refused by name, with what to do (refused_operator)
 #include <algorithm>
 #include <optional>
+#include <set>
 
 #include "core/error.h"
 #include "nn/onnx/convert.h"
@@ -49,14 +52,29 @@ void convert_pow(ImportContext& c, const NodeProto& node) {
 // ReduceMean over the axes given (an attribute at opsets 13-17), one
 // reduce_mean per axis (a mean over several equals the means taken in
 // turn). The batch axis is refused: parallax's rows are the batch, split
-// across data-parallel ranks.
+// across data-parallel ranks. One exception: a mean over every axis
+// (keepdims=0) that is a graph output is the graph's loss written out
+// (((y_hat - y) ** 2).mean(), since torch does not export mse_loss): a
+// sum over every element scaled by 1/elements of the batch, the sum of
+// the shards' summands under any split, as the built-in losses are.
 void convert_reduce_mean(ImportContext& c, const NodeProto& node) {
   ValueId y = c.value(in(node, 0), node);
   const Shape s = c.graph().spec(y).shape;
   const std::optional<std::vector<int64_t>> axes = attr_ints(node, "axes");
+  const std::string name = ImportContext::node_name(node);
+  std::set<int> named;
+  if (axes)
+    for (int64_t axis : *axes) named.insert(axis_index(node, axis, s.rank()));
+  const bool every = named.empty() || static_cast<int>(named.size()) == s.rank();
+  if (every && attr_int(node, "keepdims", 1) == 0 && c.is_graph_output(node.output(0))) {
+    const ValueId sum = c.graph().add1("sum_leading", {y}, {{"keep", int64_t{0}}}, name + ".sum");
+    return c.define(node.output(0), c.graph().add1("affine", {sum}, {{"scale", 1.0 / double(s.numel())}, {"shift", 0.0}},
+                                                   name));
+  }
   if (!axes || axes->empty())
     fail("{}: axes absent: a mean over every axis, the batch's included; parallax imports ReduceMean over axes "
-         "other than the batch axis 0 (name them in the export: x.mean(dim=...))", describe(node));
+         "other than the batch axis 0 (name them in the export: x.mean(dim=...)), or over every axis without "
+         "keepdims as the graph's loss output", describe(node));
   std::vector<int> dims;
   for (int64_t axis : *axes) dims.push_back(axis_index(node, axis, s.rank()));
   std::sort(dims.begin(), dims.end());
@@ -64,8 +82,8 @@ void convert_reduce_mean(ImportContext& c, const NodeProto& node) {
     fail("{}: axes [{}] name an axis twice", describe(node), fmt::join(*axes, ","));
   if (dims.front() == 0)
     fail("{}: axes [{}] include the batch axis 0; parallax imports ReduceMean over the other axes (a mean over "
-         "the batch would mix the rows data parallelism splits)", describe(node), fmt::join(*axes, ","));
-  const std::string name = ImportContext::node_name(node);
+         "the batch would mix the rows data parallelism splits), or over every axis without keepdims as the "
+         "graph's loss output", describe(node), fmt::join(*axes, ","));
   for (size_t i = 0; i < dims.size(); ++i) {
     Attrs attrs;
     if (dims[i] != s.rank() - 1) attrs.set("dim", int64_t{dims[i]});  // absent: the last
@@ -117,8 +135,9 @@ void convert_div(ImportContext& c, const NodeProto& node) {
 }
 
 // Cast of a computed value: parallax computes in float32 and keeps ids as
-// integers, so a cast within one kind changes nothing; across kinds it
-// would change the values, and is refused.
+// integers, so a cast within one kind changes nothing; integers to float
+// is to_f32 (labels read as numbers by a regression's loss); float to
+// integers would have no gradient to train through, and is refused.
 void convert_cast(ImportContext& c, const NodeProto& node) {
   const ValueId x = c.value(in(node, 0), node);
   const DType from = c.graph().spec(x).dtype;
@@ -128,9 +147,11 @@ void convert_cast(ImportContext& c, const NodeProto& node) {
                         to == TensorProto::BFLOAT16;
   const bool to_int = to == TensorProto::INT32 || to == TensorProto::INT64;
   const bool from_float = from == DType::f32, from_int = from == DType::i32 || from == DType::i64;
+  if (to_float && from_int)
+    return c.define(node.output(0), c.graph().add1("to_f32", {x}, {}, ImportContext::node_name(node)));
   if (!((to_float && from_float) || (to_int && from_int)))
-    fail("{}: a cast of a computed {} value to ONNX type {}; parallax casts within floats or within integers "
-         "only (a float-to-int cast of data has no gradient to train through)",
+    fail("{}: a cast of a computed {} value to ONNX type {}; parallax casts within floats, within integers and "
+         "from integers to float only (a float-to-int cast of data has no gradient to train through)",
          describe(node), dtype_name(from), to);
   c.define(node.output(0), x);
 }
@@ -160,10 +181,13 @@ void convert_slice(ImportContext& c, const NodeProto& node) {
                                           ImportContext::node_name(node)));
 }
 
-// Concat of computed values, and of constants whose elements are all one
-// value (what torch.zeros, ones and full fold to): each such constant a
-// fill_like of the first computed input, so it takes that input's rows
-// and split. A constant of varying values is refused by name.
+// Concat of computed values and of constants: a constant whose elements
+// are all one value (what torch.zeros, ones and full fold to) is a
+// fill_like of the first computed input, so it takes that input's rows and
+// split; one of varying values (a table broadcast over the rows:
+// torch.zeros(n, k) + table) is a fill_like holding one row of it, which
+// every row repeats. A constant whose rows differ, or joined along the
+// batch axis, is refused by name.
 void convert_concat(ImportContext& c, const NodeProto& node) {
   ValueId reference = kNoValue;
   for (int i = 0; i < node.input_size() && reference == kNoValue; ++i)
@@ -184,15 +208,23 @@ void convert_concat(ImportContext& c, const NodeProto& node) {
     if (k.dtype() != DType::f32 || k.shape() != Shape(want) || k.numel() == 0)
       fail("{}: input {} is a constant {} {}; parallax joins float constants shaped as the computed inputs {} but "
            "along axis {}", describe(node), i, dtype_name(k.dtype()), k.shape(), ref, axis);
-    const float first = k.f32()[0];
-    for (int64_t e = 1; e < k.numel(); ++e)
-      if (k.f32()[e] != first)
-        fail("{}: input {} is a constant {} of varying values ({} and {}); parallax joins constants whose elements "
-             "are all equal (torch.zeros, ones, full)", describe(node), i, k.shape(), first, k.f32()[e]);
-    inputs.push_back(c.graph().add1(
-        "fill_like", {reference},
-        {{"dim", int64_t{axis}}, {"length", k.shape()[axis]}, {"value", double(first)}},
-        fmt::format("{}.constant{}", name, i)));
+    Attrs attrs{{"dim", int64_t{axis}}, {"length", k.shape()[axis]}};
+    const float* v = k.f32();
+    if (std::all_of(v, v + k.numel(), [&](float e) { return e == v[0]; })) {
+      attrs.set("value", double(v[0]));
+    } else {
+      const int64_t row = k.numel() / k.shape()[0];
+      if (axis == 0)
+        fail("{}: input {} is a constant {} of varying values joined along the batch axis 0; parallax joins "
+             "constants along the batch axis only when their elements are all equal", describe(node), i, k.shape());
+      for (int64_t e = row; e < k.numel(); ++e)
+        if (v[e] != v[e % row])
+          fail("{}: input {} is a constant {} whose rows differ (row {} is not row 0); parallax joins constants "
+               "that are one row repeated over the batch (torch.zeros(n, k) + table)", describe(node), i,
+               k.shape(), e / row);
+      attrs.set("values", std::vector<double>(v, v + row));
+    }
+    inputs.push_back(c.graph().add1("fill_like", {reference}, attrs, fmt::format("{}.constant{}", name, i)));
   }
   c.define(node.output(0), c.graph().add1("concat", inputs, {{"dim", int64_t{axis}}}, name));
 }

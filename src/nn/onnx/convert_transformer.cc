@@ -8,8 +8,10 @@
 //   Split(qkv (B, T, 3C), [C, C, C], axis)  -> three narrow nodes
 //   Softmax(scores, axis=-1)                -> softmax
 //   Where(causal mask, -inf, scores)        -> causal_fill
-//   Mul/Add/Sub with a scalar constant      -> affine; Mul of two values -> mul (Div: convert_math.cc)
+//   Mul/Add/Sub with a scalar constant      -> affine; Mul of two values -> mul (equal shapes, a factor
+//                                              per row, or per trailing position) (Div: convert_math.cc)
 //   Erf, Tanh                               -> erf, tanh (GELU's two forms)
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -114,13 +116,27 @@ void convert_tanh(ImportContext& c, const NodeProto& node) {
   c.define(node.output(0), c.graph().add1("tanh", {c.value(in(node, 0), node)}, {}, name_of(node)));
 }
 
-// Mul of two values of one shape; a scalar constant operand is affine's.
+// Mul of two values: of one shape, by a factor per row (an RMS norm's
+// x * rsqrt(mean(x^2) + eps): (R..., C) by (R..., 1)) or by a factor per
+// position of the trailing dims (its weight (C)), either operand first; a
+// scalar constant operand is affine's.
 void convert_mul(ImportContext& c, const NodeProto& node) {
   if (convert_scalar_arithmetic(c, node)) return;
-  const ValueId a = c.value(in(node, 0), node), b = c.value(in(node, 1), node);
-  if (c.graph().spec(a).shape != c.graph().spec(b).shape)
-    fail("{}: shapes {} and {}: parallax imports Mul of equal shapes or by a scalar", describe(node),
-         c.graph().spec(a).shape, c.graph().spec(b).shape);
+  ValueId a = c.value(in(node, 0), node), b = c.value(in(node, 1), node);
+  const Graph& g = c.graph();
+  auto broadcast = [&](ValueId x, ValueId factor) {
+    const Shape &sx = g.spec(x).shape, &sf = g.spec(factor).shape;
+    if (sx == sf) return true;
+    if (sx.rank() >= 1 && sf.rank() == sx.rank() && sf[-1] == 1 && std::equal(sf.dims().begin(), sf.dims().end() - 1, sx.dims().begin()))
+      return true;  // a factor per row
+    return sf.rank() >= 1 && sf.rank() < sx.rank() &&
+           std::equal(sf.dims().begin(), sf.dims().end(), sx.dims().end() - sf.rank());
+  };
+  if (!broadcast(a, b)) std::swap(a, b);
+  if (!broadcast(a, b))
+    fail("{}: shapes {} and {}: parallax imports Mul of equal shapes, by one factor per row (a last dim of 1), "
+         "by the other operand's trailing dims, or by a scalar constant", describe(node), g.spec(b).shape,
+         g.spec(a).shape);
   c.define(node.output(0), c.graph().add1("mul", {a, b}, {}, name_of(node)));
 }
 

@@ -10,7 +10,10 @@ namespace px::nn {
 ImportContext::ImportContext(Graph& graph, const ::onnx::GraphProto& proto, int64_t batch, bool training)
     : graph_(graph), batch_(batch), training_(training) {
   for (const auto& t : proto.initializer()) initializers_[t.name()] = &t;
+  for (const auto& o : proto.output()) outputs_.insert(o.name());
 }
+
+bool ImportContext::is_graph_output(const std::string& name) const { return outputs_.count(name) != 0; }
 
 std::string ImportContext::input(const ::onnx::NodeProto& node, int i) {
   return i < node.input_size() ? node.input(i) : std::string();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 
 #include <onnx/onnx_pb.h>
@@ -39,6 +40,9 @@ class ImportContext {
   // The spec of a graph value or constant.
   TensorSpec spec(const std::string& name, const ::onnx::NodeProto& node);
 
+  // Is `name` one of the graph's outputs?
+  bool is_graph_output(const std::string& name) const;
+
   // Is `name` an initializer (of any type), not yet turned into anything?
   bool is_initializer(const std::string& name) const;
   // `alias` names the same initializer data as `name`: torch writes
@@ -62,6 +66,7 @@ class ImportContext {
   std::map<std::string, const ::onnx::TensorProto*> initializers_;
   std::map<std::string, ValueId> values_;
   std::map<std::string, Tensor> constants_;
+  std::set<std::string> outputs_;
   int64_t salt_ = 0;
 };
 

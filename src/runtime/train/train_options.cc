@@ -87,7 +87,8 @@ void validate(const TrainOptions& o) {
       fail("--tp {} does not divide n_head={}: each tensor-parallel rank computes whole attention heads (try --tp "
            "{} or --heads {})",
            tp, o.gpt.n_head, std::gcd(static_cast<int64_t>(tp), o.gpt.n_head), tp * ((o.gpt.n_head + tp - 1) / tp));
-    if (o.sync.sequence_parallel && o.model != "gpt") fail("--sequence-parallel needs a sequence: the gpt model");
+    if (o.sync.sequence_parallel && o.model != "gpt" && !o.model.ends_with(".onnx"))
+      fail("--sequence-parallel needs a sequence: the gpt model or a transformer imported from ONNX");
   }
   if (o.link_gbps < 0) fail("link limit {} Gb/s must be >= 0 (0: unlimited)", o.link_gbps);
   if (o.inject_delay_rank >= o.ranks)

@@ -3,8 +3,9 @@
 # parallax train --model FILE.onnx` (MPI transport) gives the single rank's
 # per-step losses over 50 steps (PX_TEST_STEPS: fewer under the sanitizers)
 # within 1e-5 relative, for the CNN fixture (loss in the graph; also with
-# ZeRO-3), the GPT-style one (fused attention, on a generated text) and the
-# autoencoder (its mse attached by --loss mse, against the images).
+# ZeRO-3), the GPT-style one (fused attention, on a generated text), the
+# autoencoder (its mse attached by --loss mse, against the images) and the
+# regression (an RMS norm, the labels cast to float, its mse in the graph).
 #
 #   mpi_onnx_test.sh PARALLAX MPIEXEC RANKS FIXTURES_DIR
 set -euo pipefail
@@ -21,8 +22,9 @@ CNN=(train --model "$FIXTURES/cnn.onnx" --batch 16 "${COMMON[@]}")
 CNN_ZERO3=("${CNN[@]}" --zero 3)
 GPT=(train --model "$FIXTURES/gpt.onnx" --data "$WORK/text.txt" --batch 8 "${COMMON[@]}")
 AUTOENCODER=(train --model "$FIXTURES/autoencoder.onnx" --loss mse --batch 16 "${COMMON[@]}")
+REGRESSION=(train --model "$FIXTURES/regression.onnx" --batch 16 "${COMMON[@]}")
 
-for job in CNN CNN_ZERO3 GPT AUTOENCODER; do
+for job in CNN CNN_ZERO3 GPT AUTOENCODER REGRESSION; do
   declare -n args=$job
   "$PARALLAX" "${args[@]}" --metrics "$WORK/$job-1.jsonl" > "$WORK/$job-1.log"
   "${MPIRUN[@]}" "$PARALLAX" "${args[@]}" --metrics "$WORK/$job-mpi.jsonl" > "$WORK/$job-mpi.log"

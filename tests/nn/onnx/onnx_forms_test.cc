@@ -5,11 +5,13 @@
 // ModelProto one way.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 
 #include <onnx/onnx_pb.h>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "graph/executor.h"
 #include "nn/onnx/onnx_import.h"
 #include "runtime/checkpoint/safetensors.h"
@@ -151,16 +153,29 @@ TEST(OnnxForms, AMeanOverTheBatchAxisOrEveryAxisIsNamed) {
   EXPECT_EQ(over({1}).error, "");  // the last axis, named from the front
 }
 
-TEST(OnnxForms, AConcatOfAConstantOfVaryingValuesIsNamed) {
-  const Imported imported = import_edited("autoencoder", [](auto& m) {
-    add_constant(m, "ramp", {8, 4}, {0.0f, 1.0f, 2.0f});
-    ::onnx::NodeProto* concat = nullptr;
-    for (auto& node : *m.mutable_graph()->mutable_node())
-      if (node.op_type() == "Concat" && node.input_size() == 3) concat = &node;
-    ASSERT_NE(concat, nullptr);
-    concat->set_input(1, "ramp");
-  }, kMse);
-  expect_one_line_naming(imported.error, {"Concat", "input 1 is a constant [8,4] of varying values", "all equal"});
+// A constant of varying values joins as one row repeated over the batch
+// (a fill_like holding that row); one whose rows differ depends on the
+// batch's rows, and is named.
+TEST(OnnxForms, AConcatOfAConstantWhoseRowsDifferIsNamed) {
+  auto with_constant = [](std::vector<float> values) {
+    return import_edited("autoencoder", [values](auto& m) {
+      add_constant(m, "table", {8, 4}, values);
+      ::onnx::NodeProto* concat = nullptr;
+      for (auto& node : *m.mutable_graph()->mutable_node())
+        if (node.op_type() == "Concat" && node.input_size() == 3) concat = &node;
+      ASSERT_NE(concat, nullptr);
+      concat->set_input(1, "table");
+    }, kMse);
+  };
+  const Imported repeated = with_constant({0.0f, 1.0f, 2.0f, 3.0f});  // every row 0, 1, 2, 3
+  ASSERT_EQ(repeated.error, "");
+  std::vector<std::vector<double>> rows;
+  for (const Node& node : repeated.model.graph.nodes())
+    if (node.op() == "fill_like" && node.attrs.has("values")) rows.push_back(node.attrs.get_floats("values"));
+  EXPECT_EQ(rows, (std::vector<std::vector<double>>{{0, 1, 2, 3}}));
+  expect_one_line_naming(with_constant({0.0f, 1.0f, 2.0f}).error,
+                         {"Concat", "input 1 is a constant [8,4] whose rows differ (row 1 is not row 0)",
+                          "one row repeated over the batch"});
 }
 
 // Graph inputs listed among the initializers (keep_initializers_as_inputs)
@@ -191,6 +206,52 @@ TEST(OnnxForms, MseOnAnOutputThatIsNoImageIsNamed) {
   const Imported imported = import_edited("mlp", {}, kMse);
   expect_one_line_naming(imported.error, {"--loss mse", "first output [8,10]", "does not fit the targets [8,1,28,28]",
                                           "autoencoder"});
+}
+
+// An image model with one output a row regresses the labels as numbers:
+// the MLP's scores averaged to (N, 1), against the labels cast to float.
+TEST(OnnxForms, MseOnOneOutputARowRegressesTheLabels) {
+  const Imported imported = import_edited("mlp", [](auto& m) {
+    auto* graph = m.mutable_graph();
+    ::onnx::NodeProto* mean = graph->add_node();
+    mean->set_op_type("ReduceMean");
+    mean->set_name("/test/ReduceMean");
+    mean->add_input(graph->output(0).name());
+    mean->add_output("score");
+    auto* axes = mean->add_attribute();
+    axes->set_name("axes");
+    axes->set_type(::onnx::AttributeProto::INTS);
+    axes->add_ints(-1);
+    ::onnx::ValueInfoProto out = graph->output(0);
+    out.set_name("score");
+    out.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(1)->set_dim_value(1);
+    graph->clear_output();
+    *graph->add_output() = out;
+  }, kMse);
+  ASSERT_EQ(imported.error, "");
+  const nn::Model& model = imported.model;
+  EXPECT_EQ(model.logits, kNoValue);
+  ValueId score = kNoValue;
+  for (const Node& node : model.graph.nodes())
+    if (node.name == "/test/ReduceMean") score = node.outputs[0];
+  ASSERT_NE(score, kNoValue);
+  Rng rng(5);
+  std::vector<Tensor> bound;
+  initial_parameters(model.graph, 0).bind(model.graph, bound);
+  Tensor images = Tensor::empty(model.graph.spec(model.inputs).shape);
+  for (int64_t i = 0; i < images.numel(); ++i) images.f32()[i] = static_cast<float>(rng.uniform());
+  Tensor labels = Tensor::empty(model.graph.spec(model.targets).shape, model.graph.spec(model.targets).dtype);
+  for (int64_t i = 0; i < labels.numel(); ++i) {
+    if (labels.dtype() == DType::i32) labels.data<int32_t>()[i] = static_cast<int32_t>(i % 10);
+    else labels.data<int64_t>()[i] = i % 10;
+  }
+  bound[model.inputs] = images;
+  bound[model.targets] = labels;
+  Executor executor(model.graph, {model.loss, score});
+  const std::vector<Tensor> out = executor.run(bound);
+  double expected = 0;
+  for (int64_t i = 0; i < 8; ++i) expected += std::pow(double(out[1].f32()[i]) - double(i % 10), 2) / 8;
+  EXPECT_NEAR(out[0].f32()[0], expected, 1e-5 * expected);
 }
 
 TEST(OnnxForms, MseOnATokenModelIsNamed) {

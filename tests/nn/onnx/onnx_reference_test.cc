@@ -115,7 +115,7 @@ TEST_P(OnnxReference, FiftyAdamwStepsMatchPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxReference, ::testing::Values("mlp", "cnn", "gpt", "gpt_opset13", "mlp_ops",
-                                                                           "autoencoder"));
+                                                                           "autoencoder", "regression"));
 
 // The opset-13 export spells LayerNorm, GELU and attention out of small
 // operators; the fusion pass gives the graph the fused ops back (the
@@ -151,6 +151,26 @@ TEST(OnnxForms, TheAutoencodersDivisionsConcatAndMeansImportAsTheirOps) {
   // mean(h², -1) over the last dim; mean over dims (1, 2) of (N, 2, 2, 6) one dim at a time.
   EXPECT_EQ(mean_dims, (std::vector<int64_t>{-1, 1, 2}));
   EXPECT_EQ(model.logits, kNoValue);  // a regression: no class scores
+}
+
+// The regression's RMS norm multiplies by a factor per row and by its
+// weight along the last dim, its Concat joins a repeated row of constants,
+// and its labels are cast to float for the mean over every element the
+// graph writes as its loss.
+TEST(OnnxForms, TheRegressionsNormConstantsCastAndMeanImportAsTheirOps) {
+  const nn::Model model = nn::import_onnx({.path = std::string(PX_ONNX_FIXTURES) + "/regression.onnx"}, 4, true);
+  std::map<std::string, int> ops;
+  std::vector<Shape> factors;
+  for (const Node& node : model.graph.nodes()) {
+    ++ops[node.op()];
+    if (node.op() == "mul") factors.push_back(model.graph.spec(node.inputs[1]).shape);
+    if (node.op() == "fill_like") EXPECT_EQ(node.attrs.get_floats("values"), (std::vector<double>{0.25, -0.5, 1, 2}));
+  }
+  EXPECT_EQ(factors, (std::vector<Shape>{Shape({4, 1}), Shape({32})}));
+  EXPECT_EQ(ops["fill_like"], 1);
+  EXPECT_EQ(ops["to_f32"], 1);
+  EXPECT_EQ(ops["sum_leading"], 1);  // the mean over every element, the loss
+  EXPECT_EQ(model.graph.spec(model.loss).shape, Shape({}));
 }
 
 }  // namespace

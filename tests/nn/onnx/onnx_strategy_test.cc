@@ -1,4 +1,5 @@
-// Imported ONNX models under parallel strategies against one rank: the MLP
+// Imported ONNX models under parallel strategies against one rank, each
+// fixture at dp=2, ZeRO-3 at 3 ranks and 2 pipeline stages: the MLP
 // (loss attached by parallax) and the CNN (loss in the graph) from
 // tests/fixtures/onnx, trained 50 AdamW steps on Fashion-MNIST through the
 // whole trainer, and the GPT-style one on a generated text, give one rank's per-step losses at 2 and 3 in-process
@@ -10,7 +11,10 @@
 // layout). The autoencoder (its mse attached by parallax, against the
 // images) likewise, and at tp=2 with its first layer split by output rows
 // (autoencoder_tp2.json), so the divisions, the constant blocks and the
-// means run on split values.
+// means run on split values. The regression (its RMS norm, repeated
+// constant row, labels cast to float and mean-squared loss in the graph)
+// likewise, at tp=2 with its first layer split by output rows
+// (regression_tp2.json), so its norm's factors multiply split rows.
 #include <gtest/gtest.h>
 
 #include "parallel/strategy_equivalence.h"
@@ -64,13 +68,19 @@ TEST_P(OnnxStrategies, MatchesOneRank) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxStrategies,
                          ::testing::Values(OnnxCase{"mlp", 2}, OnnxCase{"cnn", 2}, OnnxCase{"cnn", 3},
-                                           OnnxCase{"mlp", 2, 1}, OnnxCase{"cnn", 3, 3},
-                                           OnnxCase{"cnn", 2, 0, 2}, OnnxCase{"gpt", 2}, OnnxCase{"gpt", 3, 1},
-                                           OnnxCase{"gpt", 2, 0, 2}, OnnxCase{"gpt_opset13", 2},
+                                           OnnxCase{"mlp", 2, 1}, OnnxCase{"mlp", 3, 3}, OnnxCase{"mlp", 2, 0, 2},
+                                           OnnxCase{"cnn", 3, 3}, OnnxCase{"cnn", 2, 0, 2}, OnnxCase{"gpt", 2},
+                                           OnnxCase{"gpt", 3, 1}, OnnxCase{"gpt", 3, 3}, OnnxCase{"gpt", 2, 0, 2},
+                                           OnnxCase{"gpt_opset13", 2}, OnnxCase{"gpt_opset13", 3, 3},
+                                           OnnxCase{"gpt_opset13", 2, 0, 2}, OnnxCase{"mlp_ops", 2},
+                                           OnnxCase{"mlp_ops", 3, 3}, OnnxCase{"mlp_ops", 2, 0, 2},
                                            OnnxCase{"gpt", 2, 0, 1, "gpt_megatron_tp2.json"},
                                            OnnxCase{"autoencoder", 2}, OnnxCase{"autoencoder", 3, 3},
                                            OnnxCase{"autoencoder", 2, 0, 2},
-                                           OnnxCase{"autoencoder", 2, 0, 1, "autoencoder_tp2.json"}),
+                                           OnnxCase{"autoencoder", 2, 0, 1, "autoencoder_tp2.json"},
+                                           OnnxCase{"regression", 2}, OnnxCase{"regression", 3, 3},
+                                           OnnxCase{"regression", 2, 0, 2},
+                                           OnnxCase{"regression", 2, 0, 1, "regression_tp2.json"}),
                          [](const auto& info) {
                            return fmt::format("{}_{}ranks_zero{}_{}stages{}", info.param.fixture, info.param.ranks,
                                               info.param.zero, info.param.stages,

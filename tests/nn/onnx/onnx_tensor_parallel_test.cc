@@ -92,6 +92,47 @@ TEST(OnnxSplitUnits, BuiltInModelsKeepMegatronsLayout) {
   EXPECT_EQ(seeds, (std::vector<std::string>{"fc1.weight S(1)", "fc1.bias S(0)", "fc2.weight S(0)"}));
 }
 
+// Sequence parallelism seeds the residual stream by structure too: where
+// it leaves the embedding (above the built-in GPT's embedding dropout) and
+// each block's row-layer output, the values the built-in GPT names.
+TEST(OnnxSplitUnits, SequenceParallelSeedsTheResidualStreamByStructure) {
+  const nn::Model gpt = nn::build_gpt(
+      {.vocab = 64, .block = 8, .n_layer = 2, .n_head = 2, .n_embd = 16, .dropout = 0.1}, 4, 8, true);
+  auto activation = [](const Graph& g, const std::string& name) -> const Value* {
+    for (const Value& v : g.values())
+      if (v.name == name && v.kind == Value::Kind::activation) return &v;
+    return nullptr;
+  };
+  std::vector<std::string> stream;
+  for (const parallel::PlacementSeed& s : parallel::megatron_seeds(gpt.graph, "tp", true))
+    if (activation(gpt.graph, s.value)) stream.push_back(s.value + " " + s.placement.str());
+  EXPECT_EQ(stream, (std::vector<std::string>{"embed S(1)", "h.0.attn.c_proj.add_bias S(1)",
+                                              "h.0.mlp.c_proj.add_bias S(1)", "h.1.attn.c_proj.add_bias S(1)",
+                                              "h.1.mlp.c_proj.add_bias S(1)"}));
+  const nn::Model onnx = nn::import_onnx({.path = fixture_path("gpt.onnx")}, 4, true);
+  const std::vector<parallel::PlacementSeed> seeds = parallel::megatron_seeds(onnx.graph, "tp", true);
+  const std::vector<parallel::PlacementSeed> tp = parallel::megatron_seeds(onnx.graph, "tp", false);
+  ASSERT_EQ(seeds.size(), tp.size() + 5);  // the embedding's sum and 4 row outputs
+  for (size_t i = tp.size(); i < seeds.size(); ++i) {
+    EXPECT_EQ(seeds[i].placement, Placement::S(1)) << seeds[i].value;
+    const Value* v = activation(onnx.graph, seeds[i].value);
+    ASSERT_NE(v, nullptr) << seeds[i].value;
+    EXPECT_EQ(v->spec.shape, Shape({4, 8, 16})) << seeds[i].value;
+  }
+  // A model without transformer blocks has no stream to split.
+  const nn::Model mlp = nn::import_onnx({.path = fixture_path("mlp.onnx")}, 4, true);
+  EXPECT_THROW(
+      {
+        try {
+          parallel::megatron_seeds(mlp.graph, "tp", true);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("no transformer block"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+}
+
 TrainOptions gpt_job() {
   TrainOptions o = testing::tiny_cnn();
   o.model = fixture_path("gpt.onnx");
@@ -109,6 +150,20 @@ TEST(OnnxTensorParallel, TpFlagOnTheGptFixtureMatchesOneRank) {
   o.ranks = 4;
   o.sync.tensor_parallel = 2;  // mesh {dp:2, tp:2}, the seeds found by structure
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "gpt.onnx --ranks 4 --tp 2");
+}
+
+// Megatron's sequence parallelism on the imported GPT: LayerNorms, the
+// residual adds and the embedding's sum run on sequence shards, the row
+// layers' allreduces become reduce-scatters and all-gathers.
+TEST(OnnxTensorParallel, SequenceParallelOnTheGptFixtureMatchesOneRank) {
+  TrainOptions o = gpt_job();
+  const auto& single = testing::reference_losses("onnx gpt", o);
+  ASSERT_EQ(single.size(), static_cast<size_t>(kEquivalenceSteps));
+  o.ranks = 4;
+  o.sync.tensor_parallel = 2;
+  o.sync.sequence_parallel = true;
+  testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
+                              "gpt.onnx --ranks 4 --tp 2 --sequence-parallel");
 }
 
 // The searches on the GPT fixture over two nodes of two devices joined by a
