@@ -164,7 +164,9 @@ TEST(OnnxForms, TheRegressionsNormConstantsCastAndMeanImportAsTheirOps) {
   for (const Node& node : model.graph.nodes()) {
     ++ops[node.op()];
     if (node.op() == "mul") factors.push_back(model.graph.spec(node.inputs[1]).shape);
-    if (node.op() == "fill_like") EXPECT_EQ(node.attrs.get_floats("values"), (std::vector<double>{0.25, -0.5, 1, 2}));
+    if (node.op() == "fill_like") {
+      EXPECT_EQ(node.attrs.get_floats("values"), (std::vector<double>{0.25, -0.5, 1, 2}));
+    }
   }
   EXPECT_EQ(factors, (std::vector<Shape>{Shape({4, 1}), Shape({32})}));
   EXPECT_EQ(ops["fill_like"], 1);
