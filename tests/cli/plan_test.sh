@@ -71,7 +71,7 @@ echo '{"name": "small-gpus", "nodes": 1, "devices_per_node": 4,
   "device": {"name": "small", "flops_f32": 1e12, "flops_bf16": 1e12, "memory_bytes": 1e9, "memory_bandwidth": 1e11},
   "intra_node": {"name": "link", "bandwidth": 1e10, "latency": 5e-6},
   "inter_node": {"name": "link", "bandwidth": 1e10, "latency": 5e-6}}' > "$WORK/small.json"
-LONG=(--model gpt --block 16384 --batch 1 --cluster "$WORK/small.json" --precision fp32)
+LONG=(--model gpt --block 16384 --batch 1 --cluster "$WORK/small.json" --precision fp32 --method grid)
 "$PX" plan "${LONG[@]}" --out "$WORK/long.json" > "$WORK/long.txt"
 grep -q "^chose pp=1 dp=1 cp=" "$WORK/long.txt" || { cat "$WORK/long.txt"; fail "a long sequence did not get --cp"; }
 grep -q '"context"' "$WORK/long.json" || fail "the written strategy has no context axis"

@@ -16,7 +16,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -86,17 +88,38 @@ double predicted_seconds(const PublishedRun& r, const std::string& preset) {
       .step_seconds;
 }
 
-TEST(PublishedScale, DgxA100PresetPredictsPublishedMegatronRuns) {
+// One test per published run, each within its own timeout (a run at
+// scale lowers dozens of stages: minutes under the sanitizers).
+class PublishedRunTest : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(PublishedRunTest, DgxA100PresetPredictsItWithinTheTolerance) {
   const std::vector<PublishedRun> runs = published_runs();
   ASSERT_GE(runs.size(), 8u);
+  ASSERT_LT(GetParam(), runs.size());
+  const PublishedRun& r = runs[GetParam()];
+  const double predicted = predicted_seconds(r, "dgx-a100");
+  EXPECT_LE(std::abs(predicted / r.published_seconds - 1), kRunTolerance)
+      << r.id << ": predicted " << predicted << " s, published " << r.published_seconds << " s";
+}
+
+INSTANTIATE_TEST_SUITE_P(Megatron, PublishedRunTest, ::testing::Range<size_t>(0, 19),
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           std::string id = published_runs()[info.param].id;
+                           for (char& c : id)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return id;
+                         });
+
+// The median over all runs: every run again, so only where a run takes
+// seconds (a release build); bench/published_accuracy.sh prints it too.
+TEST(PublishedScale, TheMedianErrorIsWithinItsTolerance) {
+  const char* scale = std::getenv("PX_TEST_TIME_SCALE");
+  if (scale != nullptr && std::atof(scale) > 1)
+    GTEST_SKIP() << "the sanitizers' build: each run is checked alone (PublishedRunTest)";
+  const std::vector<PublishedRun> runs = published_runs();
+  ASSERT_EQ(runs.size(), 19u) << "bench/published_runs.json changed: update the Range of PublishedRunTest";
   std::vector<double> errors;
-  for (const PublishedRun& r : runs) {
-    const double predicted = predicted_seconds(r, "dgx-a100");
-    const double error = predicted / r.published_seconds - 1;
-    errors.push_back(std::abs(error));
-    EXPECT_LE(std::abs(error), kRunTolerance)
-        << r.id << ": predicted " << predicted << " s, published " << r.published_seconds << " s";
-  }
+  for (const PublishedRun& r : runs) errors.push_back(std::abs(predicted_seconds(r, "dgx-a100") / r.published_seconds - 1));
   std::sort(errors.begin(), errors.end());
   const size_t n = errors.size();
   const double median = n % 2 ? errors[n / 2] : (errors[n / 2 - 1] + errors[n / 2]) / 2;
