@@ -1,8 +1,10 @@
 #include "nn/onnx/fold.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 
 #include "core/error.h"
@@ -31,6 +33,14 @@ double number(const Tensor& t, int64_t i) {
   return t.dtype() == DType::f32 ? double(t.f32()[i]) : double(t.data<int64_t>()[i]);
 }
 
+// A float constant read as an integer (a shape, an index): it must be a
+// finite value in int64's range.
+int64_t integer_of(float v, const std::string& where) {
+  if (!(std::fabs(v) < 9.2e18f)) fail("{}: {} is not an integer parallax can fold", where, v);
+  return static_cast<int64_t>(v);
+}
+int64_t integer_of(float v, const NodeProto& node) { return integer_of(v, describe(node)); }
+
 // Axis `a` of a rank-`rank` tensor, negative counting from the end.
 int axis_of(int64_t a, int rank, const NodeProto& node) {
   if (a < -rank || a >= rank) fail("{}: axis {} is outside rank {}", describe(node), a, rank);
@@ -39,6 +49,24 @@ int axis_of(int64_t a, int rank, const NodeProto& node) {
 
 const Tensor& folded_input(ImportContext& c, const NodeProto& node, int i) {
   return c.constant(ImportContext::input(node, i), node);
+}
+
+// Folding makes small tensors (shape arithmetic, causal masks up to a few
+// thousand tokens square); an output past this many elements is a
+// malformed model, refused before anything is allocated.
+constexpr int64_t kMaxFoldedElements = int64_t{1} << 26;
+
+// The output of `node`, shaped `dims`, checked before allocation.
+Tensor folded_output(const std::vector<int64_t>& dims, DType dtype, const NodeProto& node) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0) fail("{}: folds to shape [{}], which has a negative dim", describe(node), fmt::join(dims, ","));
+    if (d > 0 && n > kMaxFoldedElements / d)
+      fail("{}: folds to shape [{}], more than the {} elements a folded constant may have", describe(node),
+           fmt::join(dims, ","), kMaxFoldedElements);
+    n *= d;
+  }
+  return Tensor::empty(Shape(dims), dtype);
 }
 
 Outputs fold_constant(ImportContext&, const NodeProto& node) {
@@ -76,7 +104,7 @@ Outputs fold_gather(ImportContext& c, const NodeProto& node) {
   std::vector<int64_t> dims(ds.dims().begin(), ds.dims().begin() + axis);
   for (int64_t d : indices.shape().dims()) dims.push_back(d);
   dims.insert(dims.end(), ds.dims().begin() + axis + 1, ds.dims().end());
-  Tensor out = Tensor::empty(Shape(dims), data.dtype());
+  Tensor out = folded_output(dims, data.dtype(), node);
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < axis; ++d) outer *= ds[d];
   for (int d = axis + 1; d < ds.rank(); ++d) inner *= ds[d];
@@ -108,6 +136,8 @@ Outputs fold_unsqueeze(ImportContext& c, const NodeProto& node) {
   const Tensor& x = folded_input(c, node, 0);
   const int rank = x.rank() + static_cast<int>(constant_ints(folded_input(c, node, 1)).size());
   std::vector<int64_t> axes = axes_input(c, node, rank), dims;
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
+    fail("{}: axes [{}] repeat an axis", describe(node), fmt::join(axes, ","));
   for (int d = 0, k = 0; d < rank; ++d)
     dims.push_back(std::find(axes.begin(), axes.end(), d) != axes.end() ? 1 : x.shape()[k++]);
   return {relabel(x, dims)};
@@ -125,20 +155,28 @@ Outputs fold_squeeze(ImportContext& c, const NodeProto& node) {
   return {relabel(x, dims)};
 }
 
+// Concat: every input has the first's rank, dtype and dims but on `axis`.
 Outputs fold_concat(ImportContext& c, const NodeProto& node) {
   const Tensor& first = folded_input(c, node, 0);
   const int axis = axis_of(attr_int(node, "axis", 0), first.rank(), node);
   std::vector<int64_t> dims = first.shape().dims();
   dims[axis] = 0;
-  for (int i = 0; i < node.input_size(); ++i) dims[axis] += folded_input(c, node, i).shape()[axis];
-  Tensor out = Tensor::empty(Shape(dims), first.dtype());
+  for (int i = 0; i < node.input_size(); ++i) {
+    const Tensor& t = folded_input(c, node, i);
+    bool fits = t.rank() == first.rank() && t.dtype() == first.dtype();
+    for (int d = 0; fits && d < t.rank(); ++d) fits = d == axis || t.shape()[d] == first.shape()[d];
+    if (!fits)
+      fail("{}: input {} is {} {}; concatenating on axis {} needs {} {} but on that axis", describe(node), i,
+           dtype_name(t.dtype()), t.shape(), axis, dtype_name(first.dtype()), first.shape());
+    dims[axis] += t.shape()[axis];
+  }
+  Tensor out = folded_output(dims, first.dtype(), node);
   int64_t outer = 1;
   for (int d = 0; d < axis; ++d) outer *= dims[d];
   int64_t j = 0;
   for (int64_t o = 0; o < outer; ++o)
     for (int i = 0; i < node.input_size(); ++i) {
       const Tensor& t = folded_input(c, node, i);
-      if (t.dtype() != first.dtype()) fail("{}: inputs of different types", describe(node));
       const int64_t block = t.numel() / outer;
       for (int64_t k = 0; k < block; ++k) copy_element(t, o * block + k, out, j++);
     }
@@ -153,12 +191,18 @@ Outputs fold_slice(ImportContext& c, const NodeProto& node) {
   if (!ImportContext::input(node, 3).empty()) axes = constant_ints(folded_input(c, node, 3));
   else for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
   if (!ImportContext::input(node, 4).empty()) steps = constant_ints(folded_input(c, node, 4));
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    fail("{}: {} starts, {} ends, {} axes and {} steps; Slice needs one of each per sliced axis", describe(node),
+         starts.size(), ends.size(), axes.size(), steps.size());
   // Per dim: first index, step, count (ONNX's clamping rules).
   std::vector<int64_t> first(s.rank(), 0), step(s.rank(), 1), count(s.dims().begin(), s.dims().end());
   for (size_t i = 0; i < starts.size(); ++i) {
     const int d = axis_of(axes[i], s.rank(), node);
-    const int64_t n = s[d], st = steps[i];
-    if (st == 0) fail("{}: step 0", describe(node));
+    const int64_t n = s[d];
+    if (steps[i] == 0) fail("{}: step 0", describe(node));
+    // A step past the dim takes at most the first element; clamped so the
+    // count below cannot overflow.
+    const int64_t st = std::clamp<int64_t>(steps[i], -(n + 1), n + 1);
     auto clamp = [&](int64_t v) {
       if (v < 0) v += n;
       return st > 0 ? std::clamp<int64_t>(v, 0, n) : std::clamp<int64_t>(v, -1, n - 1);
@@ -166,9 +210,9 @@ Outputs fold_slice(ImportContext& c, const NodeProto& node) {
     const int64_t b = clamp(starts[i]), e = clamp(ends[i]);
     first[d] = b;
     step[d] = st;
-    count[d] = st > 0 ? std::max<int64_t>(0, (e - b + st - 1) / st) : std::max<int64_t>(0, (b - e - st - 1) / -st);
+    count[d] = st > 0 ? (e > b ? 1 + (e - b - 1) / st : 0) : (b > e ? 1 + (b - e - 1) / -st : 0);
   }
-  Tensor out = Tensor::empty(Shape(count), x.dtype());
+  Tensor out = folded_output(count, x.dtype(), node);
   const std::vector<int64_t> xs = strides_of(s), os = strides_of(out.shape());
   for (int64_t j = 0; j < out.numel(); ++j) {
     int64_t src = 0;
@@ -184,7 +228,7 @@ Outputs fold_cast(ImportContext& c, const NodeProto& node) {
   Tensor out = Tensor::empty(x.shape(), to_float ? DType::f32 : DType::i64);
   for (int64_t i = 0; i < x.numel(); ++i) {
     if (to_float) out.f32()[i] = static_cast<float>(number(x, i));
-    else out.data<int64_t>()[i] = x.dtype() == DType::i64 ? x.data<int64_t>()[i] : static_cast<int64_t>(x.f32()[i]);
+    else out.data<int64_t>()[i] = x.dtype() == DType::i64 ? x.data<int64_t>()[i] : integer_of(x.f32()[i], node);
   }
   return {out};
 }
@@ -195,9 +239,13 @@ Outputs fold_reshape(ImportContext& c, const NodeProto& node) {
   int64_t known = 1;
   int infer = -1;
   for (size_t i = 0; i < dims.size(); ++i) {
-    if (dims[i] == 0) dims[i] = x.shape()[static_cast<int>(i)];
+    if (dims[i] == 0 && static_cast<int>(i) < x.rank()) dims[i] = x.shape()[static_cast<int>(i)];
+    if (dims[i] < -1 || (dims[i] == -1 && infer >= 0))
+      fail("{}: shape [{}] has {}; Reshape takes sizes, 0 (keep) and one -1 (infer)", describe(node),
+           fmt::join(constant_ints(folded_input(c, node, 1)), ","), dims[i] == -1 ? "two -1" : "a negative size");
     if (dims[i] == -1) infer = static_cast<int>(i);
-    else known *= dims[i];
+    else if (__builtin_mul_overflow(known, dims[i], &known))
+      fail("{}: shape [{}] has more than 2^63 elements", describe(node), fmt::join(dims, ","));
   }
   if (infer >= 0) dims[infer] = known == 0 ? 0 : x.numel() / known;
   if (Shape(dims).numel() != x.numel()) fail("{}: cannot view {} as {}", describe(node), x.shape(), Shape(dims));
@@ -216,7 +264,7 @@ Outputs fold_arithmetic(ImportContext& c, const NodeProto& node) {
     dims[d] = std::max(dim(a, d), dim(b, d));
   }
   const bool ints = a.dtype() == DType::i64 && b.dtype() == DType::i64;
-  Tensor out = Tensor::empty(Shape(dims), ints ? DType::i64 : DType::f32);
+  Tensor out = folded_output(dims, ints ? DType::i64 : DType::f32, node);
   const std::vector<int64_t> os = strides_of(out.shape());
   auto source = [&](const Tensor& t, int64_t j) {
     int64_t index = 0, stride = 1;
@@ -232,11 +280,21 @@ Outputs fold_arithmetic(ImportContext& c, const NodeProto& node) {
     const int64_t ia = source(a, j), ib = source(b, j);
     if (ints) {
       const int64_t x = a.data<int64_t>()[ia], y = b.data<int64_t>()[ib];
-      if (op == "Div" && y == 0) fail("{}: integer division by zero", describe(node));
-      out.data<int64_t>()[j] = op == "Add" ? x + y : op == "Sub" ? x - y : op == "Mul" ? x * y : x / y;
+      int64_t r = 0;
+      bool overflow = false;
+      if (op == "Add") overflow = __builtin_add_overflow(x, y, &r);
+      else if (op == "Sub") overflow = __builtin_sub_overflow(x, y, &r);
+      else if (op == "Mul") overflow = __builtin_mul_overflow(x, y, &r);
+      else if (y == 0) fail("{}: integer division by zero", describe(node));
+      else if (x == std::numeric_limits<int64_t>::min() && y == -1) overflow = true;
+      else r = x / y;
+      if (overflow) fail("{}: {} {} {} overflows int64", describe(node), x, op, y);
+      out.data<int64_t>()[j] = r;
     } else {
-      const double x = number(a, ia), y = number(b, ib);
-      out.f32()[j] = static_cast<float>(op == "Add" ? x + y : op == "Sub" ? x - y : op == "Mul" ? x * y : x / y);
+      // In float, as the model would compute it: an overflow is inf, not a
+      // double out of float's range.
+      const float x = static_cast<float>(number(a, ia)), y = static_cast<float>(number(b, ib));
+      out.f32()[j] = op == "Add" ? x + y : op == "Sub" ? x - y : op == "Mul" ? x * y : x / y;
     }
   }
   return {out};
@@ -244,16 +302,10 @@ Outputs fold_arithmetic(ImportContext& c, const NodeProto& node) {
 
 Outputs fold_constant_of_shape(ImportContext& c, const NodeProto& node) {
   const std::vector<int64_t> dims = constant_ints(folded_input(c, node, 0));
-  // Shape arithmetic makes small tensors; a huge one is a malformed model.
-  int64_t n = 1;
-  for (int64_t d : dims) {
-    if (d < 0 || (d > 0 && n > (int64_t{1} << 28) / d)) fail("{}: shape [{}] is negative or too large to fold", describe(node), fmt::join(dims, ","));
-    n *= d;
-  }
   const auto* a = find_attribute(node, "value");
-  if (a == nullptr) return {Tensor::zeros(Shape(dims))};
-  const Tensor v = to_tensor(a->t());
-  Tensor out = Tensor::empty(Shape(dims), v.dtype());
+  const Tensor v = a == nullptr ? Tensor::zeros(Shape{}) : to_tensor(a->t());
+  if (v.numel() != 1) fail("{}: value has {} elements; ConstantOfShape takes one", describe(node), v.numel());
+  Tensor out = folded_output(dims, v.dtype(), node);
   for (int64_t j = 0; j < out.numel(); ++j) copy_element(v, 0, out, j);
   return {out};
 }
@@ -277,7 +329,10 @@ Outputs fold_trilu(ImportContext& c, const NodeProto& node) {
   const Tensor& x = folded_input(c, node, 0);
   const Shape& s = x.shape();
   if (s.rank() < 2) fail("{}: Trilu needs a matrix, got {}", describe(node), s);
-  const int64_t k = ImportContext::input(node, 1).empty() ? 0 : constant_ints(folded_input(c, node, 1)).at(0);
+  std::vector<int64_t> diagonal{0};
+  if (!ImportContext::input(node, 1).empty()) diagonal = constant_ints(folded_input(c, node, 1));
+  if (diagonal.size() != 1) fail("{}: k has {} elements; Trilu takes a scalar", describe(node), diagonal.size());
+  const int64_t k = diagonal[0];
   const bool upper = attr_int(node, "upper", 1) != 0;
   const int64_t rows = s[s.rank() - 2], cols = s[s.rank() - 1];
   Tensor out = Tensor::empty(s, x.dtype());
@@ -311,7 +366,7 @@ std::vector<std::string> foldable_operators() {
 std::vector<int64_t> constant_ints(const Tensor& t) {
   std::vector<int64_t> out(static_cast<size_t>(t.numel()));
   for (int64_t i = 0; i < t.numel(); ++i)
-    out[i] = t.dtype() == DType::i64 ? t.data<int64_t>()[i] : static_cast<int64_t>(t.f32()[i]);
+    out[i] = t.dtype() == DType::i64 ? t.data<int64_t>()[i] : integer_of(t.f32()[i], "a float constant read as integers");
   return out;
 }
 
