@@ -23,8 +23,10 @@ CostTerms allreduce_terms(const CostQuery& query) {
   const double n = query.bytes, p = query.ranks;
   const double segments = std::max(1.0, std::ceil(n / detail::kSegmentBytes));
   const double stages = std::max(1.0, std::ceil(n / SharedMemoryGroup::kStageBytes));
-  const int q = power_of_two_below(query.ranks);
-  const bool folded = q != query.ranks;
+  // q as a double: in integer arithmetic 2(q-1)/q was 1 and (q-1)/q 0 for
+  // q >= 4, so halving-doubling was predicted to send n, not 1.75n, at 8.
+  const double q = power_of_two_below(query.ranks);
+  const bool folded = q != p;
   const double log_q = std::log2(q);
   switch (query.algorithm) {
     case Algorithm::naive:

@@ -30,6 +30,25 @@ TEST(CostModel, TrafficLeavesTheCacheAtTheCliffOfTheWorkingSet) {
   EXPECT_GT(in_dram / in_cache, 1024 * 3.5);
 }
 
+// The bandwidth lower bound: every rank must send at least 2(p-1)/p of the
+// buffer in an allreduce (each of its n/p-shares leaves once reduced and
+// arrives once whole) and (p-1)/p in a reduce-scatter or allgather. No
+// algorithm over links (shared memory copies through the host's memory)
+// may be predicted below it, at any rank count; an integer (q-1)/q once
+// put halving-doubling at n instead of 1.75n at 8 ranks.
+TEST(CostModel, NoAlgorithmSendsLessThanTheBandwidthLowerBound) {
+  const double n = 1 << 24;
+  for (Collective kind : {Collective::allreduce, Collective::reduce_scatter, Collective::allgather})
+    for (int p = 2; p <= 17; ++p)
+      for (Algorithm a : algorithms_for(kind)) {
+        if (a == Algorithm::shared_memory || a == Algorithm::hierarchical) continue;
+        const CostTerms terms = cost_terms({.collective = kind, .algorithm = a, .bytes = n, .ranks = p});
+        const double bound = (kind == Collective::allreduce ? 2.0 : 1.0) * (p - 1) / p * n;
+        EXPECT_GE(terms.bytes_sent, bound * (1 - 1e-12))
+            << collective_name(kind) << " by " << algorithm_name(a) << " at " << p << " ranks";
+      }
+}
+
 TEST(CostModel, JsonRoundTripKeepsCacheAndFits) {
   CostModel model = default_cost_model("mpi");
   model.cache_bytes = 16 << 20;
