@@ -5,7 +5,8 @@
 // on the cluster): step time, throughput, bubble, peak memory per
 // device against the device's memory, bytes per link class, and with
 // --trace the replay as a Chrome trace whose events carry the instruction
-// ids `parallax lower` prints.
+// ids `parallax lower` prints; and what the prediction assumed for the
+// largest GEMM, attention and collective (plan/assumptions.h).
 #include <iostream>
 
 #include "cli/commands.h"
@@ -126,6 +127,8 @@ void add_simulate_command(CLI::App& app) {
     std::cout << fmt::format("hardware FLOP utilisation {:.1f}% (executed FLOPs over step x devices x {} peak)\n",
                              100 * sim.flops / (sim.step_seconds * devices * cluster.device.flops(precision.peak)),
                              precision.peak == DType::bf16 ? "bf16" : "f32");
+    if (const std::string assumed = plan::describe(sim.assumed); !assumed.empty())
+      std::cout << "assumed for the step's largest pieces (why the step takes what it does):\n" << assumed;
     if (!sim_flags->trace.empty()) {
       write_trace(sim_flags->trace, sim, devices);
       std::cout << fmt::format("wrote the simulated step to '{}' (open it in https://ui.perfetto.dev)\n",

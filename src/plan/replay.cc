@@ -12,6 +12,7 @@
 #include "comm/engine/job.h"
 #include "core/error.h"
 #include "graph/op.h"
+#include "graph/precision.h"
 #include "parallel/lower/reshard.h"
 #include "plan/memory.h"
 #include "plan/replay_state.h"
@@ -212,7 +213,10 @@ std::optional<double> Replay::main_instruction(int rank, size_t pos, double star
       std::vector<TensorSpec> in, o;
       for (ValueId v : node.inputs) in.push_back(g.spec(v));
       for (ValueId v : node.outputs) o.push_back(g.spec(v));
-      out_.flops += weight_ * (node.def->cost ? node.def->cost(in, o, node.attrs).flops : 0);
+      const double flops = node.def->cost ? node.def->cost(in, o, node.attrs).flops : 0;
+      out_.flops += weight_ * flops;
+      const DType precision = precision_of(node.attrs) == Precision::bf16 ? DType::bf16 : request_.compute;
+      consider_compute(out_.assumed, g, node, flops, end - start, cluster_.device.flops(precision));
       s.busy += end - start;
       s.last_compute = end;
     }

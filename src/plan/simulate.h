@@ -30,6 +30,7 @@
 #include "parallel/execution.h"
 #include "parallel/lower.h"
 #include "parallel/program.h"
+#include "plan/assumptions.h"
 #include "plan/cluster.h"
 #include "plan/deadline.h"
 #include "plan/estimator.h"
@@ -87,6 +88,7 @@ struct Simulation {
   double bubble_fraction = 0;         // idle share of the compute spans, over all ranks
   std::map<LinkClass, double> bytes_sent;  // over all ranks, by the link they used
   double flops = 0;                   // executed by every rank together
+  Assumptions assumed;                // the reported step's largest GEMM, attention and collective
   std::vector<SimulatedEvent> trace;  // with request.execution.trace
 };
 

@@ -43,6 +43,7 @@ RunPrediction predict_run(const TrainOptions& o, const std::vector<parallel::Pro
   out.activation_peak_bytes = sim.forward_activation_peak_bytes.front();
   out.peak_bytes_per_rank = sim.peak_bytes;
   out.timeline = sim.trace;
+  out.assumed = sim.assumed;
   return out;
 }
 
@@ -59,7 +60,10 @@ std::string describe_prediction(const RunPrediction& p, double measured_step, do
       "  activations  predicted {:.1f} MiB, measured {:.1f} MiB (rank 0's forward activations at their peak): {}\n",
       p.basis, p.step_seconds, measured_step, error(p.step_seconds, measured_step), p.peak_bytes / kMiB,
       measured_peak / kMiB, error(p.peak_bytes, measured_peak), p.activation_peak_bytes / kMiB,
-      measured_activations / kMiB, error(p.activation_peak_bytes, measured_activations));
+      measured_activations / kMiB, error(p.activation_peak_bytes, measured_activations)) +
+         (p.assumed.gemm || p.assumed.collective ? "  assumed for the step's largest pieces:\n" +
+                                                       plan::describe(p.assumed, "    ")
+                                                 : std::string());
 }
 
 }  // namespace px

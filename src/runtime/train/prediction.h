@@ -23,6 +23,7 @@ struct RunPrediction {
   double activation_peak_bytes = 0;  // rank 0's forward activations at their peak
   std::vector<double> peak_bytes_per_rank;  // the memory model's peak of every rank
   std::vector<plan::SimulatedEvent> timeline;  // one step as the simulator replayed it, every rank
+  plan::Assumptions assumed;  // what it took the largest GEMM, attention and collective to cost
 };
 
 // The local spec saved at `path`, or one probed now (no kernel timings) when there is none.
