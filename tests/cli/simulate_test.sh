@@ -16,7 +16,8 @@ JOB=(--model gpt --layers 4 --heads 4 --embd 64 --block 64 --batch 16 --mesh pp=
 # One rank per stage predicts the same step as every rank.
 "$PX" simulate "${JOB[@]}" --cluster dgx-a100 > "$WORK/few.txt"
 [ "$(grep '^step ' "$WORK/out.txt")" = "$(grep '^step ' "$WORK/few.txt")" ] || { echo "FAIL: the symmetric replay differs"; cat "$WORK/out.txt" "$WORK/few.txt"; exit 1; }
-for line in "simulated mesh {pp:2, dp:2, tp:2} on dgx-a100" "step " "bubble " "peak memory " "bytes sent per step, intra-node"; do
+for line in "simulated mesh {pp:2, dp:2, tp:2} on dgx-a100" "step " "bubble " "peak memory " "bytes sent per step, intra-node" \
+            "assumed for the step's largest pieces" "  GEMM " "  attention " "  collective "; do
   grep -q "$line" "$WORK/out.txt" || { echo "FAIL: no '$line' in:"; cat "$WORK/out.txt"; exit 1; }
 done
 "$PX" lower "${JOB[@]}" --rank 5 > "$WORK/rank5.program"

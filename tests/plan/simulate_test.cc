@@ -101,6 +101,36 @@ TEST(Simulate, SymmetricReplayOfOneRankPerStageMatchesTheWholeMesh) {
   EXPECT_DOUBLE_EQ(symmetric.peak_bytes[1], whole.peak_bytes[4]);
 }
 
+// What the prediction assumed for the largest GEMM, attention and
+// collective: each is the replay's own call (its time is the estimator's
+// for that node or collective) and no assumed rate beats the hardware:
+// a GEMM or attention at most the device's peak, a collective's bus
+// bandwidth at most the link's line rate (an 8-rank allreduce once came
+// out at 139% of it). The largest GEMM is one a person can check: an MLP
+// layer of 32 x 512 tokens by 768 x 3072, split tp ways.
+TEST(Simulate, AssumedRatesNameTheLargestPiecesAndStayWithinTheHardware) {
+  const nn::Model model =
+      nn::build_gpt({.vocab = 256, .block = 512, .n_layer = 2, .n_head = 12, .n_embd = 768}, 32, 512, true);
+  for (int tp : {2, 8}) {
+    const parallel::Strategy s = parallel::tensor_parallel(model.graph, 1, tp, batch_input_names(model), true);
+    const std::vector<parallel::Program> programs = lower_all(model, s);
+    const ClusterSpec cluster = cluster_named("dgx-a100");
+    const RooflineEstimator estimator(cluster, DType::bf16);
+    const Simulation sim =
+        simulate({.programs = &programs, .cluster = &cluster, .estimator = &estimator, .compute = DType::bf16});
+    ASSERT_TRUE(sim.assumed.gemm && sim.assumed.attention && sim.assumed.collective) << "tp " << tp;
+    for (const AssumedPiece* piece : {&*sim.assumed.gemm, &*sim.assumed.attention, &*sim.assumed.collective}) {
+      EXPECT_GT(piece->fraction(), 0.05) << piece->name;
+      EXPECT_LE(piece->fraction(), 1.0) << piece->name << ": " << describe(sim.assumed);
+    }
+    // The largest GEMM is an MLP's: 32 x 512 tokens by the 3072-wide hidden layer, split tp ways.
+    EXPECT_NE(sim.assumed.gemm->name.find("mlp"), std::string::npos) << sim.assumed.gemm->name;
+    EXPECT_DOUBLE_EQ(sim.assumed.gemm->work, 2.0 * 32 * 512 * 768 * 3072 / tp) << sim.assumed.gemm->name;
+    EXPECT_EQ(sim.assumed.collective->peak, cluster.intra_node.bandwidth);
+    EXPECT_NE(describe(sim.assumed).find("of the 312 TFLOP/s peak"), std::string::npos) << describe(sim.assumed);
+  }
+}
+
 TEST(Simulate, AReceiveNobodySendsIsNamed) {
   const nn::Model model = nn::build_mlp({.hidden = {64, 64}, .classes = 10}, 8);
   const parallel::Strategy s = parallel::with_pipeline(parallel::data_parallel(1, batch_input_names(model)), 2, {});
