@@ -58,6 +58,11 @@ Simulation simulate_sharing_cores(SimulationRequest request, const ProfiledEstim
     if (std::abs(computing - sharing.ranks) < 0.02) break;
     sharing.ranks = computing;
   }
+  // The spec's FLOP/s are one kernel thread's; a lone rank's kernels run
+  // on `threads` cores, so the peak its GEMM is a share of is theirs.
+  const double cores = mesh_ranks == 1 ? std::clamp(options.threads, 1, cluster.profile->cores) : 1;
+  for (std::optional<AssumedPiece>* piece : {&sim.assumed.gemm, &sim.assumed.attention})
+    if (*piece) (*piece)->peak *= cores;
   return sim;
 }
 
