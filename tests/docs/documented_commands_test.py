@@ -211,6 +211,8 @@ def classify(command):
             kinds.append("parallax")
         elif words[:2] == ["mkdir", "-p"]:
             kinds.append("mkdir")
+        elif words[0] == "scripts/hosts.sh":
+            kinds.append("hosts.sh")
         else:
             return ""
     return "+".join(sorted(set(kinds)))
@@ -289,6 +291,8 @@ def shorten(command):
         return command.text + f" --steps {SHORT_RUN_STEPS}", ["run.sh: its training takes 10 steps"]
     if command.kind == "test.sh":
         return "bash scripts/test.sh --help", ["test.sh: cannot run inside the suite it runs: its --help"]
+    if command.kind == "hosts.sh" and not can_make_hosts():
+        return "scripts/hosts.sh --help", ["hosts.sh: network namespaces need root and ip netns; its --help"]
     out, used = [], []
     for segment in segments(command.text):
         words = words_after_environment(segment)
@@ -311,6 +315,11 @@ def shorten(command):
 # ------------------------------------------------------------------ running
 
 
+def can_make_hosts():
+    """Whether scripts/hosts.sh can make namespaces here (root, iproute2)."""
+    return os.geteuid() == 0 and shutil.which("ip") is not None
+
+
 def make_scratch(parallax, source):
     """A directory laid out like a checkout, for the commands to run in."""
     work = Path(tempfile.mkdtemp(prefix="px-docs-"))
@@ -325,6 +334,7 @@ def make_scratch(parallax, source):
         "#!/usr/bin/env bash\n# The documentation test's stand-in: parallax is built already.\n"
         f"test -x {BINARY_PATH}\n")
     shutil.copy(source / "scripts/test.sh", work / "scripts/test.sh")
+    shutil.copy(source / "scripts/hosts.sh", work / "scripts/hosts.sh")
     # `--data my.txt` in README.md: a text of the reader's own.
     fortunes = Path("/usr/share/games/fortunes")
     text = b""
@@ -455,6 +465,10 @@ def main():
         print(f"FAIL {c.source}: {verdict}: {c.text}")
     for p in problems:
         print(f"FAIL {p}")
+    if work and any(r[0].kind == "hosts.sh" for r in results) and can_make_hosts():
+        # A failed document may have left its hosts up; nothing stays behind.
+        subprocess.run(["bash", str(work / "scripts/hosts.sh"), "down"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
     if work and not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     elif work:

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# Separate hosts on this machine, for multi-host tests: Linux network
+# namespaces joined by a bridge, each "host" with its own network stack,
+# hostname and private disk, nothing shared with the others but the
+# network. Root only.
+#
+#   scripts/hosts.sh up N [--gbps G]   hosts <name>-0 .. <name>-(N-1) at 10.77.0.1 ..
+#                                      (--gbps: each host's link shaped to G Gb/s each
+#                                      way by tbf; unshaped without it)
+#   scripts/hosts.sh down              remove every namespace, veth and qdisc it made
+#   scripts/hosts.sh check             exit 1 naming what `down` left behind
+#   scripts/hosts.sh exec I CMD...     run CMD as host I (see below)
+#   scripts/hosts.sh agent HOST CMD... OpenMPI's remote-shell agent (plm_rsh_agent)
+#                                      and MPICH's (-launcher rsh -launcher-exec):
+#                                      runs the shell command CMD as HOST
+#   scripts/hosts.sh bytes I           host I's link counters: "tx_bytes rx_bytes"
+#   scripts/hosts.sh mpirun ARGS...    OpenMPI's mpirun as host 0 with the agent,
+#                                      over the hosts' links (--host <name>-0:2,...)
+#
+# Every host (`exec`) sees: its namespace's network (eth0 at 10.77.0.(I+1),
+# lo), hostname <name>-I in a UTS namespace of its own, an /etc/hosts
+# naming every host, and in a mount namespace of its own a private
+# /dev/shm and $PXH_DISK (default /mnt/pxh): directories under the state
+# directory that only host I's processes see, kept between `exec`s until
+# `down` (a checkpoint written there by one run is there for the next).
+# The rest of the filesystem (the repository, the binaries, /tmp) is seen
+# by all, as an installed program and a cluster's shared home are.
+#
+# The bridge lives in a namespace of its own (<name>-switch): the
+# machine's own network is never touched. Names: --name P (default pxh,
+# or $PXH_NAME) before the subcommand.
+set -euo pipefail
+
+NAME=${PXH_NAME:-pxh}
+DISK=${PXH_DISK:-/mnt/pxh}
+SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
+die() { echo "hosts.sh: $*" >&2; exit 1; }
+
+while [[ $# -gt 0 && $1 == --* ]]; do
+  case $1 in
+    --name) NAME=$2; shift 2 ;;
+    -h|--help) usage 0 ;;
+    *) die "unknown option '$1' (see --help)" ;;
+  esac
+done
+[[ $# -gt 0 ]] || usage 1
+COMMAND=$1; shift
+STATE=/run/parallax-hosts/$NAME
+SWITCH=$NAME-switch
+
+require_root() {
+  [[ $(id -u) == 0 ]] || die "needs root (network and mount namespaces)"
+  command -v ip > /dev/null || die "needs iproute2's ip"
+}
+
+hosts() { cat "$STATE/count" 2> /dev/null || echo 0; }
+address() { echo "10.77.0.$(($1 + 1))"; }
+
+up() {
+  local n=$1 gbps=""
+  shift
+  while [[ $# -gt 0 ]]; do
+    case $1 in
+      --gbps) gbps=$2; shift 2 ;;
+      *) die "up: unknown option '$1'" ;;
+    esac
+  done
+  [[ $n =~ ^[0-9]+$ && $n -ge 1 && $n -le 200 ]] || die "up: N is '$n'; expected 1 to 200 hosts"
+  [[ -z $gbps || $gbps =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "up: --gbps is '$gbps'; expected a rate in Gb/s"
+  require_root
+  [[ ! -e $STATE ]] || die "hosts '$NAME' are up already ($STATE); run 'hosts.sh down' first"
+  mkdir -p "$STATE"
+  # A failure part-way leaves nothing behind.
+  trap 'down > /dev/null 2>&1 || true' ERR
+  echo "$n" > "$STATE/count"
+  ip netns add "$SWITCH"
+  ip -n "$SWITCH" link add br0 type bridge
+  ip -n "$SWITCH" link set br0 up
+  : > "$STATE/hosts"
+  printf '127.0.0.1 localhost\n' >> "$STATE/hosts"
+  for ((i = 0; i < n; ++i)); do printf '%s %s\n' "$(address "$i")" "$NAME-$i" >> "$STATE/hosts"; done
+  for ((i = 0; i < n; ++i)); do
+    local ns=$NAME-$i
+    ip netns add "$ns"
+    ip link add "$ns-eth" type veth peer name "$ns-sw"
+    ip link set "$ns-eth" netns "$ns"
+    ip link set "$ns-sw" netns "$SWITCH"
+    ip -n "$SWITCH" link set "$ns-sw" master br0
+    ip -n "$SWITCH" link set "$ns-sw" up
+    ip -n "$ns" link set "$ns-eth" name eth0
+    ip -n "$ns" addr add "$(address "$i")/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
+    if [[ -n $gbps ]]; then
+      # Token bucket both ways: out of the host on its eth0, into it on
+      # the switch's end of its veth.
+      local rate
+      rate=$(awk -v g="$gbps" 'BEGIN { printf "%dmbit", g * 1000 }')
+      tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 100ms
+      tc -n "$SWITCH" qdisc add dev "$ns-sw" root tbf rate "$rate" burst 256kb latency 100ms
+    fi
+    mkdir -p "$STATE/$i/shm" "$STATE/$i/disk"
+    chmod 1777 "$STATE/$i/shm"
+  done
+  trap - ERR
+  echo "hosts.sh: $n hosts up: $NAME-0 .. $NAME-$((n - 1)) at $(address 0) .. $(address $((n - 1)))${gbps:+, links at $gbps Gb/s}"
+}
+
+down() {
+  require_root
+  local n
+  n=$(hosts)
+  for ((i = 0; i < n; ++i)); do ip netns del "$NAME-$i" 2> /dev/null || true; done
+  # Namespaces from a failed `up` whose count was not written yet.
+  for ns in $(ip netns list | awk '{print $1}'); do
+    [[ $ns == "$NAME"-[0-9]* || $ns == "$SWITCH" ]] && ip netns del "$ns" 2> /dev/null
+  done
+  rm -rf "$STATE"
+  check
+}
+
+check() {
+  local left
+  left=$(ip netns list | awk '{print $1}' | grep -E "^$NAME-([0-9]+|switch)$" || true)
+  left+=$(ip -o link show | awk -F': ' '{print $2}' | grep -E "^$NAME-" || true)
+  [[ -e $STATE ]] && left+=" $STATE"
+  if [[ -n ${left// /} ]]; then
+    echo "hosts.sh: left behind: $(echo $left)" >&2
+    return 1
+  fi
+}
+
+# exec I CMD...: CMD as host I (network, hostname, /etc/hosts, private dirs).
+host_exec() {
+  local i=$1
+  shift
+  [[ -e $STATE/count ]] || die "hosts '$NAME' are not up (hosts.sh up N)"
+  [[ $i =~ ^[0-9]+$ && $i -lt $(hosts) ]] || die "exec: host '$i' is not one of 0 .. $(($(hosts) - 1))"
+  [[ $# -gt 0 ]] || die "exec: no command"
+  # The mount namespace's changes stay in it (rprivate); the private
+  # directories are bound over the shared paths.
+  exec ip netns exec "$NAME-$i" unshare --uts --mount -- bash -c '
+    set -e
+    hostname "$1"
+    mount --make-rprivate /
+    mount --bind "$2/hosts" /etc/hosts
+    mount --bind "$2/$3/shm" /dev/shm
+    mkdir -p "$4" && mount --bind "$2/$3/disk" "$4"
+    shift 4
+    exec "$@"' host-exec "$NAME-$i" "$STATE" "$i" "$DISK" "$@"
+}
+
+# agent [ssh-style options] HOST CMD...: the command line is for a remote
+# shell (OpenMPI writes "PATH=...; export PATH; orted ..."), so it runs in one.
+agent() {
+  while [[ $# -gt 0 && $1 == -* ]]; do shift; done
+  local host=$1
+  shift
+  local i=${host##"$NAME"-}
+  [[ $host == "$NAME-$i" && $i =~ ^[0-9]+$ ]] || die "agent: '$host' is not a host of '$NAME' ($NAME-0 ..)"
+  host_exec "$i" sh -c "$*"
+}
+
+bytes() {
+  local i=$1
+  echo "$(ip netns exec "$NAME-$i" cat /sys/class/net/eth0/statistics/tx_bytes) $(ip netns exec "$NAME-$i" cat /sys/class/net/eth0/statistics/rx_bytes)"
+}
+
+case $COMMAND in
+  up) [[ $# -ge 1 ]] || die "up: how many hosts?"; up "$@" ;;
+  down) down ;;
+  check) check ;;
+  exec) [[ $# -ge 1 ]] || die "exec: which host?"; require_root; host_exec "$@" ;;
+  agent) agent "$@" ;;
+  bytes) [[ $# -eq 1 ]] || die "bytes: which host?"; bytes "$1" ;;
+  mpirun)
+    require_root
+    host_exec 0 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PXH_NAME="$NAME" PXH_DISK="$DISK" \
+      mpirun --mca plm_rsh_agent "$SELF agent" --mca oob_tcp_if_include eth0 --mca btl_tcp_if_include eth0 \
+      --mca btl tcp,vader,self "$@" ;;
+  *) die "unknown command '$COMMAND' (see --help)" ;;
+esac
