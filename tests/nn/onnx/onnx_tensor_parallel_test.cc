@@ -5,7 +5,8 @@
 // axis, and the plan they return trains as one rank does within 1e-5
 // (tests/parallel/strategy_equivalence.h); the CNN fixture's convolutions
 // are lone layers the searches place too; every plan method works on
-// every fixture (alpa refuses by name).
+// every fixture, and the stage search's plans of the GPT and the CNN
+// (cut by cost at node boundaries) train as one rank does.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -288,8 +289,8 @@ TEST_P(OnnxPlannedConvolutions, ThePlanSplitsTheConvolutionsAndMatchesOneRank) {
 INSTANTIATE_TEST_SUITE_P(Searches, OnnxPlannedConvolutions, ::testing::Values("layerwise", "mcmc"));
 
 // `parallax plan --model FILE.onnx --method X` for every X on the fixtures:
-// each search returns a plan; alpa, which rebuilds the model with one and
-// two blocks, refuses an imported graph by name.
+// each search returns a plan; alpa's, on a graph without blocks, are every
+// layout's stages cut by cost and replayed on its Programs.
 TEST(OnnxPlan, EveryMethodPlansTheFixtures) {
   const plan::ClusterSpec cluster = plan::cluster_named("dgx-a100");
   for (const char* file : {"mlp.onnx", "cnn.onnx", "gpt.onnx", "gpt_opset13.onnx"}) {
@@ -303,24 +304,70 @@ TEST(OnnxPlan, EveryMethodPlansTheFixtures) {
         .ranks = 4,
         .cluster = &cluster,
         .budget_seconds = 5};
-    for (const char* method : {"auto", "grid", "layerwise", "mcmc"}) {
+    for (const char* method : {"auto", "grid", "layerwise", "mcmc", "alpa"}) {
       request.method = method;
       try {
         const plan::PlanResult result = plan::plan(request);
         EXPECT_FALSE(result.ranked.empty()) << file << " " << method;
+        if (request.method == "alpa") {
+          EXPECT_EQ(result.method, "alpa") << file;
+          for (const plan::Candidate& c : result.ranked) EXPECT_TRUE(c.simulated) << file << " " << c.description;
+        }
       } catch (const Error& e) {
         ADD_FAILURE() << file << " --method " << method << ": " << e.what();
       }
     }
-    request.method = "alpa";
-    try {
-      plan::plan(request);
-      ADD_FAILURE() << file << ": alpa planned an imported graph";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("imported graph"), std::string::npos) << e.what();
-    }
   }
 }
+
+// The stage search on the GPT and the CNN fixtures (4 ranks of a DGX):
+// its choice, and its fastest pipeline (stages cut by cost at node
+// boundaries, named by their ONNX nodes), each a valid strategy that
+// trains as one rank does.
+class OnnxStagePlan : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OnnxStagePlan, TheChoiceAndTheFastestPipelineMatchOneRank) {
+  const plan::ClusterSpec cluster = plan::cluster_named("dgx-a100");
+  TrainOptions o = gpt_job();
+  o.model = fixture_path(GetParam() + ".onnx");
+  if (GetParam() == "cnn") o.data = testing::tiny_cnn().data;
+  const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
+  const plan::PlanRequest request{
+      .build = [&](int64_t rows, int64_t) { return nn::build_model(o.model_config(), rows, true); },
+      .batch_inputs = batch_input_names(model),
+      .batch = o.batch,
+      .ranks = 4,
+      .cluster = &cluster,
+      .budget_seconds = 20,
+      .method = "alpa"};
+  const plan::PlanResult result = plan::plan(request);
+  EXPECT_EQ(result.method, "alpa");
+  EXPECT_FALSE(result.budget_exhausted) << "evaluated " << result.evaluated << " of " << result.considered;
+  const plan::Candidate* pipeline = nullptr;
+  for (const plan::Candidate& c : result.ranked)
+    if (!pipeline && c.strategy.pipeline_ranks() > 1) pipeline = &c;
+  ASSERT_NE(pipeline, nullptr) << GetParam() << ": no pipeline fits";
+  // Its cuts named, so a run cuts where the plan was simulated (a bf16 run's own cut may move).
+  EXPECT_EQ(pipeline->strategy.pipeline.stage_cuts.size(), static_cast<size_t>(pipeline->strategy.pipeline_ranks() - 1))
+      << pipeline->description;
+  const auto& single = testing::reference_losses("onnx " + GetParam() + " stage plan", o);
+  ASSERT_EQ(single.size(), static_cast<size_t>(kEquivalenceSteps));
+  testing::ScratchDir dir;
+  std::vector<const plan::Candidate*> trained{&result.best()};
+  if (pipeline != trained.front()) trained.push_back(pipeline);
+  for (const plan::Candidate* c : trained) {
+    const std::string path = dir.file("plan.json");
+    std::ofstream(path) << parallel::to_json(c->strategy).dump(2);
+    TrainOptions planned = o;
+    planned.sync.strategy = path;
+    planned.sync.mesh_ranks = planned.ranks = 4;  // the file's micro-batches and stages
+    testing::expect_same_losses(single, testing::train_losses(planned), kEquivalenceTolerance,
+                                GetParam() + " alpa: " + c->description);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxStagePlan, ::testing::Values("gpt", "cnn"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace px
