@@ -13,9 +13,29 @@ constexpr size_t kMaxRegionNodes = 48;
 
 bool is_forward_node(const Node& n) { return n.origin < 0 && n.op() != "reshard"; }
 
+// A parameter read by nothing but one node.
+bool own_param(const Graph& graph, const std::vector<std::vector<int>>& readers, ValueId v) {
+  return graph.value(v).kind == Value::Kind::param && readers[static_cast<size_t>(v)].size() == 1;
+}
+
+// Node `index` as a conv layer: its weight and bias its own parameters.
+std::optional<GemmLayer> conv_layer(const Graph& graph, const std::vector<std::vector<int>>& readers, int index) {
+  const Node& n = graph.nodes()[static_cast<size_t>(index)];
+  if (graph.value(n.inputs[0]).kind == Value::Kind::param) return std::nullopt;
+  for (size_t i = 1; i < n.inputs.size(); ++i)
+    if (!own_param(graph, readers, n.inputs[i])) return std::nullopt;
+  GemmLayer layer{.node = index, .out_dim = 0, .input = n.inputs[0], .output = n.outputs[0], .conv = true};
+  layer.weight = graph.value(n.inputs[1]).name;
+  layer.name = layer.weight.ends_with(".weight") ? layer.weight.substr(0, layer.weight.size() - 7) : layer.weight;
+  if (n.inputs.size() == 3) layer.bias = graph.value(n.inputs[2]).name;
+  layer.nodes.push_back(index);
+  return layer;
+}
+
 // Node `index` as a GEMM layer, if it is one.
 std::optional<GemmLayer> gemm_layer(const Graph& graph, const std::vector<std::vector<int>>& readers, int index) {
   const Node& n = graph.nodes()[static_cast<size_t>(index)];
+  if (n.op() == "conv2d") return conv_layer(graph, readers, index);
   const bool linear = n.op() == "linear", matmul = n.op() == "matmul";
   if (!(linear || matmul) || n.inputs.size() != 2) return std::nullopt;
   if (graph.value(n.inputs[0]).kind == Value::Kind::param) return std::nullopt;
@@ -166,7 +186,9 @@ std::vector<SplitUnit> split_units(const Graph& graph) {
     if (unit_of[i] >= 0) continue;
     const auto& [next, region] = after[i];
     SplitUnit unit;
-    const ValueId residual = next >= 0 && unit_of[static_cast<size_t>(next)] < 0
+    // Convolutions stay lone layers: a chain of two is the same split as a pair, and no Megatron block.
+    const bool gemms = next >= 0 && !layers[i].conv && !layers[static_cast<size_t>(next)].conv;
+    const ValueId residual = gemms && unit_of[static_cast<size_t>(next)] < 0
                                  ? residual_stream(graph, readers, layers[i], layers[static_cast<size_t>(next)])
                                  : kNoValue;
     if (residual != kNoValue) {

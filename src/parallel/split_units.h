@@ -7,14 +7,17 @@
 //               (x·Wᵀ, W (M, K): torch's Gemm) whose weight is a parameter
 //               read by nothing else, directly or through a `transpose`
 //               (torch's MatMul of W.t()); with the `bias_add` of a
-//               parameter after it when there is one.
+//               parameter after it when there is one. A `conv2d` whose
+//               weight (Co, Ci, Kh, Kw) and bias are parameters read by
+//               nothing else is one too (an im2col GEMM): its features
+//               are channels, dim 1 of its (N, C, H, W) activations.
 //   block       Megatron's column-then-row pair: a GEMM layer whose output
 //               reaches exactly one other GEMM layer through a region that
 //               nothing outside reads (GELU's nodes; the attention's
 //               reshapes and core), on a residual branch (the row layer's
 //               output is added to what the column layer's input was made
 //               from): a transformer's attention or MLP.
-//   lone layer  any other GEMM layer.
+//   lone layer  any other GEMM layer (every conv layer).
 #pragma once
 
 #include <string>
@@ -29,10 +32,11 @@ struct GemmLayer {
   std::string name;    // the weight's name without ".weight": "fc1", "h.0.attn.c_attn", "h.0.c_fc"
   int node = -1;       // the GEMM node
   std::string weight;  // its parameter
-  int out_dim = 1;     // the weight's dim of output features: 1 for (K, M), 0 for torch's (M, K)
-  std::string bias;    // the bias_add's parameter, "" when none
-  ValueId input = -1;  // the activations it reads (K features on the last dim)
-  ValueId output = -1; // after the bias when there is one (M features on the last dim)
+  int out_dim = 1;     // the weight's dim of output features: 1 for (K, M), 0 for torch's (M, K) and a conv's
+  std::string bias;    // the bias_add's parameter (a conv's own bias), "" when none
+  ValueId input = -1;  // the activations it reads (K features on the last dim; a conv's channels on dim 1)
+  ValueId output = -1; // after the bias when there is one (M features on the last dim; a conv's on dim 1)
+  bool conv = false;   // a conv2d
   std::vector<int> nodes;  // its forward nodes: the weight's transpose, the GEMM, the bias_add
 };
 
@@ -58,7 +62,8 @@ std::vector<SplitUnit> split_units(const Graph& graph);
 
 // Megatron's splits of one layer along `axis`: column (output features
 // split, in `groups` groups; the bias too) and row (input features; the
-// bias stays whole, added after the reduction).
+// bias stays whole, added after the reduction, or by a conv's shard of
+// input channel 0).
 std::vector<PlacementSeed> column_seeds(const GemmLayer& layer, const std::string& axis, int groups = 1);
 std::vector<PlacementSeed> row_seeds(const GemmLayer& layer, const std::string& axis);
 

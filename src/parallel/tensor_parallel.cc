@@ -15,14 +15,18 @@ std::vector<PlacementSeed> megatron_seeds(const Graph& graph, const std::string&
   auto add = [&](const std::vector<PlacementSeed>& seeds) {
     for (const PlacementSeed& s : seeds) split.emplace(s.value, s.placement);
   };
+  // Convolutions are not Megatron's: they stay whole here, and are split
+  // only where a search (plan/layer_search.h) or a strategy file places them.
   const std::vector<SplitUnit> units = split_units(graph);
   std::vector<bool> taken(units.size(), false);
+  auto conv = [&](size_t u) { return units[u].layers.front().conv; };
   for (size_t u = 0; u < units.size(); ++u) {
     const SplitUnit& unit = units[u];
     if (unit.block()) {
       add(column_seeds(unit.layers[0], axis, unit.groups));
       add(row_seeds(unit.layers[1], axis));
-    } else if (!taken[u] && unit.next >= 0 && !taken[static_cast<size_t>(unit.next)]) {
+    } else if (!taken[u] && !conv(u) && unit.next >= 0 && !taken[static_cast<size_t>(unit.next)] &&
+               !conv(static_cast<size_t>(unit.next))) {
       add(column_seeds(unit.layers[0], axis));
       add(row_seeds(units[static_cast<size_t>(unit.next)].layers[0], axis));
       taken[static_cast<size_t>(unit.next)] = true;

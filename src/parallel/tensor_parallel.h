@@ -14,6 +14,8 @@
 //                      logits are split by vocabulary
 //   layers in a chain  (an MLP's fc1, fc2, ...) column, row, column, row, ...;
 //                      an odd last layer whole
+//   convolutions       whole: a search or a strategy file may split them
+//                      (column by output channel, row by input channel)
 //
 // "column" splits a weight's output features, "row" its input features:
 // S(1) and S(0) of a (in, out) weight, S(0) and S(1) of torch's (out, in).

@@ -4,10 +4,11 @@
 // layers costs.
 //
 //   replicated  whole on every tp rank: the output is whole
-//   column      a fully-connected layer's output features split (weight
-//               S(1), bias S(0)): the output is split by feature
-//   row         its input features split (weight S(0)): the output is a
-//               partial sum every tp rank holds a summand of
+//   column      a layer's output features split (a (in, out) weight S(1),
+//               torch's (out, in) and a conv's S(0); bias S(0)): the output
+//               is split by feature (a conv's by channel)
+//   row         its input features split (the weight's other dim): the
+//               output is a partial sum every tp rank holds a summand of
 //   pair        a transformer block's attention or MLP as Megatron splits
 //               it (column, then row, reduced inside): whole in, whole out
 //

@@ -1,16 +1,18 @@
 // The OptCNN-style search: each unit tensor parallelism can split
 // (parallel/split_units.h, found by the graph's structure: a lone
 // fully-connected layer, "fc1", "fc2", ... of an MLP or an imported
-// Gemm/MatMul; a transformer block's attention or MLP) gets its own
-// placement on the tensor axis of a mesh dp x tp, in forward order, and
-// everything else (convolutions, pooling, activations) runs data-parallel
-// along dp, whole along tp. A lone layer is placed
+// Gemm/MatMul; a convolution; a transformer block's attention or MLP) gets
+// its own placement on the tensor axis of a mesh dp x tp, in forward
+// order, and everything else (pooling, activations, norms) runs
+// data-parallel along dp, whole along tp. A lone layer is placed
 //
 //   replicated  the weight whole on every tp rank
-//   column      the weight's output features split (S(1)), the bias S(0):
-//               the layer's output is split by feature
-//   row         the input features split (S(0)): the output is a partial
-//               sum every tp rank holds a summand of
+//   column      the weight's output features split (S(1); a conv's output
+//               channels, S(0)), the bias S(0): the layer's output is split
+//               by feature (a conv's by channel)
+//   row         the input features split (S(0); a conv's input channels,
+//               S(1)): the output is a partial sum every tp rank holds a
+//               summand of
 //
 // and a block replicated or split as Megatron's pair (plan/layer_placement.h).
 //
@@ -26,8 +28,8 @@
 // their Programs (plan/search.h evaluate): those figures rank them.
 //
 // With a large fully-connected layer and a slow link this finds what
-// OptCNN did: the convolutions data-parallel (here: along dp), the big
-// layer split, so its gradient is never reduced whole.
+// OptCNN did: the convolutions data-parallel (here: along dp, replicated
+// along tp), the big layer split, so its gradient is never reduced whole.
 #pragma once
 
 #include <chrono>

@@ -3,8 +3,9 @@
 //
 // The units placed are the model's layers that can be split, found by the
 // graph's structure (parallel/split_units.h), so imported ONNX graphs are
-// placed like built-in models: each lone fully-connected layer (replicated,
-// column or row, as in plan/layer_search.h) and each transformer block's
+// placed like built-in models: each lone fully-connected or convolution
+// layer (replicated, column or row, as in plan/layer_search.h) and each
+// transformer block's
 // attention and MLP (replicated, or Megatron's column-then-row pair). The
 // embedding and everything else stay replicated along tp and
 // data-parallel along dp.

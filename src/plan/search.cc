@@ -212,10 +212,6 @@ class Planner {
   }
 
   void alpa() {
-    if (!has_blocks(model_.graph))
-      fail("plan: --method alpa cuts built-in models of repeated blocks (h.0, h.1, ...) into stages, probing copies "
-           "of one and two blocks; this model has none (an imported graph is fixed as exported); use --method "
-           "grid, layerwise or mcmc");
     StageSearch search{.request = &request_, .estimator = estimator_, .model = &model_};
     all_ = search_stages(search, deadline_);
     result_.considered = search.considered;

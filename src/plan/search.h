@@ -17,7 +17,10 @@
 //          schedule, ZeRO) a dynamic program over the stage cuts that
 //          minimizes the slowest stage under the memory of each stage's
 //          in-flight micro-batches; the best few are verified by the
-//          simulator on their real Programs (plan/stage_dp.h).
+//          simulator on their real Programs (plan/stage_search.h). A
+//          graph without blocks (an imported ONNX graph) is cut by cost
+//          at its narrowest node boundaries for each layout, and every
+//          layout replayed on its Programs.
 //   auto   alpa for block models whose grid would not fit the budget (one
 //          candidate's replay times the grid's size, or over 1000
 //          candidates), else grid, and for models without blocks the

@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "parallel/compose.h"
 #include "plan/simulate.h"
+#include "plan/stage_layouts.h"
 #include "plan/stage_probe.h"
 
 namespace px::plan {
@@ -20,15 +21,7 @@ namespace {
 using parallel::PipelineKind;
 using parallel::Recompute;
 
-// One point of the search space, with the probe it stands on.
-struct Layout {
-  int stages, dp, tp;
-  bool sp;
-  int micro_batches;
-  Recompute recompute;
-  PipelineKind kind;
-  int zero;
-};
+using Layout = StageLayout;
 
 // The analytic estimate of one layout with `blocks[s]` blocks on stage s.
 struct Estimate {
@@ -280,37 +273,6 @@ std::string describe_layout(const Layout& l, const std::vector<int>& blocks) {
   return text;
 }
 
-// Every layout of the space (cheap: nothing is lowered).
-std::vector<Layout> layouts_of(const PlanRequest& request, int blocks) {
-  const SearchSpace& space = request.space;
-  const ClusterSpec& cluster = *request.cluster;
-  std::vector<Layout> layouts;
-  for (int tp : divisors(request.ranks)) {
-    if (tp > 1 && (!space.tensor || tp > cluster.devices_per_node)) continue;  // tensor groups stay in a node
-    for (int stages : divisors(request.ranks / tp)) {
-      if (stages > 1 && (!space.pipeline || stages > blocks)) continue;
-      const int dp = request.ranks / tp / stages;
-      const int64_t rows = (request.batch + dp - 1) / dp;  // data rank 0's
-      if (request.batch < dp) continue;
-      const int most_micro = std::max(space.max_micro_batches, 8 * stages);
-      for (bool sp : {false, true}) {
-        if (sp && tp == 1) continue;
-        for (int m = 1; m <= rows && m <= most_micro; m *= 2) {
-          for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
-            if (r != Recompute::none && !space.recompute) continue;
-            std::vector<PipelineKind> kinds{PipelineKind::one_f_one_b};
-            if (stages > 1 && space.schedules) kinds = {PipelineKind::gpipe, PipelineKind::one_f_one_b, PipelineKind::zb_h1};
-            for (PipelineKind kind : kinds)
-              for (int zero = 0; zero <= (space.zero && dp > 1 ? 3 : 0); ++zero)
-                if (zero < 3 || stages == 1) layouts.push_back({stages, dp, tp, sp, m, r, kind, zero});
-          }
-        }
-      }
-    }
-  }
-  return layouts;
-}
-
 // A layout's screened figures: its best cut's estimate, or (no cut fits)
 // the memory of balanced blocks and why it is rejected.
 struct Scored {
@@ -395,9 +357,9 @@ std::vector<Scored> score_all(StageSearch& search, const std::vector<Layout>& la
 std::vector<Candidate> search_stages(StageSearch& search, const Deadline& deadline) {
   const PlanRequest& request = *search.request;
   const int blocks = block_count(search.model->graph);
-  PX_CHECK_GE(blocks, 1);
+  if (blocks == 0) return search_graph_stages(search, deadline);
   // The space first (cheap), then each layout scored in turn until the deadline, its probe made when first needed.
-  const std::vector<Layout> layouts = layouts_of(request, blocks);
+  const std::vector<Layout> layouts = stage_layouts(request, blocks);
   search.considered = static_cast<int>(layouts.size());
   // Visited in a fixed shuffled order: a search the deadline cuts short has
   // sampled the whole space evenly (every mesh, micro-batch count and

@@ -1,5 +1,6 @@
 // The Alpa-style search for models of repeated blocks ("h.<i>"), fast at
-// any scale: instead of lowering every candidate, it lowers probes.
+// any scale: instead of lowering every candidate, it lowers probes (for a
+// graph without blocks, see search_graph_stages below).
 //
 // A probe is a one- and a two-block copy of the model on one stage's
 // sub-mesh shape (dp = 1, tp, sequence parallelism), one micro-batch of b
@@ -47,7 +48,17 @@ struct StageSearch {
 };
 
 // Every candidate estimated before the deadline (fitting or rejected), the
-// verified ones with their simulated figures.
+// verified ones with their simulated figures. A graph without blocks goes
+// to search_graph_stages.
 std::vector<Candidate> search_stages(StageSearch& search, const Deadline& deadline);
+
+// The search on a graph without repeated blocks (an imported ONNX graph,
+// fixed as exported: nothing to probe): every layout of the same space
+// composed with its stages cut by cost at the graph's narrowest node
+// boundaries (parallel/lower/stages.h), as `--pp` cuts them, the cuts
+// named in the strategy as `--stage-cuts` names them, and replayed on
+// its Programs (evaluate), until the deadline. Every candidate it returns
+// is simulated.
+std::vector<Candidate> search_graph_stages(StageSearch& search, const Deadline& deadline);
 
 }  // namespace px::plan

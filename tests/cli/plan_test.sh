@@ -4,7 +4,8 @@
 # the CPU has bf16), which `parallax train --strategy` runs unchanged; its
 # table ranks by predicted step; on a DGX preset a large GPT goes through
 # the stage search with pipeline stages; an impossible memory budget is a
-# named error naming the closest candidate; a sequence too long for one
+# named error naming the closest candidate; an imported ONNX graph goes
+# through the stage search too; a sequence too long for one
 # rank's memory gets context parallelism; --cluster local without
 # --ranks is a named error; --budget-s bounds a search at scale.
 #
@@ -55,6 +56,21 @@ BIG=(--model gpt --layers 16 --heads 16 --embd 2048 --block 1024 --vocab 51200 -
 grep -q "alpa search" "$WORK/big.txt" || { cat "$WORK/big.txt"; fail "no stage search"; }
 grep -q "replayed on their Programs" "$WORK/big.txt" || fail "no verification count"
 grep -q "^chose pp=" "$WORK/big.txt" || { cat "$WORK/big.txt"; fail "no choice"; }
+
+# An imported graph has no blocks to probe: the stage search cuts each
+# layout's stages by cost at node boundaries and replays it, and the plan
+# it writes trains.
+FIXTURES="$(dirname "$0")/../fixtures/onnx"
+for model in cnn gpt; do
+  "$PX" plan --model "$FIXTURES/$model.onnx" --batch 8 --cluster dgx-a100 --ranks 4 --method alpa --budget-s 5 \
+    --out "$WORK/onnx-$model.json" > "$WORK/onnx-$model.txt"
+  grep -q "alpa search" "$WORK/onnx-$model.txt" || { cat "$WORK/onnx-$model.txt"; fail "$model.onnx: no stage search"; }
+  grep -q "^chose pp=" "$WORK/onnx-$model.txt" || { cat "$WORK/onnx-$model.txt"; fail "$model.onnx: no choice"; }
+  "$PX" train --model "$FIXTURES/$model.onnx" --batch 8 --ranks 4 --strategy "$WORK/onnx-$model.json" --steps 3 \
+    --eval-batches 1 --progress lines > "$WORK/onnx-$model-train.txt"
+  grep -q "trained 3 steps" "$WORK/onnx-$model-train.txt" \
+    || { cat "$WORK/onnx-$model-train.txt"; fail "the alpa plan of $model.onnx did not train"; }
+done
 
 echo '{"name": "tiny-gpus", "nodes": 1, "devices_per_node": 8,
   "device": {"name": "tiny", "flops_f32": 1e13, "flops_bf16": 1e14, "memory_bytes": 1e8, "memory_bandwidth": 1e12},

@@ -59,7 +59,7 @@ done
 echo "== onnx: a torch.onnx.export planned by every search, the plan trained on its ranks"
 ONNX=$EX/onnx/gpt.onnx
 CPU=$EX/clusters/cpu-4nodes-10gbe.json
-for method in auto grid layerwise mcmc; do
+for method in auto grid layerwise mcmc alpa; do
   "$PX" plan --model "$ONNX" --batch 16 --ranks 4 --cluster "$CPU" --method "$method" --budget-s 10 \
     --out "$WORK/onnx-$method.json" > "$WORK/onnx-$method.txt" 2>&1 \
     || { cat "$WORK/onnx-$method.txt"; fail "plan --method $method on examples/onnx/gpt.onnx"; }
@@ -69,10 +69,7 @@ done
 grep -q "tp=2 layer-wise .*h.0.attn=" "$WORK/onnx-layerwise.txt" \
   || { cat "$WORK/onnx-layerwise.txt"; fail "the layer-wise search placed no block of the ONNX GPT"; }
 grep -q "tp=2 mcmc" "$WORK/onnx-mcmc.txt" || { cat "$WORK/onnx-mcmc.txt"; fail "the MCMC search placed nothing"; }
-if "$PX" plan --model "$ONNX" --batch 16 --ranks 4 --cluster "$CPU" --method alpa > "$WORK/onnx-alpa.txt" 2>&1; then
-  fail "--method alpa planned an imported graph it cannot rebuild with fewer blocks"
-fi
-grep -q "imported graph" "$WORK/onnx-alpa.txt" || { cat "$WORK/onnx-alpa.txt"; fail "alpa's refusal names no reason"; }
+grep -q "alpa search" "$WORK/onnx-alpa.txt" || { cat "$WORK/onnx-alpa.txt"; fail "alpa did not search the ONNX GPT"; }
 "$PX" train --model "$ONNX" --batch 16 --strategy "$WORK/onnx-mcmc.json" "${QUICK[@]}" > "$WORK/onnx-train.txt" 2>&1 \
   || { cat "$WORK/onnx-train.txt"; fail "the MCMC plan of examples/onnx/gpt.onnx did not train"; }
 grep -q "trained 3 steps" "$WORK/onnx-train.txt" || { cat "$WORK/onnx-train.txt"; fail "onnx: no 'trained 3 steps'"; }

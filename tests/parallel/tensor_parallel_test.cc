@@ -10,13 +10,16 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <fstream>
 #include <sstream>
 
+#include "nn/build_model.h"
 #include "nn/gpt.h"
 #include "parallel/lower.h"
 #include "parallel/lower/reshard.h"
 #include "parallel/strategy_equivalence.h"
 #include "parallel/compose.h"
+#include "parallel/split_units.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/tasks/task.h"
 #include "testing/expect_train_error.h"
@@ -95,6 +98,46 @@ TEST(CnnTensorParallel, MatchesOneRankAtTp2AndDp2Tp2) {
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "cnn at tp=2");
   o.ranks = 4;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "cnn at dp=2 x tp=2");
+}
+
+// The CNN's convolutions split too, as a search or a strategy file places
+// them (parallel/split_units.h finds them as lone layers): conv1 by output
+// channel (column), conv2 by input channel (row: its bias added by the
+// shard of channel 0, the partial outputs summed), fc1 column, fc2 row.
+TEST(CnnTensorParallel, ConvolutionsSplitByChannelMatchOneRank) {
+  TrainOptions o = testing::tiny_cnn();
+  o.steps = kEquivalenceSteps;
+  o.schedule.total = kEquivalenceSteps;
+  const std::vector<double> single = testing::train_losses(o);
+  const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
+  const std::vector<parallel::SplitUnit> units = parallel::split_units(model.graph);
+  std::vector<std::string> names;
+  for (const parallel::SplitUnit& u : units) names.push_back(u.name);
+  ASSERT_EQ(names, (std::vector<std::string>{"conv1", "conv2", "fc1", "fc2"}));
+  EXPECT_EQ(units[0].next, 1);  // conv1 reaches conv2 through its relu and pool
+  testing::ScratchDir dir;
+  for (int dp : {1, 2}) {
+    parallel::Strategy s = parallel::data_tensor_mesh(dp, 2, {"images", "labels"});
+    for (size_t u = 0; u < units.size(); ++u) {
+      const std::vector<parallel::PlacementSeed> seeds = u % 2 == 0 ? parallel::column_seeds(units[u].layers[0], "tp")
+                                                                    : parallel::row_seeds(units[u].layers[0], "tp");
+      s.seeds.insert(s.seeds.end(), seeds.begin(), seeds.end());
+    }
+    // The convolutions' weights are stored split: conv1's (4, 1, 3, 3) by output channel, conv2's (8, 4, 3, 3) by input.
+    const parallel::Program p = parallel::lower({.forward = &model.graph, .loss = model.loss}, s, 0);
+    std::map<std::string, Shape> local;
+    for (const parallel::ParamLayout& param : p.params) local[param.name] = param.shape;
+    EXPECT_EQ(local.at("conv1.weight"), Shape({2, 1, 3, 3}));
+    EXPECT_EQ(local.at("conv1.bias"), Shape({2}));
+    EXPECT_EQ(local.at("conv2.weight"), Shape({8, 2, 3, 3}));
+    EXPECT_EQ(local.at("conv2.bias"), Shape({8}));
+    const std::string path = dir.file(fmt::format("conv_dp{}_tp2.json", dp));
+    std::ofstream(path) << parallel::to_json(s).dump(2);
+    o.sync.strategy = path;
+    o.sync.mesh_ranks = o.ranks = 2 * dp;
+    testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
+                                fmt::format("cnn, convolutions split, at dp={} x tp=2", dp));
+  }
 }
 
 // Per transformer layer, plain tensor parallelism costs exactly two

@@ -1,6 +1,12 @@
 // 2-D convolution, NCHW (see kernels/conv.h).  attrs: stride (1), pad (0).
 //   conv2d:      x (N, Ci, H, W), w (Co, Ci, Kh, Kw), b (Co) optional -> y (N, Co, Ho, Wo)
 //   conv2d_grad: x, w, dy -> dx, dw, db
+// Tensor parallelism splits a convolution as it splits a linear layer:
+// out_channel_parallel (column: w S(0), b S(0), y split by channel S(1))
+// and in_channel_parallel (row: x and w split by input channel, y a
+// partial sum). Under the row split the bias stays whole (a parameter is
+// never partial) and is added by the one shard that holds input channel 0,
+// so the summands add up to one bias.
 #include "graph/ops/op_util.h"
 #include "graph/precision.h"
 #include "kernels/conv.h"
@@ -33,11 +39,13 @@ OpDef make_conv2d() {
   // are stored and gathered fp32).
   d.mixed_precision = true;
   d.bf16_gemm = true;
-  d.forward = [](const OpContext&, const Attrs& a, const std::vector<const Tensor*>& in,
+  d.forward = [](const OpContext& ctx, const Attrs& a, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
     const auto conv = precision_of(a) == Precision::bf16 ? kernels::conv2d_mixed_bf16 : kernels::conv2d;
-    conv(conv_shape(in[0]->shape(), in[1]->shape(), a), in[0]->f32(), in[1]->f32(),
-         in.size() == 3 ? in[2]->f32() : nullptr, out[0]->f32());
+    // In-channel split: only the shard holding channel 0 adds the bias (the others' outputs are summands).
+    const bool bias = in.size() == 3 && ctx.input_box(0).offset_of(1) == 0;
+    conv(conv_shape(in[0]->shape(), in[1]->shape(), a), in[0]->f32(), in[1]->f32(), bias ? in[2]->f32() : nullptr,
+         out[0]->f32());
   };
   d.backward = [](Graph& g, const Node& n, const std::vector<ValueId>& dout) {
     auto grads = g.add("conv2d_grad", {n.inputs[0], n.inputs[1], dout[0]}, n.attrs, n.name + ".grad");
@@ -60,7 +68,7 @@ OpDef make_conv2d() {
     auto S0 = Placement::S(0), S1 = Placement::S(1), B = Placement::B(), P = Placement::P();
     return std::vector<PlacementSignature>{sig("data_parallel", S0, B, B, S0),
                                            sig("out_channel_parallel", B, S0, S0, S1),
-                                           sig("in_channel_parallel", S1, S1, P, P),
+                                           sig("in_channel_parallel", S1, S1, B, P),
                                            sig("replicated", B, B, B, B)};
   };
   d.examples = [] {

@@ -14,7 +14,10 @@
 // means run on split values. The regression (its RMS norm, repeated
 // constant row, labels cast to float and mean-squared loss in the graph)
 // likewise, at tp=2 with its first layer split by output rows
-// (regression_tp2.json), so its norm's factors multiply split rows.
+// (regression_tp2.json), so its norm's factors multiply split rows. The
+// CNN at dp=2 x tp=2 with its convolutions split (cnn_conv_tp2.json: conv1
+// by output channel, conv2 by input channel, its bias whole), so the relu
+// and the pool run on channel shards and conv2's partial sums are reduced.
 #include <gtest/gtest.h>
 
 #include "parallel/strategy_equivalence.h"
@@ -80,7 +83,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxStrategies,
                                            OnnxCase{"autoencoder", 2, 0, 1, "autoencoder_tp2.json"},
                                            OnnxCase{"regression", 2}, OnnxCase{"regression", 3, 3},
                                            OnnxCase{"regression", 2, 0, 2},
-                                           OnnxCase{"regression", 2, 0, 1, "regression_tp2.json"}),
+                                           OnnxCase{"regression", 2, 0, 1, "regression_tp2.json"},
+                                           OnnxCase{"cnn", 4, 0, 1, "cnn_conv_tp2.json"}),
                          [](const auto& info) {
                            return fmt::format("{}_{}ranks_zero{}_{}stages{}", info.param.fixture, info.param.ranks,
                                               info.param.zero, info.param.stages,

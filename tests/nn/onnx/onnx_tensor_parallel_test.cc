@@ -3,12 +3,15 @@
 // as Megatron blocks and `--tp` seeds them as the hand-written strategy
 // file does; the layer-wise and MCMC searches place its GEMMs on a tensor
 // axis, and the plan they return trains as one rank does within 1e-5
-// (tests/parallel/strategy_equivalence.h); every plan method works on
-// every fixture (alpa refuses by name).
+// (tests/parallel/strategy_equivalence.h); the CNN fixture's convolutions
+// are lone layers the searches place too; every plan method works on
+// every fixture, and the stage search's plans of the GPT and the CNN
+// (cut by cost at node boundaries) train as one rank does.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -58,6 +61,27 @@ TEST(OnnxSplitUnits, FindTheGptFixturesBlocksAndItsHeadByStructure) {
   EXPECT_EQ(units[0].name, "fc1");
   EXPECT_EQ(units[0].next, 1);
   EXPECT_EQ(units[0].layers[0].out_dim, 0);  // torch's (out, in) weight under Gemm's transB
+}
+
+// The CNN's convolutions are lone layers (their own bias inside, torch's
+// (out, in, kh, kw) weight: column is S(0)), a chain conv1 -> conv2 ->
+// fc1 -> fc2; `--tp` still splits only the fully-connected pair.
+TEST(OnnxSplitUnits, FindTheCnnFixturesConvolutionsAsLoneLayers) {
+  const nn::Model cnn = nn::import_onnx({.path = fixture_path("cnn.onnx")}, 4, true);
+  const std::vector<parallel::SplitUnit> units = parallel::split_units(cnn.graph);
+  EXPECT_EQ(unit_names(cnn.graph), (std::vector<std::string>{"conv1", "conv2", "fc1", "fc2"}));
+  ASSERT_EQ(units.size(), 4u);
+  for (size_t u = 0; u < 2; ++u) {
+    const parallel::GemmLayer& conv = units[u].layers.front();
+    EXPECT_TRUE(conv.conv) << conv.name;
+    EXPECT_EQ(conv.out_dim, 0) << conv.name;
+    EXPECT_EQ(conv.bias, conv.name + ".bias");
+    EXPECT_EQ(units[u].next, static_cast<int>(u) + 1) << conv.name;
+  }
+  std::vector<std::string> seeds;
+  for (const parallel::PlacementSeed& s : parallel::megatron_seeds(cnn.graph, "tp", false))
+    seeds.push_back(s.value + " " + s.placement.str());
+  EXPECT_EQ(seeds, (std::vector<std::string>{"fc1.weight S(0)", "fc1.bias S(0)", "fc2.weight S(1)"}));
 }
 
 TEST(OnnxSplitUnits, TensorParallelSeedsAreTheHandWrittenMegatronStrategy) {
@@ -212,9 +236,61 @@ TEST_P(OnnxPlannedTensorParallel, ThePlanMatchesOneRank) {
 
 INSTANTIATE_TEST_SUITE_P(Searches, OnnxPlannedTensorParallel, ::testing::Values("layerwise", "mcmc"));
 
+// The searches on the CNN fixture on devices whose compute is dear beside
+// their links (1 GFLOP/s, 100 GB/s): splitting the convolutions pays, and
+// each search's tensor-parallel placement splits them (conv1 by output
+// channel, conv2 by input channel); that plan trains as one rank does.
+class OnnxPlannedConvolutions : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OnnxPlannedConvolutions, ThePlanSplitsTheConvolutionsAndMatchesOneRank) {
+  plan::ClusterSpec cluster = plan::cluster_named("dgx-a100");
+  cluster.device.flops_f32 = cluster.device.flops_bf16 = 1e9;
+  cluster.intra_node = {.name = "link", .bandwidth = 1e11, .latency = 1e-6};
+  TrainOptions o = gpt_job();
+  o.model = fixture_path("cnn.onnx");
+  o.data = testing::tiny_cnn().data;
+  const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
+  const plan::PlanRequest request{.build = [&](int64_t rows, int64_t) { return nn::build_model(o.model_config(), rows, true); },
+                                  .batch_inputs = batch_input_names(model),
+                                  .batch = o.batch,
+                                  .ranks = 2,
+                                  .cluster = &cluster};
+  const plan::RooflineEstimator estimator(cluster, DType::f32);
+  const plan::Deadline unbounded{};
+  std::vector<plan::Candidate> found;
+  if (GetParam() == "layerwise") {
+    plan::LayerSearch search{.request = &request, .estimator = &estimator, .model = &model};
+    found = plan::search_layers(search, unbounded);
+  } else {
+    plan::McmcSearch search{.request = &request, .estimator = &estimator, .model = &model, .proposals_per_mesh = 200};
+    found = plan::search_mcmc(search, unbounded);
+  }
+  ASSERT_EQ(found.size(), 1u) << GetParam() << ": one placement of the one mesh dp=1 x tp=2";
+  const parallel::Strategy& planned = found.front().strategy;
+  std::map<std::string, std::string> split;
+  for (const parallel::PlacementSeed& s : planned.seeds)
+    if (s.axis == "tp") split[s.value] = s.placement.str();
+  EXPECT_EQ(split["conv1.weight"], "S(0)") << found.front().description;
+  EXPECT_EQ(split["conv1.bias"], "S(0)") << found.front().description;
+  EXPECT_EQ(split["conv2.weight"], "S(1)") << found.front().description;
+  EXPECT_EQ(split.count("conv2.bias"), 0u) << found.front().description;
+
+  testing::ScratchDir dir;
+  const std::string path = dir.file("plan.json");
+  std::ofstream(path) << parallel::to_json(planned).dump(2);
+  const auto& single = testing::reference_losses("onnx cnn", o);
+  ASSERT_EQ(single.size(), static_cast<size_t>(kEquivalenceSteps));
+  o.sync.strategy = path;
+  o.sync.mesh_ranks = o.ranks = 2;
+  testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
+                              GetParam() + ": " + found.front().description);
+}
+
+INSTANTIATE_TEST_SUITE_P(Searches, OnnxPlannedConvolutions, ::testing::Values("layerwise", "mcmc"));
+
 // `parallax plan --model FILE.onnx --method X` for every X on the fixtures:
-// each search returns a plan; alpa, which rebuilds the model with one and
-// two blocks, refuses an imported graph by name.
+// each search returns a plan; alpa's, on a graph without blocks, are every
+// layout's stages cut by cost and replayed on its Programs.
 TEST(OnnxPlan, EveryMethodPlansTheFixtures) {
   const plan::ClusterSpec cluster = plan::cluster_named("dgx-a100");
   for (const char* file : {"mlp.onnx", "cnn.onnx", "gpt.onnx", "gpt_opset13.onnx"}) {
@@ -228,24 +304,70 @@ TEST(OnnxPlan, EveryMethodPlansTheFixtures) {
         .ranks = 4,
         .cluster = &cluster,
         .budget_seconds = 5};
-    for (const char* method : {"auto", "grid", "layerwise", "mcmc"}) {
+    for (const char* method : {"auto", "grid", "layerwise", "mcmc", "alpa"}) {
       request.method = method;
       try {
         const plan::PlanResult result = plan::plan(request);
         EXPECT_FALSE(result.ranked.empty()) << file << " " << method;
+        if (request.method == "alpa") {
+          EXPECT_EQ(result.method, "alpa") << file;
+          for (const plan::Candidate& c : result.ranked) EXPECT_TRUE(c.simulated) << file << " " << c.description;
+        }
       } catch (const Error& e) {
         ADD_FAILURE() << file << " --method " << method << ": " << e.what();
       }
     }
-    request.method = "alpa";
-    try {
-      plan::plan(request);
-      ADD_FAILURE() << file << ": alpa planned an imported graph";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("imported graph"), std::string::npos) << e.what();
-    }
   }
 }
+
+// The stage search on the GPT and the CNN fixtures (4 ranks of a DGX):
+// its choice, and its fastest pipeline (stages cut by cost at node
+// boundaries, named by their ONNX nodes), each a valid strategy that
+// trains as one rank does.
+class OnnxStagePlan : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OnnxStagePlan, TheChoiceAndTheFastestPipelineMatchOneRank) {
+  const plan::ClusterSpec cluster = plan::cluster_named("dgx-a100");
+  TrainOptions o = gpt_job();
+  o.model = fixture_path(GetParam() + ".onnx");
+  if (GetParam() == "cnn") o.data = testing::tiny_cnn().data;
+  const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
+  const plan::PlanRequest request{
+      .build = [&](int64_t rows, int64_t) { return nn::build_model(o.model_config(), rows, true); },
+      .batch_inputs = batch_input_names(model),
+      .batch = o.batch,
+      .ranks = 4,
+      .cluster = &cluster,
+      .budget_seconds = 20,
+      .method = "alpa"};
+  const plan::PlanResult result = plan::plan(request);
+  EXPECT_EQ(result.method, "alpa");
+  EXPECT_FALSE(result.budget_exhausted) << "evaluated " << result.evaluated << " of " << result.considered;
+  const plan::Candidate* pipeline = nullptr;
+  for (const plan::Candidate& c : result.ranked)
+    if (!pipeline && c.strategy.pipeline_ranks() > 1) pipeline = &c;
+  ASSERT_NE(pipeline, nullptr) << GetParam() << ": no pipeline fits";
+  // Its cuts named, so a run cuts where the plan was simulated (a bf16 run's own cut may move).
+  EXPECT_EQ(pipeline->strategy.pipeline.stage_cuts.size(), static_cast<size_t>(pipeline->strategy.pipeline_ranks() - 1))
+      << pipeline->description;
+  const auto& single = testing::reference_losses("onnx " + GetParam() + " stage plan", o);
+  ASSERT_EQ(single.size(), static_cast<size_t>(kEquivalenceSteps));
+  testing::ScratchDir dir;
+  std::vector<const plan::Candidate*> trained{&result.best()};
+  if (pipeline != trained.front()) trained.push_back(pipeline);
+  for (const plan::Candidate* c : trained) {
+    const std::string path = dir.file("plan.json");
+    std::ofstream(path) << parallel::to_json(c->strategy).dump(2);
+    TrainOptions planned = o;
+    planned.sync.strategy = path;
+    planned.sync.mesh_ranks = planned.ranks = 4;  // the file's micro-batches and stages
+    testing::expect_same_losses(single, testing::train_losses(planned), kEquivalenceTolerance,
+                                GetParam() + " alpa: " + c->description);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxStagePlan, ::testing::Values("gpt", "cnn"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace px
