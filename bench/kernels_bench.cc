@@ -60,7 +60,7 @@ class Timer {
 void linear(Timer& t, int64_t N, int64_t in, int64_t out, const float* x, const float* w,
             const float* b, float* y) {
   t.time("gemm", [&] { gemm(false, true, N, out, in, 1.0f, x, in, w, in, 0.0f, y, out); });
-  t.time("bias", [&] { add_bias(N, out, b, y); });
+  t.time("bias", [&] { add_bias(N, out, y, b, y); });
 }
 void linear_backward(Timer& t, int64_t N, int64_t in, int64_t out, const float* x,
                      const float* w, const float* dy, float* dx, float* dw, float* db) {

@@ -90,11 +90,14 @@ class Graph {
   void set_origin(int first, int origin);
   // The dtype this graph holds `value` in where it differs from what its
   // producer makes: a pipeline stage's bf16 copy of a value another stage
-  // makes and sends (parallel/lower/pipeline.cc). Nothing is inferred
-  // again: only for a value whose producer the graph's holder never runs.
+  // makes and sends (parallel/lower/pipeline.cc), or the output of a node
+  // stamped to store it in bf16 (graph/precision.h). Nothing is inferred
+  // again.
   void set_dtype(ValueId value, DType dtype);
   // Sets one attribute of node `node`. Only for attributes the shape rule
-  // does not read (graph/precision.h's): the outputs are not inferred again.
+  // does not read (graph/precision.h's), or with set_dtype giving the
+  // outputs what the rule would (precision.h's storage stamp): the outputs
+  // are not inferred again.
   void set_attr(int node, const std::string& name, AttrValue value);
 
   int64_t param_count() const;

@@ -126,6 +126,11 @@ struct OpDef {
   // Under bf16 its flops run at the bf16 GEMM rate (a GEMM op). The
   // planner costs the other bf16 ops, untimed, as their fp32 twins.
   bool bf16_gemm = false;
+  // It can store its output 0 in bf16, rounded as a to_bf16 after it would
+  // round it: the storage rewrite then stamps the node (graph/precision.h,
+  // stores_in_bf16) instead of inserting a cast, and its shape rule and
+  // forward read the stamp. One pass over the value instead of two.
+  bool stores_bf16 = false;
 };
 
 // The registry. Ops register themselves from static initializers in

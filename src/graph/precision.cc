@@ -7,6 +7,7 @@
 namespace px {
 namespace {
 constexpr const char* kAttr = "precision";
+constexpr const char* kStoreAttr = "store";
 }
 
 Precision parse_precision(std::string_view word) {
@@ -69,6 +70,13 @@ int store_gemm_operands_in_bf16(Graph& graph) {
     if (!bf16_only[v]) continue;
     const auto value = static_cast<ValueId>(v);
     const int producer = graph.value(value).producer;
+    if (graph.nodes()[static_cast<size_t>(producer)].def->stores_bf16 && graph.value(value).output_index == 0) {
+      // The stamp and the dtype together: the shape rule reads the stamp,
+      // so re-inferring the node (a later copy of the graph) agrees.
+      graph.set_attr(producer, kStoreAttr, std::string("bf16"));
+      graph.set_dtype(value, DType::bf16);
+      continue;
+    }
     const ValueId stored = graph.insert_after(producer, "to_bf16", {value}, {}, graph.value(value).name + ".bf16")
                                .front();
     for (size_t n = static_cast<size_t>(producer) + 2; n < graph.nodes().size(); ++n)
@@ -77,6 +85,10 @@ int store_gemm_operands_in_bf16(Graph& graph) {
     ++inserted;
   }
   return inserted;
+}
+
+bool stores_in_bf16(const Attrs& attrs) {
+  return attrs.has(kStoreAttr) && attrs.get_string(kStoreAttr) == "bf16";
 }
 
 Precision precision_of(const Attrs& attrs) {

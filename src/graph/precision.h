@@ -57,8 +57,17 @@ std::vector<bool> read_only_at_bf16(const Graph& graph);
 // the bytes. Results do not change: the GEMMs round the same values the
 // cast does. Runs on a differentiated graph (the lowering calls it), so
 // backward readers count and the casts need no backward. Graph outputs stay
-// fp32. Returns the number of casts inserted (none in an fp32 graph).
+// fp32. Where the producer can store the value in bf16 itself
+// (OpDef::stores_bf16: a bias add, GELU), its node is stamped
+// store="bf16" and its output becomes BF16 instead: the same rounding
+// without a second pass. Returns the number of casts inserted (none in an
+// fp32 graph).
 int store_gemm_operands_in_bf16(Graph& graph);
+
+// Whether a node with these attributes stores its output 0 in bf16 (the
+// stamp above). Shape rules of OpDef::stores_bf16 ops read it, so a copy of
+// the graph that re-infers the node gets the same dtype.
+bool stores_in_bf16(const Attrs& attrs);
 
 // The precision a node with these attributes runs in (fp32 when unset).
 Precision precision_of(const Attrs& attrs);

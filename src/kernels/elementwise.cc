@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -22,6 +23,20 @@ constexpr float kGeluCoeff = 0.044715f;
 template <typename Body>
 void pointwise(int64_t n, int64_t grain, Body body) {
   px::parallel_for(0, n, grain, [&](int64_t lo, int64_t hi) { body(lo, hi); });
+}
+
+// An output stored in bf16: `compute(lo, hi, out)` writes elements
+// [lo, hi) in fp32 into a buffer small enough to stay in L1, which is then
+// narrowed into y (to_bf16's rounding). One pass over y's memory.
+constexpr int64_t kNarrowChunk = 2048;
+template <typename Compute>
+void narrowed(int64_t lo, int64_t hi, bf16* y, Compute compute) {
+  float buffer[kNarrowChunk];
+  for (int64_t c = lo; c < hi; c += kNarrowChunk) {
+    const int64_t e = std::min(hi, c + kNarrowChunk);
+    compute(c, e, buffer);
+    to_bf16(e - c, buffer, y + c);
+  }
 }
 
 }  // namespace
@@ -56,14 +71,29 @@ void mul(int64_t n, const float* a, const float* b, float* out) {
   });
 }
 
-void add_bias(int64_t rows, int64_t cols, const float* bias, float* x) {
+void add_bias(int64_t rows, int64_t cols, const float* x, const float* bias, float* y) {
+  // One read of x and one write of y (copying x first and adding in place
+  // made two passes over y). No __restrict on x and y: they may alias.
   int64_t grain = detail::rows_grain(cols, kCheapGrain);
   px::parallel_for(0, rows, grain, [=](int64_t lo, int64_t hi) {
     const float* __restrict pb = bias;
     for (int64_t r = lo; r < hi; ++r) {
-      float* __restrict row = x + r * cols;
-      for (int64_t c = 0; c < cols; ++c) row[c] += pb[c];
+      const float* in = x + r * cols;
+      float* out = y + r * cols;
+      for (int64_t c = 0; c < cols; ++c) out[c] = in[c] + pb[c];
     }
+  });
+}
+
+void add_bias(int64_t rows, int64_t cols, const float* x, const float* bias, bf16* y) {
+  int64_t grain = detail::rows_grain(cols, kCheapGrain);
+  px::parallel_for(0, rows, grain, [=](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r)
+      narrowed(r * cols, (r + 1) * cols, y, [=](int64_t a, int64_t b, float* out) {
+        const float* __restrict in = x + a;
+        const float* __restrict pb = bias + (a - r * cols);
+        for (int64_t c = 0; c < b - a; ++c) out[c] = in[c] + pb[c];
+      });
   });
 }
 
@@ -90,31 +120,60 @@ void relu_backward(int64_t n, const float* y, const float* dy, float* dx) {
   });
 }
 
-void gelu(int64_t n, const float* x, float* y) {
+namespace {
+
+inline float widen(float v) { return v; }
+inline float widen(bf16 v) { return to_float(v); }
+
+// The loops take x of either storage, each element widened to fp32 as it
+// is loaded, so they vectorize with the conversion inside them.
+template <typename X>
+void gelu_span(int64_t n, const X* __restrict x, float* __restrict y) {
+  for (int64_t i = 0; i < n; ++i) {
+    // 0.5 (1 + tanh(u)) = e / (e + 1) with e = exp(2u): exact in both tails.
+    float v = widen(x[i]);
+    float e = detail::exp_approx(2.0f * kSqrt2OverPi * (v + kGeluCoeff * v * v * v));
+    y[i] = v * (e / (e + 1.0f));
+  }
+}
+
+template <typename X>
+void gelu_backward_span(int64_t n, const X* __restrict x, const float* __restrict dy, float* __restrict dx) {
+  for (int64_t i = 0; i < n; ++i) {
+    float v = widen(x[i]);
+    float v2 = v * v;
+    // With e = exp(2u): 0.5 (1 + tanh u) = e/(e+1), 1 - tanh^2 u = 4e/(e+1)^2.
+    float e = detail::exp_approx(2.0f * kSqrt2OverPi * (v + kGeluCoeff * v2 * v));
+    float inv = 1.0f / (e + 1.0f);
+    float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * v2);
+    float grad = e * inv + 2.0f * v * (e * inv) * inv * du;
+    dx[i] = grad * dy[i];
+  }
+}
+
+template <typename X, typename Y>
+void gelu_any(int64_t n, const X* x, Y* y) {
   pointwise(n, kGrain, [=](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      // 0.5 (1 + tanh(u)) = e / (e + 1) with e = exp(2u): exact in both tails.
-      float v = x[i];
-      float e = detail::exp_approx(2.0f * kSqrt2OverPi * (v + kGeluCoeff * v * v * v));
-      y[i] = v * (e / (e + 1.0f));
+    if constexpr (std::is_same_v<Y, float>) {
+      gelu_span(hi - lo, x + lo, y + lo);
+    } else {
+      narrowed(lo, hi, y, [=](int64_t a, int64_t b, float* out) { gelu_span(b - a, x + a, out); });
     }
   });
 }
 
-void gelu_backward(int64_t n, const float* x, const float* dy, float* dx) {
-  pointwise(n, kGrain, [=](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      float v = x[i];
-      float v2 = v * v;
-      // With e = exp(2u): 0.5 (1 + tanh u) = e/(e+1), 1 - tanh^2 u = 4e/(e+1)^2.
-      float e = detail::exp_approx(2.0f * kSqrt2OverPi * (v + kGeluCoeff * v2 * v));
-      float inv = 1.0f / (e + 1.0f);
-      float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * v2);
-      float grad = e * inv + 2.0f * v * (e * inv) * inv * du;
-      dx[i] = grad * dy[i];
-    }
-  });
+template <typename X>
+void gelu_backward_any(int64_t n, const X* x, const float* dy, float* dx) {
+  pointwise(n, kGrain, [=](int64_t lo, int64_t hi) { gelu_backward_span(hi - lo, x + lo, dy + lo, dx + lo); });
 }
+
+}  // namespace
+
+void gelu(int64_t n, const float* x, float* y) { gelu_any(n, x, y); }
+void gelu(int64_t n, const bf16* x, float* y) { gelu_any(n, x, y); }
+void gelu(int64_t n, const bf16* x, bf16* y) { gelu_any(n, x, y); }
+void gelu_backward(int64_t n, const float* x, const float* dy, float* dx) { gelu_backward_any(n, x, dy, dx); }
+void gelu_backward(int64_t n, const bf16* x, const float* dy, float* dx) { gelu_backward_any(n, x, dy, dx); }
 
 float sum_squares(int64_t n, const float* x) {
   // Fixed 4096-element blocks, each summed in 8 double lanes (vectorizes),
@@ -142,9 +201,9 @@ float sum_squares(int64_t n, const float* x) {
 
 namespace ref {
 
-void add_bias(int64_t rows, int64_t cols, const float* bias, float* x) {
+void add_bias(int64_t rows, int64_t cols, const float* x, const float* bias, float* y) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) x[r * cols + c] += bias[c];
+    for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = x[r * cols + c] + bias[c];
 }
 
 void bias_grad(int64_t rows, int64_t cols, const float* dy, float* dbias) {

@@ -4,22 +4,35 @@
 
 #include <cstdint>
 
+#include "kernels/bf16.h"
+
 namespace px::kernels {
 
 void add(int64_t n, const float* a, const float* b, float* out);          // out = a + b
 void add_inplace(int64_t n, const float* a, float* out);                  // out += a
 void scale(int64_t n, float alpha, const float* x, float* out);           // out = alpha * x
 void mul(int64_t n, const float* a, const float* b, float* out);          // out = a * b
-void add_bias(int64_t rows, int64_t cols, const float* bias, float* x);    // x[r,c] += bias[c]
+// y[r,c] = x[r,c] + bias[c] in one pass; y may be x.
+void add_bias(int64_t rows, int64_t cols, const float* x, const float* bias, float* y);
+// The same with y stored in bf16, rounded as to_bf16 rounds (x, bias fp32).
+void add_bias(int64_t rows, int64_t cols, const float* x, const float* bias, bf16* y);
 void bias_grad(int64_t rows, int64_t cols, const float* dy, float* dbias); // dbias[c] += sum_r dy[r,c]
 void relu(int64_t n, const float* x, float* y);
 void relu_backward(int64_t n, const float* y, const float* dy, float* dx);  // dx = dy * (y > 0)
 void gelu(int64_t n, const float* x, float* y);
 void gelu_backward(int64_t n, const float* x, const float* dy, float* dx);
+// The same with x stored in bf16 (a bf16 node's stored input), widened as it
+// is read: one pass, no fp32 copy of x. Results equal the fp32 kernels' on
+// the widened values.
+void gelu(int64_t n, const bf16* x, float* y);
+void gelu(int64_t n, const bf16* x, bf16* y);  // y rounded as to_bf16 rounds
+void gelu_backward(int64_t n, const bf16* x, const float* dy, float* dx);
 float sum_squares(int64_t n, const float* x);  // in double internally
 
 namespace ref {
-void add_bias(int64_t rows, int64_t cols, const float* bias, float* x);
+void add_bias(int64_t rows, int64_t cols, const float* x, const float* bias, float* y);
+// The same with y stored in bf16, rounded as to_bf16 rounds (x, bias fp32).
+void add_bias(int64_t rows, int64_t cols, const float* x, const float* bias, bf16* y);
 void bias_grad(int64_t rows, int64_t cols, const float* dy, float* dbias);
 void gelu(int64_t n, const float* x, float* y);
 void gelu_backward(int64_t n, const float* x, const float* dy, float* dx);

@@ -20,6 +20,7 @@
 // product), itself rounded: the 1.01 covers that.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -198,8 +199,9 @@ TEST(MixedPrecision, BackwardGemmsInheritTheirForwardNodesPrecision) {
 // x -> linear -> gelu -> linear -> loss. Under bf16, gelu's output is read
 // only by the second linear (its x) and that linear's weight gradient
 // (matmul_at_b's a), the first linear's output only by gelu and gelu_grad
-// (their x, read at bf16 precision): both are stored in bf16. The loss
-// reads the logits in fp32: they stay.
+// (their x, read at bf16 precision): both are stored in bf16, the first
+// linear's output by a cast, gelu's by gelu itself (OpDef::stores_bf16).
+// The loss reads the logits in fp32: they stay.
 struct MlpGraph {
   Graph graph;
   ValueId loss = kNoValue, hidden = kNoValue, pre_activation = kNoValue, logits = kNoValue;
@@ -217,16 +219,18 @@ struct MlpGraph {
   }
 };
 
-TEST(MixedPrecision, StorageCastsExactlyTheValuesOnlyBf16ReadersTakeInBf16) {
+TEST(MixedPrecision, StorageCastsOrStampsExactlyTheValuesOnlyBf16ReadersTakeInBf16) {
   MlpGraph fp32(Precision::fp32), bf16(Precision::bf16);
   EXPECT_EQ(store_gemm_operands_in_bf16(fp32.graph), 0);
+  for (const Node& node : fp32.graph.nodes()) EXPECT_FALSE(stores_in_bf16(node.attrs)) << node.name;
   const size_t before = bf16.graph.nodes().size();
-  ASSERT_EQ(store_gemm_operands_in_bf16(bf16.graph), 2);
+  ASSERT_EQ(store_gemm_operands_in_bf16(bf16.graph), 1);  // fc1's output; gelu stores its own
   const Graph& g = bf16.graph;
-  ASSERT_EQ(g.nodes().size(), before + 2);
+  ASSERT_EQ(g.nodes().size(), before + 1);
   std::map<ValueId, ValueId> stored;  // fp32 value -> its bf16 copy
   for (size_t n = 0; n < g.nodes().size(); ++n) {
     const Node& node = g.nodes()[n];
+    EXPECT_EQ(stores_in_bf16(node.attrs), node.name == "act") << node.name;
     if (node.op() != "to_bf16") continue;
     const ValueId value = node.inputs[0];
     EXPECT_EQ(g.value(value).producer, static_cast<int>(n) - 1) << "right after its producer: " << node.name;
@@ -234,8 +238,14 @@ TEST(MixedPrecision, StorageCastsExactlyTheValuesOnlyBf16ReadersTakeInBf16) {
     EXPECT_EQ(g.spec(node.outputs[0]).dtype, DType::bf16);
     stored[value] = node.outputs[0];
   }
-  EXPECT_EQ(stored.size(), 2u);
-  EXPECT_TRUE(stored.count(bf16.hidden) && stored.count(bf16.pre_activation));
+  EXPECT_EQ(stored.size(), 1u);
+  EXPECT_TRUE(stored.count(bf16.pre_activation));
+  // The stamped node's output is BF16 in place, as its shape rule now says.
+  const Node& act = g.nodes()[static_cast<size_t>(g.value(bf16.hidden).producer)];
+  EXPECT_EQ(g.spec(bf16.hidden).dtype, DType::bf16);
+  std::vector<TensorSpec> inputs;
+  for (ValueId v : act.inputs) inputs.push_back(g.spec(v));
+  EXPECT_EQ(act.def->infer(inputs, act.attrs).at(0).dtype, DType::bf16);
   std::map<ValueId, std::vector<std::string>> readers;
   for (size_t n = 0; n < g.nodes().size(); ++n) {
     const Node& node = g.nodes()[n];
@@ -248,7 +258,7 @@ TEST(MixedPrecision, StorageCastsExactlyTheValuesOnlyBf16ReadersTakeInBf16) {
     for (ValueId v : node.outputs) EXPECT_EQ(g.value(v).producer, static_cast<int>(n)) << node.name;
     if (node.origin >= 0) EXPECT_EQ(g.nodes()[static_cast<size_t>(node.origin)].origin, -1) << node.name;
   }
-  EXPECT_EQ(readers[stored[bf16.hidden]], (std::vector<std::string>{"linear", "matmul_at_b"}));
+  EXPECT_EQ(readers[bf16.hidden], (std::vector<std::string>{"linear", "matmul_at_b"}));
   EXPECT_EQ(readers[stored[bf16.pre_activation]], (std::vector<std::string>{"gelu", "gelu_grad"}));
   EXPECT_EQ(g.spec(bf16.logits).dtype, DType::f32);
 }
@@ -256,7 +266,7 @@ TEST(MixedPrecision, StorageCastsExactlyTheValuesOnlyBf16ReadersTakeInBf16) {
 TEST_F(MixedPrecisionOps, StoringGemmOperandsInBf16ChangesNoResult) {
   auto run = [](bool stored) {
     MlpGraph model(Precision::bf16);
-    if (stored) EXPECT_EQ(store_gemm_operands_in_bf16(model.graph), 2);
+    if (stored) EXPECT_EQ(store_gemm_operands_in_bf16(model.graph), 1);
     const Graph& g = model.graph;
     std::vector<ValueId> wanted = {model.loss};
     for (const char* name : {"fc1.grad_w", "fc2.grad_w"})
@@ -276,6 +286,49 @@ TEST_F(MixedPrecisionOps, StoringGemmOperandsInBf16ChangesNoResult) {
   for (size_t i = 0; i < rounded.size(); ++i)
     for (int64_t j = 0; j < rounded[i].numel(); ++j)
       EXPECT_EQ(stored[i].f32()[j], rounded[i].f32()[j]) << "output " << i << " [" << j << "]";
+}
+
+// Every op that can store its output in bf16 (OpDef::stores_bf16), on its
+// examples: stamped, it writes exactly the bits a to_bf16 after its
+// unstamped run would, from an fp32 input 0 and, where it takes input 0 in
+// bf16 (OpDef::bf16_inputs), from that input stored in bf16.
+TEST_F(MixedPrecisionOps, StampedOpsStoreWhatACastAfterThemWould) {
+  int checked = 0;
+  for (const std::string& name : OpRegistry::instance().names()) {
+    const OpDef& def = OpRegistry::instance().get(name);
+    if (!def.stores_bf16) continue;
+    for (const OpExample& example : def.examples()) {
+      Attrs plain = example.attrs;
+      plain.set("precision", std::string("bf16"));
+      Attrs stamped = plain;
+      stamped.set("store", std::string("bf16"));
+      ASSERT_TRUE(stores_in_bf16(stamped));
+      std::vector<Tensor> in;
+      uint64_t seed = 40;
+      for (const TensorSpec& spec : example.inputs) in.push_back(random_tensor(spec.shape, seed++));
+      std::vector<std::vector<Tensor>> variants = {in};
+      const std::vector<int>& takes = def.bf16_inputs;
+      if (std::find(takes.begin(), takes.end(), 0) != takes.end()) {
+        Tensor stored = Tensor::empty(in[0].shape(), DType::bf16);
+        kernels::ref::to_bf16(in[0].numel(), in[0].f32(), static_cast<kernels::bf16*>(stored.raw()));
+        variants.push_back(in);
+        variants.back()[0] = stored;
+      }
+      for (const std::vector<Tensor>& inputs : variants) {
+        const Tensor y = testing::run_op(def, plain, inputs).at(0);
+        const Tensor narrow = testing::run_op(def, stamped, inputs).at(0);
+        ASSERT_EQ(y.dtype(), DType::f32) << name;
+        ASSERT_EQ(narrow.dtype(), DType::bf16) << name;
+        ASSERT_EQ(narrow.shape(), y.shape()) << name;
+        const auto* bits = static_cast<const kernels::bf16*>(narrow.raw());
+        for (int64_t i = 0; i < y.numel(); ++i)
+          ASSERT_EQ(bits[i], kernels::to_bf16(y.f32()[i])) << name << " [" << i << "] of " << y.shape().str()
+                                                           << (inputs[0].dtype() == DType::bf16 ? ", x in bf16" : "");
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GE(checked, 6);  // bias_add's two examples, gelu's two, each also from a bf16 x
 }
 
 TEST(MixedPrecision, UnknownPrecisionNamesTheWordAndTheChoices) {

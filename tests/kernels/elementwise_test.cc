@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 #include "kernel_test_util.h"
 
@@ -54,9 +55,11 @@ TEST(Elementwise, BiasKernelsMatchReferenceOnOddShapes) {
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {31, 17}, {1031, 13},
                               {997, 384}, {64, 1031}}) {
       auto x = random_vector(rows * cols, 3), bias = random_vector(cols, 4);
-      auto expected = x;
-      add_bias(rows, cols, bias.data(), x.data());
-      ref::add_bias(rows, cols, bias.data(), expected.data());
+      std::vector<float> y(x.size()), expected(x.size());
+      add_bias(rows, cols, x.data(), bias.data(), y.data());
+      ref::add_bias(rows, cols, x.data(), bias.data(), expected.data());
+      EXPECT_EQ(y, expected);
+      add_bias(rows, cols, x.data(), bias.data(), x.data());  // in place
       EXPECT_EQ(x, expected);
       auto db = random_vector(cols, 5), db_ref = db;
       bias_grad(rows, cols, x.data(), db.data());
@@ -79,6 +82,51 @@ TEST(Elementwise, GeluMatchesReferenceIncludingTails) {
       gelu_backward(n, x.data(), dy.data(), dx.data());
       ref::gelu_backward(n, x.data(), dy.data(), dx_ref.data());
       EXPECT_TRUE(all_close(dx, dx_ref, 1e-5f, 1e-6f)) << "n=" << n;
+    }
+  }
+}
+
+// bf16 storage: x read from bf16 gives exactly the fp32 kernels' results on
+// the widened values, and a bf16 y holds exactly their rounding (to_bf16's,
+// which the reference conversion defines bit for bit).
+TEST(Elementwise, Bf16StoredGeluAndBiasMatchTheFp32KernelsOnWidenedValues) {
+  testing::ThreadReset reset;
+  auto narrow = [](const std::vector<float>& v) {
+    std::vector<bf16> out(v.size());
+    ref::to_bf16(static_cast<int64_t>(v.size()), v.data(), out.data());
+    return out;
+  };
+  auto widen = [](const std::vector<bf16>& v) {
+    std::vector<float> out(v.size());
+    ref::to_float(static_cast<int64_t>(v.size()), v.data(), out.data());
+    return out;
+  };
+  for (int threads : testing::kThreadCounts) {
+    set_threads(threads);
+    for (int64_t n : kSizes) {
+      const std::vector<bf16> x = narrow(random_vector(n, 14, -12.0f, 12.0f));
+      const std::vector<float> wide = widen(x), dy = random_vector(n, 15);
+      std::vector<float> y(wide.size()), y_wide(wide.size()), dx(wide.size()), dx_wide(wide.size());
+      gelu(n, x.data(), y.data());
+      gelu(n, wide.data(), y_wide.data());
+      EXPECT_EQ(y, y_wide) << "gelu n=" << n;
+      std::vector<bf16> y_stored(x.size());
+      gelu(n, x.data(), y_stored.data());
+      EXPECT_EQ(y_stored, narrow(y_wide)) << "gelu to bf16 n=" << n;
+      std::vector<float> y_ref(wide.size());
+      ref::gelu(n, wide.data(), y_ref.data());
+      EXPECT_TRUE(all_close(widen(y_stored), y_ref, 1.0f / 256, 1e-6f)) << "within a bf16 rounding, n=" << n;
+      gelu_backward(n, x.data(), dy.data(), dx.data());
+      gelu_backward(n, wide.data(), dy.data(), dx_wide.data());
+      EXPECT_EQ(dx, dx_wide) << "gelu_backward n=" << n;
+    }
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {31, 17}, {997, 384}, {5, 4099}}) {
+      auto x = random_vector(rows * cols, 16), bias = random_vector(cols, 17);
+      std::vector<float> expected(x.size());
+      ref::add_bias(rows, cols, x.data(), bias.data(), expected.data());
+      std::vector<bf16> y(x.size());
+      add_bias(rows, cols, x.data(), bias.data(), y.data());
+      EXPECT_EQ(y, narrow(expected)) << rows << "x" << cols;
     }
   }
 }

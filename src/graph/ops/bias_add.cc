@@ -4,7 +4,10 @@
 // bias gradient's allreduce). No signature takes a partial x with a whole
 // b: every rank would add all of b to its summand. A row-parallel layer's
 // partial output is reduced (P -> B or P -> S) before its bias is added.
+// Under bf16 the lowering may stamp it to store y in bf16 (y read only by
+// bf16 GEMM operands and gelu: graph/precision.h); x and b stay fp32.
 #include "graph/ops/op_util.h"
+#include "graph/precision.h"
 #include "kernels/elementwise.h"
 
 namespace px::ops {
@@ -13,17 +16,21 @@ namespace {
 OpDef make() {
   OpDef d;
   d.name = "bias_add";
-  d.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+  d.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
     require_count(in, 2, 2);
     const Shape &x = in[0].shape, &b = in[1].shape;
     require(x.rank() >= 1 && b == Shape({x[-1]}), "bias {} must be [{}], the last dim of x {}", b,
             x.rank() >= 1 ? x[-1] : 0, x);
-    return std::vector<TensorSpec>{f32(x)};
+    return std::vector<TensorSpec>{{x, stores_in_bf16(a) ? DType::bf16 : DType::f32}};
   };
+  d.stores_bf16 = true;
   d.forward = [](const OpContext&, const Attrs&, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
-    out[0]->copy_from(*in[0]);
-    kernels::add_bias(rows_of(in[0]->shape()), in[1]->numel(), in[1]->f32(), out[0]->f32());
+    const int64_t rows = rows_of(in[0]->shape()), cols = in[1]->numel();
+    if (out[0]->dtype() == DType::bf16)
+      kernels::add_bias(rows, cols, in[0]->f32(), in[1]->f32(), static_cast<kernels::bf16*>(out[0]->raw()));
+    else
+      kernels::add_bias(rows, cols, in[0]->f32(), in[1]->f32(), out[0]->f32());
   };
   d.backward = [](Graph& g, const Node& n, const std::vector<ValueId>& dout) {
     ValueId db = g.add1("sum_leading", {dout[0]}, {{"keep", int64_t{1}}}, n.name + ".grad_b");

@@ -23,8 +23,7 @@ OpDef make() {
                  const std::vector<Tensor*>& out) {
     int64_t cols = in[1]->numel();
     int64_t rows = cols == 0 ? 0 : in[0]->numel() / cols;
-    out[0]->copy_from(*in[0]);
-    kernels::add_bias(rows, cols, in[1]->f32(), out[0]->f32());
+    kernels::add_bias(rows, cols, in[0]->f32(), in[1]->f32(), out[0]->f32());
   };
   d.backward = [](Graph& g, const Node& n, const std::vector<ValueId>& dout) {
     ValueId dy = g.add1("sum_leading", {dout[0]}, {{"keep", int64_t{g.spec(n.inputs[1]).shape.rank()}}},
