@@ -90,6 +90,15 @@ std::vector<ValueId> Graph::insert_after(int after, const std::string& op, const
   return outputs;
 }
 
+std::vector<ValueId> Graph::insert_before(int before, const std::string& op, const std::vector<ValueId>& inputs,
+                                          const Attrs& attrs, const std::string& name) {
+  PX_CHECK(before >= 1 && before < static_cast<int>(nodes_.size()), "insert_before: node {} of {}", before,
+           nodes_.size());
+  const std::vector<ValueId> outputs = insert_after(before - 1, op, inputs, attrs, name);
+  nodes_[static_cast<size_t>(before)].origin = nodes_[static_cast<size_t>(before) + 1].origin;
+  return outputs;
+}
+
 void Graph::set_input(int node, size_t index, ValueId value) {
   Node& n = nodes_.at(static_cast<size_t>(node));
   PX_CHECK(index < n.inputs.size(), "node '{}' has {} inputs, not {}", n.name, n.inputs.size(), index + 1);

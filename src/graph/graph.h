@@ -82,6 +82,11 @@ class Graph {
   // index, and producers and origins follow them. It takes `after`'s origin.
   std::vector<ValueId> insert_after(int after, const std::string& op, const std::vector<ValueId>& inputs,
                                     const Attrs& attrs, const std::string& name);
+  // The same, the node going right before node `before` (which it may
+  // feed) and taking `before`'s origin: a backward node's helper stays with
+  // the backward of the forward node it serves.
+  std::vector<ValueId> insert_before(int before, const std::string& op, const std::vector<ValueId>& inputs,
+                                     const Attrs& attrs, const std::string& name);
   // Node `node` reads `value` as its input `index` instead. The op's shape
   // rule must give the same output shapes (their dtypes follow the rule).
   void set_input(int node, size_t index, ValueId value);

@@ -1,6 +1,8 @@
 #include "graph/precision.h"
 
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "core/error.h"
 
@@ -85,6 +87,43 @@ int store_gemm_operands_in_bf16(Graph& graph) {
     ++inserted;
   }
   return inserted;
+}
+
+namespace {
+
+// The (node, input) pairs that read `value` at a bf16 position, in node order.
+std::vector<std::pair<int, size_t>> bf16_readers_of(const Graph& graph, ValueId value) {
+  std::vector<std::pair<int, size_t>> readers;
+  for (size_t n = 0; n < graph.nodes().size(); ++n) {
+    const Node& node = graph.nodes()[n];
+    for (size_t i = 0; i < node.inputs.size(); ++i)
+      if (node.inputs[i] == value && reads_at_bf16(node, i)) readers.emplace_back(static_cast<int>(n), i);
+  }
+  return readers;
+}
+
+}  // namespace
+
+int round_shared_gradients_once(Graph& graph) {
+  std::vector<int> read_at_bf16(graph.values().size(), 0);
+  for (const Node& node : graph.nodes())
+    for (size_t i = 0; i < node.inputs.size(); ++i)
+      if (reads_at_bf16(node, i)) ++read_at_bf16[static_cast<size_t>(node.inputs[i])];
+  std::vector<ValueId> shared;
+  for (size_t v = 0; v < read_at_bf16.size(); ++v) {
+    const Value& value = graph.values()[v];
+    if (read_at_bf16[v] >= 2 && value.kind == Value::Kind::activation && value.spec.dtype == DType::f32 &&
+        value.producer >= 0 && graph.nodes()[static_cast<size_t>(value.producer)].origin >= 0)
+      shared.push_back(static_cast<ValueId>(v));
+  }
+  for (ValueId fp32 : shared) {
+    // Found again on the graph as it now stands: earlier casts moved nodes.
+    const std::vector<std::pair<int, size_t>> readers = bf16_readers_of(graph, fp32);
+    const std::string name = graph.value(fp32).name + ".bf16";
+    const ValueId copy = graph.insert_before(readers.front().first, "to_bf16", {fp32}, {}, name).front();
+    for (const auto& [reader, input] : readers) graph.set_input(reader + 1, input, copy);
+  }
+  return static_cast<int>(shared.size());
 }
 
 bool stores_in_bf16(const Attrs& attrs) {

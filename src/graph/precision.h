@@ -64,6 +64,17 @@ std::vector<bool> read_only_at_bf16(const Graph& graph);
 // fp32 graph).
 int store_gemm_operands_in_bf16(Graph& graph);
 
+// Backward's counterpart: a gradient (a value made by a backward node) that
+// two or more bf16 nodes read at bf16 positions (a linear's dy, read by its
+// input-gradient and weight-gradient GEMMs) gets a to_bf16 right before
+// its first such reader, and those readers read the copy: the GEMMs rounded
+// it once each before. Other readers (the bias gradient's sum) keep the
+// fp32 value, so nothing is reduced or accumulated in bf16, and results do
+// not change. The cast takes its first reader's origin, so it runs on that
+// reader's pipeline stage. Returns the number of casts inserted (all after
+// the forward nodes).
+int round_shared_gradients_once(Graph& graph);
+
 // Whether a node with these attributes stores its output 0 in bf16 (the
 // stamp above). Shape rules of OpDef::stores_bf16 ops read it, so a copy of
 // the graph that re-infers the node gets the same dtype.

@@ -52,6 +52,45 @@ inline f32x16 load16(const float* p) {
   return v;
 }
 
+inline void store16(float* p, f32x16 v) { __builtin_memcpy(p, &v, sizeof v); }
+
+using i32x16 = int32_t __attribute__((vector_size(64)));
+using u16x16 = uint16_t __attribute__((vector_size(32)));
+
+// 16 bf16 values (their bits) widened exactly to float.
+inline f32x16 load16_bf16(const void* p) {
+  u16x16 h;
+  __builtin_memcpy(&h, p, sizeof h);
+  return reinterpret_cast<f32x16>(__builtin_convertvector(h, i32x16) << 16);
+}
+
+// exp_approx on 16 lanes at once, step for step: loops whose body the
+// compiler does not vectorize well at full width (GELU's) call it.
+inline f32x16 exp_approx(f32x16 x) {
+  const f32x16 zero = {};
+  const f32x16 lo = zero - 87.33654f, hi = zero + 88.72283f;
+  f32x16 xc = x < lo ? lo : (x > hi ? hi : x);
+  const float kShift = 12582912.0f;
+  f32x16 shifted = xc * 1.44269504088896341f + kShift;
+  f32x16 n = shifted - kShift;
+  f32x16 r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  f32x16 p = zero + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  i32x16 ni = reinterpret_cast<i32x16>(shifted) - 0x4B400000;
+  i32x16 n1 = ni >> 1;
+  i32x16 n2 = ni - n1;
+  f32x16 s1 = reinterpret_cast<f32x16>((n1 + 127) << 23);
+  f32x16 s2 = reinterpret_cast<f32x16>((n2 + 127) << 23);
+  f32x16 y = p * s1 * s2;
+  return x < lo ? zero : y;
+}
+
 inline float hsum(f32x16 v) {
   float s = 0.0f;
   for (int j = 0; j < kLanes; ++j) s += v[j];

@@ -155,6 +155,27 @@ Strategy with_stage_cuts_of(Strategy strategy, const Program& program) {
   return strategy;
 }
 
+namespace {
+
+// Whether the strategy splits activations along a model or context axis
+// (sequence or context parallelism): seeds on values that are not
+// parameters, or context ranks. There a gradient split along the sequence
+// is gathered for its GEMMs; round_shared_gradients_once runs before
+// propagation, so its cast would be gathered beside the fp32 value the
+// other readers take (twice the collectives): such strategies go without.
+bool splits_activations_off_the_data_axis(const Strategy& strategy, const Graph& graph) {
+  if (strategy.context_ranks() > 1) return true;
+  for (const PlacementSeed& seed : strategy.seeds) {
+    if (seed.axis == strategy.data_axis) continue;
+    bool parameter = false;
+    for (ValueId p : graph.params()) parameter = parameter || graph.value(p).name == seed.value;
+    if (!parameter) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   PX_CHECK(request.forward != nullptr, "lower: no graph");
   validate(strategy);
@@ -166,6 +187,7 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   int forward_nodes = static_cast<int>(graph.nodes().size());
   std::vector<ParamGrad> grads = with_backward(graph, request);
   forward_nodes += store_gemm_operands_in_bf16(graph);  // its casts follow forward nodes
+  if (!splits_activations_off_the_data_axis(strategy, graph)) round_shared_gradients_once(graph);  // backward casts
   const int axis = strategy.mesh.axis(strategy.data_axis);
   const int context_axis = strategy.context_ranks() > 1 ? strategy.mesh.axis(strategy.context.axis) : -1;
   const std::vector<int> coords = strategy.mesh.coords(rank);

@@ -263,10 +263,43 @@ TEST(MixedPrecision, StorageCastsOrStampsExactlyTheValuesOnlyBf16ReadersTakeInBf
   EXPECT_EQ(g.spec(bf16.logits).dtype, DType::f32);
 }
 
+// The logits' gradient is read by fc2's input-gradient and weight-gradient
+// GEMMs, gelu_grad's output by fc1's: one cast before the first of each
+// pair, with its origin, feeds both (and nothing else reads the fp32
+// value here: the layers have no bias).
+TEST(MixedPrecision, SharedGradientsAreRoundedOnceBeforeTheirFirstGemm) {
+  MlpGraph fp32(Precision::fp32), bf16(Precision::bf16);
+  EXPECT_EQ(round_shared_gradients_once(fp32.graph), 0);
+  store_gemm_operands_in_bf16(bf16.graph);
+  const size_t before = bf16.graph.nodes().size();
+  ASSERT_EQ(round_shared_gradients_once(bf16.graph), 2);
+  const Graph& g = bf16.graph;
+  ASSERT_EQ(g.nodes().size(), before + 2);
+  std::map<std::string, std::vector<std::string>> readers_by_layer;  // origin's name -> the copy's readers
+  for (size_t n = 0; n < g.nodes().size(); ++n) {
+    const Node& node = g.nodes()[n];
+    if (node.op() != "to_bf16" || node.origin < 0) continue;
+    EXPECT_EQ(node.origin, g.nodes()[n + 1].origin) << node.name;
+    std::vector<std::string>& readers = readers_by_layer[g.nodes()[static_cast<size_t>(node.origin)].name];
+    for (size_t r = 0; r < g.nodes().size(); ++r)
+      for (ValueId v : g.nodes()[r].inputs) {
+        if (v == node.outputs[0]) readers.push_back(g.nodes()[r].name);
+        if (v == node.inputs[0]) EXPECT_EQ(g.nodes()[r].op(), "to_bf16") << g.nodes()[r].name;
+        if (v == node.outputs[0]) EXPECT_GT(r, n) << g.nodes()[r].name;
+      }
+  }
+  EXPECT_EQ(readers_by_layer["fc2"], (std::vector<std::string>{"fc2.grad_x", "fc2.grad_w"}));
+  EXPECT_EQ(readers_by_layer["fc1"], (std::vector<std::string>{"fc1.grad_x", "fc1.grad_w"}));
+  EXPECT_EQ(readers_by_layer.size(), 2u);
+}
+
 TEST_F(MixedPrecisionOps, StoringGemmOperandsInBf16ChangesNoResult) {
   auto run = [](bool stored) {
     MlpGraph model(Precision::bf16);
-    if (stored) EXPECT_EQ(store_gemm_operands_in_bf16(model.graph), 1);
+    if (stored) {
+      EXPECT_EQ(store_gemm_operands_in_bf16(model.graph), 1);
+      EXPECT_EQ(round_shared_gradients_once(model.graph), 2);
+    }
     const Graph& g = model.graph;
     std::vector<ValueId> wanted = {model.loss};
     for (const char* name : {"fc1.grad_w", "fc2.grad_w"})
