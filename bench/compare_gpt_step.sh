@@ -28,7 +28,9 @@
 # (gpt_step.py --precision bf16), collected in RESULTS/{parallax,
 # parallax_bf16,torch_bf16}.jsonl; the table shows the three step times,
 # parallax's bf16 speed-up over its fp32 and its bf16 step against the
-# peer's (target <= 0.8), and the single-core bf16 GEMM rate beside sgemm.
+# peer's (targets, issue 30: bf16 <= 0.6x parallax fp32 on gpt-small,
+# 0.75x on gpt-mini; <= 0.7x the peer's autocast step), and the
+# single-core bf16 GEMM rate beside sgemm.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -128,7 +130,7 @@ sg = json.load(open(f"{d}/sgemm.json"))
 print(f"sgemm single-core: best {sg['best_gflops']:.1f} GFLOP/s; bf16 GEMM single-core: best "
       f"{sg.get('bf16_best_gflops', 'n/a')} GFLOP/s ({sg.get('bf16_kernel', 'no AVX512_BF16')})")
 print(f"{'config':<16}{'thr':>4}{'px fp32 ms':>12}{'px bf16 ms':>12}{'pt bf16 ms':>12}{'px bf16/fp32':>14}"
-      f"{'px/pt bf16':>12}{'<=0.8':>6}{'px net':>8}{'pt net':>8}{'px RSS':>8}{'pt RSS':>8}"
+      f"{'px/pt bf16':>12}{'<=0.7':>6}{'px net':>8}{'pt net':>8}{'px RSS':>8}{'pt RSS':>8}"
       f"  reps (px fp32/px bf16/pt bf16 ms)")
 cells = sorted({(r["config"], r["threads"]) for r in runs["parallax_bf16"]})
 ok_all = True
@@ -138,13 +140,15 @@ for cfg, th in cells:
         continue
     ms = {s: statistics.median(r["median_ms"] for r in rs) for s, rs in cell.items()}
     ratio = ms["parallax_bf16"] / ms["torch_bf16"]
-    ok_all &= ratio <= 0.8
+    # gpt-mini's bf16 gains less over fp32 (smaller GEMMs): 0.75, gpt-small's 0.6.
+    own = ms["parallax_bf16"] / ms["parallax"]
+    ok_all &= ratio <= 0.7 and own <= (0.75 if cfg == "A" else 0.6)
     reps = " ".join(f"{a['median_ms']:.0f}/{b['median_ms']:.0f}/{c['median_ms']:.0f}"
                     for a, b, c in zip(cell["parallax"], cell["parallax_bf16"], cell["torch_bf16"]))
     dirty = sum(r["median_is_over"] != "clean" for rs in cell.values() for r in rs)
     print(f"{cell['parallax'][0]['name'] + ' (' + cfg + ')':<16}{th:>4}{ms['parallax']:>12.1f}"
           f"{ms['parallax_bf16']:>12.1f}{ms['torch_bf16']:>12.1f}{ms['parallax_bf16'] / ms['parallax']:>14.2f}"
-          f"{ratio:>12.2f}{'yes' if ratio <= 0.8 else 'NO':>6}"
+          f"{ratio:>12.2f}{'yes' if ratio <= 0.7 else 'NO':>6}"
           f"{max(map(net_mib, cell['parallax_bf16'])):>8.0f}{max(map(net_mib, cell['torch_bf16'])):>8.0f}"
           f"{max(r['peak_rss_mib'] for r in cell['parallax_bf16']):>8.0f}"
           f"{max(r['peak_rss_mib'] for r in cell['torch_bf16']):>8.0f}  {reps}"
