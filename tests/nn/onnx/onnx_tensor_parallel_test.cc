@@ -190,6 +190,25 @@ TEST(OnnxTensorParallel, SequenceParallelOnTheGptFixtureMatchesOneRank) {
                               "gpt.onnx --ranks 4 --tp 2 --sequence-parallel");
 }
 
+// The placements the layer-wise or MCMC search (`method`) finds for `o`'s
+// model on `ranks` devices of `cluster`, best first (no deadline).
+std::vector<plan::Candidate> placements_by(const std::string& method, const TrainOptions& o, const nn::Model& model,
+                                           const plan::ClusterSpec& cluster, int ranks) {
+  const plan::PlanRequest request{.build = [&](int64_t rows, int64_t) { return nn::build_model(o.model_config(), rows, true); },
+                                  .batch_inputs = batch_input_names(model),
+                                  .batch = o.batch,
+                                  .ranks = ranks,
+                                  .cluster = &cluster};
+  const plan::RooflineEstimator estimator(cluster, DType::f32);
+  const plan::Deadline unbounded{};
+  if (method == "layerwise") {
+    plan::LayerSearch search{.request = &request, .estimator = &estimator, .model = &model};
+    return plan::search_layers(search, unbounded);
+  }
+  plan::McmcSearch search{.request = &request, .estimator = &estimator, .model = &model, .proposals_per_mesh = 200};
+  return plan::search_mcmc(search, unbounded);
+}
+
 // The searches on the GPT fixture over two nodes of two devices joined by a
 // slow network (whole gradients reduced across nodes are dear, so a split
 // pays): each returns a tensor-parallel placement of the imported GEMMs,
@@ -202,21 +221,7 @@ TEST_P(OnnxPlannedTensorParallel, ThePlanMatchesOneRank) {
   cluster.inter_node.bandwidth = 12.5e6;  // 100 Mb/s
   TrainOptions o = gpt_job();
   const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
-  const plan::PlanRequest request{.build = [&](int64_t rows, int64_t) { return nn::build_model(o.model_config(), rows, true); },
-                                  .batch_inputs = batch_input_names(model),
-                                  .batch = o.batch,
-                                  .ranks = 4,
-                                  .cluster = &cluster};
-  const plan::RooflineEstimator estimator(cluster, DType::f32);
-  const plan::Deadline unbounded{};
-  std::vector<plan::Candidate> found;
-  if (GetParam() == "layerwise") {
-    plan::LayerSearch search{.request = &request, .estimator = &estimator, .model = &model};
-    found = plan::search_layers(search, unbounded);
-  } else {
-    plan::McmcSearch search{.request = &request, .estimator = &estimator, .model = &model, .proposals_per_mesh = 200};
-    found = plan::search_mcmc(search, unbounded);
-  }
+  const std::vector<plan::Candidate> found = placements_by(GetParam(), o, model, cluster, 4);
   ASSERT_FALSE(found.empty()) << GetParam() << " placed nothing on the tensor axis";
   const parallel::Strategy& planned = found.front().strategy;
   int split = 0;
@@ -250,21 +255,7 @@ TEST_P(OnnxPlannedConvolutions, ThePlanSplitsTheConvolutionsAndMatchesOneRank) {
   o.model = fixture_path("cnn.onnx");
   o.data = testing::tiny_cnn().data;
   const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
-  const plan::PlanRequest request{.build = [&](int64_t rows, int64_t) { return nn::build_model(o.model_config(), rows, true); },
-                                  .batch_inputs = batch_input_names(model),
-                                  .batch = o.batch,
-                                  .ranks = 2,
-                                  .cluster = &cluster};
-  const plan::RooflineEstimator estimator(cluster, DType::f32);
-  const plan::Deadline unbounded{};
-  std::vector<plan::Candidate> found;
-  if (GetParam() == "layerwise") {
-    plan::LayerSearch search{.request = &request, .estimator = &estimator, .model = &model};
-    found = plan::search_layers(search, unbounded);
-  } else {
-    plan::McmcSearch search{.request = &request, .estimator = &estimator, .model = &model, .proposals_per_mesh = 200};
-    found = plan::search_mcmc(search, unbounded);
-  }
+  const std::vector<plan::Candidate> found = placements_by(GetParam(), o, model, cluster, 2);
   ASSERT_EQ(found.size(), 1u) << GetParam() << ": one placement of the one mesh dp=1 x tp=2";
   const parallel::Strategy& planned = found.front().strategy;
   std::map<std::string, std::string> split;
