@@ -9,25 +9,32 @@
 
 namespace px::kernels::detail {
 
-inline float exp_approx(float x) {
-  const float lo = -87.33654f, hi = 88.72283f;
-  float xc = x < lo ? lo : (x > hi ? hi : x);
-  // x = n ln2 + r, |r| <= ln2/2 (Cody-Waite split of ln2).
-  // Round to nearest by adding 1.5 * 2^23 (floorf would block vectorization);
-  // the integer n then sits in the low mantissa bits of `shifted`.
+// The core of exp_approx on a clamped x, for a float or a vector of them
+// (V): x = n ln2 + r, |r| <= ln2/2 (Cody-Waite split of ln2), rounded to
+// nearest by adding 1.5 * 2^23 (floorf would block vectorization), so the
+// integer n sits in the low mantissa bits of `shifted`; returns the Cephes
+// expf polynomial, e^r.
+template <class V>
+inline V exp_of_remainder(V xc, V& shifted) {
   const float kShift = 12582912.0f;
-  float shifted = xc * 1.44269504088896341f + kShift;
-  float n = shifted - kShift;
-  float r = xc - n * 0.693359375f;
+  shifted = xc * 1.44269504088896341f + kShift;
+  const V n = shifted - kShift;
+  V r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
-  // Cephes expf polynomial.
-  float p = 1.9875691500e-4f;
+  V p = V{} + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  return p * r * r + r + 1.0f;
+}
+
+inline float exp_approx(float x) {
+  const float lo = -87.33654f, hi = 88.72283f;
+  float xc = x < lo ? lo : (x > hi ? hi : x);
+  float shifted;
+  const float p = exp_of_remainder(xc, shifted);
   // 2^n via the exponent bits; n in [-126, 128], the top case split in two.
   int32_t ni = std::bit_cast<int32_t>(shifted) - 0x4B400000;
   int32_t n1 = ni >> 1;
@@ -70,18 +77,8 @@ inline f32x16 exp_approx(f32x16 x) {
   const f32x16 zero = {};
   const f32x16 lo = zero - 87.33654f, hi = zero + 88.72283f;
   f32x16 xc = x < lo ? lo : (x > hi ? hi : x);
-  const float kShift = 12582912.0f;
-  f32x16 shifted = xc * 1.44269504088896341f + kShift;
-  f32x16 n = shifted - kShift;
-  f32x16 r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  f32x16 p = zero + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  f32x16 shifted;
+  const f32x16 p = exp_of_remainder(xc, shifted);
   i32x16 ni = reinterpret_cast<i32x16>(shifted) - 0x4B400000;
   i32x16 n1 = ni >> 1;
   i32x16 n2 = ni - n1;

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include "graph/op.h"
-#include "plan/estimator.h"
 
 namespace px::plan {
 namespace {
@@ -50,16 +49,16 @@ void consider_compute(Assumptions& assumed, const Graph& graph, const Node& node
                       .seconds = seconds, .peak = peak};
 }
 
-void consider_collective(Assumptions& assumed, comm::Collective kind, double bytes, int ranks,
-                         const std::string& link, double seconds, double link_bandwidth) {
+void consider_collective(Assumptions& assumed, const CostEstimator& estimator, comm::Collective kind, double bytes,
+                         int ranks, LinkClass link, double link_bandwidth) {
   if (ranks <= 1) return;
   const double p = ranks;
   const double bus = bytes * (kind == comm::Collective::allreduce ? 2 * (p - 1) / p : (p - 1) / p);
   if (assumed.collective && assumed.collective->work >= bus) return;
   assumed.collective = AssumedPiece{.name = fmt::format("{} over {} ranks", comm::collective_name(kind), ranks),
-                                    .shape = fmt::format("{:.3g} MB on {}", bytes / 1e6, link),
+                                    .shape = fmt::format("{:.3g} MB on {}", bytes / 1e6, link_class_name(link)),
                                     .work = bus,
-                                    .seconds = seconds,
+                                    .seconds = estimator.collective_seconds(kind, bytes, ranks, link),
                                     .peak = link_bandwidth,
                                     .collective = true};
 }

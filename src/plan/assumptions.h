@@ -13,6 +13,8 @@
 
 #include "comm/collectives.h"
 #include "graph/graph.h"
+#include "plan/cluster.h"
+#include "plan/estimator.h"
 
 namespace px::plan {
 
@@ -37,10 +39,11 @@ struct Assumptions {
 void consider_compute(Assumptions& assumed, const Graph& graph, const Node& node, double flops, double seconds,
                       double peak);
 
-// Keeps a collective of `bytes` (comm::CostQuery's n) over `ranks` on the
-// link named `link` if it moves more than the one held.
-void consider_collective(Assumptions& assumed, comm::Collective kind, double bytes, int ranks,
-                         const std::string& link, double seconds, double link_bandwidth);
+// Keeps a collective of `bytes` (comm::CostQuery's n) over `ranks` on
+// `link` if it moves more than the one held, timed by `estimator` only
+// then (the replay calls this for every collective of the step).
+void consider_collective(Assumptions& assumed, const CostEstimator& estimator, comm::Collective kind, double bytes,
+                         int ranks, LinkClass link, double link_bandwidth);
 
 // One line per piece held, each starting with `indent`; "" when none.
 std::string describe(const Assumptions& assumed, const std::string& indent = "  ");

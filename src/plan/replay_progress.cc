@@ -29,8 +29,7 @@ void Replay::complete(const CollectiveCall& call, Rendezvous& rv) {
   const auto& [first_member, first_pos] = *rv.posted.begin();
   const RankState& first = state_[static_cast<size_t>(first_member)];
   if (!call.codec.lossy() && first.step_of(static_cast<size_t>(first_pos)) == first.steps - 1)
-    consider_collective(out_.assumed, call.kind, call.bytes / call.slices, p, std::string(link_class_name(link)),
-                        estimator_.collective_seconds(call.kind, call.bytes / call.slices, p, link),
+    consider_collective(out_.assumed, estimator_, call.kind, call.bytes / call.slices, p, link,
                         cluster_.link(link).bandwidth);
   double begin = rv.ready;
   for (const auto& [member, pos] : rv.posted) begin = std::max(begin, free_from(member, link));
