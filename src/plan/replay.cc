@@ -273,21 +273,29 @@ void Replay::send(int rank, size_t pos, const parallel::Send& send, double start
 Simulation Replay::run() {
   // Lanes move in the order of their clocks, one instruction at a time,
   // so what holds a link is decided in time order: 2r is rank r's main
-  // thread, 2r + 1 its progress lane.
+  // thread, 2r + 1 its progress lane. A move changes few clocks, so the
+  // order is kept from move to move and re-sorted by insertion (about
+  // linear on a nearly sorted order; a full sort each move was a tenth of
+  // a 3072-GPU replay). Keys (clock, lane) are unique: the order is the
+  // same as a full sort's.
   std::vector<std::pair<double, int>> order;
+  for (int lane = 0; lane < 2 * ranks_; ++lane) order.push_back({0.0, lane});
+  const auto active = [&](int lane) {
+    const RankState& s = state_[static_cast<size_t>(lane / 2)];
+    return lane % 2 ? s.engine_first < s.engine.size() : s.pc < s.n * static_cast<size_t>(s.steps);
+  };
   int64_t moves = 0;
   for (bool moved = true; moved; ++moves) {
     if (request_.deadline && moves % 4096 == 0) request_.deadline->check();
     moved = false;
-    order.clear();
-    for (int r = 0; r < ranks_; ++r) {
-      const RankState& s = state_[static_cast<size_t>(r)];
-      if (s.pc < s.n * static_cast<size_t>(s.steps)) order.push_back({s.t, 2 * r});
-      if (s.engine_first < s.engine.size()) order.push_back({s.engine_t, 2 * r + 1});
+    for (auto& [clock, lane] : order) {
+      const RankState& s = state_[static_cast<size_t>(lane / 2)];
+      clock = lane % 2 ? s.engine_t : s.t;
     }
-    std::sort(order.begin(), order.end());
+    for (size_t i = 1; i < order.size(); ++i)
+      for (size_t j = i; j > 0 && order[j] < order[j - 1]; --j) std::swap(order[j], order[j - 1]);
     for (const auto& [clock, lane] : order)
-      if ((lane % 2 ? advance_engine(lane / 2) : advance_main(lane / 2))) {
+      if (active(lane) && (lane % 2 ? advance_engine(lane / 2) : advance_main(lane / 2))) {
         moved = true;
         break;
       }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "parallel/lower/liveness.h"
@@ -102,7 +103,22 @@ class Replay {
   std::map<MeetingKey, Rendezvous> rendezvous_;
   // Progress-lane calls by (group key, step, sequence): members submitted, the latest time.
   std::map<std::tuple<std::string, int, int64_t>, std::pair<size_t, double>> submissions_;
-  std::map<std::tuple<int, int, uint32_t, int>, double> arrivals_;  // (from, to, tag, step) -> arrival
+  // Messages by (from, to, tag, step) -> arrival; hashed: a replay at scale
+  // looks one up each time a blocked receive is tried.
+  struct MessageKey {
+    int from, to;
+    uint32_t tag;
+    int step;
+    bool operator==(const MessageKey&) const = default;
+  };
+  struct MessageHash {
+    size_t operator()(const MessageKey& k) const {
+      const uint64_t ranks = (static_cast<uint64_t>(static_cast<uint32_t>(k.from)) << 32) | static_cast<uint32_t>(k.to);
+      const uint64_t rest = (static_cast<uint64_t>(k.tag) << 32) | static_cast<uint32_t>(k.step);
+      return std::hash<uint64_t>{}(ranks * 0x9e3779b97f4a7c15ULL ^ rest);
+    }
+  };
+  std::unordered_map<MessageKey, double, MessageHash> arrivals_;
   struct Event {
     SimulatedEvent event;
     size_t pos = 0;

@@ -1,7 +1,6 @@
 #include "parallel/lower/liveness.h"
 
 #include <algorithm>
-#include <map>
 
 #include "core/error.h"
 #include "parallel/lower/passes.h"
@@ -68,20 +67,30 @@ Access access(const Program& p, const Instr& instr, const std::vector<int>& para
 void value_liveness(const Program& p, size_t values, Liveness& live) {
   std::vector<bool> kept(values, false);  // never freed: the executor's or the caller's
   for (ValueId v : p.outputs) kept[static_cast<size_t>(v)] = true;
-  std::map<std::pair<int, ValueId>, int> open;  // -> the instance's last use so far
-  auto end_instance = [&](const std::pair<int, ValueId>& key) {
-    auto it = open.find(key);
-    if (it == open.end()) return;
-    const auto& [micro_batch, value] = key;
+  // Open instances by value, then micro-batch + 1: the last use so far, or
+  // -1. Flat, not a map (a stage at scale has 10^5-10^6 instances); a
+  // value's row is allocated when the Program first touches it (a stage
+  // touches a few of the whole graph's values).
+  int micro_batches = 0;
+  for (const Instr& instr : p.instrs) micro_batches = std::max(micro_batches, instr.micro_batch + 1);
+  std::vector<std::vector<int>> open(values);
+  const auto slot = [&](int micro_batch, ValueId v) -> int& {
+    std::vector<int>& row = open[static_cast<size_t>(v)];
+    if (row.empty()) row.assign(static_cast<size_t>(micro_batches) + 1, -1);
+    return row[static_cast<size_t>(micro_batch + 1)];
+  };
+  auto end_instance = [&](int micro_batch, ValueId value) {
+    int& last = slot(micro_batch, value);
+    if (last < 0) return;
     if (!kept[static_cast<size_t>(value)] &&
         p.graph_of(micro_batch).value(value).kind == Value::Kind::activation)
-      live.values[static_cast<size_t>(it->second)].push_back(value);
-    open.erase(it);
+      live.values[static_cast<size_t>(last)].push_back(value);
+    last = -1;
   };
-  auto read = [&](int micro_batch, ValueId v, int at) { open[{micro_batch, v}] = at; };
+  auto read = [&](int micro_batch, ValueId v, int at) { slot(micro_batch, v) = at; };
   auto produce = [&](int micro_batch, ValueId v, int at) {
-    end_instance({micro_batch, v});
-    open[{micro_batch, v}] = at;
+    end_instance(micro_batch, v);
+    slot(micro_batch, v) = at;
   };
   for (const int at : step_order(p.instrs)) {
     const Instr& instr = p.instrs[static_cast<size_t>(at)];
@@ -100,7 +109,9 @@ void value_liveness(const Program& p, size_t values, Liveness& live) {
       produce(instr.micro_batch, r->value, at);
     }
   }
-  while (!open.empty()) end_instance(open.begin()->first);
+  for (size_t v = 0; v < values; ++v)
+    if (!open[v].empty())
+      for (int micro_batch = -1; micro_batch < micro_batches; ++micro_batch) end_instance(micro_batch, static_cast<ValueId>(v));
   for (std::vector<ValueId>& dead : live.values) std::sort(dead.begin(), dead.end());
 
 }
