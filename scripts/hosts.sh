@@ -16,6 +16,8 @@
 #   scripts/hosts.sh bytes I           host I's link counters: "tx_bytes rx_bytes"
 #   scripts/hosts.sh mpirun ARGS...    OpenMPI's mpirun as host 0 with the agent,
 #                                      over the hosts' links (--host <name>-0:2,...)
+#   scripts/hosts.sh mpiexec ARGS...   MPICH's mpiexec.mpich the same way
+#                                      (-hosts <name>-0:2,...; UCX on TCP over eth0)
 #
 # Every host (`exec`) sees: its namespace's network (eth0 at 10.77.0.(I+1),
 # lo), hostname <name>-I in a UTS namespace of its own, an /etc/hosts
@@ -75,6 +77,9 @@ up() {
   # A failure part-way leaves nothing behind.
   trap 'down > /dev/null 2>&1 || true' ERR
   echo "$n" > "$STATE/count"
+  # MPICH's launcher takes one executable as its remote shell, no arguments.
+  printf '#!/bin/sh\nPXH_DISK=%q exec %q --name %q agent "$@"\n' "$DISK" "$SELF" "$NAME" > "$STATE/agent"
+  chmod +x "$STATE/agent"
   ip netns add "$SWITCH"
   ip -n "$SWITCH" link add br0 type bridge
   ip -n "$SWITCH" link set br0 up
@@ -180,5 +185,12 @@ case $COMMAND in
     host_exec 0 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PXH_NAME="$NAME" PXH_DISK="$DISK" \
       mpirun --mca plm_rsh_agent "$SELF agent" --mca oob_tcp_if_include eth0 --mca btl_tcp_if_include eth0 \
       --mca btl tcp,vader,self "$@" ;;
+  mpiexec)
+    # UCX (MPICH's transport) would move data over shared memory across
+    # the namespaces: only TCP over eth0 crosses the hosts' links.
+    require_root
+    host_exec 0 env PXH_NAME="$NAME" PXH_DISK="$DISK" UCX_TLS=tcp,self UCX_NET_DEVICES=eth0 \
+      mpiexec.mpich -launcher rsh -launcher-exec "$STATE/agent" -iface eth0 \
+      -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES eth0 "$@" ;;
   *) die "unknown command '$COMMAND' (see --help)" ;;
 esac

@@ -16,6 +16,7 @@ packages=(
   python3-torch python3-numpy python3-protobuf   # python3-protobuf: the ONNX export round trip (tests/interop)
   clang libclang-rt-14-dev   # the sanitizer builds and libFuzzer (scripts/test.sh --asan, --tsan, --fuzz)
   chromium                   # the report test renders `parallax report` pages headless (tests/report/)
+  iproute2                   # scripts/hosts.sh: network namespaces as hosts (tests/hosts/, docs/multi_host.md)
 )
 
 missing=()

@@ -48,6 +48,14 @@ bash scripts/setup.sh
 # OpenMPI refuses to run as root without these; tests oversubscribe the 2 cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 jobs="$(nproc)"
+# The multi-host tests (tests/hosts/, Hosts.*: network namespaces as hosts)
+# run in the MPI stages when this machine can make namespaces; otherwise
+# CTest lists them as skipped, and this says why up front.
+if [[ $(id -u) == 0 ]] && ip netns list > /dev/null 2>&1; then
+  echo "test.sh: the multi-host tests (Hosts.*) run: root and ip netns are available"
+else
+  echo "test.sh: the multi-host tests (Hosts.*) are SKIPPED: they need root and iproute2's ip netns"
+fi
 timed() {  # timed NAME COMMAND...: runs it and says how long it took
   local start=$SECONDS
   "${@:2}"

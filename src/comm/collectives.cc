@@ -118,11 +118,9 @@ AlgorithmMenu algorithm_menu(Communicator& comm) {
   AlgorithmMenu menu = menu_of(comm, Collective::allreduce, {});
   if (comm.size() == 1) return menu;
   // Hosts by the hierarchical algorithm's own rule (ranks_per_node 0).
+  menu.hosts = comm.hosts();
   Communicator& node = *comm.node_groups(0).first;
-  float sizes[2] = {static_cast<float>(node.size()), -static_cast<float>(node.size())};
   menu.node_shared_memory = node.size() == 1 || node.shared_memory() != nullptr;
-  allreduce(comm, Buffer(std::span<float>(sizes, 2)), Reduction::max, {.algorithm = A::naive});
-  if (sizes[0] == -sizes[1]) menu.ranks_per_host = static_cast<int>(sizes[0]);
   return menu;
 }
 

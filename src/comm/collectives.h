@@ -65,9 +65,9 @@ struct AlgorithmMenu {
   int ranks = 1;
   bool shared_memory = false;  // every rank on one host, a shared segment mapped
   bool native = false;         // the MPI library's own collectives
-  // Ranks a host when every host has as many (hierarchical's node size for
-  // ranks_per_node 0); 0 when hosts differ.
-  int ranks_per_host = 0;
+  // Each rank's host (Communicator::hosts): which of its messages cross
+  // between hosts (comm/wire_bytes.h). Empty: not known (one host).
+  std::vector<int> hosts;
   bool node_shared_memory = true;  // a host's ranks share a segment (hierarchical's in-node steps)
 };
 // Collective over `comm` (the ranks exchange their host's rank count).

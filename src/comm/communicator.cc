@@ -50,6 +50,7 @@ struct Communicator::State {
   std::unique_ptr<SharedMemoryGroup> shared_memory;
   // ranks_per_node -> {node group, leader group or null}
   std::map<int, std::pair<std::unique_ptr<Communicator>, std::unique_ptr<Communicator>>> nodes;
+  std::vector<int> hosts;  // empty until hosts() asked
   std::vector<std::vector<char>> scratch;
   std::atomic<uint64_t> bytes_sent{0};
 };
@@ -206,28 +207,36 @@ SharedMemoryGroup* Communicator::shared_memory() {
   return state_->shared_memory.get();
 }
 
+const std::vector<int>& Communicator::hosts() {
+  std::vector<int>& hosts = state_->hosts;
+  if (!hosts.empty()) return hosts;
+  std::vector<uint64_t> ids(static_cast<size_t>(size()));
+  ids[static_cast<size_t>(rank())] = transport().host_id();
+  if (size() > 1) {
+    const uint32_t tag = next_tag();
+    std::vector<Request> requests;
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      requests.push_back(irecv(peer, tag, &ids[static_cast<size_t>(peer)], sizeof(uint64_t)));
+      requests.push_back(isend(peer, tag, &ids[static_cast<size_t>(rank())], sizeof(uint64_t)));
+    }
+    wait_all(requests, Step{"hosts", 0});
+  }
+  std::vector<uint64_t> seen;
+  for (uint64_t id : ids) {
+    auto it = std::find(seen.begin(), seen.end(), id);
+    hosts.push_back(static_cast<int>(it - seen.begin()));
+    if (it == seen.end()) seen.push_back(id);
+  }
+  return hosts;
+}
+
 std::pair<Communicator*, Communicator*> Communicator::node_groups(int ranks_per_node) {
   auto it = state_->nodes.find(ranks_per_node);
   if (it == state_->nodes.end()) {
     // Nodes are blocks of ranks_per_node consecutive ranks, or (0) the ranks
     // sharing a host. Node leaders are each node's rank 0.
-    int node = 0;
-    if (ranks_per_node > 0) {
-      node = rank() / ranks_per_node;
-    } else {
-      uint64_t host = transport().host_id();
-      std::vector<uint64_t> hosts(size());
-      hosts[rank()] = host;
-      uint32_t tag = next_tag();
-      std::vector<Request> requests;
-      for (int peer = 0; peer < size(); ++peer) {
-        if (peer == rank()) continue;
-        requests.push_back(irecv(peer, tag, &hosts[peer], sizeof(uint64_t)));
-        requests.push_back(isend(peer, tag, &hosts[rank()], sizeof(uint64_t)));
-      }
-      wait_all(requests, Step{"node_groups", 0});
-      node = static_cast<int>(std::find(hosts.begin(), hosts.end(), host) - hosts.begin());
-    }
+    const int node = ranks_per_node > 0 ? rank() / ranks_per_node : hosts()[static_cast<size_t>(rank())];
     auto node_comm = std::make_unique<Communicator>(split(node, rank()));
     bool leader = node_comm->rank() == 0;
     auto leaders = std::make_unique<Communicator>(split(leader ? 0 : 1, rank()));

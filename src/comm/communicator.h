@@ -89,6 +89,11 @@ class Communicator {
   // Shared memory among the group, created collectively on first use;
   // nullptr when the members do not share a host.
   SharedMemoryGroup* shared_memory();
+  // Each member's host by group rank, hosts numbered in order of first
+  // appearance (the members on group rank 0's host are 0); collective on
+  // the first call (every member sends its transport's host id to every
+  // other), cached after.
+  const std::vector<int>& hosts();
   // Sub-communicators for hierarchical algorithms, cached by ranks_per_node:
   // {ranks of my node, leaders of all nodes (valid only on leaders)}.
   std::pair<Communicator*, Communicator*> node_groups(int ranks_per_node);

@@ -6,12 +6,18 @@
 // simulator and the flight recorder read it there.
 //
 // Per rank, not per busiest rank: a hierarchical allreduce's node leaders
-// send the ring between nodes, the others only inside their node. With no
-// node size (ranks_per_node 0) every byte is counted within a node, and a
-// reader that knows where the group's ranks sit moves them to its link.
+// send the ring between nodes, the others only inside their node; a
+// ring's rank sends everything to its successor, so only the ranks whose
+// successor is on another host send between hosts. Other algorithms'
+// bytes all count between hosts when the group spans them (their
+// partners change step by step: an upper bound). Where the ranks sit:
+// WireQuery::hosts (the run's), else blocks of ranks_per_node, else one
+// host (every byte within it; a reader that knows better, the simulator,
+// moves them to its link).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "comm/collectives.h"
 #include "comm/compression/spec.h"
@@ -33,6 +39,9 @@ struct WireQuery {
   int64_t bytes = 0;  // the collective's n: the whole buffer (allgather: its output)
   int ranks = 1;
   int rank = 0;       // this rank's place in the group
+  // Each group rank's host (AlgorithmMenu::hosts, mapped to the group);
+  // empty: blocks of options.ranks_per_node, or all on one host.
+  std::vector<int> hosts;
   // Hierarchical: a node's ranks reduce and broadcast through a shared
   // segment (nothing on a link), else by a tree over the transport.
   bool node_shared_memory = true;

@@ -71,11 +71,40 @@ TEST(WireBytes, HierarchicalLeadersAloneCrossNodes) {
                                      .bytes = n, .ranks = 4, .rank = 1, .node_shared_memory = false});
   EXPECT_GT(tree.intra_node, 0);
   EXPECT_EQ(tree.inter_node, 0);
-  // A ring over the same two nodes crosses them with every byte.
-  const WireBytes ring = wire_bytes({.options = {.algorithm = Algorithm::ring, .ranks_per_node = 2},
-                                     .bytes = n, .ranks = 4, .rank = 1});
-  EXPECT_EQ(ring.intra_node, 0);
-  EXPECT_EQ(ring.inter_node, 2 * 3 * n / 4);
+  // A ring over the same two nodes: a rank sends everything to its
+  // successor, so ranks 1 and 3 (successors 2 and 0) cross with every
+  // byte, 0 and 2 none.
+  auto ring = [&](int rank) {
+    return wire_bytes({.options = {.algorithm = Algorithm::ring, .ranks_per_node = 2},
+                       .bytes = n, .ranks = 4, .rank = rank});
+  };
+  EXPECT_EQ(ring(1), (WireBytes{.inter_node = 2 * 3 * n / 4}));
+  EXPECT_EQ(ring(3), (WireBytes{.inter_node = 2 * 3 * n / 4}));
+  EXPECT_EQ(ring(0), (WireBytes{.intra_node = 2 * 3 * n / 4}));
+  // Host 0's bytes out: the ring's 1.5 n against hierarchical's n.
+  EXPECT_EQ(on(0).inter_node + on(1).inter_node, n);
+  EXPECT_EQ(ring(0).inter_node + ring(1).inter_node, 3 * n / 2);
+}
+
+// Where the run's ranks sit (AlgorithmMenu::hosts) decides, not blocks:
+// hosts interleaved (0 1 0 1) put every ring successor on the other host,
+// and hierarchical's leaders are each host's first rank.
+TEST(WireBytes, TheRunsHostsDecideWhichBytesCross) {
+  const int64_t n = 1 << 20;
+  const std::vector<int> interleaved = {0, 1, 0, 1};
+  for (int rank = 0; rank < 4; ++rank) {
+    const WireBytes ring = wire_bytes({.options = {.algorithm = Algorithm::ring}, .bytes = n, .ranks = 4,
+                                       .rank = rank, .hosts = interleaved});
+    EXPECT_EQ(ring, (WireBytes{.inter_node = 3 * n / 2})) << "rank " << rank;
+    const WireBytes hier = wire_bytes({.options = {.algorithm = Algorithm::hierarchical}, .bytes = n, .ranks = 4,
+                                       .rank = rank, .hosts = interleaved});
+    EXPECT_EQ(hier.inter_node, rank < 2 ? n : 0) << "rank " << rank << ": leaders are ranks 0 and 1";
+  }
+  // One host: nothing crosses, whatever the algorithm.
+  for (Algorithm a : {Algorithm::ring, Algorithm::halving_doubling, Algorithm::tree, Algorithm::hierarchical})
+    EXPECT_EQ(wire_bytes({.options = {.algorithm = a}, .bytes = n, .ranks = 4, .rank = 1, .hosts = {0, 0, 0, 0}})
+                  .inter_node,
+              0);
 }
 
 TEST(WireBytes, TheSharedMemoryAlgorithmSendsNothing) {

@@ -16,6 +16,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <string_view>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -345,11 +346,28 @@ Communicator& world() {
 void finalize() {
   Session& s = session();
   if (!s.world) return;
+  const bool spans_hosts = s.world->size() > 1 && std::ranges::any_of(s.world->hosts(), [](int h) { return h > 0; });
   s.world.reset();
   s.transport.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (s.we_initialized && !finalized) MPI_Finalize();
+  if (!s.we_initialized || finalized) return;
+  // Every rank has finished its work once the barrier returns.
+  MPI_Barrier(MPI_COMM_WORLD);
+  // MPICH 4.0 over UCX's TCP transport (ranks on separate hosts) hangs in
+  // MPI_Finalize in about half the runs: some ranks wait in the launcher's
+  // barrier while the others flush endpoints only those ranks' progress
+  // would complete (openucx/ucx#8738). Past the barrier nothing is left to
+  // lose, and hydra takes a rank's exit without it as success; OpenMPI's
+  // mpirun would not (docs/multi_host.md).
+  char version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int length = 0;
+  MPI_Get_library_version(version, &length);
+  if (spans_hosts && std::string_view(version, static_cast<size_t>(length)).starts_with("MPICH")) {
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
+  MPI_Finalize();
 }
 
 void abort(int code) {

@@ -18,8 +18,10 @@
 // Algorithm and wire bytes: Program::collective's algorithm, automatic
 // resolved by the run's menus (what the communicator would choose for the
 // collective's size; hierarchical's nodes the hosts); comm::wire_bytes for
-// it, the instruction's codec and this rank's place in its group; a
-// send's value, in the dtype it travels in.
+// it, the instruction's codec, this rank's place in its group and where
+// the group's ranks sit (the menu's hosts: the bytes between hosts apart);
+// a send's value, in the dtype it travels in, between hosts when the peer
+// is on another.
 #include <algorithm>
 #include <map>
 
@@ -66,19 +68,36 @@ struct Resolved {
   comm::Algorithm algorithm = comm::Algorithm::automatic;
   comm::CollectiveOptions wire;
   bool node_shared_memory = true;
+  std::vector<int> hosts;  // each group rank's host (empty: not known)
 };
+
+// The run's menu for `group` (its axis', or the data x context group's), or null.
+const comm::AlgorithmMenu* menu_of(const Program& p, const std::vector<comm::AlgorithmMenu>& menus,
+                                   const CommGroup& group) {
+  const size_t slot = group.context_axis >= 0 ? p.strategy.mesh.axes().size() : static_cast<size_t>(group.axis);
+  return slot < menus.size() ? &menus[slot] : nullptr;
+}
+
+// Each group rank's host, from the menu's (by coordinate along the axis).
+std::vector<int> hosts_of(const Program& p, const comm::AlgorithmMenu& menu, const CommGroup& group) {
+  if (menu.hosts.empty()) return {};
+  if (group.subgroup < 0) return menu.hosts;
+  std::vector<int> hosts;
+  for (int c : p.subgroups.at(static_cast<size_t>(group.subgroup)).coords) hosts.push_back(menu.hosts.at(static_cast<size_t>(c)));
+  return hosts;
+}
 Resolved resolve(const Program& p, const std::vector<comm::AlgorithmMenu>& menus, const CommGroup& group,
                  comm::Collective kind, int64_t bytes) {
   Resolved r{.wire = p.collective};
   const int ranks = static_cast<int>(group.ranks.size());
   if (menus.empty() || ranks <= 1) return r;
   // The data x context group's menu follows the axes' (LowerRequest::menus).
-  const size_t slot = group.context_axis >= 0 ? p.strategy.mesh.axes().size() : static_cast<size_t>(group.axis);
-  if (slot >= menus.size()) return r;
-  const comm::AlgorithmMenu& menu = menus[slot];
+  const comm::AlgorithmMenu* found = menu_of(p, menus, group);
+  if (found == nullptr) return r;
+  const comm::AlgorithmMenu& menu = *found;
+  r.hosts = hosts_of(p, menu, group);
   r.algorithm = comm::choose_algorithm(menu, kind, static_cast<double>(bytes), ranks, p.collective);
   r.wire.algorithm = r.algorithm;
-  if (r.wire.ranks_per_node == 0) r.wire.ranks_per_node = menu.ranks_per_host;
   r.node_shared_memory = menu.node_shared_memory;
   return r;
 }
@@ -89,13 +108,16 @@ void stamp_collective(const Program& p, const std::vector<comm::AlgorithmMenu>& 
   const CommGroup& group = p.groups[static_cast<size_t>(instr.group)];
   const Region& whole = c.kind == comm::Collective::allgather ? c.output : c.input;
   const int64_t bytes = p.bytes(whole);  // a bf16 bucket's gather: half a float32 one's
-  const Resolved r = c.codec.lossy() ? Resolved{.wire = p.collective} : resolve(p, menus, group, c.kind, bytes);
+  Resolved r = c.codec.lossy() ? Resolved{.wire = p.collective} : resolve(p, menus, group, c.kind, bytes);
+  if (const comm::AlgorithmMenu* menu = menu_of(p, menus, group); c.codec.lossy() && menu != nullptr)
+    r.hosts = hosts_of(p, *menu, group);
   instr.algorithm = r.algorithm;
   instr.wire = comm::wire_bytes({.collective = c.kind,
                                  .options = r.wire,
                                  .bytes = bytes,
                                  .ranks = static_cast<int>(group.ranks.size()),
                                  .rank = group.rank,
+                                 .hosts = r.hosts,
                                  .node_shared_memory = r.node_shared_memory,
                                  .codec = c.codec,
                                  .codec_rows = c.codec_rows,
@@ -114,7 +136,16 @@ void stamp_reshard(const Program& p, const std::vector<comm::AlgorithmMenu>& men
   instr.algorithm = r.algorithm;
   instr.wire = comm::wire_bytes({.collective = kind, .options = r.wire, .bytes = bytes,
                                  .ranks = static_cast<int>(group.ranks.size()), .rank = group.rank,
-                                 .node_shared_memory = r.node_shared_memory});
+                                 .hosts = r.hosts, .node_shared_memory = r.node_shared_memory});
+}
+
+// A message to `peer` along `axis` leaves this rank's host (the run's menu
+// of the axis knows; without one, it does not).
+bool crosses_hosts(const Program& p, const std::vector<comm::AlgorithmMenu>& menus, int axis, int peer) {
+  if (static_cast<size_t>(axis) >= menus.size()) return false;
+  const std::vector<int>& hosts = menus[static_cast<size_t>(axis)].hosts;
+  if (hosts.empty()) return false;
+  return hosts.at(static_cast<size_t>(peer)) != hosts.at(static_cast<size_t>(p.coords[static_cast<size_t>(axis)]));
 }
 
 }  // namespace
@@ -137,8 +168,9 @@ void facts(const Context& c, Program& p, const std::vector<comm::AlgorithmMenu>&
       stamp_reshard(p, menus, *reshard, *kind, instr);
     } else if (const auto* send = std::get_if<Send>(&instr.op)) {
       instr.lane = {.kind = Lane::Kind::p2p, .axis = send->axis};
-      instr.wire.intra_node = p.graph_of(instr.micro_batch).spec(send->value).shape.numel() *
-                              static_cast<int64_t>(dtype_size(send->dtype));
+      const int64_t bytes =
+          p.graph_of(instr.micro_batch).spec(send->value).shape.numel() * static_cast<int64_t>(dtype_size(send->dtype));
+      (crosses_hosts(p, menus, send->axis, send->peer) ? instr.wire.inter_node : instr.wire.intra_node) = bytes;
     } else if (const auto* recv = std::get_if<Recv>(&instr.op)) {
       instr.lane = {.kind = Lane::Kind::p2p, .axis = recv->axis};
     }

@@ -1,5 +1,7 @@
 #include "runtime/train/rank_figures.h"
 
+#include <algorithm>
+
 #include "comm/collectives.h"
 
 namespace px {
@@ -35,6 +37,18 @@ std::vector<int64_t> gather_peak_bytes(comm::Communicator& world, int64_t mine) 
   std::vector<int64_t> peaks;
   for (float kib : all) peaks.push_back(static_cast<int64_t>(double(kib) * 1024));
   return peaks;
+}
+
+std::vector<double> gather_bytes_between_hosts(comm::Communicator& world, const parallel::Program& mine) {
+  const std::vector<int>& hosts = world.hosts();
+  double sent = 0;
+  for (const parallel::Instr& instr : mine.instrs) sent += static_cast<double>(instr.wire.inter_node);
+  const float own = static_cast<float>(sent / 1024);  // KiB: a float holds a step's bytes to 2^-24
+  std::vector<float> all(static_cast<size_t>(world.size()));
+  comm::allgather(world, &own, comm::Buffer(std::span<float>(all)));
+  std::vector<double> by_host(static_cast<size_t>(*std::max_element(hosts.begin(), hosts.end()) + 1));
+  for (size_t r = 0; r < all.size(); ++r) by_host[static_cast<size_t>(hosts[r])] += double(all[r]) * 1024;
+  return by_host;
 }
 
 }  // namespace px

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "parallel/program.h"
 #include "parallel/strategy.h"
 #include "runtime/train/pipeline_report.h"
 
@@ -20,5 +21,10 @@ std::vector<StageMeasurement> gather_stage_measurements(comm::Communicator& worl
 
 // Every rank's peak tensor bytes, in rank order.
 std::vector<int64_t> gather_peak_bytes(comm::Communicator& world, int64_t mine);
+
+// The bytes each host's ranks send to other hosts in a step, as their
+// Programs account them (comm/wire_bytes.h), by host (Communicator::hosts);
+// one entry on one host.
+std::vector<double> gather_bytes_between_hosts(comm::Communicator& world, const parallel::Program& mine);
 
 }  // namespace px

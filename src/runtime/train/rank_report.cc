@@ -84,6 +84,19 @@ void RankTrainer::log_totals() {
                             ? "- uncompressed"
                             : "fewer with " + strategy_.lowering.compression.to_string());
   }
+  if (world_ > 1 && group_ != nullptr) {
+    // What each host's ranks send to the others, by their Programs: a
+    // host's network counters should show it (docs/multi_host.md).
+    result_.bytes_between_hosts = gather_bytes_between_hosts(*group_, executor_->program());
+    if (result_.bytes_between_hosts.size() > 1) {
+      std::vector<std::string> hosts;
+      for (size_t h = 0; h < result_.bytes_between_hosts.size(); ++h)
+        hosts.push_back(fmt::format("host {} {:.3f} MB", h, result_.bytes_between_hosts[h] / 1e6));
+      log_ << fmt::format("bytes sent between hosts per step, as the Programs account them: {} ({} hosts by "
+                          "hostname; host 0 is rank 0's)\n",
+                          fmt::join(hosts, ", "), result_.bytes_between_hosts.size());
+    }
+  }
 }
 
 // The first step warms caches and pools up; the median of the rest.

@@ -38,6 +38,9 @@ struct TrainResult {
   int64_t gathered_parameter_peak_bytes = 0;
   // Rank 0's bytes sent in its last step, by mesh axis name.
   std::map<std::string, int64_t> bytes_per_axis;
+  // Per host (rank 0's is 0): bytes its ranks send to other hosts a step,
+  // as their Programs account them; one entry on one host.
+  std::vector<double> bytes_between_hosts;
   // Pipelines, rank 0: every pipeline rank's measurements (its data and
   // tensor coordinate 0) over the steps after the first, and the peak of
   // forward activations any step kept (bytes; every run, pipelined or not).
