@@ -234,20 +234,11 @@ Checkpoint load_checkpoint(const std::string& dir) {
 }
 
 std::string agreed_checkpoint(const std::string& dir, comm::Communicator* group, bool if_any) {
-  // The newest step this rank has: in `dir`, else kept beside it.
-  int64_t newest = step_of(dir);
-  std::error_code ec;
-  const fs::path kept = fs::path(kept_checkpoint_path(dir, 0));
-  const std::string prefix = kept.filename().string().substr(0, kept.filename().string().size() - 6);
-  for (const fs::directory_entry& e :
-       fs::directory_iterator(kept.parent_path().empty() ? "." : kept.parent_path(), ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
-        name.find(".tmp.") == std::string::npos)
-      newest = std::max(newest, step_of(e.path().string()));
-  }
-  // The step every rank has (hosts commit one after the other: one may be
-  // a checkpoint ahead), and the rank that has the fewest.
+  // The step this rank last committed: the one in `dir` (kept ones beside
+  // it may be older runs' with higher steps, and are no evidence).
+  const int64_t newest = step_of(dir);
+  // The lowest over the ranks (hosts commit one after the other: one may
+  // be a checkpoint ahead, and keeps the one before), and whose it is.
   const int rank = group ? group->rank() : 0;
   std::vector<float> least{static_cast<float>(newest), static_cast<float>(rank)};  // exact to 2^24
   if (group != nullptr) {

@@ -124,10 +124,10 @@ Checkpoint load_checkpoint(const std::string& dir);
 
 // The checkpoint directory to resume from, agreed by every rank of `group`
 // (collective; nullptr: this process alone) when each may see its own
-// `dir` (hosts with private disks): the newest step every rank has, in
-// `dir` or kept beside it as `<dir>.step-<S>`; "" when some rank has none
-// and `if_any` (a restart before the first checkpoint), else px::Error
-// naming the rank.
+// `dir` (hosts with private disks): the lowest step any rank has in `dir`
+// (its last commit), read from `dir` where it is that step and else from
+// `<dir>.step-<S>` kept beside it; "" when some rank has none and `if_any`
+// (a restart before the first checkpoint), else px::Error naming the rank.
 std::string agreed_checkpoint(const std::string& dir, comm::Communicator* group, bool if_any);
 // Only the model weights (for eval and sample); `path` is the directory or the .safetensors file.
 SafetensorsFile load_model_weights(const std::string& path);
