@@ -200,11 +200,9 @@ void launch(LaunchOptions l) {
       fail("--ranks {} with --hosts '{}': the hosts have {} slots", l.ranks, l.hosts, slots);
     std::vector<std::string> job = words(l.mpirun);
     if (job.empty()) fail("--mpirun is empty: expected the program that starts ranks on the hosts (mpirun)");
-    for (const char* a : {"--host"}) job.push_back(a);
-    job.push_back(l.hosts);
-    job.push_back("-np");
-    job.push_back(l.ranks > 0 ? "{ranks}" : std::to_string(slots));
-    for (const char* a : {"-x", "PARALLAX_ATTEMPT", "-x", "PARALLAX_RUN_DIR"}) job.push_back(a);
+    const std::vector<std::string> placed{"--host", l.hosts, "-np", l.ranks > 0 ? "{ranks}" : std::to_string(slots),
+                                          "-x", "PARALLAX_ATTEMPT", "-x", "PARALLAX_RUN_DIR"};
+    job.insert(job.end(), placed.begin(), placed.end());
     job.insert(job.end(), l.command.begin(), l.command.end());
     l.command = std::move(job);
     names_ranks = true;
