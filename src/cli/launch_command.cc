@@ -12,6 +12,11 @@
 // `{run_dir}` are replaced by their values for the attempt; an elastic job
 // must say where its rank count goes (`mpirun -np {ranks}`, `--ranks
 // {ranks}`).
+//
+// With `--hosts a:2,b:2` the launcher starts COMMAND itself under OpenMPI's
+// mpirun on those hosts (`--mpirun` names another launcher with mpirun's
+// flags, e.g. scripts/hosts.sh's), with -np the slots' sum (or --ranks)
+// and the two variables passed on to every host (-x).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +26,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include <fmt/chrono.h>
 #include <nlohmann/json.hpp>
@@ -39,8 +45,41 @@ struct LaunchOptions {
   int ranks = 0;      // 0: the command fixes its own rank count
   int min_ranks = 0;  // 0: never fewer than --ranks
   std::string run_dir;
+  std::string hosts;              // "a:2,b:2": run COMMAND under mpirun on these hosts
+  std::string mpirun = "mpirun";  // the program (and its first words) that starts ranks on them
   std::vector<std::string> command;
 };
+
+// `a:2,b:2` -> the slots' sum (a host without `:N` has one).
+int host_slots(const std::string& hosts) {
+  int total = 0;
+  size_t from = 0;
+  while (from <= hosts.size()) {
+    const size_t comma = std::min(hosts.find(',', from), hosts.size());
+    const std::string host = hosts.substr(from, comma - from);
+    const size_t colon = host.find(':');
+    int slots = 1;
+    if (host.empty() || colon == 0) fail("--hosts '{}': expected HOST[:SLOTS],... (e.g. a:2,b:2)", hosts);
+    if (colon != std::string::npos) {
+      const std::string n = host.substr(colon + 1);
+      if (n.empty() || n.size() > 6 || n.find_first_not_of("0123456789") != std::string::npos || std::stoi(n) < 1)
+        fail("--hosts '{}': host '{}' has {} slots, expected a count of at least 1", hosts, host.substr(0, colon),
+             n.empty() ? "no" : "'" + n + "'");
+      slots = std::stoi(n);
+    }
+    total += slots;
+    from = comma + 1;
+  }
+  return total;
+}
+
+// The words of `text`, split at spaces (--mpirun "scripts/hosts.sh --name pxf mpirun").
+std::vector<std::string> words(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
 
 double now_seconds() {
   timespec t{};
@@ -154,6 +193,20 @@ void launch(LaunchOptions l) {
   if (l.max_restarts < 0) fail("--max-restarts {} must be >= 0", l.max_restarts);
   bool names_ranks = false;
   for (const std::string& a : l.command) names_ranks = names_ranks || a.find("{ranks}") != std::string::npos;
+  if (!l.hosts.empty()) {
+    // mpirun -np R --host HOSTS -x ... COMMAND, R from --ranks (elastic) or the slots.
+    const int slots = host_slots(l.hosts);
+    if (l.ranks > slots)
+      fail("--ranks {} with --hosts '{}': the hosts have {} slots", l.ranks, l.hosts, slots);
+    std::vector<std::string> job = words(l.mpirun);
+    if (job.empty()) fail("--mpirun is empty: expected the program that starts ranks on the hosts (mpirun)");
+    const std::vector<std::string> placed{"--host", l.hosts, "-np", l.ranks > 0 ? "{ranks}" : std::to_string(slots),
+                                          "-x", "PARALLAX_ATTEMPT", "-x", "PARALLAX_RUN_DIR"};
+    job.insert(job.end(), placed.begin(), placed.end());
+    job.insert(job.end(), l.command.begin(), l.command.end());
+    l.command = std::move(job);
+    names_ranks = true;
+  }
   if (l.ranks > 0 && !names_ranks)
     fail("--ranks {}: the command must say where the rank count goes, as {{ranks}} (mpirun -np {{ranks}} or "
          "parallax train --ranks {{ranks}})",
@@ -220,6 +273,12 @@ void add_launch_command(CLI::App& app) {
                   "continue with fewer ranks, down to K, when ranks are lost for good (default: --ranks)");
   cmd->add_option("--run-dir", l->run_dir,
                   "the run directory: flight records, lost-rank marks, restarts (default runs/launch-<time>)");
+  cmd->add_option("--hosts", l->hosts,
+                  "run the command under mpirun on these hosts, HOST[:SLOTS],... (-np: the slots, or --ranks)");
+  cmd->add_option("--mpirun", l->mpirun,
+                  "with --hosts: the program that starts the ranks, with mpirun's flags (e.g. \"scripts/hosts.sh "
+                  "mpirun\")")
+      ->capture_default_str();
   cmd->add_option("command", l->command, "the job, after --: parallax train ... or mpirun ... parallax train ...")
       ->required();
   cmd->callback([l] { launch(*l); });

@@ -30,7 +30,12 @@ void apply_launch_environment(TrainOptions& o) {
   const long k = std::strtol(attempt, &end, 10);
   if (end == attempt || *end != '\0' || k < 0) fail("PARALLAX_ATTEMPT '{}' is not an attempt number (0, 1, ...)", attempt);
   o.attempt = static_cast<int>(k);
-  if (o.attempt > 0 && !o.save.empty() && std::filesystem::exists(o.save + "/state.json")) o.resume = o.save;
+  // Whether there is one is agreed by the ranks (each host may have its
+  // own disk, and one may have committed a save another has not).
+  if (o.attempt > 0 && !o.save.empty()) {
+    o.resume = o.save;
+    o.resume_if_saved = true;
+  }
 }
 
 }  // namespace

@@ -113,11 +113,14 @@ TEST(CollectiveCheckpoint, AnUncreatableDirectoryIsAnErrorOnEveryRank) {
   testing::ScratchDir dir;
   std::ofstream(dir.file("file")) << "not a directory";
   const std::vector<std::string> errors = save_on_ranks(dir.file("file/ckpt"));
-  EXPECT_NE(errors[0].find("cannot create staging directory"), std::string::npos) << errors[0];
-  for (int r : {1, 2})
-    EXPECT_NE(errors[static_cast<size_t>(r)].find("rank 0 failed while creating the staging directory"),
+  // Every rank finds it cannot write there (while learning which ranks
+  // share the directory's filesystem), naming the directory and why.
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("checkpoint '" + dir.file("file/ckpt") + "' not saved: cannot write"),
               std::string::npos)
         << errors[static_cast<size_t>(r)];
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("Not a directory"), std::string::npos) << errors[static_cast<size_t>(r)];
+  }
 }
 
 TEST(LoadCheckpoint, AMissingOrTruncatedShardFileIsNamed) {
@@ -212,6 +215,7 @@ TEST(LoadCheckpoint, ElementsNoShardHoldsAreNamed) {
   nlohmann::json state;
   std::ifstream(ckpt + "/state.json") >> state;
   state["files"].erase("shards/rank2.safetensors");
+  state["checksums"].erase("shards/rank2.safetensors");
   std::ofstream(ckpt + "/state.json") << state.dump();
   const Checkpoint c = load_checkpoint(ckpt);
   try {
@@ -227,5 +231,122 @@ TEST(LoadCheckpoint, ElementsNoShardHoldsAreNamed) {
             15.0f);
 }
 
+
+// Hosts with private disks, in process: ranks 0 and 1 see one directory,
+// ranks 2 and 3 another of the same name on "their" disk. The commit is
+// agreed over the transport (commit.h), each disk gets the commit record
+// of its own ranks' shards, and a resume agrees on a step every disk has.
+namespace private_disks {
+
+constexpr int kRanks = 4;
+
+std::string disk_of(const std::string& base, int rank) { return fmt::format("{}/host{}", base, rank / 2); }
+
+// Rank r holds rows [2r, 2r + 2) of an [8, 4] "w" whose element i is i + step.
+CheckpointPart part_of(int rank, int64_t step, bool duplicate) {
+  const parallel::ShardRun run =
+      parallel::ShardRun::of(Shape{8, 4}, Shape{2, 4}, {{{2 * rank, 0}, {0, 0}, {2, 4}}}, 0, 8);
+  Tensor rows = Tensor::empty(Shape{8});
+  for (int i = 0; i < 8; ++i) rows.f32()[i] = static_cast<float>(8 * rank + i + step);
+  CheckpointPart part{.shards = {{"w", run, rows}, {duplicate ? "w" : "w.exp_avg", run, rows.clone()}},
+                      .who = {{"mesh", "{dp:4}"}, {"coords", fmt::format("[{}]", rank)}}};
+  if (rank == 0) {
+    Tensor whole = Tensor::empty(Shape{8, 4});
+    for (int64_t i = 0; i < whole.numel(); ++i) whole.f32()[i] = static_cast<float>(i + step);
+    part.model = {{"w", whole}};
+    part.state = {.step = step, .config = {{"model", "test"}}, .data = {{"step", step}}, .optimizer_steps = step};
+  }
+  return part;
+}
+
+// Saves step `step` with every rank writing to its host's disk; each rank's error.
+std::vector<std::string> save(const std::string& base, int64_t step, int failing_rank = -1) {
+  std::vector<std::string> errors(kRanks);
+  comm::run_inproc(kRanks, [&](comm::Communicator& world) {
+    const int rank = world.rank();
+    try {
+      CheckpointWriter writer(disk_of(base, rank) + "/ckpt", &world);
+      EXPECT_FALSE(writer.shared());
+      writer.save(part_of(rank, step, rank == failing_rank));
+      writer.finish();
+    } catch (const Error& e) {
+      errors[static_cast<size_t>(rank)] = e.what();
+    }
+  });
+  return errors;
+}
+
+TEST(PrivateDisksCheckpoint, EachDiskCommitsItsOwnRanksShardsAndRank0TheModel) {
+  testing::ScratchDir dir;
+  ASSERT_EQ(save(dir.path(), 7), std::vector<std::string>(kRanks));
+  for (int host = 0; host < 2; ++host) {
+    const std::string ckpt = disk_of(dir.path(), 2 * host) + "/ckpt";
+    const Checkpoint c = load_checkpoint(ckpt);
+    EXPECT_EQ(c.state.step, 7);
+    EXPECT_EQ(c.state.files.contains("model.safetensors"), host == 0);
+    EXPECT_EQ(c.state.checksums.size(), 2u);  // its two ranks' shard files, checked on load
+    for (int r = 0; r < kRanks; ++r)
+      EXPECT_EQ(fs::exists(fmt::format("{}/shards/rank{}.safetensors", ckpt, r)), r / 2 == host) << ckpt << " " << r;
+    // This host's rows read back; no probe or staging directory is left.
+    const parallel::ShardRun rows =
+        parallel::ShardRun::of(Shape{8, 4}, Shape{4, 4}, {{{4 * host, 0}, {0, 0}, {4, 4}}}, 0, 16);
+    EXPECT_EQ(c.shards.read("w.exp_avg", rows).f32()[3], static_cast<float>(16 * host + 3 + 7));
+    EXPECT_TRUE(leftovers(disk_of(dir.path(), 2 * host)).empty());
+  }
+}
+
+TEST(PrivateDisksCheckpoint, AFailureOnOneHostKeepsThePreviousCheckpointOnEvery) {
+  testing::ScratchDir dir;
+  ASSERT_EQ(save(dir.path(), 7), std::vector<std::string>(kRanks));
+  const std::vector<std::string> errors = save(dir.path(), 9, 3);
+  EXPECT_NE(errors[3].find("'w' is saved twice"), std::string::npos) << errors[3];
+  for (int r : {0, 1, 2})
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("rank 3 failed"), std::string::npos) << errors[static_cast<size_t>(r)];
+  for (int host = 0; host < 2; ++host) {
+    EXPECT_EQ(load_checkpoint(disk_of(dir.path(), 2 * host) + "/ckpt").state.step, 7);
+    EXPECT_TRUE(leftovers(disk_of(dir.path(), 2 * host)).empty());
+  }
+}
+
+TEST(PrivateDisksCheckpoint, AResumeAgreesOnTheNewestStepEveryHostCommitted) {
+  testing::ScratchDir dir;
+  ASSERT_EQ(save(dir.path(), 7), std::vector<std::string>(kRanks));
+  ASSERT_EQ(save(dir.path(), 9), std::vector<std::string>(kRanks));
+  // Host 1 died before swapping step 9 in: it has step 7 only.
+  const std::string host1 = disk_of(dir.path(), 2) + "/ckpt";
+  fs::remove_all(host1);
+  fs::rename(kept_checkpoint_path(host1, 7), host1);
+  std::vector<std::string> agreed(kRanks), empty(kRanks);
+  comm::run_inproc(kRanks, [&](comm::Communicator& world) {
+    const int rank = world.rank();
+    agreed[static_cast<size_t>(rank)] = agreed_checkpoint(disk_of(dir.path(), rank) + "/ckpt", &world, false);
+    empty[static_cast<size_t>(rank)] = agreed_checkpoint(disk_of(dir.path(), rank) + "/none", &world, true);
+  });
+  const std::string host0 = disk_of(dir.path(), 0) + "/ckpt";
+  EXPECT_EQ(agreed, (std::vector<std::string>{kept_checkpoint_path(host0, 7), kept_checkpoint_path(host0, 7), host1,
+                                              host1}));
+  EXPECT_EQ(empty, std::vector<std::string>(kRanks));  // no checkpoint anywhere: start afresh
+  EXPECT_EQ(load_checkpoint(agreed[0]).state.step, 7);
+}
+
+TEST(PrivateDisksCheckpoint, AShardFileWithAnotherChecksumIsRefused) {
+  testing::ScratchDir dir;
+  ASSERT_EQ(save(dir.path(), 7), std::vector<std::string>(kRanks));
+  const std::string shard = disk_of(dir.path(), 2) + "/ckpt/shards/rank2.safetensors";
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\x7f');
+  }
+  try {
+    load_checkpoint(disk_of(dir.path(), 2) + "/ckpt");
+    FAIL() << "a changed shard file loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'shards/rank2.safetensors' does not have the checksum"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace private_disks
 }  // namespace
 }  // namespace px

@@ -83,13 +83,30 @@ void prune_kept(const std::string& dir, int keep) {
   for (size_t i = 0; i + static_cast<size_t>(keep) < kept.size(); ++i) fs::remove_all(kept[i].second, ec);
 }
 
-std::string marker_path(const std::string& staging, int rank) { return fmt::format("{}/written/rank{}", staging, rank); }
+// Broadcasts rank 0's `text` to every rank of `group`.
+void broadcast_text(comm::Communicator& group, std::string& text) {
+  int64_t size = static_cast<int64_t>(text.size());
+  comm::broadcast(group, comm::Buffer(&size, 1, DType::i64), 0);
+  text.resize(static_cast<size_t>(size));
+  if (size > 0) comm::broadcast(group, comm::Buffer(text.data(), size, DType::u8), 0);
+}
 
 }  // namespace
 
 CheckpointWriter::CheckpointWriter(std::string dir, comm::Communicator* group, int keep_last)
     : dir_(std::move(dir)), group_(group), keep_last_(keep_last) {
   if (keep_last < 1) fail("--keep-last {}: keep at least the latest checkpoint (1)", keep_last);
+  filesystems_ = probe_filesystems(group_, dir_);
+  if (group_ != nullptr) {
+    commit_.emplace(group_->split(0, group_->rank()));
+    // Its waits span other ranks' writes, which may take longer than a
+    // training step's timeout; a dead rank still ends them (a declared
+    // failure), and so does the job's end (stop_).
+    commit_->set_timeout(std::max(commit_->timeout(), std::chrono::milliseconds(600000)));
+  }
+  // On private disks a host may commit a step another never did (it died
+  // in between): keep the one before, which every host has.
+  if (!filesystems_.shared()) keep_last_ = std::max(keep_last_, 2);
 }
 
 CheckpointWriter::~CheckpointWriter() {
@@ -100,15 +117,22 @@ CheckpointWriter::~CheckpointWriter() {
 void CheckpointWriter::save(CheckpointPart part) {
   finish();
   const int rank = group_ ? group_->rank() : 0;
-  // The lead stages the directory, named by its pid (agreed by all).
+  const bool lead = filesystems_.lead[static_cast<size_t>(rank)] == rank;
+  // Each filesystem's lead stages the directory, named by rank 0's pid.
   int64_t id = static_cast<int64_t>(::getpid());
   if (group_ != nullptr) comm::broadcast(*group_, comm::Buffer(&id, 1, DType::i64), 0);
+  if (!filesystems_.shared()) {
+    // Every lead writes the commit record of its filesystem: rank 0's state.
+    std::string state = rank == 0 ? part.state.to_json().dump() : std::string();
+    broadcast_text(*group_, state);
+    if (lead && rank != 0)
+      part.state = CheckpointState::from_json(nlohmann::json::parse(state), "the lead's checkpoint state", false);
+  }
   std::string error;
-  if (rank == 0)
+  if (lead)
     error = attempt([&] {
       staged_ = std::make_unique<StagedDirectory>(dir_, static_cast<long>(id));
       fs::create_directory(staged_->path() + "/shards");
-      fs::create_directory(staged_->path() + "/written");
     });
   agree(group_, error, dir_, "creating the staging directory");
   error_.clear();
@@ -117,48 +141,41 @@ void CheckpointWriter::save(CheckpointPart part) {
 }
 
 void CheckpointWriter::write(CheckpointPart part, const std::string& staging) {
-  const int rank = group_ ? group_->rank() : 0, world = group_ ? group_->size() : 1;
-  // 1. Every rank: its runs, then its mark (with its error, if any).
-  error_ = attempt([&] {
+  const int rank = group_ ? group_->rank() : 0;
+  const bool lead = filesystems_.lead[static_cast<size_t>(rank)] == rank;
+  // 1. Every rank: its runs; rank 0 also the model and the compression state.
+  ShardReport mine;
+  mine.error = attempt([&] {
     if (part.shards.empty()) return;
     std::map<std::string, std::string> who = part.who;
     who["rank"] = std::to_string(rank);
-    save_shard_file(fmt::format("{}/shards/rank{}.safetensors", staging, rank), part.shards, who);
+    const std::string path = fmt::format("{}/shards/rank{}.safetensors", staging, rank);
+    save_shard_file(path, part.shards, who);
+    mine.bytes = fs::file_size(path);
+    mine.checksum = file_checksum(path);
   });
-  const std::string marked = attempt([&] { write_file_atomically(marker_path(staging, rank), error_); });
-  if (error_.empty()) error_ = marked;
-  if (rank != 0) return;
-  // 2. The lead: the model, then every rank's mark. Only once all are in
-  // may a failure remove the staging directory: another rank may still be
-  // writing into it, and would report the vanished directory instead of
-  // the failure that caused it.
-  if (error_.empty())
-    error_ = attempt([&] {
+  if (rank == 0 && mine.error.empty())
+    mine.error = attempt([&] {
       std::map<std::string, std::string> metadata{{"format", "pt"}, {"parallax", part.state.config.dump()}};
       save_safetensors(staging + "/model.safetensors", part.model, metadata);
       if (!part.compression.empty()) save_safetensors(staging + "/compression.safetensors", part.compression);
     });
-  const std::string others = attempt([&] {
-    std::string first_failure;
-    for (int r = 1; r < world; ++r) {
-      const std::string mark = marker_path(staging, r);
-      for (int wait_ms = 1; !fs::exists(mark); wait_ms = std::min(wait_ms * 2, 20)) {
-        if (stop_) fail("abandoned: the job stopped before rank {} wrote its shard file", r);
-        std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
-      }
-      std::ifstream in(mark);
-      const std::string failed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      if (!failed.empty() && first_failure.empty())
-        first_failure = fmt::format("rank {} failed writing its shard file: {}", r, failed);
-    }
-    if (!first_failure.empty()) fail("{}", first_failure);
-  });
-  if (error_.empty()) error_ = others;
-  if (error_.empty())
+  // 2. Rank 0 learns every rank's report over the transport and decides.
+  // Only then may a failure remove a staging directory: another rank may
+  // still be writing into it, and would report the vanished directory
+  // instead of the failure that caused it.
+  CommitVerdict verdict{.commit = mine.error.empty(), .error = mine.error, .shards = {mine}};
+  const std::string agreed = commit_ ? attempt([&] { verdict = agree_on_commit(*commit_, mine, stop_); }) : "";
+  error_ = !mine.error.empty() ? mine.error : !agreed.empty() ? agreed : verdict.commit ? "" : verdict.error;
+  // 3. Each filesystem's lead: the commit record of its ranks' files, and the swap.
+  if (lead && error_.empty())
     error_ = attempt([&] {
-      fs::remove_all(staging + "/written");
       CheckpointState state = part.state;
       state.files = file_sizes(staging);
+      for (int r : filesystems_.members(rank)) {
+        const std::string name = fmt::format("shards/rank{}.safetensors", r);
+        if (state.files.contains(name)) state.checksums[name] = verdict.shards[static_cast<size_t>(r)].checksum;
+      }
       write_file_atomically(staging + "/state.json", state.to_json().dump(2) + "\n");
       const int64_t previous = keep_last_ > 1 ? step_of(dir_) : -1;
       staged_->commit(previous >= 0 ? kept_checkpoint_path(dir_, previous) : std::string());
@@ -205,11 +222,46 @@ Checkpoint load_checkpoint(const std::string& dir) {
       fail("checkpoint '{}': '{}' has {} bytes, state.json records {}: the file is truncated or was replaced", dir,
            name, size, bytes);
     if (name.rfind("shards/", 0) == 0) shard_files.push_back(path);
+    if (auto sum = c.state.checksums.find(name); sum != c.state.checksums.end() && file_checksum(path) != sum->second)
+      fail("checkpoint '{}': '{}' does not have the checksum its rank reported when writing it: the file is "
+           "corrupt or was replaced",
+           dir, name);
   }
   c.shards = ShardedTensors(shard_files, dir);
   if (c.state.files.contains("compression.safetensors"))
     c.compression = load_safetensors(dir + "/compression.safetensors");
   return c;
+}
+
+std::string agreed_checkpoint(const std::string& dir, comm::Communicator* group, bool if_any) {
+  // The step this rank last committed: the one in `dir` (kept ones beside
+  // it may be older runs' with higher steps, and are no evidence).
+  const int64_t newest = step_of(dir);
+  // The lowest over the ranks (hosts commit one after the other: one may
+  // be a checkpoint ahead, and keeps the one before), and whose it is.
+  const int rank = group ? group->rank() : 0;
+  std::vector<float> least{static_cast<float>(newest), static_cast<float>(rank)};  // exact to 2^24
+  if (group != nullptr) {
+    std::vector<float> all(static_cast<size_t>(2 * group->size()), 0.0f);
+    all[static_cast<size_t>(2 * rank)] = least[0];
+    all[static_cast<size_t>(2 * rank + 1)] = least[1];
+    comm::allreduce(*group, std::span<float>(all), comm::Reduction::sum);
+    for (int r = 0; r < group->size(); ++r)
+      if (all[static_cast<size_t>(2 * r)] < least[0]) least = {all[static_cast<size_t>(2 * r)], static_cast<float>(r)};
+  }
+  const int64_t step = static_cast<int64_t>(least[0]);
+  if (step < 0) {
+    if (if_any) return {};
+    fail("checkpoint directory '{}' holds no checkpoint on rank {} (expected a directory written by parallax train "
+         "--save; without a shared filesystem each host resumes from its own disk)",
+         dir, static_cast<int>(least[1]));
+  }
+  if (step_of(dir) == step) return dir;
+  const std::string older = kept_checkpoint_path(dir, step);
+  if (step_of(older) == step) return older;
+  fail("checkpoint '{}': rank {} has only step {} there, and this rank has neither it in '{}' nor '{}' (the hosts' "
+       "checkpoints are more than one save apart)",
+       dir, static_cast<int>(least[1]), step, dir, older);
 }
 
 SafetensorsFile load_model_weights(const std::string& path) {

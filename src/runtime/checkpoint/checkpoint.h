@@ -32,6 +32,7 @@
 #include "core/atomic_file.h"
 #include "runtime/executor/param_store.h"
 #include "runtime/checkpoint/checkpoint_state.h"
+#include "runtime/checkpoint/commit.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/checkpoint/sharded_tensors.h"
 
@@ -48,15 +49,22 @@ struct CheckpointPart {
   NamedTensors compression;  // written when not empty
 };
 
-// Writes checkpoints in the background. save() is collective over `group`
-// (nullptr: this process alone) and cheap: the lead stages
-// `<dir>.tmp.<id>`, then every rank writes its shard file on its own
-// thread and marks it written (`written/rank<R>`, with its error if it
-// failed); the lead's thread writes the model and the state once every
-// rank's mark is there and swaps the directory in. Until then `dir` holds
-// the previous checkpoint, whatever dies. With keep_last > 1 the previous
-// checkpoints stay beside it as `<dir>.step-<S>` (the newest keep_last - 1
-// of them).
+// Writes checkpoints in the background, assuming no filesystem the ranks
+// share (commit.h). Construction is collective over `group` (nullptr: this
+// process alone): it learns which ranks see the same `dir` (one
+// filesystem: all; private disks: each host's ranks). save() is collective
+// and cheap: each filesystem's lead rank stages `<dir>.tmp.<id>` there,
+// then every rank writes its shard file into its filesystem's staging
+// directory on its own thread and reports its bytes and checksum to rank 0
+// over a communicator of the writer's own; rank 0 (which also writes the
+// model) commits only if every rank wrote, and each filesystem's lead,
+// told so, writes state.json (the commit record, listing that
+// filesystem's files and checksums) and swaps its directory in. Until then
+// `dir` holds the previous checkpoint, whatever dies. With keep_last > 1
+// the previous checkpoints stay beside it as `<dir>.step-<S>` (the newest
+// keep_last - 1 of them); on more than one filesystem at least one is
+// kept, so a resume can fall back to the step every host committed
+// (agreed_checkpoint).
 class CheckpointWriter {
  public:
   CheckpointWriter(std::string dir, comm::Communicator* group, int keep_last = 1);
@@ -73,6 +81,10 @@ class CheckpointWriter {
   // it) if any rank failed, and `dir` keeps the previous checkpoint.
   void finish();
   const std::string& dir() const { return dir_; }
+  // Whether every rank sees the same `dir`. When not, each rank must write
+  // every run it holds (ProgramExecutor::state_runs): a replica written
+  // by a rank on another host would be out of this host's reach.
+  bool shared() const { return filesystems_.shared(); }
 
  private:
   void write(CheckpointPart part, const std::string& staging);  // the background thread
@@ -80,7 +92,9 @@ class CheckpointWriter {
   std::string dir_;
   comm::Communicator* group_;
   int keep_last_;
-  std::unique_ptr<StagedDirectory> staged_;  // the lead's, while a write is in flight
+  Filesystems filesystems_;
+  std::optional<comm::Communicator> commit_;  // the background thread's own, split from group_
+  std::unique_ptr<StagedDirectory> staged_;  // a filesystem lead's, while a write is in flight
   std::thread thread_;
   std::string error_;  // the background write's, read after join
   std::atomic<bool> stop_{false};
@@ -103,9 +117,18 @@ struct Checkpoint {
 };
 
 // Reads state.json (CheckpointState::from_json), checks every file it
-// lists is there with its recorded size, and opens the shard files; px::Error names the directory, the file
+// lists is there with its recorded size (and each shard file its
+// checksum), and opens the shard files; px::Error names the directory, the file
 // and what is wrong (missing, truncated, corrupt).
 Checkpoint load_checkpoint(const std::string& dir);
+
+// The checkpoint directory to resume from, agreed by every rank of `group`
+// (collective; nullptr: this process alone) when each may see its own
+// `dir` (hosts with private disks): the lowest step any rank has in `dir`
+// (its last commit), read from `dir` where it is that step and else from
+// `<dir>.step-<S>` kept beside it; "" when some rank has none and `if_any`
+// (a restart before the first checkpoint), else px::Error naming the rank.
+std::string agreed_checkpoint(const std::string& dir, comm::Communicator* group, bool if_any);
 // Only the model weights (for eval and sample); `path` is the directory or the .safetensors file.
 SafetensorsFile load_model_weights(const std::string& path);
 

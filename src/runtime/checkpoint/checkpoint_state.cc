@@ -42,6 +42,7 @@ nlohmann::json CheckpointState::to_json() const {
   if (!compression.empty()) json["compression"] = compression;
   if (!parameter_server.empty()) json["parameter_server"] = parameter_server;
   if (!files.empty()) json["files"] = files;
+  if (!checksums.empty()) json["checksums"] = checksums;
   return json;
 }
 
@@ -88,6 +89,17 @@ CheckpointState CheckpointState::from_json(const nlohmann::json& json, const std
     for (const auto& [name, bytes] : json.at("files").items()) {
       check_listed_file(document, name, bytes);
       s.files[name] = bytes.get<uint64_t>();
+    }
+  }
+  if (json.contains("checksums")) {
+    if (!json.at("checksums").is_object()) bad("checksums", "an object of shard file -> checksum");
+    for (const auto& [name, sum] : json.at("checksums").items()) {
+      if (!sum.is_number_unsigned() && !(sum.is_number_integer() && sum.get<int64_t>() >= 0))
+        fail("{}: state.json records checksum {} for '{}', expected an unsigned 64-bit integer", document, brief(sum),
+             name);
+      if (!s.files.contains(name))
+        fail("{}: state.json records a checksum for '{}', which its file list does not hold", document, name);
+      s.checksums[name] = sum.get<uint64_t>();
     }
   }
   return s;

@@ -28,6 +28,9 @@ struct CheckpointState {
   std::string compression;          // the --compress spec its residuals were saved with ("": none)
   std::string parameter_server;     // the parameter-server mode that saved it ("": none)
   std::map<std::string, uint64_t> files;  // every file of the checkpoint, relative path -> bytes
+  // The shard files' FNV-1a checksums (commit.h), relative path -> checksum,
+  // as their ranks reported them before the commit; a load verifies them.
+  std::map<std::string, uint64_t> checksums;
 
   bool operator==(const CheckpointState&) const = default;
   nlohmann::json to_json() const;

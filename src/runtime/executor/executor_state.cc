@@ -146,7 +146,7 @@ parallel::ShardRun ProgramExecutor::run_of(const parallel::ParamLayout& param, i
       begin, end);
 }
 
-bool ProgramExecutor::writes_copy(const parallel::ParamLayout& param, bool split_over_data) const {
+bool ProgramExecutor::writes_copy(const parallel::ParamLayout& param, bool split_over_data, bool every_copy) const {
   const int data_axis = program_.strategy.mesh.axis(program_.strategy.data_axis);
   for (size_t a = 0; a < program_.coords.size(); ++a) {
     if (static_cast<int>(a) == program_.pipeline.axis) {
@@ -156,12 +156,12 @@ bool ProgramExecutor::writes_copy(const parallel::ParamLayout& param, bool split
       continue;
     }
     const bool split = static_cast<int>(a) == data_axis ? split_over_data : param.placement[a].is_split();
-    if (!split && program_.coords[a] != 0) return false;
+    if (!split && !every_copy && program_.coords[a] != 0) return false;
   }
   return true;
 }
 
-std::vector<SavedRun> ProgramExecutor::state_runs() const {
+std::vector<SavedRun> ProgramExecutor::state_runs(bool every_copy) const {
   PX_CHECK(optimizer_.has_value(), "the program has no optimizer");
   const auto by_name = layouts_by_name(program_);
   std::vector<SavedRun> runs;
@@ -170,7 +170,7 @@ std::vector<SavedRun> ProgramExecutor::state_runs() const {
   for (const std::string& name : declared_) {
     if (!by_name.count(name)) continue;  // another pipeline stage's
     const parallel::ParamLayout& p = *by_name.at(name);
-    if (!writes_copy(p, params_split)) continue;
+    if (!writes_copy(p, params_split, every_copy)) continue;
     if (!params_split) {
       const float* values = buffers_[static_cast<size_t>(program_.params_buffer)].f32() + p.offset;
       runs.push_back({name, run_of(p, 0, p.shape.numel()), copy_of(values, p.shape.numel())});
@@ -189,7 +189,7 @@ std::vector<SavedRun> ProgramExecutor::state_runs() const {
     for (size_t k = 0; k < optimizer_->shards().size(); ++k) {
       const ParamShard& s = optimizer_->shards()[k];
       const parallel::ParamLayout& p = *by_name.at(s.name);
-      if (s.count == 0 || !writes_copy(p, state_split)) continue;
+      if (s.count == 0 || !writes_copy(p, state_split, every_copy)) continue;
       const std::span<const float> state = optimizer_->state(slot, k);
       runs.push_back({s.name + "." + slot_names[slot], run_of(p, s.offset, s.offset + s.count),
                       copy_of(state.data(), s.count)});

@@ -163,9 +163,10 @@ class ProgramExecutor {
   // For a checkpoint: this rank's runs of every parameter ("<param>") and
   // optimizer slot ("<param>.<slot>") with their global boxes, leaving out
   // copies another rank writes (this rank writes a copy when it sits at
-  // coordinate 0 of every mesh axis that replicates it). Local: no
-  // communication.
-  std::vector<SavedRun> state_runs() const;
+  // coordinate 0 of every mesh axis that replicates it; `every_copy`: this
+  // rank writes every copy it holds, for a checkpoint directory other
+  // hosts do not see). Local: no communication.
+  std::vector<SavedRun> state_runs(bool every_copy = false) const;
   // Parameters and optimizer state from a checkpoint saved under any
   // strategy: this rank reads the runs it holds.
   void load_state(const ShardedTensors& saved, int64_t optimizer_steps);
@@ -306,7 +307,7 @@ class ProgramExecutor {
   parallel::ShardRun run_of(const parallel::ParamLayout& param, int64_t begin, int64_t end) const;
   // Whether this rank writes its copy of `param`'s run to a checkpoint;
   // `split_over_data`: ZeRO gives each data rank its own run.
-  bool writes_copy(const parallel::ParamLayout& param, bool split_over_data) const;
+  bool writes_copy(const parallel::ParamLayout& param, bool split_over_data, bool every_copy) const;
 
   parallel::Program program_;  // the active program
   parallel::Liveness liveness_;

@@ -33,6 +33,21 @@ std::vector<FlightDump> read_flight_records(const std::string& run_dir) {
   return out;
 }
 
+std::vector<FlightDump> read_flight_records(const std::vector<std::string>& run_dirs) {
+  std::map<int, std::pair<FlightDump, std::string>> by_rank;
+  for (const std::string& dir : run_dirs)
+    for (FlightDump& d : read_flight_records(dir)) {
+      if (auto it = by_rank.find(d.rank); it != by_rank.end())
+        fail("rank {}'s flight record is in both '{}' and '{}': give each host's run directory once", d.rank,
+             it->second.second, dir);
+      const int rank = d.rank;
+      by_rank.emplace(rank, std::make_pair(std::move(d), dir));
+    }
+  std::vector<FlightDump> out;
+  for (auto& [rank, found] : by_rank) out.push_back(std::move(found.first));
+  return out;
+}
+
 namespace {
 
 bool reported(const FlightDump& d) { return d.phase == RankPhase::failed || d.phase == RankPhase::finished; }

@@ -21,6 +21,11 @@ namespace px {
 // Every rank's record under `run_dir` (flight/rank0 .. rank<world-1>);
 // px::Error names a missing directory. A missing rank file is left out.
 std::vector<FlightDump> read_flight_records(const std::string& run_dir);
+// The records of one job gathered from several run directories (each
+// host's own, when the hosts share no filesystem: each holds its ranks'
+// records), by rank. px::Error names a directory without records and a
+// rank found in two of them.
+std::vector<FlightDump> read_flight_records(const std::vector<std::string>& run_dirs);
 
 // After a failed attempt, before a restart writes new records: moves
 // `<run_dir>/flight` to `<run_dir>/attempt-<attempt>/flight`, where

@@ -225,7 +225,7 @@ TrainResult run_server(const Job& job) {
 TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, std::ostream& log) {
   // A private tag space: the protocol's fixed tags never meet another user's.
   comm::Communicator comm = world.split(0, world.rank());
-  const ResumePoint resume(o.resume, nullptr);
+  const ResumePoint resume(o.resume, o.resume_if_saved, nullptr, nullptr);
   resume.apply_model(o);
   o.ranks = comm.size();
   validate(o);

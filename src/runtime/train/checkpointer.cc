@@ -26,7 +26,9 @@ void Checkpointer::save(ProgramExecutor& executor, CheckpointState state, bool l
     // Collective: the model is gathered whole for model.safetensors (the
     // lead copies it: training goes on while it is written).
     const ParamStore params = executor.parameters();
-    CheckpointPart part{.shards = own.runs,
+    // On hosts' own disks each rank writes every copy it holds: a copy
+    // another host's rank writes would be out of reach at the resume.
+    CheckpointPart part{.shards = writer_->shared() ? own.runs : executor.state_runs(true),
                         .who = {{"mesh", mesh_}, {"coords", nlohmann::json(executor.program().coords).dump()}}};
     if (rank == 0) {
       for (const auto& [name, t] : params.named()) part.model.emplace_back(name, t.clone());

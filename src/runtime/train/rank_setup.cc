@@ -46,7 +46,7 @@ RankTrainer::RankTrainer(TrainOptions o, comm::Communicator* group, std::ostream
       rank_(group ? group->rank() : 0),
       world_(group ? group->size() : 1),
       lead_(rank_ == 0),
-      resume_(o.resume, recovery.restore),
+      resume_(o.resume, o.resume_if_saved, group, recovery.restore),
       o_(completed(std::move(o), resume_, world_, lead_)),
       task_(make_task(o_)),
       account_(new_memory_account()) {

@@ -2,9 +2,13 @@
 
 namespace px {
 
-ResumePoint::ResumePoint(const std::string& resume_dir, const Checkpoint* restore) : from_(restore) {
+ResumePoint::ResumePoint(const std::string& resume_dir, bool if_saved, comm::Communicator* group,
+                         const Checkpoint* restore)
+    : from_(restore) {
   if (from_ != nullptr || resume_dir.empty()) return;
-  loaded_ = load_checkpoint(resume_dir);
+  const std::string agreed = agreed_checkpoint(resume_dir, group, if_saved);
+  if (agreed.empty()) return;
+  loaded_ = load_checkpoint(agreed);
   from_ = &loaded_;
 }
 

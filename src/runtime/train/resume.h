@@ -14,8 +14,11 @@ namespace px {
 
 class ResumePoint {
  public:
-  // Reads `resume_dir` (--resume) unless `restore` (a restart's state) is given.
-  ResumePoint(const std::string& resume_dir, const Checkpoint* restore);
+  // Reads `resume_dir` (--resume) unless `restore` (a restart's state) is
+  // given: collective over `group` then (nullptr: this process alone),
+  // whose ranks agree on the step they continue from (agreed_checkpoint:
+  // each host may have its own disk); `if_saved`: none yet starts afresh.
+  ResumePoint(const std::string& resume_dir, bool if_saved, comm::Communicator* group, const Checkpoint* restore);
   ResumePoint(const ResumePoint&) = delete;
   ResumePoint& operator=(const ResumePoint&) = delete;
 

@@ -109,6 +109,7 @@ struct TrainOptions {
   int min_ranks = 0;             // a restart may continue with fewer ranks, down to this many (0: the same count)
   int attempt = 0;               // this run's attempt: 0 first, k after k restarts (parallax launch sets it)
   std::string resume;            // checkpoint directory to continue from
+  bool resume_if_saved = false;  // `resume` may hold no checkpoint yet (a restart): start afresh then
   int64_t stop_after = 0;        // end (and save) after this step, as if preempted; 0 = off
   int64_t sample_tokens = 0;     // GPT: print a sample of this many bytes at the end
   std::string prompt = "\n";
