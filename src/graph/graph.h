@@ -87,6 +87,18 @@ class Graph {
   // the backward of the forward node it serves.
   std::vector<ValueId> insert_before(int before, const std::string& op, const std::vector<ValueId>& inputs,
                                      const Attrs& attrs, const std::string& name);
+  // Node `node` runs `op` on `inputs` with `attrs`, named `name`, instead:
+  // a rewrite merging nodes (graph/precision.h's bias fusion). The op's
+  // shape rule must give the outputs the specs they have; the node keeps
+  // its outputs, so their readers are unchanged.
+  void replace(int node, const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs,
+               const std::string& name);
+  // Removes node `node` and its outputs, which nothing may read or output.
+  // Backward nodes whose origin it was take node `heir` (an index before
+  // the removal) as theirs. Later nodes and values move up one place each;
+  // returns every old value id's new one (kNoValue for the removed), so
+  // that ids held outside the graph can follow.
+  std::vector<ValueId> erase(int node, int heir);
   // Node `node` reads `value` as its input `index` instead. The op's shape
   // rule must give the same output shapes (their dtypes follow the rule).
   void set_input(int node, size_t index, ValueId value);

@@ -126,6 +126,44 @@ int round_shared_gradients_once(Graph& graph) {
   return static_cast<int>(shared.size());
 }
 
+FusedBiases fuse_bias_into_gemms(Graph& graph) {
+  FusedBiases result;
+  result.new_id.resize(graph.values().size());
+  for (size_t v = 0; v < result.new_id.size(); ++v) result.new_id[v] = static_cast<ValueId>(v);
+  // The bf16 forward linear whose output only this forward bias add reads,
+  // as its x; -1 if none.
+  auto fusable = [&graph](const Node& bias_add) -> int {
+    if (bias_add.op() != "bias_add" || bias_add.origin >= 0) return -1;
+    const ValueId y = bias_add.inputs[0];
+    const int producer = graph.value(y).producer;
+    if (producer < 0) return -1;
+    const Node& linear = graph.nodes()[static_cast<size_t>(producer)];
+    if (linear.op() != "linear" || linear.origin >= 0 || precision_of(linear.attrs) != Precision::bf16) return -1;
+    for (const auto& [name, v] : graph.outputs())
+      if (v == y) return -1;
+    int readers = 0;
+    for (const Node& node : graph.nodes())
+      for (ValueId v : node.inputs) readers += v == y;
+    return readers == 1 ? producer : -1;
+  };
+  for (size_t n = 0; n < graph.nodes().size(); ++n) {
+    const int linear = fusable(graph.nodes()[n]);
+    if (linear < 0) continue;
+    const Node& l = graph.nodes()[static_cast<size_t>(linear)];
+    Attrs attrs = l.attrs;
+    if (stores_in_bf16(graph.nodes()[n].attrs)) attrs.set(kStoreAttr, std::string("bf16"));
+    const std::vector<ValueId> inputs = {l.inputs[0], l.inputs[1], graph.nodes()[n].inputs[1]};
+    const std::string name = l.name;
+    graph.replace(static_cast<int>(n), "linear_bias", inputs, attrs, name);
+    const std::vector<ValueId> moved = graph.erase(linear, static_cast<int>(n));
+    for (ValueId& id : result.new_id)
+      if (id != kNoValue) id = moved[static_cast<size_t>(id)];
+    ++result.fused;
+    --n;  // the fused node now sits one place up
+  }
+  return result;
+}
+
 bool stores_in_bf16(const Attrs& attrs) {
   return attrs.has(kStoreAttr) && attrs.get_string(kStoreAttr) == "bf16";
 }

@@ -75,6 +75,25 @@ int store_gemm_operands_in_bf16(Graph& graph);
 // the forward nodes).
 int round_shared_gradients_once(Graph& graph);
 
+// The bias of a bf16 linear layer added in its GEMM's epilogue: each
+// forward `linear` stamped bf16 whose output only a `bias_add` reads
+// becomes, with it, one `linear_bias` node (the linear's name, at the bias
+// add's place, the bias add's output and storage stamp), which oneDNN runs
+// as one matmul adding the bias and rounding to bf16 as it stores: the
+// bias add's pass over the output is gone, and results do not change (the
+// same fp32 sum, + bias in fp32, one rounding: kernels/gemm_bf16.h). The
+// linear's backward nodes take the fused node as their origin. Runs on a
+// differentiated graph after the storage rewrite (the lowering calls it)
+// and only where the strategy keeps every linear's output whole-featured
+// or batch-split: linear_bias has no row-parallel signature. Removing
+// nodes renumbers values; the result maps each old value id to its new
+// one.
+struct FusedBiases {
+  int fused = 0;                // linear nodes removed (each merged into its bias add)
+  std::vector<ValueId> new_id;  // by old value id; kNoValue for a removed linear output
+};
+FusedBiases fuse_bias_into_gemms(Graph& graph);
+
 // Whether a node with these attributes stores its output 0 in bf16 (the
 // stamp above). Shape rules of OpDef::stores_bf16 ops read it, so a copy of
 // the graph that re-infers the node gets the same dtype.
