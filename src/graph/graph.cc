@@ -114,8 +114,9 @@ void Graph::set_input(int node, size_t index, ValueId value) {
   }
 }
 
-void Graph::replace(int node, const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs,
-                    const std::string& name) {
+std::vector<ValueId> Graph::replace(int node, const std::string& op, const std::vector<ValueId>& inputs,
+                                   const Attrs& attrs, const std::string& name,
+                                   const std::vector<std::string>& extra_names) {
   Node& n = nodes_.at(static_cast<size_t>(node));
   for (ValueId v : inputs)
     PX_CHECK(values_.at(static_cast<size_t>(v)).producer < node, "node '{}' cannot read value {} made after it",
@@ -125,17 +126,30 @@ void Graph::replace(int node, const std::string& op, const std::vector<ValueId>&
   n.attrs = attrs;
   n.name = name;
   const std::vector<TensorSpec> out_specs = infer(n);
-  PX_CHECK_EQ(out_specs.size(), n.outputs.size());
+  PX_CHECK_GE(out_specs.size(), n.outputs.size());
   for (size_t i = 0; i < n.outputs.size(); ++i)
     PX_CHECK(out_specs[i] == values_[static_cast<size_t>(n.outputs[i])].spec,
              "node '{}' as {}: output {} would be {}, not {}", n.name, op, i, out_specs[i].str(),
              values_[static_cast<size_t>(n.outputs[i])].spec.str());
+  const size_t kept = n.outputs.size();
+  for (size_t i = kept; i < out_specs.size(); ++i) {
+    Value v;
+    v.spec = out_specs[i];
+    v.name = i - kept < extra_names.size() ? extra_names[i - kept] : fmt::format("{}:{}", name, i);
+    v.producer = node;
+    v.output_index = static_cast<int>(i);
+    n.outputs.push_back(new_value(std::move(v)));  // values_ grows; nodes_, and so n, do not move
+  }
+  return n.outputs;
 }
 
 std::vector<ValueId> Graph::erase(int node, int heir) {
   PX_CHECK(node >= 0 && node < static_cast<int>(nodes_.size()), "erase: node {} of {}", node, nodes_.size());
-  PX_CHECK(heir >= 0 && heir < static_cast<int>(nodes_.size()) && heir != node, "erase: heir {} of node {}", heir,
+  PX_CHECK(heir >= -1 && heir < static_cast<int>(nodes_.size()) && heir != node, "erase: heir {} of node {}", heir,
            node);
+  for (const Node& n : nodes_)
+    PX_CHECK(heir >= 0 || n.origin != node, "erase: node '{}' is the origin of '{}' and has no heir",
+             nodes_[static_cast<size_t>(node)].name, n.name);
   const Node& gone = nodes_[static_cast<size_t>(node)];
   std::vector<ValueId> new_id(values_.size());
   std::vector<bool> removed(values_.size(), false);

@@ -89,10 +89,21 @@ int round_shared_gradients_once(Graph& graph);
 // nodes renumbers values; the result maps each old value id to its new
 // one.
 struct FusedBiases {
-  int fused = 0;                // linear nodes removed (each merged into its bias add)
-  std::vector<ValueId> new_id;  // by old value id; kNoValue for a removed linear output
+  int fused = 0;                // nodes removed
+  std::vector<ValueId> new_id;  // by old value id; kNoValue for a removed value no other replaces
 };
 FusedBiases fuse_bias_into_gemms(Graph& graph);
+
+// Backward's counterpart for the MLP: a bf16 gelu_grad whose output only
+// round_shared_gradients_once's cast and a bias gradient's sum (sum_leading
+// keep=1, over every leading dim) read becomes one gelu_grad_bias node
+// that stores the bf16 copy itself and sums the fp32 values as it goes:
+// one pass over the gradient instead of three, the same bits (the kernel
+// sums each column over the rows in order, as sum_leading does). The cast's
+// readers read its dx, the sum's its second output, which takes the sum's
+// name. Runs after round_shared_gradients_once; removing nodes renumbers
+// values (the sum's output, a bias gradient, maps to the new output).
+FusedBiases fuse_bias_gradients_into_gelu_grad(Graph& graph);
 
 // Whether a node with these attributes stores its output 0 in bf16 (the
 // stamp above). Shape rules of OpDef::stores_bf16 ops read it, so a copy of

@@ -183,13 +183,9 @@ bool seeds_only_on_the_data_axis(const Strategy& strategy) {
   return true;
 }
 
-// The bias adds of bf16 linears fused into their GEMMs
-// (fuse_bias_into_gemms), and the value ids lower() holds renumbered.
-void fuse_biases(Graph& graph, int& forward_nodes, std::vector<ParamGrad>& grads, ValueId& loss,
-                 std::vector<ValueId>& outputs) {
-  const FusedBiases fused = fuse_bias_into_gemms(graph);
+// The value ids lower() holds, renumbered after a fusion removed nodes.
+void follow(const FusedBiases& fused, std::vector<ParamGrad>& grads, ValueId& loss, std::vector<ValueId>& outputs) {
   if (fused.fused == 0) return;
-  forward_nodes -= fused.fused;
   auto renumbered = [&](ValueId v) { return v == kNoValue ? v : fused.new_id.at(static_cast<size_t>(v)); };
   for (ParamGrad& pg : grads) {
     pg.param = renumbered(pg.param);
@@ -214,8 +210,16 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   forward_nodes += store_gemm_operands_in_bf16(graph);  // its casts follow forward nodes
   ValueId loss = request.loss;
   std::vector<ValueId> request_outputs = request.outputs;
-  if (seeds_only_on_the_data_axis(strategy)) fuse_biases(graph, forward_nodes, grads, loss, request_outputs);
-  if (!splits_activations_off_the_data_axis(strategy, graph)) round_shared_gradients_once(graph);  // backward casts
+  if (seeds_only_on_the_data_axis(strategy)) {
+    const FusedBiases fused = fuse_bias_into_gemms(graph);
+    forward_nodes -= fused.fused;
+    follow(fused, grads, loss, request_outputs);
+  }
+  if (!splits_activations_off_the_data_axis(strategy, graph)) {
+    round_shared_gradients_once(graph);  // backward casts
+    // Not across pipeline stages: the sum goes with its linear's stage, gelu_grad with gelu's, and a cut may part them.
+    if (strategy.pipeline_ranks() == 1) follow(fuse_bias_gradients_into_gelu_grad(graph), grads, loss, request_outputs);
+  }
   const int axis = strategy.mesh.axis(strategy.data_axis);
   const int context_axis = strategy.context_ranks() > 1 ? strategy.mesh.axis(strategy.context.axis) : -1;
   const std::vector<int> coords = strategy.mesh.coords(rank);
