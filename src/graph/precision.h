@@ -101,8 +101,10 @@ FusedBiases fuse_bias_into_gemms(Graph& graph);
 // one pass over the gradient instead of three, the same bits (the kernel
 // sums each column over the rows in order, as sum_leading does). The cast's
 // readers read its dx, the sum's its second output, which takes the sum's
-// name. Runs after round_shared_gradients_once; removing nodes renumbers
-// values (the sum's output, a bias gradient, maps to the new output).
+// name here (a copy that re-adds the node, as propagation does, names it
+// "<node>:1"). Runs after round_shared_gradients_once; removing nodes
+// renumbers values (the sum's output, a bias gradient, maps to the new
+// output).
 FusedBiases fuse_bias_gradients_into_gelu_grad(Graph& graph);
 
 // Whether a node with these attributes stores its output 0 in bf16 (the
