@@ -114,6 +114,70 @@ void Graph::set_input(int node, size_t index, ValueId value) {
   }
 }
 
+std::vector<ValueId> Graph::replace(int node, const std::string& op, const std::vector<ValueId>& inputs,
+                                   const Attrs& attrs, const std::string& name,
+                                   const std::vector<std::string>& extra_names) {
+  Node& n = nodes_.at(static_cast<size_t>(node));
+  for (ValueId v : inputs)
+    PX_CHECK(values_.at(static_cast<size_t>(v)).producer < node, "node '{}' cannot read value {} made after it",
+             n.name, v);
+  n.def = &OpRegistry::instance().get(op);
+  n.inputs = inputs;
+  n.attrs = attrs;
+  n.name = name;
+  const std::vector<TensorSpec> out_specs = infer(n);
+  PX_CHECK_GE(out_specs.size(), n.outputs.size());
+  for (size_t i = 0; i < n.outputs.size(); ++i)
+    PX_CHECK(out_specs[i] == values_[static_cast<size_t>(n.outputs[i])].spec,
+             "node '{}' as {}: output {} would be {}, not {}", n.name, op, i, out_specs[i].str(),
+             values_[static_cast<size_t>(n.outputs[i])].spec.str());
+  const size_t kept = n.outputs.size();
+  for (size_t i = kept; i < out_specs.size(); ++i) {
+    Value v;
+    v.spec = out_specs[i];
+    v.name = i - kept < extra_names.size() ? extra_names[i - kept] : fmt::format("{}:{}", name, i);
+    v.producer = node;
+    v.output_index = static_cast<int>(i);
+    n.outputs.push_back(new_value(std::move(v)));  // values_ grows; nodes_, and so n, do not move
+  }
+  return n.outputs;
+}
+
+std::vector<ValueId> Graph::erase(int node, int heir) {
+  PX_CHECK(node >= 0 && node < static_cast<int>(nodes_.size()), "erase: node {} of {}", node, nodes_.size());
+  PX_CHECK(heir >= -1 && heir < static_cast<int>(nodes_.size()) && heir != node, "erase: heir {} of node {}", heir,
+           node);
+  for (const Node& n : nodes_)
+    PX_CHECK(heir >= 0 || n.origin != node, "erase: node '{}' is the origin of '{}' and has no heir",
+             nodes_[static_cast<size_t>(node)].name, n.name);
+  const Node& gone = nodes_[static_cast<size_t>(node)];
+  std::vector<ValueId> new_id(values_.size());
+  std::vector<bool> removed(values_.size(), false);
+  for (ValueId v : gone.outputs) removed[static_cast<size_t>(v)] = true;
+  for (const Node& n : nodes_)
+    for (ValueId v : n.inputs) PX_CHECK(!removed[static_cast<size_t>(v)], "erase: '{}' reads '{}'", n.name, gone.name);
+  for (const auto& [name, v] : outputs_) PX_CHECK(!removed[static_cast<size_t>(v)], "erase: '{}' is an output", name);
+  ValueId next = 0;
+  for (size_t v = 0; v < values_.size(); ++v) new_id[v] = removed[v] ? kNoValue : next++;
+  std::vector<Value> values;
+  for (size_t v = 0; v < values_.size(); ++v)
+    if (!removed[v]) values.push_back(std::move(values_[v]));
+  values_ = std::move(values);
+  for (Value& v : values_)
+    if (v.producer > node) --v.producer;
+  nodes_.erase(nodes_.begin() + node);
+  for (Node& n : nodes_) {
+    if (n.origin == node) n.origin = heir;
+    if (n.origin > node) --n.origin;
+    for (ValueId& v : n.inputs) v = new_id[static_cast<size_t>(v)];
+    for (ValueId& v : n.outputs) v = new_id[static_cast<size_t>(v)];
+  }
+  for (ValueId& v : params_) v = new_id[static_cast<size_t>(v)];
+  for (ValueId& v : inputs_) v = new_id[static_cast<size_t>(v)];
+  for (auto& [name, v] : outputs_) v = new_id[static_cast<size_t>(v)];
+  return new_id;
+}
+
 void Graph::set_origin(int first, int origin) {
   for (size_t n = static_cast<size_t>(first); n < nodes_.size(); ++n) nodes_[n].origin = origin;
 }

@@ -87,6 +87,21 @@ class Graph {
   // the backward of the forward node it serves.
   std::vector<ValueId> insert_before(int before, const std::string& op, const std::vector<ValueId>& inputs,
                                      const Attrs& attrs, const std::string& name);
+  // Node `node` runs `op` on `inputs` with `attrs`, named `name`, instead:
+  // a rewrite merging nodes (graph/precision.h's fusions). The op's shape
+  // rule must give the node's outputs the specs they have; the node keeps
+  // them, so their readers are unchanged. Outputs beyond those are new
+  // values, at the end of the values, named by `extra_names` (as add()
+  // names them where none is given). Returns all the node's outputs.
+  std::vector<ValueId> replace(int node, const std::string& op, const std::vector<ValueId>& inputs,
+                               const Attrs& attrs, const std::string& name,
+                               const std::vector<std::string>& extra_names = {});
+  // Removes node `node` and its outputs, which nothing may read or output.
+  // Backward nodes whose origin it was take node `heir` (an index before
+  // the removal) as theirs; -1: there must be none. Later nodes and values move up one place each;
+  // returns every old value id's new one (kNoValue for the removed), so
+  // that ids held outside the graph can follow.
+  std::vector<ValueId> erase(int node, int heir);
   // Node `node` reads `value` as its input `index` instead. The op's shape
   // rule must give the same output shapes (their dtypes follow the rule).
   void set_input(int node, size_t index, ValueId value);

@@ -126,6 +126,98 @@ int round_shared_gradients_once(Graph& graph) {
   return static_cast<int>(shared.size());
 }
 
+FusedBiases fuse_bias_into_gemms(Graph& graph) {
+  FusedBiases result;
+  result.new_id.resize(graph.values().size());
+  for (size_t v = 0; v < result.new_id.size(); ++v) result.new_id[v] = static_cast<ValueId>(v);
+  // The bf16 forward linear whose output only this forward bias add reads,
+  // as its x; -1 if none.
+  auto fusable = [&graph](const Node& bias_add) -> int {
+    if (bias_add.op() != "bias_add" || bias_add.origin >= 0) return -1;
+    const ValueId y = bias_add.inputs[0];
+    const int producer = graph.value(y).producer;
+    if (producer < 0) return -1;
+    const Node& linear = graph.nodes()[static_cast<size_t>(producer)];
+    if (linear.op() != "linear" || linear.origin >= 0 || precision_of(linear.attrs) != Precision::bf16) return -1;
+    for (const auto& [name, v] : graph.outputs())
+      if (v == y) return -1;
+    int readers = 0;
+    for (const Node& node : graph.nodes())
+      for (ValueId v : node.inputs) readers += v == y;
+    return readers == 1 ? producer : -1;
+  };
+  for (size_t n = 0; n < graph.nodes().size(); ++n) {
+    const int linear = fusable(graph.nodes()[n]);
+    if (linear < 0) continue;
+    const Node& l = graph.nodes()[static_cast<size_t>(linear)];
+    Attrs attrs = l.attrs;
+    if (stores_in_bf16(graph.nodes()[n].attrs)) attrs.set(kStoreAttr, std::string("bf16"));
+    const std::vector<ValueId> inputs = {l.inputs[0], l.inputs[1], graph.nodes()[n].inputs[1]};
+    const std::string name = l.name;
+    graph.replace(static_cast<int>(n), "linear_bias", inputs, attrs, name);
+    const std::vector<ValueId> moved = graph.erase(linear, static_cast<int>(n));
+    for (ValueId& id : result.new_id)
+      if (id != kNoValue) id = moved[static_cast<size_t>(id)];
+    ++result.fused;
+    --n;  // the fused node now sits one place up
+  }
+  return result;
+}
+
+FusedBiases fuse_bias_gradients_into_gelu_grad(Graph& graph) {
+  FusedBiases result;
+  result.new_id.resize(graph.values().size());
+  for (size_t v = 0; v < result.new_id.size(); ++v) result.new_id[v] = static_cast<ValueId>(v);
+  auto follow = [&result](const std::vector<ValueId>& moved) {
+    for (ValueId& id : result.new_id)
+      if (id != kNoValue) id = moved[static_cast<size_t>(id)];
+  };
+  for (size_t n = 0; n < graph.nodes().size(); ++n) {
+    const Node& gelu_grad = graph.nodes()[n];
+    if (gelu_grad.op() != "gelu_grad" || precision_of(gelu_grad.attrs) != Precision::bf16) continue;
+    const ValueId dx = gelu_grad.outputs[0];
+    int cast = -1, sum = -1, others = 0;
+    for (size_t r = n + 1; r < graph.nodes().size(); ++r) {
+      const Node& reader = graph.nodes()[r];
+      for (ValueId v : reader.inputs) {
+        if (v != dx) continue;
+        const bool whole_sum = reader.op() == "sum_leading" && reader.attrs.has("keep") &&
+                               reader.attrs.get_int("keep") == 1 &&
+                               graph.spec(reader.outputs[0]).shape == Shape({graph.spec(dx).shape[-1]});
+        if (reader.op() == "to_bf16" && cast < 0) cast = static_cast<int>(r);
+        else if (whole_sum && sum < 0) sum = static_cast<int>(r);
+        else ++others;
+      }
+    }
+    for (const auto& [name, v] : graph.outputs()) others += v == dx;
+    if (cast < 0 || sum < 0 || others > 0) continue;
+    const ValueId copy = graph.nodes()[static_cast<size_t>(cast)].outputs[0];
+    const ValueId db = graph.nodes()[static_cast<size_t>(sum)].outputs[0];
+    Attrs attrs = gelu_grad.attrs;
+    attrs.set(kStoreAttr, std::string("bf16"));
+    const std::vector<ValueId> inputs = gelu_grad.inputs;
+    graph.set_dtype(dx, DType::bf16);
+    const std::vector<ValueId> outputs =
+        graph.replace(static_cast<int>(n), "gelu_grad_bias", inputs, attrs, gelu_grad.name, {graph.value(db).name});
+    for (size_t r = n + 1; r < graph.nodes().size(); ++r)
+      for (size_t i = 0; i < graph.nodes()[r].inputs.size(); ++i) {
+        const ValueId v = graph.nodes()[r].inputs[i];
+        if (v == copy) graph.set_input(static_cast<int>(r), i, dx);
+        if (v == db) graph.set_input(static_cast<int>(r), i, outputs[1]);
+      }
+    for (ValueId& id : result.new_id) {  // by current id: earlier fusions moved values
+      if (id == db) id = outputs[1];
+      if (id == copy) id = dx;
+    }
+    // The cast and the sum go, the later first (so the earlier keeps its index).
+    const int later = std::max(cast, sum), earlier = std::min(cast, sum);
+    follow(graph.erase(later, -1));
+    follow(graph.erase(earlier, -1));
+    result.fused += 2;
+  }
+  return result;
+}
+
 bool stores_in_bf16(const Attrs& attrs) {
   return attrs.has(kStoreAttr) && attrs.get_string(kStoreAttr) == "bf16";
 }

@@ -75,6 +75,38 @@ int store_gemm_operands_in_bf16(Graph& graph);
 // the forward nodes).
 int round_shared_gradients_once(Graph& graph);
 
+// The bias of a bf16 linear layer added in its GEMM's epilogue: each
+// forward `linear` stamped bf16 whose output only a `bias_add` reads
+// becomes, with it, one `linear_bias` node (the linear's name, at the bias
+// add's place, the bias add's output and storage stamp), which oneDNN runs
+// as one matmul adding the bias and rounding to bf16 as it stores: the
+// bias add's pass over the output is gone, and results do not change (the
+// same fp32 sum, + bias in fp32, one rounding: kernels/gemm_bf16.h). The
+// linear's backward nodes take the fused node as their origin. Runs on a
+// differentiated graph after the storage rewrite (the lowering calls it)
+// and only where the strategy keeps every linear's output whole-featured
+// or batch-split: linear_bias has no row-parallel signature. Removing
+// nodes renumbers values; the result maps each old value id to its new
+// one.
+struct FusedBiases {
+  int fused = 0;                // nodes removed
+  std::vector<ValueId> new_id;  // by old value id; kNoValue for a removed value no other replaces
+};
+FusedBiases fuse_bias_into_gemms(Graph& graph);
+
+// Backward's counterpart for the MLP: a bf16 gelu_grad whose output only
+// round_shared_gradients_once's cast and a bias gradient's sum (sum_leading
+// keep=1, over every leading dim) read becomes one gelu_grad_bias node
+// that stores the bf16 copy itself and sums the fp32 values as it goes:
+// one pass over the gradient instead of three, the same bits (the kernel
+// sums each column over the rows in order, as sum_leading does). The cast's
+// readers read its dx, the sum's its second output, which takes the sum's
+// name here (a copy that re-adds the node, as propagation does, names it
+// "<node>:1"). Runs after round_shared_gradients_once; removing nodes
+// renumbers values (the sum's output, a bias gradient, maps to the new
+// output).
+FusedBiases fuse_bias_gradients_into_gelu_grad(Graph& graph);
+
 // Whether a node with these attributes stores its output 0 in bf16 (the
 // stamp above). Shape rules of OpDef::stores_bf16 ops read it, so a copy of
 // the graph that re-infers the node gets the same dtype.

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -22,12 +23,14 @@ namespace {
 
 using dnnl::memory;
 
-// Everything a primitive bakes in: operand shapes and strides, and alpha
-// (an output scale) and beta (a sum post-op) as attributes.
+// Everything a primitive bakes in: operand shapes and strides, alpha (an
+// output scale) and beta (a sum post-op) as attributes, whether a bias row
+// is added, and the output's type.
 struct Shape {
   bool trans_a, trans_b;
   int64_t M, N, K, lda, ldb, ldc;
   float alpha, beta;
+  bool bias = false, c_in_bf16 = false;
   auto operator<=>(const Shape&) const = default;
 };
 
@@ -72,7 +75,8 @@ memory::desc matrix(int64_t rows, int64_t cols, int64_t ld, bool transposed, mem
 std::shared_ptr<const Primitive> build(const Shape& s) {
   const memory::desc a = matrix(s.M, s.K, s.lda, s.trans_a, memory::data_type::bf16);
   const memory::desc b = matrix(s.K, s.N, s.ldb, s.trans_b, memory::data_type::bf16);
-  const memory::desc c = matrix(s.M, s.N, s.ldc, false, memory::data_type::f32);
+  const memory::desc c =
+      matrix(s.M, s.N, s.ldc, false, s.c_in_bf16 ? memory::data_type::bf16 : memory::data_type::f32);
   dnnl::primitive_attr attr;
   // Scratchpad passed per call (a thread's own): one primitive may run on
   // several pool threads at once, and Debian's build is not configured for
@@ -85,7 +89,9 @@ std::shared_ptr<const Primitive> build(const Shape& s) {
     sum.append_sum(s.beta);  // C = alpha * A B + beta * C
     attr.set_post_ops(sum);
   }
-  dnnl::matmul::primitive_desc desc(dnnl::matmul::desc(a, b, c), attr, engine());
+  const dnnl::matmul::desc op = s.bias ? dnnl::matmul::desc(a, b, memory::desc({1, s.N}, memory::data_type::f32, {s.N, 1}), c)
+                                       : dnnl::matmul::desc(a, b, c);
+  dnnl::matmul::primitive_desc desc(op, attr, engine());
   auto primitive = std::make_shared<Primitive>(Primitive{desc, dnnl::matmul(desc), 0});
   primitive->scratchpad_bytes = desc.scratchpad_desc().get_size();
   return primitive;
@@ -118,14 +124,10 @@ Cache& cache() {
   return *shared;
 }
 
-}  // namespace
-
-void matmul_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                 const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
-                 int64_t ldc) {
-  PX_CHECK(M >= 1 && N >= 1 && K >= 1, "M={} N={} K={}", M, N, K);
+// One cached primitive run on this thread, its scratchpad the thread's own.
+void run(const Shape& shape, const bf16* A, const bf16* B, const float* bias, void* C) {
   OneOmpThread one_thread;
-  const auto primitive = cache().get({trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta});
+  const auto primitive = cache().get(shape);
   thread_local std::vector<uint8_t> scratchpad;
   if (scratchpad.size() < primitive->scratchpad_bytes) scratchpad.resize(primitive->scratchpad_bytes);
   const dnnl::matmul::primitive_desc& desc = primitive->desc;
@@ -134,12 +136,27 @@ void matmul_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
   memory b(desc.weights_desc(), engine(), const_cast<bf16*>(B));
   memory c(desc.dst_desc(), engine(), C);
   memory pad(desc.scratchpad_desc(), engine(), scratchpad.data());
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}};
+  if (shape.bias) args.emplace(DNNL_ARG_BIAS, memory(desc.bias_desc(), engine(), const_cast<float*>(bias)));
   thread_local dnnl::stream stream(engine());
-  primitive->matmul.execute(stream, {{DNNL_ARG_SRC, a},
-                                     {DNNL_ARG_WEIGHTS, b},
-                                     {DNNL_ARG_DST, c},
-                                     {DNNL_ARG_SCRATCHPAD, pad}});
+  primitive->matmul.execute(stream, args);
   stream.wait();
+}
+
+}  // namespace
+
+void matmul_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
+                 int64_t ldc) {
+  PX_CHECK(M >= 1 && N >= 1 && K >= 1, "M={} N={} K={}", M, N, K);
+  run({trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta}, A, B, nullptr, C);
+}
+
+void matmul_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda,
+                      const bf16* B, int64_t ldb, const float* bias, void* C, int64_t ldc, bool c_in_bf16) {
+  PX_CHECK(M >= 1 && N >= 1 && K >= 1, "M={} N={} K={}", M, N, K);
+  run({trans_a, trans_b, M, N, K, lda, ldb, ldc, 1.0f, 0.0f, bias != nullptr, c_in_bf16}, A, B, bias, C);
 }
 
 std::string matmul_bf16_implementation(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {

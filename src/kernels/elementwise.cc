@@ -178,7 +178,41 @@ void gelu_backward_any(int64_t n, const X* x, const float* dy, float* dx) {
   pointwise(n, kGrain, [=](int64_t lo, int64_t hi) { gelu_backward_span(hi - lo, x + lo, dy + lo, dx + lo); });
 }
 
+// bias_grad's schedule: each part owns a column range and walks every row
+// in order, so the sums do not depend on the thread count. A row's part is
+// done in L1-sized pieces: dx in fp32 into a buffer, added to the sums,
+// then stored (narrowed if bf16).
+template <typename X, typename Y>
+void gelu_backward_bias_any(int64_t rows, int64_t cols, const X* x, const float* dy, Y* dx, float* dbias) {
+  px::parallel_for(0, cols, detail::rows_grain(rows, kGrain), [=](int64_t c0, int64_t c1) {
+    float buffer[kNarrowChunk];
+    for (int64_t c = c0; c < c1; ++c) dbias[c] = 0.0f;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t a = c0; a < c1; a += kNarrowChunk) {
+        const int64_t b = std::min(c1, a + kNarrowChunk), at = r * cols + a;
+        gelu_backward_span(b - a, x + at, dy + at, buffer);
+        float* __restrict sums = dbias + a;
+        for (int64_t i = 0; i < b - a; ++i) sums[i] += buffer[i];
+        if constexpr (std::is_same_v<Y, float>) {
+          std::copy(buffer, buffer + (b - a), dx + at);
+        } else {
+          to_bf16(b - a, buffer, dx + at);
+        }
+      }
+  });
+}
+
 }  // namespace
+
+void gelu_backward_bias(int64_t rows, int64_t cols, const float* x, const float* dy, float* dx, float* dbias) {
+  gelu_backward_bias_any(rows, cols, x, dy, dx, dbias);
+}
+void gelu_backward_bias(int64_t rows, int64_t cols, const bf16* x, const float* dy, float* dx, float* dbias) {
+  gelu_backward_bias_any(rows, cols, x, dy, dx, dbias);
+}
+void gelu_backward_bias(int64_t rows, int64_t cols, const bf16* x, const float* dy, bf16* dx, float* dbias) {
+  gelu_backward_bias_any(rows, cols, x, dy, dx, dbias);
+}
 
 void gelu(int64_t n, const float* x, float* y) { gelu_any(n, x, y); }
 void gelu(int64_t n, const bf16* x, float* y) { gelu_any(n, x, y); }
@@ -241,6 +275,12 @@ void gelu_backward(int64_t n, const float* x, const float* dy, float* dx) {
     double grad = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * v * v);
     dx[i] = static_cast<float>(grad * dy[i]);
   }
+}
+
+void gelu_backward_bias(int64_t rows, int64_t cols, const float* x, const float* dy, float* dx, float* dbias) {
+  gelu_backward(rows * cols, x, dy, dx);
+  std::fill(dbias, dbias + cols, 0.0f);
+  bias_grad(rows, cols, dx, dbias);
 }
 
 float sum_squares(int64_t n, const float* x) {

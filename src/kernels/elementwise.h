@@ -27,6 +27,15 @@ void gelu_backward(int64_t n, const float* x, const float* dy, float* dx);
 void gelu(int64_t n, const bf16* x, float* y);
 void gelu(int64_t n, const bf16* x, bf16* y);  // y rounded as to_bf16 rounds
 void gelu_backward(int64_t n, const bf16* x, const float* dy, float* dx);
+// gelu_backward over a [rows, cols] matrix that also sums each column of
+// the fp32 dx into dbias (written, not added to): the gradient of a bf16
+// linear's output, which its two GEMMs read in bf16 and its bias gradient
+// sums, in one pass. dx stored in bf16 is rounded as to_bf16 rounds, after
+// the sum took its fp32 value. Bit for bit gelu_backward, then bias_grad
+// into zeros (columns summed over the rows in order), then to_bf16.
+void gelu_backward_bias(int64_t rows, int64_t cols, const float* x, const float* dy, float* dx, float* dbias);
+void gelu_backward_bias(int64_t rows, int64_t cols, const bf16* x, const float* dy, float* dx, float* dbias);
+void gelu_backward_bias(int64_t rows, int64_t cols, const bf16* x, const float* dy, bf16* dx, float* dbias);
 float sum_squares(int64_t n, const float* x);  // in double internally
 
 namespace ref {
@@ -36,6 +45,8 @@ void add_bias(int64_t rows, int64_t cols, const float* x, const float* bias, bf1
 void bias_grad(int64_t rows, int64_t cols, const float* dy, float* dbias);
 void gelu(int64_t n, const float* x, float* y);
 void gelu_backward(int64_t n, const float* x, const float* dy, float* dx);
+// ref::gelu_backward, then ref::bias_grad into zeros (x and dx fp32).
+void gelu_backward_bias(int64_t rows, int64_t cols, const float* x, const float* dy, float* dx, float* dbias);
 float sum_squares(int64_t n, const float* x);
 }  // namespace ref
 

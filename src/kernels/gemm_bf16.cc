@@ -3,6 +3,7 @@
 #include "kernels/gemm_bf16.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -71,6 +72,48 @@ void gemm_mixed_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
   gemm_bf16(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
 }
 
+void gemm_bias_mixed_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Bf16Operand A,
+                          Bf16Operand B, const float* bias, Bf16Output C) {
+  require_avx512_bf16("bf16 GEMM");
+  PX_CHECK(M >= 0 && N >= 0 && K >= 0, "M={} N={} K={}", M, N, K);
+  if (M == 0 || N == 0) return;
+  PX_CHECK((C.f32 == nullptr) != (C.rounded == nullptr), "gemm_bias_mixed_bf16: C is fp32 or bf16, not both or neither");
+  PX_CHECK_GE(C.ld, N);
+  if (K == 0) {  // oneDNN rejects empty dims: C is the bias alone
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        const float value = bias != nullptr ? bias[j] : 0.0f;
+        if (C.f32 != nullptr) C.f32[i * C.ld + j] = value;
+        else C.rounded[i * C.ld + j] = to_bf16(value);
+      }
+    return;
+  }
+  PX_CHECK((A.f32 == nullptr) != (A.rounded == nullptr) && (B.f32 == nullptr) != (B.rounded == nullptr),
+           "gemm_bias_mixed_bf16: each operand is fp32 or bf16, not both or neither");
+  thread_local std::vector<bf16> scratch_a, scratch_b;  // as gemm_mixed_bf16's
+  const int64_t a_cols = trans_a ? M : K, b_cols = trans_b ? K : N;
+  const bf16* a = packed(trans_a ? K : M, a_cols, A, scratch_a);
+  const bf16* b = packed(trans_b ? N : K, b_cols, B, scratch_b);
+  const int64_t lda = std::max<int64_t>(a_cols, 1), ldb = std::max<int64_t>(b_cols, 1);
+  // gemm_bf16's split over the pool; a part that starts at column j of C
+  // (C + j: a column split; a row split starts at C + i * ldc, column 0)
+  // adds the bias from bias + j.
+  constexpr double kSplitFlops = 2e7;
+  auto parts = [&](auto* c) {
+    using Out = std::remove_const_t<std::remove_pointer_t<decltype(c)>>;
+    auto kernel = [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float, const bf16* pa, int64_t la,
+                      const bf16* pb, int64_t lb, float, Out* pc, int64_t lc) {
+      const int64_t column = (pc - c) % lc;
+      detail::matmul_bf16_bias(ta, tb, m, n, k, pa, la, pb, lb, bias != nullptr ? bias + column : nullptr, pc, lc,
+                               std::is_same_v<Out, bf16>);
+    };
+    detail::gemm_in_parts<detail::NoPartsScope>(trans_a, trans_b, M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, C.ld,
+                                                kSplitFlops, kernel);
+  };
+  if (C.f32 != nullptr) parts(C.f32);
+  else parts(C.rounded);
+}
+
 void gemm_batched_mixed_bf16(int64_t batch, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                              float alpha, Bf16Operand A, int64_t stride_a, Bf16Operand B, int64_t stride_b,
                              float beta, float* C, int64_t ldc, int64_t stride_c) {
@@ -128,6 +171,31 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   const std::vector<float> a = widened(A, trans_a ? K : M, trans_a ? M : K, lda);
   const std::vector<float> b = widened(B, trans_b ? N : K, trans_b ? K : N, ldb);
   ref::gemm(trans_a, trans_b, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
+}
+
+void gemm_bias_mixed_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Bf16Operand A,
+                          Bf16Operand B, const float* bias, Bf16Output C) {
+  if (M == 0 || N == 0) return;
+  // Each operand as the fp32 values of its bf16 rounding, packed.
+  auto widened = [](const Bf16Operand& x, int64_t rows, int64_t cols) {
+    std::vector<float> out(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        out[static_cast<size_t>(r * cols + c)] =
+            x.f32 != nullptr ? to_float(kernels::to_bf16(x.f32[r * x.ld + c])) : to_float(x.rounded[r * x.ld + c]);
+    return out;
+  };
+  const int64_t a_cols = trans_a ? M : K, b_cols = trans_b ? K : N;
+  const std::vector<float> a = widened(A, trans_a ? K : M, a_cols), b = widened(B, trans_b ? N : K, b_cols);
+  std::vector<float> c(static_cast<size_t>(M * N));
+  ref::gemm(trans_a, trans_b, M, N, K, 1.0f, a.data(), std::max<int64_t>(a_cols, 1), b.data(),
+            std::max<int64_t>(b_cols, 1), 0.0f, c.data(), N);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      const float value = c[static_cast<size_t>(i * N + j)] + (bias != nullptr ? bias[j] : 0.0f);
+      if (C.f32 != nullptr) C.f32[i * C.ld + j] = value;
+      else C.rounded[i * C.ld + j] = kernels::to_bf16(value);
+    }
 }
 
 }  // namespace ref

@@ -37,6 +37,23 @@ struct Bf16Operand {
 void gemm_mixed_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A,
                      Bf16Operand B, float beta, float* C, int64_t ldc);
 
+// Where a GEMM with an epilogue stores C, [M, ld]: fp32, or rounded to bf16
+// (to nearest even) as it is stored. Exactly one of the two pointers is set.
+struct Bf16Output {
+  float* f32 = nullptr;
+  bf16* rounded = nullptr;
+  int64_t ld = 0;
+};
+
+// C = op(A) · op(B) + bias: gemm_mixed_bf16's product (alpha 1, beta 0)
+// with a bias row (N fp32 values, one a column; null for none) added to the
+// fp32 result in oneDNN's epilogue, and C stored fp32 or in bf16 there: a
+// linear layer's output in one pass over C instead of three (GEMM, bias
+// add, rounding). Per element the GEMM's fp32 sum, then + bias in fp32,
+// then the one rounding to bf16 if so stored.
+void gemm_bias_mixed_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Bf16Operand A,
+                          Bf16Operand B, const float* bias, Bf16Output C);
+
 // gemm_mixed_bf16 for `batch` products: product i reads A and B advanced
 // by i * stride_a and i * stride_b elements (in their storage) and writes C
 // advanced by i * stride_c. Many small products run one per pool thread,
@@ -50,6 +67,11 @@ namespace ref {
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
                int64_t ldc);
+
+// gemm_bias_mixed_bf16 the plain way: the operands rounded (ref::to_bf16),
+// this reference GEMM, + bias in fp32, then C rounded if stored in bf16.
+void gemm_bias_mixed_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Bf16Operand A,
+                          Bf16Operand B, const float* bias, Bf16Output C);
 }  // namespace ref
 
 }  // namespace px::kernels

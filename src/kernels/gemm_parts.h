@@ -18,10 +18,10 @@ struct NoPartsScope {};
 
 // kernel(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc).
 // A PartsScope lives while the parts run (fp32: OpenBLAS kept to one
-// thread a part).
-template <typename PartsScope, typename In, typename Kernel>
+// thread a part). C is fp32, or bf16 for a kernel that rounds its output.
+template <typename PartsScope, typename In, typename Out, typename Kernel>
 void gemm_in_parts(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const In* A,
-                   int64_t lda, const In* B, int64_t ldb, float beta, float* C, int64_t ldc, double split_flops,
+                   int64_t lda, const In* B, int64_t ldb, float beta, Out* C, int64_t ldc, double split_flops,
                    const Kernel& kernel) {
   const int parts = px::num_threads();
   const bool split_rows = M >= N;

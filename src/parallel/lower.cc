@@ -174,6 +174,27 @@ bool splits_activations_off_the_data_axis(const Strategy& strategy, const Graph&
   return false;
 }
 
+// Whether every seed splits along the data axis: no tensor or sequence
+// parallelism, so no linear takes its row-parallel signature (a partial
+// output, which linear_bias does not offer) and the bias fusion is sound.
+bool seeds_only_on_the_data_axis(const Strategy& strategy) {
+  for (const PlacementSeed& seed : strategy.seeds)
+    if (seed.axis != strategy.data_axis) return false;
+  return true;
+}
+
+// The value ids lower() holds, renumbered after a fusion removed nodes.
+void follow(const FusedBiases& fused, std::vector<ParamGrad>& grads, ValueId& loss, std::vector<ValueId>& outputs) {
+  if (fused.fused == 0) return;
+  auto renumbered = [&](ValueId v) { return v == kNoValue ? v : fused.new_id.at(static_cast<size_t>(v)); };
+  for (ParamGrad& pg : grads) {
+    pg.param = renumbered(pg.param);
+    pg.grad = renumbered(pg.grad);
+  }
+  loss = renumbered(loss);
+  for (ValueId& v : outputs) v = renumbered(v);
+}
+
 }  // namespace
 
 Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
@@ -187,15 +208,25 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   int forward_nodes = static_cast<int>(graph.nodes().size());
   std::vector<ParamGrad> grads = with_backward(graph, request);
   forward_nodes += store_gemm_operands_in_bf16(graph);  // its casts follow forward nodes
-  if (!splits_activations_off_the_data_axis(strategy, graph)) round_shared_gradients_once(graph);  // backward casts
+  ValueId loss = request.loss;
+  std::vector<ValueId> request_outputs = request.outputs;
+  if (seeds_only_on_the_data_axis(strategy)) {
+    const FusedBiases fused = fuse_bias_into_gemms(graph);
+    forward_nodes -= fused.fused;
+    follow(fused, grads, loss, request_outputs);
+  }
+  if (!splits_activations_off_the_data_axis(strategy, graph)) {
+    round_shared_gradients_once(graph);  // backward casts
+    // Not across pipeline stages: the sum goes with its linear's stage, gelu_grad with gelu's, and a cut may part them.
+    if (strategy.pipeline_ranks() == 1) follow(fuse_bias_gradients_into_gelu_grad(graph), grads, loss, request_outputs);
+  }
   const int axis = strategy.mesh.axis(strategy.data_axis);
   const int context_axis = strategy.context_ranks() > 1 ? strategy.mesh.axis(strategy.context.axis) : -1;
   const std::vector<int> coords = strategy.mesh.coords(rank);
 
-  ValueId loss = request.loss;
   const Propagation placement = place(graph, strategy, request.training, {axis, context_axis}, grads, loss);
   std::vector<ValueId> outputs;
-  for (ValueId v : request.outputs) outputs.push_back(placement.value_of[static_cast<size_t>(v)]);
+  for (ValueId v : request_outputs) outputs.push_back(placement.value_of[static_cast<size_t>(v)]);
   const int local_forward_nodes = forward_nodes < static_cast<int>(placement.node_of.size())
                                       ? placement.node_of[static_cast<size_t>(forward_nodes)]
                                       : static_cast<int>(placement.graph.nodes().size());

@@ -321,6 +321,183 @@ TEST_F(MixedPrecisionOps, StoringGemmOperandsInBf16ChangesNoResult) {
       EXPECT_EQ(stored[i].f32()[j], rounded[i].f32()[j]) << "output " << i << " [" << j << "]";
 }
 
+// x -> linear -> bias_add -> gelu -> linear -> bias_add -> loss: the MLP
+// above with the biases, as nn::linear builds them (two nodes a layer).
+struct BiasMlpGraph {
+  Graph graph;
+  ValueId loss = kNoValue;
+  // `extra_layers` more hidden layers (9 -> 9, "fc1_<i>" and "act_<i>") after the first.
+  explicit BiasMlpGraph(Precision precision, bool pre_bias_is_an_output = false, int extra_layers = 0) {
+    ValueId x = graph.input("x", {Shape{4, 6}});
+    ValueId w1 = graph.param("w1", {Shape{6, 9}}, {ParamInit::Kind::normal, 0.5}, true);
+    ValueId b1 = graph.param("b1", {Shape{9}}, {ParamInit::Kind::normal, 0.5}, false);
+    ValueId w2 = graph.param("w2", {Shape{9, 3}}, {ParamInit::Kind::normal, 0.5}, true);
+    ValueId b2 = graph.param("b2", {Shape{3}}, {ParamInit::Kind::normal, 0.5}, false);
+    ValueId pre = graph.add1("linear", {x, w1}, {}, "fc1");
+    if (pre_bias_is_an_output) graph.mark_output(pre, "pre_bias");
+    ValueId hidden = graph.add1("gelu", {graph.add1("bias_add", {pre, b1}, {}, "fc1.add_bias")}, {}, "act");
+    for (int i = 1; i <= extra_layers; ++i) {
+      const std::string layer = "fc1_" + std::to_string(i);
+      ValueId w = graph.param("w1_" + std::to_string(i), {Shape{9, 9}}, {ParamInit::Kind::normal, 0.5}, true);
+      ValueId b = graph.param("b1_" + std::to_string(i), {Shape{9}}, {ParamInit::Kind::normal, 0.5}, false);
+      ValueId y = graph.add1("bias_add", {graph.add1("linear", {hidden, w}, {}, layer), b}, {}, layer + ".add_bias");
+      hidden = graph.add1("gelu", {y}, {}, "act_" + std::to_string(i));
+    }
+    ValueId logits = graph.add1("bias_add", {graph.add1("linear", {hidden, w2}, {}, "fc2"), b2}, {}, "fc2.add_bias");
+    ValueId target = graph.input("target", {Shape{4}, DType::i32});
+    loss = graph.add1("cross_entropy", {logits, target}, {{"scale", 0.25}}, "loss");
+    set_precision(graph, precision);
+    build_backward(graph, loss, graph.params());
+  }
+};
+
+TEST(MixedPrecision, BiasFusionMergesEachBf16LinearWithItsBiasAdd) {
+  BiasMlpGraph fp32(Precision::fp32), bf16(Precision::bf16), kept(Precision::bf16, true);
+  EXPECT_EQ(fuse_bias_into_gemms(fp32.graph).fused, 0);
+  store_gemm_operands_in_bf16(bf16.graph);
+  const size_t nodes = bf16.graph.nodes().size(), values = bf16.graph.values().size();
+  const FusedBiases fused = fuse_bias_into_gemms(bf16.graph);
+  ASSERT_EQ(fused.fused, 2);
+  const Graph& g = bf16.graph;
+  EXPECT_EQ(g.nodes().size(), nodes - 2);
+  EXPECT_EQ(g.values().size(), values - 2);
+  std::map<std::string, int> fused_at;  // linear_bias node by name
+  for (size_t n = 0; n < g.nodes().size(); ++n) {
+    const Node& node = g.nodes()[n];
+    EXPECT_NE(node.op(), "linear") << node.name;
+    if (node.origin < 0) EXPECT_NE(node.op(), "bias_add") << node.name;
+    if (node.op() == "linear_bias") fused_at[node.name] = static_cast<int>(n);
+    for (ValueId v : node.inputs)
+      if (g.value(v).producer >= 0) EXPECT_LT(g.value(v).producer, static_cast<int>(n)) << node.name;
+    for (ValueId v : node.outputs) EXPECT_EQ(g.value(v).producer, static_cast<int>(n)) << node.name;
+  }
+  ASSERT_EQ(fused_at.size(), 2u);
+  const Node& fc1 = g.nodes()[static_cast<size_t>(fused_at["fc1"])];
+  const Node& fc2 = g.nodes()[static_cast<size_t>(fused_at["fc2"])];
+  EXPECT_EQ(g.value(fc1.inputs[2]).name, "b1");
+  EXPECT_TRUE(stores_in_bf16(fc1.attrs)) << "gelu reads it: stored in bf16, as its bias add was";
+  EXPECT_EQ(g.spec(fc1.outputs[0]).dtype, DType::bf16);
+  EXPECT_FALSE(stores_in_bf16(fc2.attrs)) << "the loss reads the logits in fp32";
+  EXPECT_EQ(precision_of(fc2.attrs), Precision::bf16);
+  // The linears' backward follows the fused nodes; the bias adds' already did.
+  for (const Node& node : g.nodes())
+    for (const char* layer : {"fc1", "fc2"})
+      for (const char* grad : {".grad_x", ".grad_w", ".add_bias.grad_b"})
+        if (node.name == std::string(layer) + grad) EXPECT_EQ(node.origin, fused_at[layer]) << node.name;
+  // Ids held outside the graph follow it.
+  EXPECT_EQ(g.nodes()[static_cast<size_t>(g.value(fused.new_id[static_cast<size_t>(bf16.loss)]).producer)].name,
+            "loss");
+  for (ValueId p : g.params()) EXPECT_EQ(g.value(p).kind, Value::Kind::param);
+  // A linear whose output is read elsewhere too (here: a graph output) keeps its bias add.
+  store_gemm_operands_in_bf16(kept.graph);
+  EXPECT_EQ(fuse_bias_into_gemms(kept.graph).fused, 1);
+}
+
+// gelu_grad's output, read by fc1's shared-gradient cast and its bias
+// gradient's sum, becomes one gelu_grad_bias storing the cast's bf16 copy
+// and making the sum under its name.
+TEST(MixedPrecision, GeluGradTakesOverTheCastAndTheBiasGradientSum) {
+  BiasMlpGraph fp32(Precision::fp32), bf16(Precision::bf16);
+  EXPECT_EQ(fuse_bias_gradients_into_gelu_grad(fp32.graph).fused, 0);
+  store_gemm_operands_in_bf16(bf16.graph);
+  fuse_bias_into_gemms(bf16.graph);
+  ASSERT_EQ(round_shared_gradients_once(bf16.graph), 2);
+  const size_t nodes = bf16.graph.nodes().size();
+  const FusedBiases fused = fuse_bias_gradients_into_gelu_grad(bf16.graph);
+  ASSERT_EQ(fused.fused, 2);  // fc1's cast and its bias gradient's sum
+  const Graph& g = bf16.graph;
+  EXPECT_EQ(g.nodes().size(), nodes - 2);
+  int found = 0;
+  for (size_t n = 0; n < g.nodes().size(); ++n) {
+    const Node& node = g.nodes()[n];
+    EXPECT_NE(node.name, "fc1.add_bias.grad_b") << "the sum is gone";
+    EXPECT_NE(node.op(), "gelu_grad");
+    for (ValueId v : node.inputs)
+      if (g.value(v).producer >= 0) EXPECT_LT(g.value(v).producer, static_cast<int>(n)) << node.name;
+    for (ValueId v : node.outputs) EXPECT_EQ(g.value(v).producer, static_cast<int>(n)) << node.name;
+    if (node.op() != "gelu_grad_bias") continue;
+    ++found;
+    EXPECT_EQ(node.name, "act.grad");
+    EXPECT_TRUE(stores_in_bf16(node.attrs));
+    ASSERT_EQ(node.outputs.size(), 2u);
+    EXPECT_EQ(g.spec(node.outputs[0]).dtype, DType::bf16);
+    EXPECT_EQ(g.value(node.outputs[1]).name, "fc1.add_bias.grad_b");
+    std::vector<std::string> readers;
+    for (const Node& reader : g.nodes())
+      for (ValueId v : reader.inputs)
+        if (v == node.outputs[0]) readers.push_back(reader.name);
+    EXPECT_EQ(readers, (std::vector<std::string>{"fc1.grad_x", "fc1.grad_w"}));
+  }
+  EXPECT_EQ(found, 1);
+  // fc2's bias gradient still sums the logits' gradient: no gelu_grad made it.
+  int sums = 0;
+  for (const Node& node : g.nodes()) sums += node.op() == "sum_leading";
+  EXPECT_EQ(sums, 1);
+}
+
+// Over several fusions, every value id maps to the value that now holds it:
+// the same name, or for a removed cast the gradient stored in its place.
+TEST(MixedPrecision, FusionsMapEveryValueIdToItsHolder) {
+  BiasMlpGraph model(Precision::bf16, false, 3);
+  Graph& g = model.graph;
+  store_gemm_operands_in_bf16(g);
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<std::string> names;
+    for (const Value& v : g.values()) names.push_back(v.name);
+    if (pass == 0) {
+      const FusedBiases fused = fuse_bias_into_gemms(g);
+      EXPECT_EQ(fused.fused, 5);  // fc1, three fc1_<i>, fc2
+      for (size_t v = 0; v < names.size(); ++v)
+        if (fused.new_id[v] != kNoValue) EXPECT_EQ(g.value(fused.new_id[v]).name, names[v]);
+      round_shared_gradients_once(g);
+    } else {
+      const FusedBiases fused = fuse_bias_gradients_into_gelu_grad(g);
+      EXPECT_EQ(fused.fused, 8);  // a cast and a sum for each of the four gelus
+      for (size_t v = 0; v < names.size(); ++v) {
+        ASSERT_NE(fused.new_id[v], kNoValue) << names[v];
+        const std::string& now = g.value(fused.new_id[v]).name;
+        if (now != names[v]) EXPECT_EQ(now + ".bf16", names[v]) << "a cast's id maps to what it copied";
+      }
+    }
+  }
+}
+
+// The step's loss and gradients, bit for bit, with the layers apart, with
+// the biases in the GEMMs, and with the bias gradient in gelu_grad too.
+TEST_F(MixedPrecisionOps, FusingBiasesChangesNoResult) {
+  auto run = [](int fusions) {
+    BiasMlpGraph model(Precision::bf16);
+    store_gemm_operands_in_bf16(model.graph);
+    ValueId loss = model.loss;
+    if (fusions >= 1) loss = fuse_bias_into_gemms(model.graph).new_id[static_cast<size_t>(loss)];
+    round_shared_gradients_once(model.graph);
+    if (fusions >= 2) loss = fuse_bias_gradients_into_gelu_grad(model.graph).new_id[static_cast<size_t>(loss)];
+    const Graph& g = model.graph;
+    std::vector<ValueId> wanted = {loss};
+    for (const char* name : {"fc1.grad_w", "fc1.add_bias.grad_b", "fc2.grad_w", "fc2.add_bias.grad_b", "fc1.grad_x"})
+      for (size_t v = 0; v < g.values().size(); ++v)
+        if (g.values()[v].name == name) wanted.push_back(static_cast<ValueId>(v));
+    EXPECT_EQ(wanted.size(), 6u);
+    std::vector<Tensor> bound(g.values().size());
+    uint64_t seed = 7;
+    for (ValueId p : g.params()) bound[static_cast<size_t>(p)] = random_tensor(g.spec(p).shape, seed += 2);
+    bound[static_cast<size_t>(g.find("x"))] = random_tensor(Shape{4, 6}, 3);
+    Tensor target = Tensor::empty(Shape{4}, DType::i32);
+    for (int i = 0; i < 4; ++i) target.data<int32_t>()[i] = i % 3;
+    bound[static_cast<size_t>(g.find("target"))] = target;
+    return Executor(g, wanted).run(bound);
+  };
+  const std::vector<Tensor> apart = run(0);
+  ASSERT_EQ(apart.size(), 6u);
+  for (int fusions : {1, 2}) {
+    const std::vector<Tensor> fused = run(fusions);
+    ASSERT_EQ(fused.size(), 6u);
+    for (size_t i = 0; i < apart.size(); ++i)
+      for (int64_t j = 0; j < apart[i].numel(); ++j)
+        EXPECT_EQ(fused[i].f32()[j], apart[i].f32()[j]) << fusions << " fusions: output " << i << " [" << j << "]";
+  }
+}
+
 // Every op that can store its output in bf16 (OpDef::stores_bf16), on its
 // examples: stamped, it writes exactly the bits a to_bf16 after its
 // unstamped run would, from an fp32 input 0 and, where it takes input 0 in
@@ -361,7 +538,7 @@ TEST_F(MixedPrecisionOps, StampedOpsStoreWhatACastAfterThemWould) {
       }
     }
   }
-  EXPECT_GE(checked, 6);  // bias_add's two examples, gelu's two, each also from a bf16 x
+  EXPECT_GE(checked, 10);  // bias_add's two examples; gelu's and linear_bias' two, each also from a bf16 x
 }
 
 TEST(MixedPrecision, UnknownPrecisionNamesTheWordAndTheChoices) {

@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "kernels/bf16.h"
 #include "kernels/elementwise.h"
@@ -127,6 +130,64 @@ TEST(Elementwise, Bf16StoredGeluAndBiasMatchTheFp32KernelsOnWidenedValues) {
       std::vector<bf16> y(x.size());
       add_bias(rows, cols, x.data(), bias.data(), y.data());
       EXPECT_EQ(y, narrow(expected)) << rows << "x" << cols;
+    }
+  }
+}
+
+// The fused GELU gradient and bias gradient: bit for bit the unfused
+// kernels (gelu_backward, bias_grad into zeros, to_bf16), for x and dx in
+// either storage and at 1 and 2 threads (the sums walk the rows in order
+// whatever the split); and near the reference: dx as gelu_backward's
+// tolerance, each column sum within it plus rows fp32 additions' rounding,
+// relative to the sum of |dx|.
+TEST(Elementwise, GeluBackwardWithBiasSumsIsTheUnfusedKernelsAndNearTheReference) {
+  testing::ThreadReset reset;
+  auto narrow = [](const std::vector<float>& v) {
+    std::vector<bf16> out(v.size());
+    ref::to_bf16(static_cast<int64_t>(v.size()), v.data(), out.data());
+    return out;
+  };
+  for (int threads : testing::kThreadCounts) {
+    set_threads(threads);
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {31, 17}, {997, 384}, {5, 4099}}) {
+      const int64_t n = rows * cols;
+      const std::vector<float> x = random_vector(n, 18, -6.0f, 6.0f), dy = random_vector(n, 19);
+      const std::vector<bf16> x_bf16 = narrow(x);
+      std::vector<float> wide(x.size());
+      ref::to_float(n, x_bf16.data(), wide.data());
+      for (bool stored : {false, true}) {
+        const std::vector<float>& x_read = stored ? wide : x;
+        std::vector<float> unfused(x.size()), sums(static_cast<size_t>(cols), 0.0f);
+        gelu_backward(n, x_read.data(), dy.data(), unfused.data());
+        bias_grad(rows, cols, unfused.data(), sums.data());
+        std::vector<float> dx(x.size(), 5.0f), dbias(static_cast<size_t>(cols), 5.0f);
+        const std::string where = std::to_string(rows) + "x" + std::to_string(cols) + " threads " +
+                                  std::to_string(threads) + (stored ? " x in bf16" : " x fp32");
+        if (stored) {
+          gelu_backward_bias(rows, cols, x_bf16.data(), dy.data(), dx.data(), dbias.data());
+          EXPECT_EQ(dx, unfused) << where;
+          EXPECT_EQ(dbias, sums) << where;
+          std::vector<bf16> dx_bf16(x.size());
+          std::fill(dbias.begin(), dbias.end(), 5.0f);
+          gelu_backward_bias(rows, cols, x_bf16.data(), dy.data(), dx_bf16.data(), dbias.data());
+          EXPECT_EQ(dx_bf16, narrow(unfused)) << where << ", dx in bf16";
+          EXPECT_EQ(dbias, sums) << where << ", dx in bf16";
+        } else {
+          gelu_backward_bias(rows, cols, x.data(), dy.data(), dx.data(), dbias.data());
+          EXPECT_EQ(dx, unfused) << where;
+          EXPECT_EQ(dbias, sums) << where;
+        }
+        std::vector<float> dx_ref(x.size()), dbias_ref(static_cast<size_t>(cols));
+        ref::gelu_backward_bias(rows, cols, x_read.data(), dy.data(), dx_ref.data(), dbias_ref.data());
+        EXPECT_TRUE(all_close(unfused, dx_ref, 1e-5f, 1e-6f)) << where;
+        for (int64_t c = 0; c < cols; ++c) {
+          double magnitude = 0.0;
+          for (int64_t r = 0; r < rows; ++r) magnitude += std::fabs(dx_ref[static_cast<size_t>(r * cols + c)]);
+          const double bound = (1e-5 + double(rows) * std::ldexp(1.0, -24)) * magnitude + 1e-6 * double(rows);
+          EXPECT_LE(std::fabs(double(sums[static_cast<size_t>(c)]) - dbias_ref[static_cast<size_t>(c)]), bound)
+              << where << " column " << c;
+        }
+      }
     }
   }
 }

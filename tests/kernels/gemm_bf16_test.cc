@@ -20,9 +20,11 @@
 // 2^-126) does not arise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <iterator>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -216,6 +218,82 @@ TEST_F(GemmBf16, ComputesKnownProductExactly) {
   EXPECT_EQ(C, (std::vector<float>{28.5f, -12.5f, 60.0f, -26.75f}));
   ref::gemm_bf16(false, false, 2, 2, 3, 1.0f, A.data(), 3, B.data(), 2, 0.0f, C.data(), 2);
   EXPECT_EQ(C, (std::vector<float>{28.5f, -12.5f, 60.0f, -26.75f}));
+}
+
+// The GEMM with the bias in its epilogue (a linear layer's forward), fp32
+// and bf16 operands, fp32 and bf16 outputs, against its reference (the
+// rounded operands, the reference GEMM, + bias, then the output's one
+// rounding). The fp32 bound is the one above with one more rounding (+ bias)
+// and the bias in S: gamma(K+6) (S + |bias|). A bf16 output rounds two fp32
+// values within that bound: they may land on neighbouring bf16 values, one
+// bf16 ulp apart, at most 2^-7 of the larger. Also: the epilogue changes no
+// bit against the unfused path (gemm_mixed_bf16, then + bias in fp32, then
+// the rounding), which is what lets the lowering fuse the two nodes without
+// changing a result.
+TEST_F(GemmBf16, BiasInTheEpilogueMatchesTheReferenceAndTheUnfusedPath) {
+  for (int threads : testing::kThreadCounts) {
+    set_threads(threads);
+    uint64_t seed = 50;
+    for (auto [ta, tb, M, N, K] : {std::tuple<bool, bool, int64_t, int64_t, int64_t>{false, false, 33, 7, 1000},
+                                   {false, false, 1, 1, 1}, {false, false, 1000, 33, 7}, {false, false, 64, 1000, 33},
+                                   {false, true, 129, 67, 131}, {true, false, 7, 33, 1}, {false, false, 5, 9, 0}})
+      for (bool with_bias : {true, false})
+        for (bool stored : {false, true})
+          for (bool out_bf16 : {false, true}) {
+            const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+            const int64_t lda = a_cols + 1, ldb = b_cols + 2, ldc = N + 1;
+            // At least one element, so that K = 0 passes non-null operands.
+            const Rounded A = rounded(random_vector(std::max<int64_t>(a_rows * lda, 1), seed));
+            const Rounded B = rounded(random_vector(std::max<int64_t>(b_rows * ldb, 1), seed + 1));
+            const std::vector<float> bias = random_vector(N, seed + 2);
+            seed += 3;
+            const Bf16Operand a = stored ? Bf16Operand{.rounded = A.narrow.data(), .ld = lda}
+                                         : Bf16Operand{.f32 = A.wide.data(), .ld = lda};
+            const Bf16Operand b = stored ? Bf16Operand{.rounded = B.narrow.data(), .ld = ldb}
+                                         : Bf16Operand{.f32 = B.wide.data(), .ld = ldb};
+            const float* bias_row = with_bias ? bias.data() : nullptr;
+            std::vector<float> fast(static_cast<size_t>(M * ldc), 7.0f), expected = fast;
+            std::vector<bf16> fast_bf16(fast.size(), to_bf16(7.0f)), expected_bf16 = fast_bf16;
+            const Bf16Output fast_out = out_bf16 ? Bf16Output{.rounded = fast_bf16.data(), .ld = ldc}
+                                                 : Bf16Output{.f32 = fast.data(), .ld = ldc};
+            const Bf16Output expected_out = out_bf16 ? Bf16Output{.rounded = expected_bf16.data(), .ld = ldc}
+                                                     : Bf16Output{.f32 = expected.data(), .ld = ldc};
+            gemm_bias_mixed_bf16(ta, tb, M, N, K, a, b, bias_row, fast_out);
+            ref::gemm_bias_mixed_bf16(ta, tb, M, N, K, a, b, bias_row, expected_out);
+            // The unfused path, per element.
+            std::vector<float> unfused(static_cast<size_t>(M * ldc), 0.0f), magnitude = unfused;
+            gemm_mixed_bf16(ta, tb, M, N, K, 1.0f, a, b, 0.0f, unfused.data(), ldc);
+            ref::gemm(ta, tb, M, N, K, 1.0f, absolute(A.wide).data(), lda, absolute(B.wide).data(), ldb, 0.0f,
+                      magnitude.data(), ldc);
+            const double u = std::ldexp(1.0, -24), n = double(K + 6), gamma = n * u / (1.0 - n * u);
+            const std::string where = "threads=" + std::to_string(threads) + " ta=" + std::to_string(ta) +
+                                      " tb=" + std::to_string(tb) + " M=" + std::to_string(M) + " N=" +
+                                      std::to_string(N) + " K=" + std::to_string(K) + " bias=" +
+                                      std::to_string(with_bias) + " stored=" + std::to_string(stored) +
+                                      " out_bf16=" + std::to_string(out_bf16);
+            for (int64_t i = 0; i < M; ++i)
+              for (int64_t j = 0; j < ldc; ++j) {
+                const size_t at = static_cast<size_t>(i * ldc + j);
+                if (j == N) {  // the padding between rows is not written
+                  ASSERT_EQ(fast[at], 7.0f) << where;
+                  ASSERT_EQ(fast_bf16[at], to_bf16(7.0f)) << where;
+                  continue;
+                }
+                const float with = unfused[at] + (with_bias ? bias[static_cast<size_t>(j)] : 0.0f);
+                const double bound = 1.01 * gamma * (magnitude[at] + (with_bias ? std::fabs(bias[static_cast<size_t>(j)]) : 0.0));
+                if (out_bf16) {
+                  const float got = to_float(fast_bf16[at]), want = to_float(expected_bf16[at]);
+                  ASSERT_LE(std::fabs(double(got) - want),
+                            bound + std::ldexp(std::max(std::fabs(got), std::fabs(want)), -7))
+                      << where << " at [" << i << "," << j << "]";
+                  ASSERT_EQ(fast_bf16[at], to_bf16(with)) << where << " at [" << i << "," << j << "]: unfused";
+                } else {
+                  ASSERT_LE(std::fabs(double(fast[at]) - expected[at]), bound) << where << " at [" << i << "," << j << "]";
+                  ASSERT_EQ(fast[at], with) << where << " at [" << i << "," << j << "]: unfused";
+                }
+              }
+          }
+  }
 }
 
 TEST(GemmBf16Reference, AgreesWithFp32ReferenceOnWidenedInputs) {

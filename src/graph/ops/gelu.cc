@@ -1,4 +1,9 @@
 // gelu: GPT-2's tanh approximation.  gelu_grad: dx from the saved input x and dy.
+// gelu_grad_bias: gelu_grad's dx and its column sums (sum_leading keep=1),
+//   x (M..., N), dy (M..., N) -> dx (M..., N), db (N): the gradient of a
+//   bf16 linear's output and of its bias in one pass. Only the lowering
+//   makes it (precision.h, fuse_bias_gradients_into_gelu_grad), stamped to
+//   store dx in bf16 for the linear's two GEMMs; db sums the fp32 dx.
 // Under bf16 both read x at bf16 precision, as PyTorch's autocast does (the
 // GEMM before it yields bf16 there): x may then be stored in bf16 (the
 // lowering does, it being read by nothing else), and an fp32 x is rounded
@@ -94,8 +99,63 @@ OpDef make_gelu_grad() {
   return d;
 }
 
+OpDef make_gelu_grad_bias() {
+  OpDef d;
+  d.name = "gelu_grad_bias";
+  d.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    require_count(in, 2, 2);
+    require_dtype(in[1], DType::f32, "dy");
+    const Shape& x = in[0].shape;
+    require(x.rank() >= 1 && in[1].shape == x, "x {} and dy {} must have one shape", x, in[1].shape);
+    return std::vector<TensorSpec>{{x, stores_in_bf16(a) ? DType::bf16 : DType::f32}, f32(Shape({x[-1]}))};
+  };
+  d.mixed_precision = true;
+  d.bf16_inputs = {0};
+  d.stores_bf16 = true;
+  d.forward = [](const OpContext&, const Attrs& a, const std::vector<const Tensor*>& in,
+                 const std::vector<Tensor*>& out) {
+    const int64_t cols = in[0]->shape()[-1], rows = rows_of(in[0]->shape());
+    const float* dy = in[1]->f32();
+    float* db = out[1]->f32();
+    const bool narrow_dx = out[0]->dtype() == DType::bf16;
+    std::vector<kernels::bf16> x_rounded;  // an fp32 x under bf16 (a graph the lowering did not rewrite)
+    const kernels::bf16* x_bf16 = in[0]->dtype() == DType::bf16 ? static_cast<const kernels::bf16*>(in[0]->raw())
+                                                                 : nullptr;
+    if (x_bf16 == nullptr && precision_of(a) == Precision::bf16) {
+      x_rounded.resize(static_cast<size_t>(in[0]->numel()));
+      kernels::to_bf16(in[0]->numel(), in[0]->f32(), x_rounded.data());
+      x_bf16 = x_rounded.data();
+    }
+    if (x_bf16 != nullptr && narrow_dx)
+      return kernels::gelu_backward_bias(rows, cols, x_bf16, dy, static_cast<kernels::bf16*>(out[0]->raw()), db);
+    std::vector<float> wide;  // dx in fp32 first when it is stored in bf16
+    if (narrow_dx) wide.resize(static_cast<size_t>(in[0]->numel()));
+    float* dx = narrow_dx ? wide.data() : out[0]->f32();
+    if (x_bf16 != nullptr) kernels::gelu_backward_bias(rows, cols, x_bf16, dy, dx, db);
+    else kernels::gelu_backward_bias(rows, cols, in[0]->f32(), dy, dx, db);
+    if (narrow_dx) kernels::to_bf16(in[0]->numel(), wide.data(), static_cast<kernels::bf16*>(out[0]->raw()));
+  };
+  d.cost = [](const auto& in, const auto& out, const Attrs&) { return streaming_cost(in, out, 13); };
+  d.signatures = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    const int r = in[0].shape.rank();
+    std::vector<PlacementSignature> s;
+    for (int dim = 0; dim < r - 1; ++dim)  // rows split: each rank sums its rows
+      s.push_back({fmt::format("split_{}", dim), {Placement::S(dim), Placement::S(dim)},
+                   {Placement::S(dim), Placement::P()}});
+    s.push_back({"split_features", {Placement::S(r - 1), Placement::S(r - 1)}, {Placement::S(r - 1), Placement::S(0)}});
+    s.push_back({"replicated", {Placement::B(), Placement::B()}, {Placement::B(), Placement::B()}});
+    s.push_back({"partial_grad", {Placement::B(), Placement::P()}, {Placement::P(), Placement::P()}});
+    return s;
+  };
+  d.examples = [] {
+    return std::vector<OpExample>{{{f32({3, 5, 7}), f32({3, 5, 7})}, {}, {}}, {{f32({13, 6}), f32({13, 6})}, {}, {}}};
+  };
+  return d;
+}
+
 PX_REGISTER_OP(gelu, make_gelu());
 PX_REGISTER_OP(gelu_grad, make_gelu_grad());
+PX_REGISTER_OP(gelu_grad_bias, make_gelu_grad_bias());
 
 }  // namespace
 }  // namespace px::ops
