@@ -293,6 +293,19 @@ TEST(MixedPrecision, SharedGradientsAreRoundedOnceBeforeTheirFirstGemm) {
   EXPECT_EQ(readers_by_layer.size(), 2u);
 }
 
+// The small MLP's graph `g` run once on fixed parameters (seeded), rows x
+// (4 x 6) and targets i % 3: the `wanted` values.
+std::vector<Tensor> run_on_fixed_batch(const Graph& g, const std::vector<ValueId>& wanted) {
+  std::vector<Tensor> bound(g.values().size());
+  uint64_t seed = 7;
+  for (ValueId p : g.params()) bound[static_cast<size_t>(p)] = random_tensor(g.spec(p).shape, seed += 2);
+  bound[static_cast<size_t>(g.find("x"))] = random_tensor(Shape{4, 6}, 3);
+  Tensor target = Tensor::empty(Shape{4}, DType::i32);
+  for (int i = 0; i < 4; ++i) target.data<int32_t>()[i] = i % 3;
+  bound[static_cast<size_t>(g.find("target"))] = target;
+  return Executor(g, wanted).run(bound);
+}
+
 TEST_F(MixedPrecisionOps, StoringGemmOperandsInBf16ChangesNoResult) {
   auto run = [](bool stored) {
     MlpGraph model(Precision::bf16);
@@ -305,14 +318,7 @@ TEST_F(MixedPrecisionOps, StoringGemmOperandsInBf16ChangesNoResult) {
     for (const char* name : {"fc1.grad_w", "fc2.grad_w"})
       for (const Node& node : g.nodes())
         if (node.name == name) wanted.push_back(node.outputs[0]);
-    std::vector<Tensor> bound(g.values().size());
-    uint64_t seed = 7;
-    for (ValueId p : g.params()) bound[static_cast<size_t>(p)] = random_tensor(g.spec(p).shape, seed += 2);
-    bound[static_cast<size_t>(g.find("x"))] = random_tensor(Shape{4, 6}, 3);
-    Tensor target = Tensor::empty(Shape{4}, DType::i32);
-    for (int i = 0; i < 4; ++i) target.data<int32_t>()[i] = i % 3;
-    bound[static_cast<size_t>(g.find("target"))] = target;
-    return Executor(g, wanted).run(bound);
+    return run_on_fixed_batch(g, wanted);
   };
   const std::vector<Tensor> rounded = run(false), stored = run(true);
   ASSERT_EQ(rounded.size(), 3u);
@@ -478,14 +484,7 @@ TEST_F(MixedPrecisionOps, FusingBiasesChangesNoResult) {
       for (size_t v = 0; v < g.values().size(); ++v)
         if (g.values()[v].name == name) wanted.push_back(static_cast<ValueId>(v));
     EXPECT_EQ(wanted.size(), 6u);
-    std::vector<Tensor> bound(g.values().size());
-    uint64_t seed = 7;
-    for (ValueId p : g.params()) bound[static_cast<size_t>(p)] = random_tensor(g.spec(p).shape, seed += 2);
-    bound[static_cast<size_t>(g.find("x"))] = random_tensor(Shape{4, 6}, 3);
-    Tensor target = Tensor::empty(Shape{4}, DType::i32);
-    for (int i = 0; i < 4; ++i) target.data<int32_t>()[i] = i % 3;
-    bound[static_cast<size_t>(g.find("target"))] = target;
-    return Executor(g, wanted).run(bound);
+    return run_on_fixed_batch(g, wanted);
   };
   const std::vector<Tensor> apart = run(0);
   ASSERT_EQ(apart.size(), 6u);

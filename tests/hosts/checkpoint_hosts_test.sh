@@ -13,18 +13,7 @@
 set -euo pipefail
 PARALLAX=$(realpath "$1")
 HERE=$(dirname "${BASH_SOURCE[0]}")
-HOSTS=$(realpath "$HERE/../../scripts/hosts.sh")
-if [[ $(id -u) != 0 ]] || ! ip netns list > /dev/null 2>&1; then
-  echo "SKIP: network namespaces need root and iproute2's ip netns"; exit 77
-fi
-export PXH_NAME=pxc$$ PXH_DISK=/mnt/pxc$$
-WORK=$(mktemp -d)
-cleanup() {
-  "$HOSTS" down > /dev/null 2>&1 || { echo "FAIL: hosts.sh down left something behind"; exit 1; }
-  rm -rf "$WORK" "$PXH_DISK"
-}
-trap cleanup EXIT
-"$HOSTS" up 2
+source "$HERE/hosts_fixture.sh" pxc
 
 STEPS=${PX_TEST_STEPS:-16}
 HALF=$((STEPS / 2))

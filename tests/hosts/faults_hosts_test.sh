@@ -13,18 +13,7 @@
 #   faults_hosts_test.sh PARALLAX
 set -euo pipefail
 PARALLAX=$(realpath "$1")
-HOSTS=$(realpath "$(dirname "${BASH_SOURCE[0]}")/../../scripts/hosts.sh")
-if [[ $(id -u) != 0 ]] || ! ip netns list > /dev/null 2>&1; then
-  echo "SKIP: network namespaces need root and iproute2's ip netns"; exit 77
-fi
-export PXH_NAME=pxf$$ PXH_DISK=/mnt/pxf$$
-WORK=$(mktemp -d)
-cleanup() {
-  "$HOSTS" down > /dev/null 2>&1 || { echo "FAIL: hosts.sh down left something behind"; exit 1; }
-  rm -rf "$WORK" "$PXH_DISK"
-}
-trap cleanup EXIT
-"$HOSTS" up 2
+source "$(dirname "${BASH_SOURCE[0]}")/hosts_fixture.sh" pxf
 fail() { echo "FAIL: $1"; shift; for f in "$@"; do echo "--- $f"; cat "$f"; done; exit 1; }
 
 SCALE=${PX_TEST_TIME_SCALE:-1}

@@ -23,18 +23,7 @@ case $FLAVOR in
   mpich) LAUNCH=(mpiexec -hosts) ;;  # hosts.sh mpiexec: UCX on TCP, so the bytes cross the links
   *) echo "FAIL: MPI '$FLAVOR'; expected openmpi or mpich"; exit 1 ;;
 esac
-HOSTS=$(realpath "$(dirname "${BASH_SOURCE[0]}")/../../scripts/hosts.sh")
-if [[ $(id -u) != 0 ]] || ! ip netns list > /dev/null 2>&1; then
-  echo "SKIP: network namespaces need root and iproute2's ip netns"; exit 77
-fi
-export PXH_NAME=pxt$$ PXH_DISK=/mnt/pxt$$
-WORK=$(mktemp -d)
-cleanup() {
-  "$HOSTS" down > /dev/null 2>&1 || { echo "FAIL: hosts.sh down left something behind"; exit 1; }
-  rm -rf "$WORK" "$PXH_DISK"
-}
-trap cleanup EXIT
-"$HOSTS" up 2 --gbps 1
+source "$(dirname "${BASH_SOURCE[0]}")/hosts_fixture.sh" pxt --gbps 1
 
 STEPS=${PX_TEST_STEPS:-50}
 GPT=(train --model gpt --layers 2 --heads 2 --embd 32 --block 32 --batch 8 --dropout 0.1
