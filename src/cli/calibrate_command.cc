@@ -6,7 +6,9 @@
 // run (on up to --max-ranks ranks), each at its local shapes (with
 // --precision bf16, the bf16 GEMMs' own timings). Kernels already in the
 // saved spec are kept, so calibrating several models adds
-// them up; --fresh starts over.
+// them up; --fresh starts over. Under mpirun across hosts the ranks measure
+// the MPI links inside a host and between hosts (cli/calibrate_hosts.h)
+// and the spec has two levels: a node per host, a device per rank.
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -14,6 +16,7 @@
 #include <iostream>
 #include <thread>
 
+#include "cli/calibrate_hosts.h"
 #include "cli/commands.h"
 #include "cli/local_cluster.h"
 #include "cli/train_flags.h"
@@ -78,8 +81,15 @@ comm::CostModel measure_comm(const std::string& how, const CalibrationProgress& 
   return model;
 }
 
-plan::ClusterSpec local_spec(plan::HostProfile profile) {
-  return plan::local_cluster_spec(std::move(profile), cpu_model(), available_memory_bytes());
+plan::ClusterSpec local_spec(plan::HostProfile profile, const plan::LocalHosts& hosts = {}) {
+  return plan::local_cluster_spec(std::move(profile), cpu_model(), available_memory_bytes(), hosts);
+}
+
+// The hosts a saved spec describes (--comm keep keeps them with its links).
+plan::LocalHosts hosts_of(const plan::ClusterSpec& saved) {
+  if (saved.nodes == 1) return {};
+  return {.hosts = saved.nodes, .ranks_per_host = saved.devices_per_node, .between = saved.inter_node,
+          .share_cores = saved.nodes_share_cores};
 }
 
 // How much slower kernels run inside a step than alone: a few real
@@ -129,6 +139,67 @@ std::pair<std::string, double> measure_in_situ(TrainOptions o, plan::HostProfile
   return {name, ratio};
 }
 
+// Measures and saves the spec. `links`: what the MPI ranks measured
+// (rank 0 calls this under mpirun, with the world's size); nullopt: one
+// host, its in-process transport.
+void calibrate(TrainOptions& o, const CalibrateFlags& cal, const std::optional<HostLinks>& links, int world_ranks = 1) {
+  const int lone_threads = o.threads;
+  const std::string path = cal.out.empty() ? local_cluster_path() : cal.out;
+  auto say = [](const std::string& line) { std::cout << line << std::endl; };
+
+  std::optional<plan::ClusterSpec> saved;
+  if (!cal.fresh && std::filesystem::exists(path)) saved = plan::load_cluster(path);
+  plan::HostProfile profile = saved && saved->profile ? *saved->profile : plan::HostProfile{};
+  const CalibrationOptions options{.batch_seconds = cal.kernel_ms / 1e3,
+                                   .max_ranks = std::max({cal.max_ranks, o.ranks, world_ranks})};
+  measure_host(profile, options, say);
+  if (cal.comm == "keep" && !(saved && saved->profile)) fail("--comm keep: '{}' holds no profile to keep", path);
+  if (cal.comm != "keep") profile.comm = links ? links->inside : measure_comm(cal.comm, say);
+  const plan::LocalHosts hosts = links ? links->hosts : cal.comm == "keep" ? hosts_of(*saved) : plan::LocalHosts{};
+
+  // The kernels of every candidate on 1 .. max ranks, and of the strategy the flags give.
+  const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
+  std::vector<parallel::Strategy> strategies{strategy_for(o, model, o.ranks)};
+  for (int r = 1; r <= options.max_ranks; ++r)
+    for (parallel::Strategy& s : plan::grid(model.graph, {.ranks = r,
+                                                          .batch = o.batch,
+                                                          .batch_inputs = batch_input_names(model),
+                                                          .zero = false,
+                                                          .recompute = false,
+                                                          .schedules = false}))
+      strategies.push_back(std::move(s));
+  // In-process ranks run one kernel thread each; a lone rank runs --threads (train's default: 2).
+  std::vector<parallel::Program> alone, shared;
+  for (const parallel::Strategy& s : strategies)
+    for (int r = 0; r < s.mesh.ranks(); ++r) {
+      try {
+        (s.mesh.ranks() == 1 ? alone : shared)
+            .push_back(parallel::lower({.forward = &model.graph, .loss = model.loss}, s, r));
+      } catch (const Error&) {
+        break;  // a candidate this model cannot take (e.g. more stages than cut points)
+      }
+    }
+  int timed = 0;
+  kernels::set_threads(lone_threads);
+  timed += time_kernels(profile, alone, options, say);
+  kernels::set_threads(1);
+  timed += time_kernels(profile, shared, options, say);
+  say(fmt::format("{} strategies, {} programs: timed {} new kernels ({} in the profile)", strategies.size(),
+                  alone.size() + shared.size(), timed, profile.kernels.size()));
+
+  const auto [run, ratio] = measure_in_situ(o, profile, options, say);
+  profile.in_situ_samples[run] = ratio;
+  // A prediction of this model uses the other models' factor, never its own (plan/profile.h).
+  say(fmt::format("in situ: {}'s {} predictions scaled x{:.3f} (held out: the other calibrated models' runs)",
+                  o.model, o.precision, profile.in_situ_factor(o.model, parse_precision(o.precision))));
+  const plan::ClusterSpec local = local_spec(std::move(profile), hosts);
+  plan::validate(local);
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  write_file_atomically(path, plan::to_json(local).dump(1) + "\n");
+  say(fmt::format("saved the local cluster spec to '{}' (use it with --cluster local)", path));
+}
+
 }  // namespace
 
 void add_calibrate_command(CLI::App& app) {
@@ -163,60 +234,24 @@ void add_calibrate_command(CLI::App& app) {
     TrainOptions& o = flags->options;
     if (o.sync.mesh_ranks > 0) o.ranks = o.sync.mesh_ranks;
     validate(o);
-    const int lone_threads = o.threads;
-    const std::string path = cal->out.empty() ? local_cluster_path() : cal->out;
-    auto say = [](const std::string& line) { std::cout << line << std::endl; };
-
-    std::optional<plan::ClusterSpec> saved;
-    if (!cal->fresh && std::filesystem::exists(path)) saved = plan::load_cluster(path);
-    plan::HostProfile profile = saved && saved->profile ? *saved->profile : plan::HostProfile{};
-    const CalibrationOptions options{.batch_seconds = cal->kernel_ms / 1e3,
-                                           .max_ranks = std::max(cal->max_ranks, o.ranks)};
-    measure_host(profile, options, say);
-    if (cal->comm == "keep" && !(saved && saved->profile)) fail("--comm keep: '{}' holds no profile to keep", path);
-    if (cal->comm != "keep") profile.comm = measure_comm(cal->comm, say);
-
-    // The kernels of every candidate on 1 .. max ranks, and of the strategy the flags give.
-    const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
-    std::vector<parallel::Strategy> strategies{strategy_for(o, model, o.ranks)};
-    for (int r = 1; r <= options.max_ranks; ++r)
-      for (parallel::Strategy& s : plan::grid(model.graph, {.ranks = r,
-                                                            .batch = o.batch,
-                                                            .batch_inputs = batch_input_names(model),
-                                                            .zero = false,
-                                                            .recompute = false,
-                                                            .schedules = false}))
-        strategies.push_back(std::move(s));
-    // In-process ranks run one kernel thread each; a lone rank runs --threads (train's default: 2).
-    std::vector<parallel::Program> alone, shared;
-    for (const parallel::Strategy& s : strategies)
-      for (int r = 0; r < s.mesh.ranks(); ++r) {
-        try {
-          (s.mesh.ranks() == 1 ? alone : shared)
-              .push_back(parallel::lower({.forward = &model.graph, .loss = model.loss}, s, r));
-        } catch (const Error&) {
-          break;  // a candidate this model cannot take (e.g. more stages than cut points)
-        }
-      }
-    int timed = 0;
-    kernels::set_threads(lone_threads);
-    timed += time_kernels(profile, alone, options, say);
-    kernels::set_threads(1);
-    timed += time_kernels(profile, shared, options, say);
-    say(fmt::format("{} strategies, {} programs: timed {} new kernels ({} in the profile)", strategies.size(),
-                    alone.size() + shared.size(), timed, profile.kernels.size()));
-
-    const auto [run, ratio] = measure_in_situ(o, profile, options, say);
-    profile.in_situ_samples[run] = ratio;
-    // A prediction of this model uses the other models' factor, never its own (plan/profile.h).
-    say(fmt::format("in situ: {}'s {} predictions scaled x{:.3f} (held out: the other calibrated models' runs)",
-                    o.model, o.precision, profile.in_situ_factor(o.model, parse_precision(o.precision))));
-    const plan::ClusterSpec local = local_spec(std::move(profile));
-    plan::validate(local);
-    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-    if (!parent.empty()) std::filesystem::create_directories(parent);
-    write_file_atomically(path, plan::to_json(local).dump(1) + "\n");
-    say(fmt::format("saved the local cluster spec to '{}' (use it with --cluster local)", path));
+    if (!launched_by_mpi()) return calibrate(o, *cal, std::nullopt);
+    // Under mpirun: every rank helps measure the links; rank 0 alone then
+    // times the kernels while the others wait without polling.
+    comm::mpi::init(nullptr, nullptr, {.timeout = std::chrono::minutes(5)});
+    comm::Communicator& world = comm::mpi::world();
+    try {
+      std::optional<HostLinks> links;
+      if (world.size() > 1 && cal->comm != "keep")
+        links = measure_host_links(world, cal->comm, [](const std::string& line) { std::cout << line << std::endl; });
+      if (world.rank() == 0) calibrate(o, *cal, links, world.size());
+    } catch (const Error& e) {
+      // Every rank met it (the hosts' layout), or rank 0 alone: rank 0 says it once.
+      if (world.rank() == 0) std::cerr << fmt::format("error: {}\n", e.what());
+      else std::this_thread::sleep_for(std::chrono::seconds(1));
+      comm::mpi::abort(1);
+    }
+    comm::mpi::wait_quietly_for_all();
+    comm::mpi::finalize();
   });
 }
 

@@ -14,11 +14,6 @@
 namespace px::cli {
 namespace {
 
-// OpenMPI's launcher sets OMPI_COMM_WORLD_SIZE, MPICH's (hydra) PMI_SIZE.
-bool launched_by_mpi() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
-}
-
 // Under `parallax launch` (cli/launch_command.cc): PARALLAX_RUN_DIR is the
 // default run directory, and PARALLAX_ATTEMPT > 0 means a restart, which
 // continues from the latest checkpoint in --save when there is one.

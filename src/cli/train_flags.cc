@@ -1,5 +1,6 @@
 #include "cli/train_flags.h"
 
+#include <cstdlib>
 #include <charconv>
 #include <limits>
 #include <optional>
@@ -34,6 +35,10 @@ std::optional<int64_t> parse_count(std::string_view text) {
 }
 
 }  // namespace
+
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+}
 
 void set_parser_conventions(CLI::App& app) { app.option_defaults()->disable_flag_override(); }
 

@@ -39,6 +39,10 @@ struct TrainFlags {
 // std::invalid_argument from stoll).
 void set_parser_conventions(CLI::App& app);
 
+// Started by mpirun or mpiexec: OpenMPI's launcher sets
+// OMPI_COMM_WORLD_SIZE, MPICH's (hydra) PMI_SIZE.
+bool launched_by_mpi();
+
 // Unset integer and float options take the model's default (apply()).
 void add_model_flags(CLI::App& cmd, TrainFlags& flags);
 void add_parallel_flags(CLI::App& cmd, TrainFlags& flags);

@@ -44,6 +44,11 @@ struct MpiOptions {
 void init(int* argc, char*** argv, CommunicatorOptions options = {}, MpiOptions mpi = {});
 bool initialized();
 Communicator& world();
+// Every rank of the world arrives, no rank busy while it waits: a barrier
+// polled every few milliseconds, with no timeout (for ranks idle while one
+// works alone for minutes, e.g. calibrate's kernel timings on rank 0,
+// without taking its cores).
+void wait_quietly_for_all();
 // Frees shared windows and communicators, then MPI_Finalize.
 void finalize();
 // MPI_Abort on the world: ends every rank (used when one rank fails and the

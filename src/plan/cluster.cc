@@ -63,6 +63,7 @@ nlohmann::json to_json(const ClusterSpec& c) {
           {"inter_node", link_json(c.inter_node)},
           {"host", c.host}};
   if (c.devices_share_memory) json["devices_share_memory"] = true;
+  if (c.nodes_share_cores) json["nodes_share_cores"] = true;
   if (c.profile) json["profile"] = to_json(*c.profile);
   return json;
 }
@@ -70,7 +71,7 @@ nlohmann::json to_json(const ClusterSpec& c) {
 ClusterSpec cluster_from_json(const nlohmann::json& json) {
   json_fields::check_keys("cluster", json, "the cluster",
                           {"name", "nodes", "devices_per_node", "device", "intra_node", "inter_node", "host",
-                           "devices_share_memory", "profile"});
+                           "devices_share_memory", "nodes_share_cores", "profile"});
   ClusterSpec c;
   c.name = json_fields::field<std::string>("cluster", json, "cluster", "name", "");
   c.nodes = json_fields::field<int>("cluster", json, "cluster", "nodes", 1);
@@ -89,6 +90,7 @@ ClusterSpec cluster_from_json(const nlohmann::json& json) {
   if (json.contains("inter_node")) c.inter_node = link_from(json.at("inter_node"), "inter_node");
   c.host = json_fields::field<std::string>("cluster", json, "cluster", "host", "");
   c.devices_share_memory = json_fields::field<bool>("cluster", json, "cluster", "devices_share_memory", false);
+  c.nodes_share_cores = json_fields::field<bool>("cluster", json, "cluster", "nodes_share_cores", false);
   if (json.contains("profile")) c.profile = profile_from_json(json.at("profile"));
   validate(c);
   return c;
@@ -131,12 +133,16 @@ ClusterSpec cluster_named(const std::string& spec, const std::string& local_path
   return c;
 }
 
-ClusterSpec local_cluster_spec(HostProfile profile, const std::string& cpu, double memory_bytes, int devices) {
+ClusterSpec local_cluster_spec(HostProfile profile, const std::string& cpu, double memory_bytes,
+                               const LocalHosts& hosts) {
   const comm::LinkCost link = profile.comm.transport;
   const int cores = profile.cores;
+  const std::string transport = profile.comm.backend == "inproc" ? "in-process transport"
+                                                                 : fmt::format("{} inside a host", profile.comm.backend);
+  const LinkSpec inside{.name = transport, .bandwidth = 1 / link.beta, .latency = link.alpha};
   return {.name = "local",
-          .nodes = 1,
-          .devices_per_node = devices,
+          .nodes = hosts.hosts,
+          .devices_per_node = hosts.ranks_per_host,
           .device = {.name = fmt::format("{} rank", cpu),
                      .flops_f32 = profile.flops,
                      // The GEMMs of a graph stamped bf16 run at it (the profiled
@@ -144,10 +150,11 @@ ClusterSpec local_cluster_spec(HostProfile profile, const std::string& cpu, doub
                      .flops_bf16 = profile.flops_bf16,
                      .memory_bytes = memory_bytes,
                      .memory_bandwidth = profile.memory_bandwidth},
-          .intra_node = {.name = "in-process transport", .bandwidth = 1 / link.beta, .latency = link.alpha},
-          .inter_node = {.name = "in-process transport", .bandwidth = 1 / link.beta, .latency = link.alpha},
+          .intra_node = inside,
+          .inter_node = hosts.between.value_or(inside),
           .host = fmt::format("{} ({} cores)", cpu, cores),
           .devices_share_memory = true,
+          .nodes_share_cores = hosts.hosts > 1 && hosts.share_cores,
           .profile = std::move(profile)};
 }
 

@@ -59,6 +59,9 @@ struct ClusterSpec {
   // The devices of a node share its memory (in-process ranks on one host):
   // device.memory_bytes is the node's, for all its ranks together.
   bool devices_share_memory = false;
+  // The nodes are network namespaces of one machine (scripts/hosts.sh):
+  // every node's ranks compute on the same cores, so they all contend.
+  bool nodes_share_cores = false;
   // What `parallax calibrate` measured (the `local` spec); absent on presets.
   std::optional<HostProfile> profile;
 
@@ -94,6 +97,17 @@ ClusterSpec load_cluster(const std::string& path);
 // This host as one node of `devices` in-process ranks (threads: any number
 // runs, slowed by contention) sharing `memory_bytes`, with `profile`'s rates
 // and its transport as both links: the `local` spec.
-ClusterSpec local_cluster_spec(HostProfile profile, const std::string& cpu, double memory_bytes, int devices = 64);
+// Where the ranks a `local` spec describes sit: in-process ranks of this
+// one host (the default), or the MPI ranks `parallax calibrate` found on
+// `hosts` hosts of `ranks_per_host` each, `between` them the link it
+// measured (the spec's inter_node; intra_node is the profile's transport).
+struct LocalHosts {
+  int hosts = 1;
+  int ranks_per_host = 64;
+  std::optional<LinkSpec> between;  // absent: one host
+  bool share_cores = false;         // the hosts are namespaces of one machine
+};
+ClusterSpec local_cluster_spec(HostProfile profile, const std::string& cpu, double memory_bytes,
+                               const LocalHosts& hosts = {});
 
 }  // namespace px::plan

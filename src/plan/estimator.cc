@@ -103,6 +103,10 @@ ProfiledEstimator::ProfiledEstimator(ClusterSpec cluster, Options options)
   measured_ = cluster_.profile->comm;
   chooser_ = comm::default_cost_model("inproc");
   if (options_.link_gbps > 0) measured_.transport.beta = std::max(measured_.transport.beta, 8 / (options_.link_gbps * 1e9));
+  between_hosts_ = measured_;
+  between_hosts_.transport.alpha = cluster_.inter_node.latency;
+  between_hosts_.transport.beta = 1 / cluster_.inter_node.achieved_bandwidth();
+  between_hosts_.fits.clear();  // fitted inside a host
 }
 
 double ProfiledEstimator::compute_seconds(const Graph& graph, const Node& node) const {
@@ -119,8 +123,9 @@ double ProfiledEstimator::memory_seconds(double bytes) const {
          contention(profile, options_.ranks, true);
 }
 
-double ProfiledEstimator::collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass) const {
+double ProfiledEstimator::collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const {
   if (ranks <= 1) return 0;
+  if (link == LinkClass::inter_node && cluster_.nodes > 1) return across_hosts_seconds(kind, bytes, ranks);
   const bool limited = options_.link_gbps > 0;
   comm::CostQuery query{.collective = kind, .algorithm = options_.collective.algorithm, .bytes = bytes,
                         .ranks = ranks, .servers = options_.collective.servers,
@@ -141,8 +146,45 @@ double ProfiledEstimator::collective_seconds(comm::Collective kind, double bytes
   return comm::predicted_seconds(measured_, query);
 }
 
-double ProfiledEstimator::transfer_seconds(double bytes, LinkClass) const {
-  return measured_.transport.alpha + bytes * measured_.transport.beta;
+double ProfiledEstimator::across_hosts_seconds(comm::Collective kind, double bytes, int ranks) const {
+  // The mesh fills a host's ranks first, so a group that spans hosts is
+  // spread evenly over min(ranks, hosts) of them.
+  const int hosts = std::min(ranks, cluster_.nodes);
+  const int per_host = (ranks + hosts - 1) / hosts;
+  comm::CostQuery query{.collective = kind, .algorithm = options_.collective.algorithm, .bytes = bytes,
+                        .ranks = ranks, .servers = options_.collective.servers,
+                        .ranks_per_node = options_.collective.ranks_per_node};
+  if (query.algorithm == comm::Algorithm::automatic) {
+    // As the runtime picks: its built-in model, no shared memory across hosts.
+    double best = std::numeric_limits<double>::infinity();
+    for (comm::Algorithm a : comm::algorithms_for(kind)) {
+      if (a == comm::Algorithm::native || a == comm::Algorithm::shared_memory) continue;
+      comm::CostQuery candidate = query;
+      candidate.algorithm = a;
+      const double t = comm::predicted_seconds(chooser_, candidate);
+      if (t < best) {
+        best = t;
+        query.algorithm = a;
+      }
+    }
+  }
+  if (query.algorithm != comm::Algorithm::hierarchical || kind != comm::Collective::allreduce)
+    return comm::predicted_seconds(between_hosts_, query);
+  // Reduce to each host's leader and broadcast back through the host's
+  // shared memory; the leaders' ring crosses the link.
+  double inside = 0;
+  if (per_host > 1)
+    for (comm::Collective step : {comm::Collective::reduce, comm::Collective::broadcast})
+      inside += comm::predicted_seconds(measured_, {.collective = step, .algorithm = comm::Algorithm::shared_memory,
+                                                    .bytes = bytes, .ranks = per_host});
+  return inside + comm::predicted_seconds(between_hosts_, {.collective = comm::Collective::allreduce,
+                                                           .algorithm = comm::Algorithm::ring,
+                                                           .bytes = bytes, .ranks = hosts});
+}
+
+double ProfiledEstimator::transfer_seconds(double bytes, LinkClass link) const {
+  const comm::CostModel& over = link == LinkClass::inter_node && cluster_.nodes > 1 ? between_hosts_ : measured_;
+  return over.transport.alpha + bytes * over.transport.beta;
 }
 
 std::unique_ptr<CostEstimator> make_estimator(const ClusterSpec& cluster, DType compute,

@@ -77,7 +77,11 @@ class RooflineEstimator : public CostEstimator {
 // automatic the one the communicator's built-in model picks (what
 // Algorithm::automatic does in a run). With a link limit (--link-gbps) every
 // byte sent costs at least 8 / (Gb/s · 1e9) seconds and no shared memory is
-// used, as the limited in-process transport does.
+// used, as the limited in-process transport does. On a spec of several
+// hosts (calibrated under mpirun) a group that spans hosts pays the link
+// between them (the spec's inter_node): a ring at the pace of its slowest
+// hop, a hierarchical allreduce its in-host reduce and broadcast on the
+// host's shared memory and its leaders' ring on that link.
 class ProfiledEstimator : public CostEstimator {
  public:
   struct Options {
@@ -95,9 +99,13 @@ class ProfiledEstimator : public CostEstimator {
   double transfer_seconds(double bytes, LinkClass link) const override;
 
  private:
+  // A collective over `ranks` ranks spread over the spec's hosts.
+  double across_hosts_seconds(comm::Collective kind, double bytes, int ranks) const;
+
   ClusterSpec cluster_;
   Options options_;
   comm::CostModel measured_;  // the profile's, with the link limit
+  comm::CostModel between_hosts_;  // measured_ with the spec's inter_node link as its transport
   comm::CostModel chooser_;   // what the runtime's communicator picks algorithms by
 };
 

@@ -43,8 +43,12 @@ Simulation simulate_sharing_cores(SimulationRequest request, const ProfiledEstim
   }
   const int mesh_ranks = request.programs->front().strategy.mesh.ranks();
   const double weight = static_cast<double>(mesh_ranks) / static_cast<double>(request.programs->size());
+  // The ranks that share one machine's cores: all of them, unless the
+  // spec's hosts are machines of their own.
+  const int hosts = std::min(mesh_ranks, cluster.nodes);
+  const int sharing_cores = cluster.nodes_share_cores || hosts == 1 ? mesh_ranks : (mesh_ranks + hosts - 1) / hosts;
   ProfiledEstimator::Options sharing = options;
-  sharing.ranks = mesh_ranks;
+  sharing.ranks = sharing_cores;
   Simulation sim;
   for (int round = 0; round < 4; ++round) {
     const ProfiledEstimator estimator(cluster, sharing);
@@ -53,8 +57,10 @@ Simulation simulate_sharing_cores(SimulationRequest request, const ProfiledEstim
     double waiting = 0;
     for (double w : sim.receive_wait) waiting += weight * w;
     const double computing =
-        sim.step_seconds > 0 ? std::clamp(mesh_ranks - waiting / sim.step_seconds, 1.0, static_cast<double>(mesh_ranks))
-                             : 1;
+        sim.step_seconds > 0
+            ? std::clamp(sharing_cores * (1 - waiting / (mesh_ranks * sim.step_seconds)), 1.0,
+                         static_cast<double>(sharing_cores))
+            : 1;
     if (std::abs(computing - sharing.ranks) < 0.02) break;
     sharing.ranks = computing;
   }

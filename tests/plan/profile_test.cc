@@ -214,6 +214,39 @@ TEST(ProfiledEstimator, SlowsKernelsByContentionAndLimitsTheLink) {
   EXPECT_NEAR(limited.transfer_seconds(1e6, LinkClass::intra_node), p.comm.transport.alpha + 8e-3, 1e-9);
 }
 
+// A spec calibrated under mpirun on 2 hosts of 2 ranks: a group that spans
+// them pays the link between hosts, one inside a host the host's own.
+TEST(ProfiledEstimator, GroupsAcrossHostsPayTheLinkBetweenThem) {
+  HostProfile p = rates();
+  p.comm = comm::default_cost_model("mpi");
+  const LinkSpec between{.name = "mpi between hosts", .bandwidth = 125e6, .latency = 20e-6};
+  const ClusterSpec two = local_cluster_spec(p, "cpu", 1e10, {.hosts = 2, .ranks_per_host = 2, .between = between});
+  EXPECT_EQ(two.devices(), 4);
+  EXPECT_EQ(two.inter_node, between);
+  EXPECT_EQ(cluster_from_json(to_json(two)), two);
+  const ProfiledEstimator estimator(two, {.ranks = 4});
+  using comm::Collective;
+  // A message: latency + bytes at 125 MB/s.
+  EXPECT_NEAR(estimator.transfer_seconds(1e6, LinkClass::inter_node), 20e-6 + 8e-3, 1e-9);
+  EXPECT_LT(estimator.transfer_seconds(1e6, LinkClass::intra_node), 1e-3);
+  // Allreduce over the 4 ranks: hierarchical (the runtime's pick), whose
+  // leaders' ring of 2 sends n between the hosts: at least 8 ms for 1 MB.
+  const double across = estimator.collective_seconds(Collective::allreduce, 1e6, 4, LinkClass::inter_node);
+  EXPECT_GT(across, 8e-3);
+  EXPECT_LT(across, 9e-3);
+  // A ring reduce-scatter paces at its slowest hop: 3 steps of n/4 (and
+  // the reductions, a few percent here).
+  const double ring = 3 * (20e-6 + 0.25e6 / 125e6);
+  EXPECT_NEAR(estimator.collective_seconds(Collective::reduce_scatter, 1e6, 4, LinkClass::inter_node), ring,
+              0.05 * ring);
+  EXPECT_LT(estimator.collective_seconds(Collective::allreduce, 1e6, 2, LinkClass::intra_node), 1e-3);
+  // One host (the in-process spec): both classes are the host's transport.
+  const ClusterSpec one = local_cluster_spec(p, "cpu", 1e10);
+  const ProfiledEstimator local(one, {.ranks = 4});
+  EXPECT_DOUBLE_EQ(local.collective_seconds(Collective::allreduce, 1e6, 4, LinkClass::inter_node),
+                   local.collective_seconds(Collective::allreduce, 1e6, 4, LinkClass::intra_node));
+}
+
 TEST(Calibration, TimesEachDistinctKernelOnceAndPredictsFromThem) {
   nn::GptConfig config{.vocab = 64, .block = 16, .n_layer = 2, .n_head = 2, .n_embd = 32};
   const nn::Model model = nn::build_gpt(config, 4, 16, true);

@@ -370,6 +370,15 @@ namespace {
 
 }  // namespace
 
+void wait_quietly_for_all() {
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &request), "MPI_Ibarrier");
+  for (int done = 0; !done;) {
+    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 void finalize() {
   Session& s = session();
   if (!s.world) return;

@@ -14,6 +14,7 @@ bool available() { return false; }
 void init(int*, char***, CommunicatorOptions, MpiOptions) { not_built(); }
 bool initialized() { return false; }
 Communicator& world() { not_built(); }
+void wait_quietly_for_all() { not_built(); }
 void finalize() {}
 void abort(int code) { std::exit(code); }
 

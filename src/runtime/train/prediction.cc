@@ -15,13 +15,21 @@ plan::ClusterSpec local_cluster(const std::string& path, int ranks, bool* calibr
   plan::HostProfile profile;
   measure_host(profile, {.batch_seconds = 0.005, .batches = 1, .max_ranks = std::max(1, ranks)});
   profile.comm = comm::default_cost_model("inproc");
-  return plan::local_cluster_spec(std::move(profile), "this host's CPU", 1e12, std::max(64, ranks));
+  return plan::local_cluster_spec(std::move(profile), "this host's CPU", 1e12, {.ranks_per_host = std::max(64, ranks)});
 }
 
 RunPrediction predict_run(const TrainOptions& o, const std::vector<parallel::Program>& programs) {
   const int ranks = static_cast<int>(programs.size());
   RunPrediction out;
   plan::ClusterSpec cluster = local_cluster(o.local_cluster, ranks, &out.calibrated);
+  if (!o.mpi && cluster.nodes > 1) {
+    // Calibrated across hosts under mpirun, predicting in-process ranks:
+    // they all sit on this host and talk over its own transport.
+    cluster.devices_per_node = std::max(cluster.devices(), ranks);
+    cluster.nodes = 1;
+    cluster.inter_node = cluster.intra_node;
+    cluster.nodes_share_cores = false;
+  }
   out.basis = out.calibrated ? fmt::format("the local spec '{}'", o.local_cluster)
                              : "this host's probed rates, kernels at their roofline (run 'parallax calibrate' for a "
                                "calibrated prediction)";

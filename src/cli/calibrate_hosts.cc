@@ -1,0 +1,91 @@
+#include "cli/calibrate_hosts.h"
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+
+#include "comm/backends.h"
+#include "comm/tuning/benchmark.h"
+#include "core/error.h"
+
+namespace px::cli {
+namespace {
+
+// The running kernel's boot id, hashed (FNV-1a): equal on every network
+// namespace of one machine, different across machines.
+uint64_t machine_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  const std::string id{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : id) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+// On the leaders' group: whether every leader runs on leader 0's machine
+// (answered on leader 0).
+bool one_machine(comm::Communicator& leaders) {
+  uint64_t mine = machine_id();
+  std::vector<uint64_t> ids(static_cast<size_t>(leaders.size()), mine);
+  const uint32_t tag = leaders.next_tag();
+  std::vector<comm::Request> requests;
+  if (leaders.rank() == 0) {
+    for (int peer = 1; peer < leaders.size(); ++peer)
+      requests.push_back(leaders.irecv(peer, tag, &ids[static_cast<size_t>(peer)], sizeof(uint64_t)));
+  } else {
+    requests.push_back(leaders.isend(0, tag, &mine, sizeof(uint64_t)));
+  }
+  leaders.wait_all(requests, comm::Step{"calibrate machine ids", 0});
+  return std::ranges::all_of(ids, [&](uint64_t id) { return id == ids.front(); });
+}
+
+// Ranks per host, when every host holds one block of consecutive ranks of
+// the same size; px::Error naming the first host that does not otherwise.
+int ranks_per_host(const std::vector<int>& hosts) {
+  const int count = static_cast<int>(std::ranges::count(hosts, 0));
+  for (size_t r = 0; r < hosts.size(); ++r)
+    if (hosts[r] != static_cast<int>(r) / count)
+      fail("calibrate under mpirun: rank {} is on host {}, but the local spec maps rank r to host r / {} (host 0 "
+           "has {} ranks): start the same number of ranks on every host, in blocks (mpirun --host a:{},b:{})",
+           r, hosts[r], count, count, count, count);
+  return count;
+}
+
+}  // namespace
+
+HostLinks measure_host_links(comm::Communicator& world, const std::string& how, const CalibrationProgress& say) {
+  const std::vector<int> hosts = world.hosts();
+  const int per_host = ranks_per_host(hosts);
+  const int host_count = hosts.back() + 1;
+  auto [node, leaders] = world.node_groups(0);
+  const bool on_host0 = hosts[static_cast<size_t>(world.rank())] == 0;
+  const auto progress = [&](const std::string& line) {
+    if (world.rank() == 0) say(line);
+  };
+  HostLinks out;
+  out.inside = comm::default_cost_model(world.backend());
+  if (on_host0 && node->size() > 1) {
+    progress(fmt::format("comm inside a host ({} ranks of host 0, {}):", node->size(), world.backend()));
+    out.inside = how == "tune"
+                     ? comm::tune_cost_model(*node, comm::default_tuning_sizes(),
+                                             [&](const std::string& l) { progress("comm: " + l); })
+                     : comm::measure_links(*node, [&](const std::string& l) { progress("comm: " + l); });
+  }
+  comm::mpi::wait_quietly_for_all();
+  if (host_count > 1 && leaders != nullptr) {
+    progress(fmt::format("comm between hosts (the first ranks of hosts 0 and 1, of {} hosts):", host_count));
+    const comm::CostModel between = comm::measure_links(*leaders, [&](const std::string& l) { progress("comm: " + l); });
+    const bool shared = one_machine(*leaders);
+    out.hosts = {.hosts = host_count,
+                 .ranks_per_host = per_host,
+                 .between = plan::LinkSpec{.name = fmt::format("{} between hosts", world.backend()),
+                                           .bandwidth = 1 / between.transport.beta,
+                                           .latency = between.transport.alpha},
+                 .share_cores = shared};
+    if (shared) progress("the hosts are namespaces of one machine: their ranks share its cores");
+  }
+  comm::mpi::wait_quietly_for_all();
+  if (world.rank() != 0) return {};
+  return out;
+}
+
+}  // namespace px::cli
