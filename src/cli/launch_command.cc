@@ -13,10 +13,12 @@
 // must say where its rank count goes (`mpirun -np {ranks}`, `--ranks
 // {ranks}`).
 //
-// With `--hosts a:2,b:2` the launcher starts COMMAND itself under OpenMPI's
-// mpirun on those hosts (`--mpirun` names another launcher with mpirun's
-// flags, e.g. scripts/hosts.sh's), with -np the slots' sum (or --ranks)
-// and the two variables passed on to every host (-x).
+// With `--hosts a:2,b:2` the launcher starts COMMAND itself under mpirun
+// on those hosts (`--mpirun` names another launcher, e.g. scripts/hosts.sh's),
+// with -np the slots' sum (or --ranks) and the two variables passed on to
+// every host: OpenMPI's `--host H -x V`, or MPICH's hydra's `-hosts H
+// -envlist V,W` when the launcher is MPICH's (mpiexec.mpich or
+// mpiexec.hydra, or hosts.sh's `mpiexec`).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,6 +73,18 @@ int host_slots(const std::string& hosts) {
     from = comma + 1;
   }
   return total;
+}
+
+// Whether the launcher's words start MPICH's hydra (whose flags differ
+// from OpenMPI's mpirun): mpiexec.mpich, mpiexec.hydra, or hosts.sh's
+// mpiexec.
+bool launches_mpich(const std::vector<std::string>& launcher) {
+  for (size_t i = 0; i < launcher.size(); ++i) {
+    const std::string name = std::filesystem::path(launcher[i]).filename().string();
+    if (name == "mpiexec.mpich" || name == "mpiexec.hydra") return true;
+    if (name == "hosts.sh" && i + 1 < launcher.size() && launcher[i + 1] == "mpiexec") return true;
+  }
+  return false;
 }
 
 // The words of `text`, split at spaces (--mpirun "scripts/hosts.sh --name pxf mpirun").
@@ -200,8 +214,12 @@ void launch(LaunchOptions l) {
       fail("--ranks {} with --hosts '{}': the hosts have {} slots", l.ranks, l.hosts, slots);
     std::vector<std::string> job = words(l.mpirun);
     if (job.empty()) fail("--mpirun is empty: expected the program that starts ranks on the hosts (mpirun)");
-    const std::vector<std::string> placed{"--host", l.hosts, "-np", l.ranks > 0 ? "{ranks}" : std::to_string(slots),
-                                          "-x", "PARALLAX_ATTEMPT", "-x", "PARALLAX_RUN_DIR"};
+    const std::string np = l.ranks > 0 ? "{ranks}" : std::to_string(slots);
+    const std::vector<std::string> placed =
+        launches_mpich(job) ? std::vector<std::string>{"-hosts", l.hosts, "-np", np, "-envlist",
+                                                       "PARALLAX_ATTEMPT,PARALLAX_RUN_DIR"}
+                            : std::vector<std::string>{"--host", l.hosts, "-np", np, "-x", "PARALLAX_ATTEMPT", "-x",
+                                                       "PARALLAX_RUN_DIR"};
     job.insert(job.end(), placed.begin(), placed.end());
     job.insert(job.end(), l.command.begin(), l.command.end());
     l.command = std::move(job);
@@ -276,8 +294,8 @@ void add_launch_command(CLI::App& app) {
   cmd->add_option("--hosts", l->hosts,
                   "run the command under mpirun on these hosts, HOST[:SLOTS],... (-np: the slots, or --ranks)");
   cmd->add_option("--mpirun", l->mpirun,
-                  "with --hosts: the program that starts the ranks, with mpirun's flags (e.g. \"scripts/hosts.sh "
-                  "mpirun\")")
+                  "with --hosts: the program that starts the ranks: OpenMPI's mpirun or one with its flags (e.g. "
+                  "\"scripts/hosts.sh mpirun\"), or MPICH's (mpiexec.mpich, \"scripts/hosts.sh mpiexec\")")
       ->capture_default_str();
   cmd->add_option("command", l->command, "the job, after --: parallax train ... or mpirun ... parallax train ...")
       ->required();

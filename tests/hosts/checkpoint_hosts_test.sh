@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checkpoints with no shared filesystem (scripts/hosts.sh): 2 hosts x 2
-# OpenMPI ranks save to a directory on each host's private disk. The save
+# MPI ranks (OpenMPI's mpirun or MPICH's mpiexec) save to a directory on each host's private disk. The save
 # must commit over the transport (not wait for the other host's files),
 # each host's directory must hold its own ranks' shard files and a commit
 # record naming them with their checksums (host 0's also the model), a run
@@ -9,9 +9,14 @@
 #
 # Needs root and `ip netns`: otherwise it says why and exits 77.
 #
-#   checkpoint_hosts_test.sh PARALLAX
+#   checkpoint_hosts_test.sh PARALLAX [openmpi|mpich]   (PARALLAX built for that MPI)
 set -euo pipefail
 PARALLAX=$(realpath "$1")
+case ${2:-openmpi} in
+  openmpi) LAUNCH=(mpirun --host) ;;
+  mpich) LAUNCH=(mpiexec -hosts) ;;
+  *) echo "FAIL: MPI '$2'; expected openmpi or mpich"; exit 1 ;;
+esac
 HERE=$(dirname "${BASH_SOURCE[0]}")
 source "$HERE/hosts_fixture.sh" pxc
 
@@ -19,7 +24,7 @@ STEPS=${PX_TEST_STEPS:-16}
 HALF=$((STEPS / 2))
 GPT=(train --model gpt --layers 2 --heads 2 --embd 32 --block 32 --batch 8 --steps "$STEPS" --dropout 0.1
      --eval-every 0 --eval-batches 2 --sample-tokens 0 --threads 1 --progress lines --no-predict --timeout 20)
-on_hosts() { "$HOSTS" mpirun --host "$PXH_NAME-0:2,$PXH_NAME-1:2" -np 4 "$PARALLAX" "${GPT[@]}" "$@"; }
+on_hosts() { "$HOSTS" "${LAUNCH[@]}" "$PXH_NAME-0:2,$PXH_NAME-1:2" -np 4 "$PARALLAX" "${GPT[@]}" "$@"; }
 
 on_hosts --metrics "$PXH_DISK/whole.jsonl" > "$WORK/whole.log" 2>&1 ||
   { echo "FAIL: the uninterrupted run:"; cat "$WORK/whole.log"; exit 1; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Faults across hosts (scripts/hosts.sh), 2 hosts x 2 OpenMPI ranks, each
-# host with its own disk:
-#  - `parallax launch --hosts` starts the job under mpirun on the hosts; a
+# Faults across hosts (scripts/hosts.sh), 2 hosts x 2 MPI ranks (OpenMPI's
+# mpirun or MPICH's mpiexec), each host with its own disk:
+#  - `parallax launch --hosts` starts the job under the launcher on the hosts; a
 #    rank on host 1 killed with SIGKILL at a random step is restarted from
 #    the last checkpoint on the hosts' own disks, and every step's loss
 #    (the last run of each) equals a fault-free run's within 1e-5;
@@ -10,9 +10,14 @@
 #
 # Needs root and `ip netns`: otherwise it says why and exits 77.
 #
-#   faults_hosts_test.sh PARALLAX
+#   faults_hosts_test.sh PARALLAX [openmpi|mpich]   (PARALLAX built for that MPI)
 set -euo pipefail
 PARALLAX=$(realpath "$1")
+case ${2:-openmpi} in
+  openmpi) LAUNCHER=mpirun HOSTS_FLAG=--host PASSED="-x PARALLAX_ATTEMPT" ;;
+  mpich) LAUNCHER=mpiexec HOSTS_FLAG=-hosts PASSED="-envlist PARALLAX_ATTEMPT,PARALLAX_RUN_DIR" ;;
+  *) echo "FAIL: MPI '$2'; expected openmpi or mpich"; exit 1 ;;
+esac
 source "$(dirname "${BASH_SOURCE[0]}")/hosts_fixture.sh" pxf
 fail() { echo "FAIL: $1"; shift; for f in "$@"; do echo "--- $f"; cat "$f"; done; exit 1; }
 
@@ -24,16 +29,16 @@ GPT=(train --model gpt --layers 2 --heads 2 --embd 32 --block 32 --batch 8 --ste
      --eval-every 0 --eval-batches 2 --sample-tokens 0 --threads 1 --progress lines --no-predict
      --timeout "$TIMEOUT" --save-every 3)
 
-"$HOSTS" mpirun --host "$ON" -np 4 "$PARALLAX" "${GPT[@]}" --metrics "$PXH_DISK/ref.jsonl" > "$WORK/ref.log" 2>&1 ||
+"$HOSTS" $LAUNCHER $HOSTS_FLAG "$ON" -np 4 "$PARALLAX" "${GPT[@]}" --metrics "$PXH_DISK/ref.jsonl" > "$WORK/ref.log" 2>&1 ||
   fail "the fault-free run" "$WORK/ref.log"
 "$HOSTS" exec 0 cat "$PXH_DISK/ref.jsonl" > "$WORK/ref.jsonl"
 
 # Rank 3 (host 1) killed at a random step from 2 to STEPS - 1.
 KILL_AT=$((2 + RANDOM % (STEPS - 2)))
-"$PARALLAX" launch --hosts "$ON" --mpirun "$HOSTS mpirun" --max-restarts 1 --run-dir "$WORK/kill" -- \
+"$PARALLAX" launch --hosts "$ON" --mpirun "$HOSTS $LAUNCHER" --max-restarts 1 --run-dir "$WORK/kill" -- \
   "$PARALLAX" "${GPT[@]}" --save "$PXH_DISK/ckpt" --inject-fault "3:$KILL_AT:kill" --metrics "$PXH_DISK/kill.jsonl" \
   > "$WORK/kill.log" 2>&1 || fail "the job did not finish after a restart" "$WORK/kill.log"
-grep -q "attempt 1: .*mpirun --host $ON -np 4 -x PARALLAX_ATTEMPT" "$WORK/kill.log" ||
+grep -q "attempt 1: .*$LAUNCHER $HOSTS_FLAG $ON -np 4 $PASSED" "$WORK/kill.log" ||
   fail "the launcher did not start mpirun on the hosts" "$WORK/kill.log"
 grep -q "attempt 1 failed" "$WORK/kill.log" || fail "the kill at step $KILL_AT did not fail the first attempt" "$WORK/kill.log"
 grep -q "rank 3 fell behind" "$WORK/kill.log" || fail "the launcher did not name rank 3" "$WORK/kill.log"
@@ -62,7 +67,7 @@ grep -E "resumed from|done in" "$WORK/kill.log"
 
 # Rank 2 (host 1) stopped with SIGSTOP; each host's records on its own disk.
 STOP_AT=$((2 + RANDOM % (STEPS - 2)))
-! "$HOSTS" mpirun --host "$ON" -np 4 "$PARALLAX" "${GPT[@]}" --run-dir "$PXH_DISK/run" \
+! "$HOSTS" $LAUNCHER $HOSTS_FLAG "$ON" -np 4 "$PARALLAX" "${GPT[@]}" --run-dir "$PXH_DISK/run" \
   --inject-fault "2:$STOP_AT:hang" > "$WORK/stop.log" 2>&1 || fail "the job with a stopped rank finished" "$WORK/stop.log"
 for host in 0 1; do
   mkdir -p "$WORK/gathered/host$host"
