@@ -123,27 +123,30 @@ double ProfiledEstimator::memory_seconds(double bytes) const {
          contention(profile, options_.ranks, true);
 }
 
-double ProfiledEstimator::collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const {
-  if (ranks <= 1) return 0;
-  if (link == LinkClass::inter_node && cluster_.nodes > 1) return across_hosts_seconds(kind, bytes, ranks);
-  const bool limited = options_.link_gbps > 0;
+comm::CostQuery ProfiledEstimator::runtime_query(comm::Collective kind, double bytes, int ranks,
+                                                 bool shared_memory) const {
   comm::CostQuery query{.collective = kind, .algorithm = options_.collective.algorithm, .bytes = bytes,
                         .ranks = ranks, .servers = options_.collective.servers,
                         .ranks_per_node = options_.collective.ranks_per_node};
-  if (query.algorithm == comm::Algorithm::automatic) {
-    double best = std::numeric_limits<double>::infinity();
-    for (comm::Algorithm a : comm::algorithms_for(kind)) {
-      if (a == comm::Algorithm::native || (limited && a == comm::Algorithm::shared_memory)) continue;
-      comm::CostQuery candidate = query;
-      candidate.algorithm = a;
-      const double t = comm::predicted_seconds(chooser_, candidate);
-      if (t < best) {
-        best = t;
-        query.algorithm = a;
-      }
+  if (query.algorithm != comm::Algorithm::automatic) return query;
+  double best = std::numeric_limits<double>::infinity();
+  for (comm::Algorithm a : comm::algorithms_for(kind)) {
+    if (a == comm::Algorithm::native || (!shared_memory && a == comm::Algorithm::shared_memory)) continue;
+    comm::CostQuery candidate = query;
+    candidate.algorithm = a;
+    const double t = comm::predicted_seconds(chooser_, candidate);
+    if (t < best) {
+      best = t;
+      query.algorithm = a;
     }
   }
-  return comm::predicted_seconds(measured_, query);
+  return query;
+}
+
+double ProfiledEstimator::collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const {
+  if (ranks <= 1) return 0;
+  if (link == LinkClass::inter_node && cluster_.nodes > 1) return across_hosts_seconds(kind, bytes, ranks);
+  return comm::predicted_seconds(measured_, runtime_query(kind, bytes, ranks, options_.link_gbps <= 0));
 }
 
 double ProfiledEstimator::across_hosts_seconds(comm::Collective kind, double bytes, int ranks) const {
@@ -151,23 +154,7 @@ double ProfiledEstimator::across_hosts_seconds(comm::Collective kind, double byt
   // spread evenly over min(ranks, hosts) of them.
   const int hosts = std::min(ranks, cluster_.nodes);
   const int per_host = (ranks + hosts - 1) / hosts;
-  comm::CostQuery query{.collective = kind, .algorithm = options_.collective.algorithm, .bytes = bytes,
-                        .ranks = ranks, .servers = options_.collective.servers,
-                        .ranks_per_node = options_.collective.ranks_per_node};
-  if (query.algorithm == comm::Algorithm::automatic) {
-    // As the runtime picks: its built-in model, no shared memory across hosts.
-    double best = std::numeric_limits<double>::infinity();
-    for (comm::Algorithm a : comm::algorithms_for(kind)) {
-      if (a == comm::Algorithm::native || a == comm::Algorithm::shared_memory) continue;
-      comm::CostQuery candidate = query;
-      candidate.algorithm = a;
-      const double t = comm::predicted_seconds(chooser_, candidate);
-      if (t < best) {
-        best = t;
-        query.algorithm = a;
-      }
-    }
-  }
+  const comm::CostQuery query = runtime_query(kind, bytes, ranks, false);
   if (query.algorithm != comm::Algorithm::hierarchical || kind != comm::Collective::allreduce)
     return comm::predicted_seconds(between_hosts_, query);
   // Reduce to each host's leader and broadcast back through the host's

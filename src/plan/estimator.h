@@ -99,6 +99,10 @@ class ProfiledEstimator : public CostEstimator {
   double transfer_seconds(double bytes, LinkClass link) const override;
 
  private:
+  // The collective as the runtime runs it: `collective.algorithm`, or with
+  // automatic the one its built-in model picks (shared memory only where
+  // the group may use it).
+  comm::CostQuery runtime_query(comm::Collective kind, double bytes, int ranks, bool shared_memory) const;
   // A collective over `ranks` ranks spread over the spec's hosts.
   double across_hosts_seconds(comm::Collective kind, double bytes, int ranks) const;
 
