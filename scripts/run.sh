@@ -15,6 +15,8 @@
 # --heads, --embd, --block, --batch, ...) go to `parallax plan` as well,
 # so the plan is for the model that is trained; --precision fp32|bf16
 # fixes the precision instead of letting the plan choose.
+# PX_CALIBRATE_ARGS: extra flags for the calibration (the documentation
+# test gives "--kernel-ms 2", as it does every documented calibrate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh parallax
@@ -44,10 +46,11 @@ spec="${XDG_CACHE_HOME:-$HOME/.cache}/parallax/local-cluster.json"
 if [ -f "$spec" ]; then
   echo "using '$spec' (delete it, or run 'parallax calibrate', to measure again)"
 else
-  "$P" calibrate --model gpt --max-ranks "$RANKS"
+  read -r -a calibrate_args <<< "${PX_CALIBRATE_ARGS:-}"
+  "$P" calibrate --model gpt --max-ranks "$RANKS" "${calibrate_args[@]}"
   # Where the CPU runs bf16 GEMMs, their own timings, so the plan compares the precisions on measured kernels.
   if grep -q '^flags.* avx512_bf16' /proc/cpuinfo; then
-    "$P" calibrate --model gpt --max-ranks "$RANKS" --precision bf16 --comm keep
+    "$P" calibrate --model gpt --max-ranks "$RANKS" --precision bf16 --comm keep "${calibrate_args[@]}"
   fi
 fi
 

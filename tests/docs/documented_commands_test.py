@@ -29,8 +29,9 @@ on the first 1,000 training and test images of Fashion-MNIST (a cut that,
 like the whole set, ends each epoch with a partial batch), `plan` searches
 for at most 3 s, `calibrate` times each kernel for 2 ms, `bench comm` checks
 sizes up to 4M. The quick start's two scripts: `bash scripts/run.sh` runs as
-it is with `--steps 10` (its extra arguments go to `parallax train`), its
-build being the one under test; `bash scripts/test.sh`, the suite this test
+it is with `--steps 10` (its extra arguments go to `parallax train`) and
+`PX_CALIBRATE_ARGS='--kernel-ms 2'` (its calibrations' flags), its build
+being the one under test; `bash scripts/test.sh`, the suite this test
 is part of, cannot run inside it: its `--help` runs and must name the parts
 README.md names.
 
@@ -288,7 +289,8 @@ SHORTENINGS = [
 def shorten(command):
     """The command line to run, and the shortenings it took."""
     if command.kind == "run.sh":
-        return command.text + f" --steps {SHORT_RUN_STEPS}", ["run.sh: its training takes 10 steps"]
+        return (f"PX_CALIBRATE_ARGS='--kernel-ms 2' {command.text} --steps {SHORT_RUN_STEPS}",
+                ["run.sh: its training takes 10 steps, its calibration times each kernel for 2 ms"])
     if command.kind == "test.sh":
         return "bash scripts/test.sh --help", ["test.sh: cannot run inside the suite it runs: its --help"]
     if command.kind == "hosts.sh" and not can_make_hosts():
