@@ -346,23 +346,28 @@ Communicator& world() {
 namespace {
 
 // Leaves the process once no peer can still need a message from it. A
-// rank past finalize()'s barrier may have sent its last barrier
-// message into UCX's queue without it reaching the wire, and a socket
-// closed with unread data resets the connection under the peer: leaving
-// at once lost a peer's barrier in CI (exit code 1, nothing printed). So a
-// second barrier, driven here until it completes: then every rank has
-// left the first, and the only messages still in flight are the second's,
-// which nobody needs to finish (each rank leaves after the first anyway,
-// at the latest when the deadline passes).
+// rank past finalize()'s barrier may have sent its last barrier message
+// into UCX's queue without it reaching the wire, and a peer whose pending
+// message meets a closed connection is ended by MPICH with exit code 1
+// (seen in CI, nothing printed). So a second barrier, driven here until
+// it completes (every rank has then left the first and entered this one),
+// and then a linger that keeps driving progress for a second: time for
+// every peer to take this rank's last messages before its sockets close.
 [[noreturn]] void leave_without_finalize() {
   MPI_Request request = MPI_REQUEST_NULL;
+  const auto start = std::chrono::steady_clock::now();
   if (MPI_Ibarrier(MPI_COMM_WORLD, &request) == MPI_SUCCESS) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     int done = 0;
-    while (!done && std::chrono::steady_clock::now() < deadline) {
+    while (!done && std::chrono::steady_clock::now() < start + std::chrono::seconds(10)) {
       if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
       if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+  }
+  const auto linger = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (std::chrono::steady_clock::now() < linger) {
+    int pending = 0;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &pending, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   std::fflush(nullptr);
   std::_Exit(0);
