@@ -9,6 +9,7 @@
 // parallelism) stay inside a node.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -67,6 +68,13 @@ struct ClusterSpec {
 
   int devices() const { return nodes * devices_per_node; }
   int node_of(int rank) const { return rank / devices_per_node; }
+  // Ranks on each node a group of `ranks` spans: the mesh fills a node's
+  // devices first, so a group that spans nodes is spread evenly over
+  // min(ranks, nodes) of them.
+  int ranks_per_node_of(int ranks) const {
+    const int spanned = std::min(ranks, nodes);
+    return (ranks + spanned - 1) / spanned;
+  }
   // The link a group of ranks talks over: the network once it spans nodes.
   LinkClass link_between(int a, int b) const {
     return node_of(a) == node_of(b) ? LinkClass::intra_node : LinkClass::inter_node;

@@ -150,10 +150,8 @@ double ProfiledEstimator::collective_seconds(comm::Collective kind, double bytes
 }
 
 double ProfiledEstimator::across_hosts_seconds(comm::Collective kind, double bytes, int ranks) const {
-  // The mesh fills a host's ranks first, so a group that spans hosts is
-  // spread evenly over min(ranks, hosts) of them.
   const int hosts = std::min(ranks, cluster_.nodes);
-  const int per_host = (ranks + hosts - 1) / hosts;
+  const int per_host = cluster_.ranks_per_node_of(ranks);
   const comm::CostQuery query = runtime_query(kind, bytes, ranks, false);
   if (query.algorithm != comm::Algorithm::hierarchical || kind != comm::Collective::allreduce)
     return comm::predicted_seconds(between_hosts_, query);

@@ -45,8 +45,7 @@ Simulation simulate_sharing_cores(SimulationRequest request, const ProfiledEstim
   const double weight = static_cast<double>(mesh_ranks) / static_cast<double>(request.programs->size());
   // The ranks that share one machine's cores: all of them, unless the
   // spec's hosts are machines of their own.
-  const int hosts = std::min(mesh_ranks, cluster.nodes);
-  const int sharing_cores = cluster.nodes_share_cores || hosts == 1 ? mesh_ranks : (mesh_ranks + hosts - 1) / hosts;
+  const int sharing_cores = cluster.nodes_share_cores ? mesh_ranks : cluster.ranks_per_node_of(mesh_ranks);
   ProfiledEstimator::Options sharing = options;
   sharing.ranks = sharing_cores;
   Simulation sim;

@@ -353,16 +353,20 @@ namespace {
 // it completes (every rank has then left the first and entered this one),
 // and then a linger that keeps driving progress for a second: time for
 // every peer to take this rank's last messages before its sockets close.
-[[noreturn]] void leave_without_finalize() {
+// An MPI_Ibarrier on the world, tested every `poll` until it completes or
+// `deadline` passes: the first error's code, or MPI_SUCCESS.
+int barrier_polled(std::chrono::milliseconds poll, std::chrono::steady_clock::time_point deadline) {
   MPI_Request request = MPI_REQUEST_NULL;
-  const auto start = std::chrono::steady_clock::now();
-  if (MPI_Ibarrier(MPI_COMM_WORLD, &request) == MPI_SUCCESS) {
-    int done = 0;
-    while (!done && std::chrono::steady_clock::now() < start + std::chrono::seconds(10)) {
-      if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
-      if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+  int code = MPI_Ibarrier(MPI_COMM_WORLD, &request);
+  for (int done = 0; code == MPI_SUCCESS && !done && std::chrono::steady_clock::now() < deadline;) {
+    code = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (code == MPI_SUCCESS && !done) std::this_thread::sleep_for(poll);
   }
+  return code;
+}
+
+[[noreturn]] void leave_without_finalize() {
+  barrier_polled(std::chrono::milliseconds(1), std::chrono::steady_clock::now() + std::chrono::seconds(10));
   const auto linger = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   while (std::chrono::steady_clock::now() < linger) {
     int pending = 0;
@@ -376,12 +380,8 @@ namespace {
 }  // namespace
 
 void wait_quietly_for_all() {
-  MPI_Request request = MPI_REQUEST_NULL;
-  check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &request), "MPI_Ibarrier");
-  for (int done = 0; !done;) {
-    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  check_mpi(barrier_polled(std::chrono::milliseconds(5), std::chrono::steady_clock::time_point::max()),
+            "a quiet barrier (MPI_Ibarrier, MPI_Test)");
 }
 
 void finalize() {
