@@ -2,10 +2,28 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <deque>
+#include <list>
 #include <mutex>
 #include <new>
+#include <unordered_map>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define PX_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PX_ASAN 1
+#endif
+#endif
+#ifdef PX_ASAN
+#include <sanitizer/asan_interface.h>
+#else
+#define ASAN_POISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#define ASAN_UNPOISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#endif
 
 namespace px {
 namespace {
@@ -15,15 +33,91 @@ thread_local MemoryAccount* t_account = nullptr;
 // header is one alignment unit so the bytes stay 64-byte aligned.
 constexpr size_t kAlignment = 64;
 
-// A training step frees and reallocates the same activation sizes every
-// step. glibc serves large blocks with mmap and returns them with munmap, so
-// each step would pay page faults for every activation again; keeping large
-// blocks in the heap (and not trimming it) lets the next step reuse them.
+// A training step frees and asks again for the same activation sizes every
+// step. Left to the system allocator, large blocks come from mmap and go
+// back with munmap, so every step would fault in every activation's pages
+// again. glibc is told to serve them from its heap and keep it (mallopt
+// below): freed blocks are reused whatever size asks next. AddressSanitizer's
+// allocator has no such cache for large blocks (each is an mmap), and a
+// training step there spent more time in the kernel than in its kernels;
+// under ASan the BlockCache keeps freed blocks of at least kCachedBytes by
+// exact size for the next request of that size (2.6x faster steps there;
+// in release glibc's heap, which also reuses a block for a smaller request,
+// measured 12% faster than it). What the cache holds is bounded by the most
+// tensor bytes the process has had live, or kCacheFloorBytes if more (a
+// peak's worth, as glibc's untrimmed heap keeps); when full it releases the
+// blocks cached longest ago. A cached block is
+// poisoned: a tensor used after its free is still reported (as
+// use-after-poison) until the block is handed out again.
 const bool g_heap_tuned = [] {
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   return true;
 }();
+
+#ifdef PX_ASAN
+constexpr bool kCacheBlocks = true;
+#else
+constexpr bool kCacheBlocks = false;
+#endif
+constexpr size_t kCachedBytes = size_t{64} << 10;
+constexpr int64_t kCacheFloorBytes = int64_t{64} << 20;
+
+class BlockCache {
+ public:
+  // A cached block of exactly `bytes` (header included), or nullptr.
+  char* take(size_t bytes) {
+    std::lock_guard lock(mutex_);
+    auto found = by_size_.find(bytes);
+    if (found == by_size_.end() || found->second.empty()) return nullptr;
+    const auto entry = found->second.back();
+    found->second.pop_back();
+    char* block = entry->block;
+    cached_bytes_ -= bytes;
+    age_.erase(entry);
+    ASAN_UNPOISON_MEMORY_REGION(block, bytes);
+    return block;
+  }
+
+  // Keeps `block` for a later take(bytes); releases what no longer fits.
+  void give(char* block, size_t bytes, size_t limit) {
+    std::vector<char*> released;
+    {
+      std::lock_guard lock(mutex_);
+      ASAN_POISON_MEMORY_REGION(block, bytes);
+      by_size_[bytes].push_back(age_.insert(age_.end(), {block, bytes}));
+      cached_bytes_ += bytes;
+      while (cached_bytes_ > limit) {  // the oldest is the first of its size's list
+        const Entry oldest = age_.front();
+        auto& same_size = by_size_[oldest.bytes];
+        same_size.erase(same_size.begin());
+        age_.pop_front();
+        cached_bytes_ -= oldest.bytes;
+        ASAN_UNPOISON_MEMORY_REGION(oldest.block, oldest.bytes);
+        released.push_back(oldest.block);
+      }
+    }
+    for (char* b : released) std::free(b);
+  }
+
+ private:
+  struct Entry {
+    char* block;
+    size_t bytes;
+  };
+  std::mutex mutex_;
+  std::list<Entry> age_;  // oldest first
+  std::unordered_map<size_t, std::vector<std::list<Entry>::iterator>> by_size_;  // each oldest first
+  size_t cached_bytes_ = 0;
+};
+
+// Never destroyed: tensors are freed while the process exits, and what it
+// holds stays reachable (not a leak to LeakSanitizer).
+BlockCache& block_cache() {
+  static auto* cache = new BlockCache();
+  return *cache;
+}
+std::atomic<int64_t> g_most_live{0};  // the cache's bound
 }  // namespace
 
 void MemoryAccount::charge(int64_t bytes) {
@@ -53,12 +147,22 @@ MemoryAccount* current_memory_account() { return t_account; }
 MemoryAccountScope::MemoryAccountScope(MemoryAccount* account) : previous_(t_account) { t_account = account; }
 MemoryAccountScope::~MemoryAccountScope() { t_account = previous_; }
 
+// The block's size, header included: what the cache is keyed by.
+size_t block_bytes(size_t bytes) { return kAlignment + (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
 void* tracked_alloc(size_t bytes) {
-  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  auto* block = static_cast<char*>(std::aligned_alloc(kAlignment, kAlignment + rounded));
+  const size_t total = block_bytes(bytes);
+  const bool cached = kCacheBlocks && total >= kCachedBytes;
+  char* block = cached ? block_cache().take(total) : nullptr;
+  if (block == nullptr) block = static_cast<char*>(std::aligned_alloc(kAlignment, total));
   if (block == nullptr) throw std::bad_alloc();
   *reinterpret_cast<MemoryAccount**>(block) = t_account;
   g_process.charge(static_cast<int64_t>(bytes));
+  if (cached) {
+    const int64_t live = g_process.stats().live_bytes;
+    for (int64_t most = g_most_live.load(); live > most && !g_most_live.compare_exchange_weak(most, live);) {
+    }
+  }
   if (t_account) t_account->charge(static_cast<int64_t>(bytes));
   return block + kAlignment;
 }
@@ -69,7 +173,11 @@ void tracked_free(void* ptr, size_t bytes) {
   MemoryAccount* account = *reinterpret_cast<MemoryAccount**>(block);
   g_process.charge(-static_cast<int64_t>(bytes));
   if (account) account->charge(-static_cast<int64_t>(bytes));
-  std::free(block);
+  const size_t total = block_bytes(bytes);
+  if (kCacheBlocks && total >= kCachedBytes)
+    block_cache().give(block, total, static_cast<size_t>(std::max(g_most_live.load(), kCacheFloorBytes)));
+  else
+    std::free(block);
 }
 
 }  // namespace px

@@ -2,6 +2,13 @@
 
 #include <thread>
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#include <sanitizer/asan_interface.h>
+#define PX_TEST_ASAN 1
+#endif
+#endif
+
 #include "core/memory.h"
 #include "core/tensor.h"
 
@@ -85,6 +92,37 @@ TEST(Memory, AccountsChargeTheirThreadsAndCreditWhereverFreed) {
   EXPECT_EQ(mine->stats().peak_bytes, 4096 + 1024);
   mine->reset_peak();
   EXPECT_EQ(mine->stats().peak_bytes, 0);
+}
+
+// Large blocks are reused from step to step (under ASan by the tensor
+// block cache, in release by glibc's heap): a block freed by one account
+// and handed to another charges the new one, and under ASan a freed block
+// is poisoned until it is handed out again.
+TEST(Memory, ReusedLargeBlocksChargeTheirNewAccountAndArePoisonedWhileFree) {
+  MemoryAccount* first = new_memory_account();
+  MemoryAccount* second = new_memory_account();
+  const Shape large({1 << 18});  // 1 MiB of f32
+  const float* freed = nullptr;
+  {
+    MemoryAccountScope scope(first);
+    Tensor t = Tensor::full(large, 1.0f);
+    freed = t.f32();
+  }
+#ifdef PX_TEST_ASAN
+  EXPECT_TRUE(__asan_address_is_poisoned(freed));
+#endif
+  std::thread([&] {
+    MemoryAccountScope scope(second);
+    Tensor t = Tensor::zeros(large);
+#ifdef PX_TEST_ASAN
+    EXPECT_EQ(t.f32(), freed) << "the cache hands the freed block of the same size back";
+#endif
+    EXPECT_EQ(t.f32()[(1 << 18) - 1], 0.0f);
+    EXPECT_EQ(second->stats().live_bytes, 1 << 20);
+    EXPECT_EQ(first->stats().live_bytes, 0);
+  }).join();
+  EXPECT_EQ(second->stats().live_bytes, 0);
+  EXPECT_EQ(first->stats().peak_bytes, 1 << 20);
 }
 
 }  // namespace px
