@@ -396,7 +396,10 @@ void finalize() {
   // Every rank has finished its work once the barrier returns. From here a
   // peer leaving is no error worth ending the job for.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  MPI_Barrier(MPI_COMM_WORLD);
+  // Polled, sleeping between polls: the ranks that finish first would
+  // otherwise spin in MPI's barrier on the cores the lead still uses for
+  // its prediction (its probe of the host's rates among them).
+  barrier_polled(std::chrono::milliseconds(1), std::chrono::steady_clock::time_point::max());
   // MPICH 4.0 over UCX's TCP transport (ranks on separate hosts) hangs in
   // MPI_Finalize in about half the runs: some ranks wait in the launcher's
   // barrier while the others flush endpoints only those ranks' progress

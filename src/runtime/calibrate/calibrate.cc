@@ -51,21 +51,29 @@ struct Work {
   std::vector<float> a, b, c;
   explicit Work(int64_t n) : a(static_cast<size_t>(n), 1.0f), b(static_cast<size_t>(n), 0.5f), c(static_cast<size_t>(n)) {}
   void gemm() { kernels::gemm(false, false, kGemm, kGemm, kGemm, 1, a.data(), kGemm, b.data(), kGemm, 0, c.data(), kGemm); }
-  void stream() {
-    for (size_t i = 0; i < c.size(); ++i) c[i] = a[i] + b[i];
+  // Not instrumented under AddressSanitizer: the probe measures the
+  // host's memory, not the sanitizer's checks (which made it 5x slower
+  // and the sanitized suite's every uncalibrated prediction seconds long).
+  void stream() { add(a.data(), b.data(), c.data(), c.size()); }
+  // Raw pointers: a function left uninstrumented cannot inline the
+  // vector's (instrumented) accessors.
+  __attribute__((no_sanitize("address"))) static void add(const float* x, const float* y, float* out, size_t n) {
+    for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
   }
 };
 constexpr double kGemmFlops = 2.0 * kGemm * kGemm * kGemm;
 constexpr double kStreamBytes = 3.0 * kStream * sizeof(float);
 
-// Seconds per call of `work` when k threads run it at once (the slowest thread's mean).
-double concurrent_seconds(int k, bool memory, int calls) {
+// Seconds per call of each thread's work when k threads run it at once
+// (the slowest thread's mean). The threads' buffers are made once by the
+// caller: a fresh 48 MiB per thread and round cost more than the probe
+// itself (zero-filled pages faulted in, 2.5 s of a 3 s probe).
+double concurrent_seconds(std::vector<Work>& works, int k, bool memory, int calls) {
   std::vector<double> seconds(static_cast<size_t>(k));
   std::vector<std::thread> threads;
   for (int t = 0; t < k; ++t)
     threads.emplace_back([&, t] {
-      Work w(memory ? kStream : kGemm * kGemm);
-      memory ? w.stream() : w.gemm();
+      Work& w = works[static_cast<size_t>(t)];  // its pages already touched: filled when made
       const double start = now_seconds();
       for (int i = 0; i < calls; ++i) memory ? w.stream() : w.gemm();
       seconds[static_cast<size_t>(t)] = (now_seconds() - start) / calls;
@@ -105,7 +113,14 @@ void measure_host(HostProfile& profile, const CalibrationOptions& options, const
   profile.cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const int threads = kernels::threads();
   kernels::set_threads(1);  // one rank's thread
-  Work gemm(kGemm * kGemm), stream(kStream);
+  // Each probing thread's buffers (thread 0's also time one rank alone).
+  const size_t ks = static_cast<size_t>(std::max(1, options.max_ranks));
+  std::vector<Work> gemms, streams;
+  for (size_t t = 0; t < ks; ++t) {
+    gemms.emplace_back(kGemm * kGemm);
+    streams.emplace_back(kStream);
+  }
+  Work &gemm = gemms.front(), &stream = streams.front();
   const double gemm_alone = time_calls([&] { gemm.gemm(); }, options);
   const double stream_alone = time_calls([&] { stream.stream(); }, options);
   profile.flops = kGemmFlops / gemm_alone;
@@ -133,14 +148,13 @@ void measure_host(HostProfile& profile, const CalibrationOptions& options, const
   const int gemm_calls = std::max(2, static_cast<int>(4 * options.batch_seconds / gemm_alone));
   const int stream_calls = std::max(2, static_cast<int>(4 * options.batch_seconds / stream_alone));
   const int rounds = std::max(5, options.batches);
-  const size_t ks = static_cast<size_t>(std::max(1, options.max_ranks));
   std::vector<std::vector<double>> compute(ks), memory(ks);
   for (int round = 0; round < rounds; ++round) {
-    const double gemm_one = concurrent_seconds(1, false, gemm_calls);
-    const double stream_one = concurrent_seconds(1, true, stream_calls);
+    const double gemm_one = concurrent_seconds(gemms, 1, false, gemm_calls);
+    const double stream_one = concurrent_seconds(streams, 1, true, stream_calls);
     for (size_t k = 2; k <= ks; ++k) {
-      compute[k - 1].push_back(concurrent_seconds(static_cast<int>(k), false, gemm_calls) / gemm_one);
-      memory[k - 1].push_back(concurrent_seconds(static_cast<int>(k), true, stream_calls) / stream_one);
+      compute[k - 1].push_back(concurrent_seconds(gemms, static_cast<int>(k), false, gemm_calls) / gemm_one);
+      memory[k - 1].push_back(concurrent_seconds(streams, static_cast<int>(k), true, stream_calls) / stream_one);
     }
   }
   auto median = [](std::vector<double> v) {
