@@ -118,6 +118,9 @@ BlockCache& block_cache() {
   return *cache;
 }
 std::atomic<int64_t> g_most_live{0};  // the cache's bound
+
+// The block's size, header included: what the cache is keyed by.
+size_t block_bytes(size_t bytes) { return kAlignment + (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 }  // namespace
 
 void MemoryAccount::charge(int64_t bytes) {
@@ -146,9 +149,6 @@ MemoryAccount* current_memory_account() { return t_account; }
 
 MemoryAccountScope::MemoryAccountScope(MemoryAccount* account) : previous_(t_account) { t_account = account; }
 MemoryAccountScope::~MemoryAccountScope() { t_account = previous_; }
-
-// The block's size, header included: what the cache is keyed by.
-size_t block_bytes(size_t bytes) { return kAlignment + (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
 void* tracked_alloc(size_t bytes) {
   const size_t total = block_bytes(bytes);

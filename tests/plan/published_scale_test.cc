@@ -68,17 +68,19 @@ std::vector<PublishedRun> published_runs() {
   return runs;
 }
 
+// One sequence a micro-batch: a data-parallel rank's share of the batch.
+int64_t micro_batches(const PublishedRun& r) { return r.batch / (r.gpus / (r.tp * r.pp)); }
+
 double predicted_seconds(const PublishedRun& r, const std::string& preset) {
   const nn::GptConfig config{.vocab = static_cast<int64_t>(kVocab), .block = static_cast<int64_t>(kSequence),
                              .n_layer = r.layers, .n_head = r.heads, .n_embd = r.embd};
   const nn::Model model = nn::build_gpt(config, r.batch, config.block, true);
-  const int dp = r.gpus / (r.tp * r.pp);
   const parallel::StrategyRequest request{
       .tensor_parallel = r.tp, .sequence_parallel = r.sequence_parallel, .pipeline_parallel = r.pp,
       .recompute = r.selective ? parallel::Recompute::selective : parallel::Recompute::full};
   const parallel::Strategy s = parallel::compose(
       request, {.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = r.gpus,
-                .micro_batches = static_cast<int>(r.batch / dp)});
+                .micro_batches = static_cast<int>(micro_batches(r))});
   const std::vector<parallel::Program> programs =
       lower_representatives({.forward = &model.graph, .loss = model.loss}, s);
   const ClusterSpec cluster = cluster_named(fmt::format("{}:{}", preset, (r.gpus + 7) / 8));
@@ -107,9 +109,8 @@ TEST_P(PublishedRunTest, DgxA100PresetPredictsItWithinTheTolerance) {
   ASSERT_GE(runs.size(), 8u);
   ASSERT_LT(GetParam(), runs.size());
   const PublishedRun& r = runs[GetParam()];
-  const int64_t replay_size = r.pp * (r.batch / (r.gpus / (r.tp * r.pp)));
-  if (under_sanitizers() && replay_size > kSanitizedReplaySize)
-    GTEST_SKIP() << r.id << ": " << r.pp << " stages x " << replay_size / r.pp
+  if (under_sanitizers() && r.pp * micro_batches(r) > kSanitizedReplaySize)
+    GTEST_SKIP() << r.id << ": " << r.pp << " stages x " << micro_batches(r)
                  << " micro-batches replays in minutes under the sanitizers; the release suite checks it";
   const double predicted = predicted_seconds(r, "dgx-a100");
   EXPECT_LE(std::abs(predicted / r.published_seconds - 1), kRunTolerance)

@@ -52,8 +52,8 @@ struct Work {
   explicit Work(int64_t n) : a(static_cast<size_t>(n), 1.0f), b(static_cast<size_t>(n), 0.5f), c(static_cast<size_t>(n)) {}
   void gemm() { kernels::gemm(false, false, kGemm, kGemm, kGemm, 1, a.data(), kGemm, b.data(), kGemm, 0, c.data(), kGemm); }
   // Not instrumented under AddressSanitizer: the probe measures the
-  // host's memory, not the sanitizer's checks (which made it 5x slower
-  // and the sanitized suite's every uncalibrated prediction seconds long).
+  // host's memory, not the sanitizer's checks (which made every
+  // uncalibrated prediction of the sanitized suite seconds longer).
   void stream() { add(a.data(), b.data(), c.data(), c.size()); }
   // Raw pointers: a function left uninstrumented cannot inline the
   // vector's (instrumented) accessors.
