@@ -9,6 +9,9 @@
 # over epochs with a partial last batch; and a
 # checkpoint every MPI process wrote its shards of halfway must resume
 # in-process at another rank count and strategy with the same losses.
+# Every run passes --no-predict: the prediction at a run's end is tested
+# elsewhere (tests/cli/calibrate_test.sh, tests/hosts/), and its host probe
+# took about 7 s a run under ASan.
 #
 #   mpi_equivalence_test.sh PARALLAX MPIEXEC RANKS
 set -euo pipefail
@@ -22,8 +25,8 @@ MPIRUN+=(-np "$RANKS")
 STEPS=${PX_TEST_STEPS:-50}
 HALF=$((STEPS / 2))
 GPT=(train --model gpt --layers 2 --heads 2 --embd 32 --block 32 --batch 8 --steps $STEPS --dropout 0.1
-     --eval-every 0 --eval-batches 2 --sample-tokens 0 --threads 1 --progress lines)
-CNN=(train --model cnn --batch 16 --steps $STEPS --eval-batches 1 --threads 1 --progress lines)
+     --eval-every 0 --eval-batches 2 --sample-tokens 0 --threads 1 --progress lines --no-predict)
+CNN=(train --model cnn --batch 16 --steps $STEPS --eval-batches 1 --threads 1 --progress lines --no-predict)
 
 compare() {  # compare REFERENCE CANDIDATE WHAT
   python3 "$(dirname "${BASH_SOURCE[0]}")/compare_losses.py" "$@"
@@ -41,7 +44,8 @@ done
 # An epoch's partial last batch: the MLP over 100 images in batches of 7
 # (14 batches and one of 2 rows an epoch), 2 epochs, as one rank does.
 python3 "$(dirname "${BASH_SOURCE[0]}")/../testing/fashion_subset.py" "$WORK/fashion" 100 50
-MLP=(train --model mlp --data "$WORK/fashion" --batch 7 --epochs 2 --eval-batches 1 --threads 1 --progress lines)
+MLP=(train --model mlp --data "$WORK/fashion" --batch 7 --epochs 2 --eval-batches 1 --threads 1 --progress lines
+     --no-predict)
 "$PARALLAX" "${MLP[@]}" --metrics "$WORK/MLP-1.jsonl" > "$WORK/MLP-1.log"
 "${MPIRUN[@]}" "$PARALLAX" "${MLP[@]}" --metrics "$WORK/MLP-mpi.jsonl" > "$WORK/MLP-mpi.log"
 grep -q "30 steps of batch 7" "$WORK/MLP-mpi.log" ||

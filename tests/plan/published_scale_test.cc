@@ -27,6 +27,7 @@
 #include "nn/model.h"
 #include "parallel/compose.h"
 #include "plan/simulate.h"
+#include "testing/time_scale.h"
 
 namespace px::plan {
 namespace {
@@ -90,11 +91,6 @@ double predicted_seconds(const PublishedRun& r, const std::string& preset) {
       .step_seconds;
 }
 
-bool under_sanitizers() {
-  const char* scale = std::getenv("PX_TEST_TIME_SCALE");
-  return scale != nullptr && std::atof(scale) > 1;
-}
-
 // One test per published run, each within its own timeout. The replay's
 // work grows with stages x micro-batches; the sanitizers' build (5-20x
 // slower) replays the runs up to kSanitizedReplaySize, 13 of the 19 (the
@@ -109,7 +105,7 @@ TEST_P(PublishedRunTest, DgxA100PresetPredictsItWithinTheTolerance) {
   ASSERT_GE(runs.size(), 8u);
   ASSERT_LT(GetParam(), runs.size());
   const PublishedRun& r = runs[GetParam()];
-  if (under_sanitizers() && r.pp * micro_batches(r) > kSanitizedReplaySize)
+  if (testing::under_sanitizers() && r.pp * micro_batches(r) > kSanitizedReplaySize)
     GTEST_SKIP() << r.id << ": " << r.pp << " stages x " << micro_batches(r)
                  << " micro-batches replays in minutes under the sanitizers; the release suite checks it";
   const double predicted = predicted_seconds(r, "dgx-a100");
@@ -128,7 +124,7 @@ INSTANTIATE_TEST_SUITE_P(Megatron, PublishedRunTest, ::testing::Range<size_t>(0,
 // The median over all runs: every run again, so only where a run takes
 // seconds (a release build); bench/published_accuracy.sh prints it too.
 TEST(PublishedScale, TheMedianErrorIsWithinItsTolerance) {
-  if (under_sanitizers())
+  if (testing::under_sanitizers())
     GTEST_SKIP() << "the sanitizers' build: each run is checked alone (PublishedRunTest)";
   const std::vector<PublishedRun> runs = published_runs();
   ASSERT_EQ(runs.size(), 19u) << "bench/published_runs.json changed: update the Range of PublishedRunTest";

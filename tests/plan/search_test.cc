@@ -20,6 +20,7 @@
 #include "plan/simulate.h"
 #include "plan/stage_probe.h"
 #include "nn/model.h"
+#include "testing/time_scale.h"
 
 namespace px::plan {
 namespace {
@@ -85,13 +86,6 @@ TEST(PlanGrid, RanksEveryCandidateByItsReplayAndNamesWhatDoesNotFit) {
   }
 }
 
-// Under the sanitizers (PX_TEST_TIME_SCALE=5) everything runs slower, the
-// planner's overshoot past its deadline too.
-double time_scale() {
-  const char* scale = std::getenv("PX_TEST_TIME_SCALE");
-  return scale ? std::max(1.0, std::atof(scale)) : 1.0;
-}
-
 TEST(PlanBudget, EveryMethodStopsAtTheBudgetAndSaysHowMuchItCovered) {
   // A 128-layer, 25600-wide GPT on 3072 A100s: tens of thousands of
   // candidates, each pipeline up to 128 stages x 1024 micro-batches.
@@ -109,12 +103,12 @@ TEST(PlanBudget, EveryMethodStopsAtTheBudgetAndSaysHowMuchItCovered) {
                       .cluster = &cluster,
                       .compute = DType::bf16,
                       // Scaled like the bound: a sanitized build reaches as many candidates.
-                      .budget_seconds = 0.3 * time_scale()};
+                      .budget_seconds = 0.3 * testing::time_scale()};
   for (const std::string method : {"auto", "grid", "alpa"}) {
     request.method = method;
     const auto start = std::chrono::steady_clock::now();
     const PlanResult result = plan(request);
-    EXPECT_LT(seconds_since(start), request.budget_seconds + 0.5 * time_scale()) << method;
+    EXPECT_LT(seconds_since(start), request.budget_seconds + 0.5 * testing::time_scale()) << method;
     EXPECT_TRUE(result.budget_exhausted) << method;
     EXPECT_EQ(result.budget_seconds, request.budget_seconds);
     EXPECT_GT(result.considered, 10000) << method;
