@@ -16,11 +16,10 @@ MPIRUN+=(-np "$RANKS")
 
 
 # PX_TEST_TIME_SCALE (set by scripts/test.sh under the sanitizers): eight
-# sanitized processes on two cores may take minutes to start. --no-predict:
-# the prediction is tested elsewhere; its host probe is seconds a run.
+# sanitized processes on two cores may take minutes to start.
 GPT=(train --model gpt --layers 4 --heads 2 --embd 32 --block 32 --batch 8 --steps "${PX_TEST_STEPS:-50}" --dropout 0.1
      --micro-batches 4 --eval-every 0 --eval-batches 2 --sample-tokens 0 --threads 1 --progress lines
-     --timeout $((60 * ${PX_TEST_TIME_SCALE:-1})) --no-predict)
+     --timeout $((60 * ${PX_TEST_TIME_SCALE:-1})))
 
 compare() {  # compare REFERENCE CANDIDATE WHAT
   python3 "$(dirname "${BASH_SOURCE[0]}")/compare_losses.py" "$@"
