@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/train_flags.h"
 #include "comm/backends.h"
 #include "comm/cost_model.h"
 #include "comm/tuning/benchmark.h"
@@ -201,7 +202,7 @@ void add_bench_comm_command(CLI::App& bench) {
     comm::CommunicatorOptions communicator{.timeout = std::chrono::milliseconds(options->timeout_ms)};
     // Launched by mpirun (OpenMPI, or a PMI launcher): use the MPI transport.
     if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE")) {
-      comm::mpi::init(nullptr, nullptr, communicator);
+      comm::mpi::init(nullptr, nullptr, communicator, {.pmi_fd = launcher_pmi_fd()});
       try {
         run(comm::mpi::world(), *options);
       } catch (const std::exception& error) {

@@ -237,7 +237,7 @@ void add_calibrate_command(CLI::App& app) {
     if (!launched_by_mpi()) return calibrate(o, *cal, std::nullopt);
     // Under mpirun: every rank helps measure the links; rank 0 alone then
     // times the kernels while the others wait without polling.
-    comm::mpi::init(nullptr, nullptr, {.timeout = std::chrono::minutes(5)});
+    comm::mpi::init(nullptr, nullptr, {.timeout = std::chrono::minutes(5)}, {.pmi_fd = launcher_pmi_fd()});
     comm::Communicator& world = comm::mpi::world();
     try {
       std::optional<HostLinks> links;

@@ -57,6 +57,7 @@ void add_train_command(CLI::App& app) {
     for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
       if (const char* value = std::getenv(name); value != nullptr && o.local_ranks == 0) o.local_ranks = std::atoi(value);
     if (const char* bound = std::getenv("PARALLAX_MPI_TAG_UB")) o.mpi_tag_bound = std::atoi(bound);
+    o.mpi_pmi_fd = launcher_pmi_fd();
     apply_launch_environment(o);
     // An output path may name directories that do not exist yet: the files
     // written atomically (trace, checkpoints, run summaries) make theirs,

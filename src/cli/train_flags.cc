@@ -36,6 +36,11 @@ std::optional<int64_t> parse_count(std::string_view text) {
 
 }  // namespace
 
+int launcher_pmi_fd() {
+  const char* fd = std::getenv("PMI_FD");
+  return fd != nullptr ? std::atoi(fd) : -1;
+}
+
 bool launched_by_mpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
 }

@@ -42,6 +42,8 @@ void set_parser_conventions(CLI::App& app);
 // Started by mpirun or mpiexec: OpenMPI's launcher sets
 // OMPI_COMM_WORLD_SIZE, MPICH's (hydra) PMI_SIZE.
 bool launched_by_mpi();
+// The PMI-1 socket MPICH's hydra gives each process (PMI_FD), -1 without one.
+int launcher_pmi_fd();
 
 // Unset integer and float options take the model's default (apply()).
 void add_model_flags(CLI::App& cmd, TrainFlags& flags);

@@ -37,6 +37,10 @@ struct MpiOptions {
   // this (at least the standard's 32767), to test the folding of sequences
   // into the smallest range a library may offer.
   int tag_bound = 0;
+  // The PMI-1 socket a PMI launcher (MPICH's hydra) gave this process, its
+  // PMI_FD (-1: none). A rank that leaves without MPI_Finalize (MPICH
+  // across hosts) tells the launcher over it that it has finalized.
+  int pmi_fd = -1;
 };
 
 // MPI_Init_thread (if not yet initialized) and the world Communicator over a

@@ -22,7 +22,6 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -309,6 +308,7 @@ struct Session {
   bool we_initialized = false;
   std::shared_ptr<MpiTransport> transport;
   std::unique_ptr<Communicator> world;
+  int pmi_fd = -1;  // MpiOptions::pmi_fd
 };
 Session& session() {
   static Session instance;
@@ -336,6 +336,7 @@ void init(int* argc, char*** argv, CommunicatorOptions options, MpiOptions mpi) 
     MPI_Query_thread(&provided);
   }
   s.transport = std::make_shared<MpiTransport>(provided < MPI_THREAD_MULTIPLE, mpi.tag_bound);
+  s.pmi_fd = mpi.pmi_fd;
   s.world = std::make_unique<Communicator>(s.transport, options);
 }
 
@@ -369,15 +370,13 @@ int barrier_polled(std::chrono::milliseconds poll, std::chrono::steady_clock::ti
 }
 
 // What MPI_Finalize says to hydra last, said here without the rest of
-// MPI_Finalize: PMI-1's finalize over the PMI_FD hydra gave this process,
-// then its acknowledgement (at most 5 s). A rank that exits without it is
+// MPI_Finalize: PMI-1's finalize over `pmi_fd` (MpiOptions::pmi_fd; none:
+// nothing to say), then its acknowledgement (at most 5 s). A rank that exits without it is
 // taken by hydra's proxy for a failed one: it kills the host's other ranks
 // and, about once in 30 runs here, the job ended "BAD TERMINATION ... EXIT
 // CODE: 1" after every rank had finished (nothing printed by any rank).
-void tell_launcher_finalized() {
-  const char* pmi_fd = std::getenv("PMI_FD");
-  if (pmi_fd == nullptr) return;
-  const int fd = std::atoi(pmi_fd);
+void tell_launcher_finalized(int fd) {
+  if (fd < 0) return;
   static constexpr std::string_view kFinalize = "cmd=finalize\n";
   if (::write(fd, kFinalize.data(), kFinalize.size()) != static_cast<ssize_t>(kFinalize.size())) return;
   pollfd reply{.fd = fd, .events = POLLIN, .revents = 0};
@@ -385,7 +384,7 @@ void tell_launcher_finalized() {
   if (::poll(&reply, 1, 5000) > 0) (void)!::read(fd, ack, sizeof ack);
 }
 
-[[noreturn]] void leave_without_finalize() {
+[[noreturn]] void leave_without_finalize(int pmi_fd) {
   barrier_polled(std::chrono::milliseconds(1), std::chrono::steady_clock::now() + std::chrono::seconds(10));
   const auto linger = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   while (std::chrono::steady_clock::now() < linger) {
@@ -393,7 +392,7 @@ void tell_launcher_finalized() {
     if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &pending, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  tell_launcher_finalized();
+  tell_launcher_finalized(pmi_fd);
   std::fflush(nullptr);
   std::_Exit(0);
 }
@@ -431,7 +430,7 @@ void finalize() {
   int length = 0;
   MPI_Get_library_version(version, &length);
   if (spans_hosts && std::string_view(version, static_cast<size_t>(length)).starts_with("MPICH")) {
-    leave_without_finalize();
+    leave_without_finalize(s.pmi_fd);
   }
   MPI_Finalize();
 }

@@ -73,6 +73,7 @@ struct TrainOptions {
   bool mpi = false;              // launched by mpirun/mpiexec (the CLI tells): the ranks are the MPI processes
   int local_ranks = 0;           // under MPI: the ranks on this machine, as the launcher tells (0: unknown)
   int mpi_tag_bound = 0;         // under MPI: use at most this tag range (0: the library's; tests)
+  int mpi_pmi_fd = -1;           // under a PMI launcher: its PMI_FD (comm::mpi::MpiOptions::pmi_fd)
   DataParallelOptions sync;      // how gradients are reduced across ranks
   double link_gbps = 0;          // in-process ranks: each rank's link limited to this many Gb/s (0: off)
   int inject_delay_rank = -1;    // fault injection: this rank sleeps inject_delay_ms before each step

@@ -85,7 +85,7 @@ TrainResult train(TrainOptions o, std::ostream& log) {
       fail("--ranks {} starts in-process ranks; under mpirun the ranks are the MPI processes (give -np to mpirun)",
            o.ranks);
     const auto wait_timeout = Watchdog::wait_timeout(timeout);
-    comm::mpi::init(nullptr, nullptr, {.timeout = wait_timeout}, {.tag_bound = o.mpi_tag_bound});
+    comm::mpi::init(nullptr, nullptr, {.timeout = wait_timeout}, {.tag_bound = o.mpi_tag_bound, .pmi_fd = o.mpi_pmi_fd});
     comm::Communicator& world = comm::mpi::world();
     world.set_timeout(wait_timeout);
     FlightRecorder recorder(flight_file(world.rank()), world.rank(), world.size());
