@@ -116,7 +116,12 @@ void relu(int64_t n, const float* x, float* y) {
 
 void relu_backward(int64_t n, const float* y, const float* dy, float* dx) {
   pointwise(n, kCheapGrain, [=](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    // dy read unconditionally: a select the compiler vectorises, not a
+    // branch on the sign of y (mispredicted half the time on real data).
+    for (int64_t i = lo; i < hi; ++i) {
+      const float g = dy[i];
+      dx[i] = y[i] > 0.0f ? g : 0.0f;
+    }
   });
 }
 
