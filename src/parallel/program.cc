@@ -168,6 +168,30 @@ std::string Program::str(size_t i) const {
   return line;
 }
 
+std::string Program::event_name(size_t i) const {
+  const Instr& instr = instrs.at(i);
+  return std::visit(
+      [&](const auto& op) -> std::string {
+        using Op = std::decay_t<decltype(op)>;
+        if constexpr (std::is_same_v<Op, Compute> || std::is_same_v<Op, Reshard>) {
+          const Node& node = graph_of(instr.micro_batch).nodes()[static_cast<size_t>(op.node)];
+          if constexpr (std::is_same_v<Op, Compute>) return fmt::format("{} ({})", node.name, node.op());
+          else return fmt::format("{} ({} -> {})", graph_of(instr.micro_batch).value(node.inputs.front()).name,
+                                  op.from.str(), op.to.str());
+        } else {
+          const char* kind = std::is_same_v<Op, Accumulate> ? "accumulate"
+                             : std::is_same_v<Op, Norm>     ? "norm"
+                             : std::is_same_v<Op, Finite>   ? "finite"
+                             : std::is_same_v<Op, Clip>     ? "clip"
+                             : std::is_same_v<Op, Update>   ? "update"
+                                                            : nullptr;
+          if (kind) return instr.name.empty() ? std::string(kind) : fmt::format("{} {}", kind, instr.name);
+          return instr.name.empty() ? str(i).substr(0, 80) : instr.name;
+        }
+      },
+      instr.op);
+}
+
 std::string Program::str() const {
   std::string s = fmt::format("program: rank {} of mesh {} (coords [{}]), ZeRO-{}, {} micro-batch{}, {}\n", rank,
                               strategy.mesh.str(), fmt::join(coords, ","), strategy.zero_stage,

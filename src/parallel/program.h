@@ -429,6 +429,10 @@ struct Program {
   // One instruction a line (golden files pin this form).
   std::string str() const;
   std::string str(size_t instr) const;
+  // What a trace calls instruction i, the executor's and the simulator's
+  // alike: "h.0.attn.qkv (linear)" for a compute, "value (from -> to)" for
+  // a reshard of that value, "update NAME" for a local pass, the name for a collective.
+  std::string event_name(size_t i) const;
   bool operator==(const Program& other) const;
 };
 

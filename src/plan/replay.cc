@@ -122,14 +122,7 @@ void Replay::event(int rank, size_t pos, const std::string& lane, double start, 
   if (!request_.execution.trace || s.step_of(pos) != s.steps - 1) return;
   const Program& p = *s.program;
   const size_t instr = pos % s.n;
-  const Instr& in = p.instrs[instr];
-  std::string name = in.name;
-  if (const auto* c = std::get_if<parallel::Compute>(&in.op)) {
-    const Node& node = p.graph_of(in.micro_batch).nodes()[static_cast<size_t>(c->node)];
-    name = fmt::format("{} ({})", node.name, node.op());
-  }
-  if (name.empty()) name = p.str(instr).substr(0, 60);
-  events_.push_back({{p.rank, lane, std::move(name), start, duration, static_cast<int>(instr), sequence}, pos});
+  events_.push_back({{p.rank, lane, p.event_name(instr), start, duration, static_cast<int>(instr), sequence}, pos});
 }
 
 // When the executor's run() of `step` returns: its list done and its
@@ -223,17 +216,22 @@ std::optional<double> Replay::main_instruction(int rank, size_t pos, double star
     event(rank, pos, "compute", start, end - start);
     return end;
   }
+  // The local passes: on the compute lane, as the executor traces them.
+  auto pass = [&](double seconds) {
+    event(rank, pos, "compute", start, seconds);
+    return start + seconds;
+  };
   if (const auto* a = std::get_if<parallel::Accumulate>(&instr.op))
-    return start + estimator_.memory_seconds(3 * region_bytes(p, a->into));
+    return pass(estimator_.memory_seconds(3 * region_bytes(p, a->into)));
   if (const auto* nm = std::get_if<parallel::Norm>(&instr.op))
-    return start + estimator_.memory_seconds(bytes_of(nm->gradients));
+    return pass(estimator_.memory_seconds(bytes_of(nm->gradients)));
   if (const auto* f = std::get_if<parallel::Finite>(&instr.op))
-    return start + estimator_.memory_seconds(region_bytes(p, f->gradient));
+    return pass(estimator_.memory_seconds(region_bytes(p, f->gradient)));
   if (const auto* cl = std::get_if<parallel::Clip>(&instr.op))
-    return start + estimator_.memory_seconds(2 * bytes_of(cl->gradients));
+    return pass(estimator_.memory_seconds(2 * bytes_of(cl->gradients)));
   if (const auto* u = std::get_if<parallel::Update>(&instr.op))  // read the gradient, the parameter and each
     // state slot; write the parameter and the slots
-    return start + estimator_.memory_seconds((3 + 2.0 * request_.optimizer_slots) * region_bytes(p, u->gradient));
+    return pass(estimator_.memory_seconds((3 + 2.0 * request_.optimizer_slots) * region_bytes(p, u->gradient)));
   if (const auto* sent = std::get_if<parallel::Send>(&instr.op)) {
     send(rank, pos, *sent, start);
     return start;

@@ -33,8 +33,12 @@ for e in mine:
     i = e["args"]["instr"]
     assert i in program, f"event {e['name']} names instruction #{i}, which rank 5's program does not have"
     if e["cat"] == "compute":
-        node = e["name"].split(" (")[0]
-        assert node in program[i], f"event {e['name']} is #{i}, but the program says: {program[i]}"
+        # The instruction's name (a collective's), or a node's compute or
+        # reshard: "NODE (op)" names what the line names; or a local pass:
+        # "KIND [NAME]" is the line's "compute KIND".
+        name = e["name"]
+        what = name if f'"{name}"' in program[i] else name.split(" (")[0] if " (" in name else "compute " + name.split()[0]
+        assert what in program[i], f"event {name} is #{i}, but the program says: {program[i]}"
 print(f"trace: {len(events)} events over 8 ranks; rank 5's {len(mine)} events match its program")
 PY
 if "$PX" simulate "${JOB[@]}" --mesh pp=2,dp=8,tp=2 --cluster dgx-a100:1 > "$WORK/err.txt" 2>&1; then

@@ -130,7 +130,7 @@ void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_
   if (queued) {
     instr_of_job_[job] = id;
   } else if (tracing_) {
-    trace_.push_back({.name = instr.name,
+    trace_.push_back({.name = {},
                       .lane = TraceRecord::Lane::comm,
                       .start_us = start,
                       .duration_us = comm::now_us() - start,

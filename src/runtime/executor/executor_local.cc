@@ -62,7 +62,7 @@ void ProgramExecutor::compute(int id, const parallel::Compute& op, const StepInp
   const double start = tracing_ ? comm::now_us() : 0;
   node.def->forward(context, node.attrs, in, out);
   if (tracing_)
-    trace_.push_back({.name = fmt::format("{} ({})", node.name, node.op()),
+    trace_.push_back({.name = {},  // named by take_trace(), after the step
                       .lane = TraceRecord::Lane::compute,
                       .start_us = start,
                       .duration_us = comm::now_us() - start,

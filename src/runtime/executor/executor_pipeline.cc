@@ -79,7 +79,7 @@ void ProgramExecutor::recv(int id, const parallel::Recv& op, uint64_t step) {
   comm::Request request = comm.irecv(op.peer, comm.fixed_tag(op.tag), value.raw(), value.nbytes());
   comm.wait(request, {.collective = op.axis == program_.pipeline.axis ? "pipeline receive" : "ring receive", .index = m});
   if (tracing_)
-    trace_.push_back({.name = program_.str(static_cast<size_t>(id)).substr(0, 80),
+    trace_.push_back({.name = {},
                       .lane = TraceRecord::Lane::comm,
                       .start_us = start,
                       .duration_us = comm::now_us() - start,

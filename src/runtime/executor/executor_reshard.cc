@@ -150,7 +150,7 @@ void ProgramExecutor::reshard(int id, const parallel::Reshard& op, const StepInp
   hold(m, node.outputs.front(), out, !same && node.origin < 0, same ? node.inputs.front() : kNoValue);
   const auto bytes = static_cast<int64_t>(std::max(in.nbytes(), out.nbytes()));
   if (tracing_)
-    trace_.push_back({.name = fmt::format("{} ({} -> {})", node.name, op.from.str(), op.to.str()),
+    trace_.push_back({.name = {},
                       .lane = TraceRecord::Lane::comm,
                       .start_us = start,
                       .duration_us = comm::now_us() - start,

@@ -200,7 +200,7 @@ void ProgramExecutor::execute(int id, Step& step) {
     }
   }
   try {
-    std::visit([&](const auto& op) { dispatch(id, op, step); }, instr.op);
+    std::visit([&](const auto& op) { dispatch_traced(id, op, step); }, instr.op);
   } catch (const Error& e) {
     if (recorder_) {
       if (auto it = flight_events_.find(id); it != flight_events_.end()) recorder_->done(it->second, false);
@@ -215,6 +215,45 @@ void ProgramExecutor::execute(int id, Step& step) {
     live_[static_cast<size_t>(instr.micro_batch)][static_cast<size_t>(v)] = Tensor();
   }
   if (engine_ && !pending_frees_.empty()) release_finished();
+}
+
+// The main thread's local passes beside its computes (which compute() traces itself).
+template <typename Op>
+constexpr bool kLocalPass = std::is_same_v<Op, parallel::Accumulate> || std::is_same_v<Op, parallel::Norm> ||
+                            std::is_same_v<Op, parallel::Finite> || std::is_same_v<Op, parallel::Clip> ||
+                            std::is_same_v<Op, parallel::Update>;
+
+template <typename Op>
+void ProgramExecutor::dispatch_traced(int id, const Op& op, Step& step) {
+  // The main thread's local work beside its computes: on the compute lane too.
+  if constexpr (kLocalPass<Op>) {
+    const double start = tracing_ ? comm::now_us() : 0;
+    dispatch(id, op, step);
+    if (tracing_) {
+      trace_.push_back({.name = {},
+                        .lane = TraceRecord::Lane::compute,
+                        .start_us = start,
+                        .duration_us = comm::now_us() - start,
+                        .bytes = 0,
+                        .step = static_cast<int64_t>(step.input.step),
+                        .instr = id});
+    }
+  } else {
+    dispatch(id, op, step);
+  }
+}
+
+void ProgramExecutor::set_tracing(bool on) {
+  tracing_ = on && options_.trace;
+  // Room for the step's records up front: growing the vector mid-step
+  // would allocate between the step's tensors (see take_trace).
+  if (tracing_) trace_.reserve(trace_.size() + 2 * program_.instrs.size());
+}
+
+std::vector<TraceRecord> ProgramExecutor::take_trace() {
+  for (TraceRecord& r : trace_)
+    if (r.name.empty() && r.instr >= 0) r.name = program_.event_name(static_cast<size_t>(r.instr));
+  return std::move(trace_);
 }
 
 template <typename Op>
@@ -318,8 +357,11 @@ void ProgramExecutor::finish() {
     const StepInput input{.lr = carry_.lr};
     StepResult result;
     Step step{.input = input, .result = result};
+    // Not a step: the trace (of steps, in list order) leaves it out.
+    const bool tracing = std::exchange(tracing_, false);
     for (size_t i = 0; i < program_.instrs.size(); ++i)
       if (program_.instrs[i].deferred) execute(static_cast<int>(i), step);
+    tracing_ = tracing;
     carry_.pending = false;
   }
   if (!engine_) return;
