@@ -4,20 +4,16 @@
 # `parallax train` of each (model, strategy) pair below on in-process
 # ranks, each ending with the simulator's prediction beside its measured
 # median step and rank 0's peak tensor memory (the metrics' last line).
-# Per pair: the step-time error, the same without the model-level factor
-# (below), the run-to-run spread of its measured steps beside them (an
-# error inside the spread is noise, and is marked so) and the memory
-# error; over all pairs: the median and worst |step error| with and
-# without the factor, the worst |memory error|, and per model the Kendall
-# tau between the strategies' ranking by predicted and by measured step.
+# Per pair: the step-time error, the run-to-run spread of its measured
+# steps beside it (an error inside the spread is noise, and is marked so)
+# and the memory error; over all pairs: the median and worst |step error|,
+# the worst |memory error|, and per model the Kendall tau between the
+# strategies' ranking by predicted and by measured step.
 #
-# No pair is calibrated on itself: calibration times kernels and the
-# transport, and the one model-level correction (the in-situ factor,
-# plan/profile.h) a model's predictions get is held out, the median of
-# the OTHER calibrated models' one-rank steps (the GPT's from the MLP's
-# and the CNN's runs, and so on). Every run also writes the prediction
-# without that factor (`predicted_step_without_model_factor_s`), scored
-# separately: the kernels and the transport alone.
+# No pair is calibrated on itself: calibration times kernels (alone, at
+# the shapes the candidate strategies run) and the transport, and the
+# prediction has no model-level correction; no step of any model is
+# measured to make it.
 #
 # The host is shared: back-to-back runs of one pair measure steps up to
 # 25% apart while a GEMM probe between them moves under 2%. So every pair
@@ -137,19 +133,15 @@ for name, model in pairs:
     measured = statistics.median(l["measured_step_s"] for l in runs)
     rows.append({"name": name, "model": model, "measured": measured,
                  "predicted": statistics.median(l["predicted_step_s"] for l in runs),
-                 "kernels": statistics.median(l["predicted_step_without_model_factor_s"] for l in runs),
-                 "factor": statistics.median(l["model_factor"] for l in runs),
                  "spread": max(abs(l["measured_step_s"] / measured - 1) for l in runs),
                  "memory": statistics.median(l["predicted_peak_bytes"] for l in runs)
                            / statistics.median(l["measured_peak_bytes"] for l in runs) - 1})
-print(f"{'pair':16} {'predicted':>10} {'measured':>10} {'spread':>7} {'error':>7} {'':13} "
-      f"{'factor':>6} {'no-factor':>9} {'memory':>7}")
+print(f"{'pair':16} {'predicted':>10} {'measured':>10} {'spread':>7} {'error':>7} {'':13} {'memory':>7}")
 for r in rows:
-    r["error"], r["error_kernels"] = r["predicted"] / r["measured"] - 1, r["kernels"] / r["measured"] - 1
+    r["error"] = r["predicted"] / r["measured"] - 1
     noise = "(in spread)" if abs(r["error"]) <= r["spread"] else ""
     print(f"{r['name']:16} {r['predicted']*1e3:8.2f}ms {r['measured']*1e3:8.2f}ms {100*r['spread']:6.1f}% "
-          f"{100*r['error']:+6.1f}% {noise:13} {r['factor']:6.2f} {100*r['error_kernels']:+8.1f}% "
-          f"{100*r['memory']:+6.1f}%")
+          f"{100*r['error']:+6.1f}% {noise:13} {100*r['memory']:+6.1f}%")
 def kendall(xs, ys):
     concordant = discordant = 0
     for (a, b), (c, d) in itertools.combinations(zip(xs, ys), 2):
@@ -165,8 +157,7 @@ def summary(key):
 print()
 print(f"{len(rows)} pairs, {repeats} interleaved runs each; median spread {100*statistics.median(r['spread'] for r in rows):.1f}%, "
       f"{sum(abs(r['error']) <= r['spread'] for r in rows)} errors inside their pair's spread")
-print(f"step time, as predicted (held-out model factor): {summary('error')} (target <= 5%, <= 15%)")
-print(f"step time, kernels and transport alone (no model factor): {summary('error_kernels')}")
+print(f"step time: {summary('error')} (target <= 5%, <= 15%)")
 print(f"peak memory: worst |error| {100*max(abs(r['memory']) for r in rows):.1f}% (target <= 10%)")
 for model in sorted({m for _, m in pairs}):
     mine = [r for r in rows if r["model"] == model]

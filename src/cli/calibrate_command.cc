@@ -1,7 +1,8 @@
 // `parallax calibrate`: measures this host into the `local` cluster spec
 // (plan/profile.h): one rank's GEMM rates (fp32, and bf16 where the CPU
 // has AVX512_BF16) and streaming rates, how kernels slow down when ranks
-// share the cores, the in-process transport's α-β-γ, and the time of
+// share the cores, each gradient codec's compute, the in-process
+// transport's α-β-γ, and the time of
 // every kernel the planner's candidate strategies for a model
 // run (on up to --max-ranks ranks), each at its local shapes (with
 // --precision bf16, the bf16 GEMMs' own timings). Kernels already in the
@@ -28,13 +29,7 @@
 #include "runtime/calibrate/calibrate.h"
 #include "plan/candidates.h"
 #include "plan/cluster.h"
-#include "plan/estimator.h"
-#include "plan/simulate.h"
 #include "core/atomic_file.h"
-#include "runtime/optimizer/optimizer.h"
-#include "runtime/executor/param_store.h"
-#include "runtime/executor/program_executor.h"
-#include "runtime/tasks/task.h"
 #include "runtime/train/trainer.h"
 
 namespace px::cli {
@@ -92,53 +87,6 @@ plan::LocalHosts hosts_of(const plan::ClusterSpec& saved) {
           .share_cores = saved.nodes_share_cores};
 }
 
-// How much slower kernels run inside a step than alone: a few real
-// one-rank steps of the model at half the batch (shapes the runs it
-// predicts rarely have), their median against the replay of the same
-// Program on the profile without any in-situ factor. Returns (the
-// sample's name, measured / replayed).
-std::pair<std::string, double> measure_in_situ(TrainOptions o, plan::HostProfile& profile,
-                                               const CalibrationOptions& options,
-                                               const CalibrationProgress& say) {
-  o.batch = std::max<int64_t>(1, o.batch / 2);
-  o.ranks = 1;
-  o.accumulation = 1;
-  std::unique_ptr<Task> task = make_task(o);
-  const nn::Model model = task->build(o.batch, true);
-  const parallel::Program program = parallel::lower({.forward = &model.graph, .loss = model.loss},
-                                                    parallel::data_parallel(1, batch_input_names(model)), 0);
-  kernels::set_threads(o.threads);
-  time_kernels(profile, {program}, options, say);
-  ProgramExecutor executor(program, {}, o.optimizer);
-  executor.set_parameters(initial_parameters(model.graph, o.seed));
-  std::vector<double> seconds;
-  for (int step = 0; step < 9; ++step) {
-    DataBatch batch = task->next_batch(0, 1);
-    const auto start = std::chrono::steady_clock::now();
-    executor.run({.feeds = feeds_of(model, batch), .seed = 1, .step = static_cast<uint64_t>(step),
-                  .lr = o.schedule.lr, .grad_clip = o.grad_clip});
-    if (step > 0) seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(seconds.begin(), seconds.end());
-  const double measured = seconds[seconds.size() / 2];
-  plan::HostProfile bare = profile;
-  bare.in_situ_samples.clear();
-  const plan::ClusterSpec cluster = local_spec(bare);
-  const plan::ProfiledEstimator estimator(cluster, {.ranks = 1, .threads = o.threads});
-  const std::vector<parallel::Program> programs{program};
-  const plan::Simulation replay = plan::simulate(
-      {.programs = &programs,
-       .cluster = &cluster,
-       .estimator = &estimator,
-       .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size())});
-  const double ratio = measured / replay.step_seconds;
-  const std::string name = fmt::format("{} batch {} threads {}{}", o.model, o.batch, o.threads,
-                                       o.precision == "bf16" ? " bf16" : "");
-  say(fmt::format("in situ: {} steps of {:.3f} ms against {:.3f} ms replayed: x{:.3f} ({})", seconds.size(),
-                  1e3 * measured, 1e3 * replay.step_seconds, ratio, name));
-  return {name, ratio};
-}
-
 // Measures and saves the spec. `links`: what the MPI ranks measured
 // (rank 0 calls this under mpirun, with the world's size); nullopt: one
 // host, its in-process transport.
@@ -153,6 +101,7 @@ void calibrate(TrainOptions& o, const CalibrateFlags& cal, const std::optional<H
   const CalibrationOptions options{.batch_seconds = cal.kernel_ms / 1e3,
                                    .max_ranks = std::max({cal.max_ranks, o.ranks, world_ranks})};
   measure_host(profile, options, say);
+  measure_codecs(profile, options, say);
   if (cal.comm == "keep" && !(saved && saved->profile)) fail("--comm keep: '{}' holds no profile to keep", path);
   if (cal.comm != "keep") profile.comm = links ? links->inside : measure_comm(cal.comm, say);
   const plan::LocalHosts hosts = links ? links->hosts : cal.comm == "keep" ? hosts_of(*saved) : plan::LocalHosts{};
@@ -187,11 +136,6 @@ void calibrate(TrainOptions& o, const CalibrateFlags& cal, const std::optional<H
   say(fmt::format("{} strategies, {} programs: timed {} new kernels ({} in the profile)", strategies.size(),
                   alone.size() + shared.size(), timed, profile.kernels.size()));
 
-  const auto [run, ratio] = measure_in_situ(o, profile, options, say);
-  profile.in_situ_samples[run] = ratio;
-  // A prediction of this model uses the other models' factor, never its own (plan/profile.h).
-  say(fmt::format("in situ: {}'s {} predictions scaled x{:.3f} (held out: the other calibrated models' runs)",
-                  o.model, o.precision, profile.in_situ_factor(o.model, parse_precision(o.precision))));
   const plan::ClusterSpec local = local_spec(std::move(profile), hosts);
   plan::validate(local);
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();

@@ -100,8 +100,7 @@ void add_simulate_command(CLI::App& app) {
          .execution = {.overlap = o.sync.overlap, .trace = !sim_flags->trace.empty()},
          .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size()),
          .compute = compute},
-        {.threads = o.ranks > 1 ? 1 : o.threads, .model = o.model, .precision = parse_precision(o.precision),
-         .link_gbps = o.link_gbps,
+        {.threads = o.ranks > 1 ? 1 : o.threads, .link_gbps = o.link_gbps,
          .collective = o.sync.collective});
     const int devices = strategy.mesh.ranks();
     std::cout << fmt::format("simulated mesh {} on {} ({} of {} {} devices, {} a node), {}\n", strategy.mesh.str(),

@@ -26,6 +26,12 @@ comm::CostModel link_model(const LinkSpec& link, const DeviceSpec& device) {
 
 }  // namespace
 
+double CostEstimator::codec_seconds(comm::compression::Method method, double elements, int ranks) const {
+  using comm::compression::Method;
+  if (method == Method::fp16 || method == Method::bf16) return memory_seconds(3 * 4 * elements);
+  return memory_seconds(3 * 4 * elements) + memory_seconds(ranks * 2 * 4 * elements);
+}
+
 GemmTiles gemm_tiles(const Graph& graph, const Node& node) {
   if (node.def->bf16_gemm) {
     // linear, matmul, matmul_at_b: the output is the M x N the tiles cover.
@@ -113,14 +119,29 @@ double ProfiledEstimator::compute_seconds(const Graph& graph, const Node& node) 
   const HostProfile& profile = *cluster_.profile;
   const OpCost cost = node_cost(graph, node);
   const bool memory_bound = cost.flops / profile.flops < (cost.bytes_read + cost.bytes_written) / profile.memory_bandwidth;
-  return kernel_seconds(profile, graph, node, options_.threads) * profile.in_situ_factor(options_.model, options_.precision) *
-         contention(profile, options_.ranks, memory_bound);
+  return kernel_seconds(profile, graph, node, options_.threads) * contention(profile, options_.ranks, memory_bound);
 }
 
 double ProfiledEstimator::memory_seconds(double bytes) const {
   const HostProfile& profile = *cluster_.profile;
-  return profile.pass_seconds(bytes) * profile.in_situ_factor(options_.model, options_.precision) *
-         contention(profile, options_.ranks, true);
+  return profile.pass_seconds(bytes) * contention(profile, options_.ranks, true);
+}
+
+double ProfiledEstimator::update_seconds(double bytes) const {
+  // The optimizer's state is touched once a step; the step's other data
+  // pass through the cache in between, so its bytes come from memory even
+  // when they would fit (the MLP's 7.5 MB Adam pass ran 3-4x slower in its
+  // step than the same pass warm).
+  const HostProfile& profile = *cluster_.profile;
+  return bytes / profile.memory_bandwidth * contention(profile, options_.ranks, true);
+}
+
+double ProfiledEstimator::codec_seconds(comm::compression::Method method, double elements, int ranks) const {
+  const HostProfile& profile = *cluster_.profile;
+  auto it = profile.codecs.find(std::string(comm::compression::method_name(method)));
+  // A spec calibrated before codecs were timed: the passes.
+  if (it == profile.codecs.end()) return CostEstimator::codec_seconds(method, elements, ranks);
+  return elements * (it->second.encode + ranks * it->second.decode) * contention(profile, options_.ranks, false);
 }
 
 comm::CostQuery ProfiledEstimator::runtime_query(comm::Collective kind, double bytes, int ranks,

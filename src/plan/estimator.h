@@ -9,6 +9,7 @@
 #include <string>
 
 #include "comm/collectives.h"
+#include "comm/compression/spec.h"
 #include "comm/cost_model.h"
 #include "graph/graph.h"
 #include "plan/cluster.h"
@@ -20,9 +21,17 @@ class CostEstimator {
   virtual ~CostEstimator() = default;
   // One node of a local graph (its shapes are the local ones).
   virtual double compute_seconds(const Graph& graph, const Node& node) const = 0;
-  // A pass over `bytes` of memory (accumulating a gradient, the norm, the
-  // clip, an optimizer update).
+  // A pass over `bytes` of memory (accumulating a gradient, the norm, the clip).
   virtual double memory_seconds(double bytes) const = 0;
+  // The optimizer's update: a pass over the parameters, the gradient and the
+  // state slots (`bytes` read and written).
+  virtual double update_seconds(double bytes) const { return memory_seconds(bytes); }
+  // A lossy codec's compute in a compressed allreduce of `elements` floats
+  // over `ranks` ranks (not PowerSGD's, costed by its shapes): encoding
+  // this rank's gradient, decoding and adding every rank's payload. Here a
+  // few passes over the gradient (fp16/bf16: the narrowing, 3; the others:
+  // 3 to encode, 2 per payload); the profiled estimator's are measured.
+  virtual double codec_seconds(comm::compression::Method method, double elements, int ranks) const;
   // A collective of `bytes` (the whole buffer, as comm's CostQuery counts
   // it) over `ranks` ranks talking over `link`.
   virtual double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const = 0;
@@ -70,9 +79,11 @@ class RooflineEstimator : public CostEstimator {
 
 // This host, from `parallax calibrate`'s profile (cluster.profile, the
 // `local` spec; plan/profile.h): a node takes its timed (or interpolated)
-// seconds, a memory pass bytes / the streamed bandwidth, each scaled by the
-// profile's in-situ factor and slowed by the contention of `ranks`
-// in-process ranks computing at once on the host's cores. A collective takes the measured α-β-γ model's time for the
+// seconds, a memory pass bytes / the streamed bandwidth (the optimizer's
+// update past the caches, see update_seconds), each slowed by the
+// contention of `ranks` in-process ranks computing at once on the host's
+// cores. No model-level correction: calibration times kernels and the
+// transport, never the models it predicts. A collective takes the measured α-β-γ model's time for the
 // algorithm the runtime would run: `collective.algorithm`, or with
 // automatic the one the communicator's built-in model picks (what
 // Algorithm::automatic does in a run). With a link limit (--link-gbps) every
@@ -87,14 +98,14 @@ class ProfiledEstimator : public CostEstimator {
   struct Options {
     double ranks = 1;            // in-process ranks computing at once (on average)
     int threads = 1;             // kernel threads a rank
-    std::string model;           // its in-situ factor (plan/profile.h); empty: every model's
-    Precision precision = Precision::fp32;  // the run's (the in-situ factor of its steps)
     double link_gbps = 0;        // 0: unlimited
     comm::CollectiveOptions collective;
   };
   ProfiledEstimator(ClusterSpec cluster, Options options);
   double compute_seconds(const Graph& graph, const Node& node) const override;
   double memory_seconds(double bytes) const override;
+  double update_seconds(double bytes) const override;
+  double codec_seconds(comm::compression::Method method, double elements, int ranks) const override;
   double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const override;
   double transfer_seconds(double bytes, LinkClass link) const override;
 

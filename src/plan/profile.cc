@@ -102,25 +102,6 @@ double HostProfile::pass_seconds(double bytes) const {
   return bytes / (cached ? cache_bandwidth : memory_bandwidth);
 }
 
-double HostProfile::in_situ_factor(const std::string& model, Precision precision) const {
-  auto bf16_run = [](const std::string& run) { return run.size() >= 5 && run.compare(run.size() - 5, 5, " bf16") == 0; };
-  // The runs of models other than `model` (every run when it is empty), in
-  // `precision` (either when not given): a model is never corrected by its own steps.
-  auto held_out = [&](const Precision* in) {
-    std::vector<double> samples;
-    for (const auto& [run, ratio] : in_situ_samples)
-      if ((model.empty() || run.rfind(model + " ", 0) != 0) && (!in || bf16_run(run) == (*in == Precision::bf16)))
-        samples.push_back(ratio);
-    return samples;
-  };
-  std::vector<double> samples = held_out(&precision);
-  if (samples.empty()) samples = held_out(nullptr);
-  if (samples.empty()) return 1;
-  std::sort(samples.begin(), samples.end());
-  const size_t n = samples.size();
-  return std::clamp(n % 2 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2, 0.5, 2.0);
-}
-
 double contention(const HostProfile& profile, double ranks, bool memory_bound) {
   const std::vector<double>& measured = memory_bound ? profile.contention_memory : profile.contention_compute;
   if (ranks <= 1 || measured.empty()) return 1;
@@ -136,6 +117,8 @@ nlohmann::json to_json(const HostProfile& p) {
   nlohmann::json kernels = nlohmann::json::object();
   for (const auto& [key, t] : p.kernels)
     kernels[key] = {{"op", t.op}, {"threads", t.threads}, {"roofline", t.roofline}, {"seconds", t.seconds}};
+  nlohmann::json codecs = nlohmann::json::object();
+  for (const auto& [method, t] : p.codecs) codecs[method] = {{"encode", t.encode}, {"decode", t.decode}};
   return {{"cores", p.cores},
           {"flops", p.flops},
           {"flops_bf16", p.flops_bf16},
@@ -145,7 +128,7 @@ nlohmann::json to_json(const HostProfile& p) {
           {"contention_compute", p.contention_compute},
           {"contention_memory", p.contention_memory},
           {"comm", nlohmann::json::parse(comm::cost_model_to_json(p.comm))},
-          {"in_situ_samples", p.in_situ_samples},
+          {"codecs", codecs},
           {"kernels", kernels}};
 }
 
@@ -153,7 +136,9 @@ HostProfile profile_from_json(const nlohmann::json& json) {
   const std::string doc = "cluster";
   json_fields::check_keys(doc, json, "profile",
                           {"cores", "flops", "flops_bf16", "memory_bandwidth", "cache_bandwidth", "cache_bytes", "contention_compute", "contention_memory",
-                           "comm", "kernels", "in_situ_samples"});
+                           "comm", "kernels", "codecs",
+                           // Specs calibrated before 2026-11-27 hold a model-level factor no longer used: ignored.
+                           "in_situ_samples"});
   HostProfile p;
   p.cores = json_fields::field<int>(doc, json, "profile", "cores", 1);
   p.flops = json_fields::field<double>(doc, json, "profile", "flops", 0);
@@ -171,9 +156,20 @@ HostProfile profile_from_json(const nlohmann::json& json) {
   for (const auto* curve : {&p.contention_compute, &p.contention_memory})
     for (double f : *curve)
       if (!(f > 0)) fail("cluster: profile.contention_* holds {}, expected factors > 0", f);
-  p.in_situ_samples =
-      json_fields::field<std::map<std::string, double>>(doc, json, "profile", "in_situ_samples", {});
   if (json.contains("comm")) p.comm = comm::cost_model_from_json(json.at("comm").dump(), "cluster profile.comm");
+  if (json.contains("codecs")) {
+    const nlohmann::json& codecs = json.at("codecs");
+    if (!codecs.is_object()) fail("cluster: profile.codecs must be an object of timings, got {}", codecs.dump());
+    for (const auto& [method, t] : codecs.items()) {
+      const std::string where = "profile.codecs[\"" + method + "\"]";
+      json_fields::check_keys(doc, t, where, {"encode", "decode"});
+      const CodecTiming timing{.encode = json_fields::field<double>(doc, t, where, "encode", 0),
+                               .decode = json_fields::field<double>(doc, t, where, "decode", 0)};
+      if (!(timing.encode >= 0) || !(timing.decode >= 0))
+        fail("cluster: {} is {}, expected seconds per element >= 0", where, t.dump());
+      p.codecs.emplace(method, timing);
+    }
+  }
   if (json.contains("kernels")) {
     const nlohmann::json& kernels = json.at("kernels");
     if (!kernels.is_object()) fail("cluster: profile.kernels must be an object of timings, got {}", kernels.dump());

@@ -15,11 +15,10 @@
 //               kernel's time when k ranks compute at once over its time
 //               alone, for compute-bound (GEMM) and memory-bound (streaming)
 //               kernels, k = 1 .. measured; beyond, it grows as k / cores.
-//   in situ     how much slower the kernels run inside a real step than
-//               alone (cold caches, allocation, the executor's dispatch):
-//               measured one-rank steps of the calibrated models at half
-//               their batch against their replay; a model's prediction
-//               uses the other models' factor, never its own
+//   codecs      each lossy gradient codec's compute (comm/compression):
+//               encoding a rank's gradient and decoding one payload, per
+//               element on one thread; a compressed allreduce is its
+//               exchange plus encode + ranks x decode
 //   comm        the in-process transport's α-β-γ cost model
 //               (comm/cost_model.h): quickly measured links, or the fits
 //               `parallax bench comm --tune` saved.
@@ -45,6 +44,15 @@ struct KernelTiming {
   bool operator==(const KernelTiming&) const = default;
 };
 
+// A gradient codec's compute on one kernel thread, seconds per element of
+// the gradient: the encode (error feedback's add, the quantizing or the
+// selection, the new residual) and the decode and add of one rank's payload.
+struct CodecTiming {
+  double encode = 0;
+  double decode = 0;
+  bool operator==(const CodecTiming&) const = default;
+};
+
 struct HostProfile {
   int cores = 1;                  // online CPUs
   double flops = 0;               // FLOP/s of one rank's large GEMM
@@ -58,17 +66,10 @@ struct HostProfile {
   std::vector<double> contention_memory;
   comm::CostModel comm;
   std::map<std::string, KernelTiming> kernels;  // kernel_key@threads -> timing
-  // Per calibration run of a model on one rank ("gpt batch 8 threads 2",
-  // "gpt batch 8 threads 2 bf16" for a bf16 one): measured step / replayed
-  // step. A model's factor is held out: the median of the OTHER models'
-  // runs in `precision` (of their runs in any precision when none is in
-  // it), within 0.5 .. 2; 1 when no other model was calibrated. So a
-  // prediction is never scaled by its own model's measured steps (this
-  // host: the GPT 1.09, the CNN 1.55, the MLP 1.8 measured alone, so the
-  // held-out factor is a coarse correction whose error the benchmarks
-  // report); every compute and memory pass is scaled by it.
-  std::map<std::string, double> in_situ_samples;
-  double in_situ_factor(const std::string& model = "", Precision precision = Precision::fp32) const;
+  // By method name (comm::compression::method_name: "int8", "topk", ...),
+  // each measured at the method's default parameter (topk: 1%). PowerSGD,
+  // whose cost is its products' shapes, is not here.
+  std::map<std::string, CodecTiming> codecs;
   bool operator==(const HostProfile&) const = default;
 };
 

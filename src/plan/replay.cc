@@ -231,7 +231,7 @@ std::optional<double> Replay::main_instruction(int rank, size_t pos, double star
     return pass(estimator_.memory_seconds(2 * bytes_of(cl->gradients)));
   if (const auto* u = std::get_if<parallel::Update>(&instr.op))  // read the gradient, the parameter and each
     // state slot; write the parameter and the slots
-    return pass(estimator_.memory_seconds((3 + 2.0 * request_.optimizer_slots) * region_bytes(p, u->gradient)));
+    return pass(estimator_.update_seconds((3 + 2.0 * request_.optimizer_slots) * region_bytes(p, u->gradient)));
   if (const auto* sent = std::get_if<parallel::Send>(&instr.op)) {
     send(rank, pos, *sent, start);
     return start;
@@ -336,6 +336,7 @@ void Replay::summarize() {
     out_.busy_seconds.push_back(s.busy);
     out_.compute_span.push_back(s.last_compute);
     out_.receive_wait.push_back(s.receive_wait);
+    out_.progress_busy.push_back(s.progress_busy);
     busy += s.busy;
     span = std::max(span, s.last_compute);
   }

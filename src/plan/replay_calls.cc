@@ -10,7 +10,7 @@ namespace {
 // sign and the sparse methods allgather each rank's payload
 // (comm::gathered_payload_bytes) and every rank decodes all p; PowerSGD
 // ring-allreduces P (rows x r) and Q (cols x r) around two products with
-// the gradient. Encoding is a few passes over the gradient.
+// the gradient. The codec's own compute is the estimator's codec_seconds.
 double compressed_allreduce_seconds(const CostEstimator& estimator, const CollectiveCall& call, int p,
                                     LinkClass link) {
   using comm::compression::Method;
@@ -19,7 +19,7 @@ double compressed_allreduce_seconds(const CostEstimator& estimator, const Collec
     case Method::fp16:
     case Method::bf16:
       return estimator.collective_seconds(comm::Collective::allreduce, 2 * n, p, link) +
-             estimator.memory_seconds(3 * 4 * n);
+             estimator.codec_seconds(call.codec.method, n, p);
     case Method::powersgd: {
       const double r = call.codec.rank, small = 4 * r * (call.rows + call.cols);
       // Two (rows x cols) x r products and an orthogonalization, at the memory's pace.
@@ -29,10 +29,10 @@ double compressed_allreduce_seconds(const CostEstimator& estimator, const Collec
     }
     case Method::none: return estimator.collective_seconds(comm::Collective::allreduce, call.bytes, p, link);
     default: {
-      // Encode (3 passes: add the residual, select or quantize, keep the rest), then decode and sum p payloads.
+      // Encode this rank's gradient, then decode and sum p payloads.
       const double payload = comm::gathered_payload_bytes(call.codec, n);
-      const double passes = estimator.memory_seconds(3 * 4 * n) + estimator.memory_seconds(p * 2 * 4 * n);
-      return estimator.collective_seconds(comm::Collective::allgather, p * payload, p, link) + passes;
+      return estimator.collective_seconds(comm::Collective::allgather, p * payload, p, link) +
+             estimator.codec_seconds(call.codec.method, n, p);
     }
   }
 }

@@ -38,10 +38,12 @@ void Replay::complete(const CollectiveCall& call, Rendezvous& rv) {
       call.engine ? parallel::lane_name(programs_.front(), {.kind = parallel::Lane::Kind::progress, .axis = call.axis})
                   : "compute";
   for (const auto& [member, pos] : rv.posted) {
-    const RankState& m = state_[static_cast<size_t>(member)];
+    RankState& m = state_[static_cast<size_t>(member)];
     link_free_[{member, link}] = *rv.finish;
-    if (m.step_of(static_cast<size_t>(pos)) == m.steps - 1)
+    if (m.step_of(static_cast<size_t>(pos)) == m.steps - 1) {
       count_wire(out_.bytes_sent, m.calls[static_cast<size_t>(pos) % m.n]->wire, link, weight_ / call.slices);
+      if (call.engine) m.progress_busy += seconds;
+    }
     event(member, static_cast<size_t>(pos), lane, begin, *rv.finish - begin, call.sequence);
   }
 }

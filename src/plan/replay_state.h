@@ -54,6 +54,7 @@ struct RankState {
   int current = -1;              // the progress lane's job whose slice it has joined
   double current_ready = 0;
   double busy = 0, last_compute = 0, receive_wait = 0;  // in the last step
+  double progress_busy = 0;  // the last step's progress-lane collectives, their own time
   int step_of(size_t pos) const { return static_cast<int>(pos / n); }
   const Instr& instr_at(size_t pos) const { return program->instrs[pos % n]; }
 };

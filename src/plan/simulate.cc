@@ -53,12 +53,15 @@ Simulation simulate_sharing_cores(SimulationRequest request, const ProfiledEstim
     const ProfiledEstimator estimator(cluster, sharing);
     request.estimator = &estimator;
     sim = simulate(request);
-    double waiting = 0;
+    double waiting = 0, progressing = 0;
     for (double w : sim.receive_wait) waiting += weight * w;
+    // A limited link's collective mostly waits on the wire, not the cores.
+    if (options.link_gbps <= 0)
+      for (double b : sim.progress_busy) progressing += weight * b;
+    const double per_rank = static_cast<double>(sharing_cores) / mesh_ranks / std::max(sim.step_seconds, 1e-12);
     const double computing =
         sim.step_seconds > 0
-            ? std::clamp(sharing_cores * (1 - waiting / (mesh_ranks * sim.step_seconds)), 1.0,
-                         static_cast<double>(sharing_cores))
+            ? std::clamp(sharing_cores + per_rank * (progressing - waiting), 1.0, 2.0 * sharing_cores)
             : 1;
     if (std::abs(computing - sharing.ranks) < 0.02) break;
     sharing.ranks = computing;

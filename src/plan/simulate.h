@@ -85,6 +85,7 @@ struct Simulation {
   std::vector<double> busy_seconds;   // per rank: computing
   std::vector<double> compute_span;   // per rank: from the start to its last compute
   std::vector<double> receive_wait;   // per rank: blocked on receives (a pipeline's bubbles)
+  std::vector<double> progress_busy;  // per rank: its progress lane's collectives (their own time, not waits)
   double bubble_fraction = 0;         // idle share of the compute spans, over all ranks
   std::map<LinkClass, double> bytes_sent;  // over all ranks, by the link they used
   double flops = 0;                   // executed by every rank together
@@ -106,9 +107,11 @@ std::vector<parallel::Program> lower_representatives(const parallel::LowerReques
 // On a cluster whose ranks share the host's cores (the calibrated local
 // spec), a compute slows down by how many ranks use the cores at once,
 // which a pipeline's bubbles lower: replays with the profiled estimator
-// until the time-average number of ranks not blocked on a receive settles,
-// at most four times. (In-process collectives copy and add on the cores,
-// so a rank in one counts as busy.) Other clusters: one
+// until the time-average number of threads using the cores settles, at
+// most four times: the ranks not blocked on a receive, plus, with an
+// unlimited in-process transport, the ranks' progress threads while they
+// run a collective (copies, adds and codecs on the cores; a rank on its
+// main thread in one counts as busy already). Other clusters: one
 // replay with request.estimator (their roofline when it is null).
 Simulation simulate_sharing_cores(SimulationRequest request, const ProfiledEstimator::Options& options);
 

@@ -124,8 +124,9 @@ class StageModel {
       }
       // The norm (a pass over the gradients), the clip (two) and the update,
       // over this rank's shard under ZeRO.
-      const double update = estimator_.memory_seconds((3 + 3 + 2.0 * request_.optimizer_slots) * 4 * w /
-                                                      (l_.zero >= 1 ? l_.dp : 1));
+      const double shard = 4 * w / (l_.zero >= 1 ? l_.dp : 1);
+      const double update = estimator_.memory_seconds(3 * shard) +
+                             estimator_.update_seconds((3 + 2.0 * request_.optimizer_slots) * shard);
       sync_max = std::max(sync_max, sync + update);
     }
     double pipeline = F[0] + B[0];

@@ -74,7 +74,11 @@ TEST(HostProfile, ContentionGrowsWithRanksPastWhatWasMeasured) {
 TEST(HostProfile, JsonRoundTripsAndBadFieldsAreNamed) {
   HostProfile p = rates();
   p.kernels["k@1"] = {.op = "matmul", .threads = 1, .roofline = 1e-6, .seconds = 2e-6};
+  p.codecs["int8"] = {.encode = 3e-9, .decode = 1e-9};
   EXPECT_EQ(profile_from_json(to_json(p)), p);
+  nlohmann::json negative = to_json(p);
+  negative["codecs"]["int8"]["decode"] = -1;
+  EXPECT_THROW(profile_from_json(negative), Error);
   nlohmann::json bad = to_json(p);
   bad["kernels"]["k@1"]["seconds"] = 0;
   try {
@@ -154,21 +158,48 @@ TEST(HostProfile, Bf16GemmIsItsFp32TwinAtTheBf16RatePlusTheRoundingPass) {
   }
 }
 
-// No in-sample fit: a model's steps are slowed by the in-situ factor of the
-// OTHER calibrated models (in its precision when they have runs in it),
-// never by its own measured steps.
-TEST(HostProfile, InSituFactorIsHeldOutFromTheModelItScales) {
+// The optimizer's state is touched once a step: its pass runs at the
+// bandwidth past the caches even when its bytes would fit in them, while
+// the gradient's passes (accumulate, norm, clip) fit and run at the cache's.
+TEST(ProfiledEstimator, TheUpdatePassIsPricedPastTheCaches) {
   HostProfile p = rates();
-  p.in_situ_samples = {{"gpt batch 8 threads 2", 1.4}, {"mlp batch 8 threads 2", 1.8}};
-  // Held out: a model's factor comes from the other models' runs only.
-  EXPECT_DOUBLE_EQ(p.in_situ_factor("gpt", Precision::bf16), 1.8);  // no bf16 run: the mlp's fp32 one
-  EXPECT_DOUBLE_EQ(p.in_situ_factor("mlp"), 1.4);
-  p.in_situ_samples["gpt batch 8 threads 2 bf16"] = 1.6;
-  EXPECT_DOUBLE_EQ(p.in_situ_factor("gpt", Precision::fp32), 1.8);
-  EXPECT_DOUBLE_EQ(p.in_situ_factor("gpt", Precision::bf16), 1.8);  // its own bf16 run is not used
-  EXPECT_DOUBLE_EQ(p.in_situ_factor("mlp", Precision::bf16), 1.6);  // the gpt's bf16 run
-  EXPECT_DOUBLE_EQ(p.in_situ_factor("cnn", Precision::bf16), 1.6);  // no cnn: every bf16 run
-  EXPECT_DOUBLE_EQ(p.in_situ_factor("cnn"), 1.6);                   // every fp32 run: median of 1.4 and 1.8
+  p.cache_bytes = 8e6;
+  p.cache_bandwidth = 4 * p.memory_bandwidth;
+  p.comm = comm::default_cost_model("inproc");
+  const ProfiledEstimator one(local_cluster_spec(p, "cpu", 1e10), {.ranks = 1, .threads = 1});
+  EXPECT_DOUBLE_EQ(one.memory_seconds(1e6), 1e6 / p.cache_bandwidth);
+  EXPECT_DOUBLE_EQ(one.update_seconds(1e6), 1e6 / p.memory_bandwidth);
+  EXPECT_DOUBLE_EQ(one.update_seconds(1e8), one.memory_seconds(1e8));
+  // Ranks streaming at once slow it as any memory-bound pass.
+  const ProfiledEstimator two(local_cluster_spec(p, "cpu", 1e10), {.ranks = 2, .threads = 1});
+  EXPECT_DOUBLE_EQ(two.update_seconds(1e6), 1.2 * one.update_seconds(1e6));
+}
+
+// A compressed allreduce's codec: its measured encode and a decode per
+// rank's payload, slowed like any compute when ranks share the cores; a
+// codec the profile has no timing of costs the passes over the gradient.
+TEST(ProfiledEstimator, CodecsCostTheirMeasuredEncodeAndADecodeAPayload) {
+  using comm::compression::Method;
+  HostProfile p = rates();
+  p.comm = comm::default_cost_model("inproc");
+  p.codecs["int8"] = {.encode = 4e-9, .decode = 1e-9};
+  const ClusterSpec cluster = local_cluster_spec(p, "cpu", 1e10);
+  const ProfiledEstimator one(cluster, {.ranks = 1, .threads = 1});
+  EXPECT_DOUBLE_EQ(one.codec_seconds(Method::int8, 1e6, 2), 1e6 * (4e-9 + 2 * 1e-9));
+  EXPECT_DOUBLE_EQ(one.codec_seconds(Method::int8, 1e6, 4), 1e6 * (4e-9 + 4 * 1e-9));
+  const ProfiledEstimator three(cluster, {.ranks = 3, .threads = 1});
+  EXPECT_DOUBLE_EQ(three.codec_seconds(Method::int8, 1e6, 2), 1.5 * one.codec_seconds(Method::int8, 1e6, 2));
+  EXPECT_DOUBLE_EQ(one.codec_seconds(Method::sign, 1e6, 2),
+                   one.memory_seconds(3 * 4 * 1e6) + one.memory_seconds(2 * 2 * 4 * 1e6));
+}
+
+// A spec calibrated before the model-level factor was dropped still loads;
+// the factor it holds is not used.
+TEST(HostProfile, ASpecWithTheOldModelFactorStillLoads) {
+  HostProfile p = rates();
+  nlohmann::json old = to_json(p);
+  old["in_situ_samples"] = {{"gpt batch 8 threads 2", 1.4}};
+  EXPECT_EQ(profile_from_json(old), p);
 }
 
 TEST(ProfiledEstimator, Bf16GemmCostsLessThanItsFp32TwinWhereTheBf16RateIsHigher) {
@@ -279,6 +310,43 @@ TEST(Calibration, TimesEachDistinctKernelOnceAndPredictsFromThem) {
     }
   EXPECT_NEAR(sim.busy_seconds[0], kernels, 1e-9 * kernels);
   EXPECT_GT(sim.step_seconds, kernels);
+}
+
+TEST(Calibration, TimesEveryCodecButPowerSgd) {
+  HostProfile p;
+  measure_codecs(p, {.batch_seconds = 0.001, .batches = 1, .max_ranks = 2});
+  for (const char* method : {"fp16", "bf16", "int8", "sign", "topk", "threshold"}) {
+    ASSERT_TRUE(p.codecs.count(method)) << method;
+    // The split between the two is rough under load (two ranks' time less
+    // one's); their sum is one rank's whole codec.
+    EXPECT_GT(p.codecs.at(method).encode + p.codecs.at(method).decode, 0) << method;
+    EXPECT_GE(p.codecs.at(method).encode, 0) << method;
+    EXPECT_GE(p.codecs.at(method).decode, 0) << method;
+  }
+  EXPECT_FALSE(p.codecs.count("powersgd"));
+}
+
+// A compressed data-parallel step on the local spec: its codec's measured
+// cost lands on the progress lane, and that lane's work shares the cores
+// with the ranks' computes, so a slower codec slows the step.
+TEST(Calibration, ACompressedStepPaysItsCodecOnTheSharedCores) {
+  nn::GptConfig config{.vocab = 64, .block = 16, .n_layer = 2, .n_head = 2, .n_embd = 32};
+  const nn::Model model = nn::build_gpt(config, 4, 16, true);
+  parallel::Strategy dp = parallel::data_parallel(2, batch_input_names(model));
+  dp.lowering.compression = comm::compression::Spec::parse("int8");
+  const std::vector<parallel::Program> programs = lower_all({.forward = &model.graph, .loss = model.loss}, dp);
+  HostProfile p = rates();
+  p.comm = comm::default_cost_model("inproc");
+  auto step = [&](double per_element) {
+    p.codecs["int8"] = {.encode = per_element, .decode = per_element};
+    const ClusterSpec cluster = local_spec(p);
+    return simulate_sharing_cores({.programs = &programs, .cluster = &cluster}, {.threads = 1});
+  };
+  const Simulation fast = step(1e-12), slow = step(1e-6);
+  EXPECT_GT(slow.progress_busy[0], 100 * fast.progress_busy[0]);
+  EXPECT_GT(slow.step_seconds, fast.step_seconds);
+  // The same busy progress lane slows the computes: more busy threads than ranks.
+  EXPECT_GT(slow.busy_seconds[0], fast.busy_seconds[0]);
 }
 
 }  // namespace

@@ -8,6 +8,9 @@
 
 #include <unistd.h>
 
+#include "comm/backends.h"
+#include "comm/collectives.h"
+#include "comm/compression/compressor.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "graph/op.h"
@@ -25,23 +28,30 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Per-call seconds of one batch of calls of `run` lasting at least batch_seconds.
+double time_batch(const std::function<void()>& run, double batch_seconds) {
+  const double start = now_seconds();
+  int calls = 0;
+  double elapsed = 0;
+  do {
+    run();
+    ++calls;
+    elapsed = now_seconds() - start;
+  } while (elapsed < batch_seconds);
+  return elapsed / calls;
+}
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
 // Per-call seconds of `run`: batches of calls lasting at least batch_seconds, the median batch.
 double time_calls(const std::function<void()>& run, const CalibrationOptions& options) {
   run();  // warm: first-touch pages, caches, pools
   std::vector<double> per_call;
-  for (int b = 0; b < std::max(1, options.batches); ++b) {
-    const double start = now_seconds();
-    int calls = 0;
-    double elapsed = 0;
-    do {
-      run();
-      ++calls;
-      elapsed = now_seconds() - start;
-    } while (elapsed < options.batch_seconds);
-    per_call.push_back(elapsed / calls);
-  }
-  std::nth_element(per_call.begin(), per_call.begin() + static_cast<long>(per_call.size() / 2), per_call.end());
-  return per_call[per_call.size() / 2];
+  for (int b = 0; b < std::max(1, options.batches); ++b) per_call.push_back(time_batch(run, options.batch_seconds));
+  return median(std::move(per_call));
 }
 
 // One rank's compute-bound and memory-bound work, on its own buffers.
@@ -90,7 +100,64 @@ void fill(Tensor& t, Rng& rng) {
   }
 }
 
+// A compressed allreduce of kCodecElements floats on `ranks` in-process
+// ranks at once, one kernel thread each: seconds per call, the slowest
+// rank's mean over `calls`. Each call starts from the rank's own gradient
+// again (the sum replaces it): one copy, small beside the codec.
+constexpr int64_t kCodecElements = int64_t{1} << 18;
+double compressed_allreduce_seconds(const comm::compression::Spec& spec, int ranks, int calls) {
+  std::vector<double> seconds(static_cast<size_t>(ranks));
+  comm::run_inproc(ranks, [&](comm::Communicator& comm) {
+    comm::compression::GradientCompressor codec(spec, kCodecElements, 1);
+    Rng rng(static_cast<uint64_t>(comm.rank()) + 1);
+    std::vector<float> mine(static_cast<size_t>(kCodecElements)), grad(mine.size());
+    for (float& g : mine) g = static_cast<float>(1e-3 * rng.normal());
+    auto call = [&](uint64_t step) {
+      std::copy(mine.begin(), mine.end(), grad.begin());
+      codec.allreduce_sum(comm, grad, step);
+    };
+    call(0);  // warm: the ranks' agreement on the codec, first-touch pages
+    comm::barrier(comm);
+    const double start = now_seconds();
+    for (int i = 1; i <= calls; ++i) call(static_cast<uint64_t>(i));
+    seconds[static_cast<size_t>(comm.rank())] = (now_seconds() - start) / calls;
+  });
+  return *std::max_element(seconds.begin(), seconds.end());
+}
+
 }  // namespace
+
+void measure_codecs(HostProfile& profile, const CalibrationOptions& options, const CalibrationProgress& progress) {
+  using comm::compression::Method;
+  const int threads = kernels::threads();
+  kernels::set_threads(1);  // a rank's progress thread runs the codec on its own
+  for (Method method : {Method::fp16, Method::bf16, Method::int8, Method::sign, Method::topk, Method::threshold}) {
+    const comm::compression::Spec spec{.method = method};
+    // One rank encodes and decodes its own payload; two at once decode
+    // two each (and exchange them, an in-process copy): the difference is
+    // one payload's decode. Median of the rounds.
+    const double once = compressed_allreduce_seconds(spec, 1, 1);
+    const int calls = std::max(3, static_cast<int>(options.batch_seconds / std::max(once, 1e-6)));
+    std::vector<double> one, two;
+    for (int round = 0; round < std::max(3, options.batches); ++round) {
+      one.push_back(compressed_allreduce_seconds(spec, 1, calls));
+      two.push_back(compressed_allreduce_seconds(spec, 2, calls));
+    }
+    std::sort(one.begin(), one.end());
+    std::sort(two.begin(), two.end());
+    const double alone = one[one.size() / 2] / kCodecElements;
+    const double pair = two[two.size() / 2] / kCodecElements;
+    // fp16 and bf16 ring-reduce their payload, a decode and add a hop: the
+    // same split holds. Noise can put the pair under one rank: no decode.
+    const double decode = std::clamp(pair - alone, 0.0, alone);
+    profile.codecs[std::string(comm::compression::method_name(method))] = {.encode = alone - decode,
+                                                                           .decode = decode};
+    if (progress)
+      progress(fmt::format("codec {}: encode {:.2f} ns, decode {:.2f} ns an element (one thread)",
+                           comm::compression::method_name(method), 1e9 * (alone - decode), 1e9 * decode));
+  }
+  kernels::set_threads(threads);
+}
 
 double measure_bf16_gemm_rate(const CalibrationOptions& options) {
   if (!kernels::cpu_has_avx512_bf16()) return 0;
@@ -190,36 +257,66 @@ int time_kernels(HostProfile& profile, const std::vector<parallel::Program>& pro
         const std::string key = plan::kernel_key(g, g.nodes()[static_cast<size_t>(c->node)], threads);
         if (!profile.kernels.count(key)) pending.emplace(key, Pending{&p, graph, c->node});
       }
-  Rng rng(7);
-  int done = 0;
-  for (const auto& [key, at] : pending) {
-    const Graph& g = at.program->graphs[static_cast<size_t>(at.graph)];
-    const std::vector<ShardBox>& boxes = at.program->boxes[static_cast<size_t>(at.graph)];
-    const Node& node = g.nodes()[static_cast<size_t>(at.node)];
+  // The batches of a kernel are spread over a chunk of kernels' worth of
+  // time (batch b of every kernel in the chunk, then batch b + 1), so a
+  // slow spell of the shared host spoils one batch of many kernels, which
+  // the median drops, not every batch of a few: timed back to back, a
+  // spell once made a run of GPT kernels 6-23x slow. A chunk holds inputs
+  // of at most kChunkBytes.
+  constexpr int64_t kChunkBytes = int64_t{256} << 20;
+  struct Prepared {
+    std::string key;
+    const Graph* graph;
+    const Node* node;
+    OpContext context;
     std::vector<Tensor> inputs, outputs;
-    OpContext context{.seed = 1, .inputs = {}, .outputs = {}};
-    for (ValueId v : node.inputs) {
-      inputs.push_back(Tensor::empty(g.spec(v).shape, g.spec(v).dtype));
-      fill(inputs.back(), rng);
-      context.inputs.push_back(boxes[static_cast<size_t>(v)]);
-    }
-    for (size_t o = 0; o < node.outputs.size(); ++o) {
-      const TensorSpec& spec = g.spec(node.outputs[o]);
-      outputs.push_back(o == 0 && node.def->output_is_view ? inputs.front().reshape(spec.shape)
-                                                           : Tensor::empty(spec.shape, spec.dtype));
-      context.outputs.push_back(boxes[static_cast<size_t>(node.outputs[o])]);
-    }
     std::vector<const Tensor*> in;
     std::vector<Tensor*> out;
-    for (const Tensor& t : inputs) in.push_back(&t);
-    for (Tensor& t : outputs) out.push_back(&t);
-    const double seconds = time_calls([&] { node.def->forward(context, node.attrs, in, out); }, options);
-    profile.kernels[key] = {.op = node.op(),
-                            .threads = threads,
-                            .roofline = plan::roofline_seconds(profile, plan::node_cost(g, node)),
-                            .seconds = seconds};
-    if (progress && (++done % 20 == 0 || done == static_cast<int>(pending.size())))
-      progress(fmt::format("timed {} of {} kernels", done, pending.size()));
+    std::vector<double> per_call;
+    void run() { node->def->forward(context, node->attrs, in, out); }
+  };
+  Rng rng(7);
+  int done = 0;
+  auto it = pending.begin();
+  while (it != pending.end()) {
+    std::vector<std::unique_ptr<Prepared>> chunk;  // unique_ptr: in/out point into the entry
+    int64_t bytes = 0;
+    for (; it != pending.end() && (chunk.empty() || bytes < kChunkBytes); ++it) {
+      const auto& [key, at] = *it;
+      const Graph& g = at.program->graphs[static_cast<size_t>(at.graph)];
+      const std::vector<ShardBox>& boxes = at.program->boxes[static_cast<size_t>(at.graph)];
+      auto k = std::make_unique<Prepared>(Prepared{.key = key, .graph = &g,
+                                                   .node = &g.nodes()[static_cast<size_t>(at.node)],
+                                                   .context = {.seed = 1, .inputs = {}, .outputs = {}}});
+      const Node& node = *k->node;
+      for (ValueId v : node.inputs) {
+        k->inputs.push_back(Tensor::empty(g.spec(v).shape, g.spec(v).dtype));
+        fill(k->inputs.back(), rng);
+        bytes += static_cast<int64_t>(k->inputs.back().nbytes());
+        k->context.inputs.push_back(boxes[static_cast<size_t>(v)]);
+      }
+      for (size_t o = 0; o < node.outputs.size(); ++o) {
+        const TensorSpec& spec = g.spec(node.outputs[o]);
+        k->outputs.push_back(o == 0 && node.def->output_is_view ? k->inputs.front().reshape(spec.shape)
+                                                                : Tensor::empty(spec.shape, spec.dtype));
+        bytes += static_cast<int64_t>(k->outputs.back().nbytes());
+        k->context.outputs.push_back(boxes[static_cast<size_t>(node.outputs[o])]);
+      }
+      for (const Tensor& t : k->inputs) k->in.push_back(&t);
+      for (Tensor& t : k->outputs) k->out.push_back(&t);
+      k->run();  // warm: first-touch pages, caches, pools
+      chunk.push_back(std::move(k));
+    }
+    for (int b = 0; b < std::max(1, options.batches); ++b)
+      for (auto& k : chunk) k->per_call.push_back(time_batch([&] { k->run(); }, options.batch_seconds));
+    for (auto& k : chunk) {
+      profile.kernels[k->key] = {.op = k->node->op(),
+                                 .threads = threads,
+                                 .roofline = plan::roofline_seconds(profile, plan::node_cost(*k->graph, *k->node)),
+                                 .seconds = median(std::move(k->per_call))};
+      if (progress && (++done % 20 == 0 || done == static_cast<int>(pending.size())))
+        progress(fmt::format("timed {} of {} kernels", done, pending.size()));
+    }
   }
   return static_cast<int>(pending.size());
 }

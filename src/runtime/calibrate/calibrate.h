@@ -27,6 +27,12 @@ struct CalibrationOptions {
 // its streaming bandwidth), its cores, and the contention curves.
 void measure_host(plan::HostProfile& profile, const CalibrationOptions& options, const CalibrationProgress& progress = {});
 
+// Each lossy gradient codec's compute (HostProfile::codecs): compressed
+// allreduces of 256k floats on one in-process rank and on two, one kernel
+// thread each; PowerSGD is left out (its products are costed by shape).
+void measure_codecs(plan::HostProfile& profile, const CalibrationOptions& options,
+                    const CalibrationProgress& progress = {});
+
 // One rank's bf16 GEMM rate: measure_host's GEMM with bf16 inputs, fp32
 // accumulation and output (kernels::gemm_bf16) on one thread; 0 where the
 // CPU has no AVX512_BF16.

@@ -1,6 +1,7 @@
 // Chrome trace (JSON, opens in Perfetto / chrome://tracing) of compute and
 // communication per rank: one process per rank, a "compute" lane with every
-// graph node run, a "comm" lane with what the main thread waited on
+// graph node run and the main thread's local passes (accumulate, norm,
+// finite, clip, update), a "comm" lane with what the main thread waited on
 // another rank for, and a "progress" lane with every collective (or slice)
 // the progress engine ran, each tagged with its Program instruction id (the
 // id a simulator's trace of the same Program uses). Times are
@@ -15,7 +16,7 @@
 namespace px {
 
 struct TraceRecord {
-  // compute: the main thread's computes; comm: what blocks it on another
+  // compute: the main thread's computes and local passes; comm: what blocks it on another
   // rank (inline collectives, reshards, receives); progress: collectives on
   // the progress engine's thread (the Program's progress lane).
   enum class Lane { compute = 0, comm = 1, progress = 2 };

@@ -39,23 +39,12 @@ RunPrediction predict_run(const TrainOptions& o, const std::vector<parallel::Pro
         measure_bf16_gemm_rate({.batch_seconds = 0.005, .batches = 1});
     out.basis += " with the bf16 GEMM rate probed now (calibrate again to keep one)";
   }
-  auto replay = [&](const plan::ClusterSpec& on, bool trace) {
-    return plan::simulate_sharing_cores(
-        {.programs = &programs,
-         .cluster = &on,
-         .execution = {.overlap = o.sync.overlap, .trace = trace},
-         .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size())},
-        {.threads = o.threads, .model = o.model, .precision = parse_precision(o.precision), .link_gbps = o.link_gbps,
-         .collective = o.sync.collective});
-  };
-  const plan::Simulation sim = replay(cluster, true);
-  out.model_factor = cluster.profile ? cluster.profile->in_situ_factor(o.model, parse_precision(o.precision)) : 1;
-  out.step_seconds_without_model_factor = sim.step_seconds;
-  if (out.model_factor != 1) {
-    plan::ClusterSpec kernels_only = cluster;
-    kernels_only.profile->in_situ_samples.clear();
-    out.step_seconds_without_model_factor = replay(kernels_only, false).step_seconds;
-  }
+  const plan::Simulation sim = plan::simulate_sharing_cores(
+      {.programs = &programs,
+       .cluster = &cluster,
+       .execution = {.overlap = o.sync.overlap, .trace = true},
+       .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size())},
+      {.threads = o.threads, .link_gbps = o.link_gbps, .collective = o.sync.collective});
   out.step_seconds = sim.step_seconds;
   out.peak_bytes = sim.peak_bytes.front();
   out.activation_peak_bytes = sim.forward_activation_peak_bytes.front();

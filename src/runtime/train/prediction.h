@@ -19,12 +19,6 @@ struct RunPrediction {
   std::string basis;          // where the figures come from, for people
   bool calibrated = false;
   double step_seconds = 0;
-  // The model-level correction in it (HostProfile::in_situ_factor, held out
-  // from this model's own runs; 1 without one) and the step predicted
-  // without it, from the kernel and transport timings alone, so the two are
-  // scored apart (bench/predict_accuracy.sh).
-  double model_factor = 1;
-  double step_seconds_without_model_factor = 0;
   double peak_bytes = 0;      // rank 0's
   double activation_peak_bytes = 0;  // rank 0's forward activations at their peak
   std::vector<double> peak_bytes_per_rank;  // the memory model's peak of every rank

@@ -129,8 +129,6 @@ void RankTrainer::summarize_and_predict() {
     log_ << describe_prediction(*predicted, result_.measured_step_seconds, double(result_.peak_tensor_bytes),
                                  double(result_.activation_peak_bytes));
     metrics_->write({{"predicted_step_s", predicted->step_seconds},
-                     {"predicted_step_without_model_factor_s", predicted->step_seconds_without_model_factor},
-                     {"model_factor", predicted->model_factor},
                      {"measured_step_s", result_.measured_step_seconds},
                      {"predicted_peak_bytes", predicted->peak_bytes},
                      {"measured_peak_bytes", result_.peak_tensor_bytes},
