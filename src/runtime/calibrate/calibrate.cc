@@ -143,10 +143,8 @@ void measure_codecs(HostProfile& profile, const CalibrationOptions& options, con
       one.push_back(compressed_allreduce_seconds(spec, 1, calls));
       two.push_back(compressed_allreduce_seconds(spec, 2, calls));
     }
-    std::sort(one.begin(), one.end());
-    std::sort(two.begin(), two.end());
-    const double alone = one[one.size() / 2] / kCodecElements;
-    const double pair = two[two.size() / 2] / kCodecElements;
+    const double alone = median(std::move(one)) / kCodecElements;
+    const double pair = median(std::move(two)) / kCodecElements;
     // fp16 and bf16 ring-reduce their payload, a decode and add a hop: the
     // same split holds. Noise can put the pair under one rank: no decode.
     const double decode = std::clamp(pair - alone, 0.0, alone);
@@ -224,10 +222,6 @@ void measure_host(HostProfile& profile, const CalibrationOptions& options, const
       memory[k - 1].push_back(concurrent_seconds(streams, static_cast<int>(k), true, stream_calls) / stream_one);
     }
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   profile.contention_compute = {1};
   profile.contention_memory = {1};
   for (size_t k = 2; k <= ks; ++k) {
