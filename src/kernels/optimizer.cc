@@ -41,28 +41,37 @@ inline void adamw_one(const AdamwCoeffs& k, float& p, float g, float& m, float& 
   p = p + k.neg_step_size * m / denom;           // param.addcdiv_(m, denom, -step_size)
 }
 
-inline void sgd_one(float lr, float momentum, float wd, bool first, float& p, float g, float* buf) {
-  float d = g + wd * p;  // grad.add(param, alpha=wd)
-  if (buf != nullptr) {
-    *buf = first ? d : *buf * momentum + d;  // buf.mul_(momentum).add_(d)
-    d = *buf;
-  }
-  p = p + -lr * d;  // param.add_(d, alpha=-lr)
-}
-
+// One SGD element: d = g + wd*p (grad.add(param, alpha=wd)); then, with a
+// buffer, buf = d on the first step, else buf*momentum + d
+// (buf.mul_(momentum).add_(d)), and d = buf; then p += -lr*d. The loops
+// below spell it per case with unaliased pointers, so each vectorises: one
+// loop with the first-step choice and possibly aliased buffers ran scalar,
+// at 1.07 ns an element against 0.1 (2560-200k elements, this host).
 }  // namespace
 
 // momentum_buf may be null when momentum == 0 (torch keeps no buffer then).
 void sgd_momentum(int64_t n, float lr, float momentum, float weight_decay, bool first_step,
                   float* param, const float* grad, float* momentum_buf) {
   px::parallel_for(0, n, detail::kGrain, [=](int64_t lo, int64_t hi) {
-    if (momentum_buf == nullptr || momentum == 0.0f) {
-      for (int64_t i = lo; i < hi; ++i)
-        sgd_one(lr, momentum, weight_decay, first_step, param[i], grad[i], nullptr);
-      return;
+    // Locals, not the closure's members: a store through p or buf could
+    // alias the closure, so its members are reloaded every element.
+    const float neg_lr = -lr, wd = weight_decay, mu = momentum;
+    float* __restrict p = param;
+    const float* __restrict g = grad;
+    float* __restrict buf = momentum_buf;
+    if (buf == nullptr || mu == 0.0f) {
+      for (int64_t i = lo; i < hi; ++i) p[i] = p[i] + neg_lr * (g[i] + wd * p[i]);
+    } else if (first_step) {
+      for (int64_t i = lo; i < hi; ++i) {
+        buf[i] = g[i] + wd * p[i];
+        p[i] = p[i] + neg_lr * buf[i];
+      }
+    } else {
+      for (int64_t i = lo; i < hi; ++i) {
+        buf[i] = buf[i] * mu + (g[i] + wd * p[i]);
+        p[i] = p[i] + neg_lr * buf[i];
+      }
     }
-    for (int64_t i = lo; i < hi; ++i)
-      sgd_one(lr, momentum, weight_decay, first_step, param[i], grad[i], &momentum_buf[i]);
   });
 }
 
