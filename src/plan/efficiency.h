@@ -16,6 +16,10 @@
 //   memory      bytes / (memory_bandwidth · memory_fraction)
 //   launch      no kernel takes less than launch_seconds (launches are
 //               asynchronous: a floor, not a cost added to every kernel)
+//   overlap     while a collective runs beside it, a GEMM has
+//               units - collective_units tile slots: the collective's
+//               kernels hold SMs of their own (NCCL: a thread block a
+//               channel), so the GEMM's tiles run in more waves
 //   links       LinkSpec::efficiency: achieved bus bandwidth / line rate
 //               (nccl-tests' busbw), so a collective of n bytes costs the
 //               algorithm's α-β terms with β = 1 / (bandwidth · efficiency)
@@ -41,6 +45,7 @@ struct KernelEfficiency {
   GemmEfficiency gemm;
   double memory_fraction = 1;  // achievable / datasheet memory bandwidth
   double launch_seconds = 0;   // the least time a kernel takes
+  int64_t collective_units = 0;  // GEMM units a collective running beside it holds
   bool operator==(const KernelEfficiency&) const = default;
 };
 
@@ -48,6 +53,10 @@ struct KernelEfficiency {
 // keeps busy: M·N·batch over (waves · units · tile_m · tile_n). 1 for the
 // identity model.
 double gemm_quantisation(const GemmEfficiency& gemm, double m, double n, double batch = 1);
+
+// The GEMM efficiency while a collective runs beside it: collective_units
+// fewer units, each still a 1/units share of the peak.
+GemmEfficiency beside_collective(const KernelEfficiency& efficiency);
 
 // The peak fraction a published maximum-achievable GEMM rate implies:
 // achieved / (peak · quantisation of the shape it was achieved at).

@@ -66,16 +66,20 @@ const comm::CostModel& RooflineEstimator::cost_model(LinkClass link) const {
   return link == LinkClass::intra_node ? intra_ : inter_;
 }
 
-double gemm_efficiency(const KernelEfficiency& e, const Graph& graph, const Node& node) {
-  return e.gemm.peak_fraction * gemm_tiles(graph, node).quantisation(e.gemm);
+double RooflineEstimator::compute_seconds(const Graph& graph, const Node& node) const {
+  return compute_seconds(graph, node, cluster_.device.efficiency.gemm);
 }
 
-double RooflineEstimator::compute_seconds(const Graph& graph, const Node& node) const {
+double RooflineEstimator::compute_seconds_beside_collective(const Graph& graph, const Node& node) const {
+  return compute_seconds(graph, node, beside_collective(cluster_.device.efficiency));
+}
+
+double RooflineEstimator::compute_seconds(const Graph& graph, const Node& node, const GemmEfficiency& gemm) const {
   const OpCost c = node_cost(graph, node);
   const DeviceSpec& device = cluster_.device;
   // The graph's float tensors are float32; computing in another dtype moves its bytes.
   const double scale = static_cast<double>(dtype_size(compute_)) / static_cast<double>(dtype_size(DType::f32));
-  const double flops_rate = device.flops(compute_) * gemm_efficiency(device.efficiency, graph, node);
+  const double flops_rate = device.flops(compute_) * gemm.peak_fraction * gemm_tiles(graph, node).quantisation(gemm);
   return std::max({device.efficiency.launch_seconds, c.flops / flops_rate,
                    scale * (c.bytes_read + c.bytes_written) / achieved_memory_bandwidth(device)});
 }

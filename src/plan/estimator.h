@@ -21,6 +21,13 @@ class CostEstimator {
   virtual ~CostEstimator() = default;
   // One node of a local graph (its shapes are the local ones).
   virtual double compute_seconds(const Graph& graph, const Node& node) const = 0;
+  // The same node while a collective runs beside it on its device (the
+  // collective's kernels hold some of its units; plan/efficiency.h). The
+  // same by default: on this host the contention of cores is costed apart
+  // (simulate_sharing_cores).
+  virtual double compute_seconds_beside_collective(const Graph& graph, const Node& node) const {
+    return compute_seconds(graph, node);
+  }
   // A pass over `bytes` of memory (accumulating a gradient, the norm, the clip).
   virtual double memory_seconds(double bytes) const = 0;
   // The optimizer's update: a pass over the parameters, the gradient and the
@@ -65,6 +72,7 @@ class RooflineEstimator : public CostEstimator {
  public:
   explicit RooflineEstimator(ClusterSpec cluster, DType compute = DType::f32);
   double compute_seconds(const Graph& graph, const Node& node) const override;
+  double compute_seconds_beside_collective(const Graph& graph, const Node& node) const override;
   double memory_seconds(double bytes) const override;
   double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const override;
   double transfer_seconds(double bytes, LinkClass link) const override;
@@ -72,6 +80,8 @@ class RooflineEstimator : public CostEstimator {
   const comm::CostModel& cost_model(LinkClass link) const;
 
  private:
+  double compute_seconds(const Graph& graph, const Node& node, const GemmEfficiency& gemm) const;
+
   ClusterSpec cluster_;
   DType compute_;
   comm::CostModel intra_, inter_;

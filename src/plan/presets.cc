@@ -36,6 +36,15 @@ constexpr double kHbmFraction = 0.90;
 // kernel (launch overhead overlapped with execution).
 constexpr double kLaunchSeconds = 3.8e-6;
 
+// A collective beside a GEMM holds SMs: an ncclAllGather overlapped with
+// a 132-block GEMM on an H100 launched 24 thread blocks, one an SM, and
+// pushed the GEMM's last blocks into a second wave (its time nearly
+// doubled; NVIDIA developer forums, "Compute-Communication Overlap Causes
+// Severe GEMM Performance Degradation because of Tail Effect", 2025).
+// NCCL sizes its channels by the topology, not the SM count, so the A100
+// preset assumes the same 24 over NVSwitch.
+constexpr int64_t kNcclUnits = 24;
+
 // NCCL's achieved bus bandwidth over the line rate. NVLink: "450GB/s is
 // the line rate. With the protocol overhead (~20%) NCCL can get an
 // effective NVLink bandwidth of 370GB/s" (S. Jeaugey, NVIDIA, nccl-tests
@@ -67,7 +76,10 @@ ClusterSpec dgx_a100() {
                      .flops_bf16 = 312e12,
                      .memory_bytes = 80e9,
                      .memory_bandwidth = 2039e9,
-                     .efficiency = {.gemm = gemm, .memory_fraction = kHbmFraction, .launch_seconds = kLaunchSeconds}},
+                     .efficiency = {.gemm = gemm,
+                                    .memory_fraction = kHbmFraction,
+                                    .launch_seconds = kLaunchSeconds,
+                                    .collective_units = kNcclUnits}},
           .intra_node = {.name = "NVLink 3 / NVSwitch", .bandwidth = 300e9, .latency = kNvlinkLatency,
                          .efficiency = kNvlink3Efficiency},
           .inter_node = {.name = "8x HDR InfiniBand 200 Gb/s", .bandwidth = 25e9, .latency = kInfinibandLatency,
@@ -91,7 +103,10 @@ ClusterSpec dgx_h100() {
                      .flops_bf16 = 989e12,
                      .memory_bytes = 80e9,
                      .memory_bandwidth = 3350e9,
-                     .efficiency = {.gemm = gemm, .memory_fraction = kHbmFraction, .launch_seconds = kLaunchSeconds}},
+                     .efficiency = {.gemm = gemm,
+                                    .memory_fraction = kHbmFraction,
+                                    .launch_seconds = kLaunchSeconds,
+                                    .collective_units = kNcclUnits}},
           .intra_node = {.name = "NVLink 4 / NVSwitch", .bandwidth = 450e9, .latency = kNvlinkLatency,
                          .efficiency = kNvlink4Efficiency},
           .inter_node = {.name = "8x NDR InfiniBand 400 Gb/s", .bandwidth = 50e9, .latency = kInfinibandLatency,

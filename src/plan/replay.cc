@@ -20,6 +20,24 @@
 namespace px::plan {
 namespace replaying {
 
+namespace {
+
+// A compute of `alone` seconds from `start` while the progress lane runs
+// a collective over [from, until): the part beside it at the pace of
+// `beside` seconds for the whole node. (A collective that the replay
+// schedules after this compute began does not slow it: an optimistic
+// edge.)
+double beside_collective(double start, double alone, double beside, double from, double until) {
+  if (until <= start || beside <= alone) return alone;
+  const double before = std::min(alone, std::max(0.0, from - start));
+  if (before >= alone) return alone;
+  const double pace = alone / beside;  // the node's work done a second beside the collective
+  const double during = std::min(until - std::max(start, from), (alone - before) / pace);
+  return before + during + (alone - before - during * pace);
+}
+
+}  // namespace
+
 Replay::Replay(const SimulationRequest& request)
     : request_(request),
       programs_(*request.programs),
@@ -201,7 +219,12 @@ std::optional<double> Replay::main_instruction(int rank, size_t pos, double star
   if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) {
     const Graph& g = p.graph_of(instr.micro_batch);
     const Node& node = g.nodes()[static_cast<size_t>(c->node)];
-    const double end = start + estimator_.compute_seconds(g, node);
+    const double alone = estimator_.compute_seconds(g, node);
+    const double end =
+        start + (s.collective_until > start
+                     ? beside_collective(start, alone, estimator_.compute_seconds_beside_collective(g, node),
+                                         s.collective_from, s.collective_until)
+                     : alone);
     if (counted) {
       std::vector<TensorSpec> in, o;
       for (ValueId v : node.inputs) in.push_back(g.spec(v));

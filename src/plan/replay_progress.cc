@@ -44,6 +44,10 @@ void Replay::complete(const CollectiveCall& call, Rendezvous& rv) {
       count_wire(out_.bytes_sent, m.calls[static_cast<size_t>(pos) % m.n]->wire, link, weight_ / call.slices);
       if (call.engine) m.progress_busy += seconds;
     }
+    if (call.engine) {
+      m.collective_from = begin;
+      m.collective_until = *rv.finish;
+    }
     event(member, static_cast<size_t>(pos), lane, begin, *rv.finish - begin, call.sequence);
   }
 }

@@ -55,6 +55,8 @@ struct RankState {
   double current_ready = 0;
   double busy = 0, last_compute = 0, receive_wait = 0;  // in the last step
   double progress_busy = 0;  // the last step's progress-lane collectives, their own time
+  // The progress lane's latest collective, [from, until): computes beside it run slower.
+  double collective_from = 0, collective_until = 0;
   int step_of(size_t pos) const { return static_cast<int>(pos / n); }
   const Instr& instr_at(size_t pos) const { return program->instrs[pos % n]; }
 };

@@ -44,6 +44,14 @@ TEST(Cluster, BadSpecsAreNamedErrors) {
     EXPECT_NE(std::string(e.what()).find("inter_node.bandwidth 0 must be > 0"), std::string::npos) << e.what();
   }
   bad = to_json(cluster_named("dgx-a100"));
+  bad["device"]["efficiency"]["collective_units"] = 108;
+  try {
+    cluster_from_json(bad);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("collective_units 108 must be in [0, 108)"), std::string::npos) << e.what();
+  }
+  bad = to_json(cluster_named("dgx-a100"));
   bad["gpus"] = 8;
   EXPECT_THROW(cluster_from_json(bad), Error);
 }

@@ -131,6 +131,37 @@ TEST(Simulate, AssumedRatesNameTheLargestPiecesAndStayWithinTheHardware) {
   }
 }
 
+// A collective beside a GEMM holds units of its own (plan/efficiency.h):
+// on dgx-a100, 24 of the 108. A GEMM of exactly 108 output tiles (3072 x
+// 1152 in 256 x 128 tiles, flops-bound at K = 784) runs in one wave alone
+// and in two beside a collective: twice the time, the tail effect NVIDIA's
+// forum thread measured. A data-parallel step whose reductions overlap its
+// backward is slower for it, by less than the progress lane's busy time.
+TEST(Simulate, AGemmBesideACollectiveRunsOnFewerUnits) {
+  const ClusterSpec cluster = cluster_named("dgx-a100");
+  ASSERT_EQ(cluster.device.efficiency.collective_units, 24);
+  const nn::Model wide = nn::build_mlp({.hidden = {1152}, .classes = 10}, 3072);
+  const Node* fc1 = nullptr;
+  for (const Node& node : wide.graph.nodes())
+    if (node.op() == "linear" && !fc1) fc1 = &node;
+  ASSERT_NE(fc1, nullptr);
+  const RooflineEstimator estimator(cluster, DType::bf16);
+  EXPECT_NEAR(estimator.compute_seconds_beside_collective(wide.graph, *fc1),
+              2 * estimator.compute_seconds(wide.graph, *fc1), 1e-15);
+
+  const nn::Model model = nn::build_gpt({.vocab = 256, .block = 512, .n_layer = 4, .n_head = 12, .n_embd = 768}, 16, 512, true);
+  const std::vector<parallel::Program> programs = lower_all(model, parallel::data_parallel(8, batch_input_names(model)));
+  ClusterSpec apart = cluster;
+  apart.device.efficiency.collective_units = 0;
+  const RooflineEstimator apart_estimator(apart, DType::bf16);
+  const Simulation beside =
+      simulate({.programs = &programs, .cluster = &cluster, .estimator = &estimator, .compute = DType::bf16});
+  const Simulation alone =
+      simulate({.programs = &programs, .cluster = &apart, .estimator = &apart_estimator, .compute = DType::bf16});
+  EXPECT_GT(beside.step_seconds, alone.step_seconds);
+  EXPECT_LT(beside.step_seconds - alone.step_seconds, alone.progress_busy.front());
+}
+
 TEST(Simulate, AReceiveNobodySendsIsNamed) {
   const nn::Model model = nn::build_mlp({.hidden = {64, 64}, .classes = 10}, 8);
   const parallel::Strategy s = parallel::with_pipeline(parallel::data_parallel(1, batch_input_names(model)), 2, {});
