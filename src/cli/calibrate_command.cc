@@ -12,6 +12,7 @@
 // and the spec has two levels: a node per host, a device per rank.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -101,6 +102,7 @@ void calibrate(TrainOptions& o, const CalibrateFlags& cal, const std::optional<H
   const CalibrationOptions options{.batch_seconds = cal.kernel_ms / 1e3,
                                    .max_ranks = std::max({cal.max_ranks, o.ranks, world_ranks})};
   measure_host(profile, options, say);
+  const double gemm_rate_at_start = profile.flops;
   measure_codecs(profile, options, say);
   if (cal.comm == "keep" && !(saved && saved->profile)) fail("--comm keep: '{}' holds no profile to keep", path);
   if (cal.comm != "keep") profile.comm = links ? links->inside : measure_comm(cal.comm, say);
@@ -135,6 +137,14 @@ void calibrate(TrainOptions& o, const CalibrateFlags& cal, const std::optional<H
   timed += time_kernels(profile, shared, options, say);
   say(fmt::format("{} strategies, {} programs: timed {} new kernels ({} in the profile)", strategies.size(),
                   alone.size() + shared.size(), timed, profile.kernels.size()));
+  // The same GEMM as at the start: a host that changed pace meanwhile
+  // (another process on the cores for a while) timed some kernels slow,
+  // and the spec would predict from them.
+  const double gemm_rate_at_end = measure_gemm_rate(options);
+  if (std::abs(gemm_rate_at_end / gemm_rate_at_start - 1) > 0.2)
+    say(fmt::format("warning: the host's GEMM rate moved from {:.1f} to {:.1f} GFLOP/s while it was measured: the "
+                    "cores were busy for a while; calibrate again on an idle host for predictions to trust",
+                    gemm_rate_at_start / 1e9, gemm_rate_at_end / 1e9));
 
   const plan::ClusterSpec local = local_spec(std::move(profile), hosts);
   plan::validate(local);

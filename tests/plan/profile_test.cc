@@ -312,6 +312,22 @@ TEST(Calibration, TimesEachDistinctKernelOnceAndPredictsFromThem) {
   EXPECT_GT(sim.step_seconds, kernels);
 }
 
+// Contention a busy host measures is named: two ranks on two free cores
+// run side by side (x1.0); x1.97 (one bench calibration's, taken while
+// the shared host was busy) means they took turns on one core. Three
+// ranks on two cores may take turns: nothing to say there.
+TEST(Calibration, ContentionOnlyABusyHostMeasuresIsNamed) {
+  HostProfile p;
+  p.cores = 2;
+  p.contention_compute = {1, 1.03, 2.04};
+  EXPECT_EQ(busy_host_contention(p), "");
+  p.contention_compute = {1, 1.97, 2.97};
+  EXPECT_EQ(busy_host_contention(p),
+            "2 ranks at once ran x1.97 slower each on 2 cores: the cores were not free (another process?)");
+  p.contention_compute = {1};
+  EXPECT_EQ(busy_host_contention(p), "");
+}
+
 TEST(Calibration, TimesEveryCodecButPowerSgd) {
   HostProfile p;
   measure_codecs(p, {.batch_seconds = 0.001, .batches = 1, .max_ranks = 2});

@@ -13,7 +13,9 @@ plan::ClusterSpec local_cluster(const std::string& path, int ranks, bool* calibr
   *calibrated = std::filesystem::exists(path);
   if (*calibrated) return plan::load_cluster(path);
   plan::HostProfile profile;
-  measure_host(profile, {.batch_seconds = 0.005, .batches = 1, .max_ranks = std::max(1, ranks)});
+  // A quick look at the end of a run, not a calibration: measured once.
+  measure_host(profile,
+               {.batch_seconds = 0.005, .batches = 1, .max_ranks = std::max(1, ranks), .contention_attempts = 1});
   profile.comm = comm::default_cost_model("inproc");
   return plan::local_cluster_spec(std::move(profile), "this host's CPU", 1e12, {.ranks_per_host = std::max(64, ranks)});
 }
