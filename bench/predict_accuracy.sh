@@ -109,7 +109,7 @@ for attempt in 1 2; do
     # shellcheck disable=SC2086
     calibrate "$model" ${MODEL[$model]} --max-ranks 8 --comm keep || { echo "error: calibrate $model failed" >&2; exit 1; }
   done
-  busy=$(grep -h "^warning:" "$RESULTS"/calibrate-*.log | head -1)
+  busy=$(grep -h "^warning:" "$RESULTS"/calibrate-*.log | head -1 || true)
   [[ -z $busy ]] && break
   echo "calibration $attempt: $busy" >&2
 done
