@@ -55,8 +55,8 @@ constexpr size_t kAlignment = 64;
 // wholly free is unmapped whatever the trim threshold. An in-process rank
 // that loaded its data filled its first heap, so each step's tensors took a
 // second heap that the step's last free unmapped: ~200 page faults a step
-// and an MLP step on 2 ranks 3-4x slower (3.8-4.1 ms against 1.3-1.7 with
-// one arena; the GPT's steps unchanged, 88-95 ms either way).
+// and an MLP step on 2 ranks about 3x slower (3.8-4.7 ms against 1.2-1.7
+// with one arena; the GPT's steps unchanged, 88-95 ms either way).
 const bool g_heap_tuned = [] {
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);

@@ -41,14 +41,14 @@ inline void adamw_one(const AdamwCoeffs& k, float& p, float g, float& m, float& 
   p = p + k.neg_step_size * m / denom;           // param.addcdiv_(m, denom, -step_size)
 }
 
-// One SGD element: d = g + wd*p (grad.add(param, alpha=wd)); then, with a
-// buffer, buf = d on the first step, else buf*momentum + d
-// (buf.mul_(momentum).add_(d)), and d = buf; then p += -lr*d. The loops
-// below spell it per case with unaliased pointers, so each vectorises: one
-// loop with the first-step choice and possibly aliased buffers ran scalar,
-// at 1.07 ns an element against 0.1 (2560-200k elements, this host).
 }  // namespace
 
+// One SGD element: d = g + wd*p (grad.add(param, alpha=wd)); then, with a
+// buffer, buf = d on the first step, else buf*momentum + d
+// (buf.mul_(momentum).add_(d)), and d = buf; then p += -lr*d. Each case is
+// a loop of its own over unaliased pointers and local coefficients, so it
+// vectorises: one loop reading the coefficients through the closure ran
+// at 1.07 ns an element against 0.11 now (2,560-200k elements, this host).
 // momentum_buf may be null when momentum == 0 (torch keeps no buffer then).
 void sgd_momentum(int64_t n, float lr, float momentum, float weight_decay, bool first_step,
                   float* param, const float* grad, float* momentum_buf) {

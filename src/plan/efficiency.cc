@@ -34,19 +34,20 @@ double gemm_peak_fraction(const GemmEfficiency& tiles, double achieved, double p
 
 nlohmann::json to_json(const KernelEfficiency& e) {
   nlohmann::json json = {{"gemm",
-           {{"peak_fraction", e.gemm.peak_fraction},
-            {"tile_m", e.gemm.tile_m},
-            {"tile_n", e.gemm.tile_n},
-            {"units", e.gemm.units}}},
-          {"memory_fraction", e.memory_fraction},
-          {"launch_seconds", e.launch_seconds}};
+                          {{"peak_fraction", e.gemm.peak_fraction},
+                           {"tile_m", e.gemm.tile_m},
+                           {"tile_n", e.gemm.tile_n},
+                           {"units", e.gemm.units}}},
+                         {"memory_fraction", e.memory_fraction},
+                         {"launch_seconds", e.launch_seconds}};
   if (e.collective_units != 0) json["collective_units"] = e.collective_units;
   return json;
 }
 
 KernelEfficiency kernel_efficiency_from_json(const nlohmann::json& json) {
   const std::string doc = "cluster";
-  json_fields::check_keys(doc, json, "device.efficiency", {"gemm", "memory_fraction", "launch_seconds", "collective_units"});
+  json_fields::check_keys(doc, json, "device.efficiency",
+                          {"gemm", "memory_fraction", "launch_seconds", "collective_units"});
   KernelEfficiency e;
   if (json.contains("gemm")) {
     const nlohmann::json& g = json.at("gemm");
