@@ -27,7 +27,7 @@ namespace {
 // `beside` seconds for the whole node. (A collective that the replay
 // schedules after this compute began does not slow it: an optimistic
 // edge.)
-double beside_collective(double start, double alone, double beside, double from, double until) {
+double seconds_beside_collective(double start, double alone, double beside, double from, double until) {
   if (until <= start || beside <= alone) return alone;
   const double before = std::min(alone, std::max(0.0, from - start));
   if (before >= alone) return alone;
@@ -222,8 +222,8 @@ std::optional<double> Replay::main_instruction(int rank, size_t pos, double star
     const double alone = estimator_.compute_seconds(g, node);
     const double end =
         start + (s.collective_until > start
-                     ? beside_collective(start, alone, estimator_.compute_seconds_beside_collective(g, node),
-                                         s.collective_from, s.collective_until)
+                     ? seconds_beside_collective(start, alone, estimator_.compute_seconds_beside_collective(g, node),
+                                                 s.collective_from, s.collective_until)
                      : alone);
     if (counted) {
       std::vector<TensorSpec> in, o;
