@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "core/error.h"
 
@@ -125,6 +126,50 @@ void set_aside(const std::string& at, const std::string& keep_at) {
   fs::remove_all(at, ec);
 }
 
+// Hard-links `from` (a file, or a directory tree whose files are linked
+// one by one) to `to`, which does not exist yet.
+void link_tree(const fs::path& from, const fs::path& to, const std::string& target) {
+  std::error_code ec;
+  if (fs::is_directory(fs::symlink_status(from, ec))) {
+    if (!fs::create_directory(to, ec) || ec)
+      fail("atomic write of '{}': cannot make '{}' to carry '{}' over: {}", target, to.string(), from.string(),
+           ec ? ec.message() : "it already exists");
+    for (const fs::directory_entry& e : fs::directory_iterator(from, ec))
+      link_tree(e.path(), to / e.path().filename(), target);
+    if (ec) fail("atomic write of '{}': cannot list '{}': {}", target, from.string(), ec.message());
+    return;
+  }
+  // linkat without AT_SYMLINK_FOLLOW links a symbolic link itself.
+  if (::linkat(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), 0) != 0)
+    fail("atomic write of '{}': cannot link '{}' to carry it over to the new contents: {} (the previous contents are "
+         "left as they were)",
+         target, from.string(), std::strerror(errno));
+}
+
+// The entries of `dir` that `carry` selects and `staging` lacks: linked
+// into `staging`; returns their names.
+std::vector<std::string> carry_into(const std::string& dir, const std::string& staging,
+                                    const StagedDirectory::CarryOver& carry) {
+  std::vector<std::string> carried;
+  if (!carry) return carried;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    std::error_code absent;  // the staging directory's own entry of that name, if any
+    if (!carry(name) || fs::exists(fs::symlink_status(fs::path(staging) / name, absent))) continue;
+    link_tree(e.path(), fs::path(staging) / name, dir);
+    carried.push_back(name);
+  }
+  if (ec) fail("atomic write of '{}': cannot list it to carry its other files over: {}", dir, ec.message());
+  return carried;
+}
+
+// Drops what was carried over from the previous contents, now at `at`.
+void drop_carried(const std::string& at, const std::vector<std::string>& carried) {
+  std::error_code ec;
+  for (const std::string& name : carried) fs::remove_all(fs::path(at) / name, ec);
+}
+
 }  // namespace
 
 std::string staging_directory(const std::string& dir, long id) {
@@ -147,12 +192,14 @@ StagedDirectory::~StagedDirectory() {
   fs::remove_all(staging_, ec);
 }
 
-void StagedDirectory::commit(const std::string& keep_previous_at) {
+void StagedDirectory::commit(const std::string& keep_previous_at, const CarryOver& carry) {
   PX_CHECK(!committed_, "staging directory '{}' committed twice", staging_);
   const std::string& target = target_;
   std::error_code ec;
+  const bool replacing = fs::exists(fs::symlink_status(target, ec));
+  const std::vector<std::string> carried = replacing ? carry_into(target, staging_, carry) : std::vector<std::string>();
   fsync_tree(staging_, target);
-  if (!fs::exists(fs::symlink_status(target, ec))) {
+  if (!replacing) {
     if (::rename(staging_.c_str(), target.c_str()) != 0)
       fail("atomic write of '{}': renaming '{}' to it failed: {}", target, staging_, std::strerror(errno));
     committed_ = true;
@@ -174,12 +221,14 @@ void StagedDirectory::commit(const std::string& keep_previous_at) {
     }
     committed_ = true;
     fsync_path(parent_dir(target), true, target);
+    drop_carried(old, carried);
     set_aside(old, keep_previous_at);
     return;
   }
   committed_ = true;
   fsync_path(parent_dir(target), true, target);
   // After an exchange the previous contents sit at the staging name.
+  drop_carried(staging_, carried);
   set_aside(staging_, keep_previous_at);
 }
 

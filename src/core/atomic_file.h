@@ -10,7 +10,8 @@
 // and directory in it is fsynced; then it is exchanged with `dir` in one
 // renameat2(RENAME_EXCHANGE) (or simply renamed when `dir` does not exist yet),
 // the parent is fsynced, and the previous contents, now at the staging name,
-// are deleted. Until the exchange, `dir` still holds the previous good
+// are deleted (but for the entries the caller says are not its own, which
+// carry over: StagedDirectory::commit). Until the exchange, `dir` still holds the previous good
 // checkpoint. Where the filesystem lacks RENAME_EXCHANGE, `dir` is first
 // renamed to `dir.old.<pid>`, then the staging directory to `dir`: a crash
 // between the two renames leaves the previous checkpoint at `dir.old.<pid>`.
@@ -81,11 +82,21 @@ class StagedDirectory {
   StagedDirectory& operator=(const StagedDirectory&) = delete;
 
   const std::string& path() const { return staging_; }
+  // Names the top-level entries of `dir` that the new contents do not own
+  // (files other programs put there: a run's metrics, its trace).
+  using CarryOver = std::function<bool(const std::string& name)>;
+
   // fsyncs everything in the staging directory and swaps it in for `dir`;
   // px::Error leaves `dir` as it was. The previous contents of `dir` are
   // deleted, or moved to `keep_previous_at` when that is given (an older
-  // checkpoint kept: it replaces whatever was there).
-  void commit(const std::string& keep_previous_at = "");
+  // checkpoint kept: it replaces whatever was there). Entries of `dir`
+  // that `carry` selects (and the staging directory lacks) survive the
+  // swap: before it they are hard-linked into the staging directory (files;
+  // directories are made anew and their files linked), so a file held
+  // open by a writer keeps growing at the same path; after it they are
+  // dropped from the previous contents. A link that cannot be made is a
+  // px::Error before the swap.
+  void commit(const std::string& keep_previous_at = "", const CarryOver& carry = {});
 
  private:
   std::string target_, staging_;

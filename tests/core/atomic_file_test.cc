@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 
 #include "core/error.h"
@@ -112,6 +113,38 @@ TEST(AtomicDirectory, WriterThrowingMidwayKeepsThePreviousCheckpoint) {
   EXPECT_EQ(list_dir(ckpt), std::vector<std::string>{"model"});
   EXPECT_EQ(read_file(ckpt + "/model"), "good");
   EXPECT_EQ(list_dir(dir.path()), std::vector<std::string>{"ckpt"});
+}
+
+// A checkpoint directory may be a run's directory too: what the writer
+// does not own survives every swap, a file held open keeps growing at its
+// path, and a kept previous checkpoint does not take a copy.
+TEST(AtomicDirectory, EntriesTheWriterDoesNotOwnSurviveTheSwapAndStayOpen) {
+  ScratchDir dir;
+  const std::string ckpt = dir.file("ckpt");
+  const auto owned = [](const std::string& name) { return name == "model" || name == "shards"; };
+  const StagedDirectory::CarryOver foreign = [&](const std::string& name) { return !owned(name); };
+  {
+    StagedDirectory first(ckpt, 1);
+    write_file(first.path() + "/model", "m1");
+    first.commit("", foreign);
+  }
+  std::ofstream metrics(ckpt + "/metrics.jsonl");
+  metrics << "line 1\n" << std::flush;
+  fs::create_directories(ckpt + "/flight/deep");
+  write_file(ckpt + "/flight/deep/rank0", "f0");
+  write_file(ckpt + "/shards", "an owned name: replaced");
+  {
+    StagedDirectory second(ckpt, 2);
+    write_file(second.path() + "/model", "m2");
+    second.commit(dir.file("ckpt.kept"), foreign);
+  }
+  metrics << "line 2\n" << std::flush;  // through the descriptor opened before the swap
+  EXPECT_EQ(list_dir(ckpt), (std::vector<std::string>{"flight", "metrics.jsonl", "model"}));
+  EXPECT_EQ(read_file(ckpt + "/model"), "m2");
+  EXPECT_EQ(read_file(ckpt + "/metrics.jsonl"), "line 1\nline 2\n");
+  EXPECT_EQ(read_file(ckpt + "/flight/deep/rank0"), "f0");
+  EXPECT_EQ(list_dir(dir.file("ckpt.kept")), (std::vector<std::string>{"model", "shards"}));
+  EXPECT_EQ(list_dir(dir.path()), (std::vector<std::string>{"ckpt", "ckpt.kept"}));
 }
 
 // Missing parents are made (AtomicFile.MissingDirectories...); a file where

@@ -48,6 +48,43 @@ std::map<std::string, uint64_t> file_sizes(const std::string& dir) {
 
 }  // namespace
 
+bool written_by_checkpoints(const std::string& name) {
+  return name == "state.json" || name == "model.safetensors" || name == "compression.safetensors" ||
+         name == "shards";
+}
+
+void check_not_replaced_by_saves(const std::string& dir, const std::string& path, std::string_view what,
+                                 OutputKind kind) {
+  if (dir.empty() || path.empty()) return;
+  const fs::path checkpoint = fs::absolute(dir).lexically_normal();
+  const fs::path output = fs::absolute(path).lexically_normal();
+  // Trailing separators make an empty last name; compare by components.
+  auto parts = [](const fs::path& p) {
+    std::vector<std::string> names;
+    for (const fs::path& part : p)
+      if (!part.empty() && part != ".") names.push_back(part.string());
+    return names;
+  };
+  const std::vector<std::string> c = parts(checkpoint), o = parts(output);
+  if (c.size() < 2) return;  // the root: nothing is beside it
+  auto refuse = [&](std::string_view why) {
+    fail("{} '{}' {}: a save to --save '{}' would replace it (a checkpoint owns state.json, model.safetensors, "
+         "compression.safetensors and shards/ in its directory, and '{}.step-*' and '{}.tmp.*' beside it); any other "
+         "name in or beside the directory is kept",
+         what, path, why, dir, c.back(), c.back());
+  };
+  if (o == c && kind == OutputKind::file) refuse("is the checkpoint directory itself");
+  if (o.size() > c.size() && std::equal(c.begin(), c.end(), o.begin()) && written_by_checkpoints(o[c.size()]))
+    refuse(fmt::format("is the checkpoint's own '{}'", o[c.size()]));
+  // Beside the directory: the kept checkpoints and the staging directories.
+  if (o.size() >= c.size() && std::equal(c.begin(), c.end() - 1, o.begin())) {
+    const std::string& name = o[c.size() - 1];
+    for (std::string_view suffix : {".step-", ".tmp."})
+      if (name.starts_with(c.back() + std::string(suffix)))
+        refuse(fmt::format("is under '{}', where saves keep or stage checkpoints", name));
+  }
+}
+
 std::string kept_checkpoint_path(const std::string& dir, int64_t step) {
   std::string base = dir;
   while (base.size() > 1 && base.back() == '/') base.pop_back();
@@ -178,7 +215,8 @@ void CheckpointWriter::write(CheckpointPart part, const std::string& staging) {
       }
       write_file_atomically(staging + "/state.json", state.to_json().dump(2) + "\n");
       const int64_t previous = keep_last_ > 1 ? step_of(dir_) : -1;
-      staged_->commit(previous >= 0 ? kept_checkpoint_path(dir_, previous) : std::string());
+      staged_->commit(previous >= 0 ? kept_checkpoint_path(dir_, previous) : std::string(),
+                      [](const std::string& name) { return !written_by_checkpoints(name); });
       if (keep_last_ > 1) prune_kept(dir_, keep_last_ - 1);
     });
   staged_.reset();  // removes the staging directory unless committed

@@ -13,6 +13,9 @@
 //                            every file above
 //   compression.safetensors  (compressed data parallelism only) every rank's
 //                            error-feedback residuals, PowerSGD Q, DGC velocities
+// Anything else in the directory (a run's metrics and trace, when --save
+// names the run's own directory) is not the checkpoint's: every save
+// carries it over to the new contents and never deletes it.
 // A resume reads the parameters and optimizer state from the shards, each
 // rank only the runs it needs, so a checkpoint saved under any strategy
 // and world size loads into any other. A crash or an error on any rank
@@ -106,6 +109,21 @@ void save_checkpoint(const std::string& dir, comm::Communicator* group, Checkpoi
 // `<dir>.step-<S>`: where checkpoint step S is kept once a newer one
 // replaces it (CheckpointWriter's keep_last).
 std::string kept_checkpoint_path(const std::string& dir, int64_t step);
+
+// Whether a save to `dir` writes or deletes `name`, a top-level entry of
+// `dir`: the checkpoint's own files above.
+bool written_by_checkpoints(const std::string& name);
+
+// px::Error when `path`, another output of the run (named by `what`, e.g.
+// "--metrics"), is one a save to `dir` would replace or delete: one of the
+// checkpoint's own files in `dir`, a checkpoint kept beside it
+// (`<dir>.step-<S>`), a staging directory (`<dir>.tmp.<id>`), or `dir`
+// itself for a file (a directory of outputs, such as --run-dir, may be
+// `dir`: its files are carried over). A run checks its outputs before its
+// first step.
+enum class OutputKind { file, directory };
+void check_not_replaced_by_saves(const std::string& dir, const std::string& path, std::string_view what,
+                                 OutputKind kind = OutputKind::file);
 
 // A checkpoint as read back: from a directory, or from memory
 // (runtime/checkpoint/snapshots.h) after a rank's loss.
