@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "comm/collectives.h"
 #include "comm/compression/spec.h"
 #include "parallel/strategy.h"
@@ -202,7 +204,14 @@ void add_train_flags(CLI::App& cmd, TrainFlags& flags) {
                   "(lost: a restart continues without it) at the start of step STEP, on the first attempt only; for "
                   "demonstrations and tests of failure detection and restarts");
   cmd.add_option("--timeout", o.timeout_s,
-                  "seconds: a rank silent this long is named by every other, and every wait fails soon after")
+                  "seconds: a rank whose heartbeat stops this long (dead, stopped or frozen) is named by every "
+                  "other, at most two watchdog periods (timeout/10, 20 ms to 1 s) later")
+      ->capture_default_str();
+  cmd.add_option("--wait-timeout", o.wait_timeout_s,
+                  fmt::format("seconds: a single wait fails by itself after this long, the backstop for what no "
+                              "heartbeat shows (a live peer that never sends); must be longer than --timeout "
+                              "and two watchdog periods (0: {} x --timeout)",
+                              kWaitTimeoutPerTimeout))
       ->capture_default_str();
   cmd.add_option("--run-dir", o.run_dir,
                   "directory for the run's flight records (flight/rank<R>), which `parallax doctor` reads after a "

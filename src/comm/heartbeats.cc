@@ -47,37 +47,71 @@ void Heartbeats::post_receive(int member) {
 
 void Heartbeats::exchange(std::span<const std::byte> message) {
   PX_CHECK_EQ(message.size(), bytes_);
-  receive();
-  Transport& transport = comm_.transport();
   for (int member = 0; member < comm_.size(); ++member) {
+    if (member == comm_.rank()) continue;
+    take(member);
     Peer& peer = peers_[static_cast<size_t>(member)];
-    if (member == comm_.rank() || !peer.broken.empty()) continue;
-    try {
-      if (peer.sending && transport.test(peer.send)) peer.sending = false;
-      if (!peer.sending) {
-        std::copy(message.begin(), message.end(), peer.outgoing.begin());
-        peer.send = comm_.isend(member, tag_, peer.outgoing.data(), bytes_);
-        peer.sending = true;
-      }
-    } catch (const Error& error) {
-      peer.broken = error.what();
-    }
+    if (!peer.broken.empty()) continue;
+    // The message in flight says the same already: nothing new to send.
+    peer.holding = !(peer.sending && std::ranges::equal(message, peer.outgoing));
+    if (peer.holding) peer.held.assign(message.begin(), message.end());
+    send_held(member);
   }
 }
 
 void Heartbeats::receive() {
+  for (int member = 0; member < comm_.size(); ++member) {
+    if (member == comm_.rank()) continue;
+    take(member);
+    send_held(member);
+  }
+}
+
+bool Heartbeats::delivered() {
   Transport& transport = comm_.transport();
+  bool all = true;
   for (int member = 0; member < comm_.size(); ++member) {
     Peer& peer = peers_[static_cast<size_t>(member)];
-    if (member == comm_.rank() || !peer.broken.empty()) continue;
+    if (member == comm_.rank()) continue;
+    send_held(member);
+    if (!peer.broken.empty()) continue;
     try {
-      for (int taken = 0; taken < kMostTakenPerExchange && transport.test(peer.receive); ++taken) {
-        peer.latest = peer.incoming;
-        post_receive(member);
-      }
+      if (peer.sending && transport.test(peer.send)) peer.sending = false;
     } catch (const Error& error) {
       peer.broken = error.what();
+      continue;
     }
+    all = all && !peer.holding && !peer.sending;
+  }
+  return all;
+}
+
+void Heartbeats::take(int member) {
+  Peer& peer = peers_[static_cast<size_t>(member)];
+  if (!peer.broken.empty()) return;
+  Transport& transport = comm_.transport();
+  try {
+    for (int taken = 0; taken < kMostTakenPerExchange && transport.test(peer.receive); ++taken) {
+      peer.latest = peer.incoming;
+      post_receive(member);
+    }
+  } catch (const Error& error) {
+    peer.broken = error.what();
+  }
+}
+
+void Heartbeats::send_held(int member) {
+  Peer& peer = peers_[static_cast<size_t>(member)];
+  if (!peer.holding || !peer.broken.empty()) return;
+  try {
+    if (peer.sending && comm_.transport().test(peer.send)) peer.sending = false;
+    if (peer.sending) return;
+    std::swap(peer.outgoing, peer.held);  // the one sent before is done: its buffer is free
+    peer.holding = false;
+    peer.send = comm_.isend(member, tag_, peer.outgoing.data(), bytes_);
+    peer.sending = true;
+  } catch (const Error& error) {
+    peer.broken = error.what();
   }
 }
 

@@ -30,14 +30,22 @@ class Heartbeats {
 
   // Sends `message` (message_bytes long) to every other member and takes
   // every message that has arrived; never blocks. At most one message per
-  // member is in flight: a member that has not taken the previous one (a
-  // stopped process, a full link) gets none this time, so the latest wins
-  // and nothing piles up.
+  // member is in flight: while a member has not taken the previous one (a
+  // stopped process, a full link, a peer that has not polled since) the
+  // new one is held back, a later one replacing it, and goes out once the
+  // one in flight is done (at the next exchange(), receive() or
+  // delivered()). So the latest wins, nothing piles up, and the latest is
+  // never dropped: a finished rank's last word reaches every member that
+  // keeps receiving.
   void exchange(std::span<const std::byte> message);
-  // Only takes what has arrived (after a member's last message: hearing
-  // the others' last ones, so none is left unreceived when the transport
-  // closes).
+  // Takes what has arrived and sends what exchange() held back (after a
+  // member's last message: hearing the others' last ones, so none is left
+  // unreceived when the transport closes).
   void receive();
+  // Sends what exchange() held back; true once every member this rank can
+  // still reach was sent its latest message and took it (none held back,
+  // none in flight).
+  bool delivered();
   // The latest message from group rank `member` (empty until one arrived).
   std::span<const std::byte> latest(int member) const;
   // Why `member` is heard from no more ("" while it is): the transport
@@ -46,12 +54,15 @@ class Heartbeats {
 
  private:
   struct Peer {
-    std::vector<std::byte> outgoing, incoming, latest;
+    std::vector<std::byte> outgoing, incoming, latest, held;
     Request send, receive;
     bool sending = false;
+    bool holding = false;  // `held` waits for the send in flight
     std::string broken;
   };
   void post_receive(int member);
+  void take(int member);       // what has arrived from `member`
+  void send_held(int member);  // `held`, once nothing is in flight to `member`
 
   Communicator comm_;
   size_t bytes_;

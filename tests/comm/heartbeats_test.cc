@@ -44,9 +44,9 @@ TEST(Heartbeats, EveryMemberHearsEveryOthersLatestRoundOnFiveRanks) {
       if (round % 20 == 0) allreduce(world, data, Reduction::sum, {.algorithm = Algorithm::ring});
     }
     // Everyone has sent its last round; keep exchanging until every member
-    // heard every other's. Not until this rank heard all: a send skipped
-    // because the last one was still in flight is only made good by a later
-    // exchange, so a rank that stopped early could leave a peer short.
+    // heard every other's. Not until this rank heard all: a round held back
+    // because the last one was still in flight goes out only at a later
+    // exchange or receive, so a rank that stopped early could leave a peer short.
     const auto deadline = Clock::now() + std::chrono::seconds(10);
     for (bool everyone = false; !everyone;) {
       heartbeats.exchange(message(world.rank(), kRounds));
@@ -95,6 +95,35 @@ TEST(Heartbeats, AMemberThatStopsKeepsItsLastMessageAndBlocksNobody) {
     for (int round = 0; round < 10000; ++round) heartbeats.exchange(message(0, 1000 + round));
     EXPECT_EQ(fields_of(heartbeats.latest(1)), std::make_pair(int64_t{1}, int64_t{7}));
     rank0_done.store(true);
+  });
+}
+
+TEST(Heartbeats, ARoundSentWhileTheLastIsInFlightIsHeldBackNotDropped) {
+  // Rank 0 sends rounds 1, 2, 3 before rank 1 takes any: round 1 meets the
+  // receive rank 1 posted, round 2 waits in flight until rank 1 takes round
+  // 1, and round 3 is held back meanwhile. Rank 0 then only receives (as a
+  // finished rank's watchdog does, runtime/fault/watchdog.cc): round 3 still
+  // goes out, and rank 1 hears it.
+  std::atomic<bool> heard{false};
+  run_inproc(2, [&](Communicator& world) {
+    Heartbeats heartbeats(world, kBytes);
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    if (world.rank() == 0) {
+      for (int round = 1; round <= 3; ++round) heartbeats.exchange(message(0, round));
+      while (!heartbeats.delivered() && Clock::now() < deadline) {
+        heartbeats.receive();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      EXPECT_TRUE(heartbeats.delivered());
+      while (!heard.load() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return;
+    }
+    while (fields_of(heartbeats.latest(0)).second != 3 && Clock::now() < deadline) {
+      heartbeats.receive();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(fields_of(heartbeats.latest(0)), std::make_pair(int64_t{0}, int64_t{3}));
+    heard.store(true);
   });
 }
 

@@ -16,9 +16,12 @@ MPIRUN+=(-np "$RANKS")
 
 
 # PX_TEST_TIME_SCALE (set by scripts/test.sh under the sanitizers): eight
-# sanitized processes on two cores may take minutes to start.
+# sanitized processes on two cores may take minutes to start. --no-predict:
+# the ranks then end together, the case where a rank's last heartbeat once
+# went missing and another waited out its whole --timeout before leaving
+# (the watchdog now says so, and this fails on it).
 GPT=(train --model gpt --layers 4 --heads 2 --embd 32 --block 32 --batch 8 --steps "${PX_TEST_STEPS:-50}" --dropout 0.1
-     --micro-batches 4 --eval-every 0 --eval-batches 2 --sample-tokens 0 --threads 1 --progress lines
+     --micro-batches 4 --eval-every 0 --eval-batches 2 --sample-tokens 0 --threads 1 --progress lines --no-predict
      --timeout $((60 * ${PX_TEST_TIME_SCALE:-1})))
 
 compare() {  # compare REFERENCE CANDIDATE WHAT
@@ -29,7 +32,11 @@ compare() {  # compare REFERENCE CANDIDATE WHAT
 run() {  # run MESH-FLAG MESH-TEXT WHAT EXTRA...
   local mesh=$1 shown=$2 what=$3
   shift 3
-  "${MPIRUN[@]}" "$PARALLAX" "${GPT[@]}" --mesh "$mesh" "$@" --metrics "$WORK/run.jsonl" > "$WORK/run.log"
+  "${MPIRUN[@]}" "$PARALLAX" "${GPT[@]}" --mesh "$mesh" "$@" --metrics "$WORK/run.jsonl" > "$WORK/run.log" 2>&1 ||
+    { echo "FAIL: the MPI job at mesh $shown failed:"; cat "$WORK/run.log"; exit 1; }
+  if grep -q "waited the whole --timeout" "$WORK/run.log"; then
+    echo "FAIL: a rank waited out its --timeout at the end of the run:"; cat "$WORK/run.log"; exit 1
+  fi
   grep -q "$RANKS ranks, mesh $shown (mpi)" "$WORK/run.log" ||
     { echo "FAIL: the MPI job did not run mesh $shown:"; cat "$WORK/run.log"; exit 1; }
   grep -q "pipeline bubble: measured" "$WORK/run.log" ||

@@ -24,6 +24,9 @@ TrainOptions faulty_job(const std::string& run_dir, const std::string& mode) {
   o.gpt.dropout = 0;
   o.ranks = 4;
   o.timeout_s = 2;
+  // Past the detection bound the test allows (the timeout + 2 s): no wait
+  // gives up by itself in time, only the watchdog's verdict ends the job.
+  o.wait_timeout_s = 8;
   o.run_dir = run_dir;
   o.inject_fault_rank = 2;
   o.inject_fault_step = 3;

@@ -2,10 +2,15 @@
 # Liveness under mpirun without --run-dir (docs/fault_tolerance.md): the
 # watchdogs' heartbeats travel over MPI itself, so with no shared files
 #  1. a 2-rank job lasting many times --timeout finishes;
-#  2. rank 1 killed with `kill -9` from outside mid-run is named, and the
-#     job ends within the timeout + 2 s of the kill;
-#  3. rank 1 stopped with SIGSTOP from outside, likewise (no launcher sees
-#     a stopped process: only the heartbeats can name it).
+#  2. rank 1 killed with `kill -9` from outside mid-run is named, by the
+#     launcher or the transport (which see it die) or by the survivor's
+#     watchdog, and the job ends within BOUND of the kill;
+#  3. rank 1 stopped with SIGSTOP from outside is named by the survivor's
+#     watchdog ("rank 1 is silent: no heartbeat for ..."), and the job ends
+#     within BOUND of the signal. No launcher sees a stopped process, and
+#     the waits' own timeout (--wait-timeout) is set past BOUND: only the
+#     heartbeats can name it in time, so without the watchdog's verdict
+#     this case fails.
 #
 #   mpi_liveness_test.sh PARALLAX MPIEXEC
 set -euo pipefail
@@ -21,13 +26,22 @@ trap cleanup EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/../mpi_launch.sh"
 
 # PX_TEST_TIME_SCALE (scripts/test.sh sets it under the sanitizers) scales
-# the timeout and the detection bound; the step counts scale with the
-# slowdown by themselves.
+# the timeouts and the detection bound; the step counts scale with the
+# slowdown by themselves. BOUND: the watchdog names a rank silent for
+# --timeout within two of its periods more (0.2 s at 1 s), and the abort
+# that ends the job takes a fraction of a second. WAIT_TIMEOUT, every
+# wait's own timeout in cases 2 and 3, lies past BOUND (case 1 keeps the
+# default, 3 x --timeout).
 SCALE=${PX_TEST_TIME_SCALE:-1}
 TIMEOUT=$((1 * SCALE))
 BOUND=$((TIMEOUT + 2 * SCALE))
+WAIT_TIMEOUT=$((BOUND + 3 * SCALE))
 GPT=(train --model gpt --layers 1 --heads 2 --embd 32 --block 32 --batch 8 --dropout 0 --eval-every 0
      --eval-batches 1 --sample-tokens 0 --threads 1 --progress lines --no-predict --timeout "$TIMEOUT")
+# The watchdog's verdict, as runtime/fault/watchdog.cc words it, with this job's --timeout.
+VERDICT="rank 1 is silent: no heartbeat for [0-9.]+ s \(timeout $TIMEOUT\.0 s\)"
+# A wait that gave up by itself (comm/communicator.cc, comm/engine/agreement.cc).
+WAIT_GAVE_UP="within the [0-9]+ ms timeout"
 # Marks this test's ranks, to find their pids (a launcher passes its environment on).
 export PX_LIVENESS_TEST_RUN=$WORK
 
@@ -56,10 +70,12 @@ python3 -c "import sys; sys.exit(0 if $seconds >= 5 * $TIMEOUT else 1)" ||
   fail "the job lasted $seconds s, not many times the $TIMEOUT s timeout: give it more steps" "$WORK/long.log"
 echo "no run directory: 10000 steps in $seconds s with --timeout $TIMEOUT: finished"
 
-# 2, 3. SIGNAL to rank 1 once the job is at step 50: it is named, within the bound.
-named_within_bound() {  # named_within_bound SIGNAL WHAT
-  local log="$WORK/$1.log" metrics="$WORK/$1.jsonl" pid="" sent ended waited
-  "${MPIRUN[@]}" -np 2 "$PARALLAX" "${GPT[@]}" --steps 100000 --metrics "$metrics" > "$log" 2>&1 &
+# 2, 3. SIGNAL to rank 1 once the job is at step 50; the job must end
+# within BOUND of it. Sets WAITED (seconds from the signal to the job's end).
+signal_rank_1() {  # signal_rank_1 SIGNAL
+  local log="$WORK/$1.log" metrics="$WORK/$1.jsonl" pid="" sent ended status=0
+  "${MPIRUN[@]}" -np 2 "$PARALLAX" "${GPT[@]}" --wait-timeout "$WAIT_TIMEOUT" --steps 100000 --metrics "$metrics" \
+    > "$log" 2>&1 &
   JOB=$!
   for _ in $(seq 600); do
     grep -q '"step":50,' "$metrics" 2> /dev/null && break
@@ -70,24 +86,31 @@ named_within_bound() {  # named_within_bound SIGNAL WHAT
   [[ -n $pid ]] || fail "no process of rank 1 found" "$log"
   kill -"$1" "$pid"
   sent=$(date +%s.%N)
-  local status=0
   wait "$JOB" || status=$?
   ((status != 0)) || fail "the job finished although rank 1 got SIG$1" "$log"
   ended=$(date +%s.%N)
   JOB=
-  waited=$(python3 -c "print(f'{$ended - $sent:.2f}')")
-  # By a survivor's watchdog (its heartbeats stopped) or by a wait on rank 1
-  # ("peer rank 1 did not answer", "... publish its input": the timeouts are
-  # equal), or, for a kill, by the launcher that saw it die.
-  grep -qE "rank 1 is silent: no heartbeat for|peer rank 1 did not [a-z]+|process rank 1 .*exited on signal 9|EXIT STRING: Killed \(signal 9\)" "$log" ||
-    fail "SIG$1 of rank 1: nobody named rank 1 (the job ended $waited s after it, exit $status)" "$log"
-  python3 -c "import sys; sys.exit(0 if $waited <= $BOUND else 1)" ||
-    fail "SIG$1 of rank 1: the job ended $waited s after it, more than the timeout $TIMEOUT s + $((2 * SCALE)) s" "$log"
-  echo "$2: rank 1 named, the job ended $waited s after the signal (timeout $TIMEOUT s): $(grep -m1 -oE "rank 1 is silent[^;]*|peer rank 1 did not [a-z]+|process rank 1 .*signal 9[^.]*|EXIT STRING: Killed \(signal 9\)" "$log")"
+  WAITED=$(python3 -c "print(f'{$ended - $sent:.2f}')")
+  python3 -c "import sys; sys.exit(0 if $WAITED <= $BOUND else 1)" ||
+    fail "SIG$1 of rank 1: the job ended $WAITED s after it (exit $status), more than the bound $BOUND s (timeout $TIMEOUT s + $((2 * SCALE)) s; waits time out at $WAIT_TIMEOUT s)" "$log"
 }
-named_within_bound KILL "kill -9"
-named_within_bound STOP "SIGSTOP"
-# A stopped process leaves the launcher nothing to notice: a survivor names it.
-grep -qE "rank 1 is silent: no heartbeat for|peer rank 1 did not [a-z]+" "$WORK/STOP.log" ||
-  fail "SIGSTOP of rank 1 was not named by a survivor" "$WORK/STOP.log"
+
+# 2. kill -9: the launcher or the transport sees rank 1 die, or the
+# survivor's watchdog hears its heartbeats stop, whichever comes first.
+signal_rank_1 KILL
+KILLED="$VERDICT|process rank 1 .*exited on signal 9|EXIT STRING: Killed \(signal 9\)|peer rank 1: MPI_[A-Za-z_]+ failed"
+grep -qE "$KILLED" "$WORK/KILL.log" ||
+  fail "kill -9 of rank 1: nobody named rank 1 (the job ended $WAITED s after it)" "$WORK/KILL.log"
+echo "kill -9: rank 1 named, the job ended $WAITED s after the signal (timeout $TIMEOUT s): $(grep -m1 -oE "$KILLED" "$WORK/KILL.log")"
+
+# 3. SIGSTOP: a stopped process leaves the launcher and the transport
+# nothing to notice, and no wait gives up before WAIT_TIMEOUT: the
+# survivor's watchdog must name it, from its heartbeats.
+signal_rank_1 STOP
+grep -qE "$VERDICT" "$WORK/STOP.log" ||
+  fail "SIGSTOP of rank 1: the survivor's watchdog did not name it ('$VERDICT'; the job ended $WAITED s after the signal)" "$WORK/STOP.log"
+if grep -qE "$WAIT_GAVE_UP" "$WORK/STOP.log"; then
+  fail "SIGSTOP of rank 1: a wait gave up by itself instead of hearing the watchdog's verdict" "$WORK/STOP.log"
+fi
+echo "SIGSTOP: rank 1 named by the watchdog, the job ended $WAITED s after the signal (timeout $TIMEOUT s, waits $WAIT_TIMEOUT s): $(grep -m1 -oE "rank 1 is silent[^;]*" "$WORK/STOP.log")"
 echo "PASS"

@@ -4,8 +4,9 @@
 #     equals a fault-free run's within 1e-5; the job ended at most the
 #     timeout + 2 s after the dead rank's last heartbeat; the time lost is
 #     printed.
-#  2. SIGSTOP of rank 1 at step 12: every other rank names it within the
-#     timeout, and `parallax doctor` names the frozen rank and where it was.
+#  2. SIGSTOP of rank 1 at step 12: every other rank's watchdog names it
+#     within the timeout (and its periods), and `parallax doctor` names the
+#     frozen rank and where it was.
 #  3. Elastic: rank 2 lost for good at step 21 of a 4-rank job: it goes on
 #     at 3 ranks, and its losses equal a 3-rank run resumed from the same
 #     checkpoint within 1e-5.
@@ -84,11 +85,11 @@ compare "$WORK/ref.jsonl" "$WORK/kill.jsonl" "kill -9 of rank 2 at step 21, rest
 "$PARALLAX" launch --max-restarts 1 --run-dir "$WORK/stop" -- "${MPIRUN[@]}" -np 4 "$PARALLAX" "${GPT[@]}" \
   --save "$WORK/stop/ckpt" --inject-fault 1:12:hang --metrics "$WORK/stop.jsonl" > "$WORK/stop.log" 2>&1 ||
   fail "the job did not finish after a restart" "$WORK/stop.log"
-# By the watchdog (its heartbeat stopped) or by the collective waiting on it,
-# whichever of the two equal timeouts fires first: under MPICH the launcher
-# ends every rank at the first error, so only one of them is printed.
-grep -qE "rank 1 is silent: no heartbeat for|peer rank 1 did not (announce|answer)" "$WORK/stop.log" ||
-  fail "no rank named the frozen rank 1" "$WORK/stop.log"
+# By the watchdogs (its heartbeat stopped): the waits' own timeout, 3 x
+# --timeout by default, is a backstop past the detection bound. Under MPICH
+# the launcher ends every rank at the first error, so only one is printed.
+grep -qE "rank 1 is silent: no heartbeat for" "$WORK/stop.log" ||
+  fail "no rank's watchdog named the frozen rank 1" "$WORK/stop.log"
 check_detection "$WORK/stop.log" 1
 "$PARALLAX" doctor "$WORK/stop/attempt-1" > "$WORK/doctor.log"
 grep -q "rank 1 fell behind: .* at the start of step 12" "$WORK/doctor.log" ||

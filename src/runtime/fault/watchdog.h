@@ -54,8 +54,11 @@ class WatchdogPeers {
   virtual ~WatchdogPeers() = default;
   // Sends this process's news to every other rank and takes theirs; never blocks.
   virtual void exchange(const WatchdogNews& mine) = 0;
-  // Only takes theirs.
+  // Only takes theirs (and sends this process's news exchange() had to hold back).
   virtual void receive() = 0;
+  // True once every other rank has taken this process's latest news (none
+  // held back, none in flight).
+  virtual bool delivered() { return true; }
   // The latest news from world rank `rank` (std::nullopt: none heard yet).
   virtual std::optional<WatchdogNews> heard(int rank) const = 0;
 };
@@ -71,21 +74,24 @@ class Watchdog {
   // `peers` must outlive the watchdog.
   Watchdog(WatchdogOptions options, std::vector<Local> locals, int world, WatchdogPeers* peers = nullptr);
   // Stops the thread; with peers, tells them this rank's last phase and
-  // hears theirs (for at most the timeout), so no heartbeat is left in
-  // flight when the transport closes.
+  // hears theirs, until every peer's was heard and every peer took this
+  // rank's (for at most the timeout), so no heartbeat is left in flight
+  // when the transport closes and no peer waits here for a last word that
+  // never went out.
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
   // How often the watchdog beats and checks, for a given timeout.
   static std::chrono::milliseconds period_for(std::chrono::milliseconds timeout);
-  // How long the ranks' own waits (the communicator's timeout) may last
-  // before they give up by themselves. The watchdog names a silent rank
-  // up to two periods after the timeout (it notes a heartbeat when it next
-  // looks, and looks every period), and a wait that began just after the
-  // rank fell silent would otherwise fail first with the vaguer "peer did
-  // not answer". A backstop: the watchdog's verdict stops the wait sooner.
-  static std::chrono::milliseconds wait_timeout(std::chrono::milliseconds timeout);
+  // The latest the watchdog names a rank after it fell silent, its thread
+  // running on time: the timeout and two periods (the rank's last
+  // heartbeat left up to a period before it fell silent; the watchdog
+  // notes it when it next looks, and looks every period). The ranks' own
+  // waits (the communicator's timeout, `parallax train --wait-timeout`)
+  // must last longer, or they race the verdict and fail first with the
+  // vaguer "peer rank R did not answer".
+  static std::chrono::milliseconds latest_verdict(std::chrono::milliseconds timeout);
 
   // "" while every rank is alive; else why it is not.
   std::string failure() const;

@@ -105,6 +105,7 @@ TransportPeers::TransportPeers(comm::Communicator& world) : heartbeats_(world, k
 
 void TransportPeers::exchange(const WatchdogNews& mine) { heartbeats_.exchange(encode_news(mine)); }
 void TransportPeers::receive() { heartbeats_.receive(); }
+bool TransportPeers::delivered() { return heartbeats_.delivered(); }
 
 std::optional<WatchdogNews> TransportPeers::heard(int rank) const {
   const std::span<const std::byte> latest = heartbeats_.latest(rank);

@@ -25,6 +25,7 @@ class TransportPeers : public WatchdogPeers {
 
   void exchange(const WatchdogNews& mine) override;
   void receive() override;
+  bool delivered() override;
   std::optional<WatchdogNews> heard(int rank) const override;
 
  private:

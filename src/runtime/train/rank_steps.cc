@@ -114,7 +114,7 @@ void RankTrainer::add_program_for(const DataBatch& batch) {
 
 // Every rank evaluates a part of the validation batches and the parts'
 // sums are added up: no rank waits in a collective while another evaluates
-// alone (a wait that could outlast --timeout), and the whole set takes
+// alone (a wait that could outlast --wait-timeout), and the whole set takes
 // 1/world of the time.
 Evaluation RankTrainer::evaluate(int64_t at_step) {
   const ParamStore params = executor_->parameters();  // collective: every rank gets the whole

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "kernels/cpu_features.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/fault/watchdog.h"
 
 namespace px {
 
@@ -48,6 +50,39 @@ static void validate_parameter_server(const TrainOptions& o) {
     fail("--inject-nan and --skip-batches are not supported with --ps {}: bad steps are skipped by the data-parallel "
          "trainer (the servers apply each gradient as it arrives)",
          ps.mode);
+}
+
+// The timeouts in the milliseconds the runtime counts, unchecked (a value
+// past kLongestTimeoutSeconds would overflow them: validate_liveness first).
+static LivenessTimeouts timeouts_of(const TrainOptions& o) {
+  auto milliseconds = [](double seconds) { return std::chrono::milliseconds(std::llround(seconds * 1000)); };
+  const double wait_s = o.wait_timeout_s == 0 ? kWaitTimeoutPerTimeout * o.timeout_s : o.wait_timeout_s;
+  return {.heartbeat = milliseconds(o.timeout_s), .wait = milliseconds(wait_s)};
+}
+
+// A wait's own timeout is the backstop: it must not race the watchdog's
+// verdict on a silent rank (Watchdog::latest_verdict).
+static void validate_liveness(const TrainOptions& o) {
+  if (!(o.timeout_s > 0) || o.timeout_s > kLongestTimeoutSeconds)
+    fail("--timeout {} s: expected more than 0 and at most {:g} s", o.timeout_s, kLongestTimeoutSeconds);
+  if (!(o.wait_timeout_s >= 0) || o.wait_timeout_s > kLongestTimeoutSeconds)
+    fail("--wait-timeout {} s: expected 0 (the default, {} x --timeout) or more than --timeout, at most {:g} s",
+         o.wait_timeout_s, kWaitTimeoutPerTimeout, kLongestTimeoutSeconds);
+  const LivenessTimeouts t = timeouts_of(o);
+  const std::chrono::milliseconds verdict = Watchdog::latest_verdict(t.heartbeat);
+  if (t.wait > verdict) return;
+  const std::string given = o.wait_timeout_s == 0
+                                ? fmt::format("{:g} s (the default, {} x --timeout {} s)", t.wait.count() / 1e3,
+                                              kWaitTimeoutPerTimeout, o.timeout_s)
+                                : fmt::format("{} s", o.wait_timeout_s);
+  fail("--wait-timeout {} must be longer than {:g} s: the watchdog names a silent rank up to --timeout {} s and "
+       "two of its {:g} s periods after it fell silent, and a wait's own timeout is the backstop after that verdict",
+       given, verdict.count() / 1e3, o.timeout_s, Watchdog::period_for(t.heartbeat).count() / 1e3);
+}
+
+LivenessTimeouts liveness_timeouts(const TrainOptions& o) {
+  validate_liveness(o);
+  return timeouts_of(o);
 }
 
 void validate(const TrainOptions& o) {
@@ -101,7 +136,7 @@ void validate(const TrainOptions& o) {
     if (b < 1) fail("--skip-batches {}: batches are numbered from 1 in the order drawn", b);
   for (int64_t s : o.inject_nan_steps)
     if (s < 1) fail("--inject-nan {}: steps are numbered from 1", s);
-  if (!(o.timeout_s > 0)) fail("--timeout {} s must be > 0", o.timeout_s);
+  validate_liveness(o);
   if (o.inject_fault_rank >= o.ranks)
     fail("--inject-fault names rank {}, but the job has ranks 0..{}", o.inject_fault_rank, o.ranks - 1);
   if (o.inject_fault_rank >= 0 && o.inject_fault_step < 1)
@@ -109,6 +144,10 @@ void validate(const TrainOptions& o) {
   if (o.inject_fault_mode != "kill" && o.inject_fault_mode != "hang" && o.inject_fault_mode != "lost")
     fail("--inject-fault mode '{}': expected kill, hang or lost", o.inject_fault_mode);
   if (o.keep_last < 1) fail("--keep-last {}: keep at least the latest checkpoint (1)", o.keep_last);
+  // Before step 1, not at the first save: a save replaces its own files.
+  check_not_replaced_by_saves(o.save, o.metrics, "--metrics");
+  check_not_replaced_by_saves(o.save, o.trace, "--trace");
+  check_not_replaced_by_saves(o.save, o.run_dir, "--run-dir", OutputKind::directory);
   if (o.max_restarts < 0) fail("--max-restarts {} must be >= 0", o.max_restarts);
   if (o.min_ranks < 0 || o.min_ranks > o.ranks)
     fail("--min-ranks {}: expected 0 (keep the rank count) up to the job's {} ranks", o.min_ranks, o.ranks);

@@ -3,6 +3,7 @@
 // model and data it continues).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -44,6 +45,14 @@ struct DataParallelOptions : parallel::StrategyRequest {
 
 // "Use the model's default" for integer options (floats use NaN).
 inline constexpr int64_t kModelDefault = std::numeric_limits<int64_t>::min();
+
+// --wait-timeout's default, as a multiple of --timeout: far enough past the
+// watchdog's verdict (the timeout and two of its periods) that a wait begun
+// well before its peer fell silent still hears the verdict first.
+inline constexpr int kWaitTimeoutPerTimeout = 3;
+// The longest --timeout or --wait-timeout a user may give (about 31 years:
+// as good as none), so both stay exact in the runtime's milliseconds.
+inline constexpr double kLongestTimeoutSeconds = 1e9;
 
 struct TrainOptions {
   std::string model = "gpt";     // mlp | cnn | gpt | FILE.onnx (an imported model, docs/onnx.md)
@@ -91,9 +100,13 @@ struct TrainOptions {
   int inject_fault_rank = -1;
   int64_t inject_fault_step = 0;
   std::string inject_fault_mode = "kill";
-  // Every wait fails after this long, and a rank whose heartbeat stops for
-  // this long is reported by every other (runtime/fault/watchdog.h).
+  // Liveness (docs/fault_tolerance.md; liveness_timeouts() below): a rank
+  // whose heartbeat stops for timeout_s is named by every other
+  // (runtime/fault/watchdog.h); a wait that lasts wait_timeout_s fails by
+  // itself, the backstop for what no heartbeat shows (a live peer that
+  // never sends). 0: kWaitTimeoutPerTimeout x timeout_s.
   double timeout_s = 60;
+  double wait_timeout_s = 0;
   // Where the run keeps its flight records (flight/rank<R>), for `parallax
   // doctor`. Empty: in memory only.
   std::string run_dir;
@@ -128,6 +141,19 @@ struct TrainOptions {
 
 // Checks the whole config; throws px::Error naming the bad option and value.
 void validate(const TrainOptions& options);
+
+// Liveness as the runtime takes it: the watchdog's timeout, after which a
+// silent rank is named (--timeout), and every wait's own (--wait-timeout,
+// or kWaitTimeoutPerTimeout x --timeout), which the communicators get.
+struct LivenessTimeouts {
+  std::chrono::milliseconds heartbeat;
+  std::chrono::milliseconds wait;
+  bool operator==(const LivenessTimeouts&) const = default;
+};
+// The two from `options`, checked as validate() checks them (px::Error
+// naming the flag): a job takes them before its ranks validate the rest.
+LivenessTimeouts liveness_timeouts(const TrainOptions& options);
+
 // The fields that define the model and data (saved with checkpoints).
 nlohmann::json model_json(const TrainOptions& options);
 void apply_model_json(const nlohmann::json& json, TrainOptions& options);

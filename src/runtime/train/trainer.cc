@@ -63,7 +63,7 @@ static TrainResult run_recorded(const TrainOptions& o, comm::Communicator* group
   }
 }
 
-static TrainResult train_restarting(TrainOptions o, std::ostream& log);
+static TrainResult train_restarting(TrainOptions o, const LivenessTimeouts& timeouts, std::ostream& log);
 
 TrainResult train(TrainOptions o, std::ostream& log) {
   kernels::set_threads(o.threads);
@@ -71,7 +71,10 @@ TrainResult train(TrainOptions o, std::ostream& log) {
   if (!o.mpi && o.sync.mesh_ranks > 0) o.ranks = o.sync.mesh_ranks;
   NullBuffer null_buffer;
   std::ostream quiet(&null_buffer);
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  // The watchdog names a silent rank after the heartbeat timeout; every
+  // wait's own, longer, is the backstop. Checked here: the transports and
+  // the watchdog take them before any rank validates the rest.
+  const LivenessTimeouts timeouts = liveness_timeouts(o);
   auto flight_file = [&](int rank) { return o.run_dir.empty() ? std::string() : flight_path(o.run_dir, rank); };
   if (o.mpi) {
     if (!comm::mpi::available())
@@ -84,17 +87,16 @@ TrainResult train(TrainOptions o, std::ostream& log) {
     if (o.ranks != 1)
       fail("--ranks {} starts in-process ranks; under mpirun the ranks are the MPI processes (give -np to mpirun)",
            o.ranks);
-    const auto wait_timeout = Watchdog::wait_timeout(timeout);
-    comm::mpi::init(nullptr, nullptr, {.timeout = wait_timeout}, {.tag_bound = o.mpi_tag_bound, .pmi_fd = o.mpi_pmi_fd});
+    comm::mpi::init(nullptr, nullptr, {.timeout = timeouts.wait}, {.tag_bound = o.mpi_tag_bound, .pmi_fd = o.mpi_pmi_fd});
     comm::Communicator& world = comm::mpi::world();
-    world.set_timeout(wait_timeout);
+    world.set_timeout(timeouts.wait);
     FlightRecorder recorder(flight_file(world.rank()), world.rank(), world.size());
     TrainResult result;
     {
       // Heartbeats and verdicts travel over MPI itself, so hosts need share
       // no filesystem; the run directory's flight files are for the doctor.
       TransportPeers peers(world);
-      Watchdog watchdog({.timeout = timeout,
+      Watchdog watchdog({.timeout = timeouts.heartbeat,
                          .stuck =
                              [&recorder](const std::string& reason) {
                                // Blocked where no wait polls (the MPI library's own collective): end the job.
@@ -122,16 +124,15 @@ TrainResult train(TrainOptions o, std::ostream& log) {
     comm::mpi::finalize();
     return result;
   }
-  return train_restarting(o, log);
+  return train_restarting(o, timeouts, log);
 }
 
 // One attempt of an in-process job: its ranks as threads of this process,
 // watched by one watchdog. `ended` gets each rank's final phase.
-static TrainResult run_attempt(const TrainOptions& o, std::ostream& log, const RankRecovery& recovery,
-                               std::vector<RankPhase>& ended) {
+static TrainResult run_attempt(const TrainOptions& o, const LivenessTimeouts& timeouts, std::ostream& log,
+                               const RankRecovery& recovery, std::vector<RankPhase>& ended) {
   NullBuffer null_buffer;
   std::ostream quiet(&null_buffer);
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   auto flight_file = [&](int rank) { return o.run_dir.empty() ? std::string() : flight_path(o.run_dir, rank); };
   std::vector<std::unique_ptr<FlightRecorder>> recorders;
   std::vector<Watchdog::Local> locals;
@@ -154,11 +155,11 @@ static TrainResult run_attempt(const TrainOptions& o, std::ostream& log, const R
       fail("rank 0 {} at {} (--inject-fault)", rank_phase_name(p), describe_position(o.inject_fault_step, -1, ""));
     return result;
   }
-  Watchdog watchdog({.timeout = timeout}, locals, o.ranks, {});
+  Watchdog watchdog({.timeout = timeouts.heartbeat}, locals, o.ranks, {});
   std::vector<TrainResult> results(static_cast<size_t>(o.ranks));
   comm::InprocOptions inproc;
   inproc.link_gbps = o.link_gbps;
-  inproc.communicator.timeout = Watchdog::wait_timeout(timeout);
+  inproc.communicator.timeout = timeouts.wait;
   comm::run_inproc(
       o.ranks,
       [&](comm::Communicator& world) {
@@ -192,7 +193,7 @@ double restart_time_lost(std::vector<std::pair<double, double>> spans) {
 // rank's in-memory snapshot (a lost rank's from its buddy), else from the
 // latest checkpoint on disk, else from the start; with fewer ranks when a
 // rank was lost for good (down to --min-ranks).
-static TrainResult train_restarting(TrainOptions o, std::ostream& log) {
+static TrainResult train_restarting(TrainOptions o, const LivenessTimeouts& timeouts, std::ostream& log) {
   const double started = unix_seconds();
   std::optional<Checkpoint> restore;
   double restored_from = started;  // when the state the next attempt starts from was taken
@@ -208,7 +209,7 @@ static TrainResult train_restarting(TrainOptions o, std::ostream& log) {
                                 .restore = restore ? &*restore : nullptr,
                                 .ready_at = &ready_at};
     try {
-      TrainResult result = run_attempt(o, log, recovery, ended);
+      TrainResult result = run_attempt(o, timeouts, log, recovery, ended);
       if (attempt > 0) lost.emplace_back(restored_from, ready_at.load());
       result.restarts = attempt;
       result.lost_seconds = restart_time_lost(lost);
