@@ -49,7 +49,7 @@ def main():
             initializers[t.name] = torch.from_numpy(
                 np.frombuffer(t.raw_data, dtype="<f4").reshape(tuple(t.dims)).copy())
     module = {"mlp": make_fixtures.Mlp, "cnn": make_fixtures.Cnn, "gpt": make_fixtures.Gpt,
-              "regression": make_fixtures.Regression}[name]()
+              "regression": make_fixtures.Regression, "gpt_dynamic": make_fixtures.GptDynamic}[name]()
     params = dict(module.named_parameters())
     missing = [p for p in params if p not in initializers]
     if missing:

@@ -1,8 +1,12 @@
 #include "nn/onnx/binding.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
 
 #include "core/error.h"
+#include "nn/onnx/fold.h"
 
 namespace px::nn {
 namespace {
@@ -56,8 +60,54 @@ void check_fits(const Declared& d, InputRole role, int64_t batch) {
   if (d.dims[0] >= 0 && d.dims[0] != batch)
     fail("input '{}' has a fixed batch dim {} but the batch has {} rows: export it with "
          "dynamic_axes={{'{}': {{0: 'batch'}}}}", d.name, d.dims[0], batch, d.name);
-  if (rank == 2 && !image_like && d.dims[1] < 0)
-    fail("input '{}' has a symbolic sequence length: export it with a fixed one (the window size)", d.name);
+}
+
+// The rows of the model's position table: the fewest rows of a float
+// (V, C) initializer that a Gather reads at positions made by Range
+// (torch.arange(T), through the shape operators that fold: Unsqueeze,
+// Expand, ...); nullopt without one.
+std::optional<int64_t> position_table_rows(const ::onnx::GraphProto& graph) {
+  const std::vector<std::string> folding = foldable_operators();
+  std::map<std::string, int64_t> tables;  // a (V, C) float initializer's name (or alias) -> V
+  for (const auto& t : graph.initializer())
+    if (t.data_type() == ::onnx::TensorProto::FLOAT && t.dims_size() == 2) tables[t.name()] = t.dims(0);
+  std::set<std::string> positions;  // values computed from a Range
+  std::optional<int64_t> rows;
+  for (const auto& node : graph.node()) {
+    if (node.op_type() == "Identity" && node.input_size() == 1 && tables.count(node.input(0)) != 0) {
+      tables[node.output(0)] = tables[node.input(0)];
+      continue;
+    }
+    if (node.op_type() == "Gather" && node.input_size() == 2 && tables.count(node.input(0)) != 0 &&
+        positions.count(node.input(1)) != 0) {
+      rows = std::min(rows.value_or(tables[node.input(0)]), tables[node.input(0)]);
+      continue;  // the embeddings are values, no longer positions
+    }
+    const bool folds = std::find(folding.begin(), folding.end(), node.op_type()) != folding.end();
+    const auto is_position = [&](const std::string& name) { return positions.count(name) != 0; };
+    const bool from_range =
+        node.op_type() == "Range" || std::any_of(node.input().begin(), node.input().end(), is_position);
+    if (folds && from_range) positions.insert(node.output().begin(), node.output().end());
+  }
+  return rows;
+}
+
+// The sequence length a tokens or targets input `d` (int [N,T]) is bound
+// to: its own fixed T, or for a symbolic T (dynamic_axes on the sequence)
+// config.sequence, else the rows of the model's position table (the
+// longest sequence it takes, GPT's block size).
+int64_t sequence_length(const Declared& d, const ::onnx::GraphProto& graph, const OnnxConfig& config) {
+  if (d.dims[1] >= 0) {
+    if (config.sequence > 0 && config.sequence != d.dims[1])
+      fail("input '{}' has a fixed sequence length {}, not the {} asked for: export it with dynamic_axes="
+           "{{'{}': {{0: 'batch', 1: 'sequence'}}}} to train other lengths", d.name, d.dims[1], config.sequence,
+           d.name);
+    return d.dims[1];
+  }
+  if (config.sequence > 0) return config.sequence;
+  if (const std::optional<int64_t> rows = position_table_rows(graph)) return *rows;
+  fail("input '{}' has a symbolic sequence length and no position table bounds it (a Gather of a (V, C) "
+       "initializer at positions from Range, torch.arange): export it with a fixed one (the window size)", d.name);
 }
 
 // The images (N, 1, 28, 28) viewed as `d` declares them ((N, 784) or as they are).
@@ -117,7 +167,10 @@ BoundInputs bind_inputs(ImportContext& c, const ::onnx::GraphProto& graph, const
       if (roles[i].second == roles[j].second)
         fail("input '{}' would be fed {} too, which input '{}' takes already; name roles with --input NAME=ROLE",
              roles[i].first.name, input_role_name(roles[i].second), roles[j].first.name);
-  for (const auto& [d, role] : roles) check_fits(d, role, c.batch());
+  for (auto& [d, role] : roles) {
+    check_fits(d, role, c.batch());
+    if (!d.is_float && d.dims.size() == 2) d.dims[1] = sequence_length(d, graph, config);
+  }
   std::stable_partition(roles.begin(), roles.end(), [](const auto& r) {
     return r.second == InputRole::images || r.second == InputRole::tokens;
   });

@@ -25,12 +25,14 @@ struct BoundInputs {
 // Adds a graph input for every ONNX graph input that is not an
 // initializer, shaped as its dataset serves it (images (N, 1, 28, 28) f32,
 // viewed as (N, 784) when the model wants that; labels (N) and tokens or
-// targets (N, T) i32), and sets model.inputs and model.targets: the bound
-// labels or targets input, else one of parallax's own for an attached loss
-// ("labels" (N) or "targets" (N, T)). A float input bound as targets is no
-// input of its own: it names the images the model input is fed. The ONNX
-// inputs may be declared in any order, among initializers or not: the
-// images or tokens input is added first, then labels and targets.
+// targets (N, T) i32, a symbolic T bound to config.sequence or else to the
+// rows of the model's position table), and sets model.inputs and
+// model.targets: the bound labels or targets input, else one of parallax's
+// own for an attached loss ("labels" (N) or "targets" (N, T)). A float
+// input bound as targets is no input of its own: it names the images the
+// model input is fed. The ONNX inputs may be declared in any order, among
+// initializers or not: the images or tokens input is added first, then
+// labels and targets.
 BoundInputs bind_inputs(ImportContext& context, const ::onnx::GraphProto& graph, const OnnxConfig& config,
                         Model& model);
 

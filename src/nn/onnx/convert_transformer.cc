@@ -1,7 +1,7 @@
 // The operators torch.onnx.export (opset 17) writes for a GPT-style
 // transformer, as parallax ops. Legend: B batch rows, T positions, C
 // width, H heads, D = C/H, V vocabulary.
-//   Gather(wte (V, C), tokens (B, T))       -> embedding
+//   Gather(wte (V, C), tokens (B, T))       -> embedding (of positions 0..T-1: of arange)
 //   LayerNormalization(x, scale, bias)      -> layernorm (last axis)
 //   Transpose(x, perm)                      -> transpose (weights included:
 //                                              torch's Linear reads W (out, in) as Wᵀ)
@@ -32,18 +32,29 @@ int positive_axis(const NodeProto& node, int64_t axis, int rank) {
 }
 
 // Gather(table, ids) along axis 0: an embedding lookup of the ids (B, T),
-// or of constant positions 0..n-1 (arange), in the (V, C) table.
+// or of constant positions 0..n-1 (arange; torch.arange(T) folded at
+// import) in the (V, C) table. Positions with leading dims, each row
+// 0..n-1 ((1, T), or (B, T) expanded over the batch), look up (n, C) once:
+// the Add that reads them broadcasts it over the rows, as it would the
+// repeated rows, and it holds on any batch split.
 void convert_gather(ImportContext& c, const NodeProto& node) {
   if (attr_int(node, "axis", 0) != 0) fail("{}: parallax imports Gather along axis 0 (a table lookup)", describe(node));
   const ValueId table = c.value(in(node, 0), node);
-  if (c.graph().spec(table).shape.rank() != 2) fail("{}: the table must be (V, C)", describe(node));
+  const Shape table_shape = c.graph().spec(table).shape;  // (V, C)
+  if (table_shape.rank() != 2) fail("{}: the table must be (V, C)", describe(node));
   ValueId ids = kNoValue;
   if (c.is_constant(in(node, 1))) {
-    const std::vector<int64_t> positions = constant_ints(c.constant(in(node, 1), node));
+    const Tensor& indices = c.constant(in(node, 1), node);
+    const int64_t n = indices.rank() == 0 ? 1 : indices.shape()[-1];
+    const std::vector<int64_t> positions = constant_ints(indices);
     for (size_t i = 0; i < positions.size(); ++i)
-      if (positions[i] != static_cast<int64_t>(i))
-        fail("{}: constant indices other than 0..n-1 are not supported", describe(node));
-    ids = c.graph().add1("arange", {}, {{"n", static_cast<int64_t>(positions.size())}}, name_of(node) + ".positions");
+      if (positions[i] != static_cast<int64_t>(i) % std::max<int64_t>(n, 1))
+        fail("{}: constant indices {} are not positions 0..{} (in every row); parallax imports constant indices "
+             "as arange", describe(node), indices.shape(), n - 1);
+    if (n > table_shape[0])
+      fail("{}: positions 0..{} index a table '{}' of {} rows: the sequence is longer than the model's "
+           "position table", describe(node), n - 1, in(node, 0), table_shape[0]);
+    ids = c.graph().add1("arange", {}, {{"n", n}}, name_of(node) + ".positions");
   } else {
     ids = c.value(in(node, 1), node);
   }

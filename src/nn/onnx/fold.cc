@@ -1,6 +1,7 @@
 #include "nn/onnx/fold.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -222,13 +223,58 @@ Outputs fold_slice(ImportContext& c, const NodeProto& node) {
   return {out};
 }
 
+// Cast to a float type (f32 here), to bool (nonzero: 1) or to an integer
+// type (i64 here; a float truncated toward zero).
 Outputs fold_cast(ImportContext& c, const NodeProto& node) {
+  using ::onnx::TensorProto;
   const Tensor& x = folded_input(c, node, 0);
-  const bool to_float = attr_int(node, "to", 0) == ::onnx::TensorProto::FLOAT;
+  const int64_t to = attr_int(node, "to", 0);
+  if (to == TensorProto::STRING || to == TensorProto::UNDEFINED || to == TensorProto::COMPLEX64 ||
+      to == TensorProto::COMPLEX128)
+    fail("{}: cast to ONNX type {}; parallax folds casts to numbers and bools", describe(node), to);
+  const bool to_float = to == TensorProto::FLOAT || to == TensorProto::DOUBLE || to == TensorProto::FLOAT16 ||
+                        to == TensorProto::BFLOAT16;
   Tensor out = Tensor::empty(x.shape(), to_float ? DType::f32 : DType::i64);
   for (int64_t i = 0; i < x.numel(); ++i) {
     if (to_float) out.f32()[i] = static_cast<float>(number(x, i));
+    else if (to == TensorProto::BOOL) out.data<int64_t>()[i] = number(x, i) != 0;
     else out.data<int64_t>()[i] = x.dtype() == DType::i64 ? x.data<int64_t>()[i] : integer_of(x.f32()[i], node);
+  }
+  return {out};
+}
+
+// Range(start, limit, delta) of scalars: start, start + delta, ... up to
+// (not including) limit; torch.arange(T) for positions and causal masks.
+// In i64 when all three are integers, else in float.
+Outputs fold_range(ImportContext& c, const NodeProto& node) {
+  const std::array<const char*, 3> names{"start", "limit", "delta"};
+  bool ints = true;
+  for (int i = 0; i < 3; ++i) {
+    const Tensor& t = folded_input(c, node, i);
+    if (t.numel() != 1) fail("{}: {} has shape {}; Range takes scalars", describe(node), names[i], t.shape());
+    ints = ints && t.dtype() == DType::i64;
+  }
+  const Tensor &start = folded_input(c, node, 0), &limit = folded_input(c, node, 1), &delta = folded_input(c, node, 2);
+  if (number(delta, 0) == 0) fail("{}: delta is 0; Range needs a nonzero step", describe(node));
+  // The count, max(ceil((limit - start) / delta), 0), past the folding
+  // limit clamped so folded_output refuses it by name.
+  constexpr int64_t kTooMany = std::numeric_limits<int64_t>::max() / 2;
+  int64_t count = 0;
+  if (ints) {
+    const __int128 s = start.data<int64_t>()[0], l = limit.data<int64_t>()[0], d = delta.data<int64_t>()[0];
+    const __int128 span = d > 0 ? l - s : s - l, step = d > 0 ? d : -d;
+    count = span <= 0 ? 0 : static_cast<int64_t>(std::min<__int128>((span + step - 1) / step, kTooMany));
+  } else {
+    const double n = std::ceil((number(limit, 0) - number(start, 0)) / number(delta, 0));
+    if (std::isnan(n)) fail("{}: start, limit and delta must be finite", describe(node));
+    count = n <= 0 ? 0 : n >= double(kTooMany) ? kTooMany : static_cast<int64_t>(n);
+  }
+  Tensor out = folded_output({count}, ints ? DType::i64 : DType::f32, node);
+  for (int64_t i = 0; i < count; ++i) {
+    // Each element lies between start and limit; only i·delta could overflow.
+    if (ints)
+      out.data<int64_t>()[i] = static_cast<int64_t>(start.data<int64_t>()[0] + __int128{i} * delta.data<int64_t>()[0]);
+    else out.f32()[i] = static_cast<float>(number(start, 0) + double(i) * number(delta, 0));
   }
   return {out};
 }
@@ -252,32 +298,55 @@ Outputs fold_reshape(ImportContext& c, const NodeProto& node) {
   return {relabel(x, dims)};
 }
 
-// Elementwise arithmetic with numpy broadcasting, in i64 when both are.
-Outputs fold_arithmetic(ImportContext& c, const NodeProto& node) {
-  const Tensor &a = folded_input(c, node, 0), &b = folded_input(c, node, 1);
-  const int rank = std::max(a.rank(), b.rank());
-  std::vector<int64_t> dims(rank);
-  auto dim = [&](const Tensor& t, int d) { return d < rank - t.rank() ? 1 : t.shape()[d - (rank - t.rank())]; };
-  for (int d = 0; d < rank; ++d) {
-    if (dim(a, d) != dim(b, d) && dim(a, d) != 1 && dim(b, d) != 1)
-      fail("{}: shapes {} and {} do not broadcast", describe(node), a.shape(), b.shape());
-    dims[d] = std::max(dim(a, d), dim(b, d));
+// numpy broadcasting, as the elementwise operators, Where and Expand take
+// it: the result's dims, and for each operand the element that the
+// result's element j reads.
+class Broadcast {
+ public:
+  Broadcast(const std::vector<Shape>& shapes, const NodeProto& node) {
+    int rank = 0;
+    for (const Shape& s : shapes) rank = std::max(rank, s.rank());
+    dims_.assign(static_cast<size_t>(rank), 1);
+    for (const Shape& s : shapes)
+      for (int d = 0; d < s.rank(); ++d) {
+        int64_t& out = dims_[static_cast<size_t>(rank - s.rank() + d)];
+        if (s[d] != out && s[d] != 1 && out != 1) {
+          std::vector<std::string> all;
+          for (const Shape& t : shapes) all.push_back(fmt::format("{}", t));
+          fail("{}: shapes {} do not broadcast", describe(node), fmt::join(all, " and "));
+        }
+        if (out == 1) out = s[d];
+      }
   }
-  const bool ints = a.dtype() == DType::i64 && b.dtype() == DType::i64;
-  Tensor out = folded_output(dims, ints ? DType::i64 : DType::f32, node);
-  const std::vector<int64_t> os = strides_of(out.shape());
-  auto source = [&](const Tensor& t, int64_t j) {
-    int64_t index = 0, stride = 1;
-    for (int d = rank - 1; d >= rank - t.rank(); --d) {
-      const int64_t n = t.shape()[d - (rank - t.rank())];
-      index += (n == 1 ? 0 : j / os[d] % dims[d]) * stride;
-      stride *= n;
+  const std::vector<int64_t>& dims() const { return dims_; }
+  // The element of a tensor shaped `s` that the result's element `j` reads.
+  int64_t source(const Shape& s, int64_t j) const {
+    const int rank = static_cast<int>(dims_.size());
+    int64_t index = 0, stride = 1, below = 1;  // below: the result's elements under dim d
+    for (int d = rank - 1; d >= 0; --d) {
+      const int k = d - (rank - s.rank());
+      if (k >= 0) {
+        if (s[k] != 1) index += (j / below % dims_[static_cast<size_t>(d)]) * stride;
+        stride *= s[k];
+      }
+      below *= dims_[static_cast<size_t>(d)];
     }
     return index;
-  };
+  }
+
+ private:
+  std::vector<int64_t> dims_;
+};
+
+// Add, Sub, Mul, Div with numpy broadcasting, in i64 when both are.
+Outputs fold_arithmetic(ImportContext& c, const NodeProto& node) {
+  const Tensor &a = folded_input(c, node, 0), &b = folded_input(c, node, 1);
+  const Broadcast shape({a.shape(), b.shape()}, node);
+  const bool ints = a.dtype() == DType::i64 && b.dtype() == DType::i64;
+  Tensor out = folded_output(shape.dims(), ints ? DType::i64 : DType::f32, node);
   const std::string& op = node.op_type();
   for (int64_t j = 0; j < out.numel(); ++j) {
-    const int64_t ia = source(a, j), ib = source(b, j);
+    const int64_t ia = shape.source(a.shape(), j), ib = shape.source(b.shape(), j);
     if (ints) {
       const int64_t x = a.data<int64_t>()[ia], y = b.data<int64_t>()[ib];
       int64_t r = 0;
@@ -300,6 +369,77 @@ Outputs fold_arithmetic(ImportContext& c, const NodeProto& node) {
   return {out};
 }
 
+// Equal, Less, LessOrEqual, Greater, GreaterOrEqual with numpy
+// broadcasting, as i64 0/1 (ONNX's bool): a causal mask made by comparing
+// positions (arange(T) > arange(T)ᵀ), or a mask compared with 0.
+Outputs fold_comparison(ImportContext& c, const NodeProto& node) {
+  const Tensor &a = folded_input(c, node, 0), &b = folded_input(c, node, 1);
+  const Broadcast shape({a.shape(), b.shape()}, node);
+  const bool ints = a.dtype() == DType::i64 && b.dtype() == DType::i64;
+  Tensor out = folded_output(shape.dims(), DType::i64, node);
+  const std::string& op = node.op_type();
+  for (int64_t j = 0; j < out.numel(); ++j) {
+    const int64_t ia = shape.source(a.shape(), j), ib = shape.source(b.shape(), j);
+    // -1, 0 or 1: a below, equal to or above b; int64 compared exactly, a
+    // float operand in float, as the model would (NaN compares false).
+    int order = 0;
+    if (ints) {
+      const int64_t x = a.data<int64_t>()[ia], y = b.data<int64_t>()[ib];
+      order = (x > y) - (x < y);
+    } else {
+      const float x = static_cast<float>(number(a, ia)), y = static_cast<float>(number(b, ib));
+      if (std::isnan(x) || std::isnan(y)) {
+        out.data<int64_t>()[j] = 0;
+        continue;
+      }
+      order = (x > y) - (x < y);
+    }
+    const bool holds = op == "Equal" ? order == 0 : op == "Less" ? order < 0 : op == "LessOrEqual" ? order <= 0
+                       : op == "Greater" ? order > 0 : order >= 0;  // GreaterOrEqual
+    out.data<int64_t>()[j] = holds;
+  }
+  return {out};
+}
+
+// Not of a bool (i64 0/1) constant: ~mask.
+Outputs fold_not(ImportContext& c, const NodeProto& node) {
+  const Tensor& x = folded_input(c, node, 0);
+  Tensor out = Tensor::empty(x.shape(), DType::i64);
+  for (int64_t i = 0; i < x.numel(); ++i) out.data<int64_t>()[i] = number(x, i) == 0;
+  return {out};
+}
+
+// Where(cond, x, y) of constants with numpy broadcasting: torch writes it
+// to resolve expand's -1 sizes (Where(shape == -1, 1, shape)) and to make
+// an additive mask (Where(causal, 0, -inf)). Float when either branch is.
+Outputs fold_where(ImportContext& c, const NodeProto& node) {
+  const Tensor &cond = folded_input(c, node, 0), &x = folded_input(c, node, 1), &y = folded_input(c, node, 2);
+  const Broadcast shape({cond.shape(), x.shape(), y.shape()}, node);
+  const bool ints = x.dtype() == DType::i64 && y.dtype() == DType::i64;
+  Tensor out = folded_output(shape.dims(), ints ? DType::i64 : DType::f32, node);
+  for (int64_t j = 0; j < out.numel(); ++j) {
+    const bool first = number(cond, shape.source(cond.shape(), j)) != 0;
+    const Tensor& from = first ? x : y;
+    const int64_t i = shape.source(from.shape(), j);
+    if (ints) out.data<int64_t>()[j] = from.data<int64_t>()[i];
+    else out.f32()[j] = static_cast<float>(number(from, i));
+  }
+  return {out};
+}
+
+// Expand(x, shape): x broadcast with `shape` (numpy's rule: a 1 in either
+// keeps the other's dim), positions arange(T) repeated over the batch.
+Outputs fold_expand(ImportContext& c, const NodeProto& node) {
+  const Tensor& x = folded_input(c, node, 0);
+  const std::vector<int64_t> to = constant_ints(folded_input(c, node, 1));
+  for (int64_t d : to)
+    if (d < 0) fail("{}: shape [{}] has a negative size", describe(node), fmt::join(to, ","));
+  const Broadcast shape({x.shape(), Shape(to)}, node);
+  Tensor out = folded_output(shape.dims(), x.dtype(), node);
+  for (int64_t j = 0; j < out.numel(); ++j) copy_element(x, shape.source(x.shape(), j), out, j);
+  return {out};
+}
+
 Outputs fold_constant_of_shape(ImportContext& c, const NodeProto& node) {
   const std::vector<int64_t> dims = constant_ints(folded_input(c, node, 0));
   const auto* a = find_attribute(node, "value");
@@ -311,16 +451,6 @@ Outputs fold_constant_of_shape(ImportContext& c, const NodeProto& node) {
 }
 
 Outputs fold_identity(ImportContext& c, const NodeProto& node) { return {folded_input(c, node, 0)}; }
-
-// Equal of two constants (a mask compared with 0), as i64 0/1.
-Outputs fold_equal(ImportContext& c, const NodeProto& node) {
-  const Tensor &a = folded_input(c, node, 0), &b = folded_input(c, node, 1);
-  if (b.numel() != 1 && b.shape() != a.shape())
-    fail("{}: parallax folds Equal of equal shapes or against a scalar", describe(node));
-  Tensor out = Tensor::empty(a.shape(), DType::i64);
-  for (int64_t i = 0; i < a.numel(); ++i) out.data<int64_t>()[i] = number(a, i) == number(b, b.numel() == 1 ? 0 : i);
-  return {out};
-}
 
 // Trilu(x, [k], upper) of a constant (a causal mask made in the graph,
 // torch.tril(torch.ones(T, T))): the elements on and above diagonal k
@@ -346,12 +476,15 @@ Outputs fold_trilu(ImportContext& c, const NodeProto& node) {
 
 const std::map<std::string, FoldFn>& folders() {
   static const std::map<std::string, FoldFn> table{
-      {"Constant", fold_constant},   {"Shape", fold_shape},     {"Gather", fold_gather},
-      {"Unsqueeze", fold_unsqueeze}, {"Squeeze", fold_squeeze}, {"Concat", fold_concat},
-      {"Slice", fold_slice},         {"Cast", fold_cast},       {"Reshape", fold_reshape},
-      {"Add", fold_arithmetic},      {"Sub", fold_arithmetic},  {"Mul", fold_arithmetic},
-      {"Div", fold_arithmetic},      {"ConstantOfShape", fold_constant_of_shape},
-      {"Identity", fold_identity},   {"Equal", fold_equal},     {"Trilu", fold_trilu}};
+      {"Constant", fold_constant},     {"Shape", fold_shape},          {"Gather", fold_gather},
+      {"Unsqueeze", fold_unsqueeze},   {"Squeeze", fold_squeeze},      {"Concat", fold_concat},
+      {"Slice", fold_slice},           {"Cast", fold_cast},            {"Reshape", fold_reshape},
+      {"Range", fold_range},           {"Expand", fold_expand},        {"Where", fold_where},
+      {"Add", fold_arithmetic},        {"Sub", fold_arithmetic},       {"Mul", fold_arithmetic},
+      {"Div", fold_arithmetic},        {"Equal", fold_comparison},     {"Less", fold_comparison},
+      {"LessOrEqual", fold_comparison}, {"Greater", fold_comparison},  {"GreaterOrEqual", fold_comparison},
+      {"Not", fold_not},               {"ConstantOfShape", fold_constant_of_shape},
+      {"Identity", fold_identity},     {"Trilu", fold_trilu}};
   return table;
 }
 

@@ -1,7 +1,10 @@
-// Constant folding at import. Shapes are static once the batch is bound,
-// so what torch exports to compute them from the data (Shape, Gather,
-// Unsqueeze, Concat, ... feeding a Reshape) is evaluated here, never run.
-// Constant nodes, and nodes whose inputs are all constants, fold as well.
+// Constant folding at import. Shapes are static once the inputs are bound
+// (the batch, and a symbolic sequence length: binding.h), so what torch
+// exports to compute them from the data (Shape, Gather, Unsqueeze, Concat,
+// ... feeding a Reshape; Range, Expand, comparisons, Trilu and Where making
+// positions and causal masks from the input's length) is evaluated here,
+// never run. Constant nodes, and nodes whose inputs are all constants, fold
+// as well.
 #pragma once
 
 #include <optional>

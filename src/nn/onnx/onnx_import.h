@@ -33,6 +33,10 @@ struct OnnxConfig {
   std::string path;                   // the .onnx file
   std::string loss;                   // "" (the graph's scalar output, else cross_entropy) | cross_entropy | mse
   std::vector<InputBinding> bindings; // --input NAME=ROLE; inputs not named bind by shape and dtype
+  // The length a symbolic sequence dim of a tokens or targets input (int
+  // [N,T], exported with dynamic_axes on T) is bound to; 0: the rows of
+  // the model's position table (GPT's block size). A fixed T must equal it.
+  int64_t sequence = 0;
   bool operator==(const OnnxConfig&) const = default;
 };
 
@@ -45,7 +49,9 @@ const char* input_role_name(InputRole role);
 InputBinding parse_input_binding(const std::string& text);
 
 // The model in `config.path` for a batch of `batch` rows: symbolic batch
-// dims bound to `batch`, Shape-derived constants folded, dropout kept only
+// dims bound to `batch`, a symbolic sequence dim to `config.sequence` (or
+// the position table's rows), Shape-derived constants (positions and
+// causal masks from the input's length too) folded, dropout kept only
 // when `training`. px::Error, one line naming the file and what is wrong: a
 // truncated or corrupt file, a graph the ONNX checker rejects, an opset
 // outside 13..17, an initializer whose data disagrees with its shape, an

@@ -158,6 +158,17 @@ TEST(OnnxErrors, AConcatOfComputedValuesImportsAsConcat) {
   EXPECT_EQ(concats, 1);
 }
 
+// The shape operators fold; reading a value computed from the data (the
+// Relu's output here) they are refused by name.
+TEST(OnnxErrors, AShapeOperatorOfAComputedValueIsNamed) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases{
+      {"Range", {"limit", "delta"}}, {"Expand", {"shape"}}, {"Greater", {"other"}}, {"Not", {}}};
+  for (const auto& [type, more] : cases)
+    expect_named(import_error(edited([&, &type = type, &more = more](auto& m) { insert_after_relu(m, type, more); })),
+                 {"node '/inserted/" + type + "' (" + type + ")",
+                  "folds this operator only when its inputs are constants", "computed from the data"});
+}
+
 TEST(OnnxErrors, AGraphTheCheckerRejectsIsNamed) {
   const std::string bytes = edited([](auto& m) { node_of_type(m, "Relu").set_op_type("NoSuchOperator"); });
   expect_named(import_error(bytes), {"fails the ONNX checker", "NoSuchOperator"});

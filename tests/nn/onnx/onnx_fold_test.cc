@@ -1,11 +1,18 @@
 // Constant folding of the operators torch writes to make constants in the
 // graph: a causal mask made in `forward` (torch.tril(torch.ones(T, T)))
 // is a Trilu of a constant, folded at import, whose result feeds Where
-// as a buffer's slice does.
+// as a buffer's slice does; positions torch.arange(T) are a Range of the
+// input's length, expanded over the batch (Expand, with Where resolving
+// expand's -1), and a mask compared from positions (Greater, ...) folds
+// the same way.
 #include <gtest/gtest.h>
+
+#include <functional>
+#include <optional>
 
 #include <onnx/onnx_pb.h>
 
+#include "core/error.h"
 #include "nn/onnx/fold.h"
 #include "nn/onnx/import_context.h"
 
@@ -104,6 +111,151 @@ TEST(OnnxFold, MalformedInputsAreNamedErrors) {
   EXPECT_NE(overflow.find("overflows int64"), std::string::npos) << overflow;
   const std::string huge = fold_error("ConstantOfShape", {{Shape{2}, {int64_t{1} << 20, int64_t{1} << 20}}});
   EXPECT_NE(huge.find("more than the"), std::string::npos) << huge;
+}
+
+// A constant operand: i64 values, or f32 when `floats`.
+struct Operand {
+  Shape shape;
+  std::vector<double> values;
+  bool floats = false;
+};
+
+// `op` folded over `inputs` (named in0, in1, ...) with integer attributes;
+// its first output.
+Tensor fold(const std::string& op, const std::vector<Operand>& inputs,
+            const std::vector<std::pair<std::string, int64_t>>& attributes = {}) {
+  const ::onnx::GraphProto proto;
+  Graph graph;
+  nn::ImportContext context(graph, proto, 2, true);
+  ::onnx::NodeProto node;
+  node.set_op_type(op);
+  node.set_name("/fold/" + op);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Tensor t = Tensor::empty(inputs[i].shape, inputs[i].floats ? DType::f32 : DType::i64);
+    for (int64_t j = 0; j < t.numel(); ++j) {
+      if (inputs[i].floats) t.f32()[j] = static_cast<float>(inputs[i].values.at(j));
+      else t.data<int64_t>()[j] = static_cast<int64_t>(inputs[i].values.at(j));
+    }
+    context.define_constant("in" + std::to_string(i), std::move(t));
+    node.add_input("in" + std::to_string(i));
+  }
+  node.add_output("out");
+  for (const auto& [name, value] : attributes) {
+    auto* a = node.add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::INT);
+    a->set_i(value);
+  }
+  std::optional<std::vector<Tensor>> out = nn::try_fold(context, node);
+  if (!out) throw std::logic_error(op + " did not fold");
+  return out->front();
+}
+
+// The error folding gives; "" when it folds.
+std::string error_of(const std::function<void()>& folding) {
+  try {
+    folding();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<int64_t> ints(const Tensor& t) {
+  EXPECT_EQ(t.dtype(), DType::i64);
+  return std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + t.numel());
+}
+std::vector<float> floats(const Tensor& t) {
+  EXPECT_EQ(t.dtype(), DType::f32);
+  return std::vector<float>(t.f32(), t.f32() + t.numel());
+}
+// A 0/1 matrix row by row, "|" between rows.
+std::string mask_of(const Tensor& t) {
+  std::string text;
+  const int64_t columns = t.shape()[-1];
+  const std::vector<int64_t> values = ints(t);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (i > 0 && i % columns == 0) text += '|';
+    text += values[static_cast<size_t>(i)] != 0 ? '1' : '0';
+  }
+  return text;
+}
+
+const Operand kOne{Shape{}, {1}};
+
+TEST(OnnxFold, RangeCountsFromStartUpToLimitByDelta) {
+  // torch.arange(T) as torch exports it: scalars, the limit the input's length.
+  const Tensor positions = fold("Range", {{Shape{}, {0}}, {Shape{}, {5}}, kOne});
+  EXPECT_EQ(positions.shape(), Shape({5}));
+  EXPECT_EQ(ints(positions), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(ints(fold("Range", {{Shape{}, {10}}, {Shape{}, {4}}, {Shape{}, {-3}}})), (std::vector<int64_t>{10, 7}));
+  EXPECT_EQ(ints(fold("Range", {{Shape{}, {10}}, {Shape{}, {3}}, {Shape{}, {-7}}})), (std::vector<int64_t>{10}));
+  EXPECT_EQ(fold("Range", {{Shape{}, {3}}, {Shape{}, {3}}, kOne}).shape(), Shape({0}));
+  EXPECT_EQ(fold("Range", {{Shape{}, {3}}, {Shape{}, {1}}, kOne}).shape(), Shape({0}));
+  EXPECT_EQ(floats(fold("Range", {{Shape{}, {0.5}, true}, {Shape{}, {2.0}, true}, {Shape{}, {0.5}, true}})),
+            (std::vector<float>{0.5f, 1.0f, 1.5f}));
+  const std::string zero = error_of([] { fold("Range", {{Shape{}, {0}}, {Shape{}, {5}}, {Shape{}, {0}}}); });
+  EXPECT_NE(zero.find("node '/fold/Range' (Range): delta is 0"), std::string::npos) << zero;
+  const std::string vector = error_of([] { fold("Range", {{Shape{2}, {0, 1}}, {Shape{}, {5}}, kOne}); });
+  EXPECT_NE(vector.find("start has shape [2]; Range takes scalars"), std::string::npos) << vector;
+  const std::string huge =
+      error_of([] { fold("Range", {{Shape{}, {0}}, {Shape{}, {double(int64_t{1} << 40)}}, kOne}); });
+  EXPECT_NE(huge.find("more than the"), std::string::npos) << huge;
+}
+
+TEST(OnnxFold, ExpandBroadcastsPositionsOverTheBatch) {
+  // arange(3).unsqueeze(0).expand(2, -1): (1, 3) to [2, 1] (expand's -1 resolved to 1).
+  const Tensor rows = fold("Expand", {{Shape{1, 3}, {0, 1, 2}}, {Shape{2}, {2, 1}}});
+  EXPECT_EQ(rows.shape(), Shape({2, 3}));
+  EXPECT_EQ(ints(rows), (std::vector<int64_t>{0, 1, 2, 0, 1, 2}));
+  // A column against a longer shape: numpy's rule, new leading dims too.
+  const Tensor columns = fold("Expand", {{Shape{2, 1}, {7, 8}}, {Shape{3}, {2, 2, 3}}});
+  EXPECT_EQ(columns.shape(), Shape({2, 2, 3}));
+  EXPECT_EQ(ints(columns), (std::vector<int64_t>{7, 7, 7, 8, 8, 8, 7, 7, 7, 8, 8, 8}));
+  const std::string clash = error_of([] { fold("Expand", {{Shape{1, 3}, {0, 1, 2}}, {Shape{2}, {2, 4}}}); });
+  EXPECT_NE(clash.find("node '/fold/Expand' (Expand): shapes [1,3] and [2,4] do not broadcast"), std::string::npos)
+      << clash;
+  const std::string negative = error_of([] { fold("Expand", {{Shape{1}, {0}}, {Shape{1}, {-1}}}); });
+  EXPECT_NE(negative.find("negative size"), std::string::npos) << negative;
+}
+
+TEST(OnnxFold, WhereChoosesByItsConditionWithBroadcasting) {
+  // torch's expand(B, -1): Where(shape == -1, ones, shape) -> [B, 1].
+  const Tensor is_minus_one = fold("Equal", {{Shape{2}, {4, -1}}, {Shape{}, {-1}}});
+  EXPECT_EQ(ints(is_minus_one), (std::vector<int64_t>{0, 1}));
+  const Tensor sizes = fold("Where", {{Shape{2}, {0, 1}}, {Shape{2}, {1, 1}}, {Shape{2}, {4, -1}}});
+  EXPECT_EQ(ints(sizes), (std::vector<int64_t>{4, 1}));
+  // An additive causal mask: a (2, 2) condition, scalar float branches.
+  const Tensor additive = fold("Where", {{Shape{2, 2}, {1, 0, 1, 1}}, {Shape{}, {0.0}, true}, {Shape{}, {-1e9}, true}});
+  EXPECT_EQ(additive.shape(), Shape({2, 2}));
+  EXPECT_EQ(floats(additive), (std::vector<float>{0.0f, -1e9f, 0.0f, 0.0f}));
+  const std::string clash = error_of([] { fold("Where", {{Shape{3}, {1, 0, 1}}, {Shape{2}, {1, 2}}, kOne}); });
+  EXPECT_NE(clash.find("shapes [3] and [2] and [] do not broadcast"), std::string::npos) << clash;
+}
+
+TEST(OnnxFold, ComparisonsOfPositionsMakeACausalMask) {
+  // i = arange(3): a row (1, 3) against a column (3, 1).
+  const Operand row{Shape{1, 3}, {0, 1, 2}}, column{Shape{3, 1}, {0, 1, 2}};
+  EXPECT_EQ(mask_of(fold("Greater", {row, column})), "011|001|000");  // j > i: masked_fill's mask
+  EXPECT_EQ(mask_of(fold("LessOrEqual", {row, column})), "100|110|111");  // j <= i: kept
+  EXPECT_EQ(mask_of(fold("Less", {row, column})), "000|100|110");
+  EXPECT_EQ(mask_of(fold("GreaterOrEqual", {row, column})), "111|011|001");
+  EXPECT_EQ(mask_of(fold("Equal", {row, column})), "100|010|001");
+  EXPECT_EQ(mask_of(fold("Not", {{Shape{3, 3}, {0, 1, 1, 0, 0, 1, 0, 0, 0}}})), "100|110|111");  // ~(j > i)
+  // A float against integers, compared in float.
+  EXPECT_EQ(ints(fold("Less", {{Shape{}, {0.5}, true}, {Shape{3}, {0, 1, 2}}})), (std::vector<int64_t>{0, 1, 1}));
+  const std::string clash = error_of([] { fold("Less", {{Shape{2}, {0, 1}}, {Shape{3}, {0, 1, 2}}}); });
+  EXPECT_NE(clash.find("node '/fold/Less' (Less): shapes [2] and [3] do not broadcast"), std::string::npos) << clash;
+}
+
+TEST(OnnxFold, CastToBoolIsNonzeroAndToIntegersTruncates) {
+  const Operand values{Shape{3}, {0.0, 0.5, -2.5}, true};
+  EXPECT_EQ(ints(fold("Cast", {values}, {{"to", ::onnx::TensorProto::BOOL}})), (std::vector<int64_t>{0, 1, 1}));
+  EXPECT_EQ(ints(fold("Cast", {values}, {{"to", ::onnx::TensorProto::INT64}})), (std::vector<int64_t>{0, 0, -2}));
+  EXPECT_EQ(floats(fold("Cast", {{Shape{2}, {3, -1}}}, {{"to", ::onnx::TensorProto::DOUBLE}})),
+            (std::vector<float>{3.0f, -1.0f}));
+  const std::string text = error_of([] { fold("Cast", {kOne}, {{"to", ::onnx::TensorProto::STRING}}); });
+  EXPECT_NE(text.find("node '/fold/Cast' (Cast): cast to ONNX type 8"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -18,6 +18,9 @@
 // CNN at dp=2 x tp=2 with its convolutions split (cnn_conv_tp2.json: conv1
 // by output channel, conv2 by input channel, its bias whole), so the relu
 // and the pool run on channel shards and conv2's partial sums are reduced.
+// gpt_dynamic (exported with dynamic_axes on the batch and the sequence:
+// its positions and causal mask are shape arithmetic folded at import for
+// the bound length) at 2 ranks, ZeRO-3 at 3 and 2 pipeline stages.
 #include <gtest/gtest.h>
 
 #include "parallel/strategy_equivalence.h"
@@ -84,7 +87,9 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxStrategies,
                                            OnnxCase{"regression", 2}, OnnxCase{"regression", 3, 3},
                                            OnnxCase{"regression", 2, 0, 2},
                                            OnnxCase{"regression", 2, 0, 1, "regression_tp2.json"},
-                                           OnnxCase{"cnn", 4, 0, 1, "cnn_conv_tp2.json"}),
+                                           OnnxCase{"cnn", 4, 0, 1, "cnn_conv_tp2.json"},
+                                           OnnxCase{"gpt_dynamic", 2}, OnnxCase{"gpt_dynamic", 3, 3},
+                                           OnnxCase{"gpt_dynamic", 2, 0, 2}),
                          [](const auto& info) {
                            return fmt::format("{}_{}ranks_zero{}_{}stages{}", info.param.fixture, info.param.ranks,
                                               info.param.zero, info.param.stages,
