@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # ZeRO-2 overlaps as plain data parallelism does: the default GPT (gpt-mini)
 # on 2 in-process ranks, one thread each, each rank's link limited, with and
-# without overlap (--no-overlap), at ZeRO-0 and ZeRO-2. Prints each median
-# step (the executor's run, the first step left out; the mean of REPS
-# alternating medians) and how much of plain data parallelism's gain from
-# overlap ZeRO-2 keeps (target >= 0.8). Each run holds the shared
-# benchmark lock.
+# without overlap (--no-overlap), at ZeRO-0 and ZeRO-2. Each repetition runs
+# the four once, in alternating order (odd repetitions ZeRO-0 overlap,
+# ZeRO-0 no overlap, ZeRO-2 overlap, ZeRO-2 no overlap; even ones the
+# reverse), so neither a slow spell of this shared machine nor a warm cache
+# favours one. Prints each run's median step (the executor's, the first step
+# left out), the mean of the REPS medians, and how much of plain data
+# parallelism's gain from overlap ZeRO-2 keeps (target >= 0.8). Each run
+# holds the shared benchmark lock.
 #
 #   bench/compare_zero_overlap.sh [--build build] [--gbps 1] [--steps 25] [--reps 3]
 set -euo pipefail
@@ -31,16 +34,17 @@ t = sorted(j['step_s'] for j in map(json.loads, open('$1')) if 'step_s' in j and
 print(t[len(t) // 2])"
 }
 declare -A SUM
+RUNS=(zero0-on zero0-off zero2-on zero2-off)
 for ((rep = 0; rep < REPS; ++rep)); do
-  for zero in 0 2; do
-    for overlap in on off; do
-      extra=(--zero "$zero"); [[ $overlap == off ]] && extra+=(--no-overlap)
-      run=zero$zero-$overlap
-      flock /tmp/px-build.lock "$PARALLAX" "${JOB[@]}" "${extra[@]}" --metrics "$WORK/$run.jsonl" > "$WORK/$run.log"
-      m=$(median_step "$WORK/$run.jsonl")
-      echo "rep $((rep + 1)) ZeRO-$zero overlap $overlap: median step $(printf %.1f "$(python3 -c "print($m * 1e3)")") ms" >&2
-      SUM[$run]=$(python3 -c "print(${SUM[$run]:-0} + $m)")
-    done
+  order=("${RUNS[@]}")
+  ((rep % 2)) && order=(zero2-off zero2-on zero0-off zero0-on)
+  for run in "${order[@]}"; do
+    zero=${run:4:1} overlap=${run#*-}
+    extra=(--zero "$zero"); [[ $overlap == off ]] && extra+=(--no-overlap)
+    flock /tmp/px-build.lock "$PARALLAX" "${JOB[@]}" "${extra[@]}" --metrics "$WORK/$run.jsonl" > "$WORK/$run.log"
+    m=$(median_step "$WORK/$run.jsonl")
+    echo "rep $((rep + 1)) ZeRO-$zero overlap $overlap: median step $(printf %.1f "$(python3 -c "print($m * 1e3)")") ms" >&2
+    SUM[$run]=$(python3 -c "print(${SUM[$run]:-0} + $m)")
   done
 done
 python3 - "${SUM[zero0-on]}" "${SUM[zero0-off]}" "${SUM[zero2-on]}" "${SUM[zero2-off]}" "$REPS" "$GBPS" <<'PY'

@@ -28,7 +28,8 @@ evaluates 2 batches and samples 20 bytes (--steps 10 --eval-batches 2
 on the first 1,000 training and test images of Fashion-MNIST (a cut that,
 like the whole set, ends each epoch with a partial batch), `plan` searches
 for at most 3 s, `calibrate` times each kernel for 2 ms, `bench comm` checks
-sizes up to 4M. The quick start's two scripts: `bash scripts/run.sh` runs as
+sizes up to 4M (4, 64K and 4M where it names none: its default runs to
+256M). The quick start's two scripts: `bash scripts/run.sh` runs as
 it is with `--steps 10` (its extra arguments go to `parallax train`) and
 `PX_CALIBRATE_ARGS='--kernel-ms 2'` (its calibrations' flags), its build
 being the one under test; `bash scripts/test.sh`, the suite this test
@@ -269,8 +270,12 @@ def calibrate_kernels(words, sub):
 
 
 def bench_sizes(words, sub):
-    sizes = flag_value(words, "--sizes") if sub == "bench" else None
-    if sizes is None or max(bytes_of(s) for s in sizes.split(",")) <= 4 << 20:
+    if sub != "bench":
+        return None
+    sizes = flag_value(words, "--sizes")
+    if sizes is None:  # the default, 4 B..256M by 4x: the smallest, the first size judged, the cap
+        return ["--sizes", "4,64K,4M"]
+    if max(bytes_of(s) for s in sizes.split(",")) <= 4 << 20:
         return None
     return ["--sizes", ",".join(s if bytes_of(s) <= 4 << 20 else "4M" for s in sizes.split(","))]
 
