@@ -1,9 +1,12 @@
 // A planner's deadline: the instant its budget (PlanRequest::budget_seconds)
 // runs out. Every step that can take long (enumerating, probing, lowering
-// a candidate, replaying it) asks it, so a search stops within a fraction
-// of a second of the budget with what it has found so far.
+// a candidate, replaying it) asks it, so a search stops with what it has
+// found so far, within the budget: it keeps as a reserve the longest
+// stretch between two questions so far, since the step after the last
+// question (and the ranking after the search) must end in time too.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <stdexcept>
@@ -17,7 +20,19 @@ struct Deadline {
 
   double elapsed() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
   double remaining() const { return seconds - elapsed(); }
-  bool passed() const { return remaining() <= 0; }
+  // True once what is left of the budget is no more than the reserve.
+  bool passed() const {
+    const double now = elapsed();
+    if (last_asked_ >= 0) longest_gap_ = std::max(longest_gap_, now - last_asked_);
+    last_asked_ = now;  // the first question: what came before (building the model) is no step of the search
+    return seconds - now <= longest_gap_;
+  }
+
+  // Bookkeeping of the questions, not set by callers (a search asks from
+  // one thread); public only so a Deadline stays an aggregate.
+  mutable double last_asked_ = -1;
+  mutable double longest_gap_ = 0;
+
   // Throws DeadlinePassed once the budget is spent: for steps deep inside
   // one candidate (a replay's event loop, a lowering stage by stage) that
   // cannot return a partial result, only give theirs up.

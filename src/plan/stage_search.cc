@@ -373,14 +373,15 @@ std::vector<Candidate> search_stages(StageSearch& search, const Deadline& deadli
   std::map<ProbeKey, ProbeCosts> probes;
   std::vector<Scored> scored = score_all(search, layouts, order, blocks, deadline, probes);
   // The fastest fitting candidates get their Strategy (the others keep their
-  // figures, and the rejected their reasons); the fastest are replayed on their Programs while
+  // figures, and the rejected their reasons) while the budget allows, the
+  // fastest at least; the fastest are replayed on their Programs while
   // the budget allows, judged by how long the probes took per instruction.
   std::vector<Candidate> out;
   int verified = 0, built = 0;
   constexpr int kListed = 50;  // fitting candidates given their Strategy (tables list the best)
   for (Scored& s : scored) {
     Candidate& c = s.candidate;
-    if (!c.rejected.empty() || built >= kListed) {
+    if (!c.rejected.empty() || built >= kListed || (built > 0 && deadline.passed())) {
       c.description = describe_layout(s.layout, s.blocks);
       out.push_back(std::move(c));
       continue;
