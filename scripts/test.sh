@@ -79,7 +79,7 @@ stage() {
 ctest_stage() {
   local name=$1 suite=$2 dir=$3 junit
   shift 3
-  junit="$PWD/ci-report/${name// /-}.xml"
+  junit="$PWD/ci-report/$(tr -cs 'a-zA-Z0-9' '-' <<< "$name" | sed 's/-*$//').xml"  # "asan suite (MPI)": asan-suite-MPI.xml
   mkdir -p ci-report
   "${budget[@]}" seed "$suite" "$dir"
   stage "$name" --suite "$suite" --junit "$junit" -- \

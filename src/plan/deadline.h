@@ -2,8 +2,10 @@
 // runs out. Every step that can take long (enumerating, probing, lowering
 // a candidate, replaying it) asks it, so a search stops with what it has
 // found so far, within the budget: it keeps as a reserve the longest
-// stretch between two questions so far, since the step after the last
-// question (and the ranking after the search) must end in time too.
+// stretch between two questions so far (at most kMostReserved of the
+// budget), since the step after the last question (and the ranking after
+// the search) must end in time too. The cap: a stretch a search bounds
+// itself by elapsed() (an MCMC chain walks to its own end) is no step.
 #pragma once
 
 #include <algorithm>
@@ -20,12 +22,13 @@ struct Deadline {
 
   double elapsed() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
   double remaining() const { return seconds - elapsed(); }
+  static constexpr double kMostReserved = 0.1;
   // True once what is left of the budget is no more than the reserve.
   bool passed() const {
     const double now = elapsed();
     if (last_asked_ >= 0) longest_gap_ = std::max(longest_gap_, now - last_asked_);
     last_asked_ = now;  // the first question: what came before (building the model) is no step of the search
-    return seconds - now <= longest_gap_;
+    return seconds - now <= std::min(longest_gap_, kMostReserved * seconds);
   }
 
   // Bookkeeping of the questions, not set by callers (a search asks from
