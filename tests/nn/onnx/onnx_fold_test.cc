@@ -64,55 +64,6 @@ TEST(OnnxFold, TriluOfAConstantKeepsOneTriangle) {
   EXPECT_EQ(rows_of(trilu(0, -1)), "000100110|000100110");
 }
 
-// Folds `op` over i64 constants given as (shape, values); returns the
-// error text, or "" when it folds.
-std::string fold_error(const std::string& op, const std::vector<std::pair<Shape, std::vector<int64_t>>>& inputs,
-                       std::optional<int64_t> axis = std::nullopt) {
-  const ::onnx::GraphProto proto;
-  Graph graph;
-  nn::ImportContext context(graph, proto, 2, true);
-  ::onnx::NodeProto node;
-  node.set_op_type(op);
-  node.set_name("/fold/" + op);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    Tensor t = Tensor::empty(inputs[i].first, DType::i64);
-    for (int64_t j = 0; j < t.numel(); ++j) t.data<int64_t>()[j] = inputs[i].second.at(j);
-    context.define_constant("in" + std::to_string(i), std::move(t));
-    node.add_input("in" + std::to_string(i));
-  }
-  node.add_output("out");
-  if (axis) {
-    auto* a = node.add_attribute();
-    a->set_name("axis");
-    a->set_type(::onnx::AttributeProto::INT);
-    a->set_i(*axis);
-  }
-  try {
-    nn::try_fold(context, node);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-// Malformed shape arithmetic (what the fuzzer finds) is refused by name
-// before any element is copied.
-TEST(OnnxFold, MalformedInputsAreNamedErrors) {
-  EXPECT_EQ(fold_error("Concat", {{Shape{2, 3}, {1, 2, 3, 4, 5, 6}}, {Shape{1, 3}, {7, 8, 9}}}, 0), "");
-  const std::string concat = fold_error("Concat", {{Shape{2, 3}, {1, 2, 3, 4, 5, 6}}, {Shape{1, 9}, {1, 2, 3, 4, 5, 6, 7, 8, 9}}}, 0);
-  EXPECT_NE(concat.find("/fold/Concat"), std::string::npos) << concat;
-  EXPECT_NE(concat.find("input 1 is I64 [1,9]"), std::string::npos) << concat;
-  const std::string slice = fold_error("Slice", {{Shape{4}, {1, 2, 3, 4}}, {Shape{2}, {0, 0}}, {Shape{1}, {2}}});
-  EXPECT_NE(slice.find("2 starts, 1 ends"), std::string::npos) << slice;
-  const std::string reshape = fold_error("Reshape", {{Shape{4}, {1, 2, 3, 4}}, {Shape{2}, {-1, -1}}});
-  EXPECT_NE(reshape.find("two -1"), std::string::npos) << reshape;
-  const std::string overflow =
-      fold_error("Mul", {{Shape{1}, {int64_t{1} << 40}}, {Shape{1}, {int64_t{1} << 40}}});
-  EXPECT_NE(overflow.find("overflows int64"), std::string::npos) << overflow;
-  const std::string huge = fold_error("ConstantOfShape", {{Shape{2}, {int64_t{1} << 20, int64_t{1} << 20}}});
-  EXPECT_NE(huge.find("more than the"), std::string::npos) << huge;
-}
-
 // A constant operand: i64 values, or f32 when `floats`.
 struct Operand {
   Shape shape;
@@ -149,6 +100,40 @@ Tensor fold(const std::string& op, const std::vector<Operand>& inputs,
   std::optional<std::vector<Tensor>> out = nn::try_fold(context, node);
   if (!out) throw std::logic_error(op + " did not fold");
   return out->front();
+}
+
+// Folds `op` over i64 constants given as (shape, values); returns the
+// error text, or "" when it folds.
+std::string fold_error(const std::string& op, const std::vector<std::pair<Shape, std::vector<int64_t>>>& inputs,
+                       std::optional<int64_t> axis = std::nullopt) {
+  std::vector<Operand> operands;
+  for (const auto& [shape, values] : inputs) operands.push_back({shape, {values.begin(), values.end()}});
+  std::vector<std::pair<std::string, int64_t>> attributes;
+  if (axis) attributes.emplace_back("axis", *axis);
+  try {
+    fold(op, operands, attributes);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Malformed shape arithmetic (what the fuzzer finds) is refused by name
+// before any element is copied.
+TEST(OnnxFold, MalformedInputsAreNamedErrors) {
+  EXPECT_EQ(fold_error("Concat", {{Shape{2, 3}, {1, 2, 3, 4, 5, 6}}, {Shape{1, 3}, {7, 8, 9}}}, 0), "");
+  const std::string concat = fold_error("Concat", {{Shape{2, 3}, {1, 2, 3, 4, 5, 6}}, {Shape{1, 9}, {1, 2, 3, 4, 5, 6, 7, 8, 9}}}, 0);
+  EXPECT_NE(concat.find("/fold/Concat"), std::string::npos) << concat;
+  EXPECT_NE(concat.find("input 1 is I64 [1,9]"), std::string::npos) << concat;
+  const std::string slice = fold_error("Slice", {{Shape{4}, {1, 2, 3, 4}}, {Shape{2}, {0, 0}}, {Shape{1}, {2}}});
+  EXPECT_NE(slice.find("2 starts, 1 ends"), std::string::npos) << slice;
+  const std::string reshape = fold_error("Reshape", {{Shape{4}, {1, 2, 3, 4}}, {Shape{2}, {-1, -1}}});
+  EXPECT_NE(reshape.find("two -1"), std::string::npos) << reshape;
+  const std::string overflow =
+      fold_error("Mul", {{Shape{1}, {int64_t{1} << 40}}, {Shape{1}, {int64_t{1} << 40}}});
+  EXPECT_NE(overflow.find("overflows int64"), std::string::npos) << overflow;
+  const std::string huge = fold_error("ConstantOfShape", {{Shape{2}, {int64_t{1} << 20, int64_t{1} << 20}}});
+  EXPECT_NE(huge.find("more than the"), std::string::npos) << huge;
 }
 
 // The error folding gives; "" when it folds.
