@@ -8,8 +8,8 @@
 //
 // Tolerances (docs/planner.md, "Published scale"): each run within 30%,
 // the median |error| within 20%. The target is tighter (median 10%, worst
-// 20%) and not met yet: the model is 16% optimistic in the median, 25.5%
-// at worst (the 2021 runs; docs/planner.md gives the table). A preset
+// 20%) and not met yet: the median |error| is 11.8%, the worst 19.9%
+// (gpt3-175b-1024; docs/planner.md gives the table). A preset
 // back at datasheet peak predicts these runs 1.5-1.9x fast (-35..-47%)
 // and fails both; so does a model that loses the pipeline bubble or the
 // tensor-parallel collectives.
