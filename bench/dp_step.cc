@@ -42,7 +42,7 @@
 #include "parallel/row_split.h"
 #include "runtime/executor/program_executor.h"
 #include "runtime/optimizer/optimizer.h"
-#include "runtime/executor/param_store.h"
+#include "runtime/state/param_store.h"
 
 namespace {
 

@@ -10,8 +10,8 @@
 
 #include "core/error.h"
 #include "nn/gpt.h"
-#include "runtime/executor/param_store.h"
-#include "runtime/checkpoint/safetensors.h"
+#include "runtime/state/param_store.h"
+#include "runtime/state/safetensors.h"
 
 int main(int argc, char** argv) {
   px::nn::GptConfig config;

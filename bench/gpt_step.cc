@@ -38,7 +38,7 @@
 #include "nn/gpt.h"
 #include "runtime/executor/program_executor.h"
 #include "runtime/optimizer/optimizer.h"
-#include "runtime/executor/param_store.h"
+#include "runtime/state/param_store.h"
 
 namespace {
 

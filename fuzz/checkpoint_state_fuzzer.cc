@@ -9,7 +9,7 @@
 #include "data/sampler.h"
 #include "fuzz/fuzz_input.h"
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/train/trainer.h"
+#include "runtime/launch/launch.h"
 
 namespace {
 

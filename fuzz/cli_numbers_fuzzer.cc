@@ -40,7 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     px::cli::apply(flags);
     px::TrainOptions& o = flags.options;
     px::validate(o);
-    px::check_model_fits(o, std::max(o.ranks, o.sync.mesh_ranks), 2);
+    const int world = std::max(o.ranks, o.sync.mesh_ranks);
+    px::check_model_fits(o.model_config(), px::machine_ranks(o.mpi, o.local_ranks, world), 2);
   });
   return 0;
 }

@@ -2,7 +2,7 @@
 // weights): load_safetensors reads the whole file, SafetensorsReader its
 // header and then one tensor at a time.
 #include "fuzz/fuzz_input.h"
-#include "runtime/checkpoint/safetensors.h"
+#include "runtime/state/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static px::fuzz::MemoryFile file;

@@ -87,7 +87,7 @@ void add_eval_command(CLI::App& app) {
     t.batch = o->batch;
     t.eval_batches = o->eval_batches;
     t.steps = 1;
-    auto task = make_task(t);
+    auto task = make_task(t.task_options());
     ParamStore params = o->checkpoint.empty() ? initial_parameters(task->build(1, false).graph, 0)
                                               : load_params(*task, o->checkpoint);
     Evaluation e = task->evaluate(params).mean();

@@ -35,7 +35,7 @@
 
 #include "cli/commands.h"
 #include "runtime/fault/flight_report.h"
-#include "runtime/train/trainer.h"
+#include "runtime/launch/launch.h"
 
 namespace px::cli {
 namespace {

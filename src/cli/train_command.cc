@@ -9,7 +9,7 @@
 #include "cli/train_flags.h"
 #include "core/atomic_file.h"
 #include "runtime/train/progress.h"
-#include "runtime/train/trainer.h"
+#include "runtime/launch/launch.h"
 
 namespace px::cli {
 namespace {

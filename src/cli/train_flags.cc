@@ -357,9 +357,9 @@ void apply(TrainFlags& flags) {
     const auto step = shaped ? parse_count(parts[1]) : std::nullopt;
     if (!rank || !step || *step < 1 || *rank > std::numeric_limits<int>::max())
       fail("--inject-fault '{}' is not RANK:STEP[:kill|hang|lost] (e.g. 2:37:kill)", flags.inject_fault);
-    o.inject_fault_rank = static_cast<int>(*rank);
-    o.inject_fault_step = *step;
-    o.inject_fault_mode = parts.size() == 3 ? std::string(parts[2]) : "kill";
+    o.inject_fault.rank = static_cast<int>(*rank);
+    o.inject_fault.step = *step;
+    o.inject_fault.mode = parts.size() == 3 ? std::string(parts[2]) : "kill";
   }
 }
 

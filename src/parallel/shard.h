@@ -48,7 +48,7 @@ void copy_to_whole(const Tensor& local, const std::vector<ShardPiece>& pieces, T
 // is made of `pieces` of the global tensor of shape `global`. A whole tensor
 // is one piece and the run [0, numel); a ZeRO rank's share of a parameter is
 // the run of its block inside its model shard. Checkpoints save runs and
-// each rank asks for the runs it holds (runtime/checkpoint/sharded_tensors.h).
+// each rank asks for the runs it holds (runtime/state/sharded_tensors.h).
 struct ShardRun {
   Shape global, local;
   std::vector<ShardPiece> pieces;

@@ -22,8 +22,8 @@
 #include "parallel/lower.h"
 #include "runtime/executor/program_executor.h"
 #include "runtime/tasks/task.h"
-#include "runtime/executor/param_store.h"
-#include "runtime/checkpoint/safetensors.h"
+#include "runtime/state/param_store.h"
+#include "runtime/state/safetensors.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {

@@ -17,9 +17,10 @@
 #include "core/error.h"
 #include "graph/executor.h"
 #include "nn/onnx/onnx_import.h"
+#include "parallel/compose.h"
 #include "parallel/lower.h"
 #include "parallel/strategy.h"
-#include "runtime/checkpoint/safetensors.h"
+#include "runtime/state/safetensors.h"
 #include "runtime/executor/program_executor.h"
 #include "runtime/tasks/task.h"
 

@@ -12,7 +12,7 @@
 
 #include "parallel/strategy_equivalence.h"
 #include "runtime/tasks/task.h"
-#include "runtime/train/trainer.h"
+#include "runtime/launch/launch.h"
 #include "testing/expect_train_error.h"
 #include "testing/scratch_dir.h"
 #include "testing/tiny_jobs.h"
@@ -98,7 +98,7 @@ TEST(DataParallel, ReportsTheGradientRingsBytesOnTheDataAxis) {
     o.sync.collective.algorithm = comm::Algorithm::ring;
     std::ostringstream log;
     const TrainResult result = train(o, log);
-    const int64_t parameters = make_task(o)->build(o.batch, true).graph.param_count();
+    const int64_t parameters = make_task(o.task_options())->build(o.batch, true).graph.param_count();
     const double gradient_bytes = 2 * 0.5 * 4.0 * static_cast<double>(parameters);
     const double reported = static_cast<double>(result.bytes_per_axis.at("dp"));
     EXPECT_GE(reported, gradient_bytes) << (overlap ? "overlapped" : "inline");

@@ -12,7 +12,7 @@
 
 #include "parallel/pipeline_schedule.h"
 #include "parallel/strategy_equivalence.h"
-#include "runtime/train/trainer.h"
+#include "runtime/launch/launch.h"
 #include "testing/fashion_subset.h"
 #include "testing/scratch_dir.h"
 #include "testing/tiny_jobs.h"

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/train/trainer.h"
+#include "runtime/launch/launch.h"
 #include "testing/scratch_dir.h"
 
 namespace px::testing {

@@ -284,7 +284,7 @@ TEST(TensorParallelBytes, CountedBytesEqualTheRingFormulas) {
     std::ostringstream log;
     const TrainResult result = train(o, log);
 
-    const nn::Model model = make_task(o)->build(o.batch, true);
+    const nn::Model model = make_task(o.task_options())->build(o.batch, true);
     const parallel::Strategy s = parallel::tensor_parallel(model.graph, 1, 2, batch_input_names(model), sp);
     const parallel::Program p = parallel::lower({.forward = &model.graph, .loss = model.loss}, s, 0);
     const int tp = s.mesh.axis("tp");

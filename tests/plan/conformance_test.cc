@@ -26,6 +26,7 @@
 #include "graph/precision.h"
 #include "kernels/cpu_features.h"
 #include "nn/gpt.h"
+#include "parallel/compose.h"
 #include "parallel/mesh.h"
 #include "parallel/tensor_parallel.h"
 #include "plan/simulate.h"

@@ -7,7 +7,7 @@
 
 #include <sstream>
 
-#include "runtime/train/trainer.h"
+#include "runtime/launch/launch.h"
 #include "testing/scratch_dir.h"
 #include "testing/tiny_jobs.h"
 

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "runtime/fault/flight_report.h"
-#include "runtime/train/trainer.h"
+#include "runtime/launch/launch.h"
 #include "testing/scratch_dir.h"
 #include "testing/tiny_jobs.h"
 
@@ -28,9 +28,9 @@ TrainOptions faulty_job(const std::string& run_dir, const std::string& mode) {
   // gives up by itself in time, only the watchdog's verdict ends the job.
   o.wait_timeout_s = 8;
   o.run_dir = run_dir;
-  o.inject_fault_rank = 2;
-  o.inject_fault_step = 3;
-  o.inject_fault_mode = mode;
+  o.inject_fault.rank = 2;
+  o.inject_fault.step = 3;
+  o.inject_fault.mode = mode;
   return o;
 }
 

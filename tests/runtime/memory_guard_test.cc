@@ -11,7 +11,7 @@
 #include "parallel/lower/liveness.h"
 #include "plan/memory.h"
 #include "runtime/fault/memory_guard.h"
-#include "runtime/train/trainer.h"
+#include "runtime/launch/launch.h"
 #include "testing/tiny_jobs.h"
 
 namespace px {
@@ -59,7 +59,7 @@ TEST(MemoryGuard, TheEstimateIsTheMeasuredPeakWithinTenPercent) {
   std::ostringstream log;
   const TrainResult result = train(o, log);
   // The same Program the run lowered (one rank), estimated as the guard does.
-  std::unique_ptr<Task> task = make_task(o);
+  std::unique_ptr<Task> task = make_task(o.task_options());
   const nn::Model model = task->build(o.batch, true);
   const parallel::Program program =
       parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy_for(o, model, 1), 0);

@@ -20,7 +20,7 @@
 #include <string>
 
 #include "kernels/cpu_features.h"
-#include "runtime/train/trainer.h"
+#include "runtime/launch/launch.h"
 #include "testing/scratch_dir.h"
 #include "testing/tiny_jobs.h"
 

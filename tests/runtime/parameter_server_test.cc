@@ -18,7 +18,7 @@
 #include "runtime/executor/program_executor.h"
 #include "runtime/optimizer/optimizer.h"
 #include "runtime/tasks/task.h"
-#include "runtime/train/trainer.h"
+#include "runtime/launch/launch.h"
 #include "testing/expect_train_error.h"
 #include "testing/scratch_dir.h"
 #include "testing/tiny_jobs.h"
@@ -141,7 +141,7 @@ TEST(ParameterServer, BspCheckpointResumesDataParallel) {
 // with backup workers must equal when the same workers' pushes always make
 // the update (the mean gradient over their rows, the mean loss over them).
 std::vector<double> one_rank_on_rows(const TrainOptions& o, int64_t begin, int64_t end) {
-  std::unique_ptr<Task> task = make_task(o);
+  std::unique_ptr<Task> task = make_task(o.task_options());
   const nn::Model model = task->build(end - begin, true);
   parallel::Strategy strategy = parallel::data_parallel(1, batch_input_names(model));
   strategy.lowering.global_norm = false;

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/train/trainer.h"
+#include "runtime/launch/launch.h"
 #include "testing/scratch_dir.h"
 #include "testing/tiny_jobs.h"
 
@@ -49,8 +49,8 @@ TEST(InProcessRestart, AKilledRankRestoresFromItsBuddysMemory) {
   TrainOptions o = clean;
   o.save_every = 10;  // snapshots in memory only: no --save
   o.max_restarts = 1;
-  o.inject_fault_rank = 2;
-  o.inject_fault_step = 37;
+  o.inject_fault.rank = 2;
+  o.inject_fault.step = 37;
   std::ostringstream log;
   const TrainResult restarted = train(o, log);
   EXPECT_EQ(restarted.restarts, 1);
@@ -72,8 +72,8 @@ TEST(InProcessRestart, WithoutACopyInMemoryItRestartsFromTheCheckpoint) {
   o.save = dir.file("ckpt");
   o.save_every = 4;
   o.max_restarts = 2;
-  o.inject_fault_rank = 0;
-  o.inject_fault_step = 7;
+  o.inject_fault.rank = 0;
+  o.inject_fault.step = 7;
   std::ostringstream log;
   const TrainResult restarted = train(o, log);
   EXPECT_EQ(restarted.first_step, 4) << log.str();
@@ -89,9 +89,9 @@ TEST(ElasticRestart, ALostRankLeavesThreeRanksThatMatchAResumeFromTheSameCheckpo
   o.keep_last = 4;  // 16, 15, 10 and 5
   o.max_restarts = 1;
   o.min_ranks = 3;
-  o.inject_fault_rank = 2;
-  o.inject_fault_step = 8;
-  o.inject_fault_mode = "lost";
+  o.inject_fault.rank = 2;
+  o.inject_fault.step = 8;
+  o.inject_fault.mode = "lost";
   std::ostringstream log;
   const TrainResult elastic = train(o, log);
   EXPECT_EQ(elastic.first_step, 5) << log.str();
@@ -110,9 +110,9 @@ TEST(ElasticRestart, LosingMoreRanksThanMinRanksAllowsIsANamedError) {
   o.save_every = 5;
   o.max_restarts = 1;
   o.min_ranks = 4;
-  o.inject_fault_rank = 1;
-  o.inject_fault_step = 7;
-  o.inject_fault_mode = "lost";
+  o.inject_fault.rank = 1;
+  o.inject_fault.step = 7;
+  o.inject_fault.mode = "lost";
   std::ostringstream log;
   try {
     train(o, log);

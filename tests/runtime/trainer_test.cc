@@ -10,7 +10,7 @@
 
 #include "core/rng.h"
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/train/trainer.h"
+#include "runtime/launch/launch.h"
 #include "testing/scratch_dir.h"
 #include "testing/tiny_jobs.h"
 

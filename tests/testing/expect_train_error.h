@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "runtime/train/trainer.h"
+#include "runtime/launch/launch.h"
 
 namespace px::testing {
 

@@ -33,11 +33,11 @@
 
 #include "comm/communicator.h"
 #include "core/atomic_file.h"
-#include "runtime/executor/param_store.h"
+#include "runtime/state/param_store.h"
 #include "runtime/checkpoint/checkpoint_state.h"
 #include "runtime/checkpoint/commit.h"
-#include "runtime/checkpoint/safetensors.h"
-#include "runtime/checkpoint/sharded_tensors.h"
+#include "runtime/state/safetensors.h"
+#include "runtime/state/sharded_tensors.h"
 
 namespace px {
 

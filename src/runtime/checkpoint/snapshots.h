@@ -19,7 +19,7 @@
 
 #include "comm/communicator.h"
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/checkpoint/sharded_tensors.h"
+#include "runtime/state/sharded_tensors.h"
 
 namespace px {
 

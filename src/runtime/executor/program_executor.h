@@ -35,9 +35,9 @@
 #include "parallel/lower/liveness.h"
 #include "parallel/program.h"
 #include "runtime/optimizer/optimizer.h"
-#include "runtime/executor/param_store.h"
-#include "runtime/checkpoint/safetensors.h"
-#include "runtime/checkpoint/sharded_tensors.h"
+#include "runtime/state/param_store.h"
+#include "runtime/state/safetensors.h"
+#include "runtime/state/sharded_tensors.h"
 #include "runtime/fault/flight_recorder.h"
 #include "runtime/executor/trace.h"
 

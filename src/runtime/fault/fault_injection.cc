@@ -1,6 +1,7 @@
 // --inject-fault: a rank that dies, freezes or is lost for good, as a real
-// process would (docs/fault_tolerance.md); and the wall clock restarts are
-// timed by.
+// process would; and the wall clock restarts are timed by.
+#include "runtime/fault/fault_injection.h"
+
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -10,7 +11,6 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "runtime/train/train_rank.h"
 
 namespace px {
 
@@ -19,19 +19,20 @@ double unix_seconds() {
 }
 
 // --inject-fault: this rank dies or freezes now.
-void inject_fault(const TrainOptions& o, FlightRecorder* recorder, comm::Communicator* group) {
-  const bool hang = o.inject_fault_mode == "hang", lost = o.inject_fault_mode == "lost";
+void inject_fault_now(const InjectedFault& fault, bool mpi, const std::string& run_dir, FlightRecorder* recorder,
+                      comm::Communicator* group) {
+  const bool hang = fault.mode == "hang", lost = fault.mode == "lost";
   // A rank that will not come back says so where `parallax launch` looks
   // (a real cluster's health check would).
-  if (lost && !o.run_dir.empty()) {
-    std::filesystem::create_directories(o.run_dir + "/lost");
-    std::ofstream(fmt::format("{}/lost/rank{}", o.run_dir, recorder->rank()))
-        << "lost at step " << o.inject_fault_step << "\n";
+  if (lost && !run_dir.empty()) {
+    std::filesystem::create_directories(run_dir + "/lost");
+    std::ofstream(fmt::format("{}/lost/rank{}", run_dir, recorder->rank()))
+        << "lost at step " << fault.step << "\n";
   }
-  if (o.mpi) {
-    if (lost && o.run_dir.empty())
-      fail("--inject-fault {}:{}:lost under mpirun needs --run-dir (or parallax launch)", o.inject_fault_rank,
-           o.inject_fault_step);
+  if (mpi) {
+    if (lost && run_dir.empty())
+      fail("--inject-fault {}:{}:lost under mpirun needs --run-dir (or parallax launch)", fault.rank,
+           fault.step);
     raise(hang ? SIGSTOP : SIGKILL);  // a real death or stop; the others' watchdogs see it
   }
   recorder->set_phase(lost ? RankPhase::lost : hang ? RankPhase::frozen : RankPhase::killed);

@@ -56,28 +56,25 @@ AvailableMemory available_memory() {
   return out;
 }
 
-int ranks_on_this_machine(const TrainOptions& o, int world) {
-  if (!o.mpi) return world;
-  return std::max(1, o.local_ranks);
+MachineRanks machine_ranks(bool mpi, int local_ranks, int world) {
+  return {.world = world, .here = mpi ? std::max(1, local_ranks) : world};
 }
 
-void check_model_fits(const TrainOptions& o, int world, int optimizer_slots) {
-  if (o.model != "gpt") return;  // the classifiers' parameters are small; check 2 covers them
+void check_model_fits(const nn::ModelConfig& model, MachineRanks ranks, int optimizer_slots) {
+  if (model.kind != "gpt") return;  // the classifiers' parameters are small; check 2 covers them
   const AvailableMemory available = available_memory();
   if (available.bytes < 0) return;
-  const double parameters = gpt_parameters(o.gpt);
+  const double parameters = gpt_parameters(model.gpt);
   // Sharded over every rank at best (ZeRO-3): this machine's ranks hold their share.
-  const int here = ranks_on_this_machine(o, world);
-  const double need = parameters * sizeof(float) * (2 + optimizer_slots) * here / world;
+  const double need = parameters * sizeof(float) * (2 + optimizer_slots) * ranks.here / ranks.world;
   if (need > available.bytes)
     fail("the model needs {:.1f} GiB on this machine for its {:.3g} parameters, their gradients and {} optimizer "
          "slot{} alone (even sharded over all {} ranks), and this machine has {:.1f} GiB available ({}); {}",
-         need / kGiB, parameters, optimizer_slots, optimizer_slots == 1 ? "" : "s", world, available.bytes / kGiB,
+         need / kGiB, parameters, optimizer_slots, optimizer_slots == 1 ? "" : "s", ranks.world, available.bytes / kGiB,
          available.source, advice());
 }
 
-void check_program_fits(const parallel::Program& program, const TrainOptions& o, int world, int optimizer_slots,
-                        int state_copies) {
+void check_program_fits(const parallel::Program& program, MachineRanks ranks, int optimizer_slots, int state_copies) {
   const AvailableMemory available = available_memory();
   if (available.bytes < 0) return;
   // A copy of the state: this rank's parameters and their optimizer slots
@@ -85,7 +82,7 @@ void check_program_fits(const parallel::Program& program, const TrainOptions& o,
   const double state = static_cast<double>(program.param_count) * sizeof(float) * (1 + optimizer_slots);
   const double peak =
       plan::program_memory(program, parallel::liveness(program), optimizer_slots).peak_bytes + state_copies * state;
-  const int here = ranks_on_this_machine(o, world);
+  const int here = ranks.here;
   if (peak * here > available.bytes)
     fail("the run needs {:.2f} GiB per rank at its peak ({} rank{} on this machine: {:.2f} GiB), and this machine "
          "has {:.2f} GiB available ({}); {}",

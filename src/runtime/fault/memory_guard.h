@@ -15,8 +15,8 @@
 
 #include <string>
 
+#include "nn/build_model.h"
 #include "parallel/program.h"
-#include "runtime/train/train_options.h"
 
 namespace px {
 
@@ -29,16 +29,21 @@ struct AvailableMemory {
 // the cgroup's limit less its use when that is lower.
 AvailableMemory available_memory();
 
-// The ranks sharing this machine: in process the job's; under MPI the
-// node's as the launcher tells (TrainOptions::local_ranks), else 1.
-int ranks_on_this_machine(const TrainOptions& options, int world);
+// The job's ranks and those of them sharing this machine's memory: in
+// process every rank; under MPI the node's as the launcher tells
+// (`local_ranks`; 0, unknown, counts as 1).
+struct MachineRanks {
+  int world = 1;
+  int here = 1;
+};
+MachineRanks machine_ranks(bool mpi, int local_ranks, int world);
 
 // Check 1; px::Error names the need, what is available and what to try.
-void check_model_fits(const TrainOptions& options, int world, int optimizer_slots);
+void check_model_fits(const nn::ModelConfig& model, MachineRanks ranks, int optimizer_slots);
 
 // Check 2 for this rank's lowered Program, with `state_copies` copies of
 // its parameters and optimizer state held for checkpoints and restarts.
-void check_program_fits(const parallel::Program& program, const TrainOptions& options, int world,
-                        int optimizer_slots, int state_copies = 0);
+void check_program_fits(const parallel::Program& program, MachineRanks ranks, int optimizer_slots,
+                        int state_copies = 0);
 
 }  // namespace px

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "graph/graph.h"
-#include "runtime/executor/param_store.h"
+#include "runtime/state/param_store.h"
 
 namespace px {
 

@@ -229,7 +229,7 @@ TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, st
   resume.apply_model(o);
   o.ranks = comm.size();
   validate(o);
-  std::unique_ptr<Task> task = make_task(o);
+  std::unique_ptr<Task> task = make_task(o.task_options());
   const int64_t total = o.steps > 0 ? o.steps : o.epochs * task->steps_per_epoch();
   o.schedule.total = total;
 

@@ -12,7 +12,7 @@
 
 #include "comm/buffer.h"
 #include "runtime/optimizer/optimizer.h"
-#include "runtime/checkpoint/sharded_tensors.h"
+#include "runtime/state/sharded_tensors.h"
 
 namespace px::ps {
 

@@ -1,4 +1,4 @@
-#include "runtime/executor/param_store.h"
+#include "runtime/state/param_store.h"
 
 #include <cmath>
 

@@ -8,7 +8,7 @@
 
 #include "core/tensor.h"
 #include "graph/graph.h"
-#include "runtime/checkpoint/safetensors.h"
+#include "runtime/state/safetensors.h"
 
 namespace px {
 

@@ -1,4 +1,4 @@
-#include "runtime/checkpoint/safetensors.h"
+#include "runtime/state/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

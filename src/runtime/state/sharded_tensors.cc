@@ -1,4 +1,4 @@
-#include "runtime/checkpoint/sharded_tensors.h"
+#include "runtime/state/sharded_tensors.h"
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>

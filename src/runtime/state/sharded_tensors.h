@@ -20,7 +20,7 @@
 
 #include "core/tensor.h"
 #include "parallel/shard.h"
-#include "runtime/checkpoint/safetensors.h"
+#include "runtime/state/safetensors.h"
 
 namespace px {
 

@@ -17,13 +17,13 @@ constexpr int64_t kEvalBatch = 1000;
 
 class ClassificationTask : public Task {
  public:
-  explicit ClassificationTask(const TrainOptions& o)
+  explicit ClassificationTask(const TaskOptions& o)
       : options_(o),
         train_(shared_fashion_mnist(data_dir(), FashionMnistSplit::train)),
         test_(shared_fashion_mnist(data_dir(), FashionMnistSplit::test)),
         sampler_(train_->size(), o.batch, o.seed, o.drop_last) {}
 
-  nn::Model build(int64_t batch, bool training) const override { return nn::build_model(options_.model_config(), batch, training); }
+  nn::Model build(int64_t batch, bool training) const override { return nn::build_model(options_.model, batch, training); }
 
   DataBatch next_batch(int rank, int world) override {
     EpochBatch b = sampler_.next_batch();
@@ -91,7 +91,7 @@ class ClassificationTask : public Task {
     return evaluators_.emplace(rows, std::move(e)).first->second;
   }
 
-  TrainOptions options_;
+  TaskOptions options_;
   std::shared_ptr<const LabeledImages> train_, test_;  // shared with the other in-process ranks
   EpochSampler sampler_;
   std::map<int64_t, Evaluator> evaluators_;
@@ -99,7 +99,7 @@ class ClassificationTask : public Task {
 
 }  // namespace
 
-std::unique_ptr<Task> make_classification_task(const TrainOptions& options) {
+std::unique_ptr<Task> make_classification_task(const TaskOptions& options) {
   return std::make_unique<ClassificationTask>(options);
 }
 

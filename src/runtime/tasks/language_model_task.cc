@@ -12,16 +12,16 @@ namespace {
 
 class LanguageModelTask : public Task {
  public:
-  explicit LanguageModelTask(const TrainOptions& o)
+  explicit LanguageModelTask(const TaskOptions& o)
       : options_(o),
-        corpus_(o.data.empty() ? load_fortunes_corpus(o.gpt.block) : load_text_corpus(o.data, o.gpt.block)),
-        sampler_(corpus_.train, o.batch, o.gpt.block, o.seed),
+        corpus_(o.data.empty() ? load_fortunes_corpus(o.model.gpt.block) : load_text_corpus(o.data, o.model.gpt.block)),
+        sampler_(corpus_.train, o.batch, o.model.gpt.block, o.seed),
         // Validation batches are the global batch's size whatever the strategy
         // (ranks, micro-batches, stages): the same windows, the same loss.
-        validation_(corpus_.val, o.batch, o.gpt.block, o.eval_batches) {}
+        validation_(corpus_.val, o.batch, o.model.gpt.block, o.eval_batches) {}
 
   nn::Model build(int64_t batch, bool training) const override {
-    return nn::build_model(options_.model_config(), batch, training);
+    return nn::build_model(options_.model, batch, training);
   }
 
   DataBatch next_batch(int rank, int world) override {
@@ -54,10 +54,10 @@ class LanguageModelTask : public Task {
     sampler_.set_state(state.get<WindowSamplerState>());
   }
   const char* unit() const override { return "tok"; }
-  int64_t units_per_row() const override { return options_.gpt.block; }
+  int64_t units_per_row() const override { return options_.model.gpt.block; }
 
  private:
-  TrainOptions options_;
+  TaskOptions options_;
   TextCorpus corpus_;
   WindowSampler sampler_;
   ValidationWindows validation_;
@@ -67,22 +67,22 @@ class LanguageModelTask : public Task {
 
 }  // namespace
 
-std::unique_ptr<Task> make_language_model_task(const TrainOptions& options) {
+std::unique_ptr<Task> make_language_model_task(const TaskOptions& options) {
   return std::make_unique<LanguageModelTask>(options);
 }
 
-std::unique_ptr<Task> make_classification_task(const TrainOptions& options);
+std::unique_ptr<Task> make_classification_task(const TaskOptions& options);
 
-std::unique_ptr<Task> make_task(const TrainOptions& options) {
-  if (options.model == "gpt") return make_language_model_task(options);
-  if (nn::is_onnx_path(options.model)) {
+std::unique_ptr<Task> make_task(const TaskOptions& options) {
+  if (options.model.kind == "gpt") return make_language_model_task(options);
+  if (nn::is_onnx_path(options.model.kind)) {
     // An imported model's task is its main input's dataset: token windows
     // as long as its (B, T) input, or images.
-    const nn::Model probe = nn::build_model(options.model_config(), 1, false);
+    const nn::Model probe = nn::build_model(options.model, 1, false);
     const TensorSpec& input = probe.graph.spec(probe.inputs);
     if (input.dtype != DType::f32) {
-      TrainOptions o = options;
-      o.gpt.block = input.shape[1];
+      TaskOptions o = options;
+      o.model.gpt.block = input.shape[1];
       return make_language_model_task(o);
     }
   }

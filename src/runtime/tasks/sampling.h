@@ -7,7 +7,7 @@
 
 #include "graph/precision.h"
 #include "nn/gpt.h"
-#include "runtime/executor/param_store.h"
+#include "runtime/state/param_store.h"
 
 namespace px {
 

@@ -6,11 +6,21 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "nn/build_model.h"
 #include "nn/model.h"
-#include "runtime/executor/param_store.h"
-#include "runtime/train/train_options.h"
+#include "runtime/state/param_store.h"
 
 namespace px {
+
+// What a task is told: the model it builds and the data it serves.
+struct TaskOptions {
+  nn::ModelConfig model;
+  std::string data;        // text file (gpt) or IDX directory (mlp/cnn); empty: the default corpus
+  int64_t batch = 16;      // global batch
+  bool drop_last = false;  // classifiers: leave out each epoch's partial last batch
+  int64_t eval_batches = 20;  // validation batches (mlp/cnn: of 1000 test images)
+  uint64_t seed = 1;
+};
 
 struct DataBatch {
   Tensor inputs;   // (rows, ...) images f32 or tokens i32
@@ -65,6 +75,6 @@ class Task {
 ParamStore initial_parameters(const Graph& graph, uint64_t seed);
 
 // Loads the task's data (px::Error for missing or bad data).
-std::unique_ptr<Task> make_task(const TrainOptions& options);
+std::unique_ptr<Task> make_task(const TaskOptions& options);
 
 }  // namespace px

@@ -10,6 +10,8 @@
 #include <set>
 #include <vector>
 
+#include "runtime/train/train_options.h"
+
 #include <nlohmann/json.hpp>
 
 #include "runtime/checkpoint/checkpoint_state.h"

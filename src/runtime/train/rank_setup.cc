@@ -48,7 +48,7 @@ RankTrainer::RankTrainer(TrainOptions o, comm::Communicator* group, std::ostream
       lead_(rank_ == 0),
       resume_(o.resume, o.resume_if_saved, group, recovery.restore),
       o_(completed(std::move(o), resume_, world_, lead_)),
-      task_(make_task(o_)),
+      task_(make_task(o_.task_options())),
       account_(new_memory_account()) {
   total_ = o_.steps > 0 ? o_.steps : o_.epochs * task_->steps_per_epoch();
   o_.schedule.total = total_;
@@ -56,7 +56,7 @@ RankTrainer::RankTrainer(TrainOptions o, comm::Communicator* group, std::ostream
   // The memory guard (memory_guard.h): nothing is allocated for a model
   // that cannot fit; first from its config, then from its Program.
   slots_ = static_cast<int>(optimizer_slot_names(o_.optimizer.kind).size());
-  check_model_fits(o_, world_, slots_);
+  check_model_fits(o_.model_config(), machine_ranks(o_.mpi, o_.local_ranks, world_), slots_);
   model_ = task_->build(o_.batch, true);
   try {
     strategy_ = strategy_for(o_, model_, world_);
@@ -118,7 +118,7 @@ void RankTrainer::lower_and_load() {
   // most as large), and with in-memory snapshots two generations of this
   // rank's own and of its buddy's.
   const int state_copies = (o_.save.empty() ? 0 : 2) + (recovery_.snapshots != nullptr ? 4 : 0);
-  check_program_fits(program, o_, world_, slots_, state_copies);
+  check_program_fits(program, machine_ranks(o_.mpi, o_.local_ranks, world_), slots_, state_copies);
   executor_ = std::make_unique<ProgramExecutor>(std::move(program), groups, o_.optimizer,
                                                 parallel::ExecutionOptions{.overlap = o_.sync.overlap,
                                                                            .trace = !o_.trace.empty()});

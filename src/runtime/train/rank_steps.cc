@@ -35,8 +35,8 @@ void RankTrainer::run_step() {
   bad_steps_->poison_if_named(step_);
   const uint64_t seed = splitmix64(o_.seed ^ splitmix64(static_cast<uint64_t>(step_) * 1024));
   recorder_->at(step_ + 1, -1, "");  // between steps
-  if (rank_ == o_.inject_fault_rank && step_ + 1 == o_.inject_fault_step && o_.attempt == 0)
-    inject_fault(o_, recorder_, group_);
+  if (rank_ == o_.inject_fault.rank && step_ + 1 == o_.inject_fault.step && o_.attempt == 0)
+    inject_fault_now(o_.inject_fault, o_.mpi, o_.run_dir, recorder_, group_);
   if (rank_ == o_.inject_delay_rank)  // a straggler, for demonstrations (--inject-delay)
     std::this_thread::sleep_for(std::chrono::milliseconds(o_.inject_delay_ms));
   executor_->set_tracing(step_ >= trace_begin_ && step_ < trace_end_);

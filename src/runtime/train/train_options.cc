@@ -137,12 +137,12 @@ void validate(const TrainOptions& o) {
   for (int64_t s : o.inject_nan_steps)
     if (s < 1) fail("--inject-nan {}: steps are numbered from 1", s);
   validate_liveness(o);
-  if (o.inject_fault_rank >= o.ranks)
-    fail("--inject-fault names rank {}, but the job has ranks 0..{}", o.inject_fault_rank, o.ranks - 1);
-  if (o.inject_fault_rank >= 0 && o.inject_fault_step < 1)
-    fail("--inject-fault step {}: steps are numbered from 1", o.inject_fault_step);
-  if (o.inject_fault_mode != "kill" && o.inject_fault_mode != "hang" && o.inject_fault_mode != "lost")
-    fail("--inject-fault mode '{}': expected kill, hang or lost", o.inject_fault_mode);
+  if (o.inject_fault.rank >= o.ranks)
+    fail("--inject-fault names rank {}, but the job has ranks 0..{}", o.inject_fault.rank, o.ranks - 1);
+  if (o.inject_fault.rank >= 0 && o.inject_fault.step < 1)
+    fail("--inject-fault step {}: steps are numbered from 1", o.inject_fault.step);
+  if (o.inject_fault.mode != "kill" && o.inject_fault.mode != "hang" && o.inject_fault.mode != "lost")
+    fail("--inject-fault mode '{}': expected kill, hang or lost", o.inject_fault.mode);
   if (o.keep_last < 1) fail("--keep-last {}: keep at least the latest checkpoint (1)", o.keep_last);
   // Before step 1, not at the first save: a save replaces its own files.
   check_not_replaced_by_saves(o.save, o.metrics, "--metrics");

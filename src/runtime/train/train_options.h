@@ -15,8 +15,10 @@
 #include "comm/collectives.h"
 #include "comm/compression/spec.h"
 #include "parallel/compose.h"
+#include "runtime/fault/fault_injection.h"
 #include "runtime/optimizer/lr_schedule.h"
 #include "runtime/optimizer/optimizer.h"
+#include "runtime/tasks/task.h"
 
 namespace px {
 
@@ -92,14 +94,7 @@ struct TrainOptions {
   // the batch each of these steps draws first non-finite (every time it runs).
   std::vector<int64_t> skip_batches;
   std::vector<int64_t> inject_nan_steps;
-  // --inject-fault RANK:STEP[:kill|hang|lost]: at the start of step STEP
-  // (from 1) rank RANK dies or freezes: under MPI by SIGKILL or SIGSTOP; in
-  // process its thread stops and its heartbeat with it. `lost` dies and
-  // will not come back (a restart continues with fewer ranks). Faults are
-  // injected on the first attempt only (attempt 0).
-  int inject_fault_rank = -1;
-  int64_t inject_fault_step = 0;
-  std::string inject_fault_mode = "kill";
+  InjectedFault inject_fault;    // --inject-fault (runtime/fault/fault_injection.h), on attempt 0 only
   // Liveness (docs/fault_tolerance.md; liveness_timeouts() below): a rank
   // whose heartbeat stops for timeout_s is named by every other
   // (runtime/fault/watchdog.h); a wait that lasts wait_timeout_s fails by
@@ -136,6 +131,11 @@ struct TrainOptions {
   nn::ModelConfig model_config() const {
     return {.kind = model, .gpt = gpt, .mlp = mlp, .cnn = cnn, .onnx = onnx,
             .precision = parse_precision(precision)};
+  }
+  // What the task (runtime/tasks/task.h) is told.
+  TaskOptions task_options() const {
+    return {.model = model_config(), .data = data, .batch = batch, .drop_last = drop_last,
+            .eval_batches = eval_batches, .seed = seed};
   }
 };
 

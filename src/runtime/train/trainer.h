@@ -63,12 +63,5 @@ parallel::Strategy strategy_for(const TrainOptions& options, const nn::Model& mo
 // strategy moved it into the ranks (DGC's momentum correction).
 OptimizerConfig optimizer_for_strategy(OptimizerConfig optimizer, const parallel::Strategy& strategy);
 
-// The wall time restarts lost: the length of the union of each restart's
-// [when the state it resumed from was taken, when it was ready again]
-// (two restarts from one snapshot lose their overlap once).
-double restart_time_lost(std::vector<std::pair<double, double>> spans);
-
-// Runs the whole job described by `options`; progress and results go to `log`.
-TrainResult train(TrainOptions options, std::ostream& log);
 
 }  // namespace px

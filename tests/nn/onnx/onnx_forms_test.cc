@@ -14,7 +14,7 @@
 #include "core/rng.h"
 #include "graph/executor.h"
 #include "nn/onnx/onnx_import.h"
-#include "runtime/checkpoint/safetensors.h"
+#include "runtime/state/safetensors.h"
 #include "runtime/tasks/task.h"
 #include "testing/scratch_dir.h"
 

@@ -14,9 +14,10 @@
 #include "graph/autodiff.h"
 #include "graph/executor.h"
 #include "nn/onnx/onnx_import.h"
+#include "parallel/compose.h"
 #include "parallel/lower.h"
 #include "parallel/strategy.h"
-#include "runtime/checkpoint/safetensors.h"
+#include "runtime/state/safetensors.h"
 #include "runtime/executor/program_executor.h"
 #include "runtime/tasks/task.h"
 
