@@ -51,16 +51,22 @@ assert_error negative-lr "learning rate -0.1" -- train "${tiny[@]}" --lr -0.1
 assert_error p3-with-clipping "error: P3 updates each layer" -- train "${tiny[@]}" --steps 2 --ranks 2 --p3-slice-kb 4 --grad-clip 1
 assert_error compress-with-tp "error: strategy: gradient compression" -- train "${tiny[@]}" --steps 2 --ranks 2 --tp 2 --compress topk:0.1
 assert_error missing-text "$work/nope.txt" -- train --data "$work/nope.txt" --steps 1
-# ONNX models (docs/onnx.md): the loader's and the binding's named errors.
+# ONNX models (docs/onnx.md): the loader's and the binding's named errors;
+# in a build without ONNX (PX_ONNX=OFF, set by CMake), the refusal.
 fixtures="$(dirname "$0")/../fixtures/onnx"
-head -c 3000 "$fixtures/mlp.onnx" > "$work/truncated.onnx"
-assert_error onnx-missing "cannot open '$work/none.onnx'" -- train --model "$work/none.onnx" --steps 1
-assert_error onnx-truncated "is not a valid ONNX model" -- train --model "$work/truncated.onnx" --steps 1
-assert_error onnx-input-unknown "the model has no input 'pixels'" -- train --model "$fixtures/mlp.onnx" --steps 1 --input pixels=images
-assert_error onnx-input-role "input role 'pictures' is unknown" -- train --model "$fixtures/mlp.onnx" --steps 1 --input x=pictures
-assert_error onnx-loss-twice "computes its loss already" -- train --model "$fixtures/cnn.onnx" --steps 1 --loss cross_entropy
-assert_error onnx-mse-classifier "--loss mse: the first output" -- train --model "$fixtures/mlp.onnx" --steps 1 --loss mse
-assert_error onnx-loss-unknown "--loss: hinge not in {cross_entropy,mse}" -- train --model "$fixtures/mlp.onnx" --steps 1 --loss hinge
+if [ "${PX_ONNX:-ON}" = OFF ]; then
+  assert_error onnx-disabled "model '$fixtures/mlp.onnx': this parallax was built without ONNX support (-DPX_ONNX=OFF)" \
+    -- train --model "$fixtures/mlp.onnx" --steps 1
+else
+  head -c 3000 "$fixtures/mlp.onnx" > "$work/truncated.onnx"
+  assert_error onnx-missing "cannot open '$work/none.onnx'" -- train --model "$work/none.onnx" --steps 1
+  assert_error onnx-truncated "is not a valid ONNX model" -- train --model "$work/truncated.onnx" --steps 1
+  assert_error onnx-input-unknown "the model has no input 'pixels'" -- train --model "$fixtures/mlp.onnx" --steps 1 --input pixels=images
+  assert_error onnx-input-role "input role 'pictures' is unknown" -- train --model "$fixtures/mlp.onnx" --steps 1 --input x=pictures
+  assert_error onnx-loss-twice "computes its loss already" -- train --model "$fixtures/cnn.onnx" --steps 1 --loss cross_entropy
+  assert_error onnx-mse-classifier "--loss mse: the first output" -- train --model "$fixtures/mlp.onnx" --steps 1 --loss mse
+  assert_error onnx-loss-unknown "--loss: hinge not in {cross_entropy,mse}" -- train --model "$fixtures/mlp.onnx" --steps 1 --loss hinge
+fi
 assert_error onnx-flags-without-onnx "give --model FILE.onnx" -- train "${tiny[@]}" --steps 1 --loss cross_entropy
 assert_error eval-nothing "give --checkpoint DIR, or --model FILE.onnx" -- eval
 assert_error missing-fmnist "$work/no-dir" -- train --model mlp --data "$work/no-dir"

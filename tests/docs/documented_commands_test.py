@@ -36,6 +36,10 @@ being the one under test; `bash scripts/test.sh`, the suite this test
 is part of, cannot run inside it: its `--help` runs and must name the parts
 README.md names.
 
+In a build without ONNX (PX_ONNX=OFF in the environment, which CMake sets
+from -DPX_ONNX) the commands that need it, every one of docs/onnx.md and
+any other that names a .onnx file, are listed as skipped and not run.
+
 --part in-process runs the blocks that launch no MPI; --part mpi runs the
 blocks that do (whole, in a fresh scratch directory: CI runs MPI tests one
 at a time); both list every command and which part runs it.
@@ -433,6 +437,8 @@ def main():
         env["PATH"] = f"{work / 'build/src/cli'}:{env['PATH']}"
         env["XDG_CACHE_HOME"] = str(work / "cache")
         (work / "logs").mkdir()
+    without_onnx = os.environ.get("PX_ONNX") == "OFF"
+    skipped = []
     results, total_start, document, assigned = [], time.monotonic(), None, set()
     for n, c in enumerate(commands, 1):
         doc = c.source.split(":")[0]
@@ -456,6 +462,10 @@ def main():
             print(f"{label} {'listed' if args.list else 'other part'}  {shown}"
                   + (f"\n      run as: {c.run}" if c.run != c.text else ""), flush=True)
             continue
+        if without_onnx and (doc == "docs/onnx.md" or ".onnx" in c.text):
+            skipped.append(c)
+            print(f"{label} skipped (this build has no ONNX, -DPX_ONNX=OFF)  {c.text}", flush=True)
+            continue
         verdict, seconds, output = run_one(c, work, env, timeout, work / "logs" / f"{n:02d}.txt")
         results.append((c, verdict, seconds))
         print(f"{label} {'ok  ' if not verdict else 'FAIL'} {seconds:6.1f} s  {shown}"
@@ -467,7 +477,8 @@ def main():
     ran = [r for r in results if r[0].part == args.part and r[0].kind]
     failed = [r for r in results if r[1]]
     print(f"\n{len(ran)} commands run ({args.part} part) in {time.monotonic() - total_start:.1f} s; "
-          f"{len(failed)} failed; {len(commands) - len(ran)} set or run by the other part")
+          f"{len(failed)} failed; {len(skipped)} skipped without ONNX; "
+          f"{len(commands) - len(ran) - len(skipped)} set or run by the other part")
     for c, verdict, _ in failed:
         print(f"FAIL {c.source}: {verdict}: {c.text}")
     for p in problems:

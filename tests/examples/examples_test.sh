@@ -56,23 +56,27 @@ for cluster in "$EX"/clusters/*.json; do
     || { cat "$WORK/$name-sim.txt"; fail "simulate on examples/clusters/$name.json"; }
 done
 
-echo "== onnx: a torch.onnx.export planned by every search, the plan trained on its ranks"
-ONNX=$EX/onnx/gpt.onnx
-CPU=$EX/clusters/cpu-4nodes-10gbe.json
-for method in auto grid layerwise mcmc alpa; do
-  "$PX" plan --model "$ONNX" --batch 16 --ranks 4 --cluster "$CPU" --method "$method" --budget-s 10 \
-    --out "$WORK/onnx-$method.json" > "$WORK/onnx-$method.txt" 2>&1 \
-    || { cat "$WORK/onnx-$method.txt"; fail "plan --method $method on examples/onnx/gpt.onnx"; }
-  grep -q "^chose " "$WORK/onnx-$method.txt" || { cat "$WORK/onnx-$method.txt"; fail "onnx $method: no choice"; }
-done
-# The searches place the imported GEMMs themselves: a tensor-parallel candidate each.
-grep -q "tp=2 layer-wise .*h.0.attn=" "$WORK/onnx-layerwise.txt" \
-  || { cat "$WORK/onnx-layerwise.txt"; fail "the layer-wise search placed no block of the ONNX GPT"; }
-grep -q "tp=2 mcmc" "$WORK/onnx-mcmc.txt" || { cat "$WORK/onnx-mcmc.txt"; fail "the MCMC search placed nothing"; }
-grep -q "alpa search" "$WORK/onnx-alpa.txt" || { cat "$WORK/onnx-alpa.txt"; fail "alpa did not search the ONNX GPT"; }
-"$PX" train --model "$ONNX" --batch 16 --strategy "$WORK/onnx-mcmc.json" "${QUICK[@]}" > "$WORK/onnx-train.txt" 2>&1 \
-  || { cat "$WORK/onnx-train.txt"; fail "the MCMC plan of examples/onnx/gpt.onnx did not train"; }
-grep -q "trained 3 steps" "$WORK/onnx-train.txt" || { cat "$WORK/onnx-train.txt"; fail "onnx: no 'trained 3 steps'"; }
+if [ "${PX_ONNX:-ON}" = OFF ]; then
+  echo "SKIP: examples/onnx: this build has no ONNX (-DPX_ONNX=OFF)"
+else
+  echo "== onnx: a torch.onnx.export planned by every search, the plan trained on its ranks"
+  ONNX=$EX/onnx/gpt.onnx
+  CPU=$EX/clusters/cpu-4nodes-10gbe.json
+  for method in auto grid layerwise mcmc alpa; do
+    "$PX" plan --model "$ONNX" --batch 16 --ranks 4 --cluster "$CPU" --method "$method" --budget-s 10 \
+      --out "$WORK/onnx-$method.json" > "$WORK/onnx-$method.txt" 2>&1 \
+      || { cat "$WORK/onnx-$method.txt"; fail "plan --method $method on examples/onnx/gpt.onnx"; }
+    grep -q "^chose " "$WORK/onnx-$method.txt" || { cat "$WORK/onnx-$method.txt"; fail "onnx $method: no choice"; }
+  done
+  # The searches place the imported GEMMs themselves: a tensor-parallel candidate each.
+  grep -q "tp=2 layer-wise .*h.0.attn=" "$WORK/onnx-layerwise.txt" \
+    || { cat "$WORK/onnx-layerwise.txt"; fail "the layer-wise search placed no block of the ONNX GPT"; }
+  grep -q "tp=2 mcmc" "$WORK/onnx-mcmc.txt" || { cat "$WORK/onnx-mcmc.txt"; fail "the MCMC search placed nothing"; }
+  grep -q "alpa search" "$WORK/onnx-alpa.txt" || { cat "$WORK/onnx-alpa.txt"; fail "alpa did not search the ONNX GPT"; }
+  "$PX" train --model "$ONNX" --batch 16 --strategy "$WORK/onnx-mcmc.json" "${QUICK[@]}" > "$WORK/onnx-train.txt" 2>&1 \
+    || { cat "$WORK/onnx-train.txt"; fail "the MCMC plan of examples/onnx/gpt.onnx did not train"; }
+  grep -q "trained 3 steps" "$WORK/onnx-train.txt" || { cat "$WORK/onnx-train.txt"; fail "onnx: no 'trained 3 steps'"; }
+fi
 
 echo "== the walkthrough: two runs, one report each and their comparison"
 "$PX" report "$WORK/runs/data_parallel" > /dev/null

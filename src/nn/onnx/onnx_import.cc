@@ -10,32 +10,9 @@
 
 namespace px::nn {
 
-bool is_onnx_path(const std::string& model) {
-  return model.size() > 5 && model.compare(model.size() - 5, 5, ".onnx") == 0;
-}
+bool onnx_available() { return true; }
 
-InputRole input_role(const std::string& name) {
-  for (InputRole r : {InputRole::images, InputRole::tokens, InputRole::labels, InputRole::targets})
-    if (name == input_role_name(r)) return r;
-  fail("input role '{}' is unknown: expected images, tokens, labels or targets", name);
-}
-
-const char* input_role_name(InputRole role) {
-  switch (role) {
-    case InputRole::images: return "images";
-    case InputRole::tokens: return "tokens";
-    case InputRole::labels: return "labels";
-    case InputRole::targets: return "targets";
-  }
-  return "?";
-}
-
-InputBinding parse_input_binding(const std::string& text) {
-  const size_t eq = text.find('=');
-  if (eq == std::string::npos || eq == 0)
-    fail("--input '{}': expected NAME=ROLE (ROLE: images, tokens, labels or targets)", text);
-  return {.input = text.substr(0, eq), .role = input_role(text.substr(eq + 1))};
-}
+void require_onnx(const std::string&) {}
 
 std::vector<std::string> onnx_supported_operators() {
   std::vector<std::string> names = converted_operators();

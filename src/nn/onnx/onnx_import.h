@@ -66,7 +66,16 @@ Model import_onnx(const OnnxConfig& config, int64_t batch, bool training);
 void export_onnx(const std::string& model_path, const std::map<std::string, Tensor>& parameters,
                  const std::string& out_path);
 
-// Every operator type the importer accepts, sorted.
+// Every operator type the importer accepts, sorted (none without ONNX).
 std::vector<std::string> onnx_supported_operators();
+
+// Was this build configured with ONNX (-DPX_ONNX=ON, the default)? Without
+// it import_onnx and export_onnx fail as require_onnx does; the
+// configuration and binding parsers above work either way.
+bool onnx_available();
+
+// Nothing with ONNX; without it a px::Error naming `what` (e.g. "model
+// 'x.onnx'") and how to build with ONNX.
+void require_onnx(const std::string& what);
 
 }  // namespace px::nn

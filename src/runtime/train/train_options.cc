@@ -89,6 +89,7 @@ void validate(const TrainOptions& o) {
   const bool onnx = nn::is_onnx_path(o.model);
   if (o.model != "mlp" && o.model != "cnn" && o.model != "gpt" && !onnx)
     fail("model '{}' is unknown: expected mlp, cnn, gpt or a FILE.onnx", o.model);
+  if (onnx) nn::require_onnx(fmt::format("model '{}'", o.model));
   if (!onnx && (!o.onnx.loss.empty() || !o.onnx.bindings.empty()))
     fail("--loss and --input bind an imported model's outputs and inputs: give --model FILE.onnx");
   if (o.batch <= 0) fail("batch size {} must be positive", o.batch);
