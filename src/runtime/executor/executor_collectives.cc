@@ -57,7 +57,7 @@ comm::CollectiveOptions ProgramExecutor::options_of(const parallel::Instr& instr
 
 comm::Communicator* ProgramExecutor::communicator_of(const parallel::Instr& instr) {
   const parallel::CommGroup& group = program_.groups[static_cast<size_t>(instr.group)];
-  if (group.subgroup >= 0) return &subgroups_[static_cast<size_t>(group.subgroup)];
+  if (group.subgroup >= 0) return &transfers_->subgroup(group.subgroup);
   return group.context_axis >= 0 ? data_group_ : groups_[static_cast<size_t>(group.axis)];
 }
 
@@ -108,22 +108,22 @@ void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_
   comm::Communicator* group = communicator_of(instr);
   if (group == nullptr) return;  // an axis of one rank
   if (program_.buffers[static_cast<size_t>(op.input.buffer)].kind == Buffer::Kind::grad_bucket)
-    zero_unwritten(op.input.buffer);
+    buffers_.zero_unwritten(op.input.buffer);
   // The lane the program names: the progress engine, or inline here.
   const bool queued = instr.lane.kind == parallel::Lane::Kind::progress && engine_ != nullptr;
   const int priority = instr.priority;
   const int64_t bytes = op.input.count * static_cast<int64_t>(sizeof(float));
-  std::span<float> input(data(op.input), static_cast<size_t>(op.input.count));
+  std::span<float> input(buffers_.data(op.input), static_cast<size_t>(op.input.count));
   const double start = comm::now_us();
   JobId& job = job_[static_cast<size_t>(id)];
   if (auto it = codecs_.find(id); it != codecs_.end()) {
     PX_CHECK(op.agreement.buffer >= 0, "compressed collective #{} without the ranks' agreement", id);
-    auto work = compressed_exchange(it->second, input, data(op.agreement), step, op.momentum,
+    auto work = compressed_exchange(it->second, input, buffers_.data(op.agreement), step, op.momentum,
                                     &wire_[static_cast<size_t>(id)]);
     if (queued) job = engine_->submit(priority, instr.name, work, bytes);
     else work(*group);
   } else {
-    const comm::Buffer output = op.output.buffer >= 0 ? comm_buffer(op.output) : comm::Buffer();
+    const comm::Buffer output = op.output.buffer >= 0 ? buffers_.comm_buffer(op.output) : comm::Buffer();
     job = dense(op, instr, input, output, queued ? priority : -1, *group);
     PX_CHECK(queued == (job >= 0), "instruction #{}: queued {} but job {}", id, queued, job);
   }

@@ -38,7 +38,7 @@ std::optional<ProgramExecutor::FlightSite> ProgramExecutor::flight_site(int id) 
                             .axis = axis_name(op.axis),
                             .sequence = static_cast<uint64_t>(op.tag),
                             .bytes = static_cast<uint64_t>(g.spec(op.value).shape.numel()) * dtype_size(g.spec(op.value).dtype),
-                            .peer = transfers_.count(op.axis) ? transfers_.at(op.axis)->world_rank(op.peer) : op.peer};
+                            .peer = transfers_->world_rank(op.axis, op.peer)};
         } else {
           return std::nullopt;
         }

@@ -27,7 +27,7 @@ void ProgramExecutor::compute(int id, const parallel::Compute& op, const StepInp
   for (ValueId v : node.inputs) {
     const int param = param_of_[static_cast<size_t>(v)];
     if (param >= 0) {
-      params.push_back(external_.empty() ? view(program_.param_source(param)).reshape(g.spec(v).shape)
+      params.push_back(external_.empty() ? buffers_.view(program_.param_source(param)).reshape(g.spec(v).shape)
                                          : external_[static_cast<size_t>(param)]);
       in.push_back(&params.back());
       continue;
@@ -118,8 +118,8 @@ void ProgramExecutor::accumulate(int id, const parallel::Accumulate& op) {
            op.from, from.defined() ? from.numel() : -1, op.into.count);
   const int member = member_of_[static_cast<size_t>(id)];
   PX_CHECK_GE(member, 0);
-  std::vector<bool>& written = written_[static_cast<size_t>(op.into.buffer)];
-  float* into = data(op.into);
+  std::vector<bool>& written = buffers_.written(op.into.buffer);
+  float* into = buffers_.data(op.into);
   if (!written[static_cast<size_t>(member)]) {
     std::memcpy(into, from.f32(), static_cast<size_t>(op.into.count) * sizeof(float));
     written[static_cast<size_t>(member)] = true;
@@ -139,13 +139,13 @@ void ProgramExecutor::accumulate(int id, const parallel::Accumulate& op) {
 }
 
 void ProgramExecutor::norm(const parallel::Norm& op) {
-  float* squares = data(op.into);
+  float* squares = buffers_.data(op.into);
   std::fill(squares, squares + op.into.count, 0.0f);
   for (size_t i = 0; i < op.gradients.size(); ++i) {
     const Region& r = op.gradients[i];
-    zero_unwritten(r.buffer);
+    buffers_.zero_unwritten(r.buffer);
     const double weight = i < op.weights.size() ? op.weights[i] : 1.0;
-    squares[op.params[i]] += static_cast<float>(kernels::sum_squares(r.count, data(r)) * weight);
+    squares[op.params[i]] += static_cast<float>(kernels::sum_squares(r.count, buffers_.data(r)) * weight);
   }
   // A non-finite loss summand makes the global norm NaN on every rank (the
   // norm is summed over every axis), so all ranks skip the step together.
@@ -153,14 +153,14 @@ void ProgramExecutor::norm(const parallel::Norm& op) {
 }
 
 void ProgramExecutor::finite(const parallel::Finite& op) {
-  zero_unwritten(op.gradient.buffer);  // a rank without rows contributes zeros
-  const float* g = data(op.gradient);
-  *data(op.into) = std::all_of(g, g + op.gradient.count, [](float x) { return std::isfinite(x); }) ? 0.0f : 1.0f;
+  buffers_.zero_unwritten(op.gradient.buffer);  // a rank without rows contributes zeros
+  const float* g = buffers_.data(op.gradient);
+  *buffers_.data(op.into) = std::all_of(g, g + op.gradient.count, [](float x) { return std::isfinite(x); }) ? 0.0f : 1.0f;
 }
 
 double ProgramExecutor::clip(const parallel::Clip& op, double clip) {
   // Norm's per-parameter squares, added in parameter order on every rank.
-  const float* squares = data(op.norm);
+  const float* squares = buffers_.data(op.norm);
   double sum = 0;
   for (int64_t i = 0; i < op.norm.count; ++i) sum += squares[i];
   const double norm = std::sqrt(static_cast<double>(static_cast<float>(sum)));
@@ -175,15 +175,15 @@ double ProgramExecutor::clip(const parallel::Clip& op, double clip) {
   }
   if (clip > 0 && norm > clip) {
     const float scale = static_cast<float>(clip / (norm + 1e-6));
-    for (const Region& r : op.gradients) kernels::scale(r.count, scale, data(r), data(r));
+    for (const Region& r : op.gradients) kernels::scale(r.count, scale, buffers_.data(r), buffers_.data(r));
   }
   return norm;
 }
 
 void ProgramExecutor::update(int id, const parallel::Update& op, double lr) {
-  zero_unwritten(op.gradient.buffer);
-  optimizer_->update(static_cast<size_t>(shard_of_update_[static_cast<size_t>(id)]), data(op.storage),
-                     data(op.gradient), lr);
+  buffers_.zero_unwritten(op.gradient.buffer);
+  optimizer_->update(static_cast<size_t>(shard_of_update_[static_cast<size_t>(id)]), buffers_.data(op.storage),
+                     buffers_.data(op.gradient), lr);
 }
 
 }  // namespace px

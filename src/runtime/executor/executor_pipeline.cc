@@ -1,47 +1,14 @@
-// Transfers (Send / Recv): between pipeline stages, and context
-// parallelism's ring passing key/value blocks along its axis; the
-// communicators they run on, and the parameters gathered from every stage.
-//
-// Sends never block: the value is posted and kept alive until the step
-// ends (the schedule was proven free of deadlock under exactly that rule);
-// a Recv waits for its value. Transfers run on the pipeline axis'
-// communicator split once more, whose tags are the program's own (unique
-// per micro-batch, cut, direction and value), so they can never match a
-// collective's message on the pipeline axis (the loss, the gradient norm,
-// a shared parameter's gradient sum).
+// Send and Recv instructions: the value a send posts (rounded to the
+// dtype the later stages read) and where a received one is held; the
+// communication itself is Transfers' (transfers.h). Also the parameters
+// gathered from every pipeline stage, and the stash a micro-batch keeps.
 #include <cstring>
-#include <set>
 
 #include "comm/collectives.h"
 #include "kernels/bf16.h"
 #include "runtime/executor/program_executor.h"
 
 namespace px {
-
-void ProgramExecutor::make_transfer_groups() {
-  // Collective over each axis with transfers, in axis order: every rank of
-  // the axis has the same axes with transfers.
-  std::set<int> axes;
-  for (const parallel::Instr& instr : program_.instrs) {
-    if (const auto* s = std::get_if<parallel::Send>(&instr.op)) axes.insert(s->axis);
-    if (const auto* r = std::get_if<parallel::Recv>(&instr.op)) axes.insert(r->axis);
-  }
-  if (program_.pipeline.axis >= 0) axes.insert(program_.pipeline.axis);
-  for (int a : axes) {
-    comm::Communicator* axis = groups_[static_cast<size_t>(a)];
-    PX_CHECK(axis != nullptr, "transfers along axis {} of one rank", a);
-    transfers_[a] = std::make_unique<comm::Communicator>(axis->split(0, program_.coords[static_cast<size_t>(a)]));
-  }
-  const parallel::PipelineLayout& pipeline = program_.pipeline;
-  if (pipeline.axis < 0) return;
-  comm::Communicator* axis = groups_[static_cast<size_t>(pipeline.axis)];
-  const int me = program_.coords[static_cast<size_t>(pipeline.axis)];
-  // Collective over the pipeline axis: every stage lists the same subgroups.
-  for (const parallel::Subgroup& s : program_.subgroups) {
-    const bool member = std::find(s.coords.begin(), s.coords.end(), me) != s.coords.end();
-    subgroups_.push_back(axis->split(member ? 0 : 1, me));
-  }
-}
 
 void ProgramExecutor::send(int id, const parallel::Send& op) {
   const int m = program_.instrs[static_cast<size_t>(id)].micro_batch;
@@ -54,17 +21,7 @@ void ProgramExecutor::send(int id, const parallel::Send& op) {
     kernels::to_bf16(value.numel(), value.f32(), static_cast<kernels::bf16*>(rounded.raw()));
     value = std::move(rounded);
   }
-  comm::Communicator& comm = transfers_of(op.axis);
-  // Counted on the axis too: a step's bytes per axis include its transfers.
-  groups_[static_cast<size_t>(op.axis)]->count_sent(value.nbytes());
-  pending_sends_.push_back(
-      {.request = comm.isend(op.peer, comm.fixed_tag(op.tag), value.raw(), value.nbytes()), .value = value, .comm = &comm});
-}
-
-comm::Communicator& ProgramExecutor::transfers_of(int axis) {
-  auto it = transfers_.find(axis);
-  PX_CHECK(it != transfers_.end(), "no transfers along axis {}", axis);
-  return *it->second;
+  transfers_->send(op, std::move(value), *groups_[static_cast<size_t>(op.axis)]);
 }
 
 void ProgramExecutor::recv(int id, const parallel::Recv& op, uint64_t step) {
@@ -75,9 +32,8 @@ void ProgramExecutor::recv(int id, const parallel::Recv& op, uint64_t step) {
            dtype_name(spec.dtype));
   Tensor value = Tensor::empty(spec.shape, spec.dtype);
   const double start = tracing_ ? comm::now_us() : 0;
-  comm::Communicator& comm = transfers_of(op.axis);
-  comm::Request request = comm.irecv(op.peer, comm.fixed_tag(op.tag), value.raw(), value.nbytes());
-  comm.wait(request, {.collective = op.axis == program_.pipeline.axis ? "pipeline receive" : "ring receive", .index = m});
+  transfers_->recv(op, value,
+                   {.collective = op.axis == program_.pipeline.axis ? "pipeline receive" : "ring receive", .index = m});
   if (tracing_)
     trace_.push_back({.name = {},
                       .lane = TraceRecord::Lane::comm,
@@ -90,11 +46,6 @@ void ProgramExecutor::recv(int id, const parallel::Recv& op, uint64_t step) {
   const Graph& g = program_.graph_of(m);
   hold(m, op.value, value, g.nodes()[static_cast<size_t>(g.value(op.value).producer)].origin < 0);
   live_[static_cast<size_t>(m)][static_cast<size_t>(op.value)] = std::move(value);
-}
-
-void ProgramExecutor::finish_sends() {
-  for (PendingSend& s : pending_sends_) s.comm->wait(s.request, {.collective = "send", .index = 0});
-  pending_sends_.clear();
 }
 
 NamedTensors ProgramExecutor::gather_stages(NamedTensors mine) {

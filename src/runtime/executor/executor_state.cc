@@ -80,12 +80,12 @@ void ProgramExecutor::set_parameters(const ParamStore& store) {
   for (const parallel::ParamLayout& param : program_.params) {
     const Tensor value = local_of(store.at(param.name), param);
     if (program_.params_buffer >= 0) {
-      std::memcpy(buffers_[static_cast<size_t>(program_.params_buffer)].f32() + param.offset, value.f32(),
+      std::memcpy(buffers_.storage(program_.params_buffer).f32() + param.offset, value.f32(),
                   static_cast<size_t>(value.numel()) * sizeof(float));
       continue;
     }
     const Piece piece = piece_of(program_, param);
-    std::memcpy(buffers_[static_cast<size_t>(program_.param_shard_buffer)].f32() + piece.shard_offset,
+    std::memcpy(buffers_.storage(program_.param_shard_buffer).f32() + piece.shard_offset,
                 value.f32() + piece.begin, static_cast<size_t>(piece.end - piece.begin) * sizeof(float));
   }
 }
@@ -104,7 +104,7 @@ ParamStore ProgramExecutor::parameters() {
   NamedTensors named;
   const auto by_name = layouts_by_name(program_);
   if (program_.params_buffer >= 0) {
-    const Tensor& flat = buffers_[static_cast<size_t>(program_.params_buffer)];
+    const Tensor& flat = buffers_.storage(program_.params_buffer);
     for (const std::string& name : declared_) {
       if (!by_name.count(name)) continue;  // another pipeline stage's
       const parallel::ParamLayout& p = *by_name.at(name);
@@ -115,7 +115,7 @@ ParamStore ProgramExecutor::parameters() {
   }
   // ZeRO-3: every rank's blocks, bucket by bucket.
   std::vector<float> flat(static_cast<size_t>(program_.param_count));
-  const float* shard = buffers_[static_cast<size_t>(program_.param_shard_buffer)].f32();
+  const float* shard = buffers_.storage(program_.param_shard_buffer).f32();
   for (const parallel::BucketLayout& b : program_.buckets)
     std::memcpy(flat.data() + b.offset + b.block_begin, shard + b.shard_offset,
                 static_cast<size_t>(b.block_count) * sizeof(float));
@@ -133,7 +133,7 @@ Tensor ProgramExecutor::gradient(const std::string& name) const {
   for (const parallel::ParamLayout& p : program_.params) {
     if (p.name != name) continue;
     const parallel::BucketLayout& b = program_.buckets.at(static_cast<size_t>(p.bucket));
-    return view({b.grad_buffer, p.offset - b.offset, p.shape.numel()}).reshape(p.shape);
+    return buffers_.view({b.grad_buffer, p.offset - b.offset, p.shape.numel()}).reshape(p.shape);
   }
   fail("the program has no gradient of parameter '{}'", name);
 }
@@ -172,13 +172,13 @@ std::vector<SavedRun> ProgramExecutor::state_runs(bool every_copy) const {
     const parallel::ParamLayout& p = *by_name.at(name);
     if (!writes_copy(p, params_split, every_copy)) continue;
     if (!params_split) {
-      const float* values = buffers_[static_cast<size_t>(program_.params_buffer)].f32() + p.offset;
+      const float* values = buffers_.storage(program_.params_buffer).f32() + p.offset;
       runs.push_back({name, run_of(p, 0, p.shape.numel()), copy_of(values, p.shape.numel())});
       continue;
     }
     const Piece piece = piece_of(program_, p);
     if (piece.begin == piece.end) continue;
-    const float* values = buffers_[static_cast<size_t>(program_.param_shard_buffer)].f32() + piece.shard_offset;
+    const float* values = buffers_.storage(program_.param_shard_buffer).f32() + piece.shard_offset;
     runs.push_back({name, run_of(p, piece.begin, piece.end), copy_of(values, piece.end - piece.begin)});
   }
   // Optimizer state: one run per shard and slot (a whole model shard, or
@@ -202,14 +202,14 @@ void ProgramExecutor::load_state(const ShardedTensors& saved, int64_t optimizer_
   for (const parallel::ParamLayout& p : program_.params) {
     if (program_.params_buffer >= 0) {
       const Tensor values = saved.read(p.name, run_of(p, 0, p.shape.numel()));
-      std::memcpy(buffers_[static_cast<size_t>(program_.params_buffer)].f32() + p.offset, values.f32(),
+      std::memcpy(buffers_.storage(program_.params_buffer).f32() + p.offset, values.f32(),
                   values.nbytes());
       continue;
     }
     const Piece piece = piece_of(program_, p);
     if (piece.begin == piece.end) continue;
     const Tensor values = saved.read(p.name, run_of(p, piece.begin, piece.end));
-    std::memcpy(buffers_[static_cast<size_t>(program_.param_shard_buffer)].f32() + piece.shard_offset, values.f32(),
+    std::memcpy(buffers_.storage(program_.param_shard_buffer).f32() + piece.shard_offset, values.f32(),
                 values.nbytes());
   }
   const auto by_name = layouts_by_name(program_);
@@ -280,8 +280,8 @@ ExecutorMemory ProgramExecutor::memory() const {
   m.parameters = bytes(program_.params_buffer) + bytes(program_.param_shard_buffer);
   m.gradient_shard = bytes(program_.grad_shard_buffer);
   for (const parallel::BucketLayout& b : program_.buckets) m.gradient_buckets += bytes(b.grad_buffer);
-  m.gradient_buffer_peak = buffer_bytes_.gradient_peak;
-  m.gathered_parameter_peak = buffer_bytes_.parameter_peak;
+  m.gradient_buffer_peak = buffers_.gradient_peak_bytes();
+  m.gathered_parameter_peak = buffers_.parameter_peak_bytes();
   m.optimizer_state = optimizer_ ? optimizer_->state_bytes() : 0;
   return m;
 }

@@ -53,7 +53,7 @@ int64_t slice_bytes(const parallel::Program& program) {
 
 ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, OptimizerConfig optimizer,
                                  parallel::ExecutionOptions options)
-    : program_(std::move(program)), groups_(std::move(groups.axis)), data_group_(groups.data),
+    : program_(std::move(program)), buffers_(program_.buffers), groups_(std::move(groups.axis)), data_group_(groups.data),
       group_(nullptr), options_(options) {
   const auto& axes = program_.strategy.mesh.axes();
   if (groups_.empty()) groups_.assign(axes.size(), nullptr);
@@ -67,7 +67,7 @@ ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, O
     if (size == 1) groups_[a] = nullptr;
   }
   sent_before_.assign(axes.size(), 0);
-  make_transfer_groups();
+  transfers_.emplace(program_, groups_);
   // Under context parallelism the data path spans the context axis too.
   const bool joined = std::any_of(program_.groups.begin(), program_.groups.end(),
                                   [](const parallel::CommGroup& g) { return g.context_axis >= 0; });
@@ -95,17 +95,7 @@ ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, O
   const Graph& local = program_.graphs.front();
   for (ValueId p : local.params()) declared_.push_back(local.value(p).name);
 
-  buffers_.resize(program_.buffers.size());
-  written_.resize(program_.buffers.size());
-  for (size_t b = 0; b < program_.buffers.size(); ++b) {
-    const Buffer& buffer = program_.buffers[b];
-    written_[b].assign(buffer.members.size(), false);
-    if (buffer.persistent) buffers_[b] = Tensor::zeros({buffer.count}, DType::f32);
-  }
   std::vector<ParamShard> shards = index_instructions();
-  for (Buffer::Kind kind : {Buffer::Kind::loss})
-    for (size_t b = 0; b < program_.buffers.size(); ++b)
-      if (program_.buffers[b].kind == kind) written_[b].assign(1, false);
   if (!shards.empty()) optimizer_.emplace(std::move(optimizer), std::move(shards));
   job_.assign(program_.instrs.size(), -1);
   wire_.assign(program_.instrs.size(), {});
@@ -159,15 +149,9 @@ void ProgramExecutor::begin_step(const StepInput& input) {
       live_[m][static_cast<size_t>(v)] = rows;
     }
   }
-  // Gradient buckets kept for the caller (programs without updates) are refilled every step.
-  for (size_t b = 0; b < program_.buffers.size(); ++b)
-    if (program_.buffers[b].persistent && program_.buffers[b].kind == Buffer::Kind::grad_bucket)
-      written_[b].assign(written_[b].size(), false);
-  // The loss buffer sums the micro-batches' summands.
-  if (program_.loss_buffer >= 0) {
-    buffers_[static_cast<size_t>(program_.loss_buffer)].f32()[0] = 0;
-    written_[static_cast<size_t>(program_.loss_buffer)].assign(1, true);
-  }
+  // Gradient buckets kept for the caller (programs without updates) are
+  // refilled every step; the loss buffer sums the micro-batches' summands.
+  buffers_.begin_step(program_.loss_buffer);
   // The previous step's carried jobs stay: the deferred instructions at
   // this step's head wait for them.
   for (size_t i = 0; i < job_.size(); ++i)
@@ -176,17 +160,30 @@ void ProgramExecutor::begin_step(const StepInput& input) {
   for (size_t a = 0; a < groups_.size(); ++a) sent_before_[a] = axis_bytes_sent(a);
 }
 
+void ProgramExecutor::wait_for(int id) {
+  const JobId job = job_[static_cast<size_t>(id)];
+  if (job < 0) return;
+  try {
+    engine_->wait(job);
+  } catch (const Error& e) {
+    if (recorder_)
+      if (auto it = flight_events_.find(id); it != flight_events_.end()) recorder_->done(it->second, false);
+    throw in_context(id, site_of(id), e);
+  }
+  if (recorder_) flight_done(id);
+}
+
 // One instruction of the step on the calling thread (or queued on its lane).
 void ProgramExecutor::execute(int id, Step& step) {
   const Instr& instr = program_.instrs[static_cast<size_t>(id)];
   // The previous step's work: none before the first step (or after finish()).
   if (instr.deferred && !carry_.pending) return;
   // A Free waits for nothing: a buffer whose last reader still runs on
-  // the engine is freed once that job finishes (free_buffer), so backward
+  // the engine is freed once that job finishes (BufferPool::free), so backward
   // goes on while a bucket it filled is reduced.
   if (!std::holds_alternative<parallel::Free>(instr.op))
     for (int dep : instr.after) wait_for(dep);
-  for (int b : liveness_.allocates[static_cast<size_t>(id)]) allocate(b);
+  for (int b : liveness_.allocates[static_cast<size_t>(id)]) buffers_.allocate(b, engine_.get());
   std::optional<FlightSite> site;
   if (recorder_) {
     const auto position = static_cast<int64_t>(step.input.step) + 1;
@@ -214,7 +211,7 @@ void ProgramExecutor::execute(int id, Step& step) {
     release(instr.micro_batch, v);
     live_[static_cast<size_t>(instr.micro_batch)][static_cast<size_t>(v)] = Tensor();
   }
-  if (engine_ && !pending_frees_.empty()) release_finished();
+  if (engine_ && buffers_.holds_memory_for_jobs()) buffers_.release_finished(*engine_);
 }
 
 // The main thread's local passes beside its computes (which compute() traces itself).
@@ -289,7 +286,9 @@ void ProgramExecutor::dispatch(int id, const Op& op, Step& step) {
     update(id, op, deferred ? carry_.lr : input.lr);
   } else if constexpr (std::is_same_v<Op, parallel::Free>) {
     const Instr& instr = program_.instrs[static_cast<size_t>(id)];
-    free_buffer(op.buffer, instr.after.empty() ? -1 : instr.after.front());
+    // Its last reader may still run on the engine: the pool holds its memory until then.
+    const int reader = instr.after.empty() ? -1 : instr.after.front();
+    buffers_.free(op.buffer, reader < 0 ? -1 : job_[static_cast<size_t>(reader)], engine_.get());
   }
 }
 
@@ -306,7 +305,7 @@ StepResult ProgramExecutor::run(const StepInput& input) {
   carry_.pending = false;
   end_step(result, input.lr);
   result.peak_bytes = std::max((account_ ? account_->stats() : memory_stats()).peak_bytes, at_start.live_bytes);
-  if (program_.loss_buffer >= 0) result.loss = buffers_[static_cast<size_t>(program_.loss_buffer)].f32()[0];
+  if (program_.loss_buffer >= 0) result.loss = buffers_.storage(program_.loss_buffer).f32()[0];
   result.skipped = skip_updates_;
   for (size_t m = 0; m < program_.micro_batches.size(); ++m) {
     std::vector<Tensor> outputs;
@@ -323,7 +322,7 @@ StepResult ProgramExecutor::run(const StepInput& input) {
 // After the last instruction: the sends and (but for P3's) the engine's jobs done.
 void ProgramExecutor::end_step(StepResult& result, double lr) {
   try {
-    finish_sends();
+    transfers_->finish_sends();
   } catch (const Error& e) {
     throw in_context(oldest_pending_event(), site_of(oldest_pending_event()), e);
   }
@@ -345,7 +344,7 @@ void ProgramExecutor::end_step(StepResult& result, double lr) {
       if (job_[i] < 0 || carried_[i]) continue;
       wait_for(static_cast<int>(i));
     }
-    release_finished();
+    buffers_.release_finished(*engine_);
     collect_engine_trace();
   }
   for (const Instr& instr : program_.instrs) carry_.pending = carry_.pending || instr.deferred;
@@ -366,7 +365,7 @@ void ProgramExecutor::finish() {
   }
   if (!engine_) return;
   engine_->wait_all();
-  release_finished();
+  buffers_.release_finished(*engine_);
   collect_engine_trace();
 }
 

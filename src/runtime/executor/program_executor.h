@@ -39,7 +39,9 @@
 #include "runtime/state/safetensors.h"
 #include "runtime/state/sharded_tensors.h"
 #include "runtime/fault/flight_recorder.h"
+#include "runtime/executor/buffer_pool.h"
 #include "runtime/executor/trace.h"
+#include "runtime/executor/transfers.h"
 
 namespace px {
 
@@ -256,35 +258,12 @@ class ProgramExecutor {
   void finite(const parallel::Finite& op);
   double clip(const parallel::Clip& op, double clip);  // returns the global norm
   void update(int id, const parallel::Update& op, double lr);
-  // executor_buffers.cc
-  void free_buffer(int buffer, int after);
-  void allocate(int buffer);
-  // A freed buffer instance whose last reader (an engine job) still runs:
-  // its memory is held here until the job finishes, while its buffer id
-  // is already free for the next instance.
-  struct PendingFree {
-    Tensor tensor;
-    parallel::Buffer::Kind kind = parallel::Buffer::Kind::grad_bucket;
-    int64_t bytes = 0;
-    JobId job = -1;
-  };
-  // Releases the pending frees whose jobs finished.
-  void release_finished();
-  void uncount(const PendingFree& freed);  // its bytes off the buffer counts
+  // Waits for instruction `id`'s engine job, if it has one this step.
   void wait_for(int id);
-  Tensor view(const parallel::Region& region) const;
-  float* data(const parallel::Region& region) const;
-  // The region as the collectives take it, in its buffer's dtype.
-  comm::Buffer comm_buffer(const parallel::Region& region) const;
-  void zero_unwritten(int buffer);
 
-  // executor_pipeline.cc: transfers (between pipeline stages, along
-  // context parallelism's ring), and the communicators they and the
-  // pipeline's subgroups run on.
-  void make_transfer_groups();
+  // executor_pipeline.cc: Send and Recv (their communication: Transfers).
   void send(int id, const parallel::Send& op);
   void recv(int id, const parallel::Recv& op, uint64_t step);
-  void finish_sends();
   // The gathered parameters of every pipeline stage (collective over the pipeline axis).
   NamedTensors gather_stages(NamedTensors mine);
 
@@ -319,6 +298,7 @@ class ProgramExecutor {
   bool writes_copy(const parallel::ParamLayout& param, bool split_over_data, bool every_copy) const;
 
   parallel::Program program_;  // the active program
+  BufferPool buffers_;         // program_'s buffers (every program's: they share them)
   parallel::Liveness liveness_;
   std::vector<Lowering> programs_;  // the others (add_program)
   std::vector<comm::Communicator*> groups_;  // by mesh axis (AxisGroups::axis)
@@ -332,8 +312,6 @@ class ProgramExecutor {
   std::vector<int> shard_of_update_;  // per instruction: its optimizer shard (-1)
   std::vector<std::string> declared_;  // parameter names in declaration order
 
-  std::vector<Tensor> buffers_;          // by buffer id (undefined while not allocated)
-  std::vector<std::vector<bool>> written_;  // per buffer, per member: written this instance
   std::vector<int> member_of_;           // per instruction: Accumulate's member index
   // Per instruction: a deferred instruction waits for it, so the step
   // returns with it still running (P3's gradient reductions).
@@ -342,12 +320,6 @@ class ProgramExecutor {
   std::vector<JobId> job_;               // per instruction: its engine job this step (-1)
   std::vector<int> param_of_;            // per value id: index into program params (-1)
   std::vector<Tensor> external_;         // per program param: the caller's tensor (use_parameters)
-  std::deque<PendingFree> pending_frees_;
-  // Bytes of gradient and (ZeRO-3) gathered parameter bucket buffers alive, and their peaks.
-  struct BufferBytes {
-    int64_t gradients = 0, gradient_peak = 0;
-    int64_t parameters = 0, parameter_peak = 0;
-  } buffer_bytes_;
   std::vector<std::unique_ptr<Codec>> codec_store_;  // one per gradient collective, in order
   std::map<int, Codec*> codecs_;                   // by the active program's instruction id
   std::map<JobId, Tensor> staging_;               // allgather inputs copied out of their output
@@ -362,18 +334,7 @@ class ProgramExecutor {
     double lr = 0;
   } carry_;
 
-  // Per axis with transfers (the pipeline's, context parallelism's ring):
-  // its communicator split once more, whose tags are the program's own.
-  std::map<int, std::unique_ptr<comm::Communicator>> transfers_;
-  comm::Communicator& transfers_of(int axis);
-  // Pipelines: one communicator per Program::subgroups entry; sends still in flight.
-  std::vector<comm::Communicator> subgroups_;
-  struct PendingSend {
-    comm::Request request;
-    Tensor value;  // kept alive until sent
-    comm::Communicator* comm = nullptr;
-  };
-  std::vector<PendingSend> pending_sends_;
+  std::optional<Transfers> transfers_;  // made once groups_ is checked
   int last_compute_ = -1;  // the last Compute instruction (where a pipeline's span ends)
   // Forward activations alive and their peak this step, counted by storage
   // as plan/memory.cc counts them: a view (reshape) shares its input's
