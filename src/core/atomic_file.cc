@@ -1,5 +1,7 @@
 #include "core/atomic_file.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <stdio.h>  // renameat2
 #include <sys/stat.h>
@@ -88,13 +90,27 @@ void write_file_atomically(const std::string& path, const std::function<void(Fil
     write(sink);
     if (::fsync(fd) != 0)
       fail("atomic write of '{}': fsync of '{}' failed: {}", path, temp, std::strerror(errno));
+    if (::rename(temp.c_str(), path.c_str()) != 0) {
+      int err = errno;
+      // The temporary file's directory was swapped for new contents while
+      // it was written (a checkpoint directory the run's outputs share:
+      // StagedDirectory::commit). The file is still open: link it into the
+      // directory now at that path (unless the commit carried it there
+      // already: the name is this process's), and rename that.
+      if (err == ENOENT) {
+        const std::string open_file = fmt::format("/proc/self/fd/{}", fd);
+        const bool linked = ::linkat(AT_FDCWD, open_file.c_str(), AT_FDCWD, temp.c_str(), AT_SYMLINK_FOLLOW) == 0;
+        if ((linked || errno == EEXIST) && ::rename(temp.c_str(), path.c_str()) == 0)
+          err = 0;
+        else
+          err = errno;
+      }
+      if (err != 0)
+        fail("atomic write of '{}': renaming '{}' over it failed: {}", path, temp, std::strerror(err));
+    }
     int rc = ::close(fd);
     fd = -1;
-    if (rc != 0)
-      fail("atomic write of '{}': closing '{}' failed: {}", path, temp, std::strerror(errno));
-    if (::rename(temp.c_str(), path.c_str()) != 0)
-      fail("atomic write of '{}': renaming '{}' over it failed: {}", path, temp,
-           std::strerror(errno));
+    if (rc != 0) fail("atomic write of '{}': closing '{}' failed: {}", path, temp, std::strerror(errno));
   } catch (...) {
     if (fd >= 0) ::close(fd);
     ::unlink(temp.c_str());
@@ -127,8 +143,11 @@ void set_aside(const std::string& at, const std::string& keep_at) {
 }
 
 // Hard-links `from` (a file, or a directory tree whose files are linked
-// one by one) to `to`, which does not exist yet.
-void link_tree(const fs::path& from, const fs::path& to, const std::string& target) {
+// one by one) to `to`, which does not exist yet. A file that another
+// writer renames or removes meanwhile is skipped (false for `from`
+// itself): there is nothing left to carry, and what it was renamed to is
+// carried late (carry_late).
+bool link_tree(const fs::path& from, const fs::path& to, const std::string& target) {
   std::error_code ec;
   if (fs::is_directory(fs::symlink_status(from, ec))) {
     if (!fs::create_directory(to, ec) || ec)
@@ -137,13 +156,16 @@ void link_tree(const fs::path& from, const fs::path& to, const std::string& targ
     for (const fs::directory_entry& e : fs::directory_iterator(from, ec))
       link_tree(e.path(), to / e.path().filename(), target);
     if (ec) fail("atomic write of '{}': cannot list '{}': {}", target, from.string(), ec.message());
-    return;
+    return true;
   }
   // linkat without AT_SYMLINK_FOLLOW links a symbolic link itself.
-  if (::linkat(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), 0) != 0)
+  if (::linkat(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), 0) != 0) {
+    if (errno == ENOENT) return false;
     fail("atomic write of '{}': cannot link '{}' to carry it over to the new contents: {} (the previous contents are "
          "left as they were)",
          target, from.string(), std::strerror(errno));
+  }
+  return true;
 }
 
 // The entries of `dir` that `carry` selects and `staging` lacks: linked
@@ -157,11 +179,28 @@ std::vector<std::string> carry_into(const std::string& dir, const std::string& s
     const std::string name = e.path().filename().string();
     std::error_code absent;  // the staging directory's own entry of that name, if any
     if (!carry(name) || fs::exists(fs::symlink_status(fs::path(staging) / name, absent))) continue;
-    link_tree(e.path(), fs::path(staging) / name, dir);
-    carried.push_back(name);
+    if (link_tree(e.path(), fs::path(staging) / name, dir)) carried.push_back(name);
   }
   if (ec) fail("atomic write of '{}': cannot list it to carry its other files over: {}", dir, ec.message());
   return carried;
+}
+
+// After the swap: the entries `carry` selects that reached the previous
+// contents (now at `at`) after carry_into listed them, a file another
+// writer renamed into `dir` in between, moved into `dir` when it lacks one
+// of that name. Each is a rename within one filesystem: atomic.
+void carry_late(const std::string& at, const std::string& dir, const std::vector<std::string>& carried,
+                const StagedDirectory::CarryOver& carry) {
+  if (!carry) return;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(at, ec)) {
+    const std::string name = e.path().filename().string();
+    std::error_code absent;
+    if (!carry(name) || std::find(carried.begin(), carried.end(), name) != carried.end() ||
+        fs::exists(fs::symlink_status(fs::path(dir) / name, absent)))
+      continue;
+    ::rename(e.path().c_str(), (fs::path(dir) / name).c_str());  // lost only if it cannot move: as before
+  }
 }
 
 // Drops what was carried over from the previous contents, now at `at`.
@@ -220,14 +259,16 @@ void StagedDirectory::commit(const std::string& keep_previous_at, const CarryOve
       fail("atomic write of '{}': renaming '{}' to it failed: {}", target, staging_, std::strerror(err));
     }
     committed_ = true;
+    carry_late(old, target, carried, carry);
     fsync_path(parent_dir(target), true, target);
     drop_carried(old, carried);
     set_aside(old, keep_previous_at);
     return;
   }
   committed_ = true;
-  fsync_path(parent_dir(target), true, target);
   // After an exchange the previous contents sit at the staging name.
+  carry_late(staging_, target, carried, carry);
+  fsync_path(parent_dir(target), true, target);
   drop_carried(staging_, carried);
   set_aside(staging_, keep_previous_at);
 }

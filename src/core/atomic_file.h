@@ -94,8 +94,10 @@ class StagedDirectory {
   // swap: before it they are hard-linked into the staging directory (files;
   // directories are made anew and their files linked), so a file held
   // open by a writer keeps growing at the same path; after it they are
-  // dropped from the previous contents. A link that cannot be made is a
-  // px::Error before the swap.
+  // dropped from the previous contents. One that another writer puts in
+  // `dir` while the commit runs (after the links, before the swap) is
+  // moved into the new contents right after the swap. A link that cannot
+  // be made is a px::Error before the swap.
   void commit(const std::string& keep_previous_at = "", const CarryOver& carry = {});
 
  private:

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <stdexcept>
 
 #include "core/error.h"
@@ -145,6 +146,40 @@ TEST(AtomicDirectory, EntriesTheWriterDoesNotOwnSurviveTheSwapAndStayOpen) {
   EXPECT_EQ(read_file(ckpt + "/flight/deep/rank0"), "f0");
   EXPECT_EQ(list_dir(dir.file("ckpt.kept")), (std::vector<std::string>{"model", "shards"}));
   EXPECT_EQ(list_dir(dir.path()), (std::vector<std::string>{"ckpt", "ckpt.kept"}));
+}
+
+// Files another writer puts in the directory while checkpoints replace it
+// (a run's trace written at its end, as the final save commits) all
+// survive: one landing between a commit's links and its swap once went
+// with the previous contents (1 run in 10 of tests/cli/output_paths_test.sh).
+TEST(AtomicDirectory, FilesWrittenWhileCommitsRunAllSurvive) {
+  ScratchDir dir;
+  const std::string ckpt = dir.file("ckpt");
+  const StagedDirectory::CarryOver foreign = [](const std::string& name) { return name != "model"; };
+  write_directory_atomically(ckpt, [](const std::string& staging) { write_file(staging + "/model", "m0"); });
+  constexpr int kFiles = 100;
+  std::vector<std::string> errors;  // the writer's
+  {
+    std::jthread writer([&] {
+      for (int i = 0; i < kFiles; ++i) {
+        try {
+          write_file_atomically(fmt::format("{}/f{}", ckpt, i), "x");
+        } catch (const Error& e) {
+          errors.push_back(e.what());
+        }
+      }
+    });
+    for (long c = 1; c <= 100; ++c) {
+      StagedDirectory staged(ckpt, c);
+      write_file(staged.path() + "/model", "m");
+      staged.commit("", foreign);
+    }
+  }
+  EXPECT_TRUE(errors.empty()) << errors.size() << " writes failed, the first: " << errors.front();
+  std::vector<std::string> missing;
+  for (int i = 0; i < kFiles; ++i)
+    if (!fs::exists(fmt::format("{}/f{}", ckpt, i))) missing.push_back(fmt::format("f{}", i));
+  EXPECT_TRUE(missing.empty()) << missing.size() << " files lost, the first " << missing.front();
 }
 
 // Missing parents are made (AtomicFile.MissingDirectories...); a file where
