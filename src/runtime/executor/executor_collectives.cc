@@ -208,7 +208,7 @@ ProgramExecutor::JobId ProgramExecutor::dense(const parallel::Collective& op, co
 }
 
 void ProgramExecutor::collect_engine_trace() {
-  flight_jobs_done();
+  flight_.done_where([this](int id) { return job_finished(id); });
   // Staged allgather inputs are released once their jobs are done.
   for (auto it = staging_.begin(); it != staging_.end();)
     it = engine_->finished(it->first) ? staging_.erase(it) : std::next(it);

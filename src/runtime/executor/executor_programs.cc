@@ -109,7 +109,7 @@ void ProgramExecutor::use_program_for(int64_t global_rows) {
     if (other.program.global_rows != global_rows) continue;
     // Deferred instructions and the engine's jobs name the active program's instructions.
     finish();
-    flight_sites_.clear();
+    flight_.forget_sites();
     swap_active(other);
     job_.assign(program_.instrs.size(), -1);
     wire_.assign(program_.instrs.size(), {});

@@ -166,11 +166,15 @@ void ProgramExecutor::wait_for(int id) {
   try {
     engine_->wait(job);
   } catch (const Error& e) {
-    if (recorder_)
-      if (auto it = flight_events_.find(id); it != flight_events_.end()) recorder_->done(it->second, false);
-    throw in_context(id, site_of(id), e);
+    flight_.done(id, false);
+    throw in_context(program_, step_, id, flight_.site_of(id), e);
   }
-  if (recorder_) flight_done(id);
+  flight_.done(id);
+}
+
+bool ProgramExecutor::job_finished(int id) const {
+  const JobId job = job_.empty() ? -1 : job_[static_cast<size_t>(id)];
+  return job >= 0 && engine_ && engine_->finished(job);
 }
 
 // One instruction of the step on the calling thread (or queued on its lane).
@@ -185,28 +189,16 @@ void ProgramExecutor::execute(int id, Step& step) {
     for (int dep : instr.after) wait_for(dep);
   for (int b : liveness_.allocates[static_cast<size_t>(id)]) buffers_.allocate(b, engine_.get());
   std::optional<FlightSite> site;
-  if (recorder_) {
-    const auto position = static_cast<int64_t>(step.input.step) + 1;
-    recorder_->at(position, id, instr.name);
-    site = flight_site(id);
-    if (site) {
-      flight_sites_[id] = *site;
-      flight_events_[id] = recorder_->post(site->kind, site->axis, site->sequence, position, id,
-                                           site->what + (instr.name.empty() ? "" : " " + instr.name), site->bytes,
-                                           site->peer);
-    }
-  }
+  if (flight_.on()) site = flight_.at(program_, *transfers_, static_cast<int64_t>(step.input.step) + 1, id);
   try {
     std::visit([&](const auto& op) { dispatch_traced(id, op, step); }, instr.op);
   } catch (const Error& e) {
-    if (recorder_) {
-      if (auto it = flight_events_.find(id); it != flight_events_.end()) recorder_->done(it->second, false);
-      flight_events_.clear();
-    }
-    throw in_context(id, site, e);
+    flight_.done(id, false);
+    flight_.abandon();
+    throw in_context(program_, step_, id, site, e);
   }
   // Inline collectives, reshards and receives are done; engine jobs and sends when they finish.
-  if (site && (job_.empty() || job_[static_cast<size_t>(id)] < 0) && site->kind != FlightKind::send) flight_done(id);
+  if (site && (job_.empty() || job_[static_cast<size_t>(id)] < 0) && site->kind != FlightKind::send) flight_.done(id);
   for (ValueId v : liveness_.values[static_cast<size_t>(id)]) {
     release(instr.micro_batch, v);
     live_[static_cast<size_t>(instr.micro_batch)][static_cast<size_t>(v)] = Tensor();
@@ -324,18 +316,11 @@ void ProgramExecutor::end_step(StepResult& result, double lr) {
   try {
     transfers_->finish_sends();
   } catch (const Error& e) {
-    throw in_context(oldest_pending_event(), site_of(oldest_pending_event()), e);
+    const int oldest = flight_.oldest_open([this](int id) { return job_finished(id); });
+    throw in_context(program_, step_, oldest, flight_.site_of(oldest), e);
   }
-  if (recorder_) {  // what is left without a job: the sends
-    for (auto it = flight_events_.begin(); it != flight_events_.end();) {
-      if (job_[static_cast<size_t>(it->first)] < 0) {
-        recorder_->done(it->second);
-        it = flight_events_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
+  // What is left without a job: the sends.
+  flight_.done_where([this](int id) { return job_[static_cast<size_t>(id)] < 0; });
   result.activation_peak_bytes = activations_.peak;
   // The step returns once its collectives are done, but for those the
   // next step's deferred instructions wait for (P3: they run on).

@@ -40,6 +40,7 @@
 #include "runtime/state/sharded_tensors.h"
 #include "runtime/fault/flight_recorder.h"
 #include "runtime/executor/buffer_pool.h"
+#include "runtime/executor/flight_log.h"
 #include "runtime/executor/trace.h"
 #include "runtime/executor/transfers.h"
 
@@ -191,7 +192,7 @@ class ProgramExecutor {
   void set_tracing(bool on);
   // Record where this rank is and its communication into `recorder`
   // (runtime/fault/flight_recorder.h; nullptr: off). It must outlive the executor.
-  void set_flight_recorder(FlightRecorder* recorder) { recorder_ = recorder; }
+  void set_flight_recorder(FlightRecorder* recorder) { flight_.set_recorder(recorder); }
   // The records since the last call, each named from its instruction.
   // Take them after every step: the names come from the Program that ran
   // (a partial batch runs another). A record's name is made here, not
@@ -354,24 +355,9 @@ class ProgramExecutor {
   void hold(int micro, ValueId v, const Tensor& t, bool counts, ValueId view_of = kNoValue);
   void release(int micro, ValueId v);
 
-  // executor_flight.cc: the flight recorder's entries, and errors in context.
-  struct FlightSite {
-    FlightKind kind;
-    std::string what;  // "allreduce", "reshard S(0) -> B", "send"
-    std::string axis;
-    uint64_t sequence = 0;  // the n-th call on its group this step (Instr::sequence); a transfer's tag
-    uint64_t bytes = 0;
-    int peer = -1;
-  };
-  std::optional<FlightSite> flight_site(int id) const;
-  void flight_done(int id);
-  void flight_jobs_done();  // marks the finished engine jobs' events done
-  int oldest_pending_event() const;
-  std::optional<FlightSite> site_of(int id) const;  // the first instruction whose event is not done (-1: none recorded)
-  Error in_context(int id, const std::optional<FlightSite>& site, const std::exception& e) const;
-  FlightRecorder* recorder_ = nullptr;
-  std::map<int, uint64_t> flight_events_;  // instruction -> its event, until done
-  std::map<int, FlightSite> flight_sites_;  // instruction -> where it communicates (for errors)
+  // Whether instruction `id`'s engine job this step finished (false without one).
+  bool job_finished(int id) const;
+  FlightLog flight_;  // this rank's flight record of the step
 
   bool tracing_ = false;
   uint64_t step_ = 0;
