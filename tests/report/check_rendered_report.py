@@ -16,6 +16,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -44,12 +45,29 @@ def chromium():
     sys.exit("FAIL: no chromium (apt-get install -y --no-install-recommends chromium)")
 
 
+# Headless Chromium now and then never exits after a screenshot (seen once
+# in CI: a 9126-px tall page, 180 s, under load; the same load passes in
+# seconds otherwise). A load that outlives its time is killed with every
+# process it started and tried again, up to ATTEMPTS times, saying so.
+ATTEMPTS, ATTEMPT_TIMEOUT_S = 3, 90
+
+
 def run_chromium(url, extra):
     """Chromium's stdout and stderr for one headless load of url, with a fresh profile."""
-    with tempfile.TemporaryDirectory(prefix="px-chromium-") as profile:
-        done = subprocess.run([chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *extra, url],
-                              capture_output=True, text=True, timeout=180)
-    return done.stdout, done.stderr
+    for attempt in range(1, ATTEMPTS + 1):
+        with tempfile.TemporaryDirectory(prefix="px-chromium-") as profile:
+            process = subprocess.Popen([chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *extra, url],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       start_new_session=True)
+            try:
+                stdout, stderr = process.communicate(timeout=ATTEMPT_TIMEOUT_S)
+                return stdout, stderr
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
+                print(f"chromium did not exit within {ATTEMPT_TIMEOUT_S} s loading {url} (attempt {attempt} of "
+                      f"{ATTEMPTS}){'; trying again' if attempt < ATTEMPTS else ''}", flush=True)
+    sys.exit(f"FAIL: chromium did not exit within {ATTEMPT_TIMEOUT_S} s in {ATTEMPTS} attempts loading {url}")
 
 
 class Page(HTMLParser):
