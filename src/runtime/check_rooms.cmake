@@ -2,10 +2,6 @@
 # on an include that points up the runtime's rooms (rooms.cmake).
 cmake_minimum_required(VERSION 3.24)
 include(${CMAKE_CURRENT_LIST_DIR}/rooms.cmake)
-px_runtime_room_violations(${RUNTIME_DIR} violations)
-if(violations)
-  list(JOIN violations "\n  " text)
-  message(FATAL_ERROR "includes that point up the runtime's rooms:\n  ${text}")
-endif()
+px_require_runtime_rooms(${RUNTIME_DIR})
 list(JOIN PX_RUNTIME_ROOMS " < " order)
 message(STATUS "the runtime's rooms hold: ${order}")

@@ -38,3 +38,13 @@ function(px_runtime_room_violations runtime_dir out)
   endforeach()
   set(${out} "${found}" PARENT_SCOPE)
 endfunction()
+
+# px_require_runtime_rooms(RUNTIME_DIR): a fatal error naming every
+# violation px_runtime_room_violations finds, if any.
+function(px_require_runtime_rooms runtime_dir)
+  px_runtime_room_violations(${runtime_dir} violations)
+  if(violations)
+    list(JOIN violations "\n  " text)
+    message(FATAL_ERROR "includes that point up the runtime's rooms:\n  ${text}")
+  endif()
+endfunction()
