@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <functional>
-#include <map>
-#include <utility>
+
+#include "parallel/memory_ledger.h"
 
 namespace px::plan {
 
@@ -28,75 +28,27 @@ static double bytes_before_the_step(const parallel::Program& p, int optimizer_sl
 
 namespace {
 
-// The activations alive at each point of the walk, by storage: a value's
-// bytes live in a storage; a view (reshape) shares its input's, which
-// stays alive until the value and all its views are dead.
-class ActivationLedger {
- public:
-  using Key = std::pair<int, ValueId>;  // (micro-batch, value)
-
-  void produce(Key key, double bytes, bool made_by_forward) {
-    drop(key);  // an instance made again (recomputation)
-    storages_.push_back({bytes, 1, made_by_forward});
-    storage_of_[key] = storages_.size() - 1;
-    change(bytes, made_by_forward);
-  }
-  // `view` shares `base`'s storage; nothing when `base` is a parameter or fed input.
-  void alias(Key view, Key base) {
-    drop(view);
-    auto it = storage_of_.find(base);
-    if (it == storage_of_.end()) return;
-    ++storages_[it->second].refs;
-    storage_of_[view] = it->second;
-  }
-  void drop(Key key) {
-    auto it = storage_of_.find(key);
-    if (it == storage_of_.end()) return;
-    Storage& st = storages_[it->second];
-    if (--st.refs == 0) change(-st.bytes, st.forward);
-    storage_of_.erase(it);
-  }
-  double bytes() const { return bytes_; }
-  double forward_bytes() const { return forward_; }
-  // The bytes each drop or produce added (the caller's running total).
-  double take_delta() { return std::exchange(delta_, 0.0); }
-
- private:
-  struct Storage {
-    double bytes = 0;
-    int refs = 0;
-    bool forward = false;  // made by forward (not backward or recomputation)
-  };
-  void change(double bytes, bool forward) {
-    bytes_ += bytes;
-    delta_ += bytes;
-    if (forward) forward_ += bytes;
-  }
-  std::vector<Storage> storages_;
-  std::map<Key, size_t> storage_of_;
-  double bytes_ = 0, forward_ = 0, delta_ = 0;
-};
-
 // What instruction `instr` makes, in the ledger.
 void record_outputs(const parallel::Program& p, const parallel::Instr& instr,
-                    const std::function<double(const TensorSpec&)>& activation_bytes, ActivationLedger& ledger) {
+                    const std::function<double(const TensorSpec&)>& activation_bytes,
+                    parallel::ActivationLedger& ledger) {
   const int mb = instr.micro_batch;
   if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) {
     const Graph& g = p.graph_of(mb);
     const Node& node = g.nodes()[static_cast<size_t>(c->node)];
     for (size_t o = 0; o < node.outputs.size(); ++o) {
       if (o > 0 || !node.def->output_is_view)
-        ledger.produce({mb, node.outputs[o]}, activation_bytes(g.spec(node.outputs[o])), node.origin < 0);
+        ledger.produce(mb, node.outputs[o], activation_bytes(g.spec(node.outputs[o])), node.origin < 0);
       else
-        ledger.alias({mb, node.outputs[o]}, {mb, node.inputs.front()});
+        ledger.alias(mb, node.outputs[o], node.inputs.front());
     }
   } else if (const auto* rs = std::get_if<parallel::Reshard>(&instr.op)) {
     const Graph& g = p.graph_of(mb);
     const Node& node = g.nodes()[static_cast<size_t>(rs->node)];
-    ledger.produce({mb, node.outputs.front()}, activation_bytes(g.spec(node.outputs.front())), node.origin < 0);
+    ledger.produce(mb, node.outputs.front(), activation_bytes(g.spec(node.outputs.front())), node.origin < 0);
   } else if (const auto* recv = std::get_if<parallel::Recv>(&instr.op)) {
     const Graph& g = p.graph_of(mb);
-    ledger.produce({mb, recv->value}, activation_bytes(g.spec(recv->value)),
+    ledger.produce(mb, recv->value, activation_bytes(g.spec(recv->value)),
                    g.nodes()[static_cast<size_t>(g.value(recv->value).producer)].origin < 0);
   }
 }
@@ -112,8 +64,9 @@ ProgramMemory program_memory(const parallel::Program& p, const parallel::Livenes
     return spec.dtype == DType::f32 ? activation_scale * static_cast<double>(spec.bytes()) : static_cast<double>(spec.bytes());
   };
   double live = bytes_before_the_step(p, optimizer_slots, compute);
-  double peak = 0, activation_peak = 0, stash = -1, forward_peak = 0;
-  ActivationLedger ledger;
+  double peak = 0, stash = -1;
+  parallel::ActivationLedger ledger;
+  ledger.reset(parallel::ActivationLedger::values_of(p));
   std::vector<double> buffer_live(p.buffers.size(), 0);
   auto set_buffer = [&](int b, double bytes) {
     live += bytes - buffer_live[static_cast<size_t>(b)];
@@ -132,16 +85,12 @@ ProgramMemory program_memory(const parallel::Program& p, const parallel::Livenes
       stash = ledger.bytes();  // backward begins: what forward left
     record_outputs(p, instr, activation_bytes, ledger);
     if (const auto* f = std::get_if<parallel::Free>(&instr.op)) set_buffer(f->buffer, 0);
-    live += ledger.take_delta();
-    peak = std::max(peak, live);
-    activation_peak = std::max(activation_peak, ledger.bytes());
-    forward_peak = std::max(forward_peak, ledger.forward_bytes());
-    for (ValueId v : liveness.values[i]) ledger.drop({instr.micro_batch, v});
-    live += ledger.take_delta();
+    peak = std::max(peak, live + ledger.bytes());
+    for (ValueId v : liveness.values[i]) ledger.drop(instr.micro_batch, v);
   }
   return {.peak_bytes = peak,
-          .activation_peak_bytes = activation_peak,
-          .forward_activation_peak_bytes = forward_peak,
+          .activation_peak_bytes = ledger.peak(),
+          .forward_activation_peak_bytes = ledger.forward_peak(),
           .stash_bytes = std::max(0.0, stash)};
 }
 

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "parallel/compose.h"
+#include "parallel/memory_ledger.h"
 #include "plan/simulate.h"
 #include "plan/stage_layouts.h"
 #include "plan/stage_probe.h"
@@ -38,12 +39,9 @@ class StageModel {
     dp_link_ = cluster.link_between(0, (l_.dp - 1) * l_.tp);
     pp_link_ = cluster.link_between(0, l_.dp * l_.tp);
     ends_link_ = cluster.link_between(0, (l_.stages - 1) * l_.dp * l_.tp);
-    const double slots = request.optimizer_slots;
-    const double dp = l_.dp;
-    // Bytes a parameter element costs its rank: float32 master (ZeRO-3 sharded), a bf16 working copy,
-    // float32 gradient (ZeRO-2 sharded) and optimizer state (ZeRO-1 sharded).
-    per_param_ = 4 / (l_.zero >= 3 ? dp : 1) + (request.compute != DType::f32 ? dtype_size(request.compute) : 0) +
-                 4 / (l_.zero >= 2 ? dp : 1) + 4 * slots / (l_.zero >= 1 ? dp : 1);
+    // Bytes a parameter element costs its rank (the memory ledger's state
+    // at the layout's ZeRO stage).
+    per_param_ = parallel::state_bytes(1.0, l_.zero, l_.dp, request.optimizer_slots, request.compute).total();
     capacity_ = cluster.devices_share_memory
                     ? cluster.device.memory_bytes / std::min(request.ranks, cluster.devices_per_node)
                     : cluster.device.memory_bytes;

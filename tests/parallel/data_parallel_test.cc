@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "parallel/memory_ledger.h"
 #include "parallel/strategy_equivalence.h"
 #include "runtime/tasks/task.h"
 #include "runtime/launch/launch.h"
@@ -280,7 +281,7 @@ TEST(ZeroMemory, PerRankBytesMatchTheFormula) {
     std::ostringstream log;
     const TrainResult result = train(o, log);
     if (parameters == 0) parameters = static_cast<int64_t>(result.memory.parameters / 4);
-    const RankMemory expected = expected_rank_memory(stage, o.ranks, 2, parameters);  // AdamW: 2 slots
+    const parallel::StateBytes expected = parallel::state_bytes(static_cast<double>(parameters), stage, o.ranks, 2);  // AdamW: 2 slots
     // Buckets of >= B bytes: at most 4Ψ/B + tensors of them, one element of slack each.
     const double slack = 4.0 * 2 * (4.0 * static_cast<double>(parameters) / static_cast<double>(o.sync.bucket_bytes) + 64);
     EXPECT_NEAR(result.memory.parameters, expected.parameters, stage == 3 ? slack : 0) << "ZeRO-" << stage;
@@ -292,7 +293,7 @@ TEST(ZeroMemory, PerRankBytesMatchTheFormula) {
     if (stage >= 2) {
       EXPECT_GT(result.gradient_buffer_peak_bytes, 0);
       EXPECT_LE(result.gradient_buffer_peak_bytes, o.sync.bucket_buffers * largest_bucket);
-      EXPECT_LT(result.memory.gradients, expected_rank_memory(1, o.ranks, 2, parameters).gradients / 4);
+      EXPECT_LT(result.memory.gradients, parallel::state_bytes(static_cast<double>(parameters), 1, o.ranks, 2).gradients / 4);
     } else {
       EXPECT_EQ(result.gradient_buffer_peak_bytes, 0);
     }

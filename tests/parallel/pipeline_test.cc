@@ -161,7 +161,7 @@ TEST(PipelineMemory, GpipeAndOneFOneBKeepWhatTheirFormulasSay) {
     runs[schedule] = train(o, log);
     ASSERT_EQ(runs[schedule].pipeline_stages.size(), 2u) << log.str();
     const StageMeasurement& first = runs[schedule].pipeline_stages[0];
-    const double formula = (std::string(schedule) == "gpipe" ? 8.0 : 2.0) * double(first.stashed_bytes_per_micro_batch);
+    const double formula = (std::string(schedule) == "gpipe" ? 8.0 : 2.0) * double(first.micro_batch_stash_bytes);
     EXPECT_NEAR(double(first.activation_peak_bytes) / formula, 1.0, 0.15) << schedule << "\n" << log.str();
   }
   const double ratio = double(runs["gpipe"].pipeline_stages[0].activation_peak_bytes) /

@@ -39,12 +39,12 @@ comm::Buffer BufferPool::comm_buffer(const Region& r) const {
   return comm::Buffer(buffer.raw(), buffer.numel(), buffer.dtype()).slice(r.offset, r.count);
 }
 
-void BufferPool::allocate(int b, comm::CommEngine* engine) {
+void BufferPool::allocate(int b, const RunningJobs& jobs) {
   const Buffer& buffer = layouts_[static_cast<size_t>(b)];
   if (buffer.persistent) return;
   const int64_t bytes = buffer.bytes();
-  if (buffer.kind == Buffer::Kind::grad_bucket && engine != nullptr && !held_.empty()) release_finished(*engine);
-  if (tensors_[static_cast<size_t>(b)].defined()) free(b, -1, engine);
+  if (buffer.kind == Buffer::Kind::grad_bucket && !held_.empty()) release_finished(jobs);
+  if (tensors_[static_cast<size_t>(b)].defined()) free(b, -1, jobs);
   tensors_[static_cast<size_t>(b)] = Tensor::empty({buffer.count}, buffer.dtype);
   written_[static_cast<size_t>(b)].assign(buffer.members.size(), false);
   if (buffer.kind == Buffer::Kind::grad_bucket) {
@@ -56,13 +56,13 @@ void BufferPool::allocate(int b, comm::CommEngine* engine) {
   }
 }
 
-void BufferPool::free(int b, JobId reader, comm::CommEngine* engine) {
+void BufferPool::free(int b, int reader, const RunningJobs& jobs) {
   const Buffer& buffer = layouts_[static_cast<size_t>(b)];
   Tensor& tensor = tensors_[static_cast<size_t>(b)];
   if (buffer.persistent || !tensor.defined()) return;
-  Held freed{.tensor = std::move(tensor), .kind = buffer.kind, .bytes = buffer.bytes(), .job = reader};
+  Held freed{.tensor = std::move(tensor), .kind = buffer.kind, .bytes = buffer.bytes(), .reader = reader};
   tensor = Tensor();  // the buffer id is free for its next instance now
-  if (reader >= 0 && engine != nullptr && !engine->finished(reader)) {
+  if (reader >= 0 && jobs.running(reader)) {
     held_.push_back(std::move(freed));
     return;
   }
@@ -74,8 +74,8 @@ void BufferPool::uncount(Buffer::Kind kind, int64_t bytes) {
   if (kind == Buffer::Kind::param_bucket) bytes_.parameters -= bytes;
 }
 
-void BufferPool::release_finished(comm::CommEngine& engine) {
-  while (!held_.empty() && engine.finished(held_.front().job)) {
+void BufferPool::release_finished(const RunningJobs& jobs) {
+  while (!held_.empty() && !jobs.running(held_.front().reader)) {
     uncount(held_.front().kind, held_.front().bytes);
     held_.pop_front();
   }

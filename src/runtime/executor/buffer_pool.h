@@ -13,15 +13,23 @@
 #include <vector>
 
 #include "comm/buffer.h"
-#include "comm/engine/comm_engine.h"
 #include "core/tensor.h"
 #include "parallel/program.h"
 
 namespace px {
 
+// Whether an instruction's engine job still runs this step (the collective
+// lanes know; collective_lanes.h).
+class RunningJobs {
+ public:
+  virtual bool running(int instr) const = 0;
+
+ protected:
+  ~RunningJobs() = default;
+};
+
 class BufferPool {
  public:
-  using JobId = comm::CommEngine::JobId;
 
   // The buffers `layouts` describes: a Program's (every Program a run
   // switches between has the same). Persistent ones are allocated, zeroed.
@@ -36,16 +44,16 @@ class BufferPool {
   comm::Buffer comm_buffer(const parallel::Region& region) const;  // in its buffer's dtype
 
   // A new instance of `buffer` (nothing for a persistent one). Before a
-  // gradient bucket's, the memory of finished jobs' instances goes
-  // (`engine`: the progress lane's, nullptr without one): ZeRO's program
-  // made this write wait for the reduction that frees the oldest bucket.
-  void allocate(int buffer, comm::CommEngine* engine);
+  // gradient bucket's, the memory of finished jobs' instances goes: ZeRO's
+  // program made this write wait for the reduction that frees the oldest
+  // bucket.
+  void allocate(int buffer, const RunningJobs& jobs);
   // The instance ends; its buffer id is free for the next one at once.
-  // `reader`: an engine job that may still read it (-1: none), which then
-  // holds its memory until it finishes.
-  void free(int buffer, JobId reader, comm::CommEngine* engine);
+  // `reader`: the instruction that read it last (-1: none), whose engine
+  // job, while it runs, holds its memory.
+  void free(int buffer, int reader, const RunningJobs& jobs);
   // Lets go of the held memory whose jobs finished.
-  void release_finished(comm::CommEngine& engine);
+  void release_finished(const RunningJobs& jobs);
   bool holds_memory_for_jobs() const { return !held_.empty(); }
 
   // Per member of `buffer` (one for a buffer without members): written by
@@ -66,7 +74,7 @@ class BufferPool {
     Tensor tensor;
     parallel::Buffer::Kind kind = parallel::Buffer::Kind::grad_bucket;
     int64_t bytes = 0;
-    JobId job = -1;
+    int reader = -1;  // the instruction whose job holds it
   };
   void uncount(parallel::Buffer::Kind kind, int64_t bytes);  // off the bucket counts
   Tensor allocated(const parallel::Region& region, const char* use) const;

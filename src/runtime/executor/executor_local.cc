@@ -16,19 +16,19 @@ using parallel::Instr;
 using parallel::Region;
 
 void ProgramExecutor::compute(int id, const parallel::Compute& op, const StepInput& input) {
-  const Instr& instr = program_.instrs[static_cast<size_t>(id)];
+  const Instr& instr = prog().instrs[static_cast<size_t>(id)];
   const int m = instr.micro_batch;
-  const Graph& g = program_.graph_of(m);
+  const Graph& g = prog().graph_of(m);
   const Node& node = g.nodes()[static_cast<size_t>(op.node)];
   std::vector<Tensor>& live = live_[static_cast<size_t>(m)];
   std::vector<Tensor> params;  // views that must outlive the call
   std::vector<const Tensor*> in;
   params.reserve(node.inputs.size());
   for (ValueId v : node.inputs) {
-    const int param = param_of_[static_cast<size_t>(v)];
+    const int param = params_.of_value[static_cast<size_t>(v)];
     if (param >= 0) {
-      params.push_back(external_.empty() ? buffers_.view(program_.param_source(param)).reshape(g.spec(v).shape)
-                                         : external_[static_cast<size_t>(param)]);
+      params.push_back(params_.external.empty() ? buffers_.view(prog().param_source(param)).reshape(g.spec(v).shape)
+                                                : params_.external[static_cast<size_t>(param)]);
       in.push_back(&params.back());
       continue;
     }
@@ -44,79 +44,44 @@ void ProgramExecutor::compute(int id, const parallel::Compute& op, const StepInp
     const bool view = i == 0 && node.def->output_is_view;
     live[static_cast<size_t>(v)] = view ? in[0]->reshape(spec.shape) : Tensor::empty(spec.shape, spec.dtype);
     // Forward nodes have no origin; a view shares its input's storage.
-    hold(m, v, live[static_cast<size_t>(v)], !view && node.origin < 0, view ? node.inputs.front() : kNoValue);
+    if (view) ledger_.alias(m, v, node.inputs.front());
+    else ledger_.produce(m, v, static_cast<double>(live[static_cast<size_t>(v)].nbytes()), node.origin < 0);
     out.push_back(&live[static_cast<size_t>(v)]);
   }
   // Where the shards sit in the unsplit values: the lowering's boxes plus
   // the micro-batch's global rows on the batch dim.
-  const std::vector<ShardBox>& boxes = program_.boxes[static_cast<size_t>(program_.micro_batches[static_cast<size_t>(m)].graph)];
-  const int64_t rows = input.row_offset + program_.micro_batches[static_cast<size_t>(m)].row_offset;
+  const std::vector<ShardBox>& boxes = prog().boxes[static_cast<size_t>(prog().micro_batches[static_cast<size_t>(m)].graph)];
+  const int64_t rows = input.row_offset + prog().micro_batches[static_cast<size_t>(m)].row_offset;
   auto box_of = [&](ValueId v) {
     ShardBox box = boxes[static_cast<size_t>(v)];
-    if (program_.batch_rows[static_cast<size_t>(v)] && !box.offset.empty()) box.offset[0] += rows;
+    if (prog().batch_rows[static_cast<size_t>(v)] && !box.offset.empty()) box.offset[0] += rows;
     return box;
   };
   OpContext context{.seed = input.seed, .inputs = {}, .outputs = {}};
   for (ValueId v : node.inputs) context.inputs.push_back(box_of(v));
   for (ValueId v : node.outputs) context.outputs.push_back(box_of(v));
-  const double start = tracing_ ? comm::now_us() : 0;
+  const double start = trace_.on ? comm::now_us() : 0;
   node.def->forward(context, node.attrs, in, out);
-  if (tracing_)
-    trace_.push_back({.name = {},  // named by take_trace(), after the step
-                      .lane = TraceRecord::Lane::compute,
-                      .start_us = start,
-                      .duration_us = comm::now_us() - start,
-                      .bytes = 0,
-                      .step = static_cast<int64_t>(input.step),
-                      .instr = id});
-}
-
-void ProgramExecutor::hold(int micro, ValueId v, const Tensor& t, bool counts, ValueId view_of) {
-  release(micro, v);
-  const auto m = static_cast<size_t>(micro);
-  std::vector<ValueId>& storage = activations_.storage[m];
-  const ValueId shared = view_of == kNoValue ? kNoValue : storage[static_cast<size_t>(view_of)];
-  if (shared != kNoValue) {
-    storage[static_cast<size_t>(v)] = shared;
-    ++activations_.sharers[m][static_cast<size_t>(shared)];
-    return;
-  }
-  if (!counts) return;
-  storage[static_cast<size_t>(v)] = v;
-  activations_.sharers[m][static_cast<size_t>(v)] = 1;
-  activations_.bytes_of[m][static_cast<size_t>(v)] = static_cast<int64_t>(t.nbytes());
-  activations_.bytes += static_cast<int64_t>(t.nbytes());
-  activations_.peak = std::max(activations_.peak, activations_.bytes);
-}
-
-void ProgramExecutor::release(int micro, ValueId v) {
-  const auto m = static_cast<size_t>(micro);
-  ValueId& storage = activations_.storage[m][static_cast<size_t>(v)];
-  if (storage == kNoValue) return;
-  const auto s = static_cast<size_t>(storage);
-  storage = kNoValue;
-  if (--activations_.sharers[m][s] > 0) return;
-  activations_.bytes -= activations_.bytes_of[m][s];
-  activations_.bytes_of[m][s] = 0;
+  if (trace_.on) trace_.add(TraceRecord::Lane::compute, start, 0, static_cast<int64_t>(input.step), id);
 }
 
 void ProgramExecutor::use_parameters(const ParamStore& store) {
   PX_CHECK(!optimizer_.has_value(), "use_parameters: this program updates its own parameters");
-  external_.clear();
-  for (const parallel::ParamLayout& param : program_.params) {
+  params_.external.clear();
+  for (const parallel::ParamLayout& param : prog().params) {
     const Tensor& t = store.at(param.name);
     if (t.shape() != param.shape)
       fail("parameter '{}' has shape {}, the program expects {}", param.name, t.shape(), param.shape);
-    external_.push_back(t);
+    params_.external.push_back(t);
   }
 }
 
 void ProgramExecutor::accumulate(int id, const parallel::Accumulate& op) {
-  const Instr& instr = program_.instrs[static_cast<size_t>(id)];
+  const Instr& instr = prog().instrs[static_cast<size_t>(id)];
   const Tensor& from = live_[static_cast<size_t>(instr.micro_batch)][static_cast<size_t>(op.from)];
   PX_CHECK(from.defined() && from.numel() == op.into.count, "accumulate #{}: value {} has {} elements, region {}", id,
            op.from, from.defined() ? from.numel() : -1, op.into.count);
-  const int member = member_of_[static_cast<size_t>(id)];
+  const int member = active().member_of[static_cast<size_t>(id)];
   PX_CHECK_GE(member, 0);
   std::vector<bool>& written = buffers_.written(op.into.buffer);
   float* into = buffers_.data(op.into);
@@ -126,15 +91,15 @@ void ProgramExecutor::accumulate(int id, const parallel::Accumulate& op) {
   } else {
     kernels::add_inplace(op.into.count, from.f32(), into);
   }
-  if (op.into.buffer == program_.loss_buffer) {
-    if (poison_) into[0] = std::numeric_limits<float>::quiet_NaN();
+  if (op.into.buffer == prog().loss_buffer) {
+    if (step_.poison) into[0] = std::numeric_limits<float>::quiet_NaN();
     // The loss is reduced on the comm stream, maybe while the norm is
     // summed: the norm learns of a bad summand from this flag, not by
     // reading the buffer.
-    if (!std::isfinite(from.f32()[0]) || poison_) local_loss_bad_ = true;
-  } else if (poison_ && !poisoned_) {
+    if (!std::isfinite(from.f32()[0]) || step_.poison) step_.local_loss_bad = true;
+  } else if (step_.poison && !step_.poisoned) {
     into[0] = std::numeric_limits<float>::quiet_NaN();  // reduced to every rank like any gradient
-    poisoned_ = true;
+    step_.poisoned = true;
   }
 }
 
@@ -149,7 +114,7 @@ void ProgramExecutor::norm(const parallel::Norm& op) {
   }
   // A non-finite loss summand makes the global norm NaN on every rank (the
   // norm is summed over every axis), so all ranks skip the step together.
-  if (local_loss_bad_ && op.into.count > 0) squares[0] = std::numeric_limits<float>::quiet_NaN();
+  if (step_.local_loss_bad && op.into.count > 0) squares[0] = std::numeric_limits<float>::quiet_NaN();
 }
 
 void ProgramExecutor::finite(const parallel::Finite& op) {
@@ -165,12 +130,9 @@ double ProgramExecutor::clip(const parallel::Clip& op, double clip) {
   for (int64_t i = 0; i < op.norm.count; ++i) sum += squares[i];
   const double norm = std::sqrt(static_cast<double>(static_cast<float>(sum)));
   if (!std::isfinite(norm)) {
-    skip_updates_ = true;
+    step_.skip_updates = true;
     // Error feedback as if the step never ran (its reductions are done: the norm waited for them).
-    for (Codec* codec : compressors_) {
-      if (!codec->state_before.empty()) codec->compressor.load_state(codec->state_before);
-      codec->velocity = codec->velocity_before;
-    }
+    codecs_.rollback();
     return norm;
   }
   if (clip > 0 && norm > clip) {
@@ -182,7 +144,7 @@ double ProgramExecutor::clip(const parallel::Clip& op, double clip) {
 
 void ProgramExecutor::update(int id, const parallel::Update& op, double lr) {
   buffers_.zero_unwritten(op.gradient.buffer);
-  optimizer_->update(static_cast<size_t>(shard_of_update_[static_cast<size_t>(id)]), buffers_.data(op.storage),
+  optimizer_->update(static_cast<size_t>(active().shard_of_update[static_cast<size_t>(id)]), buffers_.data(op.storage),
                      buffers_.data(op.gradient), lr);
 }
 

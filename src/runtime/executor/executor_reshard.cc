@@ -1,135 +1,21 @@
 // Reshard instructions: the one rule's collective on a local value along one
 // mesh axis (parallel/lower/reshard.h), run inline on the axis' group while
-// the compute stream waits for it (the value is needed next). Also the
-// model-axis gathers that turn a parameter's shard back into the whole
-// tensor (checkpoints, evaluation).
-//
-// A split's blocks are not contiguous in memory unless it splits dim 0, and
-// uneven splits give ranks different counts: each rank's block is packed
-// into a chunk of the largest block's size, the flat collective runs over
-// the equal chunks, and the result is unpacked.
+// the compute stream waits for it (the value is needed next).
 #include <algorithm>
-#include <cstring>
 
-#include "comm/collectives.h"
-#include "parallel/shard.h"
 #include "runtime/executor/program_executor.h"
 
 namespace px {
 
-namespace {
-
-
-
-// The boxes of block `q` of `p` of a tensor of `shape` split `split`.
-std::vector<parallel::ShardPiece> block_pieces(const Shape& shape, const Placement& split, int p, int q) {
-  return parallel::shard_pieces(shape, {split}, parallel::DeviceMesh({{"axis", p}}), {q});
-}
-
-Shape block_shape(const Shape& shape, const Placement& split, int p, int q) {
-  return parallel::local_shape(shape, {split}, parallel::DeviceMesh({{"axis", p}}), {q});
-}
-
-int64_t largest_block(const Shape& shape, const Placement& split, int p) {
-  int64_t most = 0;
-  for (int q = 0; q < p; ++q) most = std::max(most, block_shape(shape, split, p, q).numel());
-  return most;
-}
-
-comm::Reduction reduction_of(const Placement& partial) {
-  return partial.reduce == Placement::Reduce::max ? comm::Reduction::max : comm::Reduction::sum;
-}
-
-}  // namespace
-
-Tensor reshard_tensor(comm::Communicator& comm, const Tensor& in, const Placement& from, const Placement& to,
-                      const Shape& whole, const comm::CollectiveOptions& options) {
-  const int p = comm.size(), me = comm.rank();
-  if (p == 1 || from == to) return in;
-  // `whole`: the value's shape with this axis undone (the other axes' splits kept).
-  if (!from.is_split() && !from.is_partial()) {  // B -> S: this rank's block, no communication (any dtype)
-    Tensor out = Tensor::empty(block_shape(whole, to, p, me), in.dtype());
-    parallel::copy_to_local(in, block_pieces(whole, to, p, me), out);
-    return out;
-  }
-  // Sums need float32; gathers and all-to-alls move bytes (a bf16 value
-  // travels in the float collectives' words, two elements a word).
-  if (from.is_partial() && in.dtype() != DType::f32)
-    fail("resharding {} -> {} sums float32 values; this one is {}", from.str(), to.str(), dtype_name(in.dtype()));
-  const size_t element = dtype_size(in.dtype());
-  auto words = [element](int64_t elements) { return static_cast<size_t>((elements * static_cast<int64_t>(element) + 3) / 4); };
-  // The packed exchanges below size their buffers by `whole`: the input must be this rank's block of it.
-  const Shape expected = from.is_split() ? block_shape(whole, from, p, me) : whole;
-  PX_CHECK(in.shape() == expected, "resharding {} -> {}: this rank holds {}, its block of {} is {}", from.str(),
-           to.str(), in.shape(), whole, expected);
-  if (from.is_partial() && !to.is_split()) {  // P -> B: allreduce
-    Tensor out = in.clone();
-    comm::allreduce(comm, std::span<float>(out.f32(), static_cast<size_t>(out.numel())), reduction_of(from), options);
-    return out;
-  }
-  if (from.is_partial()) {  // P -> S: reduce-scatter of packed blocks
-    const int64_t chunk = largest_block(whole, to, p);
-    std::vector<float> packed(static_cast<size_t>(chunk * p), 0.0f);
-    for (int q = 0; q < p; ++q) {
-      Tensor block = Tensor::empty(block_shape(whole, to, p, q), DType::f32);
-      parallel::copy_to_local(in, block_pieces(whole, to, p, q), block);
-      std::memcpy(packed.data() + q * chunk, block.f32(), static_cast<size_t>(block.numel()) * sizeof(float));
-    }
-    std::vector<float> mine(static_cast<size_t>(chunk));
-    comm::reduce_scatter(comm, packed.data(), comm::Buffer(std::span<float>(mine)), chunk * p, reduction_of(from),
-                         options);
-    Tensor out = Tensor::empty(block_shape(whole, to, p, me), DType::f32);
-    std::memcpy(out.f32(), mine.data(), static_cast<size_t>(out.numel()) * sizeof(float));
-    return out;
-  }
-  if (from.is_split() && !to.is_split()) {  // S -> B: allgather of packed blocks
-    const size_t chunk = words(largest_block(whole, from, p));
-    std::vector<float> mine(chunk, 0.0f), all(chunk * static_cast<size_t>(p));
-    std::memcpy(mine.data(), in.raw(), in.nbytes());
-    comm::allgather(comm, mine.data(), comm::Buffer(std::span<float>(all)), options);
-    Tensor out = Tensor::empty(whole, in.dtype());
-    for (int q = 0; q < p; ++q) {
-      Tensor block = Tensor::empty(block_shape(whole, from, p, q), in.dtype());
-      std::memcpy(block.raw(), all.data() + static_cast<size_t>(q) * chunk, block.nbytes());
-      parallel::copy_to_whole(block, block_pieces(whole, from, p, q), out);
-    }
-    return out;
-  }
-  // S(d) -> S(e): all-to-all. Rank r holds block r along d; it sends rank q
-  // the part of its block that is q's along e.
-  const Shape mine_shape = in.shape();  // block `me` along d
-  int64_t largest = 0;
-  for (int r = 0; r < p; ++r)
-    for (int q = 0; q < p; ++q)
-      largest = std::max(largest, block_shape(block_shape(whole, from, p, r), to, p, q).numel());
-  const size_t chunk = words(largest);
-  std::vector<float> send(chunk * static_cast<size_t>(p), 0.0f), received(chunk * static_cast<size_t>(p));
-  for (int q = 0; q < p; ++q) {
-    Tensor part = Tensor::empty(block_shape(mine_shape, to, p, q), in.dtype());
-    parallel::copy_to_local(in, block_pieces(mine_shape, to, p, q), part);
-    std::memcpy(send.data() + static_cast<size_t>(q) * chunk, part.raw(), part.nbytes());
-  }
-  comm::all_to_all(comm, send.data(), comm::Buffer(std::span<float>(received)), options);
-  const Shape out_shape = block_shape(whole, to, p, me);
-  Tensor out = Tensor::empty(out_shape, in.dtype());
-  for (int r = 0; r < p; ++r) {
-    // From rank r: its block along d, cut to my block along e.
-    Tensor part = Tensor::empty(block_shape(block_shape(whole, from, p, r), to, p, me), in.dtype());
-    std::memcpy(part.raw(), received.data() + static_cast<size_t>(r) * chunk, part.nbytes());
-    parallel::copy_to_whole(part, block_pieces(out_shape, from, p, r), out);
-  }
-  return out;
-}
-
 void ProgramExecutor::reshard(int id, const parallel::Reshard& op, const StepInput& input) {
-  const parallel::Instr& instr = program_.instrs[static_cast<size_t>(id)];
+  const parallel::Instr& instr = prog().instrs[static_cast<size_t>(id)];
   const int m = instr.micro_batch;
-  const Graph& g = program_.graph_of(m);
+  const Graph& g = prog().graph_of(m);
   const Node& node = g.nodes()[static_cast<size_t>(op.node)];
   std::vector<Tensor>& live = live_[static_cast<size_t>(m)];
   const Tensor& in = live[static_cast<size_t>(node.inputs.front())];
   PX_CHECK(in.defined(), "reshard #{}: its input '{}' was not computed", id, g.value(node.inputs.front()).name);
-  comm::Communicator* comm = groups_[static_cast<size_t>(op.axis)];
+  comm::Communicator* comm = groups_.axis(op.axis);
   const double start = comm::now_us();
   // The value with this axis' split undone: the larger of the two sides,
   // or for an all-to-all (S(d) -> S(e)) the input with dim d as the
@@ -141,22 +27,15 @@ void ProgramExecutor::reshard(int id, const parallel::Reshard& op, const StepInp
     dims[static_cast<size_t>(op.from.dim)] = out_shape[op.from.dim];
     whole = Shape(dims);
   }
-  Tensor out = comm == nullptr ? in : reshard_tensor(*comm, in, op.from, op.to, whole, options_of(program_.instrs[static_cast<size_t>(id)]));
+  Tensor out = comm == nullptr ? in : reshard_tensor(*comm, in, op.from, op.to, whole, options_of(prog(), instr));
   PX_CHECK(out.shape() == out_shape, "reshard #{} gives {}, the program expects {}", id, out.shape(), out_shape);
   live[static_cast<size_t>(node.outputs.front())] = out;
   // Held like a forward node's output when forward resharded it (the input
   // itself when there was nothing to move).
-  const bool same = out.raw() == in.raw();
-  hold(m, node.outputs.front(), out, !same && node.origin < 0, same ? node.inputs.front() : kNoValue);
+  if (out.raw() == in.raw()) ledger_.alias(m, node.outputs.front(), node.inputs.front());
+  else ledger_.produce(m, node.outputs.front(), static_cast<double>(out.nbytes()), node.origin < 0);
   const auto bytes = static_cast<int64_t>(std::max(in.nbytes(), out.nbytes()));
-  if (tracing_)
-    trace_.push_back({.name = {},
-                      .lane = TraceRecord::Lane::comm,
-                      .start_us = start,
-                      .duration_us = comm::now_us() - start,
-                      .bytes = bytes,
-                      .step = static_cast<int64_t>(input.step),
-                      .instr = id});
+  if (trace_.on) trace_.add(TraceRecord::Lane::comm, start, bytes, static_cast<int64_t>(input.step), id);
 }
 
 }  // namespace px

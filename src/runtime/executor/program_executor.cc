@@ -1,6 +1,6 @@
 // The executor's construction and its step loop: a step's inputs cut into
-// micro-batches, every instruction run in list order (each on the lane the
-// program names), and the step's result.
+// micro-batches, every instruction run in list order (each by the part
+// that runs its kind, on the lane the program names), and the step's result.
 #include "runtime/executor/program_executor.h"
 
 #include <algorithm>
@@ -9,135 +9,71 @@
 #include <cstring>
 #include <limits>
 
-#include "comm/collectives.h"
 #include "core/memory.h"
-#include "kernels/elementwise.h"
 
 namespace px {
 
-using parallel::Buffer;
 using parallel::Instr;
-using parallel::Region;
-
-namespace {
-
-// The axis whose progress lane the engine runs (the program's lanes name at
-// most one: a second overlapping axis needs an engine of its own); the
-// data axis when none does.
-int progress_axis(const parallel::Program& program) {
-  int axis = -1;
-  for (const Instr& instr : program.instrs) {
-    if (instr.lane.kind != parallel::Lane::Kind::progress) continue;
-    PX_CHECK(axis < 0 || axis == instr.lane.axis, "progress lanes on two axes ({} and {}): one engine runs one",
-             axis, instr.lane.axis);
-    axis = instr.lane.axis;
-  }
-  return axis >= 0 ? axis : program.strategy.mesh.axis(program.strategy.data_axis);
-}
-
-// The slice size the program's progress-lane collectives name (P3; 0:
-// whole). The engine cuts every job alike, so they must agree.
-int64_t slice_bytes(const parallel::Program& program) {
-  int64_t bytes = 0;
-  for (const Instr& instr : program.instrs) {
-    const auto* c = std::get_if<parallel::Collective>(&instr.op);
-    if (c == nullptr || instr.lane.kind != parallel::Lane::Kind::progress || c->slice_bytes == 0) continue;
-    PX_CHECK(bytes == 0 || bytes == c->slice_bytes, "progress-lane collectives in slices of {} and {} bytes", bytes,
-             c->slice_bytes);
-    bytes = c->slice_bytes;
-  }
-  return bytes;
-}
-
-}  // namespace
 
 ProgramExecutor::ProgramExecutor(parallel::Program program, AxisGroups groups, OptimizerConfig optimizer,
                                  parallel::ExecutionOptions options)
-    : program_(std::move(program)), buffers_(program_.buffers), groups_(std::move(groups.axis)), data_group_(groups.data),
-      group_(nullptr), options_(options) {
-  const auto& axes = program_.strategy.mesh.axes();
-  if (groups_.empty()) groups_.assign(axes.size(), nullptr);
-  if (groups_.size() != axes.size())
-    fail("the program's mesh {} has {} axes, the executor was given {} groups", program_.strategy.mesh.str(),
-         axes.size(), groups_.size());
-  for (size_t a = 0; a < axes.size(); ++a) {
-    const int size = groups_[a] ? groups_[a]->size() : 1;
-    if (size != axes[a].size)
-      fail("the program's mesh axis '{}' has {} ranks, its communicator {}", axes[a].name, axes[a].size, size);
-    if (size == 1) groups_[a] = nullptr;
-  }
-  sent_before_.assign(axes.size(), 0);
-  transfers_.emplace(program_, groups_);
-  // Under context parallelism the data path spans the context axis too.
-  const bool joined = std::any_of(program_.groups.begin(), program_.groups.end(),
-                                  [](const parallel::CommGroup& g) { return g.context_axis >= 0; });
-  if (joined) {
-    const int expected = program_.strategy.data_ranks() * program_.strategy.context_ranks();
-    if (data_group_ == nullptr || data_group_->size() != expected)
-      fail("the program's data path spans {} ranks (data x context axes), the executor was given a group of {}",
-           expected, data_group_ ? data_group_->size() : 0);
-  }
-  group_ = joined ? data_group_ : groups_[static_cast<size_t>(progress_axis(program_))];
-  const int group_size = group_ ? group_->size() : 1;
-  PX_CHECK(!program_.graphs.empty(), "a program without a local graph (rank {} has no rows)", program_.rank);
-  if (group_size > 1 && options_.overlap) {
-    comm::EngineOptions engine;
-    engine.collective = program_.collective;
-    engine.slice_bytes = slice_bytes(program_);
-    engine.trace = options_.trace;
-    engine_ = std::make_unique<comm::CommEngine>(*group_, engine);
-  }
+    : programs_(std::move(program)),
+      buffers_(prog().buffers),
+      groups_(prog(), std::move(groups)),
+      options_(options),
+      lanes_(prog(), groups_, options_),
+      codecs_(prog(), groups_.data_path_size()) {
+  const parallel::Program& p = prog();
+  PX_CHECK(!p.graphs.empty(), "a program without a local graph (rank {} has no rows)", p.rank);
+  step_.sent_before.assign(groups_.axes(), 0);
   size_t values = 0;
-  for (const Graph& g : program_.graphs) values = std::max(values, g.values().size());
-  param_of_.assign(values, -1);
-  for (size_t i = 0; i < program_.params.size(); ++i)
-    param_of_[static_cast<size_t>(program_.params[i].value)] = static_cast<int>(i);
-  const Graph& local = program_.graphs.front();
-  for (ValueId p : local.params()) declared_.push_back(local.value(p).name);
-
-  std::vector<ParamShard> shards = index_instructions();
-  if (!shards.empty()) optimizer_.emplace(std::move(optimizer), std::move(shards));
-  job_.assign(program_.instrs.size(), -1);
-  wire_.assign(program_.instrs.size(), {});
-  // Compressed gradients: every gradient collective through its own
-  // compressor (vectors with Method::none: dense, but counted alike).
-  const std::vector<int> gradients = gradient_collectives();
-  const bool compressed = std::any_of(gradients.begin(), gradients.end(), [&](int id) {
-    return std::get<parallel::Collective>(program_.instrs[static_cast<size_t>(id)].op).codec.lossy();
-  });
-  if (compressed && group_size > 1)
-    for (int id : gradients) {
-      const auto& collective = std::get<parallel::Collective>(program_.instrs[static_cast<size_t>(id)].op);
-      codecs_[id] = codec_store_.emplace_back(make_codec(collective)).get();
-      compressors_.push_back(codecs_[id]);
-    }
+  for (const Graph& g : p.graphs) values = std::max(values, g.values().size());
+  params_.of_value.assign(values, -1);
+  for (size_t i = 0; i < p.params.size(); ++i)
+    params_.of_value[static_cast<size_t>(p.params[i].value)] = static_cast<int>(i);
+  const Graph& local = p.graphs.front();
+  for (ValueId v : local.params()) params_.declared.push_back(local.value(v).name);
+  if (!active().shards.empty()) optimizer_.emplace(std::move(optimizer), active().shards);
 }
 
 ProgramExecutor::~ProgramExecutor() = default;
 
+void ProgramExecutor::add_program(parallel::Program program) {
+  if (codecs_.compressing() && gradient_collectives(program).size() != gradient_collectives(prog()).size())
+    fail("executor: the program for a batch of {} rows differs from the one for {} rows in its gradient "
+         "collectives: both must be lowerings of one strategy on one rank",
+         program.global_rows, prog().global_rows);
+  programs_.add(std::move(program));
+}
+
+void ProgramExecutor::use_program_for(int64_t global_rows) {
+  if (!programs_.switches_for(global_rows)) return;
+  // Deferred instructions and the engines' jobs name the active program's instructions.
+  finish();
+  flight_.forget_sites();
+  programs_.activate(global_rows);
+  lanes_.bind(prog(), groups_);
+  codecs_.bind(prog());
+}
+
 void ProgramExecutor::begin_step(const StepInput& input) {
-  const size_t micro = program_.micro_batches.size();
-  step_ = input.step;
-  poison_ = input.poison;
-  local_loss_bad_ = poisoned_ = skip_updates_ = false;
+  const parallel::Program& p = prog();
+  const size_t micro = p.micro_batches.size();
+  step_.step = input.step;
+  step_.poison = input.poison;
+  step_.local_loss_bad = step_.poisoned = step_.skip_updates = false;
   live_.assign(micro, {});
-  activations_.storage.assign(micro, {});
-  activations_.bytes_of.assign(micro, {});
-  activations_.sharers.assign(micro, {});
-  activations_.bytes = activations_.peak = 0;
+  ledger_.reset(parallel::ActivationLedger::values_of(p));
   for (size_t m = 0; m < micro; ++m) {
-    const parallel::MicroBatch& mb = program_.micro_batches[m];
+    const parallel::MicroBatch& mb = p.micro_batches[m];
     if (mb.rows == 0) continue;
-    live_[m].resize(program_.graphs[static_cast<size_t>(mb.graph)].values().size());
-    activations_.storage[m].assign(live_[m].size(), kNoValue);
-    activations_.bytes_of[m].assign(live_[m].size(), 0);
-    activations_.sharers[m].assign(live_[m].size(), 0);
-    for (size_t b = 0; b < program_.batch_inputs.size(); ++b) {
-      const ValueId v = program_.batch_inputs[b];  // the local graph's id; the feeds name the forward graph's
+    const Graph& g = p.graphs[static_cast<size_t>(mb.graph)];
+    live_[m].resize(g.values().size());
+    for (size_t b = 0; b < p.batch_inputs.size(); ++b) {
+      const ValueId v = p.batch_inputs[b];  // the local graph's id; the feeds name the forward graph's
       const Tensor* feed = nullptr;
       for (const auto& [id, t] : input.feeds)
-        if (id == program_.batch_feeds[b]) feed = &t;
-      const Graph& g = program_.graphs[static_cast<size_t>(mb.graph)];
+        if (id == p.batch_feeds[b]) feed = &t;
       if (feed == nullptr) fail("executor: batch input '{}' was not fed", g.value(v).name);
       if (feed->dim(0) < mb.row_begin + mb.rows)
         fail("executor: batch input '{}' has {} rows, this rank's micro-batches need {}", g.value(v).name,
@@ -151,59 +87,53 @@ void ProgramExecutor::begin_step(const StepInput& input) {
   }
   // Gradient buckets kept for the caller (programs without updates) are
   // refilled every step; the loss buffer sums the micro-batches' summands.
-  buffers_.begin_step(program_.loss_buffer);
+  buffers_.begin_step(p.loss_buffer);
   // The previous step's carried jobs stay: the deferred instructions at
   // this step's head wait for them.
-  for (size_t i = 0; i < job_.size(); ++i)
-    if (!(carry_.pending && carried_[i])) job_[i] = -1;
-  wire_.assign(program_.instrs.size(), {});
-  for (size_t a = 0; a < groups_.size(); ++a) sent_before_[a] = axis_bytes_sent(a);
+  lanes_.begin_step(step_.carry_pending ? active().carried : std::vector<bool>(p.instrs.size(), false));
+  codecs_.begin_step();
+  for (size_t a = 0; a < groups_.axes(); ++a) step_.sent_before[a] = axis_bytes_sent(a);
 }
 
 void ProgramExecutor::wait_for(int id) {
-  const JobId job = job_[static_cast<size_t>(id)];
-  if (job < 0) return;
+  if (!lanes_.has_job(id)) return;
   try {
-    engine_->wait(job);
+    lanes_.wait(id);
   } catch (const Error& e) {
     flight_.done(id, false);
-    throw in_context(program_, step_, id, flight_.site_of(id), e);
+    throw in_context(prog(), step_.step, id, flight_.site_of(id), e);
   }
   flight_.done(id);
 }
 
-bool ProgramExecutor::job_finished(int id) const {
-  const JobId job = job_.empty() ? -1 : job_[static_cast<size_t>(id)];
-  return job >= 0 && engine_ && engine_->finished(job);
-}
-
 // One instruction of the step on the calling thread (or queued on its lane).
 void ProgramExecutor::execute(int id, Step& step) {
-  const Instr& instr = program_.instrs[static_cast<size_t>(id)];
+  const Instr& instr = prog().instrs[static_cast<size_t>(id)];
   // The previous step's work: none before the first step (or after finish()).
-  if (instr.deferred && !carry_.pending) return;
+  if (instr.deferred && !step_.carry_pending) return;
   // A Free waits for nothing: a buffer whose last reader still runs on
-  // the engine is freed once that job finishes (BufferPool::free), so backward
-  // goes on while a bucket it filled is reduced.
+  // an engine is freed once that job finishes (BufferPool::free), so
+  // backward goes on while a bucket it filled is reduced.
   if (!std::holds_alternative<parallel::Free>(instr.op))
     for (int dep : instr.after) wait_for(dep);
-  for (int b : liveness_.allocates[static_cast<size_t>(id)]) buffers_.allocate(b, engine_.get());
+  for (int b : active().liveness.allocates[static_cast<size_t>(id)]) buffers_.allocate(b, lanes_);
   std::optional<FlightSite> site;
-  if (flight_.on()) site = flight_.at(program_, *transfers_, static_cast<int64_t>(step.input.step) + 1, id);
+  if (flight_.on())
+    site = flight_.at(prog(), groups_.transfers(), static_cast<int64_t>(step.input.step) + 1, id);
   try {
-    std::visit([&](const auto& op) { dispatch_traced(id, op, step); }, instr.op);
+    std::visit([&](const auto& op) { dispatch(id, op, step); }, instr.op);
   } catch (const Error& e) {
     flight_.done(id, false);
     flight_.abandon();
-    throw in_context(program_, step_, id, site, e);
+    throw in_context(prog(), step_.step, id, site, e);
   }
   // Inline collectives, reshards and receives are done; engine jobs and sends when they finish.
-  if (site && (job_.empty() || job_[static_cast<size_t>(id)] < 0) && site->kind != FlightKind::send) flight_.done(id);
-  for (ValueId v : liveness_.values[static_cast<size_t>(id)]) {
-    release(instr.micro_batch, v);
+  if (site && !lanes_.has_job(id) && site->kind != FlightKind::send) flight_.done(id);
+  for (ValueId v : active().liveness.values[static_cast<size_t>(id)]) {
+    ledger_.drop(instr.micro_batch, v);
     live_[static_cast<size_t>(instr.micro_batch)][static_cast<size_t>(v)] = Tensor();
   }
-  if (engine_ && buffers_.holds_memory_for_jobs()) buffers_.release_finished(*engine_);
+  buffers_.release_finished(lanes_);
 }
 
 // The main thread's local passes beside its computes (which compute() traces itself).
@@ -213,46 +143,14 @@ constexpr bool kLocalPass = std::is_same_v<Op, parallel::Accumulate> || std::is_
                             std::is_same_v<Op, parallel::Update>;
 
 template <typename Op>
-void ProgramExecutor::dispatch_traced(int id, const Op& op, Step& step) {
-  // The main thread's local work beside its computes: on the compute lane too.
-  if constexpr (kLocalPass<Op>) {
-    const double start = tracing_ ? comm::now_us() : 0;
-    dispatch(id, op, step);
-    if (tracing_) {
-      trace_.push_back({.name = {},
-                        .lane = TraceRecord::Lane::compute,
-                        .start_us = start,
-                        .duration_us = comm::now_us() - start,
-                        .bytes = 0,
-                        .step = static_cast<int64_t>(step.input.step),
-                        .instr = id});
-    }
-  } else {
-    dispatch(id, op, step);
-  }
-}
-
-void ProgramExecutor::set_tracing(bool on) {
-  tracing_ = on && options_.trace;
-  // Room for the step's records up front: growing the vector mid-step
-  // would allocate between the step's tensors (see take_trace).
-  if (tracing_) trace_.reserve(trace_.size() + 2 * program_.instrs.size());
-}
-
-std::vector<TraceRecord> ProgramExecutor::take_trace() {
-  for (TraceRecord& r : trace_)
-    if (r.name.empty() && r.instr >= 0) r.name = program_.event_name(static_cast<size_t>(r.instr));
-  return std::move(trace_);
-}
-
-template <typename Op>
 void ProgramExecutor::dispatch(int id, const Op& op, Step& step) {
   const StepInput& input = step.input;
+  const double start = kLocalPass<Op> && trace_.on ? comm::now_us() : 0;
   if constexpr (std::is_same_v<Op, parallel::Compute>) {
-    const double start = step.pipelined ? comm::now_us() : 0;
+    const double begin = step.pipelined ? comm::now_us() : 0;
     compute(id, op, input);
-    if (step.pipelined) step.result.pipeline_busy_us += comm::now_us() - start;
-    if (step.pipelined && id == last_compute_) step.result.pipeline_span_us = comm::now_us() - step.start_us;
+    if (step.pipelined) step.result.pipeline_busy_us += comm::now_us() - begin;
+    if (step.pipelined && id == active().last_compute) step.result.pipeline_span_us = comm::now_us() - step.start_us;
   } else if constexpr (std::is_same_v<Op, parallel::Send>) {
     send(id, op);
   } else if constexpr (std::is_same_v<Op, parallel::Recv>) {
@@ -271,17 +169,32 @@ void ProgramExecutor::dispatch(int id, const Op& op, Step& step) {
     step.result.grad_norm = clip(op, input.grad_clip);
   } else if constexpr (std::is_same_v<Op, parallel::Update>) {
     // A deferred update applies the previous step's gradient at its rate.
-    const bool deferred = program_.instrs[static_cast<size_t>(id)].deferred;
-    if (skip_updates_ && !deferred) return;  // a bad step: nothing changes
+    const bool deferred = prog().instrs[static_cast<size_t>(id)].deferred;
+    if (step_.skip_updates && !deferred) return;  // a bad step: nothing changes
     if (!step.optimizer_begun) optimizer_->begin_step();
     step.optimizer_begun = true;
-    update(id, op, deferred ? carry_.lr : input.lr);
+    update(id, op, deferred ? step_.carry_lr : input.lr);
   } else if constexpr (std::is_same_v<Op, parallel::Free>) {
-    const Instr& instr = program_.instrs[static_cast<size_t>(id)];
-    // Its last reader may still run on the engine: the pool holds its memory until then.
-    const int reader = instr.after.empty() ? -1 : instr.after.front();
-    buffers_.free(op.buffer, reader < 0 ? -1 : job_[static_cast<size_t>(reader)], engine_.get());
+    const Instr& instr = prog().instrs[static_cast<size_t>(id)];
+    // Its last reader may still run on an engine: the pool holds its memory until then.
+    buffers_.free(op.buffer, instr.after.empty() ? -1 : instr.after.front(), lanes_);
   }
+  // The main thread's local work beside its computes: on the compute lane too.
+  if (kLocalPass<Op> && trace_.on)
+    trace_.add(TraceRecord::Lane::compute, start, 0, static_cast<int64_t>(input.step), id);
+}
+
+void ProgramExecutor::set_tracing(bool on) {
+  trace_.on = on && options_.trace;
+  // Room for the step's records up front: growing the vector mid-step
+  // would allocate between the step's tensors (StepTrace).
+  if (trace_.on) trace_.records.reserve(trace_.records.size() + 2 * prog().instrs.size());
+}
+
+std::vector<TraceRecord> ProgramExecutor::take_trace() {
+  for (TraceRecord& r : trace_.records)
+    if (r.name.empty() && r.instr >= 0) r.name = prog().event_name(static_cast<size_t>(r.instr));
+  return std::move(trace_.records);
 }
 
 StepResult ProgramExecutor::run(const StepInput& input) {
@@ -291,86 +204,64 @@ StepResult ProgramExecutor::run(const StepInput& input) {
   // This rank's tensors: its account when it has one (in-process ranks share the process).
   const MemoryStats at_start = account_ ? account_->stats() : memory_stats();
   account_ ? account_->reset_peak() : reset_peak_memory();
-  const bool pipelined = program_.pipeline.axis >= 0;
+  const parallel::Program& p = prog();
+  const bool pipelined = p.pipeline.axis >= 0;
   Step step{.input = input, .result = result, .pipelined = pipelined, .start_us = pipelined ? comm::now_us() : 0};
-  for (size_t i = 0; i < program_.instrs.size(); ++i) execute(static_cast<int>(i), step);
-  carry_.pending = false;
+  for (size_t i = 0; i < p.instrs.size(); ++i) execute(static_cast<int>(i), step);
+  step_.carry_pending = false;
   end_step(result, input.lr);
   result.peak_bytes = std::max((account_ ? account_->stats() : memory_stats()).peak_bytes, at_start.live_bytes);
-  if (program_.loss_buffer >= 0) result.loss = buffers_.storage(program_.loss_buffer).f32()[0];
-  result.skipped = skip_updates_;
-  for (size_t m = 0; m < program_.micro_batches.size(); ++m) {
+  if (p.loss_buffer >= 0) result.loss = buffers_.storage(p.loss_buffer).f32()[0];
+  result.skipped = step_.skip_updates;
+  for (size_t m = 0; m < p.micro_batches.size(); ++m) {
     std::vector<Tensor> outputs;
-    for (ValueId v : program_.outputs) outputs.push_back(live_[m].empty() ? Tensor() : live_[m][static_cast<size_t>(v)]);
+    for (ValueId v : p.outputs) outputs.push_back(live_[m].empty() ? Tensor() : live_[m][static_cast<size_t>(v)]);
     result.outputs.push_back(std::move(outputs));
   }
   live_.clear();
   result.wire = step_wire();
-  for (size_t a = 0; a < groups_.size(); ++a)
-    result.axis_bytes.push_back(static_cast<int64_t>(axis_bytes_sent(a) - sent_before_[a]));
+  for (size_t a = 0; a < groups_.axes(); ++a)
+    result.axis_bytes.push_back(static_cast<int64_t>(axis_bytes_sent(a) - step_.sent_before[a]));
   return result;
 }
 
-// After the last instruction: the sends and (but for P3's) the engine's jobs done.
+// After the last instruction: the sends and (but for P3's) the engines' jobs done.
 void ProgramExecutor::end_step(StepResult& result, double lr) {
   try {
-    transfers_->finish_sends();
+    groups_.transfers().finish_sends();
   } catch (const Error& e) {
-    const int oldest = flight_.oldest_open([this](int id) { return job_finished(id); });
-    throw in_context(program_, step_, oldest, flight_.site_of(oldest), e);
+    const int oldest = flight_.oldest_open([this](int id) { return lanes_.finished(id); });
+    throw in_context(prog(), step_.step, oldest, flight_.site_of(oldest), e);
   }
   // What is left without a job: the sends.
-  flight_.done_where([this](int id) { return job_[static_cast<size_t>(id)] < 0; });
-  result.activation_peak_bytes = activations_.peak;
+  flight_.done_where([this](int id) { return !lanes_.has_job(id); });
+  result.activation_peak_bytes = static_cast<int64_t>(ledger_.forward_peak());
   // The step returns once its collectives are done, but for those the
   // next step's deferred instructions wait for (P3: they run on).
-  if (engine_) {
-    for (size_t i = 0; i < job_.size(); ++i) {
-      if (job_[i] < 0 || carried_[i]) continue;
-      wait_for(static_cast<int>(i));
-    }
-    buffers_.release_finished(*engine_);
-    collect_engine_trace();
-  }
-  for (const Instr& instr : program_.instrs) carry_.pending = carry_.pending || instr.deferred;
-  carry_.lr = lr;
+  const std::vector<bool>& carried = active().carried;
+  for (size_t i = 0; i < carried.size(); ++i)
+    if (!carried[i]) wait_for(static_cast<int>(i));
+  buffers_.release_finished(lanes_);
+  collect_engine_trace();
+  for (const Instr& instr : prog().instrs) step_.carry_pending = step_.carry_pending || instr.deferred;
+  step_.carry_lr = lr;
 }
 
 void ProgramExecutor::finish() {
-  if (carry_.pending) {
-    const StepInput input{.lr = carry_.lr};
+  if (step_.carry_pending) {
+    const StepInput input{.lr = step_.carry_lr};
     StepResult result;
     Step step{.input = input, .result = result};
     // Not a step: the trace (of steps, in list order) leaves it out.
-    const bool tracing = std::exchange(tracing_, false);
-    for (size_t i = 0; i < program_.instrs.size(); ++i)
-      if (program_.instrs[i].deferred) execute(static_cast<int>(i), step);
-    tracing_ = tracing;
-    carry_.pending = false;
+    const bool tracing = std::exchange(trace_.on, false);
+    for (size_t i = 0; i < prog().instrs.size(); ++i)
+      if (prog().instrs[i].deferred) execute(static_cast<int>(i), step);
+    trace_.on = tracing;
+    step_.carry_pending = false;
   }
-  if (!engine_) return;
-  engine_->wait_all();
-  buffers_.release_finished(*engine_);
+  lanes_.wait_all();
+  buffers_.release_finished(lanes_);
   collect_engine_trace();
-}
-
-AxisGroups axis_groups(parallel::MeshGroups& mesh) {
-  AxisGroups groups;
-  for (comm::Communicator& c : mesh.axis) groups.axis.push_back(&c);
-  if (mesh.data) groups.data = &*mesh.data;
-  return groups;
-}
-
-uint64_t ProgramExecutor::axis_bytes_sent(size_t axis) const {
-  const comm::Communicator* group = groups_[axis];
-  uint64_t sent = group != nullptr ? group->bytes_sent() : 0;
-  // The data path's collectives run on the progress engine's own split of
-  // its group (whatever a step leaves in flight counts in the next); under
-  // context parallelism that group is its own, counted on the data axis.
-  const bool data_path = static_cast<int>(axis) == program_.strategy.mesh.axis(program_.strategy.data_axis);
-  if (group_ != nullptr && group_ != group && data_path) sent += group_->bytes_sent();
-  if (group_ != nullptr && engine_ && (group == group_ || data_path)) sent += engine_->bytes_sent();
-  return sent;
 }
 
 }  // namespace px

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "parallel/lower/liveness.h"
+#include "parallel/memory_ledger.h"
 #include "plan/memory.h"
 
 namespace px {
@@ -65,8 +66,10 @@ void check_model_fits(const nn::ModelConfig& model, MachineRanks ranks, int opti
   const AvailableMemory available = available_memory();
   if (available.bytes < 0) return;
   const double parameters = gpt_parameters(model.gpt);
-  // Sharded over every rank at best (ZeRO-3): this machine's ranks hold their share.
-  const double need = parameters * sizeof(float) * (2 + optimizer_slots) * ranks.here / ranks.world;
+  // Parameters, gradients and optimizer state sharded over every rank at
+  // best (ZeRO-3): this machine's ranks hold their share.
+  const parallel::StateBytes state = parallel::state_bytes(parameters, 3, ranks.world, optimizer_slots);
+  const double need = (state.parameters + state.gradients + state.optimizer_state) * ranks.here;
   if (need > available.bytes)
     fail("the model needs {:.1f} GiB on this machine for its {:.3g} parameters, their gradients and {} optimizer "
          "slot{} alone (even sharded over all {} ranks), and this machine has {:.1f} GiB available ({}); {}",

@@ -2,22 +2,23 @@
 
 #include <fmt/format.h>
 
+#include "parallel/memory_ledger.h"
+
 namespace px {
 
-RankMemory expected_rank_memory(int zero_stage, int ranks, int slots, int64_t parameters) {
-  const double psi = static_cast<double>(parameters), p = ranks, k = slots;
-  RankMemory m{.parameters = 4 * psi, .gradients = 4 * psi, .optimizer_state = 4 * k * psi};
-  if (ranks <= 1 || zero_stage == 0) return m;
-  m.optimizer_state /= p;
-  m.gradients = zero_stage == 1 ? 4 * psi + 4 * psi / p : 4 * psi / p;
-  if (zero_stage >= 3) m.parameters /= p;
-  return m;
+namespace {
+
+RankMemory expected(int zero_stage, int ranks, int slots, int64_t parameters) {
+  const parallel::StateBytes s = parallel::state_bytes(static_cast<double>(parameters), zero_stage, ranks, slots);
+  return {.parameters = s.parameters, .gradients = s.gradients, .optimizer_state = s.optimizer_state};
 }
+
+}  // namespace
 
 std::string describe_rank_memory(int zero_stage, int ranks, int slots, int64_t parameters,
                                  const RankMemory& measured) {
-  const RankMemory expected = expected_rank_memory(zero_stage, ranks, slots, parameters);
-  const RankMemory unsharded = expected_rank_memory(0, ranks, slots, parameters);
+  const RankMemory ledger = expected(zero_stage, ranks, slots, parameters);
+  const RankMemory unsharded = expected(0, ranks, slots, parameters);
   auto mib = [](double bytes) { return bytes / (1 << 20); };
   const char* params = zero_stage >= 3 && ranks > 1 ? "4Ψ/p" : "4Ψ";
   const char* grads = zero_stage == 0 || ranks <= 1 ? "4Ψ" : zero_stage == 1 ? "4Ψ+4Ψ/p" : "4Ψ/p";
@@ -26,9 +27,9 @@ std::string describe_rank_memory(int zero_stage, int ranks, int slots, int64_t p
       "memory per rank (ZeRO-{}, p = {}, Ψ = {} parameters, K = {} optimizer slots): parameters {:.2f} MiB "
       "({} = {:.2f}), gradients {:.2f} MiB ({} = {:.2f}), optimizer state {:.2f} MiB ({} = {:.2f}); "
       "total {:.2f} MiB, {:.2f} MiB without sharding",
-      zero_stage, ranks, parameters, slots, mib(measured.parameters), params, mib(expected.parameters),
-      mib(measured.gradients), grads, mib(expected.gradients), mib(measured.optimizer_state), state,
-      mib(expected.optimizer_state), mib(measured.total()), mib(unsharded.total()));
+      zero_stage, ranks, parameters, slots, mib(measured.parameters), params, mib(ledger.parameters),
+      mib(measured.gradients), grads, mib(ledger.gradients), mib(measured.optimizer_state), state,
+      mib(ledger.optimizer_state), mib(measured.total()), mib(unsharded.total()));
 }
 
 std::string describe_tensor_parallel_share(const TensorParallelShare& s, int64_t measured) {

@@ -1,19 +1,6 @@
-// Memory per data-parallel rank by ZeRO stage (Rajbhandari et al., "ZeRO:
-// Memory Optimizations Toward Training Trillion Parameter Models", 2020),
-// for float32 training with Ψ parameters, K optimizer slots per parameter
-// (SGD momentum: 1; AdamW exp_avg, exp_avg_sq: 2) and p ranks:
-//
-//   stage  parameters  gradients                     optimizer state
-//   0      4Ψ          4Ψ (the buckets)              4KΨ
-//   1      4Ψ          4Ψ + 4Ψ/p (buckets + shard)   4KΨ/p
-//   2      4Ψ          4Ψ/p (shard)                  4KΨ/p
-//   3      4Ψ/p        4Ψ/p (shard)                  4KΨ/p
-//
-// ZeRO-2/3 add at most LowerRequest::bucket_buffers gradient bucket
-// buffers while backward runs, ZeRO-3 the parameter buckets gathered for
-// use (a few buckets); activations (the executor's peak) come on top of all.
-// Shards are block(bucket, p, rank) of every bucket, so a rank's share is
-// Ψ/p give or take one element per bucket.
+// The run's log lines on memory per rank: the measured state against the
+// memory ledger's (parallel/memory_ledger.h, state_bytes: by ZeRO stage),
+// and tensor parallelism's share of the parameters.
 //
 // Under tensor parallelism over T ranks, Ψ is the rank's model shard,
 // Ψ_T = Ψ_split/T + Ψ_replicated (the split layers' 1/T plus the pieces
@@ -31,9 +18,7 @@ struct RankMemory {  // bytes
   double total() const { return parameters + gradients + optimizer_state; }
 };
 
-RankMemory expected_rank_memory(int zero_stage, int ranks, int slots, int64_t parameters);
-
-// One log line: measured against the formula, and what stage 0 would hold.
+// One log line: measured against the ledger, and what stage 0 would hold.
 std::string describe_rank_memory(int zero_stage, int ranks, int slots, int64_t parameters,
                                  const RankMemory& measured);
 

@@ -49,14 +49,14 @@ std::string describe_measured_pipeline(const parallel::PipelineLayout& pipeline,
     const StageMeasurement& m = stages[r];
     const int in_flight = max_in_flight(s, static_cast<int>(r));
     // A chunk holds about 1/V of the rank's per-micro-batch activations.
-    const double formula = static_cast<double>(in_flight) * static_cast<double>(m.stashed_bytes_per_micro_batch) /
+    const double formula = static_cast<double>(in_flight) * static_cast<double>(m.micro_batch_stash_bytes) /
                            s.virtual_stages;
     out += fmt::format(
         "  stage {}: busy {:.1f} ms of {:.1f} ms (idle {:.1f}%); peak activations {:.2f} MiB, formula {} in flight x "
         "{:.2f} MiB = {:.2f} MiB\n",
         r, m.busy_us / 1e3, m.span_us / 1e3, m.span_us > 0 ? 100 * (1 - m.busy_us / m.span_us) : 0.0,
         double(m.activation_peak_bytes) / (1 << 20), in_flight,
-        double(m.stashed_bytes_per_micro_batch) / s.virtual_stages / (1 << 20), formula / (1 << 20));
+        double(m.micro_batch_stash_bytes) / s.virtual_stages / (1 << 20), formula / (1 << 20));
   }
   return out;
 }

@@ -33,7 +33,7 @@ struct StageMeasurement {
   double busy_us = 0;  // computing
   double span_us = 0;  // the pipelined part of the steps
   int64_t activation_peak_bytes = 0;
-  int64_t stashed_bytes_per_micro_batch = 0;  // A: per micro-batch, all chunks of the rank
+  int64_t micro_batch_stash_bytes = 0;  // A: per micro-batch, all chunks of the rank
 };
 
 std::string describe_measured_pipeline(const parallel::PipelineLayout& pipeline,

@@ -12,7 +12,7 @@ std::vector<StageMeasurement> gather_stage_measurements(comm::Communicator& worl
   // Milliseconds and KiB: floats hold them exactly enough.
   const std::vector<float> own{static_cast<float>(mine.busy_us / 1e3), static_cast<float>(mine.span_us / 1e3),
                                static_cast<float>(double(mine.activation_peak_bytes) / 1024),
-                               static_cast<float>(double(mine.stashed_bytes_per_micro_batch) / 1024)};
+                               static_cast<float>(double(mine.micro_batch_stash_bytes) / 1024)};
   std::vector<float> all(own.size() * static_cast<size_t>(world.size()));
   comm::allgather(world, own.data(), comm::Buffer(std::span<float>(all)));
   const int axis = strategy.mesh.axis(strategy.pipeline.axis);
@@ -24,7 +24,7 @@ std::vector<StageMeasurement> gather_stage_measurements(comm::Communicator& worl
     stages.push_back({.busy_us = double(at[0]) * 1e3,
                       .span_us = double(at[1]) * 1e3,
                       .activation_peak_bytes = static_cast<int64_t>(double(at[2]) * 1024),
-                      .stashed_bytes_per_micro_batch = static_cast<int64_t>(double(at[3]) * 1024)});
+                      .micro_batch_stash_bytes = static_cast<int64_t>(double(at[3]) * 1024)});
   }
   return stages;
 }

@@ -7,6 +7,7 @@
 
 #include "plan/simulate.h"
 #include "runtime/tasks/sampling.h"
+#include "parallel/memory_ledger.h"
 #include "runtime/train/prediction.h"
 #include "runtime/train/rank_figures.h"
 #include "runtime/train/rank_trainer.h"
@@ -31,7 +32,8 @@ void RankTrainer::report() {
                         fmt::join(result_.bad_batches, ", "));
   if (strategy_.pipeline_ranks() > 1) {
     stage_.activation_peak_bytes = result_.activation_peak_bytes;
-    stage_.stashed_bytes_per_micro_batch = executor_->stashed_bytes_per_micro_batch();
+    stage_.micro_batch_stash_bytes =
+        parallel::micro_batch_stash_bytes(executor_->program(), parallel::liveness(executor_->program()));
     result_.pipeline_stages = gather_stage_measurements(*group_, strategy_, stage_);
     log_ << describe_measured_pipeline(executor_->program().pipeline, result_.pipeline_stages);
   }
