@@ -149,6 +149,9 @@ void add_parallel_flags(CLI::App& cmd, TrainFlags& flags) {
   cmd.add_flag("--sequence-parallel", o.sync.sequence_parallel,
                "with --tp: LayerNorm, dropout and residuals split along the sequence (reduce-scatter / all-gather "
                "pairs instead of allreduces)");
+  cmd.add_flag("--overlap-model-grads", o.sync.overlap_model_gradients,
+               "gradients a model axis sums (--sequence-parallel's LayerNorms) reduced over it on a progress thread "
+               "once backward completes their bucket, while backward continues, instead of inline as each is made");
   cmd.add_option("--strategy", o.sync.strategy, "a strategy JSON file (mesh, placement seeds, ZeRO, micro-batches, "
                                                 "buckets, compression; `parallax lower --print-strategy` writes one) "
                                                 "instead of the flags above");

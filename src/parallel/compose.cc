@@ -30,6 +30,7 @@ Strategy from_parts(const StrategyRequest& r, const CompositionInputs& in) {
   s.lowering.bucket_bytes = r.bucket_bytes;
   s.lowering.compression = r.compression;
   s.lowering.recompute = r.recompute;
+  s.lowering.overlap_model_gradients = r.overlap_model_gradients;
   s.pipeline = r.pipeline;  // without stages validate names what needs them
   if (pp > 1) s = with_pipeline(std::move(s), pp, r.pipeline);
   // P3 updates each parameter as soon as its own gradient is in, and every

@@ -35,6 +35,9 @@ struct StrategyRequest {
   int64_t p3_slice_bytes = 0;
   int tensor_parallel = 1;         // Megatron tensor parallelism: ranks per tensor-parallel group (mesh {dp, tp})
   bool sequence_parallel = false;  // and LayerNorm/dropout/residuals split along the sequence
+  // Partial gradients reduced over model axes on their progress lane
+  // (LoweringOptions::overlap_model_gradients).
+  bool overlap_model_gradients = false;
   int pipeline_parallel = 1;       // pipeline stages (mesh {pp, dp, cp, tp}: pp outermost)
   int context_parallel = 1;        // ranks each sequence is split over (the cp axis; Strategy::context)
   ContextMethod context_method = ContextMethod::ring;

@@ -84,6 +84,7 @@ nlohmann::json to_json(const Strategy& s) {
             {"schedule", pipeline_kind_name(s.pipeline.schedule)},
             {"virtual_stages", s.pipeline.virtual_stages},
             {"stage_cuts", s.pipeline.stage_cuts}}}};
+  if (s.lowering.overlap_model_gradients) json["lowering"]["overlap_model_gradients"] = true;
   if (!s.precision.empty()) json["precision"] = s.precision;
   if (s.context_ranks() > 1)
     json["context"] = {
@@ -119,7 +120,7 @@ Strategy strategy_from_json(const nlohmann::json& json) {
     const nlohmann::json& l = json.at("lowering");
     json_fields::check_keys("strategy", l, "lowering",
                {"bucket_bytes", "global_norm", "updates", "compression", "local_momentum", "recompute",
-                                 "p3_slice_bytes"});
+                                 "p3_slice_bytes", "overlap_model_gradients"});
     s.lowering.bucket_bytes = json_fields::field<int64_t>("strategy", l, "lowering", "bucket_bytes", s.lowering.bucket_bytes);
     s.lowering.global_norm = json_fields::field<bool>("strategy", l, "lowering", "global_norm", s.lowering.global_norm);
     s.lowering.updates = json_fields::field<bool>("strategy", l, "lowering", "updates", s.lowering.updates);
@@ -128,6 +129,8 @@ Strategy strategy_from_json(const nlohmann::json& json) {
     s.lowering.recompute = recompute_from_name(json_fields::field<std::string>("strategy", l, "lowering", "recompute", "none"));
     s.lowering.p3_slice_bytes =
         json_fields::field<int64_t>("strategy", l, "lowering", "p3_slice_bytes", s.lowering.p3_slice_bytes);
+    s.lowering.overlap_model_gradients = json_fields::field<bool>("strategy", l, "lowering", "overlap_model_gradients",
+                                                                  s.lowering.overlap_model_gradients);
   }
   if (json.contains("pipeline")) {
     const nlohmann::json& pl = json.at("pipeline");

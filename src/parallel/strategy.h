@@ -119,6 +119,12 @@ struct LoweringOptions {
   // forward reads it (Instr::deferred). Needs one bucket per tensor and no
   // global norm (compose() lowers it so). 0: off.
   int64_t p3_slice_bytes = 0;
+  // Gradients of parameters a model axis replicates but whose gradient is a
+  // partial sum along it (sequence parallelism's LayerNorms: Megatron-LM's
+  // allreduce of layernorm grads) are accumulated partial and reduced over
+  // that axis on its progress lane once backward completes their bucket,
+  // while backward goes on; off, each is reduced inline as it is made.
+  bool overlap_model_gradients = false;
   bool operator==(const LoweringOptions&) const = default;
 };
 

@@ -185,6 +185,51 @@ TEST(TensorParallelLowering, EachLayerCostsTwoCollectivesForwardAndTwoBackward) 
   }
 }
 
+// Sequence parallelism's LayerNorm gradients are partial sums over tp.
+// Lowered with overlap_model_gradients, each is accumulated partial and
+// reduced over tp on the tp axis' progress lane once backward completes
+// its bucket (the executor's engine of that lane), while backward goes on;
+// the run equals the inline one (reduced as each gradient is made), at
+// tp=2 alone and dp=2 x tp=2, with gradient accumulation.
+TEST(TensorParallelOverlap, LayerNormGradientsOnTheTpProgressLaneEqualTheInlineRun) {
+  const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = 2, .n_head = 4, .n_embd = 32, .dropout = 0.1};
+  const nn::Model model = nn::build_gpt(config, 4, config.block, true);
+  parallel::Strategy s = parallel::tensor_parallel(model.graph, 1, 2, batch_input_names(model), true);
+  s.lowering.overlap_model_gradients = true;
+  const parallel::Program p = parallel::lower({.forward = &model.graph, .loss = model.loss}, s, 0);
+  const int tp = s.mesh.axis("tp");
+  int on_tp_lane = 0, inline_layernorm_reshards = 0;
+  for (const parallel::Instr& instr : p.instrs) {
+    if (const auto* c = std::get_if<parallel::Collective>(&instr.op); c && c->axis == tp) {
+      const bool gradient = p.buffers[static_cast<size_t>(c->input.buffer)].kind == parallel::Buffer::Kind::grad_bucket;
+      if (!gradient) continue;
+      EXPECT_EQ(instr.lane, (parallel::Lane{.kind = parallel::Lane::Kind::progress, .axis = tp})) << instr.name;
+      EXPECT_NE(instr.name.find("ln_"), std::string::npos) << instr.name;
+      ++on_tp_lane;
+    }
+    if (const auto* r = std::get_if<parallel::Reshard>(&instr.op)) {
+      const Graph& g = p.graph_of(instr.micro_batch);
+      const std::string& value = g.value(g.nodes()[static_cast<size_t>(r->node)].inputs.front()).name;
+      if (value.find("ln_") != std::string::npos && value.find(".grad:") != std::string::npos) ++inline_layernorm_reshards;
+    }
+  }
+  EXPECT_EQ(on_tp_lane, 2 * (2 * config.n_layer + 1)) << "a weight and a bias per LayerNorm";
+  EXPECT_EQ(inline_layernorm_reshards, 0);
+
+  for (int ranks : {2, 4}) {
+    TrainOptions o = gpt_job(4);
+    o.steps = o.schedule.total = 10;
+    o.accumulation = 2;
+    o.ranks = ranks;
+    o.sync.tensor_parallel = 2;
+    o.sync.sequence_parallel = true;
+    const std::vector<double> inline_losses = testing::train_losses(o);
+    o.sync.overlap_model_gradients = true;
+    testing::expect_same_losses(inline_losses, testing::train_losses(o), kEquivalenceTolerance,
+                                fmt::format("LayerNorm gradients on the tp progress lane, {} ranks", ranks));
+  }
+}
+
 // A checkpoint saved under one strategy resumes under another: dp=4 ->
 // tp=2 -> dp=2 x tp=2 (ZeRO-1) -> dp=3 (ZeRO-3) -> 1 rank, 20 steps each,
 // optimizer state included: each rank reads its runs from the shard files

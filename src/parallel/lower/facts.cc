@@ -160,6 +160,12 @@ void facts(const Context& c, Program& p, const std::vector<comm::AlgorithmMenu>&
       instr.group = group_of(p, collective->axis, collective->subgroup, data_path ? c.context_axis : -1);
       if (data_path && c.data_size > 1)
         instr.lane = {.kind = Lane::Kind::progress, .axis = c.data_axis};
+      // A partial gradient's reduction over a model axis (Strategy::lowering.overlap_model_gradients).
+      const bool model_gradient = !data_path && collective->subgroup < 0 &&
+                                  p.buffers[static_cast<size_t>(collective->input.buffer)].kind == Buffer::Kind::grad_bucket;
+      if (model_gradient && c.strategy.lowering.overlap_model_gradients &&
+          c.strategy.mesh.axes()[static_cast<size_t>(collective->axis)].size > 1)
+        instr.lane = {.kind = Lane::Kind::progress, .axis = collective->axis};
       stamp_collective(p, menus, *collective, instr);
     } else if (const auto* reshard = std::get_if<Reshard>(&instr.op)) {
       const std::optional<comm::Collective> kind = collective_of(resharding(reshard->from, reshard->to));

@@ -56,7 +56,7 @@ std::vector<std::vector<Piece>> pieces_of(const Program& p, bool sharded) {
 // rank and a pipeline thus add the same per-parameter sums in the same
 // order, and clipping keeps a pipeline equal to one rank. Returns the
 // clip's instruction.
-int emit_norm(const Context& c, Program& p, const std::vector<int>& reduced,
+int emit_norm(const Context& c, Program& p, const std::vector<std::vector<int>>& reduced,
               const std::vector<std::vector<Piece>>& pieces, const std::vector<int>& model_axes, bool sharded) {
   // The gradients this rank holds reduced (clipped): its shard, or every bucket.
   std::vector<Region> whole;
@@ -92,8 +92,8 @@ int emit_norm(const Context& c, Program& p, const std::vector<int>& reduced,
   if (std::all_of(squares_of.weights.begin(), squares_of.weights.end(), [](double w) { return w == 1; }))
     squares_of.weights.clear();
   std::vector<int> after;
-  for (int r : reduced)
-    if (r >= 0) after.push_back(r);
+  for (const std::vector<int>& bucket : reduced)
+    for (int r : bucket) after.push_back(r);
   // One float per parameter of the model, which the executor reads after the step (metrics, clipping).
   const auto count = static_cast<int64_t>(c.grads.size());
   p.norm_buffer = add_buffer(p, {.kind = Buffer::Kind::norm, .name = "norm", .count = count, .persistent = true});
@@ -119,13 +119,26 @@ void optimizer(const Context& c, Program& p) {
   // run: the gradients leave the rank clipped.
   if (!p.training) return;
   const bool sharded = c.zero_stage >= 1 && c.data_size > 1;
-  // The last gradient collective per bucket (none on one rank: the gradient is complete once accumulated).
-  std::vector<int> reduced(p.buckets.size(), -1);
+  // Per bucket, the gradient collectives to wait for: the last one (none
+  // on one rank: the gradient is complete once accumulated), and the
+  // reductions of partial members over a model axis
+  // (Strategy::lowering.overlap_model_gradients) it does not wait for.
+  std::vector<std::vector<int>> reduced(p.buckets.size());
+  std::vector<std::vector<int>> over_model_axes(p.buckets.size());
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const auto* collective = std::get_if<Collective>(&p.instrs[i].op);
     if (collective == nullptr || collective->input.buffer < 0) continue;
     const Buffer& buffer = p.buffers[static_cast<size_t>(collective->input.buffer)];
-    if (buffer.kind == Buffer::Kind::grad_bucket) reduced[static_cast<size_t>(buffer.bucket)] = static_cast<int>(i);
+    if (buffer.kind != Buffer::Kind::grad_bucket) continue;
+    const auto b = static_cast<size_t>(buffer.bucket);
+    reduced[b] = {static_cast<int>(i)};
+    if (collective->axis != c.data_axis && collective->subgroup < 0) over_model_axes[b].push_back(static_cast<int>(i));
+  }
+  for (size_t b = 0; b < p.buckets.size(); ++b) {
+    if (reduced[b].empty()) continue;
+    const std::vector<int>& waits = p.instrs[static_cast<size_t>(reduced[b].front())].after;
+    for (int r : over_model_axes[b])
+      if (r != reduced[b].front() && std::find(waits.begin(), waits.end(), r) == waits.end()) reduced[b].push_back(r);
   }
   const std::vector<std::vector<Piece>> pieces = pieces_of(p, sharded);
   // Model axes (not the data axis, nor the context axis, whose ranks hold
@@ -141,8 +154,7 @@ void optimizer(const Context& c, Program& p) {
   if (!c.strategy.lowering.updates) return;
   for (size_t b = 0; b < p.buckets.size(); ++b) {
     const BucketLayout& bucket = p.buckets[b];
-    std::vector<int> after;
-    if (reduced[b] >= 0) after.push_back(reduced[b]);
+    std::vector<int> after = reduced[b];
     if (norm >= 0) after.push_back(norm);
     std::vector<int> updates;
     for (const Piece& piece : pieces[b])

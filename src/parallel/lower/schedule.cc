@@ -47,7 +47,7 @@ Region next_flag(Program& p) {
 // compressed sums need not carry a NaN (top-k and the threshold drop it).
 // The Finite and its max allreduce go before the collective on its lane,
 // so they cost what they cost in the simulator too.
-void emit_gradient_reduction(const Context& c, Program& p, int b, int m, int after) {
+void emit_gradient_reduction(const Context& c, Program& p, int b, int m, std::vector<int> waits) {
   const BucketLayout& bucket = p.buckets[static_cast<size_t>(b)];
   const ParamLayout& param = p.params[static_cast<size_t>(bucket.members.front())];
   const Transition& t = c.transition(Transition::Site::gradient, param.grad);
@@ -59,7 +59,6 @@ void emit_gradient_reduction(const Context& c, Program& p, int b, int m, int aft
   // Compressed: one gradient a bucket, seen as (first dim, the rest);
   // vectors (a fraction of a percent of the bytes) go uncompressed, as
   // DGC and PowerSGD do: top-k of a 10-element bias would starve it.
-  std::vector<int> waits = after >= 0 ? std::vector<int>{after} : std::vector<int>{};
   const std::string name = fmt::format("grad bucket {}", b);
   // P3: sliced, the layer the next forward needs first first; otherwise in
   // the order backward completes the buckets.
@@ -117,6 +116,14 @@ class Scheduler {
   void gather_for(const Node& node, const Phase& phase, Gathers& g, Instr& compute);
   int emit_gather(int b, const Phase& phase, Gathers& g);
   void produced(ValueId out, int m, bool computes);
+  // Bucket b's gradient complete for micro-batch m (or the step): the
+  // reductions over model axes its partial members need, then the data path's.
+  void bucket_complete(int b, int m, int after);
+  // Strategy::lowering.overlap_model_gradients: reshard nodes P -> B of a
+  // gradient part along a model axis, left out; their partial input is
+  // accumulated instead and reduced over the axis on its progress lane.
+  void defer_model_reductions();
+  std::vector<int> model_axis_reductions(int b, int m, int after);
   // A ring_shift split along an axis (context parallelism's ring): the
   // send of its input to the next rank as soon as that input is made
   // (backward's order would otherwise put it after the next block's
@@ -135,6 +142,8 @@ class Scheduler {
   const bool reduce_every_micro_batch_;  // ZeRO-2/3: each micro-batch's buckets
   std::vector<int> param_of_, part_of_;  // per value: its program param / the param its gradient part feeds
   std::vector<int> shared_group_;        // per program param: the pipeline subgroup summing it
+  std::vector<bool> deferred_node_;      // per graph node: a gradient reshard left out
+  std::vector<int> partial_axis_;        // per program param: the model axis its gradient is a partial sum over (-1)
   std::vector<std::vector<int>> gather_order_;  // ZeRO-3, per kind of phase: buckets by first use
   // Gradient parts still to come per bucket: this step's, and per micro-batch.
   std::vector<int> missing_, last_accumulate_;
@@ -154,6 +163,8 @@ Scheduler::Scheduler(const Context& c, Program& p)
       param_of_(c.graph.values().size(), -1),
       part_of_(c.graph.values().size(), -1),
       shared_group_(p.params.size(), -1),
+      deferred_node_(c.graph.nodes().size(), false),
+      partial_axis_(p.params.size(), -1),
       gather_order_(2),
       missing_(p.buckets.size()),
       last_accumulate_(p.buckets.size(), -1) {
@@ -168,6 +179,7 @@ Scheduler::Scheduler(const Context& c, Program& p)
     part_of_[static_cast<size_t>(value)] = i;
     ++parts_per_micro[static_cast<size_t>(p.params[static_cast<size_t>(i)].bucket)];
   }
+  if (c.strategy.lowering.overlap_model_gradients) defer_model_reductions();
   const size_t micro = p.micro_batches.size();
   missing_of_micro_.assign(micro, parts_per_micro);
   for (size_t b = 0; b < p.buckets.size(); ++b) missing_[b] = parts_per_micro[b] * static_cast<int>(micro);
@@ -224,6 +236,7 @@ void Scheduler::compute_phase(const Phase& phase) {
       for (ValueId out : node.outputs) produced(out, m, computes);
       continue;
     }
+    if (deferred_node_[static_cast<size_t>(n)]) continue;  // its input was accumulated instead
     Instr compute{.op = Compute{n}, .micro_batch = m};
     if (node.op() == "reshard") {
       // A placement change propagation inserted: the rule's collective on the value.
@@ -348,7 +361,75 @@ void Scheduler::produced(ValueId out, int m, bool computes) {
     deferred_.push_back(b);
     return;
   }
-  if (multi_) emit_gradient_reduction(c_, p_, b, m, last_accumulate_[static_cast<size_t>(b)]);
+  bucket_complete(b, m, last_accumulate_[static_cast<size_t>(b)]);
+}
+
+void Scheduler::bucket_complete(int b, int m, int after) {
+  std::vector<int> waits = model_axis_reductions(b, m, after);
+  if (waits.empty() && after >= 0) waits.push_back(after);
+  if (multi_) emit_gradient_reduction(c_, p_, b, m, std::move(waits));
+}
+
+void Scheduler::defer_model_reductions() {
+  const Graph& g = c_.graph;
+  std::vector<int> readers(g.values().size(), 0), parts(p_.params.size(), 0);
+  for (const Node& node : g.nodes())
+    for (ValueId in : node.inputs) ++readers[static_cast<size_t>(in)];
+  for (int param : part_of_)
+    if (param >= 0) ++parts[static_cast<size_t>(param)];
+  // Per parameter: the reshards of its gradient parts that may be left out, and their axis.
+  std::map<int, std::vector<size_t>> candidates;
+  std::map<int, int> axis_of;
+  for (size_t n = 0; n < g.nodes().size(); ++n) {
+    const Node& node = g.nodes()[n];
+    if (node.op() != "reshard") continue;
+    const ValueId in = node.inputs.front(), out = node.outputs.front();
+    const int param = part_of_[static_cast<size_t>(out)];
+    const int axis = static_cast<int>(node.attrs.get_int("axis"));
+    const Placement from = placement_from_string(node.attrs.get_string("from"));
+    const Placement to = placement_from_string(node.attrs.get_string("to"));
+    // A gradient part summed over a model axis, which only this reshard reads.
+    if (param < 0 || axis == c_.data_axis || axis == c_.context_axis || !from.is_partial() ||
+        from.reduce != Placement::Reduce::sum || !(to == Placement::B()) || readers[static_cast<size_t>(in)] != 1 ||
+        readers[static_cast<size_t>(out)] != 0 || part_of_[static_cast<size_t>(in)] >= 0)
+      continue;
+    if (axis_of.count(param) && axis_of[param] != axis) axis_of[param] = -1;  // two axes: left inline
+    else if (!axis_of.count(param)) axis_of[param] = axis;
+    candidates[param].push_back(n);
+  }
+  // Every part of the parameter partial along one axis: a part already whole
+  // would be summed again by the reduction of the bucket region.
+  for (const auto& [param, nodes] : candidates) {
+    if (axis_of[param] < 0 || static_cast<int>(nodes.size()) != parts[static_cast<size_t>(param)]) continue;
+    for (size_t n : nodes) {
+      const Node& node = g.nodes()[n];
+      deferred_node_[n] = true;
+      part_of_[static_cast<size_t>(node.inputs.front())] = param;
+      part_of_[static_cast<size_t>(node.outputs.front())] = -1;
+    }
+    partial_axis_[static_cast<size_t>(param)] = axis_of[param];
+  }
+}
+
+// Each partial member of bucket b summed over its model axis, in place in
+// the bucket, on the axis' progress lane (the lane is facts' to stamp).
+std::vector<int> Scheduler::model_axis_reductions(int b, int m, int after) {
+  std::vector<int> ids;
+  const BucketLayout& bucket = p_.buckets[static_cast<size_t>(b)];
+  for (int i : bucket.members) {
+    const int axis = partial_axis_[static_cast<size_t>(i)];
+    if (axis < 0) continue;
+    const ParamLayout& param = p_.params[static_cast<size_t>(i)];
+    ids.push_back(emit(p_, {.op = Collective{.kind = comm::Collective::allreduce,
+                                             .axis = axis,
+                                             .input = {bucket.grad_buffer, param.offset - bucket.offset,
+                                                       param.shape.numel()}},
+                            .micro_batch = m,
+                            .after = after >= 0 ? std::vector<int>{after} : std::vector<int>{},
+                            .name = fmt::format("grad {} over {}", param.name,
+                                                c_.strategy.mesh.axes()[static_cast<size_t>(axis)].name)}));
+  }
+  return ids;
 }
 
 // Shared buckets' sums over their stages, the loss's collectives.
@@ -365,7 +446,7 @@ void Scheduler::finish() {
                                                .subgroup = shared_group_[static_cast<size_t>(bucket.members.front())]},
                               .after = last >= 0 ? std::vector<int>{last} : std::vector<int>{},
                               .name = fmt::format("grad bucket {} over the stages sharing it", b)});
-    if (multi_) emit_gradient_reduction(c_, p_, b, static_cast<int>(p_.micro_batches.size()) - 1, sum);
+    bucket_complete(b, static_cast<int>(p_.micro_batches.size()) - 1, sum);
   }
   if (multi_) {
     const Transition& t = c_.transition(Transition::Site::loss, c_.loss);
