@@ -1,6 +1,5 @@
 // `parallax eval` and `parallax sample`: load a checkpoint directory written
 // by `parallax train --save` (its state.json says which model and data).
-#include <fstream>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -16,16 +15,8 @@ namespace {
 
 // The training options a checkpoint was made with (model config, data).
 TrainOptions options_from_checkpoint(const std::string& dir, const std::string& data_override) {
-  std::ifstream in(dir + "/state.json");
-  if (!in) fail("checkpoint '{}' has no state.json: expected a directory written by parallax train --save", dir);
-  nlohmann::json state;
-  try {
-    state = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail("checkpoint state '{}/state.json' is not valid JSON: {}", dir, e.what());
-  }
   TrainOptions o;
-  apply_model_json(state.at("config"), o);
+  apply_model_json(read_checkpoint_state(dir).config, o);
   if (!data_override.empty()) o.data = data_override;
   return o;
 }

@@ -1,6 +1,5 @@
 // `parallax export`: a checkpoint of an imported ONNX model written back as
 // ONNX — the original graph with the trained initializers (docs/onnx.md).
-#include <fstream>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -20,16 +19,8 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--onnx", o->onnx, "the ONNX file to write")->required();
   cmd->add_option("--model", o->model, "the ONNX file trained (default: the one the checkpoint names)");
   cmd->callback([o] {
-    std::ifstream in(o->checkpoint + "/state.json");
-    if (!in) fail("checkpoint '{}' has no state.json: expected a directory written by parallax train --save", o->checkpoint);
-    nlohmann::json state;
-    try {
-      state = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      fail("checkpoint state '{}/state.json' is not valid JSON: {}", o->checkpoint, e.what());
-    }
     TrainOptions t;
-    apply_model_json(state.at("config"), t);
+    apply_model_json(read_checkpoint_state(o->checkpoint).config, t);
     if (!nn::is_onnx_path(t.model))
       fail("checkpoint '{}' holds the built-in model '{}'; export writes models imported from ONNX", o->checkpoint,
            t.model);

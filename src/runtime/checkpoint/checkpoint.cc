@@ -244,12 +244,16 @@ static nlohmann::json read_state(const std::string& path) {
   }
 }
 
-Checkpoint load_checkpoint(const std::string& dir) {
+CheckpointState read_checkpoint_state(const std::string& dir) {
   if (!fs::is_directory(dir))
     fail("checkpoint directory '{}' does not exist (expected a directory written by parallax train --save)", dir);
+  return CheckpointState::from_json(read_state(dir + "/state.json"), fmt::format("checkpoint '{}'", dir), true);
+}
+
+Checkpoint load_checkpoint(const std::string& dir) {
   Checkpoint c;
   c.dir = dir;
-  c.state = CheckpointState::from_json(read_state(dir + "/state.json"), fmt::format("checkpoint '{}'", dir), true);
+  c.state = read_checkpoint_state(dir);
   std::vector<std::string> shard_files;
   for (const auto& [name, bytes] : c.state.files) {
     const std::string path = dir + "/" + name;

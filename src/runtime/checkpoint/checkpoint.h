@@ -134,7 +134,10 @@ struct Checkpoint {
   std::optional<SafetensorsFile> compression;  // when the run compressed gradients
 };
 
-// Reads state.json (CheckpointState::from_json), checks every file it
+// A checkpoint directory's state.json, checked (CheckpointState::from_json);
+// px::Error names the directory when it has none or it is not valid.
+CheckpointState read_checkpoint_state(const std::string& dir);
+// Reads state.json (read_checkpoint_state), checks every file it
 // lists is there with its recorded size (and each shard file its
 // checksum), and opens the shard files; px::Error names the directory, the file
 // and what is wrong (missing, truncated, corrupt).
