@@ -40,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     px::cli::apply(flags);
     px::TrainOptions& o = flags.options;
     px::validate(o);
-    const int world = std::max(o.ranks, o.sync.mesh_ranks);
+    const int world = std::max(o.ranks, o.strategy.mesh_ranks);
     px::check_model_fits(o.model_config(), px::machine_ranks(o.mpi, o.local_ranks, world), 2);
   });
   return 0;

@@ -186,7 +186,7 @@ void add_calibrate_command(CLI::App& app) {
   cmd->callback([flags, cal] {
     apply(*flags);
     TrainOptions& o = flags->options;
-    if (o.sync.mesh_ranks > 0) o.ranks = o.sync.mesh_ranks;
+    if (o.strategy.mesh_ranks > 0) o.ranks = o.strategy.mesh_ranks;
     validate(o);
     if (!launched_by_mpi()) return calibrate(o, *cal, std::nullopt);
     // Under mpirun: every rank helps measure the links; rank 0 alone then

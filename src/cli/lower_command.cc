@@ -37,9 +37,9 @@ void add_lower_command(CLI::App& app) {
   cmd->callback([flags, rank, print_strategy, print_schedule, print_cost] {
     apply(*flags);
     TrainOptions& o = flags->options;
-    if (o.sync.mesh_ranks > 0) o.ranks = o.sync.mesh_ranks;  // --mesh names the ranks
+    if (o.strategy.mesh_ranks > 0) o.ranks = o.strategy.mesh_ranks;  // --mesh names the ranks
     // --pp / --cp / --tp alone: one rank per stage, sequence chunk and tensor shard.
-    if (o.ranks == 1) o.ranks = o.sync.pipeline_parallel * o.sync.context_parallel * o.sync.tensor_parallel;
+    if (o.ranks == 1) o.ranks = o.strategy.pipeline_parallel * o.strategy.context_parallel * o.strategy.tensor_parallel;
     validate(o);
     const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
     const parallel::Strategy strategy = strategy_for(o, model, o.ranks);

@@ -77,8 +77,8 @@ void add_simulate_command(CLI::App& app) {
   cmd->callback([flags, sim_flags] {
     apply(*flags);
     TrainOptions& o = flags->options;
-    if (o.sync.mesh_ranks > 0) o.ranks = o.sync.mesh_ranks;  // --mesh names the ranks
-    if (o.ranks == 1) o.ranks = o.sync.pipeline_parallel * o.sync.context_parallel * o.sync.tensor_parallel;
+    if (o.strategy.mesh_ranks > 0) o.ranks = o.strategy.mesh_ranks;  // --mesh names the ranks
+    if (o.ranks == 1) o.ranks = o.strategy.pipeline_parallel * o.strategy.context_parallel * o.strategy.tensor_parallel;
     const plan::ClusterSpec cluster = plan::cluster_named(sim_flags->cluster, local_cluster_path());
     const ModelledPrecision precision = precisions_to_model(o.precision, cluster, false).front();
     o.precision = precision.graph;
@@ -86,7 +86,7 @@ void add_simulate_command(CLI::App& app) {
     const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
     const parallel::Strategy strategy = strategy_for(o, model, o.ranks);
     const parallel::LowerRequest lowering{.forward = &model.graph, .loss = model.loss,
-                                          .collective = o.sync.collective, .bucket_buffers = o.sync.bucket_buffers};
+                                          .collective = o.strategy.collective, .bucket_buffers = o.strategy.bucket_buffers};
     const std::vector<parallel::Program> programs = sim_flags->all_ranks
                                                         ? plan::lower_all(lowering, strategy)
                                                         : plan::lower_representatives(lowering, strategy);
@@ -97,11 +97,11 @@ void add_simulate_command(CLI::App& app) {
         {.programs = &programs,
          .cluster = &cluster,
          .estimator = &roofline,
-         .execution = {.overlap = o.sync.overlap, .trace = !sim_flags->trace.empty()},
+         .execution = {.overlap = o.overlap, .trace = !sim_flags->trace.empty()},
          .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size()),
          .compute = compute},
         {.threads = o.ranks > 1 ? 1 : o.threads, .link_gbps = o.link_gbps,
-         .collective = o.sync.collective});
+         .collective = o.strategy.collective});
     const int devices = strategy.mesh.ranks();
     std::cout << fmt::format("simulated mesh {} on {} ({} of {} {} devices, {} a node), {}\n", strategy.mesh.str(),
                              sim_flags->cluster, devices, cluster.devices(), cluster.device.name,

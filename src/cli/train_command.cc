@@ -50,7 +50,7 @@ void add_train_command(CLI::App& app) {
     o.mpi = launched_by_mpi();
     // In-process ranks are the parallelism: each runs its kernels on its own
     // thread (a --mesh or strategy file's ranks too, unless MPI's processes are the ranks).
-    if (o.ranks > 1 || (!o.mpi && o.sync.mesh_ranks > 1)) o.threads = 1;
+    if (o.ranks > 1 || (!o.mpi && o.strategy.mesh_ranks > 1)) o.threads = 1;
     o.progress_bar = flags->progress == "bar" || (flags->progress == "auto" && stdout_is_terminal());
     // The ranks on this node (the memory guard's share of the machine):
     // OpenMPI's OMPI_COMM_WORLD_LOCAL_SIZE, MPICH's MPI_LOCALNRANKS.

@@ -101,24 +101,24 @@ void add_parallel_flags(CLI::App& cmd, TrainFlags& flags) {
                                                      "first-needed layers first, updating each just before the next "
                                                      "forward reads it (0: off; needs --grad-clip 0)")
       ->capture_default_str();
-  cmd.add_option("--zero", o.sync.zero_stage, "ZeRO: 1 shards optimizer state across ranks (gradients reduce-scattered, "
+  cmd.add_option("--zero", o.strategy.zero_stage, "ZeRO: 1 shards optimizer state across ranks (gradients reduce-scattered, "
                                               "parameters all-gathered); 2 keeps gradients only as each rank's shard as "
                                               "well; 3 stores parameters sharded too, gathered before each use (0: off)")
       ->capture_default_str();
-  cmd.add_option("--bucket-buffers", o.sync.bucket_buffers, "ZeRO-2/3: at most this many gradient bucket buffers alive "
+  cmd.add_option("--bucket-buffers", o.strategy.bucket_buffers, "ZeRO-2/3: at most this many gradient bucket buffers alive "
                                                             "at once (backward waits for the oldest reduction)")
       ->capture_default_str();
-  cmd.add_flag("--no-overlap", [&o](int64_t) { o.sync.overlap = false; },
+  cmd.add_flag("--no-overlap", [&o](int64_t) { o.overlap = false; },
                "reduce gradients inline instead of on a progress thread while backward continues");
   cmd.add_option("--allreduce", flags.allreduce, "gradient allreduce algorithm: auto (the cost model's pick), ring, "
                                                  "halving_doubling, tree, ... (see `parallax bench comm --help`)")
       ->capture_default_str();
-  cmd.add_option("--tp", o.sync.tensor_parallel, "Megatron tensor parallelism: ranks per tensor-parallel group; the "
+  cmd.add_option("--tp", o.strategy.tensor_parallel, "Megatron tensor parallelism: ranks per tensor-parallel group; the "
                                                  "mesh is {dp: ranks / tp, tp: tp} (GPT: tp must divide --heads)")
       ->capture_default_str();
   cmd.add_option("--mesh", flags.mesh, "the device mesh as axis=size pairs, e.g. pp=2,dp=2,cp=2,tp=2 (sets --pp, "
                                        "--cp and --tp; pp x dp x cp x tp must equal the ranks)");
-  cmd.add_option("--cp", o.sync.context_parallel, "context parallelism: ranks each sequence is split over, through "
+  cmd.add_option("--cp", o.strategy.context_parallel, "context parallelism: ranks each sequence is split over, through "
                                                   "attention too (mesh {pp, dp, cp, tp}; see --cp-method)")
       ->capture_default_str();
   cmd.add_option("--cp-method", flags.cp_method, "how attention sees the whole sequence under --cp: ring (each "
@@ -131,7 +131,7 @@ void add_parallel_flags(CLI::App& cmd, TrainFlags& flags) {
                                                    "large) or off (contiguous chunks, to compare)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
-  cmd.add_option("--pp", o.sync.pipeline_parallel, "pipeline stages: the graph cut into this many stages, each on "
+  cmd.add_option("--pp", o.strategy.pipeline_parallel, "pipeline stages: the graph cut into this many stages, each on "
                                                    "its own ranks (mesh {pp, dp, tp})")
       ->capture_default_str();
   cmd.add_option("--schedule", flags.schedule, "pipeline schedule: gpipe, 1f1b, interleaved (with --virtual-stages) "
@@ -139,20 +139,20 @@ void add_parallel_flags(CLI::App& cmd, TrainFlags& flags) {
       ->capture_default_str();
   cmd.add_option("--micro-batches", flags.micro_batches, "micro-batches per step (the pipeline's M; the same as "
                                                          "--accumulation)");
-  cmd.add_option("--virtual-stages", o.sync.pipeline.virtual_stages, "interleaved: model chunks per pipeline rank")
+  cmd.add_option("--virtual-stages", o.strategy.pipeline.virtual_stages, "interleaved: model chunks per pipeline rank")
       ->capture_default_str();
   cmd.add_option("--stage-cuts", flags.stage_cuts, "layers that start pipeline stages 1, 2, ..., e.g. h.2,h.4 "
                                                    "(default: balanced by the ops' costs)");
   cmd.add_option("--recompute", flags.recompute, "activation recomputation: none, selective (the attention core) or "
                                                  "full (each layer from its input, before its backward)")
       ->capture_default_str();
-  cmd.add_flag("--sequence-parallel", o.sync.sequence_parallel,
+  cmd.add_flag("--sequence-parallel", o.strategy.sequence_parallel,
                "with --tp: LayerNorm, dropout and residuals split along the sequence (reduce-scatter / all-gather "
                "pairs instead of allreduces)");
-  cmd.add_flag("--overlap-model-grads", o.sync.overlap_model_gradients,
+  cmd.add_flag("--overlap-model-grads", o.strategy.overlap_model_gradients,
                "gradients a model axis sums (--sequence-parallel's LayerNorms) reduced over it on a progress thread "
                "once backward completes their bucket, while backward continues, instead of inline as each is made");
-  cmd.add_option("--strategy", o.sync.strategy, "a strategy JSON file (mesh, placement seeds, ZeRO, micro-batches, "
+  cmd.add_option("--strategy", o.strategy.strategy_file, "a strategy JSON file (mesh, placement seeds, ZeRO, micro-batches, "
                                                 "buckets, compression; `parallax lower --print-strategy` writes one) "
                                                 "instead of the flags above");
 }
@@ -276,25 +276,25 @@ void apply(TrainFlags& flags) {
   o.onnx.bindings.clear();
   for (const std::string& text : flags.inputs) o.onnx.bindings.push_back(nn::parse_input_binding(text));
   if (!(flags.bucket_mb >= 0)) fail("--bucket-mb {} must be >= 0", flags.bucket_mb);
-  o.sync.bucket_bytes = static_cast<int64_t>(flags.bucket_mb * (1 << 20));
-  o.sync.collective.algorithm = comm::algorithm_from_name(flags.allreduce);
-  o.sync.compression = comm::compression::Spec::parse(flags.compress);
+  o.strategy.bucket_bytes = static_cast<int64_t>(flags.bucket_mb * (1 << 20));
+  o.strategy.collective.algorithm = comm::algorithm_from_name(flags.allreduce);
+  o.strategy.compression = comm::compression::Spec::parse(flags.compress);
   if (!(flags.p3_slice_kb >= 0)) fail("--p3-slice-kb {} must be >= 0", flags.p3_slice_kb);
-  o.sync.p3_slice_bytes = static_cast<int64_t>(flags.p3_slice_kb * 1024);
+  o.strategy.p3_slice_bytes = static_cast<int64_t>(flags.p3_slice_kb * 1024);
   if (flags.micro_batches != 0) {
     if (o.accumulation != 1 && o.accumulation != flags.micro_batches)
       fail("--micro-batches {} and --accumulation {} disagree (they are the same number)", flags.micro_batches,
            o.accumulation);
     o.accumulation = flags.micro_batches;
   }
-  o.sync.pipeline.schedule = parallel::pipeline_kind_from_name(flags.schedule);
-  o.sync.context_method = parallel::context_method_from_name(flags.cp_method);
-  o.sync.context_balance = flags.cp_balance == "on";
-  o.sync.recompute = parallel::recompute_from_name(flags.recompute);
-  o.sync.pipeline.stage_cuts.clear();
+  o.strategy.pipeline.schedule = parallel::pipeline_kind_from_name(flags.schedule);
+  o.strategy.context_method = parallel::context_method_from_name(flags.cp_method);
+  o.strategy.context_balance = flags.cp_balance == "on";
+  o.strategy.recompute = parallel::recompute_from_name(flags.recompute);
+  o.strategy.pipeline.stage_cuts.clear();
   std::stringstream cuts(flags.stage_cuts);
   for (std::string layer; std::getline(cuts, layer, ',');)
-    if (!layer.empty()) o.sync.pipeline.stage_cuts.push_back(layer);
+    if (!layer.empty()) o.strategy.pipeline.stage_cuts.push_back(layer);
   if (!flags.mesh.empty()) {
     // axis=size pairs; the mesh is {pp, dp, cp, tp} whatever the order given.
     int pp = 1, dp = 1, cp = 1, tp = 1;
@@ -312,35 +312,35 @@ void apply(TrainFlags& flags) {
       else if (axis == "cp") cp = size;
       else fail("--mesh '{}': axis '{}' is not one of pp, dp, cp, tp", flags.mesh, axis);
     }
-    if (o.sync.tensor_parallel != 1 && o.sync.tensor_parallel != tp)
-      fail("--mesh '{}' says tp={}, --tp says {}", flags.mesh, tp, o.sync.tensor_parallel);
-    if (o.sync.pipeline_parallel != 1 && o.sync.pipeline_parallel != pp)
-      fail("--mesh '{}' says pp={}, --pp says {}", flags.mesh, pp, o.sync.pipeline_parallel);
-    if (o.sync.context_parallel != 1 && o.sync.context_parallel != cp)
-      fail("--mesh '{}' says cp={}, --cp says {}", flags.mesh, cp, o.sync.context_parallel);
+    if (o.strategy.tensor_parallel != 1 && o.strategy.tensor_parallel != tp)
+      fail("--mesh '{}' says tp={}, --tp says {}", flags.mesh, tp, o.strategy.tensor_parallel);
+    if (o.strategy.pipeline_parallel != 1 && o.strategy.pipeline_parallel != pp)
+      fail("--mesh '{}' says pp={}, --pp says {}", flags.mesh, pp, o.strategy.pipeline_parallel);
+    if (o.strategy.context_parallel != 1 && o.strategy.context_parallel != cp)
+      fail("--mesh '{}' says cp={}, --cp says {}", flags.mesh, cp, o.strategy.context_parallel);
     const int64_t mesh_ranks = int64_t{pp} * dp * cp * tp;
     if (mesh_ranks > (1 << 20)) fail("--mesh '{}' has {} ranks, expected at most 2^20", flags.mesh, mesh_ranks);
-    o.sync.tensor_parallel = tp;
-    o.sync.pipeline_parallel = pp;
-    o.sync.context_parallel = cp;
-    o.sync.mesh_ranks = static_cast<int>(mesh_ranks);
+    o.strategy.tensor_parallel = tp;
+    o.strategy.pipeline_parallel = pp;
+    o.strategy.context_parallel = cp;
+    o.strategy.mesh_ranks = static_cast<int>(mesh_ranks);
     if (o.ranks != 1 && o.ranks != mesh_ranks)
       fail("--mesh '{}' has {} ranks, --ranks says {}", flags.mesh, mesh_ranks, o.ranks);
   }
   // A strategy file names its ranks, as --mesh does: without --ranks they
   // are the job's (in-process, that many threads; under mpirun the
   // processes must be as many, which the strategy's check says).
-  if (!o.sync.strategy.empty()) {
-    const parallel::Strategy file = parallel::load_strategy(o.sync.strategy);
+  if (!o.strategy.strategy_file.empty()) {
+    const parallel::Strategy file = parallel::load_strategy(o.strategy.strategy_file);
     if (flags.mesh.empty() && flags.ranks_flag != nullptr && flags.ranks_flag->count() == 0)
-      o.sync.mesh_ranks = file.mesh.ranks();
+      o.strategy.mesh_ranks = file.mesh.ranks();
     // The file's precision is the run's: the one it was planned (or written) for.
     if (!file.precision.empty()) {
       const bool given = flags.precision_flag != nullptr && flags.precision_flag->count() > 0 && o.precision != "auto";
       if (given && o.precision != file.precision)
         fail("--precision {} and strategy '{}' (precision {}) disagree: drop --precision to run the file's {}, or "
              "write the strategy again for {}",
-             o.precision, o.sync.strategy, file.precision, file.precision, o.precision);
+             o.precision, o.strategy.strategy_file, file.precision, file.precision, o.precision);
       o.precision = file.precision;
     }
   }

@@ -43,9 +43,9 @@ Strategy from_parts(const StrategyRequest& r, const CompositionInputs& in) {
 }
 
 Strategy from_file(const StrategyRequest& r, const CompositionInputs& in) {
-  Strategy s = load_strategy(r.strategy);
+  Strategy s = load_strategy(r.strategy_file);
   if (s.mesh.ranks() != in.ranks)
-    fail("strategy '{}' has mesh {} of {} ranks; this job has {}", r.strategy, s.mesh.str(), s.mesh.ranks(), in.ranks);
+    fail("strategy '{}' has mesh {} of {} ranks; this job has {}", r.strategy_file, s.mesh.str(), s.mesh.ranks(), in.ranks);
   return s;
 }
 
@@ -201,7 +201,7 @@ Strategy with_pipeline(Strategy base, int stages, PipelineOptions pipeline) {
 
 Strategy compose(const StrategyRequest& request, const CompositionInputs& inputs) {
   PX_CHECK(inputs.graph != nullptr, "compose: no graph");
-  Strategy s = request.strategy.empty() ? from_parts(request, inputs) : from_file(request, inputs);
+  Strategy s = request.strategy_file.empty() ? from_parts(request, inputs) : from_file(request, inputs);
   // The precision is the graph's (build_model stamped it), unless a file
   // records the one it was made for (the CLI builds the model in it; a
   // planner modelling a GPU's bf16 keeps the graph fp32).

@@ -18,14 +18,17 @@
 #include <string>
 #include <vector>
 
+#include "comm/collectives.h"
 #include "comm/compression/spec.h"
 #include "graph/graph.h"
 #include "parallel/strategy.h"
 
 namespace px::parallel {
 
-// What a user asks of the strategy, part by part (`parallax train` and
-// `parallax lower` flags; runtime's DataParallelOptions adds how it runs).
+// What a user asks of the strategy, part by part (`parallax train`,
+// `lower`, `simulate` and `plan` flags), and two inputs of its lowering
+// that are not part of the Strategy (LowerRequest): ZeRO's bucket buffers
+// and the collective algorithm.
 struct StrategyRequest {
   int64_t bucket_bytes = kDefaultBucketBytes;  // gradients fused into buckets of about this many bytes
   int zero_stage = 0;                          // 0-3 (Strategy::zero_stage)
@@ -45,7 +48,9 @@ struct StrategyRequest {
   PipelineOptions pipeline;        // schedule, virtual stages, stage cuts
   Recompute recompute = Recompute::none;  // activation recomputation
   int mesh_ranks = 0;              // --mesh or a --strategy file: the ranks it names (0: neither)
-  std::string strategy;            // a strategy JSON file; overrides the parts above
+  std::string strategy_file;       // a strategy JSON file; overrides the parts above
+  int bucket_buffers = 4;          // ZeRO-2/3: most gradient bucket buffers alive at once (LowerRequest)
+  comm::CollectiveOptions collective;  // the algorithm collectives run (LowerRequest)
   bool operator==(const StrategyRequest&) const = default;
 };
 

@@ -45,7 +45,7 @@ void expect_resume_continues(TrainOptions o, const std::string& what) {
 
 TEST(CompressionCheckpoint, TopKWithMomentumCorrectionResumesExactly) {
   TrainOptions o = testing::tiny_cnn();  // SGD momentum: DGC velocity + residual
-  o.sync.compression = comm::compression::Spec::parse("topk:0.05");
+  o.strategy.compression = comm::compression::Spec::parse("topk:0.05");
   expect_resume_continues(o, "cnn topk:0.05");
 }
 
@@ -53,7 +53,7 @@ TEST(CompressionCheckpoint, PowerSgdResumesExactly) {
   testing::ScratchDir text_dir;
   TrainOptions o = testing::tiny_gpt(testing::write_text(text_dir));  // residual + warm-start Q
   o.batch = 6;
-  o.sync.compression = comm::compression::Spec::parse("powersgd:2");
+  o.strategy.compression = comm::compression::Spec::parse("powersgd:2");
   expect_resume_continues(o, "gpt powersgd:2");
 }
 

@@ -75,13 +75,13 @@ TEST_P(GptContextParallel, MatchesOneRank) {
   const auto& single =
       testing::reference_losses(fmt::format("gpt{}_{}_{}", c.heads, c.block, c.micro_batches), o);
   o.ranks = c.ranks;
-  o.sync.context_parallel = c.cp;
-  o.sync.context_method = c.method;
-  o.sync.context_balance = c.balance;
-  o.sync.pipeline_parallel = c.pp;
-  o.sync.tensor_parallel = c.tp;
-  o.sync.sequence_parallel = c.sequence_parallel;
-  o.sync.zero_stage = c.zero_stage;
+  o.strategy.context_parallel = c.cp;
+  o.strategy.context_method = c.method;
+  o.strategy.context_balance = c.balance;
+  o.strategy.pipeline_parallel = c.pp;
+  o.strategy.tensor_parallel = c.tp;
+  o.strategy.sequence_parallel = c.sequence_parallel;
+  o.strategy.zero_stage = c.zero_stage;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, case_name(c));
 }
 
@@ -215,8 +215,8 @@ TEST(ContextParallelBytes, CountedBytesEqualTheAllToAllFormula) {
   TrainOptions o = gpt_job(4, 16);
   o.steps = o.schedule.total = 2;
   o.ranks = 2;
-  o.sync.context_parallel = 2;
-  o.sync.context_method = kAllToAll;
+  o.strategy.context_parallel = 2;
+  o.strategy.context_method = kAllToAll;
   std::ostringstream log;
   const TrainResult result = train(o, log);
   const parallel::Program p = lowered(4, 1, 2);
@@ -242,7 +242,7 @@ TEST(ContextParallelBytes, CountedBytesEqualTheRingFormula) {
     TrainOptions o = gpt_job(4, 16);
     o.steps = o.schedule.total = 2;
     o.ranks = cp;
-    o.sync.context_parallel = cp;
+    o.strategy.context_parallel = cp;
     std::ostringstream log;
     const TrainResult result = train(o, log);
     const double L = static_cast<double>(block(o.gpt.block, cp, 0).count);
@@ -255,24 +255,24 @@ TEST(ContextParallelBytes, CountedBytesEqualTheRingFormula) {
 TEST(ContextParallelErrors, AllToAllNeedsHeadsTheRanksDivide) {
   TrainOptions o = gpt_job(4, 16);
   o.ranks = 3;
-  o.sync.context_parallel = 3;
-  o.sync.context_method = kAllToAll;
+  o.strategy.context_parallel = 3;
+  o.strategy.context_method = kAllToAll;
   testing::expect_train_error(o, "has 4 heads, which 3 does not divide");
 }
 
 TEST(ContextParallelErrors, AllToAllWithTensorParallelismIsNamed) {
   TrainOptions o = gpt_job(4, 16);
   o.ranks = 4;
-  o.sync.context_parallel = 2;
-  o.sync.context_method = kAllToAll;
-  o.sync.tensor_parallel = 2;
+  o.strategy.context_parallel = 2;
+  o.strategy.context_method = kAllToAll;
+  o.strategy.tensor_parallel = 2;
   testing::expect_train_error(o, "both split attention's heads and do not combine yet");
 }
 
 TEST(ContextParallelErrors, ASequenceShorterThanTheRanksIsNamed) {
   TrainOptions o = gpt_job(4, 2);
   o.ranks = 4;
-  o.sync.context_parallel = 4;
+  o.strategy.context_parallel = 4;
   testing::expect_train_error(o, "the sequence has 2 tokens, fewer than the ranks");
 }
 
@@ -280,8 +280,8 @@ TEST(ContextParallelResume, CheckpointsMoveBetweenContextDegrees) {
   TrainOptions base = gpt_job(4, 16);
   base.steps = base.schedule.total = 12;
   TrainOptions cp2 = base, cp4 = base;
-  cp2.ranks = 2, cp2.sync.context_parallel = 2;
-  cp4.ranks = 4, cp4.sync.context_parallel = 4;
+  cp2.ranks = 2, cp2.strategy.context_parallel = 2;
+  cp4.ranks = 4, cp4.strategy.context_parallel = 4;
   testing::expect_resumed_segments_match({{"cp=2", cp2}, {"one rank", base}, {"cp=4", cp4}}, 4,
                                          kEquivalenceTolerance);
 }

@@ -69,11 +69,11 @@ TEST_P(GptBuckets, MatchOneRank) {
   TrainOptions o = gpt_job(testing::shared_text());
   const auto& single = testing::reference_losses("gpt-buckets", o);
   o.ranks = 3;
-  o.sync.bucket_bytes = std::get<0>(GetParam());
-  o.sync.overlap = std::get<1>(GetParam());
+  o.strategy.bucket_bytes = std::get<0>(GetParam());
+  o.overlap = std::get<1>(GetParam());
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
-                              fmt::format("gpt at 3 ranks, buckets of {} bytes, overlap {}", o.sync.bucket_bytes,
-                                          o.sync.overlap));
+                              fmt::format("gpt at 3 ranks, buckets of {} bytes, overlap {}", o.strategy.bucket_bytes,
+                                          o.overlap));
 }
 INSTANTIATE_TEST_SUITE_P(Sizes, GptBuckets,
                          ::testing::Combine(::testing::Values(0, 4096, int64_t{1} << 30), ::testing::Bool()));
@@ -82,7 +82,7 @@ TEST(DataParallel, CnnWithoutOverlapMatchesOneRank) {
   TrainOptions o = cnn_job();
   const auto& single = testing::reference_losses("cnn", o);
   o.ranks = 4;
-  o.sync.overlap = false;
+  o.overlap = false;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "cnn at 4 ranks without overlap");
 }
 
@@ -95,8 +95,8 @@ TEST(DataParallel, ReportsTheGradientRingsBytesOnTheDataAxis) {
     TrainOptions o = gpt_job(testing::shared_text());
     o.steps = o.schedule.total = 3;
     o.ranks = 2;
-    o.sync.overlap = overlap;
-    o.sync.collective.algorithm = comm::Algorithm::ring;
+    o.overlap = overlap;
+    o.strategy.collective.algorithm = comm::Algorithm::ring;
     std::ostringstream log;
     const TrainResult result = train(o, log);
     const int64_t parameters = make_task(o.task_options())->build(o.batch, true).graph.param_count();
@@ -136,7 +136,7 @@ TEST_P(P3, GptMatchesOneRank) {
   o.eval_every = 20;  // updates are finished before evaluating mid-run
   const std::vector<double> single = testing::train_losses(o);
   o.ranks = GetParam();
-  o.sync.p3_slice_bytes = 1024;
+  o.strategy.p3_slice_bytes = 1024;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
                               fmt::format("gpt with P3 at {} ranks", o.ranks));
 }
@@ -145,7 +145,7 @@ TEST_P(P3, CnnMatchesOneRank) {
   TrainOptions o = cnn_job();
   const auto& single = testing::reference_losses("cnn", o);
   o.ranks = GetParam();
-  o.sync.p3_slice_bytes = 4096;
+  o.strategy.p3_slice_bytes = 4096;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
                               fmt::format("cnn with P3 at {} ranks", o.ranks));
 }
@@ -155,7 +155,7 @@ TEST(P3Options, GradientClippingIsANamedError) {
   testing::ScratchDir dir;
   TrainOptions o = gpt_job(testing::write_text(dir));
   o.ranks = 2;
-  o.sync.p3_slice_bytes = 1024;
+  o.strategy.p3_slice_bytes = 1024;
   testing::expect_train_error(o, "--grad-clip");
 }
 
@@ -175,13 +175,13 @@ namespace {
 class Zero : public ::testing::TestWithParam<std::tuple<int, int, bool>> {
  protected:
   TrainOptions sharded(TrainOptions o) const {
-    o.sync.zero_stage = std::get<0>(GetParam());
+    o.strategy.zero_stage = std::get<0>(GetParam());
     o.ranks = std::get<1>(GetParam());
-    o.sync.overlap = std::get<2>(GetParam());
+    o.overlap = std::get<2>(GetParam());
     return o;
   }
   std::string what(const std::string& model, const TrainOptions& o) const {
-    return fmt::format("{} with ZeRO-{} at {} ranks, overlap {}", model, o.sync.zero_stage, o.ranks, o.sync.overlap);
+    return fmt::format("{} with ZeRO-{} at {} ranks, overlap {}", model, o.strategy.zero_stage, o.ranks, o.overlap);
   }
 };
 
@@ -214,11 +214,11 @@ TEST(ZeroAccumulation, MatchesOneRank) {
     TrainOptions z = o;
     z.ranks = 2;
     z.accumulation = 2;
-    z.sync.zero_stage = stage;
+    z.strategy.zero_stage = stage;
     testing::expect_same_losses(single, testing::train_losses(z), kEquivalenceTolerance,
                                 fmt::format("gpt ZeRO-{}, 2 ranks x 2 micro-batches", stage));
-    z.sync.bucket_bytes = 0;
-    z.sync.bucket_buffers = 1;
+    z.strategy.bucket_bytes = 0;
+    z.strategy.bucket_buffers = 1;
     testing::expect_same_losses(single, testing::train_losses(z), kEquivalenceTolerance,
                                 fmt::format("gpt ZeRO-{}, 2 ranks x 2 micro-batches, one buffer of one tensor", stage));
   }
@@ -237,8 +237,8 @@ TEST(ZeroOverlap, BackwardComputesWhileABucketIsReduceScattered) {
   o.gpt.block = 64;
   o.steps = 4;
   o.ranks = 2;
-  o.sync.zero_stage = 2;
-  o.sync.bucket_bytes = 64 << 10;
+  o.strategy.zero_stage = 2;
+  o.strategy.bucket_bytes = 64 << 10;
   o.link_gbps = 0.5;  // ~0.8 ms per bucket's reduce-scatter
   o.trace = dir.file("trace.json");
   std::ostringstream log;
@@ -271,28 +271,28 @@ TEST(ZeroMemory, PerRankBytesMatchTheFormula) {
   TrainOptions o = gpt_job(testing::shared_text());
   o.steps = 2;
   o.ranks = 4;
-  o.sync.bucket_bytes = 16 << 10;
+  o.strategy.bucket_bytes = 16 << 10;
   int64_t parameters = 0;
   for (int stage : {0, 1, 2, 3}) {
-    o.sync.zero_stage = stage;
+    o.strategy.zero_stage = stage;
     // ZeRO-3 with smaller buckets: the tied embedding (16 KiB) is over a
     // third of this model, so three 16 KiB buckets would be all of it.
-    if (stage == 3) o.sync.bucket_bytes = 4 << 10;
+    if (stage == 3) o.strategy.bucket_bytes = 4 << 10;
     std::ostringstream log;
     const TrainResult result = train(o, log);
     if (parameters == 0) parameters = static_cast<int64_t>(result.memory.parameters / 4);
     const parallel::StateBytes expected = parallel::state_bytes(static_cast<double>(parameters), stage, o.ranks, 2);  // AdamW: 2 slots
     // Buckets of >= B bytes: at most 4Ψ/B + tensors of them, one element of slack each.
-    const double slack = 4.0 * 2 * (4.0 * static_cast<double>(parameters) / static_cast<double>(o.sync.bucket_bytes) + 64);
+    const double slack = 4.0 * 2 * (4.0 * static_cast<double>(parameters) / static_cast<double>(o.strategy.bucket_bytes) + 64);
     EXPECT_NEAR(result.memory.parameters, expected.parameters, stage == 3 ? slack : 0) << "ZeRO-" << stage;
     EXPECT_NEAR(result.memory.gradients, expected.gradients, slack) << "ZeRO-" << stage;
     EXPECT_NEAR(result.memory.optimizer_state, expected.optimizer_state, slack) << "ZeRO-" << stage;
     EXPECT_NE(log.str().find("memory per rank (ZeRO-" + std::to_string(stage)), std::string::npos) << log.str();
     // The largest bucket is the largest tensor (the tied embedding) or about the bucket size.
-    const double largest_bucket = std::max<double>(4.0 * 256 * 16, static_cast<double>(o.sync.bucket_bytes));
+    const double largest_bucket = std::max<double>(4.0 * 256 * 16, static_cast<double>(o.strategy.bucket_bytes));
     if (stage >= 2) {
       EXPECT_GT(result.gradient_buffer_peak_bytes, 0);
-      EXPECT_LE(result.gradient_buffer_peak_bytes, o.sync.bucket_buffers * largest_bucket);
+      EXPECT_LE(result.gradient_buffer_peak_bytes, o.strategy.bucket_buffers * largest_bucket);
       EXPECT_LT(result.memory.gradients, parallel::state_bytes(static_cast<double>(parameters), 1, o.ranks, 2).gradients / 4);
     } else {
       EXPECT_EQ(result.gradient_buffer_peak_bytes, 0);
@@ -319,7 +319,7 @@ TEST(ZeroCheckpoint, ResumesAcrossRankCountsAndSharding) {
   auto save = [&](int ranks, int stage, const std::string& name) {
     TrainOptions first = o;
     first.ranks = ranks;
-    first.sync.zero_stage = stage;
+    first.strategy.zero_stage = stage;
     first.stop_after = 20;
     first.save = dir.file(name);
     testing::train_losses(first);
@@ -330,7 +330,7 @@ TEST(ZeroCheckpoint, ResumesAcrossRankCountsAndSharding) {
     TrainOptions resumed = o;
     resumed.resume = checkpoint;
     resumed.ranks = ranks;
-    resumed.sync.zero_stage = stage;
+    resumed.strategy.zero_stage = stage;
     testing::expect_same_losses(single_tail, testing::train_losses(resumed), kEquivalenceTolerance, what);
   };
   const std::string zero1 = save(3, 1, "zero");
@@ -346,7 +346,7 @@ TEST(ZeroCheckpoint, ResumesAcrossRankCountsAndSharding) {
 TEST(ZeroOptions, UnknownStageIsANamedError) {
   TrainOptions o = gpt_job(testing::shared_text());
   o.ranks = 2;
-  o.sync.zero_stage = 4;
+  o.strategy.zero_stage = 4;
   testing::expect_train_error(o, "ZeRO stage 4");
 }
 

@@ -95,7 +95,7 @@ TEST_F(MixedPrecisionStrategies, DataParallelEqualsOneRankAccumulatingItsRows) {
 TEST_F(MixedPrecisionStrategies, PipelineFollowsOneRankAccumulatingItsMicroBatches) {
   TrainOptions o = bf16_gpt(4);
   o.ranks = 2;
-  o.sync.pipeline_parallel = 2;
+  o.strategy.pipeline_parallel = 2;
   testing::expect_same_losses(one_rank(4), testing::train_losses(o), kReshapedTolerance,
                               "bf16 at pp=2 with 4 micro-batches");
 }
@@ -109,7 +109,7 @@ TEST_F(MixedPrecisionStrategies, PipelineOfSeveralMicroBatchesDiffersOnlyInTheTi
   single.precision = "fp32";
   TrainOptions o = single;
   o.ranks = 2;
-  o.sync.pipeline_parallel = 2;
+  o.strategy.pipeline_parallel = 2;
   testing::expect_same_losses(testing::reference_losses("fp32 gpt accumulating 4", single), testing::train_losses(o),
                               1e-6, "fp32 at pp=2 with 4 micro-batches");
 }
@@ -123,7 +123,7 @@ TEST_F(MixedPrecisionStrategies, PipelineOfOneMicroBatchEqualsOneRankWithClippin
   single.grad_clip = 0.25;
   TrainOptions o = single;
   o.ranks = 2;
-  o.sync.pipeline_parallel = 2;
+  o.strategy.pipeline_parallel = 2;
   const std::vector<double>& reference = testing::reference_losses("bf16 gpt clipped at 0.25", single);
   testing::expect_same_losses(reference, testing::train_losses(o), testing::kEquivalenceTolerance,
                               "bf16 at pp=2 with 1 micro-batch, clipped");
@@ -146,8 +146,8 @@ TEST_F(MixedPrecisionStrategies, PipelineSendingBf16EqualsOneRankAccumulatingIts
   single.eval_every = 0;
   TrainOptions o = single;
   o.ranks = 2;
-  o.sync.pipeline_parallel = 2;
-  o.sync.pipeline.stage_cuts = {"fc2"};
+  o.strategy.pipeline_parallel = 2;
+  o.strategy.pipeline.stage_cuts = {"fc2"};
   const std::vector<double> reference = testing::train_losses(single);
   testing::expect_same_losses(reference, testing::train_losses(o), testing::kEquivalenceTolerance,
                               "bf16 MLP at pp=2, relu's output sent in bf16, clipped");
@@ -160,7 +160,7 @@ TEST_F(MixedPrecisionStrategies, Zero3FollowsOneRank) {
   TrainOptions o = bf16_gpt(1);
   o.ranks = 3;
   o.batch = 9;
-  o.sync.zero_stage = 3;
+  o.strategy.zero_stage = 3;
   TrainOptions single = bf16_gpt(1);
   single.batch = 9;
   testing::expect_same_losses(testing::reference_losses("bf16 gpt batch 9", single), testing::train_losses(o),
@@ -171,8 +171,8 @@ TEST_F(MixedPrecisionStrategies, TensorAndSequenceParallelFollowOneRank) {
   for (bool sequence_parallel : {false, true}) {
     TrainOptions o = bf16_gpt(1);
     o.ranks = 2;
-    o.sync.tensor_parallel = 2;
-    o.sync.sequence_parallel = sequence_parallel;
+    o.strategy.tensor_parallel = 2;
+    o.strategy.sequence_parallel = sequence_parallel;
     testing::expect_same_losses(one_rank(1), testing::train_losses(o), kReshapedTolerance,
                                 sequence_parallel ? "bf16 at tp=2 with sequence parallelism" : "bf16 at tp=2");
   }
@@ -181,7 +181,7 @@ TEST_F(MixedPrecisionStrategies, TensorAndSequenceParallelFollowOneRank) {
 TEST_F(MixedPrecisionStrategies, RecomputeEqualsOneRankWithout) {
   for (parallel::Recompute recompute : {parallel::Recompute::full, parallel::Recompute::selective}) {
     TrainOptions o = bf16_gpt(1);
-    o.sync.recompute = recompute;
+    o.strategy.recompute = recompute;
     testing::expect_same_losses(one_rank(1), testing::train_losses(o), testing::kEquivalenceTolerance,
                                 fmt::format("bf16 with {} recomputation", parallel::recompute_name(recompute)));
   }

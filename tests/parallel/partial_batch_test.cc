@@ -58,9 +58,9 @@ TEST_P(PartialBatch, TwoEpochsMatchOneRank) {
   ASSERT_EQ(single.size(), static_cast<size_t>(2 * kBatchesPerEpoch));
   TrainOptions o = one;
   o.ranks = c.ranks;
-  o.sync.zero_stage = c.zero;
+  o.strategy.zero_stage = c.zero;
   o.accumulation = c.micro_batches;
-  o.sync.pipeline_parallel = c.pipeline;
+  o.strategy.pipeline_parallel = c.pipeline;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, c.name);
 }
 
@@ -128,8 +128,8 @@ TEST(Validation, SameWeightsGiveTheSameLossUnderEveryStrategy) {
     TrainOptions o = one;
     o.ranks = v.ranks;
     o.accumulation = v.micro_batches;
-    o.sync.tensor_parallel = v.tp;
-    o.sync.pipeline_parallel = v.pp;
+    o.strategy.tensor_parallel = v.tp;
+    o.strategy.pipeline_parallel = v.pp;
     const double loss = train(o, log).evaluation.loss;
     EXPECT_NEAR(loss, reference, 1e-6 * reference) << v.name;
   }

@@ -45,9 +45,9 @@ const std::vector<double>& reference(const TrainOptions& o) {
 
 TrainOptions pipelined(TrainOptions o, int stages, const std::string& schedule, int virtual_stages = 1) {
   o.ranks = stages * o.ranks;
-  o.sync.pipeline_parallel = stages;
-  o.sync.pipeline.schedule = parallel::pipeline_kind_from_name(schedule);
-  o.sync.pipeline.virtual_stages = virtual_stages;
+  o.strategy.pipeline_parallel = stages;
+  o.strategy.pipeline.schedule = parallel::pipeline_kind_from_name(schedule);
+  o.strategy.pipeline.virtual_stages = virtual_stages;
   return o;
 }
 
@@ -77,7 +77,7 @@ TEST_P(GptPipeline, MatchesOneRank) {
   const PipeCase& c = GetParam();
   const TrainOptions one = gpt_pipeline_job(c.micro_batches);
   TrainOptions o = pipelined(one, c.stages, c.schedule, c.virtual_stages);
-  o.sync.recompute = c.recompute;
+  o.strategy.recompute = c.recompute;
   testing::expect_same_losses(reference(one), testing::train_losses(o), kEquivalenceTolerance, case_name({c, 0}));
 }
 
@@ -107,7 +107,7 @@ TEST(GptRecompute, OneRankMatchesWithoutRecomputation) {
   const TrainOptions one = gpt_pipeline_job(2);
   for (parallel::Recompute r : {parallel::Recompute::full, parallel::Recompute::selective}) {
     TrainOptions o = one;
-    o.sync.recompute = r;
+    o.strategy.recompute = r;
     testing::expect_same_losses(reference(one), testing::train_losses(o), kEquivalenceTolerance,
                                 std::string("one rank recomputing ") + std::string(parallel::recompute_name(r)));
   }
@@ -118,7 +118,7 @@ TEST(GptPipeline, TwoStagesTimesTwoDataRanksWithZero1) {
   TrainOptions o = one;
   o.ranks = 2;  // data ranks per stage
   o = pipelined(o, 2, "1f1b");
-  o.sync.zero_stage = 1;
+  o.strategy.zero_stage = 1;
   testing::expect_same_losses(reference(one), testing::train_losses(o), kEquivalenceTolerance, "pp=2 x dp=2, ZeRO-1");
 }
 
@@ -128,9 +128,9 @@ TEST(GptPipeline, ThreeDimensionalHybridMatchesOneRank) {
   const TrainOptions one = gpt_pipeline_job(4);
   TrainOptions o = one;
   o.ranks = 4;  // dp=2 x tp=2 per stage
-  o.sync.tensor_parallel = 2;
-  o.sync.sequence_parallel = true;
-  o.sync.zero_stage = 1;
+  o.strategy.tensor_parallel = 2;
+  o.strategy.sequence_parallel = true;
+  o.strategy.zero_stage = 1;
   o = pipelined(o, 2, "1f1b");
   testing::expect_same_losses(reference(one), testing::train_losses(o), kEquivalenceTolerance,
                               "pp=2 x dp=2 x tp=2 with sequence parallelism and ZeRO-1");
@@ -177,7 +177,7 @@ TEST(PipelineMemory, FullRecomputationKeepsFarFewerActivations) {
   o.steps = 1;
   std::map<parallel::Recompute, int64_t> peak;
   for (parallel::Recompute r : {parallel::Recompute::none, parallel::Recompute::selective, parallel::Recompute::full}) {
-    o.sync.recompute = r;
+    o.strategy.recompute = r;
     std::ostringstream log;
     peak[r] = train(o, log).activation_peak_bytes;
   }
@@ -214,9 +214,9 @@ TEST(PipelineErrors, AnInterleavedMicroBatchCountItCannotTakeNamesTheNearest) {
 
 TEST(PipelineErrors, StageCutsMustNameOneLayerPerCut) {
   TrainOptions o = pipelined(gpt_pipeline_job(2), 3, "1f1b");
-  o.sync.pipeline.stage_cuts = {"h.2"};
+  o.strategy.pipeline.stage_cuts = {"h.2"};
   testing::expect_train_error(o, "need 2 cuts");
-  o.sync.pipeline.stage_cuts = {"h.1", "h.9"};
+  o.strategy.pipeline.stage_cuts = {"h.1", "h.9"};
   testing::expect_train_error(o, "no layer 'h.9'");
 }
 
@@ -224,7 +224,7 @@ TEST(PipelineErrors, ZeroThreeDoesNotCombineWithStages) {
   TrainOptions o = gpt_pipeline_job(2);
   o.ranks = 2;
   o = pipelined(o, 2, "1f1b");
-  o.sync.zero_stage = 3;
+  o.strategy.zero_stage = 3;
   testing::expect_train_error(o, "ZeRO-3 does not combine with pipeline stages");
 }
 

@@ -55,9 +55,9 @@ TEST_P(GptTensorParallel, MatchesOneRank) {
   TrainOptions o = gpt_job(c.heads);
   const auto& single = testing::reference_losses(fmt::format("gpt{}", c.heads), o);
   o.ranks = c.ranks;
-  o.sync.tensor_parallel = c.tp;
-  o.sync.sequence_parallel = c.sequence_parallel;
-  o.sync.zero_stage = c.zero_stage;
+  o.strategy.tensor_parallel = c.tp;
+  o.strategy.sequence_parallel = c.sequence_parallel;
+  o.strategy.zero_stage = c.zero_stage;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
                               fmt::format("gpt ({} heads) on {} ranks at tp={}{}{}", c.heads, c.ranks, c.tp,
                                           c.sequence_parallel ? " with sequence parallelism" : "",
@@ -82,7 +82,7 @@ TEST(MlpTensorParallel, MatchesOneRankAtTp2) {
   o.schedule.total = kEquivalenceSteps;
   const std::vector<double> single = testing::train_losses(o);
   o.ranks = 2;
-  o.sync.tensor_parallel = 2;
+  o.strategy.tensor_parallel = 2;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "mlp at tp=2");
 }
 
@@ -94,7 +94,7 @@ TEST(CnnTensorParallel, MatchesOneRankAtTp2AndDp2Tp2) {
   o.schedule.total = kEquivalenceSteps;
   const std::vector<double> single = testing::train_losses(o);
   o.ranks = 2;
-  o.sync.tensor_parallel = 2;
+  o.strategy.tensor_parallel = 2;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "cnn at tp=2");
   o.ranks = 4;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "cnn at dp=2 x tp=2");
@@ -133,8 +133,8 @@ TEST(CnnTensorParallel, ConvolutionsSplitByChannelMatchOneRank) {
     EXPECT_EQ(local.at("conv2.bias"), Shape({8}));
     const std::string path = dir.file(fmt::format("conv_dp{}_tp2.json", dp));
     std::ofstream(path) << parallel::to_json(s).dump(2);
-    o.sync.strategy = path;
-    o.sync.mesh_ranks = o.ranks = 2 * dp;
+    o.strategy.strategy_file = path;
+    o.strategy.mesh_ranks = o.ranks = 2 * dp;
     testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
                                 fmt::format("cnn, convolutions split, at dp={} x tp=2", dp));
   }
@@ -221,10 +221,10 @@ TEST(TensorParallelOverlap, LayerNormGradientsOnTheTpProgressLaneEqualTheInlineR
     o.steps = o.schedule.total = 10;
     o.accumulation = 2;
     o.ranks = ranks;
-    o.sync.tensor_parallel = 2;
-    o.sync.sequence_parallel = true;
+    o.strategy.tensor_parallel = 2;
+    o.strategy.sequence_parallel = true;
     const std::vector<double> inline_losses = testing::train_losses(o);
-    o.sync.overlap_model_gradients = true;
+    o.strategy.overlap_model_gradients = true;
     testing::expect_same_losses(inline_losses, testing::train_losses(o), kEquivalenceTolerance,
                                 fmt::format("LayerNorm gradients on the tp progress lane, {} ranks", ranks));
   }
@@ -254,8 +254,8 @@ TEST(TensorParallelCheckpoint, ResumesUnderEveryOtherStrategy) {
   for (const Stage& s : chain) {
     TrainOptions o = base;
     o.ranks = s.ranks;
-    o.sync.tensor_parallel = s.tp;
-    o.sync.zero_stage = s.zero_stage;
+    o.strategy.tensor_parallel = s.tp;
+    o.strategy.zero_stage = s.zero_stage;
     links.push_back({s.name, o});
   }
   testing::expect_resumed_segments_match(links, kSegment, kEquivalenceTolerance);
@@ -280,8 +280,8 @@ TEST(TensorParallelCheckpoint, EveryElementIsSavedOnceWithItsBox) {
     o.steps = 2;
     o.schedule.total = 2;
     o.ranks = 4;
-    o.sync.tensor_parallel = 2;
-    o.sync.zero_stage = c.zero_stage;
+    o.strategy.tensor_parallel = 2;
+    o.strategy.zero_stage = c.zero_stage;
     o.save = dir.file("ckpt");
     testing::train_losses(o);
     std::vector<int> writers;
@@ -323,9 +323,9 @@ TEST(TensorParallelBytes, CountedBytesEqualTheRingFormulas) {
     o.steps = 2;
     o.schedule.total = 2;
     o.ranks = 2;
-    o.sync.tensor_parallel = 2;
-    o.sync.sequence_parallel = sp;
-    o.sync.collective.algorithm = comm::Algorithm::ring;
+    o.strategy.tensor_parallel = 2;
+    o.strategy.sequence_parallel = sp;
+    o.strategy.collective.algorithm = comm::Algorithm::ring;
     std::ostringstream log;
     const TrainResult result = train(o, log);
 
@@ -366,7 +366,7 @@ TEST(TensorParallelBytes, CountedBytesEqualTheRingFormulas) {
 TEST(TensorParallelLowering, HeadsTheTensorAxisDoesNotDivideAreANamedError) {
   TrainOptions o = gpt_job(4);
   o.ranks = 3;
-  o.sync.tensor_parallel = 3;
+  o.strategy.tensor_parallel = 3;
   testing::expect_train_error(o, "does not divide n_head=4");
 }
 

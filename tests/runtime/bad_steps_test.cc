@@ -58,20 +58,20 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"dp2", 2, [](TrainOptions&) {}},
                       Case{"dp2_zero2_two_micro_batches", 2,
                            [](TrainOptions& o) {
-                             o.sync.zero_stage = 2;
+                             o.strategy.zero_stage = 2;
                              o.accumulation = 2;
                            }},
                       Case{"dp2_int8", 2,
-                           [](TrainOptions& o) { o.sync.compression = comm::compression::Spec::parse("int8"); }},
+                           [](TrainOptions& o) { o.strategy.compression = comm::compression::Spec::parse("int8"); }},
                       Case{"dp2_topk", 2,
                            [](TrainOptions& o) {
-                             o.sync.compression = comm::compression::Spec::parse("topk:0.1");
+                             o.strategy.compression = comm::compression::Spec::parse("topk:0.1");
                              o.grad_clip = 0;
                            }},
-                      Case{"tp2", 2, [](TrainOptions& o) { o.sync.tensor_parallel = 2; }},
+                      Case{"tp2", 2, [](TrainOptions& o) { o.strategy.tensor_parallel = 2; }},
                       Case{"pp2", 2,
                            [](TrainOptions& o) {
-                             o.sync.pipeline_parallel = 2;
+                             o.strategy.pipeline_parallel = 2;
                              o.accumulation = 2;
                            }}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });

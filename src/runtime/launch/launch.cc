@@ -71,7 +71,7 @@ static TrainResult train_restarting(TrainOptions o, const LivenessTimeouts& time
 TrainResult train(TrainOptions o, std::ostream& log) {
   kernels::set_threads(o.threads);
   // --mesh names the ranks: in-process, that many threads.
-  if (!o.mpi && o.sync.mesh_ranks > 0) o.ranks = o.sync.mesh_ranks;
+  if (!o.mpi && o.strategy.mesh_ranks > 0) o.ranks = o.strategy.mesh_ranks;
   NullBuffer null_buffer;
   std::ostream quiet(&null_buffer);
   // The watchdog names a silent rank after the heartbeat timeout; every

@@ -44,9 +44,9 @@ RunPrediction predict_run(const TrainOptions& o, const std::vector<parallel::Pro
   const plan::Simulation sim = plan::simulate_sharing_cores(
       {.programs = &programs,
        .cluster = &cluster,
-       .execution = {.overlap = o.sync.overlap, .trace = true},
+       .execution = {.overlap = o.overlap, .trace = true},
        .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size())},
-      {.threads = o.threads, .link_gbps = o.link_gbps, .collective = o.sync.collective});
+      {.threads = o.threads, .link_gbps = o.link_gbps, .collective = o.strategy.collective});
   out.step_seconds = sim.step_seconds;
   out.peak_bytes = sim.peak_bytes.front();
   out.activation_peak_bytes = sim.forward_activation_peak_bytes.front();

@@ -71,7 +71,7 @@ void RankTrainer::log_totals() {
   const int zero = data_ranks_ * strategy_.context_ranks() > 1 ? strategy_.zero_stage : 0;
   if (zero >= 2)
     log_ << fmt::format("ZeRO-{} bucket buffers: at most {:.2f} MiB alive at once (up to {} buckets of ~{:.2f} MiB)\n",
-                        zero, double(result_.gradient_buffer_peak_bytes) / (1 << 20), o_.sync.bucket_buffers,
+                        zero, double(result_.gradient_buffer_peak_bytes) / (1 << 20), o_.strategy.bucket_buffers,
                         double(strategy_.lowering.bucket_bytes) / (1 << 20));
   if (zero >= 3)
     log_ << fmt::format("ZeRO-3 gathered parameters: at most {:.2f} MiB alive at once beside the {:.2f} MiB shard\n",
@@ -119,8 +119,8 @@ void RankTrainer::summarize_and_predict() {
   const bool predicting = !o_.local_cluster.empty();
   if (!lead_ || (!predicting && o_.run_dir.empty())) return;
   const std::vector<parallel::Program> programs =
-      plan::lower_all({.forward = &model_.graph, .loss = model_.loss, .collective = o_.sync.collective,
-                       .bucket_buffers = o_.sync.bucket_buffers},
+      plan::lower_all({.forward = &model_.graph, .loss = model_.loss, .collective = o_.strategy.collective,
+                       .bucket_buffers = o_.strategy.bucket_buffers},
                       strategy_);
   std::optional<RunPrediction> predicted;
   if (predicting) {

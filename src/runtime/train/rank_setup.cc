@@ -109,9 +109,9 @@ void RankTrainer::lower_and_load() {
   // The collective algorithm and the bucket buffers shape the Program (its
   // wire bytes, its back-pressure edges): lowering inputs, not executor options.
   parallel::Program program = parallel::lower({.forward = &model_.graph, .loss = model_.loss,
-                                               .collective = o_.sync.collective,
+                                               .collective = o_.strategy.collective,
                                                .menus = menus_,
-                                               .bucket_buffers = o_.sync.bucket_buffers},
+                                               .bucket_buffers = o_.strategy.bucket_buffers},
                                               strategy_, rank_);
   // Copies of the training state a checkpoint or a restart keeps: one
   // being written in the background (and the lead's gathered model, at
@@ -120,7 +120,7 @@ void RankTrainer::lower_and_load() {
   const int state_copies = (o_.save.empty() ? 0 : 2) + (recovery_.snapshots != nullptr ? 4 : 0);
   check_program_fits(program, machine_ranks(o_.mpi, o_.local_ranks, world_), slots_, state_copies);
   executor_ = std::make_unique<ProgramExecutor>(std::move(program), groups, o_.optimizer,
-                                                parallel::ExecutionOptions{.overlap = o_.sync.overlap,
+                                                parallel::ExecutionOptions{.overlap = o_.overlap,
                                                                            .trace = !o_.trace.empty()});
   executor_->set_flight_recorder(recorder_);
   recorder_->set_phase(RankPhase::running);

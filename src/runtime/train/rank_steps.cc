@@ -107,8 +107,8 @@ void RankTrainer::add_program_for(const DataBatch& batch) {
   if (executor_->has_program_for(batch.global_rows)) return;
   const nn::Model partial = task_->build(batch.global_rows, true);
   executor_->add_program(
-      parallel::lower({.forward = &partial.graph, .loss = partial.loss, .collective = o_.sync.collective,
-                       .menus = menus_, .bucket_buffers = o_.sync.bucket_buffers},
+      parallel::lower({.forward = &partial.graph, .loss = partial.loss, .collective = o_.strategy.collective,
+                       .menus = menus_, .bucket_buffers = o_.strategy.bucket_buffers},
                       *partial_strategy_, rank_));
 }
 

@@ -104,7 +104,7 @@ void validate(const TrainOptions& o) {
   if (o.grad_clip < 0) fail("gradient clip {} must be >= 0", o.grad_clip);
   if (o.threads < 1) fail("threads {} must be >= 1", o.threads);
   if (o.ranks < 1) fail("ranks {} must be >= 1", o.ranks);
-  const int tp = o.sync.tensor_parallel, pp = o.sync.pipeline_parallel, cp = o.sync.context_parallel;
+  const int tp = o.strategy.tensor_parallel, pp = o.strategy.pipeline_parallel, cp = o.strategy.context_parallel;
   if (tp < 1) fail("--tp {} must be >= 1", tp);
   if (pp < 1) fail("--pp {} must be >= 1", pp);
   if (cp < 1) fail("--cp {} must be >= 1", cp);
@@ -117,20 +117,20 @@ void validate(const TrainOptions& o) {
     fail("batch size {} is smaller than the {} data-parallel ranks: expected at least one row a rank", o.batch, dp);
   // How the strategy's parts combine is parallel::validate's (parallel/compose.h).
   if (pp > 1 && !o.ps.mode.empty()) fail("pipeline stages and parameter servers do not combine: drop --pp or --ps");
-  if (tp > 1 || o.sync.sequence_parallel) {
+  if (tp > 1 || o.strategy.sequence_parallel) {
     if (!o.ps.mode.empty()) fail("tensor parallelism and parameter servers do not combine: drop --tp or --ps");
     if (o.model == "gpt" && o.gpt.n_head % tp != 0)
       fail("--tp {} does not divide n_head={}: each tensor-parallel rank computes whole attention heads (try --tp "
            "{} or --heads {})",
            tp, o.gpt.n_head, std::gcd(static_cast<int64_t>(tp), o.gpt.n_head), tp * ((o.gpt.n_head + tp - 1) / tp));
-    if (o.sync.sequence_parallel && o.model != "gpt" && !o.model.ends_with(".onnx"))
+    if (o.strategy.sequence_parallel && o.model != "gpt" && !o.model.ends_with(".onnx"))
       fail("--sequence-parallel needs a sequence: the gpt model or a transformer imported from ONNX");
   }
   if (o.link_gbps < 0) fail("link limit {} Gb/s must be >= 0 (0: unlimited)", o.link_gbps);
   if (o.inject_delay_rank >= o.ranks)
     fail("--inject-delay names rank {}, but the job has ranks 0..{}", o.inject_delay_rank, o.ranks - 1);
   if (o.inject_delay_ms < 0) fail("injected delay {} ms must be >= 0", o.inject_delay_ms);
-  if (o.sync.bucket_bytes < 0) fail("bucket size {} bytes must be >= 0", o.sync.bucket_bytes);
+  if (o.strategy.bucket_bytes < 0) fail("bucket size {} bytes must be >= 0", o.strategy.bucket_bytes);
   if (o.eval_every < 0 || o.save_every < 0) fail("eval/save intervals must be >= 0");
   if (o.stop_after < 0) fail("stop-after step {} must be >= 0", o.stop_after);
   for (int64_t b : o.skip_batches)
@@ -152,7 +152,7 @@ void validate(const TrainOptions& o) {
   if (o.max_restarts < 0) fail("--max-restarts {} must be >= 0", o.max_restarts);
   if (o.min_ranks < 0 || o.min_ranks > o.ranks)
     fail("--min-ranks {}: expected 0 (keep the rank count) up to the job's {} ranks", o.min_ranks, o.ranks);
-  if (!o.inject_nan_steps.empty() && o.sync.p3_slice_bytes > 0)
+  if (!o.inject_nan_steps.empty() && o.strategy.p3_slice_bytes > 0)
     fail("--inject-nan with P3: P3 updates each layer before the global norm is known, so a bad step cannot be "
          "skipped (drop --p3-slice-kb)");
   if (o.eval_batches <= 0) fail("eval batches {} must be positive", o.eval_batches);

@@ -34,17 +34,6 @@ struct ParameterServerOptions {
   bool operator==(const ParameterServerOptions&) const = default;
 };
 
-// What the user asked of data parallelism (`parallax train` flags): the
-// strategy's parts, which parallel::compose turns into a Strategy (or a
-// --strategy file gives whole), and how the executor runs it (overlap,
-// bucket buffers, the algorithm; P3's slices).
-struct DataParallelOptions : parallel::StrategyRequest {
-  bool overlap = true;           // reduce on a progress thread while backward continues
-  int bucket_buffers = 4;        // ZeRO-2/3: most gradient bucket buffers alive at once
-  comm::CollectiveOptions collective;
-  bool operator==(const DataParallelOptions&) const = default;
-};
-
 // "Use the model's default" for integer options (floats use NaN).
 inline constexpr int64_t kModelDefault = std::numeric_limits<int64_t>::min();
 
@@ -85,7 +74,10 @@ struct TrainOptions {
   int local_ranks = 0;           // under MPI: the ranks on this machine, as the launcher tells (0: unknown)
   int mpi_tag_bound = 0;         // under MPI: use at most this tag range (0: the library's; tests)
   int mpi_pmi_fd = -1;           // under a PMI launcher: its PMI_FD (comm::mpi::MpiOptions::pmi_fd)
-  DataParallelOptions sync;      // how gradients are reduced across ranks
+  // The strategy's parts (parallel::compose turns them into a Strategy, or
+  // a --strategy file gives it whole), and how it is lowered.
+  parallel::StrategyRequest strategy;
+  bool overlap = true;           // collectives on progress threads while compute continues (ExecutionOptions)
   double link_gbps = 0;          // in-process ranks: each rank's link limited to this many Gb/s (0: off)
   int inject_delay_rank = -1;    // fault injection: this rank sleeps inject_delay_ms before each step
   int64_t inject_delay_ms = 0;

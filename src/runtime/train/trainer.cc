@@ -7,7 +7,7 @@
 namespace px {
 
 parallel::Strategy strategy_for(const TrainOptions& o, const nn::Model& model, int world) {
-  return parallel::compose(o.sync, {.graph = &model.graph,
+  return parallel::compose(o.strategy, {.graph = &model.graph,
                                     .batch_inputs = batch_input_names(model),
                                     .ranks = world,
                                     .micro_batches = static_cast<int>(o.accumulation),

@@ -61,12 +61,12 @@ TEST_P(OnnxStrategies, MatchesOneRank) {
   ASSERT_EQ(single.size(), static_cast<size_t>(kEquivalenceSteps)) << c.fixture;
   EXPECT_NE(single.front(), single.back()) << c.fixture << ": the single rank's loss never moved";
   o.ranks = c.ranks;
-  o.sync.zero_stage = c.zero;
-  o.sync.pipeline_parallel = c.stages;
+  o.strategy.zero_stage = c.zero;
+  o.strategy.pipeline_parallel = c.stages;
   if (c.stages > 1) o.accumulation = 4;
   if (!c.strategy.empty()) {
-    o.sync.strategy = std::string(PX_ONNX_FIXTURES) + "/" + c.strategy;
-    o.sync.mesh_ranks = c.ranks;
+    o.strategy.strategy_file = std::string(PX_ONNX_FIXTURES) + "/" + c.strategy;
+    o.strategy.mesh_ranks = c.ranks;
   }
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
                               fmt::format("{}.onnx at {} ranks, ZeRO-{}, {} stages", c.fixture, c.ranks, c.zero, c.stages));

@@ -173,7 +173,7 @@ TEST(OnnxTensorParallel, TpFlagOnTheGptFixtureMatchesOneRank) {
   const auto& single = testing::reference_losses("onnx gpt", o);
   ASSERT_EQ(single.size(), static_cast<size_t>(kEquivalenceSteps));
   o.ranks = 4;
-  o.sync.tensor_parallel = 2;  // mesh {dp:2, tp:2}, the seeds found by structure
+  o.strategy.tensor_parallel = 2;  // mesh {dp:2, tp:2}, the seeds found by structure
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "gpt.onnx --ranks 4 --tp 2");
 }
 
@@ -185,8 +185,8 @@ TEST(OnnxTensorParallel, SequenceParallelOnTheGptFixtureMatchesOneRank) {
   const auto& single = testing::reference_losses("onnx gpt", o);
   ASSERT_EQ(single.size(), static_cast<size_t>(kEquivalenceSteps));
   o.ranks = 4;
-  o.sync.tensor_parallel = 2;
-  o.sync.sequence_parallel = true;
+  o.strategy.tensor_parallel = 2;
+  o.strategy.sequence_parallel = true;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
                               "gpt.onnx --ranks 4 --tp 2 --sequence-parallel");
 }
@@ -233,8 +233,8 @@ TEST_P(OnnxPlannedTensorParallel, ThePlanMatchesOneRank) {
   const std::string path = dir.file("plan.json");
   std::ofstream(path) << parallel::to_json(planned).dump(2);
   const auto& single = testing::reference_losses("onnx gpt", o);
-  o.sync.strategy = path;
-  o.sync.mesh_ranks = 4;
+  o.strategy.strategy_file = path;
+  o.strategy.mesh_ranks = 4;
   o.ranks = 4;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
                               GetParam() + ": " + found.front().description);
@@ -272,8 +272,8 @@ TEST_P(OnnxPlannedConvolutions, ThePlanSplitsTheConvolutionsAndMatchesOneRank) {
   std::ofstream(path) << parallel::to_json(planned).dump(2);
   const auto& single = testing::reference_losses("onnx cnn", o);
   ASSERT_EQ(single.size(), static_cast<size_t>(kEquivalenceSteps));
-  o.sync.strategy = path;
-  o.sync.mesh_ranks = o.ranks = 2;
+  o.strategy.strategy_file = path;
+  o.strategy.mesh_ranks = o.ranks = 2;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
                               GetParam() + ": " + found.front().description);
 }
@@ -351,8 +351,8 @@ TEST_P(OnnxStagePlan, TheChoiceAndTheFastestPipelineMatchOneRank) {
     const std::string path = dir.file("plan.json");
     std::ofstream(path) << parallel::to_json(c->strategy).dump(2);
     TrainOptions planned = o;
-    planned.sync.strategy = path;
-    planned.sync.mesh_ranks = planned.ranks = 4;  // the file's micro-batches and stages
+    planned.strategy.strategy_file = path;
+    planned.strategy.mesh_ranks = planned.ranks = 4;  // the file's micro-batches and stages
     testing::expect_same_losses(single, testing::train_losses(planned), kEquivalenceTolerance,
                                 GetParam() + " alpa: " + c->description);
   }
