@@ -90,6 +90,13 @@ std::span<const Algorithm> algorithms_for(Collective collective) {
   return {};
 }
 
+CollectiveOptions options_for(const CollectiveOptions& run, Collective collective) {
+  CollectiveOptions options = run;
+  auto allowed = algorithms_for(collective);
+  if (std::find(allowed.begin(), allowed.end(), run.algorithm) == allowed.end()) options.algorithm = A::automatic;
+  return options;
+}
+
 Algorithm choose_algorithm(const AlgorithmMenu& menu, Collective collective, double bytes, int ranks,
                            const CollectiveOptions& options) {
   if (options.algorithm != A::automatic) {

@@ -56,6 +56,12 @@ struct CollectiveOptions {
   bool operator==(const CollectiveOptions&) const = default;
 };
 
+// The run's options as collective `collective` takes them: its algorithm
+// where the collective implements it, else automatic (the communicator's
+// choice). A run's `--allreduce ring` names its gradients' allreduces, not
+// the all-to-all context parallelism also runs.
+CollectiveOptions options_for(const CollectiveOptions& run, Collective collective);
+
 // What Algorithm::automatic chooses among on one communicator, taken ahead
 // of the run so a lowering can stamp the algorithm that will run (and its
 // wire bytes): the transport's cost model, which backend-dependent

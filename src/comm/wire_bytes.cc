@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "comm/compression/recipe.h"
 #include "comm/cost_model.h"
+#include "core/block.h"
 
 namespace px::comm {
 namespace {
@@ -66,7 +68,19 @@ WireBytes dense_wire(const WireQuery& q, Collective collective, double n) {
   const bool successor_only = algorithm == Algorithm::ring &&
                               (collective == Collective::allreduce || collective == Collective::allgather ||
                                collective == Collective::reduce_scatter);
-  if (successor_only) return on_link(host_of(q, (q.rank + 1) % p) != host_of(q, q.rank), terms.bytes_sent);
+  if (successor_only) {
+    double bytes = terms.bytes_sent;
+    if (q.element_bytes > 0) {
+      const int64_t count = std::llround(n / q.element_bytes);
+      auto elements = [&](int i) { return static_cast<double>(block(count, p, i % p).count); };
+      const double all = static_cast<double>(count);
+      const double sent = collective == Collective::reduce_scatter ? all - elements(q.rank)
+                          : collective == Collective::allgather    ? all - elements(q.rank + 1)
+                                                                   : 2 * all - elements(q.rank) - elements(q.rank + 1);
+      bytes = sent * q.element_bytes;
+    }
+    return on_link(host_of(q, (q.rank + 1) % p) != host_of(q, q.rank), bytes);
+  }
   return on_link(spans_hosts(q), terms.bytes_sent);
 }
 
@@ -77,40 +91,22 @@ WireBytes on_group_link(WireBytes w, double bytes, const WireQuery& q) {
 
 }  // namespace
 
-double gathered_payload_bytes(const compression::Spec& codec, double floats) {
-  using compression::Method;
-  const double chunks = std::ceil(floats / 256);
-  switch (codec.method) {
-    case Method::int8: return floats + 4 * chunks;
-    case Method::sign: return std::ceil(floats / 8) + 4 * chunks;
-    case Method::topk:
-    case Method::threshold: {
-      const double fraction = codec.method == Method::topk ? codec.topk_fraction : 0.01;
-      return 8 + 3.3 * std::round(fraction * floats);
-    }
-    default: return 0;
-  }
-}
-
 WireBytes wire_bytes(const WireQuery& q) {
-  using compression::Method;
   if (q.ranks <= 1) return {};
   const double n = static_cast<double>(q.bytes);
   if (!q.codec.lossy() || q.collective != Collective::allreduce) return dense_wire(q, q.collective, n);
-  const double floats = n / 4;
-  switch (q.codec.method) {
-    case Method::fp16:
-    case Method::bf16: return dense_wire(q, Collective::allreduce, 2 * floats);  // half-width values, ring-reduced
-    case Method::powersgd: {
-      // P (rows x r) and Q (cols x r) ring-allreduced.
-      const double small = 4.0 * q.codec.rank * static_cast<double>(q.codec_rows + q.codec_cols);
-      return dense_wire({.options = {.algorithm = Algorithm::ring, .ranks_per_node = q.options.ranks_per_node},
-                         .ranks = q.ranks, .rank = q.rank, .hosts = q.hosts},
-                        Collective::allreduce, small);
-    }
-    default:  // every rank's payload allgathered, each decoding all p
-      return on_group_link({}, (q.ranks - 1) * gathered_payload_bytes(q.codec, floats), q);
+  WireBytes w;
+  for (const compression::CodecStep& step :
+       compression::codec_recipe(q.codec, n / 4, q.codec_rows, q.codec_cols, q.ranks)) {
+    WireQuery payload = q;  // a step's payload is no float32 buffer: (p-1)/p of it each way
+    payload.element_bytes = 0;
+    WireQuery ring = payload;
+    ring.options = {.algorithm = Algorithm::ring, .ranks_per_node = q.options.ranks_per_node};
+    const WireBytes more = step.gathered ? on_group_link({}, (q.ranks - 1) * step.bytes / q.ranks, q)
+                                         : dense_wire(step.ring ? ring : payload, step.collective, step.bytes);
+    w = {.intra_node = w.intra_node + more.intra_node, .inter_node = w.inter_node + more.inter_node};
   }
+  return w;
 }
 
 }  // namespace px::comm

@@ -37,6 +37,11 @@ struct WireQuery {
   // reference), sharded parameter servers' count, hierarchical's node size.
   CollectiveOptions options;
   int64_t bytes = 0;  // the collective's n: the whole buffer (allgather: its output)
+  // Bytes per element (0: unknown). Known, a ring's bytes are exact per
+  // rank: it sends every block of the split but its own (reduce-scatter),
+  // its successor's (allgather) or both (allreduce), and uneven blocks
+  // differ by an element; else (p-1)/p of n each way.
+  int element_bytes = 0;
   int ranks = 1;
   int rank = 0;       // this rank's place in the group
   // Each group rank's host (AlgorithmMenu::hosts, mapped to the group);
@@ -50,11 +55,8 @@ struct WireQuery {
   int64_t codec_rows = 1, codec_cols = 1;
 };
 
+// A compressed allreduce's: the sum of its codec's steps
+// (comm/compression/recipe.h).
 WireBytes wire_bytes(const WireQuery& query);
-
-// One rank's payload for a compressed gradient of n floats that the
-// methods allgather (int8, sign, top-k, threshold; threshold's density is
-// taken as top-k's default 1%); 0 for the others. docs/compression.md.
-double gathered_payload_bytes(const compression::Spec& codec, double floats);
 
 }  // namespace px::comm

@@ -107,6 +107,13 @@ int64_t micro_batch_stash_bytes(const Program& program, const Liveness& liveness
   return static_cast<int64_t>(stash);
 }
 
+int64_t gather_staging_bytes(const Program& program, const Collective& gather) {
+  if (gather.kind != comm::Collective::allgather) return 0;
+  const DType out = program.buffers[static_cast<size_t>(gather.output.buffer)].dtype;
+  if (out == DType::f32 && gather.input.buffer != gather.output.buffer) return 0;
+  return gather.input.count * static_cast<int64_t>(dtype_size(out));
+}
+
 StateBytes state_bytes(double parameters, int zero_stage, int data_ranks, int optimizer_slots, DType compute) {
   const double psi = parameters, p = std::max(1, data_ranks), k = optimizer_slots;
   const int stage = data_ranks > 1 ? zero_stage : 0;

@@ -68,6 +68,14 @@ class ActivationLedger {
 // frees. The first micro-batch with rows; 0 without one.
 int64_t micro_batch_stash_bytes(const Program& program, const Liveness& liveness);
 
+// An allgather runs from a copy of its input, in the output's dtype, when
+// the input lies in the output's buffer (ZeRO-1/2's updated parameters:
+// this rank's block of the bucket itself) or the output is bf16 (rounded
+// before it travels); the copy lives until the gather is done. Its bytes,
+// or 0: gathered from where it is (ZeRO-3's float32 shard). The executor
+// stages by this rule, and the planner counts it.
+int64_t gather_staging_bytes(const Program& program, const Collective& gather);
+
 // A rank's persistent state, in bytes.
 struct StateBytes {
   double parameters = 0;     // float32 masters (ZeRO-3: this rank's shard)

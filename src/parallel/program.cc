@@ -56,6 +56,7 @@ std::string facts_str(const Instr& instr) {
     s += fmt::format(" wire {}+{} across nodes", instr.wire.intra_node, instr.wire.inter_node);
   else if (instr.wire.intra_node > 0)
     s += fmt::format(" wire {}", instr.wire.intra_node);
+  if (instr.slices > 1) s += fmt::format(" in {} slices", instr.slices);
   return s;
 }
 

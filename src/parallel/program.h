@@ -26,7 +26,8 @@
 //             accumulations, updates, and collectives and reshards that
 //             block it); progress:<axis>: the axis' progress thread, in
 //             list order, while the main thread goes on (an axis whose
-//             collectives overlap compute: the data axis); p2p:<axis>:
+//             collectives overlap compute: the data path, a model axis'
+//             partial gradients); p2p:<axis>:
 //             pipeline transfers (a send is posted, a receive waited for)
 //   group     communicating instructions: index into Program::groups
 //   sequence  its place among this step's calls on that group (every
@@ -34,7 +35,11 @@
 //   algorithm the collective algorithm it runs (Program::collective's,
 //             automatic resolved where the lowering knew the run's menus)
 //   wire      bytes this rank sends, per link class (comm/wire_bytes.h),
-//             for that algorithm
+//             for that algorithm; a receive's, the bytes it receives
+//   job       on a progress lane: the engine job it runs as
+//             (comm/engine/job.h) and its slices (comm::slice_plan; more
+//             than one under P3): a codec's exchange, an accumulating
+//             reduce-scatter and a bf16 gather are custom jobs, whole
 //
 // Values of a local graph are addressed by ValueId; every local graph has
 // the global graph's ids (parallel/lower.h), so one id names a value in
@@ -52,6 +57,7 @@
 
 #include "comm/compression/spec.h"
 #include "comm/collectives.h"
+#include "comm/engine/job.h"
 #include "comm/wire_bytes.h"
 #include "comm/transport.h"
 #include "graph/graph.h"
@@ -299,6 +305,8 @@ struct Instr {
   // lowering knew none (the run's cost model then chooses).
   comm::Algorithm algorithm = comm::Algorithm::automatic;
   comm::WireBytes wire;
+  comm::JobKind job = comm::JobKind::custom;  // on a progress lane: the engine's job
+  int slices = 1;                             // and the slices it runs in
   bool operator==(const Instr&) const = default;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 
 #include "parallel/memory_ledger.h"
 
@@ -77,18 +78,58 @@ ProgramMemory program_memory(const parallel::Program& p, const parallel::Livenes
   // updates at this step's head free them.
   for (const Instr& instr : p.instrs)
     if (const auto* f = std::get_if<parallel::Free>(&instr.op); f && instr.deferred) set_buffer(f->buffer, buffer_bytes(f->buffer));
+  // What a progress-lane job holds past its instruction: a freed buffer it
+  // still reads (the executor's BufferPool keeps its memory) and a gather's
+  // staged input, by the job's instruction. The peak takes every job as
+  // done when its instruction is (as collectives run inline); the held
+  // peak keeps each until the main thread waits for it (an instruction
+  // lists it in `after`) or the step ends: the most an overlapped run
+  // holds, which lets go of them once they are done.
+  std::map<int, double> held;
+  double held_bytes = 0, held_peak = 0;
+  auto on_progress_lane = [&](int id) {
+    const Instr& x = p.instrs[static_cast<size_t>(id)];
+    return x.lane.kind == parallel::Lane::Kind::progress && x.group >= 0 &&
+           p.groups[static_cast<size_t>(x.group)].ranks.size() > 1;
+  };
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const Instr& instr = p.instrs[i];
+    const auto* free = std::get_if<parallel::Free>(&instr.op);
+    if (free == nullptr)
+      for (int dep : instr.after)
+        if (auto it = held.find(dep); it != held.end()) {
+          held_bytes -= it->second;
+          held.erase(it);
+        }
     for (int b : liveness.allocates[i]) set_buffer(b, buffer_bytes(b));
     if (const auto* c = std::get_if<parallel::Compute>(&instr.op);
         c && p.graph_of(instr.micro_batch).nodes()[static_cast<size_t>(c->node)].origin >= 0 && stash < 0)
       stash = ledger.bytes();  // backward begins: what forward left
     record_outputs(p, instr, activation_bytes, ledger);
-    if (const auto* f = std::get_if<parallel::Free>(&instr.op)) set_buffer(f->buffer, 0);
+    double staged = 0;  // a gather's copy of its input, during its call
+    if (const auto* c = std::get_if<parallel::Collective>(&instr.op))
+      staged = static_cast<double>(parallel::gather_staging_bytes(p, *c));
+    peak = std::max(peak, live + ledger.bytes() + staged);
+    if (on_progress_lane(static_cast<int>(i))) {
+      held[static_cast<int>(i)] += staged;
+      held_bytes += staged;
+      staged = 0;
+    }
+    if (free != nullptr) {
+      const int reader = instr.after.empty() ? -1 : instr.after.front();
+      const double bytes = buffer_live[static_cast<size_t>(free->buffer)];
+      set_buffer(free->buffer, 0);
+      if (reader >= 0 && on_progress_lane(reader)) {
+        held[reader] += bytes;
+        held_bytes += bytes;
+      }
+    }
     peak = std::max(peak, live + ledger.bytes());
+    held_peak = std::max(held_peak, live + held_bytes + ledger.bytes() + staged);
     for (ValueId v : liveness.values[i]) ledger.drop(instr.micro_batch, v);
   }
   return {.peak_bytes = peak,
+          .held_peak_bytes = std::max(peak, held_peak),
           .activation_peak_bytes = ledger.peak(),
           .forward_activation_peak_bytes = ledger.forward_peak(),
           .stash_bytes = std::max(0.0, stash)};

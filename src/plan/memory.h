@@ -14,7 +14,13 @@
 namespace px::plan {
 
 struct ProgramMemory {
+  // Every job of a progress lane done when its instruction is: the peak of
+  // a run whose collectives are inline, and the least an overlapped one has.
   double peak_bytes = 0;
+  // Each job holding what it reads (a freed bucket, a gather's staged
+  // input) until the main thread waits for it: the most an overlapped run
+  // holds at once.
+  double held_peak_bytes = 0;
   double activation_peak_bytes = 0;  // the values of the local graphs alone
   // Of them, those forward made (the executor's count: what a training
   // run reports as forward activations). A view counts its input's storage.

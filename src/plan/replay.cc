@@ -9,7 +9,6 @@
 #include <cmath>
 #include <limits>
 
-#include "comm/engine/job.h"
 #include "core/error.h"
 #include "graph/op.h"
 #include "graph/precision.h"
@@ -92,17 +91,8 @@ std::optional<CollectiveCall> Replay::call_of(const Program& p, const Instr& ins
     const parallel::Region& whole = c->kind == comm::Collective::allgather ? c->output : c->input;
     call.bytes = region_bytes(p, whole);
     call.axis = c->axis;
-    // The engine slices plain float32 collectives (an accumulating
-    // reduce-scatter, a codec and a bf16 gather run whole).
-    if (call.engine && !c->codec.lossy() && !c->accumulate &&
-        p.buffers[static_cast<size_t>(whole.buffer)].dtype == DType::f32) {
-      const comm::JobKind kind = c->kind == comm::Collective::allreduce        ? comm::JobKind::allreduce
-                                 : c->kind == comm::Collective::reduce_scatter ? comm::JobKind::reduce_scatter
-                                                                               : comm::JobKind::allgather;
-      call.slices = comm::slice_plan(kind, whole.count, c->slice_bytes,
-                                     static_cast<int>(call.group->ranks.size()))
-                        .slices;
-    }
+    // On the engine, in the slices the lowering stamped (Instr::slices).
+    if (call.engine) call.slices = instr.slices;
     // The engine's agreement round before each slice: where it adds up, for
     // sliced jobs (P3's hundreds a step), and on the calibrated local spec,
     // where parallax's own engine is what runs (a compressed step's

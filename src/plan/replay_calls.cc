@@ -1,40 +1,28 @@
 #include "plan/replay_calls.h"
 
+#include "comm/compression/recipe.h"
 #include "comm/engine/agreement.h"
 
 namespace px::plan {
 namespace {
 
-// A compressed allreduce of n floats over p ranks (docs/compression.md's
-// table): its time. fp16/bf16 ring-allreduce half-width values; int8,
-// sign and the sparse methods allgather each rank's payload
-// (comm::gathered_payload_bytes) and every rank decodes all p; PowerSGD
-// ring-allreduces P (rows x r) and Q (cols x r) around two products with
-// the gradient. The codec's own compute is the estimator's codec_seconds.
+// A compressed allreduce over p ranks: its codec's collectives
+// (comm/compression/recipe.h), and the codec's own compute, the
+// estimator's codec_seconds; PowerSGD's instead two (rows x cols) x r
+// products and an orthogonalization, at the memory's pace.
 double compressed_allreduce_seconds(const CostEstimator& estimator, const CollectiveCall& call, int p,
                                     LinkClass link) {
   using comm::compression::Method;
   const double n = call.bytes / 4;
-  switch (call.codec.method) {
-    case Method::fp16:
-    case Method::bf16:
-      return estimator.collective_seconds(comm::Collective::allreduce, 2 * n, p, link) +
-             estimator.codec_seconds(call.codec.method, n, p);
-    case Method::powersgd: {
-      const double r = call.codec.rank, small = 4 * r * (call.rows + call.cols);
-      // Two (rows x cols) x r products and an orthogonalization, at the memory's pace.
-      const double products = estimator.memory_seconds(2 * 4 * n) + estimator.memory_seconds(3 * small);
-      return estimator.collective_seconds(comm::Collective::allreduce, 4 * r * call.rows, p, link) +
-             estimator.collective_seconds(comm::Collective::allreduce, 4 * r * call.cols, p, link) + products;
-    }
-    case Method::none: return estimator.collective_seconds(comm::Collective::allreduce, call.bytes, p, link);
-    default: {
-      // Encode this rank's gradient, then decode and sum p payloads.
-      const double payload = comm::gathered_payload_bytes(call.codec, n);
-      return estimator.collective_seconds(comm::Collective::allgather, p * payload, p, link) +
-             estimator.codec_seconds(call.codec.method, n, p);
-    }
+  double seconds = 0;
+  for (const comm::compression::CodecStep& step : comm::compression::codec_recipe(
+           call.codec, n, static_cast<int64_t>(call.rows), static_cast<int64_t>(call.cols), p))
+    seconds += estimator.collective_seconds(step.collective, step.bytes, p, link);
+  if (call.codec.method == Method::powersgd) {
+    const double small = 4 * call.codec.rank * (call.rows + call.cols);
+    return seconds + estimator.memory_seconds(2 * 4 * n) + estimator.memory_seconds(3 * small);
   }
+  return call.codec.method == Method::none ? seconds : seconds + estimator.codec_seconds(call.codec.method, n, p);
 }
 
 }  // namespace

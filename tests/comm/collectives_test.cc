@@ -112,6 +112,22 @@ TEST(LargeBuffers, AllreduceEveryAlgorithmOnThreeAndFourRanks) {
   }
 }
 
+// A run's algorithm applies to the collectives that implement it; the
+// others choose their own (a run's --allreduce ring names its gradients'
+// allreduces, not context parallelism's all-to-all).
+TEST(OptionsFor, KeepsTheAlgorithmWhereTheCollectiveImplementsItElseAutomatic) {
+  const CollectiveOptions ring{.algorithm = Algorithm::ring, .ranks_per_node = 2};
+  EXPECT_EQ(options_for(ring, Collective::allreduce), ring);
+  EXPECT_EQ(options_for(ring, Collective::reduce_scatter), ring);
+  EXPECT_EQ(options_for(ring, Collective::all_to_all).algorithm, Algorithm::automatic);
+  EXPECT_EQ(options_for(ring, Collective::all_to_all).ranks_per_node, 2);
+  EXPECT_EQ(options_for(ring, Collective::broadcast).algorithm, Algorithm::automatic);
+  const CollectiveOptions tree{.algorithm = Algorithm::tree};
+  EXPECT_EQ(options_for(tree, Collective::allreduce), tree);
+  EXPECT_EQ(options_for(tree, Collective::reduce_scatter).algorithm, Algorithm::automatic);
+  EXPECT_EQ(options_for({}, Collective::all_to_all).algorithm, Algorithm::automatic);
+}
+
 TEST(AutomaticChoice, RunsAndMatchesForEveryCollective) {
   for (int ranks : {1, 2, 5}) {
     std::vector<Case> cases;

@@ -10,6 +10,7 @@
 
 #include "comm/backends.h"
 #include "comm/collectives.h"
+#include "comm/compression/recipe.h"
 #include "comm/wire_bytes.h"
 
 namespace px::comm {
@@ -116,7 +117,7 @@ TEST(WireBytes, CompressedGradientsSendTheirPayload) {
   const compression::Spec topk = compression::Spec::parse("topk:0.01");
   const WireBytes sparse = wire_bytes({.bytes = 4 * floats, .ranks = 4, .codec = topk});
   // Every rank's (index, value) payload allgathered: 3 peers' worth sent.
-  EXPECT_EQ(sparse.total(), std::llround(3 * gathered_payload_bytes(topk, floats)));
+  EXPECT_EQ(sparse.total(), std::llround(3 * compression::gathered_payload_bytes(topk, floats)));
   const WireBytes half = wire_bytes({.bytes = 4 * floats, .ranks = 4, .codec = compression::Spec::parse("bf16")});
   EXPECT_EQ(half.total(), wire_bytes({.bytes = 2 * floats, .ranks = 4}).total());
   EXPECT_LT(sparse.total(), half.total());

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -37,6 +38,37 @@ TrainOptions cnn_job() {
   o.steps = kEquivalenceSteps;
   o.schedule.total = kEquivalenceSteps;
   return o;
+}
+
+// --allreduce names the gradients' allreduce algorithm; a run's other
+// collectives take it where they implement it and choose their own
+// otherwise (each of these three failed with "algorithm ... does not
+// implement this collective").
+TEST(AllreduceFlag, TheRunsOtherCollectivesChooseTheirOwnWhereItDoesNotApply) {
+  struct Case {
+    const char* what;
+    comm::Algorithm algorithm;
+    std::function<void(TrainOptions&)> strategy;
+  };
+  const std::vector<Case> cases{
+      {"context parallelism by all-to-all, ring", comm::Algorithm::ring,
+       [](TrainOptions& o) {
+         o.strategy.context_parallel = 2;
+         o.strategy.context_method = parallel::ContextMethod::all_to_all;
+       }},
+      {"ZeRO-2's reduce-scatters, tree", comm::Algorithm::tree, [](TrainOptions& o) { o.strategy.zero_stage = 2; }},
+      {"a pipeline's broadcast of its stages' parameters, ring", comm::Algorithm::ring,
+       [](TrainOptions& o) { o.strategy.pipeline_parallel = 2; }},
+  };
+  for (const Case& c : cases) {
+    TrainOptions o = gpt_job(testing::shared_text());
+    o.steps = o.schedule.total = 2;
+    o.ranks = 2;
+    o.strategy.collective.algorithm = c.algorithm;
+    c.strategy(o);
+    std::ostringstream log;
+    EXPECT_NO_THROW(train(o, log)) << c.what;
+  }
 }
 
 class GptDataParallel : public ::testing::TestWithParam<int> {};

@@ -13,7 +13,10 @@
 //  - per mesh axis, the wire bytes the lowering stamped (for the ring) are
 //    the bytes the axis' communicator counted, collectives run inline;
 //    and so they are for the automatic algorithm, lowered with the run's
-//    menus (what each communicator's cost model would choose).
+//    menus (what each communicator's cost model would choose);
+//  - per rank, the peak the memory ledger counts (plan::program_memory,
+//    parallel/memory_ledger.h), the replay's, the memory guard's and the
+//    executor's measured peak within 5% of each other.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,15 +26,19 @@
 #include <set>
 
 #include "comm/backends.h"
+#include "core/memory.h"
 #include "graph/precision.h"
 #include "kernels/cpu_features.h"
 #include "nn/gpt.h"
 #include "parallel/compose.h"
 #include "parallel/mesh.h"
 #include "parallel/tensor_parallel.h"
+#include "parallel/lower/liveness.h"
+#include "plan/memory.h"
 #include "plan/simulate.h"
 #include "runtime/executor/program_executor.h"
 #include "runtime/fault/flight_recorder.h"
+#include "runtime/fault/memory_guard.h"
 #include "runtime/tasks/task.h"
 
 namespace px::plan {
@@ -53,6 +60,9 @@ struct Case {
   const char* compress = nullptr;  // a codec, with the ranks' agreement before each compressed collective
   int64_t p3_slice_bytes = 0;      // P3: sliced, prioritized reductions; updates deferred to the next step
   bool bf16 = false;               // mixed precision: bf16 activations, ZeRO-3's bf16 gathers, bf16 transfers
+  int cp = 1;                      // context parallelism (`ranks` counts the data x tensor ranks of one chunk)
+  bool overlap_model_gradients = false;  // sequence parallelism's LayerNorm gradients on the tp progress lane
+  parallel::ContextMethod method = parallel::ContextMethod::ring;
 };
 // Test listings show the case's name, not its bytes.
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -62,6 +72,7 @@ struct Observed {
   std::vector<TraceRecord> trace;
   std::vector<FlightEvent> events;
   std::vector<int64_t> axis_bytes;  // what each axis' communicator counted
+  int64_t peak_bytes = 0;           // the rank's tensors at most alive during the step
 };
 
 // Per instruction: its start and finish (engine slices merged) and its lane.
@@ -97,8 +108,26 @@ parallel::Strategy strategy_of(const Case& c, const nn::Model& model) {
     s.lowering.bucket_bytes = 0;
   }
   if (c.bf16) s.precision = "bf16";
+  if (c.cp > 1) s = parallel::with_context(s, model.graph, c.cp, {.method = c.method});
+  s.lowering.overlap_model_gradients = c.overlap_model_gradients;
   if (c.pp > 1) s = parallel::with_pipeline(s, c.pp, {.schedule = parallel::pipeline_kind_from_name(c.schedule)});
   return s;
+}
+
+// The case's GPT (B=4, T=8, C=16; its precision stamped) and every rank's
+// Program, lowered with collectives of `algorithm`.
+struct Lowered {
+  nn::Model model;
+  std::vector<parallel::Program> programs;
+};
+Lowered lower_case(const Case& c, comm::Algorithm algorithm) {
+  const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = c.layers, .n_head = 2, .n_embd = 16, .dropout = 0.1};
+  Lowered out{.model = nn::build_gpt(config, 4, config.block, true), .programs = {}};
+  set_precision(out.model.graph, c.bf16 ? Precision::bf16 : Precision::fp32);
+  out.programs = lower_all(
+      {.forward = &out.model.graph, .loss = out.model.loss, .collective = {.algorithm = algorithm}},
+      strategy_of(c, out.model));
+  return out;
 }
 
 // This rank's rows of every batch input, zeros (token 0 is a valid token).
@@ -120,6 +149,7 @@ std::vector<Observed> run_step(const std::vector<parallel::Program>& programs, c
   const int world = static_cast<int>(programs.size());
   std::vector<Observed> observed(static_cast<size_t>(world));
   comm::run_inproc(world, [&](comm::Communicator& comm) {
+    const MemoryAccountScope account(new_memory_account());  // this rank's tensors
     const parallel::Program& program = programs[static_cast<size_t>(comm.rank())];
     parallel::MeshGroups mesh = parallel::make_strategy_groups(comm, program.strategy);
     const AxisGroups groups = axis_groups(mesh);
@@ -132,6 +162,7 @@ std::vector<Observed> run_step(const std::vector<parallel::Program>& programs, c
     executor.finish();
     Observed& mine = observed[static_cast<size_t>(comm.rank())];
     mine.axis_bytes = result.axis_bytes;
+    mine.peak_bytes = result.peak_bytes;
     mine.trace = executor.take_trace();
     mine.events = recorder.read().events;
   });
@@ -184,14 +215,11 @@ class Conformance : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Conformance, ExecutorRunsTheProgramAsTheSimulatorReplaysIt) {
   const Case& c = GetParam();
-  const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = c.layers, .n_head = 2, .n_embd = 16, .dropout = 0.1};
   if (c.bf16 && !kernels::cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16";
-  nn::Model model = nn::build_gpt(config, 4, config.block, true);
-  set_precision(model.graph, c.bf16 ? Precision::bf16 : Precision::fp32);
   // The ring, whose bytes the stamped wire must be to the byte.
-  const std::vector<parallel::Program> programs =
-      lower_all({.forward = &model.graph, .loss = model.loss, .collective = {.algorithm = comm::Algorithm::ring}},
-                strategy_of(c, model));
+  const Lowered lowered = lower_case(c, comm::Algorithm::ring);
+  const nn::Model& model = lowered.model;
+  const std::vector<parallel::Program>& programs = lowered.programs;
   const std::vector<Observed> observed = run_step(programs, ParamStore::initialize(model.graph, 7));
 
   FakeEstimator fake;
@@ -261,6 +289,47 @@ TEST_P(Conformance, ExecutorRunsTheProgramAsTheSimulatorReplaysIt) {
                                          << " finished on a member before another started it";
 }
 
+// One memory ledger: the peak plan::program_memory counts for a rank's
+// Program, the replay's, the memory guard's (what it holds against the
+// machine) and the executor's measured peak of tensor bytes in its step,
+// its collectives inline, within 5% (AdamW's two slots: the executor's
+// default optimizer). Overlapped, what a job still reads (a freed bucket,
+// a gather's staged input) lives until the job is done, which timing
+// decides: the measured peak lies between the ledger's peak and its held
+// peak (every job holding until the main thread waits for it).
+TEST_P(Conformance, LedgerReplayGuardAndExecutorAgreeOnThePeak) {
+  const Case& c = GetParam();
+  if (c.bf16 && !kernels::cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16";
+  const Lowered lowered = lower_case(c, comm::Algorithm::automatic);
+  const std::vector<parallel::Program>& programs = lowered.programs;
+  const ParamStore params = ParamStore::initialize(lowered.model.graph, 7);
+  const std::vector<Observed> inline_run = run_step(programs, params, false);
+  const std::vector<Observed> overlapped = run_step(programs, params, true);
+  FakeEstimator fake;
+  fake.per_node = 1e-6;
+  fake.alpha = 1e-6;
+  fake.beta = 1e-9;
+  const ClusterSpec cluster = cluster_named("dgx-a100");
+  const Simulation sim = simulate({.programs = &programs, .cluster = &cluster, .estimator = &fake, .optimizer_slots = 2});
+  for (size_t r = 0; r < programs.size(); ++r) {
+    const parallel::Program& p = programs[r];
+    const double measured = static_cast<double>(inline_run[r].peak_bytes);
+    const ProgramMemory ledger = program_memory(p, parallel::liveness(p), 2);
+    const double guard = program_peak_bytes(p, 2);
+    const std::string where =
+        fmt::format("{} rank {}: ledger {:.0f} (held {:.0f}), replay {:.0f}, guard {:.0f}, executor {} inline, {} "
+                    "overlapped",
+                    c.name, r, ledger.peak_bytes, ledger.held_peak_bytes, sim.peak_bytes[r], guard,
+                    inline_run[r].peak_bytes, overlapped[r].peak_bytes);
+    ASSERT_GT(measured, 0) << where;
+    EXPECT_NEAR(ledger.peak_bytes / measured, 1.0, 0.05) << where;
+    EXPECT_NEAR(sim.peak_bytes[r] / measured, 1.0, 0.05) << where;
+    EXPECT_NEAR(guard / measured, 1.0, 0.05) << where;
+    EXPECT_GE(static_cast<double>(overlapped[r].peak_bytes), 0.95 * ledger.peak_bytes) << where;
+    EXPECT_LE(static_cast<double>(overlapped[r].peak_bytes), 1.05 * ledger.held_peak_bytes) << where;
+  }
+}
+
 // Lowered inside the run with each axis' menu, automatic is stamped as the
 // algorithm the communicator will run, and its bytes are counted.
 TEST_P(Conformance, AutomaticIsStampedAsTheAlgorithmThatRuns) {
@@ -321,7 +390,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "gpt2l_dp2_topk", .ranks = 2, .compress = "topk:0.1"},
                       Case{.name = "gpt2l_dp2_p3", .ranks = 2, .p3_slice_bytes = 1024},
                       Case{.name = "gpt2l_zero3_bf16", .ranks = 2, .zero_stage = 3, .micro_batches = 2, .bf16 = true},
-                      Case{.name = "gpt2l_pp2_1f1b_bf16", .ranks = 1, .micro_batches = 2, .pp = 2, .bf16 = true}),
+                      Case{.name = "gpt2l_pp2_1f1b_bf16", .ranks = 1, .micro_batches = 2, .pp = 2, .bf16 = true},
+                      Case{.name = "gpt1l_cp2_ring", .ranks = 1, .layers = 1, .cp = 2},
+                      Case{.name = "gpt1l_cp2_alltoall", .ranks = 1, .layers = 1, .cp = 2,
+                           .method = parallel::ContextMethod::all_to_all},
+                      Case{.name = "gpt1l_dp2_cp2_zero1", .ranks = 2, .zero_stage = 1, .layers = 1, .cp = 2},
+                      Case{.name = "gpt1l_tp2_sp_overlapped", .ranks = 2, .layers = 1, .tp = 2,
+                           .sequence_parallel = true, .overlap_model_gradients = true}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -247,7 +247,12 @@ void CommEngine::run_next_slice() {
   }
   const int slice = job->next_slice;
   const double start = now_us();
-  CollectiveOptions options = options_.collective;
+  // The engine's algorithm where the job's collective implements it (a
+  // custom job's work takes its own).
+  const Collective kind = job->kind == JobKind::reduce_scatter ? Collective::reduce_scatter
+                          : job->kind == JobKind::allgather    ? Collective::allgather
+                                                               : Collective::allreduce;
+  CollectiveOptions options = options_for(options_.collective, kind);
   if (job->algorithm != Algorithm::automatic) options.algorithm = job->algorithm;
   const int64_t bytes = run_slice(*job, slice, comm_, options, staging_);
   const double end = now_us();

@@ -88,7 +88,8 @@ std::vector<int> hosts_of(const Program& p, const comm::AlgorithmMenu& menu, con
 }
 Resolved resolve(const Program& p, const std::vector<comm::AlgorithmMenu>& menus, const CommGroup& group,
                  comm::Collective kind, int64_t bytes) {
-  Resolved r{.wire = p.collective};
+  const comm::CollectiveOptions run = comm::options_for(p.collective, kind);
+  Resolved r{.wire = run};
   const int ranks = static_cast<int>(group.ranks.size());
   if (menus.empty() || ranks <= 1) return r;
   // The data x context group's menu follows the axes' (LowerRequest::menus).
@@ -96,7 +97,7 @@ Resolved resolve(const Program& p, const std::vector<comm::AlgorithmMenu>& menus
   if (found == nullptr) return r;
   const comm::AlgorithmMenu& menu = *found;
   r.hosts = hosts_of(p, menu, group);
-  r.algorithm = comm::choose_algorithm(menu, kind, static_cast<double>(bytes), ranks, p.collective);
+  r.algorithm = comm::choose_algorithm(menu, kind, static_cast<double>(bytes), ranks, run);
   r.wire.algorithm = r.algorithm;
   r.node_shared_memory = menu.node_shared_memory;
   return r;
@@ -115,6 +116,7 @@ void stamp_collective(const Program& p, const std::vector<comm::AlgorithmMenu>& 
   instr.wire = comm::wire_bytes({.collective = c.kind,
                                  .options = r.wire,
                                  .bytes = bytes,
+                                 .element_bytes = static_cast<int>(dtype_size(p.buffers[static_cast<size_t>(whole.buffer)].dtype)),
                                  .ranks = static_cast<int>(group.ranks.size()),
                                  .rank = group.rank,
                                  .hosts = r.hosts,
@@ -137,6 +139,29 @@ void stamp_reshard(const Program& p, const std::vector<comm::AlgorithmMenu>& men
   instr.wire = comm::wire_bytes({.collective = kind, .options = r.wire, .bytes = bytes,
                                  .ranks = static_cast<int>(group.ranks.size()), .rank = group.rank,
                                  .hosts = r.hosts, .node_shared_memory = r.node_shared_memory});
+}
+
+// How the rank's engine runs a progress-lane collective: plain float32
+// allreduces, reduce-scatters and gathers as the engine's own jobs, cut
+// into slices of the collective's slice_bytes (comm::slice_plan, the
+// engine's rule); a codec's exchange (every gradient collective of a
+// compressed run), a reduce-scatter that adds into its shard and a gather
+// into a bf16 bucket as custom jobs, run whole.
+void stamp_engine_job(const Context& c, const Program& p, const Collective& collective, Instr& instr) {
+  const Region& whole = collective.kind == comm::Collective::allgather ? collective.output : collective.input;
+  const Buffer& input = p.buffers[static_cast<size_t>(collective.input.buffer)];
+  const bool codec = c.strategy.lowering.compression.lossy() && input.kind == Buffer::Kind::grad_bucket;
+  const bool f32 = p.buffers[static_cast<size_t>(whole.buffer)].dtype == DType::f32;
+  instr.job = comm::JobKind::custom;
+  if (!codec && !collective.accumulate && f32) {
+    if (collective.kind == comm::Collective::allreduce) instr.job = comm::JobKind::allreduce;
+    if (collective.kind == comm::Collective::reduce_scatter) instr.job = comm::JobKind::reduce_scatter;
+    if (collective.kind == comm::Collective::allgather) instr.job = comm::JobKind::allgather;
+  }
+  const auto ranks = static_cast<int>(p.groups[static_cast<size_t>(instr.group)].ranks.size());
+  instr.slices = instr.job == comm::JobKind::custom
+                     ? 1
+                     : comm::slice_plan(instr.job, whole.count, collective.slice_bytes, ranks).slices;
 }
 
 // A message to `peer` along `axis` leaves this rank's host (the run's menu
@@ -167,6 +192,7 @@ void facts(const Context& c, Program& p, const std::vector<comm::AlgorithmMenu>&
           c.strategy.mesh.axes()[static_cast<size_t>(collective->axis)].size > 1)
         instr.lane = {.kind = Lane::Kind::progress, .axis = collective->axis};
       stamp_collective(p, menus, *collective, instr);
+      if (instr.lane.kind == Lane::Kind::progress) stamp_engine_job(c, p, *collective, instr);
     } else if (const auto* reshard = std::get_if<Reshard>(&instr.op)) {
       const std::optional<comm::Collective> kind = collective_of(resharding(reshard->from, reshard->to));
       if (!kind) continue;  // a slice: local
@@ -179,6 +205,9 @@ void facts(const Context& c, Program& p, const std::vector<comm::AlgorithmMenu>&
       (crosses_hosts(p, menus, send->axis, send->peer) ? instr.wire.inter_node : instr.wire.intra_node) = bytes;
     } else if (const auto* recv = std::get_if<Recv>(&instr.op)) {
       instr.lane = {.kind = Lane::Kind::p2p, .axis = recv->axis};
+      const int64_t bytes =
+          p.graph_of(instr.micro_batch).spec(recv->value).shape.numel() * static_cast<int64_t>(dtype_size(recv->dtype));
+      (crosses_hosts(p, menus, recv->axis, recv->peer) ? instr.wire.inter_node : instr.wire.intra_node) = bytes;
     }
     if (instr.group >= 0) instr.sequence = calls[instr.group]++;
   }

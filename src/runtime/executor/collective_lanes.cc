@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "kernels/bf16.h"
 #include "kernels/elementwise.h"
+#include "parallel/memory_ledger.h"
 
 namespace px {
 
@@ -110,8 +111,8 @@ uint64_t CollectiveLanes::bytes_sent(int axis) const {
   return bytes;
 }
 
-comm::CollectiveOptions options_of(const parallel::Program& program, const parallel::Instr& instr) {
-  comm::CollectiveOptions options = program.collective;
+comm::CollectiveOptions options_of(const parallel::Program& program, const parallel::Instr& instr, comm::Collective kind) {
+  comm::CollectiveOptions options = comm::options_for(program.collective, kind);
   if (instr.algorithm != comm::Algorithm::automatic) options.algorithm = instr.algorithm;
   return options;
 }
@@ -130,21 +131,21 @@ bool CollectiveLanes::run(const parallel::Program& program, int id, const parall
     else exchange(group);
   } else {
     const comm::Buffer output = op.output.buffer >= 0 ? buffers.comm_buffer(op.output) : comm::Buffer();
-    job = dense(op, instr, input, output, lane, group);
+    job = dense(op, instr, input, output, lane, parallel::gather_staging_bytes(program, op) > 0, group);
   }
   if (engine) instr_of_job_[{lane, job}] = id;
   return engine != nullptr;
 }
 
 // A plain collective: queued on lane `lane`'s engine (its job), or run
-// here (-1) when `lane` is -1.
+// here (-1) when `lane` is -1; `staged`: an allgather from a copy of its input.
 CollectiveLanes::JobId CollectiveLanes::dense(const parallel::Collective& op, const parallel::Instr& instr,
-                                              std::span<float> input, comm::Buffer output, int lane,
+                                              std::span<float> input, comm::Buffer output, int lane, bool staged,
                                               comm::Communicator& group) {
   comm::CommEngine* engine = lane >= 0 ? lanes_[static_cast<size_t>(lane)].engine.get() : nullptr;
   const std::string& name = instr.name;
   const int priority = instr.priority;
-  comm::CollectiveOptions collective = collective_;
+  comm::CollectiveOptions collective = comm::options_for(collective_, op.kind);
   if (instr.algorithm != comm::Algorithm::automatic) collective.algorithm = instr.algorithm;
   const comm::Algorithm algorithm = instr.algorithm;
   const int64_t bytes = static_cast<int64_t>(input.size() * sizeof(float));
@@ -173,9 +174,19 @@ CollectiveLanes::JobId CollectiveLanes::dense(const parallel::Collective& op, co
       return -1;
     }
     case comm::Collective::allgather: {
-      // The input may be this rank's block of the output itself: gather from
-      // a copy, in the output's dtype (a bf16 bucket: rounded here, so the
-      // wire carries half the bytes).
+      // From where the input is, unless it must be staged (the memory
+      // ledger's rule: parallel::gather_staging_bytes).
+      if (!staged) {
+        if (!engine) {
+          comm::allgather(group, input.data(), output, collective);
+          return -1;
+        }
+        return engine->allgather(input, std::span<float>(static_cast<float*>(output.data), static_cast<size_t>(output.count)),
+                                 priority, name, algorithm);
+      }
+      // Gathered from a copy in the output's dtype (a bf16 bucket's rounded
+      // here, so the wire carries half the bytes), kept until the job is
+      // done (release_staging).
       Tensor staged = Tensor::empty({static_cast<int64_t>(input.size())}, output.dtype);
       if (output.dtype == DType::bf16)
         kernels::to_bf16(staged.numel(), input.data(), static_cast<kernels::bf16*>(staged.raw()));
@@ -222,13 +233,18 @@ void CollectiveLanes::collect(std::vector<TraceRecord>* trace, int64_t step) {
                           .instr = it == instr_of_job_.end() ? -1 : it->second});
       }
   }
-  // Staged allgather inputs and job names go once their jobs are done.
-  auto done = [&](const std::pair<int, JobId>& key) {
-    return lanes_[static_cast<size_t>(key.first)].engine->finished(key.second);
-  };
-  for (auto it = staging_.begin(); it != staging_.end();) it = done(it->first) ? staging_.erase(it) : std::next(it);
+  // Job names go once their jobs are done.
+  release_staging();
   for (auto it = instr_of_job_.begin(); it != instr_of_job_.end();)
     it = done(it->first) ? instr_of_job_.erase(it) : std::next(it);
+}
+
+bool CollectiveLanes::done(const std::pair<int, JobId>& job) const {
+  return lanes_[static_cast<size_t>(job.first)].engine->finished(job.second);
+}
+
+void CollectiveLanes::release_staging() {
+  for (auto it = staging_.begin(); it != staging_.end();) it = done(it->first) ? staging_.erase(it) : std::next(it);
 }
 
 }  // namespace px

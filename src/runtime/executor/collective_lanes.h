@@ -22,9 +22,10 @@
 
 namespace px {
 
-// The collective options an instruction runs with: the program's, with the
+// The options instruction `instr`'s collective of kind `kind` runs with:
+// the program's as that kind takes them (comm::options_for), with the
 // algorithm the lowering resolved for it.
-comm::CollectiveOptions options_of(const parallel::Program& program, const parallel::Instr& instr);
+comm::CollectiveOptions options_of(const parallel::Program& program, const parallel::Instr& instr, comm::Collective kind);
 
 class CollectiveLanes final : public RunningJobs {
  public:
@@ -57,6 +58,9 @@ class CollectiveLanes final : public RunningJobs {
   // The engines' slices run since the last call, as trace records tagged
   // with their instructions; staged inputs of finished jobs released.
   void collect(std::vector<TraceRecord>* trace, int64_t step);
+  // Staged allgather inputs whose jobs are done, released (the loop calls
+  // it after every instruction, so a copy lives as long as its gather).
+  void release_staging();
   // Bytes this rank's engines sent on mesh axis `axis` so far.
   uint64_t bytes_sent(int axis) const;
 
@@ -70,7 +74,8 @@ class CollectiveLanes final : public RunningJobs {
   // instruction its lane's index (-1: inline).
   std::vector<int> lanes_of(const parallel::Program& program, RankGroups& groups, std::vector<Lane>& lanes) const;
   JobId dense(const parallel::Collective& op, const parallel::Instr& instr, std::span<float> input,
-              comm::Buffer output, int lane, comm::Communicator& group);
+              comm::Buffer output, int lane, bool staged, comm::Communicator& group);
+  bool done(const std::pair<int, JobId>& job) const;
   comm::CommEngine& engine_of(int id) const { return *lanes_[static_cast<size_t>(lane_of_[static_cast<size_t>(id)])].engine; }
 
   comm::CollectiveOptions collective_;  // the program's (every program's: checked by ProgramSet)

@@ -3,6 +3,7 @@
 // the compute stream waits for it (the value is needed next).
 #include <algorithm>
 
+#include "parallel/lower/reshard.h"
 #include "runtime/executor/program_executor.h"
 
 namespace px {
@@ -27,7 +28,10 @@ void ProgramExecutor::reshard(int id, const parallel::Reshard& op, const StepInp
     dims[static_cast<size_t>(op.from.dim)] = out_shape[op.from.dim];
     whole = Shape(dims);
   }
-  Tensor out = comm == nullptr ? in : reshard_tensor(*comm, in, op.from, op.to, whole, options_of(prog(), instr));
+  // A slice (B -> S) runs no collective: no options to take.
+  const std::optional<comm::Collective> kind = parallel::collective_of(parallel::resharding(op.from, op.to));
+  const comm::CollectiveOptions options = kind ? options_of(prog(), instr, *kind) : comm::CollectiveOptions{};
+  Tensor out = comm == nullptr ? in : reshard_tensor(*comm, in, op.from, op.to, whole, options);
   PX_CHECK(out.shape() == out_shape, "reshard #{} gives {}, the program expects {}", id, out.shape(), out_shape);
   live[static_cast<size_t>(node.outputs.front())] = out;
   // Held like a forward node's output when forward resharded it (the input

@@ -38,7 +38,7 @@ NamedTensors gather_stages(const parallel::Program& program, RankGroups& groups,
       t = Tensor::empty(p.shape, DType::f32);
     }
     comm::broadcast(axis, comm::Buffer(std::span<float>(t.f32(), static_cast<size_t>(t.numel()))), p.owner,
-                    program.collective);
+                    comm::options_for(program.collective, comm::Collective::broadcast));
     all.emplace_back(p.name, std::move(t));
   }
   return all;
@@ -57,7 +57,8 @@ Tensor whole_of(const parallel::Program& program, RankGroups& groups, const Tens
     const parallel::AxisPlacements was = placement;
     placement[a] = Placement::B();
     const Shape whole = parallel::local_shape(param.global_shape, placement, program.strategy.mesh, program.coords);
-    t = reshard_tensor(*groups.axis(static_cast<int>(a)), t, was[a], Placement::B(), whole, program.collective);
+    t = reshard_tensor(*groups.axis(static_cast<int>(a)), t, was[a], Placement::B(), whole,
+                       comm::options_for(program.collective, comm::Collective::allgather));
   }
   return t;
 }
@@ -69,7 +70,7 @@ void gather_buckets(const parallel::Program& program, RankGroups& groups, std::v
     mine.assign(flat.begin() + b.offset + b.block_begin, flat.begin() + b.offset + b.block_begin + b.block_count);
     comm::allgather(*groups.data_path(), mine.data(),
                     comm::Buffer(std::span<float>(flat.data() + b.offset, static_cast<size_t>(b.count))),
-                    program.collective);
+                    comm::options_for(program.collective, comm::Collective::allgather));
   }
 }
 

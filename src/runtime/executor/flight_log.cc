@@ -29,14 +29,14 @@ std::optional<FlightSite> flight_site(const parallel::Program& program, const Tr
                             .sequence = sequence,
                             .bytes = wire};
         } else if constexpr (std::is_same_v<T, parallel::Send> || std::is_same_v<T, parallel::Recv>) {
-          const Graph& g = program.graph_of(instr.micro_batch);
           constexpr bool sending = std::is_same_v<T, parallel::Send>;
-          // A transfer is named by its tag; a receive's bytes are its sender's.
+          // A transfer is named by its tag; its bytes are the stamped wire
+          // (in the dtype it travels in; a receive's, what its sender sends).
           return FlightSite{.kind = sending ? FlightKind::send : FlightKind::recv,
                             .what = sending ? "send" : "receive",
                             .axis = axis_name(op.axis),
                             .sequence = static_cast<uint64_t>(op.tag),
-                            .bytes = static_cast<uint64_t>(g.spec(op.value).shape.numel()) * dtype_size(g.spec(op.value).dtype),
+                            .bytes = wire,
                             .peer = transfers.world_rank(op.axis, op.peer)};
         } else {
           return std::nullopt;

@@ -134,6 +134,7 @@ void ProgramExecutor::execute(int id, Step& step) {
     live_[static_cast<size_t>(instr.micro_batch)][static_cast<size_t>(v)] = Tensor();
   }
   buffers_.release_finished(lanes_);
+  lanes_.release_staging();
 }
 
 // The main thread's local passes beside its computes (which compute() traces itself).

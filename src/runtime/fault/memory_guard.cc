@@ -77,14 +77,17 @@ void check_model_fits(const nn::ModelConfig& model, MachineRanks ranks, int opti
          available.source, advice());
 }
 
-void check_program_fits(const parallel::Program& program, MachineRanks ranks, int optimizer_slots, int state_copies) {
-  const AvailableMemory available = available_memory();
-  if (available.bytes < 0) return;
+double program_peak_bytes(const parallel::Program& program, int optimizer_slots, int state_copies) {
   // A copy of the state: this rank's parameters and their optimizer slots
   // (whole model shards: an upper bound under ZeRO, whose copies are blocks).
   const double state = static_cast<double>(program.param_count) * sizeof(float) * (1 + optimizer_slots);
-  const double peak =
-      plan::program_memory(program, parallel::liveness(program), optimizer_slots).peak_bytes + state_copies * state;
+  return plan::program_memory(program, parallel::liveness(program), optimizer_slots).peak_bytes + state_copies * state;
+}
+
+void check_program_fits(const parallel::Program& program, MachineRanks ranks, int optimizer_slots, int state_copies) {
+  const AvailableMemory available = available_memory();
+  if (available.bytes < 0) return;
+  const double peak = program_peak_bytes(program, optimizer_slots, state_copies);
   const int here = ranks.here;
   if (peak * here > available.bytes)
     fail("the run needs {:.2f} GiB per rank at its peak ({} rank{} on this machine: {:.2f} GiB), and this machine "

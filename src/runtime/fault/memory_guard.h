@@ -41,8 +41,11 @@ MachineRanks machine_ranks(bool mpi, int local_ranks, int world);
 // Check 1; px::Error names the need, what is available and what to try.
 void check_model_fits(const nn::ModelConfig& model, MachineRanks ranks, int optimizer_slots);
 
-// Check 2 for this rank's lowered Program, with `state_copies` copies of
-// its parameters and optimizer state held for checkpoints and restarts.
+// The peak check 2 holds against the machine: the rank's Program counted
+// by the memory ledger (plan::program_memory), with `state_copies` copies
+// of its parameters and optimizer state held for checkpoints and restarts.
+double program_peak_bytes(const parallel::Program& program, int optimizer_slots, int state_copies = 0);
+// Check 2 for this rank's lowered Program (program_peak_bytes).
 void check_program_fits(const parallel::Program& program, MachineRanks ranks, int optimizer_slots,
                         int state_copies = 0);
 

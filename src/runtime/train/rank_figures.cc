@@ -42,7 +42,8 @@ std::vector<int64_t> gather_peak_bytes(comm::Communicator& world, int64_t mine) 
 std::vector<double> gather_bytes_between_hosts(comm::Communicator& world, const parallel::Program& mine) {
   const std::vector<int>& hosts = world.hosts();
   double sent = 0;
-  for (const parallel::Instr& instr : mine.instrs) sent += static_cast<double>(instr.wire.inter_node);
+  for (const parallel::Instr& instr : mine.instrs)  // a receive's wire is its sender's
+    if (!std::holds_alternative<parallel::Recv>(instr.op)) sent += static_cast<double>(instr.wire.inter_node);
   const float own = static_cast<float>(sent / 1024);  // KiB: a float holds a step's bytes to 2^-24
   std::vector<float> all(static_cast<size_t>(world.size()));
   comm::allgather(world, &own, comm::Buffer(std::span<float>(all)));
