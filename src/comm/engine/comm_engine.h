@@ -1,8 +1,10 @@
-// CommEngine: one per rank, a progress thread that runs queued collectives
+// CommEngine: a progress thread over one group that runs queued collectives
 // (gradient allreduces, ZeRO reduce-scatters and allgathers, codec exchanges)
-// while the caller keeps computing. The most urgent job goes first; with
-// slicing (P3) big jobs run as slices, and a more urgent job submitted later
-// runs before an earlier job's remaining slices. See docs/comm_engine.md.
+// while the caller keeps computing; a rank has one per axis whose
+// collectives overlap compute (runtime/executor/collective_lanes.h). The
+// most urgent job goes first; with slicing (P3) big jobs run as slices, and
+// a more urgent job submitted later runs before an earlier job's remaining
+// slices. See docs/comm_engine.md.
 //
 // Contract: every rank submits the same jobs (kind, name, size, priority) in
 // the same order; job k is the k-th submission everywhere. Before each slice
