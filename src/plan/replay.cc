@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "core/error.h"
 #include "graph/op.h"
@@ -289,8 +290,15 @@ Simulation Replay::run() {
   // linear on a nearly sorted order; a full sort each move was a tenth of
   // a 3072-GPU replay). Keys (clock, lane) are unique: the order is the
   // same as a full sort's.
+  // Ordered by (clock, kind, lane): at equal clocks every main thread
+  // moves before any progress lane chooses, so a lane choosing its next
+  // job at time t knows every job its members submit at t (the engine's
+  // agreement round sees them all too); else, with ties (zero costs), one
+  // rank's lane could commit to a job while another's chose a more urgent
+  // one submitted at the same time, and the two would wait for each other.
   std::vector<std::pair<double, int>> order;
   for (int lane = 0; lane < 2 * ranks_; ++lane) order.push_back({0.0, lane});
+  const auto key = [](const std::pair<double, int>& e) { return std::tuple(e.first, e.second % 2, e.second); };
   const auto active = [&](int lane) {
     const RankState& s = state_[static_cast<size_t>(lane / 2)];
     return lane % 2 ? s.engine_first < s.engine.size() : s.pc < s.n * static_cast<size_t>(s.steps);
@@ -304,7 +312,7 @@ Simulation Replay::run() {
       clock = lane % 2 ? s.engine_t : s.t;
     }
     for (size_t i = 1; i < order.size(); ++i)
-      for (size_t j = i; j > 0 && order[j] < order[j - 1]; --j) std::swap(order[j], order[j - 1]);
+      for (size_t j = i; j > 0 && key(order[j]) < key(order[j - 1]); --j) std::swap(order[j], order[j - 1]);
     for (const auto& [clock, lane] : order)
       if (active(lane) && (lane % 2 ? advance_engine(lane / 2) : advance_main(lane / 2))) {
         moved = true;

@@ -76,6 +76,21 @@ TEST(Simulate, DataParallelStepIsItsRingAllreduces) {
   EXPECT_NEAR(sim.bytes_sent.at(LinkClass::intra_node), 4 * 2 * 0.75 * (n + 4), 1e-6);
 }
 
+// A P3 program (sliced, prioritized reductions carried into the next
+// step's deferred updates) replays to its end whatever the costs, zero
+// ones included: every lane's clock then stays at 0 and ties decide.
+TEST(Simulate, AP3ProgramFinishesWithZeroCosts) {
+  const nn::Model model = nn::build_mlp({.hidden = {64, 64}, .classes = 10}, 8);
+  parallel::Strategy s = parallel::data_parallel(2, batch_input_names(model));
+  s.lowering.p3_slice_bytes = 1024;
+  s.lowering.global_norm = false;
+  s.lowering.bucket_bytes = 0;
+  const std::vector<parallel::Program> programs = lower_all(model, s);
+  FakeEstimator zero;
+  const ClusterSpec cluster = cluster_named("dgx-a100");
+  EXPECT_NO_THROW(simulate({.programs = &programs, .cluster = &cluster, .estimator = &zero}));
+}
+
 // The representatives of pp x dp x tp (one rank per stage) replay to the
 // same step, bubble and link bytes as every rank: the planner's shortcut.
 TEST(Simulate, SymmetricReplayOfOneRankPerStageMatchesTheWholeMesh) {
