@@ -87,10 +87,9 @@ ProgramMemory program_memory(const parallel::Program& p, const parallel::Livenes
   // holds, which lets go of them once they are done.
   std::map<int, double> held;
   double held_bytes = 0, held_peak = 0;
+  // (The lowering stamps a progress lane only on a group of several ranks.)
   auto on_progress_lane = [&](int id) {
-    const Instr& x = p.instrs[static_cast<size_t>(id)];
-    return x.lane.kind == parallel::Lane::Kind::progress && x.group >= 0 &&
-           p.groups[static_cast<size_t>(x.group)].ranks.size() > 1;
+    return p.instrs[static_cast<size_t>(id)].lane.kind == parallel::Lane::Kind::progress;
   };
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const Instr& instr = p.instrs[i];
@@ -110,7 +109,7 @@ ProgramMemory program_memory(const parallel::Program& p, const parallel::Livenes
     if (const auto* c = std::get_if<parallel::Collective>(&instr.op))
       staged = static_cast<double>(parallel::gather_staging_bytes(p, *c));
     peak = std::max(peak, live + ledger.bytes() + staged);
-    if (on_progress_lane(static_cast<int>(i))) {
+    if (staged > 0 && on_progress_lane(static_cast<int>(i))) {
       held[static_cast<int>(i)] += staged;
       held_bytes += staged;
       staged = 0;
@@ -124,7 +123,6 @@ ProgramMemory program_memory(const parallel::Program& p, const parallel::Livenes
         held_bytes += bytes;
       }
     }
-    peak = std::max(peak, live + ledger.bytes());
     held_peak = std::max(held_peak, live + held_bytes + ledger.bytes() + staged);
     for (ValueId v : liveness.values[i]) ledger.drop(instr.micro_batch, v);
   }

@@ -393,8 +393,8 @@ void Scheduler::defer_model_reductions() {
         from.reduce != Placement::Reduce::sum || !(to == Placement::B()) || readers[static_cast<size_t>(in)] != 1 ||
         readers[static_cast<size_t>(out)] != 0 || part_of_[static_cast<size_t>(in)] >= 0)
       continue;
-    if (axis_of.count(param) && axis_of[param] != axis) axis_of[param] = -1;  // two axes: left inline
-    else if (!axis_of.count(param)) axis_of[param] = axis;
+    auto [it, fresh] = axis_of.try_emplace(param, axis);
+    if (!fresh && it->second != axis) it->second = -1;  // two axes: left inline
     candidates[param].push_back(n);
   }
   // Every part of the parameter partial along one axis: a part already whole

@@ -29,8 +29,7 @@ int64_t slice_bytes(const parallel::Program& program, const std::vector<int>& la
 }  // namespace
 
 CollectiveLanes::CollectiveLanes(const parallel::Program& program, RankGroups& groups,
-                                 const parallel::ExecutionOptions& options)
-    : collective_(program.collective) {
+                                 const parallel::ExecutionOptions& options) {
   if (options.overlap) lane_of_ = lanes_of(program, groups, lanes_);
   else lane_of_.assign(program.instrs.size(), -1);
   for (size_t l = 0; l < lanes_.size(); ++l) {
@@ -44,7 +43,7 @@ CollectiveLanes::CollectiveLanes(const parallel::Program& program, RankGroups& g
 }
 
 std::vector<int> CollectiveLanes::lanes_of(const parallel::Program& program, RankGroups& groups,
-                                           std::vector<Lane>& lanes) const {
+                                           std::vector<Lane>& lanes) {
   std::vector<int> lane_of(program.instrs.size(), -1);
   for (size_t i = 0; i < program.instrs.size(); ++i) {
     const parallel::Instr& instr = program.instrs[i];
@@ -82,9 +81,9 @@ void CollectiveLanes::bind(const parallel::Program& program, RankGroups& groups)
   job_.assign(program.instrs.size(), -1);
 }
 
-void CollectiveLanes::begin_step(const std::vector<bool>& keep) {
+void CollectiveLanes::begin_step(const std::vector<bool>& carried, bool keep_carried) {
   for (size_t i = 0; i < job_.size(); ++i)
-    if (!keep[i]) job_[i] = -1;
+    if (!(keep_carried && carried[i])) job_[i] = -1;
 }
 
 bool CollectiveLanes::finished(int id) const {
@@ -93,11 +92,6 @@ bool CollectiveLanes::finished(int id) const {
 
 void CollectiveLanes::wait(int id) {
   if (has_job(id)) engine_of(id).wait(job_[static_cast<size_t>(id)]);
-}
-
-void CollectiveLanes::wait_all_but(const std::vector<bool>& keep) {
-  for (size_t i = 0; i < job_.size(); ++i)
-    if (job_[i] >= 0 && !keep[i]) wait(static_cast<int>(i));
 }
 
 void CollectiveLanes::wait_all() {
@@ -131,7 +125,8 @@ bool CollectiveLanes::run(const parallel::Program& program, int id, const parall
     else exchange(group);
   } else {
     const comm::Buffer output = op.output.buffer >= 0 ? buffers.comm_buffer(op.output) : comm::Buffer();
-    job = dense(op, instr, input, output, lane, parallel::gather_staging_bytes(program, op) > 0, group);
+    job = dense(op, instr, options_of(program, instr, op.kind), input, output, lane,
+                parallel::gather_staging_bytes(program, op) > 0, group);
   }
   if (engine) instr_of_job_[{lane, job}] = id;
   return engine != nullptr;
@@ -140,13 +135,11 @@ bool CollectiveLanes::run(const parallel::Program& program, int id, const parall
 // A plain collective: queued on lane `lane`'s engine (its job), or run
 // here (-1) when `lane` is -1; `staged`: an allgather from a copy of its input.
 CollectiveLanes::JobId CollectiveLanes::dense(const parallel::Collective& op, const parallel::Instr& instr,
-                                              std::span<float> input, comm::Buffer output, int lane, bool staged,
-                                              comm::Communicator& group) {
+                                              const comm::CollectiveOptions& collective, std::span<float> input,
+                                              comm::Buffer output, int lane, bool staged, comm::Communicator& group) {
   comm::CommEngine* engine = lane >= 0 ? lanes_[static_cast<size_t>(lane)].engine.get() : nullptr;
   const std::string& name = instr.name;
   const int priority = instr.priority;
-  comm::CollectiveOptions collective = comm::options_for(collective_, op.kind);
-  if (instr.algorithm != comm::Algorithm::automatic) collective.algorithm = instr.algorithm;
   const comm::Algorithm algorithm = instr.algorithm;
   const int64_t bytes = static_cast<int64_t>(input.size() * sizeof(float));
   switch (op.kind) {
@@ -187,27 +180,27 @@ CollectiveLanes::JobId CollectiveLanes::dense(const parallel::Collective& op, co
       // Gathered from a copy in the output's dtype (a bf16 bucket's rounded
       // here, so the wire carries half the bytes), kept until the job is
       // done (release_staging).
-      Tensor staged = Tensor::empty({static_cast<int64_t>(input.size())}, output.dtype);
+      Tensor copy = Tensor::empty({static_cast<int64_t>(input.size())}, output.dtype);
       if (output.dtype == DType::bf16)
-        kernels::to_bf16(staged.numel(), input.data(), static_cast<kernels::bf16*>(staged.raw()));
+        kernels::to_bf16(copy.numel(), input.data(), static_cast<kernels::bf16*>(copy.raw()));
       else
-        std::copy(input.begin(), input.end(), staged.f32());
+        std::copy(input.begin(), input.end(), copy.f32());
       if (!engine) {
-        comm::allgather(group, staged.raw(), output, collective);
+        comm::allgather(group, copy.raw(), output, collective);
         return -1;
       }
       const JobId job =
           output.dtype == DType::f32
-              ? engine->allgather(std::span<const float>(staged.f32(), input.size()),
+              ? engine->allgather(std::span<const float>(copy.f32(), input.size()),
                                   std::span<float>(static_cast<float*>(output.data), static_cast<size_t>(output.count)),
                                   priority, name, algorithm)
               : engine->submit(
                     priority, name,
-                    [in = staged.raw(), output, collective](comm::Communicator& comm) {
+                    [in = copy.raw(), output, collective](comm::Communicator& comm) {
                       comm::allgather(comm, in, output, collective);
                     },
                     static_cast<int64_t>(output.bytes()));
-      staging_[{lane, job}] = std::move(staged);
+      staging_[{lane, job}] = std::move(copy);
       return job;
     }
     default:

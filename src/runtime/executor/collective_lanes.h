@@ -37,9 +37,9 @@ class CollectiveLanes final : public RunningJobs {
 
   // Another program of the run is active: its lanes must be the first one's.
   void bind(const parallel::Program& program, RankGroups& groups);
-  // A step begins: every job forgotten but those `keep` marks (carried to
-  // this step's deferred instructions).
-  void begin_step(const std::vector<bool>& keep);
+  // A step begins: every job forgotten but, when `keep_carried`, those
+  // `carried` marks (this step's deferred instructions wait for them).
+  void begin_step(const std::vector<bool>& carried, bool keep_carried);
 
   // Instruction `id`'s collective over `group`, queued on its lane's engine
   // (returns true) or run here. `exchange`: a codec's (GradientCodecs),
@@ -52,8 +52,6 @@ class CollectiveLanes final : public RunningJobs {
   bool running(int id) const override { return has_job(id) && !finished(id); }
   // Waits for instruction `id`'s job, if it has one (px::Error if it failed).
   void wait(int id);
-  // Every job of the step but those `keep` marks.
-  void wait_all_but(const std::vector<bool>& keep);
   void wait_all();  // every engine's every job
   // The engines' slices run since the last call, as trace records tagged
   // with their instructions; staged inputs of finished jobs released.
@@ -72,13 +70,12 @@ class CollectiveLanes final : public RunningJobs {
   };
   // The lanes of `program` (axis and group per progress lane), and per
   // instruction its lane's index (-1: inline).
-  std::vector<int> lanes_of(const parallel::Program& program, RankGroups& groups, std::vector<Lane>& lanes) const;
-  JobId dense(const parallel::Collective& op, const parallel::Instr& instr, std::span<float> input,
-              comm::Buffer output, int lane, bool staged, comm::Communicator& group);
+  static std::vector<int> lanes_of(const parallel::Program& program, RankGroups& groups, std::vector<Lane>& lanes);
+  JobId dense(const parallel::Collective& op, const parallel::Instr& instr, const comm::CollectiveOptions& collective,
+              std::span<float> input, comm::Buffer output, int lane, bool staged, comm::Communicator& group);
   bool done(const std::pair<int, JobId>& job) const;
   comm::CommEngine& engine_of(int id) const { return *lanes_[static_cast<size_t>(lane_of_[static_cast<size_t>(id)])].engine; }
 
-  comm::CollectiveOptions collective_;  // the program's (every program's: checked by ProgramSet)
   std::vector<Lane> lanes_;
   std::vector<int> lane_of_;  // per instruction of the active program
   std::vector<JobId> job_;    // per instruction: its job this step (-1)

@@ -90,7 +90,7 @@ void ProgramExecutor::begin_step(const StepInput& input) {
   buffers_.begin_step(p.loss_buffer);
   // The previous step's carried jobs stay: the deferred instructions at
   // this step's head wait for them.
-  lanes_.begin_step(step_.carry_pending ? active().carried : std::vector<bool>(p.instrs.size(), false));
+  lanes_.begin_step(active().carried, step_.carry_pending);
   codecs_.begin_step();
   for (size_t a = 0; a < groups_.axes(); ++a) step_.sent_before[a] = axis_bytes_sent(a);
 }
