@@ -10,6 +10,7 @@
 #include "fuzz/fuzz_input.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/launch/launch.h"
+#include "runtime/tasks/model_json.h"
 
 namespace {
 
@@ -29,17 +30,17 @@ class TinyCheckpoint {
     std::ofstream text(text_path);
     for (int i = 0; i < 200; ++i) text << "the quick brown fox jumps over the lazy dog " << i << "\n";
     text.close();
-    px::TrainOptions o;
-    o.model = "gpt";
-    o.data = text_path;
-    o.gpt = {.vocab = 256, .block = 8, .n_layer = 1, .n_head = 1, .n_embd = 8, .dropout = 0};
-    o.batch = 2;
-    o.steps = 1;
-    o.eval_every = 0;
-    o.eval_batches = 1;
-    o.sample_tokens = 0;
-    o.threads = 1;
-    o.save = root_ + "/ckpt";
+    px::JobSpec o;
+    o.model.kind = "gpt";
+    o.data.path = text_path;
+    o.model.gpt = {.vocab = 256, .block = 8, .n_layer = 1, .n_head = 1, .n_embd = 8, .dropout = 0};
+    o.data.batch = 2;
+    o.run.steps = 1;
+    o.run.eval_every = 0;
+    o.data.eval_batches = 1;
+    o.run.sample_tokens = 0;
+    o.run.threads = 1;
+    o.checkpoint.save = root_ + "/ckpt";
     px::apply_model_defaults(o);
     std::ostringstream log;
     px::train(o, log);
@@ -62,10 +63,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   px::fuzz::expect_value_or_named_error([&] {
     const px::Checkpoint c = px::load_checkpoint(dir);
-    px::TrainOptions o;
-    px::apply_model_json(c.state.config, o);
+    px::JobSpec o;
+    px::apply_model_json(c.state.config, o.model, o.data);
     px::apply_model_defaults(o);
-    px::validate(o);
+    px::validate_job(o);
     // The data order's state, as the task of either kind restores it.
     px::fuzz::expect_value_or_named_error([&] { c.state.data.get<px::WindowSamplerState>(); });
     px::fuzz::expect_value_or_named_error([&] { c.state.data.get<px::EpochSamplerState>(); });

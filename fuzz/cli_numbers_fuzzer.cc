@@ -38,10 +38,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   px::fuzz::expect_value_or_named_error([&] {
     px::cli::apply(flags);
-    px::TrainOptions& o = flags.options;
-    px::validate(o);
-    const int world = std::max(o.ranks, o.strategy.mesh_ranks);
-    px::check_model_fits(o.model_config(), px::machine_ranks(o.mpi, o.local_ranks, world), 2);
+    px::JobSpec& o = flags.job;
+    px::validate_job(o);
+    const int world = std::max(o.launch.ranks, o.strategy.mesh_ranks);
+    px::check_model_fits(o.model, px::machine_ranks(o.launch.mpi, o.launch.local_ranks, world), 2);
   });
   return 0;
 }

@@ -21,6 +21,7 @@
 #include "cli/calibrate_hosts.h"
 #include "cli/commands.h"
 #include "cli/local_cluster.h"
+#include "plan/job_strategy.h"
 #include "cli/train_flags.h"
 #include "comm/backends.h"
 #include "comm/tuning/benchmark.h"
@@ -91,8 +92,8 @@ plan::LocalHosts hosts_of(const plan::ClusterSpec& saved) {
 // Measures and saves the spec. `links`: what the MPI ranks measured
 // (rank 0 calls this under mpirun, with the world's size); nullopt: one
 // host, its in-process transport.
-void calibrate(TrainOptions& o, const CalibrateFlags& cal, const std::optional<HostLinks>& links, int world_ranks = 1) {
-  const int lone_threads = o.threads;
+void calibrate(JobSpec& o, const CalibrateFlags& cal, const std::optional<HostLinks>& links, int world_ranks = 1) {
+  const int lone_threads = o.run.threads;
   const std::string path = cal.out.empty() ? local_cluster_path() : cal.out;
   auto say = [](const std::string& line) { std::cout << line << std::endl; };
 
@@ -100,7 +101,7 @@ void calibrate(TrainOptions& o, const CalibrateFlags& cal, const std::optional<H
   if (!cal.fresh && std::filesystem::exists(path)) saved = plan::load_cluster(path);
   plan::HostProfile profile = saved && saved->profile ? *saved->profile : plan::HostProfile{};
   const CalibrationOptions options{.batch_seconds = cal.kernel_ms / 1e3,
-                                   .max_ranks = std::max({cal.max_ranks, o.ranks, world_ranks})};
+                                   .max_ranks = std::max({cal.max_ranks, o.launch.ranks, world_ranks})};
   measure_host(profile, options, say);
   const double gemm_rate_at_start = profile.flops;
   measure_codecs(profile, options, say);
@@ -109,11 +110,11 @@ void calibrate(TrainOptions& o, const CalibrateFlags& cal, const std::optional<H
   const plan::LocalHosts hosts = links ? links->hosts : cal.comm == "keep" ? hosts_of(*saved) : plan::LocalHosts{};
 
   // The kernels of every candidate on 1 .. max ranks, and of the strategy the flags give.
-  const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
-  std::vector<parallel::Strategy> strategies{strategy_for(o, model, o.ranks)};
+  const nn::Model model = nn::build_model(o.model, o.data.batch, true);
+  std::vector<parallel::Strategy> strategies{plan::strategy_for(o.strategy, model, o.launch.ranks, run_use(o.optimizer))};
   for (int r = 1; r <= options.max_ranks; ++r)
     for (parallel::Strategy& s : plan::grid(model.graph, {.ranks = r,
-                                                          .batch = o.batch,
+                                                          .batch = o.data.batch,
                                                           .batch_inputs = batch_input_names(model),
                                                           .zero = false,
                                                           .recompute = false,
@@ -179,15 +180,15 @@ void add_calibrate_command(CLI::App& app) {
       ->check(CLI::IsMember({"quick", "tune", "keep"}))
       ->capture_default_str();
   cmd->add_flag("--fresh", cal->fresh, "start a new profile instead of adding to the saved one");
-  flags->precision_flag = add_precision_option(*cmd, flags->options.precision);
-  flags->options.threads = 2;  // train's default for a lone rank
-  cmd->add_option("--threads", flags->options.threads, "kernel threads of a lone rank (in-process ranks use 1 each)")
+  flags->precision_flag = add_precision_option(*cmd, flags->precision);
+  flags->job.run.threads = 2;  // train's default for a lone rank
+  cmd->add_option("--threads", flags->job.run.threads, "kernel threads of a lone rank (in-process ranks use 1 each)")
       ->capture_default_str();
   cmd->callback([flags, cal] {
     apply(*flags);
-    TrainOptions& o = flags->options;
-    if (o.strategy.mesh_ranks > 0) o.ranks = o.strategy.mesh_ranks;
-    validate(o);
+    JobSpec& o = flags->job;
+    if (o.strategy.mesh_ranks > 0) o.launch.ranks = o.strategy.mesh_ranks;
+    validate_job(o);
     if (!launched_by_mpi()) return calibrate(o, *cal, std::nullopt);
     // Under mpirun: every rank helps measure the links; rank 0 alone then
     // times the kernels while the others wait without polling.

@@ -4,21 +4,29 @@
 
 #include "cli/commands.h"
 #include "cli/train_flags.h"
+#include "graph/precision.h"
 #include "kernels/cpu_features.h"
 #include "kernels/threads.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/tasks/model_json.h"
 #include "runtime/tasks/sampling.h"
 #include "runtime/tasks/task.h"
 
 namespace px::cli {
 namespace {
 
-// The training options a checkpoint was made with (model config, data).
-TrainOptions options_from_checkpoint(const std::string& dir, const std::string& data_override) {
-  TrainOptions o;
-  apply_model_json(read_checkpoint_state(dir).config, o);
-  if (!data_override.empty()) o.data = data_override;
-  return o;
+// The model a checkpoint was trained and the data it was trained on
+// (state.json's config), the data path overridden when one is given.
+struct ModelAndData {
+  nn::ModelConfig model;
+  DataOptions data;
+};
+
+ModelAndData saved_model(const std::string& dir, const std::string& data_override) {
+  ModelAndData saved;
+  apply_model_json(read_checkpoint_state(dir).config, saved.model, saved.data);
+  if (!data_override.empty()) saved.data.path = data_override;
+  return saved;
 }
 
 ParamStore load_params(const Task& task, const std::string& dir) {
@@ -27,21 +35,21 @@ ParamStore load_params(const Task& task, const std::string& dir) {
   return params;
 }
 
-// The options `parallax eval` evaluates: a checkpoint's, or an ONNX
-// model's (--model FILE.onnx alone: the file's own initializers).
-TrainOptions eval_options(const std::string& checkpoint, const std::string& model, const nn::OnnxConfig& onnx,
-                          const std::string& data) {
+// What `parallax eval` evaluates: a checkpoint's model, or an ONNX model's
+// (--model FILE.onnx alone: the file's own initializers).
+ModelAndData eval_target(const std::string& checkpoint, const std::string& model, const nn::OnnxConfig& onnx,
+                         const std::string& data) {
   if (!checkpoint.empty()) {
     if (!model.empty()) fail("eval: give --checkpoint (its config names the model) or --model FILE.onnx, not both");
-    return options_from_checkpoint(checkpoint, data);
+    return saved_model(checkpoint, data);
   }
   if (!nn::is_onnx_path(model))
     fail("eval: give --checkpoint DIR, or --model FILE.onnx to evaluate an ONNX model's own weights");
-  TrainOptions o;
-  o.model = model;
-  o.onnx = onnx;
-  o.data = data;
-  return o;
+  ModelAndData target;
+  target.model.kind = model;
+  target.model.onnx = onnx;
+  target.data.path = data;
+  return target;
 }
 
 }  // namespace
@@ -72,13 +80,13 @@ void add_eval_command(CLI::App& app) {
   cmd->callback([o] {
     kernels::set_threads(o->threads);
     for (const std::string& text : o->inputs) o->onnx.bindings.push_back(nn::parse_input_binding(text));
-    TrainOptions t = eval_options(o->checkpoint, o->model, o->onnx, o->data);
-    t.precision = o->precision;  // checkpoints are fp32 whatever they were trained in
-    if (t.precision == "bf16") kernels::require_avx512_bf16("--precision bf16");
-    t.batch = o->batch;
-    t.eval_batches = o->eval_batches;
-    t.steps = 1;
-    auto task = make_task(t.task_options());
+    ModelAndData t = eval_target(o->checkpoint, o->model, o->onnx, o->data);
+    t.model.precision = parse_precision(o->precision);  // checkpoints are fp32 whatever they were trained in
+    if (t.model.precision == Precision::bf16) kernels::require_avx512_bf16("--precision bf16");
+    t.data.batch = o->batch;
+    t.data.eval_batches = o->eval_batches;
+    validate(t.data);
+    auto task = make_task(t.model, t.data, 1);
     ParamStore params = o->checkpoint.empty() ? initial_parameters(task->build(1, false).graph, 0)
                                               : load_params(*task, o->checkpoint);
     Evaluation e = task->evaluate(params).mean();
@@ -110,12 +118,12 @@ void add_sample_command(CLI::App& app) {
     o->sample.precision = parse_precision(o->precision);
     if (o->sample.precision == Precision::bf16) kernels::require_avx512_bf16("--precision bf16");
     validate(o->sample);
-    TrainOptions t = options_from_checkpoint(o->checkpoint, "");
-    if (t.model != "gpt") fail("checkpoint '{}' holds a {} model; sample needs a gpt checkpoint", o->checkpoint, t.model);
-    nn::validate(t.gpt);
-    ParamStore params = ParamStore::initialize(nn::build_gpt(t.gpt, 1, 1, false).graph, 0);
+    const nn::ModelConfig model = saved_model(o->checkpoint, "").model;
+    if (model.kind != "gpt") fail("checkpoint '{}' holds a {} model; sample needs a gpt checkpoint", o->checkpoint, model.kind);
+    nn::validate(model.gpt);
+    ParamStore params = ParamStore::initialize(nn::build_gpt(model.gpt, 1, 1, false).graph, 0);
     params.load(load_model_weights(o->checkpoint));
-    std::cout << o->prompt << sample_text(t.gpt, params, o->prompt, o->sample) << std::endl;
+    std::cout << o->prompt << sample_text(model.gpt, params, o->prompt, o->sample) << std::endl;
   });
 }
 

@@ -5,7 +5,7 @@
 #include "cli/commands.h"
 #include "nn/onnx/onnx_import.h"
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/train/train_options.h"
+#include "runtime/tasks/model_json.h"
 
 namespace px::cli {
 
@@ -19,12 +19,13 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--onnx", o->onnx, "the ONNX file to write")->required();
   cmd->add_option("--model", o->model, "the ONNX file trained (default: the one the checkpoint names)");
   cmd->callback([o] {
-    TrainOptions t;
-    apply_model_json(read_checkpoint_state(o->checkpoint).config, t);
-    if (!nn::is_onnx_path(t.model))
+    nn::ModelConfig model;
+    DataOptions data;
+    apply_model_json(read_checkpoint_state(o->checkpoint).config, model, data);
+    if (!nn::is_onnx_path(model.kind))
       fail("checkpoint '{}' holds the built-in model '{}'; export writes models imported from ONNX", o->checkpoint,
-           t.model);
-    const std::string source = o->model.empty() ? t.model : o->model;
+           model.kind);
+    const std::string source = o->model.empty() ? model.kind : o->model;
     std::map<std::string, Tensor> parameters;
     for (const auto& [name, tensor] : load_model_weights(o->checkpoint).tensors) parameters.emplace(name, tensor);
     nn::export_onnx(source, parameters, o->onnx);

@@ -10,9 +10,8 @@
 #include "parallel/lower.h"
 #include "plan/program_cost.h"
 #include "plan/simulate.h"
-#include "runtime/train/pipeline_report.h"
+#include "plan/job_strategy.h"
 #include "nn/build_model.h"
-#include "runtime/train/trainer.h"
 
 namespace px::cli {
 
@@ -26,7 +25,7 @@ void add_lower_command(CLI::App& app) {
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_model_flags(*cmd, *flags);
   add_parallel_flags(*cmd, *flags);
-  flags->precision_flag = add_precision_option(*cmd, flags->options.precision);
+  flags->precision_flag = add_precision_option(*cmd, flags->precision);
   cmd->add_option("--rank", *rank, "the rank whose Program to print")->capture_default_str();
   cmd->add_flag("--print-strategy", *print_strategy, "print the strategy as JSON instead (for --strategy FILE)");
   cmd->add_flag("--print-schedule", *print_schedule,
@@ -36,27 +35,27 @@ void add_lower_command(CLI::App& app) {
                 "liveness peak and a step time replayed with round figures (lowers every rank)");
   cmd->callback([flags, rank, print_strategy, print_schedule, print_cost] {
     apply(*flags);
-    TrainOptions& o = flags->options;
-    if (o.strategy.mesh_ranks > 0) o.ranks = o.strategy.mesh_ranks;  // --mesh names the ranks
+    JobSpec& o = flags->job;
+    if (o.strategy.mesh_ranks > 0) o.launch.ranks = o.strategy.mesh_ranks;  // --mesh names the ranks
     // --pp / --cp / --tp alone: one rank per stage, sequence chunk and tensor shard.
-    if (o.ranks == 1) o.ranks = o.strategy.pipeline_parallel * o.strategy.context_parallel * o.strategy.tensor_parallel;
-    validate(o);
-    const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
-    const parallel::Strategy strategy = strategy_for(o, model, o.ranks);
+    if (o.launch.ranks == 1) o.launch.ranks = o.strategy.pipeline_parallel * o.strategy.context_parallel * o.strategy.tensor_parallel;
+    nn::validate(o.model);
+    plan::validate_split(o.model, o.strategy, o.launch.ranks, o.data.batch);
+    const nn::Model model = nn::build_model(o.model, o.data.batch, true);
+    const parallel::Strategy strategy = plan::strategy_for(o.strategy, model, o.launch.ranks, run_use(o.optimizer));
     if (*print_strategy) {
       std::cout << parallel::to_json(strategy).dump(2) << "\n";
       return;
     }
-    const parallel::Program program = parallel::lower({.forward = &model.graph, .loss = model.loss}, strategy, *rank);
+    const parallel::Program program = parallel::lower(plan::lower_request(model, o.strategy), strategy, *rank);
     if (*print_schedule) {
       if (program.pipeline.axis < 0) fail("--print-schedule: the strategy has no pipeline stages (give --pp)");
-      std::cout << describe_pipeline(program.pipeline);
+      std::cout << parallel::describe_pipeline(program.pipeline);
       return;
     }
     std::cout << program.str();
     if (*print_cost)
-      std::cout << plan::program_footer(plan::lower_all({.forward = &model.graph, .loss = model.loss}, strategy),
-                                        *rank);
+      std::cout << plan::program_footer(plan::lower_all(plan::lower_request(model, o.strategy), strategy), *rank);
   });
 }
 

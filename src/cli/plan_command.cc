@@ -128,16 +128,16 @@ void add_plan_command(CLI::App& app) {
                   "write the search as JSON here: the choice and why, every candidate ranked, the rejected ones "
                   "and their reasons (parallax report shows it when it is a run directory's plan.json)");
   cmd->add_option("--top", pf->top, "candidates to list")->capture_default_str();
-  flags->options.precision = "auto";
+  flags->precision = "auto";
   flags->precision_flag = add_precision_option(
-      *cmd, flags->options.precision,
+      *cmd, flags->precision,
       "bf16 where a preset's device has bf16 units (modelled GPU-style: bf16 compute and activations, fp32 master "
       "weights); on --cluster local both searched and the faster kept where the CPU and the profile have bf16, "
       "else fp32");
-  flags->options.threads = 2;
-  cmd->add_option("--threads", flags->options.threads, "--cluster local, one rank: its kernel threads, as train's")
+  flags->job.run.threads = 2;
+  cmd->add_option("--threads", flags->job.run.threads, "--cluster local, one rank: its kernel threads, as train's")
       ->capture_default_str();
-  cmd->add_option("--link-gbps", flags->options.link_gbps, "--cluster local: each rank's link limited, as train's")
+  cmd->add_option("--link-gbps", flags->job.launch.link_gbps, "--cluster local: each rank's link limited, as train's")
       ->capture_default_str();
   cmd->add_flag("--no-pipeline", pf->no_pipeline, "leave pipeline parallelism out of the search");
   cmd->add_flag("--no-tensor", pf->no_tensor, "leave tensor parallelism out of the search");
@@ -148,43 +148,43 @@ void add_plan_command(CLI::App& app) {
                 "mcmc: re-simulate every task of every proposal instead of the delta (to compare their rates)");
   cmd->callback([flags, pf] {
     apply(*flags);
-    TrainOptions& o = flags->options;
+    JobSpec& o = flags->job;
     const plan::ClusterSpec cluster = plan::cluster_named(pf->cluster, local_cluster_path());
     const int ranks = pf->ranks > 0 ? pf->ranks : cluster.devices();
     if (cluster.devices_share_memory && pf->ranks <= 0)
       fail("--cluster {}: give --ranks (in-process ranks share the host; its {} devices are a limit, not a count)",
            pf->cluster, cluster.devices());
-    o.ranks = ranks;
+    o.launch.ranks = ranks;
     // One search per precision to compare, each with its share of the budget; the faster best is kept.
-    const std::vector<ModelledPrecision> precisions = precisions_to_model(o.precision, cluster, true);
+    const std::vector<ModelledPrecision> precisions = precisions_to_model(flags->precision, cluster, true);
     ModelledPrecision precision;
     plan::PlanResult result;
     std::string compared;
     int64_t positions = 0;  // per batch row: tokens of a sequence model, 1 otherwise
     bool first = true;
     for (const ModelledPrecision& candidate : precisions) {
-      o.precision = candidate.graph;
-      TrainOptions model_only = o;  // the mesh, and so each rank's rows, is the search's to choose
-      model_only.ranks = 1;
-      validate(model_only);
-      const TrainOptions base = o;
-      const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
+      o.model.precision = parse_precision(candidate.graph);
+      // The mesh, and so each rank's rows, is the search's to choose.
+      nn::validate(o.model);
+      if (o.data.batch <= 0) fail("batch size {} must be positive", o.data.batch);
+      const nn::ModelConfig base = o.model;
+      const nn::Model model = nn::build_model(o.model, o.data.batch, true);
       positions = nn::positions_per_row(model);
       const plan::PlanRequest request{
           .build = [base](int64_t batch, int64_t layers) {
-            TrainOptions t = base;
+            nn::ModelConfig t = base;
             if (layers > 0) t.gpt.n_layer = layers;
-            return nn::build_model(t.model_config(), batch, true);
+            return nn::build_model(t, batch, true);
           },
           .batch_inputs = batch_input_names(model),
-          .batch = o.batch,
+          .batch = o.data.batch,
           .ranks = ranks,
           .cluster = &cluster,
           .compute = candidate.compute,
-          .local = {.threads = ranks > 1 ? 1 : o.threads, .link_gbps = o.link_gbps,
+          .local = {.threads = ranks > 1 ? 1 : o.run.threads, .link_gbps = o.launch.link_gbps,
                     .collective = o.strategy.collective},
-          .overlap = o.overlap,
-          .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size()),
+          .overlap = o.run.overlap,
+          .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.update.kind).size()),
           .budget_seconds = pf->budget_seconds / static_cast<double>(precisions.size()),
           .method = pf->method,
           .space = {.tensor = !pf->no_tensor, .context = !pf->no_context, .pipeline = !pf->no_pipeline,
@@ -206,7 +206,7 @@ void add_plan_command(CLI::App& app) {
     }
     const bool bf16 = precision.word == "bf16";
 
-    const double units = static_cast<double>(o.batch * positions);
+    const double units = static_cast<double>(o.data.batch * positions);
     int replayed = 0;
     for (const auto* list : {&result.ranked, &result.rejected})
       for (const plan::Candidate& c : *list) replayed += c.simulated;
@@ -214,7 +214,7 @@ void add_plan_command(CLI::App& app) {
       std::cout << fmt::format("precision: compared the best steps, {}: planned in {}\n", compared, precision.word);
     std::cout << fmt::format("planned {} for batch {} on {} ({} ranks{}) in {:.2f} s: {} search, {} of {} candidates "
                              "estimated, {} replayed on their Programs{}\n",
-                             o.model, o.batch, pf->cluster, ranks, bf16 ? ", bf16 mixed precision" : "",
+                             o.model.kind, o.data.batch, pf->cluster, ranks, bf16 ? ", bf16 mixed precision" : "",
                              result.seconds, result.method, result.evaluated, result.considered, replayed,
                              result.budget_exhausted ? "\n  " + cut_text(result) : "");
     std::cout << fmt::format("{:>4}  {:<52} {:>10} {:>12} {:>11} {:>6}  {}\n", "rank", "strategy", "step", 

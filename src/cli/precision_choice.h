@@ -24,7 +24,7 @@ namespace px::cli {
 
 struct ModelledPrecision {
   std::string word = "fp32";     // what the strategy file records: fp32 or bf16
-  std::string graph = "fp32";    // TrainOptions::precision: the graph's stamp
+  std::string graph = "fp32";    // JobSpec::precision: the graph's stamp
   DType compute = DType::f32;    // plan::SimulationRequest::compute (GPU-style activations)
   DType peak = DType::f32;       // the device rate utilisation is measured against
   bool operator==(const ModelledPrecision&) const = default;

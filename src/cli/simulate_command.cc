@@ -17,8 +17,8 @@
 #include "plan/simulate.h"
 #include "runtime/optimizer/optimizer.h"
 #include "nn/build_model.h"
-#include "runtime/executor/trace.h"
-#include "runtime/train/trainer.h"
+#include "plan/chrome_trace.h"
+#include "plan/job_strategy.h"
 
 namespace px::cli {
 namespace {
@@ -28,22 +28,6 @@ struct SimulateFlags {
   std::string trace;
   bool all_ranks = false;
 };
-
-void write_trace(const std::string& path, const plan::Simulation& sim, int ranks) {
-  std::vector<std::vector<TraceRecord>> per_rank(static_cast<size_t>(ranks));
-  for (const plan::SimulatedEvent& e : sim.trace)
-    per_rank[static_cast<size_t>(e.rank)].push_back(
-        {.name = e.name,
-         .lane = e.lane == "compute"                ? TraceRecord::Lane::compute
-                 : e.lane.starts_with("progress:") ? TraceRecord::Lane::progress
-                                                   : TraceRecord::Lane::comm,
-         .start_us = e.start * 1e6,
-         .duration_us = e.duration * 1e6,
-         .bytes = 0,
-         .step = 0,
-         .instr = e.instr});
-  write_chrome_trace(path, per_rank);
-}
 
 }  // namespace
 
@@ -62,31 +46,31 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_flag("--all-ranks", sim_flags->all_ranks,
                 "replay every rank (default: one rank per pipeline stage, which the others mirror; the trace then "
                 "holds those ranks)");
-  flags->options.threads = 2;
-  cmd->add_option("--threads", flags->options.threads,
+  flags->job.run.threads = 2;
+  cmd->add_option("--threads", flags->job.run.threads,
                   "--cluster local: kernel threads of a lone rank, as train's (in-process ranks use 1 each)")
       ->capture_default_str();
-  cmd->add_option("--link-gbps", flags->options.link_gbps,
+  cmd->add_option("--link-gbps", flags->job.launch.link_gbps,
                   "--cluster local: each in-process rank's link limited to X Gb/s, as train's (0: unlimited)")
       ->capture_default_str();
-  flags->options.precision = "auto";
+  flags->precision = "auto";
   flags->precision_flag = add_precision_option(
-      *cmd, flags->options.precision,
+      *cmd, flags->precision,
       "bf16 where a preset's device has bf16 units (modelled GPU-style: bf16 compute and activations, fp32 "
       "master weights); on --cluster local fp32 (bf16 there is what train --precision bf16 runs)");
   cmd->callback([flags, sim_flags] {
     apply(*flags);
-    TrainOptions& o = flags->options;
-    if (o.strategy.mesh_ranks > 0) o.ranks = o.strategy.mesh_ranks;  // --mesh names the ranks
-    if (o.ranks == 1) o.ranks = o.strategy.pipeline_parallel * o.strategy.context_parallel * o.strategy.tensor_parallel;
+    JobSpec& o = flags->job;
+    if (o.strategy.mesh_ranks > 0) o.launch.ranks = o.strategy.mesh_ranks;  // --mesh names the ranks
+    if (o.launch.ranks == 1) o.launch.ranks = o.strategy.pipeline_parallel * o.strategy.context_parallel * o.strategy.tensor_parallel;
     const plan::ClusterSpec cluster = plan::cluster_named(sim_flags->cluster, local_cluster_path());
-    const ModelledPrecision precision = precisions_to_model(o.precision, cluster, false).front();
-    o.precision = precision.graph;
-    validate(o);
-    const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
-    const parallel::Strategy strategy = strategy_for(o, model, o.ranks);
-    const parallel::LowerRequest lowering{.forward = &model.graph, .loss = model.loss,
-                                          .collective = o.strategy.collective, .bucket_buffers = o.strategy.bucket_buffers};
+    const ModelledPrecision precision = precisions_to_model(flags->precision, cluster, false).front();
+    o.model.precision = parse_precision(precision.graph);
+    nn::validate(o.model);
+    plan::validate_split(o.model, o.strategy, o.launch.ranks, o.data.batch);
+    const nn::Model model = nn::build_model(o.model, o.data.batch, true);
+    const parallel::Strategy strategy = plan::strategy_for(o.strategy, model, o.launch.ranks, run_use(o.optimizer));
+    const parallel::LowerRequest lowering = plan::lower_request(model, o.strategy);
     const std::vector<parallel::Program> programs = sim_flags->all_ranks
                                                         ? plan::lower_all(lowering, strategy)
                                                         : plan::lower_representatives(lowering, strategy);
@@ -97,16 +81,16 @@ void add_simulate_command(CLI::App& app) {
         {.programs = &programs,
          .cluster = &cluster,
          .estimator = &roofline,
-         .execution = {.overlap = o.overlap, .trace = !sim_flags->trace.empty()},
-         .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size()),
+         .execution = {.overlap = o.run.overlap, .trace = !sim_flags->trace.empty()},
+         .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.update.kind).size()),
          .compute = compute},
-        {.threads = o.ranks > 1 ? 1 : o.threads, .link_gbps = o.link_gbps,
+        {.threads = o.launch.ranks > 1 ? 1 : o.run.threads, .link_gbps = o.launch.link_gbps,
          .collective = o.strategy.collective});
     const int devices = strategy.mesh.ranks();
     std::cout << fmt::format("simulated mesh {} on {} ({} of {} {} devices, {} a node), {}\n", strategy.mesh.str(),
                              sim_flags->cluster, devices, cluster.devices(), cluster.device.name,
                              cluster.devices_per_node, precision.word == "bf16" ? "bf16 mixed precision" : "fp32");
-    const double rows = static_cast<double>(o.batch);
+    const double rows = static_cast<double>(o.data.batch);
     const int64_t positions = nn::positions_per_row(model);
     const double units = rows * static_cast<double>(positions);
     std::cout << fmt::format("step {:.4f} s; {:.0f} {}/s; bubble {:.1f}%\n", sim.step_seconds,
@@ -129,7 +113,7 @@ void add_simulate_command(CLI::App& app) {
     if (const std::string assumed = plan::describe(sim.assumed); !assumed.empty())
       std::cout << "assumed for the step's largest pieces (why the step takes what it does):\n" << assumed;
     if (!sim_flags->trace.empty()) {
-      write_trace(sim_flags->trace, sim, devices);
+      plan::write_simulated_trace(sim_flags->trace, sim, devices);
       std::cout << fmt::format("wrote the simulated step to '{}' (open it in https://ui.perfetto.dev)\n",
                                sim_flags->trace);
     }

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <charconv>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -13,6 +14,8 @@
 #include "comm/collectives.h"
 #include "comm/compression/spec.h"
 #include "parallel/strategy.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/tasks/model_json.h"
 
 namespace px::cli {
 namespace {
@@ -50,46 +53,46 @@ bool launched_by_mpi() {
 void set_parser_conventions(CLI::App& app) { app.option_defaults()->disable_flag_override(); }
 
 void add_model_flags(CLI::App& cmd, TrainFlags& flags) {
-  TrainOptions& o = flags.options;
+  JobSpec& o = flags.job;
   // Unset: the model's default, filled by apply_model_defaults (see --help text).
   const double unset = std::numeric_limits<double>::quiet_NaN();
-  o.steps = o.epochs = o.batch = o.schedule.warmup = o.eval_every = o.sample_tokens = kModelDefault;
-  o.optimizer.kind = "";
-  o.schedule.lr = o.schedule.min_ratio = o.optimizer.weight_decay = o.grad_clip = unset;
-  cmd.add_option("--model", o.model, "mlp, cnn, gpt or an ONNX file FILE.onnx (docs/onnx.md)")
+  o.run.steps = o.run.epochs = o.data.batch = o.optimizer.schedule.warmup = o.run.eval_every = o.run.sample_tokens = kModelDefault;
+  o.optimizer.update.kind = "";
+  o.optimizer.schedule.lr = o.optimizer.schedule.min_ratio = o.optimizer.update.weight_decay = o.optimizer.grad_clip = unset;
+  cmd.add_option("--model", o.model.kind, "mlp, cnn, gpt or an ONNX file FILE.onnx (docs/onnx.md)")
       ->check([](const std::string& model) {
         const bool known = model == "mlp" || model == "cnn" || model == "gpt" || nn::is_onnx_path(model);
         return known ? std::string() : "expected mlp, cnn, gpt or a FILE.onnx, got '" + model + "'";
       })
       ->capture_default_str();
-  cmd.add_option("--loss", o.onnx.loss, "FILE.onnx without a scalar (loss) output: the loss attached to its first "
+  cmd.add_option("--loss", o.model.onnx.loss, "FILE.onnx without a scalar (loss) output: the loss attached to its first "
                                         "output: cross_entropy, or mse against float targets (docs/onnx.md)")
       ->check(CLI::IsMember({"cross_entropy", "mse"}));
   cmd.add_option("--input", flags.inputs, "FILE.onnx: feed input NAME from a dataset, NAME=images|tokens|labels|"
                                           "targets (default: by shape and dtype)");
-  cmd.add_option("--batch", o.batch, "global batch size (default: gpt 16, mlp/cnn 64)");
-  cmd.add_option("--accumulation", o.accumulation, "micro-batches per step (gradient accumulation)")->capture_default_str();
-  cmd.add_option("--seed", o.seed, "seed for initialization, data order and dropout")->capture_default_str();
-  cmd.add_option("--block", o.gpt.block, "gpt: context length")->capture_default_str();
-  cmd.add_option("--layers", o.gpt.n_layer, "gpt: transformer blocks")->capture_default_str();
-  cmd.add_option("--heads", o.gpt.n_head, "gpt: attention heads")->capture_default_str();
-  cmd.add_option("--embd", o.gpt.n_embd, "gpt: embedding width")->capture_default_str();
-  cmd.add_option("--vocab", o.gpt.vocab, "gpt: vocabulary size (the byte-level corpora use the first 256)")
+  cmd.add_option("--batch", o.data.batch, "global batch size (default: gpt 16, mlp/cnn 64)");
+  cmd.add_option("--accumulation", o.strategy.micro_batches, "micro-batches per step (gradient accumulation)")->capture_default_str();
+  cmd.add_option("--seed", o.run.seed, "seed for initialization, data order and dropout")->capture_default_str();
+  cmd.add_option("--block", o.model.gpt.block, "gpt: context length")->capture_default_str();
+  cmd.add_option("--layers", o.model.gpt.n_layer, "gpt: transformer blocks")->capture_default_str();
+  cmd.add_option("--heads", o.model.gpt.n_head, "gpt: attention heads")->capture_default_str();
+  cmd.add_option("--embd", o.model.gpt.n_embd, "gpt: embedding width")->capture_default_str();
+  cmd.add_option("--vocab", o.model.gpt.vocab, "gpt: vocabulary size (the byte-level corpora use the first 256)")
       ->capture_default_str();
-  cmd.add_option("--dropout", o.gpt.dropout, "gpt: dropout probability")->capture_default_str();
-  cmd.add_option("--cnn-channels", o.cnn.channels1, "cnn: the first convolution's channels (the second's: twice)")
-      ->each([&o](const std::string&) { o.cnn.channels2 = 2 * o.cnn.channels1; })
+  cmd.add_option("--dropout", o.model.gpt.dropout, "gpt: dropout probability")->capture_default_str();
+  cmd.add_option("--cnn-channels", o.model.cnn.channels1, "cnn: the first convolution's channels (the second's: twice)")
+      ->each([&o](const std::string&) { o.model.cnn.channels2 = 2 * o.model.cnn.channels1; })
       ->capture_default_str();
-  cmd.add_option("--cnn-hidden", o.cnn.hidden, "cnn: the fully-connected layer's width")->capture_default_str();
-  cmd.add_option("--hidden", o.mlp.hidden, "mlp: hidden layer widths")
+  cmd.add_option("--cnn-hidden", o.model.cnn.hidden, "cnn: the fully-connected layer's width")->capture_default_str();
+  cmd.add_option("--hidden", o.model.mlp.hidden, "mlp: hidden layer widths")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->capture_default_str();
 }
 
 void add_parallel_flags(CLI::App& cmd, TrainFlags& flags) {
-  TrainOptions& o = flags.options;
+  JobSpec& o = flags.job;
   flags.ranks_flag =
-      cmd.add_option("--ranks", o.ranks, "ranks as threads of this process (1 unless --mesh or a --strategy file "
+      cmd.add_option("--ranks", o.launch.ranks, "ranks as threads of this process (1 unless --mesh or a --strategy file "
                                          "names more; under mpirun leave it: the MPI processes are the ranks)")
       ->capture_default_str();
   cmd.add_option("--bucket-mb", flags.bucket_mb, "gradients are reduced in buckets of about this many MiB (0: one per tensor)")
@@ -108,7 +111,7 @@ void add_parallel_flags(CLI::App& cmd, TrainFlags& flags) {
   cmd.add_option("--bucket-buffers", o.strategy.bucket_buffers, "ZeRO-2/3: at most this many gradient bucket buffers alive "
                                                             "at once (backward waits for the oldest reduction)")
       ->capture_default_str();
-  cmd.add_flag("--no-overlap", [&o](int64_t) { o.overlap = false; },
+  cmd.add_flag("--no-overlap", [&o](int64_t) { o.run.overlap = false; },
                "reduce gradients inline instead of on a progress thread while backward continues");
   cmd.add_option("--allreduce", flags.allreduce, "gradient allreduce algorithm: auto (the cost model's pick), ring, "
                                                  "halving_doubling, tree, ... (see `parallax bench comm --help`)")
@@ -170,61 +173,61 @@ CLI::Option* add_precision_option(CLI::App& cmd, std::string& precision, const s
 }
 
 void add_train_flags(CLI::App& cmd, TrainFlags& flags) {
-  TrainOptions& o = flags.options;
+  JobSpec& o = flags.job;
   add_model_flags(cmd, flags);
-  cmd.add_option("--data", o.data,
+  cmd.add_option("--data", o.data.path,
                   "gpt: a text file (default: the fortunes corpus); mlp/cnn: the Fashion-MNIST IDX directory "
                   "(default /usr/share/datasets/fashion-mnist)");
-  cmd.add_option("--steps", o.steps, "optimizer steps (default: gpt 3500, about five minutes on 2 cores)");
-  cmd.add_option("--epochs", o.epochs, "epochs over the training set, mlp/cnn (default 2); overrides --steps");
-  cmd.add_flag("--drop-last", o.drop_last,
+  cmd.add_option("--steps", o.run.steps, "optimizer steps (default: gpt 3500, about five minutes on 2 cores)");
+  cmd.add_option("--epochs", o.run.epochs, "epochs over the training set, mlp/cnn (default 2); overrides --steps");
+  cmd.add_flag("--drop-last", o.data.drop_last,
                "mlp/cnn: leave out each epoch's last batch when --batch does not divide the training set (by "
                "default it trains, its loss the mean over the rows it has)");
-  cmd.add_option("--optimizer", o.optimizer.kind, "sgd or adamw (default: gpt adamw, mlp/cnn sgd)");
-  cmd.add_option("--lr", o.schedule.lr, "peak learning rate (default: gpt 1e-3, mlp/cnn 0.05 x min(batch, 64)/64)");
-  cmd.add_option("--lr-schedule", o.schedule.kind, "learning-rate schedule: cosine (decays to --min-lr-ratio) or constant")->capture_default_str();
-  cmd.add_option("--warmup", o.schedule.warmup, "linear warmup steps (default: gpt 100, mlp/cnn 0)");
-  cmd.add_option("--min-lr-ratio", o.schedule.min_ratio, "cosine floor as a fraction of --lr (default: gpt 0.1, mlp/cnn 0)");
-  cmd.add_option("--weight-decay", o.optimizer.weight_decay, "decay of weight matrices (default: gpt 0.1, cnn 5e-4, mlp 0)");
-  cmd.add_option("--momentum", o.optimizer.momentum, "sgd momentum")->capture_default_str();
-  cmd.add_option("--beta1", o.optimizer.beta1, "adamw beta1")->capture_default_str();
-  cmd.add_option("--beta2", o.optimizer.beta2, "adamw beta2")->capture_default_str();
-  cmd.add_option("--grad-clip", o.grad_clip, "clip the global gradient norm, 0 = off (default: gpt 1, mlp/cnn 0)");
-  cmd.add_option("--eval-every", o.eval_every, "evaluate every N steps, 0 = at the end (default: gpt 500, mlp/cnn 0)");
-  cmd.add_option("--eval-batches", o.eval_batches,
+  cmd.add_option("--optimizer", o.optimizer.update.kind, "sgd or adamw (default: gpt adamw, mlp/cnn sgd)");
+  cmd.add_option("--lr", o.optimizer.schedule.lr, "peak learning rate (default: gpt 1e-3, mlp/cnn 0.05 x min(batch, 64)/64)");
+  cmd.add_option("--lr-schedule", o.optimizer.schedule.kind, "learning-rate schedule: cosine (decays to --min-lr-ratio) or constant")->capture_default_str();
+  cmd.add_option("--warmup", o.optimizer.schedule.warmup, "linear warmup steps (default: gpt 100, mlp/cnn 0)");
+  cmd.add_option("--min-lr-ratio", o.optimizer.schedule.min_ratio, "cosine floor as a fraction of --lr (default: gpt 0.1, mlp/cnn 0)");
+  cmd.add_option("--weight-decay", o.optimizer.update.weight_decay, "decay of weight matrices (default: gpt 0.1, cnn 5e-4, mlp 0)");
+  cmd.add_option("--momentum", o.optimizer.update.momentum, "sgd momentum")->capture_default_str();
+  cmd.add_option("--beta1", o.optimizer.update.beta1, "adamw beta1")->capture_default_str();
+  cmd.add_option("--beta2", o.optimizer.update.beta2, "adamw beta2")->capture_default_str();
+  cmd.add_option("--grad-clip", o.optimizer.grad_clip, "clip the global gradient norm, 0 = off (default: gpt 1, mlp/cnn 0)");
+  cmd.add_option("--eval-every", o.run.eval_every, "evaluate every N steps, 0 = at the end (default: gpt 500, mlp/cnn 0)");
+  cmd.add_option("--eval-batches", o.data.eval_batches,
                  "validation batches per evaluation (gpt: of the training batch; mlp/cnn: of 1000 test images, "
                  "all 10 by default)")
       ->capture_default_str();
-  cmd.add_option("--threads", o.threads, "threads for kernels and BLAS (per MPI rank; in-process ranks use 1 each)")
+  cmd.add_option("--threads", o.run.threads, "threads for kernels and BLAS (per MPI rank; in-process ranks use 1 each)")
       ->capture_default_str();
-  flags.precision_flag = add_precision_option(cmd, o.precision);
+  flags.precision_flag = add_precision_option(cmd, flags.precision);
   add_parallel_flags(cmd, flags);
-  cmd.add_option("--link-gbps", o.link_gbps, "in-process ranks: limit each rank's link to X Gb/s (0: unlimited)")
+  cmd.add_option("--link-gbps", o.launch.link_gbps, "in-process ranks: limit each rank's link to X Gb/s (0: unlimited)")
       ->capture_default_str();
   cmd.add_option("--inject-delay", flags.inject_delay, "RANK:MS - that rank sleeps MS milliseconds before every step (a straggler)");
   cmd.add_option("--inject-fault", flags.inject_fault,
                   "RANK:STEP[:kill|hang|lost] - that rank dies (kill, the default), freezes (hang) or dies for good "
                   "(lost: a restart continues without it) at the start of step STEP, on the first attempt only; for "
                   "demonstrations and tests of failure detection and restarts");
-  cmd.add_option("--timeout", o.timeout_s,
+  cmd.add_option("--timeout", o.fault.timeout_s,
                   "seconds: a rank whose heartbeat stops this long (dead, stopped or frozen) is named by every "
                   "other, at most two watchdog periods (timeout/10, 20 ms to 1 s) later")
       ->capture_default_str();
-  cmd.add_option("--wait-timeout", o.wait_timeout_s,
+  cmd.add_option("--wait-timeout", o.fault.wait_timeout_s,
                   fmt::format("seconds: a single wait fails by itself after this long, the backstop for what no "
                               "heartbeat shows (a live peer that never sends); must be longer than --timeout "
                               "and two watchdog periods (0: {} x --timeout)",
                               kWaitTimeoutPerTimeout))
       ->capture_default_str();
-  cmd.add_option("--run-dir", o.run_dir,
+  cmd.add_option("--run-dir", o.fault.run_dir,
                   "directory for the run's flight records (flight/rank<R>), which `parallax doctor` reads after a "
                   "failure (default under parallax launch: its run directory)")
       ->capture_default_str();
-  cmd.add_option("--inject-nan", o.inject_nan_steps,
+  cmd.add_option("--inject-nan", o.fault.inject_nan_steps,
                   "STEP[,STEP...] - the batch each of these steps draws first is made non-finite, every time it "
                   "runs (a bad record: the step is skipped, retried once, then the batch is skipped for good)")
       ->delimiter(',');
-  cmd.add_option("--skip-batches", o.skip_batches,
+  cmd.add_option("--skip-batches", o.fault.skip_batches,
                   "N[,N...] - never train on these batches (numbered from 1 in the order drawn; a checkpoint "
                   "remembers the ones that failed twice)")
       ->delimiter(',');
@@ -241,40 +244,52 @@ void add_train_flags(CLI::App& cmd, TrainFlags& flags) {
                                                           "of the W workers' gradients to arrive and drops the rest "
                                                           "(stragglers)")
       ->capture_default_str();
-  cmd.add_option("--metrics", o.metrics, "write JSON lines (step, train_loss, val_loss, val_accuracy) here");
-  cmd.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) of steps 2-4: compute and communication per rank");
-  cmd.add_option("--save", o.save, "checkpoint directory (written atomically)");
-  cmd.add_option("--save-every", o.save_every,
+  cmd.add_option("--metrics", o.run.metrics, "write JSON lines (step, train_loss, val_loss, val_accuracy) here");
+  cmd.add_option("--trace", o.run.trace, "write a Chrome trace (Perfetto) of steps 2-4: compute and communication per rank");
+  cmd.add_option("--save", o.checkpoint.save, "checkpoint directory (written atomically)");
+  cmd.add_option("--save-every", o.checkpoint.save_every,
                   "checkpoint every N steps, written in the background (0: only at the end); with --max-restarts "
                   "also an in-memory snapshot, copied to a buddy rank")
       ->capture_default_str();
-  cmd.add_option("--keep-last", o.keep_last,
+  cmd.add_option("--keep-last", o.checkpoint.keep_last,
                   "checkpoints to keep: the latest in --save, the older ones beside it as <save>.step-<S>")
       ->capture_default_str();
-  cmd.add_option("--max-restarts", o.max_restarts,
+  cmd.add_option("--max-restarts", o.launch.max_restarts,
                   "in-process ranks: restart a failed job up to N times, from the in-memory snapshots (a lost "
                   "rank's from its buddy), else the latest checkpoint (under mpirun use parallax launch)")
       ->capture_default_str();
-  cmd.add_option("--min-ranks", o.min_ranks,
+  cmd.add_option("--min-ranks", o.launch.min_ranks,
                   "with --max-restarts: continue with fewer ranks, down to K, when a rank is lost for good (0: "
                   "never fewer)")
       ->capture_default_str();
-  cmd.add_option("--resume", o.resume, "continue from this checkpoint directory (repeat the other flags)");
-  cmd.add_option("--stop-after", o.stop_after, "end and save after this step, as if preempted (0: off)");
-  cmd.add_option("--sample-tokens", o.sample_tokens, "gpt: bytes of text to generate at the end (default 300)");
-  cmd.add_option("--prompt", o.prompt, "gpt: text the sample continues (default: a newline)");
-  cmd.add_flag("--no-predict", [&o](int64_t) { o.local_cluster.clear(); },
+  cmd.add_option("--resume", o.checkpoint.resume, "continue from this checkpoint directory (repeat the other flags)");
+  cmd.add_option("--stop-after", o.run.stop_after, "end and save after this step, as if preempted (0: off)");
+  cmd.add_option("--sample-tokens", o.run.sample_tokens, "gpt: bytes of text to generate at the end (default 300)");
+  cmd.add_option("--prompt", o.run.prompt, "gpt: text the sample continues (default: a newline)");
+  cmd.add_flag("--no-predict", [&o](int64_t) { o.run.local_cluster.clear(); },
                 "skip the predicted vs measured step time and memory printed at the end");
   cmd.add_option("--progress", flags.progress, "auto (a bar on a terminal), bar or lines")
       ->check(CLI::IsMember({"auto", "bar", "lines"}))
       ->capture_default_str();
 }
 
+// --resume of a checkpoint directory: the run trains the checkpoint's model
+// on its data with its optimizer (unless --optimizer says otherwise), so
+// the model's defaults are that model's.
+static void take_resumed_model(JobSpec& o) {
+  const std::string& dir = o.checkpoint.resume;
+  if (dir.empty() || !std::filesystem::exists(std::filesystem::path(dir) / "state.json")) return;
+  const CheckpointState state = read_checkpoint_state(dir);
+  apply_model_json(state.config, o.model, o.data);
+  if (o.optimizer.update.kind.empty()) o.optimizer.update.kind = state.optimizer;
+}
+
 void apply(TrainFlags& flags) {
-  TrainOptions& o = flags.options;
+  JobSpec& o = flags.job;
+  take_resumed_model(o);
   apply_model_defaults(o);
-  o.onnx.bindings.clear();
-  for (const std::string& text : flags.inputs) o.onnx.bindings.push_back(nn::parse_input_binding(text));
+  o.model.onnx.bindings.clear();
+  for (const std::string& text : flags.inputs) o.model.onnx.bindings.push_back(nn::parse_input_binding(text));
   if (!(flags.bucket_mb >= 0)) fail("--bucket-mb {} must be >= 0", flags.bucket_mb);
   o.strategy.bucket_bytes = static_cast<int64_t>(flags.bucket_mb * (1 << 20));
   o.strategy.collective.algorithm = comm::algorithm_from_name(flags.allreduce);
@@ -282,10 +297,10 @@ void apply(TrainFlags& flags) {
   if (!(flags.p3_slice_kb >= 0)) fail("--p3-slice-kb {} must be >= 0", flags.p3_slice_kb);
   o.strategy.p3_slice_bytes = static_cast<int64_t>(flags.p3_slice_kb * 1024);
   if (flags.micro_batches != 0) {
-    if (o.accumulation != 1 && o.accumulation != flags.micro_batches)
+    if (o.strategy.micro_batches != 1 && o.strategy.micro_batches != flags.micro_batches)
       fail("--micro-batches {} and --accumulation {} disagree (they are the same number)", flags.micro_batches,
-           o.accumulation);
-    o.accumulation = flags.micro_batches;
+           o.strategy.micro_batches);
+    o.strategy.micro_batches = flags.micro_batches;
   }
   o.strategy.pipeline.schedule = parallel::pipeline_kind_from_name(flags.schedule);
   o.strategy.context_method = parallel::context_method_from_name(flags.cp_method);
@@ -324,8 +339,8 @@ void apply(TrainFlags& flags) {
     o.strategy.pipeline_parallel = pp;
     o.strategy.context_parallel = cp;
     o.strategy.mesh_ranks = static_cast<int>(mesh_ranks);
-    if (o.ranks != 1 && o.ranks != mesh_ranks)
-      fail("--mesh '{}' has {} ranks, --ranks says {}", flags.mesh, mesh_ranks, o.ranks);
+    if (o.launch.ranks != 1 && o.launch.ranks != mesh_ranks)
+      fail("--mesh '{}' has {} ranks, --ranks says {}", flags.mesh, mesh_ranks, o.launch.ranks);
   }
   // A strategy file names its ranks, as --mesh does: without --ranks they
   // are the job's (in-process, that many threads; under mpirun the
@@ -336,22 +351,24 @@ void apply(TrainFlags& flags) {
       o.strategy.mesh_ranks = file.mesh.ranks();
     // The file's precision is the run's: the one it was planned (or written) for.
     if (!file.precision.empty()) {
-      const bool given = flags.precision_flag != nullptr && flags.precision_flag->count() > 0 && o.precision != "auto";
-      if (given && o.precision != file.precision)
+      const bool given = flags.precision_flag != nullptr && flags.precision_flag->count() > 0 && flags.precision != "auto";
+      if (given && flags.precision != file.precision)
         fail("--precision {} and strategy '{}' (precision {}) disagree: drop --precision to run the file's {}, or "
              "write the strategy again for {}",
-             o.precision, o.strategy.strategy_file, file.precision, file.precision, o.precision);
-      o.precision = file.precision;
+             flags.precision, o.strategy.strategy_file, file.precision, file.precision, flags.precision);
+      flags.precision = file.precision;
     }
   }
+  // "auto" is for the commands that resolve it against a cluster (cli/precision_choice.h).
+  if (flags.precision != "auto") o.model.precision = parse_precision(flags.precision);
   if (!flags.inject_delay.empty()) {
     const std::vector<std::string_view> parts = split(flags.inject_delay, ':');
     const auto rank = parts.size() == 2 ? parse_count(parts[0]) : std::nullopt;
     const auto ms = parts.size() == 2 ? parse_count(parts[1]) : std::nullopt;
     if (!rank || !ms || *rank > std::numeric_limits<int>::max())
       fail("--inject-delay '{}' is not RANK:MS (e.g. 1:200)", flags.inject_delay);
-    o.inject_delay_rank = static_cast<int>(*rank);
-    o.inject_delay_ms = *ms;
+    o.fault.inject_delay_rank = static_cast<int>(*rank);
+    o.fault.inject_delay_ms = *ms;
   }
   if (!flags.inject_fault.empty()) {
     const std::vector<std::string_view> parts = split(flags.inject_fault, ':');
@@ -360,9 +377,9 @@ void apply(TrainFlags& flags) {
     const auto step = shaped ? parse_count(parts[1]) : std::nullopt;
     if (!rank || !step || *step < 1 || *rank > std::numeric_limits<int>::max())
       fail("--inject-fault '{}' is not RANK:STEP[:kill|hang|lost] (e.g. 2:37:kill)", flags.inject_fault);
-    o.inject_fault.rank = static_cast<int>(*rank);
-    o.inject_fault.step = *step;
-    o.inject_fault.mode = parts.size() == 3 ? std::string(parts[2]) : "kill";
+    o.fault.inject_fault.rank = static_cast<int>(*rank);
+    o.fault.inject_fault.step = *step;
+    o.fault.inject_fault.mode = parts.size() == 3 ? std::string(parts[2]) : "kill";
   }
 }
 

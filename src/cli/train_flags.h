@@ -8,12 +8,13 @@
 
 #include <CLI/CLI.hpp>
 
-#include "runtime/train/train_options.h"
+#include "runtime/launch/job_spec.h"
 
 namespace px::cli {
 
 struct TrainFlags {
-  TrainOptions options;
+  JobSpec job;
+  std::string precision = "fp32";  // --precision: fp32 or bf16 (auto where a command resolves it)
   double bucket_mb = double(parallel::kDefaultBucketBytes) / (1 << 20);
   std::string allreduce = "auto";
   std::string compress = "none";

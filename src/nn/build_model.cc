@@ -20,6 +20,18 @@ Model build_in_fp32(const ModelConfig& c, int64_t batch, bool training) {
 
 }  // namespace
 
+void validate(const ModelConfig& c) {
+  const bool onnx = is_onnx_path(c.kind);
+  if (c.kind != "mlp" && c.kind != "cnn" && c.kind != "gpt" && !onnx)
+    fail("model '{}' is unknown: expected mlp, cnn, gpt or a FILE.onnx", c.kind);
+  if (onnx) require_onnx(fmt::format("model '{}'", c.kind));
+  if (!onnx && (!c.onnx.loss.empty() || !c.onnx.bindings.empty()))
+    fail("--loss and --input bind an imported model's outputs and inputs: give --model FILE.onnx");
+  if (c.kind == "gpt") validate(c.gpt);
+  if (c.kind == "mlp") validate(c.mlp);
+  if (c.kind == "cnn") validate(c.cnn);
+}
+
 Model build_model(const ModelConfig& c, int64_t batch, bool training) {
   Model model = build_in_fp32(c, batch, training);
   set_precision(model.graph, c.precision);

@@ -22,7 +22,13 @@ struct ModelConfig {
   OnnxConfig onnx;  // an .onnx kind: its path (= kind), loss and input bindings
   // What the GEMM ops run in (graph/precision.h); parameters stay fp32.
   Precision precision = Precision::fp32;
+  bool operator==(const ModelConfig&) const = default;
 };
+
+// The kind is one parallax knows (an .onnx one only when built with ONNX),
+// --loss and --input only for an imported model, and the family's sizes
+// (px::Error naming the bad option).
+void validate(const ModelConfig& config);
 
 // The model `config` names, for a batch of `batch` rows (gpt: `training`
 // and imported ONNX models add dropout), its GEMM nodes stamped with

@@ -26,7 +26,7 @@ Strategy from_parts(const StrategyRequest& r, const CompositionInputs& in) {
                    : data_parallel(dp, in.batch_inputs);
   if (cp > 1) s = with_context(std::move(s), *in.graph, cp, {.method = r.context_method, .balance = r.context_balance});
   s.zero_stage = r.zero_stage;
-  s.micro_batches = in.micro_batches;
+  s.micro_batches = r.micro_batches;
   s.lowering.bucket_bytes = r.bucket_bytes;
   s.lowering.compression = r.compression;
   s.lowering.recompute = r.recompute;

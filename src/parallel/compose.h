@@ -47,6 +47,10 @@ struct StrategyRequest {
   bool context_balance = true;     // the ring's zigzag split (ContextOptions::balance)
   PipelineOptions pipeline;        // schedule, virtual stages, stage cuts
   Recompute recompute = Recompute::none;  // activation recomputation
+  // Micro-batches a step's rows are cut into (gradient accumulation; a
+  // pipeline's schedule runs them). They need not divide the rows: some
+  // micro-batches are one row longer, and more than rows leaves some empty.
+  int micro_batches = 1;
   int mesh_ranks = 0;              // --mesh or a --strategy file: the ranks it names (0: neither)
   std::string strategy_file;       // a strategy JSON file; overrides the parts above
   int bucket_buffers = 4;          // ZeRO-2/3: most gradient bucket buffers alive at once (LowerRequest)
@@ -59,7 +63,6 @@ struct CompositionInputs {
   const Graph* graph = nullptr;           // the forward graph (tensor parallelism's seeds come from its names)
   std::vector<std::string> batch_inputs;  // seeded S(0) along the data axis
   int ranks = 1;                          // the job's
-  int micro_batches = 1;                  // a request's (a strategy file keeps its own)
   double grad_clip = 0;                   // the run clips the global gradient norm to this (0: off)
   double sgd_momentum = 0;                // the run's SGD momentum (0: none, or another optimizer)
 };

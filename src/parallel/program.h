@@ -382,6 +382,10 @@ struct PipelineLayout {
   bool operator==(const PipelineLayout&) const = default;
 };
 
+// For people (`parallax lower --print-schedule`): the stages, their layers
+// and shares of the cost, the analytical bubble and the timeline.
+std::string describe_pipeline(const PipelineLayout& pipeline);
+
 struct Program {
   Strategy strategy;
   int rank = 0;

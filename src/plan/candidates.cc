@@ -149,11 +149,9 @@ std::optional<parallel::Strategy> grid_strategy(const Graph& graph, const Search
                               .context_parallel = point.cp,
                               .context_method = point.method,
                               .pipeline = {.schedule = point.kind},
-                              .recompute = point.recompute},
-                             {.graph = &graph,
-                              .batch_inputs = space.batch_inputs,
-                              .ranks = space.ranks,
-                              .micro_batches = point.micro_batches});
+                              .recompute = point.recompute,
+                              .micro_batches = point.micro_batches},
+                             {.graph = &graph, .batch_inputs = space.batch_inputs, .ranks = space.ranks});
   } catch (const Error&) {
     return std::nullopt;
   }

@@ -93,11 +93,9 @@ std::vector<Candidate> search_graph_stages(StageSearch& search, const Deadline& 
                                     .sequence_parallel = l.sp,
                                     .pipeline_parallel = l.stages,
                                     .pipeline = {.schedule = l.kind, .stage_cuts = cuts.at(l.stages)},
-                                    .recompute = l.recompute},
-                                   {.graph = &model.graph,
-                                    .batch_inputs = request.batch_inputs,
-                                    .ranks = request.ranks,
-                                    .micro_batches = l.micro_batches});
+                                    .recompute = l.recompute,
+                                    .micro_batches = l.micro_batches},
+                                   {.graph = &model.graph, .batch_inputs = request.batch_inputs, .ranks = request.ranks});
     } catch (const Error&) {
       --search.considered;  // not a strategy for this graph (no layer tensor parallelism splits)
       continue;

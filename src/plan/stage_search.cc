@@ -244,11 +244,9 @@ parallel::Strategy strategy_of(const PlanRequest& request, const nn::Model& mode
                             .sequence_parallel = l.sp,
                             .pipeline_parallel = l.stages,
                             .pipeline = pipeline,
-                            .recompute = l.recompute},
-                           {.graph = &model.graph,
-                            .batch_inputs = request.batch_inputs,
-                            .ranks = l.stages * l.dp * l.tp,
-                            .micro_batches = l.micro_batches});
+                            .recompute = l.recompute,
+                            .micro_batches = l.micro_batches},
+                           {.graph = &model.graph, .batch_inputs = request.batch_inputs, .ranks = l.stages * l.dp * l.tp});
 }
 
 // describe() of the strategy the layout makes, with its blocks per stage.

@@ -40,9 +40,9 @@ TEST(Compose, RequestFileAndGridPointMakeTheSameStrategy) {
                                 .sequence_parallel = true,
                                 .pipeline_parallel = 2,
                                 .pipeline = {.schedule = PipelineKind::gpipe},
-                                .recompute = Recompute::selective};
-  const CompositionInputs inputs{
-      .graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 8, .micro_batches = 2};
+                                .recompute = Recompute::selective,
+                                .micro_batches = 2};
+  const CompositionInputs inputs{.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 8};
   const Strategy composed = compose(request, inputs);
   EXPECT_EQ(composed.mesh.str(), "{pp:2, dp:2, tp:2}");
   EXPECT_EQ(strategy_from_json(to_json(composed)), composed);
@@ -118,8 +118,7 @@ TEST(Compose, ContextParallelismRoundTripsThroughItsFile) {
 TEST(Compose, EveryCombinationRuleIsANamedError) {
   const nn::Model model = small_gpt();
   const CompositionInputs two{.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 2};
-  const CompositionInputs four{
-      .graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 4, .micro_batches = 2};
+  const CompositionInputs four{.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 4};
   const comm::compression::Spec topk = comm::compression::Spec::parse("topk:0.1");
   struct Case {
     StrategyRequest request;

@@ -16,26 +16,26 @@ namespace {
 
 constexpr int kCheckpointedSteps = 30, kStop = 15;
 
-void expect_resume_continues(TrainOptions o, const std::string& what) {
+void expect_resume_continues(JobSpec o, const std::string& what) {
   testing::ScratchDir dir;
-  o.steps = kCheckpointedSteps;
-  o.schedule.total = kCheckpointedSteps;
-  o.ranks = 3;
+  o.run.steps = kCheckpointedSteps;
+  o.optimizer.schedule.total = kCheckpointedSteps;
+  o.launch.ranks = 3;
   const std::vector<double> whole = testing::train_losses(o);
-  TrainOptions first = o;
-  first.stop_after = kStop;
-  first.save = dir.file("ckpt");
+  JobSpec first = o;
+  first.run.stop_after = kStop;
+  first.checkpoint.save = dir.file("ckpt");
   testing::train_losses(first);
-  TrainOptions second = o;
-  second.resume = first.save;
+  JobSpec second = o;
+  second.checkpoint.resume = first.checkpoint.save;
   std::ostringstream log;
-  const std::vector<double> tail = train(second, log).losses;
+  const std::vector<double> tail = train(second, log).run.losses;
   EXPECT_NE(log.str().find("restored the error-feedback state of 3 ranks"), std::string::npos) << log.str();
   testing::expect_same_losses(std::vector<double>(whole.begin() + kStop, whole.end()), tail, 1e-5,
                               what + " resumed at step " + std::to_string(kStop));
 
-  TrainOptions other = second;  // another rank count: residuals start at zero
-  other.ranks = 2;
+  JobSpec other = second;  // another rank count: residuals start at zero
+  other.launch.ranks = 2;
   std::ostringstream other_log;
   train(other, other_log);
   EXPECT_NE(other_log.str().find("compression state not restored (it holds 3 ranks' residuals, this run has 2)"),
@@ -44,15 +44,15 @@ void expect_resume_continues(TrainOptions o, const std::string& what) {
 }
 
 TEST(CompressionCheckpoint, TopKWithMomentumCorrectionResumesExactly) {
-  TrainOptions o = testing::tiny_cnn();  // SGD momentum: DGC velocity + residual
+  JobSpec o = testing::tiny_cnn();  // SGD momentum: DGC velocity + residual
   o.strategy.compression = comm::compression::Spec::parse("topk:0.05");
   expect_resume_continues(o, "cnn topk:0.05");
 }
 
 TEST(CompressionCheckpoint, PowerSgdResumesExactly) {
   testing::ScratchDir text_dir;
-  TrainOptions o = testing::tiny_gpt(testing::write_text(text_dir));  // residual + warm-start Q
-  o.batch = 6;
+  JobSpec o = testing::tiny_gpt(testing::write_text(text_dir));  // residual + warm-start Q
+  o.data.batch = 6;
   o.strategy.compression = comm::compression::Spec::parse("powersgd:2");
   expect_resume_continues(o, "gpt powersgd:2");
 }

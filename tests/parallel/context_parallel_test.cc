@@ -33,14 +33,14 @@ namespace {
 using testing::kEquivalenceSteps;
 using testing::kEquivalenceTolerance;
 
-TrainOptions gpt_job(int heads, int64_t block) {
-  TrainOptions o = testing::tiny_gpt(testing::shared_text());
-  o.gpt.n_head = heads;
-  o.gpt.n_embd = 8 * heads;
-  o.gpt.block = block;
-  o.steps = kEquivalenceSteps;
-  o.schedule.total = kEquivalenceSteps;
-  o.batch = 8;
+JobSpec gpt_job(int heads, int64_t block) {
+  JobSpec o = testing::tiny_gpt(testing::shared_text());
+  o.model.gpt.n_head = heads;
+  o.model.gpt.n_embd = 8 * heads;
+  o.model.gpt.block = block;
+  o.run.steps = kEquivalenceSteps;
+  o.optimizer.schedule.total = kEquivalenceSteps;
+  o.data.batch = 8;
   return o;
 }
 
@@ -70,11 +70,11 @@ class GptContextParallel : public ::testing::TestWithParam<CpCase> {};
 
 TEST_P(GptContextParallel, MatchesOneRank) {
   const CpCase& c = GetParam();
-  TrainOptions o = gpt_job(c.heads, c.block);
-  o.accumulation = c.micro_batches;
+  JobSpec o = gpt_job(c.heads, c.block);
+  o.strategy.micro_batches = c.micro_batches;
   const auto& single =
       testing::reference_losses(fmt::format("gpt{}_{}_{}", c.heads, c.block, c.micro_batches), o);
-  o.ranks = c.ranks;
+  o.launch.ranks = c.ranks;
   o.strategy.context_parallel = c.cp;
   o.strategy.context_method = c.method;
   o.strategy.context_balance = c.balance;
@@ -103,7 +103,7 @@ INSTANTIATE_TEST_SUITE_P(
 // Rank 0's program of the tiny GPT at dp x cp.
 parallel::Program lowered(int heads, int dp, int cp, int zero_stage = 0,
                           parallel::ContextMethod method = kAllToAll) {
-  const nn::Model model = nn::build_model(gpt_job(heads, 16).model_config(), 8, true);
+  const nn::Model model = nn::build_model(gpt_job(heads, 16).model, 8, true);
   parallel::StrategyRequest request{.zero_stage = zero_stage, .context_parallel = cp, .context_method = method};
   const parallel::Strategy s =
       parallel::compose(request, {.graph = &model.graph, .batch_inputs = {"tokens", "targets"}, .ranks = dp * cp});
@@ -184,10 +184,10 @@ TEST(ContextParallelLowering, ZeroShardsOverDataAndContextRanks) {
 // width (4 layers, 4 heads, 128 wide) at `block` tokens, batch 2.
 double forward_activation_peak(int64_t block, int cp, parallel::ContextMethod method, parallel::Recompute recompute =
                                                                                          parallel::Recompute::none) {
-  TrainOptions o = gpt_job(4, block);
-  o.gpt.n_embd = 128;
-  o.gpt.n_layer = 4;
-  const nn::Model model = nn::build_model(o.model_config(), 2, true);
+  JobSpec o = gpt_job(4, block);
+  o.model.gpt.n_embd = 128;
+  o.model.gpt.n_layer = 4;
+  const nn::Model model = nn::build_model(o.model, 2, true);
   parallel::StrategyRequest request{.context_parallel = cp, .context_method = method, .recompute = recompute};
   const parallel::Strategy s =
       parallel::compose(request, {.graph = &model.graph, .batch_inputs = {"tokens", "targets"}, .ranks = cp});
@@ -212,13 +212,13 @@ TEST(ContextParallelMemory, AtBlock2048FourRanksKeepAtMostThreeTenthsOfOnesActiv
 }
 
 TEST(ContextParallelBytes, CountedBytesEqualTheAllToAllFormula) {
-  TrainOptions o = gpt_job(4, 16);
-  o.steps = o.schedule.total = 2;
-  o.ranks = 2;
+  JobSpec o = gpt_job(4, 16);
+  o.run.steps = o.optimizer.schedule.total = 2;
+  o.launch.ranks = 2;
   o.strategy.context_parallel = 2;
   o.strategy.context_method = kAllToAll;
   std::ostringstream log;
-  const TrainResult result = train(o, log);
+  const JobResult result = train(o, log);
   const parallel::Program p = lowered(4, 1, 2);
   const int cp = p.strategy.mesh.axis("cp");
   const double pass = 1.0 / 2;
@@ -231,7 +231,7 @@ TEST(ContextParallelBytes, CountedBytesEqualTheAllToAllFormula) {
     expected += pass * 4 * static_cast<double>(g.spec(g.nodes()[static_cast<size_t>(r->node)].inputs.front()).shape.numel());
   }
   EXPECT_GT(expected, 0);
-  EXPECT_EQ(static_cast<double>(result.bytes_per_axis.at("cp")), expected);
+  EXPECT_EQ(static_cast<double>(result.data_parallel->bytes_per_axis.at("cp")), expected);
 }
 
 // The ring: per layer and step, P-1 key/value blocks passed on forward and
@@ -239,30 +239,30 @@ TEST(ContextParallelBytes, CountedBytesEqualTheAllToAllFormula) {
 // floats (L the padded block length); nothing else moves along cp.
 TEST(ContextParallelBytes, CountedBytesEqualTheRingFormula) {
   for (int cp : {2, 3}) {
-    TrainOptions o = gpt_job(4, 16);
-    o.steps = o.schedule.total = 2;
-    o.ranks = cp;
+    JobSpec o = gpt_job(4, 16);
+    o.run.steps = o.optimizer.schedule.total = 2;
+    o.launch.ranks = cp;
     o.strategy.context_parallel = cp;
     std::ostringstream log;
-    const TrainResult result = train(o, log);
-    const double L = static_cast<double>(block(o.gpt.block, cp, 0).count);
-    const double expected = static_cast<double>(o.gpt.n_layer) * 2 * (cp - 1) * static_cast<double>(o.batch) * L * 2 *
-                            static_cast<double>(o.gpt.n_embd) * 4;
-    EXPECT_EQ(static_cast<double>(result.bytes_per_axis.at("cp")), expected) << "cp=" << cp;
+    const JobResult result = train(o, log);
+    const double L = static_cast<double>(block(o.model.gpt.block, cp, 0).count);
+    const double expected = static_cast<double>(o.model.gpt.n_layer) * 2 * (cp - 1) * static_cast<double>(o.data.batch) * L * 2 *
+                            static_cast<double>(o.model.gpt.n_embd) * 4;
+    EXPECT_EQ(static_cast<double>(result.data_parallel->bytes_per_axis.at("cp")), expected) << "cp=" << cp;
   }
 }
 
 TEST(ContextParallelErrors, AllToAllNeedsHeadsTheRanksDivide) {
-  TrainOptions o = gpt_job(4, 16);
-  o.ranks = 3;
+  JobSpec o = gpt_job(4, 16);
+  o.launch.ranks = 3;
   o.strategy.context_parallel = 3;
   o.strategy.context_method = kAllToAll;
   testing::expect_train_error(o, "has 4 heads, which 3 does not divide");
 }
 
 TEST(ContextParallelErrors, AllToAllWithTensorParallelismIsNamed) {
-  TrainOptions o = gpt_job(4, 16);
-  o.ranks = 4;
+  JobSpec o = gpt_job(4, 16);
+  o.launch.ranks = 4;
   o.strategy.context_parallel = 2;
   o.strategy.context_method = kAllToAll;
   o.strategy.tensor_parallel = 2;
@@ -270,18 +270,18 @@ TEST(ContextParallelErrors, AllToAllWithTensorParallelismIsNamed) {
 }
 
 TEST(ContextParallelErrors, ASequenceShorterThanTheRanksIsNamed) {
-  TrainOptions o = gpt_job(4, 2);
-  o.ranks = 4;
+  JobSpec o = gpt_job(4, 2);
+  o.launch.ranks = 4;
   o.strategy.context_parallel = 4;
   testing::expect_train_error(o, "the sequence has 2 tokens, fewer than the ranks");
 }
 
 TEST(ContextParallelResume, CheckpointsMoveBetweenContextDegrees) {
-  TrainOptions base = gpt_job(4, 16);
-  base.steps = base.schedule.total = 12;
-  TrainOptions cp2 = base, cp4 = base;
-  cp2.ranks = 2, cp2.strategy.context_parallel = 2;
-  cp4.ranks = 4, cp4.strategy.context_parallel = 4;
+  JobSpec base = gpt_job(4, 16);
+  base.run.steps = base.optimizer.schedule.total = 12;
+  JobSpec cp2 = base, cp4 = base;
+  cp2.launch.ranks = 2, cp2.strategy.context_parallel = 2;
+  cp4.launch.ranks = 4, cp4.strategy.context_parallel = 4;
   testing::expect_resumed_segments_match({{"cp=2", cp2}, {"one rank", base}, {"cp=4", cp4}}, 4,
                                          kEquivalenceTolerance);
 }

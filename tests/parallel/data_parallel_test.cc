@@ -25,18 +25,18 @@ namespace {
 using testing::kEquivalenceSteps;
 using testing::kEquivalenceTolerance;
 
-TrainOptions gpt_job(const std::string& text) {
-  TrainOptions o = testing::tiny_gpt(text);
-  o.steps = kEquivalenceSteps;
-  o.schedule.total = kEquivalenceSteps;
-  o.batch = 8;
+JobSpec gpt_job(const std::string& text) {
+  JobSpec o = testing::tiny_gpt(text);
+  o.run.steps = kEquivalenceSteps;
+  o.optimizer.schedule.total = kEquivalenceSteps;
+  o.data.batch = 8;
   return o;
 }
 
-TrainOptions cnn_job() {
-  TrainOptions o = testing::tiny_cnn();
-  o.steps = kEquivalenceSteps;
-  o.schedule.total = kEquivalenceSteps;
+JobSpec cnn_job() {
+  JobSpec o = testing::tiny_cnn();
+  o.run.steps = kEquivalenceSteps;
+  o.optimizer.schedule.total = kEquivalenceSteps;
   return o;
 }
 
@@ -48,22 +48,22 @@ TEST(AllreduceFlag, TheRunsOtherCollectivesChooseTheirOwnWhereItDoesNotApply) {
   struct Case {
     const char* what;
     comm::Algorithm algorithm;
-    std::function<void(TrainOptions&)> strategy;
+    std::function<void(JobSpec&)> strategy;
   };
   const std::vector<Case> cases{
       {"context parallelism by all-to-all, ring", comm::Algorithm::ring,
-       [](TrainOptions& o) {
+       [](JobSpec& o) {
          o.strategy.context_parallel = 2;
          o.strategy.context_method = parallel::ContextMethod::all_to_all;
        }},
-      {"ZeRO-2's reduce-scatters, tree", comm::Algorithm::tree, [](TrainOptions& o) { o.strategy.zero_stage = 2; }},
+      {"ZeRO-2's reduce-scatters, tree", comm::Algorithm::tree, [](JobSpec& o) { o.strategy.zero_stage = 2; }},
       {"a pipeline's broadcast of its stages' parameters, ring", comm::Algorithm::ring,
-       [](TrainOptions& o) { o.strategy.pipeline_parallel = 2; }},
+       [](JobSpec& o) { o.strategy.pipeline_parallel = 2; }},
   };
   for (const Case& c : cases) {
-    TrainOptions o = gpt_job(testing::shared_text());
-    o.steps = o.schedule.total = 2;
-    o.ranks = 2;
+    JobSpec o = gpt_job(testing::shared_text());
+    o.run.steps = o.optimizer.schedule.total = 2;
+    o.launch.ranks = 2;
     o.strategy.collective.algorithm = c.algorithm;
     c.strategy(o);
     std::ostringstream log;
@@ -74,22 +74,22 @@ TEST(AllreduceFlag, TheRunsOtherCollectivesChooseTheirOwnWhereItDoesNotApply) {
 class GptDataParallel : public ::testing::TestWithParam<int> {};
 
 TEST_P(GptDataParallel, MatchesOneRank) {
-  TrainOptions o = gpt_job(testing::shared_text());
+  JobSpec o = gpt_job(testing::shared_text());
   const auto& single = testing::reference_losses("gpt", o);
-  o.ranks = GetParam();
+  o.launch.ranks = GetParam();
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
-                              fmt::format("gpt at {} ranks", o.ranks));
+                              fmt::format("gpt at {} ranks", o.launch.ranks));
 }
 INSTANTIATE_TEST_SUITE_P(Ranks, GptDataParallel, ::testing::Values(2, 3, 4, 5, 6, 7, 8));
 
 class CnnDataParallel : public ::testing::TestWithParam<int> {};
 
 TEST_P(CnnDataParallel, MatchesOneRank) {
-  TrainOptions o = cnn_job();
+  JobSpec o = cnn_job();
   const auto& single = testing::reference_losses("cnn", o);
-  o.ranks = GetParam();
+  o.launch.ranks = GetParam();
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
-                              fmt::format("cnn at {} ranks", o.ranks));
+                              fmt::format("cnn at {} ranks", o.launch.ranks));
 }
 INSTANTIATE_TEST_SUITE_P(Ranks, CnnDataParallel, ::testing::Values(2, 3, 4, 5, 6, 7, 8));
 
@@ -98,23 +98,23 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CnnDataParallel, ::testing::Values(2, 3, 4, 5, 6
 class GptBuckets : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
 
 TEST_P(GptBuckets, MatchOneRank) {
-  TrainOptions o = gpt_job(testing::shared_text());
+  JobSpec o = gpt_job(testing::shared_text());
   const auto& single = testing::reference_losses("gpt-buckets", o);
-  o.ranks = 3;
+  o.launch.ranks = 3;
   o.strategy.bucket_bytes = std::get<0>(GetParam());
-  o.overlap = std::get<1>(GetParam());
+  o.run.overlap = std::get<1>(GetParam());
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
                               fmt::format("gpt at 3 ranks, buckets of {} bytes, overlap {}", o.strategy.bucket_bytes,
-                                          o.overlap));
+                                          o.run.overlap));
 }
 INSTANTIATE_TEST_SUITE_P(Sizes, GptBuckets,
                          ::testing::Combine(::testing::Values(0, 4096, int64_t{1} << 30), ::testing::Bool()));
 
 TEST(DataParallel, CnnWithoutOverlapMatchesOneRank) {
-  TrainOptions o = cnn_job();
+  JobSpec o = cnn_job();
   const auto& single = testing::reference_losses("cnn", o);
-  o.ranks = 4;
-  o.overlap = false;
+  o.launch.ranks = 4;
+  o.run.overlap = false;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "cnn at 4 ranks without overlap");
 }
 
@@ -124,16 +124,16 @@ TEST(DataParallel, CnnWithoutOverlapMatchesOneRank) {
 // on the engine, its few bytes a job of agreement on what runs next.
 TEST(DataParallel, ReportsTheGradientRingsBytesOnTheDataAxis) {
   for (bool overlap : {true, false}) {
-    TrainOptions o = gpt_job(testing::shared_text());
-    o.steps = o.schedule.total = 3;
-    o.ranks = 2;
-    o.overlap = overlap;
+    JobSpec o = gpt_job(testing::shared_text());
+    o.run.steps = o.optimizer.schedule.total = 3;
+    o.launch.ranks = 2;
+    o.run.overlap = overlap;
     o.strategy.collective.algorithm = comm::Algorithm::ring;
     std::ostringstream log;
-    const TrainResult result = train(o, log);
-    const int64_t parameters = make_task(o.task_options())->build(o.batch, true).graph.param_count();
+    const JobResult result = train(o, log);
+    const int64_t parameters = make_task(o.model, o.data, o.run.seed)->build(o.data.batch, true).graph.param_count();
     const double gradient_bytes = 2 * 0.5 * 4.0 * static_cast<double>(parameters);
-    const double reported = static_cast<double>(result.bytes_per_axis.at("dp"));
+    const double reported = static_cast<double>(result.data_parallel->bytes_per_axis.at("dp"));
     EXPECT_GE(reported, gradient_bytes) << (overlap ? "overlapped" : "inline");
     EXPECT_LE(reported, gradient_bytes * 1.01) << (overlap ? "overlapped" : "inline");
   }
@@ -142,11 +142,11 @@ TEST(DataParallel, ReportsTheGradientRingsBytesOnTheDataAxis) {
 // Accumulation inside each rank: 2 ranks x 2 micro-batches = 1 rank x 4.
 TEST(DataParallel, AccumulationInsideRanksMatchesOneRank) {
   testing::ScratchDir dir;
-  TrainOptions o = gpt_job(testing::write_text(dir));
-  o.accumulation = 4;
+  JobSpec o = gpt_job(testing::write_text(dir));
+  o.strategy.micro_batches = 4;
   const std::vector<double> single = testing::train_losses(o);
-  o.ranks = 2;
-  o.accumulation = 2;
+  o.launch.ranks = 2;
+  o.strategy.micro_batches = 2;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "gpt 2 ranks x 2 micro-batches");
 }
 
@@ -163,30 +163,30 @@ class P3 : public ::testing::TestWithParam<int> {};
 
 TEST_P(P3, GptMatchesOneRank) {
   testing::ScratchDir dir;
-  TrainOptions o = gpt_job(testing::write_text(dir));
-  o.grad_clip = 0;
-  o.eval_every = 20;  // updates are finished before evaluating mid-run
+  JobSpec o = gpt_job(testing::write_text(dir));
+  o.optimizer.grad_clip = 0;
+  o.run.eval_every = 20;  // updates are finished before evaluating mid-run
   const std::vector<double> single = testing::train_losses(o);
-  o.ranks = GetParam();
+  o.launch.ranks = GetParam();
   o.strategy.p3_slice_bytes = 1024;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
-                              fmt::format("gpt with P3 at {} ranks", o.ranks));
+                              fmt::format("gpt with P3 at {} ranks", o.launch.ranks));
 }
 
 TEST_P(P3, CnnMatchesOneRank) {
-  TrainOptions o = cnn_job();
+  JobSpec o = cnn_job();
   const auto& single = testing::reference_losses("cnn", o);
-  o.ranks = GetParam();
+  o.launch.ranks = GetParam();
   o.strategy.p3_slice_bytes = 4096;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
-                              fmt::format("cnn with P3 at {} ranks", o.ranks));
+                              fmt::format("cnn with P3 at {} ranks", o.launch.ranks));
 }
 INSTANTIATE_TEST_SUITE_P(Ranks, P3, ::testing::Values(2, 3, 4));
 
 TEST(P3Options, GradientClippingIsANamedError) {
   testing::ScratchDir dir;
-  TrainOptions o = gpt_job(testing::write_text(dir));
-  o.ranks = 2;
+  JobSpec o = gpt_job(testing::write_text(dir));
+  o.launch.ranks = 2;
   o.strategy.p3_slice_bytes = 1024;
   testing::expect_train_error(o, "--grad-clip");
 }
@@ -206,26 +206,26 @@ namespace {
 // in backward (dropout: the same masks). Parameters: (stage, ranks, overlap).
 class Zero : public ::testing::TestWithParam<std::tuple<int, int, bool>> {
  protected:
-  TrainOptions sharded(TrainOptions o) const {
+  JobSpec sharded(JobSpec o) const {
     o.strategy.zero_stage = std::get<0>(GetParam());
-    o.ranks = std::get<1>(GetParam());
-    o.overlap = std::get<2>(GetParam());
+    o.launch.ranks = std::get<1>(GetParam());
+    o.run.overlap = std::get<2>(GetParam());
     return o;
   }
-  std::string what(const std::string& model, const TrainOptions& o) const {
-    return fmt::format("{} with ZeRO-{} at {} ranks, overlap {}", model, o.strategy.zero_stage, o.ranks, o.overlap);
+  std::string what(const std::string& model, const JobSpec& o) const {
+    return fmt::format("{} with ZeRO-{} at {} ranks, overlap {}", model, o.strategy.zero_stage, o.launch.ranks, o.run.overlap);
   }
 };
 
 TEST_P(Zero, GptMatchesOneRank) {
-  TrainOptions o = gpt_job(testing::shared_text());
+  JobSpec o = gpt_job(testing::shared_text());
   const auto& single = testing::reference_losses("gpt-zero", o);
   o = sharded(o);
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, what("gpt", o));
 }
 
 TEST_P(Zero, CnnMatchesOneRank) {
-  TrainOptions o = cnn_job();
+  JobSpec o = cnn_job();
   const auto& single = testing::reference_losses("cnn", o);
   o = sharded(o);
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, what("cnn", o));
@@ -239,13 +239,13 @@ INSTANTIATE_TEST_SUITE_P(StagesRanksOverlap, Zero,
 // one-bucket-per-tensor and a single bucket buffer (backward waits for every
 // reduction before the next bucket) as the tightest memory setting.
 TEST(ZeroAccumulation, MatchesOneRank) {
-  TrainOptions o = gpt_job(testing::shared_text());
-  o.accumulation = 4;
+  JobSpec o = gpt_job(testing::shared_text());
+  o.strategy.micro_batches = 4;
   const std::vector<double> single = testing::train_losses(o);
   for (int stage : {2, 3}) {
-    TrainOptions z = o;
-    z.ranks = 2;
-    z.accumulation = 2;
+    JobSpec z = o;
+    z.launch.ranks = 2;
+    z.strategy.micro_batches = 2;
     z.strategy.zero_stage = stage;
     testing::expect_same_losses(single, testing::train_losses(z), kEquivalenceTolerance,
                                 fmt::format("gpt ZeRO-{}, 2 ranks x 2 micro-batches", stage));
@@ -264,18 +264,18 @@ TEST(ZeroAccumulation, MatchesOneRank) {
 // compute while one is in flight; here some compute must.
 TEST(ZeroOverlap, BackwardComputesWhileABucketIsReduceScattered) {
   testing::ScratchDir dir;
-  TrainOptions o = gpt_job(testing::shared_text());
-  o.gpt.n_embd = 64;  // a backward of ~15 ms, in 7 buckets a step
-  o.gpt.block = 64;
-  o.steps = 4;
-  o.ranks = 2;
+  JobSpec o = gpt_job(testing::shared_text());
+  o.model.gpt.n_embd = 64;  // a backward of ~15 ms, in 7 buckets a step
+  o.model.gpt.block = 64;
+  o.run.steps = 4;
+  o.launch.ranks = 2;
   o.strategy.zero_stage = 2;
   o.strategy.bucket_bytes = 64 << 10;
-  o.link_gbps = 0.5;  // ~0.8 ms per bucket's reduce-scatter
-  o.trace = dir.file("trace.json");
+  o.launch.link_gbps = 0.5;  // ~0.8 ms per bucket's reduce-scatter
+  o.run.trace = dir.file("trace.json");
   std::ostringstream log;
   train(o, log);
-  const nlohmann::json trace = nlohmann::json::parse(testing::read_file(o.trace));
+  const nlohmann::json trace = nlohmann::json::parse(testing::read_file(o.run.trace));
   std::vector<std::pair<double, double>> reductions;  // rank 0's gradient reduce-scatters: [start, end)
   std::vector<double> computes;                        // rank 0's compute starts
   for (const nlohmann::json& e : trace.at("traceEvents")) {
@@ -300,9 +300,9 @@ TEST(ZeroOverlap, BackwardComputesWhileABucketIsReduceScattered) {
 // parameters within the bucket in use, the one prefetched and the one
 // being freed, never the whole model.
 TEST(ZeroMemory, PerRankBytesMatchTheFormula) {
-  TrainOptions o = gpt_job(testing::shared_text());
-  o.steps = 2;
-  o.ranks = 4;
+  JobSpec o = gpt_job(testing::shared_text());
+  o.run.steps = 2;
+  o.launch.ranks = 4;
   o.strategy.bucket_bytes = 16 << 10;
   int64_t parameters = 0;
   for (int stage : {0, 1, 2, 3}) {
@@ -311,30 +311,30 @@ TEST(ZeroMemory, PerRankBytesMatchTheFormula) {
     // third of this model, so three 16 KiB buckets would be all of it.
     if (stage == 3) o.strategy.bucket_bytes = 4 << 10;
     std::ostringstream log;
-    const TrainResult result = train(o, log);
-    if (parameters == 0) parameters = static_cast<int64_t>(result.memory.parameters / 4);
-    const parallel::StateBytes expected = parallel::state_bytes(static_cast<double>(parameters), stage, o.ranks, 2);  // AdamW: 2 slots
+    const JobResult result = train(o, log);
+    if (parameters == 0) parameters = static_cast<int64_t>(result.data_parallel->memory.parameters / 4);
+    const parallel::StateBytes expected = parallel::state_bytes(static_cast<double>(parameters), stage, o.launch.ranks, 2);  // AdamW: 2 slots
     // Buckets of >= B bytes: at most 4Ψ/B + tensors of them, one element of slack each.
     const double slack = 4.0 * 2 * (4.0 * static_cast<double>(parameters) / static_cast<double>(o.strategy.bucket_bytes) + 64);
-    EXPECT_NEAR(result.memory.parameters, expected.parameters, stage == 3 ? slack : 0) << "ZeRO-" << stage;
-    EXPECT_NEAR(result.memory.gradients, expected.gradients, slack) << "ZeRO-" << stage;
-    EXPECT_NEAR(result.memory.optimizer_state, expected.optimizer_state, slack) << "ZeRO-" << stage;
+    EXPECT_NEAR(result.data_parallel->memory.parameters, expected.parameters, stage == 3 ? slack : 0) << "ZeRO-" << stage;
+    EXPECT_NEAR(result.data_parallel->memory.gradients, expected.gradients, slack) << "ZeRO-" << stage;
+    EXPECT_NEAR(result.data_parallel->memory.optimizer_state, expected.optimizer_state, slack) << "ZeRO-" << stage;
     EXPECT_NE(log.str().find("memory per rank (ZeRO-" + std::to_string(stage)), std::string::npos) << log.str();
     // The largest bucket is the largest tensor (the tied embedding) or about the bucket size.
     const double largest_bucket = std::max<double>(4.0 * 256 * 16, static_cast<double>(o.strategy.bucket_bytes));
     if (stage >= 2) {
-      EXPECT_GT(result.gradient_buffer_peak_bytes, 0);
-      EXPECT_LE(result.gradient_buffer_peak_bytes, o.strategy.bucket_buffers * largest_bucket);
-      EXPECT_LT(result.memory.gradients, parallel::state_bytes(static_cast<double>(parameters), 1, o.ranks, 2).gradients / 4);
+      EXPECT_GT(result.data_parallel->gradient_buffer_peak_bytes, 0);
+      EXPECT_LE(result.data_parallel->gradient_buffer_peak_bytes, o.strategy.bucket_buffers * largest_bucket);
+      EXPECT_LT(result.data_parallel->memory.gradients, parallel::state_bytes(static_cast<double>(parameters), 1, o.launch.ranks, 2).gradients / 4);
     } else {
-      EXPECT_EQ(result.gradient_buffer_peak_bytes, 0);
+      EXPECT_EQ(result.data_parallel->gradient_buffer_peak_bytes, 0);
     }
     if (stage == 3) {
-      EXPECT_GT(result.gathered_parameter_peak_bytes, 0);
-      EXPECT_LE(result.gathered_parameter_peak_bytes, 3 * largest_bucket);
-      EXPECT_LT(result.gathered_parameter_peak_bytes, 4.0 * parameters);
+      EXPECT_GT(result.data_parallel->gathered_parameter_peak_bytes, 0);
+      EXPECT_LE(result.data_parallel->gathered_parameter_peak_bytes, 3 * largest_bucket);
+      EXPECT_LT(result.data_parallel->gathered_parameter_peak_bytes, 4.0 * parameters);
     } else {
-      EXPECT_EQ(result.gathered_parameter_peak_bytes, 0);
+      EXPECT_EQ(result.data_parallel->gathered_parameter_peak_bytes, 0);
     }
   }
   EXPECT_GT(parameters, 0);
@@ -344,24 +344,24 @@ TEST(ZeroMemory, PerRankBytesMatchTheFormula) {
 // sharding at another rank count, and the other way round, across stages.
 TEST(ZeroCheckpoint, ResumesAcrossRankCountsAndSharding) {
   testing::ScratchDir dir;
-  TrainOptions o = gpt_job(testing::write_text(dir));
+  JobSpec o = gpt_job(testing::write_text(dir));
   const std::vector<double> single = testing::train_losses(o);
   const std::vector<double> single_tail(single.begin() + 20, single.end());
   // Trains the first 20 steps at (ranks, stage) and saves them to `name`.
   auto save = [&](int ranks, int stage, const std::string& name) {
-    TrainOptions first = o;
-    first.ranks = ranks;
+    JobSpec first = o;
+    first.launch.ranks = ranks;
     first.strategy.zero_stage = stage;
-    first.stop_after = 20;
-    first.save = dir.file(name);
+    first.run.stop_after = 20;
+    first.checkpoint.save = dir.file(name);
     testing::train_losses(first);
-    return first.save;
+    return first.checkpoint.save;
   };
   // Resumes `checkpoint` at (ranks, stage): the single rank's last 30 losses.
   auto expect_resumed = [&](const std::string& checkpoint, int ranks, int stage, const std::string& what) {
-    TrainOptions resumed = o;
-    resumed.resume = checkpoint;
-    resumed.ranks = ranks;
+    JobSpec resumed = o;
+    resumed.checkpoint.resume = checkpoint;
+    resumed.launch.ranks = ranks;
     resumed.strategy.zero_stage = stage;
     testing::expect_same_losses(single_tail, testing::train_losses(resumed), kEquivalenceTolerance, what);
   };
@@ -376,8 +376,8 @@ TEST(ZeroCheckpoint, ResumesAcrossRankCountsAndSharding) {
 }
 
 TEST(ZeroOptions, UnknownStageIsANamedError) {
-  TrainOptions o = gpt_job(testing::shared_text());
-  o.ranks = 2;
+  JobSpec o = gpt_job(testing::shared_text());
+  o.launch.ranks = 2;
   o.strategy.zero_stage = 4;
   testing::expect_train_error(o, "ZeRO stage 4");
 }

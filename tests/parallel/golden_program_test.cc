@@ -75,11 +75,11 @@ TEST_P(GoldenProgram, PrintsAsCheckedIn) {
                                      .context_parallel = g.cp,
                                      .context_method = g.method,
                                      .pipeline = {.schedule = pipeline_kind_from_name(g.schedule)},
-                                     .recompute = g.recompute},
+                                     .recompute = g.recompute,
+                                     .micro_batches = g.micro_batches},
                                     {.graph = &model.graph,
                                      .batch_inputs = batch_input_names(model),
-                                     .ranks = g.ranks * g.pp,
-                                     .micro_batches = g.micro_batches});
+                                     .ranks = g.ranks * g.pp});
   // Every rank's Program, for the footer's replay; the file pins rank g.rank's.
   const std::vector<Program> programs = plan::lower_all({.forward = &model.graph, .loss = model.loss}, strategy);
   const std::string printed = programs[static_cast<size_t>(g.rank)].str() + plan::program_footer(programs, g.rank);

@@ -29,11 +29,10 @@ nn::Model two_layer_gpt(Precision precision) {
 }
 
 std::vector<Program> zero3_programs(const nn::Model& model, int ranks) {
-  const Strategy strategy = compose({.bucket_bytes = 4096, .zero_stage = 3},
+  const Strategy strategy = compose({.bucket_bytes = 4096, .zero_stage = 3, .micro_batches = 2},
                                     {.graph = &model.graph,
                                      .batch_inputs = batch_input_names(model),
-                                     .ranks = ranks,
-                                     .micro_batches = 2});
+                                     .ranks = ranks});
   return plan::lower_all({.forward = &model.graph, .loss = model.loss}, strategy);
 }
 
@@ -163,11 +162,10 @@ TEST(MixedPrecisionLowering, Zero3MemoryModelCountsGatheredBucketsAtTheirDtype) 
 std::vector<Program> mlp_pipeline(Precision precision) {
   nn::Model model = nn::build_mlp({.inputs = 784, .hidden = {64, 32}, .classes = 10}, 8);
   set_precision(model.graph, precision);
-  const Strategy strategy = compose({.pipeline_parallel = 2, .pipeline = {.stage_cuts = {"fc2"}}},
+  const Strategy strategy = compose({.pipeline_parallel = 2, .pipeline = {.stage_cuts = {"fc2"}}, .micro_batches = 2},
                                     {.graph = &model.graph,
                                      .batch_inputs = batch_input_names(model),
-                                     .ranks = 2,
-                                     .micro_batches = 2});
+                                     .ranks = 2});
   return plan::lower_all({.forward = &model.graph, .loss = model.loss}, strategy);
 }
 

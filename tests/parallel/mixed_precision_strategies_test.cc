@@ -50,16 +50,16 @@ using testing::kEquivalenceSteps;
 
 constexpr double kReshapedTolerance = 1e-3;
 
-TrainOptions bf16_gpt(int accumulation) {
-  TrainOptions o = testing::tiny_gpt(testing::shared_text());
-  o.gpt.n_head = 4;
-  o.gpt.n_embd = 32;
-  o.gpt.n_layer = 2;
-  o.steps = o.schedule.total = kEquivalenceSteps;
-  o.batch = 8;
-  o.accumulation = accumulation;
-  o.eval_every = 0;
-  o.precision = "bf16";
+JobSpec bf16_gpt(int accumulation) {
+  JobSpec o = testing::tiny_gpt(testing::shared_text());
+  o.model.gpt.n_head = 4;
+  o.model.gpt.n_embd = 32;
+  o.model.gpt.n_layer = 2;
+  o.run.steps = o.optimizer.schedule.total = kEquivalenceSteps;
+  o.data.batch = 8;
+  o.strategy.micro_batches = accumulation;
+  o.run.eval_every = 0;
+  o.model.precision = Precision::bf16;
   return o;
 }
 
@@ -71,8 +71,8 @@ const std::vector<double>& one_rank(int accumulation) {
       testing::reference_losses("bf16 gpt accumulating " + std::to_string(accumulation), bf16_gpt(accumulation));
   EXPECT_EQ(bf16.size(), static_cast<size_t>(kEquivalenceSteps));
   if (!bf16.empty()) EXPECT_LT(bf16.back(), 0.9 * bf16.front()) << "the bf16 reference did not learn";
-  TrainOptions fp32 = bf16_gpt(accumulation);
-  fp32.precision = "fp32";
+  JobSpec fp32 = bf16_gpt(accumulation);
+  fp32.model.precision = Precision::fp32;
   EXPECT_NE(testing::reference_losses("fp32 gpt accumulating " + std::to_string(accumulation), fp32), bf16)
       << "bf16 losses equal fp32's bitwise: the bf16 path did not run";
   return bf16;
@@ -86,15 +86,15 @@ class MixedPrecisionStrategies : public ::testing::Test {
 };
 
 TEST_F(MixedPrecisionStrategies, DataParallelEqualsOneRankAccumulatingItsRows) {
-  TrainOptions o = bf16_gpt(1);
-  o.ranks = 2;
+  JobSpec o = bf16_gpt(1);
+  o.launch.ranks = 2;
   testing::expect_same_losses(one_rank(2), testing::train_losses(o), testing::kEquivalenceTolerance,
                               "bf16 at dp=2");
 }
 
 TEST_F(MixedPrecisionStrategies, PipelineFollowsOneRankAccumulatingItsMicroBatches) {
-  TrainOptions o = bf16_gpt(4);
-  o.ranks = 2;
+  JobSpec o = bf16_gpt(4);
+  o.launch.ranks = 2;
   o.strategy.pipeline_parallel = 2;
   testing::expect_same_losses(one_rank(4), testing::train_losses(o), kReshapedTolerance,
                               "bf16 at pp=2 with 4 micro-batches");
@@ -105,10 +105,10 @@ TEST_F(MixedPrecisionStrategies, PipelineFollowsOneRankAccumulatingItsMicroBatch
 // where fp32 has no rounding of GEMM inputs to amplify it. A dropped or
 // doubled term would move the losses by orders of magnitude more.
 TEST_F(MixedPrecisionStrategies, PipelineOfSeveralMicroBatchesDiffersOnlyInTheTiedSumsOrder) {
-  TrainOptions single = bf16_gpt(4);
-  single.precision = "fp32";
-  TrainOptions o = single;
-  o.ranks = 2;
+  JobSpec single = bf16_gpt(4);
+  single.model.precision = Precision::fp32;
+  JobSpec o = single;
+  o.launch.ranks = 2;
   o.strategy.pipeline_parallel = 2;
   testing::expect_same_losses(testing::reference_losses("fp32 gpt accumulating 4", single), testing::train_losses(o),
                               1e-6, "fp32 at pp=2 with 4 micro-batches");
@@ -119,16 +119,16 @@ TEST_F(MixedPrecisionStrategies, PipelineOfSeveralMicroBatchesDiffersOnlyInTheTi
 // summed per parameter in parameter order on both: the losses are equal.
 // The clip is active (the same run unclipped learns differently).
 TEST_F(MixedPrecisionStrategies, PipelineOfOneMicroBatchEqualsOneRankWithClipping) {
-  TrainOptions single = bf16_gpt(1);
-  single.grad_clip = 0.25;
-  TrainOptions o = single;
-  o.ranks = 2;
+  JobSpec single = bf16_gpt(1);
+  single.optimizer.grad_clip = 0.25;
+  JobSpec o = single;
+  o.launch.ranks = 2;
   o.strategy.pipeline_parallel = 2;
   const std::vector<double>& reference = testing::reference_losses("bf16 gpt clipped at 0.25", single);
   testing::expect_same_losses(reference, testing::train_losses(o), testing::kEquivalenceTolerance,
                               "bf16 at pp=2 with 1 micro-batch, clipped");
-  TrainOptions unclipped = single;
-  unclipped.grad_clip = 0;
+  JobSpec unclipped = single;
+  unclipped.optimizer.grad_clip = 0;
   EXPECT_NE(testing::reference_losses("bf16 gpt without clipping", unclipped), reference)
       << "the clip never scaled a gradient: the test would not see the norm's order";
 }
@@ -138,39 +138,39 @@ TEST_F(MixedPrecisionStrategies, PipelineOfOneMicroBatchEqualsOneRankWithClippin
 // parameter two stages share: the same arithmetic as one rank, exactly,
 // over several micro-batches and with an active clip.
 TEST_F(MixedPrecisionStrategies, PipelineSendingBf16EqualsOneRankAccumulatingItsMicroBatches) {
-  TrainOptions single = testing::tiny_mlp();
-  single.precision = "bf16";
-  single.accumulation = 4;
-  single.grad_clip = 0.05;
-  single.steps = single.schedule.total = 20;
-  single.eval_every = 0;
-  TrainOptions o = single;
-  o.ranks = 2;
+  JobSpec single = testing::tiny_mlp();
+  single.model.precision = Precision::bf16;
+  single.strategy.micro_batches = 4;
+  single.optimizer.grad_clip = 0.05;
+  single.run.steps = single.optimizer.schedule.total = 20;
+  single.run.eval_every = 0;
+  JobSpec o = single;
+  o.launch.ranks = 2;
   o.strategy.pipeline_parallel = 2;
   o.strategy.pipeline.stage_cuts = {"fc2"};
   const std::vector<double> reference = testing::train_losses(single);
   testing::expect_same_losses(reference, testing::train_losses(o), testing::kEquivalenceTolerance,
                               "bf16 MLP at pp=2, relu's output sent in bf16, clipped");
-  TrainOptions unclipped = single;
-  unclipped.grad_clip = 0;
+  JobSpec unclipped = single;
+  unclipped.optimizer.grad_clip = 0;
   EXPECT_NE(testing::train_losses(unclipped), reference) << "the clip never scaled a gradient";
 }
 
 TEST_F(MixedPrecisionStrategies, Zero3FollowsOneRank) {
-  TrainOptions o = bf16_gpt(1);
-  o.ranks = 3;
-  o.batch = 9;
+  JobSpec o = bf16_gpt(1);
+  o.launch.ranks = 3;
+  o.data.batch = 9;
   o.strategy.zero_stage = 3;
-  TrainOptions single = bf16_gpt(1);
-  single.batch = 9;
+  JobSpec single = bf16_gpt(1);
+  single.data.batch = 9;
   testing::expect_same_losses(testing::reference_losses("bf16 gpt batch 9", single), testing::train_losses(o),
                               kReshapedTolerance, "bf16 at ZeRO-3 on 3 ranks");
 }
 
 TEST_F(MixedPrecisionStrategies, TensorAndSequenceParallelFollowOneRank) {
   for (bool sequence_parallel : {false, true}) {
-    TrainOptions o = bf16_gpt(1);
-    o.ranks = 2;
+    JobSpec o = bf16_gpt(1);
+    o.launch.ranks = 2;
     o.strategy.tensor_parallel = 2;
     o.strategy.sequence_parallel = sequence_parallel;
     testing::expect_same_losses(one_rank(1), testing::train_losses(o), kReshapedTolerance,
@@ -180,7 +180,7 @@ TEST_F(MixedPrecisionStrategies, TensorAndSequenceParallelFollowOneRank) {
 
 TEST_F(MixedPrecisionStrategies, RecomputeEqualsOneRankWithout) {
   for (parallel::Recompute recompute : {parallel::Recompute::full, parallel::Recompute::selective}) {
-    TrainOptions o = bf16_gpt(1);
+    JobSpec o = bf16_gpt(1);
     o.strategy.recompute = recompute;
     testing::expect_same_losses(one_rank(1), testing::train_losses(o), testing::kEquivalenceTolerance,
                                 fmt::format("bf16 with {} recomputation", parallel::recompute_name(recompute)));

@@ -31,12 +31,12 @@ const std::string& subset_dir() {
   return path;
 }
 
-TrainOptions two_epochs(const std::string& model) {
-  TrainOptions o = model == "cnn" ? testing::tiny_cnn() : testing::tiny_mlp();
-  o.data = subset_dir();
-  o.batch = kBatch;
-  o.steps = 0;
-  o.epochs = 2;
+JobSpec two_epochs(const std::string& model) {
+  JobSpec o = model == "cnn" ? testing::tiny_cnn() : testing::tiny_mlp();
+  o.data.path = subset_dir();
+  o.data.batch = kBatch;
+  o.run.steps = 0;
+  o.run.epochs = 2;
   return o;
 }
 
@@ -53,13 +53,13 @@ class PartialBatch : public ::testing::TestWithParam<PartialCase> {};
 
 TEST_P(PartialBatch, TwoEpochsMatchOneRank) {
   const PartialCase& c = GetParam();
-  const TrainOptions one = two_epochs(c.model);
+  const JobSpec one = two_epochs(c.model);
   const std::vector<double>& single = testing::reference_losses(c.model + "-partial", one);
   ASSERT_EQ(single.size(), static_cast<size_t>(2 * kBatchesPerEpoch));
-  TrainOptions o = one;
-  o.ranks = c.ranks;
+  JobSpec o = one;
+  o.launch.ranks = c.ranks;
   o.strategy.zero_stage = c.zero;
-  o.accumulation = c.micro_batches;
+  o.strategy.micro_batches = c.micro_batches;
   o.strategy.pipeline_parallel = c.pipeline;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, c.name);
 }
@@ -92,18 +92,18 @@ INSTANTIATE_TEST_SUITE_P(
 // epoch is a fresh permutation's, and the loss of the 2-row batch is not
 // the 7-row batches' (a run that dropped it would differ from step 15 on).
 TEST(PartialBatchCount, AnEpochIsCeilOfImagesOverBatchAndDropLastLeavesThePartialOut) {
-  TrainOptions o = two_epochs("mlp");
-  o.schedule.kind = "constant";  // the same rates whatever the step count
+  JobSpec o = two_epochs("mlp");
+  o.optimizer.schedule.kind = "constant";  // the same rates whatever the step count
   std::ostringstream log;
-  const TrainResult kept = train(o, log);
-  EXPECT_EQ(kept.losses.size(), static_cast<size_t>(2 * kBatchesPerEpoch)) << log.str();
-  o.drop_last = true;
-  const TrainResult dropped = train(o, log);
-  ASSERT_EQ(dropped.losses.size(), static_cast<size_t>(2 * (kBatchesPerEpoch - 1))) << log.str();
+  const JobResult kept = train(o, log);
+  EXPECT_EQ(kept.run.losses.size(), static_cast<size_t>(2 * kBatchesPerEpoch)) << log.str();
+  o.data.drop_last = true;
+  const JobResult dropped = train(o, log);
+  ASSERT_EQ(dropped.run.losses.size(), static_cast<size_t>(2 * (kBatchesPerEpoch - 1))) << log.str();
   // The first epoch's full batches are the same batches on the same weights.
   for (int64_t s = 0; s < kBatchesPerEpoch - 1; ++s)
-    EXPECT_EQ(dropped.losses[static_cast<size_t>(s)], kept.losses[static_cast<size_t>(s)]) << "step " << s + 1;
-  EXPECT_NE(dropped.losses[kBatchesPerEpoch - 1], kept.losses[kBatchesPerEpoch - 1]);
+    EXPECT_EQ(dropped.run.losses[static_cast<size_t>(s)], kept.run.losses[static_cast<size_t>(s)]) << "step " << s + 1;
+  EXPECT_NE(dropped.run.losses[kBatchesPerEpoch - 1], kept.run.losses[kBatchesPerEpoch - 1]);
 }
 
 // The same weights give the same validation loss under every strategy: a
@@ -111,26 +111,26 @@ TEST(PartialBatchCount, AnEpochIsCeilOfImagesOverBatchAndDropLastLeavesThePartia
 // and validation runs the global batch's windows whatever the ranks,
 // micro-batches or stages.
 TEST(Validation, SameWeightsGiveTheSameLossUnderEveryStrategy) {
-  TrainOptions one = testing::tiny_gpt(testing::shared_text());
-  one.batch = 8;
-  one.steps = 2;
-  one.schedule = {.kind = "constant", .lr = 1e-30, .warmup = 0, .total = 2, .min_ratio = 0};
-  one.optimizer.weight_decay = 0;
-  one.sample_tokens = 0;
+  JobSpec one = testing::tiny_gpt(testing::shared_text());
+  one.data.batch = 8;
+  one.run.steps = 2;
+  one.optimizer.schedule = {.kind = "constant", .lr = 1e-30, .warmup = 0, .total = 2, .min_ratio = 0};
+  one.optimizer.update.weight_decay = 0;
+  one.run.sample_tokens = 0;
   std::ostringstream log;
-  const double reference = train(one, log).evaluation.loss;
+  const double reference = train(one, log).run.evaluation.loss;
   struct Variant {
     const char* name;
     int ranks, micro_batches, tp, pp;
   };
   for (const Variant& v : {Variant{"2 micro-batches", 1, 2, 1, 1}, Variant{"dp=2", 2, 1, 1, 1},
                            Variant{"tp=2", 2, 1, 2, 1}, Variant{"pp=2, 4 micro-batches", 2, 4, 1, 2}}) {
-    TrainOptions o = one;
-    o.ranks = v.ranks;
-    o.accumulation = v.micro_batches;
+    JobSpec o = one;
+    o.launch.ranks = v.ranks;
+    o.strategy.micro_batches = v.micro_batches;
     o.strategy.tensor_parallel = v.tp;
     o.strategy.pipeline_parallel = v.pp;
-    const double loss = train(o, log).evaluation.loss;
+    const double loss = train(o, log).run.evaluation.loss;
     EXPECT_NEAR(loss, reference, 1e-6 * reference) << v.name;
   }
 }

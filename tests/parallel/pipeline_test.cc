@@ -26,25 +26,25 @@ using testing::kEquivalenceTolerance;
 
 // 4 transformer blocks: 8 places to cut (after each block's attention and
 // its MLP), enough for 4 ranks of 2 chunks.
-TrainOptions gpt_pipeline_job(int micro_batches) {
-  TrainOptions o = testing::tiny_gpt(testing::shared_text());
-  o.gpt.n_layer = 4;
-  o.steps = kEquivalenceSteps;
-  o.schedule.total = kEquivalenceSteps;
-  o.batch = 8;
-  o.accumulation = micro_batches;
-  o.eval_every = 0;
+JobSpec gpt_pipeline_job(int micro_batches) {
+  JobSpec o = testing::tiny_gpt(testing::shared_text());
+  o.model.gpt.n_layer = 4;
+  o.run.steps = kEquivalenceSteps;
+  o.optimizer.schedule.total = kEquivalenceSteps;
+  o.data.batch = 8;
+  o.strategy.micro_batches = micro_batches;
+  o.run.eval_every = 0;
   return o;
 }
 
 // One rank's losses for a job, keyed by what the pipeline tests vary.
-const std::vector<double>& reference(const TrainOptions& o) {
+const std::vector<double>& reference(const JobSpec& o) {
   return testing::reference_losses(
-      fmt::format("pipeline {} micro-batches {} batch {} layers {}", o.model, o.accumulation, o.batch, o.gpt.n_layer), o);
+      fmt::format("pipeline {} micro-batches {} batch {} layers {}", o.model.kind, o.strategy.micro_batches, o.data.batch, o.model.gpt.n_layer), o);
 }
 
-TrainOptions pipelined(TrainOptions o, int stages, const std::string& schedule, int virtual_stages = 1) {
-  o.ranks = stages * o.ranks;
+JobSpec pipelined(JobSpec o, int stages, const std::string& schedule, int virtual_stages = 1) {
+  o.launch.ranks = stages * o.launch.ranks;
   o.strategy.pipeline_parallel = stages;
   o.strategy.pipeline.schedule = parallel::pipeline_kind_from_name(schedule);
   o.strategy.pipeline.virtual_stages = virtual_stages;
@@ -75,8 +75,8 @@ class GptPipeline : public ::testing::TestWithParam<PipeCase> {};
 
 TEST_P(GptPipeline, MatchesOneRank) {
   const PipeCase& c = GetParam();
-  const TrainOptions one = gpt_pipeline_job(c.micro_batches);
-  TrainOptions o = pipelined(one, c.stages, c.schedule, c.virtual_stages);
+  const JobSpec one = gpt_pipeline_job(c.micro_batches);
+  JobSpec o = pipelined(one, c.stages, c.schedule, c.virtual_stages);
   o.strategy.recompute = c.recompute;
   testing::expect_same_losses(reference(one), testing::train_losses(o), kEquivalenceTolerance, case_name({c, 0}));
 }
@@ -104,9 +104,9 @@ std::vector<PipeCase> every_schedule() {
 INSTANTIATE_TEST_SUITE_P(Schedules, GptPipeline, ::testing::ValuesIn(every_schedule()), case_name);
 
 TEST(GptRecompute, OneRankMatchesWithoutRecomputation) {
-  const TrainOptions one = gpt_pipeline_job(2);
+  const JobSpec one = gpt_pipeline_job(2);
   for (parallel::Recompute r : {parallel::Recompute::full, parallel::Recompute::selective}) {
-    TrainOptions o = one;
+    JobSpec o = one;
     o.strategy.recompute = r;
     testing::expect_same_losses(reference(one), testing::train_losses(o), kEquivalenceTolerance,
                                 std::string("one rank recomputing ") + std::string(parallel::recompute_name(r)));
@@ -114,9 +114,9 @@ TEST(GptRecompute, OneRankMatchesWithoutRecomputation) {
 }
 
 TEST(GptPipeline, TwoStagesTimesTwoDataRanksWithZero1) {
-  const TrainOptions one = gpt_pipeline_job(2);
-  TrainOptions o = one;
-  o.ranks = 2;  // data ranks per stage
+  const JobSpec one = gpt_pipeline_job(2);
+  JobSpec o = one;
+  o.launch.ranks = 2;  // data ranks per stage
   o = pipelined(o, 2, "1f1b");
   o.strategy.zero_stage = 1;
   testing::expect_same_losses(reference(one), testing::train_losses(o), kEquivalenceTolerance, "pp=2 x dp=2, ZeRO-1");
@@ -125,9 +125,9 @@ TEST(GptPipeline, TwoStagesTimesTwoDataRanksWithZero1) {
 // The 3-D hybrid: pipeline stages of data x tensor ranks, sequence
 // parallelism on the tensor axis, ZeRO-1 over the data axis.
 TEST(GptPipeline, ThreeDimensionalHybridMatchesOneRank) {
-  const TrainOptions one = gpt_pipeline_job(4);
-  TrainOptions o = one;
-  o.ranks = 4;  // dp=2 x tp=2 per stage
+  const JobSpec one = gpt_pipeline_job(4);
+  JobSpec o = one;
+  o.launch.ranks = 4;  // dp=2 x tp=2 per stage
   o.strategy.tensor_parallel = 2;
   o.strategy.sequence_parallel = true;
   o.strategy.zero_stage = 1;
@@ -137,13 +137,13 @@ TEST(GptPipeline, ThreeDimensionalHybridMatchesOneRank) {
 }
 
 // A classifier at pp=2 against one rank, with M micro-batches.
-void expect_classifier_matches(TrainOptions one, int micro_batches, const std::string& schedule) {
-  one.steps = kEquivalenceSteps;
-  one.schedule.total = kEquivalenceSteps;
-  one.accumulation = micro_batches;
-  one.eval_every = 0;
+void expect_classifier_matches(JobSpec one, int micro_batches, const std::string& schedule) {
+  one.run.steps = kEquivalenceSteps;
+  one.optimizer.schedule.total = kEquivalenceSteps;
+  one.strategy.micro_batches = micro_batches;
+  one.run.eval_every = 0;
   testing::expect_same_losses(reference(one), testing::train_losses(pipelined(one, 2, schedule)), kEquivalenceTolerance,
-                              one.model + " at pp=2, " + schedule);
+                              one.model.kind + " at pp=2, " + schedule);
 }
 
 TEST(CnnPipeline, TwoStagesMatchOneRank) { expect_classifier_matches(testing::tiny_cnn(), 4, "1f1b"); }
@@ -153,33 +153,33 @@ TEST(MlpPipeline, TwoStagesMatchOneRank) { expect_classifier_matches(testing::ti
 // GPipe keeps all M micro-batches' activations, 1F1B at most P on the first
 // stage: the measured peaks keep the formula's ratio (M / P = 4 here).
 TEST(PipelineMemory, GpipeAndOneFOneBKeepWhatTheirFormulasSay) {
-  std::map<std::string, TrainResult> runs;
+  std::map<std::string, JobResult> runs;
   for (const char* schedule : {"gpipe", "1f1b"}) {
-    TrainOptions o = pipelined(gpt_pipeline_job(8), 2, schedule);
-    o.steps = 2;
+    JobSpec o = pipelined(gpt_pipeline_job(8), 2, schedule);
+    o.run.steps = 2;
     std::ostringstream log;
     runs[schedule] = train(o, log);
-    ASSERT_EQ(runs[schedule].pipeline_stages.size(), 2u) << log.str();
-    const StageMeasurement& first = runs[schedule].pipeline_stages[0];
+    ASSERT_EQ(runs[schedule].data_parallel->pipeline_stages.size(), 2u) << log.str();
+    const StageMeasurement& first = runs[schedule].data_parallel->pipeline_stages[0];
     const double formula = (std::string(schedule) == "gpipe" ? 8.0 : 2.0) * double(first.micro_batch_stash_bytes);
     EXPECT_NEAR(double(first.activation_peak_bytes) / formula, 1.0, 0.15) << schedule << "\n" << log.str();
   }
-  const double ratio = double(runs["gpipe"].pipeline_stages[0].activation_peak_bytes) /
-                       double(runs["1f1b"].pipeline_stages[0].activation_peak_bytes);
+  const double ratio = double(runs["gpipe"].data_parallel->pipeline_stages[0].activation_peak_bytes) /
+                       double(runs["1f1b"].data_parallel->pipeline_stages[0].activation_peak_bytes);
   EXPECT_NEAR(ratio / 4.0, 1.0, 0.15);
 }
 
 // Full recomputation keeps each block's input only: the forward
 // activations a step holds at its peak shrink severalfold.
 TEST(PipelineMemory, FullRecomputationKeepsFarFewerActivations) {
-  TrainOptions o = gpt_pipeline_job(1);
-  o.gpt.block = 64;
-  o.steps = 1;
+  JobSpec o = gpt_pipeline_job(1);
+  o.model.gpt.block = 64;
+  o.run.steps = 1;
   std::map<parallel::Recompute, int64_t> peak;
   for (parallel::Recompute r : {parallel::Recompute::none, parallel::Recompute::selective, parallel::Recompute::full}) {
     o.strategy.recompute = r;
     std::ostringstream log;
-    peak[r] = train(o, log).activation_peak_bytes;
+    peak[r] = train(o, log).data_parallel->activation_peak_bytes;
   }
   EXPECT_LT(peak[parallel::Recompute::selective], peak[parallel::Recompute::none]);
   EXPECT_GE(double(peak[parallel::Recompute::none]) / double(peak[parallel::Recompute::full]), 3.0)
@@ -196,13 +196,13 @@ TEST(PipelineCheckpoint, ResumesAcrossPipelineLayouts) {
   };
   const std::vector<Layout> chain{{"pp=2", 2, 1}, {"dp=2", 1, 2}, {"pp=3 x dp=1", 3, 1}, {"1 rank", 1, 1}};
   constexpr int kSegment = 10;
-  TrainOptions base = gpt_pipeline_job(2);
-  base.steps = kSegment * static_cast<int64_t>(chain.size());
-  base.schedule.total = base.steps;
+  JobSpec base = gpt_pipeline_job(2);
+  base.run.steps = kSegment * static_cast<int64_t>(chain.size());
+  base.optimizer.schedule.total = base.run.steps;
   std::vector<testing::ResumeLink> links;
   for (const Layout& l : chain) {
-    TrainOptions o = base;
-    o.ranks = l.data_ranks;
+    JobSpec o = base;
+    o.launch.ranks = l.data_ranks;
     links.push_back({l.name, l.stages > 1 ? pipelined(o, l.stages, "1f1b") : o});
   }
   testing::expect_resumed_segments_match(links, kSegment, kEquivalenceTolerance);
@@ -213,7 +213,7 @@ TEST(PipelineErrors, AnInterleavedMicroBatchCountItCannotTakeNamesTheNearest) {
 }
 
 TEST(PipelineErrors, StageCutsMustNameOneLayerPerCut) {
-  TrainOptions o = pipelined(gpt_pipeline_job(2), 3, "1f1b");
+  JobSpec o = pipelined(gpt_pipeline_job(2), 3, "1f1b");
   o.strategy.pipeline.stage_cuts = {"h.2"};
   testing::expect_train_error(o, "need 2 cuts");
   o.strategy.pipeline.stage_cuts = {"h.1", "h.9"};
@@ -221,17 +221,17 @@ TEST(PipelineErrors, StageCutsMustNameOneLayerPerCut) {
 }
 
 TEST(PipelineErrors, ZeroThreeDoesNotCombineWithStages) {
-  TrainOptions o = gpt_pipeline_job(2);
-  o.ranks = 2;
+  JobSpec o = gpt_pipeline_job(2);
+  o.launch.ranks = 2;
   o = pipelined(o, 2, "1f1b");
   o.strategy.zero_stage = 3;
   testing::expect_train_error(o, "ZeRO-3 does not combine with pipeline stages");
 }
 
 TEST(PipelineErrors, MoreStagesThanPlacesToCutIsANamedError) {
-  TrainOptions o = gpt_pipeline_job(8);
-  o.gpt.n_layer = 1;
-  o.gpt.dropout = 0;  // 6 places: around the embedding, the attention, the MLP and the final norm
+  JobSpec o = gpt_pipeline_job(8);
+  o.model.gpt.n_layer = 1;
+  o.model.gpt.dropout = 0;  // 6 places: around the embedding, the attention, the MLP and the final norm
   testing::expect_train_error(pipelined(o, 8, "1f1b"), "places to cut");
 }
 

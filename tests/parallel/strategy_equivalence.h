@@ -2,7 +2,7 @@
 // same job trained on one rank and under the strategy (any rank count, any
 // sync options) must give the same per-step losses on the same global
 // batch, within a relative tolerance. Later strategies (tensor, pipeline,
-// hybrids) reuse it by describing their job as TrainOptions.
+// hybrids) reuse it by describing their job as JobSpec.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -23,13 +23,13 @@ namespace px::testing {
 constexpr int kEquivalenceSteps = 50;
 constexpr double kEquivalenceTolerance = 1e-5;
 
-inline std::vector<double> train_losses(const TrainOptions& options) {
+inline std::vector<double> train_losses(const JobSpec& options) {
   std::ostringstream log;
-  return train(options, log).losses;
+  return train(options, log).run.losses;
 }
 
 // Single-rank losses, trained once per key in a test binary.
-inline const std::vector<double>& reference_losses(const std::string& key, const TrainOptions& options) {
+inline const std::vector<double>& reference_losses(const std::string& key, const JobSpec& options) {
   static std::map<std::string, std::vector<double>> cache;
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, train_losses(options)).first;
@@ -56,7 +56,7 @@ inline void expect_same_losses(const std::vector<double>& reference, const std::
 // whole chain's.
 struct ResumeLink {
   std::string name;
-  TrainOptions options;
+  JobSpec options;
 };
 
 // Each link trains `segment` steps from the previous link's checkpoint
@@ -67,15 +67,15 @@ inline void expect_resumed_segments_match(const std::vector<ResumeLink>& chain, 
   ScratchDir dir;
   std::string checkpoint;
   for (size_t i = 0; i < chain.size(); ++i) {
-    TrainOptions o = chain[i].options;
-    o.resume = checkpoint;
-    o.stop_after = segment * static_cast<int64_t>(i + 1);
+    JobSpec o = chain[i].options;
+    o.checkpoint.resume = checkpoint;
+    o.run.stop_after = segment * static_cast<int64_t>(i + 1);
     checkpoint = dir.file("ckpt" + std::to_string(i));
-    o.save = checkpoint;
+    o.checkpoint.save = checkpoint;
     const std::vector<double> resumed = train_losses(o);
     ASSERT_EQ(resumed.size(), static_cast<size_t>(segment)) << chain[i].name;
-    TrainOptions whole = chain[i].options;
-    whole.stop_after = o.stop_after;
+    JobSpec whole = chain[i].options;
+    whole.run.stop_after = o.run.stop_after;
     const std::vector<double> uninterrupted = train_losses(whole);
     const std::vector<double> tail(uninterrupted.end() - segment, uninterrupted.end());
     expect_same_losses(tail, resumed, relative_tolerance,

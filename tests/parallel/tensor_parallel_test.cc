@@ -32,13 +32,13 @@ namespace {
 using testing::kEquivalenceSteps;
 using testing::kEquivalenceTolerance;
 
-TrainOptions gpt_job(int heads) {
-  TrainOptions o = testing::tiny_gpt(testing::shared_text());
-  o.gpt.n_head = heads;
-  o.gpt.n_embd = 8 * heads;
-  o.steps = kEquivalenceSteps;
-  o.schedule.total = kEquivalenceSteps;
-  o.batch = 8;
+JobSpec gpt_job(int heads) {
+  JobSpec o = testing::tiny_gpt(testing::shared_text());
+  o.model.gpt.n_head = heads;
+  o.model.gpt.n_embd = 8 * heads;
+  o.run.steps = kEquivalenceSteps;
+  o.optimizer.schedule.total = kEquivalenceSteps;
+  o.data.batch = 8;
   return o;
 }
 
@@ -52,9 +52,9 @@ class GptTensorParallel : public ::testing::TestWithParam<TpCase> {};
 
 TEST_P(GptTensorParallel, MatchesOneRank) {
   const TpCase& c = GetParam();
-  TrainOptions o = gpt_job(c.heads);
+  JobSpec o = gpt_job(c.heads);
   const auto& single = testing::reference_losses(fmt::format("gpt{}", c.heads), o);
-  o.ranks = c.ranks;
+  o.launch.ranks = c.ranks;
   o.strategy.tensor_parallel = c.tp;
   o.strategy.sequence_parallel = c.sequence_parallel;
   o.strategy.zero_stage = c.zero_stage;
@@ -77,11 +77,11 @@ INSTANTIATE_TEST_SUITE_P(Meshes, GptTensorParallel,
                          });
 
 TEST(MlpTensorParallel, MatchesOneRankAtTp2) {
-  TrainOptions o = testing::tiny_mlp();
-  o.steps = kEquivalenceSteps;
-  o.schedule.total = kEquivalenceSteps;
+  JobSpec o = testing::tiny_mlp();
+  o.run.steps = kEquivalenceSteps;
+  o.optimizer.schedule.total = kEquivalenceSteps;
   const std::vector<double> single = testing::train_losses(o);
-  o.ranks = 2;
+  o.launch.ranks = 2;
   o.strategy.tensor_parallel = 2;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "mlp at tp=2");
 }
@@ -89,14 +89,14 @@ TEST(MlpTensorParallel, MatchesOneRankAtTp2) {
 // The CNN's fully-connected layers split (fc1 column, fc2 row) while its
 // convolutions run whole on every tensor rank: the layer-wise plan.
 TEST(CnnTensorParallel, MatchesOneRankAtTp2AndDp2Tp2) {
-  TrainOptions o = testing::tiny_cnn();
-  o.steps = kEquivalenceSteps;
-  o.schedule.total = kEquivalenceSteps;
+  JobSpec o = testing::tiny_cnn();
+  o.run.steps = kEquivalenceSteps;
+  o.optimizer.schedule.total = kEquivalenceSteps;
   const std::vector<double> single = testing::train_losses(o);
-  o.ranks = 2;
+  o.launch.ranks = 2;
   o.strategy.tensor_parallel = 2;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "cnn at tp=2");
-  o.ranks = 4;
+  o.launch.ranks = 4;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "cnn at dp=2 x tp=2");
 }
 
@@ -105,11 +105,11 @@ TEST(CnnTensorParallel, MatchesOneRankAtTp2AndDp2Tp2) {
 // channel (column), conv2 by input channel (row: its bias added by the
 // shard of channel 0, the partial outputs summed), fc1 column, fc2 row.
 TEST(CnnTensorParallel, ConvolutionsSplitByChannelMatchOneRank) {
-  TrainOptions o = testing::tiny_cnn();
-  o.steps = kEquivalenceSteps;
-  o.schedule.total = kEquivalenceSteps;
+  JobSpec o = testing::tiny_cnn();
+  o.run.steps = kEquivalenceSteps;
+  o.optimizer.schedule.total = kEquivalenceSteps;
   const std::vector<double> single = testing::train_losses(o);
-  const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
+  const nn::Model model = nn::build_model(o.model, o.data.batch, true);
   const std::vector<parallel::SplitUnit> units = parallel::split_units(model.graph);
   std::vector<std::string> names;
   for (const parallel::SplitUnit& u : units) names.push_back(u.name);
@@ -134,7 +134,7 @@ TEST(CnnTensorParallel, ConvolutionsSplitByChannelMatchOneRank) {
     const std::string path = dir.file(fmt::format("conv_dp{}_tp2.json", dp));
     std::ofstream(path) << parallel::to_json(s).dump(2);
     o.strategy.strategy_file = path;
-    o.strategy.mesh_ranks = o.ranks = 2 * dp;
+    o.strategy.mesh_ranks = o.launch.ranks = 2 * dp;
     testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
                                 fmt::format("cnn, convolutions split, at dp={} x tp=2", dp));
   }
@@ -217,10 +217,10 @@ TEST(TensorParallelOverlap, LayerNormGradientsOnTheTpProgressLaneEqualTheInlineR
   EXPECT_EQ(inline_layernorm_reshards, 0);
 
   for (int ranks : {2, 4}) {
-    TrainOptions o = gpt_job(4);
-    o.steps = o.schedule.total = 10;
-    o.accumulation = 2;
-    o.ranks = ranks;
+    JobSpec o = gpt_job(4);
+    o.run.steps = o.optimizer.schedule.total = 10;
+    o.strategy.micro_batches = 2;
+    o.launch.ranks = ranks;
     o.strategy.tensor_parallel = 2;
     o.strategy.sequence_parallel = true;
     const std::vector<double> inline_losses = testing::train_losses(o);
@@ -246,14 +246,14 @@ TEST(TensorParallelCheckpoint, ResumesUnderEveryOtherStrategy) {
                                  {"dp=3 x tp=1, ZeRO-3", 3, 1, 3},
                                  {"1 rank", 1, 1, 0}};
   constexpr int kSegment = 20;
-  TrainOptions base = gpt_job(4);
-  base.steps = kSegment * static_cast<int64_t>(chain.size());
-  base.schedule.total = base.steps;
-  base.eval_every = 0;
+  JobSpec base = gpt_job(4);
+  base.run.steps = kSegment * static_cast<int64_t>(chain.size());
+  base.optimizer.schedule.total = base.run.steps;
+  base.run.eval_every = 0;
   std::vector<testing::ResumeLink> links;
   for (const Stage& s : chain) {
-    TrainOptions o = base;
-    o.ranks = s.ranks;
+    JobSpec o = base;
+    o.launch.ranks = s.ranks;
     o.strategy.tensor_parallel = s.tp;
     o.strategy.zero_stage = s.zero_stage;
     links.push_back({s.name, o});
@@ -276,18 +276,18 @@ TEST(TensorParallelCheckpoint, EveryElementIsSavedOnceWithItsBox) {
   for (const Case& c : {Case{"dp=2 x tp=2", 0, {0, 1}}, Case{"dp=2 x tp=2, ZeRO-1", 1, {0, 1, 2, 3}},
                         Case{"dp=2 x tp=2, ZeRO-3", 3, {0, 1, 2, 3}}}) {
     testing::ScratchDir dir;
-    TrainOptions o = gpt_job(4);
-    o.steps = 2;
-    o.schedule.total = 2;
-    o.ranks = 4;
+    JobSpec o = gpt_job(4);
+    o.run.steps = 2;
+    o.optimizer.schedule.total = 2;
+    o.launch.ranks = 4;
     o.strategy.tensor_parallel = 2;
     o.strategy.zero_stage = c.zero_stage;
-    o.save = dir.file("ckpt");
+    o.checkpoint.save = dir.file("ckpt");
     testing::train_losses(o);
     std::vector<int> writers;
     std::map<std::string, int64_t> saved, global;
     for (int r = 0; r < 4; ++r) {
-      const std::string path = fmt::format("{}/shards/rank{}.safetensors", o.save, r);
+      const std::string path = fmt::format("{}/shards/rank{}.safetensors", o.checkpoint.save, r);
       if (!std::filesystem::exists(path)) continue;
       writers.push_back(r);
       const SafetensorsReader reader(path);
@@ -300,8 +300,8 @@ TEST(TensorParallelCheckpoint, EveryElementIsSavedOnceWithItsBox) {
     }
     EXPECT_EQ(writers, c.writers) << c.name;
     EXPECT_EQ(saved, global) << c.name << ": some element is saved twice or not at all";
-    const Checkpoint checkpoint = load_checkpoint(o.save);
-    const SafetensorsFile model = load_model_weights(o.save);
+    const Checkpoint checkpoint = load_checkpoint(o.checkpoint.save);
+    const SafetensorsFile model = load_model_weights(o.checkpoint.save);
     EXPECT_EQ(saved.size(), 3 * model.tensors.size()) << c.name << ": each parameter and its two AdamW slots";
     for (const auto& [name, whole] : model.tensors) {
       const Tensor from_shards = checkpoint.shards.read_whole(name, whole.shape());
@@ -319,17 +319,17 @@ TEST(TensorParallelCheckpoint, EveryElementIsSavedOnceWithItsBox) {
 TEST(TensorParallelBytes, CountedBytesEqualTheRingFormulas) {
   std::map<bool, double> layer_bytes;
   for (bool sp : {false, true}) {
-    TrainOptions o = gpt_job(4);
-    o.steps = 2;
-    o.schedule.total = 2;
-    o.ranks = 2;
+    JobSpec o = gpt_job(4);
+    o.run.steps = 2;
+    o.optimizer.schedule.total = 2;
+    o.launch.ranks = 2;
     o.strategy.tensor_parallel = 2;
     o.strategy.sequence_parallel = sp;
     o.strategy.collective.algorithm = comm::Algorithm::ring;
     std::ostringstream log;
-    const TrainResult result = train(o, log);
+    const JobResult result = train(o, log);
 
-    const nn::Model model = make_task(o.task_options())->build(o.batch, true);
+    const nn::Model model = make_task(o.model, o.data, o.run.seed)->build(o.data.batch, true);
     const parallel::Strategy s = parallel::tensor_parallel(model.graph, 1, 2, batch_input_names(model), sp);
     const parallel::Program p = parallel::lower({.forward = &model.graph, .loss = model.loss}, s, 0);
     const int tp = s.mesh.axis("tp");
@@ -356,7 +356,7 @@ TEST(TensorParallelBytes, CountedBytesEqualTheRingFormulas) {
           g.value(node.inputs.front()).name.find(".grad:") == std::string::npos)
         layer_bytes[sp] += bytes;
     }
-    EXPECT_EQ(static_cast<double>(result.bytes_per_axis.at("tp")), expected)
+    EXPECT_EQ(static_cast<double>(result.data_parallel->bytes_per_axis.at("tp")), expected)
         << (sp ? "with" : "without") << " sequence parallelism";
   }
   EXPECT_EQ(layer_bytes[false], layer_bytes[true]);
@@ -364,8 +364,8 @@ TEST(TensorParallelBytes, CountedBytesEqualTheRingFormulas) {
 }
 
 TEST(TensorParallelLowering, HeadsTheTensorAxisDoesNotDivideAreANamedError) {
-  TrainOptions o = gpt_job(4);
-  o.ranks = 3;
+  JobSpec o = gpt_job(4);
+  o.launch.ranks = 3;
   o.strategy.tensor_parallel = 3;
   testing::expect_train_error(o, "does not divide n_head=4");
 }

@@ -77,10 +77,10 @@ double predicted_seconds(const PublishedRun& r, const std::string& preset) {
   const nn::Model model = nn::build_gpt(config, r.batch, config.block, true);
   const parallel::StrategyRequest request{
       .tensor_parallel = r.tp, .sequence_parallel = r.sequence_parallel, .pipeline_parallel = r.pp,
-      .recompute = r.selective ? parallel::Recompute::selective : parallel::Recompute::full};
-  const parallel::Strategy s = parallel::compose(
-      request, {.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = r.gpus,
-                .micro_batches = static_cast<int>(micro_batches(r))});
+      .recompute = r.selective ? parallel::Recompute::selective : parallel::Recompute::full,
+      .micro_batches = static_cast<int>(micro_batches(r))};
+  const parallel::Strategy s =
+      parallel::compose(request, {.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = r.gpus});
   const std::vector<parallel::Program> programs =
       lower_representatives({.forward = &model.graph, .loss = model.loss}, s);
   const ClusterSpec cluster = cluster_named(fmt::format("{}:{}", preset, (r.gpus + 7) / 8));

@@ -322,7 +322,7 @@ TEST(StageProbe, CountsACutInTheDtypeTheProgramSendsIt) {
   const nn::Model model = relu_chain(8, 2);
   const parallel::Strategy strategy =
       parallel::compose({.pipeline_parallel = 2, .pipeline = {.stage_cuts = {"h.1.fc"}}},
-                        {.graph = &model.graph, .batch_inputs = {"x", "y"}, .ranks = 2, .micro_batches = 1});
+                        {.graph = &model.graph, .batch_inputs = {"x", "y"}, .ranks = 2});
   const std::vector<parallel::Program> programs = lower_all({.forward = &model.graph, .loss = model.loss}, strategy);
   double sent[2] = {0, 0};  // per rank, one micro-batch
   for (size_t r = 0; r < 2; ++r)

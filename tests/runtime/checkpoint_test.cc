@@ -12,7 +12,8 @@
 #include "comm/backends.h"
 #include "core/error.h"
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/train/train_options.h"
+#include "runtime/launch/job_spec.h"
+#include "runtime/tasks/model_json.h"
 #include "testing/scratch_dir.h"
 
 namespace px {
@@ -181,13 +182,13 @@ TEST(LoadCheckpoint, AStateJsonWithABadFieldIsNamed) {
 TEST(LoadCheckpoint, AModelConfigWithABadFieldIsNamed) {
   const nlohmann::json gpt = {{"model", "gpt"},
                               {"gpt", {{"vocab", 256}, {"block", 8}, {"n_layer", 1}, {"n_head", 1}, {"n_embd", 8}, {"dropout", 0.0}}}};
-  TrainOptions o;
-  apply_model_json(gpt, o);
-  EXPECT_EQ(o.gpt.n_embd, 8);
+  JobSpec o;
+  apply_model_json(gpt, o.model, o.data);
+  EXPECT_EQ(o.model.gpt.n_embd, 8);
   const auto expect_refused = [&](nlohmann::json config, const std::string& fragment) {
     try {
-      TrainOptions options;
-      apply_model_json(config, options);
+      JobSpec options;
+      apply_model_json(config, options.model, options.data);
       ADD_FAILURE() << "applied " << config.dump();
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();

@@ -19,18 +19,18 @@ namespace {
 
 using testing::ScratchDir;
 
-TrainOptions faulty_job(const std::string& run_dir, const std::string& mode) {
-  TrainOptions o = testing::tiny_gpt(testing::shared_text());
-  o.gpt.dropout = 0;
-  o.ranks = 4;
-  o.timeout_s = 2;
+JobSpec faulty_job(const std::string& run_dir, const std::string& mode) {
+  JobSpec o = testing::tiny_gpt(testing::shared_text());
+  o.model.gpt.dropout = 0;
+  o.launch.ranks = 4;
+  o.fault.timeout_s = 2;
   // Past the detection bound the test allows (the timeout + 2 s): no wait
   // gives up by itself in time, only the watchdog's verdict ends the job.
-  o.wait_timeout_s = 8;
-  o.run_dir = run_dir;
-  o.inject_fault.rank = 2;
-  o.inject_fault.step = 3;
-  o.inject_fault.mode = mode;
+  o.fault.wait_timeout_s = 8;
+  o.fault.run_dir = run_dir;
+  o.fault.inject_fault.rank = 2;
+  o.fault.inject_fault.step = 3;
+  o.fault.inject_fault.mode = mode;
   return o;
 }
 
@@ -44,7 +44,7 @@ class SilentRank : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SilentRank, EveryOtherRankNamesItWithinTheTimeoutAndDoctorFindsIt) {
   ScratchDir dir;
-  const TrainOptions o = faulty_job(dir.file("run"), GetParam());
+  const JobSpec o = faulty_job(dir.file("run"), GetParam());
   std::ostringstream log;
   const auto start = std::chrono::steady_clock::now();
   std::string error;
@@ -60,7 +60,7 @@ TEST_P(SilentRank, EveryOtherRankNamesItWithinTheTimeoutAndDoctorFindsIt) {
   EXPECT_NE(error.find("step 3, instruction #"), std::string::npos) << error;
   EXPECT_NE(error.find("sequence"), std::string::npos) << error;
   // Two steps of a tiny model, then at most the timeout and the watchdog's period.
-  EXPECT_LT(seconds, o.timeout_s + 2) << "detection must not wait past the timeout";
+  EXPECT_LT(seconds, o.fault.timeout_s + 2) << "detection must not wait past the timeout";
 
   const std::vector<FlightDump> records = read_flight_records(dir.file("run"));
   ASSERT_EQ(records.size(), 4u);

@@ -36,26 +36,26 @@ class MixedPrecisionTraining : public ::testing::TestWithParam<int> {
 
 TEST_P(MixedPrecisionTraining, Bf16LossesFollowFp32ForTwentySteps) {
   testing::ScratchDir dir;
-  TrainOptions o = testing::tiny_gpt(testing::write_text(dir));
-  o.steps = o.schedule.total = 20;
-  o.gpt.dropout = 0;
-  o.threads = GetParam();
+  JobSpec o = testing::tiny_gpt(testing::write_text(dir));
+  o.run.steps = o.optimizer.schedule.total = 20;
+  o.model.gpt.dropout = 0;
+  o.run.threads = GetParam();
   std::ostringstream log;
-  const TrainResult fp32 = train(o, log);
-  o.precision = "bf16";
-  const TrainResult bf16 = train(o, log);
-  ASSERT_EQ(fp32.losses.size(), 20u);
-  ASSERT_EQ(bf16.losses.size(), 20u);
+  const JobResult fp32 = train(o, log);
+  o.model.precision = Precision::bf16;
+  const JobResult bf16 = train(o, log);
+  ASSERT_EQ(fp32.run.losses.size(), 20u);
+  ASSERT_EQ(bf16.run.losses.size(), 20u);
   double worst = 0;
-  for (size_t i = 0; i < fp32.losses.size(); ++i) {
-    const double relative = std::abs(bf16.losses[i] - fp32.losses[i]) / std::abs(fp32.losses[i]);
-    EXPECT_LE(relative, 1e-3) << "step " << i + 1 << ": bf16 " << bf16.losses[i] << ", fp32 " << fp32.losses[i];
+  for (size_t i = 0; i < fp32.run.losses.size(); ++i) {
+    const double relative = std::abs(bf16.run.losses[i] - fp32.run.losses[i]) / std::abs(fp32.run.losses[i]);
+    EXPECT_LE(relative, 1e-3) << "step " << i + 1 << ": bf16 " << bf16.run.losses[i] << ", fp32 " << fp32.run.losses[i];
     worst = std::max(worst, relative);
   }
   EXPECT_GT(worst, 0.0) << "bf16 losses equal fp32's bitwise: the bf16 path did not run";
   ::testing::Test::RecordProperty("worst_relative_difference", std::to_string(worst));
-  EXPECT_LT(fp32.losses.back(), 0.9 * fp32.losses.front()) << "the run must learn more than the tolerance";
-  EXPECT_NEAR(bf16.evaluation.loss, fp32.evaluation.loss, 1e-3 * fp32.evaluation.loss);
+  EXPECT_LT(fp32.run.losses.back(), 0.9 * fp32.run.losses.front()) << "the run must learn more than the tolerance";
+  EXPECT_NEAR(bf16.run.evaluation.loss, fp32.run.evaluation.loss, 1e-3 * fp32.run.evaluation.loss);
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, MixedPrecisionTraining, ::testing::Values(1, 2));
@@ -74,26 +74,26 @@ INSTANTIATE_TEST_SUITE_P(Threads, MixedPrecisionTraining, ::testing::Values(1, 2
 TEST(MixedPrecisionMemory, Bf16KeepsUnder60PercentOfFp32sActivationsAndTheSimulatorAgrees) {
   if (!kernels::cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16: --precision bf16 is refused";
   testing::ScratchDir dir;
-  TrainOptions o = testing::tiny_gpt(testing::write_text(dir));
-  o.gpt.n_layer = 4;
-  o.gpt.n_head = 4;
-  o.gpt.n_embd = 64;
-  o.gpt.block = 64;
-  o.gpt.dropout = 0;
-  o.batch = 4;
-  o.steps = o.schedule.total = 2;
-  o.eval_every = 0;
-  o.local_cluster = dir.file("no-spec-here.json");  // predict from a quick probe of the host
+  JobSpec o = testing::tiny_gpt(testing::write_text(dir));
+  o.model.gpt.n_layer = 4;
+  o.model.gpt.n_head = 4;
+  o.model.gpt.n_embd = 64;
+  o.model.gpt.block = 64;
+  o.model.gpt.dropout = 0;
+  o.data.batch = 4;
+  o.run.steps = o.optimizer.schedule.total = 2;
+  o.run.eval_every = 0;
+  o.run.local_cluster = dir.file("no-spec-here.json");  // predict from a quick probe of the host
   std::ostringstream log;
-  const TrainResult fp32 = train(o, log);
-  o.precision = "bf16";
-  const TrainResult bf16 = train(o, log);
-  for (const TrainResult* r : {&fp32, &bf16}) {
-    ASSERT_GT(r->activation_peak_bytes, 0);
-    EXPECT_NEAR(r->predicted_activation_peak_bytes / double(r->activation_peak_bytes), 1.0, 0.1) << log.str();
+  const JobResult fp32 = train(o, log);
+  o.model.precision = Precision::bf16;
+  const JobResult bf16 = train(o, log);
+  for (const JobResult* r : {&fp32, &bf16}) {
+    ASSERT_GT(r->data_parallel->activation_peak_bytes, 0);
+    EXPECT_NEAR(r->data_parallel->predicted_activation_peak_bytes / double(r->data_parallel->activation_peak_bytes), 1.0, 0.1) << log.str();
   }
-  const double ratio = double(bf16.activation_peak_bytes) / double(fp32.activation_peak_bytes);
-  EXPECT_LE(ratio, 0.6) << "bf16 " << bf16.activation_peak_bytes << " B, fp32 " << fp32.activation_peak_bytes << " B";
+  const double ratio = double(bf16.data_parallel->activation_peak_bytes) / double(fp32.data_parallel->activation_peak_bytes);
+  EXPECT_LE(ratio, 0.6) << "bf16 " << bf16.data_parallel->activation_peak_bytes << " B, fp32 " << fp32.data_parallel->activation_peak_bytes << " B";
   EXPECT_GE(ratio, 0.5) << "below what storing in bf16 can save";
 }
 

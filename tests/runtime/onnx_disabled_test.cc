@@ -21,7 +21,7 @@ TEST(OnnxDisabled, TheBuildSaysSo) {
 }
 
 TEST(OnnxDisabled, TrainingAnOnnxModelNamesTheModelAndTheFlag) {
-  TrainOptions o;
+  JobSpec o;
   o.model = kFixture;
   o.steps = 1;
   testing::expect_train_error(o, "model '" + kFixture + "': this parallax was built without ONNX support");

@@ -8,44 +8,44 @@
 
 #include "core/error.h"
 #include "runtime/fault/watchdog.h"
-#include "runtime/train/train_options.h"
+#include "runtime/launch/job_spec.h"
 
 namespace px {
 namespace {
 
-TrainOptions defaults_for(const std::string& model, int64_t batch) {
-  TrainOptions o;
-  o.model = model;
-  o.schedule.lr = std::numeric_limits<double>::quiet_NaN();
-  o.optimizer.weight_decay = o.schedule.min_ratio = o.grad_clip = std::numeric_limits<double>::quiet_NaN();
-  o.batch = batch;
+JobSpec defaults_for(const std::string& model, int64_t batch) {
+  JobSpec o;
+  o.model.kind = model;
+  o.optimizer.schedule.lr = std::numeric_limits<double>::quiet_NaN();
+  o.optimizer.update.weight_decay = o.optimizer.schedule.min_ratio = o.optimizer.grad_clip = std::numeric_limits<double>::quiet_NaN();
+  o.data.batch = batch;
   apply_model_defaults(o);
   return o;
 }
 
 TEST(TrainDefaults, SgdLearningRateScalesDownWithASmallBatch) {
-  EXPECT_DOUBLE_EQ(defaults_for("mlp", 64).schedule.lr, 0.05);
-  EXPECT_DOUBLE_EQ(defaults_for("cnn", 32).schedule.lr, 0.025);
-  EXPECT_NEAR(defaults_for("mlp", 7).schedule.lr, 0.05 * 7 / 64, 1e-12);
-  EXPECT_DOUBLE_EQ(defaults_for("mlp", 256).schedule.lr, 0.05);  // no scaling up without warmup
-  EXPECT_DOUBLE_EQ(defaults_for("gpt", 4).schedule.lr, 1e-3);    // AdamW's default is the batch's own
+  EXPECT_DOUBLE_EQ(defaults_for("mlp", 64).optimizer.schedule.lr, 0.05);
+  EXPECT_DOUBLE_EQ(defaults_for("cnn", 32).optimizer.schedule.lr, 0.025);
+  EXPECT_NEAR(defaults_for("mlp", 7).optimizer.schedule.lr, 0.05 * 7 / 64, 1e-12);
+  EXPECT_DOUBLE_EQ(defaults_for("mlp", 256).optimizer.schedule.lr, 0.05);  // no scaling up without warmup
+  EXPECT_DOUBLE_EQ(defaults_for("gpt", 4).optimizer.schedule.lr, 1e-3);    // AdamW's default is the batch's own
 }
 
 TEST(TrainDefaults, AnExplicitLearningRateIsKept) {
-  TrainOptions o = defaults_for("mlp", 64);
-  o.schedule.lr = 0.3;
-  o.batch = 8;
+  JobSpec o = defaults_for("mlp", 64);
+  o.optimizer.schedule.lr = 0.3;
+  o.data.batch = 8;
   apply_model_defaults(o);
-  EXPECT_DOUBLE_EQ(o.schedule.lr, 0.3);
+  EXPECT_DOUBLE_EQ(o.optimizer.schedule.lr, 0.3);
 }
 
 // The error liveness_timeouts gives for these flags ("" for none).
 std::string liveness_error(double timeout_s, double wait_timeout_s) {
-  TrainOptions o;
-  o.timeout_s = timeout_s;
-  o.wait_timeout_s = wait_timeout_s;
+  JobSpec o;
+  o.fault.timeout_s = timeout_s;
+  o.fault.wait_timeout_s = wait_timeout_s;
   try {
-    liveness_timeouts(o);
+    liveness_timeouts(o.fault);
   } catch (const Error& e) {
     return e.what();
   }
@@ -53,14 +53,14 @@ std::string liveness_error(double timeout_s, double wait_timeout_s) {
 }
 
 TEST(Liveness, WaitsOutlastTheWatchdogsVerdictByDefault) {
-  TrainOptions o;
-  o.timeout_s = 2;
-  const LivenessTimeouts t = liveness_timeouts(o);
+  JobSpec o;
+  o.fault.timeout_s = 2;
+  const LivenessTimeouts t = liveness_timeouts(o.fault);
   EXPECT_EQ(t.heartbeat, std::chrono::milliseconds(2000)) << "--timeout drives the watchdog";
   EXPECT_EQ(t.wait, kWaitTimeoutPerTimeout * std::chrono::milliseconds(2000));
   EXPECT_GT(t.wait, Watchdog::latest_verdict(t.heartbeat));
-  o.wait_timeout_s = 30;
-  EXPECT_EQ(liveness_timeouts(o).wait, std::chrono::milliseconds(30000)) << "an explicit --wait-timeout is kept";
+  o.fault.wait_timeout_s = 30;
+  EXPECT_EQ(liveness_timeouts(o.fault).wait, std::chrono::milliseconds(30000)) << "an explicit --wait-timeout is kept";
 }
 
 TEST(Liveness, AWaitTimeoutThatWouldRaceTheVerdictIsANamedError) {

@@ -12,7 +12,7 @@
 
 namespace px::testing {
 
-inline void expect_train_error(const TrainOptions& options, const std::string& fragment) {
+inline void expect_train_error(const JobSpec& options, const std::string& fragment) {
   std::ostringstream log;
   try {
     train(options, log);

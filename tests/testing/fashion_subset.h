@@ -1,6 +1,6 @@
 // A small Fashion-MNIST for tests that train whole epochs: the first
 // examples of the installed dataset's splits, written as plain IDX files
-// into a scratch directory (what --data / TrainOptions::data reads).
+// into a scratch directory (what --data / JobSpec::data reads).
 #pragma once
 
 #include <cstdint>

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/rng.h"
-#include "runtime/train/train_options.h"
+#include "runtime/launch/job_spec.h"
 #include "testing/scratch_dir.h"
 
 namespace px::testing {
@@ -30,44 +30,44 @@ inline const std::string& shared_text() {
 }
 
 // 2 layers, 16 wide, block 16, batch 4, dropout 0.1, AdamW with clipping.
-inline TrainOptions tiny_gpt(const std::string& data) {
-  TrainOptions o;
-  o.model = "gpt";
-  o.data = data;
-  o.gpt = {.vocab = 256, .block = 16, .n_layer = 2, .n_head = 2, .n_embd = 16, .dropout = 0.1};
-  o.steps = 8;
-  o.batch = 4;
-  o.schedule = {.kind = "cosine", .lr = 3e-3, .warmup = 2, .total = 8, .min_ratio = 0.1};
-  o.optimizer.kind = "adamw";
-  o.optimizer.weight_decay = 0.1;
-  o.grad_clip = 1.0;
-  o.eval_batches = 2;
-  o.seed = 5;
+inline JobSpec tiny_gpt(const std::string& data) {
+  JobSpec o;
+  o.model.kind = "gpt";
+  o.data.path = data;
+  o.model.gpt = {.vocab = 256, .block = 16, .n_layer = 2, .n_head = 2, .n_embd = 16, .dropout = 0.1};
+  o.run.steps = 8;
+  o.data.batch = 4;
+  o.optimizer.schedule = {.kind = "cosine", .lr = 3e-3, .warmup = 2, .total = 8, .min_ratio = 0.1};
+  o.optimizer.update.kind = "adamw";
+  o.optimizer.update.weight_decay = 0.1;
+  o.optimizer.grad_clip = 1.0;
+  o.data.eval_batches = 2;
+  o.run.seed = 5;
   return o;
 }
 
 // conv 4 -> conv 8 -> fc 32 -> 10 on Fashion-MNIST, SGD momentum 0.9.
-inline TrainOptions tiny_cnn() {
-  TrainOptions o;
-  o.model = "cnn";
-  o.cnn = {.channels1 = 4, .channels2 = 8, .hidden = 32, .classes = 10};
-  o.steps = 8;
-  o.batch = 16;
-  o.schedule = {.kind = "cosine", .lr = 0.05, .warmup = 0, .total = 8, .min_ratio = 0.0};
-  o.optimizer.kind = "sgd";
-  o.optimizer.momentum = 0.9;
-  o.optimizer.weight_decay = 5e-4;
-  o.eval_batches = 1;  // the final evaluation on 1000 of the 10,000 test images
-  o.seed = 7;
+inline JobSpec tiny_cnn() {
+  JobSpec o;
+  o.model.kind = "cnn";
+  o.model.cnn = {.channels1 = 4, .channels2 = 8, .hidden = 32, .classes = 10};
+  o.run.steps = 8;
+  o.data.batch = 16;
+  o.optimizer.schedule = {.kind = "cosine", .lr = 0.05, .warmup = 0, .total = 8, .min_ratio = 0.0};
+  o.optimizer.update.kind = "sgd";
+  o.optimizer.update.momentum = 0.9;
+  o.optimizer.update.weight_decay = 5e-4;
+  o.data.eval_batches = 1;  // the final evaluation on 1000 of the 10,000 test images
+  o.run.seed = 7;
   return o;
 }
 
 // 784 -> 64 -> 32 -> 10 on Fashion-MNIST, SGD momentum 0.9.
-inline TrainOptions tiny_mlp() {
-  TrainOptions o = tiny_cnn();
-  o.model = "mlp";
-  o.mlp = {.inputs = 784, .hidden = {64, 32}, .classes = 10};
-  o.seed = 11;
+inline JobSpec tiny_mlp() {
+  JobSpec o = tiny_cnn();
+  o.model.kind = "mlp";
+  o.model.mlp = {.inputs = 784, .hidden = {64, 32}, .classes = 10};
+  o.run.seed = 11;
   return o;
 }
 

@@ -53,6 +53,11 @@ bool written_by_checkpoints(const std::string& name) {
          name == "shards";
 }
 
+void validate(const CheckpointOptions& o) {
+  if (o.save_every < 0) fail("--save-every {} must be >= 0", o.save_every);
+  if (o.keep_last < 1) fail("--keep-last {}: keep at least the latest checkpoint (1)", o.keep_last);
+}
+
 void check_not_replaced_by_saves(const std::string& dir, const std::string& path, std::string_view what,
                                  OutputKind kind) {
   if (dir.empty() || path.empty()) return;

@@ -103,6 +103,20 @@ class CheckpointWriter {
   std::atomic<bool> stop_{false};
 };
 
+// Where a run keeps its state and where it continues from: the checkpoint
+// room's part of a job.
+struct CheckpointOptions {
+  std::string save;              // checkpoint directory
+  int64_t save_every = 0;        // steps (checkpoint, and in-memory snapshot with restarts); 0 = only at the end
+  int keep_last = 1;             // checkpoints kept: the latest in `save`, older ones beside it as <save>.step-<S>
+  std::string resume;            // checkpoint directory to continue from
+  bool resume_if_saved = false;  // `resume` may hold no checkpoint yet (a restart): start afresh then
+  bool operator==(const CheckpointOptions&) const = default;
+};
+
+// px::Error naming the bad option: a negative interval, no checkpoint kept.
+void validate(const CheckpointOptions& options);
+
 // The same, waited for: save() then finish().
 void save_checkpoint(const std::string& dir, comm::Communicator* group, CheckpointPart mine);
 

@@ -13,22 +13,9 @@
 
 #include "comm/communicator.h"
 #include "comm/engine/comm_engine.h"
+#include "plan/chrome_trace.h"
 
 namespace px {
-
-struct TraceRecord {
-  // compute: the main thread's computes and local passes; comm: what blocks it on another
-  // rank (inline collectives, reshards, receives); progress: collectives on
-  // the progress engine's thread (the Program's progress lane).
-  enum class Lane { compute = 0, comm = 1, progress = 2 };
-  std::string name;
-  Lane lane = Lane::compute;
-  double start_us = 0;
-  double duration_us = 0;
-  int64_t bytes = 0;  // comm: payload bytes
-  int64_t step = 0;
-  int instr = -1;  // the Program instruction it ran (parallel/program.h), -1 if none
-};
 
 // The records of the steps an executor runs while tracing is on. A
 // record's name is made after the step (take_trace): small allocations
@@ -47,7 +34,5 @@ struct StepTrace {
 // Collective over `group` (nullptr: one rank): gathers every rank's records
 // to rank 0, which writes `path` atomically.
 void write_chrome_trace(const std::string& path, comm::Communicator* group, const std::vector<TraceRecord>& mine);
-// Every rank's records at hand (a simulated step): one process per rank.
-void write_chrome_trace(const std::string& path, const std::vector<std::vector<TraceRecord>>& per_rank);
 
 }  // namespace px

@@ -8,13 +8,27 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/train/train_options.h"
+#include <optional>
+
+#include "runtime/launch/job_spec.h"
+#include "runtime/parameter_server/parameter_server.h"
 #include "runtime/train/trainer.h"
 
 namespace px {
 
-// Runs the whole job described by `options`; progress and results go to `log`.
-TrainResult train(TrainOptions options, std::ostream& log);
+// What a job reports (rank 0's): the common run report, the figures of the
+// mode it ran, and its in-process restarts.
+struct JobResult {
+  RunReport run;
+  std::optional<DataParallelReport> data_parallel;        // a data-parallel job's
+  std::optional<ParameterServerReport> parameter_server;  // a parameter-server job's
+  int restarts = 0;          // in-process restarts after failures (--max-restarts)
+  double lost_seconds = 0;   // wall time they lost: from each restored state's snapshot until ready again
+};
+
+// Runs the whole job `job` describes (validate_job first); progress and
+// results go to `log`.
+JobResult train(JobSpec job, std::ostream& log);
 
 // The wall time restarts lost: the length of the union of each restart's
 // [when the state it resumed from was taken, when it was ready again]

@@ -15,6 +15,7 @@ struct LrSchedule {
   double min_ratio = 0.1;
   // Learning rate for step (0-based).
   double at(int64_t step) const;
+  bool operator==(const LrSchedule&) const = default;
 };
 
 void validate(const LrSchedule& schedule);

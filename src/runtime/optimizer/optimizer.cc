@@ -14,6 +14,16 @@ void validate(const OptimizerConfig& c) {
   if (c.weight_decay < 0) fail("weight decay {} must be >= 0", c.weight_decay);
 }
 
+void validate(const OptimizerOptions& o) {
+  validate(o.update);
+  validate(o.schedule);
+  if (o.grad_clip < 0) fail("gradient clip {} must be >= 0", o.grad_clip);
+}
+
+plan::RunUse run_use(const OptimizerOptions& o) {
+  return {.grad_clip = o.grad_clip, .sgd_momentum = o.update.kind == "sgd" ? o.update.momentum : 0};
+}
+
 std::vector<std::string> optimizer_slot_names(const std::string& kind) {
   if (kind == "sgd") return {"momentum"};
   return {"exp_avg", "exp_avg_sq"};

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "plan/job_strategy.h"
+#include "runtime/optimizer/lr_schedule.h"
 #include "runtime/state/param_store.h"
 
 namespace px {
@@ -29,6 +31,20 @@ struct OptimizerConfig {
 };
 
 void validate(const OptimizerConfig& config);
+
+// How a run optimizes: the optimizer room's part of a job.
+struct OptimizerOptions {
+  OptimizerConfig update;  // the rule each step applies
+  LrSchedule schedule;     // schedule.total is filled from the run's steps or epochs
+  double grad_clip = 0;    // global-norm clip; 0 = off
+  bool operator==(const OptimizerOptions&) const = default;
+};
+
+// The update rule, the schedule and the clip, each checked (px::Error naming the option).
+void validate(const OptimizerOptions& options);
+// What composing a strategy asks of the optimizer (plan::strategy_for):
+// the clip, and SGD's momentum (0 for another optimizer).
+plan::RunUse run_use(const OptimizerOptions& options);
 // Names of an optimizer's per-parameter state tensors: sgd {"momentum"},
 // adamw {"exp_avg", "exp_avg_sq"}; saved as "<param>.<slot>".
 std::vector<std::string> optimizer_slot_names(const std::string& kind);

@@ -116,9 +116,16 @@ nlohmann::json receive_data_state(comm::Communicator& comm, int from) {
   return nlohmann::json::parse(text);
 }
 
-// One parameter-server job as every rank sees it once set up.
+// One parameter-server job as every rank sees it once set up: the job's
+// parts (the resumed model and data, the schedule's length) and its state.
 struct Job {
-  const TrainOptions& o;
+  const nn::ModelConfig& model;
+  const DataOptions& data;
+  const OptimizerOptions& optimizer;
+  const ParameterServerOptions& ps;
+  const CheckpointOptions& checkpoint;
+  const FaultOptions& fault;
+  const RunOptions& run;
   comm::Communicator& comm;
   Task& task;
   ParamStore& params;  // the initial or resumed parameters, whole
@@ -130,90 +137,91 @@ struct Job {
 };
 
 void log_job(const Job& job) {
-  const TrainOptions& o = job.o;
-  const ParameterServerOptions& ps = o.ps;
+  const ParameterServerOptions& ps = job.ps;
   job.log << fmt::format(
       "model {} with {} parameters; {} steps of global batch {}; parameter server ({}{}{}): {} server{}, {} workers "
       "({}); threads {}\n",
-      o.model, job.params.count(), job.total, o.batch, ps.mode,
+      job.model.kind, job.params.count(), job.total, job.data.batch, ps.mode,
       ps.mode == "ssp" ? fmt::format(", staleness {}", ps.staleness) : "",
       ps.backup_workers > 0 ? fmt::format(", {} backup worker{}", ps.backup_workers, ps.backup_workers > 1 ? "s" : "")
                             : "",
-      job.layout.servers, job.layout.servers > 1 ? "s" : "", job.layout.workers, job.comm.backend(), o.threads);
+      job.layout.servers, job.layout.servers > 1 ? "s" : "", job.layout.workers, job.comm.backend(), job.run.threads);
 }
 
-TrainResult run_worker(const Job& job) {
-  const TrainOptions& o = job.o;
+ParameterServerResult run_worker(const Job& job) {
   const int rank = job.comm.rank();
   ps::Worker runner(job.comm, job.layout, job.task, job.params,
-                    {.start_clock = job.start, .end_clock = job.end, .grad_clip = o.grad_clip,
-                     .seed = o.seed, .bsp = o.ps.mode == "bsp",
-                     .delay_ms = rank == o.inject_delay_rank ? o.inject_delay_ms : 0});
+                    {.start_clock = job.start, .end_clock = job.end, .grad_clip = job.optimizer.grad_clip,
+                     .seed = job.run.seed, .bsp = job.ps.mode == "bsp",
+                     .delay_ms = rank == job.fault.inject_delay_rank ? job.fault.inject_delay_ms : 0});
   ps::WorkerStats stats = runner.run();
   if (job.layout.worker_of(rank) == 0) send_data_state(job.comm, job.task.data_state());
-  TrainResult result;
-  result.steps = job.end;
-  result.max_staleness = stats.max_staleness;
-  result.peak_tensor_bytes = stats.peak_tensor_bytes;
+  ParameterServerResult result;
+  result.run.steps = job.end;
+  result.run.peak_tensor_bytes = stats.peak_tensor_bytes;
+  result.parameter_server.max_staleness = stats.max_staleness;
   return result;
 }
 
 // Rank 0 once every clock is applied: the servers' shards gathered, the
 // model evaluated and the checkpoint saved (whole tensors, one shard
 // file: any rank count and strategy resumes it).
-void finish_lead(const Job& job, const ps::ServerSlice& shard, MetricsLog& metrics, TrainResult& result) {
-  const TrainOptions& o = job.o;
+void finish_lead(const Job& job, const ps::ServerSlice& shard, MetricsLog& metrics, ParameterServerResult& out) {
+  RunReport& result = out.run;
+  const ParameterServerReport& figures = out.parameter_server;
   const Gathered gathered = gather_shards(job.comm, job.layout, shard);
-  std::vector<SavedRun> state_runs = unflatten(gathered, job.params, o.optimizer.kind);
+  std::vector<SavedRun> state_runs = unflatten(gathered, job.params, job.optimizer.update.kind);
   job.task.restore_data_state(receive_data_state(job.comm, job.layout.rank_of_worker(0)));
   result.evaluation = job.task.evaluate(job.params).mean();
   const EvaluationReport report = report_evaluation(result.evaluation, job.end);
   metrics.write(report.line);
   job.log << report.text << "\n";
-  if (!o.save.empty()) {
-    CheckpointState state = run_state(o, job.task, job.end, gathered.updates, job.comm.size());
-    state.parameter_server = o.ps.mode;
-    save_checkpoint(o.save, nullptr, {.shards = std::move(state_runs), .model = job.params.named(), .state = state});
-    job.log << fmt::format("saved checkpoint to '{}'\n", o.save);
+  const std::string& save = job.checkpoint.save;
+  if (!save.empty()) {
+    CheckpointState state = run_state(job.model, job.data, job.optimizer.update.kind, job.task, job.end,
+                                      gathered.updates, job.comm.size());
+    state.parameter_server = job.ps.mode;
+    save_checkpoint(save, nullptr, {.shards = std::move(state_runs), .model = job.params.named(), .state = state});
+    job.log << fmt::format("saved checkpoint to '{}'\n", save);
   }
   job.log << fmt::format("trained {} steps in {:.1f} s; largest staleness a worker computed with: {}\n",
-                         result.losses.size(), result.seconds, result.max_staleness);
-  if (o.ps.backup_workers > 0)
+                         result.losses.size(), result.seconds, figures.max_staleness);
+  if (job.ps.backup_workers > 0)
     job.log << fmt::format(
         "{} backup worker{}: gradients dropped per worker (too late for their step's update): [{}]\n",
-        o.ps.backup_workers, o.ps.backup_workers > 1 ? "s" : "", fmt::join(result.dropped_pushes, ", "));
+        job.ps.backup_workers, job.ps.backup_workers > 1 ? "s" : "", fmt::join(figures.dropped_pushes, ", "));
 }
 
-TrainResult run_server(const Job& job) {
-  const TrainOptions& o = job.o;
+ParameterServerResult run_server(const Job& job) {
   const int rank = job.comm.rank();
   const bool lead = rank == 0;
-  ps::ServerSlice shard(o.optimizer, job.params, job.decays, job.layout.shard(rank),
+  const ParameterServerOptions& ps = job.ps;
+  ps::ServerSlice shard(job.optimizer.update, job.params, job.decays, job.layout.shard(rank),
                         job.resumed ? &job.resumed->shards : nullptr,
                         job.resumed ? job.resumed->state.optimizer_steps : 0);
   ps::Server server(job.comm, job.layout, shard,
-                    {.mode = o.ps.mode, .staleness = o.ps.staleness, .backup_workers = o.ps.backup_workers,
-                     .late_worker = o.ps.late_worker, .start_clock = job.start, .end_clock = job.end,
-                     .schedule = o.schedule});
-  MetricsLog metrics(lead ? o.metrics : std::string(), job.resumed != nullptr);
-  Progress progress(job.total, job.start, job.task.unit(), o.progress_bar, job.log);
-  TrainResult result;
+                    {.mode = ps.mode, .staleness = ps.staleness, .backup_workers = ps.backup_workers,
+                     .late_worker = ps.late_worker, .start_clock = job.start, .end_clock = job.end,
+                     .schedule = job.optimizer.schedule});
+  MetricsLog metrics(lead ? job.run.metrics : std::string(), job.resumed != nullptr);
+  Progress progress(job.total, job.start, job.task.unit(), job.run.progress_bar, job.log);
+  ParameterServerResult result;
   server.run([&](int64_t clock, double loss) {
     if (!lead) return;
     if (!std::isfinite(loss)) fail("training diverged at step {}: loss is {}", clock + 1, loss);
-    result.losses.push_back(loss);
-    result.last_train_loss = loss;
-    metrics.write({{"step", clock + 1}, {"train_loss", loss}, {"lr", o.schedule.at(clock)},
+    result.run.losses.push_back(loss);
+    result.run.last_train_loss = loss;
+    metrics.write({{"step", clock + 1}, {"train_loss", loss}, {"lr", job.optimizer.schedule.at(clock)},
                    {"time_s", progress.elapsed_seconds()}});
-    progress.update(clock + 1, loss, o.batch * job.task.units_per_row());
+    progress.update(clock + 1, loss, job.data.batch * job.task.units_per_row());
   });
   progress.finish();
-  result.steps = job.end;
-  result.seconds = progress.elapsed_seconds();
-  result.max_staleness = server.max_staleness();
-  if (o.ps.mode == "bsp") {
-    result.dropped_pushes = server.dropped_pushes();
-    result.gradients_per_update = server.gradients_per_update();
+  result.run.steps = job.end;
+  result.run.seconds = progress.elapsed_seconds();
+  result.parameter_server.max_staleness = server.max_staleness();
+  if (ps.mode == "bsp") {
+    result.parameter_server.dropped_pushes = server.dropped_pushes();
+    result.parameter_server.gradients_per_update = server.gradients_per_update();
   }
   if (lead) finish_lead(job, shard, metrics, result);
   else send_shard(job.comm, shard);
@@ -222,33 +230,40 @@ TrainResult run_server(const Job& job) {
 
 }  // namespace
 
-TrainResult train_parameter_server(TrainOptions o, comm::Communicator& world, std::ostream& log) {
+ParameterServerResult train_parameter_server(const nn::ModelConfig& model_config, const DataOptions& data_options,
+                                             const OptimizerOptions& optimizer_options,
+                                             const ParameterServerOptions& ps, const CheckpointOptions& checkpoint,
+                                             const FaultOptions& fault, const RunOptions& run,
+                                             comm::Communicator& world, std::ostream& log) {
   // A private tag space: the protocol's fixed tags never meet another user's.
   comm::Communicator comm = world.split(0, world.rank());
-  const ResumePoint resume(o.resume, o.resume_if_saved, nullptr, nullptr);
-  resume.apply_model(o);
-  o.ranks = comm.size();
-  validate(o);
-  std::unique_ptr<Task> task = make_task(o.task_options());
-  const int64_t total = o.steps > 0 ? o.steps : o.epochs * task->steps_per_epoch();
-  o.schedule.total = total;
+  const ResumePoint resume(checkpoint.resume, checkpoint.resume_if_saved, nullptr, nullptr);
+  // A resumed run trains the checkpoint's model on its data.
+  nn::ModelConfig model = model_config;
+  DataOptions data = data_options;
+  resume.apply_model(model, data);
+  nn::validate(model);
+  std::unique_ptr<Task> task = make_task(model, data, run.seed);
+  const int64_t total = run.steps > 0 ? run.steps : run.epochs * task->steps_per_epoch();
+  OptimizerOptions optimizer = optimizer_options;
+  optimizer.schedule.total = total;
 
   nn::Model shape_model = task->build(1, false);
   const std::map<std::string, bool> decays = decay_flags(shape_model.graph);
-  ParamStore params = initial_parameters(shape_model.graph, o.seed);
-  validate(o.optimizer);
+  ParamStore params = initial_parameters(shape_model.graph, run.seed);
   const Checkpoint* resumed = resume.checkpoint();
   int64_t start = 0;
   if (resumed != nullptr) {
     for (const std::string& name : params.names())
       params.at(name) = resumed->shards.read_whole(name, params.at(name).shape());
     start = resume.restore_task(*task);
-    log << fmt::format("resumed from '{}' at step {}\n", o.resume, start);
+    log << fmt::format("resumed from '{}' at step {}\n", checkpoint.resume, start);
   }
-  const Job job{.o = o, .comm = comm, .task = *task, .params = params, .decays = decays,
-                .layout = {.servers = o.ps.servers, .workers = comm.size() - o.ps.servers, .params = params.count()},
+  const Job job{.model = model, .data = data, .optimizer = optimizer, .ps = ps, .checkpoint = checkpoint,
+                .fault = fault, .run = run, .comm = comm, .task = *task, .params = params, .decays = decays,
+                .layout = {.servers = ps.servers, .workers = comm.size() - ps.servers, .params = params.count()},
                 .resumed = resumed, .start = start,
-                .end = o.stop_after > 0 ? std::min(o.stop_after, total) : total, .total = total, .log = log};
+                .end = run.stop_after > 0 ? std::min(run.stop_after, total) : total, .total = total, .log = log};
   log_job(job);
   return job.layout.is_server(comm.rank()) ? run_server(job) : run_worker(job);
 }

@@ -17,13 +17,14 @@ constexpr int64_t kEvalBatch = 1000;
 
 class ClassificationTask : public Task {
  public:
-  explicit ClassificationTask(const TaskOptions& o)
-      : options_(o),
+  ClassificationTask(const nn::ModelConfig& model, const DataOptions& data, uint64_t seed)
+      : model_(model),
+        data_(data),
         train_(shared_fashion_mnist(data_dir(), FashionMnistSplit::train)),
         test_(shared_fashion_mnist(data_dir(), FashionMnistSplit::test)),
-        sampler_(train_->size(), o.batch, o.seed, o.drop_last) {}
+        sampler_(train_->size(), data.batch, seed, data.drop_last) {}
 
-  nn::Model build(int64_t batch, bool training) const override { return nn::build_model(options_.model, batch, training); }
+  nn::Model build(int64_t batch, bool training) const override { return nn::build_model(model_, batch, training); }
 
   DataBatch next_batch(int rank, int world) override {
     EpochBatch b = sampler_.next_batch();
@@ -37,7 +38,7 @@ class ClassificationTask : public Task {
   EvaluationSums evaluate(const ParamStore& params, int part, int parts) override {
     double loss_sum = 0, rows_seen = 0;
     // --eval-batches batches of kEvalBatch test images (the default covers all 10,000).
-    int64_t correct = 0, n = std::min(test_->size(), options_.eval_batches * kEvalBatch);
+    int64_t correct = 0, n = std::min(test_->size(), data_.eval_batches * kEvalBatch);
     bool classifies = true;
     for (int64_t begin = int64_t(part) * kEvalBatch; begin < n; begin += int64_t(parts) * kEvalBatch) {
       int64_t rows = std::min(kEvalBatch, n - begin);
@@ -71,7 +72,7 @@ class ClassificationTask : public Task {
 
  private:
   std::string data_dir() const {
-    return options_.data.empty() ? std::string(kFashionMnistDefaultDir) : options_.data;
+    return data_.path.empty() ? std::string(kFashionMnistDefaultDir) : data_.path;
   }
   // A one-rank forward program per evaluation batch size, returning the
   // logits (none for a regression: an imported model under --loss mse).
@@ -91,7 +92,8 @@ class ClassificationTask : public Task {
     return evaluators_.emplace(rows, std::move(e)).first->second;
   }
 
-  TaskOptions options_;
+  nn::ModelConfig model_;
+  DataOptions data_;
   std::shared_ptr<const LabeledImages> train_, test_;  // shared with the other in-process ranks
   EpochSampler sampler_;
   std::map<int64_t, Evaluator> evaluators_;
@@ -99,8 +101,9 @@ class ClassificationTask : public Task {
 
 }  // namespace
 
-std::unique_ptr<Task> make_classification_task(const TaskOptions& options) {
-  return std::make_unique<ClassificationTask>(options);
+std::unique_ptr<Task> make_classification_task(const nn::ModelConfig& model, const DataOptions& data,
+                                               uint64_t seed) {
+  return std::make_unique<ClassificationTask>(model, data, seed);
 }
 
 }  // namespace px

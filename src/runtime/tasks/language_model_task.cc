@@ -12,17 +12,15 @@ namespace {
 
 class LanguageModelTask : public Task {
  public:
-  explicit LanguageModelTask(const TaskOptions& o)
-      : options_(o),
-        corpus_(o.data.empty() ? load_fortunes_corpus(o.model.gpt.block) : load_text_corpus(o.data, o.model.gpt.block)),
-        sampler_(corpus_.train, o.batch, o.model.gpt.block, o.seed),
+  LanguageModelTask(const nn::ModelConfig& model, const DataOptions& data, uint64_t seed)
+      : model_(model),
+        corpus_(data.path.empty() ? load_fortunes_corpus(model.gpt.block) : load_text_corpus(data.path, model.gpt.block)),
+        sampler_(corpus_.train, data.batch, model.gpt.block, seed),
         // Validation batches are the global batch's size whatever the strategy
         // (ranks, micro-batches, stages): the same windows, the same loss.
-        validation_(corpus_.val, o.batch, o.model.gpt.block, o.eval_batches) {}
+        validation_(corpus_.val, data.batch, model.gpt.block, data.eval_batches) {}
 
-  nn::Model build(int64_t batch, bool training) const override {
-    return nn::build_model(options_.model, batch, training);
-  }
+  nn::Model build(int64_t batch, bool training) const override { return nn::build_model(model_, batch, training); }
 
   DataBatch next_batch(int rank, int world) override {
     // Every rank draws all B offsets, so all advance alike.
@@ -54,10 +52,10 @@ class LanguageModelTask : public Task {
     sampler_.set_state(state.get<WindowSamplerState>());
   }
   const char* unit() const override { return "tok"; }
-  int64_t units_per_row() const override { return options_.model.gpt.block; }
+  int64_t units_per_row() const override { return model_.gpt.block; }
 
  private:
-  TaskOptions options_;
+  nn::ModelConfig model_;
   TextCorpus corpus_;
   WindowSampler sampler_;
   ValidationWindows validation_;
@@ -67,26 +65,23 @@ class LanguageModelTask : public Task {
 
 }  // namespace
 
-std::unique_ptr<Task> make_language_model_task(const TaskOptions& options) {
-  return std::make_unique<LanguageModelTask>(options);
-}
+std::unique_ptr<Task> make_classification_task(const nn::ModelConfig& model, const DataOptions& data,
+                                               uint64_t seed);
 
-std::unique_ptr<Task> make_classification_task(const TaskOptions& options);
-
-std::unique_ptr<Task> make_task(const TaskOptions& options) {
-  if (options.model.kind == "gpt") return make_language_model_task(options);
-  if (nn::is_onnx_path(options.model.kind)) {
+std::unique_ptr<Task> make_task(const nn::ModelConfig& model, const DataOptions& data, uint64_t seed) {
+  if (model.kind == "gpt") return std::make_unique<LanguageModelTask>(model, data, seed);
+  if (nn::is_onnx_path(model.kind)) {
     // An imported model's task is its main input's dataset: token windows
     // as long as its (B, T) input, or images.
-    const nn::Model probe = nn::build_model(options.model, 1, false);
+    const nn::Model probe = nn::build_model(model, 1, false);
     const TensorSpec& input = probe.graph.spec(probe.inputs);
     if (input.dtype != DType::f32) {
-      TaskOptions o = options;
-      o.model.gpt.block = input.shape[1];
-      return make_language_model_task(o);
+      nn::ModelConfig windows = model;
+      windows.gpt.block = input.shape[1];
+      return std::make_unique<LanguageModelTask>(windows, data, seed);
     }
   }
-  return make_classification_task(options);
+  return make_classification_task(model, data, seed);
 }
 
 }  // namespace px

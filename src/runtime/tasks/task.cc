@@ -10,6 +10,11 @@ std::vector<std::pair<ValueId, Tensor>> feeds_of(const nn::Model& model, const D
   return {{model.inputs, batch.inputs}, {model.targets, batch.targets}};
 }
 
+void validate(const DataOptions& data) {
+  if (data.batch <= 0) fail("batch size {} must be positive", data.batch);
+  if (data.eval_batches <= 0) fail("eval batches {} must be positive", data.eval_batches);
+}
+
 ParamStore initial_parameters(const Graph& graph, uint64_t seed) {
   ParamStore store = ParamStore::initialize(graph, seed);
   for (ValueId id : graph.params()) {

@@ -12,15 +12,19 @@
 
 namespace px {
 
-// What a task is told: the model it builds and the data it serves.
-struct TaskOptions {
-  nn::ModelConfig model;
-  std::string data;        // text file (gpt) or IDX directory (mlp/cnn); empty: the default corpus
+// The data a task serves: the tasks room's part of a job.
+struct DataOptions {
+  std::string path;        // text file (gpt) or IDX directory (mlp/cnn); empty: the default corpus
   int64_t batch = 16;      // global batch
-  bool drop_last = false;  // classifiers: leave out each epoch's partial last batch
+  // Classifiers: leave out each epoch's last batch when it is partial
+  // (fewer than `batch` rows); by default it trains (PyTorch's drop_last=False).
+  bool drop_last = false;
   int64_t eval_batches = 20;  // validation batches (mlp/cnn: of 1000 test images)
-  uint64_t seed = 1;
+  bool operator==(const DataOptions&) const = default;
 };
+
+// px::Error naming the bad option: a batch or evaluation of no rows.
+void validate(const DataOptions& data);
 
 struct DataBatch {
   Tensor inputs;   // (rows, ...) images f32 or tokens i32
@@ -74,7 +78,8 @@ class Task {
 // over the draws. Every rank calls it alike and gets the same store.
 ParamStore initial_parameters(const Graph& graph, uint64_t seed);
 
-// Loads the task's data (px::Error for missing or bad data).
-std::unique_ptr<Task> make_task(const TaskOptions& options);
+// The task that trains `model` on `data`, its data order drawn from
+// `seed`. Loads the data (px::Error for missing or bad data).
+std::unique_ptr<Task> make_task(const nn::ModelConfig& model, const DataOptions& data, uint64_t seed);
 
 }  // namespace px

@@ -4,8 +4,11 @@
 
 namespace px {
 
-BadSteps::BadSteps(const TrainOptions& o, const CheckpointState* resumed, int64_t step)
-    : options_(o), bad_batches_(o.skip_batches.begin(), o.skip_batches.end()), batches_drawn_(step) {
+BadSteps::BadSteps(const FaultOptions& fault, double lr, const CheckpointState* resumed, int64_t step)
+    : inject_nan_steps_(fault.inject_nan_steps),
+      lr_(lr),
+      bad_batches_(fault.skip_batches.begin(), fault.skip_batches.end()),
+      batches_drawn_(step) {
   if (resumed == nullptr) return;
   batches_drawn_ = resumed->batches.value_or(step);
   bad_batches_.insert(resumed->bad_batches.begin(), resumed->bad_batches.end());
@@ -21,7 +24,7 @@ DataBatch BadSteps::draw(Task& task, int data_rank, int data_ranks) {
 }
 
 void BadSteps::poison_if_named(int64_t step) {
-  const std::vector<int64_t>& nan_steps = options_.inject_nan_steps;
+  const std::vector<int64_t>& nan_steps = inject_nan_steps_;
   if (std::find(nan_steps.begin(), nan_steps.end(), step + 1) != nan_steps.end()) poisoned_.insert(batch_number_);
 }
 
@@ -40,7 +43,7 @@ bool BadSteps::not_applied(const StepResult& out, int64_t step, int attempt, Met
   if (++consecutive_bad_ == 8)
     fail("training diverged at step {}: 8 batches in a row failed twice (the last, batch {}, with loss {} and "
          "gradient norm {}); lower the learning rate {} or enable --grad-clip",
-         step + 1, batch_number_, out.loss, out.grad_norm, options_.schedule.lr);
+         step + 1, batch_number_, out.loss, out.grad_norm, lr_);
   return true;
 }
 

@@ -10,12 +10,11 @@
 #include <set>
 #include <vector>
 
-#include "runtime/train/train_options.h"
-
 #include <nlohmann/json.hpp>
 
 #include "runtime/checkpoint/checkpoint_state.h"
 #include "runtime/executor/program_executor.h"
+#include "runtime/fault/fault_options.h"
 #include "runtime/tasks/task.h"
 #include "runtime/train/metrics.h"
 #include "runtime/train/progress.h"
@@ -25,8 +24,9 @@ namespace px {
 class BadSteps {
  public:
   // Starting after `step`: the batches --skip-batches names and those the
-  // resumed state skipped for good are never drawn.
-  BadSteps(const TrainOptions& options, const CheckpointState* resumed, int64_t step);
+  // resumed state skipped for good are never drawn. `lr` is the schedule's
+  // peak, which a diverging run's error suggests lowering.
+  BadSteps(const FaultOptions& fault, double lr, const CheckpointState* resumed, int64_t step);
 
   // This rank's shard of the next batch not skipped for good.
   DataBatch draw(Task& task, int data_rank, int data_ranks);
@@ -49,7 +49,8 @@ class BadSteps {
   std::vector<int64_t> bad_batches() const { return {bad_batches_.begin(), bad_batches_.end()}; }
 
  private:
-  const TrainOptions& options_;
+  std::vector<int64_t> inject_nan_steps_;  // --inject-nan
+  double lr_;
   std::set<int64_t> bad_batches_;
   std::set<int64_t> poisoned_;  // --inject-nan: the batches made non-finite
   int64_t batches_drawn_;       // without skips, step s trains on batch s

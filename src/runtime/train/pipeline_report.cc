@@ -6,23 +6,6 @@
 
 namespace px {
 
-std::string describe_pipeline(const parallel::PipelineLayout& pipeline) {
-  const parallel::PipelineSchedule& s = pipeline.schedule;
-  const double bubble = parallel::simulate_pipeline(s).bubble_fraction();
-  std::string out = fmt::format(
-      "pipeline schedule {}: {} stages, {} micro-batches, {} chunk{} a stage; analytical bubble {:.1f}% "
-      "((P-1)/(M+P-1) = {:.1f}%)\n",
-      parallel::pipeline_kind_name(s.kind), s.stages, s.micro_batches, s.virtual_stages,
-      s.virtual_stages == 1 ? "" : "s", 100 * bubble, 100.0 * (s.stages - 1) / (s.micro_batches + s.stages - 1));
-  double total = 0;
-  for (double c : pipeline.stage_cost) total += c;
-  for (size_t v = 0; v < pipeline.stage_layers.size(); ++v)
-    out += fmt::format("  virtual stage {} on pipeline rank {}: {} ({:.1f}% of the cost)\n", v,
-                       static_cast<int>(v) % s.stages, pipeline.stage_layers[v],
-                       total > 0 ? 100 * pipeline.stage_cost[v] / total : 0.0);
-  return out + parallel::draw_pipeline(s);
-}
-
 int max_in_flight(const parallel::PipelineSchedule& schedule, int rank) {
   int now = 0, most = 0;
   for (const parallel::PipelineAction& a : schedule.ranks.at(static_cast<size_t>(rank))) {

@@ -1,7 +1,6 @@
-// What a pipeline does, for people: the stages and the schedule drawn as
-// the papers draw it (`parallax lower --print-schedule`), and after a run
-// the measured bubble and activation memory of every stage beside the
-// schedule's analytical values.
+// What a pipeline did, for people: after a run the measured bubble and
+// activation memory of every stage beside the schedule's analytical values
+// (the schedule itself: parallel::describe_pipeline).
 //
 // Bubble: the stages' idle share of the pipelined span (from the step's
 // start to the last compute of any stage, so a stage done early idles to
@@ -20,9 +19,6 @@
 #include "parallel/program.h"
 
 namespace px {
-
-// The stages, the analytical bubble and the timeline.
-std::string describe_pipeline(const parallel::PipelineLayout& pipeline);
 
 // The most micro-batch chunks pipeline rank `rank` has run forward but not
 // yet finished backward (W, under zero-bubble) at any point of its list.

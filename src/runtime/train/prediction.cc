@@ -5,7 +5,6 @@
 #include "core/error.h"
 #include "runtime/calibrate/calibrate.h"
 #include "plan/simulate.h"
-#include "runtime/optimizer/optimizer.h"
 
 namespace px {
 
@@ -20,7 +19,7 @@ plan::ClusterSpec local_cluster(const std::string& path, int ranks, bool* calibr
   return plan::local_cluster_spec(std::move(profile), "this host's CPU", 1e12, {.ranks_per_host = std::max(64, ranks)});
 }
 
-RunPrediction predict_run(const TrainOptions& o, const std::vector<parallel::Program>& programs) {
+RunPrediction predict_run(const RunAsRan& o, const std::vector<parallel::Program>& programs) {
   const int ranks = static_cast<int>(programs.size());
   RunPrediction out;
   plan::ClusterSpec cluster = local_cluster(o.local_cluster, ranks, &out.calibrated);
@@ -36,7 +35,7 @@ RunPrediction predict_run(const TrainOptions& o, const std::vector<parallel::Pro
                              : "this host's probed rates, kernels at their roofline (run 'parallax calibrate' for a "
                                "calibrated prediction)";
   // A bf16 run on a spec saved without a bf16 rate: the rate probed now.
-  if (parse_precision(o.precision) == Precision::bf16 && cluster.profile && cluster.profile->flops_bf16 <= 0) {
+  if (o.bf16 && cluster.profile && cluster.profile->flops_bf16 <= 0) {
     cluster.profile->flops_bf16 = cluster.device.flops_bf16 =
         measure_bf16_gemm_rate({.batch_seconds = 0.005, .batches = 1});
     out.basis += " with the bf16 GEMM rate probed now (calibrate again to keep one)";
@@ -45,8 +44,8 @@ RunPrediction predict_run(const TrainOptions& o, const std::vector<parallel::Pro
       {.programs = &programs,
        .cluster = &cluster,
        .execution = {.overlap = o.overlap, .trace = true},
-       .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.kind).size())},
-      {.threads = o.threads, .link_gbps = o.link_gbps, .collective = o.strategy.collective});
+       .optimizer_slots = o.optimizer_slots},
+      {.threads = o.threads, .link_gbps = o.link_gbps, .collective = o.collective});
   out.step_seconds = sim.step_seconds;
   out.peak_bytes = sim.peak_bytes.front();
   out.activation_peak_bytes = sim.forward_activation_peak_bytes.front();

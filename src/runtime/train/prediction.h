@@ -11,7 +11,7 @@
 #include "parallel/program.h"
 #include "plan/cluster.h"
 #include "plan/simulate.h"
-#include "runtime/train/train_options.h"
+#include "comm/collectives.h"
 
 namespace px {
 
@@ -29,9 +29,21 @@ struct RunPrediction {
 // The local spec saved at `path`, or one probed now (no kernel timings) when there is none.
 plan::ClusterSpec local_cluster(const std::string& path, int ranks, bool* calibrated);
 
+// How the run ran, as the simulator is told it.
+struct RunAsRan {
+  std::string local_cluster;         // the local spec's path (--local-cluster)
+  bool mpi = false;                  // the ranks were MPI processes (else threads of this process)
+  bool bf16 = false;                 // --precision bf16
+  bool overlap = true;               // collectives on progress threads
+  int threads = 1;                   // a lone rank's kernel threads
+  double link_gbps = 0;              // in-process links' limit (0: none)
+  comm::CollectiveOptions collective;
+  int optimizer_slots = 0;           // optimizer state tensors per parameter
+};
+
 // Every rank's Program of the strategy (plan::lower_all) replayed on the
-// local spec at options.local_cluster.
-RunPrediction predict_run(const TrainOptions& options, const std::vector<parallel::Program>& programs);
+// local spec at run.local_cluster.
+RunPrediction predict_run(const RunAsRan& run, const std::vector<parallel::Program>& programs);
 
 // "predicted step 0.412 s, measured 0.398 s (+3.5%); ..." lines.
 std::string describe_prediction(const RunPrediction& prediction, double measured_step_seconds,

@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "parallel/lower.h"
+#include "plan/job_strategy.h"
 #include "runtime/fault/memory_guard.h"
 #include "runtime/train/memory_report.h"
 #include "runtime/train/rank_trainer.h"
@@ -13,31 +14,37 @@ extern "C" char* openblas_get_corename(void);
 
 namespace px {
 
-TrainResult train_rank(TrainOptions o, comm::Communicator* group, std::ostream& log, FlightRecorder* recorder,
-                       const RankRecovery& recovery) {
-  return RankTrainer(std::move(o), group, log, recorder, recovery).run();
+DataParallelResult train_rank(const nn::ModelConfig& model, const DataOptions& data,
+                              const parallel::StrategyRequest& strategy, const OptimizerOptions& optimizer,
+                              const CheckpointOptions& checkpoint, const FaultOptions& fault, const RunOptions& run,
+                              const RankLaunch& launch, comm::Communicator* group, std::ostream& log,
+                              FlightRecorder* recorder, const RankRecovery& recovery) {
+  return RankTrainer(model, data, strategy, optimizer, checkpoint, fault, run, launch, group, log, recorder, recovery)
+      .run();
 }
 
 // A restarted attempt is ready for its first step: says so in the metrics
 // and, with a run directory, in <run dir>/restarts.jsonl, whose times give
 // the time the restart lost (parallax launch reads them).
-static void note_restart(const TrainOptions& o, const Checkpoint* resumed, int64_t step,
+static void note_restart(int attempt, const std::string& run_dir, const Checkpoint* resumed, int64_t step,
                          const RankRecovery& recovery, MetricsLog& metrics) {
   const double now = unix_seconds();
   if (recovery.ready_at != nullptr) *recovery.ready_at = now;
-  if (o.attempt == 0) return;
-  const nlohmann::json line{{"restart", o.attempt},
+  if (attempt == 0) return;
+  const nlohmann::json line{{"restart", attempt},
                             {"resumed_step", step},
                             {"ready_at", now},
                             {"saved_at", resumed && resumed->state.saved_at ? nlohmann::json(*resumed->state.saved_at)
                                                                            : nlohmann::json()}};
   metrics.write(line);
-  if (o.run_dir.empty()) return;
-  std::filesystem::create_directories(o.run_dir);
-  std::ofstream(o.run_dir + "/restarts.jsonl", std::ios::app) << line.dump() << "\n";
+  if (run_dir.empty()) return;
+  std::filesystem::create_directories(run_dir);
+  std::ofstream(run_dir + "/restarts.jsonl", std::ios::app) << line.dump() << "\n";
 }
 
-RankTrainer::RankTrainer(TrainOptions o, comm::Communicator* group, std::ostream& log, FlightRecorder* recorder,
+RankTrainer::RankTrainer(nn::ModelConfig model, DataOptions data, parallel::StrategyRequest strategy,
+                         OptimizerOptions optimizer, CheckpointOptions checkpoint, FaultOptions fault, RunOptions run,
+                         RankLaunch launch, comm::Communicator* group, std::ostream& log, FlightRecorder* recorder,
                          const RankRecovery& recovery)
     : group_(group),
       log_(log),
@@ -46,51 +53,64 @@ RankTrainer::RankTrainer(TrainOptions o, comm::Communicator* group, std::ostream
       rank_(group ? group->rank() : 0),
       world_(group ? group->size() : 1),
       lead_(rank_ == 0),
-      resume_(o.resume, o.resume_if_saved, group, recovery.restore),
-      o_(completed(std::move(o), resume_, world_, lead_)),
-      task_(make_task(o_.task_options())),
-      account_(new_memory_account()) {
-  total_ = o_.steps > 0 ? o_.steps : o_.epochs * task_->steps_per_epoch();
-  o_.schedule.total = total_;
-  end_ = o_.stop_after > 0 ? std::min(o_.stop_after, total_) : total_;
+      resume_(checkpoint.resume, checkpoint.resume_if_saved, group, recovery.restore),
+      model_config_(std::move(model)),
+      data_(std::move(data)),
+      request_(std::move(strategy)),
+      optimizer_(std::move(optimizer)),
+      checkpoint_(std::move(checkpoint)),
+      fault_(std::move(fault)),
+      run_(std::move(run)),
+      launch_(launch) {
+  complete();
+  task_ = make_task(model_config_, data_, run_.seed);
+  account_.emplace(new_memory_account());
+  total_ = run_.steps > 0 ? run_.steps : run_.epochs * task_->steps_per_epoch();
+  optimizer_.schedule.total = total_;
+  end_ = run_.stop_after > 0 ? std::min(run_.stop_after, total_) : total_;
   // The memory guard (memory_guard.h): nothing is allocated for a model
   // that cannot fit; first from its config, then from its Program.
-  slots_ = static_cast<int>(optimizer_slot_names(o_.optimizer.kind).size());
-  check_model_fits(o_.model_config(), machine_ranks(o_.mpi, o_.local_ranks, world_), slots_);
-  model_ = task_->build(o_.batch, true);
+  slots_ = static_cast<int>(optimizer_slot_names(optimizer_.update.kind).size());
+  check_model_fits(model_config_, machine_ranks(launch_.mpi, launch_.local_ranks, world_), slots_);
+  model_ = task_->build(data_.batch, true);
   try {
-    strategy_ = strategy_for(o_, model_, world_);
+    strategy_ = plan::strategy_for(request_, model_, world_, run_use(optimizer_));
   } catch (const Error& e) {
     throw JobConfigurationError(e.what());
   }
-  o_.optimizer = optimizer_for_strategy(o_.optimizer, strategy_);
-  if (lead_ && !o_.run_dir.empty()) write_run_strategy(o_.run_dir, strategy_);
+  optimizer_.update = optimizer_for_strategy(optimizer_.update, strategy_);
+  if (lead_ && !fault_.run_dir.empty()) write_run_strategy(fault_.run_dir, strategy_);
   lower_and_load();
   resume_state();
   log_start();
   const Checkpoint* resumed = resume_.checkpoint();
-  bad_steps_.emplace(o_, resumed ? &resumed->state : nullptr, step_);
-  metrics_.emplace(lead_ ? o_.metrics : std::string(), resumed != nullptr || o_.attempt > 0);
-  if (lead_) note_restart(o_, resumed, step_, recovery_, *metrics_);
-  checkpointer_.emplace(o_.save, o_.keep_last, group_, recovery_.snapshots, strategy_);
+  bad_steps_.emplace(fault_, optimizer_.schedule.lr, resumed ? &resumed->state : nullptr, step_);
+  metrics_.emplace(lead_ ? run_.metrics : std::string(), resumed != nullptr || launch_.attempt > 0);
+  if (lead_) note_restart(launch_.attempt, fault_.run_dir, resumed, step_, recovery_, *metrics_);
+  checkpointer_.emplace(checkpoint_.save, checkpoint_.keep_last, group_, recovery_.snapshots, strategy_);
   trace_begin_ = step_ + 1;
   trace_end_ = step_ + 4;
-  progress_.emplace(total_, step_, task_->unit(), o_.progress_bar, log_);
+  progress_.emplace(total_, step_, task_->unit(), run_.progress_bar, log_);
   partial_strategy_ = parallel::with_stage_cuts_of(strategy_, executor_->program());
 }
 
-// The options as this rank runs them: a run directory keeps what `parallax
-// report` reads (run_summary.h); a resumed run trains the checkpoint's model.
-TrainOptions RankTrainer::completed(TrainOptions o, const ResumePoint& resume, int world, bool lead) {
-  if (!o.run_dir.empty()) {
-    if (o.metrics.empty()) o.metrics = o.run_dir + "/metrics.jsonl";
-    if (o.trace.empty()) o.trace = o.run_dir + "/trace.json";
-    if (lead) std::filesystem::create_directories(o.run_dir);
+// The parts as this rank runs them: a run directory keeps what `parallax
+// report` reads (run_summary.h); a resumed run trains the checkpoint's
+// model on its data, which must take the strategy's split.
+void RankTrainer::complete() {
+  if (!fault_.run_dir.empty()) {
+    if (run_.metrics.empty()) run_.metrics = fault_.run_dir + "/metrics.jsonl";
+    if (run_.trace.empty()) run_.trace = fault_.run_dir + "/trace.json";
+    if (lead_) std::filesystem::create_directories(fault_.run_dir);
   }
-  resume.apply_model(o);
-  o.ranks = world;
-  validate(o);
-  return o;
+  if (resume_.checkpoint() == nullptr) return;
+  resume_.apply_model(model_config_, data_);
+  try {
+    nn::validate(model_config_);
+    plan::validate_split(model_config_, request_, world_, data_.batch);
+  } catch (const Error& e) {
+    throw JobConfigurationError(fmt::format("the resumed checkpoint's model: {}", e.what()));
+  }
 }
 
 // This rank's Program and the executor that runs it, once the memory guard
@@ -108,20 +128,18 @@ void RankTrainer::lower_and_load() {
   data_ranks_ = strategy_.data_ranks();
   // The collective algorithm and the bucket buffers shape the Program (its
   // wire bytes, its back-pressure edges): lowering inputs, not executor options.
-  parallel::Program program = parallel::lower({.forward = &model_.graph, .loss = model_.loss,
-                                               .collective = o_.strategy.collective,
-                                               .menus = menus_,
-                                               .bucket_buffers = o_.strategy.bucket_buffers},
-                                              strategy_, rank_);
+  parallel::LowerRequest lowering = plan::lower_request(model_, request_);
+  lowering.menus = menus_;
+  parallel::Program program = parallel::lower(lowering, strategy_, rank_);
   // Copies of the training state a checkpoint or a restart keeps: one
   // being written in the background (and the lead's gathered model, at
   // most as large), and with in-memory snapshots two generations of this
   // rank's own and of its buddy's.
-  const int state_copies = (o_.save.empty() ? 0 : 2) + (recovery_.snapshots != nullptr ? 4 : 0);
-  check_program_fits(program, machine_ranks(o_.mpi, o_.local_ranks, world_), slots_, state_copies);
-  executor_ = std::make_unique<ProgramExecutor>(std::move(program), groups, o_.optimizer,
-                                                parallel::ExecutionOptions{.overlap = o_.overlap,
-                                                                           .trace = !o_.trace.empty()});
+  const int state_copies = (checkpoint_.save.empty() ? 0 : 2) + (recovery_.snapshots != nullptr ? 4 : 0);
+  check_program_fits(program, machine_ranks(launch_.mpi, launch_.local_ranks, world_), slots_, state_copies);
+  executor_ = std::make_unique<ProgramExecutor>(std::move(program), groups, optimizer_.update,
+                                                parallel::ExecutionOptions{.overlap = run_.overlap,
+                                                                           .trace = !run_.trace.empty()});
   executor_->set_flight_recorder(recorder_);
   recorder_->set_phase(RankPhase::running);
 }
@@ -153,7 +171,7 @@ void RankTrainer::resume_state() {
   if (resumed == nullptr) {
     // Every rank draws the same initial parameters; the executor keeps its
     // storage of them (its model shard, or its ZeRO-3 block) and these go.
-    executor_->set_parameters(initial_parameters(model_.graph, o_.seed));
+    executor_->set_parameters(initial_parameters(model_.graph, run_.seed));
     return;
   }
   step_ = resume_.restore_task(*task_);
@@ -175,16 +193,16 @@ void RankTrainer::log_start() {
     parameter_count = 0;
     for (const auto& p : program.pipeline.params) parameter_count += p.shape.numel();
   }
-  log_ << fmt::format("model {} with {} parameters; {} steps of batch {}{}; {}threads {}; BLAS {}\n", o_.model,
-                      parameter_count, total_, o_.batch,
-                      o_.accumulation > 1 ? fmt::format(" ({} micro-batches)", o_.accumulation) : "",
+  log_ << fmt::format("model {} with {} parameters; {} steps of batch {}{}; {}threads {}; BLAS {}\n", model_config_.kind,
+                      parameter_count, total_, data_.batch,
+                      request_.micro_batches > 1 ? fmt::format(" ({} micro-batches)", request_.micro_batches) : "",
                       world_ > 1 ? fmt::format("{} ranks, mesh {} ({}); ", world_, strategy_.mesh.str(),
                                                group_->backend())
                                  : "",
-                      o_.threads, openblas_get_corename());
-  result_.first_step = step_;
+                      run_.threads, openblas_get_corename());
+  result_.run.first_step = step_;
   const ExecutorMemory m = executor_->memory();
-  result_.memory = RankMemory{.parameters = static_cast<double>(m.parameters),
+  result_.data_parallel.memory = RankMemory{.parameters = static_cast<double>(m.parameters),
                               .gradients = static_cast<double>(m.gradient_shard +
                                                                (only_shard_kept(m) ? 0 : m.gradient_buckets)),
                               .optimizer_state = static_cast<double>(m.optimizer_state)};
@@ -193,7 +211,7 @@ void RankTrainer::log_start() {
   // ZeRO shards over the data path's ranks: data x context.
   const int sharing = data_ranks_ * strategy_.context_ranks();
   const int zero = sharing > 1 ? strategy_.zero_stage : 0;
-  if (world_ > 1) log_ << describe_rank_memory(zero, sharing, slots_, shard_parameters, result_.memory) << "\n";
+  if (world_ > 1) log_ << describe_rank_memory(zero, sharing, slots_, shard_parameters, result_.data_parallel.memory) << "\n";
   if (strategy_.mesh.ranks() > sharing * strategy_.pipeline_ranks()) {
     TensorParallelShare share{.split = 0, .replicated = 0,
                               .ranks = strategy_.mesh.ranks() / sharing / strategy_.pipeline_ranks()};

@@ -9,16 +9,17 @@
 #include "comm/collectives.h"
 #include "core/rng.h"
 #include "parallel/lower.h"
+#include "plan/job_strategy.h"
 #include "runtime/train/rank_trainer.h"
 
 namespace px {
 
-TrainResult RankTrainer::run() {
+DataParallelResult RankTrainer::run() {
   for (; step_ < end_; ++step_) {
     run_step();
     const bool last = step_ + 1 == end_;
-    const bool eval_now = o_.eval_every > 0 && (step_ + 1) % o_.eval_every == 0 && !last;
-    const bool save_now = o_.save_every > 0 && (step_ + 1) % o_.save_every == 0 && !last;
+    const bool eval_now = run_.eval_every > 0 && (step_ + 1) % run_.eval_every == 0 && !last;
+    const bool save_now = checkpoint_.save_every > 0 && (step_ + 1) % checkpoint_.save_every == 0 && !last;
     if (eval_now || save_now) executor_->finish();
     if (eval_now) evaluate(step_ + 1);
     if (save_now) checkpointer_->save(*executor_, state_now(step_ + 1), false);
@@ -33,14 +34,14 @@ void RankTrainer::run_step() {
   DataBatch batch = bad_steps_->draw(*task_, data_rank_, data_ranks_);
   add_program_for(batch);
   bad_steps_->poison_if_named(step_);
-  const uint64_t seed = splitmix64(o_.seed ^ splitmix64(static_cast<uint64_t>(step_) * 1024));
+  const uint64_t seed = splitmix64(run_.seed ^ splitmix64(static_cast<uint64_t>(step_) * 1024));
   recorder_->at(step_ + 1, -1, "");  // between steps
-  if (rank_ == o_.inject_fault.rank && step_ + 1 == o_.inject_fault.step && o_.attempt == 0)
-    inject_fault_now(o_.inject_fault, o_.mpi, o_.run_dir, recorder_, group_);
-  if (rank_ == o_.inject_delay_rank)  // a straggler, for demonstrations (--inject-delay)
-    std::this_thread::sleep_for(std::chrono::milliseconds(o_.inject_delay_ms));
+  if (rank_ == fault_.inject_fault.rank && step_ + 1 == fault_.inject_fault.step && launch_.attempt == 0)
+    inject_fault_now(fault_.inject_fault, launch_.mpi, fault_.run_dir, recorder_, group_);
+  if (rank_ == fault_.inject_delay_rank)  // a straggler, for demonstrations (--inject-delay)
+    std::this_thread::sleep_for(std::chrono::milliseconds(fault_.inject_delay_ms));
   executor_->set_tracing(step_ >= trace_begin_ && step_ < trace_end_);
-  const double lr = o_.schedule.at(step_);
+  const double lr = optimizer_.schedule.at(step_);
   const StepResult out = run_batch(batch, seed, lr);
   record_step(out, batch, lr);
 }
@@ -55,7 +56,7 @@ StepResult RankTrainer::run_batch(DataBatch& batch, uint64_t seed, double lr) {
                                      .seed = seed,
                                      .step = static_cast<uint64_t>(step_),
                                      .lr = lr,
-                                     .grad_clip = o_.grad_clip,
+                                     .grad_clip = optimizer_.grad_clip,
                                      .poison = bad_steps_->poisoned()});
     step_seconds_.push_back(progress_->elapsed_seconds() - step_start);
     if (!out.skipped) {
@@ -73,18 +74,18 @@ StepResult RankTrainer::run_batch(DataBatch& batch, uint64_t seed, double lr) {
 void RankTrainer::record_step(const StepResult& out, const DataBatch& batch, double lr) {
   wire_ += out.wire;
   for (TraceRecord& r : executor_->take_trace()) trace_.push_back(std::move(r));
-  result_.peak_tensor_bytes = std::max(result_.peak_tensor_bytes, out.peak_bytes);
-  result_.activation_peak_bytes = std::max(result_.activation_peak_bytes, out.activation_peak_bytes);
+  result_.run.peak_tensor_bytes = std::max(result_.run.peak_tensor_bytes, out.peak_bytes);
+  result_.data_parallel.activation_peak_bytes = std::max(result_.data_parallel.activation_peak_bytes, out.activation_peak_bytes);
   if (step_ > trace_begin_ - 1) {  // the first step of a run warms caches and pools up
     stage_.busy_us += out.pipeline_busy_us;
     stage_.span_us += out.pipeline_span_us;
   }
   const double loss = out.loss;
   if (!std::isfinite(loss))  // only a program without a global norm gets here (P3)
-    fail("training diverged at step {}: loss is {} (lower the learning rate {}{})", step_ + 1, loss, o_.schedule.lr,
+    fail("training diverged at step {}: loss is {} (lower the learning rate {}{})", step_ + 1, loss, optimizer_.schedule.lr,
          strategy_.lowering.global_norm ? "" : "; P3 updates before the global norm is known, so it cannot skip bad steps");
-  result_.losses.push_back(loss);
-  result_.last_train_loss = loss;
+  result_.run.losses.push_back(loss);
+  result_.run.last_train_loss = loss;
   nlohmann::json line{{"step", step_ + 1}, {"train_loss", loss}, {"lr", lr}, {"grad_norm", out.grad_norm},
                       {"time_s", progress_->elapsed_seconds()}, {"step_s", step_seconds_.back()}};
   if (world_ > 1) {
@@ -92,7 +93,7 @@ void RankTrainer::record_step(const StepResult& out, const DataBatch& batch, dou
     for (size_t a = 0; a < out.axis_bytes.size(); ++a) {
       const std::string& axis = strategy_.mesh.axes()[a].name;
       line["bytes_sent"][axis] = out.axis_bytes[a];
-      result_.bytes_per_axis[axis] = out.axis_bytes[a];
+      result_.data_parallel.bytes_per_axis[axis] = out.axis_bytes[a];
     }
   }
   metrics_->write(line);
@@ -106,10 +107,9 @@ void RankTrainer::record_step(const StepResult& out, const DataBatch& batch, dou
 void RankTrainer::add_program_for(const DataBatch& batch) {
   if (executor_->has_program_for(batch.global_rows)) return;
   const nn::Model partial = task_->build(batch.global_rows, true);
-  executor_->add_program(
-      parallel::lower({.forward = &partial.graph, .loss = partial.loss, .collective = o_.strategy.collective,
-                       .menus = menus_, .bucket_buffers = o_.strategy.bucket_buffers},
-                      *partial_strategy_, rank_));
+  parallel::LowerRequest lowering = plan::lower_request(partial, request_);
+  lowering.menus = menus_;
+  executor_->add_program(parallel::lower(lowering, *partial_strategy_, rank_));
 }
 
 // Every rank evaluates a part of the validation batches and the parts'
@@ -136,7 +136,7 @@ Evaluation RankTrainer::evaluate(int64_t at_step) {
 
 // The run's state after `at_step` steps, for a checkpoint or a snapshot.
 CheckpointState RankTrainer::state_now(int64_t at_step) const {
-  CheckpointState state = run_state(o_, *task_, at_step, executor_->optimizer().steps(), world_);
+  CheckpointState state = run_state(model_config_, data_, optimizer_.update.kind, *task_, at_step, executor_->optimizer().steps(), world_);
   state.mesh = strategy_.mesh.str();
   state.batches = bad_steps_->batches_drawn();
   state.bad_batches = bad_steps_->bad_batches();

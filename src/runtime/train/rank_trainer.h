@@ -37,17 +37,20 @@ namespace px {
 
 class RankTrainer {
  public:
-  // Setup: everything up to the first step (rank_setup.cc).
-  RankTrainer(TrainOptions options, comm::Communicator* group, std::ostream& log, FlightRecorder* recorder,
+  // Setup: everything up to the first step (rank_setup.cc), from the
+  // job's parts this rank trains with (train_rank's).
+  RankTrainer(nn::ModelConfig model, DataOptions data, parallel::StrategyRequest strategy,
+              OptimizerOptions optimizer, CheckpointOptions checkpoint, FaultOptions fault, RunOptions run,
+              RankLaunch launch, comm::Communicator* group, std::ostream& log, FlightRecorder* recorder,
               const RankRecovery& recovery);
   RankTrainer(const RankTrainer&) = delete;
   RankTrainer& operator=(const RankTrainer&) = delete;
   // The steps, then the report.
-  TrainResult run();
+  DataParallelResult run();
 
  private:
   // Setup (rank_setup.cc).
-  static TrainOptions completed(TrainOptions options, const ResumePoint& resume, int world, bool lead);
+  void complete();
   void lower_and_load();
   void resume_state();
   void log_start();
@@ -77,11 +80,20 @@ class RankTrainer {
   const int rank_, world_;
   const bool lead_;
   ResumePoint resume_;  // the state this rank continues from, if any
-  TrainOptions o_;      // completed: run directory, resumed model, schedule length
+  // The job's parts, completed (complete()): the resumed model and data,
+  // the run directory's outputs, the schedule's length.
+  nn::ModelConfig model_config_;
+  DataOptions data_;
+  parallel::StrategyRequest request_;
+  OptimizerOptions optimizer_;
+  CheckpointOptions checkpoint_;
+  FaultOptions fault_;
+  RunOptions run_;
+  RankLaunch launch_;
   std::unique_ptr<Task> task_;
   // This rank's tensors from here on (its dataset is not a step's memory),
   // apart from the other in-process ranks'.
-  MemoryAccountScope account_;
+  std::optional<MemoryAccountScope> account_;
   int64_t total_ = 0, end_ = 0;  // the schedule's steps; the step this call stops after (--stop-after)
   int slots_ = 0;                // optimizer slots per parameter
   nn::Model model_;
@@ -93,7 +105,7 @@ class RankTrainer {
   std::unique_ptr<ProgramExecutor> executor_;
   int data_rank_ = 0, data_ranks_ = 1;
   int64_t step_ = 0;  // steps done
-  TrainResult result_;
+  DataParallelResult result_;
   std::optional<MetricsLog> metrics_;
   std::optional<BadSteps> bad_steps_;
   std::optional<Checkpointer> checkpointer_;

@@ -1,5 +1,7 @@
 #include "runtime/train/resume.h"
 
+#include "runtime/tasks/model_json.h"
+
 namespace px {
 
 ResumePoint::ResumePoint(const std::string& resume_dir, bool if_saved, comm::Communicator* group,
@@ -12,8 +14,8 @@ ResumePoint::ResumePoint(const std::string& resume_dir, bool if_saved, comm::Com
   from_ = &loaded_;
 }
 
-void ResumePoint::apply_model(TrainOptions& options) const {
-  if (from_ != nullptr) apply_model_json(from_->state.config, options);
+void ResumePoint::apply_model(nn::ModelConfig& model, DataOptions& data) const {
+  if (from_ != nullptr) apply_model_json(from_->state.config, model, data);
 }
 
 int64_t ResumePoint::restore_task(Task& task) const {
@@ -22,12 +24,12 @@ int64_t ResumePoint::restore_task(Task& task) const {
   return from_->state.step;
 }
 
-CheckpointState run_state(const TrainOptions& o, const Task& task, int64_t step, int64_t optimizer_steps,
-                          int ranks) {
+CheckpointState run_state(const nn::ModelConfig& model, const DataOptions& data, const std::string& optimizer,
+                          const Task& task, int64_t step, int64_t optimizer_steps, int ranks) {
   return {.step = step,
-          .config = model_json(o),
+          .config = model_json(model, data),
           .data = task.data_state(),
-          .optimizer = o.optimizer.kind,
+          .optimizer = optimizer,
           .optimizer_steps = optimizer_steps,
           .ranks = ranks};
 }

@@ -8,7 +8,6 @@
 
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/tasks/task.h"
-#include "runtime/train/train_options.h"
 
 namespace px {
 
@@ -25,8 +24,9 @@ class ResumePoint {
   // nullptr: the run starts afresh.
   const Checkpoint* checkpoint() const { return from_; }
   bool from_memory() const { return from_ != nullptr && from_ != &loaded_; }
-  // The resumed run trains the checkpoint's model: its config replaces the options'.
-  void apply_model(TrainOptions& options) const;
+  // The resumed run trains the checkpoint's model on its data: its config
+  // replaces the job's.
+  void apply_model(nn::ModelConfig& model, DataOptions& data) const;
   // Puts the task's data order where the checkpoint left it; returns the
   // step training continues after (0 afresh).
   int64_t restore_task(Task& task) const;
@@ -39,7 +39,7 @@ class ResumePoint {
 // What every checkpoint says of the run at `step` (the writer adds mesh,
 // batches and the like): the model config, the task's data order, the
 // optimizer and its update count, the rank count.
-CheckpointState run_state(const TrainOptions& options, const Task& task, int64_t step, int64_t optimizer_steps,
-                          int ranks);
+CheckpointState run_state(const nn::ModelConfig& model, const DataOptions& data, const std::string& optimizer,
+                          const Task& task, int64_t step, int64_t optimizer_steps, int ranks);
 
 }  // namespace px

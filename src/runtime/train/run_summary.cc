@@ -4,6 +4,7 @@
 
 #include "plan/candidates.h"
 #include "core/atomic_file.h"
+#include "runtime/tasks/model_json.h"
 
 namespace px {
 
@@ -65,9 +66,10 @@ nlohmann::json schedule_summary(const parallel::Strategy& strategy, const parall
           {"ranks", std::move(ranks)}};
 }
 
-nlohmann::json run_summary(const TrainOptions& o, const parallel::Strategy& strategy,
-                           const std::vector<parallel::Program>& programs, const TrainResult& result,
+nlohmann::json run_summary(const nn::ModelConfig& model, const DataOptions& data, const parallel::Strategy& strategy,
+                           const std::vector<parallel::Program>& programs, const DataParallelResult& result,
                            const RunFigures& figures) {
+  const RunReport& run = result.run;
   nlohmann::json axes = nlohmann::json::array();
   std::string mesh;
   for (const parallel::MeshAxis& a : strategy.mesh.axes()) {
@@ -76,25 +78,25 @@ nlohmann::json run_summary(const TrainOptions& o, const parallel::Strategy& stra
   }
   const bool pipelined = strategy.pipeline_ranks() > 1;
   nlohmann::json summary{
-      {"model", o.model},
-      {"config", model_json(o)},
+      {"model", model.kind},
+      {"config", model_json(model, data)},
       {"ranks", strategy.mesh.ranks()},
-      {"threads", o.threads},
+      {"threads", figures.threads},
       {"mesh", mesh},
       {"mesh_axes", std::move(axes)},
-      {"batch", o.batch},
+      {"batch", data.batch},
       {"unit", figures.unit == "tok" ? "tokens" : figures.unit == "img" ? "images" : figures.unit},
       {"units_per_step", figures.units_per_step},
-      {"steps", result.steps},
-      {"steps_run", result.losses.size()},
-      {"seconds", result.seconds},
+      {"steps", run.steps},
+      {"steps_run", run.losses.size()},
+      {"seconds", run.seconds},
       {"final",
-       {{"train_loss", result.last_train_loss},
-        {"val_loss", result.evaluation.loss},
-        {"val_accuracy", result.evaluation.accuracy >= 0 ? nlohmann::json(result.evaluation.accuracy) : nullptr}}},
-      {"measured_step_s", result.measured_step_seconds},
+       {{"train_loss", run.last_train_loss},
+        {"val_loss", run.evaluation.loss},
+        {"val_accuracy", run.evaluation.accuracy >= 0 ? nlohmann::json(run.evaluation.accuracy) : nullptr}}},
+      {"measured_step_s", result.data_parallel.measured_step_seconds},
       {"memory", {{"measured_peak_bytes", figures.measured_peak_bytes}}},
-      {"bytes_per_axis", result.bytes_per_axis},
+      {"bytes_per_axis", result.data_parallel.bytes_per_axis},
       {"strategy", parallel::to_json(strategy)},
       {"strategy_summary",
        {{"description", plan::describe(strategy)},

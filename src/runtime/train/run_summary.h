@@ -21,6 +21,7 @@ namespace px {
 struct RunFigures {
   std::string unit;            // what a row is for throughput: "tok" or "img"
   int64_t units_per_step = 0;  // rows × units per row
+  int threads = 1;             // a lone rank's kernel threads
   std::vector<int64_t> measured_peak_bytes;  // every rank's peak tensor memory
   const RunPrediction* prediction = nullptr;  // null: the run made none (--no-predict)
 };
@@ -35,8 +36,8 @@ nlohmann::json placement_summary(const parallel::Strategy& strategy, const std::
 nlohmann::json schedule_summary(const parallel::Strategy& strategy, const parallel::Program& program);
 
 // run.json's contents.
-nlohmann::json run_summary(const TrainOptions& options, const parallel::Strategy& strategy,
-                           const std::vector<parallel::Program>& programs, const TrainResult& result,
+nlohmann::json run_summary(const nn::ModelConfig& model, const DataOptions& data, const parallel::Strategy& strategy,
+                           const std::vector<parallel::Program>& programs, const DataParallelResult& result,
                            const RunFigures& figures);
 
 // Writes <dir>/strategy.json (atomically).

@@ -32,14 +32,14 @@ namespace {
 using testing::kEquivalenceSteps;
 using testing::kEquivalenceTolerance;
 
-TrainOptions onnx_job(const std::string& fixture) {
-  TrainOptions o = testing::tiny_cnn();
-  o.model = std::string(PX_ONNX_FIXTURES) + "/" + fixture + ".onnx";
-  if (fixture.starts_with("gpt")) o.data = testing::shared_text();  // byte windows as long as its input (8)
-  if (fixture == "autoencoder") o.onnx.loss = "mse";  // against the images: no loss in its graph
-  o.steps = kEquivalenceSteps;
-  o.schedule = {.kind = "cosine", .lr = 1e-3, .warmup = 0, .total = kEquivalenceSteps, .min_ratio = 0.0};
-  o.optimizer = {.kind = "adamw", .weight_decay = 0.01};
+JobSpec onnx_job(const std::string& fixture) {
+  JobSpec o = testing::tiny_cnn();
+  o.model.kind = std::string(PX_ONNX_FIXTURES) + "/" + fixture + ".onnx";
+  if (fixture.starts_with("gpt")) o.data.path = testing::shared_text();  // byte windows as long as its input (8)
+  if (fixture == "autoencoder") o.model.onnx.loss = "mse";  // against the images: no loss in its graph
+  o.run.steps = kEquivalenceSteps;
+  o.optimizer.schedule = {.kind = "cosine", .lr = 1e-3, .warmup = 0, .total = kEquivalenceSteps, .min_ratio = 0.0};
+  o.optimizer.update = {.kind = "adamw", .weight_decay = 0.01};
   return o;
 }
 
@@ -55,15 +55,15 @@ class OnnxStrategies : public ::testing::TestWithParam<OnnxCase> {};
 
 TEST_P(OnnxStrategies, MatchesOneRank) {
   const OnnxCase c = GetParam();
-  TrainOptions o = onnx_job(c.fixture);
+  JobSpec o = onnx_job(c.fixture);
   const auto& single = testing::reference_losses("onnx " + c.fixture, o);
   // The reference trained every step, and trained: equal empty or flat runs prove nothing.
   ASSERT_EQ(single.size(), static_cast<size_t>(kEquivalenceSteps)) << c.fixture;
   EXPECT_NE(single.front(), single.back()) << c.fixture << ": the single rank's loss never moved";
-  o.ranks = c.ranks;
+  o.launch.ranks = c.ranks;
   o.strategy.zero_stage = c.zero;
   o.strategy.pipeline_parallel = c.stages;
-  if (c.stages > 1) o.accumulation = 4;
+  if (c.stages > 1) o.strategy.micro_batches = 4;
   if (!c.strategy.empty()) {
     o.strategy.strategy_file = std::string(PX_ONNX_FIXTURES) + "/" + c.strategy;
     o.strategy.mesh_ranks = c.ranks;

@@ -158,21 +158,21 @@ TEST(OnnxSplitUnits, SequenceParallelSeedsTheResidualStreamByStructure) {
       Error);
 }
 
-TrainOptions gpt_job() {
-  TrainOptions o = testing::tiny_cnn();
-  o.model = fixture_path("gpt.onnx");
-  o.data = testing::shared_text();
-  o.steps = kEquivalenceSteps;
-  o.schedule = {.kind = "cosine", .lr = 1e-3, .warmup = 0, .total = kEquivalenceSteps, .min_ratio = 0.0};
-  o.optimizer = {.kind = "adamw", .weight_decay = 0.01};
+JobSpec gpt_job() {
+  JobSpec o = testing::tiny_cnn();
+  o.model.kind = fixture_path("gpt.onnx");
+  o.data.path = testing::shared_text();
+  o.run.steps = kEquivalenceSteps;
+  o.optimizer.schedule = {.kind = "cosine", .lr = 1e-3, .warmup = 0, .total = kEquivalenceSteps, .min_ratio = 0.0};
+  o.optimizer.update = {.kind = "adamw", .weight_decay = 0.01};
   return o;
 }
 
 TEST(OnnxTensorParallel, TpFlagOnTheGptFixtureMatchesOneRank) {
-  TrainOptions o = gpt_job();
+  JobSpec o = gpt_job();
   const auto& single = testing::reference_losses("onnx gpt", o);
   ASSERT_EQ(single.size(), static_cast<size_t>(kEquivalenceSteps));
-  o.ranks = 4;
+  o.launch.ranks = 4;
   o.strategy.tensor_parallel = 2;  // mesh {dp:2, tp:2}, the seeds found by structure
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, "gpt.onnx --ranks 4 --tp 2");
 }
@@ -181,10 +181,10 @@ TEST(OnnxTensorParallel, TpFlagOnTheGptFixtureMatchesOneRank) {
 // residual adds and the embedding's sum run on sequence shards, the row
 // layers' allreduces become reduce-scatters and all-gathers.
 TEST(OnnxTensorParallel, SequenceParallelOnTheGptFixtureMatchesOneRank) {
-  TrainOptions o = gpt_job();
+  JobSpec o = gpt_job();
   const auto& single = testing::reference_losses("onnx gpt", o);
   ASSERT_EQ(single.size(), static_cast<size_t>(kEquivalenceSteps));
-  o.ranks = 4;
+  o.launch.ranks = 4;
   o.strategy.tensor_parallel = 2;
   o.strategy.sequence_parallel = true;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
@@ -193,11 +193,11 @@ TEST(OnnxTensorParallel, SequenceParallelOnTheGptFixtureMatchesOneRank) {
 
 // The placements the layer-wise or MCMC search (`method`) finds for `o`'s
 // model on `ranks` devices of `cluster`, best first (no deadline).
-std::vector<plan::Candidate> placements_by(const std::string& method, const TrainOptions& o, const nn::Model& model,
+std::vector<plan::Candidate> placements_by(const std::string& method, const JobSpec& o, const nn::Model& model,
                                            const plan::ClusterSpec& cluster, int ranks) {
-  const plan::PlanRequest request{.build = [&](int64_t rows, int64_t) { return nn::build_model(o.model_config(), rows, true); },
+  const plan::PlanRequest request{.build = [&](int64_t rows, int64_t) { return nn::build_model(o.model, rows, true); },
                                   .batch_inputs = batch_input_names(model),
-                                  .batch = o.batch,
+                                  .batch = o.data.batch,
                                   .ranks = ranks,
                                   .cluster = &cluster};
   const plan::RooflineEstimator estimator(cluster, DType::f32);
@@ -220,8 +220,8 @@ TEST_P(OnnxPlannedTensorParallel, ThePlanMatchesOneRank) {
   plan::ClusterSpec cluster = plan::cluster_named("dgx-a100:2");
   cluster.devices_per_node = 2;
   cluster.inter_node.bandwidth = 12.5e6;  // 100 Mb/s
-  TrainOptions o = gpt_job();
-  const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
+  JobSpec o = gpt_job();
+  const nn::Model model = nn::build_model(o.model, o.data.batch, true);
   const std::vector<plan::Candidate> found = placements_by(GetParam(), o, model, cluster, 4);
   ASSERT_FALSE(found.empty()) << GetParam() << " placed nothing on the tensor axis";
   const parallel::Strategy& planned = found.front().strategy;
@@ -235,7 +235,7 @@ TEST_P(OnnxPlannedTensorParallel, ThePlanMatchesOneRank) {
   const auto& single = testing::reference_losses("onnx gpt", o);
   o.strategy.strategy_file = path;
   o.strategy.mesh_ranks = 4;
-  o.ranks = 4;
+  o.launch.ranks = 4;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
                               GetParam() + ": " + found.front().description);
 }
@@ -252,10 +252,10 @@ TEST_P(OnnxPlannedConvolutions, ThePlanSplitsTheConvolutionsAndMatchesOneRank) {
   plan::ClusterSpec cluster = plan::cluster_named("dgx-a100");
   cluster.device.flops_f32 = cluster.device.flops_bf16 = 1e9;
   cluster.intra_node = {.name = "link", .bandwidth = 1e11, .latency = 1e-6};
-  TrainOptions o = gpt_job();
-  o.model = fixture_path("cnn.onnx");
-  o.data = testing::tiny_cnn().data;
-  const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
+  JobSpec o = gpt_job();
+  o.model.kind = fixture_path("cnn.onnx");
+  o.data.path = testing::tiny_cnn().data.path;
+  const nn::Model model = nn::build_model(o.model, o.data.batch, true);
   const std::vector<plan::Candidate> found = placements_by(GetParam(), o, model, cluster, 2);
   ASSERT_EQ(found.size(), 1u) << GetParam() << ": one placement of the one mesh dp=1 x tp=2";
   const parallel::Strategy& planned = found.front().strategy;
@@ -273,7 +273,7 @@ TEST_P(OnnxPlannedConvolutions, ThePlanSplitsTheConvolutionsAndMatchesOneRank) {
   const auto& single = testing::reference_losses("onnx cnn", o);
   ASSERT_EQ(single.size(), static_cast<size_t>(kEquivalenceSteps));
   o.strategy.strategy_file = path;
-  o.strategy.mesh_ranks = o.ranks = 2;
+  o.strategy.mesh_ranks = o.launch.ranks = 2;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
                               GetParam() + ": " + found.front().description);
 }
@@ -286,11 +286,11 @@ INSTANTIATE_TEST_SUITE_P(Searches, OnnxPlannedConvolutions, ::testing::Values("l
 TEST(OnnxPlan, EveryMethodPlansTheFixtures) {
   const plan::ClusterSpec cluster = plan::cluster_named("dgx-a100");
   for (const char* file : {"mlp.onnx", "cnn.onnx", "gpt.onnx", "gpt_opset13.onnx"}) {
-    TrainOptions o = gpt_job();
-    o.model = fixture_path(file);
-    const nn::Model model = nn::build_model(o.model_config(), 8, true);
+    JobSpec o = gpt_job();
+    o.model.kind = fixture_path(file);
+    const nn::Model model = nn::build_model(o.model, 8, true);
     plan::PlanRequest request{
-        .build = [&](int64_t rows, int64_t) { return nn::build_model(o.model_config(), rows, true); },
+        .build = [&](int64_t rows, int64_t) { return nn::build_model(o.model, rows, true); },
         .batch_inputs = batch_input_names(model),
         .batch = 8,
         .ranks = 4,
@@ -320,14 +320,14 @@ class OnnxStagePlan : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OnnxStagePlan, TheChoiceAndTheFastestPipelineMatchOneRank) {
   const plan::ClusterSpec cluster = plan::cluster_named("dgx-a100");
-  TrainOptions o = gpt_job();
-  o.model = fixture_path(GetParam() + ".onnx");
-  if (GetParam() == "cnn") o.data = testing::tiny_cnn().data;
-  const nn::Model model = nn::build_model(o.model_config(), o.batch, true);
+  JobSpec o = gpt_job();
+  o.model.kind = fixture_path(GetParam() + ".onnx");
+  if (GetParam() == "cnn") o.data.path = testing::tiny_cnn().data.path;
+  const nn::Model model = nn::build_model(o.model, o.data.batch, true);
   const plan::PlanRequest request{
-      .build = [&](int64_t rows, int64_t) { return nn::build_model(o.model_config(), rows, true); },
+      .build = [&](int64_t rows, int64_t) { return nn::build_model(o.model, rows, true); },
       .batch_inputs = batch_input_names(model),
-      .batch = o.batch,
+      .batch = o.data.batch,
       .ranks = 4,
       .cluster = &cluster,
       .budget_seconds = 20 * testing::time_scale(),  // the sanitizers' build searches 5-20x slower
@@ -350,9 +350,9 @@ TEST_P(OnnxStagePlan, TheChoiceAndTheFastestPipelineMatchOneRank) {
   for (const plan::Candidate* c : trained) {
     const std::string path = dir.file("plan.json");
     std::ofstream(path) << parallel::to_json(c->strategy).dump(2);
-    TrainOptions planned = o;
+    JobSpec planned = o;
     planned.strategy.strategy_file = path;
-    planned.strategy.mesh_ranks = planned.ranks = 4;  // the file's micro-batches and stages
+    planned.strategy.mesh_ranks = planned.launch.ranks = 4;  // the file's micro-batches and stages
     testing::expect_same_losses(single, testing::train_losses(planned), kEquivalenceTolerance,
                                 GetParam() + " alpa: " + c->description);
   }

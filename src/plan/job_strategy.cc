@@ -1,0 +1,52 @@
+#include "plan/job_strategy.h"
+
+#include <numeric>
+
+#include "core/error.h"
+
+namespace px::plan {
+
+void validate_split(const nn::ModelConfig& model, const parallel::StrategyRequest& request, int ranks,
+                    int64_t batch) {
+  const int tp = request.tensor_parallel, pp = request.pipeline_parallel, cp = request.context_parallel;
+  if (tp < 1) fail("--tp {} must be >= 1", tp);
+  if (pp < 1) fail("--pp {} must be >= 1", pp);
+  if (cp < 1) fail("--cp {} must be >= 1", cp);
+  if (request.micro_batches <= 0) fail("micro-batches (gradient accumulation) {} must be >= 1", request.micro_batches);
+  if (request.bucket_bytes < 0) fail("bucket size {} bytes must be >= 0", request.bucket_bytes);
+  if (ranks < 1) fail("ranks {} must be >= 1", ranks);
+  if (batch <= 0) fail("batch size {} must be positive", batch);
+  if (ranks % (tp * pp * cp) != 0)
+    fail("--pp {} x --cp {} x --tp {} does not divide the {} ranks: the mesh is {{pp: pp, dp: ranks / (pp cp tp), "
+         "cp: cp, tp: tp}}",
+         pp, cp, tp, ranks);
+  const int dp = ranks / (tp * pp * cp);
+  if (batch < dp)
+    fail("batch size {} is smaller than the {} data-parallel ranks: expected at least one row a rank", batch, dp);
+  if (tp <= 1 && !request.sequence_parallel) return;
+  if (model.kind == "gpt" && model.gpt.n_head % tp != 0)
+    fail("--tp {} does not divide n_head={}: each tensor-parallel rank computes whole attention heads (try --tp "
+         "{} or --heads {})",
+         tp, model.gpt.n_head, std::gcd(static_cast<int64_t>(tp), model.gpt.n_head),
+         tp * ((model.gpt.n_head + tp - 1) / tp));
+  if (request.sequence_parallel && model.kind != "gpt" && !nn::is_onnx_path(model.kind))
+    fail("--sequence-parallel needs a sequence: the gpt model or a transformer imported from ONNX");
+}
+
+parallel::Strategy strategy_for(const parallel::StrategyRequest& request, const nn::Model& model, int ranks,
+                                RunUse use) {
+  return parallel::compose(request, {.graph = &model.graph,
+                                     .batch_inputs = batch_input_names(model),
+                                     .ranks = ranks,
+                                     .grad_clip = use.grad_clip,
+                                     .sgd_momentum = use.sgd_momentum});
+}
+
+parallel::LowerRequest lower_request(const nn::Model& model, const parallel::StrategyRequest& request) {
+  return {.forward = &model.graph,
+          .loss = model.loss,
+          .collective = request.collective,
+          .bucket_buffers = request.bucket_buffers};
+}
+
+}  // namespace px::plan
