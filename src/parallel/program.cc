@@ -64,7 +64,8 @@ std::string region_str(const Program& p, const Region& r) {
   return fmt::format("{}[{}:{}]", p.buffers.at(static_cast<size_t>(r.buffer)).name, r.offset, r.offset + r.count);
 }
 
-// " seq 3 wire 1536" for what talks to a group: its call and its bytes.
+// " seq 3 wire 1536" for what talks to a group: its call and its bytes;
+// on a progress lane, its slices and the engine's agreement rounds.
 std::string facts_str(const Instr& instr) {
   std::string s;
   if (instr.group >= 0) s += fmt::format(" seq {}", instr.sequence);
@@ -74,6 +75,8 @@ std::string facts_str(const Instr& instr) {
   else if (instr.wire.intra_node > 0)
     s += fmt::format(" wire {}", instr.wire.intra_node);
   if (instr.slices > 1) s += fmt::format(" in {} slices", instr.slices);
+  if (instr.announcement_rounds > 0)
+    s += fmt::format(" {} announcement round{}", instr.announcement_rounds, instr.announcement_rounds == 1 ? "" : "s");
   return s;
 }
 

@@ -40,6 +40,10 @@
 //             (comm/engine/job.h) and its slices (comm::slice_plan; more
 //             than one under P3): a codec's exchange, an accumulating
 //             reduce-scatter and a bf16 gather are custom jobs, whole
+//   rounds    on a progress lane: the announcement rounds the engine runs
+//             for it (comm::announcement_rounds: one before each slice);
+//             0 inline (a run without overlap, ExecutionOptions, runs
+//             its progress lanes inline too, and so none)
 //
 // Values of a local graph are addressed by ValueId; every local graph has
 // the global graph's ids (parallel/lower.h), so one id names a value in
@@ -306,7 +310,8 @@ struct Instr {
   comm::Algorithm algorithm = comm::Algorithm::automatic;
   comm::WireBytes wire;
   comm::JobKind job = comm::JobKind::custom;  // on a progress lane: the engine's job
-  int slices = 1;                             // and the slices it runs in
+  int slices = 1;                             // and the slices it runs in,
+  int announcement_rounds = 0;                // after this many agreement rounds
   bool operator==(const Instr&) const = default;
 };
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "comm/tuning/benchmark.h"
 #include "graph/op.h"
 
 namespace px::plan {
@@ -52,8 +53,7 @@ void consider_compute(Assumptions& assumed, const Graph& graph, const Node& node
 void consider_collective(Assumptions& assumed, const CostEstimator& estimator, comm::Collective kind, double bytes,
                          int ranks, LinkClass link, double link_bandwidth) {
   if (ranks <= 1) return;
-  const double p = ranks;
-  const double bus = bytes * (kind == comm::Collective::allreduce ? 2 * (p - 1) / p : (p - 1) / p);
+  const double bus = bytes * comm::bus_factor(kind, ranks);  // nccl-tests' bus bytes
   if (assumed.collective && assumed.collective->work >= bus) return;
   assumed.collective = AssumedPiece{.name = fmt::format("{} over {} ranks", comm::collective_name(kind), ranks),
                                     .shape = fmt::format("{:.3g} MB on {}", bytes / 1e6, link_class_name(link)),

@@ -1,6 +1,9 @@
 #include "plan/layer_placement.h"
 
+#include <optional>
+
 #include "core/error.h"
+#include "parallel/lower/reshard.h"
 
 namespace px::plan {
 
@@ -36,17 +39,49 @@ void seed_layer(parallel::Strategy& strategy, const parallel::SplitUnit& unit, L
   }
 }
 
+namespace {
+
+// The activation's feature dimension, split by a column layer's output and
+// a row layer's input (only whether two splits are alike matters here).
+constexpr int kFeature = 1;
+
+// Along tp, the activation a unit placed `l` gives: whole (replicated; a
+// pair reduces inside), split by feature (column) or partial (row).
+Placement output_of(LayerPlacement l) {
+  if (l == LayerPlacement::column) return Placement::S(kFeature);
+  if (l == LayerPlacement::row) return Placement::P();
+  return Placement::B();
+}
+// And the one it takes: split by feature (row) or whole.
+Placement input_of(LayerPlacement l) {
+  return l == LayerPlacement::row ? Placement::S(kFeature) : Placement::B();
+}
+// A gradient's placement is its value's dual (DESIGN.md): a whole value's
+// gradient is partial, a partial value's whole, a split one's split alike.
+Placement gradient_of(Placement p) {
+  if (p.is_partial()) return Placement::B();
+  if (p.is_split()) return p;
+  return Placement::P();
+}
+
+// What the resharding rule runs to take `bytes` from `from` to `to` over
+// tp ranks. A gradient may stay partial (it is summed where it is read
+// whole), so nothing makes one partial.
+double reshard_seconds(const CostEstimator& estimator, Placement from, Placement to, double bytes, int tp,
+                       LinkClass link) {
+  if (to.is_partial()) return 0;
+  const std::optional<comm::Collective> kind = parallel::collective_of(parallel::resharding(from, to));
+  return kind ? estimator.collective_seconds(*kind, bytes, tp, link) : 0.0;
+}
+
+}  // namespace
+
 double exchange_seconds(const CostEstimator& estimator, LayerPlacement from, LayerPlacement to, double bytes, int tp,
                         LinkClass link) {
-  if (tp <= 1 || from == LayerPlacement::replicated || from == LayerPlacement::pair || to == LayerPlacement::pair)
-    return 0;
-  using comm::Collective;
-  if (from == LayerPlacement::column)
-    return to == LayerPlacement::row ? 0.0
-                                     : estimator.collective_seconds(Collective::allgather, bytes, tp, link) +
-                                           estimator.collective_seconds(Collective::reduce_scatter, bytes, tp, link);
-  return to == LayerPlacement::row ? 2 * estimator.collective_seconds(Collective::reduce_scatter, bytes, tp, link)
-                                   : 2 * estimator.collective_seconds(Collective::allreduce, bytes, tp, link);
+  if (tp <= 1) return 0;
+  const Placement given = output_of(from), taken = input_of(to);
+  return reshard_seconds(estimator, given, taken, bytes, tp, link) +
+         reshard_seconds(estimator, gradient_of(taken), gradient_of(given), bytes, tp, link);
 }
 
 }  // namespace px::plan

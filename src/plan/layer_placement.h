@@ -36,11 +36,13 @@ std::vector<LayerPlacement> placements_of(const parallel::SplitUnit& unit);
 void seed_layer(parallel::Strategy& strategy, const parallel::SplitUnit& unit, LayerPlacement placement);
 
 // An activation of `bytes` from a layer placed `from` into the next placed
-// `to`, forward and backward (the gradient takes the dual collective, of
-// the same volume), as the resharding rule runs it over `tp` ranks: a
-// split output gathered unless a row layer reads it split; a partial one
-// summed, or scattered into a row layer's split input. Pairs take and give
-// whole activations.
+// `to`, forward and backward, as the resharding rule (parallel/lower/
+// reshard.h) runs it over `tp` ranks: a split output gathered unless a row
+// layer reads it split, a partial one summed, or scattered into a row
+// layer's split input; its gradient from the dual of what `to` takes to
+// the dual of what `from` gives (a split gradient gathered, a partial one
+// scattered or summed; one left partial costs nothing here). Pairs take
+// and give whole activations.
 double exchange_seconds(const CostEstimator& estimator, LayerPlacement from, LayerPlacement to, double bytes, int tp,
                         LinkClass link);
 

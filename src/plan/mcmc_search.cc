@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -10,20 +9,10 @@
 #include "parallel/compose.h"
 #include "plan/layer_placement.h"
 #include "plan/simulate.h"
+#include "plan/unit_table.h"
 
 namespace px::plan {
 namespace {
-
-// A unit of parallel::split_units (a lone layer or a block) with its nodes in the lowered graph.
-struct Unit {
-  parallel::SplitUnit split;
-  std::vector<const Node*> forward, backward;
-  double params = 0;        // elements
-  double input_bytes = 0;   // lone: its input activation; block: its output (what the row half reduces)
-  double output_bytes = 0;
-  bool pair() const { return split.block(); }
-  const std::string& name() const { return split.name; }
-};
 
 // A unit's tasks under one layout, timed by the estimator.
 struct UnitTimes {
@@ -33,49 +22,21 @@ struct UnitTimes {
 
 class Chain {
  public:
-  Chain(const PlanRequest& request, const CostEstimator& estimator, const parallel::Program& program, int dp, int tp)
-      : estimator_(estimator), graph_(program.graphs.front()), dp_(dp), tp_(tp) {
+  Chain(const PlanRequest& request, const CostEstimator& estimator, const UnitTable& table, int dp, int tp)
+      : estimator_(estimator), table_(table), graph_(table.graph()), dp_(dp), tp_(tp) {
     const ClusterSpec& cluster = *request.cluster;
     tp_link_ = cluster.link_between(0, tp - 1);
     dp_link_ = cluster.link_between(0, (dp - 1) * tp);
-    std::vector<int> owner(graph_.nodes().size(), -1);
-    std::map<std::string, size_t> param_owner;
-    for (parallel::SplitUnit& split : parallel::split_units(graph_)) {
-      for (int n : split.nodes) owner[static_cast<size_t>(n)] = static_cast<int>(units_.size());
-      for (const parallel::GemmLayer& l : split.layers) {
-        param_owner[l.weight] = units_.size();
-        if (!l.bias.empty()) param_owner[l.bias] = units_.size();
-      }
-      Unit u{.split = std::move(split)};
-      const parallel::GemmLayer &first = u.split.layers.front(), &last = u.split.layers.back();
-      u.output_bytes = static_cast<double>(graph_.spec(last.output).shape.numel()) * 4;
-      u.input_bytes = u.pair() ? u.output_bytes : static_cast<double>(graph_.spec(first.input).shape.numel()) * 4;
-      units_.push_back(std::move(u));
-    }
-    for (const parallel::Instr& instr : program.instrs) {
-      const auto* c = std::get_if<parallel::Compute>(&instr.op);
-      if (!c || instr.micro_batch != 0) continue;
-      const Node& n = graph_.nodes()[static_cast<size_t>(c->node)];
-      const int unit = owner[static_cast<size_t>(n.origin >= 0 ? n.origin : c->node)];
-      if (unit < 0) (n.origin >= 0 ? rest_backward_ : rest_forward_).push_back(&n);
-      else (n.origin >= 0 ? units_[static_cast<size_t>(unit)].backward : units_[static_cast<size_t>(unit)].forward).push_back(&n);
-    }
-    for (const parallel::ParamLayout& p : program.params) {
-      if (auto it = param_owner.find(p.name); it != param_owner.end())
-        units_[it->second].params += static_cast<double>(p.global_shape.numel());
-      else
-        rest_params_ += static_cast<double>(p.global_shape.numel());
-    }
   }
 
-  const std::vector<Unit>& units() const { return units_; }
+  const std::vector<LayerUnit>& units() const { return table_.units; }
 
   UnitTimes time_unit(size_t u, LayerPlacement l) const {
-    const Unit& unit = units_[u];
+    const LayerUnit& unit = table_.units[u];
     const double share = l == LayerPlacement::replicated ? 1.0 : 1.0 / tp_;
     UnitTimes t;
-    for (const Node* n : unit.forward) t.forward += share * estimator_.compute_seconds(graph_, *n);
-    for (const Node* n : unit.backward) t.backward += share * estimator_.compute_seconds(graph_, *n);
+    for (int n : unit.forward) t.forward += share * seconds(n);
+    for (int n : unit.backward) t.backward += share * seconds(n);
     if (l == LayerPlacement::pair) {
       const double reduce = collective(comm::Collective::allreduce, unit.output_bytes, tp_, tp_link_);
       t.forward += reduce;
@@ -87,21 +48,22 @@ class Chain {
 
   // Between unit u-1 (placed `from`) and unit u (placed `to`), forward and backward.
   double exchange(size_t u, LayerPlacement from, LayerPlacement to) const {
-    return u == 0 ? 0.0 : exchange_seconds(estimator_, from, to, units_[u].input_bytes, tp_, tp_link_);
+    return u == 0 ? 0.0 : exchange_seconds(estimator_, from, to, table_.units[u].input_bytes, tp_, tp_link_);
   }
   // After the last unit: the loss reads its output whole.
   double exit(LayerPlacement last) const {
-    return exchange_seconds(estimator_, last, LayerPlacement::replicated, units_.back().output_bytes, tp_, tp_link_);
+    return exchange_seconds(estimator_, last, LayerPlacement::replicated, table_.units.back().output_bytes, tp_,
+                            tp_link_);
   }
 
   // The nodes no unit owns, re-timed (a full simulation does this every time).
   std::pair<double, double> time_rest() const {
     double f = 0, b = 0;
-    for (const Node* n : rest_forward_) f += estimator_.compute_seconds(graph_, *n);
-    for (const Node* n : rest_backward_) b += estimator_.compute_seconds(graph_, *n);
+    for (int n : table_.rest_forward) f += seconds(n);
+    for (int n : table_.rest_backward) b += seconds(n);
     return {f, b};
   }
-  double rest_sync() const { return collective(comm::Collective::allreduce, 4 * rest_params_, dp_, dp_link_); }
+  double rest_sync() const { return collective(comm::Collective::allreduce, 4 * table_.rest_params, dp_, dp_link_); }
 
   // The step on one rank: forward, then backward unit by unit from the
   // last, each unit's gradient reduced on the communication stream once
@@ -122,31 +84,30 @@ class Chain {
   }
 
  private:
+  double seconds(int node) const { return estimator_.compute_seconds(graph_, graph_.nodes()[static_cast<size_t>(node)]); }
   double collective(comm::Collective kind, double bytes, int ranks, LinkClass link) const {
     return ranks > 1 ? estimator_.collective_seconds(kind, bytes, ranks, link) : 0.0;
   }
   const CostEstimator& estimator_;
+  const UnitTable& table_;
   const Graph& graph_;
   int dp_, tp_;
   LinkClass tp_link_ = LinkClass::intra_node, dp_link_ = LinkClass::intra_node;
-  std::vector<Unit> units_;
-  std::vector<const Node*> rest_forward_, rest_backward_;
-  double rest_params_ = 0;
 };
 
-parallel::Strategy strategy_of(const PlanRequest& request, int dp, int tp, const std::vector<Unit>& units,
+parallel::Strategy strategy_of(const PlanRequest& request, int dp, int tp, const std::vector<LayerUnit>& units,
                                const std::vector<LayerPlacement>& placements) {
   parallel::Strategy s = parallel::data_tensor_mesh(dp, tp, request.batch_inputs);
   for (size_t i = 0; i < units.size(); ++i) seed_layer(s, units[i].split, placements[i]);
   return s;
 }
 
-std::string describe_placements(int dp, int tp, const std::vector<Unit>& units,
+std::string describe_placements(int dp, int tp, const std::vector<LayerUnit>& units,
                                 const std::vector<LayerPlacement>& placements) {
   int blocks = 0, split = 0;
   std::string lone;
   for (size_t i = 0; i < units.size(); ++i) {
-    if (units[i].pair()) ++blocks, split += placements[i] == LayerPlacement::pair;
+    if (units[i].block()) ++blocks, split += placements[i] == LayerPlacement::pair;
     else lone += fmt::format(" {}={}", units[i].name(), layer_placement_name(placements[i]));
   }
   std::string text = fmt::format("pp=1 dp={} tp={} mcmc", dp, tp);
@@ -196,7 +157,7 @@ ChainState propose(const Chain& chain, const ChainState& from, size_t u, LayerPl
 std::pair<std::vector<LayerPlacement>, double> walk(McmcSearch& search, const Chain& chain, Rng& rng,
                                                     const Deadline& deadline, double chain_end) {
   constexpr double kBeta = 20;  // a 5% slower proposal is accepted with probability 1/e
-  const std::vector<Unit>& units = chain.units();
+  const std::vector<LayerUnit>& units = chain.units();
   ChainState state{.layouts = std::vector<LayerPlacement>(units.size(), LayerPlacement::replicated),
                    .times = std::vector<UnitTimes>(units.size()),
                    .exchanges = std::vector<double>(units.size(), 0)};
@@ -244,10 +205,9 @@ std::vector<Candidate> search_mcmc(McmcSearch& search, const Deadline& deadline)
       break;
     }
     const int tp = tps[m], dp = request.ranks / tp;
-    const parallel::Program program = parallel::lower({.forward = &search.model->graph, .loss = search.model->loss},
-                                                      parallel::data_parallel(dp, request.batch_inputs), 0);
-    const Chain chain(request, *search.estimator, program, dp, tp);
-    const std::vector<Unit>& units = chain.units();
+    const UnitTable table = unit_table(*search.model, dp, request.batch_inputs);
+    const Chain chain(request, *search.estimator, table, dp, tp);
+    const std::vector<LayerUnit>& units = chain.units();
     if (units.empty()) return out;
     // Each mesh gets an equal share of what is left of half the budget.
     const double chain_end = deadline.elapsed() +

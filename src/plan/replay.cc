@@ -94,11 +94,13 @@ std::optional<CollectiveCall> Replay::call_of(const Program& p, const Instr& ins
     call.axis = c->axis;
     // On the engine, in the slices the lowering stamped (Instr::slices).
     if (call.engine) call.slices = instr.slices;
-    // The engine's agreement round before each slice: where it adds up, for
-    // sliced jobs (P3's hundreds a step), and on the calibrated local spec,
-    // where parallax's own engine is what runs (a compressed step's
-    // per-tensor jobs and flags); a preset's collectives are a library's.
-    call.agreement = call.engine && (call.slices > 1 || cluster_.profile.has_value());
+    // The engine's agreement rounds the lowering stamped, costed where they
+    // add up: a job of several (P3's slices, hundreds a step), and on the
+    // calibrated local spec, where parallax's own engine is what runs (a
+    // compressed step's per-tensor jobs and flags); a preset's collectives
+    // are a library's, whose single round per job the replay leaves out.
+    if (call.engine && (instr.announcement_rounds > 1 || cluster_.profile.has_value()))
+      call.announcement_rounds = instr.announcement_rounds;
     return call;
   }
   const auto* rs = std::get_if<parallel::Reshard>(&instr.op);

@@ -28,10 +28,13 @@ double compressed_allreduce_seconds(const CostEstimator& estimator, const Collec
 }  // namespace
 
 double slice_seconds(const CostEstimator& estimator, const CollectiveCall& call, int p, LinkClass link) {
-  // Before each slice the engine's ranks announce their jobs to each other
-  // (comm/engine/agreement.h): one small message to every peer at once.
+  // In an agreement round the engine's ranks announce their jobs to each
+  // other (comm/engine/agreement.h): one small message to every peer at once.
+  const double rounds_per_slice = static_cast<double>(call.announcement_rounds) / call.slices;
   const double agreement =
-      call.agreement ? estimator.transfer_seconds(static_cast<double>(sizeof(comm::Announcement)), link) : 0;
+      call.announcement_rounds > 0
+          ? rounds_per_slice * estimator.transfer_seconds(static_cast<double>(sizeof(comm::Announcement)), link)
+          : 0;
   if (call.codec.lossy()) return agreement + compressed_allreduce_seconds(estimator, call, p, link);
   return agreement + estimator.collective_seconds(call.kind, call.bytes / call.slices, p, link);
 }

@@ -28,14 +28,15 @@ struct CollectiveCall {
   int axis = 0;
   int priority = 0;  // the progress lane runs the most urgent first
   // On the progress lane, the engine's slices (comm::slice_plan): each one
-  // a collective of its share of the bytes, after an agreement round where
-  // `agreement` says so.
+  // a collective of its share of the bytes; and the engine's agreement
+  // rounds the replay costs (the stamped Instr::announcement_rounds, or 0
+  // where it leaves them out), spread evenly over the slices.
   int slices = 1;
-  bool agreement = false;
+  int announcement_rounds = 0;
 };
 
 // The time of one of `call`'s slices over a group of p ranks on `link`:
-// the engine's agreement round before it (call.agreement) and the
+// its share of the agreement rounds (call.announcement_rounds) and the
 // collective (a compressed allreduce by its codec's recipe).
 double slice_seconds(const CostEstimator& estimator, const CollectiveCall& call, int p, LinkClass link);
 

@@ -5,12 +5,14 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <tuple>
 
 #include "core/error.h"
 #include "core/rng.h"
 #include "parallel/compose.h"
+#include "parallel/lower/reshard.h"
 #include "parallel/memory_ledger.h"
 #include "plan/simulate.h"
 #include "plan/stage_layouts.h"
@@ -60,6 +62,12 @@ class StageModel {
     const double buckets = std::max(1.0, std::ceil(bytes / static_cast<double>(parallel::kDefaultBucketBytes)));
     return buckets * estimator_.collective_seconds(kind, bytes / buckets, l_.dp, dp_link_);
   }
+  // The collective the resharding rule runs along dp to take a stage's
+  // `bytes` from `from` to `to`, bucket by bucket (0: none, or a slice).
+  double data_seconds(Placement from, Placement to, double bytes) const {
+    const std::optional<comm::Collective> kind = parallel::collective_of(parallel::resharding(from, to));
+    return kind ? reduction_seconds(*kind, bytes) : 0.0;
+  }
   double accumulate_seconds(int s, int blocks) const {
     return estimator_.memory_seconds(3.0 * 4 * stage_params(s, blocks));
   }
@@ -108,17 +116,19 @@ class StageModel {
       const double w = stage_params(s, n);
       double sync = 0;
       if (l_.dp > 1) {
+        // Along dp, what the resharding rule runs at the layout's ZeRO
+        // stage (parallel/lower/reshard.h transitions): the gradients'
+        // reduction, which overlaps the last backward (ZeRO-2
+        // reduce-scatters every micro-batch's: they are not kept whole);
+        // the gather of the updated shard into whole storage (ZeRO-1/2);
+        // under ZeRO-3, every block gathered before its forward and its
+        // backward, each micro-batch.
         const double grads = 4 * w;
-        // The reduction overlaps the last backward; ZeRO's gather of the
-        // updated parameters follows the update. ZeRO-2 reduce-scatters
-        // every micro-batch's gradients (they are not kept whole).
         const double scatters = l_.zero >= 2 ? l_.micro_batches : 1;
-        const double reduce = l_.zero >= 1 ? scatters * reduction_seconds(comm::Collective::reduce_scatter, grads)
-                                           : reduction_seconds(comm::Collective::allreduce, grads);
+        const double reduce = scatters * data_seconds(Placement::P(), parallel::gradient_storage(l_.zero), grads);
         sync = request_.overlap ? std::max(0.0, reduce - B[static_cast<size_t>(s)]) : reduce;
-        if (l_.zero >= 1) sync += reduction_seconds(comm::Collective::allgather, grads);
-        if (l_.zero >= 3)  // every block gathered before its forward and its backward, each micro-batch
-          sync += 2.0 * l_.micro_batches * reduction_seconds(comm::Collective::allgather, 4 * w) / 2;
+        if (l_.zero >= 1) sync += data_seconds(Placement::S(0), parallel::parameter_storage(l_.zero), grads);
+        sync += 2.0 * l_.micro_batches * data_seconds(parallel::parameter_storage(l_.zero), Placement::B(), 4 * w) / 2;
       }
       // The norm (a pass over the gradients), the clip (two) and the update,
       // over this rank's shard under ZeRO.

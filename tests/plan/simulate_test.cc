@@ -91,6 +91,37 @@ TEST(Simulate, AP3ProgramFinishesWithZeroCosts) {
   EXPECT_NO_THROW(simulate({.programs = &programs, .cluster = &cluster, .estimator = &zero}));
 }
 
+// The engine's agreement rounds are a stamped fact (Instr::announcement_rounds:
+// one before each slice of a progress-lane job); the replay costs what is
+// stamped, and nothing when the run does not overlap (every lane inline).
+TEST(Simulate, CostsTheStampedAgreementRoundsOfSlicedJobs) {
+  const nn::Model model = nn::build_mlp({.hidden = {64, 64}, .classes = 10}, 8);
+  parallel::Strategy s = parallel::data_parallel(2, batch_input_names(model));
+  s.lowering.p3_slice_bytes = 1024;
+  s.lowering.global_norm = false;
+  const std::vector<parallel::Program> stamped = lower_all(model, s);
+  int sliced = 0;
+  for (const parallel::Instr& instr : stamped[0].instrs) {
+    const bool progress = instr.lane.kind == parallel::Lane::Kind::progress;
+    EXPECT_EQ(instr.announcement_rounds, progress ? instr.slices : 0) << instr.name;
+    sliced += progress && instr.slices > 1;
+  }
+  EXPECT_GT(sliced, 0);
+  std::vector<parallel::Program> unstamped = stamped;
+  for (parallel::Program& p : unstamped)
+    for (parallel::Instr& instr : p.instrs) instr.announcement_rounds = 0;
+  FakeEstimator fake;
+  fake.alpha = 1e-5;
+  fake.beta = 1e-9;
+  const ClusterSpec cluster = cluster_named("dgx-a100");
+  auto step = [&](const std::vector<parallel::Program>& programs, bool overlap) {
+    return simulate({.programs = &programs, .cluster = &cluster, .estimator = &fake, .execution = {.overlap = overlap}})
+        .step_seconds;
+  };
+  EXPECT_GT(step(stamped, true), step(unstamped, true) + 1e-5);
+  EXPECT_DOUBLE_EQ(step(stamped, false), step(unstamped, false));
+}
+
 // The representatives of pp x dp x tp (one rank per stage) replay to the
 // same step, bubble and link bytes as every rank: the planner's shortcut.
 TEST(Simulate, SymmetricReplayOfOneRankPerStageMatchesTheWholeMesh) {

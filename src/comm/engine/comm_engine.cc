@@ -190,7 +190,9 @@ void CommEngine::progress_loop() {
     try {
       // A rank comes here only with a job of its own unfinished; so does the
       // rank with the fewest submissions, whose unfinished job is then agreed:
-      // every completed round lets at least one slice run.
+      // every completed round lets at least one slice run. One round, then
+      // at most one slice: comm::announcement_rounds, which the lowering
+      // stamps and the simulator costs, counts on this.
       agree();
     } catch (const std::exception& error) {
       stop_after_failure(error.what(), -1);

@@ -74,6 +74,8 @@ SlicePlan slice_plan(JobKind kind, int64_t count, int64_t slice_bytes, int ranks
   return {.slices = static_cast<int>(slices), .piece = piece};
 }
 
+int announcement_rounds(const SlicePlan& plan) { return plan.slices; }
+
 void plan_slices(EngineJob& job, int64_t slice_bytes, int ranks) {
   const SlicePlan plan = slice_plan(job.kind, job.count, slice_bytes, ranks);
   job.slices = plan.slices;

@@ -60,6 +60,13 @@ struct SlicePlan {
 };
 SlicePlan slice_plan(JobKind kind, int64_t count, int64_t slice_bytes, int ranks);
 
+// The agreement rounds (comm/engine/agreement.h) a CommEngine runs for a
+// job cut by `plan`: its progress loop exchanges announcements before
+// every slice it runs, so one per slice (a rank whose peers have not yet
+// submitted runs more, idle ones, while it waits). The lowering stamps it
+// on the instruction (parallel::Instr::announcement_rounds).
+int announcement_rounds(const SlicePlan& plan);
+
 // Sets slices, piece and signature. slice_bytes 0: one slice.
 void plan_slices(EngineJob& job, int64_t slice_bytes, int ranks);
 

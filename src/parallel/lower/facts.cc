@@ -146,7 +146,8 @@ void stamp_reshard(const Program& p, const std::vector<comm::AlgorithmMenu>& men
 // into slices of the collective's slice_bytes (comm::slice_plan, the
 // engine's rule); a codec's exchange (every gradient collective of a
 // compressed run), a reduce-scatter that adds into its shard and a gather
-// into a bf16 bucket as custom jobs, run whole.
+// into a bf16 bucket as custom jobs, run whole; each slice after one
+// agreement round of the engine's (comm::announcement_rounds).
 void stamp_engine_job(const Context& c, const Program& p, const Collective& collective, Instr& instr) {
   const Region& whole = collective.kind == comm::Collective::allgather ? collective.output : collective.input;
   const Buffer& input = p.buffers[static_cast<size_t>(collective.input.buffer)];
@@ -159,9 +160,11 @@ void stamp_engine_job(const Context& c, const Program& p, const Collective& coll
     if (collective.kind == comm::Collective::allgather) instr.job = comm::JobKind::allgather;
   }
   const auto ranks = static_cast<int>(p.groups[static_cast<size_t>(instr.group)].ranks.size());
-  instr.slices = instr.job == comm::JobKind::custom
-                     ? 1
-                     : comm::slice_plan(instr.job, whole.count, collective.slice_bytes, ranks).slices;
+  const comm::SlicePlan plan = instr.job == comm::JobKind::custom
+                                  ? comm::SlicePlan{}
+                                  : comm::slice_plan(instr.job, whole.count, collective.slice_bytes, ranks);
+  instr.slices = plan.slices;
+  instr.announcement_rounds = comm::announcement_rounds(plan);
 }
 
 // A message to `peer` along `axis` leaves this rank's host (the run's menu

@@ -39,12 +39,14 @@ std::optional<comm::Collective> collective_of(Resharding r) {
   return std::nullopt;
 }
 
+Placement gradient_storage(int zero_stage) { return zero_stage >= 1 ? Placement::S(0) : Placement::B(); }
+Placement parameter_storage(int zero_stage) { return zero_stage >= 3 ? Placement::S(0) : Placement::B(); }
+
 std::vector<Transition> transitions(const Graph& graph, const Propagation& placement, int data_axis, ValueId loss,
                                     const std::vector<ParamGrad>& grads, const Strategy& strategy) {
   const auto at = [&](ValueId v) { return placement.of_value[static_cast<size_t>(v)][static_cast<size_t>(data_axis)]; };
-  // Where the optimizer wants gradients and where parameters are stored.
-  const Placement grad_storage = strategy.zero_stage >= 1 ? Placement::S(0) : Placement::B();
-  const Placement param_storage = strategy.zero_stage >= 3 ? Placement::S(0) : Placement::B();
+  const Placement grad_storage = gradient_storage(strategy.zero_stage);
+  const Placement param_storage = parameter_storage(strategy.zero_stage);
   std::vector<Transition> out;
   auto add = [&](Transition::Site site, ValueId v, Placement from, Placement to) {
     out.push_back({site, v, from, to, resharding(from, to)});

@@ -35,6 +35,12 @@ Resharding resharding(Placement from, Placement to);
 // The collective a resharding runs (none for `none` and `slice`).
 std::optional<comm::Collective> collective_of(Resharding resharding);
 
+// Along the data axis at ZeRO stage `zero_stage`: where the optimizer
+// wants a gradient (S(0) of its bucket from stage 1 on, else B) and where
+// a parameter is stored (S(0) at stage 3, else B).
+Placement gradient_storage(int zero_stage);
+Placement parameter_storage(int zero_stage);
+
 // Where one data-parallel training step changes a value's placement along
 // the data axis.
 struct Transition {
