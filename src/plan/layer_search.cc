@@ -28,14 +28,6 @@ std::vector<double> unit_seconds(const UnitTable& table, const CostEstimator& es
   return seconds;
 }
 
-// The seeds of one placement of the chain, on mesh {dp, tp}.
-parallel::Strategy strategy_of(const PlanRequest& request, int dp, int tp, const std::vector<LayerUnit>& units,
-                               const std::vector<LayerPlacement>& placement) {
-  parallel::Strategy s = parallel::data_tensor_mesh(dp, tp, request.batch_inputs);
-  for (size_t i = 0; i < units.size(); ++i) seed_layer(s, units[i].split, placement[i]);
-  return s;
-}
-
 std::string describe_placement(int dp, int tp, const std::vector<LayerUnit>& units,
                                const std::vector<LayerPlacement>& placement) {
   std::string text = fmt::format("pp=1 dp={} tp={} layer-wise", dp, tp);
@@ -132,7 +124,7 @@ std::vector<Candidate> search_layers(LayerSearch& search, const Deadline& deadli
     try {
       deadline.check();
       Candidate c =
-          evaluate(request, *search.model, strategy_of(request, dp, tp, layers, placement), estimator, &deadline);
+          evaluate(request, *search.model, placement_strategy(request.batch_inputs, dp, tp, layers, placement), estimator, &deadline);
       c.description = describe_placement(dp, tp, layers, placement);
       out.push_back(std::move(c));
     } catch (const DeadlinePassed&) {

@@ -95,13 +95,6 @@ class Chain {
   LinkClass tp_link_ = LinkClass::intra_node, dp_link_ = LinkClass::intra_node;
 };
 
-parallel::Strategy strategy_of(const PlanRequest& request, int dp, int tp, const std::vector<LayerUnit>& units,
-                               const std::vector<LayerPlacement>& placements) {
-  parallel::Strategy s = parallel::data_tensor_mesh(dp, tp, request.batch_inputs);
-  for (size_t i = 0; i < units.size(); ++i) seed_layer(s, units[i].split, placements[i]);
-  return s;
-}
-
 std::string describe_placements(int dp, int tp, const std::vector<LayerUnit>& units,
                                 const std::vector<LayerPlacement>& placements) {
   int blocks = 0, split = 0;
@@ -217,7 +210,7 @@ std::vector<Candidate> search_mcmc(McmcSearch& search, const Deadline& deadline)
     search.seconds += seconds_since(chain_start);
     if (std::all_of(best.begin(), best.end(), [](LayerPlacement l) { return l == LayerPlacement::replicated; })) continue;
     try {
-      Candidate c = evaluate(request, *search.model, strategy_of(request, dp, tp, units, best), *search.estimator,
+      Candidate c = evaluate(request, *search.model, placement_strategy(request.batch_inputs, dp, tp, units, best), *search.estimator,
                              &deadline);
       c.description = describe_placements(dp, tp, units, best);
       c.screened_step_seconds = best_step;

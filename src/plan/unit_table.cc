@@ -43,4 +43,12 @@ UnitTable unit_table(const nn::Model& model, int dp, const std::vector<std::stri
   return table;
 }
 
+parallel::Strategy placement_strategy(const std::vector<std::string>& batch_inputs, int dp, int tp,
+                                      const std::vector<LayerUnit>& units,
+                                      const std::vector<LayerPlacement>& placements) {
+  parallel::Strategy s = parallel::data_tensor_mesh(dp, tp, batch_inputs);
+  for (size_t i = 0; i < units.size(); ++i) seed_layer(s, units[i].split, placements[i]);
+  return s;
+}
+
 }  // namespace px::plan

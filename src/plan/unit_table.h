@@ -11,6 +11,7 @@
 #include "nn/model.h"
 #include "parallel/program.h"
 #include "parallel/split_units.h"
+#include "plan/layer_placement.h"
 
 namespace px::plan {
 
@@ -36,5 +37,10 @@ struct UnitTable {
 
 // The units of `model` on one data rank of `dp` (batch split by `batch_inputs`).
 UnitTable unit_table(const nn::Model& model, int dp, const std::vector<std::string>& batch_inputs);
+
+// One placement of the units on mesh {dp, tp}: each unit's seeds (seed_layer).
+parallel::Strategy placement_strategy(const std::vector<std::string>& batch_inputs, int dp, int tp,
+                                      const std::vector<LayerUnit>& units,
+                                      const std::vector<LayerPlacement>& placements);
 
 }  // namespace px::plan
