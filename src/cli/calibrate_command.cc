@@ -118,7 +118,8 @@ void calibrate(JobSpec& o, const CalibrateFlags& cal, const std::optional<HostLi
                                                           .batch_inputs = batch_input_names(model),
                                                           .zero = false,
                                                           .recompute = false,
-                                                          .schedules = false}))
+                                                          .schedules = false,
+                                                          .precision = o.strategy.precision}))
       strategies.push_back(std::move(s));
   // In-process ranks run one kernel thread each; a lone rank runs --threads (train's default: 2).
   std::vector<parallel::Program> alone, shared;

@@ -81,12 +81,12 @@ void add_eval_command(CLI::App& app) {
     kernels::set_threads(o->threads);
     for (const std::string& text : o->inputs) o->onnx.bindings.push_back(nn::parse_input_binding(text));
     ModelAndData t = eval_target(o->checkpoint, o->model, o->onnx, o->data);
-    t.model.precision = parse_precision(o->precision);  // checkpoints are fp32 whatever they were trained in
-    if (t.model.precision == Precision::bf16) kernels::require_avx512_bf16("--precision bf16");
+    const Precision precision = parse_precision(o->precision);  // checkpoints are fp32 whatever they were trained in
+    if (precision == Precision::bf16) kernels::require_avx512_bf16("--precision bf16");
     t.data.batch = o->batch;
     t.data.eval_batches = o->eval_batches;
     validate(t.data);
-    auto task = make_task(t.model, t.data, 1);
+    auto task = make_task(t.model, t.data, 1, precision);
     ParamStore params = o->checkpoint.empty() ? initial_parameters(task->build(1, false).graph, 0)
                                               : load_params(*task, o->checkpoint);
     Evaluation e = task->evaluate(params).mean();

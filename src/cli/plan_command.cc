@@ -131,9 +131,9 @@ void add_plan_command(CLI::App& app) {
   flags->precision = "auto";
   flags->precision_flag = add_precision_option(
       *cmd, flags->precision,
-      "bf16 where a preset's device has bf16 units (modelled GPU-style: bf16 compute and activations, fp32 master "
-      "weights); on --cluster local both searched and the faster kept where the CPU and the profile have bf16, "
-      "else fp32");
+      "bf16 where a preset's device has bf16 units (the Programs planned are the ones train --precision bf16 "
+      "runs); on --cluster local both searched and the faster kept where the CPU and the profile have bf16, else "
+      "fp32");
   flags->job.run.threads = 2;
   cmd->add_option("--threads", flags->job.run.threads, "--cluster local, one rank: its kernel threads, as train's")
       ->capture_default_str();
@@ -156,14 +156,14 @@ void add_plan_command(CLI::App& app) {
            pf->cluster, cluster.devices());
     o.launch.ranks = ranks;
     // One search per precision to compare, each with its share of the budget; the faster best is kept.
-    const std::vector<ModelledPrecision> precisions = precisions_to_model(flags->precision, cluster, true);
-    ModelledPrecision precision;
+    const std::vector<Precision> precisions = precisions_to_model(flags->precision, cluster, true);
+    Precision precision = Precision::fp32;
     plan::PlanResult result;
     std::string compared;
     int64_t positions = 0;  // per batch row: tokens of a sequence model, 1 otherwise
     bool first = true;
-    for (const ModelledPrecision& candidate : precisions) {
-      o.model.precision = parse_precision(candidate.graph);
+    for (const Precision candidate : precisions) {
+      const std::string word(precision_name(candidate));
       // The mesh, and so each rank's rows, is the search's to choose.
       nn::validate(o.model);
       if (o.data.batch <= 0) fail("batch size {} must be positive", o.data.batch);
@@ -180,7 +180,6 @@ void add_plan_command(CLI::App& app) {
           .batch = o.data.batch,
           .ranks = ranks,
           .cluster = &cluster,
-          .compute = candidate.compute,
           .local = {.threads = ranks > 1 ? 1 : o.run.threads, .link_gbps = o.launch.link_gbps,
                     .collective = o.strategy.collective},
           .overlap = o.run.overlap,
@@ -188,13 +187,11 @@ void add_plan_command(CLI::App& app) {
           .budget_seconds = pf->budget_seconds / static_cast<double>(precisions.size()),
           .method = pf->method,
           .space = {.tensor = !pf->no_tensor, .context = !pf->no_context, .pipeline = !pf->no_pipeline,
-                    .zero = !pf->no_zero, .recompute = !pf->no_recompute},
+                    .zero = !pf->no_zero, .recompute = !pf->no_recompute, .precision = candidate},
           .mcmc_delta = !pf->full_simulation};
       plan::PlanResult searched = plan::plan(request);
-      for (auto* list : {&searched.ranked, &searched.rejected})
-        for (plan::Candidate& c : *list) c.strategy.precision = candidate.word;
       if (precisions.size() > 1)
-        compared += fmt::format("{}{} {}", compared.empty() ? "" : ", ", candidate.word,
+        compared += fmt::format("{}{} {}", compared.empty() ? "" : ", ", word,
                                 searched.ranked.empty() ? "nothing fits" : seconds_text(searched.best().step_seconds));
       const bool faster = !searched.ranked.empty() &&
                           (result.ranked.empty() || searched.best().step_seconds < result.best().step_seconds);
@@ -204,14 +201,14 @@ void add_plan_command(CLI::App& app) {
       }
       first = false;
     }
-    const bool bf16 = precision.word == "bf16";
+    const bool bf16 = precision == Precision::bf16;
 
     const double units = static_cast<double>(o.data.batch * positions);
     int replayed = 0;
     for (const auto* list : {&result.ranked, &result.rejected})
       for (const plan::Candidate& c : *list) replayed += c.simulated;
     if (!compared.empty())
-      std::cout << fmt::format("precision: compared the best steps, {}: planned in {}\n", compared, precision.word);
+      std::cout << fmt::format("precision: compared the best steps, {}: planned in {}\n", compared, precision_name(precision));
     std::cout << fmt::format("planned {} for batch {} on {} ({} ranks{}) in {:.2f} s: {} search, {} of {} candidates "
                              "estimated, {} replayed on their Programs{}\n",
                              o.model.kind, o.data.batch, pf->cluster, ranks, bf16 ? ", bf16 mixed precision" : "",

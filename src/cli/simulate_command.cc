@@ -56,16 +56,16 @@ void add_simulate_command(CLI::App& app) {
   flags->precision = "auto";
   flags->precision_flag = add_precision_option(
       *cmd, flags->precision,
-      "bf16 where a preset's device has bf16 units (modelled GPU-style: bf16 compute and activations, fp32 "
-      "master weights); on --cluster local fp32 (bf16 there is what train --precision bf16 runs)");
+      "bf16 where a preset's device has bf16 units; on --cluster local fp32 (either way the Program simulated is "
+      "the one train --precision runs: bf16 GEMMs and attention, the values only they read in bf16)");
   cmd->callback([flags, sim_flags] {
     apply(*flags);
     JobSpec& o = flags->job;
     if (o.strategy.mesh_ranks > 0) o.launch.ranks = o.strategy.mesh_ranks;  // --mesh names the ranks
     if (o.launch.ranks == 1) o.launch.ranks = o.strategy.pipeline_parallel * o.strategy.context_parallel * o.strategy.tensor_parallel;
     const plan::ClusterSpec cluster = plan::cluster_named(sim_flags->cluster, local_cluster_path());
-    const ModelledPrecision precision = precisions_to_model(flags->precision, cluster, false).front();
-    o.model.precision = parse_precision(precision.graph);
+    const Precision precision = precisions_to_model(flags->precision, cluster, false).front();
+    o.strategy.precision = precision;
     nn::validate(o.model);
     plan::validate_split(o.model, o.strategy, o.launch.ranks, o.data.batch);
     const nn::Model model = nn::build_model(o.model, o.data.batch, true);
@@ -74,22 +74,19 @@ void add_simulate_command(CLI::App& app) {
     const std::vector<parallel::Program> programs = sim_flags->all_ranks
                                                         ? plan::lower_all(lowering, strategy)
                                                         : plan::lower_representatives(lowering, strategy);
-    const DType compute = precision.compute;
     // On the local spec: in-process ranks of one kernel thread each, as train runs them, sharing the cores.
-    const plan::RooflineEstimator roofline(cluster, compute);
     const plan::Simulation sim = plan::simulate_sharing_cores(
         {.programs = &programs,
          .cluster = &cluster,
-         .estimator = &roofline,
          .execution = {.overlap = o.run.overlap, .trace = !sim_flags->trace.empty()},
-         .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.update.kind).size()),
-         .compute = compute},
+         .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.update.kind).size())},
         {.threads = o.launch.ranks > 1 ? 1 : o.run.threads, .link_gbps = o.launch.link_gbps,
          .collective = o.strategy.collective});
     const int devices = strategy.mesh.ranks();
+    const DType peak_dtype = precision == Precision::bf16 ? DType::bf16 : DType::f32;
     std::cout << fmt::format("simulated mesh {} on {} ({} of {} {} devices, {} a node), {}\n", strategy.mesh.str(),
                              sim_flags->cluster, devices, cluster.devices(), cluster.device.name,
-                             cluster.devices_per_node, precision.word == "bf16" ? "bf16 mixed precision" : "fp32");
+                             cluster.devices_per_node, precision == Precision::bf16 ? "bf16 mixed precision" : "fp32");
     const double rows = static_cast<double>(o.data.batch);
     const int64_t positions = nn::positions_per_row(model);
     const double units = rows * static_cast<double>(positions);
@@ -108,8 +105,8 @@ void add_simulate_command(CLI::App& app) {
     for (const auto& [link, bytes] : sim.bytes_sent)
       std::cout << fmt::format("bytes sent per step, {}: {:.3f} GB\n", plan::link_class_name(link), bytes / 1e9);
     std::cout << fmt::format("hardware FLOP utilisation {:.1f}% (executed FLOPs over step x devices x {} peak)\n",
-                             100 * sim.flops / (sim.step_seconds * devices * cluster.device.flops(precision.peak)),
-                             precision.peak == DType::bf16 ? "bf16" : "f32");
+                             100 * sim.flops / (sim.step_seconds * devices * cluster.device.flops(peak_dtype)),
+                             peak_dtype == DType::bf16 ? "bf16" : "f32");
     if (const std::string assumed = plan::describe(sim.assumed); !assumed.empty())
       std::cout << "assumed for the step's largest pieces (why the step takes what it does):\n" << assumed;
     if (!sim_flags->trace.empty()) {

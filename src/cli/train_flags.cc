@@ -346,21 +346,23 @@ void apply(TrainFlags& flags) {
   // are the job's (in-process, that many threads; under mpirun the
   // processes must be as many, which the strategy's check says).
   if (!o.strategy.strategy_file.empty()) {
-    const parallel::Strategy file = parallel::load_strategy(o.strategy.strategy_file);
+    bool records_precision = false;
+    const parallel::Strategy file = parallel::load_strategy(o.strategy.strategy_file, &records_precision);
     if (flags.mesh.empty() && flags.ranks_flag != nullptr && flags.ranks_flag->count() == 0)
       o.strategy.mesh_ranks = file.mesh.ranks();
     // The file's precision is the run's: the one it was planned (or written) for.
-    if (!file.precision.empty()) {
+    if (records_precision) {
+      const std::string recorded(precision_name(file.precision));
       const bool given = flags.precision_flag != nullptr && flags.precision_flag->count() > 0 && flags.precision != "auto";
-      if (given && flags.precision != file.precision)
+      if (given && flags.precision != recorded)
         fail("--precision {} and strategy '{}' (precision {}) disagree: drop --precision to run the file's {}, or "
              "write the strategy again for {}",
-             flags.precision, o.strategy.strategy_file, file.precision, file.precision, flags.precision);
-      flags.precision = file.precision;
+             flags.precision, o.strategy.strategy_file, recorded, recorded, flags.precision);
+      flags.precision = recorded;
     }
   }
   // "auto" is for the commands that resolve it against a cluster (cli/precision_choice.h).
-  if (flags.precision != "auto") o.model.precision = parse_precision(flags.precision);
+  if (flags.precision != "auto") o.strategy.precision = parse_precision(flags.precision);
   if (!flags.inject_delay.empty()) {
     const std::vector<std::string_view> parts = split(flags.inject_delay, ':');
     const auto rank = parts.size() == 2 ? parse_count(parts[0]) : std::nullopt;

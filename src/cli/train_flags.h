@@ -60,7 +60,7 @@ void add_train_flags(CLI::App& cmd, TrainFlags& flags);
 // --strategy file names its ranks: without --ranks they are the job's
 // (mesh_ranks; in-process, that many threads; under mpirun the processes
 // must match it). A strategy file that records a precision sets
-// options.precision; a --precision given that says otherwise is an error
+// the request's precision; a --precision given that says otherwise is an error
 // naming both.
 void apply(TrainFlags& flags);
 

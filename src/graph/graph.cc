@@ -190,6 +190,8 @@ void Graph::set_attr(int node, const std::string& name, AttrValue value) {
   nodes_.at(static_cast<size_t>(node)).attrs.set(name, std::move(value));
 }
 
+void Graph::erase_attr(int node, const std::string& name) { nodes_.at(static_cast<size_t>(node)).attrs.erase(name); }
+
 ValueId Graph::add1(const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs,
                     const std::string& name) {
   return add(op, inputs, attrs, name).front();

@@ -119,6 +119,7 @@ class Graph {
   // outputs what the rule would (precision.h's storage stamp): the outputs
   // are not inferred again.
   void set_attr(int node, const std::string& name, AttrValue value);
+  void erase_attr(int node, const std::string& name);
 
   int64_t param_count() const;
   std::string str() const;  // one line per node, for debugging

@@ -23,10 +23,11 @@ std::string_view precision_name(Precision precision) {
 }
 
 void set_precision(Graph& graph, Precision precision) {
-  if (precision == Precision::fp32) return;
-  for (size_t n = 0; n < graph.nodes().size(); ++n)
-    if (graph.nodes()[n].def->mixed_precision)
-      graph.set_attr(static_cast<int>(n), kAttr, std::string(precision_name(precision)));
+  for (size_t n = 0; n < graph.nodes().size(); ++n) {
+    if (!graph.nodes()[n].def->mixed_precision) continue;
+    if (precision == Precision::fp32) graph.erase_attr(static_cast<int>(n), kAttr);
+    else graph.set_attr(static_cast<int>(n), kAttr, std::string(precision_name(precision)));
+  }
 }
 
 void inherit_precision(Graph& graph, int first, int origin) {

@@ -25,9 +25,11 @@ enum class Precision { fp32, bf16 };
 Precision parse_precision(std::string_view word);
 std::string_view precision_name(Precision precision);
 
-// Stamps every node whose op has a bf16 path with `precision` (fp32 removes
-// nothing: call it on a graph built fresh). Backward nodes added later
-// inherit their origin's precision (inherit_precision).
+// Stamps every node whose op has a bf16 path with `precision` (fp32 clears
+// the stamps: the graph is exactly an fp32 graph again). Backward nodes
+// added later inherit their origin's precision (inherit_precision). A
+// run's precision is its Strategy's (parallel/strategy.h): the lowering
+// stamps the graph it lowers; models are built fp32.
 void set_precision(Graph& graph, Precision precision);
 
 // Nodes [first, end) added by node `origin`'s backward rule take its

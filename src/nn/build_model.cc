@@ -32,10 +32,6 @@ void validate(const ModelConfig& c) {
   if (c.kind == "cnn") validate(c.cnn);
 }
 
-Model build_model(const ModelConfig& c, int64_t batch, bool training) {
-  Model model = build_in_fp32(c, batch, training);
-  set_precision(model.graph, c.precision);
-  return model;
-}
+Model build_model(const ModelConfig& c, int64_t batch, bool training) { return build_in_fp32(c, batch, training); }
 
 }  // namespace px::nn

@@ -20,8 +20,6 @@ struct ModelConfig {
   MlpConfig mlp;
   CnnConfig cnn;
   OnnxConfig onnx;  // an .onnx kind: its path (= kind), loss and input bindings
-  // What the GEMM ops run in (graph/precision.h); parameters stay fp32.
-  Precision precision = Precision::fp32;
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -31,8 +29,8 @@ struct ModelConfig {
 void validate(const ModelConfig& config);
 
 // The model `config` names, for a batch of `batch` rows (gpt: `training`
-// and imported ONNX models add dropout), its GEMM nodes stamped with
-// `config.precision`. px::Error for an unknown kind.
+// and imported ONNX models add dropout), in fp32: a run's precision is its
+// strategy's, stamped by the lowering. px::Error for an unknown kind.
 Model build_model(const ModelConfig& config, int64_t batch, bool training);
 
 }  // namespace px::nn

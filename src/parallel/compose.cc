@@ -27,6 +27,7 @@ Strategy from_parts(const StrategyRequest& r, const CompositionInputs& in) {
   if (cp > 1) s = with_context(std::move(s), *in.graph, cp, {.method = r.context_method, .balance = r.context_balance});
   s.zero_stage = r.zero_stage;
   s.micro_batches = r.micro_batches;
+  s.precision = r.precision;
   s.lowering.bucket_bytes = r.bucket_bytes;
   s.lowering.compression = r.compression;
   s.lowering.recompute = r.recompute;
@@ -43,17 +44,12 @@ Strategy from_parts(const StrategyRequest& r, const CompositionInputs& in) {
 }
 
 Strategy from_file(const StrategyRequest& r, const CompositionInputs& in) {
-  Strategy s = load_strategy(r.strategy_file);
+  bool records_precision = false;
+  Strategy s = load_strategy(r.strategy_file, &records_precision);
+  if (!records_precision) s.precision = r.precision;
   if (s.mesh.ranks() != in.ranks)
     fail("strategy '{}' has mesh {} of {} ranks; this job has {}", r.strategy_file, s.mesh.str(), s.mesh.ranks(), in.ranks);
   return s;
-}
-
-// bf16 when any node of the graph is stamped so (graph/precision.h).
-Precision stamped_precision(const Graph& graph) {
-  for (const Node& node : graph.nodes())
-    if (precision_of(node.attrs) == Precision::bf16) return Precision::bf16;
-  return Precision::fp32;
 }
 
 // The axis tensor parallelism splits values along: one that seeds place
@@ -202,10 +198,6 @@ Strategy with_pipeline(Strategy base, int stages, PipelineOptions pipeline) {
 Strategy compose(const StrategyRequest& request, const CompositionInputs& inputs) {
   PX_CHECK(inputs.graph != nullptr, "compose: no graph");
   Strategy s = request.strategy_file.empty() ? from_parts(request, inputs) : from_file(request, inputs);
-  // The precision is the graph's (build_model stamped it), unless a file
-  // records the one it was made for (the CLI builds the model in it; a
-  // planner modelling a GPU's bf16 keeps the graph fp32).
-  if (s.precision.empty()) s.precision = precision_name(stamped_precision(*inputs.graph));
   // --p3-slice-kb on a strategy file's lowering too (one that computes a
   // global norm is refused by validate, naming both).
   if (request.p3_slice_bytes > 0) s.lowering.p3_slice_bytes = request.p3_slice_bytes;

@@ -51,6 +51,7 @@ struct StrategyRequest {
   // pipeline's schedule runs them). They need not divide the rows: some
   // micro-batches are one row longer, and more than rows leaves some empty.
   int micro_batches = 1;
+  Precision precision = Precision::fp32;  // the run's (Strategy::precision); a file records its own
   int mesh_ranks = 0;              // --mesh or a --strategy file: the ranks it names (0: neither)
   std::string strategy_file;       // a strategy JSON file; overrides the parts above
   int bucket_buffers = 4;          // ZeRO-2/3: most gradient bucket buffers alive at once (LowerRequest)

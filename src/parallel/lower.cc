@@ -203,6 +203,7 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   if (rank < 0 || rank >= strategy.mesh.ranks())
     fail("lowering: rank {} is outside mesh {} of {} ranks", rank, strategy.mesh.str(), strategy.mesh.ranks());
   Graph graph = *request.forward;  // backward is added to a copy
+  set_precision(graph, strategy.precision);  // the run's precision is the strategy's
   if (strategy.context_ranks() > 1 && strategy.context.method == ContextMethod::ring)
     ring_attention(graph, strategy.context_ranks(), strategy.context.balance);
   int forward_nodes = static_cast<int>(graph.nodes().size());
@@ -277,8 +278,9 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
 }
 
 Program lower_single(const Graph& forward, ValueId loss, const std::vector<ValueId>& outputs,
-                     const std::vector<std::string>& batch_inputs, bool training) {
+                     const std::vector<std::string>& batch_inputs, bool training, Precision precision) {
   Strategy strategy = data_parallel(1, batch_inputs);
+  strategy.precision = precision;
   strategy.lowering.updates = false;
   strategy.lowering.global_norm = training;  // the worker's gradients, clipped by the Program
   return lower({.forward = &forward, .loss = loss, .outputs = outputs, .training = training}, strategy, 0);

@@ -68,10 +68,12 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank);
 // might have moved them. Unchanged without a pipeline or with cuts given.
 Strategy with_stage_cuts_of(Strategy strategy, const Program& program);
 
-// A one-rank program over `model`'s graph: evaluation and sampling
-// (training false) or a parameter-server worker's gradients (training true:
-// their norm and clip, no updates). `batch_inputs` are fed per step.
+// A one-rank program over `model`'s graph in `precision`: evaluation and
+// sampling (training false) or a parameter-server worker's gradients
+// (training true: their norm and clip, no updates). `batch_inputs` are fed
+// per step.
 Program lower_single(const Graph& forward, ValueId loss, const std::vector<ValueId>& outputs,
-                     const std::vector<std::string>& batch_inputs, bool training);
+                     const std::vector<std::string>& batch_inputs, bool training,
+                     Precision precision = Precision::fp32);
 
 }  // namespace px::parallel

@@ -114,11 +114,10 @@ int64_t gather_staging_bytes(const Program& program, const Collective& gather) {
   return gather.input.count * static_cast<int64_t>(dtype_size(out));
 }
 
-StateBytes state_bytes(double parameters, int zero_stage, int data_ranks, int optimizer_slots, DType compute) {
+StateBytes state_bytes(double parameters, int zero_stage, int data_ranks, int optimizer_slots) {
   const double psi = parameters, p = std::max(1, data_ranks), k = optimizer_slots;
   const int stage = data_ranks > 1 ? zero_stage : 0;
   StateBytes s{.parameters = 4 * psi / (stage >= 3 ? p : 1),
-               .working_copy = compute == DType::f32 ? 0.0 : static_cast<double>(dtype_size(compute)) * psi,
                .gradients = stage == 0 ? 4 * psi : stage == 1 ? 4 * psi + 4 * psi / p : 4 * psi / p,
                .optimizer_state = 4 * k * psi / (stage >= 1 ? p : 1)};
   return s;

@@ -79,10 +79,9 @@ int64_t gather_staging_bytes(const Program& program, const Collective& gather);
 // A rank's persistent state, in bytes.
 struct StateBytes {
   double parameters = 0;     // float32 masters (ZeRO-3: this rank's shard)
-  double working_copy = 0;   // mixed precision: the parameters in the compute dtype
   double gradients = 0;      // float32: the buckets and/or this rank's shard
   double optimizer_state = 0;  // float32, `slots` per parameter
-  double total() const { return parameters + working_copy + gradients + optimizer_state; }
+  double total() const { return parameters + gradients + optimizer_state; }
 };
 
 // Ψ = `parameters` (a rank's model shard) over `data_ranks` ranks at ZeRO
@@ -94,10 +93,9 @@ struct StateBytes {
 //   2      4Ψ          4Ψ/p (shard)                  4KΨ/p
 //   3      4Ψ/p        4Ψ/p (shard)                  4KΨ/p
 //
-// plus, with a compute dtype other than float32, a working copy of the
-// whole Ψ in it (the GEMMs read every parameter). ZeRO-2/3's bucket buffers alive while
-// backward runs and ZeRO-3's gathered parameters come on top.
-StateBytes state_bytes(double parameters, int zero_stage, int data_ranks, int optimizer_slots,
-                       DType compute = DType::f32);
+// Mixed precision keeps no working copy (bf16 GEMMs round their fp32
+// operands). ZeRO-2/3's bucket buffers alive while backward runs and
+// ZeRO-3's gathered parameters come on top.
+StateBytes state_bytes(double parameters, int zero_stage, int data_ranks, int optimizer_slots);
 
 }  // namespace px::parallel

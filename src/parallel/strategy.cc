@@ -85,7 +85,7 @@ nlohmann::json to_json(const Strategy& s) {
             {"virtual_stages", s.pipeline.virtual_stages},
             {"stage_cuts", s.pipeline.stage_cuts}}}};
   if (s.lowering.overlap_model_gradients) json["lowering"]["overlap_model_gradients"] = true;
-  if (!s.precision.empty()) json["precision"] = s.precision;
+  json["precision"] = std::string(precision_name(s.precision));
   if (s.context_ranks() > 1)
     json["context"] = {
         {"axis", s.context.axis}, {"method", context_method_name(s.context.method)}, {"balance", s.context.balance}};
@@ -155,15 +155,15 @@ Strategy strategy_from_json(const nlohmann::json& json) {
     s.context.balance = json_fields::field<bool>("strategy", c, "context", "balance", s.context.balance);
   }
   if (json.contains("precision")) {
-    s.precision = json_fields::field<std::string>("strategy", json, "strategy", "precision", "");
-    if (s.precision != "fp32" && s.precision != "bf16")
-      fail("strategy: precision '{}' is unknown: expected fp32 or bf16", s.precision);
+    const std::string word = json_fields::field<std::string>("strategy", json, "strategy", "precision", "");
+    if (word != "fp32" && word != "bf16") fail("strategy: precision '{}' is unknown: expected fp32 or bf16", word);
+    s.precision = parse_precision(word);
   }
   validate(s);
   return s;
 }
 
-Strategy load_strategy(const std::string& path) {
+Strategy load_strategy(const std::string& path, bool* records_precision) {
   std::ifstream in(path);
   if (!in) fail("cannot open strategy file '{}'", path);
   nlohmann::json json;
@@ -172,6 +172,7 @@ Strategy load_strategy(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     fail("strategy file '{}' is not valid JSON: {}", path, e.what());
   }
+  if (records_precision != nullptr) *records_precision = json.is_object() && json.contains("precision");
   try {
     return strategy_from_json(json);
   } catch (const Error& e) {

@@ -21,6 +21,7 @@
 
 #include "comm/compression/spec.h"
 #include "graph/placement.h"
+#include "graph/precision.h"
 #include "parallel/mesh.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -142,12 +143,14 @@ struct Strategy {
   LoweringOptions lowering;
   PipelineOptions pipeline;
   ContextOptions context;
-  // The precision the model's GEMMs run in (graph/precision.h): "fp32" or
-  // "bf16", as `parallax train --precision` says it. The graph carries it
-  // (build_model stamps its nodes); the strategy records it, so a file
-  // `parallax plan` writes runs in the precision it was planned for. ""
-  // (a file that does not record it): the run's --precision.
-  std::string precision;
+  // The run's precision, one value from the flag to the Program: the
+  // lowering stamps the graph it lowers with it (graph/precision.h: bf16
+  // GEMMs and attention with fp32 accumulation, the values only they read
+  // stored, sent and gathered in bf16), so the Program's buffers and specs
+  // carry their real dtypes, and the executor, the replay, the memory
+  // ledger and the planner read those. A file records it, so one `parallax
+  // plan` writes runs in the precision it was planned for.
+  Precision precision = Precision::fp32;
 
   int data_ranks() const { return mesh.size(data_axis); }
   // Ranks along the pipeline axis (1: no pipeline).
@@ -168,7 +171,10 @@ nlohmann::json to_json(const Strategy& strategy);
 // Reads what to_json writes; unknown keys, bad values and parts that do not
 // combine (validate, parallel/compose.h) are named errors.
 Strategy strategy_from_json(const nlohmann::json& json);
-Strategy load_strategy(const std::string& path);
+// A strategy file; `records_precision` (when given) tells whether it names
+// a precision (one written before precision was recorded does not: it runs
+// at the run's, and reads as fp32).
+Strategy load_strategy(const std::string& path, bool* records_precision = nullptr);
 
 
 }  // namespace px::parallel

@@ -150,7 +150,8 @@ std::optional<parallel::Strategy> grid_strategy(const Graph& graph, const Search
                               .context_method = point.method,
                               .pipeline = {.schedule = point.kind},
                               .recompute = point.recompute,
-                              .micro_batches = point.micro_batches},
+                              .micro_batches = point.micro_batches,
+                              .precision = space.precision},
                              {.graph = &graph, .batch_inputs = space.batch_inputs, .ranks = space.ranks});
   } catch (const Error&) {
     return std::nullopt;

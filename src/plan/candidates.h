@@ -34,6 +34,7 @@ struct SearchSpace {
   bool zero = true;        // ZeRO stages 1-3 besides 0
   bool recompute = true;   // selective and full besides none
   bool schedules = true;   // every schedule; else 1F1B only
+  Precision precision = Precision::fp32;  // every candidate's (not varied: Strategy::precision)
 };
 
 // What the candidate is, for tables: "pp=2 dp=1 tp=2 sp M=4 1f1b zero=1 recompute=full"

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "graph/op.h"
+#include "graph/precision.h"
 #include "plan/profile.h"
 
 namespace px::plan {
@@ -54,9 +55,8 @@ double GemmTiles::quantisation(const GemmEfficiency& gemm) const {
   return m > 0 ? gemm_quantisation(gemm, m, n, batch) : 1;
 }
 
-RooflineEstimator::RooflineEstimator(ClusterSpec cluster, DType compute)
+RooflineEstimator::RooflineEstimator(ClusterSpec cluster)
     : cluster_(std::move(cluster)),
-      compute_(compute),
       intra_(link_model(cluster_.intra_node, cluster_.device)),
       inter_(link_model(cluster_.inter_node, cluster_.device)) {
   validate(cluster_);
@@ -77,11 +77,12 @@ double RooflineEstimator::compute_seconds_beside_collective(const Graph& graph, 
 double RooflineEstimator::compute_seconds(const Graph& graph, const Node& node, const GemmEfficiency& gemm) const {
   const OpCost c = node_cost(graph, node);
   const DeviceSpec& device = cluster_.device;
-  // The graph's float tensors are float32; computing in another dtype moves its bytes.
-  const double scale = static_cast<double>(dtype_size(compute_)) / static_cast<double>(dtype_size(DType::f32));
-  const double flops_rate = device.flops(compute_) * gemm.peak_fraction * gemm_tiles(graph, node).quantisation(gemm);
+  // At the rate of the dtype the node computes in (the lowering's stamp),
+  // its bytes those of its tensors' dtypes (bf16 where the Program stores them so).
+  const DType computes_in = precision_of(node.attrs) == Precision::bf16 ? DType::bf16 : DType::f32;
+  const double flops_rate = device.flops(computes_in) * gemm.peak_fraction * gemm_tiles(graph, node).quantisation(gemm);
   return std::max({device.efficiency.launch_seconds, c.flops / flops_rate,
-                   scale * (c.bytes_read + c.bytes_written) / achieved_memory_bandwidth(device)});
+                   (c.bytes_read + c.bytes_written) / achieved_memory_bandwidth(device)});
 }
 
 double RooflineEstimator::memory_seconds(double bytes) const {
@@ -197,10 +198,9 @@ double ProfiledEstimator::transfer_seconds(double bytes, LinkClass link) const {
   return over.transport.alpha + bytes * over.transport.beta;
 }
 
-std::unique_ptr<CostEstimator> make_estimator(const ClusterSpec& cluster, DType compute,
-                                              const ProfiledEstimator::Options& local) {
+std::unique_ptr<CostEstimator> make_estimator(const ClusterSpec& cluster, const ProfiledEstimator::Options& local) {
   if (cluster.profile) return std::make_unique<ProfiledEstimator>(cluster, local);
-  return std::make_unique<RooflineEstimator>(cluster, compute);
+  return std::make_unique<RooflineEstimator>(cluster);
 }
 
 double FakeEstimator::compute_seconds(const Graph&, const Node& node) const {

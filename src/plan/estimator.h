@@ -61,16 +61,16 @@ GemmTiles gemm_tiles(const Graph& graph, const Node& node);
 // (plan/efficiency.h; the presets' figures name their sources in
 // plan/presets.cc): a node takes the largest of the launch floor,
 // flops / (FLOP/s · GEMM peak fraction · its tiles' quantisation) and
-// bytes / (memory bandwidth · memory fraction), at the FLOP/s of the compute dtype and with its bytes (a
-// graph is float32; under bf16 mixed precision its tensors move half the
-// bytes); a collective takes what the runtime's α-β-γ cost model
+// bytes / (memory bandwidth · memory fraction), at the FLOP/s of the dtype
+// the node computes in (bf16 where the lowering stamped it: the strategy's
+// precision) and with the bytes of its tensors' real dtypes; a collective takes what the runtime's α-β-γ cost model
 // predicts for the algorithm it would choose (the cheapest), with α the
 // link's latency, β its inverse achieved bandwidth and γ the device's
 // inverse achieved memory bandwidth; a message latency + bytes / achieved
 // bandwidth. With the identity efficiency this is the datasheet roofline.
 class RooflineEstimator : public CostEstimator {
  public:
-  explicit RooflineEstimator(ClusterSpec cluster, DType compute = DType::f32);
+  explicit RooflineEstimator(ClusterSpec cluster);
   double compute_seconds(const Graph& graph, const Node& node) const override;
   double compute_seconds_beside_collective(const Graph& graph, const Node& node) const override;
   double memory_seconds(double bytes) const override;
@@ -83,7 +83,6 @@ class RooflineEstimator : public CostEstimator {
   double compute_seconds(const Graph& graph, const Node& node, const GemmEfficiency& gemm) const;
 
   ClusterSpec cluster_;
-  DType compute_;
   comm::CostModel intra_, inter_;
 };
 
@@ -135,7 +134,7 @@ class ProfiledEstimator : public CostEstimator {
 };
 
 // The estimator a cluster calls for: its profile's when calibrated, else its roofline.
-std::unique_ptr<CostEstimator> make_estimator(const ClusterSpec& cluster, DType compute,
+std::unique_ptr<CostEstimator> make_estimator(const ClusterSpec& cluster,
                                               const ProfiledEstimator::Options& local = {});
 
 // A table for tests: each node costs its op's entry (or `per_node`),

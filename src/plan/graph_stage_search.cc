@@ -94,7 +94,8 @@ std::vector<Candidate> search_graph_stages(StageSearch& search, const Deadline& 
                                     .pipeline_parallel = l.stages,
                                     .pipeline = {.schedule = l.kind, .stage_cuts = cuts.at(l.stages)},
                                     .recompute = l.recompute,
-                                    .micro_batches = l.micro_batches},
+                                    .micro_batches = l.micro_batches,
+                                    .precision = request.space.precision},
                                    {.graph = &model.graph, .batch_inputs = request.batch_inputs, .ranks = request.ranks});
     } catch (const Error&) {
       --search.considered;  // not a strategy for this graph (no layer tensor parallelism splits)

@@ -97,7 +97,7 @@ std::vector<Candidate> search_layers(LayerSearch& search, const Deadline& deadli
       search.cut = true;
       break;
     }
-    const UnitTable table = unit_table(*search.model, dp, request.batch_inputs);
+    const UnitTable table = unit_table(*search.model, dp, request.batch_inputs, request.space.precision);
     const std::vector<LayerUnit>& layers = table.units;
     if (layers.empty()) return out;
     const std::vector<double> seconds = unit_seconds(table, estimator);
@@ -124,7 +124,7 @@ std::vector<Candidate> search_layers(LayerSearch& search, const Deadline& deadli
     try {
       deadline.check();
       Candidate c =
-          evaluate(request, *search.model, placement_strategy(request.batch_inputs, dp, tp, layers, placement), estimator, &deadline);
+          evaluate(request, *search.model, placement_strategy(request.batch_inputs, request.space.precision, dp, tp, layers, placement), estimator, &deadline);
       c.description = describe_placement(dp, tp, layers, placement);
       out.push_back(std::move(c));
     } catch (const DeadlinePassed&) {

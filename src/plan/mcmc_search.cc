@@ -198,7 +198,7 @@ std::vector<Candidate> search_mcmc(McmcSearch& search, const Deadline& deadline)
       break;
     }
     const int tp = tps[m], dp = request.ranks / tp;
-    const UnitTable table = unit_table(*search.model, dp, request.batch_inputs);
+    const UnitTable table = unit_table(*search.model, dp, request.batch_inputs, request.space.precision);
     const Chain chain(request, *search.estimator, table, dp, tp);
     const std::vector<LayerUnit>& units = chain.units();
     if (units.empty()) return out;
@@ -210,7 +210,7 @@ std::vector<Candidate> search_mcmc(McmcSearch& search, const Deadline& deadline)
     search.seconds += seconds_since(chain_start);
     if (std::all_of(best.begin(), best.end(), [](LayerPlacement l) { return l == LayerPlacement::replicated; })) continue;
     try {
-      Candidate c = evaluate(request, *search.model, placement_strategy(request.batch_inputs, dp, tp, units, best), *search.estimator,
+      Candidate c = evaluate(request, *search.model, placement_strategy(request.batch_inputs, request.space.precision, dp, tp, units, best), *search.estimator,
                              &deadline);
       c.description = describe_placements(dp, tp, units, best);
       c.screened_step_seconds = best_step;

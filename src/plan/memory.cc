@@ -9,8 +9,8 @@
 namespace px::plan {
 
 // What is alive before the step's first instruction: persistent buffers,
-// optimizer state, the step's batch and a mixed-precision working copy.
-static double bytes_before_the_step(const parallel::Program& p, int optimizer_slots, DType compute) {
+// optimizer state and the step's batch.
+static double bytes_before_the_step(const parallel::Program& p, int optimizer_slots) {
   double live = 0, updated = 0;
   for (const parallel::Buffer& b : p.buffers)
     if (b.persistent) live += static_cast<double>(b.bytes());
@@ -22,8 +22,6 @@ static double bytes_before_the_step(const parallel::Program& p, int optimizer_sl
     if (m.graph >= 0)
       for (ValueId v : p.batch_inputs)
         live += static_cast<double>(p.graphs[static_cast<size_t>(m.graph)].spec(v).bytes());
-  // The working copy of the parameters beside the float32 master weights.
-  if (compute != DType::f32) live += static_cast<double>(p.param_count) * static_cast<double>(dtype_size(compute));
   return live;
 }
 
@@ -56,15 +54,11 @@ void record_outputs(const parallel::Program& p, const parallel::Instr& instr,
 
 }  // namespace
 
-ProgramMemory program_memory(const parallel::Program& p, const parallel::Liveness& liveness, int optimizer_slots,
-                             DType compute) {
+ProgramMemory program_memory(const parallel::Program& p, const parallel::Liveness& liveness, int optimizer_slots) {
   using parallel::Instr;
-  // Activations are float32 in the graph; mixed precision keeps them in the compute dtype.
-  const double activation_scale = static_cast<double>(dtype_size(compute)) / static_cast<double>(dtype_size(DType::f32));
-  const auto activation_bytes = [&](const TensorSpec& spec) {
-    return spec.dtype == DType::f32 ? activation_scale * static_cast<double>(spec.bytes()) : static_cast<double>(spec.bytes());
-  };
-  double live = bytes_before_the_step(p, optimizer_slots, compute);
+  // Activations in their dtypes as the Program types them (the strategy's precision).
+  const auto activation_bytes = [](const TensorSpec& spec) { return static_cast<double>(spec.bytes()); };
+  double live = bytes_before_the_step(p, optimizer_slots);
   double peak = 0, stash = -1;
   parallel::ActivationLedger ledger;
   ledger.reset(parallel::ActivationLedger::values_of(p));

@@ -29,9 +29,8 @@ struct ProgramMemory {
 };
 
 // `optimizer_slots`: float32 state per updated element (AdamW 2, SGD
-// momentum 1); `compute`: mixed precision's activation dtype and working
-// copy of the parameters (f32: none).
+// momentum 1). Every tensor counts in the dtype the Program gives it.
 ProgramMemory program_memory(const parallel::Program& program, const parallel::Liveness& liveness,
-                             int optimizer_slots, DType compute = DType::f32);
+                             int optimizer_slots);
 
 }  // namespace px::plan

@@ -46,7 +46,6 @@ Replay::Replay(const SimulationRequest& request)
       ranks_(static_cast<int>(request.programs->size())) {
   // A symmetric replay stands for mesh_ranks / ranks ranks each.
   weight_ = static_cast<double>(programs_.front().strategy.mesh.ranks()) / ranks_;
-  activation_scale_ = static_cast<double>(dtype_size(request.compute)) / static_cast<double>(dtype_size(DType::f32));
   for (int i = 0; i < ranks_; ++i) replayed_[programs_[static_cast<size_t>(i)].rank] = i;
   state_.resize(static_cast<size_t>(ranks_));
   for (int r = 0; r < ranks_; ++r) prepare(r);
@@ -108,10 +107,7 @@ std::optional<CollectiveCall> Replay::call_of(const Program& p, const Instr& ins
   const Graph& g = p.graph_of(instr.micro_batch);
   const Node& node = g.nodes()[static_cast<size_t>(rs->node)];
   call.kind = *parallel::collective_of(parallel::resharding(rs->from, rs->to));
-  call.bytes = std::max(activation_bytes(g.spec(node.inputs.front())), activation_bytes(g.spec(node.outputs.front())));
-  // Mixed precision moves the activations at the compute dtype's width.
-  call.wire.intra_node = std::llround(activation_scale_ * static_cast<double>(call.wire.intra_node));
-  call.wire.inter_node = std::llround(activation_scale_ * static_cast<double>(call.wire.inter_node));
+  call.bytes = static_cast<double>(std::max(g.spec(node.inputs.front()).bytes(), g.spec(node.outputs.front()).bytes()));
   call.axis = rs->axis;
   return call;
 }
@@ -224,7 +220,7 @@ std::optional<double> Replay::main_instruction(int rank, size_t pos, double star
       for (ValueId v : node.outputs) o.push_back(g.spec(v));
       const double flops = node.def->cost ? node.def->cost(in, o, node.attrs).flops : 0;
       out_.flops += weight_ * flops;
-      const DType precision = precision_of(node.attrs) == Precision::bf16 ? DType::bf16 : request_.compute;
+      const DType precision = precision_of(node.attrs) == Precision::bf16 ? DType::bf16 : DType::f32;
       consider_compute(out_.assumed, g, node, flops, end - start, cluster_.device.flops(precision));
       s.busy += end - start;
       s.last_compute = end;
@@ -275,8 +271,8 @@ void Replay::send(int rank, size_t pos, const parallel::Send& send, double start
   std::vector<int> coords = p.coords;
   coords[static_cast<size_t>(send.axis)] = send.peer;
   const int to = p.strategy.mesh.rank_of(coords);
-  // The stamped bytes, at the compute dtype's width (mixed precision).
-  const double bytes = (send.dtype == DType::f32 ? activation_scale_ : 1.0) * static_cast<double>(instr.wire.total());
+  // The stamped bytes (in the dtype the value travels in).
+  const double bytes = static_cast<double>(instr.wire.total());
   const LinkClass link = cluster_.link_between(p.rank, to);
   const double seconds = estimator_.transfer_seconds(bytes, link);
   arrivals_[{p.rank, to, send.tag, s.step_of(pos)}] = start + seconds;
@@ -370,7 +366,7 @@ void Replay::summarize() {
   }
   // Memory, in the executor's allocation order (plan/memory.h).
   for (const RankState& s : state_) {
-    const ProgramMemory m = program_memory(*s.program, s.live, request_.optimizer_slots, request_.compute);
+    const ProgramMemory m = program_memory(*s.program, s.live, request_.optimizer_slots);
     out_.peak_bytes.push_back(m.peak_bytes);
     out_.activation_peak_bytes.push_back(m.activation_peak_bytes);
     out_.forward_activation_peak_bytes.push_back(m.forward_activation_peak_bytes);

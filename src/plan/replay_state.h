@@ -69,9 +69,6 @@ class Replay {
  private:
   void prepare(int rank);
   std::optional<CollectiveCall> call_of(const Program& p, const Instr& instr) const;
-  double activation_bytes(const TensorSpec& spec) const {
-    return (spec.dtype == DType::f32 ? activation_scale_ : 1.0) * static_cast<double>(spec.bytes());
-  }
   LinkClass link_of(const std::vector<int>& members) const;
   double free_from(int rank, LinkClass link) const;
   void event(int rank, size_t pos, const std::string& lane, double start, double duration, int64_t sequence = -1);
@@ -95,8 +92,6 @@ class Replay {
   const CostEstimator& estimator_;
   const int ranks_;
   double weight_ = 1;  // mesh ranks each replayed rank stands for
-  // Activations are float32 in the graph; mixed precision keeps them in the compute dtype.
-  double activation_scale_ = 1;
   std::map<int, int> replayed_;  // mesh rank -> replayed index
   std::vector<RankState> state_;
   // Links are shared: a collective holds each member's link of its class

@@ -62,7 +62,7 @@ const Candidate& PlanResult::best() const {
 std::unique_ptr<CostEstimator> estimator_for(const PlanRequest& request) {
   ProfiledEstimator::Options local = request.local;
   local.ranks = request.ranks;
-  return make_estimator(*request.cluster, request.compute, local);
+  return make_estimator(*request.cluster, local);
 }
 
 std::string memory_verdict(const ClusterSpec& cluster, int ranks, double peak) {
@@ -92,7 +92,6 @@ Candidate evaluate(const PlanRequest& request, const nn::Model& model, const par
                                  .estimator = &estimator,
                                  .execution = {.overlap = request.overlap},
                                  .optimizer_slots = request.optimizer_slots,
-                                 .compute = request.compute,
                                  .deadline = deadline};
   // The local spec's ranks share cores: as many slow each other as compute at once.
   const Simulation sim = request.cluster->profile && !request.estimator
@@ -100,8 +99,8 @@ Candidate evaluate(const PlanRequest& request, const nn::Model& model, const par
                              : simulate(replay);
   c.step_seconds = sim.step_seconds;
   c.peak_bytes = *std::max_element(sim.peak_bytes.begin(), sim.peak_bytes.end());
-  // Against the bf16 peak where the graph runs its GEMMs in bf16 (a host's bf16 plan keeps compute f32).
-  const DType peak = strategy.precision == "bf16" ? DType::bf16 : request.compute;
+  // Against the bf16 peak where the strategy runs its GEMMs in bf16.
+  const DType peak = strategy.precision == Precision::bf16 ? DType::bf16 : DType::f32;
   c.utilization = sim.flops / (sim.step_seconds * strategy.mesh.ranks() * request.cluster->device.flops(peak));
   c.simulated = true;
   c.rejected = memory_verdict(*request.cluster, strategy.mesh.ranks(), c.peak_bytes);
@@ -222,8 +221,9 @@ class Planner {
   // baseline any placement must beat (left out when the budget is spent).
   void add_data_parallel_baseline() {
     try {
-      all_.push_back(evaluate(request_, model_, parallel::data_parallel(request_.ranks, request_.batch_inputs),
-                              *estimator_, &deadline_));
+      parallel::Strategy baseline = parallel::data_parallel(request_.ranks, request_.batch_inputs);
+      baseline.precision = request_.space.precision;
+      all_.push_back(evaluate(request_, model_, baseline, *estimator_, &deadline_));
     } catch (const DeadlinePassed&) {
       result_.budget_exhausted = true;
     }

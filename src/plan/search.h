@@ -54,7 +54,6 @@ struct PlanRequest {
   int64_t batch = 1;
   int ranks = 1;
   const ClusterSpec* cluster = nullptr;
-  DType compute = DType::f32;              // bf16: mixed precision on devices with bf16 units
   ProfiledEstimator::Options local;        // the local spec's run: threads, link limit, algorithm
   bool overlap = true;
   int optimizer_slots = 2;

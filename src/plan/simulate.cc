@@ -37,7 +37,7 @@ Simulation simulate_sharing_cores(SimulationRequest request, const ProfiledEstim
   const ClusterSpec& cluster = *request.cluster;
   if (!cluster.profile) {
     if (request.estimator) return simulate(request);
-    const RooflineEstimator roofline(cluster, request.compute);
+    const RooflineEstimator roofline(cluster);
     request.estimator = &roofline;
     return simulate(request);
   }

@@ -50,10 +50,6 @@ struct SimulationRequest {
   // progress-lane collectives overlap the main thread; trace: keep events).
   parallel::ExecutionOptions execution;
   int optimizer_slots = 2;   // float32 state per updated element (AdamW: 2, SGD momentum: 1)
-  // Mixed precision: activations (and what stages and reshards move) in
-  // this dtype, and a working copy of the parameters in it beside the
-  // float32 master weights; gradients and optimizer state stay float32.
-  DType compute = DType::f32;
   // A planner's: the replay is given up (DeadlinePassed) once it passes.
   const Deadline* deadline = nullptr;
 };

@@ -15,14 +15,18 @@ namespace px::plan {
 namespace {
 
 parallel::Strategy probe_strategy(const nn::Model& m, const PlanRequest& request, const ProbeKey& key) {
-  return parallel::compose({.tensor_parallel = key.tp, .sequence_parallel = key.sp, .recompute = key.recompute},
+  return parallel::compose({.tensor_parallel = key.tp,
+                            .sequence_parallel = key.sp,
+                            .recompute = key.recompute,
+                            .precision = request.space.precision},
                            {.graph = &m.graph, .batch_inputs = request.batch_inputs, .ranks = key.tp});
 }
 
 // The parts of a two-block probe from its replay's trace (rank 0 of the
-// tensor group). Float32 values and gradients crossing a cut count in
-// `compute` (GPU-style bf16 moves them in bf16).
-void attribute(const parallel::Program& program, const Simulation& sim, DType compute, ProbeCosts& costs) {
+// tensor group). A value crossing a cut counts in the dtype the pipeline
+// sends it in (bf16 where only bf16 readers read it), its gradient in
+// float32 (gradients sent back stay fp32).
+void attribute(const parallel::Program& program, const Simulation& sim, ProbeCosts& costs) {
   const Graph& g = program.graphs.front();
   int first_block = std::numeric_limits<int>::max();
   for (size_t k = 0; k < g.nodes().size(); ++k)
@@ -96,11 +100,11 @@ void attribute(const parallel::Program& program, const Simulation& sim, DType co
       for (size_t i = 0; i < n.inputs.size(); ++i)
         if (n.inputs[i] == v && !reads_at_bf16(n, i)) at_bf16 = false;
     }
-    const DType sent = at_bf16 ? DType::bf16 : g.spec(v).dtype == DType::f32 ? compute : g.spec(v).dtype;
+    const DType sent = at_bf16 ? DType::bf16 : g.spec(v).dtype;
     const auto elements = static_cast<double>(g.spec(v).shape.numel());
     costs.boundary += elements * static_cast<double>(dtype_size(sent));
     if (g.spec(v).dtype == DType::f32 || g.spec(v).dtype == DType::bf16)
-      costs.boundary_gradient += elements * static_cast<double>(dtype_size(compute));
+      costs.boundary_gradient += elements * static_cast<double>(dtype_size(DType::f32));
   }
 }
 
@@ -144,14 +148,13 @@ ProbeCosts probe(const PlanRequest& request, const CostEstimator& estimator, con
                                      .estimator = &estimator,
                                      .execution = {.overlap = request.overlap, .trace = layers == 2},
                                      .optimizer_slots = request.optimizer_slots,
-                                     .compute = request.compute,
                                      .deadline = &deadline});
     activation[layers] = sim.activation_peak_bytes.front();
     stash[layers] = sim.stash_bytes.front();
     flops[layers] = sim.flops;
     instrs[layers] = static_cast<double>(programs.front().instrs.size());
     lowering += seconds_since(start);
-    if (layers == 2) attribute(programs.front(), sim, request.compute, costs);
+    if (layers == 2) attribute(programs.front(), sim, costs);
   }
   costs.block_stash = std::max(0.0, stash[2] - stash[1]);
   costs.post_stash = std::max(0.0, stash[1] - costs.block_stash - costs.boundary);

@@ -43,7 +43,7 @@ class StageModel {
     ends_link_ = cluster.link_between(0, (l_.stages - 1) * l_.dp * l_.tp);
     // Bytes a parameter element costs its rank (the memory ledger's state
     // at the layout's ZeRO stage).
-    per_param_ = parallel::state_bytes(1.0, l_.zero, l_.dp, request.optimizer_slots, request.compute).total();
+    per_param_ = parallel::state_bytes(1.0, l_.zero, l_.dp, request.optimizer_slots).total();
     capacity_ = cluster.devices_share_memory
                     ? cluster.device.memory_bytes / std::min(request.ranks, cluster.devices_per_node)
                     : cluster.device.memory_bytes;
@@ -255,7 +255,8 @@ parallel::Strategy strategy_of(const PlanRequest& request, const nn::Model& mode
                             .pipeline_parallel = l.stages,
                             .pipeline = pipeline,
                             .recompute = l.recompute,
-                            .micro_batches = l.micro_batches},
+                            .micro_batches = l.micro_batches,
+                            .precision = request.space.precision},
                            {.graph = &model.graph, .batch_inputs = request.batch_inputs, .ranks = l.stages * l.dp * l.tp});
 }
 
@@ -310,7 +311,7 @@ Scored score(const PlanRequest& request, const CostEstimator& estimator, size_t 
       static_cast<double>(layout.dp) * layout.micro_batches * (blocks * costs.block_flops + costs.base_flops);
   Candidate c{.step_seconds = e.step,
               .peak_bytes = e.peak,
-              .utilization = step_flops / (e.step * request.ranks * cluster.device.flops(request.compute))};
+              .utilization = step_flops / (e.step * request.ranks * cluster.device.flops(request.space.precision == Precision::bf16 ? DType::bf16 : DType::f32))};
   return {index, layout, cuts, std::move(c), &costs};
 }
 

@@ -2,14 +2,20 @@
 
 #include <map>
 
+#include "graph/precision.h"
 #include "parallel/compose.h"
 #include "parallel/lower.h"
 
 namespace px::plan {
 
-UnitTable unit_table(const nn::Model& model, int dp, const std::vector<std::string>& batch_inputs) {
+UnitTable unit_table(const nn::Model& model, int dp, const std::vector<std::string>& batch_inputs,
+                     Precision precision) {
+  // Lowered fp32: the units are found by structure (parallel::split_units),
+  // which bf16 storage's casts between GEMMs would hide. Its nodes then
+  // take the plan's precision, so a GEMM costs what the bf16 Program's does.
   UnitTable table{.program = parallel::lower({.forward = &model.graph, .loss = model.loss},
                                              parallel::data_parallel(dp, batch_inputs), 0)};
+  for (Graph& graph : table.program.graphs) set_precision(graph, precision);
   const Graph& g = table.graph();
   std::vector<int> owner(g.nodes().size(), -1);
   std::map<std::string, size_t> param_owner;
@@ -43,10 +49,11 @@ UnitTable unit_table(const nn::Model& model, int dp, const std::vector<std::stri
   return table;
 }
 
-parallel::Strategy placement_strategy(const std::vector<std::string>& batch_inputs, int dp, int tp,
+parallel::Strategy placement_strategy(const std::vector<std::string>& batch_inputs, Precision precision, int dp, int tp,
                                       const std::vector<LayerUnit>& units,
                                       const std::vector<LayerPlacement>& placements) {
   parallel::Strategy s = parallel::data_tensor_mesh(dp, tp, batch_inputs);
+  s.precision = precision;
   for (size_t i = 0; i < units.size(); ++i) seed_layer(s, units[i].split, placements[i]);
   return s;
 }

@@ -35,11 +35,13 @@ struct UnitTable {
   const Graph& graph() const { return program.graphs.front(); }
 };
 
-// The units of `model` on one data rank of `dp` (batch split by `batch_inputs`).
-UnitTable unit_table(const nn::Model& model, int dp, const std::vector<std::string>& batch_inputs);
+// The units of `model` on one data rank of `dp` (batch split by
+// `batch_inputs`), their GEMMs costed in `precision` (the plan's).
+UnitTable unit_table(const nn::Model& model, int dp, const std::vector<std::string>& batch_inputs,
+                     Precision precision = Precision::fp32);
 
-// One placement of the units on mesh {dp, tp}: each unit's seeds (seed_layer).
-parallel::Strategy placement_strategy(const std::vector<std::string>& batch_inputs, int dp, int tp,
+// One placement of the units on mesh {dp, tp} in `precision`: each unit's seeds (seed_layer).
+parallel::Strategy placement_strategy(const std::vector<std::string>& batch_inputs, Precision precision, int dp, int tp,
                                       const std::vector<LayerUnit>& units,
                                       const std::vector<LayerPlacement>& placements);
 

@@ -20,7 +20,9 @@ for line in "simulated mesh {pp:2, dp:2, tp:2} on dgx-a100" "step " "bubble " "p
             "assumed for the step's largest pieces" "  GEMM " "  attention " "  collective "; do
   grep -q "$line" "$WORK/out.txt" || { echo "FAIL: no '$line' in:"; cat "$WORK/out.txt"; exit 1; }
 done
-"$PX" lower "${JOB[@]}" --rank 5 > "$WORK/rank5.program"
+# On a preset, --precision auto is bf16, and what is simulated is the bf16
+# Program itself (its casts and bf16 storage), the one lower prints for it.
+"$PX" lower "${JOB[@]}" --precision bf16 --rank 5 > "$WORK/rank5.program"
 python3 - "$WORK/sim.json" "$WORK/rank5.program" <<'PY'
 import json, re, sys
 events = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]

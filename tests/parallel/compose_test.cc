@@ -4,6 +4,7 @@
 // rule of validate() is a named error, whichever way the strategy came.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "parallel/compose.h"
 #include "plan/candidates.h"
 #include "runtime/tasks/task.h"
+#include "testing/scratch_dir.h"
 
 namespace px::parallel {
 namespace {
@@ -77,22 +79,29 @@ TEST(Compose, SparsifiedGradientsTakeSgdMomentumIntoTheRanks) {
   EXPECT_EQ(compose({.compression = comm::compression::Spec::parse("topk:0.1")}, one).lowering.local_momentum, 0);
 }
 
-// The strategy records the precision its graph was built in (a file
-// `parallax plan` writes runs in the precision it was planned for); a file
-// that records none takes the graph's.
-TEST(Compose, TheStrategyRecordsTheGraphsPrecisionThroughItsFile) {
-  nn::Model model = small_gpt();
+// The strategy carries the request's precision (a file `parallax plan`
+// writes runs in the precision it was planned for); a file that records
+// none runs at the request's.
+TEST(Compose, TheStrategyCarriesThePrecisionThroughItsFile) {
+  const nn::Model model = small_gpt();
   const CompositionInputs inputs{.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = 2};
-  EXPECT_EQ(compose({}, inputs).precision, "fp32");
-  set_precision(model.graph, Precision::bf16);
-  const Strategy bf16 = compose({.zero_stage = 1}, inputs);
-  EXPECT_EQ(bf16.precision, "bf16");
+  EXPECT_EQ(compose({}, inputs).precision, Precision::fp32);
+  const Strategy bf16 = compose({.zero_stage = 1, .precision = Precision::bf16}, inputs);
+  EXPECT_EQ(bf16.precision, Precision::bf16);
   const nlohmann::json json = to_json(bf16);
   EXPECT_EQ(json.at("precision"), "bf16");
   EXPECT_EQ(strategy_from_json(json), bf16);
   nlohmann::json unrecorded = json;
   unrecorded.erase("precision");
-  EXPECT_EQ(strategy_from_json(unrecorded).precision, "");
+  EXPECT_EQ(strategy_from_json(unrecorded).precision, Precision::fp32);
+  testing::ScratchDir dir;
+  const std::string file = dir.file("unrecorded.json");
+  std::ofstream(file) << unrecorded.dump();
+  bool records = true;
+  load_strategy(file, &records);
+  EXPECT_FALSE(records);
+  EXPECT_EQ(compose({.precision = Precision::bf16, .strategy_file = file}, inputs).precision, Precision::bf16)
+      << "a file that records no precision runs at the request's";
   nlohmann::json bad = json;
   bad["precision"] = "fp16";
   EXPECT_NE(error_of([&] { strategy_from_json(bad); }).find("precision 'fp16' is unknown"), std::string::npos)

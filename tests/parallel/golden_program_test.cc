@@ -65,7 +65,6 @@ TEST_P(GoldenProgram, PrintsAsCheckedIn) {
   // (B=4, T=8), vocabulary 64, C=16: small shapes, every op of the real model.
   const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = g.layers, .n_head = 2, .n_embd = 16, .dropout = 0.1};
   nn::Model model = nn::build_gpt(config, 4, config.block, true);
-  set_precision(model.graph, g.precision);
   const Strategy strategy = compose({.bucket_bytes = 4096,  // several buckets, so their order and priorities show
                                      .zero_stage = g.zero_stage,
                                      .p3_slice_bytes = g.p3_slice_bytes,
@@ -76,7 +75,8 @@ TEST_P(GoldenProgram, PrintsAsCheckedIn) {
                                      .context_method = g.method,
                                      .pipeline = {.schedule = pipeline_kind_from_name(g.schedule)},
                                      .recompute = g.recompute,
-                                     .micro_batches = g.micro_batches},
+                                     .micro_batches = g.micro_batches,
+                                     .precision = g.precision},
                                     {.graph = &model.graph,
                                      .batch_inputs = batch_input_names(model),
                                      .ranks = g.ranks * g.pp});

@@ -21,15 +21,14 @@ namespace px::parallel {
 namespace {
 
 // (B=4, T=8), vocabulary 64, C=16, two layers: every op of the real model.
-nn::Model two_layer_gpt(Precision precision) {
+nn::Model two_layer_gpt() {
   const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = 2, .n_head = 2, .n_embd = 16, .dropout = 0.1};
-  nn::Model model = nn::build_gpt(config, 4, config.block, true);
-  set_precision(model.graph, precision);
-  return model;
+  return nn::build_gpt(config, 4, config.block, true);
 }
 
-std::vector<Program> zero3_programs(const nn::Model& model, int ranks) {
-  const Strategy strategy = compose({.bucket_bytes = 4096, .zero_stage = 3, .micro_batches = 2},
+// ZeRO-3 over `ranks`, in `precision` (the strategy's: the lowering stamps the graph).
+std::vector<Program> zero3_programs(const nn::Model& model, int ranks, Precision precision) {
+  const Strategy strategy = compose({.bucket_bytes = 4096, .zero_stage = 3, .micro_batches = 2, .precision = precision},
                                     {.graph = &model.graph,
                                      .batch_inputs = batch_input_names(model),
                                      .ranks = ranks});
@@ -52,7 +51,7 @@ int64_t gathered_bytes(const Program& p) {
 }
 
 TEST(MixedPrecisionLowering, Zero3GathersExactlyTheGemmWeightsInBf16) {
-  const std::vector<Program> programs = zero3_programs(two_layer_gpt(Precision::bf16), 2);
+  const std::vector<Program> programs = zero3_programs(two_layer_gpt(), 2, Precision::bf16);
   for (const Program& p : programs) {
     int bf16_buckets = 0;
     for (const BucketLayout& bucket : p.buckets) {
@@ -88,8 +87,8 @@ std::map<comm::Collective, int> collective_counts(const Program& p) {
 // collective to fp32's step; a bucket wherever the kind changed along the
 // ready order made 60 gathers and 34 reduce-scatters of this step's 28 and 14.
 TEST(MixedPrecisionLowering, Zero3InBf16RunsAsManyCollectivesAsFp32) {
-  const std::vector<Program> fp32 = zero3_programs(two_layer_gpt(Precision::fp32), 2);
-  const std::vector<Program> bf16 = zero3_programs(two_layer_gpt(Precision::bf16), 2);
+  const std::vector<Program> fp32 = zero3_programs(two_layer_gpt(), 2, Precision::fp32);
+  const std::vector<Program> bf16 = zero3_programs(two_layer_gpt(), 2, Precision::bf16);
   for (size_t r = 0; r < 2; ++r) {
     const std::map<comm::Collective, int> f = collective_counts(fp32[r]), h = collective_counts(bf16[r]);
     EXPECT_EQ(h.at(comm::Collective::allgather), 28) << "rank " << r << ": 7 buckets, forward and backward, 2 micro-batches";
@@ -103,8 +102,8 @@ TEST(MixedPrecisionLowering, Zero3InBf16RunsAsManyCollectivesAsFp32) {
 // (tests/plan/conformance_test.cc runs this strategy in bf16 too).
 TEST(MixedPrecisionLowering, Zero3GathersGemmWeightsInHalfTheBytes) {
   constexpr int kRanks = 2;
-  const std::vector<Program> fp32 = zero3_programs(two_layer_gpt(Precision::fp32), kRanks);
-  const std::vector<Program> bf16 = zero3_programs(two_layer_gpt(Precision::bf16), kRanks);
+  const std::vector<Program> fp32 = zero3_programs(two_layer_gpt(), kRanks, Precision::fp32);
+  const std::vector<Program> bf16 = zero3_programs(two_layer_gpt(), kRanks, Precision::bf16);
   for (int r = 0; r < kRanks; ++r) {
     const Program& f = fp32[static_cast<size_t>(r)];
     const Program& h = bf16[static_cast<size_t>(r)];
@@ -132,8 +131,8 @@ TEST(MixedPrecisionLowering, Zero3GathersGemmWeightsInHalfTheBytes) {
 }
 
 TEST(MixedPrecisionLowering, Zero3MemoryModelCountsGatheredBucketsAtTheirDtype) {
-  const std::vector<Program> fp32 = zero3_programs(two_layer_gpt(Precision::fp32), 2);
-  const std::vector<Program> bf16 = zero3_programs(two_layer_gpt(Precision::bf16), 2);
+  const std::vector<Program> fp32 = zero3_programs(two_layer_gpt(), 2, Precision::fp32);
+  const std::vector<Program> bf16 = zero3_programs(two_layer_gpt(), 2, Precision::bf16);
   const Program& f = fp32[1];
   const Program& h = bf16[1];
   // The persistent float32 state is the same; what is gathered is smaller.
@@ -160,9 +159,9 @@ TEST(MixedPrecisionLowering, Zero3MemoryModelCountsGatheredBucketsAtTheirDtype) 
 // and fc2's weight gradient (bf16 GEMM operands); relu_grad reads it on the
 // first stage, in fp32. It is sent in bf16, its gradient comes back fp32.
 std::vector<Program> mlp_pipeline(Precision precision) {
-  nn::Model model = nn::build_mlp({.inputs = 784, .hidden = {64, 32}, .classes = 10}, 8);
-  set_precision(model.graph, precision);
-  const Strategy strategy = compose({.pipeline_parallel = 2, .pipeline = {.stage_cuts = {"fc2"}}, .micro_batches = 2},
+  const nn::Model model = nn::build_mlp({.inputs = 784, .hidden = {64, 32}, .classes = 10}, 8);
+  const Strategy strategy = compose(
+      {.pipeline_parallel = 2, .pipeline = {.stage_cuts = {"fc2"}}, .micro_batches = 2, .precision = precision},
                                     {.graph = &model.graph,
                                      .batch_inputs = batch_input_names(model),
                                      .ranks = 2});

@@ -59,7 +59,7 @@ JobSpec bf16_gpt(int accumulation) {
   o.data.batch = 8;
   o.strategy.micro_batches = accumulation;
   o.run.eval_every = 0;
-  o.model.precision = Precision::bf16;
+  o.strategy.precision = Precision::bf16;
   return o;
 }
 
@@ -72,7 +72,7 @@ const std::vector<double>& one_rank(int accumulation) {
   EXPECT_EQ(bf16.size(), static_cast<size_t>(kEquivalenceSteps));
   if (!bf16.empty()) EXPECT_LT(bf16.back(), 0.9 * bf16.front()) << "the bf16 reference did not learn";
   JobSpec fp32 = bf16_gpt(accumulation);
-  fp32.model.precision = Precision::fp32;
+  fp32.strategy.precision = Precision::fp32;
   EXPECT_NE(testing::reference_losses("fp32 gpt accumulating " + std::to_string(accumulation), fp32), bf16)
       << "bf16 losses equal fp32's bitwise: the bf16 path did not run";
   return bf16;
@@ -106,7 +106,7 @@ TEST_F(MixedPrecisionStrategies, PipelineFollowsOneRankAccumulatingItsMicroBatch
 // doubled term would move the losses by orders of magnitude more.
 TEST_F(MixedPrecisionStrategies, PipelineOfSeveralMicroBatchesDiffersOnlyInTheTiedSumsOrder) {
   JobSpec single = bf16_gpt(4);
-  single.model.precision = Precision::fp32;
+  single.strategy.precision = Precision::fp32;
   JobSpec o = single;
   o.launch.ranks = 2;
   o.strategy.pipeline_parallel = 2;
@@ -139,7 +139,7 @@ TEST_F(MixedPrecisionStrategies, PipelineOfOneMicroBatchEqualsOneRankWithClippin
 // over several micro-batches and with an active clip.
 TEST_F(MixedPrecisionStrategies, PipelineSendingBf16EqualsOneRankAccumulatingItsMicroBatches) {
   JobSpec single = testing::tiny_mlp();
-  single.model.precision = Precision::bf16;
+  single.strategy.precision = Precision::bf16;
   single.strategy.micro_batches = 4;
   single.optimizer.grad_clip = 0.05;
   single.run.steps = single.optimizer.schedule.total = 20;

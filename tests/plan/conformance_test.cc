@@ -107,7 +107,7 @@ parallel::Strategy strategy_of(const Case& c, const nn::Model& model) {
     s.lowering.global_norm = false;
     s.lowering.bucket_bytes = 0;
   }
-  if (c.bf16) s.precision = "bf16";
+  if (c.bf16) s.precision = Precision::bf16;
   if (c.cp > 1) s = parallel::with_context(s, model.graph, c.cp, {.method = c.method});
   s.lowering.overlap_model_gradients = c.overlap_model_gradients;
   if (c.pp > 1) s = parallel::with_pipeline(s, c.pp, {.schedule = parallel::pipeline_kind_from_name(c.schedule)});
@@ -123,7 +123,6 @@ struct Lowered {
 Lowered lower_case(const Case& c, comm::Algorithm algorithm) {
   const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = c.layers, .n_head = 2, .n_embd = 16, .dropout = 0.1};
   Lowered out{.model = nn::build_gpt(config, 4, config.block, true), .programs = {}};
-  set_precision(out.model.graph, c.bf16 ? Precision::bf16 : Precision::fp32);
   out.programs = lower_all(
       {.forward = &out.model.graph, .loss = out.model.loss, .collective = {.algorithm = algorithm}},
       strategy_of(c, out.model));
@@ -338,7 +337,6 @@ TEST_P(Conformance, AutomaticIsStampedAsTheAlgorithmThatRuns) {
   const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = c.layers, .n_head = 2, .n_embd = 16, .dropout = 0.1};
   if (c.bf16 && !kernels::cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16";
   nn::Model model = nn::build_gpt(config, 4, config.block, true);
-  set_precision(model.graph, c.bf16 ? Precision::bf16 : Precision::fp32);
   const parallel::Strategy strategy = strategy_of(c, model);
   const ParamStore params = ParamStore::initialize(model.graph, 7);
   const int world = strategy.mesh.ranks();

@@ -78,15 +78,16 @@ double predicted_seconds(const PublishedRun& r, const std::string& preset) {
   const parallel::StrategyRequest request{
       .tensor_parallel = r.tp, .sequence_parallel = r.sequence_parallel, .pipeline_parallel = r.pp,
       .recompute = r.selective ? parallel::Recompute::selective : parallel::Recompute::full,
-      .micro_batches = static_cast<int>(micro_batches(r))};
+      .micro_batches = static_cast<int>(micro_batches(r)),
+      .precision = Precision::bf16};
   const parallel::Strategy s =
       parallel::compose(request, {.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = r.gpus});
   const std::vector<parallel::Program> programs =
       lower_representatives({.forward = &model.graph, .loss = model.loss}, s);
   const ClusterSpec cluster = cluster_named(fmt::format("{}:{}", preset, (r.gpus + 7) / 8));
-  const RooflineEstimator estimator(cluster, DType::bf16);
+  const RooflineEstimator estimator(cluster);
   return simulate({.programs = &programs, .cluster = &cluster, .estimator = &estimator,
-                   .execution = {.overlap = r.overlap}, .compute = DType::bf16})
+                   .execution = {.overlap = r.overlap}})
       .step_seconds;
 }
 

@@ -42,7 +42,7 @@ TEST_P(MixedPrecisionTraining, Bf16LossesFollowFp32ForTwentySteps) {
   o.run.threads = GetParam();
   std::ostringstream log;
   const JobResult fp32 = train(o, log);
-  o.model.precision = Precision::bf16;
+  o.strategy.precision = Precision::bf16;
   const JobResult bf16 = train(o, log);
   ASSERT_EQ(fp32.run.losses.size(), 20u);
   ASSERT_EQ(bf16.run.losses.size(), 20u);
@@ -86,7 +86,7 @@ TEST(MixedPrecisionMemory, Bf16KeepsUnder60PercentOfFp32sActivationsAndTheSimula
   o.run.local_cluster = dir.file("no-spec-here.json");  // predict from a quick probe of the host
   std::ostringstream log;
   const JobResult fp32 = train(o, log);
-  o.model.precision = Precision::bf16;
+  o.strategy.precision = Precision::bf16;
   const JobResult bf16 = train(o, log);
   for (const JobResult* r : {&fp32, &bf16}) {
     ASSERT_GT(r->data_parallel->activation_peak_bytes, 0);

@@ -39,8 +39,14 @@ std::vector<double> forward_costs(const Graph& graph, int forward_nodes) {
 }
 
 // bytes[i]: what crosses a cut before forward node i (values made before
-// i and read by a forward node at or after i).
+// i and read by a forward node at or after i), floats counted at float32's
+// width: the places between layers are the model's structure, so bf16
+// storage (a GEMM operand kept in bf16 narrows a cut inside a layer) moves
+// no stage and a strategy cuts the same layers in either precision.
 std::vector<double> crossing_bytes(const Graph& graph, int forward_nodes) {
+  const auto structural_bytes = [](const TensorSpec& spec) {
+    return spec.dtype == DType::bf16 ? 2.0 * bytes_of(spec) : bytes_of(spec);
+  };
   std::vector<double> delta(static_cast<size_t>(forward_nodes) + 1, 0.0);
   std::vector<int> last_read(graph.values().size(), -1);
   for (int n = 0; n < forward_nodes; ++n)
@@ -49,8 +55,8 @@ std::vector<double> crossing_bytes(const Graph& graph, int forward_nodes) {
     const Value& value = graph.values()[v];
     if (value.kind != Value::Kind::activation || value.producer >= forward_nodes || last_read[v] <= value.producer)
       continue;
-    delta[static_cast<size_t>(value.producer) + 1] += bytes_of(value.spec);
-    delta[static_cast<size_t>(last_read[v]) + 1] -= bytes_of(value.spec);
+    delta[static_cast<size_t>(value.producer) + 1] += structural_bytes(value.spec);
+    delta[static_cast<size_t>(last_read[v]) + 1] -= structural_bytes(value.spec);
   }
   std::vector<double> bytes(static_cast<size_t>(forward_nodes), 0.0);
   double running = 0;

@@ -34,7 +34,7 @@ static void validate_parameter_server_job(const JobSpec& job) {
 void validate_job(const JobSpec& job) {
   nn::validate(job.model);
   validate(job.data);
-  if (job.model.precision == Precision::bf16) kernels::require_avx512_bf16("--precision bf16");
+  if (job.strategy.precision == Precision::bf16) kernels::require_avx512_bf16("--precision bf16");
   validate(job.run);
   if (job.run.epochs > 0 && job.model.kind == "gpt") fail("--epochs is for the classifiers; give gpt --steps");
   if (job.model.kind == "gpt" && job.model.gpt.vocab < 256)

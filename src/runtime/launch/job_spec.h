@@ -38,9 +38,9 @@ struct LaunchOptions {
 };
 
 struct JobSpec {
-  nn::ModelConfig model;              // mlp | cnn | gpt | FILE.onnx, its sizes and precision
+  nn::ModelConfig model;              // mlp | cnn | gpt | FILE.onnx and its sizes
   DataOptions data;
-  parallel::StrategyRequest strategy;  // its parts (parallel::compose), or a --strategy file whole
+  parallel::StrategyRequest strategy;  // its parts and precision (parallel::compose), or a --strategy file whole
   OptimizerOptions optimizer;
   CheckpointOptions checkpoint;
   FaultOptions fault;

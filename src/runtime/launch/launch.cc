@@ -64,7 +64,8 @@ static JobResult run_rank(const JobSpec& o, comm::Communicator* group, std::ostr
     return {.run = std::move(result.run), .data_parallel = std::move(result.data_parallel)};
   }
   ParameterServerResult result =
-      train_parameter_server(o.model, o.data, o.optimizer, o.ps, o.checkpoint, o.fault, o.run, *group, log);
+      train_parameter_server(o.model, o.data, o.strategy.precision, o.optimizer, o.ps, o.checkpoint, o.fault, o.run,
+                             *group, log);
   return {.run = std::move(result.run), .parameter_server = std::move(result.parameter_server)};
 }
 

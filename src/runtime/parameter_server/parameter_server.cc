@@ -121,6 +121,7 @@ nlohmann::json receive_data_state(comm::Communicator& comm, int from) {
 struct Job {
   const nn::ModelConfig& model;
   const DataOptions& data;
+  Precision precision;
   const OptimizerOptions& optimizer;
   const ParameterServerOptions& ps;
   const CheckpointOptions& checkpoint;
@@ -153,7 +154,8 @@ ParameterServerResult run_worker(const Job& job) {
   ps::Worker runner(job.comm, job.layout, job.task, job.params,
                     {.start_clock = job.start, .end_clock = job.end, .grad_clip = job.optimizer.grad_clip,
                      .seed = job.run.seed, .bsp = job.ps.mode == "bsp",
-                     .delay_ms = rank == job.fault.inject_delay_rank ? job.fault.inject_delay_ms : 0});
+                     .delay_ms = rank == job.fault.inject_delay_rank ? job.fault.inject_delay_ms : 0,
+                     .precision = job.precision});
   ps::WorkerStats stats = runner.run();
   if (job.layout.worker_of(rank) == 0) send_data_state(job.comm, job.task.data_state());
   ParameterServerResult result;
@@ -231,7 +233,7 @@ ParameterServerResult run_server(const Job& job) {
 }  // namespace
 
 ParameterServerResult train_parameter_server(const nn::ModelConfig& model_config, const DataOptions& data_options,
-                                             const OptimizerOptions& optimizer_options,
+                                             Precision precision, const OptimizerOptions& optimizer_options,
                                              const ParameterServerOptions& ps, const CheckpointOptions& checkpoint,
                                              const FaultOptions& fault, const RunOptions& run,
                                              comm::Communicator& world, std::ostream& log) {
@@ -243,7 +245,7 @@ ParameterServerResult train_parameter_server(const nn::ModelConfig& model_config
   DataOptions data = data_options;
   resume.apply_model(model, data);
   nn::validate(model);
-  std::unique_ptr<Task> task = make_task(model, data, run.seed);
+  std::unique_ptr<Task> task = make_task(model, data, run.seed, precision);
   const int64_t total = run.steps > 0 ? run.steps : run.epochs * task->steps_per_epoch();
   OptimizerOptions optimizer = optimizer_options;
   optimizer.schedule.total = total;
@@ -259,7 +261,7 @@ ParameterServerResult train_parameter_server(const nn::ModelConfig& model_config
     start = resume.restore_task(*task);
     log << fmt::format("resumed from '{}' at step {}\n", checkpoint.resume, start);
   }
-  const Job job{.model = model, .data = data, .optimizer = optimizer, .ps = ps, .checkpoint = checkpoint,
+  const Job job{.model = model, .data = data, .precision = precision, .optimizer = optimizer, .ps = ps, .checkpoint = checkpoint,
                 .fault = fault, .run = run, .comm = comm, .task = *task, .params = params, .decays = decays,
                 .layout = {.servers = ps.servers, .workers = comm.size() - ps.servers, .params = params.count()},
                 .resumed = resumed, .start = start,

@@ -32,15 +32,16 @@ struct ParameterServerResult {
 };
 
 // Run by every rank of `world` (ps.mode set), from the parts of the job its
-// rooms own. Rank 0 (server 0) writes the log, the metrics (the global
+// rooms own, the workers computing in `precision` (the run's). Rank 0 (server 0) writes the log, the metrics (the global
 // batch's loss per step, as the rows-weighted sum of the workers' losses of
 // that clock), evaluates the gathered parameters at the end and saves the
 // checkpoint (normal format: any rank count can resume it, data-parallel
 // too). Rank 0's result holds the losses and the largest staleness any
 // worker computed with.
 ParameterServerResult train_parameter_server(const nn::ModelConfig& model, const DataOptions& data,
-                                             const OptimizerOptions& optimizer, const ParameterServerOptions& ps,
-                                             const CheckpointOptions& checkpoint, const FaultOptions& fault,
-                                             const RunOptions& run, comm::Communicator& world, std::ostream& log);
+                                             Precision precision, const OptimizerOptions& optimizer,
+                                             const ParameterServerOptions& ps, const CheckpointOptions& checkpoint,
+                                             const FaultOptions& fault, const RunOptions& run,
+                                             comm::Communicator& world, std::ostream& log);
 
 }  // namespace px

@@ -37,7 +37,8 @@ Worker::Gradients& Worker::gradients_for(int64_t rows) {
   if (!g.executor) {
     g.model = task_.build(rows, true);
     g.executor = std::make_unique<ProgramExecutor>(
-        parallel::lower_single(g.model.graph, g.model.loss, {}, batch_input_names(g.model), true), AxisGroups{});
+        parallel::lower_single(g.model.graph, g.model.loss, {}, batch_input_names(g.model), true, config_.precision),
+        AxisGroups{});
     g.executor->use_parameters(params_);  // views into the arena pulls land in
   }
   return g;

@@ -34,6 +34,7 @@ struct WorkerConfig {
   uint64_t seed = 1;         // the job's seed (dropout masks per clock, as the data-parallel trainer draws them)
   bool bsp = false;          // continue at the servers' clock after each pull (and so skip batches)
   int64_t delay_ms = 0;      // a straggler (--inject-delay): sleep this long before each step's compute
+  Precision precision = Precision::fp32;  // the run's (--precision)
 };
 
 struct WorkerStats {

@@ -17,8 +17,9 @@ constexpr int64_t kEvalBatch = 1000;
 
 class ClassificationTask : public Task {
  public:
-  ClassificationTask(const nn::ModelConfig& model, const DataOptions& data, uint64_t seed)
+  ClassificationTask(const nn::ModelConfig& model, const DataOptions& data, uint64_t seed, Precision precision)
       : model_(model),
+        precision_(precision),
         data_(data),
         train_(shared_fashion_mnist(data_dir(), FashionMnistSplit::train)),
         test_(shared_fashion_mnist(data_dir(), FashionMnistSplit::test)),
@@ -87,12 +88,13 @@ class ClassificationTask : public Task {
     e.executor = std::make_unique<ProgramExecutor>(
         parallel::lower_single(e.model.graph, e.model.loss,
                                e.model.logits == kNoValue ? std::vector<ValueId>{} : std::vector{e.model.logits},
-                               batch_input_names(e.model), false),
+                               batch_input_names(e.model), false, precision_),
         AxisGroups{});
     return evaluators_.emplace(rows, std::move(e)).first->second;
   }
 
   nn::ModelConfig model_;
+  Precision precision_;
   DataOptions data_;
   std::shared_ptr<const LabeledImages> train_, test_;  // shared with the other in-process ranks
   EpochSampler sampler_;
@@ -102,8 +104,8 @@ class ClassificationTask : public Task {
 }  // namespace
 
 std::unique_ptr<Task> make_classification_task(const nn::ModelConfig& model, const DataOptions& data,
-                                               uint64_t seed) {
-  return std::make_unique<ClassificationTask>(model, data, seed);
+                                               uint64_t seed, Precision precision) {
+  return std::make_unique<ClassificationTask>(model, data, seed, precision);
 }
 
 }  // namespace px

@@ -12,8 +12,9 @@ namespace {
 
 class LanguageModelTask : public Task {
  public:
-  LanguageModelTask(const nn::ModelConfig& model, const DataOptions& data, uint64_t seed)
+  LanguageModelTask(const nn::ModelConfig& model, const DataOptions& data, uint64_t seed, Precision precision)
       : model_(model),
+        precision_(precision),
         corpus_(data.path.empty() ? load_fortunes_corpus(model.gpt.block) : load_text_corpus(data.path, model.gpt.block)),
         sampler_(corpus_.train, data.batch, model.gpt.block, seed),
         // Validation batches are the global batch's size whatever the strategy
@@ -34,7 +35,8 @@ class LanguageModelTask : public Task {
     if (!eval_) {
       eval_model_ = build(validation_.windows_per_batch(), false);
       eval_ = std::make_unique<ProgramExecutor>(
-          parallel::lower_single(eval_model_.graph, eval_model_.loss, {}, batch_input_names(eval_model_), false),
+          parallel::lower_single(eval_model_.graph, eval_model_.loss, {}, batch_input_names(eval_model_), false,
+                                 precision_),
           AxisGroups{});
     }
     eval_->use_parameters(params);
@@ -56,6 +58,7 @@ class LanguageModelTask : public Task {
 
  private:
   nn::ModelConfig model_;
+  Precision precision_;
   TextCorpus corpus_;
   WindowSampler sampler_;
   ValidationWindows validation_;
@@ -66,10 +69,11 @@ class LanguageModelTask : public Task {
 }  // namespace
 
 std::unique_ptr<Task> make_classification_task(const nn::ModelConfig& model, const DataOptions& data,
-                                               uint64_t seed);
+                                               uint64_t seed, Precision precision);
 
-std::unique_ptr<Task> make_task(const nn::ModelConfig& model, const DataOptions& data, uint64_t seed) {
-  if (model.kind == "gpt") return std::make_unique<LanguageModelTask>(model, data, seed);
+std::unique_ptr<Task> make_task(const nn::ModelConfig& model, const DataOptions& data, uint64_t seed,
+                                Precision precision) {
+  if (model.kind == "gpt") return std::make_unique<LanguageModelTask>(model, data, seed, precision);
   if (nn::is_onnx_path(model.kind)) {
     // An imported model's task is its main input's dataset: token windows
     // as long as its (B, T) input, or images.
@@ -78,10 +82,10 @@ std::unique_ptr<Task> make_task(const nn::ModelConfig& model, const DataOptions&
     if (input.dtype != DType::f32) {
       nn::ModelConfig windows = model;
       windows.gpt.block = input.shape[1];
-      return std::make_unique<LanguageModelTask>(windows, data, seed);
+      return std::make_unique<LanguageModelTask>(windows, data, seed, precision);
     }
   }
-  return make_classification_task(model, data, seed);
+  return make_classification_task(model, data, seed, precision);
 }
 
 }  // namespace px

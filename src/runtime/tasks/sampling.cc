@@ -43,10 +43,9 @@ std::string sample_text(const nn::GptConfig& config, const ParamStore& params, c
       sampler.executor.reset();
       sampler.length = T;
       sampler.model = nn::build_gpt(config, 1, T, false);
-      set_precision(sampler.model.graph, o.precision);
       sampler.executor = std::make_unique<ProgramExecutor>(
           parallel::lower_single(sampler.model.graph, sampler.model.loss, {sampler.model.logits},
-                                 batch_input_names(sampler.model), false),
+                                 batch_input_names(sampler.model), false, o.precision),
           AxisGroups{});
       sampler.executor->use_parameters(params);
     }

@@ -79,7 +79,9 @@ class Task {
 ParamStore initial_parameters(const Graph& graph, uint64_t seed);
 
 // The task that trains `model` on `data`, its data order drawn from
-// `seed`. Loads the data (px::Error for missing or bad data).
-std::unique_ptr<Task> make_task(const nn::ModelConfig& model, const DataOptions& data, uint64_t seed);
+// `seed`, evaluating in `precision` (the run's). Loads the data (px::Error
+// for missing or bad data).
+std::unique_ptr<Task> make_task(const nn::ModelConfig& model, const DataOptions& data, uint64_t seed,
+                                Precision precision = Precision::fp32);
 
 }  // namespace px

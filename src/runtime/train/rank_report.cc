@@ -52,7 +52,7 @@ void RankTrainer::report() {
   if (model_config_.kind == "gpt" && run_.sample_tokens > 0) {
     const ParamStore params = executor_->parameters();
     SampleOptions so{.tokens = run_.sample_tokens, .temperature = 0.8, .top_k = 40, .seed = run_.seed,
-                     .precision = model_config_.precision};
+                     .precision = strategy_.precision};
     if (lead_) log_ << "sample:\n" << run_.prompt << sample_text(model_config_.gpt, params, run_.prompt, so) << "\n";
   }
 }
@@ -80,12 +80,19 @@ void RankTrainer::log_totals() {
                         result_.data_parallel.memory.parameters / (1 << 20));
   if (world_ > 1 && !result_.run.losses.empty()) {
     const double n = static_cast<double>(result_.run.losses.size());
+    const double sent = double(wire_.bytes_sent) / n / 1e6, ring = double(wire_.dense_bytes) / n / 1e6;
+    // Uncompressed, what differs from a ring is the algorithm: shared
+    // memory (in-process ranks on one host) puts nothing on a wire, a tree
+    // or a naive exchange more than a ring.
+    const bool compressed = strategy_.lowering.compression.method != comm::compression::Method::none;
+    const std::string versus =
+        compressed      ? fmt::format("{:.1f}x fewer with {}", wire_.reduction(), strategy_.lowering.compression.to_string())
+        : sent == 0     ? std::string("none on a wire: the collectives ran through shared memory")
+        : sent == ring  ? std::string("uncompressed, by ring")
+                        : fmt::format("uncompressed; the algorithms chosen send {:.2f}x a ring's", sent / ring);
     log_ << fmt::format("gradient bytes on the wire per step (rank 0): {:.3f} MB; a float32 ring allreduce sends "
-                        "{:.3f} MB ({:.1f}x {})\n",
-                        double(wire_.bytes_sent) / n / 1e6, double(wire_.dense_bytes) / n / 1e6, wire_.reduction(),
-                        strategy_.lowering.compression.method == comm::compression::Method::none
-                            ? "- uncompressed"
-                            : "fewer with " + strategy_.lowering.compression.to_string());
+                        "{:.3f} MB ({})\n",
+                        sent, ring, versus);
   }
   if (world_ > 1 && group_ != nullptr) {
     // What each host's ranks send to the others, by their Programs: a
@@ -125,7 +132,7 @@ void RankTrainer::summarize_and_predict() {
   if (predicting) {
     predicted = predict_run({.local_cluster = run_.local_cluster,
                              .mpi = launch_.mpi,
-                             .bf16 = model_config_.precision == Precision::bf16,
+                             .bf16 = strategy_.precision == Precision::bf16,
                              .overlap = run_.overlap,
                              .threads = run_.threads,
                              .link_gbps = launch_.link_gbps,

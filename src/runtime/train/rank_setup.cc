@@ -63,7 +63,7 @@ RankTrainer::RankTrainer(nn::ModelConfig model, DataOptions data, parallel::Stra
       run_(std::move(run)),
       launch_(launch) {
   complete();
-  task_ = make_task(model_config_, data_, run_.seed);
+  task_ = make_task(model_config_, data_, run_.seed, request_.precision);
   account_.emplace(new_memory_account());
   total_ = run_.steps > 0 ? run_.steps : run_.epochs * task_->steps_per_epoch();
   optimizer_.schedule.total = total_;

@@ -200,7 +200,7 @@ std::vector<plan::Candidate> placements_by(const std::string& method, const JobS
                                   .batch = o.data.batch,
                                   .ranks = ranks,
                                   .cluster = &cluster};
-  const plan::RooflineEstimator estimator(cluster, DType::f32);
+  const plan::RooflineEstimator estimator(cluster);
   const plan::Deadline unbounded{};
   if (method == "layerwise") {
     plan::LayerSearch search{.request = &request, .estimator = &estimator, .model = &model};
