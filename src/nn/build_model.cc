@@ -4,9 +4,7 @@
 
 namespace px::nn {
 
-namespace {
-
-Model build_in_fp32(const ModelConfig& c, int64_t batch, bool training) {
+Model build_model(const ModelConfig& c, int64_t batch, bool training) {
   if (c.kind == "gpt") return build_gpt(c.gpt, batch, c.gpt.block, training);
   if (c.kind == "mlp") return build_mlp(c.mlp, batch);
   if (c.kind == "cnn") return build_cnn(c.cnn, batch);
@@ -17,8 +15,6 @@ Model build_in_fp32(const ModelConfig& c, int64_t batch, bool training) {
   }
   fail("model '{}' is unknown: expected mlp, cnn, gpt or a FILE.onnx", c.kind);
 }
-
-}  // namespace
 
 void validate(const ModelConfig& c) {
   const bool onnx = is_onnx_path(c.kind);
@@ -31,7 +27,5 @@ void validate(const ModelConfig& c) {
   if (c.kind == "mlp") validate(c.mlp);
   if (c.kind == "cnn") validate(c.cnn);
 }
-
-Model build_model(const ModelConfig& c, int64_t batch, bool training) { return build_in_fp32(c, batch, training); }
 
 }  // namespace px::nn
