@@ -22,8 +22,9 @@ TEST(OnnxDisabled, TheBuildSaysSo) {
 
 TEST(OnnxDisabled, TrainingAnOnnxModelNamesTheModelAndTheFlag) {
   JobSpec o;
-  o.model = kFixture;
-  o.steps = 1;
+  o.model.kind = kFixture;
+  o.model.onnx.path = kFixture;
+  o.run.steps = 1;
   testing::expect_train_error(o, "model '" + kFixture + "': this parallax was built without ONNX support");
   testing::expect_train_error(o, "reconfigure with -DPX_ONNX=ON");
 }
