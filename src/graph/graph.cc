@@ -74,19 +74,43 @@ std::vector<ValueId> Graph::add(const std::string& op, const std::vector<ValueId
 
 std::vector<ValueId> Graph::insert_after(int after, const std::string& op, const std::vector<ValueId>& inputs,
                                          const Attrs& attrs, const std::string& name) {
-  PX_CHECK(after >= 0 && after < static_cast<int>(nodes_.size()), "insert_after: node {} of {}", after,
-           nodes_.size());
-  const std::vector<ValueId> outputs = add(op, inputs, attrs, name);
-  const int at = after + 1;
-  for (Node& n : nodes_)
-    if (n.origin >= at) ++n.origin;
+  return insert_after({{.after = after, .op = op, .inputs = inputs, .attrs = attrs, .name = name}}).front();
+}
+
+std::vector<std::vector<ValueId>> Graph::insert_after(const std::vector<Insertion>& insertions) {
+  const size_t node_count = nodes_.size();
+  std::vector<std::vector<size_t>> behind(node_count);  // by node: the insertions that go right after it
+  for (size_t k = 0; k < insertions.size(); ++k) {
+    const Insertion& in = insertions[k];
+    PX_CHECK(in.after >= 0 && in.after < static_cast<int>(node_count), "insert_after: node {} of {}", in.after,
+             node_count);
+    for (ValueId v : in.inputs)
+      PX_CHECK(v >= 0 && v < static_cast<ValueId>(values_.size()) && values_[static_cast<size_t>(v)].producer <= in.after,
+               "insert_after: '{}' after node {} cannot read value {} made later", in.name, in.after, v);
+    behind[static_cast<size_t>(in.after)].push_back(k);
+  }
+  std::vector<std::vector<ValueId>> outputs;
+  for (const Insertion& in : insertions) outputs.push_back(add(in.op, in.inputs, in.attrs, in.name));
+  // Where every node lands: the old ones in order, each followed by its insertions.
+  std::vector<int> new_index(nodes_.size());
+  int next = 0;
+  for (size_t n = 0; n < node_count; ++n) {
+    new_index[n] = next++;
+    for (size_t k : behind[n]) new_index[node_count + k] = next++;
+  }
+  for (size_t k = 0; k < insertions.size(); ++k) {  // an insertion serves what the node before it (or named) serves
+    const int of = insertions[k].origin_of >= 0 ? insertions[k].origin_of : insertions[k].after;
+    PX_CHECK(of < static_cast<int>(node_count), "insert_after: '{}' takes the origin of node {} of {}",
+             insertions[k].name, of, node_count);
+    nodes_[node_count + k].origin = nodes_[static_cast<size_t>(of)].origin;
+  }
+  std::vector<Node> nodes(nodes_.size());
+  for (size_t n = 0; n < nodes_.size(); ++n) nodes[static_cast<size_t>(new_index[n])] = std::move(nodes_[n]);
+  for (Node& node : nodes)
+    if (node.origin >= 0) node.origin = new_index[static_cast<size_t>(node.origin)];
+  nodes_ = std::move(nodes);
   for (Value& v : values_)
-    if (v.producer >= at) ++v.producer;
-  Node node = std::move(nodes_.back());
-  nodes_.pop_back();
-  node.origin = nodes_[static_cast<size_t>(after)].origin;
-  for (ValueId v : node.outputs) values_[static_cast<size_t>(v)].producer = at;
-  nodes_.insert(nodes_.begin() + at, std::move(node));
+    if (v.producer >= 0) v.producer = new_index[static_cast<size_t>(v.producer)];
   return outputs;
 }
 
@@ -143,35 +167,68 @@ std::vector<ValueId> Graph::replace(int node, const std::string& op, const std::
   return n.outputs;
 }
 
-std::vector<ValueId> Graph::erase(int node, int heir) {
-  PX_CHECK(node >= 0 && node < static_cast<int>(nodes_.size()), "erase: node {} of {}", node, nodes_.size());
-  PX_CHECK(heir >= -1 && heir < static_cast<int>(nodes_.size()) && heir != node, "erase: heir {} of node {}", heir,
-           node);
-  for (const Node& n : nodes_)
-    PX_CHECK(heir >= 0 || n.origin != node, "erase: node '{}' is the origin of '{}' and has no heir",
-             nodes_[static_cast<size_t>(node)].name, n.name);
-  const Node& gone = nodes_[static_cast<size_t>(node)];
-  std::vector<ValueId> new_id(values_.size());
-  std::vector<bool> removed(values_.size(), false);
-  for (ValueId v : gone.outputs) removed[static_cast<size_t>(v)] = true;
-  for (const Node& n : nodes_)
-    for (ValueId v : n.inputs) PX_CHECK(!removed[static_cast<size_t>(v)], "erase: '{}' reads '{}'", n.name, gone.name);
-  for (const auto& [name, v] : outputs_) PX_CHECK(!removed[static_cast<size_t>(v)], "erase: '{}' is an output", name);
-  ValueId next = 0;
-  for (size_t v = 0; v < values_.size(); ++v) new_id[v] = removed[v] ? kNoValue : next++;
-  std::vector<Value> values;
-  for (size_t v = 0; v < values_.size(); ++v)
-    if (!removed[v]) values.push_back(std::move(values_[v]));
-  values_ = std::move(values);
-  for (Value& v : values_)
-    if (v.producer > node) --v.producer;
-  nodes_.erase(nodes_.begin() + node);
-  for (Node& n : nodes_) {
-    if (n.origin == node) n.origin = heir;
-    if (n.origin > node) --n.origin;
-    for (ValueId& v : n.inputs) v = new_id[static_cast<size_t>(v)];
-    for (ValueId& v : n.outputs) v = new_id[static_cast<size_t>(v)];
+std::vector<ValueId> Graph::erase(const std::vector<Erasure>& erasures) {
+  const size_t node_count = nodes_.size();
+  std::vector<bool> erased(node_count, false);
+  std::vector<int> heir_of(node_count, -1);
+  for (const Erasure& e : erasures) {
+    PX_CHECK(e.node >= 0 && e.node < static_cast<int>(node_count), "erase: node {} of {}", e.node, node_count);
+    PX_CHECK(!erased[static_cast<size_t>(e.node)], "erase: node '{}' named twice", nodes_[static_cast<size_t>(e.node)].name);
+    erased[static_cast<size_t>(e.node)] = true;
+    heir_of[static_cast<size_t>(e.node)] = e.heir;
   }
+  for (const Erasure& e : erasures)
+    PX_CHECK(e.heir == -1 || (e.heir >= 0 && e.heir < static_cast<int>(node_count) && !erased[static_cast<size_t>(e.heir)]),
+             "erase: heir {} of node '{}' is not a node that stays", e.heir, nodes_[static_cast<size_t>(e.node)].name);
+  std::vector<bool> removed(values_.size(), false);
+  for (size_t n = 0; n < node_count; ++n)
+    if (erased[n])
+      for (ValueId v : nodes_[n].outputs) removed[static_cast<size_t>(v)] = true;
+  for (size_t n = 0; n < node_count; ++n) {
+    if (erased[n]) continue;
+    const Node& kept = nodes_[n];
+    for (ValueId v : kept.inputs)
+      PX_CHECK(!removed[static_cast<size_t>(v)], "erase: '{}' reads '{}'", kept.name,
+               nodes_[static_cast<size_t>(values_[static_cast<size_t>(v)].producer)].name);
+    PX_CHECK(kept.origin < 0 || !erased[static_cast<size_t>(kept.origin)] ||
+                 heir_of[static_cast<size_t>(kept.origin)] >= 0,
+             "erase: node '{}' is the origin of '{}' and has no heir", nodes_[static_cast<size_t>(kept.origin)].name,
+             kept.name);
+  }
+  for (const auto& [name, v] : outputs_) PX_CHECK(!removed[static_cast<size_t>(v)], "erase: '{}' is an output", name);
+
+  std::vector<int> new_node(node_count, -1);
+  int next_node = 0;
+  for (size_t n = 0; n < node_count; ++n)
+    if (!erased[n]) new_node[n] = next_node++;
+  std::vector<ValueId> new_id(values_.size(), kNoValue);
+  ValueId next_value = 0;
+  for (size_t v = 0; v < values_.size(); ++v)
+    if (!removed[v]) new_id[v] = next_value++;
+
+  std::vector<Value> values;
+  values.reserve(static_cast<size_t>(next_value));
+  for (size_t v = 0; v < values_.size(); ++v)
+    if (!removed[v]) {
+      values.push_back(std::move(values_[v]));
+      Value& value = values.back();
+      if (value.producer >= 0) value.producer = new_node[static_cast<size_t>(value.producer)];
+    }
+  values_ = std::move(values);
+  std::vector<Node> nodes;
+  nodes.reserve(static_cast<size_t>(next_node));
+  for (size_t n = 0; n < node_count; ++n) {
+    if (erased[n]) continue;
+    nodes.push_back(std::move(nodes_[n]));
+    Node& node = nodes.back();
+    if (node.origin >= 0) {
+      const auto origin = static_cast<size_t>(node.origin);
+      node.origin = new_node[erased[origin] ? static_cast<size_t>(heir_of[origin]) : origin];
+    }
+    for (ValueId& v : node.inputs) v = new_id[static_cast<size_t>(v)];
+    for (ValueId& v : node.outputs) v = new_id[static_cast<size_t>(v)];
+  }
+  nodes_ = std::move(nodes);
   for (ValueId& v : params_) v = new_id[static_cast<size_t>(v)];
   for (ValueId& v : inputs_) v = new_id[static_cast<size_t>(v)];
   for (auto& [name, v] : outputs_) v = new_id[static_cast<size_t>(v)];

@@ -82,6 +82,21 @@ class Graph {
   // index, and producers and origins follow them. It takes `after`'s origin.
   std::vector<ValueId> insert_after(int after, const std::string& op, const std::vector<ValueId>& inputs,
                                     const Attrs& attrs, const std::string& name);
+  // Many at once, in one pass (a pass inserting a cast behind each of many
+  // nodes would otherwise move every later node each time): each goes right
+  // after its `after` (an index before any insertion; several after one
+  // node keep their order here), reading values made no later than it,
+  // and taking the origin of `origin_of` (-1: of `after`). Returns each
+  // insertion's outputs.
+  struct Insertion {
+    int after = -1;
+    std::string op;
+    std::vector<ValueId> inputs;
+    Attrs attrs;
+    std::string name;
+    int origin_of = -1;
+  };
+  std::vector<std::vector<ValueId>> insert_after(const std::vector<Insertion>& insertions);
   // The same, the node going right before node `before` (which it may
   // feed) and taking `before`'s origin: a backward node's helper stays with
   // the backward of the forward node it serves.
@@ -96,12 +111,19 @@ class Graph {
   std::vector<ValueId> replace(int node, const std::string& op, const std::vector<ValueId>& inputs,
                                const Attrs& attrs, const std::string& name,
                                const std::vector<std::string>& extra_names = {});
-  // Removes node `node` and its outputs, which nothing may read or output.
-  // Backward nodes whose origin it was take node `heir` (an index before
-  // the removal) as theirs; -1: there must be none. Later nodes and values move up one place each;
+  // Removes each erasure's node and its outputs, which nothing kept may
+  // read or output, in one pass (a fusion pass collects its erasures and
+  // removes them together: removing them one by one moves every later
+  // node and value each time). Backward nodes whose origin an erased node
+  // was take its `heir` (an index before the removal, a node that stays)
+  // as theirs; -1: there must be none. Later nodes and values move up;
   // returns every old value id's new one (kNoValue for the removed), so
   // that ids held outside the graph can follow.
-  std::vector<ValueId> erase(int node, int heir);
+  struct Erasure {
+    int node = -1;
+    int heir = -1;
+  };
+  std::vector<ValueId> erase(const std::vector<Erasure>& erasures);
   // Node `node` reads `value` as its input `index` instead. The op's shape
   // rule must give the same output shapes (their dtypes follow the rule).
   void set_input(int node, size_t index, ValueId value);

@@ -68,7 +68,8 @@ int store_gemm_operands_in_bf16(Graph& graph) {
     bf16_only[v] = bf16_only[v] && value.kind == Value::Kind::activation && value.spec.dtype == DType::f32 &&
                    nodes[static_cast<size_t>(value.producer)].origin < 0;
   }
-  int inserted = 0;
+  std::vector<Graph::Insertion> casts;
+  std::vector<ValueId> cast_of;  // by insertion: the value it stores
   for (size_t v = 0; v < bf16_only.size(); ++v) {
     if (!bf16_only[v]) continue;
     const auto value = static_cast<ValueId>(v);
@@ -80,73 +81,82 @@ int store_gemm_operands_in_bf16(Graph& graph) {
       graph.set_dtype(value, DType::bf16);
       continue;
     }
-    const ValueId stored = graph.insert_after(producer, "to_bf16", {value}, {}, graph.value(value).name + ".bf16")
-                               .front();
-    for (size_t n = static_cast<size_t>(producer) + 2; n < graph.nodes().size(); ++n)
-      for (size_t i = 0; i < graph.nodes()[n].inputs.size(); ++i)
-        if (graph.nodes()[n].inputs[i] == value) graph.set_input(static_cast<int>(n), i, stored);
-    ++inserted;
+    casts.push_back({.after = producer, .op = "to_bf16", .inputs = {value}, .name = graph.value(value).name + ".bf16"});
+    cast_of.push_back(value);
   }
-  return inserted;
+  const std::vector<std::vector<ValueId>> stored = graph.insert_after(casts);
+  // Every reader but the cast reads the copy (all come after it: it sits right behind the producer).
+  std::vector<ValueId> copy(graph.values().size(), kNoValue);
+  for (size_t k = 0; k < casts.size(); ++k) copy[static_cast<size_t>(cast_of[k])] = stored[k].front();
+  for (size_t n = 0; n < graph.nodes().size(); ++n) {
+    const Node& node = graph.nodes()[n];
+    if (node.op() == "to_bf16" && copy[static_cast<size_t>(node.inputs[0])] == node.outputs[0]) continue;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const ValueId to = copy[static_cast<size_t>(graph.nodes()[n].inputs[i])];
+      if (to != kNoValue) graph.set_input(static_cast<int>(n), i, to);
+    }
+  }
+  return static_cast<int>(casts.size());
 }
 
-namespace {
-
-// The (node, input) pairs that read `value` at a bf16 position, in node order.
-std::vector<std::pair<int, size_t>> bf16_readers_of(const Graph& graph, ValueId value) {
-  std::vector<std::pair<int, size_t>> readers;
+int round_shared_gradients_once(Graph& graph) {
+  // Each value's readers at bf16 positions, in node order.
+  std::vector<std::vector<std::pair<int, size_t>>> readers(graph.values().size());
   for (size_t n = 0; n < graph.nodes().size(); ++n) {
     const Node& node = graph.nodes()[n];
     for (size_t i = 0; i < node.inputs.size(); ++i)
-      if (node.inputs[i] == value && reads_at_bf16(node, i)) readers.emplace_back(static_cast<int>(n), i);
+      if (reads_at_bf16(node, i)) readers[static_cast<size_t>(node.inputs[i])].emplace_back(static_cast<int>(n), i);
   }
-  return readers;
-}
-
-}  // namespace
-
-int round_shared_gradients_once(Graph& graph) {
-  std::vector<int> read_at_bf16(graph.values().size(), 0);
-  for (const Node& node : graph.nodes())
-    for (size_t i = 0; i < node.inputs.size(); ++i)
-      if (reads_at_bf16(node, i)) ++read_at_bf16[static_cast<size_t>(node.inputs[i])];
-  std::vector<ValueId> shared;
-  for (size_t v = 0; v < read_at_bf16.size(); ++v) {
+  std::vector<Graph::Insertion> casts;
+  std::vector<ValueId> shared;  // by cast: the gradient it rounds
+  for (size_t v = 0; v < readers.size(); ++v) {
     const Value& value = graph.values()[v];
-    if (read_at_bf16[v] >= 2 && value.kind == Value::Kind::activation && value.spec.dtype == DType::f32 &&
-        value.producer >= 0 && graph.nodes()[static_cast<size_t>(value.producer)].origin >= 0)
+    if (readers[v].size() >= 2 && value.kind == Value::Kind::activation && value.spec.dtype == DType::f32 &&
+        value.producer >= 0 && graph.nodes()[static_cast<size_t>(value.producer)].origin >= 0) {
+      const int first = readers[v].front().first;
+      casts.push_back({.after = first - 1,
+                       .op = "to_bf16",
+                       .inputs = {static_cast<ValueId>(v)},
+                       .name = value.name + ".bf16",
+                       .origin_of = first});
       shared.push_back(static_cast<ValueId>(v));
+    }
   }
-  for (ValueId fp32 : shared) {
-    // Found again on the graph as it now stands: earlier casts moved nodes.
-    const std::vector<std::pair<int, size_t>> readers = bf16_readers_of(graph, fp32);
-    const std::string name = graph.value(fp32).name + ".bf16";
-    const ValueId copy = graph.insert_before(readers.front().first, "to_bf16", {fp32}, {}, name).front();
-    for (const auto& [reader, input] : readers) graph.set_input(reader + 1, input, copy);
+  const std::vector<std::vector<ValueId>> copies = graph.insert_after(casts);
+  // The readers moved down by the casts inserted before them; find them again by their inputs.
+  std::vector<ValueId> copy_of(graph.values().size(), kNoValue);
+  for (size_t k = 0; k < casts.size(); ++k) copy_of[static_cast<size_t>(shared[k])] = copies[k].front();
+  for (size_t n = 0; n < graph.nodes().size(); ++n) {
+    const Node& node = graph.nodes()[n];
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const ValueId copy = copy_of[static_cast<size_t>(node.inputs[i])];
+      if (copy != kNoValue && reads_at_bf16(node, i)) graph.set_input(static_cast<int>(n), i, copy);
+    }
   }
-  return static_cast<int>(shared.size());
+  return static_cast<int>(casts.size());
 }
 
 FusedBiases fuse_bias_into_gemms(Graph& graph) {
-  FusedBiases result;
-  result.new_id.resize(graph.values().size());
-  for (size_t v = 0; v < result.new_id.size(); ++v) result.new_id[v] = static_cast<ValueId>(v);
+  // Readers of each value, counted once: a fusion leaves every count but
+  // the linear's output's as it was (linear_bias reads what the linear and
+  // the bias add read; the linear goes), and that output is gone.
+  std::vector<int> readers(graph.values().size(), 0);
+  for (const Node& node : graph.nodes())
+    for (ValueId v : node.inputs) ++readers[static_cast<size_t>(v)];
+  for (const auto& [name, v] : graph.outputs()) ++readers[static_cast<size_t>(v)];
   // The bf16 forward linear whose output only this forward bias add reads,
   // as its x; -1 if none.
-  auto fusable = [&graph](const Node& bias_add) -> int {
+  auto fusable = [&graph, &readers](const Node& bias_add) -> int {
     if (bias_add.op() != "bias_add" || bias_add.origin >= 0) return -1;
     const ValueId y = bias_add.inputs[0];
     const int producer = graph.value(y).producer;
-    if (producer < 0) return -1;
+    if (producer < 0 || readers[static_cast<size_t>(y)] != 1) return -1;
     const Node& linear = graph.nodes()[static_cast<size_t>(producer)];
     if (linear.op() != "linear" || linear.origin >= 0 || precision_of(linear.attrs) != Precision::bf16) return -1;
-    for (const auto& [name, v] : graph.outputs())
-      if (v == y) return -1;
-    int readers = 0;
-    for (const Node& node : graph.nodes())
-      for (ValueId v : node.inputs) readers += v == y;
-    return readers == 1 ? producer : -1;
+    return producer;
   };
+  // Each bias add becomes linear_bias in place; the linears go together.
+  std::vector<Graph::Erasure> linears;
   for (size_t n = 0; n < graph.nodes().size(); ++n) {
     const int linear = fusable(graph.nodes()[n]);
     if (linear < 0) continue;
@@ -156,23 +166,16 @@ FusedBiases fuse_bias_into_gemms(Graph& graph) {
     const std::vector<ValueId> inputs = {l.inputs[0], l.inputs[1], graph.nodes()[n].inputs[1]};
     const std::string name = l.name;
     graph.replace(static_cast<int>(n), "linear_bias", inputs, attrs, name);
-    const std::vector<ValueId> moved = graph.erase(linear, static_cast<int>(n));
-    for (ValueId& id : result.new_id)
-      if (id != kNoValue) id = moved[static_cast<size_t>(id)];
-    ++result.fused;
-    --n;  // the fused node now sits one place up
+    linears.push_back({.node = linear, .heir = static_cast<int>(n)});
   }
-  return result;
+  return {.fused = static_cast<int>(linears.size()), .new_id = graph.erase(linears)};
 }
 
 FusedBiases fuse_bias_gradients_into_gelu_grad(Graph& graph) {
-  FusedBiases result;
-  result.new_id.resize(graph.values().size());
-  for (size_t v = 0; v < result.new_id.size(); ++v) result.new_id[v] = static_cast<ValueId>(v);
-  auto follow = [&result](const std::vector<ValueId>& moved) {
-    for (ValueId& id : result.new_id)
-      if (id != kNoValue) id = moved[static_cast<size_t>(id)];
-  };
+  const size_t value_count = graph.values().size();
+  std::vector<ValueId> successor(value_count);  // what replaces each value before the erasure renumbers
+  for (size_t v = 0; v < value_count; ++v) successor[v] = static_cast<ValueId>(v);
+  std::vector<Graph::Erasure> erased;  // the casts and sums, removed together at the end
   for (size_t n = 0; n < graph.nodes().size(); ++n) {
     const Node& gelu_grad = graph.nodes()[n];
     if (gelu_grad.op() != "gelu_grad" || precision_of(gelu_grad.attrs) != Precision::bf16) continue;
@@ -206,16 +209,14 @@ FusedBiases fuse_bias_gradients_into_gelu_grad(Graph& graph) {
         if (v == copy) graph.set_input(static_cast<int>(r), i, dx);
         if (v == db) graph.set_input(static_cast<int>(r), i, outputs[1]);
       }
-    for (ValueId& id : result.new_id) {  // by current id: earlier fusions moved values
-      if (id == db) id = outputs[1];
-      if (id == copy) id = dx;
-    }
-    // The cast and the sum go, the later first (so the earlier keeps its index).
-    const int later = std::max(cast, sum), earlier = std::min(cast, sum);
-    follow(graph.erase(later, -1));
-    follow(graph.erase(earlier, -1));
-    result.fused += 2;
+    successor[static_cast<size_t>(db)] = outputs[1];
+    successor[static_cast<size_t>(copy)] = dx;
+    erased.push_back({.node = cast});
+    erased.push_back({.node = sum});
   }
+  const std::vector<ValueId> renumbered = graph.erase(erased);
+  FusedBiases result{.fused = static_cast<int>(erased.size())};
+  for (ValueId v : successor) result.new_id.push_back(renumbered[static_cast<size_t>(v)]);
   return result;
 }
 

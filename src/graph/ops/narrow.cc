@@ -58,7 +58,7 @@ OpDef make_narrow() {
                 {"size", g.spec(n.inputs[0]).shape[static_cast<int>(dim)]}};
     return std::vector<ValueId>{g.add1("narrow_grad", {dout[0]}, attrs, n.name + ".grad")};
   };
-  d.cost = [](const auto& in, const auto& out, const Attrs&) { return streaming_cost({out[0]}, out); };
+  d.cost = [](const auto&, const auto& out, const Attrs&) { return streaming_cost({out[0]}, out); };
   d.signatures = [](const std::vector<TensorSpec>& in, const Attrs& a) {
     return other_dims(in[0].shape.rank(), static_cast<int>(a.get_int("dim")), true);
   };
