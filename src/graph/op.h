@@ -75,6 +75,10 @@ struct OpExample {
   std::vector<int64_t> int_upper;
   // Float inputs marked here are drawn from [0.5, 1.5) (a logarithm's argument).
   std::vector<bool> positive;
+  // Inputs whose values must agree with each other (paged attention's
+  // segment table): the harnesses draw these from this, given the inputs
+  // drawn as above, instead. Empty: every input is drawn independently.
+  std::function<void(std::vector<Tensor>& inputs, uint64_t seed)> draw;
 };
 
 using InferFn = std::function<std::vector<TensorSpec>(const std::vector<TensorSpec>&, const Attrs&)>;

@@ -27,6 +27,7 @@ std::vector<Tensor> random_inputs(const OpExample& example, Rng& rng) {
     }
     out.push_back(std::move(t));
   }
+  if (example.draw) example.draw(out, rng.next_u64());
   return out;
 }
 
