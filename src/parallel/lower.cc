@@ -131,14 +131,14 @@ Propagation place(const Graph& graph, const Strategy& strategy, bool backward, s
   for (size_t a = 0; a < whole.size(); ++a)
     if (static_cast<int>(a) != summed[0] && static_cast<int>(a) != summed[1] && !placing.whole_axes[a])
       whole[a] = Placement::B();
-  placing.targets.push_back({loss, whole});
+  if (loss != kNoValue) placing.targets.push_back({loss, whole});
   Propagation placement = propagate(placing);
   size_t t = 0;
   for (size_t i = 0; i < grads.size(); ++i) {
     grads[i].param = placement.value_of[static_cast<size_t>(grads[i].param)];
     if (grads[i].grad != kNoValue) grads[i].grad = placement.target_of[t++];
   }
-  loss = placement.target_of[t];
+  if (loss != kNoValue) loss = placement.target_of[t];
   return placement;
 }
 
@@ -199,6 +199,7 @@ void follow(const FusedBiases& fused, std::vector<ParamGrad>& grads, ValueId& lo
 
 Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   PX_CHECK(request.forward != nullptr, "lower: no graph");
+  PX_CHECK(request.loss != kNoValue || !request.training, "lower: training needs a loss");
   validate(strategy);
   if (rank < 0 || rank >= strategy.mesh.ranks())
     fail("lowering: rank {} is outside mesh {} of {} ranks", rank, strategy.mesh.str(), strategy.mesh.ranks());

@@ -38,7 +38,7 @@ namespace px::parallel {
 
 struct LowerRequest {
   const Graph* forward = nullptr;  // forward graph built for the global batch
-  ValueId loss = kNoValue;         // a scalar
+  ValueId loss = kNoValue;         // a scalar; kNoValue: none (a forward-only Program, training false)
   std::vector<ValueId> outputs;    // also returned per micro-batch (evaluation: the logits)
   bool training = true;            // add backward, the gradient collectives and the updates
   // The collective algorithm the executor will run:

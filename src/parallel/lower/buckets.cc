@@ -210,7 +210,8 @@ void add_storage(const Context& c, Program& program, const std::vector<bool>& bf
     program.grad_shard_buffer = add_buffer(program, {.kind = Buffer::Kind::grad_shard, .name = "grad.shard",
                                                      .count = program.shard_count, .persistent = true});
   // The executor reads the loss after the step.
-  program.loss_buffer = add_buffer(program, {.kind = Buffer::Kind::loss, .name = "loss", .count = 1, .persistent = true});
+  if (c.loss != kNoValue)
+    program.loss_buffer = add_buffer(program, {.kind = Buffer::Kind::loss, .name = "loss", .count = 1, .persistent = true});
 }
 
 }  // namespace

@@ -81,7 +81,8 @@ std::string stage_layers(const Graph& graph, int first, int end) {
 
 RankWork without_pipeline(const Context& c, const Program& p) {
   RankWork work;
-  std::vector<ValueId> wanted{c.loss};
+  std::vector<ValueId> wanted;
+  if (c.loss != kNoValue) wanted.push_back(c.loss);
   for (ValueId v : p.outputs) wanted.push_back(v);
   for (size_t i = 0; i < c.grads.size(); ++i)
     if (c.grads[i].grad != kNoValue) {
@@ -300,7 +301,8 @@ RankWork plan_work(const Context& c, Program& p) {
   const std::vector<int> starts = stage_starts_of(c, ranks, schedule.virtual_stages);
   const StageAssignment assignment = assign_stages(graph, c.forward_nodes, starts);
   const std::vector<int>& stage_of = assignment.stage_of_node;
-  std::vector<ValueId> wanted{c.loss};
+  std::vector<ValueId> wanted;
+  if (c.loss != kNoValue) wanted.push_back(c.loss);
   std::vector<std::pair<ValueId, int>> parts;  // every stage's
   gradient_terms(c, assignment, wanted, parts);
   const std::vector<int> nodes = needed_nodes(graph, wanted);

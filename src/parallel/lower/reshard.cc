@@ -51,7 +51,7 @@ std::vector<Transition> transitions(const Graph& graph, const Propagation& place
   auto add = [&](Transition::Site site, ValueId v, Placement from, Placement to) {
     out.push_back({site, v, from, to, resharding(from, to)});
   };
-  add(Transition::Site::loss, loss, at(loss), Placement::B());
+  if (loss != kNoValue) add(Transition::Site::loss, loss, at(loss), Placement::B());
   for (const ParamGrad& pg : grads) {
     const std::string& name = graph.value(pg.param).name;
     if (at(pg.param) != Placement::B())

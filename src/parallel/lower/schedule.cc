@@ -448,6 +448,7 @@ void Scheduler::finish() {
                               .name = fmt::format("grad bucket {} over the stages sharing it", b)});
     bucket_complete(b, static_cast<int>(p_.micro_batches.size()) - 1, sum);
   }
+  if (c_.loss == kNoValue) return;  // a forward-only Program: nothing to report
   if (multi_) {
     const Transition& t = c_.transition(Transition::Site::loss, c_.loss);
     last_loss_ = emit(p_, {.op = Collective{.kind = collective_for(t), .axis = c_.data_axis,

@@ -16,14 +16,26 @@ BufferPool::BufferPool(std::vector<Buffer> layouts)
     const Buffer& buffer = layouts_[b];
     // The loss buffer has no members: one flag for its one value.
     written_[b].assign(buffer.kind == Buffer::Kind::loss ? 1 : buffer.members.size(), false);
-    if (buffer.persistent) tensors_[b] = Tensor::zeros({buffer.count}, DType::f32);
   }
 }
 
-Tensor& BufferPool::storage(int b) { return tensors_.at(static_cast<size_t>(b)); }
-const Tensor& BufferPool::storage(int b) const { return tensors_.at(static_cast<size_t>(b)); }
+void BufferPool::materialize(int b) const {
+  const Buffer& buffer = layouts_.at(static_cast<size_t>(b));
+  Tensor& tensor = tensors_[static_cast<size_t>(b)];
+  if (buffer.persistent && !tensor.defined()) tensor = Tensor::zeros({buffer.count}, DType::f32);
+}
+
+Tensor& BufferPool::storage(int b) {
+  materialize(b);
+  return tensors_.at(static_cast<size_t>(b));
+}
+const Tensor& BufferPool::storage(int b) const {
+  materialize(b);
+  return tensors_.at(static_cast<size_t>(b));
+}
 
 Tensor BufferPool::allocated(const Region& r, const char* use) const {
+  materialize(r.buffer);
   const Tensor& buffer = tensors_.at(static_cast<size_t>(r.buffer));
   PX_CHECK(buffer.defined(), "buffer '{}' is {} while not allocated", layouts_[static_cast<size_t>(r.buffer)].name,
            use);
@@ -90,17 +102,19 @@ void BufferPool::zero_unwritten(int b) {
     if (written[m]) continue;
     const int64_t offset = buffer.members.empty() ? 0 : buffer.members[m].offset;
     const int64_t count = buffer.members.empty() ? buffer.count : buffer.members[m].count;
-    std::memset(tensors_[static_cast<size_t>(b)].f32() + offset, 0, static_cast<size_t>(count) * sizeof(float));
+    std::memset(storage(b).f32() + offset, 0, static_cast<size_t>(count) * sizeof(float));
     written[m] = true;
   }
 }
 
-void BufferPool::begin_step(int loss_buffer) {
+void BufferPool::begin_step(int loss_buffer, int external) {
+  for (size_t b = 0; b < layouts_.size(); ++b)
+    if (static_cast<int>(b) != external) materialize(static_cast<int>(b));
   for (size_t b = 0; b < layouts_.size(); ++b)
     if (layouts_[b].persistent && layouts_[b].kind == Buffer::Kind::grad_bucket)
       written_[b].assign(written_[b].size(), false);
   if (loss_buffer >= 0) {
-    tensors_[static_cast<size_t>(loss_buffer)].f32()[0] = 0;
+    storage(loss_buffer).f32()[0] = 0;
     written_[static_cast<size_t>(loss_buffer)].assign(1, true);
   }
 }

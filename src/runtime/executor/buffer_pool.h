@@ -1,6 +1,8 @@
 // The Program's flat buffers on this rank (parallel::Buffer, shapes
 // [count] of their dtype). Persistent ones (the parameters, their ZeRO
-// shard, gradient buckets a caller reads) live as long as the pool; the
+// shard, gradient buckets a caller reads) live as long as the pool from
+// their first use, zeroed (a Program reading its parameters from outside,
+// ProgramExecutor::use_parameters, never holds the flat copy); the
 // others are allocated at an instance's first write (liveness) and freed
 // at its Free, or, while an engine job still reads the instance, once
 // that job finishes. Per buffer and member the pool knows what this
@@ -32,7 +34,7 @@ class BufferPool {
  public:
 
   // The buffers `layouts` describes: a Program's (every Program a run
-  // switches between has the same). Persistent ones are allocated, zeroed.
+  // switches between has the same). Nothing is allocated yet.
   explicit BufferPool(std::vector<parallel::Buffer> layouts);
 
   // A buffer's storage: undefined while not allocated.
@@ -61,9 +63,11 @@ class BufferPool {
   std::vector<bool>& written(int buffer);
   // Zeros the members this instance did not write, and marks them written.
   void zero_unwritten(int buffer);
-  // A step begins: persistent gradient buckets are written anew, and the
-  // loss buffer (-1: none) sums from zero.
-  void begin_step(int loss_buffer);
+  // A step begins: every persistent buffer but `external` (the parameters
+  // a Program reads from outside; -1: none) exists, so that it counts from
+  // the step's start as the memory ledger counts it; persistent gradient
+  // buckets are written anew, and the loss buffer (-1: none) sums from zero.
+  void begin_step(int loss_buffer, int external);
 
   int64_t gradient_peak_bytes() const { return bytes_.gradient_peak; }
   int64_t parameter_peak_bytes() const { return bytes_.parameter_peak; }
@@ -78,9 +82,12 @@ class BufferPool {
   };
   void uncount(parallel::Buffer::Kind kind, int64_t bytes);  // off the bucket counts
   Tensor allocated(const parallel::Region& region, const char* use) const;
+  void materialize(int buffer) const;  // a persistent buffer, at its first use
 
   std::vector<parallel::Buffer> layouts_;
-  std::vector<Tensor> tensors_;
+  // Persistent buffers materialize, zeroed, at their first use, which a
+  // const accessor may be (the executor's thread alone uses the pool).
+  mutable std::vector<Tensor> tensors_;
   std::vector<std::vector<bool>> written_;
   std::deque<Held> held_;
   // Bytes of gradient and gathered parameter bucket buffers alive, and their peaks.

@@ -87,7 +87,7 @@ void ProgramExecutor::begin_step(const StepInput& input) {
   }
   // Gradient buckets kept for the caller (programs without updates) are
   // refilled every step; the loss buffer sums the micro-batches' summands.
-  buffers_.begin_step(p.loss_buffer);
+  buffers_.begin_step(p.loss_buffer, params_.external.empty() ? -1 : p.params_buffer);
   // The previous step's carried jobs stay: the deferred instructions at
   // this step's head wait for them.
   lanes_.begin_step(active().carried, step_.carry_pending);
