@@ -1,7 +1,6 @@
 #include "nn/gpt.h"
 
-#include <cmath>
-
+#include "nn/gpt_blocks.h"
 #include "nn/layers.h"
 
 namespace px::nn {
@@ -21,56 +20,17 @@ void validate(const GptConfig& c) {
   if (!(c.dropout >= 0 && c.dropout < 1)) fail("gpt: dropout={} must be in [0, 1)", c.dropout);
 }
 
-namespace {
-
-struct Builder {
-  const GptConfig& c;
-  Graph& g;
-  int64_t T;
-  bool training;
-  int64_t salt = 0;
-
-  ValueId dropout(ValueId x, const std::string& name) {
-    if (!training || c.dropout == 0) return x;
-    return g.add1("dropout", {x}, {{"p", c.dropout}, {"salt", salt++}}, name);
-  }
-
-  // x (B, T, C) -> (B, T, C)
-  ValueId attention(ValueId x) {
-    Scope scope(g, "attn");
-    const int64_t C = c.n_embd, H = c.n_head, D = C / H;
-    ValueId qkv = gpt_linear(g, "c_attn", x, C, 3 * C, 0.02);  // (B, T, 3C)
-    qkv = g.add1("reshape", {qkv}, {{"shape", std::vector<int64_t>{-1, T, 3, H, D}}}, "split_heads");
-    ValueId y = g.add1("attention", {qkv}, {}, "attention");  // (B, T, H, D)
-    y = g.add1("reshape", {y}, {{"shape", std::vector<int64_t>{-1, T, C}}}, "merge_heads");
-    y = gpt_linear(g, "c_proj", y, C, C, 0.02 / std::sqrt(2.0 * c.n_layer));
-    return dropout(y, "resid_dropout");
-  }
-
-  ValueId mlp(ValueId x) {
-    Scope scope(g, "mlp");
-    const int64_t C = c.n_embd;
-    ValueId h = g.add1("gelu", {gpt_linear(g, "c_fc", x, C, 4 * C, 0.02)}, {}, "gelu");  // (B, T, 4C)
-    h = gpt_linear(g, "c_proj", h, 4 * C, C, 0.02 / std::sqrt(2.0 * c.n_layer));
-    return dropout(h, "dropout");
-  }
-
-  ValueId block(ValueId x, int64_t i) {
-    Scope scope(g, fmt::format("h.{}", i));
-    x = g.add1("add", {x, attention(layer_norm(g, "ln_1", x, c.n_embd))}, {}, "residual_1");
-    return g.add1("add", {x, mlp(layer_norm(g, "ln_2", x, c.n_embd))}, {}, "residual_2");
-  }
-};
-
-}  // namespace
-
 Model build_gpt(const GptConfig& c, int64_t batch, int64_t T, bool training) {
   validate(c);
   if (T <= 0 || T > c.block) fail("gpt: sequence length {} must be in [1, block={}]", T, c.block);
   if (batch <= 0) fail("gpt: batch {} must be positive", batch);
   Model m;
   Graph& g = m.graph;
-  Builder b{c, g, T, training};
+  detail::GptBlocks b{.config = c,
+                     .g = g,
+                     .lead = {-1, T},
+                     .training = training,
+                     .attend = [&g](ValueId qkv, int64_t) { return g.add1("attention", {qkv}, {}, "attention"); }};
   m.inputs = g.input("tokens", {Shape{batch, T}, DType::i32});   // (B, T)
   m.targets = g.input("targets", {Shape{batch, T}, DType::i32}); // (B, T)
   ValueId wte = g.param("wte.weight", {Shape{c.vocab, c.n_embd}}, {ParamInit::Kind::normal, 0.02}, true);
