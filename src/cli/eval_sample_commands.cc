@@ -108,8 +108,12 @@ void add_sample_command(CLI::App& app) {
   cmd->add_option("--checkpoint", o->checkpoint, "checkpoint directory")->required();
   cmd->add_option("--prompt", o->prompt, "text to continue (default: a newline)");
   cmd->add_option("--tokens", o->sample.tokens, "bytes to generate")->capture_default_str();
-  cmd->add_option("--temperature", o->sample.temperature, "softmax temperature (> 0)")->capture_default_str();
-  cmd->add_option("--top-k", o->sample.top_k, "sample among the k likeliest bytes (0: all)")->capture_default_str();
+  cmd->add_option("--temperature", o->sample.sampling.temperature, "softmax temperature (0: greedy)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", o->sample.sampling.top_k, "sample among the k likeliest bytes (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--top-p", o->sample.sampling.top_p, "then among the likeliest whose probability reaches p")
+      ->capture_default_str();
   cmd->add_option("--seed", o->sample.seed, "sampling seed")->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads for kernels and BLAS")->capture_default_str();
   add_precision_option(*cmd, o->precision);

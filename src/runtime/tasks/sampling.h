@@ -1,5 +1,6 @@
-// Text generation from a GPT: autoregressive sampling with temperature and
-// top-k, the context cropped to the model's block size.
+// Text generation from a GPT: autoregressive sampling (greedy, or with
+// temperature, top-k and top-p: decode/token_sampler.h), the context
+// cropped to the model's block size.
 #pragma once
 
 #include <cstdint>
@@ -7,14 +8,14 @@
 
 #include "graph/precision.h"
 #include "nn/gpt.h"
+#include "runtime/decode/token_sampler.h"
 #include "runtime/state/param_store.h"
 
 namespace px {
 
 struct SampleOptions {
   int64_t tokens = 200;
-  double temperature = 0.8;  // > 0
-  int64_t top_k = 40;        // 0 = all
+  decode::SamplingParams sampling{.temperature = 0.8, .top_k = 40};
   uint64_t seed = 1;
   Precision precision = Precision::fp32;  // the forward's GEMMs (graph/precision.h), as train's --precision
 };

@@ -51,7 +51,7 @@ void RankTrainer::report() {
   summarize_and_predict();
   if (model_config_.kind == "gpt" && run_.sample_tokens > 0) {
     const ParamStore params = executor_->parameters();
-    SampleOptions so{.tokens = run_.sample_tokens, .temperature = 0.8, .top_k = 40, .seed = run_.seed,
+    SampleOptions so{.tokens = run_.sample_tokens, .seed = run_.seed,
                      .precision = strategy_.precision};
     if (lead_) log_ << "sample:\n" << run_.prompt << sample_text(model_config_.gpt, params, run_.prompt, so) << "\n";
   }
