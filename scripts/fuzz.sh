@@ -24,7 +24,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ ${#names[@]} -gt 0 ] || names=(safetensors idx checkpoint_state strategy_json cluster_json text_corpus cli_numbers onnx)
+[ ${#names[@]} -gt 0 ] || names=(safetensors idx checkpoint_state strategy_json cluster_json text_corpus cli_numbers completion_request onnx)
 export ASAN_OPTIONS="detect_leaks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 scratch="$(mktemp -d)"

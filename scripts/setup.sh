@@ -8,6 +8,7 @@ packages=(
   libopenblas-dev libopenblas0-openmp zlib1g-dev
   libdnnl-dev                # oneDNN: bf16 GEMM (src/kernels/dnnl_matmul.cc)
   libfmt-dev nlohmann-json3-dev libcli11-dev
+  libcpp-httplib-dev         # `parallax serve`'s HTTP server and `bench serve`'s client (src/serve)
   libonnx-dev libprotobuf-dev protobuf-compiler   # ONNX import (src/nn/onnx; docs/onnx.md)
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin

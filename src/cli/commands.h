@@ -9,6 +9,7 @@ namespace px::cli {
 void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_sample_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_lower_command(CLI::App& app);
 void add_simulate_command(CLI::App& app);

@@ -1,5 +1,5 @@
 // parallax: train deep networks across many devices.
-//   parallax train | eval | sample | lower | simulate | plan | launch | doctor | report | bench ...  (--help on each)
+//   parallax train | eval | sample | serve | lower | simulate | plan | launch | doctor | report | bench ...  (--help on each)
 // Errors a user can fix print one line "error: ..." and exit 1.
 #include <iostream>
 
@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   px::cli::add_train_command(app);
   px::cli::add_eval_command(app);
   px::cli::add_sample_command(app);
+  px::cli::add_serve_command(app);
   px::cli::add_export_command(app);
   px::cli::add_lower_command(app);
   px::cli::add_simulate_command(app);

@@ -1,0 +1,35 @@
+// What `parallax serve` is told: the checkpoint, where to listen, and the
+// engine's sizes (its KV pool, an iteration's token budget, how many run
+// and wait at once), with the check that names a bad one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "graph/precision.h"
+#include "serve/scheduler.h"
+
+namespace px::serve {
+
+struct ServeOptions {
+  std::string checkpoint;
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0: a free one, printed
+  Precision precision = Precision::fp32;
+  int threads = 2;            // kernels and BLAS
+  int http_threads = 64;      // connections served at once
+  int64_t block_tokens = 16;  // KV block size
+  int64_t kv_memory = 0;      // bytes of KV cache; 0: room for max_running sequences of the whole context
+  SchedulerLimits scheduler;
+  int64_t max_waiting = 256;
+  bool operator==(const ServeOptions&) const = default;
+};
+
+// px::Error naming the bad option.
+void validate(const ServeOptions& options);
+
+// "256M", "1.5GiB", "4096": bytes (K, M, G in powers of 1024; with or
+// without "iB" or "B"); px::Error naming `flag` and the text otherwise.
+int64_t parse_bytes(const std::string& text, const std::string& flag);
+
+}  // namespace px::serve
