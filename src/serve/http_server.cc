@@ -130,7 +130,7 @@ struct HttpServer::Impl {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, request, stream, state, head](size_t, httplib::DataSink& sink) {
+        [request, stream, state, head](size_t, httplib::DataSink& sink) {
           if (state->done) return false;
           if (!sink.is_writable()) {  // the client went away
             stream->cancel();

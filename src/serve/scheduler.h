@@ -44,6 +44,7 @@ struct SchedulerLimits {
   // (Orca's reservation; the baseline paging is measured against), instead
   // of for what it holds now.
   bool reserve_max_tokens = false;
+  bool operator==(const SchedulerLimits&) const = default;
 };
 
 // A run of a sequence's positions computed this iteration; `samples`: its

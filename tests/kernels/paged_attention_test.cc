@@ -23,10 +23,10 @@ using testing::all_close;
 using testing::random_vector;
 
 // A pool of `blocks` blocks and a sequence's cache written into it.
-struct Pool {
+struct CachePool {
   int64_t H, D, BS, blocks;
   std::vector<float> data;
-  Pool(int64_t h, int64_t d, int64_t bs, int64_t n) : H(h), D(d), BS(bs), blocks(n), data(n * 2 * h * bs * d, NAN) {}
+  CachePool(int64_t h, int64_t d, int64_t bs, int64_t n) : H(h), D(d), BS(bs), blocks(n), data(n * 2 * h * bs * d, NAN) {}
   // Writes the k and v of `rows` rows of qkv (N, 3, H, D) as positions [start, start + rows).
   void write(const float* qkv, int64_t rows, int64_t start, const std::vector<int32_t>& table) {
     const int64_t C = H * D;
@@ -49,7 +49,7 @@ std::vector<int32_t> table_of(int64_t n, int64_t pool, uint64_t seed) {
   return ids;
 }
 
-struct Shape {
+struct HeadShape {
   int64_t H, D, BS;
 };
 
@@ -57,12 +57,12 @@ TEST(PagedAttention, FastMatchesReferenceOnOddShapes) {
   testing::ThreadReset reset;
   for (int threads : testing::kThreadCounts) {
     set_threads(threads);
-    for (Shape s : {Shape{1, 1, 1}, Shape{3, 5, 3}, Shape{2, 8, 16}, Shape{4, 13, 7}}) {
+    for (HeadShape s : {HeadShape{1, 1, 1}, HeadShape{3, 5, 3}, HeadShape{2, 8, 16}, HeadShape{4, 13, 7}}) {
       // Three sequences: a decode row after 9 cached tokens, a 4-row chunk
       // after 5, a 70-row prefill from nothing (two row blocks).
       const std::vector<int64_t> rows = {1, 4, 70}, starts = {9, 5, 0};
       const int64_t N = 75, C = s.H * s.D, pool_blocks = 128;
-      Pool pool(s.H, s.D, s.BS, pool_blocks);
+      CachePool pool(s.H, s.D, s.BS, pool_blocks);
       const std::vector<float> qkv = random_vector(N * 3 * C, 7, -2.0f, 2.0f);
       std::vector<std::vector<int32_t>> tables;
       std::vector<AttentionSegment> segments;
@@ -109,7 +109,7 @@ TEST(PagedAttention, ChunksReadingTheCacheGiveWhatOnePassGives) {
   const std::vector<float> no_cache(1, NAN);
   paged_attention(H, D, BS, qkv.data(), no_cache.data(), {&one, 1}, whole.data());
 
-  Pool pool(H, D, BS, 16);
+  CachePool pool(H, D, BS, 16);
   const std::vector<int32_t> table = table_of(11, 16, 1);
   std::vector<int64_t> chunks = {17, 9};
   chunks.resize(chunks.size() + 15, 1);
@@ -127,7 +127,7 @@ TEST(PagedAttention, ChunksReadingTheCacheGiveWhatOnePassGives) {
 
 TEST(PagedAttention, ARowsResultDoesNotDependOnTheBatch) {
   const int64_t H = 3, D = 8, C = H * D, BS = 4;
-  Pool pool(H, D, BS, 12);
+  CachePool pool(H, D, BS, 12);
   const std::vector<int32_t> a = table_of(6, 12, 2);
   const std::vector<int32_t> b(a.rbegin(), a.rend());
   const std::vector<float> cached = random_vector(20 * 3 * C, 4);

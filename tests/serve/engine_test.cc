@@ -16,7 +16,7 @@
 namespace px::serve {
 namespace {
 
-const nn::GptConfig kConfig{.vocab = 256, .block = 40, .n_layer = 2, .n_head = 2, .n_embd = 16};
+const nn::GptConfig kEngineConfig{.vocab = 256, .block = 40, .n_layer = 2, .n_head = 2, .n_embd = 16};
 
 CompletionRequest greedy(const std::string& prompt, int64_t max_tokens) {
   return {.prompts = {prompt}, .max_tokens = max_tokens, .temperature = 0};
@@ -50,25 +50,25 @@ std::vector<std::string> drain(Engine& engine, const std::vector<std::shared_ptr
 std::string as_text(const std::string& bytes) { return to_utf8(bytes, true); }
 
 TEST(Engine, AGreedyChoiceIsTheFullForwardsContinuation) {
-  const ParamStore params = testing::scaled_gpt_weights(kConfig, 1);
-  Engine engine(kConfig, params, {.cache = {.blocks = 16, .block_tokens = 4}});
+  const ParamStore params = testing::scaled_gpt_weights(kEngineConfig, 1);
+  Engine engine(kEngineConfig, params, {.cache = {.blocks = 16, .block_tokens = 4}});
   const auto stream = engine.submit(greedy("hello there", 20));
-  EXPECT_EQ(drain(engine, {stream}).front(), as_text(testing::greedy_continuation(kConfig, params, "hello there", 20)));
+  EXPECT_EQ(drain(engine, {stream}).front(), as_text(testing::greedy_continuation(kEngineConfig, params, "hello there", 20)));
   EXPECT_EQ(stream->usage().prompt_tokens, 11);
   EXPECT_EQ(stream->usage().completion_tokens, 20);
   EXPECT_EQ(engine.metrics().kv_blocks_used, 0);
 }
 
 TEST(Engine, ConcurrentRequestsEachEqualTheirOwnContinuation) {
-  const ParamStore params = testing::scaled_gpt_weights(kConfig, 2);
-  Engine engine(kConfig, params, {.scheduler = {.max_batch_tokens = 24}, .cache = {.blocks = 64, .block_tokens = 4}});
+  const ParamStore params = testing::scaled_gpt_weights(kEngineConfig, 2);
+  Engine engine(kEngineConfig, params, {.scheduler = {.max_batch_tokens = 24}, .cache = {.blocks = 64, .block_tokens = 4}});
   std::vector<std::shared_ptr<RequestStream>> streams;
   std::vector<std::string> expected;
   for (int i = 0; i < 12; ++i) {
     const std::string prompt = std::string("prompt ") + std::string(static_cast<size_t>(1 + i * 2), static_cast<char>('a' + i));
-    const int64_t tokens = std::min<int64_t>(3 + (i * 7) % 15, kConfig.block - static_cast<int64_t>(prompt.size()));
+    const int64_t tokens = std::min<int64_t>(3 + (i * 7) % 15, kEngineConfig.block - static_cast<int64_t>(prompt.size()));
     streams.push_back(engine.submit(greedy(prompt, tokens)));
-    expected.push_back(as_text(testing::greedy_continuation(kConfig, params, prompt, tokens)));
+    expected.push_back(as_text(testing::greedy_continuation(kEngineConfig, params, prompt, tokens)));
     if (i % 3 == 2) engine.step();  // arrivals while others run
   }
   EXPECT_EQ(drain(engine, streams), expected);
@@ -76,15 +76,15 @@ TEST(Engine, ConcurrentRequestsEachEqualTheirOwnContinuation) {
 }
 
 TEST(Engine, PreemptedAndRecomputedChoicesStillEqualTheirContinuation) {
-  const ParamStore params = testing::scaled_gpt_weights(kConfig, 3);
+  const ParamStore params = testing::scaled_gpt_weights(kEngineConfig, 3);
   // 12 blocks of 4: one context (10 blocks) and little more, for 6 requests.
-  Engine engine(kConfig, params, {.cache = {.blocks = 12, .block_tokens = 4}});
+  Engine engine(kEngineConfig, params, {.cache = {.blocks = 12, .block_tokens = 4}});
   std::vector<std::shared_ptr<RequestStream>> streams;
   std::vector<std::string> expected;
   for (int i = 0; i < 6; ++i) {
     const std::string prompt = "p" + std::to_string(i * 37);
     streams.push_back(engine.submit(greedy(prompt, 24)));
-    expected.push_back(as_text(testing::greedy_continuation(kConfig, params, prompt, 24)));
+    expected.push_back(as_text(testing::greedy_continuation(kEngineConfig, params, prompt, 24)));
   }
   EXPECT_EQ(drain(engine, streams), expected);
   EXPECT_GT(engine.metrics().preemptions, 0u);
@@ -92,8 +92,8 @@ TEST(Engine, PreemptedAndRecomputedChoicesStillEqualTheirContinuation) {
 }
 
 TEST(Engine, ACancelledRequestFreesItsBlocks) {
-  const ParamStore params = testing::scaled_gpt_weights(kConfig, 4);
-  Engine engine(kConfig, params, {.cache = {.blocks = 16, .block_tokens = 4}});
+  const ParamStore params = testing::scaled_gpt_weights(kEngineConfig, 4);
+  Engine engine(kEngineConfig, params, {.cache = {.blocks = 16, .block_tokens = 4}});
   const auto stream = engine.submit(greedy("cancel me", 25));
   engine.step();
   engine.step();
@@ -106,8 +106,8 @@ TEST(Engine, ACancelledRequestFreesItsBlocks) {
 }
 
 TEST(Engine, AFullQueueIsRefusedByName) {
-  const ParamStore params = testing::scaled_gpt_weights(kConfig, 5);
-  Engine engine(kConfig, params, {.cache = {.blocks = 16, .block_tokens = 4}, .max_waiting = 2});
+  const ParamStore params = testing::scaled_gpt_weights(kEngineConfig, 5);
+  Engine engine(kEngineConfig, params, {.cache = {.blocks = 16, .block_tokens = 4}, .max_waiting = 2});
   engine.submit(greedy("a", 2));
   engine.submit(greedy("b", 2));
   EXPECT_THROW(engine.submit(greedy("c", 2)), QueueFull);
@@ -115,9 +115,9 @@ TEST(Engine, AFullQueueIsRefusedByName) {
 }
 
 TEST(Engine, APoolThatCannotHoldOneContextIsRefused) {
-  const ParamStore params = testing::scaled_gpt_weights(kConfig, 6);
+  const ParamStore params = testing::scaled_gpt_weights(kEngineConfig, 6);
   try {
-    Engine engine(kConfig, params, {.cache = {.blocks = 9, .block_tokens = 4}});
+    Engine engine(kEngineConfig, params, {.cache = {.blocks = 9, .block_tokens = 4}});
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("the KV cache holds 36 tokens"), std::string::npos) << e.what();

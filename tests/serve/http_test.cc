@@ -21,13 +21,13 @@ namespace {
 
 using nlohmann::json;
 
-const nn::GptConfig kConfig{.vocab = 256, .block = 64, .n_layer = 2, .n_head = 2, .n_embd = 16};
+const nn::GptConfig kHttpConfig{.vocab = 256, .block = 64, .n_layer = 2, .n_head = 2, .n_embd = 16};
 
 // An engine and its server, running until the fixture ends.
 class Served {
  public:
   explicit Served(EngineOptions options = {.cache = {.blocks = 64, .block_tokens = 4}})
-      : weights_(testing::scaled_gpt_weights(kConfig, 7)), engine_(kConfig, weights_, options),
+      : weights_(testing::scaled_gpt_weights(kHttpConfig, 7)), engine_(kHttpConfig, weights_, options),
         http_(engine_, {.host = "127.0.0.1", .port = 0, .threads = 16}) {
     port_ = http_.bind();
     listener_ = std::thread([this] { http_.listen(); });
@@ -121,8 +121,8 @@ TEST(Http, EachBadFieldIsA400NamingIt) {
 
 TEST(Http, AFullQueueIs429WithRetryAfter) {
   // Without an engine thread nothing leaves the queue.
-  const ParamStore weights = testing::scaled_gpt_weights(kConfig, 8);
-  Engine engine(kConfig, weights, {.cache = {.blocks = 64, .block_tokens = 4}, .max_waiting = 1});
+  const ParamStore weights = testing::scaled_gpt_weights(kHttpConfig, 8);
+  Engine engine(kHttpConfig, weights, {.cache = {.blocks = 64, .block_tokens = 4}, .max_waiting = 1});
   HttpServer http(engine, {.host = "127.0.0.1", .port = 0});
   const int port = http.bind();
   std::thread listener([&] { http.listen(); });
