@@ -23,7 +23,8 @@
 #   --tsan     ThreadSanitizer (clang, build-tsan/) on the threaded layers:
 #              the in-process transport and collectives, the communication
 #              engine, the executor across in-process ranks (data, tensor
-#              and pipeline parallelism) and the parameter server; built
+#              and pipeline parallelism), the parameter server and the
+#              serving engine against its HTTP threads; built
 #              without ONNX (-DPX_ONNX=OFF), the one build CI makes so
 #              (the runtime's tests then check the refusal of an ONNX model)
 #   --fuzz[=S] every libFuzzer harness (fuzz/, built in build-asan/) for S
@@ -158,7 +159,7 @@ if wants tsan; then
   # Also CI's build without ONNX (-DPX_ONNX=OFF): the engine builds without
   # libonnx, and the runtime's tests include its named refusal of an ONNX model.
   configure_clang build-tsan thread -DPX_ONNX=OFF
-  tsan_programs=(px_comm_tests px_comm_engine_tests px_parallel_tests px_runtime_tests)
+  tsan_programs=(px_comm_tests px_comm_engine_tests px_parallel_tests px_runtime_tests px_serve_tests)
   stage "tsan build" -- ninja -C build-tsan -j"$jobs" "${tsan_programs[@]}"
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
   # The threaded layers' cases (the `tsan` entries of tests/CMakeLists.txt).
