@@ -161,7 +161,6 @@ void Engine::drop_cancelled() {
   }
 }
 
-void Engine::hand_out(const Choice& choice, ChoiceEvent event, bool ends) { choice.stream->push(std::move(event), ends); }
 
 bool Engine::step() {
   join_submitted();
@@ -209,7 +208,7 @@ bool Engine::step() {
       ++metrics_.finished_length;
     }
     const bool ends = !event.finish_reason.empty();
-    hand_out(choice, std::move(event), ends);
+    choice.stream->push(std::move(event), ends);
     if (ends) {
       metrics_.request_seconds.observe(seconds_between(choice.arrival, now));
       scheduler_.remove(&s);

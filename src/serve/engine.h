@@ -108,8 +108,6 @@ class Engine {
   struct Choice;
   void join_submitted();
   void drop_cancelled();
-  void hand_out(const Choice& choice, ChoiceEvent event, bool ends);
-  void end(Choice& choice, const std::string& reason, std::string text);
   void update_gauges(double iteration_seconds, int64_t generated);
 
   nn::GptConfig config_;
@@ -123,7 +121,6 @@ class Engine {
   mutable std::mutex inbox_mutex_;  // what other threads hand in
   std::condition_variable inbox_ready_;
   std::vector<std::unique_ptr<Choice>> inbox_;
-  int64_t queued_requests_ = 0;  // submitted and not yet running or ended, for max_waiting
   bool stopping_ = false;
   uint64_t next_id_ = 0;
   std::deque<std::pair<double, int64_t>> recent_;  // (time, tokens generated) of recent iterations
