@@ -4,9 +4,13 @@
 #include <atomic>
 #include <csignal>
 #include <iostream>
+#include <sstream>
+
+#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/train_flags.h"
+#include "comm/backends.h"
 #include "kernels/cpu_features.h"
 #include "serve/serve.h"
 
@@ -46,6 +50,12 @@ void add_serve_command(CLI::App& app) {
                   "iteration (Orca: sequences join and leave every iteration) or request (a batch runs until its "
                   "last member ends)")
       ->capture_default_str();
+  cmd->add_option("--tp", o->serve.tp,
+                  "tensor-parallel ranks in this process (Megatron's splits; under mpirun the world is the group)")
+      ->capture_default_str();
+  cmd->add_option("--timeout", o->serve.timeout_ms, "ms every wait between ranks may take (an idle server keeps "
+                                                    "its ranks well inside it)")
+      ->capture_default_str();
   cmd->add_flag("--reserve-max-tokens", o->serve.scheduler.reserve_max_tokens,
                 "admit a sequence only with KV blocks for its max_tokens (Orca's reservation) instead of paging");
   cmd->callback([o] {
@@ -57,7 +67,20 @@ void add_serve_command(CLI::App& app) {
     else fail("--scheduler '{}' is not one of iteration, request", o->scheduler);
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
-    serve::serve(o->serve, g_stop, std::cout);
+    if (!launched_by_mpi()) return serve::serve(o->serve, g_stop, std::cout);
+    // Launched by mpirun: the world is the tensor-parallel group, rank 0 serves HTTP.
+    comm::mpi::init(nullptr, nullptr, {.timeout = std::chrono::milliseconds(o->serve.timeout_ms)},
+                    {.pmi_fd = launcher_pmi_fd()});
+    comm::Communicator& world = comm::mpi::world();
+    try {
+      std::ostringstream quiet;  // only rank 0 speaks
+      serve::serve(o->serve, g_stop, world.rank() == 0 ? static_cast<std::ostream&>(std::cout) : quiet, {}, &world);
+    } catch (const std::exception& error) {
+      // The other ranks would wait out their timeouts: end them all now.
+      fmt::print(stderr, "error: rank {}: {}\n", world.rank(), error.what());
+      comm::mpi::abort(1);
+    }
+    comm::mpi::finalize();
   });
 }
 

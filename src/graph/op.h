@@ -135,6 +135,10 @@ struct OpDef {
   // stores_in_bf16) instead of inserting a cast, and its shape rule and
   // forward read the stamp. One pass over the value instead of two.
   bool stores_bf16 = false;
+  // It is an attention core: its first input packs q|k|v along one dim, so
+  // the GEMM that makes it is split by tensor parallelism in three groups
+  // (each rank its heads of q, k and v: parallel/split_units.h).
+  bool attention_core = false;
 };
 
 // The registry. Ops register themselves from static initializers in

@@ -105,12 +105,13 @@ std::vector<ValueId> forward_ids(const Propagation& placement, const std::vector
 
 // Placements on every axis, the rule's reshard nodes inserted. Along the
 // model axes each gradient is resharded to where its parameter is stored,
-// and the loss is made whole (a loss of sequence shards is a summand per
-// rank); along the data axis (and the context axis, whose gradients are
-// summands too: `summed`) the buckets carry them (the transitions).
-// `grads` and `loss` come back as the placed graph's ids.
+// and the loss and `whole_outputs` are made whole (a loss of sequence
+// shards is a summand per rank, a vocabulary-split head's logits are
+// gathered); along the data axis (and the context axis, whose gradients
+// are summands too: `summed`) the buckets carry them (the transitions).
+// `grads`, `loss` and `whole_outputs` come back as the placed graph's ids.
 Propagation place(const Graph& graph, const Strategy& strategy, bool backward, std::array<int, 2> summed,
-                  std::vector<ParamGrad>& grads, ValueId& loss) {
+                  std::vector<ParamGrad>& grads, ValueId& loss, std::vector<ValueId>& whole_outputs) {
   PlacementRequest placing{.graph = &graph,
                            .mesh = &strategy.mesh,
                            .seeds = seeds_by_value(graph, strategy, backward),
@@ -132,13 +133,15 @@ Propagation place(const Graph& graph, const Strategy& strategy, bool backward, s
     if (static_cast<int>(a) != summed[0] && static_cast<int>(a) != summed[1] && !placing.whole_axes[a])
       whole[a] = Placement::B();
   if (loss != kNoValue) placing.targets.push_back({loss, whole});
+  for (ValueId v : whole_outputs) placing.targets.push_back({v, whole});
   Propagation placement = propagate(placing);
   size_t t = 0;
   for (size_t i = 0; i < grads.size(); ++i) {
     grads[i].param = placement.value_of[static_cast<size_t>(grads[i].param)];
     if (grads[i].grad != kNoValue) grads[i].grad = placement.target_of[t++];
   }
-  if (loss != kNoValue) loss = placement.target_of[t];
+  if (loss != kNoValue) loss = placement.target_of[t++];
+  for (ValueId& v : whole_outputs) v = placement.target_of[t++];
   return placement;
 }
 
@@ -211,7 +214,8 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   std::vector<ParamGrad> grads = with_backward(graph, request);
   forward_nodes += store_gemm_operands_in_bf16(graph);  // its casts follow forward nodes
   ValueId loss = request.loss;
-  std::vector<ValueId> request_outputs = request.outputs;
+  std::vector<ValueId> request_outputs = request.outputs;  // then the shard outputs
+  request_outputs.insert(request_outputs.end(), request.shard_outputs.begin(), request.shard_outputs.end());
   if (seeds_only_on_the_data_axis(strategy)) {
     const FusedBiases fused = fuse_bias_into_gemms(graph);
     forward_nodes -= fused.fused;
@@ -226,9 +230,10 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   const int context_axis = strategy.context_ranks() > 1 ? strategy.mesh.axis(strategy.context.axis) : -1;
   const std::vector<int> coords = strategy.mesh.coords(rank);
 
-  const Propagation placement = place(graph, strategy, request.training, {axis, context_axis}, grads, loss);
-  std::vector<ValueId> outputs;
-  for (ValueId v : request_outputs) outputs.push_back(placement.value_of[static_cast<size_t>(v)]);
+  std::vector<ValueId> outputs(request_outputs.begin(), request_outputs.begin() + static_cast<ptrdiff_t>(request.outputs.size()));
+  const Propagation placement = place(graph, strategy, request.training, {axis, context_axis}, grads, loss, outputs);
+  for (size_t i = request.outputs.size(); i < request_outputs.size(); ++i)
+    outputs.push_back(placement.value_of[static_cast<size_t>(request_outputs[i])]);
   const int local_forward_nodes = forward_nodes < static_cast<int>(placement.node_of.size())
                                       ? placement.node_of[static_cast<size_t>(forward_nodes)]
                                       : static_cast<int>(placement.graph.nodes().size());

@@ -39,7 +39,13 @@ namespace px::parallel {
 struct LowerRequest {
   const Graph* forward = nullptr;  // forward graph built for the global batch
   ValueId loss = kNoValue;         // a scalar; kNoValue: none (a forward-only Program, training false)
-  std::vector<ValueId> outputs;    // also returned per micro-batch (evaluation: the logits)
+  // Also returned per micro-batch (evaluation: the logits), whole along
+  // every axis but the data axis, as the loss is (a vocabulary-split head's
+  // logits are gathered).
+  std::vector<ValueId> outputs;
+  // Returned after `outputs`, as this rank holds them (a decode step's k
+  // and v of the rank's heads, written into its KV cache).
+  std::vector<ValueId> shard_outputs;
   bool training = true;            // add backward, the gradient collectives and the updates
   // The collective algorithm the executor will run:
   // the wire bytes stamped on each instruction are that algorithm's.

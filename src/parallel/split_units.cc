@@ -95,18 +95,24 @@ std::pair<int, std::vector<int>> region_after(const Graph& graph, const std::vec
         if (inside.insert(out).second) frontier.push_back(out);
     }
   }
-  for (int index : nodes)
-    for (ValueId v : graph.nodes()[static_cast<size_t>(index)].inputs) {
+  for (int index : nodes) {
+    const Node& node = graph.nodes()[static_cast<size_t>(index)];
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const ValueId v = node.inputs[i];
       const Value& value = graph.value(v);
       if (value.kind == Value::Kind::param || inside.count(v)) continue;
+      // An attention core's inputs past q|k|v (paged attention's segment
+      // table) say where each row attends, they carry no activation in.
+      if (node.def->attention_core && i > 0) continue;
       if (value.kind == Value::Kind::activation) {  // a constant made in the graph (arange) is not an entry
         const Node& p = graph.nodes()[static_cast<size_t>(value.producer)];
         if (std::none_of(p.inputs.begin(), p.inputs.end(),
-                         [&](ValueId i) { return graph.value(i).kind != Value::Kind::param; }))
+                         [&](ValueId in) { return graph.value(in).kind != Value::Kind::param; }))
           continue;
       }
       return {-1, {}};
     }
+  }
   if (exit < 0) return {-1, {}};
   return {exit, std::vector<int>(nodes.begin(), nodes.end())};
 }
@@ -194,7 +200,7 @@ std::vector<SplitUnit> split_units(const Graph& graph) {
     if (residual != kNoValue) {
       const GemmLayer& row = layers[static_cast<size_t>(next)];
       const bool attention = std::any_of(region.begin(), region.end(), [&](int n) {
-        return graph.nodes()[static_cast<size_t>(n)].op() == "attention";
+        return graph.nodes()[static_cast<size_t>(n)].def->attention_core;
       });
       unit = {.name = block_name(layers[i], row, attention),
               .layers = {layers[i], row},

@@ -75,7 +75,7 @@ void RequestStream::push(ChoiceEvent event, bool ends_choice) {
 Engine::Engine(const nn::GptConfig& config, const ParamStore& weights, EngineOptions options)
     : config_(config),
       options_(options),
-      runner_(config, weights, options.cache, options.precision),
+      runner_(config, weights, options.cache, options.precision, options.group),
       pool_(options.cache.blocks, options.cache.block_tokens),
       scheduler_(options.scheduler, pool_) {
   if (pool_tokens() < config_.block)
@@ -241,9 +241,12 @@ void Engine::run(std::chrono::milliseconds idle) {
   for (;;) {
     if (step()) continue;
     std::unique_lock<std::mutex> lock(inbox_mutex_);
-    if (stopping_ && inbox_.empty() && choices_.empty()) return;
-    inbox_ready_.wait_for(lock, idle, [&] { return !inbox_.empty() || stopping_; });
+    if (stopping_ && inbox_.empty() && choices_.empty()) break;
+    const bool woken = inbox_ready_.wait_for(lock, idle, [&] { return !inbox_.empty() || stopping_; });
+    lock.unlock();
+    if (!woken) runner_.idle();
   }
+  runner_.stop_followers();
 }
 
 void Engine::stop() {

@@ -41,6 +41,9 @@ struct EngineOptions {
   decode::KvCacheShape cache;
   int64_t max_waiting = 256;  // requests queued before 429
   Precision precision = Precision::fp32;
+  // Tensor-parallel serving: this rank (the lead) and the group whose
+  // followers run every iteration with it (nullptr: one rank).
+  decode::DecodeGroup* group = nullptr;
 };
 
 // One token of one choice, or its end.
@@ -93,7 +96,9 @@ class Engine {
   std::shared_ptr<RequestStream> submit(const CompletionRequest& request);
   // One iteration; false when there was nothing to run. The engine's thread.
   bool step();
-  // Steps until stop(), waiting for work at most `idle` at a time.
+  // Steps until stop(), waiting for work at most `idle` at a time (after
+  // each such wait a group's followers get an idle tick, so `idle` must be
+  // well inside their communicator's timeout); then releases the followers.
   void run(std::chrono::milliseconds idle);
   // Drains: submit refuses from now on, run returns once every running
   // and waiting choice has ended. Any thread.

@@ -22,6 +22,11 @@ struct ServeOptions {
   int64_t kv_memory = 0;      // bytes of KV cache; 0: room for max_running sequences of the whole context
   SchedulerLimits scheduler;
   int64_t max_waiting = 256;
+  // Tensor-parallel ranks (Megatron's splits; in process, or the MPI world
+  // that launched the server). --kv-memory is each rank's: a rank caches
+  // its heads' k and v, so tp ranks hold tp times the tokens.
+  int tp = 1;
+  int64_t timeout_ms = 60000;  // every wait between ranks (an idle server sends ticks well inside it)
   bool operator==(const ServeOptions&) const = default;
 };
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/backends.h"
 #include "runtime/decode/block_pool.h"
 #include "runtime/decode/decode_runner.h"
 #include "runtime/tasks/sampling.h"
@@ -117,6 +118,64 @@ TEST(Decode, GreedySampleIsTheFullRecomputeContinuationPastTheContext) {
   const std::string expected = testing::greedy_continuation(kConfig, params, prompt, tokens);
   const std::string got = sample_text(kConfig, params, prompt, {.tokens = tokens, .sampling = {.temperature = 0}});
   EXPECT_EQ(got, expected);
+}
+
+// Tensor parallelism: the iterations of a few sequences (prefills and
+// decodes mixed) over 2 and 4 ranks in process give the one-rank logits,
+// each rank computing and caching its heads only.
+TEST(DecodeTensorParallel, EveryRankCountGivesTheOneRankLogits) {
+  const ParamStore params = weights(7);
+  const int64_t block_tokens = 4, entries = nn::block_table_entries(kConfig, block_tokens);
+  BlockPool pool(3 * entries, block_tokens);
+  std::vector<std::vector<int32_t>> sequences = {random_tokens(30, 11), random_tokens(9, 12), random_tokens(20, 13)};
+  std::vector<std::vector<int32_t>> tables(3);
+  std::vector<int64_t> done(3, 0);
+  std::vector<DecodeBatch> batches;
+  for (const std::vector<int64_t>& rows : std::vector<std::vector<int64_t>>{{7, 0, 0}, {1, 5, 0}, {1, 1, 13}, {1, 1, 1}}) {
+    std::vector<SequenceChunk> chunks;
+    for (size_t s = 0; s < 3; ++s) {
+      if (rows[s] == 0) continue;
+      ASSERT_TRUE(pool.grow(tables[s], done[s] + rows[s]));
+      chunks.push_back({.tokens = sequences[s], .start = done[s], .rows = rows[s], .blocks = tables[s]});
+      done[s] += rows[s];
+    }
+    batches.push_back(make_batch(chunks, entries, block_tokens));
+  }
+  const KvCacheShape cache{.blocks = pool.blocks(), .block_tokens = block_tokens};
+  std::vector<Tensor> expected;
+  DecodeRunner one(kConfig, params, cache);
+  for (const DecodeBatch& batch : batches) expected.push_back(one.run(batch));
+  for (int tp : {2, 4}) {
+    comm::run_inproc(tp, [&](comm::Communicator& ranks) {
+      DecodeGroup group(ranks);
+      DecodeRunner runner(kConfig, params, cache, Precision::fp32, &group);
+      if (!group.lead()) return runner.follow();
+      double worst = 0;
+      for (size_t b = 0; b < batches.size(); ++b) {
+        const Tensor logits = runner.run(batches[b]);
+        ASSERT_EQ(logits.shape(), expected[b].shape());
+        for (int64_t i = 0; i < logits.numel(); ++i)
+          worst = std::max(worst, std::abs(double(logits.f32()[i]) - expected[b].f32()[i]));
+        if (b == 1) runner.idle();  // an idle tick between iterations changes nothing
+      }
+      EXPECT_LT(worst, 1e-4) << "tp " << tp;
+      EXPECT_EQ(runner.local_heads(), kConfig.n_head / tp);
+      runner.stop_followers();
+    });
+  }
+}
+
+TEST(DecodeTensorParallel, ADegreeThatDoesNotDivideTheHeadsIsRefusedByName) {
+  const ParamStore params = weights(8);
+  comm::run_inproc(3, [&](comm::Communicator& ranks) {
+    DecodeGroup group(ranks);
+    try {
+      DecodeRunner runner(kConfig, params, {.blocks = 8, .block_tokens = 4}, Precision::fp32, &group);
+      ADD_FAILURE() << "tp 3 over 4 heads was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--tp 3 does not divide n_head=4"), std::string::npos) << e.what();
+    }
+  });
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -48,6 +49,31 @@ inline std::string greedy_continuation(const nn::GptConfig& config, const ParamS
     out.push_back(static_cast<char>(token));
   }
   return out;
+}
+
+// Where a greedy continuation `got` first leaves the reference's
+// (`expected`, from greedy_continuation), and whether the reference had a
+// near tie there: its two best logits within `tie` (float noise from
+// another summation order, e.g. tensor parallelism's allreduce, may pick
+// either, and everything after differs).
+struct GreedyDivergence {
+  int64_t position = -1;  // -1: equal
+  double margin = 0;      // the reference's best minus second-best logit there
+  bool near_tie(double tie = 1e-4) const { return position >= 0 && margin <= tie; }
+};
+inline GreedyDivergence greedy_divergence(const nn::GptConfig& config, const ParamStore& params, const std::string& prompt,
+                                          const std::string& got, const std::string& expected) {
+  const size_t n = std::min(got.size(), expected.size());
+  size_t at = 0;
+  while (at < n && got[at] == expected[at]) ++at;
+  if (at == n && got.size() == expected.size()) return {};
+  std::vector<int32_t> context;
+  for (char c : prompt + expected.substr(0, at)) context.push_back(static_cast<unsigned char>(c));
+  const auto window = std::min(static_cast<int64_t>(context.size()), config.block);
+  std::vector<float> logits =
+      full_forward(config, params, std::span<const int32_t>(context).last(static_cast<size_t>(window)));
+  std::partial_sort(logits.begin(), logits.begin() + 2, logits.end(), std::greater<>());
+  return {.position = static_cast<int64_t>(at), .margin = double(logits[0]) - logits[1]};
 }
 
 // Parameters for `config` drawn from `seed`, scaled by `scale`: larger than

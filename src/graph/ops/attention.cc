@@ -18,6 +18,7 @@ void require_qkv(const Shape& s) {
 OpDef make_attention() {
   OpDef d;
   d.name = "attention";
+  d.attention_core = true;
   d.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
     require_count(in, 1, 1);
     const Shape& q = in[0].shape;

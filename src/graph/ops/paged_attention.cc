@@ -82,6 +82,7 @@ void draw_segments(std::vector<Tensor>& in, uint64_t seed) {
 OpDef make_paged_attention() {
   OpDef d;
   d.name = "paged_attention";
+  d.attention_core = true;
   d.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
     require_count(in, 3, 3);
     const Shape& q = in[0].shape;

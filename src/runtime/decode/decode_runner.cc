@@ -1,9 +1,12 @@
 #include "runtime/decode/decode_runner.h"
 
 #include <cstring>
+#include <map>
 
 #include "core/error.h"
 #include "parallel/lower.h"
+#include "runtime/decode/decode_strategy.h"
+#include "runtime/state/program_state.h"
 
 namespace px::decode {
 
@@ -12,30 +15,59 @@ int64_t kv_cache_bytes(const nn::GptConfig& c, const KvCacheShape& s) {
 }
 
 DecodeRunner::DecodeRunner(const nn::GptConfig& config, const ParamStore& weights, KvCacheShape cache,
-                           Precision precision)
-    : config_(config), cache_(cache), precision_(precision) {
+                           Precision precision, DecodeGroup* group)
+    : config_(config), cache_(cache), precision_(precision), group_(group), weights_(weights) {
   nn::validate(config_);
-  const int64_t H = config_.n_head, D = config_.n_embd / H;
-  NamedTensors named = weights.named();
-  for (int64_t i = 0; i < config_.n_layer; ++i) {
-    caches_.push_back(Tensor::zeros({cache_.blocks, 2, H, cache_.block_tokens, D}, DType::f32));
-    named.emplace_back(nn::kv_cache_name(i), caches_.back());
+  check_tensor_parallel(config_, group_ ? group_->size() : 1);
+  if (cache_.blocks < 1 || cache_.block_tokens < 1)
+    fail("decode: a KV cache of {} blocks of {} tokens; expected at least one block of one token", cache_.blocks,
+         cache_.block_tokens);
+}
+
+DecodeRunner::~DecodeRunner() {
+  if (group_ == nullptr || !group_->lead()) return;
+  try {
+    stop_followers();
+  } catch (const std::exception&) {
+    // A follower is gone: its own failure is what gets reported.
+  }
+}
+
+// This rank's weights (its shard where the strategy splits one) and its
+// caches at their local shape (its heads), bound to the executor.
+void DecodeRunner::bind(const parallel::Program& program) {
+  std::map<std::string, Tensor> caches;
+  for (int64_t layer = 0; layer < config_.n_layer; ++layer) caches[nn::kv_cache_name(layer)] = Tensor();
+  NamedTensors named;
+  for (const parallel::ParamLayout& param : program.params) {
+    const auto cache = caches.find(param.name);
+    if (cache != caches.end()) cache->second = Tensor::zeros(param.shape, DType::f32);
+    named.emplace_back(param.name, cache != caches.end() ? cache->second : local_of(program, weights_.at(param.name), param));
+  }
+  for (int64_t layer = 0; layer < config_.n_layer; ++layer) {
+    caches_.push_back(caches.at(nn::kv_cache_name(layer)));
+    PX_CHECK(caches_.back().defined(), "the decode Program has no parameter '{}'", nn::kv_cache_name(layer));
   }
   bound_ = ParamStore::of(std::move(named));
 }
 
-DecodeRunner::~DecodeRunner() = default;
-
 void DecodeRunner::lower_for(int64_t tokens) {
   const nn::DecodeModel model =
       nn::build_gpt_decode(config_, {.tokens = tokens, .cache_blocks = cache_.blocks, .block_tokens = cache_.block_tokens});
-  std::vector<ValueId> outputs = {model.logits};
-  outputs.insert(outputs.end(), model.qkv.begin(), model.qkv.end());
-  const std::vector<std::string> batch_inputs = {"tokens", "positions", "segments"};
-  parallel::Program program =
-      parallel::lower_single(model.graph, kNoValue, outputs, batch_inputs, false, precision_);
+  const int tp = group_ ? group_->size() : 1;
+  parallel::Strategy strategy = decode_strategy(model.graph, config_, tp);
+  strategy.precision = precision_;
+  strategy.lowering.updates = false;
+  strategy.lowering.global_norm = false;
+  // mesh {dp: 1, tp}: this rank's coordinate on tp is its group rank.
+  parallel::Program program = parallel::lower(
+      {.forward = &model.graph, .outputs = {model.logits}, .shard_outputs = model.qkv, .training = false}, strategy,
+      group_ ? group_->rank() : 0);
   if (!executor_) {
-    executor_ = std::make_unique<ProgramExecutor>(std::move(program), AxisGroups{});
+    bind(program);
+    AxisGroups groups;
+    if (tp > 1) groups.axis = {nullptr, &group_->ranks()};
+    executor_ = std::make_unique<ProgramExecutor>(std::move(program), groups);
     executor_->use_parameters(bound_);
     feeds_ = {model.tokens, model.positions, model.segments};
   } else {
@@ -45,17 +77,42 @@ void DecodeRunner::lower_for(int64_t tokens) {
 }
 
 Tensor DecodeRunner::run(const DecodeBatch& batch) {
-  const int64_t N = batch.rows();
-  PX_CHECK(N >= 1, "an empty decode batch");
+  PX_CHECK(batch.rows() >= 1, "an empty decode batch");
   PX_CHECK_EQ(batch.table_entries, table_entries());
+  for (int32_t t : batch.tokens)
+    if (t < 0 || t >= config_.vocab) fail("decode: token {} is outside the vocabulary of {}", t, config_.vocab);
+  if (group_ != nullptr) group_->send_run(batch);
+  return run_here(batch);
+}
+
+void DecodeRunner::idle() {
+  if (group_ != nullptr && !stopped_) group_->send_idle();
+}
+
+void DecodeRunner::stop_followers() {
+  if (group_ == nullptr || stopped_) return;
+  stopped_ = true;
+  group_->send_stop();
+}
+
+void DecodeRunner::follow() {
+  PX_CHECK(group_ != nullptr && !group_->lead(), "decode: follow() is for a follower of a tensor-parallel group");
+  DecodeBatch batch;
+  for (;;) {
+    const Tick tick = group_->receive(batch);
+    if (tick == Tick::stop) return;
+    if (tick == Tick::run) run_here(batch);
+  }
+}
+
+Tensor DecodeRunner::run_here(const DecodeBatch& batch) {
+  const int64_t N = batch.rows();
   if (!lowered_.count(N)) lower_for(N);
   Tensor tokens = Tensor::empty({N}, DType::i32), positions = Tensor::empty({N}, DType::i32);
   Tensor segments = Tensor::empty({N, 3 + batch.table_entries}, DType::i32);
   std::memcpy(tokens.raw(), batch.tokens.data(), batch.tokens.size() * sizeof(int32_t));
   std::memcpy(positions.raw(), batch.positions.data(), batch.positions.size() * sizeof(int32_t));
   std::memcpy(segments.raw(), batch.segments.data(), batch.segments.size() * sizeof(int32_t));
-  for (int32_t t : batch.tokens)
-    if (t < 0 || t >= config_.vocab) fail("decode: token {} is outside the vocabulary of {}", t, config_.vocab);
   StepResult step = executor_->run(
       {.feeds = {{feeds_[0], tokens}, {feeds_[1], positions}, {feeds_[2], segments}}, .global_rows = N});
   PX_CHECK_EQ(step.outputs.size(), 1u);
