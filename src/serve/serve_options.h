@@ -17,7 +17,7 @@ struct ServeOptions {
   int port = 8000;  // 0: a free one, printed
   Precision precision = Precision::fp32;
   int threads = 2;            // kernels and BLAS
-  int http_threads = 64;      // connections served at once
+  int http_threads = 256;     // connections served at once (a stream holds one for its life)
   int64_t block_tokens = 16;  // KV block size
   int64_t kv_memory = 0;      // bytes of KV cache; 0: room for max_running sequences of the whole context
   SchedulerLimits scheduler;
