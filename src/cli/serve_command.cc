@@ -50,6 +50,8 @@ void add_serve_command(CLI::App& app) {
                   "iteration (Orca: sequences join and leave every iteration) or request (a batch runs until its "
                   "last member ends)")
       ->capture_default_str();
+  cmd->add_option("--run-dir", o->serve.run_dir,
+                  "write serve.jsonl (queue, batch, KV use, latency every 0.5 s) and serve.json for `parallax report`");
   cmd->add_option("--tp", o->serve.tp,
                   "tensor-parallel ranks in this process (Megatron's splits; under mpirun the world is the group)")
       ->capture_default_str();

@@ -43,16 +43,41 @@ nlohmann::json read_json_lines(const fs::path& path) {
   return lines;
 }
 
+// A serving run's headline: what was served and how fast it answered.
+std::string describe_serving(const nlohmann::json& run) {
+  const nlohmann::json& s = run["summary"];
+  const size_t windows = run["serving"].size();
+  if (!s.is_object())
+    return fmt::format("serving, {} windows of serve.jsonl (no serve.json: the server did not stop cleanly)\n", windows);
+  const auto ms = [&](const char* key) {
+    return s.contains(key) && s[key].is_number() ? fmt::format("{:.1f} ms", 1e3 * s[key].get<double>()) : std::string("-");
+  };
+  return fmt::format("serving at tp {} ({} scheduling), {} requests and {} generated tokens in {:.1f} s, {} "
+                     "preemptions\n  latency      TTFT p50 {}, p99 {}; inter-token p50 {}, p99 {}\n",
+                     s.value("tp", 1), s.value("scheduler", std::string("?")), s.value("requests", 0),
+                     s.value("generated_tokens", 0), s.value("seconds", 0.0), s.value("preemptions", 0), ms("ttft_p50_s"),
+                     ms("ttft_p99_s"), ms("itl_p50_s"), ms("itl_p99_s"));
+}
+
 }  // namespace
 
 nlohmann::json read_run_directory(const std::string& dir, const std::string& html_dir) {
   const fs::path root(dir);
   if (!fs::is_directory(root)) fail("run directory '{}' does not exist (give parallax train --run-dir DIR)", dir);
   const fs::path metrics = root / "metrics.jsonl";
-  if (!fs::exists(metrics))
-    fail("'{}' holds no metrics.jsonl: expected a directory written by `parallax train --run-dir {}`", dir, dir);
   std::string name = fs::absolute(root).lexically_normal().filename().string();
   if (name.empty()) name = fs::absolute(root).lexically_normal().parent_path().filename().string();
+  if (fs::exists(root / "serve.jsonl") && !fs::exists(metrics)) {  // a serving run (serve/run_log.h)
+    return {{"name", name},
+            {"dir", dir},
+            {"kind", "serve"},
+            {"serving", read_json_lines(root / "serve.jsonl")},
+            {"summary", fs::exists(root / "serve.json") ? read_json_file(root / "serve.json") : nlohmann::json()}};
+  }
+  if (!fs::exists(metrics))
+    fail("'{}' holds no metrics.jsonl or serve.jsonl: expected a directory written by `parallax train --run-dir {}` "
+         "or `parallax serve --run-dir {}`",
+         dir, dir, dir);
 
   nlohmann::json run{{"name", name}, {"dir", dir}, {"metrics", read_json_lines(metrics)}};
   run["summary"] = fs::exists(root / "run.json") ? read_json_file(root / "run.json") : nlohmann::json();
@@ -73,6 +98,7 @@ nlohmann::json read_run_directory(const std::string& dir, const std::string& htm
 std::string describe_run(const nlohmann::json& run) {
   const nlohmann::json& summary = run["summary"];
   std::string text = fmt::format("{}: ", run.value("name", std::string()));
+  if (run.value("kind", std::string()) == "serve") return text + describe_serving(run);
   if (!summary.is_object())
     return text + "no run.json (the run did not end, or was not given --run-dir): curves only\n";
   auto number = [](const nlohmann::json& j, const char* key) {

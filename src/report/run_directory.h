@@ -7,6 +7,10 @@
 //   trace.json      a Chrome trace of steps 2-4, every rank
 //   plan.json       how `parallax plan --explain` chose the strategy, when it did
 //   flight/         flight records (parallax doctor)
+//
+// or, as `parallax serve --run-dir DIR` leaves it (serve/run_log.h), a
+// serving run: serve.jsonl (required) and serve.json; its element has
+// "kind": "serve", "serving" (the lines) and "summary".
 #pragma once
 
 #include <string>

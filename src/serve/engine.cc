@@ -195,8 +195,9 @@ bool Engine::step() {
       event.logprob = decode::TokenSampler::logprob_of(last, config_.vocab, token);
       event.top = decode::TokenSampler::top_logprobs(last, config_.vocab, *choice.logprobs);
     }
-    (choice.first_token ? metrics_.time_to_first_token : metrics_.inter_token_latency)
-        .observe(seconds_between(choice.first_token ? choice.arrival : choice.last_token, now));
+    const double latency = seconds_between(choice.first_token ? choice.arrival : choice.last_token, now);
+    (choice.first_token ? metrics_.time_to_first_token : metrics_.inter_token_latency).observe(latency);
+    (choice.first_token ? metrics_.recent_ttft : metrics_.recent_itl).add(latency);
     choice.first_token = false;
     choice.last_token = now;
     if (choice.text.stopped()) {

@@ -1,6 +1,7 @@
 #include "serve/metrics.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -31,6 +32,22 @@ double Histogram::quantile(double q) const {
     below += here;
   }
   return bounds_.back();
+}
+
+void LatencySamples::add(double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (attached_) samples_.push_back(seconds);
+}
+
+void LatencySamples::attach(bool on) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  attached_ = on;
+  samples_.clear();
+}
+
+std::vector<double> LatencySamples::take() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(samples_, {});
 }
 
 std::string Histogram::text(const std::string& name, const std::string& help) const {

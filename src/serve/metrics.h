@@ -29,6 +29,21 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
+// Exact latencies since their reader last took them, kept only while a
+// reader is attached (the run log, serve/run_log.h): a window's
+// percentiles, finer than a histogram's buckets.
+class LatencySamples {
+ public:
+  void add(double seconds);
+  void attach(bool on);
+  std::vector<double> take();
+
+ private:
+  std::mutex mutex_;
+  bool attached_ = false;
+  std::vector<double> samples_;
+};
+
 struct ServeMetrics {
   // Counters.
   std::atomic<uint64_t> finished_length{0}, finished_stop{0}, cancelled{0}, rejected{0}, failed{0};
@@ -40,6 +55,7 @@ struct ServeMetrics {
   Histogram inter_token_latency{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
   Histogram request_seconds{{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}};
   Histogram iteration_seconds{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
+  mutable LatencySamples recent_ttft, recent_itl;  // the same observations, for the run log (a reader takes them)
 
   std::string prometheus() const;
 };

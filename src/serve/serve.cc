@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 #include "runtime/tasks/model_json.h"
 #include "serve/engine.h"
 #include "serve/http_server.h"
+#include "serve/run_log.h"
 
 namespace px::serve {
 namespace {
@@ -70,6 +72,18 @@ void lead(const ServeOptions& o, const ServedModel& model, decode::DecodeGroup* 
   const nlohmann::json card = {{"layers", config.n_layer}, {"heads", config.n_head}, {"embd", config.n_embd},
                                {"context", config.block},  {"vocab", config.vocab},  {"tp", tp},
                                {"precision", precision_name(o.precision)}};
+  std::optional<ServeRunLog> run_log;  // stops before the engine goes
+  if (!o.run_dir.empty()) {
+    nlohmann::json facts = {{"model", card},
+                            {"checkpoint", o.checkpoint},
+                            {"tp", tp},
+                            {"scheduler", o.scheduler.batching == Batching::iteration ? "iteration" : "request"},
+                            {"max_batch_tokens", o.scheduler.max_batch_tokens},
+                            {"max_running", o.scheduler.max_running},
+                            {"kv_blocks", cache.blocks},
+                            {"block_tokens", cache.block_tokens}};
+    run_log.emplace(o.run_dir, engine.metrics(), std::move(facts));
+  }
   HttpServer http(engine, {.host = o.host, .port = o.port, .threads = o.http_threads, .model = "parallax-gpt", .card = card});
   const int port = http.bind();
   std::atomic<bool> ended{false};

@@ -26,6 +26,7 @@ struct ServeOptions {
   // that launched the server). --kv-memory is each rank's: a rank caches
   // its heads' k and v, so tp ranks hold tp times the tokens.
   int tp = 1;
+  std::string run_dir;  // serve.jsonl and serve.json for `parallax report` (serve/run_log.h); "": none
   int64_t timeout_ms = 60000;  // every wait between ranks (an idle server sends ticks well inside it)
   bool operator==(const ServeOptions&) const = default;
 };

@@ -8,7 +8,9 @@ plotted, and a screenshot of the whole page is not blank.
 The page's side of the contract is in src/report/assets/report.js: body
 data-report-status is "ok" or "errors"; errors are listed in
 <pre id="script-errors">; each line-chart series is <path class="px-series"
-data-chart data-run data-series data-points=N> whose d has N vertices. Exits
+data-chart data-run data-series data-points=N> whose d has N vertices. A serving run's directory (serve.jsonl,
+`parallax serve --run-dir`) must have every window in its queue and KV
+charts instead of losses. Exits
 non-zero naming every check that failed. Standard library only.
 """
 import json
@@ -132,6 +134,17 @@ def logged_points(run_dir):
     return {"train_loss": train, "val_loss": val}
 
 
+def serving_run(run_dir):
+    return os.path.exists(os.path.join(run_dir, "serve.jsonl")) and not os.path.exists(
+        os.path.join(run_dir, "metrics.jsonl"))
+
+
+def serving_windows(run_dir):
+    """Lines of a serving run's serve.jsonl (parallax serve --run-dir): one point of each gauge a line."""
+    with open(os.path.join(run_dir, "serve.jsonl")) as f:
+        return sum(1 for line in f if line.strip())
+
+
 def check_series(page, chart, run, expected, failures):
     for name, count in expected.items():
         paths = [p for p in page.series
@@ -207,6 +220,12 @@ def main():
     checked = 0
     for run_dir in run_dirs:
         run = os.path.basename(os.path.normpath(run_dir))
+        if serving_run(run_dir):  # every window of serve.jsonl in the queue and KV charts
+            windows = serving_windows(run_dir)
+            check_series(page, "serve-queue", run, {"running": windows, "waiting": windows}, failures)
+            check_series(page, "serve-kv", run, {"kv_blocks_used": windows}, failures)
+            checked += windows
+            continue
         expected = logged_points(run_dir)
         check_series(page, "loss-step", run, expected, failures)
         if len(run_dirs) > 1:
@@ -238,7 +257,7 @@ def main():
             print("  - " + f, file=sys.stderr)
         sys.exit(1)
     print(f"ok: {os.path.basename(report)} rendered without script errors; {len(page.charts)} charts, "
-          f"{len(page.series)} series; {checked} logged losses of {len(run_dirs)} run(s) all plotted; "
+          f"{len(page.series)} series; {checked} logged points (losses, serving windows) of {len(run_dirs)} run(s) all plotted; "
           f"screenshot {screenshot} ({WIDTH}x{height})")
 
 

@@ -65,6 +65,24 @@ TEST(RunDirectory, ADirectoryWithoutMetricsNamesTheFlagThatWritesThem) {
   EXPECT_THROW(read_run_directory(dir.path() + "/absent", dir.path()), Error);
 }
 
+TEST(RunDirectory, AServingRunIsReadFromServeJsonlAndDescribedByItsLatency) {
+  testing::ScratchDir dir;
+  write(dir.path() + "/serve.jsonl",
+        "{\"time_s\":0.5,\"running\":3,\"waiting\":1}\n{\"time_s\":1.0,\"running\":0,\"waiting\":0}\n");
+  nlohmann::json read = read_run_directory(dir.path(), dir.path());
+  EXPECT_EQ(read["kind"], "serve");
+  EXPECT_EQ(read["serving"].size(), 2u);
+  EXPECT_NE(describe_run(read).find("did not stop cleanly"), std::string::npos) << describe_run(read);
+  write(dir.path() + "/serve.json",
+        "{\"tp\":2,\"scheduler\":\"iteration\",\"requests\":7,\"generated_tokens\":90,\"seconds\":1.5,"
+        "\"preemptions\":1,\"ttft_p50_s\":0.0125,\"ttft_p99_s\":0.05,\"itl_p50_s\":0.002,\"itl_p99_s\":null}");
+  read = read_run_directory(dir.path(), dir.path());
+  const std::string text = describe_run(read);
+  EXPECT_NE(text.find("serving at tp 2 (iteration scheduling), 7 requests and 90 generated tokens"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("TTFT p50 12.5 ms, p99 50.0 ms; inter-token p50 2.0 ms, p99 -"), std::string::npos) << text;
+}
+
 TEST(HtmlReport, EmbedsTheDataWhereAScriptCannotBeClosedByIt) {
   const nlohmann::json run{{"name", "a</script><b>"}, {"metrics", {{{"note", "</script>"}}}}};
   const std::string page = render_report({run}, "now");

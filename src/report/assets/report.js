@@ -991,6 +991,61 @@ function runSection(parent, a, multi) {
 }
 
 // ---------------------------------------------------------------------------
+// A serving run (`parallax serve --run-dir`, serve/run_log.h): one line of
+// serve.jsonl a window; the queue, the batch, the KV cache and latency
+// over time.
+
+function servingSection(parent, run, multi) {
+  const name = run.name ?? '?', where = `serving run ${name}`;
+  const s = run.summary && typeof run.summary === 'object' ? run.summary : null;
+  const lines = (Array.isArray(run.serving) ? run.serving : []).filter((l) => l && isNum(l.time_s));
+  const box = el('div', {class: 'px-run', id: `run-${name}`},
+    el('h2', {}, multi ? `Serving: ${name}` : name, el('span', {class: 'px-dir'}, run.dir ?? '')),
+    el('p', {class: 'px-run-desc'}, s ? `tp ${s.tp} · ${s.scheduler}-level scheduling · ` +
+      `${fmtNum(s.kv_blocks)} KV blocks of ${fmtNum(s.block_tokens)} tokens` : 'no serve.json: the server did not stop cleanly'));
+  parent.append(box);
+  const ms = (v) => (isNum(v) ? `${fmtNum(1e3 * v)} ms` : '—');
+  section(box, 'Overview', where, (body) => {
+    body.append(el('div', {class: 'px-cards'}, card('requests', fmtNum(s?.requests)),
+      card('generated tokens', fmtNum(s?.generated_tokens)), card('wall time', fmtSeconds(s?.seconds)),
+      card('TTFT p50 / p99', `${ms(s?.ttft_p50_s)} / ${ms(s?.ttft_p99_s)}`),
+      card('inter-token p50 / p99', `${ms(s?.itl_p50_s)} / ${ms(s?.itl_p99_s)}`),
+      card('preemptions', fmtNum(s?.preemptions))));
+  });
+  const u = timeUnit(Math.max(0, ...lines.map((l) => l.time_s)));
+  const series = (key, label, color, scale = 1, dashed = false) => ({name: key, run: name, label, color, dashed,
+    points: lines.filter((l) => isNum(l[key])).map((l) => ({x: l.time_s * u.scale, y: l[key] * scale}))});
+  const xLabel = `wall time (${u.name})`;
+  const empty = 'No window of serve.jsonl has this figure.';
+  section(box, 'Queue and batch', where, (body) => {
+    body.append(el('div', {class: 'px-grid2'},
+      lineChart({chart: 'serve-queue', run: name, title: 'Sequences', xLabel, yLabel: 'sequences', yZero: true, empty,
+        series: [series('running', 'running', PALETTE[0]), series('waiting', 'waiting', PALETTE[1])]}),
+      lineChart({chart: 'serve-batch', run: name, title: 'Rows an iteration computes (mean)', xLabel,
+        yLabel: 'rows', yZero: true, empty, series: [series('batch_rows', 'rows per iteration', PALETTE[2])]})));
+  });
+  section(box, 'KV cache and throughput', where, (body) => {
+    body.append(el('div', {class: 'px-grid2'},
+      lineChart({chart: 'serve-kv', run: name, title: 'KV blocks', xLabel, yLabel: 'blocks', yZero: true, empty,
+        series: [series('kv_blocks_used', 'used', PALETTE[3]), series('kv_blocks_total', 'total', PALETTE[8], 1, true)]}),
+      lineChart({chart: 'serve-tokens', run: name, title: 'Tokens per second', xLabel, yLabel: 'tokens/s',
+        yZero: true, empty, series: [series('generated_tokens_per_s', 'generated', PALETTE[0]),
+          series('prompt_tokens_per_s', 'prompt (prefill)', PALETTE[4])]})));
+  });
+  section(box, 'Latency', where, (body) => {
+    body.append(el('div', {class: 'px-grid2'},
+      lineChart({chart: 'serve-ttft', run: name, title: 'Time to first token', xLabel, yLabel: 'ms', yZero: true,
+        empty: 'No first token in any window.', series: [series('ttft_p50_s', 'p50', PALETTE[0], 1e3),
+          series('ttft_p99_s', 'p99', PALETTE[5], 1e3, true)]}),
+      lineChart({chart: 'serve-itl', run: name, title: 'Inter-token latency', xLabel, yLabel: 'ms', yZero: true,
+        empty: 'No second token in any window.', series: [series('itl_p50_s', 'p50', PALETTE[0], 1e3),
+          series('itl_p99_s', 'p99', PALETTE[5], 1e3, true)]})));
+    body.append(note('Each point is one window of serve.jsonl (0.5 s): the gauges at its end, the counts and the ' +
+      'exact latency percentiles over it.'));
+  });
+}
+
+// ---------------------------------------------------------------------------
 // Several runs: overlaid curves and a table of figures, one colour a run.
 
 function comparisonSection(parent, analyses) {
@@ -1038,22 +1093,23 @@ function comparisonSection(parent, analyses) {
 // ---------------------------------------------------------------------------
 // The page
 
-function header(data, analyses) {
-  const names = analyses.map((a) => a.run.name).join(', ');
+function header(data, analyses, serving) {
+  const names = [...analyses.map((a) => a.run.name), ...serving.map((r) => r.name)].join(', ');
   const band = el('header', {class: 'px-band'},
     el('h1', {}, el('span', {class: 'px-brand'}, 'parallax'), `run report: ${names || 'no runs'}`),
     el('div', {class: 'px-band-sub'}, `generated ${data.generated_at ?? 'at an unknown time'} · `,
-      plural(analyses.length, 'run')));
-  if (analyses.length === 1) {
+      plural(analyses.length + serving.length, 'run')));
+  if (analyses.length === 1 && !serving.length) {
     const a = analyses[0], s = a.summary;
     const fact = (label, value) => el('div', {}, el('span', {}, `${label} `), el('b', {}, value));
     band.append(el('div', {class: 'px-band-facts'}, fact('model', s?.model ?? '—'), fact('mesh', s?.mesh ?? '—'),
       fact('ranks', fmtNum(s?.ranks)), fact('steps', fmtNum(a.steps)), fact('wall time', fmtSeconds(a.seconds)),
       fact('final train loss', fmtNum(a.finalTrain)), fact('final val loss', fmtNum(a.finalVal)),
       isNum(a.finalAccuracy) ? fact('val accuracy', fmtPct(a.finalAccuracy)) : null));
-  } else if (analyses.length > 1) {
-    band.append(el('nav', {}, el('a', {href: '#compare'}, 'comparison'),
-      analyses.map((a) => el('a', {href: `#run-${a.run.name}`}, a.run.name))));
+  } else if (analyses.length + serving.length > 1) {
+    band.append(el('nav', {}, analyses.length > 1 ? el('a', {href: '#compare'}, 'comparison') : null,
+      analyses.map((a) => el('a', {href: `#run-${a.run.name}`}, a.run.name)),
+      serving.map((r) => el('a', {href: `#run-${r.name}`}, r.name))));
   }
   return band;
 }
@@ -1068,7 +1124,8 @@ function render() {
     app.append(el('main', {}, el('p', {class: 'px-failed'}, "The report's data could not be read: nothing to show.")));
     return;
   }
-  const runs = (Array.isArray(data?.runs) ? data.runs : []).filter((r) => r && typeof r === 'object');
+  const all = (Array.isArray(data?.runs) ? data.runs : []).filter((r) => r && typeof r === 'object');
+  const serving = all.filter((r) => r.kind === 'serve'), runs = all.filter((r) => r.kind !== 'serve');
   const analyses = [];
   for (const run of runs) {
     if (!Array.isArray(run.metrics)) run.metrics = [];
@@ -1078,12 +1135,19 @@ function render() {
       recordError(`run ${run.name}: reading its metrics: ${error?.stack ?? error}`);
     }
   }
-  app.append(header(data, analyses));
+  app.append(header(data, analyses, serving));
   const main = el('main', {});
   app.append(main);
-  if (!runs.length) main.append(missing('The report holds no runs.'));
+  if (!all.length) main.append(missing('The report holds no runs.'));
   if (analyses.length > 1) comparisonSection(main, analyses);
   for (const a of analyses) runSection(main, a, analyses.length > 1);
+  for (const run of serving) {
+    try {
+      servingSection(main, run, all.length > 1);
+    } catch (error) {
+      recordError(`serving run ${run.name}: ${error?.stack ?? error}`);
+    }
+  }
 }
 
 try {
