@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/bench_comm.h"
+#include "cli/bench_serve.h"
 #include "cli/commands.h"
 #include "cli/train_flags.h"
 #include "core/error.h"
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "benchmarks (see `parallax bench comm --help`)");
   bench->require_subcommand(1);
   px::cli::add_bench_comm_command(*bench);
+  px::cli::add_bench_serve_command(*bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,6 +1,7 @@
 #include "serve/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -47,6 +48,7 @@ struct HttpServer::Impl {
   HttpOptions options;
   httplib::Server server;
   std::atomic<uint64_t> next_id{0};
+  int listen_socket = -1;  // the bound socket (set_socket_options sees it before bind)
 
   Impl(Engine& e, HttpOptions o) : engine(e), options(std::move(o)) {}
 
@@ -179,6 +181,10 @@ struct HttpServer::Impl {
 
   void routes() {
     server.set_payload_max_length(options.max_body_bytes);
+    server.set_socket_options([this](socket_t socket) {
+      httplib::default_socket_options(socket);
+      listen_socket = socket;
+    });
     server.new_task_queue = [threads = options.threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
     server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
     server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -213,6 +219,11 @@ int HttpServer::bind() {
   const int port = o.port == 0 ? impl_->server.bind_to_any_port(o.host)
                                : (impl_->server.bind_to_port(o.host, o.port) ? o.port : -1);
   if (port < 0) fail("serve: cannot listen on {}:{} (taken, or not an address of this host)", o.host, o.port);
+  // cpp-httplib 0.11 listens with a backlog of 5: a burst of clients
+  // connecting at once (a load generator's "all at once") overflows it while
+  // the accept thread waits for a core, and the kernel drops their
+  // handshakes (ListenOverflows). Listening again only raises the backlog.
+  ::listen(impl_->listen_socket, SOMAXCONN);
   return port;
 }
 
