@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `parallax serve` under load, measured with `parallax bench serve` (the
 # server in the benchmark's process, on gpt-small: 6 layers, 6 heads,
-# n_embd 384, context 256). Every figure comes from runs in this invocation:
+# n_embd 384, and GPT-2's context of 1024, which the workload's longest
+# prompt and output fit whole). Every figure comes from runs in this
+# invocation:
 #
 #  0. Unloaded: requests one at a time. Their median TTFT and TPOT set the
 #     joint SLO (TTFT and TPOT each <= 5x the unloaded value) and 1 / mean
@@ -9,11 +11,14 @@
 #  a. Iteration- vs request-level scheduling (--scheduler) over Poisson
 #     rates of R0 x RATES: goodput under the SLO, and per scheduler the
 #     highest swept rate at which >= 90% of requests meet it; their ratio.
-#  b. At a fixed --kv-memory (8 whole contexts), every request at once:
-#     the peak of sequences running together (/metrics' gauge
-#     parallax_requests_running, polled every 20 ms) with paging against
-#     --reserve-max-tokens (blocks for the whole max_tokens on admission);
-#     their ratio.
+#  b. At a fixed --kv-memory (8 whole contexts), every request at once,
+#     each asking for the rest of the context and ending at its drawn
+#     output length (--ask-whole-context: a client that cannot know its
+#     answer's length; a byte model has no end-of-text token): the peak of
+#     sequences running together (/metrics' gauge parallax_requests_running,
+#     polled every 20 ms) with paging against --reserve-max-tokens (blocks
+#     for the whole max_tokens on admission, Orca's reservation); their
+#     ratio.
 #  c. Single-stream decode tokens/s (1 / median TPOT; a 16-byte prompt, 200
 #     tokens): parallax against PyTorch (peers/torch/gpt_decode.py: the
 #     explicit GPT of gpt_model.py with a preallocated KV cache, under
@@ -24,13 +29,12 @@
 #     of the run without them.
 #
 # Workload (fixed): prompts uniform 16-200 bytes cut from the fortunes,
-# outputs uniform 8-200 tokens (cut to what the prompt leaves of the
-# context), seed 1, --max-running 32, temperature 0.
+# outputs uniform 8-200 tokens, seed 1, --max-running 32, temperature 0.
 #
 #   bench/compare_serve.sh [--quick] [--checkpoint DIR] [--threads 2] [--build build] [--peers DIR]
 #
-# Without --checkpoint gpt-small is trained briefly first (60 steps; --quick
-# 20): serving speed does not depend on what the weights learned. --quick:
+# Without --checkpoint gpt-small is trained briefly first (16 steps; --quick
+# 4): serving speed does not depend on what the weights learned. --quick:
 # 16 requests per sweep point at R0 x (1, 4), fewer elsewhere. Each run
 # holds /tmp/px-build.lock. Every run's --out JSON and log are kept in
 # BUILD/bench-results/serve-<time>.
@@ -57,15 +61,15 @@ TORCH_BLAS=/usr/lib/x86_64-linux-gnu/openblas-openmp
 make_results serve
 
 if ((QUICK)); then
-  TRAIN_STEPS=20 UNLOADED=4 REQUESTS=16 RATES="1 4" KV_REQUESTS=32 DECODE_REPS=2 LONG_REQUESTS=30
+  TRAIN_STEPS=4 UNLOADED=4 REQUESTS=16 RATES="1 4" KV_REQUESTS=32 DECODE_REPS=2 LONG_REQUESTS=30
 else
-  TRAIN_STEPS=60 UNLOADED=8 REQUESTS=64 RATES="0.5 1 2 3 4 6 8" KV_REQUESTS=64 DECODE_REPS=3 LONG_REQUESTS=80
+  TRAIN_STEPS=16 UNLOADED=8 REQUESTS=64 RATES="0.5 1 2 3 4 6 8" KV_REQUESTS=64 DECODE_REPS=3 LONG_REQUESTS=80
 fi
 
 if [[ -z $CHECKPOINT ]]; then
   CHECKPOINT=$RESULTS/gpt-small
   echo "training gpt-small for $TRAIN_STEPS steps into $CHECKPOINT" >&2
-  locked "$PX" train --model gpt --layers 6 --heads 6 --embd 384 --block 256 --batch 8 --dropout 0 \
+  locked "$PX" train --model gpt --layers 6 --heads 6 --embd 384 --block 1024 --batch 2 --dropout 0 \
     --threads "$THREADS" --steps "$TRAIN_STEPS" --eval-every 0 --eval-batches 1 --sample-tokens 0 --progress lines \
     --no-predict --save "$CHECKPOINT" > "$RESULTS/train.log" 2>&1 ||
     { echo "error: training failed (see $RESULTS/train.log)" >&2; exit 1; }
@@ -96,7 +100,7 @@ done
 
 KV_BYTES=$((8 * CONTEXT * 2 * LAYERS * EMBD * 4))  # 8 whole contexts of fp32 keys and values
 for mode in paging reserve; do
-  flags=(--kv-memory "$KV_BYTES" --rate inf --requests "$KV_REQUESTS" --metrics-interval 0.02)
+  flags=(--kv-memory "$KV_BYTES" --rate inf --requests "$KV_REQUESTS" --ask-whole-context --metrics-interval 0.02)
   [[ $mode == reserve ]] && flags+=(--reserve-max-tokens)
   bench "b-$mode" "${flags[@]}"
 done
@@ -148,7 +152,7 @@ else:
 paging, reserve = load("b-paging"), load("b-reserve")
 peak = lambda r: r["server_peaks"]["running"]
 print(f"\n(b) KV memory of {kv_bytes / 2**20:.1f} MiB (8 contexts of {context}), {paging['workload']['requests']} requests at once, "
-      f"--max-running 32: peak running sequences")
+      f"each asking for the rest of the context, --max-running 32: peak running sequences")
 for name, r in (("paging", paging), ("--reserve-max-tokens", reserve)):
     p = r["server_peaks"]
     print(f"  {name:22} {p['running']:4}  (KV blocks used at most {p['kv_blocks_used']} of {p['kv_blocks_total']}, "

@@ -219,7 +219,7 @@ void bench(BenchServeFlags& f, const serve::Slo& slo) {
   const std::vector<std::string> files = f.data.empty() ? default_data_files() : f.data;
   const std::vector<serve::PlannedRequest> plan = serve::plan_requests(f.workload, serve::read_corpus(files), context);
   const auto cut = std::count_if(plan.begin(), plan.end(),
-                                 [&](const auto& p) { return !p.long_prompt && p.max_tokens < f.workload.output_tokens.low; });
+                                 [&](const auto& p) { return !p.long_prompt && p.output_tokens < f.workload.output_tokens.low; });
   const bool at_once = f.workload.rate == 0 || std::isinf(f.workload.rate);
   fmt::print("bench serve: {} requests to {} ({}, context {}), {}, at most {} in flight, seed {}\n", plan.size(), f.url,
              server.model, context, at_once ? "all at once" : fmt::format("Poisson arrivals at {:g} req/s", f.workload.rate),
@@ -227,6 +227,8 @@ void bench(BenchServeFlags& f, const serve::Slo& slo) {
   fmt::print("bench serve: prompts {}:{} bytes from {} file(s), outputs {}:{} tokens ({} cut below {} to fit the context)\n",
              f.workload.prompt_bytes.low, f.workload.prompt_bytes.high, files.size(), f.workload.output_tokens.low,
              f.workload.output_tokens.high, cut, f.workload.output_tokens.low);
+  if (f.workload.ask_whole_context)
+    fmt::print("bench serve: each request asks for the rest of the context and ends its stream at its output length\n");
   std::fflush(stdout);
   const serve::LoadRun run = serve::run_load(plan, server.model, f.client, show_progress);
   if (isatty(STDERR_FILENO)) fmt::print(stderr, "\n");
@@ -283,6 +285,9 @@ void add_bench_serve_command(CLI::App& bench_app) {
   cmd->add_option("--long-prompt-bytes", f->workload.long_prompt_bytes,
                   "a long prompt's bytes (0: the context less the shortest output)")
       ->capture_default_str();
+  cmd->add_flag("--ask-whole-context", f->workload.ask_whole_context,
+               "each request asks max_tokens = the rest of the context and its client ends the stream at the drawn "
+               "output length (a byte model has no end-of-text token): what --reserve-max-tokens reserves");
   cmd->add_option("--slo", f->slo, "goodput objectives in ms, e.g. ttft:500,tpot:50 (keys ttft, tpot, e2e)");
   cmd->add_option("--out", f->out, "write the summary and every request (timings and text) as JSON");
   cmd->add_option("--context", f->context, "the model's context, for a server whose /v1/models does not say it");

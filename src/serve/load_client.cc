@@ -58,7 +58,7 @@ RequestRecord send_one(const PlannedRequest& plan, const std::string& model, con
   request.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
 
   int status = 0;
-  bool done = false;
+  bool done = false, ended_early = false;
   std::optional<int64_t> usage_tokens;
   std::string error_body;
   SseParser events;
@@ -88,6 +88,13 @@ RequestRecord send_one(const PlannedRequest& plan, const std::string& model, con
       if (e.token) {
         r.token_times.push_back(now);
         r.text += e.text;
+        // The answer is complete at its drawn length: leave, as a client
+        // that got its end-of-text would (the server frees the sequence).
+        if (plan.output_tokens < plan.max_tokens && static_cast<int64_t>(r.token_times.size()) == plan.output_tokens) {
+          ended_early = true;
+          r.e2e = now;
+          return false;
+        }
       }
       if (e.prompt_tokens) r.prompt_tokens = *e.prompt_tokens;
       if (e.completion_tokens) usage_tokens = e.completion_tokens;
@@ -100,6 +107,10 @@ RequestRecord send_one(const PlannedRequest& plan, const std::string& model, con
   r.sent_at = seconds_since(start);
   sent = Clock::now();
   const bool answered = client.send(request, response, error);
+  if (ended_early) {
+    r.output_tokens = static_cast<int64_t>(r.token_times.size());
+    return r;
+  }
   if (!answered)
     r.error = fmt::format("POST {}/v1/completions: {} after {:.3f} s ({})", url, httplib::to_string(error),
                           seconds_since(sent),

@@ -111,6 +111,7 @@ json to_json(const Workload& w) {
           {"seed", w.seed},
           {"prompt_bytes", {w.prompt_bytes.low, w.prompt_bytes.high}},
           {"output_tokens", {w.output_tokens.low, w.output_tokens.high}},
+          {"ask_whole_context", w.ask_whole_context},
           {"long_prompt_fraction", w.long_prompt_fraction},
           {"long_prompt_bytes", w.long_prompt_bytes}};
 }
@@ -157,7 +158,8 @@ std::vector<PlannedRequest> plan_requests(const Workload& w, std::string_view co
     const int64_t output = draw(w.output_tokens);
     const int64_t short_prompt = draw(w.prompt_bytes);
     const int64_t prompt = p.long_prompt ? long_bytes : short_prompt;
-    p.max_tokens = std::min(output, context - prompt);
+    p.output_tokens = std::min(output, context - prompt);
+    p.max_tokens = w.ask_whole_context ? context - prompt : p.output_tokens;
     p.prompt = cut_prompt(corpus, rng.below(corpus.size()), prompt);
   }
   return plan;

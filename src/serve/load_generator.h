@@ -34,6 +34,12 @@ struct Workload {
   UniformRange output_tokens{8, 200};   // max_tokens, cut to what the prompt leaves of the context
   double long_prompt_fraction = 0;      // of requests, whose prompt is long_prompt_bytes instead
   int64_t long_prompt_bytes = 0;        // 0: the context less output_tokens.low
+  // Each request asks for the rest of the context (max_tokens = context -
+  // prompt, as a client that cannot know the answer's length does) and its
+  // client ends the stream once the drawn output length has arrived: a
+  // byte model has no end-of-text token, so this is how an answer shorter
+  // than what was asked ends. What a --reserve-max-tokens server reserves.
+  bool ask_whole_context = false;
   bool operator==(const Workload&) const = default;
 };
 
@@ -55,15 +61,17 @@ std::vector<double> arrival_times(int64_t count, double rate, uint64_t seed);
 struct PlannedRequest {
   double send_at = 0;  // seconds from the run's start
   std::string prompt;  // valid UTF-8 of the drawn length in bytes
-  int64_t max_tokens = 0;
+  int64_t max_tokens = 0;     // asked
+  int64_t output_tokens = 0;  // the client ends the stream after this many (<= max_tokens)
   bool long_prompt = false;
 };
 
 // The requests `workload` sends to a model of `context` positions: prompts
 // are cut from `corpus` at seeded offsets (wrapping around its end), each
 // the drawn number of bytes and valid UTF-8 (a character the cut splits
-// becomes spaces); max_tokens is the drawn output length, cut so that
-// prompt + max_tokens fits the context. px::Error when a prompt of the
+// becomes spaces); output_tokens is the drawn output length, cut so that
+// prompt + output fits the context, and max_tokens is it too, or with
+// ask_whole_context the rest of the context. px::Error when a prompt of the
 // workload cannot leave room for one token, or the corpus is empty.
 std::vector<PlannedRequest> plan_requests(const Workload& workload, std::string_view corpus, int64_t context);
 

@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <thread>
+
+#include <httplib.h>
 #include <memory>
 #include <sstream>
 
@@ -127,6 +130,30 @@ TEST(BenchServeErrors, NoServerAndABadUrlAreNamed) {
   testing::ScratchDir dir;
   std::ostringstream log;
   EXPECT_THROW(ServeThread({.checkpoint = dir.file("none"), .port = 0}, log), Error);
+}
+
+// Asking for the rest of the context, each client leaves once its drawn
+// output arrived: the records count those tokens, and the server frees
+// every sequence it was left with.
+TEST_F(BenchServe, ClientsAskingTheWholeContextLeaveAtTheirOutputLength) {
+  const ServerInfo info = query_server(server_->url());
+  const Workload workload{.requests = 4, .seed = 9, .prompt_bytes = {8, 20}, .output_tokens = {3, 6},
+                          .ask_whole_context = true};
+  const std::vector<PlannedRequest> plan = plan_requests(workload, "the quick brown fox jumps over", info.context);
+  const LoadRun run = run_load(plan, info.model, {.url = server_->url(), .max_concurrency = 4, .metrics_interval = 0});
+  for (size_t i = 0; i < plan.size(); ++i) {
+    EXPECT_EQ(plan[i].max_tokens, info.context - static_cast<int64_t>(plan[i].prompt.size()));
+    ASSERT_TRUE(run.records[i].ok()) << run.records[i].error;
+    EXPECT_EQ(run.records[i].output_tokens, plan[i].output_tokens) << i;
+  }
+  std::string metrics;
+  for (int wait = 0; wait < 100; ++wait) {  // the server sees each client go within its next poll
+    httplib::Client client(server_->url());
+    if (const httplib::Result got = client.Get("/metrics")) metrics = got->body;
+    if (prometheus_value(metrics, "parallax_kv_blocks_used") == 0.0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(prometheus_value(metrics, "parallax_kv_blocks_used"), 0.0) << metrics;
 }
 
 }  // namespace
