@@ -88,6 +88,12 @@ Engine::Engine(const nn::GptConfig& config, const ParamStore& weights, EngineOpt
 
 Engine::~Engine() = default;
 
+int64_t Engine::prepare() {
+  runner_.prepare(options_.scheduler.max_batch_tokens);
+  metrics_.programs = static_cast<int64_t>(runner_.lowered().size());
+  return metrics_.programs;
+}
+
 RequestLimits Engine::limits() const { return {.context = config_.block, .vocab = config_.vocab}; }
 
 std::shared_ptr<RequestStream> Engine::submit(const CompletionRequest& request) {

@@ -104,6 +104,10 @@ class Engine {
   // and waiting choice has ended. Any thread.
   void stop();
 
+  // Lowers the decode Program of every iteration size up to the token
+  // budget now, so no request waits for one; returns how many there are.
+  int64_t prepare();
+
   const ServeMetrics& metrics() const { return metrics_; }
   RequestLimits limits() const;
   // Tokens the KV pool holds; one sequence of the model's context must fit.

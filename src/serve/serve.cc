@@ -84,6 +84,11 @@ void lead(const ServeOptions& o, const ServedModel& model, decode::DecodeGroup* 
                             {"block_tokens", cache.block_tokens}};
     run_log.emplace(o.run_dir, engine.metrics(), std::move(facts));
   }
+  const auto lowering = std::chrono::steady_clock::now();
+  const int64_t programs = engine.prepare();
+  log << fmt::format("serve: {} decode Programs (1 to {} rows) lowered in {:.2f} s\n", programs,
+                     o.scheduler.max_batch_tokens,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - lowering).count());
   HttpServer http(engine, {.host = o.host, .port = o.port, .threads = o.http_threads, .model = "parallax-gpt", .card = card});
   const int port = http.bind();
   std::atomic<bool> ended{false};
@@ -118,6 +123,7 @@ void lead(const ServeOptions& o, const ServedModel& model, decode::DecodeGroup* 
 void follow(const ServeOptions& o, const ServedModel& model, decode::DecodeGroup& group) {
   decode::DecodeRunner runner(model.config, model.weights, cache_shape(o, model.config, group.size()), o.precision,
                               &group);
+  runner.prepare(o.scheduler.max_batch_tokens);
   runner.follow();
 }
 

@@ -67,7 +67,7 @@ TEST(Decode, EveryRowOfEveryChunkMatchesTheFullForward) {
       start += rows;
     }
     EXPECT_LT(worst, 1e-4) << "block tokens " << block_tokens;
-    EXPECT_EQ(runner.lowered(), (std::set<int64_t>{1, 9, 17}));
+    EXPECT_EQ(runner.lowered(), (std::set<int64_t>{1, 16, 24}));  // row buckets: 9 and 17 padded
   }
 }
 
@@ -163,6 +163,16 @@ TEST(DecodeTensorParallel, EveryRankCountGivesTheOneRankLogits) {
       runner.stop_followers();
     });
   }
+}
+
+TEST(Decode, RowBucketsPadToOneTwoFourThenEights) {
+  std::vector<int64_t> got;
+  for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 16, 17, 250, 256}) got.push_back(padded_rows(n));
+  EXPECT_EQ(got, (std::vector<int64_t>{1, 2, 4, 4, 8, 8, 16, 16, 24, 256, 256}));
+  const ParamStore params = weights(9);
+  DecodeRunner runner(kConfig, params, {.blocks = 8, .block_tokens = 4});
+  runner.prepare(20);
+  EXPECT_EQ(runner.lowered(), (std::set<int64_t>{1, 2, 4, 8, 16, 24}));
 }
 
 TEST(DecodeTensorParallel, ADegreeThatDoesNotDivideTheHeadsIsRefusedByName) {

@@ -14,6 +14,13 @@ int64_t kv_cache_bytes(const nn::GptConfig& c, const KvCacheShape& s) {
   return c.n_layer * s.blocks * 2 * s.block_tokens * c.n_embd * static_cast<int64_t>(sizeof(float));
 }
 
+int64_t padded_rows(int64_t tokens) {
+  PX_CHECK(tokens >= 1, "an iteration of {} tokens", tokens);
+  if (tokens <= 2) return tokens;
+  if (tokens <= 4) return 4;
+  return (tokens + 7) / 8 * 8;
+}
+
 DecodeRunner::DecodeRunner(const nn::GptConfig& config, const ParamStore& weights, KvCacheShape cache,
                            Precision precision, DecodeGroup* group)
     : config_(config), cache_(cache), precision_(precision), group_(group), weights_(weights) {
@@ -105,20 +112,34 @@ void DecodeRunner::follow() {
   }
 }
 
+void DecodeRunner::prepare(int64_t max_rows) {
+  for (int64_t rows = 1; rows <= padded_rows(max_rows); rows = padded_rows(rows + 1))
+    if (!lowered_.count(rows)) lower_for(rows);
+}
+
 Tensor DecodeRunner::run_here(const DecodeBatch& batch) {
-  const int64_t N = batch.rows();
-  if (!lowered_.count(N)) lower_for(N);
-  Tensor tokens = Tensor::empty({N}, DType::i32), positions = Tensor::empty({N}, DType::i32);
-  Tensor segments = Tensor::empty({N, 3 + batch.table_entries}, DType::i32);
+  const int64_t N = batch.rows(), rows = padded_rows(N), width = 3 + batch.table_entries;
+  if (!lowered_.count(rows)) lower_for(rows);
+  // Padding rows: token 0 at position 0, each a one-row sequence with no
+  // cached positions (it attends to itself), never written to the cache.
+  Tensor tokens = Tensor::zeros({rows}, DType::i32), positions = Tensor::zeros({rows}, DType::i32);
+  Tensor segments = Tensor::zeros({rows, width}, DType::i32);
   std::memcpy(tokens.raw(), batch.tokens.data(), batch.tokens.size() * sizeof(int32_t));
   std::memcpy(positions.raw(), batch.positions.data(), batch.positions.size() * sizeof(int32_t));
   std::memcpy(segments.raw(), batch.segments.data(), batch.segments.size() * sizeof(int32_t));
+  for (int64_t r = N; r < rows; ++r) {
+    segments.data<int32_t>()[r * width] = static_cast<int32_t>(r);  // its first row: itself
+    segments.data<int32_t>()[r * width + 1] = 1;                    // one row, no cached positions
+  }
   StepResult step = executor_->run(
-      {.feeds = {{feeds_[0], tokens}, {feeds_[1], positions}, {feeds_[2], segments}}, .global_rows = N});
+      {.feeds = {{feeds_[0], tokens}, {feeds_[1], positions}, {feeds_[2], segments}}, .global_rows = rows});
   PX_CHECK_EQ(step.outputs.size(), 1u);
   std::vector<Tensor>& outputs = step.outputs.front();
-  write_cache(batch, {outputs.begin() + 1, outputs.end()});
-  return outputs.front();
+  write_cache(batch, {outputs.begin() + 1, outputs.end()});  // the batch's N rows only
+  if (rows == N) return outputs.front();
+  Tensor logits = Tensor::empty({N, config_.vocab}, DType::f32);
+  std::memcpy(logits.raw(), outputs.front().raw(), static_cast<size_t>(N * config_.vocab) * sizeof(float));
+  return logits;
 }
 
 void DecodeRunner::write_cache(const DecodeBatch& batch, const std::vector<Tensor>& qkv) {

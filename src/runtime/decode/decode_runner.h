@@ -1,6 +1,9 @@
 // One rank's decode forward: the decode Program (nn/gpt_decode.h) lowered
-// for each token count an iteration brings (shapes are static, and N is
-// exact: no padding), all run by one ProgramExecutor over the model's
+// for each row bucket an iteration's token count N falls in (shapes are
+// static; padded_rows: 1, 2, 4, then multiples of 8, so at most 7 rows of
+// an iteration are padding, each a sequence of its own that nothing reads,
+// and a server lowers a few dozen Programs once, up front, instead of one
+// on the first iteration of every N), all run by one ProgramExecutor over the model's
 // weights and this rank's paged KV cache, which the runner owns and writes
 // after each iteration (each row's k and v into its slot). In a
 // tensor-parallel group (decode_group.h, decode_strategy.h) every rank
@@ -33,6 +36,10 @@ struct KvCacheShape {
 // Bytes of the KV cache of `config` for `shape` (every layer's k and v, fp32).
 int64_t kv_cache_bytes(const nn::GptConfig& config, const KvCacheShape& shape);
 
+// The rows an iteration of N tokens runs: N up to 2, then 4, then N
+// rounded up to a multiple of 8.
+int64_t padded_rows(int64_t tokens);
+
 class DecodeRunner {
  public:
   // `weights`: the whole model's (gpt.h's names, on every rank of a group);
@@ -49,6 +56,10 @@ class DecodeRunner {
   // the logits of every row (N, V), whole, and writes every row's k and v
   // into its cache slot.
   Tensor run(const DecodeBatch& batch);
+  // Lowers the Program of every row bucket up to `max_rows` now (a
+  // server's --max-batch-tokens), so no iteration waits for a lowering.
+  // Local: each rank of a group prepares its own.
+  void prepare(int64_t max_rows);
   // The lead, when no batch is ready: keeps the followers' waits short of
   // their timeout. Nothing without a group.
   void idle();
@@ -63,7 +74,7 @@ class DecodeRunner {
   const nn::GptConfig& config() const { return config_; }
   // The heads this rank computes and caches (0 before the first run).
   int64_t local_heads() const { return caches_.empty() ? 0 : caches_.front().dim(2); }
-  // Token counts lowered so far (one Program each).
+  // Row buckets lowered so far (one Program each).
   const std::set<int64_t>& lowered() const { return lowered_; }
 
  private:
