@@ -8,7 +8,10 @@
 # says which); train it with that strategy, in that precision, on the
 # fortunes corpus, evaluating as it goes, ending with predicted vs
 # measured step time and memory and a generated sample; then write the
-# run's HTML report (runs/gpt-mini/report.html).
+# run's HTML report (runs/gpt-mini/report.html); then serve the checkpoint
+# in process under a short Poisson load (`parallax bench serve`), with
+# iteration-level and with request-level batching, and print one line of
+# TTFT, TPOT and the ratio of their latencies.
 #
 # Extra arguments go to `parallax train` (see `parallax train --help`);
 # those that define the model or the ranks (--model, --ranks, --layers,
@@ -76,3 +79,17 @@ echo; echo "== 3. training with it on $RANKS in-process ranks, in ${precision:-f
 
 echo; echo "== 4. the report"
 "$P" report "$RUN"
+
+echo; echo "== 5. serving it: parallax bench serve, the checkpoint served in process under Poisson load"
+for scheduler in iteration request; do
+  "$P" bench serve --checkpoint "$RUN/checkpoint" --requests 24 --rate 16 --seed 1 --prompt-bytes 16:64 \
+    --output-tokens 8:60 --scheduler "$scheduler" --out "$RUN/serve-$scheduler.json" > "$RUN/serve-$scheduler.log"
+done
+python3 - "$RUN" <<'PY'
+import json, sys
+runs = {s: json.load(open(f"{sys.argv[1]}/serve-{s}.json"))["summary"] for s in ("iteration", "request")}
+it, rq = runs["iteration"], runs["request"]
+print(f"serving (24 requests at 16/s): TTFT p50 {it['ttft']['p50_ms']:.1f} ms, TPOT p50 {it['tpot']['p50_ms']:.2f} ms; "
+      f"request-level batching's mean latency is {rq['e2e']['mean_ms'] / it['e2e']['mean_ms']:.2f}x iteration-level's "
+      f"(TTFT p99 {rq['ttft']['p99_ms'] / it['ttft']['p99_ms']:.2f}x)")
+PY

@@ -266,6 +266,7 @@ void add_bench_serve_command(CLI::App& bench_app) {
   server(cmd->add_flag("--reserve-max-tokens", f->serve.scheduler.reserve_max_tokens,
                        "admit a sequence only with KV blocks for its max_tokens (instead of paging)"));
   server(cmd->add_option("--tp", f->serve.tp, "tensor-parallel ranks in this process")->capture_default_str());
+  server(cmd->add_option("--run-dir", f->serve.run_dir, "the server's serving record, for `parallax report`"));
   cmd->add_option("--requests", f->workload.requests, "requests to send")->capture_default_str();
   cmd->add_option("--rate", f->rate, "requests per second, Poisson arrivals (0 or inf: all at once)")
       ->capture_default_str();

@@ -274,7 +274,7 @@ def calibrate_kernels(words, sub):
 
 
 def bench_sizes(words, sub):
-    if sub != "bench":
+    if sub != "bench" or words[1:2] != ["comm"]:
         return None
     sizes = flag_value(words, "--sizes")
     if sizes is None:  # the default, 4 B..256M by 4x: the smallest, the first size judged, the cap

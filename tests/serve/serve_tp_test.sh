@@ -21,7 +21,9 @@ SCALE=${PX_TEST_TIME_SCALE:-1}
 TIMEOUT_MS=$((1000 * SCALE))
 
 for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $i"; done > "$work/text.txt"
+# Trained tensor-parallel itself: a checkpoint of any strategy serves at any tp.
 "$PARALLAX" train --data "$work/text.txt" --block 32 --layers 2 --heads 4 --embd 32 --batch 4 --threads 1 --steps 3 \
+  --ranks 2 --tp 2 \
   --eval-batches 1 --sample-tokens 0 --progress lines --no-predict --save "$work/ckpt" > "$work/train.log"
 
 # start LAUNCH...: the server in the background; sets $server and $url.
