@@ -82,14 +82,14 @@ echo; echo "== 4. the report"
 
 echo; echo "== 5. serving it: parallax bench serve, the checkpoint served in process under Poisson load"
 for scheduler in iteration request; do
-  "$P" bench serve --checkpoint "$RUN/checkpoint" --requests 24 --rate 16 --seed 1 --prompt-bytes 16:64 \
-    --output-tokens 8:60 --scheduler "$scheduler" --out "$RUN/serve-$scheduler.json" > "$RUN/serve-$scheduler.log"
+  "$P" bench serve --checkpoint "$RUN/checkpoint" --requests 64 --rate 400 --seed 1 --prompt-bytes 16:64 \
+    --output-tokens 8:60 --scheduler "$scheduler" --out "$RUN/serve-$scheduler.json" > "$RUN/serve-$scheduler.log" 2>&1
 done
 python3 - "$RUN" <<'PY'
 import json, sys
 runs = {s: json.load(open(f"{sys.argv[1]}/serve-{s}.json"))["summary"] for s in ("iteration", "request")}
 it, rq = runs["iteration"], runs["request"]
-print(f"serving (24 requests at 16/s): TTFT p50 {it['ttft']['p50_ms']:.1f} ms, TPOT p50 {it['tpot']['p50_ms']:.2f} ms; "
+print(f"serving (64 requests at 400/s): TTFT p50 {it['ttft']['p50_ms']:.1f} ms, TPOT p50 {it['tpot']['p50_ms']:.2f} ms; "
       f"request-level batching's mean latency is {rq['e2e']['mean_ms'] / it['e2e']['mean_ms']:.2f}x iteration-level's "
       f"(TTFT p99 {rq['ttft']['p99_ms'] / it['ttft']['p99_ms']:.2f}x)")
 PY
