@@ -84,9 +84,7 @@ serve::ServeOptions server_options(const BenchServeFlags& f) {
   o.precision = parse_precision(f.precision);
   if (o.precision == Precision::bf16) kernels::require_avx512_bf16("--precision bf16");
   if (!f.kv_memory.empty()) o.kv_memory = serve::parse_bytes(f.kv_memory, "--kv-memory");
-  if (f.scheduler == "iteration") o.scheduler.batching = serve::Batching::iteration;
-  else if (f.scheduler == "request") o.scheduler.batching = serve::Batching::request;
-  else fail("--scheduler '{}' is not one of iteration, request", f.scheduler);
+  o.scheduler.batching = serve::batching_from_name(f.scheduler);
   return o;
 }
 

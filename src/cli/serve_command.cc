@@ -64,9 +64,7 @@ void add_serve_command(CLI::App& app) {
     o->serve.precision = parse_precision(o->precision);
     if (o->serve.precision == Precision::bf16) kernels::require_avx512_bf16("--precision bf16");
     if (!o->kv_memory.empty()) o->serve.kv_memory = serve::parse_bytes(o->kv_memory, "--kv-memory");
-    if (o->scheduler == "iteration") o->serve.scheduler.batching = serve::Batching::iteration;
-    else if (o->scheduler == "request") o->serve.scheduler.batching = serve::Batching::request;
-    else fail("--scheduler '{}' is not one of iteration, request", o->scheduler);
+    o->serve.scheduler.batching = serve::batching_from_name(o->scheduler);
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
     if (!launched_by_mpi()) return serve::serve(o->serve, g_stop, std::cout);

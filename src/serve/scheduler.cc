@@ -6,6 +6,14 @@
 
 namespace px::serve {
 
+Batching batching_from_name(const std::string& name) {
+  if (name == "iteration") return Batching::iteration;
+  if (name == "request") return Batching::request;
+  fail("--scheduler '{}' is not one of iteration, request", name);
+}
+
+const char* batching_name(Batching batching) { return batching == Batching::iteration ? "iteration" : "request"; }
+
 int64_t Schedule::rows() const {
   int64_t n = 0;
   for (const ScheduledChunk& c : chunks) n += c.rows;

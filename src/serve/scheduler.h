@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "runtime/decode/block_pool.h"
@@ -35,6 +36,9 @@ struct SequenceState {
 };
 
 enum class Batching { iteration, request };
+// "iteration" or "request" (--scheduler); px::Error naming the choices.
+Batching batching_from_name(const std::string& name);
+const char* batching_name(Batching batching);
 
 struct SchedulerLimits {
   int64_t max_batch_tokens = 256;  // rows an iteration computes at most

@@ -77,7 +77,7 @@ void lead(const ServeOptions& o, const ServedModel& model, decode::DecodeGroup* 
     nlohmann::json facts = {{"model", card},
                             {"checkpoint", o.checkpoint},
                             {"tp", tp},
-                            {"scheduler", o.scheduler.batching == Batching::iteration ? "iteration" : "request"},
+                            {"scheduler", batching_name(o.scheduler.batching)},
                             {"max_batch_tokens", o.scheduler.max_batch_tokens},
                             {"max_running", o.scheduler.max_running},
                             {"kv_blocks", cache.blocks},
@@ -103,8 +103,8 @@ void lead(const ServeOptions& o, const ServedModel& model, decode::DecodeGroup* 
     listener.join();
     watcher.join();
   };
-  log << fmt::format("serve: listening on http://{}:{} (scheduler: {} batching)\n", o.host, port,
-                     o.scheduler.batching == Batching::iteration ? "iteration-level" : "request-level")
+  log << fmt::format("serve: listening on http://{}:{} (scheduler: {}-level batching)\n", o.host, port,
+                     batching_name(o.scheduler.batching))
       << std::flush;
   try {
     if (on_listening) on_listening(port);
