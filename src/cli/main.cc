@@ -5,12 +5,15 @@
 
 #include "cli/bench_comm.h"
 #include "cli/bench_serve.h"
+#include "cli/blas_core_exec.h"
 #include "cli/commands.h"
 #include "cli/train_flags.h"
 #include "core/error.h"
 #include "core/float_env.h"
+#include "kernels/blas_core.h"
 
 int main(int argc, char** argv) {
+  px::cli::run_on_this_cpus_blas_core(argv);  // first: it may run the process again
   px::flush_subnormals_to_zero();  // before any thread starts: they inherit it
   CLI::App app{"parallax: a C++20 engine for training deep networks across many devices"};
   app.require_subcommand(1);
@@ -33,6 +36,7 @@ int main(int argc, char** argv) {
   px::cli::add_bench_comm_command(*bench);
   px::cli::add_bench_serve_command(*bench);
   try {
+    px::kernels::check_blas_against_reference();
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);

@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "kernels/blas_core.h"
 #include "parallel/lower.h"
 #include "plan/job_strategy.h"
 #include "runtime/fault/memory_guard.h"
@@ -10,7 +11,6 @@
 #include "runtime/train/run_summary.h"
 
 // The kernel set OpenBLAS runs (it honours OPENBLAS_CORETYPE), for the log.
-extern "C" char* openblas_get_corename(void);
 
 namespace px {
 
@@ -199,7 +199,7 @@ void RankTrainer::log_start() {
                       world_ > 1 ? fmt::format("{} ranks, mesh {} ({}); ", world_, strategy_.mesh.str(),
                                                group_->backend())
                                  : "",
-                      run_.threads, openblas_get_corename());
+                      run_.threads, kernels::blas_description());
   result_.run.first_step = step_;
   const ExecutorMemory m = executor_->memory();
   result_.data_parallel.memory = RankMemory{.parameters = static_cast<double>(m.parameters),
