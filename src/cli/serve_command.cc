@@ -46,6 +46,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-running", o->serve.scheduler.max_running, "sequences running at once")->capture_default_str();
   cmd->add_option("--max-waiting", o->serve.max_waiting, "sequences queued before new requests get 429")
       ->capture_default_str();
+  cmd->add_option("--max-queue-ms", o->serve.max_queue_ms,
+                  "a request not started this long after arriving gets 503 (an error event when streamed); 0: no bound")
+      ->capture_default_str();
   cmd->add_option("--scheduler", o->scheduler,
                   "iteration (Orca: sequences join and leave every iteration) or request (a batch runs until its "
                   "last member ends)")

@@ -168,9 +168,35 @@ void Engine::drop_cancelled() {
 }
 
 
+// Choices that never started (no token yet, not running) past the bound
+// end: their clients get an error instead of waiting on.
+void Engine::expire_waiting() {
+  if (options_.max_queue_ms <= 0) return;
+  const Clock::time_point now = Clock::now();
+  const auto bound = std::chrono::milliseconds(options_.max_queue_ms);
+  for (auto it = choices_.begin(); it != choices_.end();) {
+    Choice& c = *it->second;
+    if (!c.first_token || now - c.arrival <= bound || !scheduler_.is_waiting(&c.sequence)) {
+      ++it;
+      continue;
+    }
+    scheduler_.remove(&c.sequence);
+    ++metrics_.failed;
+    c.stream->push({.index = c.index,
+                    .finish_reason = "error",
+                    .error = fmt::format("the request waited {} ms in the queue without starting (--max-queue-ms {}): "
+                                         "the server is overloaded; retry later",
+                                         std::chrono::duration_cast<std::chrono::milliseconds>(now - c.arrival).count(),
+                                         options_.max_queue_ms)},
+                   true);
+    it = choices_.erase(it);
+  }
+}
+
 bool Engine::step() {
   join_submitted();
   drop_cancelled();
+  expire_waiting();
   const Clock::time_point start = Clock::now();
   const Schedule schedule = scheduler_.next();
   metrics_.preemptions += schedule.preempted.size();

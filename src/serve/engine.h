@@ -40,6 +40,10 @@ struct EngineOptions {
   SchedulerLimits scheduler;
   decode::KvCacheShape cache;
   int64_t max_waiting = 256;  // requests queued before 429
+  // FCFS's bound on waiting: a choice not started this long after it
+  // arrived ends with an error (503 whole, an error event streamed), so no
+  // client waits unboundedly behind a full pool. 0: no bound.
+  int64_t max_queue_ms = 120000;
   Precision precision = Precision::fp32;
   // Tensor-parallel serving: this rank (the lead) and the group whose
   // followers run every iteration with it (nullptr: one rank).
@@ -53,7 +57,8 @@ struct ChoiceEvent {
   std::optional<int32_t> token;  // none on a final event that only ends the choice
   float logprob = 0;             // of `token` (with logprobs)
   std::vector<decode::TokenLogprob> top;  // the likeliest alternatives (with logprobs)
-  std::string finish_reason;     // "" while it runs; "stop", "length"
+  std::string finish_reason;     // "" while it runs; "stop", "length"; "error" with `error`
+  std::string error;             // why the choice ended without an answer (its wait passed --max-queue-ms)
 };
 
 struct Usage {
@@ -117,6 +122,7 @@ class Engine {
   struct Choice;
   void join_submitted();
   void drop_cancelled();
+  void expire_waiting();
   void update_gauges(double iteration_seconds, int64_t generated);
 
   nn::GptConfig config_;

@@ -95,6 +95,7 @@ struct HttpServer::Impl {
         out[i]["logprobs"] = {{"tokens", json::array()}, {"token_logprobs", json::array()},
                               {"top_logprobs", json::array()}, {"text_offset", json::array()}};
     }
+    std::string error;  // a choice ended without an answer
     for (;;) {
       const std::vector<ChoiceEvent> events = stream->take(std::chrono::milliseconds(200));
       for (const ChoiceEvent& e : events) {
@@ -105,8 +106,14 @@ struct HttpServer::Impl {
         }
         text[static_cast<size_t>(e.index)] += e.text;
         if (!e.finish_reason.empty()) c["finish_reason"] = e.finish_reason;
+        if (!e.error.empty() && error.empty()) error = e.error;
       }
-      if (events.empty() && stream->finished()) break;
+      if (!error.empty() || (events.empty() && stream->finished())) break;
+    }
+    if (!error.empty()) {
+      stream->cancel();  // the request's other choices, if any still run
+      res.set_header("Retry-After", "1");
+      return reply_error(res, 503, error_body(error, "server_overloaded", "", "queue_timeout"));
     }
     json body = reply_head(id);
     for (size_t i = 0; i < choices; ++i) out[i]["text"] = text[i];
@@ -141,6 +148,15 @@ struct HttpServer::Impl {
           const std::vector<ChoiceEvent> events = stream->take(std::chrono::milliseconds(100));
           for (const ChoiceEvent& e : events) {
             if (e.finish_reason == "cancelled") continue;
+            if (!e.error.empty()) {  // OpenAI's shape for an error mid-stream: an event holding it
+              const std::string line =
+                  "data: " + dump(error_body(e.error, "server_overloaded", "", "queue_timeout")) + "\n\n";
+              if (!sink.write(line.data(), line.size())) {
+                stream->cancel();
+                return false;
+              }
+              continue;
+            }
             const auto i = static_cast<size_t>(e.index);
             std::string text = e.text;
             if (!state->started[i] && request.echo) text = to_utf8(prompt_of(request, e.index), true) + text;

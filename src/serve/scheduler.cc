@@ -14,6 +14,10 @@ Batching batching_from_name(const std::string& name) {
 
 const char* batching_name(Batching batching) { return batching == Batching::iteration ? "iteration" : "request"; }
 
+bool Scheduler::is_waiting(const SequenceState* s) const {
+  return std::find(waiting_.begin(), waiting_.end(), s) != waiting_.end();
+}
+
 int64_t Schedule::rows() const {
   int64_t n = 0;
   for (const ScheduledChunk& c : chunks) n += c.rows;

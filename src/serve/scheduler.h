@@ -81,6 +81,7 @@ class Scheduler {
   Schedule next();
 
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  bool is_waiting(const SequenceState* s) const;
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   const std::deque<SequenceState*>& waiting_queue() const { return waiting_; }
 

@@ -58,7 +58,8 @@ void lead(const ServeOptions& o, const ServedModel& model, decode::DecodeGroup* 
   const int tp = group ? group->size() : 1;
   const decode::KvCacheShape cache = cache_shape(o, config, tp);
   Engine engine(config, model.weights,
-                {.scheduler = o.scheduler, .cache = cache, .max_waiting = o.max_waiting, .precision = o.precision,
+                {.scheduler = o.scheduler, .cache = cache, .max_waiting = o.max_waiting,
+                 .max_queue_ms = o.max_queue_ms, .precision = o.precision,
                  .group = group});
   const int64_t block_bytes = decode::kv_cache_bytes(config, {.blocks = 1, .block_tokens = o.block_tokens}) / tp;
   log << fmt::format("serve: gpt (layers {}, heads {}, embd {}, context {}) from {}, {}, tensor-parallel over {} rank{}\n",

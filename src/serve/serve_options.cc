@@ -18,6 +18,7 @@ void validate(const ServeOptions& o) {
   if (o.scheduler.max_batch_tokens < 1) fail("--max-batch-tokens is {}, expected >= 1", o.scheduler.max_batch_tokens);
   if (o.scheduler.max_running < 1) fail("--max-running is {}, expected >= 1", o.scheduler.max_running);
   if (o.max_waiting < 1) fail("--max-waiting is {}, expected >= 1", o.max_waiting);
+  if (o.max_queue_ms < 0) fail("--max-queue-ms is {}, expected >= 0 (0: no bound)", o.max_queue_ms);
   if (o.tp < 1) fail("--tp is {}, expected >= 1", o.tp);
   if (o.timeout_ms < 100) fail("--timeout is {} ms, expected >= 100", o.timeout_ms);
 }

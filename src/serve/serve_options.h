@@ -22,6 +22,7 @@ struct ServeOptions {
   int64_t kv_memory = 0;      // bytes of KV cache; 0: room for max_running sequences of the whole context
   SchedulerLimits scheduler;
   int64_t max_waiting = 256;
+  int64_t max_queue_ms = 120000;  // a choice not started this long after arriving ends with an error; 0: no bound
   // Tensor-parallel ranks (Megatron's splits; in process, or the MPI world
   // that launched the server). --kv-memory is each rank's: a rank caches
   // its heads' k and v, so tp ranks hold tp times the tokens.

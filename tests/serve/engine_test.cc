@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/backends.h"
@@ -156,6 +157,27 @@ TEST(EngineTensorParallel, ThirtyTwoConcurrentGreedyRequestsEqualTheFullForwardA
       EXPECT_EQ(engine.metrics().kv_blocks_used.load(), 0);
     });
   }
+}
+
+// FCFS with a bound on waiting: a choice that has not started within
+// max_queue_ms ends with an error; the one running goes on untouched.
+TEST(Engine, AChoiceWaitingPastTheQueueBoundEndsWithAnError) {
+  const ParamStore params = testing::scaled_gpt_weights(kEngineConfig, 6);
+  Engine engine(kEngineConfig, params,
+                {.scheduler = {.max_running = 1}, .cache = {.blocks = 16, .block_tokens = 4}, .max_queue_ms = 30});
+  const auto running = engine.submit(greedy("first", 20));
+  engine.step();  // "first" starts; "second" will wait behind it (one running at most)
+  const auto waiting = engine.submit(greedy("second", 5));
+  engine.step();
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  engine.step();
+  std::vector<ChoiceEvent> events = waiting->take(std::chrono::milliseconds(0));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events.front().finish_reason, "error");
+  EXPECT_NE(events.front().error.find("waited"), std::string::npos) << events.front().error;
+  EXPECT_TRUE(waiting->finished());
+  EXPECT_EQ(engine.metrics().failed.load(), 1u);
+  EXPECT_EQ(drain(engine, {running}).front(), as_text(testing::greedy_continuation(kEngineConfig, params, "first", 20)));
 }
 
 TEST(Engine, ACancelledRequestFreesItsBlocks) {

@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -134,6 +135,42 @@ TEST(Http, AFullQueueIs429WithRetryAfter) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 429);
   EXPECT_EQ(res->get_header_value("Retry-After"), "1");
+}
+
+// FCFS's bound on waiting: a request that never started within
+// --max-queue-ms is answered 503 whole, or with an error event streamed.
+TEST(Http, ARequestWaitingPastTheQueueBoundGets503OrAnErrorEvent) {
+  const ParamStore weights = testing::scaled_gpt_weights(kHttpConfig, 9);
+  // Without an engine thread the test steps the engine itself, after the bound.
+  Engine engine(kHttpConfig, weights, {.cache = {.blocks = 64, .block_tokens = 4}, .max_queue_ms = 20});
+  HttpServer http(engine, {.host = "127.0.0.1", .port = 0});
+  const int port = http.bind();
+  std::thread listener([&] { http.listen(); });
+  auto post = [&](const std::string& body) {
+    return std::async(std::launch::async, [port, body] {
+      httplib::Client client("127.0.0.1", port);
+      return client.Post("/v1/completions", body, "application/json");
+    });
+  };
+  auto whole = post(R"({"prompt":"x","max_tokens":4})");
+  auto streamed = post(R"({"prompt":"y","max_tokens":4,"stream":true})");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // both queued, past the bound
+  engine.step();
+  const auto whole_reply = whole.get();
+  const auto streamed_reply = streamed.get();
+  http.stop();
+  listener.join();
+  ASSERT_TRUE(whole_reply);
+  EXPECT_EQ(whole_reply->status, 503);
+  EXPECT_NE(whole_reply->body.find("\"code\":\"queue_timeout\""), std::string::npos) << whole_reply->body;
+  EXPECT_NE(whole_reply->body.find("--max-queue-ms 20"), std::string::npos) << whole_reply->body;
+  ASSERT_TRUE(streamed_reply);
+  const std::vector<std::string> events = events_of(streamed_reply->body);
+  ASSERT_GE(events.size(), 2u) << streamed_reply->body;
+  EXPECT_NE(events.front().find("queue_timeout"), std::string::npos) << events.front();
+  EXPECT_EQ(events.back(), "[DONE]");
+  EXPECT_EQ(engine.metrics().failed.load(), 2u);
+  EXPECT_EQ(engine.metrics().kv_blocks_used.load(), 0);
 }
 
 TEST(Http, AClientThatLeavesMidStreamFreesEveryBlock) {
