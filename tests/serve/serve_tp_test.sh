@@ -47,6 +47,7 @@ answers() {
       -d "{\"prompt\":\"$prompt\",\"max_tokens\":16,\"temperature\":0,\"logprobs\":0}" |
       python3 -c 'import json,sys; r=json.load(sys.stdin); print(json.dumps(r["choices"][0]["logprobs"]["tokens"]))'
   done > "$1" || fail "a completion failed: $(cat "$1")"
+  [ "$(wc -l < "$1")" = 4 ] || fail "expected 4 answers: $(cat "$1")"
 }
 # stop WHAT [PIDS]: SIGTERM to PIDS (default the server) drains it; it must exit 0.
 stop() {
