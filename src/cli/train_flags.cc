@@ -284,18 +284,30 @@ static void take_resumed_model(JobSpec& o) {
   if (o.optimizer.update.kind.empty()) o.optimizer.update.kind = state.optimizer;
 }
 
+namespace {
+
+// `amount` units of `unit` bytes as bytes: px::Error naming `flag` when it
+// is negative, not a number, or past a pebibyte (no buffer is that large,
+// and the product must fit an int64).
+int64_t size_in_bytes(double amount, double unit, const char* flag) {
+  constexpr double kMostBytes = 1125899906842624.0;  // 2^50
+  if (!(amount >= 0) || !(amount * unit <= kMostBytes))
+    fail("{} {} must be >= 0 and at most {} (1 PiB)", flag, amount, kMostBytes / unit);
+  return static_cast<int64_t>(amount * unit);
+}
+
+}  // namespace
+
 void apply(TrainFlags& flags) {
   JobSpec& o = flags.job;
   take_resumed_model(o);
   apply_model_defaults(o);
   o.model.onnx.bindings.clear();
   for (const std::string& text : flags.inputs) o.model.onnx.bindings.push_back(nn::parse_input_binding(text));
-  if (!(flags.bucket_mb >= 0)) fail("--bucket-mb {} must be >= 0", flags.bucket_mb);
-  o.strategy.bucket_bytes = static_cast<int64_t>(flags.bucket_mb * (1 << 20));
+  o.strategy.bucket_bytes = size_in_bytes(flags.bucket_mb, 1 << 20, "--bucket-mb");
   o.strategy.collective.algorithm = comm::algorithm_from_name(flags.allreduce);
   o.strategy.compression = comm::compression::Spec::parse(flags.compress);
-  if (!(flags.p3_slice_kb >= 0)) fail("--p3-slice-kb {} must be >= 0", flags.p3_slice_kb);
-  o.strategy.p3_slice_bytes = static_cast<int64_t>(flags.p3_slice_kb * 1024);
+  o.strategy.p3_slice_bytes = size_in_bytes(flags.p3_slice_kb, 1024, "--p3-slice-kb");
   if (flags.micro_batches != 0) {
     if (o.strategy.micro_batches != 1 && o.strategy.micro_batches != flags.micro_batches)
       fail("--micro-batches {} and --accumulation {} disagree (they are the same number)", flags.micro_batches,
