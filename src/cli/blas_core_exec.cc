@@ -13,7 +13,10 @@
 namespace px::cli {
 
 void run_on_this_cpus_blas_core(char** argv) {
-  if (std::getenv("PX_BLAS_CORE_WHY") != nullptr) return;  // the re-run (or a user who pinned the reason)
+  if (const char* why = std::getenv("PX_BLAS_CORE_WHY"); why != nullptr) {  // the re-run
+    kernels::set_blas_core_reason(why);
+    return;
+  }
   // PX_TEST_BLAS_PICKED: what a test says OpenBLAS picked, to see the
   // re-run on a CPU whose model this OpenBLAS knows.
   const char* test_picked = std::getenv("PX_TEST_BLAS_PICKED");
@@ -21,7 +24,7 @@ void run_on_this_cpus_blas_core(char** argv) {
   const kernels::BlasCoreChoice choice =
       kernels::choose_blas_core(kernels::cpu_vector_isa(), picked, std::getenv("OPENBLAS_CORETYPE"));
   if (choice.coretype.empty()) {
-    if (!choice.why.empty()) setenv("PX_BLAS_CORE_WHY", choice.why.c_str(), 1);
+    kernels::set_blas_core_reason(choice.why);
     return;
   }
   setenv("OPENBLAS_CORETYPE", choice.coretype.c_str(), 1);
@@ -32,7 +35,8 @@ void run_on_this_cpus_blas_core(char** argv) {
   fmt::print(stderr, "warning: {}, but re-running parallax failed ({}): fp32 GEMMs run {}'s kernels\n", choice.why,
              std::strerror(errno), picked);
   unsetenv("OPENBLAS_CORETYPE");
-  setenv("PX_BLAS_CORE_WHY", "re-running under a better core type failed", 1);
+  unsetenv("PX_BLAS_CORE_WHY");
+  kernels::set_blas_core_reason("re-running under a better core type failed");
 }
 
 }  // namespace px::cli

@@ -4,7 +4,9 @@
 // same arguments and environment, with OPENBLAS_CORETYPE set to the best
 // kernel set for the CPU; OpenBLAS reads it only as it loads. A core type
 // the user set is kept. The re-run process finds PX_BLAS_CORE_WHY set and
-// goes on; the run's log says why its BLAS runs what it runs.
+// goes on; the reason is handed to kernels::set_blas_core_reason, so the
+// run's log says why its BLAS runs what it runs (the library reads no
+// environment).
 #pragma once
 
 namespace px::cli {

@@ -1,7 +1,7 @@
 #include "kernels/blas_core.h"
 
 #include <cmath>
-#include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -69,9 +69,18 @@ BlasCoreChoice choose_blas_core(VectorIsa cpu, std::string_view picked, const ch
                              isa_name(cpu), best)};
 }
 
+namespace {
+std::string& blas_core_reason() {
+  static std::string why;  // set once at start, before any thread
+  return why;
+}
+}  // namespace
+
+void set_blas_core_reason(std::string why) { blas_core_reason() = std::move(why); }
+
 std::string blas_description() {
-  const char* why = std::getenv("PX_BLAS_CORE_WHY");
-  return why != nullptr && *why != '\0' ? fmt::format("{} ({})", openblas_core(), why) : openblas_core();
+  const std::string& why = blas_core_reason();
+  return why.empty() ? openblas_core() : fmt::format("{} ({})", openblas_core(), why);
 }
 
 void check_blas_against_reference() {

@@ -40,8 +40,10 @@ struct BlasCoreChoice {
 // CPU runs when OpenBLAS picked a lower one, else nothing.
 BlasCoreChoice choose_blas_core(VectorIsa cpu, std::string_view picked, const char* user_coretype);
 
-// The BLAS line of a run's log: the core, and why it runs (set by the
-// command line's re-run, PX_BLAS_CORE_WHY).
+// Why this process runs the core it runs, as the command line decided it
+// (cli/blas_core_exec.h); "" when OpenBLAS's own pick stands unremarked.
+void set_blas_core_reason(std::string why);
+// The BLAS line of a run's log: the core, and that reason.
 std::string blas_description();
 
 // sgemm against the reference GEMM on odd sizes, both transposes; px::Error
