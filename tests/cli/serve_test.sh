@@ -15,16 +15,8 @@ for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $i";
 "$px" train --data "$work/text.txt" --block 32 --layers 1 --heads 2 --embd 16 --batch 4 --threads 1 --steps 3 \
   --eval-batches 1 --sample-tokens 0 --progress lines --no-predict --save "$work/ckpt" > "$work/train.log"
 
-"$px" serve --checkpoint "$work/ckpt" --port 0 --threads 1 --block-tokens 4 --max-running 4 > "$work/serve.log" 2>&1 &
-server=$!
-port=""
-for _ in $(seq 1 200); do
-  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/serve.log")
-  [ -n "$port" ] && break
-  kill -0 "$server" 2>/dev/null || fail "serve exited before listening"
-  sleep 0.05
-done
-[ -n "$port" ] || fail "serve printed no port"
+source "$(dirname "${BASH_SOURCE[0]}")/../serve/serve_fixture.sh"
+start_server "$work/serve.log" "$px" serve --checkpoint "$work/ckpt" --port 0 --threads 1 --block-tokens 4 --max-running 4
 grep -q "KV cache of 128 tokens (32 blocks of 4" "$work/serve.log" || fail "no KV pool line (4 running x 8 blocks of 4)"
 url="http://127.0.0.1:$port"
 

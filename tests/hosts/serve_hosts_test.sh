@@ -15,6 +15,7 @@ case $FLAVOR in
   *) echo "FAIL: MPI '$FLAVOR'; expected openmpi or mpich"; exit 1 ;;
 esac
 source "$(dirname "${BASH_SOURCE[0]}")/hosts_fixture.sh" pxs --gbps 1
+source "$(dirname "${BASH_SOURCE[0]}")/../serve/serve_fixture.sh"
 server=""
 stop_server() { [ -n "$server" ] && kill -9 "$server" 2> /dev/null; pkill -9 -f "^$PARALLAX serve" 2> /dev/null || true; }
 trap 'stop_server; cleanup' EXIT
@@ -26,18 +27,7 @@ for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $i";
 SERVE=(serve --checkpoint "$WORK/ckpt" --port 0 --threads 1 --block-tokens 4 --max-running 4)
 
 # WHERE...: a server (in the background) and its port, read from its log.
-start() {
-  "$@" > "$WORK/serve.log" 2>&1 &
-  server=$!
-  port=""
-  for _ in $(seq 1 600); do
-    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$WORK/serve.log")
-    [ -n "$port" ] && break
-    kill -0 "$server" 2> /dev/null || fail "serve exited before listening"
-    sleep 0.05
-  done
-  [ -n "$port" ] || fail "serve printed no port"
-}
+start() { start_server "$WORK/serve.log" "$@"; }
 # CLIENT... FILE: greedy completions of a few prompts, one line of tokens each.
 answers() {
   local out=${*: -1}

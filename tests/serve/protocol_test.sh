@@ -16,17 +16,9 @@ fail() { echo "FAIL: $*"; [ -f "$work/serve.log" ] && tail -5 "$work/serve.log";
 for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $i"; done > "$work/text.txt"
 "$PARALLAX" train --data "$work/text.txt" --block 512 --layers 2 --heads 2 --embd 64 --batch 2 --threads 1 --steps 2 \
   --eval-batches 1 --sample-tokens 0 --progress lines --no-predict --save "$work/ckpt" > "$work/train.log"
-"$PARALLAX" serve --checkpoint "$work/ckpt" --port 0 --threads 2 --max-running 32 --kv-memory 64M \
-  --run-dir "$work/serving" > "$work/serve.log" 2>&1 &
-server=$!
-port=""
-for _ in $(seq 1 400); do
-  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/serve.log")
-  [ -n "$port" ] && break
-  kill -0 "$server" 2> /dev/null || fail "serve exited before listening"
-  sleep 0.05
-done
-[ -n "$port" ] || fail "serve printed no port"
+source "$HERE/serve_fixture.sh"
+start_server "$work/serve.log" "$PARALLAX" serve --checkpoint "$work/ckpt" --port 0 --threads 2 --max-running 32 \
+  --kv-memory 64M --run-dir "$work/serving"
 python3 "$HERE/protocol_check.py" "http://127.0.0.1:$port" || fail "protocol"
 kill -TERM "$server"
 status=0

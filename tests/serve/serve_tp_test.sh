@@ -16,6 +16,7 @@ cleanup() {
 }
 trap cleanup EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/../mpi_launch.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/serve_fixture.sh"
 fail() { echo "FAIL: $*"; [ -f "$work/serve.log" ] && cat "$work/serve.log"; exit 1; }
 SCALE=${PX_TEST_TIME_SCALE:-1}
 TIMEOUT_MS=$((1000 * SCALE))
@@ -28,16 +29,7 @@ for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $i";
 
 # start LAUNCH...: the server in the background; sets $server and $url.
 start() {
-  "$@" > "$work/serve.log" 2>&1 &
-  server=$!
-  local port=""
-  for _ in $(seq 1 600); do
-    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/serve.log")
-    [ -n "$port" ] && break
-    kill -0 "$server" 2> /dev/null || fail "serve exited before listening"
-    sleep 0.05
-  done
-  [ -n "$port" ] || fail "serve printed no port"
+  start_server "$work/serve.log" "$@"
   url="http://127.0.0.1:$port"
 }
 # answers FILE: greedy completions of a few prompts, one JSON text a line.
