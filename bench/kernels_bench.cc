@@ -74,7 +74,7 @@ void linear_backward(Timer& t, int64_t N, int64_t in, int64_t out, const float* 
 void run(const Config& c, int steps) {
   const int64_t N = c.B * c.T, C = c.C, D = C / c.H;
   auto x = filled(N * C, 1), ln = filled(N * C, 2), qkv = filled(N * 3 * C, 3);
-  auto att = filled(N * C, 4), probs = filled(c.B * c.H * c.T * c.T, 5);
+  auto att = filled(N * C, 4), att_lse = filled(c.B * c.H * c.T, 5);
   auto fc = filled(N * 4 * C, 6), act = filled(N * 4 * C, 7), logits = filled(N * c.V, 8);
   auto dx = filled(N * C, 9), dqkv = filled(N * 3 * C, 10), dfc = filled(N * 4 * C, 11);
   auto dlogits = filled(N * c.V, 12), w = filled(4 * C * C, 13), dw = filled(4 * C * C, 14);
@@ -96,7 +96,7 @@ void run(const Config& c, int steps) {
         layernorm(N, C, 1e-5f, x.data(), g.data(), g.data(), ln.data(), mean.data(), rstd.data());
       });
       linear(t, N, C, 3 * C, ln.data(), w.data(), g.data(), qkv.data());
-      t.time("attention", [&] { attention(c.B, c.T, c.H, D, qkv.data(), att.data(), probs.data()); });
+      t.time("attention", [&] { attention({c.B, c.T, c.H, D}, qkv.data(), att.data(), att_lse.data()); });
       linear(t, N, C, C, att.data(), w.data(), g.data(), ln.data());
       t.time("residual", [&] { add_inplace(N * C, ln.data(), x.data()); });
       t.time("layernorm", [&] {
@@ -139,7 +139,7 @@ void run(const Config& c, int steps) {
       linear_backward(t, N, C, C, att.data(), w.data(), dx.data(), att.data(), dw.data(),
                       g.data());
       t.time("attention", [&] {
-        attention_backward(c.B, c.T, c.H, D, qkv.data(), probs.data(), att.data(), dqkv.data());
+        attention_backward({c.B, c.T, c.H, D}, qkv.data(), att.data(), att_lse.data(), att.data(), dqkv.data());
       });
       linear_backward(t, N, C, 3 * C, ln.data(), w.data(), dqkv.data(), ln.data(), dw.data(),
                       g.data());

@@ -1,9 +1,14 @@
-// Causal multi-head self-attention on a fused q,k,v tensor.
+// Multi-head self-attention on a fused q,k,v tensor, without the T x T
+// matrix: the tile loop of kernels/attention_tiles.h (FlashAttention's
+// schedule on a CPU) over every (batch, head). Forward keeps only the
+// output and each row's log-sum-exp; backward makes the probabilities
+// again tile by tile as exp(scores - lse). Memory O(B·H·T) besides the
+// operands; the causal mask skips the key tiles a query tile cannot see.
 // Legend: B batch, T time, H heads, D head dim (C = H*D).
-//   qkv  (B, T, 3, H, D)  -- the GPT-2 c_attn output [B,T,3C] viewed; q,k,v at index 0,1,2
-//   out  (B, T, H, D)     -- viewed as [B,T,C] for c_proj
-//   probs (B, H, T, T)    -- softmax(q k^T / sqrt(D) + causal mask); saved for backward
-// Entries of probs above the diagonal are zero.
+//   qkv  (B, T, 3, H, D)  the GPT-2 c_attn output [B,T,3C] viewed; q,k,v at index 0,1,2
+//   out  (B, T, H, D)     softmax(q kᵀ/√D + mask) v, viewed as [B,T,C] for c_proj
+//   lse  (B, H, T)        log Σ_j exp(q_t·k_j/√D) over the keys row t sees
+//   dqkv (B, T, 3, H, D)  overwritten
 #pragma once
 
 #include <cstdint>
@@ -12,30 +17,30 @@
 
 namespace px::kernels {
 
-void attention(int64_t B, int64_t T, int64_t H, int64_t D, const float* qkv, float* out,
-               float* probs);
-// dqkv overwritten.
-void attention_backward(int64_t B, int64_t T, int64_t H, int64_t D, const float* qkv,
-                        const float* probs, const float* dout, float* dqkv);
+struct AttentionDims {
+  int64_t B = 1, T = 1, H = 1, D = 1;
+  bool causal = true;  // row t sees keys [0, t]; else all T
+};
 
-// The same under bf16 mixed precision: the four products per head (two in
-// backward's dQ/dK/dV besides dP) are bf16 GEMMs with fp32 accumulation
-// (kernels/gemm_bf16.h); the softmax and its gradient run in fp32, the
-// gradient on the probabilities at bf16 precision. qkv may be fp32
-// (rounded as it is read) or stored in bf16, probs likewise in backward; a
-// bf16 operand gives the result of its fp32 original, bit for bit.
-// Operands' `ld` is unused (the layouts above fix the strides). Heads
-// narrower than 64 multiply in fp32 the values widened from bf16 (small
-// products run faster so; the inputs' precision is the same).
-void attention_bf16(int64_t B, int64_t T, int64_t H, int64_t D, Bf16Operand qkv, float* out, float* probs);
-void attention_backward_bf16(int64_t B, int64_t T, int64_t H, int64_t D, Bf16Operand qkv, Bf16Operand probs,
+void attention(const AttentionDims& a, const float* qkv, float* out, float* lse);
+void attention_backward(const AttentionDims& a, const float* qkv, const float* out, const float* lse,
+                        const float* dout, float* dqkv);
+
+// The same under bf16 mixed precision: bf16 operands, fp32 accumulation
+// and softmax statistics. qkv, and backward's out, are fp32 (rounded as
+// they are read) or stored in bf16; a head's q, k and v are widened into
+// fp32 scratch and run the fp32 tiles, so the result is the fp32 kernel's
+// on the rounded qkv (and out) bit for bit.
+void attention_bf16(const AttentionDims& a, Bf16Operand qkv, float* out, float* lse);
+void attention_backward_bf16(const AttentionDims& a, Bf16Operand qkv, Bf16Operand out, const float* lse,
                              const float* dout, float* dqkv);
 
+// The textbook computation in double, the T x T probabilities made whole:
+// the reference the tiled kernels are tested against. Backward makes the
+// probabilities itself.
 namespace ref {
-void attention(int64_t B, int64_t T, int64_t H, int64_t D, const float* qkv, float* out,
-               float* probs);
-void attention_backward(int64_t B, int64_t T, int64_t H, int64_t D, const float* qkv,
-                        const float* probs, const float* dout, float* dqkv);
+void attention(const AttentionDims& a, const float* qkv, float* out, float* lse);
+void attention_backward(const AttentionDims& a, const float* qkv, const float* dout, float* dqkv);
 }  // namespace ref
 
 }  // namespace px::kernels

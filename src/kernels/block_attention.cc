@@ -1,8 +1,8 @@
 // Blocked causal attention (kernels/block_attention.h): per (batch, block,
-// head) BLAS products over the block pair's tokens only, the causal mask by
-// global positions, the row softmax of kernels/attention.cc's exp. The
-// probabilities live in a per-thread scratch: backward makes them again
-// from the scores and the forward's lse (memory-efficient attention).
+// head) the tile loop of kernels/attention_tiles.h over the block pair's
+// tokens, the causal mask by global positions (a query row sees the prefix
+// of the key block's tokens at or before it). Nothing (L x L) is kept:
+// backward makes the probabilities again from the scores and the lse.
 #include "kernels/block_attention.h"
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 
 #include "core/block.h"
 #include "kernels/attention_parts.h"
+#include "kernels/attention_tiles.h"
 
 namespace px::kernels {
 namespace {
@@ -77,96 +78,58 @@ double mean_block_entries(const BlockGrid& g) {
   return block_entries(all) / static_cast<double>(g.parts);
 }
 
-// The scaled, masked scores of query rows [lo, hi) against the `keys` they
-// see, exponentiated against `shift` per row (the row max forward, the
-// row's lse backward, which gives the probabilities themselves): rows of
-// `keys` floats in `s`. Returns nothing; rows that see no key are zero.
-template <typename Shift>
-void exp_scores(const Pair& pair, const float* q, const float* k, int64_t C, int64_t D, float scale, int64_t lo,
-                int64_t hi, int64_t keys, float* s, Shift shift) {
-  detail::sgemm(false, true, hi - lo, keys, D, scale, q + lo * 3 * C, 3 * C, k, 2 * C, 0.0f, s, keys);
-  for (int64_t i = lo; i < hi; ++i) {
-    float* row = s + (i - lo) * keys;
-    const int64_t n = pair.seen(i);
-    if (n > 0) shift(i, row, n);
-    std::fill(row + n, row + keys, 0.0f);
-  }
+namespace {
+
+// Block pair `bp`, head h as the tile loop reads it: the block's real
+// query rows (padding excluded) and, in `seen`, the keys each sees.
+detail::AttentionHead block_head_of(const BlockGrid& g, const Pair& pair, const float* qkv, const float* kv, int64_t h,
+                              int64_t* seen) {
+  const int64_t C = g.H * g.D, rows = pair.queries.count();
+  for (int64_t i = 0; i < rows; ++i) seen[i] = pair.seen(i);
+  const float* k = kv + pair.row0 * 2 * C + h * g.D;  // (L, D), row stride 2C
+  return {.q = qkv + pair.row0 * 3 * C + h * g.D, .ldq = 3 * C, .k = k, .v = k + C, .ldkv = 2 * C, .rows = rows,
+          .D = g.D, .seen = seen, .scale = 1.0f / std::sqrt(static_cast<float>(g.D))};
 }
+
+}  // namespace
 
 void block_attention(const BlockGrid& g, const float* qkv, const float* kv, float* out, float* lse) {
   const int64_t C = g.H * g.D;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(g.D));
   detail::for_each_head(g.B * g.P, g.H, [&](int64_t bp, int64_t h, int64_t) {
     const Pair pair = pair_of(g, bp);
-    const float* q = qkv + pair.row0 * 3 * C + h * g.D;  // (L, D), row stride 3C
-    const float* k = kv + pair.row0 * 2 * C + h * g.D;   // (L, D), row stride 2C
-    const float* v = k + C;
+    int64_t* seen = detail::attention_scratch<int64_t>(g.L);
+    const detail::AttentionHead head = block_head_of(g, pair, qkv, kv, h, seen);
     float* o = out + pair.row0 * C + h * g.D;  // (L, D), row stride C
     float* row_lse = lse + pair.row0 * g.H + h;  // stride H
-    for (int64_t i = 0; i < g.L; ++i) {
-      std::fill(o + i * C, o + i * C + g.D, 0.0f);
+    for (int64_t r0 = 0; r0 < head.rows; r0 += detail::kQueryTile)
+      detail::attention_query_tile(head, r0, o, C, row_lse, g.H);
+    for (int64_t i = head.rows; i < g.L; ++i) {  // padding
+      std::fill_n(o + i * C, g.D, 0.0f);
       row_lse[i * g.H] = kNoKey;
-    }
-    for (int r = 0; r < pair.queries.n; ++r) {
-      const int64_t lo = pair.queries.begin(r), hi = pair.queries.end(r);
-      const int64_t keys = hi > lo ? pair.seen(hi - 1) : 0;  // what the run's last row sees
-      if (keys == 0) continue;
-      float* s = detail::attention_scratch((hi - lo) * keys);  // (rows, keys): the probabilities
-      exp_scores(pair, q, k, C, g.D, scale, lo, hi, keys, s, [&](int64_t i, float* row, int64_t n) {
-        const float m = detail::max(row, n);
-        const float total = detail::exp_shifted_sum(row, row, n, m);
-        const float inv = 1.0f / total;
-        for (int64_t j = 0; j < n; ++j) row[j] *= inv;
-        row_lse[i * g.H] = m + std::log(total);
-      });
-      detail::sgemm(false, false, hi - lo, g.D, keys, 1.0f, s, keys, v, 2 * C, 0.0f, o + lo * C, C);
     }
   });
 }
 
-void block_attention_backward(const BlockGrid& g, const float* qkv, const float* kv, const float* lse,
-                              const float* dout, const float* dlse, float* dqkv, float* dkv) {
+void block_attention_backward(const BlockGrid& g, const float* qkv, const float* kv, const float* out,
+                              const float* lse, const float* dout, const float* dlse, float* dqkv, float* dkv) {
   const int64_t C = g.H * g.D;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(g.D));
   std::memset(dqkv, 0, static_cast<size_t>(g.B * g.P * g.L * 3 * C) * sizeof(float));
   std::memset(dkv, 0, static_cast<size_t>(g.B * g.P * g.L * 2 * C) * sizeof(float));
   detail::for_each_head(g.B * g.P, g.H, [&](int64_t bp, int64_t h, int64_t) {
     const Pair pair = pair_of(g, bp);
-    const float* q = qkv + pair.row0 * 3 * C + h * g.D;
-    const float* k = kv + pair.row0 * 2 * C + h * g.D;
-    const float* v = k + C;
-    const float* row_lse = lse + pair.row0 * g.H + h;
+    int64_t* seen = detail::attention_scratch<int64_t>(g.L);
+    const detail::AttentionHead head = block_head_of(g, pair, qkv, kv, h, seen);
+    const float* o = out + pair.row0 * C + h * g.D;
     const float* dO = dout + pair.row0 * C + h * g.D;
-    float* dq = dqkv + pair.row0 * 3 * C + h * g.D;
+    float* delta = detail::attention_scratch(g.L, detail::Scratch::rows);
+    // Softmax's row term Σ_j P ∘ dP = <dout, out>; d lse_i / d s_ij = p_ij,
+    // so the incoming dlse takes its part off every dP of the row.
+    for (int64_t i = 0; i < head.rows; ++i)
+      delta[i] = detail::dot(dO + i * C, o + i * C, g.D) - dlse[(pair.row0 + i) * g.H + h];
     float* dk = dkv + pair.row0 * 2 * C + h * g.D;
-    float* dv = dk + C;
-    for (int r = 0; r < pair.queries.n; ++r) {
-      const int64_t lo = pair.queries.begin(r), hi = pair.queries.end(r), rows = hi - lo;
-      const int64_t keys = hi > lo ? pair.seen(hi - 1) : 0;
-      if (keys == 0) continue;
-      // The probabilities again, from the scores and the forward's lse
-      // (exp(s - lse) is the softmax): nothing (L x L) is kept between.
-      float* p = detail::attention_scratch(rows * keys, 0);
-      exp_scores(pair, q, k, C, g.D, scale, lo, hi, keys, p, [&](int64_t i, float* row, int64_t n) {
-        const float shift = row_lse[i * g.H];
-        for (int64_t j = 0; j < n; ++j) row[j] = std::exp(row[j] - shift);
-      });
-      float* ds = detail::attention_scratch(rows * keys, 1);  // dP, then dS in place: (rows, keys)
-      detail::sgemm(false, true, rows, keys, g.D, 1.0f, dO + lo * C, C, v, 2 * C, 0.0f, ds, keys);
-      for (int64_t i = lo; i < hi; ++i) {
-        const float* pi = p + (i - lo) * keys;
-        float* di = ds + (i - lo) * keys;
-        const int64_t n = pair.seen(i);
-        // d lse_i / d s_ij = p_ij, so the incoming dlse adds to every dP of the row.
-        const float d = detail::dot(pi, di, n) - dlse[(pair.row0 + i) * g.H + h];
-        for (int64_t j = 0; j < n; ++j) di[j] = pi[j] * (di[j] - d) * scale;
-        std::fill(di + n, di + keys, 0.0f);
-      }
-      // Each query run adds its part of the keys' and values' gradients.
-      detail::sgemm(false, false, rows, g.D, keys, 1.0f, ds, keys, k, 2 * C, 0.0f, dq + lo * 3 * C, 3 * C);
-      detail::sgemm(true, false, keys, g.D, rows, 1.0f, ds, keys, q + lo * 3 * C, 3 * C, 1.0f, dk, 2 * C);
-      detail::sgemm(true, false, keys, g.D, rows, 1.0f, p, keys, dO + lo * C, C, 1.0f, dv, 2 * C);
-    }
+    detail::attention_head_backward(head, {.lse = lse + pair.row0 * g.H + h, .lse_stride = g.H, .delta = delta,
+                                           .dout = dO, .lddo = C, .dq = dqkv + pair.row0 * 3 * C + h * g.D,
+                                           .lddq = 3 * C, .dk = dk, .dv = dk + C, .lddkv = 2 * C});
   });
 }
 

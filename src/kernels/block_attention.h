@@ -45,10 +45,10 @@ double mean_block_entries(const BlockGrid& g);
 
 void block_attention(const BlockGrid& g, const float* qkv, const float* kv, float* out, float* lse);
 
-// Gradients of one block_attention given its lse, dout and dlse: dq into
-// the q slot of dqkv (its k and v slots zeroed), dkv overwritten.
-void block_attention_backward(const BlockGrid& g, const float* qkv, const float* kv, const float* lse,
-                              const float* dout, const float* dlse, float* dqkv, float* dkv);
+// Gradients of one block_attention given its out, lse, dout and dlse: dq
+// into the q slot of dqkv (its k and v slots zeroed), dkv overwritten.
+void block_attention_backward(const BlockGrid& g, const float* qkv, const float* kv, const float* out,
+                              const float* lse, const float* dout, const float* dlse, float* dqkv, float* dkv);
 
 // out = Σ_j exp(lse_j - lse) o_j with lse = log Σ_j exp(lse_j), per row
 // (B·P·L rows of H heads): the partial results of n key blocks merged.

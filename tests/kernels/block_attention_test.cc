@@ -52,10 +52,11 @@ TEST_P(BlockAttention, MergedBlocksEqualWholeSequenceAttentionAndItsGradient) {
   const int64_t C = c.H * c.D, L = padded(c), rows = c.B * c.P * L;
   const std::vector<float> qkv = random_vector(c.B * c.T * 3 * C, 11), dout = random_vector(c.B * c.T * C, 12);
   // The reference: whole-sequence attention and its gradient.
-  std::vector<float> out(static_cast<size_t>(c.B * c.T * C)), probs(static_cast<size_t>(c.B * c.H * c.T * c.T));
+  std::vector<float> out(static_cast<size_t>(c.B * c.T * C)), whole_lse(static_cast<size_t>(c.B * c.H * c.T));
   std::vector<float> dqkv(qkv.size());
-  ref::attention(c.B, c.T, c.H, c.D, qkv.data(), out.data(), probs.data());
-  ref::attention_backward(c.B, c.T, c.H, c.D, qkv.data(), probs.data(), dout.data(), dqkv.data());
+  const AttentionDims whole{.B = c.B, .T = c.T, .H = c.H, .D = c.D};
+  ref::attention(whole, qkv.data(), out.data(), whole_lse.data());
+  ref::attention_backward(whole, qkv.data(), dout.data(), dqkv.data());
 
   // Blocked copies; the key/value blocks as the ring holds them at step j.
   std::vector<float> qkv_b(static_cast<size_t>(rows * 3 * C), 0.0f), dout_b(static_cast<size_t>(rows * C), 0.0f);
@@ -109,7 +110,7 @@ TEST_P(BlockAttention, MergedBlocksEqualWholeSequenceAttentionAndItsGradient) {
   for (int64_t j = 0; j < c.P; ++j) {
     const BlockGrid grid{.B = c.B, .P = c.P, .L = L, .H = c.H, .D = c.D, .tokens = c.T, .parts = c.P, .first = 0,
                          .shift = j, .balanced = c.balanced};
-    block_attention_backward(grid, qkv_b.data(), kv[j].data(), lse[j].data(), d_o[j].data(), d_lse[j].data(),
+    block_attention_backward(grid, qkv_b.data(), kv[j].data(), o[j].data(), lse[j].data(), d_o[j].data(), d_lse[j].data(),
                              dq.data(), dkv.data());
     for (size_t e = 0; e < dq.size(); ++e) dqkv_b[e] += dq[e];
     for (int64_t b = 0; b < c.B; ++b)

@@ -150,15 +150,18 @@ TEST(DecodeTensorParallel, EveryRankCountGivesTheOneRankLogits) {
       DecodeGroup group(ranks);
       DecodeRunner runner(kConfig, params, cache, Precision::fp32, &group);
       if (!group.lead()) return runner.follow();
-      double worst = 0;
+      double worst = 0, largest = 0;
       for (size_t b = 0; b < batches.size(); ++b) {
         const Tensor logits = runner.run(batches[b]);
         ASSERT_EQ(logits.shape(), expected[b].shape());
-        for (int64_t i = 0; i < logits.numel(); ++i)
+        for (int64_t i = 0; i < logits.numel(); ++i) {
           worst = std::max(worst, std::abs(double(logits.f32()[i]) - expected[b].f32()[i]));
+          largest = std::max(largest, std::abs(double(expected[b].f32()[i])));
+        }
         if (b == 1) runner.idle();  // an idle tick between iterations changes nothing
       }
-      EXPECT_LT(worst, 1e-4) << "tp " << tp;
+      // fp32 sums in another order (row-parallel partial sums): a few ulp of the largest logit.
+      EXPECT_LT(worst, 1e-5 * largest) << "tp " << tp << ", largest logit " << largest;
       EXPECT_EQ(runner.local_heads(), kConfig.n_head / tp);
       runner.stop_followers();
     });

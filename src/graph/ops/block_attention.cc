@@ -4,7 +4,7 @@
 // (p - shift) mod parts). Legend: B batch, P blocks,
 // L padded block length, H heads, D head dim.
 //   block_attention:      qkv (B,P,L,3,H,D), kv (B,P,L,2,H,D) -> out (B,P,L,H,D), lse (B,P,L,H)
-//   block_attention_grad: qkv, kv, lse, dout, dlse -> dqkv (its q slot), dkv   (the softmax made again from lse)
+//   block_attention_grad: qkv, kv, out, lse, dout, dlse -> dqkv (its q slot), dkv   (the softmax made again from lse)
 //   merge_attention:      out_0..out_{n-1}, lse_0..lse_{n-1} -> out (B,P,L,H,D)
 //   merge_attention_grad: out_*, lse_*, dout -> dout_0..dout_{n-1}, dlse_0..dlse_{n-1}
 // Heads are independent and so are blocks: besides the batch split, a head
@@ -37,7 +37,7 @@ double block_entries(const std::vector<TensorSpec>& in, const Attrs& a) {
 
 // The ways both run split: the batch, the blocks (over exactly `parts`
 // ranks) and the heads. Forward's outputs out, lse; backward's extra
-// inputs lse, dout, dlse and outputs dqkv, dkv.
+// inputs out, lse, dout, dlse and outputs dqkv, dkv.
 std::vector<PlacementSignature> block_signatures(size_t extra_inputs, int parts, size_t outputs, bool backward) {
   struct Way {
     const char* name;
@@ -47,8 +47,8 @@ std::vector<PlacementSignature> block_signatures(size_t extra_inputs, int parts,
                                      std::vector<Placement>(outputs, Placement::B())}};
   for (const Way w : {Way{"data_parallel", 0, 0, 0}, Way{"blocks", 1, 1, 1}, Way{"head_parallel", 4, 3, 3}}) {
     std::vector<Placement> in{Placement::S(w.qkv), Placement::S(w.qkv)};
-    // Backward's extra inputs: lse, dout, dlse.
-    for (size_t i = 0; i < extra_inputs; ++i) in.push_back(Placement::S(i == 1 ? w.out : w.lse));
+    // Backward's extra inputs: out, lse, dout, dlse.
+    for (size_t i = 0; i < extra_inputs; ++i) in.push_back(Placement::S(i % 2 == 0 ? w.out : w.lse));
     std::vector<Placement> out;
     if (backward) out = {Placement::S(w.qkv), Placement::S(w.qkv)};
     else out = {Placement::S(w.out), Placement::S(w.lse)};
@@ -84,7 +84,7 @@ OpDef make_block_attention() {
     if (dlse == kNoValue)
       dlse = g.add1("fill", {}, {{"value", 0.0}, {"shape", g.spec(n.outputs[1]).shape.dims()}}, n.name + ".dlse");
     const std::vector<ValueId> grads =
-        g.add("block_attention_grad", {n.inputs[0], n.inputs[1], n.outputs[1], dout[0], dlse}, n.attrs, n.name + ".grad");
+        g.add("block_attention_grad", {n.inputs[0], n.inputs[1], n.outputs[0], n.outputs[1], dout[0], dlse}, n.attrs, n.name + ".grad");
     return grads;
   };
   d.cost = [](const auto& in, const auto& out, const Attrs& a) {
@@ -119,7 +119,7 @@ OpDef make_block_attention_grad() {
   OpDef d;
   d.name = "block_attention_grad";
   d.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
-    require_count(in, 5, 5);
+    require_count(in, 6, 6);
     require_blocked(in[0].shape, 3, "qkv");
     require_blocked(in[1].shape, 2, "kv");
     return std::vector<TensorSpec>{f32(in[0].shape), f32(in[1].shape)};
@@ -127,7 +127,7 @@ OpDef make_block_attention_grad() {
   d.forward = [](const OpContext& ctx, const Attrs& a, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
     kernels::block_attention_backward(grid_of(ctx, a, in[0]->shape()), in[0]->f32(), in[1]->f32(), in[2]->f32(),
-                                      in[3]->f32(), in[4]->f32(), out[0]->f32(), out[1]->f32());
+                                      in[3]->f32(), in[4]->f32(), in[5]->f32(), out[0]->f32(), out[1]->f32());
   };
   d.cost = [](const auto& in, const auto& out, const Attrs& a) {
     const Shape& q = in[0].shape;
@@ -136,17 +136,17 @@ OpDef make_block_attention_grad() {
     return c;
   };
   d.signatures = [](const std::vector<TensorSpec>&, const Attrs& a) {
-    return block_signatures(3, static_cast<int>(a.get_int("parts")), 2, true);
+    return block_signatures(4, static_cast<int>(a.get_int("parts")), 2, true);
   };
   d.examples = [] {
     const Attrs attrs{{"tokens", int64_t{7}}, {"parts", int64_t{3}}, {"shift", int64_t{1}}};
     const Attrs balanced{{"tokens", int64_t{11}}, {"parts", int64_t{3}}, {"shift", int64_t{2}}, {"balanced", int64_t{1}}};
-    return std::vector<OpExample>{{{f32({1, 3, 3, 3, 2, 4}), f32({1, 3, 3, 2, 2, 4}), f32({1, 3, 3, 2}),
-                                    f32({1, 3, 3, 2, 4}), f32({1, 3, 3, 2})},
+    return std::vector<OpExample>{{{f32({1, 3, 3, 3, 2, 4}), f32({1, 3, 3, 2, 2, 4}), f32({1, 3, 3, 2, 4}),
+                                    f32({1, 3, 3, 2}), f32({1, 3, 3, 2, 4}), f32({1, 3, 3, 2})},
                                    attrs,
                                    {}},
-                                  {{f32({1, 3, 4, 3, 2, 3}), f32({1, 3, 4, 2, 2, 3}), f32({1, 3, 4, 2}),
-                                    f32({1, 3, 4, 2, 3}), f32({1, 3, 4, 2})},
+                                  {{f32({1, 3, 4, 3, 2, 3}), f32({1, 3, 4, 2, 2, 3}), f32({1, 3, 4, 2, 3}),
+                                    f32({1, 3, 4, 2}), f32({1, 3, 4, 2, 3}), f32({1, 3, 4, 2})},
                                    balanced,
                                    {}}};
   };
