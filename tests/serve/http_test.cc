@@ -186,7 +186,10 @@ TEST(Http, AClientThatLeavesMidStreamFreesEveryBlock) {
   httplib::Response res;
   httplib::Error error;
   client.send(req, res, error);
-  for (int i = 0; i < 200 && served.engine().metrics().cancelled.load() == 0; ++i)
+  // The blocks gauge is published after the step that counts the cancel: wait for both.
+  for (int i = 0; i < 500 && (served.engine().metrics().cancelled.load() == 0 ||
+                              served.engine().metrics().kv_blocks_used.load() != 0);
+       ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(served.engine().metrics().cancelled.load(), 1u);
   EXPECT_EQ(served.engine().metrics().kv_blocks_used.load(), 0);

@@ -2,9 +2,9 @@
 //
 // Forward nodes are grouped into segments: under `full`, each layer (a
 // contiguous run of forward nodes in one scope "h.<i>", GPT's blocks);
-// under `selective`, each attention core (an `attention` node, whose
-// saved T x T probabilities dominate a block's activations; Korthikanti
-// et al. 2022). Context parallelism's ring attention is in no segment
+// under `selective`, each attention core (an `attention` node; Korthikanti
+// et al. 2022, whose kernels kept the T x T probabilities: ours keeps out
+// and lse, kernels/attention.h, so selective drops only the lse). Context parallelism's ring attention is in no segment
 // (LightSeq's rematerialisation-aware checkpointing): its backward makes
 // the softmax again from the kept lse (kernels/block_attention.h), so its
 // outputs are kept and a recomputed layer does not run the ring again —
