@@ -27,8 +27,9 @@ const nn::GptConfig kHttpConfig{.vocab = 256, .block = 64, .n_layer = 2, .n_head
 // An engine and its server, running until the fixture ends.
 class Served {
  public:
-  explicit Served(EngineOptions options = {.cache = {.blocks = 64, .block_tokens = 4}})
-      : weights_(testing::scaled_gpt_weights(kHttpConfig, 7)), engine_(kHttpConfig, weights_, options),
+  explicit Served(EngineOptions options = {.cache = {.blocks = 64, .block_tokens = 4}},
+                  const nn::GptConfig& config = kHttpConfig)
+      : weights_(testing::scaled_gpt_weights(config, 7)), engine_(config, weights_, options),
         http_(engine_, {.host = "127.0.0.1", .port = 0, .threads = 16}) {
     port_ = http_.bind();
     listener_ = std::thread([this] { http_.listen(); });
@@ -173,13 +174,18 @@ TEST(Http, ARequestWaitingPastTheQueueBoundGets503OrAnErrorEvent) {
   EXPECT_EQ(engine.metrics().kv_blocks_used.load(), 0);
 }
 
+// The answer is long (1000 tokens of a 1024-token context) so that the
+// client is gone well before it could end: a short one, on a fast core,
+// finished before the server's next write found the connection closed.
 TEST(Http, AClientThatLeavesMidStreamFreesEveryBlock) {
-  Served served;
+  nn::GptConfig long_context = kHttpConfig;
+  long_context.block = 1024;
+  Served served({.cache = {.blocks = 300, .block_tokens = 4}}, long_context);
   httplib::Client client = served.client();
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/completions";
-  req.body = R"({"prompt":"leave early","max_tokens":50,"stream":true})";
+  req.body = R"({"prompt":"leave early","max_tokens":1000,"stream":true})";
   req.set_header("Content-Type", "application/json");
   int chunks = 0;
   req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 2; };  // then hang up
