@@ -21,6 +21,23 @@ int64_t seen_in_tile(const AttentionHead& h, int64_t r, int64_t c0, int64_t cols
   return std::clamp<int64_t>(h.seen[r] - c0, 0, cols);
 }
 
+// One row of a backward tile, n entries: p = exp(s - lse) (the softmax
+// itself) in place of the scores, and dS = p (dP - delta) scale in place
+// of dP. One pass.
+void probabilities_and_ds(float* __restrict p, float* __restrict ds, int64_t n, float lse, float delta,
+                          float scale) {
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    const f32x16 e = exp_approx(load16(p + j) - lse);
+    store16(p + j, e);
+    store16(ds + j, e * (load16(ds + j) - delta) * scale);
+  }
+  for (; j < n; ++j) {
+    p[j] = exp_approx(p[j] - lse);
+    ds[j] = p[j] * (ds[j] - delta) * scale;
+  }
+}
+
 void scale_row(float* x, int64_t D, float by) {
   for (int64_t d = 0; d < D; ++d) x[d] *= by;
 }
@@ -76,11 +93,7 @@ void attention_head_backward(const AttentionHead& h, const AttentionHeadGrad& g)
         const int64_t t = r0 + r, n = seen_in_tile(h, t, c0, cols);
         float* pr = p + r * cols;
         float* dr = ds + r * cols;
-        if (n > 0) {
-          exp_shifted_sum(pr, pr, n, g.lse[t * g.lse_stride]);  // P = exp(S - lse), the softmax itself
-          const float delta = g.delta[t];
-          for (int64_t j = 0; j < n; ++j) dr[j] = pr[j] * (dr[j] - delta) * h.scale;
-        }
+        if (n > 0) probabilities_and_ds(pr, dr, n, g.lse[t * g.lse_stride], g.delta[t], h.scale);
         std::fill(pr + n, pr + cols, 0.0f);
         std::fill(dr + n, dr + cols, 0.0f);
       }
