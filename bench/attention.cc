@@ -28,8 +28,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/blas_core_exec.h"
 #include "kernels/attention.h"
 #include "kernels/bf16.h"
+#include "kernels/blas_core.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/threads.h"
@@ -127,6 +129,7 @@ std::pair<double, double> error_on_one_head(int64_t T, int64_t D, bool bf16) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  px::cli::run_on_this_cpus_blas_core(argv);  // the kernels `parallax train` runs
   int64_t B = 8, T = 1024, H = 6, D = 64;
   int threads = 1, reps = 3;
   std::string precision = "fp32";
@@ -181,7 +184,8 @@ int main(int argc, char** argv) {
                    {"explicit_probs_mib", double(B * H) * double(T * T) * 4 / (1 << 20)},
                    {"peak_rss_growth_mib", peak_growth},
                    {"out_rel_error", out_error},
-                   {"grad_rel_error", grad_error}};
+                   {"grad_rel_error", grad_error},
+                   {"blas_core", px::kernels::openblas_core()}};
   std::cout << j.dump() << std::endl;
   return 0;
 }

@@ -10,8 +10,8 @@
 # rate of its precision measured in the same process (sgemm; oneDNN bf16),
 # peak resident growth of each process over its timed runs, parallax's
 # time over PyTorch's, and parallax's error against the double reference.
-# PyTorch runs on OpenBLAS (peers/torch/blas_env.sh), with
-# OPENBLAS_CORETYPE as parallax's BLAS line says it runs.
+# PyTorch runs on OpenBLAS (peers/torch/blas_env.sh) with the kernel set
+# parallax runs (OPENBLAS_CORETYPE; kernels/blas_core.h).
 #
 #   bench/compare_attention.sh [--threads 1] [--lengths "128 256 512 1024 2048"] [--precisions "fp32 bf16"]
 #                              [--batch 8] [--build build] [--peers DIR]
@@ -38,10 +38,10 @@ BENCH=$BUILD/bench/px_bench_attention
 [[ -x $BENCH ]] || { echo "error: $BENCH not built" >&2; exit 1; }
 [[ -f $PEERS/torch/attention.py ]] || { echo "error: $PEERS/torch/attention.py not found" >&2; exit 1; }
 make_results attention
-# The core OpenBLAS runs here, for PyTorch's OpenBLAS too (parallax's CLI
-# chooses it itself; the peer is told).
-CORE=$(OPENBLAS_VERBOSE=2 "$BENCH" --T 1 --B 1 --H 1 --D 8 --reps 0 2>&1 | sed -n 's/^Core: //p' | head -1)
-echo "OpenBLAS core: ${CORE:-unknown}" | tee "$RESULTS/blas.txt"
+# The OpenBLAS kernel set parallax runs (the benchmark programs choose it
+# as the command line does), for PyTorch's OpenBLAS too.
+CORE=$(locked "$BENCH" --T 1 --B 1 --H 1 --D 8 --reps 0 | python3 -c 'import json, sys; print(json.load(sys.stdin)["blas_core"])')
+echo "OpenBLAS kernels: $CORE (parallax and PyTorch)" | tee "$RESULTS/blas.txt"
 
 printf '%-5s %-5s | %9s %9s %7s %6s %8s | %9s %9s %7s %8s | %6s %8s\n' T prec \
   "px fwd" "px bwd" GF/s "of GEMM" "px MiB" "pt fwd" "pt bwd" GF/s "pt MiB" "px/pt" "px err"
@@ -50,8 +50,7 @@ for precision in $PRECISIONS; do
     args=(--T "$T" --B "$BATCH" --H 6 --D 64 --precision "$precision" --threads "$THREADS" --reps 3)
     px=$(locked "$BENCH" "${args[@]}")
     echo "$px" >> "$RESULTS/parallax.jsonl"
-    pt=$( (source "$PEERS/torch/blas_env.sh"; export OPENBLAS_CORETYPE=${CORE:-}; \
-           [[ -n $OPENBLAS_CORETYPE ]] || unset OPENBLAS_CORETYPE; locked "$PY" "$PEERS/torch/attention.py" "${args[@]}") )
+    pt=$( (source "$PEERS/torch/blas_env.sh"; export OPENBLAS_CORETYPE=$CORE; locked "$PY" "$PEERS/torch/attention.py" "${args[@]}") )
     echo "$pt" >> "$RESULTS/torch.jsonl"
     python3 - "$px" "$pt" <<'PY'
 import json, sys

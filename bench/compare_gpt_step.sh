@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
 # GPT training-step speed, parallax vs PyTorch 1.13 (OpenBLAS), side by side.
+# PyTorch runs as Debian ships it and, when OpenBLAS's own pick of kernels
+# is below the set parallax's command line runs (kernels/blas_core.h; the
+# benchmark programs run it too), again with OPENBLAS_CORETYPE set to
+# that one; parallax is compared with the faster.
 #
 #   bench/compare_gpt_step.sh [--quick] [--reps 3] [--retries 2] [--configs "A B"] [--threads "1 2"]
 #                             [--steps 10] [--max-time 60] [--build build-bench]
@@ -81,13 +85,18 @@ run_parallax() {  # config threads [precision]
   locked "$PX_STEP" --config "$1" --threads "$2" --warmup "$WARMUP" --steps "$STEPS" --max-time "$MAX_TIME" \
     --precision "${3:-fp32}" 2>>"$RESULTS/parallax${3:+_$3}.log" | tail -n 1
 }
-run_torch() {  # config threads [precision]
-  LD_LIBRARY_PATH=$TORCH_BLAS locked "$PY" "$PEERS/torch/gpt_step.py" --config "$1" --threads "$2" \
+run_torch() {  # config threads [precision]; OPENBLAS_CORETYPE=$TORCH_CORETYPE when that is set
+  local envs=(LD_LIBRARY_PATH="$TORCH_BLAS")  # (an empty OPENBLAS_CORETYPE is not "unset" to OpenBLAS)
+  [[ -z ${TORCH_CORETYPE:-} ]] || envs+=(OPENBLAS_CORETYPE="$TORCH_CORETYPE")
+  locked env "${envs[@]}" "$PY" "$PEERS/torch/gpt_step.py" --config "$1" --threads "$2" \
     --warmup "$WARMUP" --steps "$STEPS" --max-time "$MAX_TIME" --precision "${3:-fp32}" \
-    2>>"$RESULTS/torch${3:+_$3}.log" | grep '^{' | tail -n 1
+    2>>"$RESULTS/torch${3:+_$3}${TORCH_CORETYPE:+_best}.log" | grep '^{' | tail -n 1
 }
 run_parallax_bf16() { run_parallax "$1" "$2" bf16; }
 run_torch_bf16() { run_torch "$1" "$2" bf16; }
+# PyTorch with the OpenBLAS kernel set parallax's command line runs (BEST_CORE).
+run_torch_best() { TORCH_CORETYPE=$BEST_CORE run_torch "$1" "$2"; }
+run_torch_bf16_best() { TORCH_CORETYPE=$BEST_CORE run_torch "$1" "$2" bf16; }
 # Runs one system for one cell; a run that could not get enough clean steps
 # (another job kept the machine busy) is repeated up to RETRIES times. Every
 # attempt goes to SYSTEM.all.jsonl, the last one to SYSTEM.jsonl.
@@ -106,7 +115,17 @@ measure() {  # system config threads
 locked "$PX_SGEMM" --threads 1 >"$RESULTS/sgemm.json"
 echo "sgemm (1 thread): $(cat "$RESULTS/sgemm.json")" >&2
 
+# PyTorch as Debian ships it (OpenBLAS's own pick of kernels) and, when
+# that pick is below the kernel set parallax runs, again under that one:
+# parallax is compared with the faster of the two.
+BEST_CORE=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("blas_core", ""))' "$RESULTS/sgemm.json")
+TORCH_CORE=$(LD_LIBRARY_PATH=$TORCH_BLAS OPENBLAS_VERBOSE=2 "$PY" -c 'import torch; torch.ones(64, 64) @ torch.ones(64, 64)' 2>&1 |
+  sed -n 's/^Core: //p' | head -1)
+echo "OpenBLAS kernels: parallax ${BEST_CORE:-?}, PyTorch as shipped ${TORCH_CORE:-?}" | tee "$RESULTS/blas_cores.txt" >&2
 if [[ $PRECISION == bf16 ]]; then SYSTEMS="parallax parallax_bf16 torch_bf16"; else SYSTEMS="parallax torch"; fi
+if [[ -n $BEST_CORE && $BEST_CORE != "$TORCH_CORE" ]]; then
+  if [[ $PRECISION == bf16 ]]; then SYSTEMS+=" torch_bf16_best"; else SYSTEMS+=" torch_best"; fi
+fi
 for ((rep = 1; rep <= REPS; rep++)); do
   for cfg in $CONFIGS; do
     for th in $THREADS; do
@@ -125,7 +144,10 @@ d = sys.argv[1]
 load = lambda f: [json.loads(l) for l in open(f"{d}/{f}") if l.strip()]
 # Peak RSS net of the runtime's own baseline (see the header).
 net_mib = lambda r: r["peak_rss_mib"] - r.get("rss_start_mib", r.get("rss_after_import_mib", 0.0))
+import os
 runs = {s: load(f"{s}.jsonl") for s in ("parallax", "parallax_bf16", "torch_bf16")}
+# PyTorch under parallax's BLAS kernel set too, when it differs: the faster of the two per cell.
+best_runs = load("torch_bf16_best.jsonl") if os.path.exists(f"{d}/torch_bf16_best.jsonl") else []
 sg = json.load(open(f"{d}/sgemm.json"))
 print(f"sgemm single-core: best {sg['best_gflops']:.1f} GFLOP/s; bf16 GEMM single-core: best "
       f"{sg.get('bf16_best_gflops', 'n/a')} GFLOP/s ({sg.get('bf16_kernel', 'no AVX512_BF16')})")
@@ -139,6 +161,10 @@ for cfg, th in cells:
     if not all(cell.values()):
         continue
     ms = {s: statistics.median(r["median_ms"] for r in rs) for s, rs in cell.items()}
+    best = [r for r in best_runs if (r["config"], r["threads"]) == (cfg, th)]
+    if best and statistics.median(r["median_ms"] for r in best) < ms["torch_bf16"]:
+        ms["torch_bf16"], cell["torch_bf16"] = statistics.median(r["median_ms"] for r in best), best
+        print(f"  ({cfg}, {th} threads: PyTorch is faster under parallax's BLAS kernel set; compared with that)")
     ratio = ms["parallax_bf16"] / ms["torch_bf16"]
     # gpt-mini's bf16 gains less over fp32 (smaller GEMMs): 0.75, gpt-small's 0.6.
     own = ms["parallax_bf16"] / ms["parallax"]
@@ -164,7 +190,10 @@ d = sys.argv[1]
 load = lambda f: [json.loads(l) for l in open(f"{d}/{f}") if l.strip()]
 # Peak RSS net of the runtime's own baseline (see the header).
 net_mib = lambda r: r["peak_rss_mib"] - r.get("rss_start_mib", r.get("rss_after_import_mib", 0.0))
+import os
 px, pt = load("parallax.jsonl"), load("torch.jsonl")
+# PyTorch under parallax's BLAS kernel set too, when it differs: the faster of the two per cell.
+pt_best = load("torch_best.jsonl") if os.path.exists(f"{d}/torch_best.jsonl") else []
 sg = json.load(open(f"{d}/sgemm.json"))
 cells = sorted({(r["config"], r["threads"]) for r in px})
 print(f"sgemm single-core: best {sg['best_gflops']:.1f} GFLOP/s {sg['gflops_by_size']}; "
@@ -180,6 +209,13 @@ for cfg, th in cells:
     b = [r for r in pt if (r["config"], r["threads"]) == (cfg, th)]
     if not b:
         continue
+    best = [r for r in pt_best if (r["config"], r["threads"]) == (cfg, th)]
+    if best:
+        shipped, tuned = statistics.median(r["median_ms"] for r in b), statistics.median(r["median_ms"] for r in best)
+        print(f"  ({cfg}, {th} threads: PyTorch {shipped:.1f} ms as shipped, {tuned:.1f} ms under parallax's BLAS "
+              f"kernel set; compared with the faster)")
+        if tuned < shipped:
+            b = best
     pm = statistics.median(r["median_ms"] for r in a)
     tm = statistics.median(r["median_ms"] for r in b)
     prss = max(r["peak_rss_mib"] for r in a)

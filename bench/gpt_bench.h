@@ -48,8 +48,9 @@ inline BenchConfig config_named(const std::string& key) {
 // peer trains: AdamW weight decay on every parameter, no clipping (so no
 // global norm), buckets of `bucket_bytes`.
 inline px::parallel::Program bench_program(const px::nn::Model& model, int ranks, int rank, int64_t bucket_bytes,
-                                           bool decay_all) {
+                                           bool decay_all, px::Precision precision = px::Precision::fp32) {
   px::parallel::Strategy strategy = px::parallel::data_parallel(ranks, px::nn::batch_input_names(model));
+  strategy.precision = precision;  // the lowering stamps the graph it lowers (graph/precision.h)
   strategy.lowering.bucket_bytes = bucket_bytes;
   strategy.lowering.global_norm = false;
   px::parallel::Program program = px::parallel::lower({.forward = &model.graph, .loss = model.loss, .outputs = {}}, strategy, rank);

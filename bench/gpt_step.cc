@@ -29,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/blas_core_exec.h"
 #include "contention.h"
 #include "gpt_bench.h"
 #include "core/error.h"
@@ -118,6 +119,7 @@ Args parse(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   using namespace px::bench;
+  px::cli::run_on_this_cpus_blas_core(argv);  // the kernels `parallax train` runs
   const Args args = parse(argc, argv);
   const BenchConfig cfg = config_named(args.config);
   px::kernels::set_threads(args.threads);
@@ -133,10 +135,9 @@ int main(int argc, char** argv) {
     }
   }
   px::nn::Model model = px::nn::build_gpt(cfg.gpt, cfg.batch, cfg.gpt.block, /*training=*/true);
-  px::set_precision(model.graph, precision);
   px::ParamStore params = px::ParamStore::initialize(model.graph, args.seed);
   const int64_t n_params = params.count();
-  px::ProgramExecutor executor(bench_program(model, 1, 0, px::parallel::kDefaultBucketBytes, args.decay == "all"),
+  px::ProgramExecutor executor(bench_program(model, 1, 0, px::parallel::kDefaultBucketBytes, args.decay == "all", precision),
                                {}, {.kind = "adamw", .weight_decay = 0.01});
   executor.set_parameters(params);
   const auto batches = random_token_batches(cfg);

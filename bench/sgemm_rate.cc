@@ -37,7 +37,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/blas_core_exec.h"
 #include "kernels/bf16.h"
+#include "kernels/blas_core.h"
 #include "kernels/cpu_features.h"
 #include "kernels/dnnl_matmul.h"
 #include "kernels/gemm.h"
@@ -162,6 +164,7 @@ double triad_gbs() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  px::cli::run_on_this_cpus_blas_core(argv);  // the kernels `parallax train` runs
   int threads = 1, reps = 5;
   std::vector<int> sizes{256, 512, 768, 1024};
   for (int i = 1; i < argc; ++i) {
@@ -202,7 +205,9 @@ int main(int argc, char** argv) {
   for (int n : sizes) px_by_size[std::to_string(n)] = rounded(px_gemm_gflops(n, reps));
   nlohmann::json res{{"bench", "sgemm_rate"},  {"threads", threads},
                      {"reps", reps},           {"gflops_by_size", by_size},
-                     {"best_gflops", best},    {"px_gemm_gflops_by_size", px_by_size}};
+                     {"best_gflops", best},    {"px_gemm_gflops_by_size", px_by_size},
+                     // The OpenBLAS kernel set these ran (after the command line's choice) and why.
+                     {"blas_core", px::kernels::openblas_core()}, {"blas", px::kernels::blas_description()}};
   if (px::kernels::cpu_has_avx512_bf16()) {
     nlohmann::json by_layout = nlohmann::json::object();
     double best_bf16 = 0;
