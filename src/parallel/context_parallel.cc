@@ -85,6 +85,11 @@ void ring_attention(Graph& graph, int parts, bool balanced) {
   // Later sites first: inserting nodes moves only those behind the insertion.
   for (auto site = sites.rbegin(); site != sites.rend(); ++site) {
     const Node attention = graph.nodes()[static_cast<size_t>(*site)];
+    // The ring's blocks are causal by position (kernels/block_attention.h).
+    if (attention.attrs.get_int("causal", 1) == 0)
+      throw Error(fmt::format("--cp-method ring: attention '{}' is not causal (causal=0), and the ring's blocks are; "
+                              "use --cp-method all-to-all, which keeps each head's attention whole",
+                              attention.name));
     const ValueId qkv = attention.inputs.front(), out = attention.outputs.front();
     const int64_t tokens = graph.spec(qkv).shape[1];
     int at = *site;

@@ -44,7 +44,9 @@ struct PlacementSeed {
 // Activation recomputation (lower/recompute.h): none keeps every forward
 // value backward reads; full keeps only each layer's input (a layer is a
 // node scope "h.<i>") and recomputes the layer before its backward;
-// selective recomputes the attention core only (its T x T probabilities).
+// selective recomputes the attention core only (Megatron's choice for
+// kernels that keep the T x T probabilities; ours keeps out and lse, so it
+// drops only the lse, kernels/attention.h).
 enum class Recompute { none, selective, full };
 Recompute recompute_from_name(std::string_view name);  // px::Error naming the choices
 std::string_view recompute_name(Recompute recompute);

@@ -131,7 +131,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BlockAttention,
                          ::testing::Values(Case{1, 4, 1, 2, 1}, Case{2, 8, 2, 4, 2}, Case{1, 7, 2, 3, 3},
                                            Case{2, 16, 3, 8, 4}, Case{1, 5, 1, 4, 5}, Case{1, 4, 1, 2, 1, true},
                                            Case{2, 8, 2, 4, 2, true}, Case{1, 11, 2, 3, 3, true},
-                                           Case{2, 16, 3, 8, 4, true}, Case{1, 7, 1, 4, 5, true}),
+                                           Case{2, 16, 3, 8, 4, true}, Case{1, 7, 1, 4, 5, true},
+                                           // Blocks of several query and key tiles (kernels/attention_tiles.h:
+                                           // 128 x 256), a zigzag run boundary inside a query tile.
+                                           Case{1, 600, 1, 8, 2}, Case{1, 700, 1, 8, 2, true}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            const Case& c = info.param;
                            return "B" + std::to_string(c.B) + "_T" + std::to_string(c.T) + "_H" + std::to_string(c.H) +

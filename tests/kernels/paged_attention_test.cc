@@ -87,15 +87,18 @@ TEST(PagedAttention, FastMatchesReferenceOnOddShapes) {
   }
 }
 
+// 67 tokens: one tile; 300: three query tiles and two key tiles.
 TEST(PagedAttention, OneSequenceFromAnEmptyCacheIsTheTrainingKernel) {
-  const int64_t T = 67, H = 3, D = 16, C = H * D;
-  const std::vector<float> qkv = random_vector(T * 3 * C, 5, -2.0f, 2.0f);
-  std::vector<float> out(T * C), expected(T * C), lse(H * T);
-  const std::vector<float> no_cache(1, NAN);
-  const AttentionSegment whole{.first_row = 0, .rows = T, .start = 0, .blocks = nullptr};
-  paged_attention(H, D, 16, qkv.data(), no_cache.data(), {&whole, 1}, out.data());
-  attention({.B = 1, .T = T, .H = H, .D = D}, qkv.data(), expected.data(), lse.data());
-  EXPECT_TRUE(all_close(out, expected, 1e-6f, 1e-7f));
+  for (const int64_t T : {67, 300}) {
+    const int64_t H = 3, D = 16, C = H * D;
+    const std::vector<float> qkv = random_vector(T * 3 * C, 5, -2.0f, 2.0f);
+    std::vector<float> out(T * C), expected(T * C), lse(H * T);
+    const std::vector<float> no_cache(1, NAN);
+    const AttentionSegment whole{.first_row = 0, .rows = T, .start = 0, .blocks = nullptr};
+    paged_attention(H, D, 16, qkv.data(), no_cache.data(), {&whole, 1}, out.data());
+    attention({.B = 1, .T = T, .H = H, .D = D}, qkv.data(), expected.data(), lse.data());
+    EXPECT_TRUE(all_close(out, expected, 1e-6f, 1e-7f)) << "T=" << T;
+  }
 }
 
 TEST(PagedAttention, ChunksReadingTheCacheGiveWhatOnePassGives) {

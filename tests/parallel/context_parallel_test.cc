@@ -19,6 +19,7 @@
 #include "nn/gpt.h"
 #include "nn/build_model.h"
 #include "parallel/compose.h"
+#include "parallel/context_parallel.h"
 #include "parallel/lower.h"
 #include "parallel/lower/reshard.h"
 #include "parallel/lower/liveness.h"
@@ -215,6 +216,20 @@ TEST(ContextParallelMemory, AtBlock2048FourRanksKeepAQuarterOfOnesActivationsAnd
   // Recompute keeps the ring's attention core and drops the rest of a layer.
   const double full = forward_activation_peak(T, cp, kRing, parallel::Recompute::full);
   EXPECT_LT(full, forward_activation_peak(T, cp, kRing));
+}
+
+// The ring's blocks are causal by position: an attention that is not
+// (attr causal 0) is refused by name, never computed causally.
+TEST(ContextParallelLowering, RingRefusesAttentionThatIsNotCausal) {
+  Graph g;
+  const ValueId qkv = g.input("qkv", {Shape{2, 8, 3, 2, 4}});
+  g.add("attention", {qkv}, {{"causal", int64_t{0}}}, "encoder.attention");
+  try {
+    parallel::ring_attention(g, 2, true);
+    FAIL() << "a non-causal attention went into the ring";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'encoder.attention' is not causal"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ContextParallelBytes, CountedBytesEqualTheAllToAllFormula) {

