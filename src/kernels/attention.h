@@ -28,12 +28,22 @@ void attention_backward(const AttentionDims& a, const float* qkv, const float* o
 
 // The same under bf16 mixed precision: bf16 operands, fp32 accumulation
 // and softmax statistics. qkv, and backward's out, are fp32 (rounded as
-// they are read) or stored in bf16; a head's q, k and v are widened into
-// fp32 scratch and run the fp32 tiles, so the result is the fp32 kernel's
-// on the rounded qkv (and out) bit for bit.
+// they are read) or stored in bf16. Where attention_runs_on_amx (the CPU
+// has AMX-BF16, D a multiple of 32) the tile products run on AMX with the
+// probabilities and dS rounded to bf16 (kernels/attention_amx.cc);
+// elsewhere a head's q, k and v are widened into fp32 scratch and run the
+// fp32 tiles, the fp32 kernel's result on the rounded qkv (and out) bit
+// for bit.
 void attention_bf16(const AttentionDims& a, Bf16Operand qkv, float* out, float* lse);
 void attention_backward_bf16(const AttentionDims& a, Bf16Operand qkv, Bf16Operand out, const float* lse,
                              const float* dout, float* dqkv);
+
+// The bf16 kernels with their products on AMX tiles (kernels/amx_gemm.h),
+// which attention_bf16 and attention_backward_bf16 call where this holds.
+bool attention_runs_on_amx(const AttentionDims& a);
+void attention_bf16_amx(const AttentionDims& a, Bf16Operand qkv, float* out, float* lse);
+void attention_backward_bf16_amx(const AttentionDims& a, Bf16Operand qkv, Bf16Operand out, const float* lse,
+                                 const float* dout, float* dqkv);
 
 // The textbook computation in double, the T x T probabilities made whole:
 // the reference the tiled kernels are tested against. Backward makes the

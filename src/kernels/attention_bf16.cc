@@ -47,6 +47,7 @@ detail::AttentionHead head_over_widened(const AttentionDims& a, const float* wid
 }  // namespace
 
 void attention_bf16(const AttentionDims& a, Bf16Operand qkv, float* out, float* lse) {
+  if (attention_runs_on_amx(a)) return attention_bf16_amx(a, qkv, out, lse);
   const int64_t C = a.H * a.D;
   detail::for_each_head(a.B, a.H, [&](int64_t b, int64_t h, int64_t bh) {
     int64_t* seen = detail::attention_scratch<int64_t>(a.T);
@@ -58,6 +59,7 @@ void attention_bf16(const AttentionDims& a, Bf16Operand qkv, float* out, float* 
 
 void attention_backward_bf16(const AttentionDims& a, Bf16Operand qkv, Bf16Operand out, const float* lse,
                              const float* dout, float* dqkv) {
+  if (attention_runs_on_amx(a)) return attention_backward_bf16_amx(a, qkv, out, lse, dout, dqkv);
   detail::for_each_head(a.B, a.H, [&](int64_t b, int64_t h, int64_t bh) {
     int64_t* seen = detail::attention_scratch<int64_t>(a.T);
     const detail::AttentionHead head = head_over_widened(a, widened_head(a, qkv, b, h), seen);
