@@ -85,7 +85,9 @@ double gemm_roof_gflops(bool bf16, int reps) {
   std::vector<px::kernels::bf16> a16(a.size()), b16(b.size());
   px::kernels::to_bf16(static_cast<int64_t>(a.size()), a.data(), a16.data());
   px::kernels::to_bf16(static_cast<int64_t>(b.size()), b.data(), b16.data());
-  const double s = best_seconds(reps, [&] {
+  // At least ten runs: one takes 4-15 ms, and a best of three drifted by a
+  // factor of two between runs on a noisy host.
+  const double s = best_seconds(std::max(reps, 10), [&] {
     if (bf16) px::kernels::gemm_bf16(false, false, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f, c.data(), n);
     else px::kernels::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
   });

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Attention forward + backward: parallax's tiled kernels (px_bench_attention,
 # kernels/attention.h: only out and lse kept, scores made again in backward)
-# against PyTorch's explicit attention (peers/torch/attention.py, the
+# against PyTorch's explicit attention (bench/peers/torch_attention.py, the
 # attention of gpt_model.py: the (B, H, T, T) probabilities kept), fp32 and
 # bf16 (parallax: bf16 operands, fp32 accumulation; PyTorch: CPU autocast),
 # at T = 128, 256, 512, 1024, 2048 with B = 8, H = 6, D = 64, one thread
@@ -36,7 +36,7 @@ while [[ $# -gt 0 ]]; do
 done
 BENCH=$BUILD/bench/px_bench_attention
 [[ -x $BENCH ]] || { echo "error: $BENCH not built" >&2; exit 1; }
-[[ -f $PEERS/torch/attention.py ]] || { echo "error: $PEERS/torch/attention.py not found" >&2; exit 1; }
+[[ -f $PEERS/torch/blas_env.sh ]] || { echo "error: $PEERS/torch/blas_env.sh not found" >&2; exit 1; }
 make_results attention
 # The OpenBLAS kernel set parallax runs (the benchmark programs choose it
 # as the command line does), for PyTorch's OpenBLAS too.
@@ -50,7 +50,7 @@ for precision in $PRECISIONS; do
     args=(--T "$T" --B "$BATCH" --H 6 --D 64 --precision "$precision" --threads "$THREADS" --reps 3)
     px=$(locked "$BENCH" "${args[@]}")
     echo "$px" >> "$RESULTS/parallax.jsonl"
-    pt=$( (source "$PEERS/torch/blas_env.sh"; export OPENBLAS_CORETYPE=$CORE; locked "$PY" "$PEERS/torch/attention.py" "${args[@]}") )
+    pt=$( (source "$PEERS/torch/blas_env.sh"; export OPENBLAS_CORETYPE=$CORE; locked "$PY" "$REPO/bench/peers/torch_attention.py" "${args[@]}") )
     echo "$pt" >> "$RESULTS/torch.jsonl"
     python3 - "$px" "$pt" <<'PY'
 import json, sys
