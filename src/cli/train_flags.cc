@@ -146,6 +146,9 @@ void add_parallel_flags(CLI::App& cmd, TrainFlags& flags) {
       ->capture_default_str();
   cmd.add_option("--stage-cuts", flags.stage_cuts, "layers that start pipeline stages 1, 2, ..., e.g. h.2,h.4 "
                                                    "(default: balanced by the ops' costs)");
+  cmd.add_option("--row-shares", flags.row_shares, "the data-parallel ranks' rows of each batch in proportion to "
+                                                   "these positive integers, one per data rank, e.g. 4,4,4,1 for a "
+                                                   "host at a quarter of the others' speed (default: even)");
   cmd.add_option("--recompute", flags.recompute, "activation recomputation: none, selective (the attention core) or "
                                                  "full (each layer from its input, before its backward)")
       ->capture_default_str();
@@ -322,6 +325,15 @@ void apply(TrainFlags& flags) {
   std::stringstream cuts(flags.stage_cuts);
   for (std::string layer; std::getline(cuts, layer, ',');)
     if (!layer.empty()) o.strategy.pipeline.stage_cuts.push_back(layer);
+  o.strategy.row_shares.clear();
+  std::stringstream shares(flags.row_shares);
+  for (std::string share; std::getline(shares, share, ',');) {
+    const auto parsed = parse_count(share);
+    if (!parsed || *parsed < 1)
+      fail("--row-shares '{}': '{}' is not a positive integer (one share per data-parallel rank)", flags.row_shares,
+           share);
+    o.strategy.row_shares.push_back(*parsed);
+  }
   if (!flags.mesh.empty()) {
     // axis=size pairs; the mesh is {pp, dp, cp, tp} whatever the order given.
     int pp = 1, dp = 1, cp = 1, tp = 1;

@@ -25,6 +25,7 @@ struct TrainFlags {
   std::string cp_method = "ring";
   std::string cp_balance = "on";
   std::string stage_cuts;  // "h.2,h.4"
+  std::string row_shares;  // "3,3,3,1"
   std::string recompute = "none";
   std::string progress = "auto";  // auto, bar or lines
   std::string inject_delay;       // "RANK:MS"

@@ -81,6 +81,7 @@ void validate_fields(const Strategy& s) {
   if (s.lowering.local_momentum < 0 || s.lowering.local_momentum >= 1)
     fail("strategy: local_momentum {} must be in [0, 1)", s.lowering.local_momentum);
   if (s.pipeline.virtual_stages < 1) fail("strategy: virtual_stages {} must be >= 1", s.pipeline.virtual_stages);
+  check_row_shares(s.row_shares, s.data_ranks(), "strategy: row_shares");
 }
 
 // Context parallelism with the other parts.
@@ -201,6 +202,8 @@ Strategy compose(const StrategyRequest& request, const CompositionInputs& inputs
   // --p3-slice-kb on a strategy file's lowering too (one that computes a
   // global norm is refused by validate, naming both).
   if (request.p3_slice_bytes > 0) s.lowering.p3_slice_bytes = request.p3_slice_bytes;
+  // --row-shares on a strategy file's split too.
+  if (!request.row_shares.empty()) s.row_shares = request.row_shares;
   // Sparsified gradients with SGD momentum (DGC's momentum correction, Lin
   // et al. 2018): the momentum moves into the ranks, before compression,
   // and the optimizer applies the aggregated velocity without momentum of

@@ -52,6 +52,7 @@ struct StrategyRequest {
   // micro-batches are one row longer, and more than rows leaves some empty.
   int micro_batches = 1;
   Precision precision = Precision::fp32;  // the run's (Strategy::precision); a file records its own
+  std::vector<int64_t> row_shares;        // the data axis' rows in proportion to these (Strategy::row_shares)
   int mesh_ranks = 0;              // --mesh or a --strategy file: the ranks it names (0: neither)
   std::string strategy_file;       // a strategy JSON file; overrides the parts above
   int bucket_buffers = 4;          // ZeRO-2/3: most gradient bucket buffers alive at once (LowerRequest)

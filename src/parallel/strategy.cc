@@ -86,6 +86,7 @@ nlohmann::json to_json(const Strategy& s) {
             {"stage_cuts", s.pipeline.stage_cuts}}}};
   if (s.lowering.overlap_model_gradients) json["lowering"]["overlap_model_gradients"] = true;
   json["precision"] = std::string(precision_name(s.precision));
+  if (!s.row_shares.empty()) json["row_shares"] = s.row_shares;
   if (s.context_ranks() > 1)
     json["context"] = {
         {"axis", s.context.axis}, {"method", context_method_name(s.context.method)}, {"balance", s.context.balance}};
@@ -93,7 +94,8 @@ nlohmann::json to_json(const Strategy& s) {
 }
 
 Strategy strategy_from_json(const nlohmann::json& json) {
-  json_fields::check_keys("strategy", json, "the strategy", {"mesh", "data_axis", "seeds", "zero_stage", "micro_batches", "lowering", "pipeline", "precision", "context"});
+  json_fields::check_keys("strategy", json, "the strategy", {"mesh", "data_axis", "seeds", "zero_stage", "micro_batches", "lowering", "pipeline", "precision", "context",
+                                                         "row_shares"});
   Strategy s;
   if (json.contains("mesh")) {
     const nlohmann::json& mesh = json.at("mesh");
@@ -153,6 +155,14 @@ Strategy strategy_from_json(const nlohmann::json& json) {
     s.context.method = context_method_from_name(
         json_fields::field<std::string>("strategy", c, "context", "method", std::string(context_method_name(s.context.method))));
     s.context.balance = json_fields::field<bool>("strategy", c, "context", "balance", s.context.balance);
+  }
+  if (json.contains("row_shares")) {
+    const nlohmann::json& shares = json.at("row_shares");
+    if (!shares.is_array()) fail("strategy: row_shares must be an array of positive integers, got {}", shares.dump());
+    for (const nlohmann::json& share : shares) {
+      if (!share.is_number_integer()) fail("strategy: row_shares holds {}, expected positive integers", share.dump());
+      s.row_shares.push_back(share.get<int64_t>());
+    }
   }
   if (json.contains("precision")) {
     const std::string word = json_fields::field<std::string>("strategy", json, "strategy", "precision", "");

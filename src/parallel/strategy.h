@@ -24,6 +24,7 @@
 #include "graph/precision.h"
 #include "parallel/mesh.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/row_split.h"
 
 namespace px::parallel {
 
@@ -153,8 +154,14 @@ struct Strategy {
   // ledger and the planner read those. A file records it, so one `parallax
   // plan` writes runs in the precision it was planned for.
   Precision precision = Precision::fp32;
+  // How the data axis splits a batch's rows (parallel/row_split.h): empty,
+  // evenly; else one positive integer per data rank, rows in proportion
+  // (ranks of different speeds: the planner sets them from the ranks'
+  // rates). Exact either way: the loss is scaled by the global batch.
+  std::vector<int64_t> row_shares;
 
   int data_ranks() const { return mesh.size(data_axis); }
+  RowSplit row_split() const { return {.world = data_ranks(), .shares = row_shares}; }
   // Ranks along the pipeline axis (1: no pipeline).
   int pipeline_ranks() const;
   // Ranks along the context axis (1: no context parallelism).

@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "parallel/row_split.h"
 
 namespace px::plan {
 
@@ -23,6 +24,12 @@ void validate_split(const nn::ModelConfig& model, const parallel::StrategyReques
   const int dp = ranks / (tp * pp * cp);
   if (batch < dp)
     fail("batch size {} is smaller than the {} data-parallel ranks: expected at least one row a rank", batch, dp);
+  if (!request.row_shares.empty() && request.strategy_file.empty()) {
+    parallel::check_row_shares(request.row_shares, dp, "--row-shares");
+    for (int r = 0; r < dp; ++r)
+      if (parallel::shard_rows(batch, r, dp, request.row_shares).size() == 0)
+        fail("--row-shares gives data rank {} no rows of a {}-row batch: raise its share or the batch", r, batch);
+  }
   if (tp <= 1 && !request.sequence_parallel) return;
   if (model.kind == "gpt" && model.gpt.n_head % tp != 0)
     fail("--tp {} does not divide n_head={}: each tensor-parallel rank computes whole attention heads (try --tp "

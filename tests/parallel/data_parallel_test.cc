@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "parallel/memory_ledger.h"
@@ -92,6 +93,42 @@ TEST_P(CnnDataParallel, MatchesOneRank) {
                               fmt::format("cnn at {} ranks", o.launch.ranks));
 }
 INSTANTIATE_TEST_SUITE_P(Ranks, CnnDataParallel, ::testing::Values(2, 3, 4, 5, 6, 7, 8));
+
+// Rows split in proportion to --row-shares (ranks of different speeds) give
+// the single rank's losses: the loss is scaled by the global batch, so each
+// rank's gradient is its rows' summand however many it holds. Shares that
+// leave ranks 1-7 rows of 8, with micro-batches and ZeRO-1 too.
+TEST(RowShares, UnevenSharesMatchOneRank) {
+  struct Case {
+    const char* model;
+    int ranks;
+    std::vector<int64_t> shares;
+    int micro_batches;
+    int zero;
+  };
+  for (const Case& c : {Case{"gpt", 4, {4, 4, 4, 1}, 1, 0}, Case{"gpt", 3, {1, 2, 5}, 2, 0},
+                        Case{"cnn", 3, {3, 1, 1}, 1, 1}}) {
+    JobSpec o = std::string(c.model) == "gpt" ? gpt_job(testing::shared_text()) : cnn_job();
+    const auto& single = testing::reference_losses(c.model, o);
+    o.launch.ranks = c.ranks;
+    o.strategy.row_shares = c.shares;
+    o.strategy.micro_batches = c.micro_batches;
+    o.strategy.zero_stage = c.zero;
+    testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance,
+                                fmt::format("{} at {} ranks, shares {}, {} micro-batches, ZeRO-{}", c.model, c.ranks,
+                                            fmt::join(c.shares, ","), c.micro_batches, c.zero));
+  }
+}
+
+TEST(RowShares, SharesThatDoNotFitTheRanksOrTheBatchAreNamedErrors) {
+  JobSpec o = gpt_job(testing::shared_text());
+  o.run.steps = o.optimizer.schedule.total = 1;
+  o.launch.ranks = 2;
+  o.strategy.row_shares = {1, 1, 1};
+  testing::expect_train_error(o, "--row-shares: 3 row shares for 2 data-parallel ranks");
+  o.strategy.row_shares = {1, 100};  // rows [0, 8·1/101) = none
+  testing::expect_train_error(o, "--row-shares gives data rank 0 no rows of a 8-row batch");
+}
 
 // Bucket sizes (one bucket per tensor, small buckets, everything in one),
 // each reduced during backward on the progress thread or after it.

@@ -150,7 +150,7 @@ std::vector<double> one_rank_on_rows(const JobSpec& o, int64_t begin, int64_t en
   executor.set_parameters(ParamStore::initialize(task->build(1, false).graph, o.run.seed));
   std::vector<double> losses;
   for (int64_t step = 0; step < o.run.steps; ++step) {
-    DataBatch batch = task->next_batch(0, 1);  // (B, ...) the whole global batch
+    DataBatch batch = task->next_batch({}, 0);  // (B, ...) the whole global batch
     StepResult out = executor.run(
         {.feeds = feeds_of(model, {batch.inputs.slice_rows(begin, end), batch.targets.slice_rows(begin, end)}),
          .seed = o.run.seed,

@@ -119,7 +119,7 @@ void localize(const Context& c, Program& program) {
   program.global_rows = global_rows;
   for (size_t v = 0; v < graph.values().size(); ++v) program.batch_rows.push_back(c.data_placement(static_cast<ValueId>(v)) == Placement::S(0));
   // The rows the tasks serve this rank (parallel/row_split.h), in micro-batches cut the same way.
-  const RowRange mine = shard_rows(global_rows, c.row_rank, c.row_ranks);
+  const RowRange mine = shard_rows(global_rows, c.row_rank, c.row_ranks, c.strategy.row_shares);
   std::map<int64_t, int> graph_of_rows;
   for (int m = 0; m < c.strategy.micro_batches; ++m) {
     const RowRange part = shard_rows(mine.size(), m, c.strategy.micro_batches);

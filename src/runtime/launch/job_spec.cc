@@ -18,6 +18,8 @@ static void validate_parameter_server_job(const JobSpec& job) {
     fail("pipeline stages and parameter servers do not combine: drop --pp or --ps");
   if (job.strategy.tensor_parallel > 1 || job.strategy.sequence_parallel)
     fail("tensor parallelism and parameter servers do not combine: drop --tp or --ps");
+  if (!job.strategy.row_shares.empty())
+    fail("--row-shares and parameter servers do not combine: workers take even rows (drop --row-shares or --ps)");
   const FaultOptions& f = job.fault;
   if (f.inject_delay_rank >= 0 && f.inject_delay_rank < ps.servers)
     fail("--inject-delay names rank {}, a parameter server (ranks 0..{}): name a worker rank, {}..{}",

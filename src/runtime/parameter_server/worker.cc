@@ -89,12 +89,12 @@ int64_t Worker::pull(int64_t clock) {
 }
 
 void Worker::skip_batches_until(int64_t clock) {
-  for (; next_batch_clock_ < clock; ++next_batch_clock_) task_.next_batch(worker_, layout_.workers);
+  for (; next_batch_clock_ < clock; ++next_batch_clock_) task_.next_batch({.world = layout_.workers}, worker_);
 }
 
 void Worker::compute_and_push(int64_t clock) {
   PX_CHECK_EQ(next_batch_clock_, clock);
-  DataBatch batch = task_.next_batch(worker_, layout_.workers);
+  DataBatch batch = task_.next_batch({.world = layout_.workers}, worker_);
   ++next_batch_clock_;
   const int64_t rows = batch.rows();
   // The previous push reads gradient_ and push_header_ until its sends are done.

@@ -27,9 +27,9 @@ class ClassificationTask : public Task {
 
   nn::Model build(int64_t batch, bool training) const override { return nn::build_model(model_, batch, training); }
 
-  DataBatch next_batch(int rank, int world) override {
+  DataBatch next_batch(const parallel::RowSplit& split, int rank) override {
     EpochBatch b = sampler_.next_batch();
-    const parallel::RowRange mine = parallel::shard_rows(b.global_rows, rank, world);
+    const parallel::RowRange mine = split.rows_of(b.global_rows, rank);
     b.indices = {b.indices.begin() + mine.begin, b.indices.begin() + mine.end};
     return {train_->images(b.indices), gather_rows(train_->labels, b.indices), b.global_rows};
   }

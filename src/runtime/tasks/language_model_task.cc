@@ -23,10 +23,10 @@ class LanguageModelTask : public Task {
 
   nn::Model build(int64_t batch, bool training) const override { return nn::build_model(model_, batch, training); }
 
-  DataBatch next_batch(int rank, int world) override {
+  DataBatch next_batch(const parallel::RowSplit& split, int rank) override {
     // Every rank draws all B offsets, so all advance alike.
     const std::vector<int64_t> offsets = sampler_.next_offsets();
-    const parallel::RowRange mine = parallel::shard_rows(sampler_.batch_size(), rank, world);
+    const parallel::RowRange mine = split.rows_of(sampler_.batch_size(), rank);
     TokenBatch b = sampler_.windows(std::span(offsets).subspan(mine.begin, mine.size()));
     return {b.inputs, b.targets, sampler_.batch_size()};
   }

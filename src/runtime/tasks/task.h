@@ -8,6 +8,7 @@
 
 #include "nn/build_model.h"
 #include "nn/model.h"
+#include "parallel/row_split.h"
 #include "runtime/state/param_store.h"
 
 namespace px {
@@ -57,9 +58,10 @@ class Task {
  public:
   virtual ~Task() = default;
   virtual nn::Model build(int64_t batch, bool training) const = 0;
-  // Rows parallel::shard_rows(global rows, rank, world) of the next global batch;
-  // every rank makes the same calls, so all advance through the data alike.
-  virtual DataBatch next_batch(int rank, int world) = 0;
+  // Rank `rank`'s rows of the next global batch under `split`
+  // (parallel/row_split.h); every rank makes the same calls, so all advance
+  // through the data alike.
+  virtual DataBatch next_batch(const parallel::RowSplit& split, int rank) = 0;
   // Batches in one epoch (classifiers), 0 when training is counted in steps only.
   virtual int64_t steps_per_epoch() const { return 0; }
   // The validation batches part, part + parts, ... of the whole set

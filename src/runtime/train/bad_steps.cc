@@ -14,10 +14,10 @@ BadSteps::BadSteps(const FaultOptions& fault, double lr, const CheckpointState* 
   bad_batches_.insert(resumed->bad_batches.begin(), resumed->bad_batches.end());
 }
 
-DataBatch BadSteps::draw(Task& task, int data_rank, int data_ranks) {
+DataBatch BadSteps::draw(Task& task, const parallel::RowSplit& split, int data_rank) {
   for (;;) {
     batch_state_ = task.data_state();
-    DataBatch batch = task.next_batch(data_rank, data_ranks);
+    DataBatch batch = task.next_batch(split, data_rank);
     batch_number_ = ++batches_drawn_;
     if (!bad_batches_.contains(batch_number_)) return batch;
   }

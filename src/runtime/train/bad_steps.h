@@ -29,7 +29,7 @@ class BadSteps {
   BadSteps(const FaultOptions& fault, double lr, const CheckpointState* resumed, int64_t step);
 
   // This rank's shard of the next batch not skipped for good.
-  DataBatch draw(Task& task, int data_rank, int data_ranks);
+  DataBatch draw(Task& task, const parallel::RowSplit& split, int data_rank);
   // --inject-nan: the batch drawn first for step `step` (0-based) is made
   // non-finite when the option names the step (a batch drawn in its place
   // is not).

@@ -31,7 +31,7 @@ DataParallelResult RankTrainer::run() {
 }
 
 void RankTrainer::run_step() {
-  DataBatch batch = bad_steps_->draw(*task_, data_rank_, data_ranks_);
+  DataBatch batch = bad_steps_->draw(*task_, strategy_.row_split(), data_rank_);
   add_program_for(batch);
   bad_steps_->poison_if_named(step_);
   const uint64_t seed = splitmix64(run_.seed ^ splitmix64(static_cast<uint64_t>(step_) * 1024));
@@ -64,7 +64,7 @@ StepResult RankTrainer::run_batch(DataBatch& batch, uint64_t seed, double lr) {
       return out;
     }
     if (!bad_steps_->not_applied(out, step_, attempt, *metrics_, *progress_)) continue;
-    batch = bad_steps_->draw(*task_, data_rank_, data_ranks_);
+    batch = bad_steps_->draw(*task_, strategy_.row_split(), data_rank_);
     add_program_for(batch);
     attempt = 0;
   }
