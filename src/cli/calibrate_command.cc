@@ -85,8 +85,11 @@ plan::ClusterSpec local_spec(plan::HostProfile profile, const plan::LocalHosts& 
 // The hosts a saved spec describes (--comm keep keeps them with its links).
 plan::LocalHosts hosts_of(const plan::ClusterSpec& saved) {
   if (saved.nodes == 1) return {};
-  return {.hosts = saved.nodes, .ranks_per_host = saved.devices_per_node, .between = saved.inter_node,
-          .share_cores = saved.nodes_share_cores};
+  plan::LocalHosts hosts{.hosts = saved.nodes, .ranks_per_host = saved.devices_per_node, .between = saved.inter_node,
+                         .share_cores = saved.nodes_share_cores};
+  for (int n = 0; n < saved.nodes && saved.heterogeneous(); ++n)
+    hosts.speeds.push_back(saved.device_of_node(n).flops_f32 / saved.device.flops_f32);
+  return hosts;
 }
 
 // Measures and saves the spec. `links`: what the MPI ranks measured

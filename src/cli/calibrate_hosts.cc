@@ -50,9 +50,37 @@ int ranks_per_host(const std::vector<int>& hosts) {
   return count;
 }
 
+// On the leaders' group: each leader's GEMM rate over host 0's, measured
+// one leader at a time while the others wait without polling (answered on
+// leader 0).
+std::vector<double> host_speeds(comm::Communicator& leaders, double seconds, const CalibrationProgress& say) {
+  std::vector<double> rates(static_cast<size_t>(leaders.size()), 0);
+  for (int host = 0; host < leaders.size(); ++host) {
+    comm::mpi::wait_quietly_for_all();  // the other hosts' ranks idle meanwhile
+    if (leaders.rank() == host) rates[static_cast<size_t>(host)] = measure_gemm_rate({.batch_seconds = seconds});
+  }
+  const uint32_t tag = leaders.next_tag();
+  std::vector<comm::Request> requests;
+  if (leaders.rank() == 0) {
+    for (int peer = 1; peer < leaders.size(); ++peer)
+      requests.push_back(leaders.irecv(peer, tag, &rates[static_cast<size_t>(peer)], sizeof(double)));
+  } else {
+    requests.push_back(leaders.isend(0, tag, &rates[static_cast<size_t>(leaders.rank())], sizeof(double)));
+  }
+  leaders.wait_all(requests, comm::Step{"calibrate host speeds", 0});
+  std::vector<double> speeds;
+  for (size_t h = 0; h < rates.size(); ++h) {
+    speeds.push_back(rates[h] / rates[0]);
+    if (leaders.rank() == 0)
+      say(fmt::format("host {}: GEMM {:.1f} GFLOP/s, {:.0f}% of host 0's", h, rates[h] / 1e9, 100 * speeds.back()));
+  }
+  return speeds;
+}
+
 }  // namespace
 
-HostLinks measure_host_links(comm::Communicator& world, const std::string& how, const CalibrationProgress& say) {
+HostLinks measure_host_links(comm::Communicator& world, const std::string& how, const CalibrationProgress& say,
+                             double rate_seconds) {
   const std::vector<int> hosts = world.hosts();
   const int per_host = ranks_per_host(hosts);
   const int host_count = hosts.back() + 1;
@@ -82,6 +110,16 @@ HostLinks measure_host_links(comm::Communicator& world, const std::string& how, 
                                            .latency = between.transport.alpha},
                  .share_cores = shared};
     if (shared) progress("the hosts are namespaces of one machine: their ranks share its cores");
+  }
+  comm::mpi::wait_quietly_for_all();
+  if (host_count > 1) {
+    // Every rank takes part in the waits; only the leaders measure.
+    if (leaders != nullptr) {
+      progress(fmt::format("each host's speed, one host at a time ({:g} s each):", rate_seconds));
+      out.hosts.speeds = host_speeds(*leaders, rate_seconds, progress);
+    } else {
+      for (int host = 0; host < host_count; ++host) comm::mpi::wait_quietly_for_all();
+    }
   }
   comm::mpi::wait_quietly_for_all();
   if (world.rank() != 0) return {};

@@ -25,7 +25,10 @@ struct HostLinks {
 // without polling: host 0's ranks among themselves, then host 0's first
 // rank with host 1's by ping-pong. Whether the hosts are namespaces of
 // one machine (their ranks then share its cores) is read from the
-// kernel's boot id.
-HostLinks measure_host_links(comm::Communicator& world, const std::string& how, const CalibrationProgress& say);
+// kernel's boot id. Then each host's speed (LocalHosts::speeds), a host at
+// a time: its first rank's GEMM rate over `rate_seconds` (many periods of
+// a CPU quota: a burst within one measures the unthrottled rate).
+HostLinks measure_host_links(comm::Communicator& world, const std::string& how, const CalibrationProgress& say,
+                             double rate_seconds = 0.5);
 
 }  // namespace px::cli

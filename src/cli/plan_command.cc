@@ -14,6 +14,7 @@
 #include "cli/train_flags.h"
 #include "parallel/strategy.h"
 #include "plan/search.h"
+#include "plan/speed_split.h"
 #include "core/atomic_file.h"
 #include "runtime/optimizer/optimizer.h"
 #include "nn/build_model.h"
@@ -53,6 +54,31 @@ std::string cut_text(const plan::PlanResult& result) {
                      result.budget_seconds, result.evaluated, result.considered, percent, percent < 10 ? 1 : 0);
 }
 
+// On ranks of different speeds: how `best` splits the rows, and the other
+// split of the same strategy beside it (plan/speed_split.h).
+std::string split_text(const plan::PlanResult& result, const plan::Candidate& best) {
+  const plan::Candidate* counterpart = nullptr;  // the same strategy with the other split
+  for (const plan::Candidate& c : result.ranked) {
+    if (&c == &best || c.strategy.row_shares.empty() == best.strategy.row_shares.empty()) continue;
+    parallel::Strategy same = c.strategy;
+    same.row_shares = best.strategy.row_shares;
+    if (same == best.strategy) counterpart = &c;
+  }
+  if (best.strategy.row_shares.empty())
+    return counterpart == nullptr
+               ? std::string()
+               : fmt::format("; rows split evenly: by the ranks' speeds ({}) was predicted {:.1f}% slower",
+                             plan::shares_text(counterpart->strategy.row_shares),
+                             100 * (counterpart->step_seconds / best.step_seconds - 1));
+  std::string text = fmt::format("; rows split by the ranks' speeds ({}), so the slow ranks finish their rows with "
+                                 "the fast ones",
+                                 plan::shares_text(best.strategy.row_shares));
+  if (counterpart != nullptr)
+    text += fmt::format(": the even split was predicted {:.1f}% slower",
+                        100 * (counterpart->step_seconds / best.step_seconds - 1));
+  return text;
+}
+
 // Why the search chose `best`, for people: the fastest that fits, or the
 // simplest of those the prediction cannot tell apart from the fastest.
 std::string why_chosen(const plan::PlanResult& result, const plan::Candidate& best) {
@@ -71,6 +97,7 @@ std::string why_chosen(const plan::PlanResult& result, const plan::Candidate& be
                       100 * plan::kTieTolerance, fastest.description, seconds_text(fastest.step_seconds),
                       plan::complexity(best.strategy), plan::complexity(fastest.strategy));
   }
+  why += split_text(result, best);
   if (result.budget_exhausted)
     why += fmt::format(" ({}; a larger --budget-s may find a faster one)", cut_text(result));
   if (!result.rejected.empty())

@@ -73,7 +73,8 @@ void add_simulate_command(CLI::App& app) {
     const parallel::LowerRequest lowering = plan::lower_request(model, o.strategy);
     const std::vector<parallel::Program> programs = sim_flags->all_ranks
                                                         ? plan::lower_all(lowering, strategy)
-                                                        : plan::lower_representatives(lowering, strategy);
+                                                        : plan::lower_representatives(lowering, strategy, nullptr,
+                                                                                      cluster.heterogeneous());
     // On the local spec: in-process ranks of one kernel thread each, as train runs them, sharing the cores.
     const plan::Simulation sim = plan::simulate_sharing_cores(
         {.programs = &programs,

@@ -3,6 +3,8 @@
 #include <optional>
 #include <set>
 
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 #include "parallel/compose.h"
 #include "parallel/tensor_parallel.h"
@@ -49,6 +51,7 @@ std::string describe(const parallel::Strategy& s) {
   if (s.zero_stage > 0) text += fmt::format(" zero={}", s.zero_stage);
   if (s.lowering.recompute != parallel::Recompute::none)
     text += fmt::format(" recompute={}", parallel::recompute_name(s.lowering.recompute));
+  if (!s.row_shares.empty()) text += fmt::format(" rows={}", fmt::join(s.row_shares, ":"));
   return text;
 }
 

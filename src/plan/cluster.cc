@@ -25,6 +25,35 @@ LinkSpec link_from(const nlohmann::json& json, const std::string& where) {
           .efficiency = json_fields::field<double>("cluster", json, where, "efficiency", 1)};
 }
 
+nlohmann::json device_json(const DeviceSpec& d) {
+  return {{"name", d.name},
+          {"flops_f32", d.flops_f32},
+          {"flops_bf16", d.flops_bf16},
+          {"memory_bytes", d.memory_bytes},
+          {"memory_bandwidth", d.memory_bandwidth},
+          {"efficiency", to_json(d.efficiency)}};
+}
+
+DeviceSpec device_from(const nlohmann::json& d, const std::string& where) {
+  json_fields::check_keys("cluster", d, where, {"name", "flops_f32", "flops_bf16", "memory_bytes", "memory_bandwidth", "efficiency"});
+  DeviceSpec device{.name = json_fields::field<std::string>("cluster", d, where, "name", ""),
+                    .flops_f32 = json_fields::field<double>("cluster", d, where, "flops_f32", 0),
+                    .flops_bf16 = json_fields::field<double>("cluster", d, where, "flops_bf16", 0),
+                    .memory_bytes = json_fields::field<double>("cluster", d, where, "memory_bytes", 0),
+                    .memory_bandwidth = json_fields::field<double>("cluster", d, where, "memory_bandwidth", 0)};
+  if (d.contains("efficiency")) device.efficiency = kernel_efficiency_from_json(d.at("efficiency"));
+  return device;
+}
+
+void validate_device(const DeviceSpec& d, const std::string& cluster, const std::string& where) {
+  if (!(d.flops_f32 > 0)) fail("cluster '{}': {}.flops_f32 {} must be > 0", cluster, where, d.flops_f32);
+  if (d.flops_bf16 < 0) fail("cluster '{}': {}.flops_bf16 {} must be >= 0", cluster, where, d.flops_bf16);
+  if (!(d.memory_bytes > 0)) fail("cluster '{}': {}.memory_bytes {} must be > 0", cluster, where, d.memory_bytes);
+  if (!(d.memory_bandwidth > 0))
+    fail("cluster '{}': {}.memory_bandwidth {} must be > 0", cluster, where, d.memory_bandwidth);
+  validate(d.efficiency, cluster);
+}
+
 }  // namespace
 
 std::string_view link_class_name(LinkClass link) {
@@ -34,12 +63,13 @@ std::string_view link_class_name(LinkClass link) {
 void validate(const ClusterSpec& c) {
   if (c.nodes < 1) fail("cluster '{}': nodes {} must be >= 1", c.name, c.nodes);
   if (c.devices_per_node < 1) fail("cluster '{}': devices_per_node {} must be >= 1", c.name, c.devices_per_node);
-  if (!(c.device.flops_f32 > 0)) fail("cluster '{}': device.flops_f32 {} must be > 0", c.name, c.device.flops_f32);
-  if (c.device.flops_bf16 < 0) fail("cluster '{}': device.flops_bf16 {} must be >= 0", c.name, c.device.flops_bf16);
-  if (!(c.device.memory_bytes > 0)) fail("cluster '{}': device.memory_bytes {} must be > 0", c.name, c.device.memory_bytes);
-  if (!(c.device.memory_bandwidth > 0))
-    fail("cluster '{}': device.memory_bandwidth {} must be > 0", c.name, c.device.memory_bandwidth);
-  validate(c.device.efficiency, c.name);
+  validate_device(c.device, c.name, "device");
+  if (!c.node_devices.empty() && static_cast<int>(c.node_devices.size()) != c.nodes)
+    fail("cluster '{}': node_devices has {} specs for {} nodes, expected one per node (or none: every node is "
+         "`device`)",
+         c.name, c.node_devices.size(), c.nodes);
+  for (size_t n = 0; n < c.node_devices.size(); ++n)
+    validate_device(c.node_devices[n], c.name, fmt::format("node_devices[{}]", n));
   for (const auto& [where, link] : {std::pair{"intra_node", &c.intra_node}, std::pair{"inter_node", &c.inter_node}}) {
     if (!(link->bandwidth > 0)) fail("cluster '{}': {}.bandwidth {} must be > 0 bytes/s", c.name, where, link->bandwidth);
     if (link->latency < 0) fail("cluster '{}': {}.latency {} must be >= 0 s", c.name, where, link->latency);
@@ -52,16 +82,14 @@ nlohmann::json to_json(const ClusterSpec& c) {
   nlohmann::json json{{"name", c.name},
           {"nodes", c.nodes},
           {"devices_per_node", c.devices_per_node},
-          {"device",
-           {{"name", c.device.name},
-            {"flops_f32", c.device.flops_f32},
-            {"flops_bf16", c.device.flops_bf16},
-            {"memory_bytes", c.device.memory_bytes},
-            {"memory_bandwidth", c.device.memory_bandwidth},
-            {"efficiency", to_json(c.device.efficiency)}}},
+          {"device", device_json(c.device)},
           {"intra_node", link_json(c.intra_node)},
           {"inter_node", link_json(c.inter_node)},
           {"host", c.host}};
+  if (!c.node_devices.empty()) {
+    json["node_devices"] = nlohmann::json::array();
+    for (const DeviceSpec& d : c.node_devices) json["node_devices"].push_back(device_json(d));
+  }
   if (c.devices_share_memory) json["devices_share_memory"] = true;
   if (c.nodes_share_cores) json["nodes_share_cores"] = true;
   if (c.profile) json["profile"] = to_json(*c.profile);
@@ -71,20 +99,17 @@ nlohmann::json to_json(const ClusterSpec& c) {
 ClusterSpec cluster_from_json(const nlohmann::json& json) {
   json_fields::check_keys("cluster", json, "the cluster",
                           {"name", "nodes", "devices_per_node", "device", "intra_node", "inter_node", "host",
-                           "devices_share_memory", "nodes_share_cores", "profile"});
+                           "devices_share_memory", "nodes_share_cores", "profile", "node_devices"});
   ClusterSpec c;
   c.name = json_fields::field<std::string>("cluster", json, "cluster", "name", "");
   c.nodes = json_fields::field<int>("cluster", json, "cluster", "nodes", 1);
   c.devices_per_node = json_fields::field<int>("cluster", json, "cluster", "devices_per_node", 1);
-  if (json.contains("device")) {
-    const nlohmann::json& d = json.at("device");
-    json_fields::check_keys("cluster", d, "device", {"name", "flops_f32", "flops_bf16", "memory_bytes", "memory_bandwidth", "efficiency"});
-    c.device = {.name = json_fields::field<std::string>("cluster", d, "device", "name", ""),
-                .flops_f32 = json_fields::field<double>("cluster", d, "device", "flops_f32", 0),
-                .flops_bf16 = json_fields::field<double>("cluster", d, "device", "flops_bf16", 0),
-                .memory_bytes = json_fields::field<double>("cluster", d, "device", "memory_bytes", 0),
-                .memory_bandwidth = json_fields::field<double>("cluster", d, "device", "memory_bandwidth", 0)};
-    if (d.contains("efficiency")) c.device.efficiency = kernel_efficiency_from_json(d.at("efficiency"));
+  if (json.contains("device")) c.device = device_from(json.at("device"), "device");
+  if (json.contains("node_devices")) {
+    const nlohmann::json& nodes = json.at("node_devices");
+    if (!nodes.is_array()) fail("cluster: node_devices must be an array of device specs, got {}", nodes.dump());
+    for (size_t n = 0; n < nodes.size(); ++n)
+      c.node_devices.push_back(device_from(nodes[n], fmt::format("node_devices[{}]", n)));
   }
   if (json.contains("intra_node")) c.intra_node = link_from(json.at("intra_node"), "intra_node");
   if (json.contains("inter_node")) c.inter_node = link_from(json.at("inter_node"), "inter_node");
@@ -140,7 +165,7 @@ ClusterSpec local_cluster_spec(HostProfile profile, const std::string& cpu, doub
   const std::string transport = profile.comm.backend == "inproc" ? "in-process transport"
                                                                  : fmt::format("{} inside a host", profile.comm.backend);
   const LinkSpec inside{.name = transport, .bandwidth = 1 / link.beta, .latency = link.alpha};
-  return {.name = "local",
+  ClusterSpec spec{.name = "local",
           .nodes = hosts.hosts,
           .devices_per_node = hosts.ranks_per_host,
           .device = {.name = fmt::format("{} rank", cpu),
@@ -156,6 +181,17 @@ ClusterSpec local_cluster_spec(HostProfile profile, const std::string& cpu, doub
           .devices_share_memory = true,
           .nodes_share_cores = hosts.hosts > 1 && hosts.share_cores,
           .profile = std::move(profile)};
+  if (hosts.speeds.empty()) return spec;
+  if (static_cast<int>(hosts.speeds.size()) != hosts.hosts)
+    fail("local spec: {} host speeds for {} hosts", hosts.speeds.size(), hosts.hosts);
+  for (size_t n = 0; n < hosts.speeds.size(); ++n) {
+    DeviceSpec device = spec.device;
+    device.name = fmt::format("{} (host {}, {:.0f}% of host 0's speed)", spec.device.name, n, 100 * hosts.speeds[n]);
+    device.flops_f32 *= hosts.speeds[n];
+    device.flops_bf16 *= hosts.speeds[n];
+    spec.node_devices.push_back(std::move(device));
+  }
+  return spec;
 }
 
 ClusterSpec load_cluster(const std::string& path) {

@@ -1,8 +1,9 @@
 // ClusterSpec: the machines a strategy is planned for, as a plain value
 // (JSON round trip; docs/planner.md lists the fields and the presets'
-// sources). Nodes of identical devices; links inside a node (NVLink and
-// NVSwitch on the presets) and between nodes (the network), each with a
-// bandwidth per device and a latency.
+// sources). Nodes of identical devices, or each node its own (a
+// heterogeneous cluster); links inside a node (NVLink and NVSwitch on the
+// presets) and between nodes (the network), each with a bandwidth per
+// device and a latency.
 //
 // Ranks map to devices in order: rank r is device r % devices_per_node of
 // node r / devices_per_node, so a mesh's innermost axes (tensor
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -53,7 +55,12 @@ struct ClusterSpec {
   std::string name;
   int nodes = 1;
   int devices_per_node = 1;
-  DeviceSpec device;
+  DeviceSpec device;  // every node's, unless node_devices gives each its own
+  // Nodes of their own speed and memory (mixed generations, hosts under CPU
+  // quotas, `parallax calibrate` across hosts): empty, every node's devices
+  // are `device`; else one spec per node. `device` stays the reference the
+  // profile's kernel times were measured against.
+  std::vector<DeviceSpec> node_devices;
   LinkSpec intra_node;  // between devices of one node
   LinkSpec inter_node;  // between nodes
   std::string host;     // the host CPU, for people
@@ -68,6 +75,17 @@ struct ClusterSpec {
 
   int devices() const { return nodes * devices_per_node; }
   int node_of(int rank) const { return rank / devices_per_node; }
+  bool heterogeneous() const { return !node_devices.empty(); }
+  const DeviceSpec& device_of_node(int node) const {
+    return node_devices.empty() ? device : node_devices[static_cast<size_t>(node)];
+  }
+  const DeviceSpec& device_of(int rank) const { return device_of_node(node_of(rank)); }
+  // Rank `rank`'s speed against `device`'s (their fp32 rates): what the
+  // simulator divides the rank's compute time by, and what the planner
+  // splits rows by.
+  double relative_speed(int rank) const {
+    return node_devices.empty() ? 1.0 : device_of(rank).flops_f32 / device.flops_f32;
+  }
   // Ranks on each node a group of `ranks` spans: the mesh fills a node's
   // devices first, so a group that spans nodes is spread evenly over
   // min(ranks, nodes) of them.
@@ -114,6 +132,10 @@ struct LocalHosts {
   int ranks_per_host = 64;
   std::optional<LinkSpec> between;  // absent: one host
   bool share_cores = false;         // the hosts are namespaces of one machine
+  // Each host's speed against host 0's (one rank's GEMM rate, measured a
+  // host at a time): the spec's node_devices then scale the profile's
+  // device by them. Empty: every host runs at host 0's speed.
+  std::vector<double> speeds;
 };
 ClusterSpec local_cluster_spec(HostProfile profile, const std::string& cpu, double memory_bytes,
                                const LocalHosts& hosts = {});

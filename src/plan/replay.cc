@@ -205,13 +205,15 @@ std::optional<double> Replay::main_instruction(int rank, size_t pos, double star
     for (const parallel::Region& r : regions) bytes += region_bytes(p, r);
     return bytes;
   };
+  // A rank of a heterogeneous cluster does its own work at its speed.
+  const double speed = p.rank < cluster_.devices() ? cluster_.relative_speed(p.rank) : 1.0;
   if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) {
     const Graph& g = p.graph_of(instr.micro_batch);
     const Node& node = g.nodes()[static_cast<size_t>(c->node)];
-    const double alone = estimator_.compute_seconds(g, node);
+    const double alone = estimator_.compute_seconds(g, node) / speed;
     const double end =
         start + (s.collective_until > start
-                     ? seconds_beside_collective(start, alone, estimator_.compute_seconds_beside_collective(g, node),
+                     ? seconds_beside_collective(start, alone, estimator_.compute_seconds_beside_collective(g, node) / speed,
                                                  s.collective_from, s.collective_until)
                      : alone);
     if (counted) {
@@ -230,6 +232,7 @@ std::optional<double> Replay::main_instruction(int rank, size_t pos, double star
   }
   // The local passes: on the compute lane, as the executor traces them.
   auto pass = [&](double seconds) {
+    seconds /= speed;
     event(rank, pos, "compute", start, seconds);
     return start + seconds;
   };

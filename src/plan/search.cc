@@ -2,13 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "core/error.h"
 #include "parallel/compose.h"
 #include "parallel/split_units.h"
-#include "plan/simulate.h"
 #include "plan/layer_search.h"
 #include "plan/mcmc_search.h"
+#include "plan/simulate.h"
+#include "plan/speed_split.h"
 #include "plan/stage_search.h"
 
 namespace px::plan {
@@ -31,6 +33,7 @@ int complexity(const parallel::Strategy& s) {
   if (s.mesh.ranks() > s.data_ranks() * s.pipeline_ranks()) ++score;
   for (const parallel::PlacementSeed& seed : s.seeds) score += seed.value == "embed";  // sequence parallelism
   if (s.lowering.recompute != parallel::Recompute::none) ++score;
+  if (!s.row_shares.empty()) ++score;  // uneven rows: a near-tie keeps the even split
   return score;
 }
 
@@ -65,7 +68,11 @@ std::unique_ptr<CostEstimator> estimator_for(const PlanRequest& request) {
   return make_estimator(*request.cluster, local);
 }
 
-std::string memory_verdict(const ClusterSpec& cluster, int ranks, double peak) {
+std::string memory_verdict(const ClusterSpec& cluster_spec, int ranks, double peak) {
+  // A heterogeneous cluster's plan must fit its smallest node.
+  ClusterSpec cluster = cluster_spec;
+  for (const DeviceSpec& d : cluster_spec.node_devices)
+    cluster.device.memory_bytes = std::min(cluster.device.memory_bytes, d.memory_bytes);
   if (cluster.devices_share_memory) {
     const int on_node = std::min(ranks, cluster.devices_per_node);
     const double need = peak * on_node;
@@ -82,7 +89,8 @@ Candidate evaluate(const PlanRequest& request, const nn::Model& model, const par
   Candidate c{.strategy = strategy, .description = describe(strategy)};
   std::vector<parallel::Program> programs;
   try {
-    programs = lower_representatives({.forward = &model.graph, .loss = model.loss}, strategy, deadline);
+    programs = lower_representatives({.forward = &model.graph, .loss = model.loss}, strategy, deadline,
+                                     request.cluster->heterogeneous());
   } catch (const Error& e) {
     c.rejected = fmt::format("does not lower: {}", e.what());
     return c;
@@ -171,11 +179,41 @@ class Planner {
       }
       try {
         all_.push_back(evaluate(request_, model_, *strategy, *estimator_, &deadline_));
+        // On ranks of different speeds, the same point split by speed too.
+        if (std::optional<parallel::Strategy> by_speed = split_by_speed(*strategy)) {
+          ++result_.considered;
+          all_.push_back(evaluate(request_, model_, *by_speed, *estimator_, &deadline_));
+        }
       } catch (const DeadlinePassed&) {
         return false;
       }
     }
     return true;
+  }
+
+  // `strategy` with its work split by the ranks' speeds (plan/speed_split.h)
+  // where the cluster's ranks differ: the data ranks' rows in proportion
+  // (when every one keeps at least a row of the batch), and the pipeline
+  // cut so that a slower stage holds less (when the strategy names no
+  // cuts). nullopt when neither applies.
+  std::optional<parallel::Strategy> split_by_speed(const parallel::Strategy& strategy) const {
+    parallel::Strategy by_speed = strategy;
+    bool split = false;
+    std::vector<int64_t> shares = speed_shares(*request_.cluster, strategy);
+    bool every_rank_has_rows = !shares.empty();
+    for (int r = 0; every_rank_has_rows && r < strategy.data_ranks(); ++r)
+      every_rank_has_rows = parallel::shard_rows(request_.batch, r, strategy.data_ranks(), shares).size() > 0;
+    if (every_rank_has_rows) {
+      by_speed.row_shares = std::move(shares);
+      split = true;
+    }
+    if (strategy.pipeline.stage_cuts.empty())
+      if (std::optional<std::vector<std::string>> cuts = stage_cuts_by_speed(model_.graph, *request_.cluster, strategy)) {
+        by_speed.pipeline.stage_cuts = std::move(*cuts);
+        split = true;
+      }
+    if (!split) return std::nullopt;
+    return by_speed;
   }
 
   std::string grid() {

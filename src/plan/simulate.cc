@@ -17,8 +17,16 @@ std::vector<parallel::Program> lower_all(const parallel::LowerRequest& request, 
 }
 
 std::vector<parallel::Program> lower_representatives(const parallel::LowerRequest& request,
-                                                     const parallel::Strategy& strategy, const Deadline* deadline) {
+                                                     const parallel::Strategy& strategy, const Deadline* deadline,
+                                                     bool heterogeneous) {
   std::vector<parallel::Program> programs;
+  if (heterogeneous || !strategy.row_shares.empty()) {
+    for (int r = 0; r < strategy.mesh.ranks(); ++r) {
+      if (deadline) deadline->check();
+      programs.push_back(parallel::lower(request, strategy, r));
+    }
+    return programs;
+  }
   const parallel::DeviceMesh& mesh = strategy.mesh;
   const int pipeline_axis = strategy.pipeline_ranks() > 1 ? mesh.axis(strategy.pipeline.axis) : -1;
   const int context_axis = strategy.context_ranks() > 1 ? mesh.axis(strategy.context.axis) : -1;

@@ -94,11 +94,14 @@ std::vector<parallel::Program> lower_all(const parallel::LowerRequest& request, 
 // One Program per pipeline stage and context chunk (the ring's ranks send
 // to each other; the balanced ring's do the same work): the ranks at
 // coordinate 0 of every other axis (the data-parallel rank 0 holds the most
-// rows when they split unevenly). A symmetric replay of these predicts the
-// whole mesh. A `deadline` is checked before each Program (DeadlinePassed).
+// rows when they split evenly). A symmetric replay of these predicts the
+// whole mesh. Data ranks that differ from each other do not stand for one
+// another: with row shares (Strategy::row_shares), or on a `heterogeneous`
+// cluster (ranks of different speeds), every rank is lowered. A `deadline`
+// is checked before each Program (DeadlinePassed).
 std::vector<parallel::Program> lower_representatives(const parallel::LowerRequest& request,
                                                      const parallel::Strategy& strategy,
-                                                     const Deadline* deadline = nullptr);
+                                                     const Deadline* deadline = nullptr, bool heterogeneous = false);
 
 // On a cluster whose ranks share the host's cores (the calibrated local
 // spec), a compute slows down by how many ranks use the cores at once,

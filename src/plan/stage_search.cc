@@ -47,6 +47,14 @@ class StageModel {
     capacity_ = cluster.devices_share_memory
                     ? cluster.device.memory_bytes / std::min(request.ranks, cluster.devices_per_node)
                     : cluster.device.memory_bytes;
+    // Stages on devices of different speeds (plan/speed_split.h): each
+    // stage's compute over its slowest rank's speed, so the cuts give a
+    // slower stage fewer blocks.
+    speed_.assign(static_cast<size_t>(l_.stages), 1.0);
+    for (int rank = 0; rank < std::min(request.ranks, cluster.devices()) && cluster.heterogeneous(); ++rank) {
+      const int s = rank / (l_.dp * l_.tp);
+      if (s < l_.stages) speed_[static_cast<size_t>(s)] = std::min(speed_[static_cast<size_t>(s)], cluster.relative_speed(rank));
+    }
   }
 
   // F + B of a micro-batch, with its gradients accumulated into their
@@ -55,7 +63,7 @@ class StageModel {
     double t = blocks * c_.block.seconds();
     if (s == 0) t += c_.pre.seconds();
     if (s == l_.stages - 1) t += c_.post.seconds();
-    return t + accumulate_seconds(s, blocks);
+    return (t + accumulate_seconds(s, blocks)) / speed_[static_cast<size_t>(s)];
   }
   // A reduction of a stage's gradients, bucket by bucket (each pays its latency).
   double reduction_seconds(comm::Collective kind, double bytes) const {
@@ -113,6 +121,7 @@ class StageModel {
                                   (s == P - 1 ? c_.post.backward : 0) + accumulate;
       W[static_cast<size_t>(s)] = n * c_.block.weight + (s == 0 ? c_.pre.weight : 0) +
                                   (s == P - 1 ? c_.post.weight : 0) + accumulate;
+      for (std::vector<double>* pass : {&F, &B, &W}) (*pass)[static_cast<size_t>(s)] /= speed_[static_cast<size_t>(s)];
       const double w = stage_params(s, n);
       double sync = 0;
       if (l_.dp > 1) {
@@ -240,6 +249,7 @@ class StageModel {
   const parallel::PipelineSchedule& schedule_;
   LinkClass dp_link_ = LinkClass::intra_node, pp_link_ = LinkClass::intra_node, ends_link_ = LinkClass::intra_node;
   double per_param_ = 0, capacity_ = 0;
+  std::vector<double> speed_;  // each stage's slowest rank's, over the reference device's
 };
 
 parallel::Strategy strategy_of(const PlanRequest& request, const nn::Model& model, const Layout& l,

@@ -147,8 +147,12 @@ StageAssignment assign_stages(const Graph& graph, int forward_nodes, const std::
   return a;
 }
 
-std::vector<int> balanced_stage_starts(const Graph& graph, int forward_nodes, int stages) {
+std::vector<int> balanced_stage_starts(const Graph& graph, int forward_nodes, int stages,
+                                       std::span<const double> speeds) {
   if (stages < 1) fail("pipeline: {} stages, expected at least 1", stages);
+  if (!speeds.empty() && static_cast<int>(speeds.size()) != stages)
+    fail("pipeline: {} stage speeds for {} stages", speeds.size(), stages);
+  auto speed = [&](int s) { return speeds.empty() ? 1.0 : speeds[static_cast<size_t>(s)]; };
   if (stages == 1) return {0};
   const std::vector<double> cost = forward_costs(graph, forward_nodes);
   std::vector<double> prefix(static_cast<size_t>(forward_nodes) + 1, 0.0);
@@ -179,11 +183,11 @@ std::vector<int> balanced_stage_starts(const Graph& graph, int forward_nodes, in
     return prefix[static_cast<size_t>(candidates[static_cast<size_t>(j)])] -
            prefix[static_cast<size_t>(candidates[static_cast<size_t>(i)])];
   };
-  for (int j = 1; j <= k; ++j) best[0][static_cast<size_t>(j)] = span(0, j);
+  for (int j = 1; j <= k; ++j) best[0][static_cast<size_t>(j)] = span(0, j) / speed(0);
   for (int s = 1; s < stages; ++s)
     for (int j = s + 1; j <= k; ++j)
       for (int i = s; i < j; ++i) {
-        const double worst = std::max(best[static_cast<size_t>(s) - 1][static_cast<size_t>(i)], span(i, j));
+        const double worst = std::max(best[static_cast<size_t>(s) - 1][static_cast<size_t>(i)], span(i, j) / speed(s));
         if (worst < best[static_cast<size_t>(s)][static_cast<size_t>(j)]) {
           best[static_cast<size_t>(s)][static_cast<size_t>(j)] = worst;
           from[static_cast<size_t>(s)][static_cast<size_t>(j)] = i;

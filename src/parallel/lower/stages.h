@@ -11,6 +11,7 @@
 // layers the user names (--stage-cuts h.2,h.4).
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -52,8 +53,11 @@ StageAssignment assign_stages(const Graph& graph, int forward_nodes, const std::
 
 // Starts for `stages` stages balanced by cost among the narrowest cuts
 // (those where the fewest bytes cross); px::Error when the graph has fewer
-// such cuts than stages − 1.
-std::vector<int> balanced_stage_starts(const Graph& graph, int forward_nodes, int stages);
+// such cuts than stages − 1. With `speeds` (one per stage, > 0: stages on
+// devices of different speeds), a stage's cost is over its speed, so a
+// slower stage gets less of the graph.
+std::vector<int> balanced_stage_starts(const Graph& graph, int forward_nodes, int stages,
+                                       std::span<const double> speeds = {});
 
 // Starts before the first forward node of each named layer scope ("h.2"
 // starts at the first node named "h.2." or "h.2"); px::Error naming an

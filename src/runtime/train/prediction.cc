@@ -30,6 +30,11 @@ RunPrediction predict_run(const RunAsRan& o, const std::vector<parallel::Program
     cluster.nodes = 1;
     cluster.inter_node = cluster.intra_node;
     cluster.nodes_share_cores = false;
+    cluster.node_devices.clear();  // the hosts' speeds: this host runs at the profile's
+  } else if (cluster.devices() < ranks) {
+    // Calibrated with fewer ranks a host than this run placed on them: the
+    // same hosts, more ranks on each (they share its cores, as profiled).
+    cluster.devices_per_node = (ranks + cluster.nodes - 1) / cluster.nodes;
   }
   out.basis = out.calibrated ? fmt::format("the local spec '{}'", o.local_cluster)
                              : "this host's probed rates, kernels at their roofline (run 'parallax calibrate' for a "
