@@ -4,10 +4,15 @@
 # hostname and private disk, nothing shared with the others but the
 # network. Root only.
 #
-#   scripts/hosts.sh up N [--gbps G]   hosts <name>-0 .. <name>-(N-1) at 10.77.0.1 ..
+#   scripts/hosts.sh up N [--gbps G] [--cpu HOST:PERCENT,...]
+#                                      hosts <name>-0 .. <name>-(N-1) at 10.77.0.1 ..
 #                                      (--gbps: each host's link shaped to G Gb/s each
-#                                      way by tbf; unshaped without it)
-#   scripts/hosts.sh down              remove every namespace, veth and qdisc it made
+#                                      way by tbf; unshaped without it. --cpu: host
+#                                      HOST's processes together get PERCENT of one
+#                                      core, e.g. 0:50,3:12.5; others are unlimited)
+#   scripts/hosts.sh cpu HOST PERCENT  change host HOST's CPU quota now, running jobs
+#                                      included (PERCENT "off": no limit)
+#   scripts/hosts.sh down              remove every namespace, veth, qdisc and cgroup it made
 #   scripts/hosts.sh check             exit 1 naming what `down` left behind
 #   scripts/hosts.sh exec I CMD...     run CMD as host I (see below)
 #   scripts/hosts.sh agent HOST CMD... OpenMPI's remote-shell agent (plm_rsh_agent)
@@ -31,6 +36,14 @@
 # The bridge lives in a namespace of its own (<name>-switch): the
 # machine's own network is never touched. Names: --name P (default pxh,
 # or $PXH_NAME) before the subcommand.
+#
+# CPU quotas (hosts of different speeds): every host's processes run in a
+# cgroup of its own, parallax-hosts-<name>/<I> under the cpu controller
+# (cgroup v2's cpu.max or v1's cpu.cfs_quota_us, whichever the machine
+# mounts), with a 10 ms period so that a throttled host slows smoothly
+# rather than in 100 ms stalls (a quota under 10% of a core takes a longer
+# period: v1 grants at least 1 ms a period). Without a cpu controller the
+# hosts come up unlimited, and --cpu and `cpu` are errors.
 set -euo pipefail
 
 NAME=${PXH_NAME:-pxh}
@@ -58,14 +71,66 @@ require_root() {
 }
 
 hosts() { cat "$STATE/count" 2> /dev/null || echo 0; }
+
+# The cpu controller's version, mount and (v1) the controllers mounted with
+# it: "2 /sys/fs/cgroup -" or "1 <mount> cpu[,cpuacct]"; empty without one.
+# (/sys/fs/cgroup can be a plain tmpfs holding v1's mounts, so the file
+# system type decides, not the path.)
+cpu_controller() {
+  if [[ $(stat -fc %T /sys/fs/cgroup 2> /dev/null) == cgroup2fs ]] &&
+     grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2> /dev/null; then
+    echo "2 /sys/fs/cgroup -"
+    return
+  fi
+  awk '$3 == "cgroup" && $4 ~ /(^|,)cpu(,|$)/ {
+    n = split($4, o, ","); c = ""
+    for (k = 1; k <= n; ++k) if (o[k] == "cpu" || o[k] == "cpuacct") c = c (c == "" ? "" : ",") o[k]
+    print "1 " $2 " " c; exit }' /proc/mounts
+}
+
+# cgroup I: host I's directory (after up made it).
+cgroup_of() { echo "$(cat "$STATE/cgroup")/$1"; }
+
+# set_quota I PERCENT: host I's processes together get PERCENT of a core
+# ("off": unlimited).
+set_quota() {
+  local i=$1 percent=$2 version dir period quota
+  [[ -s $STATE/cgroup ]] || die "cpu: no cpu cgroup controller on this machine (hosts '$NAME' run unlimited)"
+  [[ $percent == off || $percent =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "cpu: PERCENT is '$percent'; expected a number or 'off'"
+  dir=$(cgroup_of "$i")
+  version=$(cat "$STATE/cgroup_version")
+  if [[ $percent == off ]]; then
+    if [[ $version == 2 ]]; then echo "max 10000" > "$dir/cpu.max"; else echo -1 > "$dir/cpu.cfs_quota_us"; fi
+    return
+  fi
+  # quota = PERCENT% of the period, at least 1 ms (v1's floor): a longer period below 10%.
+  read -r period quota < <(awk -v p="$percent" 'BEGIN {
+    if (p <= 0) exit 1
+    period = 10000; if (p / 100 * period < 1000) period = int(1000 * 100 / p + 0.5)
+    printf "%d %d\n", period, int(p / 100 * period + 0.5) }') || die "cpu: PERCENT is '$percent'; expected > 0"
+  if [[ $version == 2 ]]; then
+    echo "$quota $period" > "$dir/cpu.max"
+  else
+    # v1 checks quota against the period it holds: lift the quota first.
+    echo -1 > "$dir/cpu.cfs_quota_us"
+    echo "$period" > "$dir/cpu.cfs_period_us"
+    echo "$quota" > "$dir/cpu.cfs_quota_us"
+  fi
+}
+
+# A host index of the hosts that are up.
+check_host() {
+  [[ $1 =~ ^[0-9]+$ && $1 -lt $(hosts) ]] || die "$2: host '$1' is not one of 0 .. $(($(hosts) - 1))"
+}
 address() { echo "10.77.0.$(($1 + 1))"; }
 
 up() {
-  local n=$1 gbps=""
+  local n=$1 gbps="" cpu=""
   shift
   while [[ $# -gt 0 ]]; do
     case $1 in
       --gbps) gbps=$2; shift 2 ;;
+      --cpu) cpu=$2; shift 2 ;;
       *) die "up: unknown option '$1'" ;;
     esac
   done
@@ -109,8 +174,30 @@ up() {
     mkdir -p "$STATE/$i/shm" "$STATE/$i/disk"
     chmod 1777 "$STATE/$i/shm"
   done
+  local controller
+  controller=$(cpu_controller)
+  if [[ -n $controller ]]; then
+    local version root options
+    read -r version root options <<< "$controller"
+    if [[ $version == 2 ]]; then echo +cpu > "$root/cgroup.subtree_control" 2> /dev/null || true; fi
+    mkdir -p "$root/parallax-hosts-$NAME"
+    if [[ $version == 2 ]]; then echo +cpu > "$root/parallax-hosts-$NAME/cgroup.subtree_control"; fi
+    echo "$root/parallax-hosts-$NAME" > "$STATE/cgroup"
+    echo "$version" > "$STATE/cgroup_version"
+    echo "$options" > "$STATE/cgroup_options"
+    mkdir -p "$STATE/cgroup-mount"
+    for ((i = 0; i < n; ++i)); do mkdir -p "$root/parallax-hosts-$NAME/$i"; done
+  elif [[ -n $cpu ]]; then
+    die "up: --cpu needs the cpu cgroup controller (cgroup v2 cpu.max or v1 cpu.cfs_quota_us); this machine mounts neither"
+  fi
+  local item
+  for item in ${cpu//,/ }; do
+    [[ $item == *:* ]] || die "up: --cpu item '$item' is not HOST:PERCENT"
+    check_host "${item%%:*}" "up --cpu"
+    set_quota "${item%%:*}" "${item#*:}"
+  done
   trap - ERR
-  echo "hosts.sh: $n hosts up: $NAME-0 .. $NAME-$((n - 1)) at $(address 0) .. $(address $((n - 1)))${gbps:+, links at $gbps Gb/s}"
+  echo "hosts.sh: $n hosts up: $NAME-0 .. $NAME-$((n - 1)) at $(address 0) .. $(address $((n - 1)))${gbps:+, links at $gbps Gb/s}${cpu:+, CPU quotas $cpu (% of a core)}"
 }
 
 down() {
@@ -122,6 +209,20 @@ down() {
   for ns in $(ip netns list | awk '{print $1}'); do
     [[ $ns == "$NAME"-[0-9]* || $ns == "$SWITCH" ]] && ip netns del "$ns" 2> /dev/null
   done
+  # A cgroup goes once it holds no process: any left (a job still running)
+  # move to the controller's root, unlimited, rather than be killed.
+  local parent
+  parent=$(cat "$STATE/cgroup" 2> /dev/null || true)
+  if [[ -n $parent && -d $parent ]]; then
+    local root
+    root=$(dirname "$parent")
+    for dir in "$parent"/*/; do
+      [[ -d $dir ]] || continue
+      for pid in $(cat "$dir/cgroup.procs" 2> /dev/null); do echo "$pid" > "$root/cgroup.procs" 2> /dev/null || true; done
+      rmdir "$dir" 2> /dev/null || true
+    done
+    rmdir "$parent" 2> /dev/null || true
+  fi
   rm -rf "$STATE"
   check
 }
@@ -131,6 +232,11 @@ check() {
   left=$(ip netns list | awk '{print $1}' | grep -E "^$NAME-([0-9]+|switch)$" || true)
   left+=$(ip -o link show | awk -F': ' '{print $2}' | grep -E "^$NAME-" || true)
   [[ -e $STATE ]] && left+=" $STATE"
+  local controller
+  controller=$(cpu_controller)
+  local root
+  root=$(awk '{ print $2 }' <<< "$controller")
+  [[ -n $root && -d $root/parallax-hosts-$NAME ]] && left+=" $root/parallax-hosts-$NAME"
   if [[ -n ${left// /} ]]; then
     echo "hosts.sh: left behind: $(echo $left)" >&2
     return 1
@@ -144,6 +250,16 @@ host_exec() {
   [[ -e $STATE/count ]] || die "hosts '$NAME' are not up (hosts.sh up N)"
   [[ $i =~ ^[0-9]+$ && $i -lt $(hosts) ]] || die "exec: host '$i' is not one of 0 .. $(($(hosts) - 1))"
   [[ $# -gt 0 ]] || die "exec: no command"
+  # The host's CPU quota holds for the command and everything it starts:
+  # it joins host I's cgroup from inside its mount namespace, through a
+  # mount of the cpu hierarchy of its own (`ip netns exec` hides
+  # /sys/fs/cgroup, and an agent runs inside another host's namespaces).
+  local version="" options="" group=""
+  if [[ -s $STATE/cgroup ]]; then
+    version=$(cat "$STATE/cgroup_version")
+    options=$(cat "$STATE/cgroup_options")
+    group=$(basename "$(cat "$STATE/cgroup")")/$i
+  fi
   # The mount namespace's changes stay in it (rprivate); the private
   # directories are bound over the shared paths.
   exec ip netns exec "$NAME-$i" unshare --uts --mount -- bash -c '
@@ -153,8 +269,13 @@ host_exec() {
     mount --bind "$2/hosts" /etc/hosts
     mount --bind "$2/$3/shm" /dev/shm
     mkdir -p "$4" && mount --bind "$2/$3/disk" "$4"
-    shift 4
-    exec "$@"' host-exec "$NAME-$i" "$STATE" "$i" "$DISK" "$@"
+    if [ -n "$5" ]; then
+      if [ "$5" = 2 ]; then mount -t cgroup2 none "$2/cgroup-mount"; else mount -t cgroup -o "$6" none "$2/cgroup-mount"; fi
+      echo $$ > "$2/cgroup-mount/$7/cgroup.procs"
+      umount "$2/cgroup-mount"
+    fi
+    shift 7
+    exec "$@"' host-exec "$NAME-$i" "$STATE" "$i" "$DISK" "$version" "$options" "$group" "$@"
 }
 
 # agent [ssh-style options] HOST CMD...: the command line is for a remote
@@ -180,6 +301,12 @@ case $COMMAND in
   exec) [[ $# -ge 1 ]] || die "exec: which host?"; require_root; host_exec "$@" ;;
   agent) agent "$@" ;;
   bytes) [[ $# -eq 1 ]] || die "bytes: which host?"; bytes "$1" ;;
+  cpu)
+    [[ $# -eq 2 ]] || die "cpu: expected HOST PERCENT"
+    require_root
+    [[ -e $STATE/count ]] || die "hosts '$NAME' are not up (hosts.sh up N)"
+    check_host "$1" cpu
+    set_quota "$1" "$2" ;;
   mpirun)
     require_root
     host_exec 0 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PXH_NAME="$NAME" PXH_DISK="$DISK" \
