@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <numeric>
+#include <thread>
 
 #include "comm/cost_model.h"
 #include "comm/shared_memory.h"
@@ -132,14 +133,28 @@ Communicator::Spinner::Spinner(Communicator& comm)
 
 void Communicator::Spinner::pause(int peer, const Step& step, std::string_view what) {
   // Busy-poll briefly (a blocking wake-up costs ~30 us in this VM), then
-  // yield so oversubscribed ranks (more ranks than cores) still progress.
+  // yield so oversubscribed ranks (more ranks than cores) still progress,
+  // then sleep, longer each time up to kLongestSleep: a wait that outlasts
+  // kYieldFor stops using the CPU, which a rank under a CPU quota (a
+  // slower host: scripts/hosts.sh --cpu) would otherwise spend polling
+  // instead of computing, and which ranks sharing the cores can use. A
+  // wait is then noticed at most one sleep late, and a long one at most
+  // kLongestSleep late.
+  constexpr auto kYieldFor = std::chrono::microseconds(100);
+  constexpr int kLongestSleep = 500;  // microseconds
   ++spins_;
   if (spins_ < 256) {
     __builtin_ia32_pause();
     return;
   }
-  sched_yield();
-  if (spins_ % 64 != 0) return;
+  if (sleep_us_ == 0) {
+    sched_yield();
+    if (std::chrono::steady_clock::now() - start_ > kYieldFor) sleep_us_ = 10;
+    if (spins_ % 64 != 0) return;
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us_));
+    sleep_us_ = std::min(2 * sleep_us_, kLongestSleep);
+  }
   std::string failure = comm_.state_->transport->failure();
   auto waited = std::chrono::steady_clock::now() - start_;
   // Say whom this rank itself was waiting on: when a timeout elsewhere

@@ -118,6 +118,7 @@ class Communicator {
     Communicator& comm_;
     std::chrono::steady_clock::time_point start_;
     uint64_t spins_ = 0;
+    int sleep_us_ = 0;  // 0: still spinning or yielding; else the next sleep's length
   };
 
  private:
