@@ -21,20 +21,27 @@ uint64_t machine_id() {
   return hash;
 }
 
+// Every member's `mine` by group rank, on member 0 (the others get only
+// their own back, the rest `mine` too).
+template <typename T>
+std::vector<T> gather_on_first(comm::Communicator& group, T mine, const char* what) {
+  std::vector<T> all(static_cast<size_t>(group.size()), mine);
+  const uint32_t tag = group.next_tag();
+  std::vector<comm::Request> requests;
+  if (group.rank() == 0) {
+    for (int peer = 1; peer < group.size(); ++peer)
+      requests.push_back(group.irecv(peer, tag, &all[static_cast<size_t>(peer)], sizeof(T)));
+  } else {
+    requests.push_back(group.isend(0, tag, &mine, sizeof(T)));
+  }
+  group.wait_all(requests, comm::Step{what, 0});
+  return all;
+}
+
 // On the leaders' group: whether every leader runs on leader 0's machine
 // (answered on leader 0).
 bool one_machine(comm::Communicator& leaders) {
-  uint64_t mine = machine_id();
-  std::vector<uint64_t> ids(static_cast<size_t>(leaders.size()), mine);
-  const uint32_t tag = leaders.next_tag();
-  std::vector<comm::Request> requests;
-  if (leaders.rank() == 0) {
-    for (int peer = 1; peer < leaders.size(); ++peer)
-      requests.push_back(leaders.irecv(peer, tag, &ids[static_cast<size_t>(peer)], sizeof(uint64_t)));
-  } else {
-    requests.push_back(leaders.isend(0, tag, &mine, sizeof(uint64_t)));
-  }
-  leaders.wait_all(requests, comm::Step{"calibrate machine ids", 0});
+  const std::vector<uint64_t> ids = gather_on_first(leaders, machine_id(), "calibrate machine ids");
   return std::ranges::all_of(ids, [&](uint64_t id) { return id == ids.front(); });
 }
 
@@ -54,20 +61,12 @@ int ranks_per_host(const std::vector<int>& hosts) {
 // one leader at a time while the others wait without polling (answered on
 // leader 0).
 std::vector<double> host_speeds(comm::Communicator& leaders, double seconds, const CalibrationProgress& say) {
-  std::vector<double> rates(static_cast<size_t>(leaders.size()), 0);
+  double mine = 0;
   for (int host = 0; host < leaders.size(); ++host) {
     comm::mpi::wait_quietly_for_all();  // the other hosts' ranks idle meanwhile
-    if (leaders.rank() == host) rates[static_cast<size_t>(host)] = measure_gemm_rate({.batch_seconds = seconds});
+    if (leaders.rank() == host) mine = measure_gemm_rate({.batch_seconds = seconds});
   }
-  const uint32_t tag = leaders.next_tag();
-  std::vector<comm::Request> requests;
-  if (leaders.rank() == 0) {
-    for (int peer = 1; peer < leaders.size(); ++peer)
-      requests.push_back(leaders.irecv(peer, tag, &rates[static_cast<size_t>(peer)], sizeof(double)));
-  } else {
-    requests.push_back(leaders.isend(0, tag, &rates[static_cast<size_t>(leaders.rank())], sizeof(double)));
-  }
-  leaders.wait_all(requests, comm::Step{"calibrate host speeds", 0});
+  const std::vector<double> rates = gather_on_first(leaders, mine, "calibrate host speeds");
   std::vector<double> speeds;
   for (size_t h = 0; h < rates.size(); ++h) {
     speeds.push_back(rates[h] / rates[0]);

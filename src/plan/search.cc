@@ -68,20 +68,19 @@ std::unique_ptr<CostEstimator> estimator_for(const PlanRequest& request) {
   return make_estimator(*request.cluster, local);
 }
 
-std::string memory_verdict(const ClusterSpec& cluster_spec, int ranks, double peak) {
+std::string memory_verdict(const ClusterSpec& cluster, int ranks, double peak) {
   // A heterogeneous cluster's plan must fit its smallest node.
-  ClusterSpec cluster = cluster_spec;
-  for (const DeviceSpec& d : cluster_spec.node_devices)
-    cluster.device.memory_bytes = std::min(cluster.device.memory_bytes, d.memory_bytes);
+  double memory = cluster.device.memory_bytes;
+  for (const DeviceSpec& d : cluster.node_devices) memory = std::min(memory, d.memory_bytes);
   if (cluster.devices_share_memory) {
     const int on_node = std::min(ranks, cluster.devices_per_node);
     const double need = peak * on_node;
-    if (need <= cluster.device.memory_bytes) return "";
+    if (need <= memory) return "";
     return fmt::format("needs {} on a node ({} ranks x {}), the node has {}", gib(need), on_node, gib(peak),
-                       gib(cluster.device.memory_bytes));
+                       gib(memory));
   }
-  if (peak <= cluster.device.memory_bytes) return "";
-  return fmt::format("needs {} a device, the device has {}", gib(peak), gib(cluster.device.memory_bytes));
+  if (peak <= memory) return "";
+  return fmt::format("needs {} a device, the device has {}", gib(peak), gib(memory));
 }
 
 Candidate evaluate(const PlanRequest& request, const nn::Model& model, const parallel::Strategy& strategy,

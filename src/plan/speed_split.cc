@@ -11,15 +11,24 @@
 
 namespace px::plan {
 
-std::vector<int64_t> speed_shares(const ClusterSpec& cluster, const parallel::Strategy& strategy) {
-  const parallel::DeviceMesh& mesh = strategy.mesh;
-  const int data_axis = mesh.axis(strategy.data_axis), data_ranks = strategy.data_ranks();
-  if (data_ranks <= 1 || !cluster.heterogeneous()) return {};
-  std::vector<double> speed(static_cast<size_t>(data_ranks), HUGE_VAL);
+namespace {
+
+// Per coordinate along mesh axis `axis`: the slowest speed of the ranks
+// there (those of the cluster's devices the mesh covers).
+std::vector<double> slowest_along(const ClusterSpec& cluster, const parallel::DeviceMesh& mesh, int axis) {
+  std::vector<double> speed(static_cast<size_t>(mesh.axes()[static_cast<size_t>(axis)].size), HUGE_VAL);
   for (int rank = 0; rank < std::min(mesh.ranks(), cluster.devices()); ++rank) {
-    const int d = mesh.coords(rank)[static_cast<size_t>(data_axis)];
-    speed[static_cast<size_t>(d)] = std::min(speed[static_cast<size_t>(d)], cluster.relative_speed(rank));
+    const size_t at = static_cast<size_t>(mesh.coords(rank)[static_cast<size_t>(axis)]);
+    speed[at] = std::min(speed[at], cluster.relative_speed(rank));
   }
+  return speed;
+}
+
+}  // namespace
+
+std::vector<int64_t> speed_shares(const ClusterSpec& cluster, const parallel::Strategy& strategy) {
+  if (strategy.data_ranks() <= 1 || !cluster.heterogeneous()) return {};
+  const std::vector<double> speed = slowest_along(cluster, strategy.mesh, strategy.mesh.axis(strategy.data_axis));
   const double fastest = *std::max_element(speed.begin(), speed.end());
   std::vector<int64_t> shares;
   for (double s : speed) shares.push_back(std::max<int64_t>(1, std::llround(1000 * s / fastest)));
@@ -28,15 +37,8 @@ std::vector<int64_t> speed_shares(const ClusterSpec& cluster, const parallel::St
 }
 
 std::vector<double> stage_speeds(const ClusterSpec& cluster, const parallel::Strategy& strategy) {
-  const int stages = strategy.pipeline_ranks();
-  if (stages <= 1 || !cluster.heterogeneous()) return {};
-  const parallel::DeviceMesh& mesh = strategy.mesh;
-  const int axis = mesh.axis(strategy.pipeline.axis);
-  std::vector<double> speed(static_cast<size_t>(stages), HUGE_VAL);
-  for (int rank = 0; rank < std::min(mesh.ranks(), cluster.devices()); ++rank) {
-    const int s = mesh.coords(rank)[static_cast<size_t>(axis)];
-    speed[static_cast<size_t>(s)] = std::min(speed[static_cast<size_t>(s)], cluster.relative_speed(rank));
-  }
+  if (strategy.pipeline_ranks() <= 1 || !cluster.heterogeneous()) return {};
+  const std::vector<double> speed = slowest_along(cluster, strategy.mesh, strategy.mesh.axis(strategy.pipeline.axis));
   if (std::all_of(speed.begin(), speed.end(), [&](double s) { return std::abs(s / speed.front() - 1) < 0.01; }))
     return {};
   return speed;
