@@ -247,6 +247,22 @@ void add_train_flags(CLI::App& cmd, TrainFlags& flags) {
                                                           "of the W workers' gradients to arrive and drops the rest "
                                                           "(stragglers)")
       ->capture_default_str();
+  cmd.add_option("--sync", o.sync.mode, "how data-parallel replicas synchronize instead of a gradient allreduce every "
+                                       "step: partial-reduce (a coordinator on rank 0 groups the ready replicas, who "
+                                       "average their parameters) or gossip (a random partner every step)")
+      ->check(CLI::IsMember({"partial-reduce", "gossip"}));
+  cmd.add_option("--sync-group", o.sync.min_group, "--sync partial-reduce: the fewest ready replicas a group takes")
+      ->capture_default_str();
+  cmd.add_option("--sync-staleness", o.sync.staleness, "--sync partial-reduce: a replica more than this many steps "
+                                                       "ahead of the slowest waits for it")
+      ->capture_default_str();
+  cmd.add_option("--sync-full-every", o.sync.full_every, "--sync partial-reduce: every N global steps all replicas "
+                                                         "average together (0: only to evaluate, save and at the end)")
+      ->capture_default_str();
+  cmd.add_option("--straggler-threshold", o.sync.straggler_threshold,
+                 "--sync: a rank whose recent step time is this many times the fastest rank's, 5 steps in a row, is "
+                 "named a straggler")
+      ->capture_default_str();
   cmd.add_option("--metrics", o.run.metrics, "write JSON lines (step, train_loss, val_loss, val_accuracy) here");
   cmd.add_option("--trace", o.run.trace, "write a Chrome trace (Perfetto) of steps 2-4: compute and communication per rank");
   cmd.add_option("--save", o.checkpoint.save, "checkpoint directory (written atomically)");

@@ -9,6 +9,8 @@
 #include <numeric>
 #include <thread>
 
+#include <fmt/ranges.h>
+
 #include "comm/cost_model.h"
 #include "comm/shared_memory.h"
 #include "core/error.h"
@@ -211,6 +213,24 @@ Communicator Communicator::split(int color, int key) {
     if (group[i] == rank()) child->rank = i;
   }
   transport.open_context(context, child->members);
+  return Communicator(std::move(child));
+}
+
+Communicator Communicator::view(std::span<const int> ranks, uint32_t sequence) const {
+  auto child = std::make_shared<State>();
+  child->transport = state_->transport;
+  child->context = state_->context;
+  child->sequence = sequence;
+  child->options = state_->options;
+  child->cost_model = state_->cost_model;
+  child->shared_memory_probed = true;  // none: mapping one is collective
+  child->rank = -1;
+  for (const int r : ranks) {
+    if (r < 0 || r >= size()) fail("Communicator::view: rank {} is not in this group of {}", r, size());
+    if (r == rank()) child->rank = static_cast<int>(child->members.size());
+    child->members.push_back(world_rank(r));
+  }
+  if (child->rank < 0) fail("Communicator::view: this rank ({}) is not among [{}]", rank(), fmt::join(ranks, ", "));
   return Communicator(std::move(child));
 }
 

@@ -49,6 +49,16 @@ class Communicator {
   // ranks uses, so its messages never match the parent's.
   Communicator split(int color, int key);
 
+  // Not collective: a group of some of this communicator's ranks (`ranks`,
+  // group ranks of this one, this rank among them, in the new group's
+  // order) sharing its tag space, its tag sequence starting at `sequence`.
+  // For groups that change every step (partial reduce's, gossip's pairs)
+  // on a communicator made for them: members compute the same ranks and
+  // sequence, and views in flight at once must differ in sequence or share
+  // no member. Its collectives run over point-to-point messages only (no
+  // shared memory, no native collective, no node groups).
+  Communicator view(std::span<const int> ranks, uint32_t sequence) const;
+
   std::chrono::milliseconds timeout() const;
   void set_timeout(std::chrono::milliseconds timeout);
 

@@ -214,20 +214,25 @@ struct BackwardRow {
 // − lse) and dS = P (dP − delta)·scale, zero past each row's n, rounded to
 // bf16 and stored as the three operands that read them: P's and dS's VNNI
 // pairs of rows (the dVᵀ and dKᵀ products' B) and dS's two rows (dQ's A).
+// One row's 16 columns from j: P and dS as fp32 lanes. A function, not a
+// lambda inside backward_row_pair: GCC does not give a lambda its enclosing
+// function's target, so on a build host without AVX-512 the lambda's
+// intrinsics would not inline.
+PX_AVX512_BF16 inline void p_and_ds(const BackwardRow& row, int64_t j, __m512 by, __m512& p, __m512& ds) {
+  const __mmask16 valid = lanes_below(row.n - j);
+  p = _mm512_maskz_mov_ps(valid,
+                          exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(valid, row.s + j), by, _mm512_set1_ps(row.lse))));
+  const __m512 dp = _mm512_maskz_loadu_ps(valid, row.dp + j);
+  ds = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(dp, _mm512_set1_ps(row.delta))), by);
+}
+
 PX_AVX512_BF16 void backward_row_pair(const BackwardRow& even, const BackwardRow& odd, int64_t width, float scale,
                                       uint32_t* p_pairs, uint32_t* ds_pairs, bf16* ds_even, bf16* ds_odd) {
   const __m512 by = _mm512_set1_ps(scale);
-  auto p_and_ds = [&](const BackwardRow& row, int64_t j, __m512& p, __m512& ds) {
-    const __mmask16 valid = lanes_below(row.n - j);
-    p = _mm512_maskz_mov_ps(
-        valid, exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(valid, row.s + j), by, _mm512_set1_ps(row.lse))));
-    const __m512 dp = _mm512_maskz_loadu_ps(valid, row.dp + j);
-    ds = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(dp, _mm512_set1_ps(row.delta))), by);
-  };
   for (int64_t j = 0; j < width; j += 16) {
     __m512 p0, ds0, p1, ds1;
-    p_and_ds(even, j, p0, ds0);
-    p_and_ds(odd, j, p1, ds1);
+    p_and_ds(even, j, by, p0, ds0);
+    p_and_ds(odd, j, by, p1, ds1);
     const __m512i ds = rounded_pair(ds0, ds1);
     _mm512_storeu_si512(p_pairs + j, interleaved(rounded_pair(p0, p1)));
     _mm512_storeu_si512(ds_pairs + j, interleaved(ds));

@@ -4,7 +4,7 @@
 # px_runtime_room_violations below, run at configure time and by the test
 # Runtime.RoomsIncludeOnlyRoomsBelow, refuses an include that points up.
 # docs/architecture.md ("The runtime's rooms") says what each holds.
-set(PX_RUNTIME_ROOMS calibrate state optimizer fault checkpoint executor decode tasks train parameter_server launch)
+set(PX_RUNTIME_ROOMS calibrate state optimizer fault checkpoint executor decode tasks train parameter_server sync launch)
 
 # px_runtime_room_violations(RUNTIME_DIR OUT): in OUT, one line per
 # `#include "runtime/<room>/..."` in RUNTIME_DIR/<room>/*.{h,cc} that names

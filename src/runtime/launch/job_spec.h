@@ -15,6 +15,7 @@
 #include "runtime/fault/fault_options.h"
 #include "runtime/optimizer/optimizer.h"
 #include "runtime/parameter_server/ps_options.h"
+#include "runtime/sync/sync_options.h"
 #include "runtime/tasks/task.h"
 #include "runtime/train/run_options.h"
 
@@ -45,6 +46,7 @@ struct JobSpec {
   CheckpointOptions checkpoint;
   FaultOptions fault;
   ParameterServerOptions ps;          // parameter-server mode instead of data parallelism
+  SyncOptions sync;                   // synchronized replicas instead of a gradient allreduce
   RunOptions run;
   LaunchOptions launch;
   bool operator==(const JobSpec&) const = default;

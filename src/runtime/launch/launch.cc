@@ -3,8 +3,9 @@
 // this process is one rank. Each has a flight record, and a watchdog per
 // process beats their heartbeats and names a silent rank
 // (docs/fault_tolerance.md). A rank runs data-parallel
-// (runtime/train/train_rank.h) or in a parameter-server job
-// (runtime/parameter_server/parameter_server.h); in process a failed job
+// (runtime/train/train_rank.h), in a parameter-server job
+// (runtime/parameter_server/parameter_server.h) or as a synchronized
+// replica (runtime/sync/train_sync.h); in process a failed job
 // restarts from its snapshots or checkpoint.
 #include "runtime/launch/launch.h"
 
@@ -26,6 +27,7 @@
 #include "runtime/fault/watchdog.h"
 #include "runtime/fault/watchdog_peers.h"
 #include "runtime/parameter_server/parameter_server.h"
+#include "runtime/sync/train_sync.h"
 #include "runtime/train/train_rank.h"
 
 namespace px {
@@ -55,13 +57,18 @@ static void validate_configuration(const JobSpec& job) {
 // server's (a lone rank trains data-parallel).
 static JobResult run_rank(const JobSpec& o, comm::Communicator* group, std::ostream& log, FlightRecorder& recorder,
                           const RankRecovery& recovery) {
-  if (o.ps.mode.empty() || group == nullptr) {
+  if ((o.ps.mode.empty() && o.sync.mode.empty()) || group == nullptr) {
     DataParallelResult result =
         train_rank(o.model, o.data, o.strategy, o.optimizer, o.checkpoint, o.fault, o.run,
                    {.attempt = o.launch.attempt, .mpi = o.launch.mpi, .local_ranks = o.launch.local_ranks,
                     .link_gbps = o.launch.link_gbps},
                    group, log, &recorder, recovery);
     return {.run = std::move(result.run), .data_parallel = std::move(result.data_parallel)};
+  }
+  if (!o.sync.mode.empty()) {
+    SyncResult result = train_synced(o.model, o.data, o.strategy.precision, o.strategy.row_shares, o.optimizer,
+                                     o.sync, o.checkpoint, o.fault, o.run, o.launch.attempt, *group, log, recorder);
+    return {.run = std::move(result.run), .sync = std::move(result.sync)};
   }
   ParameterServerResult result =
       train_parameter_server(o.model, o.data, o.strategy.precision, o.optimizer, o.ps, o.checkpoint, o.fault, o.run,
@@ -188,7 +195,7 @@ static JobResult run_attempt(const JobSpec& o, const LivenessTimeouts& timeouts,
       for (const auto& r : recorders) ended.push_back(r->phase());
     }
   } phases{recorders, ended};
-  if (ranks == 1 && o.ps.mode.empty()) {
+  if (ranks == 1 && o.ps.mode.empty() && o.sync.mode.empty()) {
     JobResult result = run_recorded(o, nullptr, log, *recorders[0], recovery);
     const RankPhase p = recorders[0]->phase();
     if (p == RankPhase::killed || p == RankPhase::frozen || p == RankPhase::lost)  // the only rank: the job died
@@ -246,7 +253,8 @@ static JobResult train_restarting(JobSpec o, const LivenessTimeouts& timeouts, s
   for (int attempt = 0;; ++attempt) {
     l.attempt = first_attempt + attempt;
     std::optional<SnapshotStore> snapshots;
-    if (l.max_restarts > 0 && checkpoint.save_every > 0 && o.ps.mode.empty()) snapshots.emplace(l.ranks);
+    if (l.max_restarts > 0 && checkpoint.save_every > 0 && o.ps.mode.empty() && o.sync.mode.empty())
+      snapshots.emplace(l.ranks);
     std::atomic<double> ready_at{0};
     std::vector<RankPhase> ended;
     const RankRecovery recovery{.snapshots = snapshots ? &*snapshots : nullptr,

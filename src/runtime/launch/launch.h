@@ -12,6 +12,7 @@
 
 #include "runtime/launch/job_spec.h"
 #include "runtime/parameter_server/parameter_server.h"
+#include "runtime/sync/train_sync.h"
 #include "runtime/train/trainer.h"
 
 namespace px {
@@ -22,6 +23,7 @@ struct JobResult {
   RunReport run;
   std::optional<DataParallelReport> data_parallel;        // a data-parallel job's
   std::optional<ParameterServerReport> parameter_server;  // a parameter-server job's
+  std::optional<SyncReport> sync;                         // a synchronized-replicas job's
   int restarts = 0;          // in-process restarts after failures (--max-restarts)
   double lost_seconds = 0;   // wall time they lost: from each restored state's snapshot until ready again
 };

@@ -80,4 +80,9 @@ void Optimizer::load(const SavedState& saved, int64_t steps) {
   steps_ = steps;
 }
 
+std::span<float> Optimizer::flat_state(size_t slot) {
+  Tensor& values = slots_.at(slot);
+  return {values.f32(), static_cast<size_t>(values.numel())};
+}
+
 }  // namespace px

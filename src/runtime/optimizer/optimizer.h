@@ -77,6 +77,9 @@ class Optimizer {
   size_t slot_count() const { return slots_.size(); }
   // Slot `slot`'s values of shard `index` (count elements).
   std::span<const float> state(size_t slot, size_t index) const;
+  // Slot `slot` over every shard, in shard order (sum of counts elements):
+  // for an optimizer over whole parameters, the flat parameter layout.
+  std::span<float> flat_state(size_t slot);
   // Takes each shard's state from `saved(shard, slot)`: shard.count float32
   // elements (read from a checkpoint of any sharding); px::Error names a
   // mis-sized one.

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Synchronization on hosts of different speeds (issue 48's benchmark): 4
+# network-namespace hosts with CPU quotas (default 50/50/50/12.5% of a
+# core, scripts/hosts.sh --cpu), one OpenMPI rank of one thread each,
+# gpt-mini (4 layers of 128, block 128, vocab 256) with SGD and momentum
+# at a constant learning rate, batch 32, the validation loss on 20 fixed
+# batches every 20 steps. Five ways to synchronize, each run under the
+# lock, the order rotated every repetition:
+#   uniform        bulk-synchronous allreduce, even rows
+#   proportional   bulk-synchronous allreduce, rows by the calibrated speeds
+#   partial        --sync partial-reduce
+#   gossip         --sync gossip
+#   ps             --ps ssp (staleness 4; a fifth rank serves, on host 0)
+# The target is the validation loss uniform training reaches at step
+# --target-step (400); each method runs to it or to --cap steps. Prints
+# per run the wall time to the target and the validation loss at the
+# target step's samples, then per method the median time against
+# uniform's and the loss against uniform's (docs/heterogeneous.md quotes it).
+#
+#   bench/compare_heterogeneous.sh [--reps N] [--cap S] [--target-step S]
+#                                  [--quotas 50,50,50,12.5] [--methods a,b,...]
+#                                  [--build DIR] [--lock FILE]
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+REPS=3 CAP=2000 TARGET_STEP=400 QUOTAS=50,50,50,12.5 METHODS=uniform,proportional,partial,gossip,ps
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --reps) REPS=$2; shift 2 ;;
+    --cap) CAP=$2; shift 2 ;;
+    --target-step) TARGET_STEP=$2; shift 2 ;;
+    --quotas) QUOTAS=$2; shift 2 ;;
+    --methods) METHODS=$2; shift 2 ;;
+    --build) BUILD=$(realpath "$2"); shift 2 ;;
+    --lock) LOCK=$2; shift 2 ;;
+    -h|--help) usage 0 ;;
+    *) echo "error: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[[ $(id -u) == 0 ]] || { echo "error: network namespaces and CPU quotas need root" >&2; exit 1; }
+require_parallax
+make_results heterogeneous
+HOSTS=$REPO/scripts/hosts.sh
+export PXH_NAME=pxh$$ PXH_DISK=/mnt/pxh$$
+trap '"$HOSTS" down > /dev/null; rm -rf "$PXH_DISK"' EXIT
+IFS=, read -r -a quota <<< "$QUOTAS"
+cpu=""
+for h in "${!quota[@]}"; do cpu+="${cpu:+,}$h:${quota[$h]}"; done
+"$HOSTS" up "${#quota[@]}" --cpu "$cpu" >&2
+HOSTLIST=$(for h in "${!quota[@]}"; do printf '%s-%d:1,' "$PXH_NAME" "$h"; done)
+HOSTLIST=${HOSTLIST%,}
+NP=${#quota[@]}
+
+MODEL=(--model gpt --vocab 256 --block 128 --layers 4 --heads 4 --embd 128 --batch 32)
+TRAIN=(train "${MODEL[@]}" --optimizer sgd --momentum 0.9 --lr 0.05 --lr-schedule constant --warmup 0
+       --grad-clip 0 --weight-decay 0 --eval-every 20 --eval-batches 20 --sample-tokens 0 --threads 1
+       --progress lines --no-predict)
+
+# The hosts' speeds as calibrate measures them (one host at a time), for the proportional split.
+locked "$HOSTS" mpirun --host "$HOSTLIST" -np "$NP" "$PX" calibrate "${MODEL[@]}" --threads 1 \
+  > "$RESULTS/calibrate.log" 2>&1
+SHARES=$(python3 - "$RESULTS/calibrate.log" "$NP" << 'PY'
+import re, sys
+speeds = [float(s) for s in re.findall(r"host \d+: GEMM [0-9.]+ GFLOP/s, ([0-9.]+)% of host 0's", open(sys.argv[1]).read())]
+n = int(sys.argv[2])
+if len(speeds) < n:
+    sys.exit(f"calibrate named {len(speeds)} host speeds, expected {n}: see {sys.argv[1]}")
+print(",".join(str(max(1, round(10 * s))) for s in speeds[:n]))
+PY
+)
+echo "row shares by calibrated speed: $SHARES" >&2
+
+run() {  # METHOD REP STEPS: one run, its metrics in $RESULTS/METHOD-REP.jsonl
+  local method=$1 rep=$2 steps=$3 extra=() np=$NP hosts=$HOSTLIST
+  case $method in
+    uniform) ;;
+    proportional) extra=(--row-shares "$SHARES") ;;
+    partial) extra=(--sync partial-reduce) ;;
+    gossip) extra=(--sync gossip) ;;
+    ps) extra=(--ps ssp --staleness 4); np=$((NP + 1)); hosts="$PXH_NAME-0:2,${HOSTLIST#*,}" ;;
+    *) echo "error: unknown method '$method'" >&2; exit 2 ;;
+  esac
+  locked "$HOSTS" mpirun --host "$hosts" -np "$np" "$PX" "${TRAIN[@]}" --steps "$steps" "${extra[@]}" \
+    --metrics "$PXH_DISK/$method-$rep.jsonl" > "$RESULTS/$method-$rep.log" 2>&1 ||
+    { echo "error: $method rep $rep failed: $RESULTS/$method-$rep.log" >&2; tail -5 "$RESULTS/$method-$rep.log" >&2; exit 1; }
+  "$HOSTS" exec 0 cat "$PXH_DISK/$method-$rep.jsonl" > "$RESULTS/$method-$rep.jsonl"
+}
+
+IFS=, read -r -a methods <<< "$METHODS"
+for rep in $(seq 1 "$REPS"); do
+  run uniform "$rep" "$TARGET_STEP"
+  for ((i = 0; i < ${#methods[@]}; ++i)); do
+    method=${methods[$(((i + rep) % ${#methods[@]}))]}
+    [[ $method == uniform ]] && continue
+    run "$method" "$rep" "$CAP"
+  done
+done
+python3 - "$RESULTS" "$REPS" "$TARGET_STEP" "$METHODS" << 'PY'
+import json, statistics, sys
+results, reps, target_step, methods = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(",")
+def evals(method, rep):
+    lines = [json.loads(l) for l in open(f"{results}/{method}-{rep}.jsonl")]
+    return [(l["step"], l["val_loss"], l["time_s"]) for l in lines if "val_loss" in l]
+table = {}
+for rep in range(1, reps + 1):
+    uniform = evals("uniform", rep)
+    target = next(v for s, v, t in uniform if s >= target_step)
+    for method in methods:
+        e = evals(method, rep)
+        reached = next((t for s, v, t in e if v <= target), None)
+        at_samples = min(e, key=lambda x: abs(x[0] - target_step))[1]
+        table.setdefault(method, []).append((reached, at_samples))
+        print(f"{method:12s} rep {rep}: target {target:.4f} reached "
+              + (f"at {reached:7.1f} s" if reached is not None else "never (cap)")
+              + f"; val loss at step {target_step}'s samples {at_samples:.4f}")
+base = statistics.median(t for t, _ in table["uniform"])
+base_loss = statistics.median(l for _, l in table["uniform"])
+for method, runs in table.items():
+    times = [t for t, _ in runs if t is not None]
+    time = f"{statistics.median(times) / base:.2f}x uniform" if len(times) == len(runs) else "not always reached"
+    print(f"{method:12s} time to target: {time}; loss at equal samples {statistics.median(l for _, l in runs) / base_loss - 1:+.2%} vs uniform")
+PY
