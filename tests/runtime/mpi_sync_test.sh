@@ -15,7 +15,7 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/../mpi_launch.sh"
 SCALE=${PX_TEST_TIME_SCALE:-1}
-MLP=(train --model mlp --hidden 64,32 --batch 12 --steps 30 --optimizer sgd --momentum 0.9 --lr 0.05 --grad-clip 0
+MLP=(train --model mlp --hidden 64 32 --batch 12 --steps 30 --optimizer sgd --momentum 0.9 --lr 0.05 --grad-clip 0
      --eval-every 0 --eval-batches 1 --threads 1 --progress lines --no-predict --timeout $((3 * SCALE)))
 
 fail() { echo "FAIL: $1"; shift; for f in "$@"; do echo "--- $f"; cat "$f"; done; exit 1; }

@@ -87,13 +87,15 @@ struct StepTaken {
 };
 StepTaken take_step(const Job& job, int64_t steps, int64_t global_step) {
   const int rank = job.world.rank();
+  job.recorder.at(steps + 1, -1, "");  // between steps, for the doctor
   if (rank == job.fault.inject_fault.rank && steps + 1 == job.fault.inject_fault.step && job.attempt == 0)
     inject_fault_now(job.fault.inject_fault, job.world.transport().name() == "mpi", job.fault.run_dir, &job.recorder,
                      &job.world);
-  if (rank == job.fault.inject_delay_rank)
-    std::this_thread::sleep_for(std::chrono::milliseconds(job.fault.inject_delay_ms));
   const DataBatch batch = job.task.next_batch(job.split, rank);
   const auto began = std::chrono::steady_clock::now();
+  // A straggler for demonstrations (--inject-delay): its step takes longer, as on a slower host.
+  if (rank == job.fault.inject_delay_rank)
+    std::this_thread::sleep_for(std::chrono::milliseconds(job.fault.inject_delay_ms));
   const uint64_t seed = splitmix64(job.run.seed ^ splitmix64(static_cast<uint64_t>(steps) * 1024));
   const int64_t row_offset = job.split.rows_of(batch.global_rows, rank).begin;
   const sync::ReplicaStep step =
