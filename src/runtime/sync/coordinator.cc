@@ -10,16 +10,6 @@
 #include "core/error.h"
 
 namespace px::sync {
-namespace {
-
-std::vector<int> ranks_of(uint64_t members) {
-  std::vector<int> out;
-  for (int r = 0; r < 64; ++r)
-    if (members >> r & 1) out.push_back(r);
-  return out;
-}
-
-}  // namespace
 
 Coordinator::Coordinator(comm::Communicator control, const SchedulerConfig& schedule, double straggler_threshold,
                          int64_t units_per_row, LeadOutput& out)
@@ -130,7 +120,7 @@ void Coordinator::announce(const Round& round) {
                              .flags = (round.full ? RoundMessage::kFull : 0) |
                                       (round.evaluate ? RoundMessage::kEvaluate : 0) |
                                       (round.save ? RoundMessage::kSave : 0) | (round.stop ? RoundMessage::kStop : 0)};
-  const std::vector<int> members = ranks_of(round.members);
+  const std::vector<int> members = members_of(round.members);
   double loss = 0;
   int64_t rows = 0;
   for (const int r : members) {

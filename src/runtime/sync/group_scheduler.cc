@@ -14,6 +14,13 @@ int64_t boundary_after(int64_t step, int64_t every) { return every > 0 ? (step /
 
 }  // namespace
 
+std::vector<int> members_of(uint64_t members) {
+  std::vector<int> out;
+  for (int r = 0; r < 64; ++r)
+    if (members >> r & 1) out.push_back(r);
+  return out;
+}
+
 GroupScheduler::GroupScheduler(const SchedulerConfig& config)
     : config_(config),
       live_(static_cast<size_t>(config.ranks), true),

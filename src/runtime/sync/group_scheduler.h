@@ -33,6 +33,9 @@ struct Round {
   bool stop = false;        // the last round
 };
 
+// The ranks of a round's member mask, ascending.
+std::vector<int> members_of(uint64_t members);
+
 struct SchedulerConfig {
   int ranks = 2;
   int min_group = 2;

@@ -28,13 +28,6 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-std::vector<int> ranks_of(uint64_t members) {
-  std::vector<int> out;
-  for (int r = 0; r < 64; ++r)
-    if (members >> r & 1) out.push_back(r);
-  return out;
-}
-
 // Views' tag sequences: a round or step uses up to kViewTags collectives.
 constexpr uint32_t kViewTags = 4;
 uint32_t view_sequence(int64_t index, uint32_t part = 0) {
@@ -150,7 +143,7 @@ void run_partial_reduce(const Job& job) {
                                 job.control.isend(0, sync::kReadyTag, &ready, sizeof(ready))};
     job.control.wait_all(requests, {"partial reduce: the coordinator's round", static_cast<int>(steps)});
     global_step = round.global_step;
-    const std::vector<int> members = ranks_of(round.members);
+    const std::vector<int> members = sync::members_of(round.members);
     comm::Communicator group = job.averaging.view(members, view_sequence(round.index));
     const bool full = round.flags & sync::RoundMessage::kFull;
     job.replica.average(group, job.weights[static_cast<size_t>(rank)], weight_of(job, members), full);
