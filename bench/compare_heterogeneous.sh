@@ -19,10 +19,12 @@
 #
 #   bench/compare_heterogeneous.sh [--reps N] [--cap S] [--target-step S]
 #                                  [--quotas 50,50,50,12.5] [--methods a,b,...]
-#                                  [--build DIR] [--lock FILE]
+#                                  [--model-flags "--layers 2 ..."] [--build DIR] [--lock FILE]
+# --model-flags replaces gpt-mini's shape flags (a quicker, smaller run).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 REPS=3 CAP=2000 TARGET_STEP=400 QUOTAS=50,50,50,12.5 METHODS=uniform,proportional,partial,gossip,ps
+MODEL_FLAGS="--vocab 256 --block 128 --layers 4 --heads 4 --embd 128 --batch 32"
 while [[ $# -gt 0 ]]; do
   case $1 in
     --reps) REPS=$2; shift 2 ;;
@@ -30,6 +32,7 @@ while [[ $# -gt 0 ]]; do
     --target-step) TARGET_STEP=$2; shift 2 ;;
     --quotas) QUOTAS=$2; shift 2 ;;
     --methods) METHODS=$2; shift 2 ;;
+    --model-flags) MODEL_FLAGS=$2; shift 2 ;;
     --build) BUILD=$(realpath "$2"); shift 2 ;;
     --lock) LOCK=$2; shift 2 ;;
     -h|--help) usage 0 ;;
@@ -50,7 +53,8 @@ HOSTLIST=$(for h in "${!quota[@]}"; do printf '%s-%d:1,' "$PXH_NAME" "$h"; done)
 HOSTLIST=${HOSTLIST%,}
 NP=${#quota[@]}
 
-MODEL=(--model gpt --vocab 256 --block 128 --layers 4 --heads 4 --embd 128 --batch 32)
+read -r -a shape <<< "$MODEL_FLAGS"
+MODEL=(--model gpt "${shape[@]}")
 TRAIN=(train "${MODEL[@]}" --optimizer sgd --momentum 0.9 --lr 0.05 --lr-schedule constant --warmup 0
        --grad-clip 0 --weight-decay 0 --eval-every 20 --eval-batches 20 --sample-tokens 0 --threads 1
        --progress lines --no-predict)

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <sstream>
+#include <thread>
 
 #include "comm/backends.h"
 #include "comm/tuning/benchmark.h"
@@ -36,6 +38,56 @@ std::vector<T> gather_on_first(comm::Communicator& group, T mine, const char* wh
   }
   group.wait_all(requests, comm::Step{what, 0});
   return all;
+}
+
+// This process's CPU limit in cores, from its cgroup's quota (v2's cpu.max,
+// v1's cpu.cfs_quota_us over cpu.cfs_period_us; scripts/hosts.sh --cpu
+// sets them); 0 when it has none or none can be read. The cgroup's path
+// is /proc/self/cgroup's, under a cgroup mount /proc/self/mountinfo lists.
+double cgroup_cpu_limit() {
+  struct Mount {
+    std::string root, point;
+    bool v2 = false;
+  };
+  std::vector<Mount> mounts;
+  std::ifstream info("/proc/self/mountinfo");
+  for (std::string line; std::getline(info, line);) {
+    std::istringstream fields(line);
+    std::string id, parent, device, root, point, word;
+    fields >> id >> parent >> device >> root >> point;
+    while (fields >> word && word != "-") {
+    }
+    std::string type, source, options;
+    fields >> type >> source >> options;
+    const bool cpu = ("," + options + ",").find(",cpu,") != std::string::npos;
+    if (type == "cgroup2" || (type == "cgroup" && cpu)) mounts.push_back({root, point, type == "cgroup2"});
+  }
+  auto read_limit = [](const Mount& m, const std::string& path) -> double {
+    const std::string rel = m.root == "/" ? path : path.rfind(m.root, 0) == 0 ? path.substr(m.root.size()) : "";
+    if (rel.empty() && path != m.root) return 0;
+    const std::string dir = m.point + rel;
+    if (m.v2) {
+      std::ifstream max(dir + "/cpu.max");
+      std::string quota;
+      double period = 0;
+      return max >> quota >> period && quota != "max" && period > 0 ? std::stod(quota) / period : 0;
+    }
+    std::ifstream quota_file(dir + "/cpu.cfs_quota_us"), period_file(dir + "/cpu.cfs_period_us");
+    double quota = 0, period = 0;
+    return quota_file >> quota && period_file >> period && quota > 0 && period > 0 ? quota / period : 0;
+  };
+  std::ifstream groups("/proc/self/cgroup");
+  for (std::string line; std::getline(groups, line);) {
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    const bool v2 = controllers.empty();
+    if (!v2 && ("," + controllers + ",").find(",cpu,") == std::string::npos) continue;
+    for (const Mount& m : mounts)
+      if (m.v2 == v2)
+        if (const double limit = read_limit(m, path); limit > 0) return limit;
+  }
+  return 0;
 }
 
 // On the leaders' group: whether every leader runs on leader 0's machine
@@ -108,7 +160,23 @@ HostLinks measure_host_links(comm::Communicator& world, const std::string& how, 
                                            .bandwidth = 1 / between.transport.beta,
                                            .latency = between.transport.alpha},
                  .share_cores = shared};
-    if (shared) progress("the hosts are namespaces of one machine: their ranks share its cores");
+    // Every leader takes part; leader 0 decides (it alone knows `shared`).
+    const std::vector<double> limits = gather_on_first(*leaders, cgroup_cpu_limit(), "calibrate CPU limits");
+    if (shared) {
+      // Hosts whose CPU quotas fit the machine's cores together each get
+      // their quota, measured in their speeds: they do not contend.
+      double cores = 0;
+      for (const double l : limits) cores = l > 0 && cores >= 0 ? cores + l : -1;
+      const int machine = static_cast<int>(std::thread::hardware_concurrency());
+      if (cores > 0 && cores <= machine + 1e-9) {
+        out.hosts.share_cores = false;
+        progress(fmt::format("the hosts are namespaces of one machine whose CPU quotas ({:g} cores in all) fit its {} "
+                             "cores: each host's ranks compute on its own quota",
+                             cores, machine));
+      } else {
+        progress("the hosts are namespaces of one machine: their ranks share its cores");
+      }
+    }
   }
   comm::mpi::wait_quietly_for_all();
   if (host_count > 1) {

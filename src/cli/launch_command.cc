@@ -13,6 +13,13 @@
 // must say where its rank count goes (`mpirun -np {ranks}`, `--ranks
 // {ranks}`).
 //
+// With `--rebalance` (PARALLAX_REBALANCE=1 to the job), a data-parallel
+// job whose straggler scores stay skewed ends with a checkpoint and exit
+// status 75 and leaves <run dir>/rebalance.json; the launcher restarts it
+// from the checkpoint with `--row-shares` appended, the rows in proportion
+// to the ranks' measured rates (a rebalance is no failure: --max-restarts
+// does not count it).
+//
 // With `--hosts a:2,b:2` the launcher starts COMMAND itself under mpirun
 // on those hosts (`--mpirun` names another launcher, e.g. scripts/hosts.sh's),
 // with -np the slots' sum (or --ranks) and the two variables passed on to
@@ -31,11 +38,13 @@
 #include <sstream>
 
 #include <fmt/chrono.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "runtime/fault/flight_report.h"
 #include "runtime/launch/launch.h"
+#include "runtime/train/straggler_watch.h"
 
 namespace px::cli {
 namespace {
@@ -50,7 +59,11 @@ struct LaunchOptions {
   std::string hosts;              // "a:2,b:2": run COMMAND under mpirun on these hosts
   std::string mpirun = "mpirun";  // the program (and its first words) that starts ranks on them
   std::vector<std::string> command;
+  bool rebalance = false;  // restart with rows by the measured rates when the straggler scores stay skewed
 };
+
+// A job restarts to be rebalanced at most this many times; then it runs to its end as split.
+constexpr int kMaxRebalances = 3;
 
 // `a:2,b:2` -> the slots' sum (a host without `:N` has one).
 int host_slots(const std::string& hosts) {
@@ -199,6 +212,27 @@ double time_lost(const std::string& run_dir, double launched_at) {
   return restart_time_lost(spans);
 }
 
+// The job ended to be rebalanced (its straggler scores stayed skewed,
+// runtime/train/straggler_watch.h): the rows its <run dir>/rebalance.json
+// gives, as the flags the restart appends.
+std::vector<std::string> rebalanced_flags(const std::string& run_dir, double seconds) {
+  const std::string path = run_dir + "/rebalance.json";
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (!in || j.is_discarded() || !j.contains("row_shares"))
+    fail("parallax launch: the job ended to be rebalanced (exit {}) but left no readable '{}'", kRebalanceExitCode,
+         path);
+  const std::vector<int64_t> shares = j["row_shares"].get<std::vector<int64_t>>();
+  std::vector<std::string> compute;
+  for (const double s : j["compute_s"].get<std::vector<double>>()) compute.push_back(fmt::format("{:.1f}", s * 1e3));
+  std::cout << fmt::format(
+      "parallax launch: rebalancing after {:.1f} s at step {}: the ranks' step compute [{}] ms skewed; restarting "
+      "from the checkpoint with --row-shares {}\n",
+      seconds, j["step"].get<int64_t>(), fmt::join(compute, ", "), fmt::join(shares, ","));
+  std::filesystem::remove(path);
+  return {"--row-shares", fmt::format("{}", fmt::join(shares, ","))};
+}
+
 void launch(LaunchOptions l) {
   if (l.command.empty()) fail("parallax launch: no command after --");
   if (l.min_ranks > 0 && l.ranks == 0) fail("--min-ranks {} needs --ranks (the job's rank count)", l.min_ranks);
@@ -217,9 +251,9 @@ void launch(LaunchOptions l) {
     const std::string np = l.ranks > 0 ? "{ranks}" : std::to_string(slots);
     const std::vector<std::string> placed =
         launches_mpich(job) ? std::vector<std::string>{"-hosts", l.hosts, "-np", np, "-envlist",
-                                                       "PARALLAX_ATTEMPT,PARALLAX_RUN_DIR"}
+                                                       "PARALLAX_ATTEMPT,PARALLAX_RUN_DIR,PARALLAX_REBALANCE"}
                             : std::vector<std::string>{"--host", l.hosts, "-np", np, "-x", "PARALLAX_ATTEMPT", "-x",
-                                                       "PARALLAX_RUN_DIR"};
+                                                       "PARALLAX_RUN_DIR", "-x", "PARALLAX_REBALANCE"};
     job.insert(job.end(), placed.begin(), placed.end());
     job.insert(job.end(), l.command.begin(), l.command.end());
     l.command = std::move(job);
@@ -239,17 +273,29 @@ void launch(LaunchOptions l) {
   std::signal(SIGTERM, forward_signal);
   const double launched_at = now_seconds();
   int ranks = l.ranks;
+  int failures = 0, rebalances = 0;
+  std::vector<std::string> appended;  // flags a rebalance appends to the command (a repeated flag's last value wins)
   for (int attempt = 0;; ++attempt) {
     if (stopped_by != 0) fail("parallax launch: stopped by signal {} before attempt {}", int(stopped_by), attempt + 1);
     const std::map<std::string, std::string> values{
         {"{ranks}", std::to_string(ranks)}, {"{attempt}", std::to_string(attempt)}, {"{run_dir}", l.run_dir}};
     std::vector<std::string> args;
     for (const std::string& a : l.command) args.push_back(substitute(a, values));
+    args.insert(args.end(), appended.begin(), appended.end());
     const double started = now_seconds();
     std::cout << fmt::format("parallax launch: attempt {}{}: {}\n", attempt + 1,
                              ranks > 0 ? fmt::format(" at {} ranks", ranks) : "", fmt::join(args, " "));
-    const int status = run_job(args, {{"PARALLAX_ATTEMPT", std::to_string(attempt)}, {"PARALLAX_RUN_DIR", l.run_dir}});
+    // After kMaxRebalances the job runs to its end as split.
+    const bool may_rebalance = l.rebalance && rebalances < kMaxRebalances;
+    const int status = run_job(args, {{"PARALLAX_ATTEMPT", std::to_string(attempt)},
+                                      {"PARALLAX_RUN_DIR", l.run_dir},
+                                      {"PARALLAX_REBALANCE", may_rebalance ? "1" : "0"}});
     const double ended = now_seconds();
+    if (may_rebalance && WIFEXITED(status) && WEXITSTATUS(status) == kRebalanceExitCode) {
+      appended = rebalanced_flags(l.run_dir, ended - started);
+      ++rebalances;
+      continue;
+    }
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
       std::cout << fmt::format("parallax launch: done in {:.1f} s; restarts: {}; time lost to failures: {:.2f} s\n",
                                ended - launched_at, attempt, time_lost(l.run_dir, launched_at));
@@ -273,9 +319,9 @@ void launch(LaunchOptions l) {
       std::cout << fmt::format("  {} rank{} lost for good: continuing at {} ranks\n", lost, lost == 1 ? "" : "s",
                                ranks);
     }
-    if (attempt >= l.max_restarts)
-      fail("parallax launch: the job failed {} time{} ({}); --max-restarts {} allows no more", attempt + 1,
-           attempt == 0 ? "" : "s", describe_status(status), l.max_restarts);
+    if (failures++ >= l.max_restarts)
+      fail("parallax launch: the job failed {} time{} ({}); --max-restarts {} allows no more", failures,
+           failures == 1 ? "" : "s", describe_status(status), l.max_restarts);
   }
 }
 
@@ -297,6 +343,9 @@ void add_launch_command(CLI::App& app) {
                   "with --hosts: the program that starts the ranks: OpenMPI's mpirun or one with its flags (e.g. "
                   "\"scripts/hosts.sh mpirun\"), or MPICH's (mpiexec.mpich, \"scripts/hosts.sh mpiexec\")")
       ->capture_default_str();
+  cmd->add_flag("--rebalance", l->rebalance,
+                "when a data-parallel job's straggler scores stay skewed, it ends with a checkpoint and restarts "
+                "from it with rows in proportion to the ranks' measured rates (not counted as a failure)");
   cmd->add_option("command", l->command, "the job, after --: parallax train ... or mpirun ... parallax train ...")
       ->required();
   cmd->callback([l] { launch(*l); });

@@ -10,6 +10,7 @@
 #include "core/atomic_file.h"
 #include "runtime/train/progress.h"
 #include "runtime/launch/launch.h"
+#include "runtime/train/straggler_watch.h"
 
 namespace px::cli {
 namespace {
@@ -19,6 +20,8 @@ namespace {
 // continues from the latest checkpoint in --save when there is one.
 void apply_launch_environment(JobSpec& o) {
   if (const char* dir = std::getenv("PARALLAX_RUN_DIR"); dir != nullptr && o.fault.run_dir.empty()) o.fault.run_dir = dir;
+  if (const char* rebalance = std::getenv("PARALLAX_REBALANCE"); rebalance != nullptr && std::string(rebalance) == "1")
+    o.run.rebalance = true;
   const char* attempt = std::getenv("PARALLAX_ATTEMPT");
   if (attempt == nullptr) return;
   char* end = nullptr;
@@ -63,7 +66,12 @@ void add_train_command(CLI::App& app) {
     // written atomically (trace, checkpoints, run summaries) make theirs,
     // the metrics' stream is opened plainly.
     if (!o.run.metrics.empty()) create_parent_directories(o.run.metrics);
-    train(o, std::cout);
+    const JobResult result = train(o, std::cout);
+    // Ended to be rebalanced: `parallax launch --rebalance` restarts it split by the measured rates.
+    if (result.data_parallel && result.data_parallel->rebalance) {
+      std::cout.flush();
+      std::exit(kRebalanceExitCode);
+    }
   });
 }
 

@@ -207,7 +207,7 @@ void add_train_flags(CLI::App& cmd, TrainFlags& flags) {
   add_parallel_flags(cmd, flags);
   cmd.add_option("--link-gbps", o.launch.link_gbps, "in-process ranks: limit each rank's link to X Gb/s (0: unlimited)")
       ->capture_default_str();
-  cmd.add_option("--inject-delay", flags.inject_delay, "RANK:MS - that rank sleeps MS milliseconds before every step (a straggler)");
+  cmd.add_option("--inject-delay", flags.inject_delay, "RANK:MS - that rank's steps take MS milliseconds longer (a straggler; in data parallelism MS per even share of rows it holds, as a slower host's would)");
   cmd.add_option("--inject-fault", flags.inject_fault,
                   "RANK:STEP[:kill|hang|lost] - that rank dies (kill, the default), freezes (hang) or dies for good "
                   "(lost: a restart continues without it) at the start of step STEP, on the first attempt only; for "
@@ -259,9 +259,9 @@ void add_train_flags(CLI::App& cmd, TrainFlags& flags) {
   cmd.add_option("--sync-full-every", o.sync.full_every, "--sync partial-reduce: every N global steps all replicas "
                                                          "average together (0: only to evaluate, save and at the end)")
       ->capture_default_str();
-  cmd.add_option("--straggler-threshold", o.sync.straggler_threshold,
-                 "--sync: a rank whose recent step time is this many times the fastest rank's, 5 steps in a row, is "
-                 "named a straggler")
+  cmd.add_option("--straggler-threshold", o.run.straggler_threshold,
+                 "a rank whose recent step compute is this many times the fastest rank's, 5 steps in a row, is "
+                 "named a straggler while the job runs")
       ->capture_default_str();
   cmd.add_option("--metrics", o.run.metrics, "write JSON lines (step, train_loss, val_loss, val_accuracy) here");
   cmd.add_option("--trace", o.run.trace, "write a Chrome trace (Perfetto) of steps 2-4: compute and communication per rank");

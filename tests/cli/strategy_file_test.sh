@@ -107,6 +107,6 @@ if grep -q '^flags.* avx512_bf16' /proc/cpuinfo; then
   "$px" sample --checkpoint "$work/bf16.ckpt" --precision bf16 --tokens 5 > /dev/null || fail "sample --precision bf16"
   echo "a strategy file's precision is the run's; --precision against it is refused; eval and sample take it"
 else
-  if "$px" lower "${gpt[@]}" --precision bf16 > "$work/nobf16.txt" 2>&1; then fail "--precision bf16 ran without AVX512_BF16"; fi
+  if "$px" train "${gpt[@]}" "${run[@]}" --data "$text" --precision bf16 > "$work/nobf16.txt" 2>&1; then fail "--precision bf16 trained without AVX512_BF16"; fi
   grep -q "AVX512_BF16" "$work/nobf16.txt" || { cat "$work/nobf16.txt"; fail "no named error for bf16"; }
 fi

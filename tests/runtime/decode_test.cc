@@ -43,6 +43,13 @@ double max_difference(const float* a, const std::vector<float>& b) {
   return worst;
 }
 
+// max_difference over the logits' scale (their largest magnitude, at least 1).
+double relative_difference(const float* a, const std::vector<float>& b) {
+  double scale = 1;
+  for (const float v : b) scale = std::max(scale, double(std::abs(v)));
+  return max_difference(a, b) / scale;
+}
+
 TEST(Decode, EveryRowOfEveryChunkMatchesTheFullForward) {
   const ParamStore params = weights(3);
   const std::vector<int32_t> sequence = random_tokens(41, 5);
@@ -97,18 +104,20 @@ TEST(Decode, SequencesBatchedTogetherEachMatchTheirOwnForward) {
       // Alone, the same chunk gives the same logits but for the last bits:
       // attention reads only the row's own sequence (bit for bit, tested in
       // tests/kernels), but the GEMMs over all N rows take OpenBLAS paths
-      // that depend on N.
+      // that depend on N: apart by a little of the logits' scale (their
+      // largest magnitude), 1e-6 on SkylakeX's kernels, up to 1.1e-5 on Zen's
+      // (AMD EPYC, 2026-11-30), where logits cancel over long sums.
       const Tensor own = alone.run(make_batch({&c, 1}, entries, block_tokens));
       for (int64_t r = 0; r < c.rows; ++r, ++row) {
         const float* got = logits.f32() + row * kConfig.vocab;
         const std::vector<float> mine(own.f32() + r * kConfig.vocab, own.f32() + (r + 1) * kConfig.vocab);
-        EXPECT_LT(max_difference(got, mine), 1e-5) << "row " << row;
-        worst = std::max(worst, max_difference(got, full_forward(params, c.tokens.first(static_cast<size_t>(c.start + r + 1)))));
+        EXPECT_LT(relative_difference(got, mine), 5e-5) << "row " << row;
+        worst = std::max(worst, relative_difference(got, full_forward(params, c.tokens.first(static_cast<size_t>(c.start + r + 1)))));
       }
     }
     for (size_t s = 0; s < 3; ++s) done[s] += rows[s];
   }
-  EXPECT_LT(worst, 1e-4);
+  EXPECT_LT(worst, 5e-5);
 }
 
 TEST(Decode, GreedySampleIsTheFullRecomputeContinuationPastTheContext) {

@@ -8,13 +8,17 @@
 // named errors.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <sstream>
 
 #include "parallel/strategy_equivalence.h"
 #include "runtime/launch/launch.h"
+#include "parallel/row_split.h"
 #include "runtime/sync/group_scheduler.h"
-#include "runtime/sync/straggler_scores.h"
+#include "runtime/train/straggler_scores.h"
+#include "runtime/train/straggler_watch.h"
 #include "testing/expect_train_error.h"
+#include "testing/scratch_dir.h"
 #include "testing/tiny_jobs.h"
 
 namespace px {
@@ -112,8 +116,8 @@ TEST(GroupScheduler, ALeaverIsInNoLaterRound) {
 }
 
 TEST(StragglerScores, ASlowRankIsNamedAndRecovers) {
-  sync::StragglerScores scores(3, 1.5);
-  std::optional<sync::StragglerChange> named;
+  StragglerScores scores(3, 1.5);
+  std::optional<StragglerChange> named;
   int named_after = -1;
   for (int step = 0; step < 12 && !named; ++step) {
     scores.record(0, 1.0, 0.0);
@@ -125,9 +129,9 @@ TEST(StragglerScores, ASlowRankIsNamedAndRecovers) {
   EXPECT_EQ(named->rank, 2);
   EXPECT_TRUE(named->straggling);
   EXPECT_NEAR(named->score, 4.0, 1e-9);
-  EXPECT_EQ(named_after, sync::kStragglerSteps);
+  EXPECT_EQ(named_after, kStragglerSteps);
   EXPECT_FALSE(scores.straggling(1));
-  std::optional<sync::StragglerChange> recovered;
+  std::optional<StragglerChange> recovered;
   for (int step = 0; step < 10 && !recovered; ++step) {
     scores.record(0, 1.0, 0.0);
     recovered = scores.record(2, 1.0, 0.0);
@@ -135,6 +139,15 @@ TEST(StragglerScores, ASlowRankIsNamedAndRecovers) {
   ASSERT_TRUE(recovered);
   EXPECT_FALSE(recovered->straggling);
   EXPECT_NEAR(scores.vs_best(2), 1.0, 1e-9);
+}
+
+// Rows by measured rates: in proportion, in thousandths of the fastest,
+// and never a rank without a row of the batch.
+TEST(StragglerWatch, SharesFollowRatesAndLeaveNoRankEmpty) {
+  EXPECT_EQ(shares_by_rate({10, 10, 2.5}, 32), (std::vector<int64_t>{1000, 1000, 250}));
+  const std::vector<int64_t> shares = shares_by_rate({100, 100, 1}, 8);
+  EXPECT_EQ(shares[0], 1000);
+  EXPECT_GE(parallel::shard_rows(8, 2, 3, shares).size(), 1);
 }
 
 JobSpec sgd_job(int ranks, int64_t steps) {
@@ -207,6 +220,45 @@ TEST(Sync, AKilledRankIsLeftOutAndNamed) {
   EXPECT_NE(log.str().find("partial reduce: rank 2 left"), std::string::npos) << log.str();
   EXPECT_EQ(got.restarts, 0);
   EXPECT_TRUE(std::isfinite(got.run.evaluation.loss));
+}
+
+// Bulk data parallelism scores its ranks too: a slowed rank is named
+// while the job runs, and the others are not.
+TEST(Stragglers, ASlowRankIsNamedInBulkTraining) {
+  JobSpec o = sgd_job(3, 30);
+  o.fault.inject_delay_rank = 2;
+  o.fault.inject_delay_ms = 20;
+  std::ostringstream log;
+  const JobResult got = train(o, log);
+  ASSERT_TRUE(got.data_parallel);
+  const nlohmann::json& s = got.data_parallel->stragglers;
+  ASSERT_TRUE(s.contains("2")) << s.dump();
+  EXPECT_TRUE(s["2"]["straggling"].get<bool>()) << s.dump();
+  EXPECT_GT(s["2"]["score"].get<double>(), 1.5) << s.dump();
+  EXPECT_FALSE(s["0"]["straggling"].get<bool>()) << s.dump();
+  EXPECT_NE(log.str().find("straggler: rank 2 computes"), std::string::npos) << log.str();
+}
+
+// With rebalancing on, skewed scores end the run early with the rows the
+// measured rates give (the launcher restarts it with them).
+TEST(Stragglers, SkewedScoresEndARebalancingRun) {
+  testing::ScratchDir dir;
+  JobSpec o = sgd_job(3, 60);
+  o.data.batch = 48;
+  o.fault.inject_delay_rank = 2;
+  o.fault.inject_delay_ms = 20;
+  o.run.rebalance = true;
+  o.checkpoint.save = dir.path() + "/ckpt";
+  const JobResult got = run(o);
+  ASSERT_TRUE(got.data_parallel && got.data_parallel->rebalance);
+  const std::vector<int64_t>& shares = *got.data_parallel->rebalance;
+  ASSERT_EQ(shares.size(), 3u);
+  EXPECT_LT(shares[2], shares[0]);
+  EXPECT_LT(got.run.steps, 60);
+  EXPECT_TRUE(std::filesystem::exists(o.checkpoint.save + "/state.json"));
+  JobSpec no_save = o;
+  no_save.checkpoint.save.clear();
+  testing::expect_train_error(no_save, "--rebalance restarts from the job's checkpoint");
 }
 
 TEST(Sync, BadOptionsAreNamed) {

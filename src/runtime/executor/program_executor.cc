@@ -146,11 +146,11 @@ constexpr bool kLocalPass = std::is_same_v<Op, parallel::Accumulate> || std::is_
 template <typename Op>
 void ProgramExecutor::dispatch(int id, const Op& op, Step& step) {
   const StepInput& input = step.input;
-  const double start = kLocalPass<Op> && trace_.on ? comm::now_us() : 0;
+  constexpr bool kOwnWork = kLocalPass<Op> || std::is_same_v<Op, parallel::Compute>;
+  const double start = kOwnWork ? comm::now_us() : 0;
   if constexpr (std::is_same_v<Op, parallel::Compute>) {
-    const double begin = step.pipelined ? comm::now_us() : 0;
     compute(id, op, input);
-    if (step.pipelined) step.result.pipeline_busy_us += comm::now_us() - begin;
+    if (step.pipelined) step.result.pipeline_busy_us += comm::now_us() - start;
     if (step.pipelined && id == active().last_compute) step.result.pipeline_span_us = comm::now_us() - step.start_us;
   } else if constexpr (std::is_same_v<Op, parallel::Send>) {
     send(id, op);
@@ -180,6 +180,7 @@ void ProgramExecutor::dispatch(int id, const Op& op, Step& step) {
     // Its last reader may still run on an engine: the pool holds its memory until then.
     buffers_.free(op.buffer, instr.after.empty() ? -1 : instr.after.front(), lanes_);
   }
+  if constexpr (kOwnWork) step.result.compute_us += comm::now_us() - start;
   // The main thread's local work beside its computes: on the compute lane too.
   if (kLocalPass<Op> && trace_.on)
     trace_.add(TraceRecord::Lane::compute, start, 0, static_cast<int64_t>(input.step), id);

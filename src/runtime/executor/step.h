@@ -56,6 +56,9 @@ struct StepResult {
   // that this rank spent computing (the rest is its bubble).
   double pipeline_span_us = 0;
   double pipeline_busy_us = 0;
+  // The main thread's computes and local passes (norm, clip, updates):
+  // this rank's own work, its waits left out (its straggler score's input).
+  double compute_us = 0;
 };
 
 // Bytes this rank holds between steps, and the most buffer bytes alive at once.

@@ -59,6 +59,20 @@ static void validate_sync_job(const JobSpec& job) {
     fail("--max-restarts with {} restarts from a checkpoint: give --save DIR (and --save-every N)", flag);
 }
 
+// `parallax launch --rebalance` restarts a data-parallel job with rows by
+// the measured rates, from its checkpoint.
+static void validate_rebalance_job(const JobSpec& job) {
+  if (!job.run.rebalance) return;
+  const parallel::StrategyRequest& s = job.strategy;
+  if (job.checkpoint.save.empty())
+    fail("--rebalance restarts from the job's checkpoint: give the job --save DIR");
+  if (!job.ps.mode.empty() || !job.sync.mode.empty())
+    fail("--rebalance splits a data-parallel job's rows by the ranks' rates: drop --ps / --sync");
+  if (s.pipeline_parallel > 1 || s.tensor_parallel > 1 || s.sequence_parallel || s.context_parallel > 1 ||
+      !s.strategy_file.empty())
+    fail("--rebalance splits rows of plain data parallelism: drop --pp, --tp, --sp, --cp and --strategy");
+}
+
 void validate_job(const JobSpec& job) {
   nn::validate(job.model);
   validate(job.data);
@@ -86,6 +100,7 @@ void validate_job(const JobSpec& job) {
   validate_parameter_server_job(job);
   validate(job.sync, l.ranks);
   validate_sync_job(job);
+  validate_rebalance_job(job);
   validate(job.optimizer);
 }
 

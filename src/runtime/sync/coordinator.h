@@ -16,7 +16,7 @@
 #include "runtime/sync/group_scheduler.h"
 #include "runtime/sync/lead_output.h"
 #include "runtime/sync/protocol.h"
-#include "runtime/sync/straggler_scores.h"
+#include "runtime/train/straggler_scores.h"
 
 namespace px::sync {
 

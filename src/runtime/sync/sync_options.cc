@@ -25,9 +25,6 @@ void validate(const SyncOptions& s, int ranks) {
     fail("--sync-group {}: expected 1..{} (the job's ranks)", s.min_group, ranks);
   if (s.staleness < 0) fail("--sync-staleness {} must be >= 0", s.staleness);
   if (s.full_every < 0) fail("--sync-full-every {} must be >= 0 (0: only to save and at the end)", s.full_every);
-  if (!(s.straggler_threshold > 1.0))
-    fail("--straggler-threshold {} must be above 1 (a rank's step time against the fastest rank's)",
-         s.straggler_threshold);
 }
 
 }  // namespace px

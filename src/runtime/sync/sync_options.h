@@ -28,9 +28,6 @@ struct SyncOptions {
   // batch's rows, whoever computed them) all replicas average together; 0:
   // only to save a checkpoint and at the end.
   int full_every = 0;
-  // A rank whose recent step time is this many times the fastest rank's for
-  // kStragglerSteps of its steps in a row is named a straggler while the job runs.
-  double straggler_threshold = 1.5;
   bool operator==(const SyncOptions&) const = default;
 };
 

@@ -271,7 +271,7 @@ SyncResult train_synced(const nn::ModelConfig& model_config, const DataOptions& 
                                                 .start_step = start, .end_step = job.end,
                                                 .full_every = sync.full_every, .eval_every = run.eval_every,
                                                 .save_every = checkpoint.save_every},
-                          sync.straggler_threshold, task->units_per_row(), out);
+                          run.straggler_threshold, task->units_per_row(), out);
     try {
       run_partial_reduce(job);
     } catch (const RankStopped&) {

@@ -26,6 +26,14 @@ void RankTrainer::report() {
   result_.run.seconds = progress_->elapsed_seconds();
   result_.data_parallel.skipped_runs = bad_steps_->skipped_runs();
   result_.data_parallel.bad_batches = bad_steps_->bad_batches();
+  result_.data_parallel.stragglers = stragglers_->summary();
+  if (lead_ && world_ > 1 && !result_.data_parallel.stragglers.empty()) {
+    std::string scores;
+    for (const auto& [rank, s] : result_.data_parallel.stragglers.items())
+      scores += fmt::format("{}rank {} {:.2f}{}", scores.empty() ? "" : ", ", rank, s["score"].get<double>(),
+                            s["straggling"].get<bool>() ? " (straggling)" : "");
+    log_ << fmt::format("straggler scores (recent step compute against the fastest rank's): {}\n", scores);
+  }
   if (result_.data_parallel.skipped_runs > 0)
     log_ << fmt::format("bad steps: {} step run{} not applied (non-finite loss or gradients); batches skipped for "
                         "good: {}\n",

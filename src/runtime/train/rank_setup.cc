@@ -91,6 +91,13 @@ RankTrainer::RankTrainer(nn::ModelConfig model, DataOptions data, parallel::Stra
   trace_begin_ = step_ + 1;
   trace_end_ = step_ + 4;
   progress_.emplace(total_, step_, task_->unit(), run_.progress_bar, log_);
+  std::vector<int64_t> rows;  // each rank's rows of a full batch: its data rank's
+  const int data_axis = strategy_.mesh.axis(strategy_.data_axis);
+  for (int r = 0; r < world_; ++r)
+    rows.push_back(strategy_.row_split()
+                       .rows_of(data_.batch, strategy_.mesh.coords(r)[static_cast<size_t>(data_axis)])
+                       .size());
+  stragglers_.emplace(group_, run_.straggler_threshold, run_.rebalance, std::move(rows), data_.batch);
   partial_strategy_ = parallel::with_stage_cuts_of(strategy_, executor_->program());
 }
 

@@ -6,7 +6,10 @@
 #include <cmath>
 #include <thread>
 
+#include <fmt/ranges.h>
+
 #include "comm/collectives.h"
+#include "core/atomic_file.h"
 #include "core/rng.h"
 #include "parallel/lower.h"
 #include "plan/job_strategy.h"
@@ -38,12 +41,50 @@ void RankTrainer::run_step() {
   recorder_->at(step_ + 1, -1, "");  // between steps
   if (rank_ == fault_.inject_fault.rank && step_ + 1 == fault_.inject_fault.step && launch_.attempt == 0)
     inject_fault_now(fault_.inject_fault, launch_.mpi, fault_.run_dir, recorder_, group_);
-  if (rank_ == fault_.inject_delay_rank)  // a straggler, for demonstrations (--inject-delay)
-    std::this_thread::sleep_for(std::chrono::milliseconds(fault_.inject_delay_ms));
+  // A straggler, for demonstrations (--inject-delay): its step takes MS
+  // longer per even share of rows it holds, as a slower host's would.
+  double delay_s = 0;
+  if (rank_ == fault_.inject_delay_rank) {
+    const parallel::RowSplit split = strategy_.row_split();
+    const double even = double(data_.batch) / split.world;
+    delay_s = fault_.inject_delay_ms / 1e3 * double(split.rows_of(data_.batch, data_rank_).size()) / even;
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
+  }
   executor_->set_tracing(step_ >= trace_begin_ && step_ < trace_end_);
   const double lr = optimizer_.schedule.at(step_);
   const StepResult out = run_batch(batch, seed, lr);
   record_step(out, batch, lr);
+  if (std::optional<StragglerWindow> window = stragglers_->step_done(out.compute_us / 1e6 + delay_s))
+    report_stragglers(*window);
+}
+
+// A window of straggler scores (every rank has the same): the lead writes
+// them and names a change; a rebalance ends the run after this step.
+void RankTrainer::report_stragglers(const StragglerWindow& window) {
+  if (window.rebalance) {
+    result_.data_parallel.rebalance = window.rebalance;
+    end_ = step_ + 1;
+  }
+  if (!lead_) return;
+  metrics_->write({{"step", step_ + 1}, {"compute_s", window.compute_s}, {"scores", window.scores}});
+  for (const StragglerChange& c : window.changes) {
+    progress_->message(
+        c.straggling ? fmt::format("straggler: rank {} computes {:.2f}x as long as the fastest rank ({:.2f}x its own "
+                                   "best) over its last {} steps, at step {}",
+                                   c.rank, c.score, c.vs_best, kRecentSteps, step_ + 1)
+                     : fmt::format("straggler: rank {} recovered ({:.2f}x the fastest rank) at step {}", c.rank,
+                                   c.score, step_ + 1));
+    metrics_->write({{"step", step_ + 1}, {"straggler", c.rank}, {"straggling", c.straggling}, {"score", c.score},
+                     {"vs_best", c.vs_best}});
+  }
+  if (!window.rebalance) return;
+  const nlohmann::json rebalance{{"step", step_ + 1}, {"compute_s", window.compute_s},
+                                 {"row_shares", *window.rebalance}};
+  progress_->message(fmt::format("rebalance: the scores stayed skewed; ending at step {} for a restart with rows "
+                                 "{} (the measured rates)",
+                                 step_ + 1, fmt::join(*window.rebalance, ":")));
+  metrics_->write(rebalance);
+  if (!fault_.run_dir.empty()) write_file_atomically(fault_.run_dir + "/rebalance.json", rebalance.dump() + "\n");
 }
 
 // Runs `batch` until a run is applied: a run that is not runs once more,

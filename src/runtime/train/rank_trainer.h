@@ -30,6 +30,7 @@
 #include "runtime/train/metrics.h"
 #include "runtime/train/progress.h"
 #include "runtime/train/resume.h"
+#include "runtime/train/straggler_watch.h"
 #include "runtime/train/train_rank.h"
 #include "runtime/train/trainer.h"
 
@@ -59,6 +60,7 @@ class RankTrainer {
   StepResult run_batch(DataBatch& batch, uint64_t seed, double lr);
   void record_step(const StepResult& out, const DataBatch& batch, double lr);
   void add_program_for(const DataBatch& batch);
+  void report_stragglers(const StragglerWindow& window);
   Evaluation evaluate(int64_t at_step);
   CheckpointState state_now(int64_t at_step) const;
   // Report (rank_report.cc).
@@ -110,6 +112,7 @@ class RankTrainer {
   std::optional<BadSteps> bad_steps_;
   std::optional<Checkpointer> checkpointer_;
   std::optional<Progress> progress_;
+  std::optional<StragglerWatch> stragglers_;
   // An epoch's partial last batch runs this strategy lowered for its rows.
   std::optional<parallel::Strategy> partial_strategy_;
   // --trace: steps trace_begin_..trace_end_ - 1 of this run (the first one warms caches and pools up).

@@ -10,6 +10,9 @@ void validate(const RunOptions& o) {
   if (o.threads < 1) fail("threads {} must be >= 1", o.threads);
   if (o.eval_every < 0) fail("--eval-every {} must be >= 0", o.eval_every);
   if (o.stop_after < 0) fail("stop-after step {} must be >= 0", o.stop_after);
+  if (!(o.straggler_threshold > 1.0))
+    fail("--straggler-threshold {} must be above 1 (a rank's step compute against the fastest rank's)",
+         o.straggler_threshold);
 }
 
 }  // namespace px

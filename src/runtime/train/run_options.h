@@ -25,6 +25,14 @@ struct RunOptions {
   // Non-empty: end with predicted vs measured step time and memory on the
   // local spec saved here (runtime/train/prediction.h; `parallax train` sets it).
   std::string local_cluster;
+  // A rank whose recent step compute is this many times the fastest rank's
+  // for kStragglerSteps of its steps in a row is named a straggler while
+  // the job runs (straggler_scores.h).
+  double straggler_threshold = 1.5;
+  // `parallax launch --rebalance`: a straggler named and still named a
+  // window later ends the job with a checkpoint and the measured rates
+  // (straggler_watch.h), for the launcher to restart split by them.
+  bool rebalance = false;
   bool operator==(const RunOptions&) const = default;
 };
 

@@ -97,6 +97,7 @@ nlohmann::json run_summary(const nn::ModelConfig& model, const DataOptions& data
       {"measured_step_s", result.data_parallel.measured_step_seconds},
       {"memory", {{"measured_peak_bytes", figures.measured_peak_bytes}}},
       {"bytes_per_axis", result.data_parallel.bytes_per_axis},
+      {"stragglers", result.data_parallel.stragglers},
       {"strategy", parallel::to_json(strategy)},
       {"strategy_summary",
        {{"description", plan::describe(strategy)},

@@ -5,8 +5,11 @@
 #pragma once
 
 #include <map>
-
+#include <optional>
 #include <ostream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "runtime/train/pipeline_report.h"
 #include "runtime/train/memory_report.h"
@@ -40,6 +43,10 @@ struct DataParallelReport {
   // The median wall time of the steps after the first, and with
   // --local-cluster what the simulator predicted for the step, rank 0's
   // peak and its forward activations' peak.
+  // Straggler scores per rank (StragglerScores::summary), and the row
+  // shares a rebalance asked for (`parallax launch --rebalance`).
+  nlohmann::json stragglers;
+  std::optional<std::vector<int64_t>> rebalance;
   double measured_step_seconds = 0;
   double predicted_step_seconds = 0;
   double predicted_peak_bytes = 0;

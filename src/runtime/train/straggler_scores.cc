@@ -1,4 +1,4 @@
-#include "runtime/sync/straggler_scores.h"
+#include "runtime/train/straggler_scores.h"
 
 #include <algorithm>
 #include <numeric>
@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace px::sync {
+namespace px {
 
 StragglerScores::StragglerScores(int ranks, double threshold)
     : ranks_(static_cast<size_t>(ranks)), threshold_(threshold) {}
@@ -73,4 +73,4 @@ nlohmann::json StragglerScores::summary() const {
   return out;
 }
 
-}  // namespace px::sync
+}  // namespace px

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-namespace px::sync {
+namespace px {
 
 constexpr int kStragglerSteps = 5;
 constexpr int kRecentSteps = 5;
@@ -54,4 +54,4 @@ class StragglerScores {
   double threshold_;
 };
 
-}  // namespace px::sync
+}  // namespace px
