@@ -18,6 +18,8 @@
 #include <iostream>
 #include <thread>
 
+#include <fmt/ranges.h>
+
 #include "cli/calibrate_hosts.h"
 #include "cli/commands.h"
 #include "cli/local_cluster.h"
@@ -110,7 +112,17 @@ void calibrate(JobSpec& o, const CalibrateFlags& cal, const std::optional<HostLi
   measure_codecs(profile, options, say);
   if (cal.comm == "keep" && !(saved && saved->profile)) fail("--comm keep: '{}' holds no profile to keep", path);
   if (cal.comm != "keep") profile.comm = links ? links->inside : measure_comm(cal.comm, say);
-  const plan::LocalHosts hosts = links ? links->hosts : cal.comm == "keep" ? hosts_of(*saved) : plan::LocalHosts{};
+  plan::LocalHosts hosts = links ? links->hosts : cal.comm == "keep" ? hosts_of(*saved) : plan::LocalHosts{};
+  if (links && !links->host_rates.empty()) {
+    // Speeds against the rate the profile's kernels were timed at (host 0's
+    // in short bursts): under a CPU quota host 0 itself runs below it.
+    hosts.speeds.clear();
+    for (const double rate : links->host_rates) hosts.speeds.push_back(rate / profile.flops);
+    std::vector<std::string> shown;
+    for (const double s : hosts.speeds) shown.push_back(fmt::format("{:.0f}%", 100 * s));
+    say(fmt::format("host speeds against the profile's GEMM rate ({:.1f} GFLOP/s, host 0 in {:g} ms bursts): {}",
+                    profile.flops / 1e9, cal.kernel_ms, fmt::join(shown, ", ")));
+  }
 
   // The kernels of every candidate on 1 .. max ranks, and of the strategy the flags give.
   const nn::Model model = nn::build_model(o.model, o.data.batch, true);

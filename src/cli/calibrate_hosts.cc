@@ -109,23 +109,19 @@ int ranks_per_host(const std::vector<int>& hosts) {
   return count;
 }
 
-// On the leaders' group: each leader's GEMM rate over host 0's, measured
-// one leader at a time while the others wait without polling (answered on
+// On the leaders' group: each leader's GEMM rate (FLOP/s), measured one
+// leader at a time while the others wait without polling (answered on
 // leader 0).
-std::vector<double> host_speeds(comm::Communicator& leaders, double seconds, const CalibrationProgress& say) {
+std::vector<double> host_rates(comm::Communicator& leaders, double seconds, const CalibrationProgress& say) {
   double mine = 0;
   for (int host = 0; host < leaders.size(); ++host) {
     comm::mpi::wait_quietly_for_all();  // the other hosts' ranks idle meanwhile
     if (leaders.rank() == host) mine = measure_gemm_rate({.batch_seconds = seconds});
   }
   const std::vector<double> rates = gather_on_first(leaders, mine, "calibrate host speeds");
-  std::vector<double> speeds;
-  for (size_t h = 0; h < rates.size(); ++h) {
-    speeds.push_back(rates[h] / rates[0]);
-    if (leaders.rank() == 0)
-      say(fmt::format("host {}: GEMM {:.1f} GFLOP/s, {:.0f}% of host 0's", h, rates[h] / 1e9, 100 * speeds.back()));
-  }
-  return speeds;
+  for (size_t h = 0; h < rates.size() && leaders.rank() == 0; ++h)
+    say(fmt::format("host {}: GEMM {:.1f} GFLOP/s, {:.0f}% of host 0's", h, rates[h] / 1e9, 100 * rates[h] / rates[0]));
+  return rates;
 }
 
 }  // namespace
@@ -183,7 +179,7 @@ HostLinks measure_host_links(comm::Communicator& world, const std::string& how, 
     // Every rank takes part in the waits; only the leaders measure.
     if (leaders != nullptr) {
       progress(fmt::format("each host's speed, one host at a time ({:g} s each):", rate_seconds));
-      out.hosts.speeds = host_speeds(*leaders, rate_seconds, progress);
+      out.host_rates = host_rates(*leaders, rate_seconds, progress);
     } else {
       for (int host = 0; host < host_count; ++host) comm::mpi::wait_quietly_for_all();
     }

@@ -14,7 +14,11 @@ namespace px::cli {
 
 struct HostLinks {
   comm::CostModel inside;  // the transport among host 0's ranks ("quick" or "tune", as in-process)
-  plan::LocalHosts hosts;  // how many, ranks on each, the link between them
+  plan::LocalHosts hosts;  // how many, ranks on each, the link between them (speeds: see host_rates)
+  // Each host's GEMM rate (FLOP/s, one rank over many quota periods). The
+  // spec's speeds are these over the profile's rate, which its kernels
+  // were timed at (calibrate sets them): a quota host 0 runs below it.
+  std::vector<double> host_rates;
 };
 
 // Collective over `world` (every rank calls it; rank 0 gets the result,
@@ -25,9 +29,9 @@ struct HostLinks {
 // without polling: host 0's ranks among themselves, then host 0's first
 // rank with host 1's by ping-pong. Whether the hosts are namespaces of
 // one machine (their ranks then share its cores) is read from the
-// kernel's boot id. Then each host's speed (LocalHosts::speeds), a host at
-// a time: its first rank's GEMM rate over `rate_seconds` (many periods of
-// a CPU quota: a burst within one measures the unthrottled rate).
+// kernel's boot id. Then each host's rate (host_rates), a host at a time:
+// its first rank's GEMM rate over `rate_seconds` (many periods of a CPU
+// quota: a burst within one measures the unthrottled rate).
 HostLinks measure_host_links(comm::Communicator& world, const std::string& how, const CalibrationProgress& say,
                              double rate_seconds = 0.5);
 

@@ -186,7 +186,7 @@ ClusterSpec local_cluster_spec(HostProfile profile, const std::string& cpu, doub
     fail("local spec: {} host speeds for {} hosts", hosts.speeds.size(), hosts.hosts);
   for (size_t n = 0; n < hosts.speeds.size(); ++n) {
     DeviceSpec device = spec.device;
-    device.name = fmt::format("{} (host {}, {:.0f}% of host 0's speed)", spec.device.name, n, 100 * hosts.speeds[n]);
+    device.name = fmt::format("{} (host {}, {:.0f}% of the profile's speed)", spec.device.name, n, 100 * hosts.speeds[n]);
     device.flops_f32 *= hosts.speeds[n];
     device.flops_bf16 *= hosts.speeds[n];
     spec.node_devices.push_back(std::move(device));

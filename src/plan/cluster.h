@@ -132,9 +132,11 @@ struct LocalHosts {
   int ranks_per_host = 64;
   std::optional<LinkSpec> between;  // absent: one host
   bool share_cores = false;         // the hosts are namespaces of one machine
-  // Each host's speed against host 0's (one rank's GEMM rate, measured a
-  // host at a time): the spec's node_devices then scale the profile's
-  // device by them. Empty: every host runs at host 0's speed.
+  // Each host's speed against the profile's device (one rank's GEMM rate,
+  // measured a host at a time over many CPU-quota periods, over the rate
+  // the profile's kernels were timed at: host 0 in short bursts, so a quota
+  // on host 0 puts it below 1 too): the spec's node_devices scale the
+  // profile's device by them. Empty: every host runs at the profile's speed.
   std::vector<double> speeds;
 };
 ClusterSpec local_cluster_spec(HostProfile profile, const std::string& cpu, double memory_bytes,
