@@ -7,6 +7,8 @@ Every stage of a CI run (a build, a CTest suite, fuzzing) has a budget in
 line), so that on a clean clone CTest starts the costliest tests first and
 a test that grew is named:
 
+  ci_budget.py machine                   times the reference compile: this machine's speed against the
+                                         budgets' machine (ci-report/machine.json), which scales them
   ci_budget.py seed SUITE BUILD_DIR      CTest's cost data for BUILD_DIR from .ci/costs/SUITE.txt
   ci_budget.py stage NAME SECONDS [--suite SUITE --junit FILE]
                                          the stage's time against its budget; for a suite also its
@@ -36,11 +38,34 @@ def budget():
     return json.loads(BUDGET.read_text())
 
 
+def machine_factor():
+    """How much slower this machine is than the budgets' (ci-report/machine.json; 1 when not measured)."""
+    path = REPORT / "machine.json"
+    return json.loads(path.read_text())["factor"] if path.exists() else 1.0
+
+
+def cmd_machine():
+    import subprocess
+    import time
+    reference = budget()["reference"]
+    best = float("inf")
+    for _ in range(3):
+        start = time.monotonic()
+        subprocess.run(reference["command"], cwd=ROOT, check=True)
+        best = min(best, time.monotonic() - start)
+    factor = max(1.0, best / reference["seconds"])
+    REPORT.mkdir(exist_ok=True)
+    (REPORT / "machine.json").write_text(json.dumps({"seconds": best, "factor": factor}) + "\n")
+    print(f"ci: the reference compile took {best:.2f} s here, {reference['seconds']} s on the budgets' machine: "
+          + (f"budgets scaled by {factor:.2f}" if factor > 1 else "budgets as written"))
+    return 0
+
+
 def stage_budget(name):
-    """The stage's budget in seconds; None for one outside the budget (setup: packages a fresh machine downloads)."""
+    """The stage's budget in seconds, scaled to this machine; None for one outside the budget (setup: packages a fresh machine downloads)."""
     for stage in budget()["stages"]:
         if stage["name"] == name:
-            return stage["budget_s"]
+            return None if stage["budget_s"] is None else round(stage["budget_s"] * machine_factor())
     sys.exit(f"ci_budget.py: stage '{name}' has no budget in {BUDGET} (add it, within the total)")
 
 
@@ -148,6 +173,9 @@ def cmd_stage(name, seconds, suite=None, junit=None):
 
 def cmd_summary():
     b = budget()
+    scale = machine_factor()
+    b["total_s"] = round(b["total_s"] * scale)
+    b["fail_total_s"] = round(min(b["fail_total_s"] * scale, b["hard_limit_s"]))
     stages = read_records("stages.jsonl")
     total = sum(s["seconds"] for s in stages)
     print(f"ci: {'stage':<28} {'time (s)':>9} {'budget (s)':>11}")
@@ -183,6 +211,8 @@ def main(argv):
         print(__doc__)
         return 0
     verb, args = argv[1], argv[2:]
+    if verb == "machine" and not args:
+        return cmd_machine()
     if verb == "seed" and len(args) == 2:
         return cmd_seed(*args) or 0
     if verb == "stage" and len(args) >= 2:

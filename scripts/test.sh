@@ -90,6 +90,9 @@ ctest_stage() {
 }
 
 stage "setup" -- bash scripts/setup.sh
+# The budgets are this project's machine's; a slower one scales them
+# (the reference compile's time against theirs, ci_budget.py machine).
+"${budget[@]}" machine
 # OpenMPI refuses to run as root without these; tests oversubscribe the 2 cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 jobs="$(nproc)"

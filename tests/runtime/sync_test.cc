@@ -159,7 +159,7 @@ JobSpec sgd_job(int ranks, int64_t steps) {
   return o;
 }
 
-JobResult run(const JobSpec& o) {
+JobResult train_quietly(const JobSpec& o) {
   std::ostringstream log;
   return train(o, log);
 }
@@ -173,10 +173,10 @@ TEST_P(FullGroupsMatchBulk, SgdWithMomentum) {
   const auto& [ranks, shares] = GetParam();
   JobSpec bulk = sgd_job(ranks, testing::kEquivalenceSteps);
   bulk.strategy.row_shares = shares;
-  const JobResult expected = run(bulk);
+  const JobResult expected = train_quietly(bulk);
   JobSpec partial = bulk;
   partial.sync = {.mode = "partial-reduce", .min_group = ranks};
-  const JobResult got = run(partial);
+  const JobResult got = train_quietly(partial);
   testing::expect_same_losses(expected.run.losses, got.run.losses, testing::kEquivalenceTolerance,
                               fmt::format("partial reduce, {} ranks, groups of all", ranks));
   EXPECT_NEAR(got.run.evaluation.loss, expected.run.evaluation.loss, 1e-5 * expected.run.evaluation.loss);
@@ -193,12 +193,12 @@ INSTANTIATE_TEST_SUITE_P(Shares, FullGroupsMatchBulk,
 // model (every replica averaged) evaluates near bulk training's.
 TEST(Sync, PartialGroupsAndGossipTrain) {
   JobSpec bulk = sgd_job(4, 60);
-  const JobResult expected = run(bulk);
+  const JobResult expected = train_quietly(bulk);
   for (const std::string mode : {"partial-reduce", "gossip"}) {
     JobSpec o = bulk;
     o.sync.mode = mode;
     o.run.eval_every = 20;
-    const JobResult got = run(o);
+    const JobResult got = train_quietly(o);
     ASSERT_GE(got.run.losses.size(), 10u) << mode;
     const double first = got.run.losses.front(), last = got.run.losses.back();
     EXPECT_LT(last, 0.8 * first) << mode;
@@ -249,7 +249,7 @@ TEST(Stragglers, SkewedScoresEndARebalancingRun) {
   o.fault.inject_delay_ms = 20;
   o.run.rebalance = true;
   o.checkpoint.save = dir.path() + "/ckpt";
-  const JobResult got = run(o);
+  const JobResult got = train_quietly(o);
   ASSERT_TRUE(got.data_parallel && got.data_parallel->rebalance);
   const std::vector<int64_t>& shares = *got.data_parallel->rebalance;
   ASSERT_EQ(shares.size(), 3u);
