@@ -210,6 +210,13 @@ CollectiveLanes::JobId CollectiveLanes::dense(const parallel::Collective& op, co
 }
 
 void CollectiveLanes::collect(std::vector<TraceRecord>* trace, int64_t step) {
+  // The jobs done before the traces are taken: their last slice's event is
+  // in them (an engine records it before it marks the job done). A job
+  // that finishes while they are taken keeps its name for the next
+  // collect, which takes its event.
+  std::vector<std::pair<int, JobId>> finished;
+  for (const auto& entry : instr_of_job_)
+    if (done(entry.first)) finished.push_back(entry.first);
   for (size_t l = 0; l < lanes_.size(); ++l) {
     comm::CommEngine& engine = *lanes_[l].engine;
     const int lane = static_cast<int>(l);
@@ -228,8 +235,7 @@ void CollectiveLanes::collect(std::vector<TraceRecord>* trace, int64_t step) {
   }
   // Job names go once their jobs are done.
   release_staging();
-  for (auto it = instr_of_job_.begin(); it != instr_of_job_.end();)
-    it = done(it->first) ? instr_of_job_.erase(it) : std::next(it);
+  for (const auto& job : finished) instr_of_job_.erase(job);
 }
 
 bool CollectiveLanes::done(const std::pair<int, JobId>& job) const {
