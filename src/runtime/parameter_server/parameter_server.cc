@@ -241,26 +241,16 @@ ParameterServerResult train_parameter_server(const nn::ModelConfig& model_config
   comm::Communicator comm = world.split(0, world.rank());
   const ResumePoint resume(checkpoint.resume, checkpoint.resume_if_saved, nullptr, nullptr);
   // A resumed run trains the checkpoint's model on its data.
-  nn::ModelConfig model = model_config;
-  DataOptions data = data_options;
-  resume.apply_model(model, data);
-  nn::validate(model);
-  std::unique_ptr<Task> task = make_task(model, data, run.seed, precision);
-  const int64_t total = run.steps > 0 ? run.steps : run.epochs * task->steps_per_epoch();
-  OptimizerOptions optimizer = optimizer_options;
-  optimizer.schedule.total = total;
-
-  nn::Model shape_model = task->build(1, false);
-  const std::map<std::string, bool> decays = decay_flags(shape_model.graph);
-  ParamStore params = initial_parameters(shape_model.graph, run.seed);
+  WholeModelStart run_start = start_whole_model(resume, model_config, data_options, precision, optimizer_options, run,
+                                                checkpoint.resume, log);
+  const nn::ModelConfig& model = run_start.model;
+  const DataOptions& data = run_start.data;
+  const OptimizerOptions& optimizer = run_start.optimizer;
+  Task* task = run_start.task.get();
+  ParamStore& params = run_start.params;
+  const int64_t total = run_start.total, start = run_start.start;
+  const std::map<std::string, bool> decays = decay_flags(run_start.shape_model.graph);
   const Checkpoint* resumed = resume.checkpoint();
-  int64_t start = 0;
-  if (resumed != nullptr) {
-    for (const std::string& name : params.names())
-      params.at(name) = resumed->shards.read_whole(name, params.at(name).shape());
-    start = resume.restore_task(*task);
-    log << fmt::format("resumed from '{}' at step {}\n", checkpoint.resume, start);
-  }
   const Job job{.model = model, .data = data, .precision = precision, .optimizer = optimizer, .ps = ps, .checkpoint = checkpoint,
                 .fault = fault, .run = run, .comm = comm, .task = *task, .params = params, .decays = decays,
                 .layout = {.servers = ps.servers, .workers = comm.size() - ps.servers, .params = params.count()},

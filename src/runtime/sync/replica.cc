@@ -6,19 +6,10 @@
 #include "comm/collectives.h"
 #include "kernels/elementwise.h"
 #include "parallel/lower.h"
+#include "runtime/parameter_server/server_slice.h"
 
 namespace px::sync {
 namespace {
-
-std::vector<int64_t> flat_offsets(const ParamStore& store) {
-  std::vector<int64_t> offsets;
-  int64_t at = 0;
-  for (const std::string& name : store.names()) {
-    offsets.push_back(at);
-    at += store.at(name).numel();
-  }
-  return offsets;
-}
 
 // One shard per parameter, whole, with its weight-decay flag.
 std::vector<ParamShard> whole_shards(Task& task, const ParamStore& store) {
@@ -52,7 +43,7 @@ Replica::Replica(Task& task, const ParamStore& initial, const OptimizerConfig& o
     : task_(task),
       precision_(precision),
       arena_(Tensor::zeros({initial.count()})),
-      offsets_(flat_offsets(initial)),
+      offsets_(ps::flat_offsets(initial)),
       optimizer_(optimizer, whole_shards(task, initial)) {
   params_ = views_of(initial, arena_, offsets_);
   if (resumed == nullptr) return;

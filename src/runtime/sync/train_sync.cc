@@ -224,25 +224,16 @@ SyncResult train_synced(const nn::ModelConfig& model_config, const DataOptions& 
   comm::Communicator control = world.split(0, world.rank());
   comm::Communicator averaging = world.split(0, world.rank());
   const ResumePoint resume(checkpoint.resume, checkpoint.resume_if_saved, nullptr, nullptr);
-  nn::ModelConfig model = model_config;
-  DataOptions data = data_options;
-  resume.apply_model(model, data);
-  nn::validate(model);
-  std::unique_ptr<Task> task = make_task(model, data, run.seed, precision);
-  const int64_t total = run.steps > 0 ? run.steps : run.epochs * task->steps_per_epoch();
-  OptimizerOptions optimizer = optimizer_options;
-  optimizer.schedule.total = total;
-  const nn::Model shape_model = task->build(1, false);
-  ParamStore params = initial_parameters(shape_model.graph, run.seed);
+  // A resumed run trains the checkpoint's model on its data.
+  WholeModelStart run_start = start_whole_model(resume, model_config, data_options, precision, optimizer_options, run,
+                                                checkpoint.resume, log);
+  const nn::ModelConfig& model = run_start.model;
+  const DataOptions& data = run_start.data;
+  const OptimizerOptions& optimizer = run_start.optimizer;
+  Task* task = run_start.task.get();
+  const int64_t total = run_start.total, start = run_start.start;
   const Checkpoint* resumed = resume.checkpoint();
-  int64_t start = 0;
-  if (resumed != nullptr) {
-    for (const std::string& name : params.names())
-      params.at(name) = resumed->shards.read_whole(name, params.at(name).shape());
-    start = resume.restore_task(*task);
-    log << fmt::format("resumed from '{}' at step {}\n", checkpoint.resume, start);
-  }
-  Replica replica(*task, params, optimizer.update, precision, resumed);
+  Replica replica(*task, run_start.params, optimizer.update, precision, resumed);
   const parallel::RowSplit split{.world = world.size(), .shares = row_shares};
   std::vector<double> weights;
   for (int r = 0; r < world.size(); ++r)

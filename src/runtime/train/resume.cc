@@ -34,4 +34,24 @@ CheckpointState run_state(const nn::ModelConfig& model, const DataOptions& data,
           .ranks = ranks};
 }
 
+WholeModelStart start_whole_model(const ResumePoint& resume, const nn::ModelConfig& model, const DataOptions& data,
+                                  Precision precision, const OptimizerOptions& optimizer, const RunOptions& run,
+                                  const std::string& resume_dir, std::ostream& log) {
+  WholeModelStart out{.model = model, .data = data, .optimizer = optimizer};
+  resume.apply_model(out.model, out.data);
+  nn::validate(out.model);
+  out.task = make_task(out.model, out.data, run.seed, precision);
+  out.total = run.steps > 0 ? run.steps : run.epochs * out.task->steps_per_epoch();
+  out.optimizer.schedule.total = out.total;
+  out.shape_model = out.task->build(1, false);
+  out.params = initial_parameters(out.shape_model.graph, run.seed);
+  if (const Checkpoint* resumed = resume.checkpoint()) {
+    for (const std::string& name : out.params.names())
+      out.params.at(name) = resumed->shards.read_whole(name, out.params.at(name).shape());
+    out.start = resume.restore_task(*out.task);
+    log << fmt::format("resumed from '{}' at step {}\n", resume_dir, out.start);
+  }
+  return out;
+}
+
 }  // namespace px
