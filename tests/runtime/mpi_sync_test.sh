@@ -6,7 +6,9 @@
 #  2. smaller groups train, one rank slowed down, and the slow rank is
 #     named a straggler while the job runs;
 #  3. kill -9 of rank 2 at step 15: a named error, and `parallax launch`
-#     restarts the job from the checkpoint of step 10, which finishes.
+#     restarts the job from the checkpoint of step 10, which finishes;
+#  4. replicas that are 2-stage pipelines (-np 4, rows 3:1, 2 micro-batches)
+#     in groups of both give bulk pipeline x data parallelism's losses.
 #
 #   mpi_sync_test.sh PARALLAX MPIEXEC
 set -euo pipefail
@@ -53,4 +55,24 @@ grep -q "attempt 1 failed" "$WORK/kill.log" || fail "the kill did not fail the f
 grep -qE "rank 2" "$WORK/kill.log" || fail "the dead rank was not named" "$WORK/kill.log"
 grep -qE "resumed from '$WORK/kill/ckpt' at step 10" "$WORK/kill.log" || fail "no resume from step 10" "$WORK/kill.log"
 grep -qE "trained 20 steps in [0-9.]+ s \(partial-reduce\)" "$WORK/kill.log" || fail "the restart did not finish" "$WORK/kill.log"
+# 4. Pipeline replicas in groups of every replica against bulk pipeline x data parallelism.
+GPT=(train --model gpt --layers 2 --embd 32 --heads 2 --block 16 --batch 8 --steps 20 --optimizer sgd --momentum 0.9
+     --lr 0.05 --grad-clip 0 --dropout 0 --eval-every 0 --eval-batches 1 --threads 1 --progress lines --no-predict
+     --timeout $((3 * SCALE)) --pp 2 --micro-batches 2 --row-shares 3,1)
+"${MPIRUN[@]}" -np 4 "$PARALLAX" "${GPT[@]}" --metrics "$WORK/pbulk.jsonl" > "$WORK/pbulk.log" 2>&1 ||
+  fail "the bulk pipeline run failed" "$WORK/pbulk.log"
+"${MPIRUN[@]}" -np 4 "$PARALLAX" "${GPT[@]}" --sync partial-reduce --sync-group 2 --metrics "$WORK/pfull.jsonl" \
+  > "$WORK/pfull.log" 2>&1 || fail "the pipeline-replica run failed" "$WORK/pfull.log"
+grep -q "2 replicas (mpi) of 2 ranks each (mesh {pp:2, dp:1}), rows 3:1" "$WORK/pfull.log" ||
+  fail "not 2 MPI replicas of 2 stages" "$WORK/pfull.log"
+python3 - "$WORK/pbulk.jsonl" "$WORK/pfull.jsonl" <<'PY' || fail "pipeline losses differ" "$WORK/pfull.log"
+import json, sys
+def losses(p):
+    return {j["step"]: j["train_loss"] for j in map(json.loads, open(p)) if "train_loss" in j}
+bulk, full = losses(sys.argv[1]), losses(sys.argv[2])
+if sorted(bulk) != sorted(full): sys.exit(f"steps {sorted(full)} vs {sorted(bulk)}")
+worst = max(abs(bulk[s] - full[s]) / abs(bulk[s]) for s in bulk)
+print(f"pipeline replicas in groups of both against pp x dp: {len(bulk)} steps, worst relative difference {worst:.2e}")
+if worst > 1e-5: sys.exit(f"{worst:.2e} > 1e-5")
+PY
 echo "PASS"

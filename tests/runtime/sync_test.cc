@@ -189,6 +189,61 @@ INSTANTIATE_TEST_SUITE_P(Shares, FullGroupsMatchBulk,
                          ::testing::Values(std::tuple{2, std::vector<int64_t>{}}, std::tuple{3, std::vector<int64_t>{}},
                                            std::tuple{3, std::vector<int64_t>{3, 2, 1}}));
 
+// A GPT job for pipeline replicas: SGD with momentum, no dropout or
+// clipping (parameter averaging then equals gradient averaging).
+JobSpec sgd_gpt(int ranks, int64_t steps) {
+  JobSpec o = testing::tiny_gpt(testing::shared_text());
+  o.model.gpt.dropout = 0;
+  o.run.steps = steps;
+  o.data.batch = 8;
+  o.optimizer.schedule = {.kind = "constant", .lr = 0.05, .total = steps};
+  o.optimizer.update = {.kind = "sgd", .momentum = 0.9};
+  o.optimizer.grad_clip = 0;
+  o.launch.ranks = ranks;
+  return o;
+}
+
+// Replicas that are pipelines (SDPipe: all stages of a replica join its
+// group), with micro-batches and uneven rows: groups of every replica are
+// bulk pipeline x data parallelism, step by step and at the end.
+TEST(Sync, PipelineReplicasInFullGroupsMatchBulk) {
+  JobSpec bulk = sgd_gpt(4, testing::kEquivalenceSteps);
+  bulk.strategy.pipeline_parallel = 2;
+  bulk.strategy.micro_batches = 2;
+  bulk.strategy.row_shares = {3, 1};
+  const JobResult expected = train_quietly(bulk);
+  JobSpec partial = bulk;
+  partial.sync = {.mode = "partial-reduce", .min_group = 2};
+  std::ostringstream log;
+  const JobResult got = train(partial, log);
+  EXPECT_NE(log.str().find("2 replicas (inproc) of 2 ranks each (mesh {pp:2, dp:1})"), std::string::npos)
+      << log.str();
+  testing::expect_same_losses(expected.run.losses, got.run.losses, testing::kEquivalenceTolerance,
+                              "partial reduce of 2 pipelines, groups of all");
+  EXPECT_NEAR(got.run.evaluation.loss, expected.run.evaluation.loss, 1e-5 * expected.run.evaluation.loss);
+}
+
+// Replicas of pipeline stages x tensor-parallel ranks under gossip train,
+// and their checkpoint (whole tensors) resumes on one rank.
+TEST(Sync, PipelineTensorReplicasGossipAndResumeAnywhere) {
+  testing::ScratchDir dir;
+  JobSpec o = sgd_gpt(8, 20);
+  o.strategy.pipeline_parallel = 2;
+  o.strategy.tensor_parallel = 2;
+  o.sync.mode = "gossip";
+  o.checkpoint.save = dir.path() + "/ckpt";
+  const JobResult got = train_quietly(o);
+  ASSERT_EQ(got.run.losses.size(), 20u);
+  EXPECT_LT(got.run.losses.back(), got.run.losses.front());
+  JobSpec one = sgd_gpt(1, 24);
+  one.checkpoint.resume = o.checkpoint.save;
+  std::ostringstream log;
+  const JobResult resumed = train(one, log);
+  EXPECT_NE(log.str().find("resumed from '" + o.checkpoint.save + "' at step 20"), std::string::npos) << log.str();
+  EXPECT_EQ(resumed.run.losses.size(), 4u);
+  EXPECT_NEAR(resumed.run.losses.front(), got.run.losses.back(), 0.1 * got.run.losses.back());
+}
+
 // Smaller groups and gossip's pairs train: the loss falls, and the end's
 // model (every replica averaged) evaluates near bulk training's.
 TEST(Sync, PartialGroupsAndGossipTrain) {
@@ -264,9 +319,12 @@ TEST(Stragglers, SkewedScoresEndARebalancingRun) {
 TEST(Sync, BadOptionsAreNamed) {
   JobSpec o = sgd_job(2, 4);
   o.sync.mode = "partial-reduce";
+  JobSpec cp = o;
+  cp.strategy.context_parallel = 2;
+  testing::expect_train_error(cp, "drop --cp 2");
   JobSpec pp = o;
-  pp.strategy.pipeline_parallel = 2;
-  testing::expect_train_error(pp, "drop --pp");
+  pp.strategy.pipeline_parallel = 2;  // one replica of two stages
+  testing::expect_train_error(pp, "expected at least 2, got 1");
   JobSpec ps = o;
   ps.ps.mode = "bsp";
   ps.launch.ranks = 3;
@@ -276,7 +334,7 @@ TEST(Sync, BadOptionsAreNamed) {
   testing::expect_train_error(group, "--sync-group 3: expected 1..2");
   JobSpec one = o;
   one.launch.ranks = 1;
-  testing::expect_train_error(one, "expected at least 2 ranks");
+  testing::expect_train_error(one, "expected at least 2, got 1");
   JobSpec stray = sgd_job(2, 4);
   stray.sync.staleness = 3;
   testing::expect_train_error(stray, "--sync-staleness 3 needs --sync partial-reduce");

@@ -119,6 +119,13 @@ ParamStore ProgramExecutor::parameters() {
   return ParamStore::of(std::move(named));
 }
 
+std::span<float> ProgramExecutor::local_parameters() {
+  PX_CHECK(prog().params_buffer >= 0 && params_.external.empty(),
+           "the executor holds no flat parameters of its own (ZeRO-3 or use_parameters)");
+  Tensor& flat = buffers_.storage(prog().params_buffer);
+  return {flat.f32(), static_cast<size_t>(flat.numel())};
+}
+
 Tensor ProgramExecutor::gradient(const std::string& name) const {
   for (const parallel::ParamLayout& p : prog().params) {
     if (p.name != name) continue;

@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,10 @@ class ProgramExecutor {
   // Programs without updates: read the parameters from `params` itself, no
   // copy. Call again when its tensors are replaced.
   void use_parameters(const ParamStore& params);
+  // This rank's own parameter storage, flat (its stages' and shards'
+  // parameters in the Program's layout), for averaging replicas in place
+  // (runtime/sync/replica.h). Not under ZeRO-3 nor with use_parameters.
+  std::span<float> local_parameters();
 
   // Another lowering of the same strategy on this rank, for a global batch
   // of other size (program_set.h).

@@ -33,23 +33,23 @@ static void validate_parameter_server_job(const JobSpec& job) {
          ps.mode);
 }
 
-// Synchronized replicas each run a one-rank program over their rows: data
-// parallelism alone, with the trainer's gradient path left out.
+// Synchronized replicas each run the strategy within a replica (its
+// pipeline stages and tensor-parallel ranks: runtime/sync/replica.h) over
+// their rows; the replicas are the data parallelism.
 static void validate_sync_job(const JobSpec& job) {
   const SyncOptions& sync = job.sync;
   if (sync.mode.empty()) return;
   const parallel::StrategyRequest& s = job.strategy;
   const std::string flag = "--sync " + sync.mode;
   if (!job.ps.mode.empty()) fail("{} and --ps {} do not combine: choose one way to synchronize", flag, job.ps.mode);
-  if (s.pipeline_parallel > 1 || s.tensor_parallel > 1 || s.sequence_parallel || s.context_parallel > 1)
-    fail("{} synchronizes data-parallel replicas of the whole model: drop --pp, --tp, --sp and --cp (pipeline "
-         "replicas are not supported yet)",
-         flag);
-  if (s.zero_stage > 0) fail("{} keeps a whole replica on every rank: drop --zero {}", flag, s.zero_stage);
+  if (s.context_parallel > 1)
+    fail("{} synchronizes replicas of pipeline stages and tensor-parallel ranks: drop --cp {}", flag,
+         s.context_parallel);
+  if (s.zero_stage > 0) fail("{} averages each rank's parameters in place: drop --zero {}", flag, s.zero_stage);
   if (s.compression.lossy()) fail("{} averages parameters, not gradients: drop --compress", flag);
-  if (s.micro_batches > 1) fail("{} runs each replica's rows as one batch: drop --micro-batches {}", flag, s.micro_batches);
   if (s.p3_slice_bytes > 0) fail("{} and P3 do not combine: drop --p3-slice-kb", flag);
-  if (!s.strategy_file.empty()) fail("{} runs data parallelism only: drop --strategy", flag);
+  if (!s.strategy_file.empty() || s.mesh_ranks > 0)
+    fail("{} takes the split within a replica from --pp and --tp: drop --strategy / --mesh", flag);
   const FaultOptions& f = job.fault;
   if (!f.inject_nan_steps.empty() || !f.skip_batches.empty())
     fail("--inject-nan and --skip-batches are not supported with {}: bad steps are skipped by the data-parallel "
@@ -98,8 +98,10 @@ void validate_job(const JobSpec& job) {
          "skipped (drop --p3-slice-kb)");
   validate(job.ps, l.ranks);
   validate_parameter_server_job(job);
-  validate(job.sync, l.ranks);
   validate_sync_job(job);
+  // Synchronized replicas: the data axis' ranks (validate_split checked
+  // that --pp x --tp divides the ranks).
+  validate(job.sync, l.ranks / (job.strategy.pipeline_parallel * job.strategy.tensor_parallel));
   validate_rebalance_job(job);
   validate(job.optimizer);
 }

@@ -66,7 +66,7 @@ static JobResult run_rank(const JobSpec& o, comm::Communicator* group, std::ostr
     return {.run = std::move(result.run), .data_parallel = std::move(result.data_parallel)};
   }
   if (!o.sync.mode.empty()) {
-    SyncResult result = train_synced(o.model, o.data, o.strategy.precision, o.strategy.row_shares, o.optimizer,
+    SyncResult result = train_synced(o.model, o.data, o.strategy, o.optimizer,
                                      o.sync, o.checkpoint, o.fault, o.run, o.launch.attempt, *group, log, recorder);
     return {.run = std::move(result.run), .sync = std::move(result.sync)};
   }

@@ -12,8 +12,9 @@
 namespace px::sync {
 
 Coordinator::Coordinator(comm::Communicator control, const SchedulerConfig& schedule, double straggler_threshold,
-                         int64_t units_per_row, LeadOutput& out)
+                         int64_t units_per_row, std::string noun, LeadOutput& out)
     : control_(std::move(control)),
+      noun_(std::move(noun)),
       scheduler_(schedule),
       scores_(schedule.ranks, straggler_threshold),
       units_per_row_(units_per_row),
@@ -92,8 +93,8 @@ void Coordinator::receive(int rank, const ReadyMessage& message) {
     scheduler_.leave(rank);
     scores_.leave(rank);
     const std::string reason(message.reason, strnlen(message.reason, sizeof(message.reason)));
-    report_.left.push_back(fmt::format("rank {} at its step {}: {}", rank, message.steps, reason));
-    out_.say(fmt::format("partial reduce: rank {} left at its step {} ({}); {} replica{} go on", rank, message.steps,
+    report_.left.push_back(fmt::format("{} {} at its step {}: {}", noun_, rank, message.steps, reason));
+    out_.say(fmt::format("partial reduce: {} {} left at its step {} ({}); {} replica{} go on", noun_, rank, message.steps,
                          reason, scheduler_.live_count(), scheduler_.live_count() == 1 ? "" : "s"));
     out_.write({{"left", rank}, {"at_step", message.steps}, {"reason", reason}, {"step", scheduler_.global_step()}});
     return;
@@ -104,10 +105,11 @@ void Coordinator::receive(int rank, const ReadyMessage& message) {
   rows_[static_cast<size_t>(rank)] = message.rows;
   if (const std::optional<StragglerChange> change = scores_.record(rank, message.compute_s, message.wait_s)) {
     out_.say(change->straggling
-                 ? fmt::format("straggler: rank {} steps {:.2f}x as long as the fastest rank ({:.2f}x its own best) "
+                 ? fmt::format("straggler: {} {} steps {:.2f}x as long as the fastest {} ({:.2f}x its own best) "
                                "over its last {} steps",
-                               rank, change->score, change->vs_best, kRecentSteps)
-                 : fmt::format("straggler: rank {} recovered ({:.2f}x the fastest rank)", rank, change->score));
+                               noun_, rank, change->score, noun_, change->vs_best, kRecentSteps)
+                 : fmt::format("straggler: {} {} recovered ({:.2f}x the fastest {})", noun_, rank, change->score,
+                               noun_));
     out_.write({{"straggler", rank}, {"straggling", change->straggling}, {"score", change->score},
                 {"vs_best", change->vs_best}, {"step", scheduler_.global_step()}});
   }

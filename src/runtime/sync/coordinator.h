@@ -31,9 +31,11 @@ struct CoordinatorReport {
 
 class Coordinator {
  public:
-  // `units_per_row` counts the progress line's throughput (tokens or samples).
+  // `units_per_row` counts the progress line's throughput (tokens or
+  // samples); `noun` names a member in the log: "rank", or "replica" when
+  // replicas span ranks (the control communicator's ranks are replicas).
   Coordinator(comm::Communicator control, const SchedulerConfig& schedule, double straggler_threshold,
-              int64_t units_per_row, LeadOutput& out);
+              int64_t units_per_row, std::string noun, LeadOutput& out);
   ~Coordinator();  // stops and joins the thread
   // Waits for the last round to be sent; rethrows the thread's error.
   CoordinatorReport finish();
@@ -44,6 +46,7 @@ class Coordinator {
   void announce(const Round& round);
 
   comm::Communicator control_;
+  std::string noun_;
   GroupScheduler scheduler_;
   StragglerScores scores_;
   int64_t units_per_row_;

@@ -1,114 +1,83 @@
 #include "runtime/sync/replica.h"
 
 #include <cmath>
-#include <cstring>
+
+#include <nlohmann/json.hpp>
 
 #include "comm/collectives.h"
 #include "kernels/elementwise.h"
 #include "parallel/lower.h"
-#include "runtime/parameter_server/server_slice.h"
+#include "plan/job_strategy.h"
+#include "runtime/executor/rank_groups.h"
+#include "runtime/train/trainer.h"
 
 namespace px::sync {
 namespace {
 
-// One shard per parameter, whole, with its weight-decay flag.
-std::vector<ParamShard> whole_shards(Task& task, const ParamStore& store) {
-  const nn::Model shape_model = task.build(1, false);
-  std::map<std::string, bool> decays;
-  for (ValueId p : shape_model.graph.params()) decays[shape_model.graph.value(p).name] = shape_model.graph.value(p).weight_decay;
-  std::vector<ParamShard> shards;
-  for (const std::string& name : store.names()) {
-    const Tensor& value = store.at(name);
-    shards.push_back({name, value.shape(), 0, value.numel(), decays.at(name)});
-  }
-  return shards;
+// The request within a replica: its own split (the replicas' row shares
+// are the job's, across replicas).
+parallel::StrategyRequest within_replica(parallel::StrategyRequest request) {
+  request.row_shares.clear();
+  return request;
 }
 
-// `store`'s tensors as views of `arena`, holding their values.
-ParamStore views_of(const ParamStore& store, Tensor& arena, const std::vector<int64_t>& offsets) {
-  ParamStore views = store;
-  for (size_t t = 0; t < offsets.size(); ++t) {
-    Tensor& tensor = views.at(store.names()[t]);
-    Tensor view = arena.slice_rows(offsets[t], offsets[t] + tensor.numel()).reshape(tensor.shape());
-    view.copy_from(tensor);
-    tensor = view;
-  }
-  return views;
-}
-
-}  // namespace
-
-Replica::Replica(Task& task, const ParamStore& initial, const OptimizerConfig& optimizer, Precision precision,
-                 const Checkpoint* resumed)
-    : task_(task),
-      precision_(precision),
-      arena_(Tensor::zeros({initial.count()})),
-      offsets_(ps::flat_offsets(initial)),
-      optimizer_(optimizer, whole_shards(task, initial)) {
-  params_ = views_of(initial, arena_, offsets_);
-  if (resumed == nullptr) return;
-  optimizer_.load(
-      [&](const ParamShard& s, const std::string& slot) {
-        return resumed->shards.read_whole(s.name + "." + slot, s.shape).reshape(Shape{s.count});
-      },
-      resumed->state.optimizer_steps);
-}
-
-Replica::Program& Replica::program_for(int64_t rows) {
-  Program& p = programs_[rows];
-  if (!p.executor) {
-    p.model = task_.build(rows, true);
-    p.executor = std::make_unique<ProgramExecutor>(
-        parallel::lower_single(p.model.graph, p.model.loss, {}, batch_input_names(p.model), true, precision_),
-        AxisGroups{});
-    p.executor->use_parameters(params_);
-  }
-  return p;
-}
-
-ReplicaStep Replica::step(const DataBatch& batch, uint64_t seed, int64_t row_offset, double lr, double grad_clip) {
-  const int64_t rows = batch.rows();
-  Program& p = program_for(rows);
-  // The Program's Norm and Clip clip this replica's mean gradient (--grad-clip).
-  const StepResult out = p.executor->run(
-      {.feeds = feeds_of(p.model, batch), .seed = seed, .row_offset = row_offset, .grad_clip = grad_clip});
-  if (!std::isfinite(out.loss)) return {.loss = out.loss, .rows = rows, .peak_bytes = out.peak_bytes};
-  optimizer_.begin_step();
-  for (size_t t = 0; t < offsets_.size(); ++t) {
-    const Tensor g = p.executor->gradient(params_.names()[t]);
-    optimizer_.update(t, arena_.f32() + offsets_[t], g.f32(), lr);
-  }
-  return {.loss = out.loss, .rows = rows, .peak_bytes = out.peak_bytes};
-}
-
-void Replica::average_span(comm::Communicator& group, std::span<float> values, double scale) {
+void average_span(comm::Communicator& group, std::span<float> values, double scale) {
   kernels::scale(static_cast<int64_t>(values.size()), static_cast<float>(scale), values.data(), values.data());
   comm::allreduce(group, values, comm::Reduction::sum, {.algorithm = comm::Algorithm::ring});
 }
 
-void Replica::average(comm::Communicator& group, double weight, double total, bool state) {
-  if (group.size() == 1) return;
-  average_span(group, {arena_.f32(), static_cast<size_t>(arena_.numel())}, weight / total);
-  if (!state) return;
-  for (size_t k = 0; k < optimizer_.slot_count(); ++k) average_span(group, optimizer_.flat_state(k), weight / total);
+}  // namespace
+
+Replica::Replica(Task& task, const parallel::StrategyRequest& request, const OptimizerOptions& optimizer,
+                 int64_t rows, comm::Communicator& ranks, const ParamStore& initial, const Checkpoint* resumed)
+    : task_(task), request_(within_replica(request)), ranks_(ranks) {
+  const nn::Model& model = models_.emplace(rows, task_.build(rows, true)).first->second;
+  strategy_ = plan::strategy_for(request_, model, ranks_.size(), run_use(optimizer));
+  AxisGroups groups;
+  if (ranks_.size() > 1) {
+    mesh_groups_ = parallel::make_strategy_groups(ranks_, strategy_);
+    groups = axis_groups(mesh_groups_);
+    menus_ = parallel::algorithm_menus(mesh_groups_);
+  }
+  parallel::LowerRequest lowering = plan::lower_request(model, request_);
+  lowering.menus = menus_;
+  parallel::Program program = parallel::lower(lowering, strategy_, ranks_.rank());
+  strategy_ = parallel::with_stage_cuts_of(strategy_, program);
+  executor_ = std::make_unique<ProgramExecutor>(std::move(program), groups,
+                                                optimizer_for_strategy(optimizer.update, strategy_));
+  executor_->set_parameters(initial);
+  if (resumed != nullptr) executor_->load_state(resumed->shards, resumed->state.optimizer_steps);
 }
 
-std::vector<SavedRun> Replica::state_runs() const {
-  const std::vector<std::string> slot_names = optimizer_slot_names(optimizer_.config().kind);
-  std::vector<SavedRun> runs;
-  for (size_t t = 0; t < offsets_.size(); ++t) {
-    const std::string& name = params_.names()[t];
-    const Tensor& value = params_.at(name);
-    const parallel::ShardRun whole = parallel::ShardRun::whole(value.shape());
-    runs.push_back({name, whole, value.clone().reshape(Shape{value.numel()})});
-    for (size_t s = 0; s < slot_names.size(); ++s) {
-      std::span<const float> slot = optimizer_.state(s, t);
-      Tensor copy = Tensor::empty(Shape{value.numel()});
-      std::memcpy(copy.f32(), slot.data(), slot.size() * sizeof(float));
-      runs.push_back({name + "." + slot_names[s], whole, copy});
-    }
+ReplicaStep Replica::step(const DataBatch& batch, uint64_t seed, int64_t row_offset, double lr, double grad_clip) {
+  const int64_t rows = batch.rows();
+  // An epoch's partial last batch: the same strategy lowered for its rows.
+  auto model = models_.find(rows);
+  if (model == models_.end()) {
+    model = models_.emplace(rows, task_.build(rows, true)).first;
+    parallel::LowerRequest lowering = plan::lower_request(model->second, request_);
+    lowering.menus = menus_;
+    executor_->add_program(parallel::lower(lowering, strategy_, ranks_.rank()));
   }
-  return runs;
+  // The program's Norm and Clip clip this replica's gradient (--grad-clip).
+  const StepResult out = executor_->run({.feeds = feeds_of(model->second, batch), .global_rows = rows, .seed = seed,
+                                         .row_offset = row_offset, .lr = lr, .grad_clip = grad_clip});
+  // A non-finite gradient norm skips the update: the replica's loss says it diverged.
+  const double loss = out.skipped && std::isfinite(out.loss) ? std::nan("") : out.loss;
+  return {.loss = loss, .rows = rows, .peak_bytes = out.peak_bytes};
+}
+
+void Replica::average(comm::Communicator& group, double weight, double total, bool state) {
+  if (group.size() == 1) return;
+  average_span(group, executor_->local_parameters(), weight / total);
+  if (!state) return;
+  Optimizer& optimizer = executor_->optimizer();
+  for (size_t k = 0; k < optimizer.slot_count(); ++k) average_span(group, optimizer.flat_state(k), weight / total);
+}
+
+CheckpointPart Replica::checkpoint_part() const {
+  return {.shards = executor_->state_runs(),
+          .who = {{"mesh", strategy_.mesh.str()}, {"coords", nlohmann::json(executor_->program().coords).dump()}}};
 }
 
 }  // namespace px::sync

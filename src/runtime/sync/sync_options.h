@@ -31,7 +31,7 @@ struct SyncOptions {
   bool operator==(const SyncOptions&) const = default;
 };
 
-// Checks the options for a job of `ranks` ranks (px::Error naming the flag).
-void validate(const SyncOptions& options, int ranks);
+// Checks the options for a job of `replicas` replicas (px::Error naming the flag).
+void validate(const SyncOptions& options, int replicas);
 
 }  // namespace px

@@ -9,7 +9,11 @@
 // which all hold one model: rank 0 evaluates and saves it (whole tensors:
 // any rank count and strategy resumes it).
 //
-// In process, a rank other than 0 that dies under partial reduce
+// A replica may itself span ranks (--pp, --tp: replica.h); all its ranks
+// average with their like in the group's replicas, and the coordinator
+// schedules replicas (its messages go to each replica's first rank).
+//
+// In process, a whole-model replica other than rank 0 that dies under partial reduce
 // (--inject-fault) tells the coordinator, which leaves it out of later
 // rounds and names it; the others go on. Rank 0 (the coordinator's) dying,
 // or any rank under MPI (no fault-tolerant MPI is assumed), is a named
@@ -23,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/communicator.h"
+#include "parallel/compose.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/fault/fault_options.h"
 #include "runtime/fault/flight_recorder.h"
@@ -49,11 +54,13 @@ struct SyncResult {
   SyncReport sync;
 };
 
-// Run by every rank of `world` (sync.mode set). `row_shares` split each
-// global batch's rows (empty: evenly) and weigh each replica's average;
+// Run by every rank of `world` (sync.mode set). `strategy` is the split
+// within a replica (--pp x --tp ranks each, consecutive; its micro-batches,
+// precision) and, by its row shares, of each global batch's rows over the
+// replicas (empty: evenly), which also weigh each replica's average;
 // `attempt` > 0 (a restart) injects no --inject-fault.
-SyncResult train_synced(const nn::ModelConfig& model, const DataOptions& data, Precision precision,
-                        const std::vector<int64_t>& row_shares, const OptimizerOptions& optimizer,
+SyncResult train_synced(const nn::ModelConfig& model, const DataOptions& data, const parallel::StrategyRequest& strategy,
+                        const OptimizerOptions& optimizer,
                         const SyncOptions& sync, const CheckpointOptions& checkpoint, const FaultOptions& fault,
                         const RunOptions& run, int attempt, comm::Communicator& world, std::ostream& log,
                         FlightRecorder& recorder);
