@@ -89,8 +89,10 @@ plan::LocalHosts hosts_of(const plan::ClusterSpec& saved) {
   if (saved.nodes == 1) return {};
   plan::LocalHosts hosts{.hosts = saved.nodes, .ranks_per_host = saved.devices_per_node, .between = saved.inter_node,
                          .share_cores = saved.nodes_share_cores};
-  for (int n = 0; n < saved.nodes && saved.heterogeneous(); ++n)
+  for (int n = 0; n < saved.nodes && saved.heterogeneous(); ++n) {
     hosts.speeds.push_back(saved.device_of_node(n).flops_f32 / saved.device.flops_f32);
+    hosts.quotas.push_back(saved.device_of_node(n).quota);
+  }
   return hosts;
 }
 

@@ -40,11 +40,12 @@ std::vector<T> gather_on_first(comm::Communicator& group, T mine, const char* wh
   return all;
 }
 
-// This process's CPU limit in cores, from its cgroup's quota (v2's cpu.max,
-// v1's cpu.cfs_quota_us over cpu.cfs_period_us; scripts/hosts.sh --cpu
-// sets them); 0 when it has none or none can be read. The cgroup's path
-// is /proc/self/cgroup's, under a cgroup mount /proc/self/mountinfo lists.
-double cgroup_cpu_limit() {
+// This process's CPU limit in cores and its period, from its cgroup's
+// quota (v2's cpu.max, v1's cpu.cfs_quota_us over cpu.cfs_period_us;
+// scripts/hosts.sh --cpu sets them); none when it has none or none can be
+// read. The cgroup's path is /proc/self/cgroup's, under a cgroup mount
+// /proc/self/mountinfo lists.
+plan::CpuQuota cgroup_cpu_limit() {
   struct Mount {
     std::string root, point;
     bool v2 = false;
@@ -62,19 +63,21 @@ double cgroup_cpu_limit() {
     const bool cpu = ("," + options + ",").find(",cpu,") != std::string::npos;
     if (type == "cgroup2" || (type == "cgroup" && cpu)) mounts.push_back({root, point, type == "cgroup2"});
   }
-  auto read_limit = [](const Mount& m, const std::string& path) -> double {
+  auto read_limit = [](const Mount& m, const std::string& path) -> plan::CpuQuota {
     const std::string rel = m.root == "/" ? path : path.rfind(m.root, 0) == 0 ? path.substr(m.root.size()) : "";
-    if (rel.empty() && path != m.root) return 0;
+    if (rel.empty() && path != m.root) return {};
     const std::string dir = m.point + rel;
     if (m.v2) {
       std::ifstream max(dir + "/cpu.max");
       std::string quota;
       double period = 0;
-      return max >> quota >> period && quota != "max" && period > 0 ? std::stod(quota) / period : 0;
+      if (!(max >> quota >> period) || quota == "max" || !(period > 0)) return {};
+      return {.cores = std::stod(quota) / period, .period = period / 1e6};
     }
     std::ifstream quota_file(dir + "/cpu.cfs_quota_us"), period_file(dir + "/cpu.cfs_period_us");
     double quota = 0, period = 0;
-    return quota_file >> quota && period_file >> period && quota > 0 && period > 0 ? quota / period : 0;
+    if (!(quota_file >> quota && period_file >> period) || !(quota > 0 && period > 0)) return {};
+    return {.cores = quota / period, .period = period / 1e6};
   };
   std::ifstream groups("/proc/self/cgroup");
   for (std::string line; std::getline(groups, line);) {
@@ -85,9 +88,9 @@ double cgroup_cpu_limit() {
     if (!v2 && ("," + controllers + ",").find(",cpu,") == std::string::npos) continue;
     for (const Mount& m : mounts)
       if (m.v2 == v2)
-        if (const double limit = read_limit(m, path); limit > 0) return limit;
+        if (const plan::CpuQuota limit = read_limit(m, path); limit.cores > 0) return limit;
   }
-  return 0;
+  return {};
 }
 
 // On the leaders' group: whether every leader runs on leader 0's machine
@@ -157,7 +160,10 @@ HostLinks measure_host_links(comm::Communicator& world, const std::string& how, 
                                            .latency = between.transport.alpha},
                  .share_cores = shared};
     // Every leader takes part; leader 0 decides (it alone knows `shared`).
-    const std::vector<double> limits = gather_on_first(*leaders, cgroup_cpu_limit(), "calibrate CPU limits");
+    const plan::CpuQuota quota = cgroup_cpu_limit();
+    const std::vector<double> limits = gather_on_first(*leaders, quota.cores, "calibrate CPU limits");
+    const std::vector<double> periods = gather_on_first(*leaders, quota.period, "calibrate CPU quota periods");
+    for (size_t h = 0; h < limits.size(); ++h) out.hosts.quotas.push_back({.cores = limits[h], .period = periods[h]});
     if (shared) {
       // Hosts whose CPU quotas fit the machine's cores together each get
       // their quota, measured in their speeds: they do not contend.

@@ -26,22 +26,32 @@ LinkSpec link_from(const nlohmann::json& json, const std::string& where) {
 }
 
 nlohmann::json device_json(const DeviceSpec& d) {
-  return {{"name", d.name},
-          {"flops_f32", d.flops_f32},
-          {"flops_bf16", d.flops_bf16},
-          {"memory_bytes", d.memory_bytes},
-          {"memory_bandwidth", d.memory_bandwidth},
-          {"efficiency", to_json(d.efficiency)}};
+  nlohmann::json json{{"name", d.name},
+                      {"flops_f32", d.flops_f32},
+                      {"flops_bf16", d.flops_bf16},
+                      {"memory_bytes", d.memory_bytes},
+                      {"memory_bandwidth", d.memory_bandwidth},
+                      {"efficiency", to_json(d.efficiency)}};
+  if (d.quota.cores > 0) json["cpu_quota"] = {{"cores", d.quota.cores}, {"period", d.quota.period}};
+  return json;
 }
 
 DeviceSpec device_from(const nlohmann::json& d, const std::string& where) {
-  json_fields::check_keys("cluster", d, where, {"name", "flops_f32", "flops_bf16", "memory_bytes", "memory_bandwidth", "efficiency"});
+  json_fields::check_keys("cluster", d, where,
+                          {"name", "flops_f32", "flops_bf16", "memory_bytes", "memory_bandwidth", "efficiency", "cpu_quota"});
   DeviceSpec device{.name = json_fields::field<std::string>("cluster", d, where, "name", ""),
                     .flops_f32 = json_fields::field<double>("cluster", d, where, "flops_f32", 0),
                     .flops_bf16 = json_fields::field<double>("cluster", d, where, "flops_bf16", 0),
                     .memory_bytes = json_fields::field<double>("cluster", d, where, "memory_bytes", 0),
                     .memory_bandwidth = json_fields::field<double>("cluster", d, where, "memory_bandwidth", 0)};
   if (d.contains("efficiency")) device.efficiency = kernel_efficiency_from_json(d.at("efficiency"));
+  if (d.contains("cpu_quota")) {
+    const nlohmann::json& q = d.at("cpu_quota");
+    const std::string at = where + ".cpu_quota";
+    json_fields::check_keys("cluster", q, at, {"cores", "period"});
+    device.quota = {.cores = json_fields::field<double>("cluster", q, at, "cores", 0),
+                    .period = json_fields::field<double>("cluster", q, at, "period", 0)};
+  }
   return device;
 }
 
@@ -52,6 +62,9 @@ void validate_device(const DeviceSpec& d, const std::string& cluster, const std:
   if (!(d.memory_bandwidth > 0))
     fail("cluster '{}': {}.memory_bandwidth {} must be > 0", cluster, where, d.memory_bandwidth);
   validate(d.efficiency, cluster);
+  if (d.quota.cores < 0 || (d.quota.cores > 0 && !(d.quota.period > 0)))
+    fail("cluster '{}': {}.cpu_quota {{cores {}, period {}}}: expected cores >= 0 and, with cores, a period > 0 s",
+         cluster, where, d.quota.cores, d.quota.period);
 }
 
 }  // namespace
@@ -189,6 +202,7 @@ ClusterSpec local_cluster_spec(HostProfile profile, const std::string& cpu, doub
     device.name = fmt::format("{} (host {}, {:.0f}% of the profile's speed)", spec.device.name, n, 100 * hosts.speeds[n]);
     device.flops_f32 *= hosts.speeds[n];
     device.flops_bf16 *= hosts.speeds[n];
+    if (n < hosts.quotas.size()) device.quota = hosts.quotas[n];
     spec.node_devices.push_back(std::move(device));
   }
   return spec;

@@ -24,6 +24,16 @@
 
 namespace px::plan {
 
+// A CPU quota on a node (a cgroup's, scripts/hosts.sh --cpu): its ranks
+// may run `cores` cores' worth of each `period` seconds, then wait for the
+// next period. Its average pace is in the node's device rate; the waits
+// are what a message to a throttled node meets (Replay: throttle_wait).
+struct CpuQuota {
+  double cores = 0;   // 0: no quota
+  double period = 0;  // s
+  bool operator==(const CpuQuota&) const = default;
+};
+
 struct DeviceSpec {
   std::string name;
   double flops_f32 = 0;   // dense FLOP/s
@@ -33,6 +43,7 @@ struct DeviceSpec {
   // How close its kernels come to the figures above (plan/efficiency.h);
   // the default is the datasheet roofline.
   KernelEfficiency efficiency;
+  CpuQuota quota;  // a CPU node's cgroup quota (none on presets)
   double flops(DType dtype) const { return dtype == DType::f32 || flops_bf16 <= 0 ? flops_f32 : flops_bf16; }
   bool operator==(const DeviceSpec&) const = default;
 };
@@ -138,6 +149,9 @@ struct LocalHosts {
   // on host 0 puts it below 1 too): the spec's node_devices scale the
   // profile's device by them. Empty: every host runs at the profile's speed.
   std::vector<double> speeds;
+  // Each host's CPU quota (empty or zero: none): the spec's node_devices
+  // carry them.
+  std::vector<CpuQuota> quotas;
 };
 ClusterSpec local_cluster_spec(HostProfile profile, const std::string& cpu, double memory_bytes,
                                const LocalHosts& hosts = {});

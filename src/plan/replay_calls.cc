@@ -1,6 +1,9 @@
 #include "plan/replay_calls.h"
 
+#include <algorithm>
+
 #include "comm/compression/recipe.h"
+#include "comm/cost_model.h"
 #include "comm/engine/agreement.h"
 
 namespace px::plan {
@@ -37,6 +40,16 @@ double slice_seconds(const CostEstimator& estimator, const CollectiveCall& call,
           : 0;
   if (call.codec.lossy()) return agreement + compressed_allreduce_seconds(estimator, call, p, link);
   return agreement + estimator.collective_seconds(call.kind, call.bytes / call.slices, p, link);
+}
+
+double throttle_wait(const DeviceSpec& device, int ranks) {
+  if (device.quota.cores <= 0) return 0;
+  const double share = std::min(1.0, device.quota.cores / std::max(1, ranks));
+  return (1 - share) * (1 - share) * device.quota.period / 2;
+}
+
+double message_steps(comm::Collective kind, int p) {
+  return comm::cost_terms({.collective = kind, .algorithm = comm::Algorithm::ring, .bytes = 1, .ranks = p}).messages;
 }
 
 void count_wire(std::map<LinkClass, double>& sent, const comm::WireBytes& wire, LinkClass link, double weight) {

@@ -40,6 +40,21 @@ struct CollectiveCall {
 // collective (a compressed allreduce by its codec's recipe).
 double slice_seconds(const CostEstimator& estimator, const CollectiveCall& call, int p, LinkClass link);
 
+// The expected wait of one message step at a node under a CPU quota
+// (`device.quota`, shared by its `ranks` ranks of one thread each), 0
+// without one. A busy node (computing beside the collective, or just
+// done) runs share = min(1, cores / ranks) of each period and is
+// throttled for the rest; a message arriving at a uniformly random time
+// finds it throttled with probability (1 - share) and then waits half the
+// throttled part on average: (1 - share)^2 * period / 2. At 12.5% of a
+// core with 10 ms periods, 3.8 ms a step: the hosts' ring steps wait
+// that long for a quota host (docs/heterogeneous.md, the prediction).
+double throttle_wait(const DeviceSpec& device, int ranks);
+
+// Latency-bound message steps of a collective of `kind` over p ranks (the
+// ring's), each of which waits for every member.
+double message_steps(comm::Collective kind, int p);
+
 // Adds `weight` times `wire` to the bytes by link class: the stamped split,
 // or, when the lowering knew no node layout (all counted within a node),
 // the link the cluster gives the group.

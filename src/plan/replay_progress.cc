@@ -25,7 +25,12 @@ std::optional<double> Replay::join(int rank, size_t pos, int slice, double ready
 void Replay::complete(const CollectiveCall& call, Rendezvous& rv) {
   const LinkClass link = link_of(call.group->ranks);
   const int p = static_cast<int>(call.group->ranks.size());
-  const double seconds = slice_seconds(estimator_, call, p, link);
+  double seconds = slice_seconds(estimator_, call, p, link);
+  // Members on nodes under a CPU quota answer each message step late.
+  double throttled = 0;
+  for (const int m : call.group->ranks)
+    if (m < cluster_.devices()) throttled = std::max(throttled, throttle_wait(cluster_.device_of(m), cluster_.devices_per_node));
+  if (throttled > 0) seconds += throttled * message_steps(call.kind, p);
   const auto& [first_member, first_pos] = *rv.posted.begin();
   const RankState& first = state_[static_cast<size_t>(first_member)];
   if (!call.codec.lossy() && first.step_of(static_cast<size_t>(first_pos)) == first.steps - 1)

@@ -17,6 +17,7 @@
 #include "parallel/compose.h"
 #include "parallel/lower/stages.h"
 #include "plan/cluster.h"
+#include "plan/replay_calls.h"
 #include "plan/search.h"
 #include "plan/simulate.h"
 #include "plan/speed_split.h"
@@ -99,6 +100,34 @@ TEST(Heterogeneous, TheSimulatorRunsEachRankAtItsNodesSpeed) {
   // of the uniform cluster's step (compute; the allreduce is the same).
   EXPECT_LT(by_speed, 0.5 * even_slow);
   EXPECT_LT(by_speed, 1.5 * even_same);
+}
+
+// A node under a CPU quota answers each ring step late: the replay adds
+// (1 - share)^2 * period / 2 per message step of every collective it is
+// in, and the quota round-trips in the spec (and a bad one is named).
+TEST(Heterogeneous, AQuotaNodeDelaysEachRingStep) {
+  const Gpt gpt(64);
+  const ClusterSpec slow = four_nodes_one_slow();
+  ClusterSpec quota = slow;
+  quota.node_devices[3].quota = {.cores = 0.25, .period = 0.01};
+  EXPECT_EQ(cluster_from_json(to_json(quota)), quota);
+  EXPECT_DOUBLE_EQ(throttle_wait(quota.node_devices[3], 1), 0.75 * 0.75 * 0.01 / 2);
+  EXPECT_DOUBLE_EQ(throttle_wait(quota.node_devices[0], 1), 0);
+  EXPECT_DOUBLE_EQ(message_steps(comm::Collective::allreduce, 4), 6);
+  const parallel::Strategy by_speed = gpt.data_parallel({4, 4, 4, 1});
+  const double plain = gpt.step(slow, by_speed), throttled = gpt.step(quota, by_speed);
+  // At least one allreduce's 6 steps of 2.8 ms each, at most a step's worth per bucket.
+  EXPECT_GT(throttled - plain, 6 * throttle_wait(quota.node_devices[3], 1) * 0.99);
+  EXPECT_LT(throttled - plain, 64 * 6 * throttle_wait(quota.node_devices[3], 1));
+  nlohmann::json bad = to_json(quota);
+  bad["node_devices"][3]["cpu_quota"]["period"] = 0;
+  try {
+    cluster_from_json(bad);
+    FAIL() << "a quota without a period passed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("node_devices[3].cpu_quota {cores 0.25, period 0}"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Heterogeneous, SpeedSharesFollowEachDataRanksSlowestRank) {
