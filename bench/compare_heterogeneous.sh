@@ -16,14 +16,17 @@
 # per run the wall time to the target and the validation loss at the
 # target step's samples, then per method the median time against
 # uniform's and the loss against uniform's (docs/heterogeneous.md quotes it).
+# --predict instead runs uniform and proportional for 30 steps each and
+# prints the simulator's step time against the measured one (the issue's
+# prediction within 15%), from the calibrated spec the runs load.
 #
 #   bench/compare_heterogeneous.sh [--reps N] [--cap S] [--target-step S]
 #                                  [--quotas 50,50,50,12.5] [--methods a,b,...]
-#                                  [--model-flags "--layers 2 ..."] [--build DIR] [--lock FILE]
+#                                  [--model-flags "--layers 2 ..."] [--predict] [--build DIR] [--lock FILE]
 # --model-flags replaces gpt-mini's shape flags (a quicker, smaller run).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-REPS=3 CAP=2000 TARGET_STEP=400 QUOTAS=50,50,50,12.5 METHODS=uniform,proportional,partial,gossip,ps
+REPS=3 CAP=2000 TARGET_STEP=400 QUOTAS=50,50,50,12.5 METHODS=uniform,proportional,partial,gossip,ps PREDICT=0
 MODEL_FLAGS="--vocab 256 --block 128 --layers 4 --heads 4 --embd 128 --batch 32"
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -33,6 +36,7 @@ while [[ $# -gt 0 ]]; do
     --quotas) QUOTAS=$2; shift 2 ;;
     --methods) METHODS=$2; shift 2 ;;
     --model-flags) MODEL_FLAGS=$2; shift 2 ;;
+    --predict) PREDICT=1; shift ;;
     --build) BUILD=$(realpath "$2"); shift 2 ;;
     --lock) LOCK=$2; shift 2 ;;
     -h|--help) usage 0 ;;
@@ -88,6 +92,20 @@ run() {  # METHOD REP STEPS: one run, its metrics in $RESULTS/METHOD-REP.jsonl
     { echo "error: $method rep $rep failed: $RESULTS/$method-$rep.log" >&2; tail -5 "$RESULTS/$method-$rep.log" >&2; exit 1; }
   "$HOSTS" exec 0 cat "$PXH_DISK/$method-$rep.jsonl" > "$RESULTS/$method-$rep.jsonl"
 }
+
+if [[ $PREDICT == 1 ]]; then
+  # The runs load the spec calibrate just saved (the local spec, its
+  # hosts' speeds and quotas) and print their prediction at the end.
+  for method in uniform proportional; do
+    extra=()
+    [[ $method == proportional ]] && extra=(--row-shares "$SHARES")
+    locked "$HOSTS" mpirun --host "$HOSTLIST" -np "$NP" "$PX" train "${MODEL[@]}" --steps 30 --eval-every 0 \
+      --eval-batches 1 --sample-tokens 0 --threads 1 --progress lines "${extra[@]}" > "$RESULTS/predict-$method.log" 2>&1 ||
+      { echo "error: $method failed: $RESULTS/predict-$method.log" >&2; tail -5 "$RESULTS/predict-$method.log" >&2; exit 1; }
+    echo "$method: $(grep -m1 'step time    predicted' "$RESULTS/predict-$method.log" | sed 's/^ *//')"
+  done
+  exit 0
+fi
 
 IFS=, read -r -a methods <<< "$METHODS"
 for rep in $(seq 1 "$REPS"); do
