@@ -36,12 +36,13 @@ class ClassificationTask : public Task {
 
   int64_t steps_per_epoch() const override { return sampler_.batches_per_epoch(); }
 
-  EvaluationSums evaluate(const ParamStore& params, int part, int parts) override {
+  EvaluationSums evaluate(const ParamStore& params, const parallel::RowSplit& split, int part) override {
     double loss_sum = 0, rows_seen = 0;
     // --eval-batches batches of kEvalBatch test images (the default covers all 10,000).
     int64_t correct = 0, n = std::min(test_->size(), data_.eval_batches * kEvalBatch);
     bool classifies = true;
-    for (int64_t begin = int64_t(part) * kEvalBatch; begin < n; begin += int64_t(parts) * kEvalBatch) {
+    const parallel::RowRange mine = split.rows_of((n + kEvalBatch - 1) / kEvalBatch, part);  // in batches
+    for (int64_t begin = mine.begin * kEvalBatch; begin < std::min(n, mine.end * kEvalBatch); begin += kEvalBatch) {
       int64_t rows = std::min(kEvalBatch, n - begin);
       rows_seen += double(rows);
       Evaluator& evaluator = evaluator_for(rows);

@@ -31,7 +31,7 @@ class LanguageModelTask : public Task {
     return {b.inputs, b.targets, sampler_.batch_size()};
   }
 
-  EvaluationSums evaluate(const ParamStore& params, int part, int parts) override {
+  EvaluationSums evaluate(const ParamStore& params, const parallel::RowSplit& split, int part) override {
     if (!eval_) {
       eval_model_ = build(validation_.windows_per_batch(), false);
       eval_ = std::make_unique<ProgramExecutor>(
@@ -41,7 +41,8 @@ class LanguageModelTask : public Task {
     }
     eval_->use_parameters(params);
     EvaluationSums sums;
-    for (int64_t i = part; i < validation_.num_batches(); i += parts) {
+    const parallel::RowRange mine = split.rows_of(validation_.num_batches(), part);
+    for (int64_t i = mine.begin; i < mine.end; ++i) {
       TokenBatch b = validation_.batch(i);
       sums.loss += eval_->run({.feeds = feeds_of(eval_model_, {b.inputs, b.targets})}).loss;
       sums.weight += 1;

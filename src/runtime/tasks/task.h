@@ -64,9 +64,12 @@ class Task {
   virtual DataBatch next_batch(const parallel::RowSplit& split, int rank) = 0;
   // Batches in one epoch (classifiers), 0 when training is counted in steps only.
   virtual int64_t steps_per_epoch() const { return 0; }
-  // The validation batches part, part + parts, ... of the whole set
-  // (data-parallel ranks each evaluate a part at once; the sums add up).
-  virtual EvaluationSums evaluate(const ParamStore& params, int part = 0, int parts = 1) = 0;
+  // Part `part` of the validation batches under `split` (the batches as
+  // rows: a contiguous run of them, by the split's shares, so ranks of
+  // different speeds each evaluate as many as they compute in the time;
+  // data-parallel ranks each evaluate a part at once and the sums add up).
+  // The defaults: every batch.
+  virtual EvaluationSums evaluate(const ParamStore& params, const parallel::RowSplit& split = {}, int part = 0) = 0;
   virtual nlohmann::json data_state() const = 0;
   virtual void restore_data_state(const nlohmann::json& state) = 0;
   // What one row of a batch is, for throughput: "tok" (T tokens a row) or "img".

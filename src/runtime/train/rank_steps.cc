@@ -159,7 +159,11 @@ void RankTrainer::add_program_for(const DataBatch& batch) {
 // 1/world of the time.
 Evaluation RankTrainer::evaluate(int64_t at_step) {
   const ParamStore params = executor_->parameters();  // collective: every rank gets the whole
-  const EvaluationSums part = task_->evaluate(params, rank_, world_);
+  // Plain data parallelism splits the batches as it splits rows (by speed
+  // when the ranks differ); other meshes evenly over every rank.
+  const bool data_only = data_ranks_ == world_;
+  const EvaluationSums part = data_only ? task_->evaluate(params, strategy_.row_split(), data_rank_)
+                                        : task_->evaluate(params, parallel::RowSplit{.world = world_}, rank_);
   EvaluationSums sums = part;
   if (group_ != nullptr && world_ > 1) {
     std::array<float, 3> summed{float(part.loss), float(part.weight), float(part.correct < 0 ? 0 : part.correct)};
