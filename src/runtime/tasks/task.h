@@ -45,8 +45,8 @@ struct Evaluation {
 };
 
 // A part of an evaluation: sums over the validation batches one part
-// took (batches part, part + parts, ...), so every rank's parts add up to
-// the whole evaluation, whatever the number of parts.
+// took (Task::evaluate's run of them), so every rank's parts add up to the
+// whole evaluation, whatever the number of parts.
 struct EvaluationSums {
   double loss = 0;      // Σ batch mean loss x its weight
   double weight = 0;    // Σ weights: rows (classifiers) or batches (text)
