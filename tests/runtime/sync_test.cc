@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "parallel/strategy_equivalence.h"
@@ -86,6 +88,35 @@ TEST(GroupScheduler, StalenessHoldsARunawayUntilTheSlowestJoins) {
   ASSERT_TRUE(round);
   EXPECT_EQ(round->members, bits({0, 1, 2}));
   EXPECT_EQ(round->staleness, 2);
+}
+
+// A round brings a stale member up to its newest member's version (the
+// average holds those steps), and says how far behind each member was:
+// its weight in the average is its rows over one plus that.
+TEST(GroupScheduler, ARoundBringsAStaleMemberToTheNewestVersion) {
+  GroupScheduler s({.ranks = 3, .min_group = 2, .staleness = 2, .batch_rows = 3, .end_step = 100});
+  for (int step = 1; step <= 2; ++step) {
+    s.ready(0, step, 1);
+    s.ready(1, step, 1);
+    ASSERT_TRUE(s.next());
+  }
+  s.ready(2, 1, 1);  // alone: no round
+  EXPECT_FALSE(s.next());
+  s.ready(0, 3, 1);
+  const std::optional<Round> round = s.next();
+  ASSERT_TRUE(round);
+  EXPECT_EQ(round->members, bits({0, 2}));
+  EXPECT_EQ(round->staleness, 2);
+  EXPECT_EQ(round->behind, (std::vector<int64_t>{0, 0, 2}));
+  EXPECT_EQ(s.version(2), 3);
+  EXPECT_EQ(s.steps(2), 1);
+  // Rank 1 (version 2) is now the oldest; rank 2 no longer is.
+  s.ready(2, 2, 1);
+  s.ready(1, 3, 1);
+  const std::optional<Round> next = s.next();
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->members, bits({1, 2}));
+  EXPECT_EQ(next->behind, (std::vector<int64_t>{0, 1, 0}));
 }
 
 TEST(GroupScheduler, BoundariesMakeRoundsOfEveryLiveReplica) {
@@ -264,11 +295,16 @@ TEST(Sync, PartialGroupsAndGossipTrain) {
 // A rank killed in process under partial reduce is left out of later
 // groups and named; the others finish the job without a restart.
 TEST(Sync, AKilledRankIsLeftOutAndNamed) {
+  testing::ScratchDir dir;
   JobSpec o = sgd_job(3, 30);
   o.sync.mode = "partial-reduce";
   o.fault.inject_fault = {.rank = 2, .step = 5, .mode = "kill"};
+  o.fault.run_dir = dir.path() + "/run";  // keeps the metrics
   std::ostringstream log;
   const JobResult got = train(o, log);
+  std::ifstream metrics(o.fault.run_dir + "/metrics.jsonl");
+  const std::string lines((std::istreambuf_iterator<char>(metrics)), std::istreambuf_iterator<char>());
+  EXPECT_NE(lines.find("\"left\":2"), std::string::npos) << lines.substr(0, 400);
   ASSERT_TRUE(got.sync);
   ASSERT_EQ(got.sync->left.size(), 1u) << log.str();
   EXPECT_NE(got.sync->left[0].find("rank 2 at its step 4"), std::string::npos) << got.sync->left[0];

@@ -123,6 +123,12 @@ void Coordinator::announce(const Round& round) {
                                       (round.evaluate ? RoundMessage::kEvaluate : 0) |
                                       (round.save ? RoundMessage::kSave : 0) | (round.stop ? RoundMessage::kStop : 0)};
   const std::vector<int> members = members_of(round.members);
+  // Staleness-aware weights: rows over one plus the versions behind.
+  auto weight = [&](int r) {
+    return double(rows_[static_cast<size_t>(r)]) / double(1 + round.behind[static_cast<size_t>(r)]);
+  };
+  double total = 0;
+  for (const int r : members) total += weight(r);
   double loss = 0;
   int64_t rows = 0;
   for (const int r : members) {
@@ -132,6 +138,8 @@ void Coordinator::announce(const Round& round) {
     // The last round's send to r completed before r could report again.
     if (send.state) control_.wait(send, {"partial reduce round", static_cast<int>(round.index)});
     sent_[static_cast<size_t>(r)] = message;
+    sent_[static_cast<size_t>(r)].weight = weight(r);
+    sent_[static_cast<size_t>(r)].total = total;
     send = control_.isend(r, kRoundTag, &sent_[static_cast<size_t>(r)], sizeof(RoundMessage));
   }
   loss = rows > 0 ? loss / double(rows) : 0;

@@ -26,6 +26,7 @@ GroupScheduler::GroupScheduler(const SchedulerConfig& config)
       live_(static_cast<size_t>(config.ranks), true),
       ready_(static_cast<size_t>(config.ranks), false),
       steps_(static_cast<size_t>(config.ranks), config.start_step),
+      version_(static_cast<size_t>(config.ranks), config.start_step),
       rows_(config.start_step * config.batch_rows),
       next_full_(boundary_after(config.start_step, config.full_every)),
       next_eval_(boundary_after(config.start_step, config.eval_every)),
@@ -39,6 +40,7 @@ int GroupScheduler::live_count() const { return static_cast<int>(std::count(live
 void GroupScheduler::ready(int rank, int64_t steps, int64_t rows) {
   PX_CHECK(live(rank));
   ready_[static_cast<size_t>(rank)] = true;
+  version_[static_cast<size_t>(rank)] += steps - steps_[static_cast<size_t>(rank)];
   steps_[static_cast<size_t>(rank)] = steps;
   rows_ += rows;
   note_boundaries();
@@ -64,27 +66,34 @@ void GroupScheduler::note_boundaries() {
 }
 
 Round GroupScheduler::form(uint64_t members) {
-  Round round{.index = rounds_++, .members = members, .global_step = global_step()};
+  Round round{.index = rounds_++, .members = members, .global_step = global_step(),
+              .behind = std::vector<int64_t>(static_cast<size_t>(config_.ranks), 0)};
   int64_t lo = INT64_MAX, hi = INT64_MIN;
   for (int r = 0; r < config_.ranks; ++r)
     if (members >> r & 1) {
       ready_[static_cast<size_t>(r)] = false;
-      lo = std::min(lo, steps_[static_cast<size_t>(r)]);
-      hi = std::max(hi, steps_[static_cast<size_t>(r)]);
+      lo = std::min(lo, version_[static_cast<size_t>(r)]);
+      hi = std::max(hi, version_[static_cast<size_t>(r)]);
     }
   round.staleness = hi - lo;
+  // The average holds the newest member's steps: every member is at its version now.
+  for (int r = 0; r < config_.ranks; ++r)
+    if (members >> r & 1) {
+      round.behind[static_cast<size_t>(r)] = hi - version_[static_cast<size_t>(r)];
+      version_[static_cast<size_t>(r)] = hi;
+    }
   return round;
 }
 
 std::optional<Round> GroupScheduler::next() {
   if (stopped_ || live_count() == 0) return std::nullopt;
   uint64_t live = 0, ready = 0;
-  int64_t slowest = INT64_MAX;
+  int64_t oldest = INT64_MAX;
   for (int r = 0; r < config_.ranks; ++r) {
     if (!live_[static_cast<size_t>(r)]) continue;
     live |= uint64_t{1} << r;
     if (ready_[static_cast<size_t>(r)]) ready |= uint64_t{1} << r;
-    slowest = std::min(slowest, steps_[static_cast<size_t>(r)]);
+    oldest = std::min(oldest, version_[static_cast<size_t>(r)]);
   }
   if (stop_due_ || full_due_ || eval_due_ || save_due_) {
     if (ready != live) return std::nullopt;  // a round of everyone: wait for the rest
@@ -97,15 +106,15 @@ std::optional<Round> GroupScheduler::next() {
     stopped_ = stop_due_;
     return round;
   }
-  bool slowest_ready = false;
+  bool oldest_ready = false;
   uint64_t eligible = 0;
   for (int r = 0; r < config_.ranks; ++r) {
     if (!(ready >> r & 1)) continue;
-    const int64_t ahead = steps_[static_cast<size_t>(r)] - slowest;
-    if (ahead == 0) slowest_ready = true;
+    const int64_t ahead = version_[static_cast<size_t>(r)] - oldest;
+    if (ahead == 0) oldest_ready = true;
     if (ahead <= config_.staleness) eligible |= uint64_t{1} << r;
   }
-  const uint64_t group = slowest_ready ? ready : eligible;
+  const uint64_t group = oldest_ready ? ready : eligible;
   const int need = std::min(config_.min_group, live_count());
   if (std::popcount(group) < need || group == 0) return std::nullopt;
   return form(group);

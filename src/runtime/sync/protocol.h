@@ -5,8 +5,10 @@
 //
 // After each step, every replica r:
 //   r -> 0  kReadyTag  ReadyMessage{ready, steps, rows, compute_s, wait_s, loss}
-//   0 -> r  kRoundTag  RoundMessage{round}     once the scheduler puts r in a round
-// then averages with the round's members. A replica that dies in process
+//   0 -> r  kRoundTag  RoundMessage{round, r's weight, the members' total}
+//                                               once the scheduler puts r in a round
+// then averages with the round's members, scaling its model by its weight
+// over the total (rows over one plus its versions behind: group_scheduler.h). A replica that dies in process
 // sends ReadyMessage{leave, reason} instead and nothing more; the
 // coordinator keeps one receive posted per live replica.
 #pragma once
@@ -36,6 +38,8 @@ struct RoundMessage {
   int64_t global_step = 0;
   int32_t flags = 0;  // kFull | kEvaluate | kSave | kStop
   int32_t unused = 0;
+  double weight = 0;  // the receiver's in the average
+  double total = 0;   // the members' weights summed
   static constexpr int32_t kFull = 1, kEvaluate = 2, kSave = 4, kStop = 8;
 };
 

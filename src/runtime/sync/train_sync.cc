@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 #include <optional>
 #include <thread>
@@ -128,7 +129,7 @@ double weight_of(const Job& job, const std::vector<int>& members) {
   return total;
 }
 
-// The members average: this rank with its like in each member replica.
+// Gossip's average, rows-weighted: this rank with its like in each member replica.
 void average(const Job& job, const std::vector<int>& members, uint32_t sequence, bool state) {
   comm::Communicator group = job.averaging.view(job.layout.like_ranks(members), sequence);
   job.replica.average(group, job.weights[static_cast<size_t>(job.layout.replica)], weight_of(job, members), state);
@@ -184,7 +185,9 @@ void run_partial_reduce(const Job& job) {
     if (job.layout.per_replica > 1)
       comm::broadcast(job.replica_ranks, comm::Buffer(&round, sizeof(round), DType::u8), 0);
     global_step = round.global_step;
-    average(job, sync::members_of(round.members), view_sequence(round.index), round.flags & sync::RoundMessage::kFull);
+    comm::Communicator group =
+        job.averaging.view(job.layout.like_ranks(sync::members_of(round.members)), view_sequence(round.index));
+    job.replica.average(group, round.weight, round.total, round.flags & sync::RoundMessage::kFull);
     if (replica0 && (round.flags & sync::RoundMessage::kEvaluate)) evaluate(job, global_step);
     if (replica0 && (round.flags & sync::RoundMessage::kSave) && !job.checkpoint.save.empty()) save(job, global_step);
     wait_s = seconds_since(reported);
@@ -282,7 +285,14 @@ SyncResult train_synced(const nn::ModelConfig& model_config, const DataOptions& 
   Replica replica(*task, strategy, optimizer, split.rows_of(data.batch, layout.replica).size(), replica_ranks,
                   run_start.params, resumed);
   const bool lead = world.rank() == 0;
-  sync::LeadOutput out(lead ? run.metrics : std::string(), resumed != nullptr, total, start, task->unit(),
+  // A run directory keeps the metrics (`parallax report` draws them,
+  // `parallax doctor` lists the stragglers named in them).
+  std::string metrics = run.metrics;
+  if (metrics.empty() && !fault.run_dir.empty()) {
+    metrics = fault.run_dir + "/metrics.jsonl";
+    if (lead) std::filesystem::create_directories(fault.run_dir);
+  }
+  sync::LeadOutput out(lead ? metrics : std::string(), resumed != nullptr || attempt > 0, total, start, task->unit(),
                        run.progress_bar, log);
   const Job job{.model = model, .data = data, .optimizer = optimizer, .sync = sync, .checkpoint = checkpoint,
                 .fault = fault, .run = run, .world = world, .control = control, .averaging = averaging,
