@@ -22,22 +22,28 @@ MLP=(train --model mlp --hidden 64 32 --batch 12 --steps 30 --optimizer sgd --mo
 
 fail() { echo "FAIL: $1"; shift; for f in "$@"; do echo "--- $f"; cat "$f"; done; exit 1; }
 
-# 1. Groups of every replica against the gradient allreduce.
-"${MPIRUN[@]}" -np 3 "$PARALLAX" "${MLP[@]}" --row-shares 3,2,1 --metrics "$WORK/bulk.jsonl" > "$WORK/bulk.log" 2>&1 ||
-  fail "the bulk run failed" "$WORK/bulk.log"
-"${MPIRUN[@]}" -np 3 "$PARALLAX" "${MLP[@]}" --row-shares 3,2,1 --sync partial-reduce --sync-group 3 \
-  --metrics "$WORK/full.jsonl" > "$WORK/full.log" 2>&1 || fail "the partial-reduce run failed" "$WORK/full.log"
-grep -q "3 replicas (mpi), rows 3:2:1, partial reduce" "$WORK/full.log" || fail "not 3 MPI replicas" "$WORK/full.log"
-python3 - "$WORK/bulk.jsonl" "$WORK/full.jsonl" <<'PY' || fail "losses differ" "$WORK/full.log"
+# BULK.jsonl FULL.jsonl WHAT: the same steps, every loss within 1e-5 (relative).
+same_losses() {
+  python3 - "$1" "$2" "$3" <<'PY'
 import json, sys
 def losses(p):
     return {j["step"]: j["train_loss"] for j in map(json.loads, open(p)) if "train_loss" in j}
 bulk, full = losses(sys.argv[1]), losses(sys.argv[2])
 if sorted(bulk) != sorted(full): sys.exit(f"steps {sorted(full)} vs {sorted(bulk)}")
 worst = max(abs(bulk[s] - full[s]) / abs(bulk[s]) for s in bulk)
-print(f"groups of every replica against the allreduce: {len(bulk)} steps, worst relative difference {worst:.2e}")
+print(f"{sys.argv[3]}: {len(bulk)} steps, worst relative difference {worst:.2e}")
 if worst > 1e-5: sys.exit(f"{worst:.2e} > 1e-5")
 PY
+}
+
+# 1. Groups of every replica against the gradient allreduce.
+"${MPIRUN[@]}" -np 3 "$PARALLAX" "${MLP[@]}" --row-shares 3,2,1 --metrics "$WORK/bulk.jsonl" > "$WORK/bulk.log" 2>&1 ||
+  fail "the bulk run failed" "$WORK/bulk.log"
+"${MPIRUN[@]}" -np 3 "$PARALLAX" "${MLP[@]}" --row-shares 3,2,1 --sync partial-reduce --sync-group 3 \
+  --metrics "$WORK/full.jsonl" > "$WORK/full.log" 2>&1 || fail "the partial-reduce run failed" "$WORK/full.log"
+grep -q "3 replicas (mpi), rows 3:2:1, partial reduce" "$WORK/full.log" || fail "not 3 MPI replicas" "$WORK/full.log"
+same_losses "$WORK/bulk.jsonl" "$WORK/full.jsonl" "groups of every replica against the allreduce" ||
+  fail "losses differ" "$WORK/full.log"
 
 # 2. Groups of 2 with rank 2 slowed down: it is named, and the job trains.
 "${MPIRUN[@]}" -np 3 "$PARALLAX" "${MLP[@]}" --sync partial-reduce --inject-delay 2:60 \
@@ -65,14 +71,6 @@ GPT=(train --model gpt --layers 2 --embd 32 --heads 2 --block 16 --batch 8 --ste
   > "$WORK/pfull.log" 2>&1 || fail "the pipeline-replica run failed" "$WORK/pfull.log"
 grep -q "2 replicas (mpi) of 2 ranks each (mesh {pp:2, dp:1}), rows 3:1" "$WORK/pfull.log" ||
   fail "not 2 MPI replicas of 2 stages" "$WORK/pfull.log"
-python3 - "$WORK/pbulk.jsonl" "$WORK/pfull.jsonl" <<'PY' || fail "pipeline losses differ" "$WORK/pfull.log"
-import json, sys
-def losses(p):
-    return {j["step"]: j["train_loss"] for j in map(json.loads, open(p)) if "train_loss" in j}
-bulk, full = losses(sys.argv[1]), losses(sys.argv[2])
-if sorted(bulk) != sorted(full): sys.exit(f"steps {sorted(full)} vs {sorted(bulk)}")
-worst = max(abs(bulk[s] - full[s]) / abs(bulk[s]) for s in bulk)
-print(f"pipeline replicas in groups of both against pp x dp: {len(bulk)} steps, worst relative difference {worst:.2e}")
-if worst > 1e-5: sys.exit(f"{worst:.2e} > 1e-5")
-PY
+same_losses "$WORK/pbulk.jsonl" "$WORK/pfull.jsonl" "pipeline replicas in groups of both against pp x dp" ||
+  fail "pipeline losses differ" "$WORK/pfull.log"
 echo "PASS"
