@@ -80,6 +80,21 @@ void add_model_flags(CLI::App& cmd, TrainFlags& flags) {
   cmd.add_option("--vocab", o.model.gpt.vocab, "gpt: vocabulary size (the byte-level corpora use the first 256)")
       ->capture_default_str();
   cmd.add_option("--dropout", o.model.gpt.dropout, "gpt: dropout probability")->capture_default_str();
+  cmd.add_option("--moe-experts", o.model.gpt.moe_experts,
+                 "gpt: experts of a mixture-of-experts MLP (0: dense; docs/moe.md)")->capture_default_str();
+  cmd.add_option("--moe-top-k", o.model.gpt.moe_top_k, "gpt: experts each token is routed to")->capture_default_str();
+  cmd.add_option("--moe-every", o.model.gpt.moe_every,
+                 "gpt: every n-th block's MLP is a mixture (block i when i % n == n-1)")->capture_default_str();
+  cmd.add_option("--moe-width", o.model.gpt.moe_width,
+                 "gpt: each expert's hidden width (0: 4 * embd / top-k, the dense MLP's active FLOPs)")
+      ->capture_default_str();
+  cmd.add_option("--capacity-factor", o.model.gpt.capacity_factor,
+                 "gpt: each expert takes at most f * tokens * k / experts copies, the rest skip the layer "
+                 "(0: dropless)")->capture_default_str();
+  cmd.add_option("--moe-aux-loss", o.model.gpt.aux_loss_coef, "gpt: coefficient of Switch's load-balancing loss")
+      ->capture_default_str();
+  cmd.add_option("--moe-z-loss", o.model.gpt.z_loss_coef, "gpt: coefficient of the router z-loss")
+      ->capture_default_str();
   cmd.add_option("--cnn-channels", o.model.cnn.channels1, "cnn: the first convolution's channels (the second's: twice)")
       ->each([&o](const std::string&) { o.model.cnn.channels2 = 2 * o.model.cnn.channels1; })
       ->capture_default_str();

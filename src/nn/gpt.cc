@@ -1,5 +1,7 @@
 #include "nn/gpt.h"
 
+#include <algorithm>
+
 #include "nn/gpt_blocks.h"
 #include "nn/layers.h"
 
@@ -18,6 +20,48 @@ void validate(const GptConfig& c) {
     fail("gpt: n_embd={} is not divisible by n_head={} (each head gets n_embd/n_head channels)", c.n_embd,
          c.n_head);
   if (!(c.dropout >= 0 && c.dropout < 1)) fail("gpt: dropout={} must be in [0, 1)", c.dropout);
+  if (c.moe_experts == 0) return;
+  if (c.moe_experts < 0) fail("gpt: moe_experts={} must be >= 0 (0: a dense MLP)", c.moe_experts);
+  if (c.moe_top_k < 1 || c.moe_top_k > c.moe_experts)
+    fail("gpt: moe_top_k={} must be in [1, moe_experts={}]", c.moe_top_k, c.moe_experts);
+  if (c.moe_every < 1) fail("gpt: moe_every={} must be positive", c.moe_every);
+  if (c.moe_every > c.n_layer)
+    fail("gpt: moe_every={} leaves none of the {} blocks a mixture of experts (block i is one when i % {} == {})",
+         c.moe_every, c.n_layer, c.moe_every, c.moe_every - 1);
+  if (c.moe_width < 0) fail("gpt: moe_width={} must be >= 0 (0: 4 * n_embd / moe_top_k)", c.moe_width);
+  if (expert_width(c) < 1)
+    fail("gpt: an expert's width 4 * n_embd / moe_top_k = {} is empty; give --moe-width", expert_width(c));
+  if (!(c.capacity_factor >= 0)) fail("gpt: capacity_factor={} must be >= 0 (0: dropless)", c.capacity_factor);
+  if (!(c.aux_loss_coef >= 0)) fail("gpt: aux_loss_coef={} must be >= 0", c.aux_loss_coef);
+  if (!(c.z_loss_coef >= 0)) fail("gpt: z_loss_coef={} must be >= 0", c.z_loss_coef);
+}
+
+bool is_moe_layer(const GptConfig& c, int64_t layer) {
+  return c.moe_experts > 0 && layer % c.moe_every == c.moe_every - 1;
+}
+
+int64_t expert_width(const GptConfig& c) {
+  return c.moe_width > 0 ? c.moe_width : 4 * c.n_embd / std::max<int64_t>(c.moe_top_k, 1);
+}
+
+namespace {
+
+// Parameters with `experts_counted` experts per mixture.
+int64_t parameters_with(const GptConfig& c, int64_t experts_counted) {
+  const int64_t C = c.n_embd, F = expert_width(c);
+  const int64_t attention = 3 * C * C + 3 * C + C * C + C, norms = 4 * C;
+  const int64_t dense_mlp = 4 * C * C + 4 * C + 4 * C * C + C;
+  const int64_t mixture = C * c.moe_experts + experts_counted * (C * F + F + F * C + C);
+  int64_t total = (c.vocab + c.block) * C + 2 * C;
+  for (int64_t i = 0; i < c.n_layer; ++i) total += attention + norms + (is_moe_layer(c, i) ? mixture : dense_mlp);
+  return total;
+}
+
+}  // namespace
+
+int64_t parameter_count(const GptConfig& c) { return parameters_with(c, c.moe_experts); }
+int64_t active_parameter_count(const GptConfig& c) {
+  return parameters_with(c, c.moe_experts > 0 ? c.moe_top_k : 0);
 }
 
 Model build_gpt(const GptConfig& c, int64_t batch, int64_t T, bool training) {
@@ -29,6 +73,7 @@ Model build_gpt(const GptConfig& c, int64_t batch, int64_t T, bool training) {
   detail::GptBlocks b{.config = c,
                      .g = g,
                      .lead = {-1, T},
+                     .tokens = batch * T,
                      .training = training,
                      .attend = [&g](ValueId qkv, int64_t) { return g.add1("attention", {qkv}, {}, "attention"); }};
   m.inputs = g.input("tokens", {Shape{batch, T}, DType::i32});   // (B, T)
@@ -49,6 +94,13 @@ Model build_gpt(const GptConfig& c, int64_t batch, int64_t T, bool training) {
   ValueId target = g.add1("target_logit", {m.logits, m.targets}, {}, "loss.target");  // (B, T)
   m.loss = g.add1("cross_entropy_loss", {shift, sum_exp, target},
                   {{"scale", 1.0 / static_cast<double>(batch * T)}}, "loss");
+  // Training adds the routers' balancing losses to the objective (the
+  // loss a training step reports); evaluation's loss is the language
+  // model's alone, comparable with a dense model's.
+  for (const RouterValues& r : b.routers)
+    for (ValueId extra : {r.aux_loss, r.z_loss})
+      if (extra != kNoValue) m.loss = g.add1("add", {m.loss, extra}, {}, g.value(extra).name + ".add");
+  m.routers = std::move(b.routers);
   return m;
 }
 

@@ -7,6 +7,12 @@
 //   h.{i}.attn.c_proj.weight (C, C)    h.{i}.ln_2.{weight,bias} (C)
 //   h.{i}.mlp.c_fc.weight (C, 4C)      h.{i}.mlp.c_proj.weight (4C, C)   ln_f.{weight,bias} (C)
 // Initialization as GPT-2: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)).
+// A mixture of experts (moe_experts E > 0) replaces the MLP of every
+// moe_every-th block (i % moe_every == moe_every - 1) by a router and E
+// expert MLPs of width F (docs/moe.md):
+//   h.{i}.mlp.router.weight (C, E)
+//   h.{i}.mlp.experts.c_fc.weight (E, C, F)    .bias (E, F)
+//   h.{i}.mlp.experts.c_proj.weight (E, F, C)  .bias (E, C)
 #pragma once
 
 #include <cstdint>
@@ -22,8 +28,24 @@ struct GptConfig {
   int64_t n_head = 4;
   int64_t n_embd = 128;
   double dropout = 0.0;
+  // Mixture of experts: 0 experts is the dense GPT.
+  int64_t moe_experts = 0;
+  int64_t moe_top_k = 2;         // experts per token
+  int64_t moe_every = 1;         // every n-th block's MLP is a mixture
+  int64_t moe_width = 0;         // each expert's hidden width; 0: 4C / k (the dense MLP's active FLOPs)
+  double capacity_factor = 0.0;  // 0: dropless; else each expert takes at most f * tokens * k / E copies
+  double aux_loss_coef = 0.01;   // Switch's load-balancing loss
+  double z_loss_coef = 0.001;    // ST-MoE's router z-loss
   bool operator==(const GptConfig&) const = default;
 };
+
+// Whether block `layer`'s MLP is a mixture of experts, and its experts' width.
+bool is_moe_layer(const GptConfig& config, int64_t layer);
+int64_t expert_width(const GptConfig& config);
+// Parameters of the model (every expert counted), and those one token
+// passes through (k experts per mixture): the active ones.
+int64_t parameter_count(const GptConfig& config);
+int64_t active_parameter_count(const GptConfig& config);
 
 // Throws px::Error for impossible configs (n_embd not divisible by n_head, ...).
 void validate(const GptConfig& config);

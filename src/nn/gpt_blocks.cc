@@ -33,10 +33,54 @@ ValueId GptBlocks::mlp(ValueId x) {
   return dropout(h, "dropout");
 }
 
+// A token's k chosen experts, each a GELU MLP of width F, weighted by the
+// router's gates; a copy capacity dropped adds nothing, so the token
+// passes through the residual alone. Legend: k experts per token, E
+// experts, F an expert's width.
+ValueId GptBlocks::mixture_of_experts(ValueId x, int64_t layer) {
+  Scope scope(g, "mlp");
+  const int64_t C = config.n_embd, E = config.moe_experts, k = config.moe_top_k, F = expert_width(config);
+  const double tokens_ = static_cast<double>(tokens);
+  ValueId router = g.param(g.scoped("router.weight"), {Shape{C, E}}, {ParamInit::Kind::normal, 0.02}, false);
+  ValueId logits = g.add1("moe_router", {x, router}, {}, "router");  // (lead..., E) fp32
+  const double capacity = training ? config.capacity_factor : 0.0;
+  const std::vector<ValueId> route =
+      g.add("moe_route", {logits},
+            {{"k", k}, {"capacity_factor", capacity}, {"load_scale", 1.0 / (tokens_ * double(k))}}, "route");
+  const ValueId gates = route[0], choice = route[1], load = route[2];  // (lead..., k), (lead..., k), (E)
+
+  auto experts_param = [&](const std::string& name, Shape shape, ParamInit init, bool decay) {
+    return g.param(g.scoped("experts." + name), {std::move(shape)}, init, decay);
+  };
+  const ValueId fc_w = experts_param("c_fc.weight", {E, C, F}, {ParamInit::Kind::normal, 0.02}, true);
+  const ValueId fc_b = experts_param("c_fc.bias", {E, F}, {ParamInit::Kind::zeros, 0}, false);
+  const ValueId proj_w = experts_param("c_proj.weight", {E, F, C},
+                                       {ParamInit::Kind::normal, 0.02 / std::sqrt(2.0 * config.n_layer)}, true);
+  const ValueId proj_b = experts_param("c_proj.bias", {E, C}, {ParamInit::Kind::zeros, 0}, false);
+
+  ValueId h = g.add1("moe_expand", {x}, {{"k", k}}, "dispatch");                          // (lead..., k, C)
+  h = g.add1("moe_linear", {h, fc_w, choice}, {}, "experts.c_fc");                         // (lead..., k, F)
+  h = g.add1("gelu", {g.add1("moe_bias_add", {h, fc_b, choice}, {}, "experts.c_fc.add_bias")}, {}, "gelu");
+  h = g.add1("moe_linear", {h, proj_w, choice}, {}, "experts.c_proj");                     // (lead..., k, C)
+  h = g.add1("moe_bias_add", {h, proj_b, choice}, {}, "experts.c_proj.add_bias");
+  h = g.add1("moe_combine", {h, gates}, {}, "combine");                                    // (lead..., C)
+
+  RouterValues values{.layer = layer, .load = load, .choice = choice};
+  if (training && config.aux_loss_coef > 0)
+    values.aux_loss = g.add1("moe_aux_loss", {load, logits},
+                             {{"scale", config.aux_loss_coef * double(E) / tokens_}}, "aux_loss");
+  if (training && config.z_loss_coef > 0)
+    values.z_loss = g.add1("moe_z_loss", {logits}, {{"scale", config.z_loss_coef / tokens_}}, "z_loss");
+  routers.push_back(values);
+  return dropout(h, "dropout");
+}
+
 ValueId GptBlocks::block(ValueId x, int64_t layer) {
   Scope scope(g, fmt::format("h.{}", layer));
   x = g.add1("add", {x, attention(layer_norm(g, "ln_1", x, config.n_embd), layer)}, {}, "residual_1");
-  return g.add1("add", {x, mlp(layer_norm(g, "ln_2", x, config.n_embd))}, {}, "residual_2");
+  const ValueId normed = layer_norm(g, "ln_2", x, config.n_embd);
+  return g.add1("add", {x, is_moe_layer(config, layer) ? mixture_of_experts(normed, layer) : mlp(normed)}, {},
+                "residual_2");
 }
 
 }  // namespace px::nn::detail

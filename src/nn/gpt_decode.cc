@@ -31,7 +31,7 @@ DecodeModel build_gpt_decode(const GptConfig& c, const DecodeShape& s) {
     m.caches.push_back(kv_cache_name(i));
     caches.push_back(g.param(m.caches.back(), {Shape{s.cache_blocks, 2, H, s.block_tokens, D}}, {}, false));
   }
-  detail::GptBlocks b{.config = c, .g = g, .lead = {N}, .training = false,
+  detail::GptBlocks b{.config = c, .g = g, .lead = {N}, .tokens = N, .training = false,
                       .attend = [&](ValueId qkv, int64_t layer) {
                         m.qkv.push_back(qkv);
                         return g.add1("paged_attention", {qkv, caches[static_cast<size_t>(layer)], m.segments}, {},

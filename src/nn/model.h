@@ -11,12 +11,24 @@
 
 namespace px::nn {
 
+// A mixture-of-experts layer's values a run reports (per step: each
+// expert's share of the choices, the dropped share, the two losses).
+struct RouterValues {
+  int64_t layer = 0;
+  ValueId load = kNoValue;      // (E): each expert's fraction of the choices, before dropping
+  ValueId choice = kNoValue;    // (B, T, k) i32: the experts chosen, -1-e where capacity dropped it
+  ValueId aux_loss = kNoValue;  // [] coef-scaled; kNoValue when not training or coef 0
+  ValueId z_loss = kNoValue;    // [] likewise
+};
+
 struct Model {
   Graph graph;
   ValueId inputs = kNoValue;     // images (N, 1, 28, 28) f32 or tokens (B, T) i32
   ValueId targets = kNoValue;    // labels (N) or next tokens (B, T), i32
   ValueId logits = kNoValue;     // (N, classes) or (B, T, V); kNoValue for a regression (ONNX --loss mse)
-  ValueId loss = kNoValue;       // [] mean cross-entropy over the batch (or an imported model's own loss)
+  ValueId loss = kNoValue;       // [] mean cross-entropy over the batch (or an imported model's own loss),
+                                 // plus the routers' losses when training a mixture of experts
+  std::vector<RouterValues> routers;  // one per mixture-of-experts layer
 };
 
 // The graph inputs a batch feeds, by name: what data-parallel strategies

@@ -118,6 +118,18 @@ void localize(const Context& c, Program& program) {
   // collectives with zeros (the options refuse a full batch that small).
   program.global_rows = global_rows;
   for (size_t v = 0; v < graph.values().size(); ++v) program.batch_rows.push_back(c.data_placement(static_cast<ValueId>(v)) == Placement::S(0));
+  // A batch value gathered whole along the data axis (a router with a
+  // capacity routes the whole batch's tokens together) holds every rank's
+  // rows of one step; cut into micro-batches, ranks of different row
+  // counts would gather different micro-batch sizes.
+  if (c.strategy.micro_batches > 1 && c.row_ranks > 1)
+    for (const Node& node : graph.nodes())
+      if (node.op() == "reshard" && node.attrs.get_int("axis") == c.data_axis &&
+          node.attrs.get_string("from") == "S(0)" && node.attrs.get_string("to") == "B")
+        fail("lowering: '{}' is gathered whole along the data axis '{}' (a router with a capacity routes the whole "
+             "batch's tokens together), which {} micro-batches a step cannot give: train one micro-batch a step, "
+             "on one data-parallel rank, or route dropless (--capacity-factor 0)",
+             graph.value(node.inputs.front()).name, c.strategy.data_axis, c.strategy.micro_batches);
   // The rows the tasks serve this rank (parallel/row_split.h), in micro-batches cut the same way.
   const RowRange mine = shard_rows(global_rows, c.row_rank, c.row_ranks, c.strategy.row_shares);
   std::map<int64_t, int> graph_of_rows;

@@ -8,6 +8,31 @@
 
 namespace px {
 
+namespace {
+
+// A batch value's rows along the data axis are the row split's
+// (gather_batch_rows): gathered with their counts, sliced at this
+// micro-batch's rows. The lowering refuses micro-batches with such a
+// reshard (whose gathered rows would differ per micro-batch size), so this
+// rank's rows of the whole batch are its micro-batch's.
+Tensor reshard_batch_rows(comm::Communicator& comm, const Tensor& in, const parallel::Reshard& op,
+                          const Shape& out_shape, const parallel::MicroBatch& micro_batch,
+                          const comm::CollectiveOptions& options) {
+  if (op.from.is_split()) return gather_batch_rows(comm, in, out_shape[0], options);
+  return in.slice_rows(micro_batch.row_offset, micro_batch.row_offset + micro_batch.rows).clone();
+}
+
+}  // namespace
+
+bool ProgramExecutor::batch_rows_on_data_axis(const parallel::Reshard& op, const Node& node) const {
+  const parallel::Strategy& s = prog().strategy;
+  if (s.data_ranks() == 1 || op.axis != s.mesh.axis(s.data_axis)) return false;
+  const bool gather = op.from == Placement::S(0) && !op.to.is_split() && !op.to.is_partial();
+  const bool slice = op.to == Placement::S(0) && !op.from.is_split() && !op.from.is_partial();
+  const ValueId batch_value = gather ? node.inputs.front() : node.outputs.front();
+  return (gather || slice) && prog().batch_rows[static_cast<size_t>(batch_value)];
+}
+
 void ProgramExecutor::reshard(int id, const parallel::Reshard& op, const StepInput& input) {
   const parallel::Instr& instr = prog().instrs[static_cast<size_t>(id)];
   const int m = instr.micro_batch;
@@ -31,7 +56,10 @@ void ProgramExecutor::reshard(int id, const parallel::Reshard& op, const StepInp
   // A slice (B -> S) runs no collective: no options to take.
   const std::optional<comm::Collective> kind = parallel::collective_of(parallel::resharding(op.from, op.to));
   const comm::CollectiveOptions options = kind ? options_of(prog(), instr, *kind) : comm::CollectiveOptions{};
-  Tensor out = comm == nullptr ? in : reshard_tensor(*comm, in, op.from, op.to, whole, options);
+  Tensor out = comm == nullptr ? in
+               : batch_rows_on_data_axis(op, node)
+                   ? reshard_batch_rows(*comm, in, op, out_shape, prog().micro_batches[static_cast<size_t>(m)], options)
+                   : reshard_tensor(*comm, in, op.from, op.to, whole, options);
   PX_CHECK(out.shape() == out_shape, "reshard #{} gives {}, the program expects {}", id, out.shape(), out_shape);
   live[static_cast<size_t>(node.outputs.front())] = out;
   // Held like a forward node's output when forward resharded it (the input

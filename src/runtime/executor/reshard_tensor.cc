@@ -114,4 +114,33 @@ Tensor reshard_tensor(comm::Communicator& comm, const Tensor& in, const Placemen
   return out;
 }
 
+Tensor gather_batch_rows(comm::Communicator& comm, const Tensor& in, int64_t whole_rows,
+                         const comm::CollectiveOptions& options) {
+  const int p = comm.size();
+  std::vector<float> mine{static_cast<float>(in.dim(0))}, counts(static_cast<size_t>(p));
+  comm::allgather(comm, mine.data(), comm::Buffer(std::span<float>(counts)), options);
+  int64_t total = 0, most = 0;
+  for (float c : counts) total += static_cast<int64_t>(c), most = std::max(most, static_cast<int64_t>(c));
+  if (total != whole_rows)
+    fail("gathering a batch value along the data axis: the ranks hold {} rows in all, the program expects {}", total,
+         whole_rows);
+  std::vector<int64_t> dims = in.shape().dims();
+  dims[0] = whole_rows;
+  Tensor out = Tensor::empty(Shape(dims), in.dtype());
+  // Each row's bytes in whole words; a row of a bf16 value may be odd.
+  const int64_t row_elements = in.rank() == 0 ? 1 : Shape(std::vector<int64_t>(dims.begin() + 1, dims.end())).numel();
+  const int64_t bytes_per_row = row_elements * static_cast<int64_t>(dtype_size(in.dtype()));
+  const size_t chunk = static_cast<size_t>((most * bytes_per_row + 3) / 4);
+  std::vector<float> send(chunk, 0.0f), all(chunk * static_cast<size_t>(p));
+  std::memcpy(send.data(), in.raw(), in.nbytes());
+  comm::allgather(comm, send.data(), comm::Buffer(std::span<float>(all)), options);
+  char* dst = static_cast<char*>(out.raw());
+  for (int q = 0; q < p; ++q) {
+    const size_t bytes = static_cast<size_t>(static_cast<int64_t>(counts[static_cast<size_t>(q)]) * bytes_per_row);
+    std::memcpy(dst, all.data() + static_cast<size_t>(q) * chunk, bytes);
+    dst += bytes;
+  }
+  return out;
+}
+
 }  // namespace px

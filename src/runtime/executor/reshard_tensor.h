@@ -17,4 +17,12 @@ namespace px {
 Tensor reshard_tensor(comm::Communicator& comm, const Tensor& in, const Placement& from, const Placement& to,
                       const Shape& whole, const comm::CollectiveOptions& options = {});
 
+// Along the data axis a batch value's rows follow the row split
+// (parallel/row_split.h: by shares, uneven counts in rank order), not the
+// block rule: S(0) -> B gathers every rank's rows, the counts exchanged
+// first (a rank may hold none); px::Error naming both when they do not add
+// up to `whole_rows`.
+Tensor gather_batch_rows(comm::Communicator& comm, const Tensor& in, int64_t whole_rows,
+                         const comm::CollectiveOptions& options = {});
+
 }  // namespace px

@@ -28,14 +28,6 @@ double cgroup_value(const std::string& path) {
   }
 }
 
-// The GPT's parameter count from its config (nn/gpt.h's layout): token and
-// position embeddings, per layer the attention (3d² + 3d, d² + d), the MLP
-// (4d² + 4d, 4d² + d) and two LayerNorms, and the final LayerNorm.
-double gpt_parameters(const nn::GptConfig& c) {
-  const double d = static_cast<double>(c.n_embd);
-  return static_cast<double>(c.vocab + c.block) * d + static_cast<double>(c.n_layer) * (12 * d * d + 13 * d) + 2 * d;
-}
-
 std::string advice() { return "try --tp, --pp, --zero or --recompute, fewer ranks on this machine, or a smaller model"; }
 
 }  // namespace
@@ -65,7 +57,7 @@ void check_model_fits(const nn::ModelConfig& model, MachineRanks ranks, int opti
   if (model.kind != "gpt") return;  // the classifiers' parameters are small; check 2 covers them
   const AvailableMemory available = available_memory();
   if (available.bytes < 0) return;
-  const double parameters = gpt_parameters(model.gpt);
+  const auto parameters = static_cast<double>(nn::parameter_count(model.gpt));
   // Parameters, gradients and optimizer state sharded over every rank at
   // best (ZeRO-3): this machine's ranks hold their share.
   const parallel::StateBytes state = parallel::state_bytes(parameters, 3, ranks.world, optimizer_slots);

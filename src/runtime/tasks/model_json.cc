@@ -10,9 +10,15 @@ namespace px {
 
 nlohmann::json model_json(const nn::ModelConfig& o, const DataOptions& data) {
   nlohmann::json j{{"model", o.kind}, {"data", data.path}};
-  if (o.kind == "gpt")
+  if (o.kind == "gpt") {
     j["gpt"] = {{"vocab", o.gpt.vocab},     {"block", o.gpt.block},   {"n_layer", o.gpt.n_layer},
                 {"n_head", o.gpt.n_head},   {"n_embd", o.gpt.n_embd}, {"dropout", o.gpt.dropout}};
+    if (o.gpt.moe_experts > 0)
+      j["gpt"]["moe"] = {{"experts", o.gpt.moe_experts},       {"top_k", o.gpt.moe_top_k},
+                         {"every", o.gpt.moe_every},           {"width", o.gpt.moe_width},
+                         {"capacity_factor", o.gpt.capacity_factor}, {"aux_loss_coef", o.gpt.aux_loss_coef},
+                         {"z_loss_coef", o.gpt.z_loss_coef}};
+  }
   if (o.kind == "mlp") j["mlp"] = {{"inputs", o.mlp.inputs}, {"hidden", o.mlp.hidden}, {"classes", o.mlp.classes}};
   if (o.kind == "cnn")
     j["cnn"] = {{"channels1", o.cnn.channels1}, {"channels2", o.cnn.channels2}, {"hidden", o.cnn.hidden},
@@ -98,6 +104,17 @@ void apply_model_json(const nlohmann::json& j, nn::ModelConfig& o, DataOptions& 
     o.gpt = {.vocab = R::size(g, "gpt", "vocab"), .block = R::size(g, "gpt", "block"),
              .n_layer = R::size(g, "gpt", "n_layer"), .n_head = R::size(g, "gpt", "n_head"),
              .n_embd = R::size(g, "gpt", "n_embd"), .dropout = R::number(g, "gpt", "dropout")};
+    if (g.contains("moe")) {  // a mixture of experts; absent: dense
+      const auto& moe = g.at("moe");
+      if (!moe.is_object()) fail("checkpoint model config: gpt.moe is {}, expected an object", moe.dump());
+      o.gpt.moe_experts = R::size(moe, "gpt.moe", "experts");
+      o.gpt.moe_top_k = R::size(moe, "gpt.moe", "top_k");
+      o.gpt.moe_every = R::size(moe, "gpt.moe", "every");
+      o.gpt.moe_width = R::size(moe, "gpt.moe", "width");
+      o.gpt.capacity_factor = R::number(moe, "gpt.moe", "capacity_factor");
+      o.gpt.aux_loss_coef = R::number(moe, "gpt.moe", "aux_loss_coef");
+      o.gpt.z_loss_coef = R::number(moe, "gpt.moe", "z_loss_coef");
+    }
   } else if (o.kind == "mlp") {
     const auto& m = config.section("mlp");
     if (!m.contains("hidden") || !m.at("hidden").is_array())
