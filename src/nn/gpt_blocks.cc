@@ -65,12 +65,23 @@ ValueId GptBlocks::mixture_of_experts(ValueId x, int64_t layer) {
   h = g.add1("moe_bias_add", {h, proj_b, choice}, {}, "experts.c_proj.add_bias");
   h = g.add1("moe_combine", {h, gates}, {}, "combine");                                    // (lead..., C)
 
-  RouterValues values{.layer = layer, .load = load, .choice = choice};
+  RouterValues values{.layer = layer, .load = load, .choice = choice, .dropped = route[3]};
   if (training && config.aux_loss_coef > 0)
     values.aux_loss = g.add1("moe_aux_loss", {load, logits},
                              {{"scale", config.aux_loss_coef * double(E) / tokens_}}, "aux_loss");
   if (training && config.z_loss_coef > 0)
     values.z_loss = g.add1("moe_z_loss", {logits}, {{"scale", config.z_loss_coef / tokens_}}, "z_loss");
+  // What a training step reports, in one vector so that a data-parallel
+  // run reduces it in one collective: load (E), dropped, then the losses
+  // the layer has.
+  if (training) {
+    std::vector<ValueId> parts{load};
+    for (ValueId scalar : {route[3], values.aux_loss, values.z_loss})
+      if (scalar != kNoValue)
+        parts.push_back(g.add1("reshape", {scalar}, {{"shape", std::vector<int64_t>{1}}},
+                               g.value(scalar).name + ".as_vector"));
+    values.stats = g.add1("concat", parts, {{"dim", int64_t{0}}}, "stats");
+  }
   routers.push_back(values);
   return dropout(h, "dropout");
 }

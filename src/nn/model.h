@@ -12,13 +12,17 @@
 namespace px::nn {
 
 // A mixture-of-experts layer's values a run reports (per step: each
-// expert's share of the choices, the dropped share, the two losses).
+// expert's share of the choices, the dropped share, the two losses). load,
+// dropped and the losses are scaled by the whole batch, so a step's are
+// the sums of its micro-batches'.
 struct RouterValues {
   int64_t layer = 0;
   ValueId load = kNoValue;      // (E): each expert's fraction of the choices, before dropping
   ValueId choice = kNoValue;    // (B, T, k) i32: the experts chosen, -1-e where capacity dropped it
+  ValueId dropped = kNoValue;   // []: the fraction of the choices a capacity dropped
   ValueId aux_loss = kNoValue;  // [] coef-scaled; kNoValue when not training or coef 0
   ValueId z_loss = kNoValue;    // [] likewise
+  ValueId stats = kNoValue;     // when training: load (E), dropped, then aux_loss and z_loss where present
 };
 
 struct Model {

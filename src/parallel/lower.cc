@@ -107,11 +107,12 @@ std::vector<ValueId> forward_ids(const Propagation& placement, const std::vector
 // model axes each gradient is resharded to where its parameter is stored,
 // and the loss and `whole_outputs` are made whole (a loss of sequence
 // shards is a summand per rank, a vocabulary-split head's logits are
-// gathered); along the data axis (and the context axis, whose gradients
+// gathered), and `reported` along every axis; along the data axis (and the context axis, whose gradients
 // are summands too: `summed`) the buckets carry them (the transitions).
 // `grads`, `loss` and `whole_outputs` come back as the placed graph's ids.
 Propagation place(const Graph& graph, const Strategy& strategy, bool backward, std::array<int, 2> summed,
-                  std::vector<ParamGrad>& grads, ValueId& loss, std::vector<ValueId>& whole_outputs) {
+                  std::vector<ParamGrad>& grads, ValueId& loss, std::vector<ValueId>& whole_outputs,
+                  std::vector<ValueId>& reported) {
   PlacementRequest placing{.graph = &graph,
                            .mesh = &strategy.mesh,
                            .seeds = seeds_by_value(graph, strategy, backward),
@@ -134,6 +135,11 @@ Propagation place(const Graph& graph, const Strategy& strategy, bool backward, s
       whole[a] = Placement::B();
   if (loss != kNoValue) placing.targets.push_back({loss, whole});
   for (ValueId v : whole_outputs) placing.targets.push_back({v, whole});
+  std::vector<std::optional<Placement>> everywhere(strategy.mesh.axes().size());
+  for (size_t a = 0; a < everywhere.size(); ++a)
+    if (!placing.whole_axes[a]) everywhere[a] = Placement::B();
+  for (ValueId v : reported) placing.targets.push_back({v, everywhere});
+  placing.quiet_targets = reported.size();
   Propagation placement = propagate(placing);
   size_t t = 0;
   for (size_t i = 0; i < grads.size(); ++i) {
@@ -142,6 +148,7 @@ Propagation place(const Graph& graph, const Strategy& strategy, bool backward, s
   }
   if (loss != kNoValue) loss = placement.target_of[t++];
   for (ValueId& v : whole_outputs) v = placement.target_of[t++];
+  for (ValueId& v : reported) v = placement.target_of[t++];
   return placement;
 }
 
@@ -214,8 +221,9 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   std::vector<ParamGrad> grads = with_backward(graph, request);
   forward_nodes += store_gemm_operands_in_bf16(graph);  // its casts follow forward nodes
   ValueId loss = request.loss;
-  std::vector<ValueId> request_outputs = request.outputs;  // then the shard outputs
+  std::vector<ValueId> request_outputs = request.outputs;  // then the shard outputs, then the reported
   request_outputs.insert(request_outputs.end(), request.shard_outputs.begin(), request.shard_outputs.end());
+  request_outputs.insert(request_outputs.end(), request.reported.begin(), request.reported.end());
   if (seeds_only_on_the_data_axis(strategy)) {
     const FusedBiases fused = fuse_bias_into_gemms(graph);
     forward_nodes -= fused.fused;
@@ -230,10 +238,14 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   const int context_axis = strategy.context_ranks() > 1 ? strategy.mesh.axis(strategy.context.axis) : -1;
   const std::vector<int> coords = strategy.mesh.coords(rank);
 
-  std::vector<ValueId> outputs(request_outputs.begin(), request_outputs.begin() + static_cast<ptrdiff_t>(request.outputs.size()));
-  const Propagation placement = place(graph, strategy, request.training, {axis, context_axis}, grads, loss, outputs);
-  for (size_t i = request.outputs.size(); i < request_outputs.size(); ++i)
+  const size_t whole_count = request.outputs.size(), shard_end = whole_count + request.shard_outputs.size();
+  std::vector<ValueId> outputs(request_outputs.begin(), request_outputs.begin() + static_cast<ptrdiff_t>(whole_count));
+  std::vector<ValueId> reported(request_outputs.begin() + static_cast<ptrdiff_t>(shard_end), request_outputs.end());
+  const Propagation placement =
+      place(graph, strategy, request.training, {axis, context_axis}, grads, loss, outputs, reported);
+  for (size_t i = whole_count; i < shard_end; ++i)
     outputs.push_back(placement.value_of[static_cast<size_t>(request_outputs[i])]);
+  outputs.insert(outputs.end(), reported.begin(), reported.end());
   const int local_forward_nodes = forward_nodes < static_cast<int>(placement.node_of.size())
                                       ? placement.node_of[static_cast<size_t>(forward_nodes)]
                                       : static_cast<int>(placement.graph.nodes().size());

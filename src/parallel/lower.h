@@ -46,6 +46,11 @@ struct LowerRequest {
   // Returned after `outputs`, as this rank holds them (a decode step's k
   // and v of the rank's heads, written into its KV cache).
   std::vector<ValueId> shard_outputs;
+  // Returned after those, whole along every axis, the data axis too (a
+  // partial one allreduced there): a step's small statistics, a mixture
+  // of experts' routing counts and losses (nn::RouterValues). On a
+  // pipeline, only the stage that computes one returns it.
+  std::vector<ValueId> reported;
   bool training = true;            // add backward, the gradient collectives and the updates
   // The collective algorithm the executor will run:
   // the wire bytes stamped on each instruction are that algorithm's.

@@ -52,8 +52,16 @@ parallel::Strategy strategy_for(const parallel::StrategyRequest& request, const 
 parallel::LowerRequest lower_request(const nn::Model& model, const parallel::StrategyRequest& request) {
   return {.forward = &model.graph,
           .loss = model.loss,
+          .reported = reported_values(model),
           .collective = request.collective,
           .bucket_buffers = request.bucket_buffers};
+}
+
+std::vector<ValueId> reported_values(const nn::Model& model) {
+  std::vector<ValueId> values;
+  for (const nn::RouterValues& r : model.routers)
+    if (r.stats != kNoValue) values.push_back(r.stats);
+  return values;
 }
 
 }  // namespace px::plan

@@ -33,5 +33,8 @@ parallel::Strategy strategy_for(const parallel::StrategyRequest& request, const 
 // What `model` lowers with under `request`: its collective algorithm and
 // bucket buffers shape the Program (wire bytes, back-pressure edges).
 parallel::LowerRequest lower_request(const nn::Model& model, const parallel::StrategyRequest& request);
+// The model's values a training step reports (LowerRequest::reported): per
+// mixture-of-experts layer its statistics (nn::RouterValues::stats).
+std::vector<ValueId> reported_values(const nn::Model& model);
 
 }  // namespace px::plan

@@ -134,6 +134,17 @@ def logged_points(run_dir):
     return {"train_loss": train, "val_loss": val}
 
 
+def moe_layers(run_dir):
+    """The mixture-of-experts layers the run's metrics report (train's "moe" entries)."""
+    layers = set()
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            m = json.loads(line)
+            for layer in m.get("moe", []) if isinstance(m, dict) else []:
+                layers.add(layer["layer"])
+    return sorted(layers)
+
+
 def serving_run(run_dir):
     return os.path.exists(os.path.join(run_dir, "serve.jsonl")) and not os.path.exists(
         os.path.join(run_dir, "metrics.jsonl"))
@@ -228,6 +239,10 @@ def main():
             continue
         expected = logged_points(run_dir)
         check_series(page, "loss-step", run, expected, failures)
+        charts = {svg.get("data-chart") for svg in page.charts}
+        for layer in moe_layers(run_dir):  # an expert-load heat map per mixture layer
+            if f"expert-load-{layer}" not in charts:
+                failures.append(f"{run}: no expert-load heat map for layer {layer}")
         if len(run_dirs) > 1:
             check_series(page, "compare-loss", run, expected, failures)
         checked += sum(expected.values())

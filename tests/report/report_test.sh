@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `parallax report` end to end: two short real runs (one planned by
 # `parallax plan --explain` on data parallelism, one a 1F1B pipeline)
-# written with --run-dir; the report of one and the comparison of both
+# written with --run-dir (the pipeline's GPT a mixture of experts, whose
+# load the report draws as heat maps); the report of one and the comparison of both
 # rendered in headless Chromium (check_rendered_report.py: no script
 # errors, as many plotted loss points as logged steps, a screenshot);
 # a directory that is not a run is a named error.
@@ -24,7 +25,7 @@ fail() { echo "FAIL: $*"; exit 1; }
   --explain "$WORK/runs/planned/plan.json" > /dev/null
 "$PX" train "${TINY[@]}" --ranks 2 --strategy "$WORK/runs/planned/plan-strategy.json" --steps 40 "${RUN[@]}" \
   --run-dir "$WORK/runs/planned" > "$WORK/planned.txt"
-"$PX" train "${TINY[@]}" --ranks 2 --mesh pp=2 --schedule 1f1b --micro-batches 4 --steps 30 "${RUN[@]}" \
+"$PX" train "${TINY[@]}" --moe-experts 4 --ranks 2 --mesh pp=2 --schedule 1f1b --micro-batches 4 --steps 30 "${RUN[@]}" \
   --run-dir "$WORK/runs/pipeline" > "$WORK/pipeline.txt"
 for f in metrics.jsonl run.json strategy.json trace.json; do
   [ -s "$WORK/runs/pipeline/$f" ] || fail "the run directory has no $f"

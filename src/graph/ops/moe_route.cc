@@ -1,10 +1,11 @@
 // moe_route: a mixture-of-experts router's decision (kernels/moe.h).
-//   logits (L..., E) [, bias (E)] -> gates (L..., k), choice (L..., k) i32, load (E)
+//   logits (L..., E) [, bias (E)] -> gates (L..., k), choice (L..., k) i32, load (E), dropped []
 //   attrs: k; normalize (gates renormalised over the k chosen); capacity_factor
 //          (0: dropless; else each expert takes at most
 //          max(ceil(f * rows * k / E), min_capacity) of the rows' choices);
 //          load_scale (the builder's 1 / (global rows * k): load is the
-//          fraction of all choices each expert got, before dropping)
+//          fraction of all choices each expert got, before dropping, and
+//          dropped the fraction of all choices a capacity dropped)
 // gates are differentiable; the choice is an integer and load a count,
 // both constants to backward (the load-balancing loss reads the logits).
 // The bias (DeepSeek-V3's balancing) only steers the choice: no gradient.
@@ -48,7 +49,8 @@ OpDef make_moe_route() {
     require(a.get_float("capacity_factor", 0.0) >= 0, "capacity_factor {} must be >= 0 (0: dropless)",
             a.get_float("capacity_factor", 0.0));
     if (in.size() == 2) require(in[1].shape == Shape{E}, "bias {} must be ({}) for {} experts", in[1].shape, E, E);
-    return std::vector<TensorSpec>{f32(with_last(logits, k)), {with_last(logits, k), DType::i32}, f32(Shape{E})};
+    return std::vector<TensorSpec>{f32(with_last(logits, k)), {with_last(logits, k), DType::i32}, f32(Shape{E}),
+                                   f32({})};
   };
   d.forward = [](const OpContext&, const Attrs& a, const std::vector<const Tensor*>& in,
                  const std::vector<Tensor*>& out) {
@@ -58,6 +60,9 @@ OpDef make_moe_route() {
                        out[0]->f32(), out[2]->f32());
     const auto scale = static_cast<float>(a.get_float("load_scale", 1.0));
     for (int64_t e = 0; e < s.experts; ++e) out[2]->f32()[e] *= scale;
+    int64_t dropped = 0;
+    for (int64_t i = 0; i < out[1]->numel(); ++i) dropped += out[1]->data<int32_t>()[i] < 0;
+    out[3]->f32()[0] = scale * static_cast<float>(dropped);
   };
   d.backward = [](Graph& g, const Node& n, const std::vector<ValueId>& dout) {
     const ValueId gates = n.outputs[0], choice = n.outputs[1];
@@ -80,9 +85,9 @@ OpDef make_moe_route() {
         std::vector<Placement> ins{Placement::S(dim)};
         if (n > 1) ins.push_back(Placement::B());
         s.push_back({fmt::format("split_rows_{}", dim), ins,
-                     {Placement::S(dim), Placement::S(dim), Placement::P()}});
+                     {Placement::S(dim), Placement::S(dim), Placement::P(), Placement::P()}});
       }
-    s.push_back({"replicated", std::vector<Placement>(n, Placement::B()), std::vector<Placement>(3, Placement::B())});
+    s.push_back({"replicated", std::vector<Placement>(n, Placement::B()), std::vector<Placement>(4, Placement::B())});
     return s;
   };
   d.examples = [] {

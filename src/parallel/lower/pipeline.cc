@@ -303,6 +303,7 @@ RankWork plan_work(const Context& c, Program& p) {
   const std::vector<int>& stage_of = assignment.stage_of_node;
   std::vector<ValueId> wanted;
   if (c.loss != kNoValue) wanted.push_back(c.loss);
+  for (ValueId v : p.outputs) wanted.push_back(v);  // each computed on its producer's stage
   std::vector<std::pair<ValueId, int>> parts;  // every stage's
   gradient_terms(c, assignment, wanted, parts);
   const std::vector<int> nodes = needed_nodes(graph, wanted);

@@ -195,7 +195,8 @@ class Propagator {
     // What output 0 should be: its seed, or where a gradient is headed.
     const size_t first_out = static_cast<size_t>(node.outputs.front());
     std::optional<Placement> wanted_out = seed(first_out, a);
-    if (!wanted_out && target_index_[first_out] >= 0)
+    if (!wanted_out && target_index_[first_out] >= 0 &&
+        static_cast<size_t>(target_index_[first_out]) + request_.quiet_targets < request_.targets.size())
       wanted_out = request_.targets[static_cast<size_t>(target_index_[first_out])].second[static_cast<size_t>(a)];
     struct Candidate {
       PlacementSignature signature;

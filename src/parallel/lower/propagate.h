@@ -43,6 +43,10 @@ struct PlacementRequest {
   // Values resharded to these placements right after they are produced
   // (nullopt on an axis: left as produced).
   std::vector<std::pair<ValueId, std::vector<std::optional<Placement>>>> targets;
+  // The last this many targets (a step's reported statistics) are only
+  // resharded to: unlike a gradient's, they do not steer their producer's
+  // signature, so reporting a value never changes how it is computed.
+  size_t quiet_targets = 0;
   // Axes along which every value stays whole (B) and no signature is
   // chosen: a pipeline axis, whose ranks split the graph, not its values.
   // Without this, an unseeded axis would slice values for free.

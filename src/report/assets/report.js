@@ -163,7 +163,8 @@ function movingMedian(values, width) {
 // falls back after a restart is shifted to continue from the last attempt.
 function readMetrics(run, unitsPerStep) {
   const lines = Array.isArray(run.metrics) ? run.metrics : [];
-  const out = {train: [], val: [], throughput: [], comm: new Map(), restarts: [], prediction: null, timeShifted: false};
+  const out = {train: [], val: [], throughput: [], comm: new Map(), restarts: [], prediction: null, timeShifted: false,
+    routing: []};
   let segment = 0, offset = 0, lastTime = null, prevTime = null, afterRestart = false;
   for (const m of lines) {
     if (!m || typeof m !== 'object') continue;
@@ -190,6 +191,7 @@ function readMetrics(run, unitsPerStep) {
       const dt = isNum(m.step_s) && m.step_s > 0 ? m.step_s
         : time !== null && prevTime !== null && time > prevTime ? time - prevTime : null;
       if (dt !== null) out.throughput.push({step: m.step, time, value: unitsPerStep / dt, segment});
+      if (Array.isArray(m.moe)) out.routing.push({step: m.step, layers: m.moe});
       if (m.bytes_sent && typeof m.bytes_sent === 'object') {
         for (const [axis, bytes] of Object.entries(m.bytes_sent)) {
           if (!isNum(bytes)) continue;
@@ -655,6 +657,66 @@ function lossSection(parent, a, where) {
   });
 }
 
+// A mixture of experts' load (train's "moe" entries, runtime/train/
+// routing_report.h): per layer a heat map of each expert's share of the
+// choices over the steps (columns of adjacent steps averaged), white at
+// an even share 1/E, red above, blue below; and the dropped share.
+function expertLoadHeatMap(layer, points, run) {
+  const experts = Math.max(...points.map((p) => p.load.length));
+  const columns = Math.min(points.length, 120);
+  const W = 640, rowH = Math.max(8, Math.min(22, 220 / experts)), m = {l: 62, r: 18, t: 10, b: 40};
+  const pw = W - m.l - m.r, ph = rowH * experts, H = ph + m.t + m.b;
+  const even = 1 / experts;
+  let hottest = {share: 0, expert: 0, step: 0};
+  const root = chartSvg(`expert-load-${layer}`, W, H);
+  for (let c = 0; c < columns; ++c) {
+    const part = points.slice(Math.floor(c * points.length / columns), Math.floor((c + 1) * points.length / columns));
+    for (let e = 0; e < experts; ++e) {
+      const share = part.reduce((t, p) => t + (p.load[e] ?? 0), 0) / part.length;
+      if (share > hottest.share) hottest = {share, expert: e, step: part[0].step};
+      // Diverging around the even share: ratio 0 -> blue, 1 -> white, 2+ -> red.
+      const r = Math.min(2, share / even);
+      const fill = r >= 1 ? `rgb(255,${Math.round(255 * (2 - r))},${Math.round(255 * (2 - r))})`
+        : `rgb(${Math.round(255 * r)},${Math.round(255 * r)},255)`;
+      const rect = svg('rect', {x: m.l + c * pw / columns, y: m.t + e * rowH, width: pw / columns + 0.5,
+        height: rowH, fill}, root);
+      rect.addEventListener('mousemove', (ev) => showTooltip(ev,
+        `layer ${layer}, expert ${e}<br>steps ${part[0].step}-${part[part.length - 1].step}: ${fmtPct(share)} of the choices`));
+      rect.addEventListener('mouseleave', hideTooltip);
+    }
+  }
+  for (let e = 0; e < experts; e += Math.max(1, Math.ceil(experts / 12))) {
+    svg('text', {x: m.l - 6, y: m.t + e * rowH + rowH / 2 + 3.5, 'text-anchor': 'end'}, root).textContent = `e${e}`;
+  }
+  svg('text', {x: m.l, y: m.t + ph + 15}, root).textContent = `step ${points[0].step}`;
+  svg('text', {x: m.l + pw, y: m.t + ph + 15, 'text-anchor': 'end'}, root).textContent =
+    `step ${points[points.length - 1].step}`;
+  svg('text', {class: 'px-axis-title', x: m.l + pw / 2, y: m.t + ph + 34, 'text-anchor': 'middle'}, root)
+    .textContent = 'step';
+  const dropped = points.map((p) => p.dropped ?? 0);
+  const fig = figure(`Layer ${layer}: share of the choices per expert (even: ${fmtPct(even)})`);
+  fig.append(root, el('p', {class: 'px-note'},
+    `hottest: expert ${hottest.expert} with ${fmtPct(hottest.share)} around step ${hottest.step}; ` +
+    `dropped by capacity: ${fmtPct(median(dropped))} median, ${fmtPct(Math.max(...dropped))} at most`));
+  return fig;
+}
+
+function routingSection(parent, a, where) {
+  const routing = a.metrics.routing;
+  if (!routing.length) return;
+  section(parent, 'Expert load', where, (box) => {
+    const layers = new Map();
+    for (const r of routing) {
+      for (const l of r.layers) {
+        if (!l || !Array.isArray(l.load)) continue;
+        if (!layers.has(l.layer)) layers.set(l.layer, []);
+        layers.get(l.layer).push({step: r.step, load: l.load, dropped: l.dropped, aux: l.aux_loss, z: l.z_loss});
+      }
+    }
+    for (const [layer, points] of layers) box.append(expertLoadHeatMap(layer, points, a.run.name));
+  });
+}
+
 function throughputSection(parent, a, where) {
   section(parent, `Throughput (${a.unit})`, where, (box) => {
     const raw = a.metrics.throughput;
@@ -979,6 +1041,7 @@ function runSection(parent, a, multi) {
   parent.append(box);
   overviewSection(box, a, where);
   lossSection(box, a, where);
+  routingSection(box, a, where);
   throughputSection(box, a, where);
   const pair = el('div', {class: 'px-grid2'});
   box.append(pair);

@@ -14,6 +14,7 @@
 #include "parallel/lower.h"
 #include "plan/job_strategy.h"
 #include "runtime/train/rank_trainer.h"
+#include "runtime/train/routing_report.h"
 
 namespace px {
 
@@ -137,6 +138,7 @@ void RankTrainer::record_step(const StepResult& out, const DataBatch& batch, dou
       result_.data_parallel.bytes_per_axis[axis] = out.axis_bytes[a];
     }
   }
+  if (!model_.routers.empty()) line["moe"] = routing_json(step_routing(model_, out, group_));
   metrics_->write(line);
   progress_->update(step_ + 1, loss, batch.global_rows * task_->units_per_row());
 }
