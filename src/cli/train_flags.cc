@@ -91,6 +91,14 @@ void add_model_flags(CLI::App& cmd, TrainFlags& flags) {
   cmd.add_option("--capacity-factor", o.model.gpt.capacity_factor,
                  "gpt: each expert takes at most f * tokens * k / experts copies, the rest skip the layer "
                  "(0: dropless)")->capture_default_str();
+  cmd.add_option("--moe-balance", o.model.gpt.moe_balance,
+                 "gpt: balance the experts' load by Switch's loss (aux) or a per-expert bias on the router's "
+                 "choice, moved against the load each step (bias, DeepSeek-V3)")
+      ->check(CLI::IsMember({"aux", "bias"}))
+      ->capture_default_str();
+  cmd.add_option("--moe-bias-rate", o.model.gpt.moe_bias_rate,
+                 "gpt: --moe-balance bias: how far each step moves an expert's bias against its load")
+      ->capture_default_str();
   cmd.add_option("--moe-aux-loss", o.model.gpt.aux_loss_coef, "gpt: coefficient of Switch's load-balancing loss")
       ->capture_default_str();
   cmd.add_option("--moe-z-loss", o.model.gpt.z_loss_coef, "gpt: coefficient of the router z-loss")

@@ -19,13 +19,14 @@ ValueId Graph::input(const std::string& name, const TensorSpec& spec) {
   return id;
 }
 
-ValueId Graph::param(const std::string& name, const TensorSpec& spec, ParamInit init,
-                     bool weight_decay) {
+ValueId Graph::param(const std::string& name, const TensorSpec& spec, ParamInit init, bool weight_decay,
+                     double sign_rate) {
   ValueId id = new_value({.kind = Value::Kind::param,
                           .spec = spec,
                           .name = name,
                           .init = init,
-                          .weight_decay = weight_decay});
+                          .weight_decay = weight_decay,
+                          .sign_rate = sign_rate});
   params_.push_back(id);
   return id;
 }

@@ -32,6 +32,11 @@ struct Value {
   int output_index = 0;
   ParamInit init;     // params only
   bool weight_decay = false;  // params only: does AdamW decay it (matrices yes, biases/norms no)
+  // params only: > 0, the optimizer moves it by this rate against its
+  // gradient's sign, with no decay and no state, instead of its own rule
+  // (DeepSeek-V3's balancing bias, whose gradient is the load's excess:
+  // graph/ops/moe_losses.cc's moe_bias_balance).
+  double sign_rate = 0;
 };
 
 struct Node {
@@ -50,7 +55,8 @@ struct Node {
 class Graph {
  public:
   ValueId input(const std::string& name, const TensorSpec& spec);
-  ValueId param(const std::string& name, const TensorSpec& spec, ParamInit init, bool weight_decay);
+  ValueId param(const std::string& name, const TensorSpec& spec, ParamInit init, bool weight_decay,
+                double sign_rate = 0);
   // Adds a node; runs the op's shape rule, which throws px::Error naming the
   // node and the input shapes when they do not fit.
   std::vector<ValueId> add(const std::string& op, const std::vector<ValueId>& inputs,

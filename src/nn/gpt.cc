@@ -33,6 +33,9 @@ void validate(const GptConfig& c) {
     fail("gpt: an expert's width 4 * n_embd / moe_top_k = {} is empty; give --moe-width", expert_width(c));
   if (!(c.capacity_factor >= 0)) fail("gpt: capacity_factor={} must be >= 0 (0: dropless)", c.capacity_factor);
   if (!(c.aux_loss_coef >= 0)) fail("gpt: aux_loss_coef={} must be >= 0", c.aux_loss_coef);
+  if (c.moe_balance != "aux" && c.moe_balance != "bias")
+    fail("gpt: moe_balance='{}' must be aux (Switch's loss) or bias (a per-expert bias, DeepSeek-V3)", c.moe_balance);
+  if (!(c.moe_bias_rate > 0)) fail("gpt: moe_bias_rate={} must be positive", c.moe_bias_rate);
   if (!(c.z_loss_coef >= 0)) fail("gpt: z_loss_coef={} must be >= 0", c.z_loss_coef);
 }
 
@@ -51,7 +54,8 @@ int64_t parameters_with(const GptConfig& c, int64_t experts_counted) {
   const int64_t C = c.n_embd, F = expert_width(c);
   const int64_t attention = 3 * C * C + 3 * C + C * C + C, norms = 4 * C;
   const int64_t dense_mlp = 4 * C * C + 4 * C + 4 * C * C + C;
-  const int64_t mixture = C * c.moe_experts + experts_counted * (C * F + F + F * C + C);
+  const int64_t router = (C + (c.moe_balance == "bias" ? 1 : 0)) * c.moe_experts;
+  const int64_t mixture = router + experts_counted * (C * F + F + F * C + C);
   int64_t total = (c.vocab + c.block) * C + 2 * C;
   for (int64_t i = 0; i < c.n_layer; ++i) total += attention + norms + (is_moe_layer(c, i) ? mixture : dense_mlp);
   return total;
@@ -98,7 +102,7 @@ Model build_gpt(const GptConfig& c, int64_t batch, int64_t T, bool training) {
   // loss a training step reports); evaluation's loss is the language
   // model's alone, comparable with a dense model's.
   for (const RouterValues& r : b.routers)
-    for (ValueId extra : {r.aux_loss, r.z_loss})
+    for (ValueId extra : {r.aux_loss, r.z_loss, r.balance})
       if (extra != kNoValue) m.loss = g.add1("add", {m.loss, extra}, {}, g.value(extra).name + ".add");
   m.routers = std::move(b.routers);
   return m;

@@ -10,12 +10,13 @@
 // A mixture of experts (moe_experts E > 0) replaces the MLP of every
 // moe_every-th block (i % moe_every == moe_every - 1) by a router and E
 // expert MLPs of width F (docs/moe.md):
-//   h.{i}.mlp.router.weight (C, E)
+//   h.{i}.mlp.router.weight (C, E)            .bias (E) when balanced by bias
 //   h.{i}.mlp.experts.c_fc.weight (E, C, F)    .bias (E, F)
 //   h.{i}.mlp.experts.c_proj.weight (E, F, C)  .bias (E, C)
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "nn/model.h"
 
@@ -34,7 +35,11 @@ struct GptConfig {
   int64_t moe_every = 1;         // every n-th block's MLP is a mixture
   int64_t moe_width = 0;         // each expert's hidden width; 0: 4C / k (the dense MLP's active FLOPs)
   double capacity_factor = 0.0;  // 0: dropless; else each expert takes at most f * tokens * k / E copies
-  double aux_loss_coef = 0.01;   // Switch's load-balancing loss
+  // How the load is balanced: "aux" (Switch's loss, aux_loss_coef) or
+  // "bias" (DeepSeek-V3: a per-expert bias steering the choice, no loss).
+  std::string moe_balance = "aux";
+  double moe_bias_rate = 1e-3;   // balance "bias": how far a step moves each expert's bias (DeepSeek-V3's gamma)
+  double aux_loss_coef = 0.01;   // Switch's load-balancing loss (balance "aux")
   double z_loss_coef = 0.001;    // ST-MoE's router z-loss
   bool operator==(const GptConfig&) const = default;
 };

@@ -44,9 +44,18 @@ ValueId GptBlocks::mixture_of_experts(ValueId x, int64_t layer) {
   ValueId router = g.param(g.scoped("router.weight"), {Shape{C, E}}, {ParamInit::Kind::normal, 0.02}, false);
   ValueId logits = g.add1("moe_router", {x, router}, {}, "router");  // (lead..., E) fp32
   const double capacity = training ? config.capacity_factor : 0.0;
+  const bool by_bias = config.moe_balance == "bias";
+  std::vector<ValueId> route_inputs{logits};
+  if (by_bias)  // moved by sign at the bias rate, not by the optimizer (moe_bias_balance below)
+    route_inputs.push_back(
+        g.param(g.scoped("router.bias"), {Shape{E}}, {ParamInit::Kind::zeros, 0}, false, config.moe_bias_rate));
   const std::vector<ValueId> route =
-      g.add("moe_route", {logits},
-            {{"k", k}, {"capacity_factor", capacity}, {"load_scale", 1.0 / (tokens_ * double(k))}}, "route");
+      g.add("moe_route", route_inputs,
+            {{"k", k},
+             {"normalize", int64_t{k > 1}},  // top-1 gates are the probability (Switch), else renormalised
+             {"capacity_factor", capacity},
+             {"load_scale", 1.0 / (tokens_ * double(k))}},
+            "route");
   const ValueId gates = route[0], choice = route[1], load = route[2];  // (lead..., k), (lead..., k), (E)
 
   auto experts_param = [&](const std::string& name, Shape shape, ParamInit init, bool decay) {
@@ -66,7 +75,12 @@ ValueId GptBlocks::mixture_of_experts(ValueId x, int64_t layer) {
   h = g.add1("moe_combine", {h, gates}, {}, "combine");                                    // (lead..., C)
 
   RouterValues values{.layer = layer, .load = load, .choice = choice, .dropped = route[3]};
-  if (training && config.aux_loss_coef > 0)
+  if (training && by_bias)
+    // Only the gradient's sign moves the bias: scaled by 2^-30 the term adds
+    // nothing visible to the loss or the gradients' norm, and stays exact.
+    values.balance = g.add1("moe_bias_balance", {route_inputs[1], choice}, {{"scale", std::ldexp(1.0, -30)}},
+                            "bias_balance");
+  if (training && !by_bias && config.aux_loss_coef > 0)
     values.aux_loss = g.add1("moe_aux_loss", {load, logits},
                              {{"scale", config.aux_loss_coef * double(E) / tokens_}}, "aux_loss");
   if (training && config.z_loss_coef > 0)

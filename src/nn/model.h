@@ -22,6 +22,7 @@ struct RouterValues {
   ValueId dropped = kNoValue;   // []: the fraction of the choices a capacity dropped
   ValueId aux_loss = kNoValue;  // [] coef-scaled; kNoValue when not training or coef 0
   ValueId z_loss = kNoValue;    // [] likewise
+  ValueId balance = kNoValue;   // [] balanced by bias: the term whose gradient moves the bias (moe_bias_balance)
   ValueId stats = kNoValue;     // when training: load (E), dropped, then aux_loss and z_loss where present
 };
 

@@ -138,6 +138,7 @@ struct ParamLayout {
   Shape global_shape;  // the whole parameter
   AxisPlacements placement;  // per mesh axis; B on the data axis (ZeRO's shards are the buckets')
   bool weight_decay = false;
+  double sign_rate = 0;  // > 0: moved by sign at this rate (graph/graph.h's Value::sign_rate)
   int64_t offset = 0;  // elements, in the flat parameter layout (bucket-contiguous)
   int bucket = -1;
   int forward_order = 0;  // rank of its first use in forward: 0 is needed first

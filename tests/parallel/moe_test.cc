@@ -2,10 +2,18 @@
 // dropless routing under data, tensor and pipeline parallelism and ZeRO,
 // capacity routing under data parallelism (every rank routes the whole
 // batch, so it drops exactly the tokens one rank drops), a checkpoint
-// resumed under other strategies, and decoding an MoE checkpoint.
+// resumed under other strategies, and decoding an MoE checkpoint. The
+// bias balancing (DeepSeek-V3): the same under data parallelism, its sign
+// rule, and a load closer to even than none.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "parallel/strategy_equivalence.h"
+#include "runtime/optimizer/optimizer.h"
 #include "runtime/decode/decode_runner.h"
 #include "testing/gpt_reference.h"
 #include "testing/tiny_jobs.h"
@@ -17,13 +25,14 @@ using testing::kEquivalenceSteps;
 using testing::kEquivalenceTolerance;
 
 // 4 experts, top-2, in both blocks; dropout on.
-JobSpec moe_job(double capacity_factor) {
+JobSpec moe_job(double capacity_factor, const std::string& balance = "aux") {
   JobSpec o = testing::tiny_gpt(testing::shared_text());
   o.model.gpt.n_head = 4;
   o.model.gpt.n_embd = 32;
   o.model.gpt.moe_experts = 4;
   o.model.gpt.moe_top_k = 2;
   o.model.gpt.capacity_factor = capacity_factor;
+  o.model.gpt.moe_balance = balance;
   o.run.steps = kEquivalenceSteps;
   o.optimizer.schedule.total = kEquivalenceSteps;
   o.data.batch = 8;
@@ -34,6 +43,7 @@ struct MoeCase {
   const char* name;
   int ranks = 1, tp = 1, pp = 1, zero = 0, micro_batches = 1;
   double capacity_factor = 0;
+  const char* balance = "aux";
 };
 
 class GptMoe : public ::testing::TestWithParam<MoeCase> {};
@@ -42,10 +52,10 @@ class GptMoe : public ::testing::TestWithParam<MoeCase> {};
 // load-balancing loss counts its own choices, as a pipeline's must.
 TEST_P(GptMoe, MatchesOneRank) {
   const MoeCase& c = GetParam();
-  JobSpec o = moe_job(c.capacity_factor);
+  JobSpec o = moe_job(c.capacity_factor, c.balance);
   o.strategy.micro_batches = c.micro_batches;
   const auto& single =
-      testing::reference_losses(fmt::format("moe{}_{}", c.capacity_factor, c.micro_batches), o);
+      testing::reference_losses(fmt::format("moe{}_{}_{}", c.capacity_factor, c.micro_batches, c.balance), o);
   o.launch.ranks = c.ranks;
   o.strategy.tensor_parallel = c.tp;
   o.strategy.pipeline_parallel = c.pp;
@@ -60,7 +70,9 @@ INSTANTIATE_TEST_SUITE_P(
                       MoeCase{.name = "pp2", .ranks = 2, .pp = 2, .micro_batches = 2},
                       MoeCase{.name = "dp2_zero3", .ranks = 2, .zero = 3},
                       MoeCase{.name = "capacity_dp2", .ranks = 2, .capacity_factor = 1.0},
-                      MoeCase{.name = "capacity_dp3", .ranks = 3, .capacity_factor = 1.0}),
+                      MoeCase{.name = "capacity_dp3", .ranks = 3, .capacity_factor = 1.0},
+                      MoeCase{.name = "bias_dp2", .ranks = 2, .balance = "bias"},
+                      MoeCase{.name = "bias_capacity_dp3", .ranks = 3, .capacity_factor = 1.0, .balance = "bias"}),
     [](const ::testing::TestParamInfo<MoeCase>& info) { return std::string(info.param.name); });
 
 // Without the load-balancing loss, whose shares a micro-batch counts over
@@ -115,6 +127,49 @@ TEST(GptMoeDecode, EveryRowMatchesTheFullForward) {
     start += rows;
   }
   EXPECT_LT(worst, 1e-4);
+}
+
+TEST(GptMoeBalance, ASignRateParameterMovesByTheRateAgainstItsGradientsSign) {
+  Optimizer optimizer({.kind = "adamw", .weight_decay = 0.1}, {{"bias", Shape{4}, 0, 4, false, 0.25}});
+  std::vector<float> bias{0, 0, 1, 1}, grad{3e-9f, -1e-9f, 0, -5};
+  optimizer.begin_step();
+  optimizer.update(0, bias.data(), grad.data(), /*lr=*/0.5);
+  EXPECT_EQ(bias, (std::vector<float>{-0.25f, 0.25f, 1, 1.25f}));
+}
+
+// The median over the last 50 of 150 steps of the largest share any
+// expert of any layer took.
+double hottest_share(JobSpec o, const std::string& metrics) {
+  o.run.steps = 150;
+  o.optimizer.schedule.total = 150;
+  o.run.metrics = metrics;
+  testing::train_losses(o);
+  std::ifstream in(metrics);
+  std::vector<double> hottest;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.contains("moe")) continue;
+    double most = 0;
+    for (const auto& layer : j["moe"])
+      for (const auto& share : layer["load"]) most = std::max(most, share.get<double>());
+    hottest.push_back(most);
+  }
+  std::vector<double> last(hottest.end() - 50, hottest.end());
+  std::nth_element(last.begin(), last.begin() + 25, last.end());
+  return last[25];
+}
+
+TEST(GptMoeBalance, TheBiasKeepsTheLoadCloserToEvenThanNoBalancing) {
+  testing::ScratchDir dir;
+  JobSpec none = moe_job(0);
+  none.model.gpt.aux_loss_coef = 0;
+  none.model.gpt.z_loss_coef = 0;
+  JobSpec bias = none;
+  bias.model.gpt.moe_balance = "bias";
+  const double unbalanced = hottest_share(none, dir.file("none.jsonl"));
+  const double balanced = hottest_share(bias, dir.file("bias.jsonl"));
+  ::testing::Test::RecordProperty("hottest_share", fmt::format("{:.3f} by bias, {:.3f} unbalanced", balanced, unbalanced));
+  EXPECT_LT(balanced, unbalanced - 0.02) << "top-2 of 4: an expert on every token takes 0.5, an even one 0.25";
 }
 
 }  // namespace

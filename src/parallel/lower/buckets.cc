@@ -70,6 +70,7 @@ void lay_out_parameters(const Context& c, Program& program) {
                               .global_shape = value.spec.shape,
                               .placement = placement,
                               .weight_decay = value.weight_decay,
+                              .sign_rate = value.sign_rate,
                               .offset = 0,
                               .bucket = -1,
                               .forward_order = first_use[static_cast<size_t>(pg.param)]});

@@ -60,7 +60,7 @@ LocalGraph localize_graph(const Context& c, int64_t batch_rows) {
     if (value.kind == Value::Kind::input) {
       id = out.graph.input(value.name, local_spec(v));
     } else if (value.kind == Value::Kind::param) {
-      id = out.graph.param(value.name, local_spec(v), value.init, value.weight_decay);
+      id = out.graph.param(value.name, local_spec(v), value.init, value.weight_decay, value.sign_rate);
     } else {
       if (value.output_index != 0) continue;  // created with output 0
       PX_CHECK_EQ(static_cast<size_t>(value.producer), next_node);

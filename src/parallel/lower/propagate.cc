@@ -106,7 +106,7 @@ class Propagator {
       if (value.kind != Value::Kind::activation) {
         const ValueId id = value.kind == Value::Kind::input
                                ? g.input(value.name, value.spec)
-                               : g.param(value.name, value.spec, value.init, value.weight_decay);
+                               : g.param(value.name, value.spec, value.init, value.weight_decay, value.sign_rate);
         AxisPlacements& p = placed(id);
         for (int a = 0; a < axes_; ++a) p.push_back(seed(v, a).value_or(Placement::B()));
         out_.value_of[v] = id;

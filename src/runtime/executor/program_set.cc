@@ -27,7 +27,7 @@ IndexedProgram::IndexedProgram(parallel::Program p) : program(std::move(p)) {
     } else if (const auto* u = std::get_if<parallel::Update>(&instr.op)) {
       const parallel::ParamLayout& param = program.params[static_cast<size_t>(u->param)];
       shard_of_update[i] = static_cast<int>(shards.size());
-      shards.push_back({param.name, param.shape, u->offset, u->count, param.weight_decay});
+      shards.push_back({param.name, param.shape, u->offset, u->count, param.weight_decay, param.sign_rate});
     }
   }
 }

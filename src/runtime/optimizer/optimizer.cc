@@ -43,9 +43,20 @@ Optimizer::Optimizer(OptimizerConfig config, std::vector<ParamShard> shards)
     slots_.push_back(Tensor::zeros({total}, DType::f32));
 }
 
+std::map<std::string, ParamRule> param_rules(const Graph& graph) {
+  std::map<std::string, ParamRule> rules;
+  for (ValueId p : graph.params()) rules[graph.value(p).name] = {graph.value(p).weight_decay, graph.value(p).sign_rate};
+  return rules;
+}
+
 void Optimizer::update(size_t index, float* param, const float* grad, double lr, double decay_scale) {
   const ParamShard& s = shards_.at(index);
   const size_t at = static_cast<size_t>(at_[index]);
+  if (s.sign_rate > 0) {
+    const auto rate = static_cast<float>(s.sign_rate);
+    for (int64_t i = 0; i < s.count; ++i) param[i] -= rate * static_cast<float>((grad[i] > 0) - (grad[i] < 0));
+    return;
+  }
   const float wd = s.decay ? static_cast<float>(config_.weight_decay * decay_scale) : 0.0f;
   if (config_.kind == "sgd")
     kernels::sgd_momentum(s.count, static_cast<float>(lr), static_cast<float>(config_.momentum), wd, steps_ == 1,

@@ -56,8 +56,20 @@ struct ParamShard {
   int64_t offset = 0;
   int64_t count = 0;
   bool decay = false;  // weight decay applies
+  // > 0: the shard moves by this rate against its gradient's sign (no
+  // decay, no state, no learning rate), not by the optimizer's rule.
+  double sign_rate = 0;
   bool operator==(const ParamShard&) const = default;
 };
+
+// How each of a graph's parameters is updated, by name: its decay flag and
+// sign rate (graph/graph.h's Value), what a ParamShard of it carries.
+struct ParamRule {
+  bool decay = false;
+  double sign_rate = 0;
+  bool operator==(const ParamRule&) const = default;
+};
+std::map<std::string, ParamRule> param_rules(const Graph& graph);
 
 class Optimizer {
  public:

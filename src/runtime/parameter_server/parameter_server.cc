@@ -16,12 +16,6 @@ namespace {
 
 using ps::Layout;
 
-std::map<std::string, bool> decay_flags(const Graph& g) {
-  std::map<std::string, bool> out;
-  for (ValueId p : g.params()) out[g.value(p).name] = g.value(p).weight_decay;
-  return out;
-}
-
 // The slice's parameters, then each optimizer slot: (1 + slots) x count floats.
 std::vector<float> flatten(const ps::ServerSlice& shard) {
   std::vector<float> values(shard.params().begin(), shard.params().end());
@@ -130,7 +124,7 @@ struct Job {
   comm::Communicator& comm;
   Task& task;
   ParamStore& params;  // the initial or resumed parameters, whole
-  const std::map<std::string, bool>& decays;
+  const std::map<std::string, ParamRule>& rules;
   Layout layout;
   const Checkpoint* resumed;  // nullptr: from the start
   int64_t start = 0, end = 0, total = 0;
@@ -198,7 +192,7 @@ ParameterServerResult run_server(const Job& job) {
   const int rank = job.comm.rank();
   const bool lead = rank == 0;
   const ParameterServerOptions& ps = job.ps;
-  ps::ServerSlice shard(job.optimizer.update, job.params, job.decays, job.layout.shard(rank),
+  ps::ServerSlice shard(job.optimizer.update, job.params, job.rules, job.layout.shard(rank),
                         job.resumed ? &job.resumed->shards : nullptr,
                         job.resumed ? job.resumed->state.optimizer_steps : 0);
   ps::Server server(job.comm, job.layout, shard,
@@ -249,10 +243,10 @@ ParameterServerResult train_parameter_server(const nn::ModelConfig& model_config
   Task* task = run_start.task.get();
   ParamStore& params = run_start.params;
   const int64_t total = run_start.total, start = run_start.start;
-  const std::map<std::string, bool> decays = decay_flags(run_start.shape_model.graph);
+  const std::map<std::string, ParamRule> rules = param_rules(run_start.shape_model.graph);
   const Checkpoint* resumed = resume.checkpoint();
   const Job job{.model = model, .data = data, .precision = precision, .optimizer = optimizer, .ps = ps, .checkpoint = checkpoint,
-                .fault = fault, .run = run, .comm = comm, .task = *task, .params = params, .decays = decays,
+                .fault = fault, .run = run, .comm = comm, .task = *task, .params = params, .rules = rules,
                 .layout = {.servers = ps.servers, .workers = comm.size() - ps.servers, .params = params.count()},
                 .resumed = resumed, .start = start,
                 .end = run.stop_after > 0 ? std::min(run.stop_after, total) : total, .total = total, .log = log};

@@ -18,7 +18,7 @@ std::vector<int64_t> flat_offsets(const ParamStore& store) {
 namespace {
 
 // The parameter shards inside `slice`, in flat order, and where each begins in it.
-std::vector<ParamShard> shards_in(const ParamStore& store, const std::map<std::string, bool>& decays,
+std::vector<ParamShard> shards_in(const ParamStore& store, const std::map<std::string, ParamRule>& rules,
                                   comm::Block slice, std::vector<int64_t>& begin) {
   std::vector<ParamShard> shards;
   const std::vector<int64_t> offsets = flat_offsets(store);
@@ -28,8 +28,9 @@ std::vector<ParamShard> shards_in(const ParamStore& store, const std::map<std::s
     const int64_t lo = std::max(offsets[t], slice.begin);
     const int64_t hi = std::min(offsets[t] + value.numel(), slice.begin + slice.count);
     if (lo >= hi) continue;
-    auto it = decays.find(name);
-    shards.push_back({name, value.shape(), lo - offsets[t], hi - lo, it != decays.end() && it->second});
+    const auto it = rules.find(name);
+    const ParamRule rule = it != rules.end() ? it->second : ParamRule{};
+    shards.push_back({name, value.shape(), lo - offsets[t], hi - lo, rule.decay, rule.sign_rate});
     begin.push_back(lo - slice.begin);
   }
   return shards;
@@ -37,9 +38,9 @@ std::vector<ParamShard> shards_in(const ParamStore& store, const std::map<std::s
 
 }  // namespace
 
-ServerSlice::ServerSlice(OptimizerConfig config, const ParamStore& store, const std::map<std::string, bool>& decays,
+ServerSlice::ServerSlice(OptimizerConfig config, const ParamStore& store, const std::map<std::string, ParamRule>& rules,
                          comm::Block slice, const ShardedTensors* state, int64_t steps)
-    : slice_(slice), optimizer_(std::move(config), shards_in(store, decays, slice, begin_)) {
+    : slice_(slice), optimizer_(std::move(config), shards_in(store, rules, slice, begin_)) {
   params_.resize(static_cast<size_t>(slice.count));
   for (size_t k = 0; k < optimizer_.shards().size(); ++k) {
     const ParamShard& s = optimizer_.shards()[k];

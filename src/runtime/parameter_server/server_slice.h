@@ -20,7 +20,7 @@ class ServerSlice {
  public:
   // `store` gives the initial (or resumed) values, `state` the checkpoint
   // to take the slice's optimizer state from (nullptr: fresh) after `steps`.
-  ServerSlice(OptimizerConfig config, const ParamStore& store, const std::map<std::string, bool>& decays,
+  ServerSlice(OptimizerConfig config, const ParamStore& store, const std::map<std::string, ParamRule>& rules,
               comm::Block slice, const ShardedTensors* state, int64_t steps);
 
   // One update: params -= lr * rule(gradient) with weight decay scaled by

@@ -16,6 +16,7 @@ nlohmann::json model_json(const nn::ModelConfig& o, const DataOptions& data) {
     if (o.gpt.moe_experts > 0)
       j["gpt"]["moe"] = {{"experts", o.gpt.moe_experts},       {"top_k", o.gpt.moe_top_k},
                          {"every", o.gpt.moe_every},           {"width", o.gpt.moe_width},
+                         {"balance", o.gpt.moe_balance},       {"bias_rate", o.gpt.moe_bias_rate},
                          {"capacity_factor", o.gpt.capacity_factor}, {"aux_loss_coef", o.gpt.aux_loss_coef},
                          {"z_loss_coef", o.gpt.z_loss_coef}};
   }
@@ -112,6 +113,12 @@ void apply_model_json(const nlohmann::json& j, nn::ModelConfig& o, DataOptions& 
       o.gpt.moe_every = R::size(moe, "gpt.moe", "every");
       o.gpt.moe_width = R::size(moe, "gpt.moe", "width");
       o.gpt.capacity_factor = R::number(moe, "gpt.moe", "capacity_factor");
+      if (moe.contains("balance")) {
+        if (!moe.at("balance").is_string())
+          fail("checkpoint model config: gpt.moe.balance is {}, expected \"aux\" or \"bias\"", moe.at("balance").dump());
+        o.gpt.moe_balance = moe.at("balance").get<std::string>();
+      }
+      if (moe.contains("bias_rate")) o.gpt.moe_bias_rate = R::number(moe, "gpt.moe", "bias_rate");
       o.gpt.aux_loss_coef = R::number(moe, "gpt.moe", "aux_loss_coef");
       o.gpt.z_loss_coef = R::number(moe, "gpt.moe", "z_loss_coef");
     }
