@@ -18,7 +18,7 @@ namespace {
 using testing::max_relative_diff;
 using testing::run_op;
 
-Tensor random_tensor(const Shape& shape, Rng& rng) {
+Tensor normal_tensor(const Shape& shape, Rng& rng) {
   Tensor t = Tensor::empty(shape);
   for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>(rng.normal());
   return t;
@@ -34,9 +34,9 @@ TEST(MoeOps, GroupedGemmMatchesThePerRowReferenceWithDroppedRowsAndIdleExperts) 
   std::vector<int32_t> c(R);
   for (int64_t r = 0; r < R; ++r) c[static_cast<size_t>(r)] = static_cast<int32_t>(r % 7 == 3 ? -1 - r % 4 : r % 4);
   const Tensor choice = choices(c);  // expert 4 gets no row
-  const Tensor w = random_tensor({E, P, Q}, rng);
+  const Tensor w = normal_tensor({E, P, Q}, rng);
   for (bool trans : {false, true}) {
-    const Tensor x = random_tensor({R, trans ? Q : P}, rng);
+    const Tensor x = normal_tensor({R, trans ? Q : P}, rng);
     const auto got = run_op(OpRegistry::instance().get("moe_linear"), {{"trans_w", int64_t{trans}}}, {x, w, choice});
     Tensor expected = Tensor::empty({R, trans ? P : Q});
     kernels::ref::moe_linear(R, E, P, Q, trans, x.f32(), w.f32(), c.data(), expected.f32());
@@ -76,7 +76,7 @@ TEST(MoeRouting, TiesGoToTheLowerExpertAndTheBiasSteersOnly) {
 TEST(MoeRouting, ARowsLogitsAreTheSameBitsWhateverRowsComeWithIt) {
   Rng rng(9);
   const int64_t N = 13, C = 48, E = 8;
-  const Tensor x = random_tensor({N, C}, rng), w = random_tensor({C, E}, rng);
+  const Tensor x = normal_tensor({N, C}, rng), w = normal_tensor({C, E}, rng);
   const OpDef& router = OpRegistry::instance().get("moe_router");
   const Tensor whole = run_op(router, {}, {x, w})[0];
   for (int64_t begin : {0, 5, 12}) {
@@ -88,7 +88,7 @@ TEST(MoeRouting, ARowsLogitsAreTheSameBitsWhateverRowsComeWithIt) {
 
 TEST(MoeOps, ARowRoutedToAnExpertThatDoesNotExistIsANamedError) {
   Rng rng(1);
-  const Tensor x = random_tensor({3, 4}, rng), w = random_tensor({2, 4, 5}, rng);
+  const Tensor x = normal_tensor({3, 4}, rng), w = normal_tensor({2, 4, 5}, rng);
   try {
     run_op(OpRegistry::instance().get("moe_linear"), {}, {x, w, choices({0, 7, 1})});
     FAIL() << "no error";
