@@ -5,7 +5,7 @@
 # which run the same code 3-10x slower), within 1e-5 relative, for GPT (with dropout,
 # also with ZeRO-1, -2 and -3; at 4 ranks also dp=2 x tp=2, with sequence
 # parallelism and with ZeRO-1; context parallelism at cp=N and at 4 ranks
-# also dp=2 x cp=2 with ZeRO-2), the CNN (also with ZeRO-3) and the MLP
+# also dp=2 x cp=2 with ZeRO-2; a mixture of experts with a capacity), the CNN (also with ZeRO-3) and the MLP
 # over epochs with a partial last batch; and a
 # checkpoint every MPI process wrote its shards of halfway must resume
 # in-process at another rank count and strategy with the same losses.
@@ -40,6 +40,14 @@ for job in GPT CNN; do
     { echo "FAIL: the MPI job did not run $RANKS MPI ranks:"; cat "$WORK/$job-mpi.log"; exit 1; }
   compare "$WORK/$job-1.jsonl" "$WORK/$job-mpi.jsonl" "$job at $RANKS MPI ranks"
 done
+
+# A mixture of experts routed with a capacity: every MPI rank gathers the
+# router logits and drops what one rank drops (uneven rows: the in-process
+# tests/parallel/moe_test.cc at 3 ranks).
+MOE=("${GPT[@]}" --moe-experts 4 --moe-top-k 2 --capacity-factor 1.0)
+"$PARALLAX" "${MOE[@]}" --metrics "$WORK/MOE-1.jsonl" > "$WORK/MOE-1.log"
+"${MPIRUN[@]}" "$PARALLAX" "${MOE[@]}" --metrics "$WORK/MOE-mpi.jsonl" > "$WORK/MOE-mpi.log"
+compare "$WORK/MOE-1.jsonl" "$WORK/MOE-mpi.jsonl" "an MoE GPT with a capacity at $RANKS MPI ranks"
 
 # An epoch's partial last batch: the MLP over 100 images in batches of 7
 # (14 batches and one of 2 rows an epoch), 2 epochs, as one rank does.
