@@ -117,6 +117,12 @@ void moe_balance_loss_backward(int64_t rows, int64_t E, const float* logits, con
   }
 }
 
+int64_t ExpertRows::largest() const {
+  int64_t most = 0;
+  for (int64_t e = 0; e + 1 < static_cast<int64_t>(offset.size()); ++e) most = std::max(most, count(e));
+  return most;
+}
+
 ExpertRows group_rows_by_expert(int64_t rows, int64_t experts, const int32_t* choice) {
   ExpertRows out;
   out.offset.assign(static_cast<size_t>(experts + 1), 0);
@@ -165,15 +171,23 @@ void moe_linear(int64_t rows, int64_t experts, int64_t P, int64_t Q, bool trans,
 }
 }  // namespace ref
 
+namespace {
+
+// log(sum_e exp(x_e)) of a row of E logits, max-shifted, in double.
+double row_logsumexp(int64_t E, const float* x) {
+  float max = x[0];
+  for (int64_t e = 1; e < E; ++e) max = std::max(max, x[e]);
+  double sum = 0;
+  for (int64_t e = 0; e < E; ++e) sum += std::exp(double(x[e]) - max);
+  return max + std::log(sum);
+}
+
+}  // namespace
+
 double moe_z_loss(int64_t rows, int64_t experts, const float* logits) {
   double total = 0;
   for (int64_t n = 0; n < rows; ++n) {
-    const float* x = logits + n * experts;
-    float max = x[0];
-    for (int64_t e = 1; e < experts; ++e) max = std::max(max, x[e]);
-    double sum = 0;
-    for (int64_t e = 0; e < experts; ++e) sum += std::exp(double(x[e]) - max);
-    const double lse = max + std::log(sum);
+    const double lse = row_logsumexp(experts, logits + n * experts);
     total += lse * lse;
   }
   return total;
@@ -182,11 +196,7 @@ double moe_z_loss(int64_t rows, int64_t experts, const float* logits) {
 void moe_z_loss_backward(int64_t rows, int64_t experts, const float* logits, float scale, float* dlogits) {
   for (int64_t n = 0; n < rows; ++n) {
     const float* x = logits + n * experts;
-    float max = x[0];
-    for (int64_t e = 1; e < experts; ++e) max = std::max(max, x[e]);
-    double sum = 0;
-    for (int64_t e = 0; e < experts; ++e) sum += std::exp(double(x[e]) - max);
-    const double lse = max + std::log(sum);
+    const double lse = row_logsumexp(experts, x);
     for (int64_t e = 0; e < experts; ++e)
       dlogits[n * experts + e] = static_cast<float>(scale * 2.0 * lse * std::exp(double(x[e]) - lse));
   }

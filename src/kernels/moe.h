@@ -8,6 +8,7 @@
 // and every consumer skips it as "negative: no expert".
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -61,6 +62,10 @@ void moe_balance_loss_backward(int64_t rows, int64_t experts, const float* logit
 struct ExpertRows {
   std::vector<int64_t> offset;  // E + 1
   std::vector<int64_t> rows;
+  int64_t count(int64_t expert) const {
+    return offset[static_cast<size_t>(expert + 1)] - offset[static_cast<size_t>(expert)];
+  }
+  int64_t largest() const;  // the most rows any expert got
 };
 ExpertRows group_rows_by_expert(int64_t rows, int64_t experts, const int32_t* choice);
 

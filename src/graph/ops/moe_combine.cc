@@ -13,10 +13,6 @@
 namespace px::ops {
 namespace {
 
-int64_t copies_of(const std::vector<TensorSpec>& in, const Attrs& a, bool expand) {
-  return expand ? a.get_int("k") : in[0].shape[-2];
-}
-
 // (x-like (L..., [k,] C), [gates (L..., k)]) splits: token dims alike, or the
 // features with the gates whole; partial in x (linear in it) with gates whole.
 std::vector<PlacementSignature> copy_signatures(int token_dims, int in_rank, int out_rank, bool gated) {
@@ -67,7 +63,7 @@ OpDef make_moe_expand() {
   d.name = "moe_expand";
   d.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
     require_count(in, 1, 2);
-    const int64_t k = copies_of(in, a, true);
+    const int64_t k = a.get_int("k");
     require(k >= 1 && in[0].shape.rank() >= 2, "k={} must be positive and x {} (tokens..., C)", k, in[0].shape);
     require_gates(in, in[0].shape, k);
     std::vector<int64_t> dims = in[0].shape.dims();
@@ -100,12 +96,12 @@ OpDef make_moe_expand() {
 OpDef make_moe_combine() {
   OpDef d;
   d.name = "moe_combine";
-  d.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+  d.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
     require_count(in, 1, 2);
     require(in[0].shape.rank() >= 3, "ys {} must be (tokens..., k, C)", in[0].shape);
     std::vector<int64_t> dims = in[0].shape.dims();
     dims.erase(dims.end() - 2);
-    require_gates(in, Shape(dims), copies_of(in, a, false));
+    require_gates(in, Shape(dims), in[0].shape[-2]);
     return std::vector<TensorSpec>{f32(Shape(dims))};
   };
   d.forward = [](const OpContext&, const Attrs&, const std::vector<const Tensor*>& in,

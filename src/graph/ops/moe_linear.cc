@@ -77,10 +77,7 @@ OpDef make_moe_linear() {
     const ExpertGemm m = expert_gemm_of(x.shape(), w.shape(), a.get_int("trans_w", 0) != 0);
     const kernels::ExpertRows groups = kernels::group_rows_by_expert(m.rows, m.experts, in[2]->data<int32_t>());
     out[0]->zero();
-    int64_t most = 0;
-    for (int64_t e = 0; e < m.experts; ++e)
-      most = std::max(most, groups.offset[static_cast<size_t>(e + 1)] - groups.offset[static_cast<size_t>(e)]);
-    Tensor xs = Tensor::empty({most, m.in()}), ys = Tensor::empty({most, m.out()});
+    Tensor xs = Tensor::empty({groups.largest(), m.in()}), ys = Tensor::empty({groups.largest(), m.out()});
     for (int64_t e = 0; e < m.experts; ++e) {
       const int64_t begin = groups.offset[static_cast<size_t>(e)], end = groups.offset[static_cast<size_t>(e + 1)];
       if (begin == end) continue;
@@ -151,10 +148,7 @@ OpDef make_moe_linear_grad_w() {
     const int64_t E = out[0]->dim(0);
     const kernels::ExpertRows groups = kernels::group_rows_by_expert(rows, E, in[2]->data<int32_t>());
     out[0]->zero();
-    int64_t most = 0;
-    for (int64_t e = 0; e < E; ++e)
-      most = std::max(most, groups.offset[static_cast<size_t>(e + 1)] - groups.offset[static_cast<size_t>(e)]);
-    Tensor as = Tensor::empty({most, P}), cs = Tensor::empty({most, Q});
+    Tensor as = Tensor::empty({groups.largest(), P}), cs = Tensor::empty({groups.largest(), Q});
     for (int64_t e = 0; e < E; ++e) {
       const int64_t begin = groups.offset[static_cast<size_t>(e)], end = groups.offset[static_cast<size_t>(e + 1)];
       if (begin == end) continue;

@@ -22,16 +22,17 @@ Tensor reshard_batch_rows(comm::Communicator& comm, const Tensor& in, const para
   return in.slice_rows(micro_batch.row_offset, micro_batch.row_offset + micro_batch.rows).clone();
 }
 
-}  // namespace
-
-bool ProgramExecutor::batch_rows_on_data_axis(const parallel::Reshard& op, const Node& node) const {
-  const parallel::Strategy& s = prog().strategy;
+// Whether `op` gathers or slices a batch value's rows along the data axis.
+bool batch_rows_on_data_axis(const parallel::Program& program, const parallel::Reshard& op, const Node& node) {
+  const parallel::Strategy& s = program.strategy;
   if (s.data_ranks() == 1 || op.axis != s.mesh.axis(s.data_axis)) return false;
   const bool gather = op.from == Placement::S(0) && !op.to.is_split() && !op.to.is_partial();
   const bool slice = op.to == Placement::S(0) && !op.from.is_split() && !op.from.is_partial();
   const ValueId batch_value = gather ? node.inputs.front() : node.outputs.front();
-  return (gather || slice) && prog().batch_rows[static_cast<size_t>(batch_value)];
+  return (gather || slice) && program.batch_rows[static_cast<size_t>(batch_value)];
 }
+
+}  // namespace
 
 void ProgramExecutor::reshard(int id, const parallel::Reshard& op, const StepInput& input) {
   const parallel::Instr& instr = prog().instrs[static_cast<size_t>(id)];
@@ -57,7 +58,7 @@ void ProgramExecutor::reshard(int id, const parallel::Reshard& op, const StepInp
   const std::optional<comm::Collective> kind = parallel::collective_of(parallel::resharding(op.from, op.to));
   const comm::CollectiveOptions options = kind ? options_of(prog(), instr, *kind) : comm::CollectiveOptions{};
   Tensor out = comm == nullptr ? in
-               : batch_rows_on_data_axis(op, node)
+               : batch_rows_on_data_axis(prog(), op, node)
                    ? reshard_batch_rows(*comm, in, op, out_shape, prog().micro_batches[static_cast<size_t>(m)], options)
                    : reshard_tensor(*comm, in, op.from, op.to, whole, options);
   PX_CHECK(out.shape() == out_shape, "reshard #{} gives {}, the program expects {}", id, out.shape(), out_shape);

@@ -128,8 +128,6 @@ class ProgramExecutor {
   void update(int id, const parallel::Update& op, double lr);
   // executor_reshard.cc, executor_pipeline.cc, executor_collectives.cc
   void reshard(int id, const parallel::Reshard& op, const StepInput& input);
-  // Whether `op` gathers or slices a batch value's rows along the data axis.
-  bool batch_rows_on_data_axis(const parallel::Reshard& op, const Node& node) const;
   void send(int id, const parallel::Send& op);
   void recv(int id, const parallel::Recv& op, uint64_t step);
   void collective(int id, const parallel::Collective& op, uint64_t step);

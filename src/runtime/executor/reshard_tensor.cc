@@ -127,9 +127,8 @@ Tensor gather_batch_rows(comm::Communicator& comm, const Tensor& in, int64_t who
   std::vector<int64_t> dims = in.shape().dims();
   dims[0] = whole_rows;
   Tensor out = Tensor::empty(Shape(dims), in.dtype());
-  // Each row's bytes in whole words; a row of a bf16 value may be odd.
-  const int64_t row_elements = in.rank() == 0 ? 1 : Shape(std::vector<int64_t>(dims.begin() + 1, dims.end())).numel();
-  const int64_t bytes_per_row = row_elements * static_cast<int64_t>(dtype_size(in.dtype()));
+  const int64_t bytes_per_row = whole_rows == 0 ? 0 : static_cast<int64_t>(out.nbytes()) / whole_rows;
+  // Each rank's rows in whole words (a bf16 value's rows may end mid-word).
   const size_t chunk = static_cast<size_t>((most * bytes_per_row + 3) / 4);
   std::vector<float> send(chunk, 0.0f), all(chunk * static_cast<size_t>(p));
   std::memcpy(send.data(), in.raw(), in.nbytes());
