@@ -37,8 +37,9 @@ void add_lower_command(CLI::App& app) {
     apply(*flags);
     JobSpec& o = flags->job;
     if (o.strategy.mesh_ranks > 0) o.launch.ranks = o.strategy.mesh_ranks;  // --mesh names the ranks
-    // --pp / --cp / --tp alone: one rank per stage, sequence chunk and tensor shard.
-    if (o.launch.ranks == 1) o.launch.ranks = o.strategy.pipeline_parallel * o.strategy.context_parallel * o.strategy.tensor_parallel;
+    // --pp / --ep / --cp / --tp alone: one rank per stage, expert block, sequence chunk and tensor shard.
+    if (o.launch.ranks == 1) o.launch.ranks = o.strategy.pipeline_parallel * o.strategy.expert_parallel * o.strategy.context_parallel *
+                                                 o.strategy.tensor_parallel;
     nn::validate(o.model);
     plan::validate_split(o.model, o.strategy, o.launch.ranks, o.data.batch);
     const nn::Model model = nn::build_model(o.model, o.data.batch, true);

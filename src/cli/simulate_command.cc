@@ -62,7 +62,8 @@ void add_simulate_command(CLI::App& app) {
     apply(*flags);
     JobSpec& o = flags->job;
     if (o.strategy.mesh_ranks > 0) o.launch.ranks = o.strategy.mesh_ranks;  // --mesh names the ranks
-    if (o.launch.ranks == 1) o.launch.ranks = o.strategy.pipeline_parallel * o.strategy.context_parallel * o.strategy.tensor_parallel;
+    if (o.launch.ranks == 1) o.launch.ranks = o.strategy.pipeline_parallel * o.strategy.expert_parallel * o.strategy.context_parallel *
+                                                 o.strategy.tensor_parallel;
     const plan::ClusterSpec cluster = plan::cluster_named(sim_flags->cluster, local_cluster_path());
     const Precision precision = precisions_to_model(flags->precision, cluster, false).front();
     o.strategy.precision = precision;

@@ -143,7 +143,12 @@ void add_parallel_flags(CLI::App& cmd, TrainFlags& flags) {
                                                  "mesh is {dp: ranks / tp, tp: tp} (GPT: tp must divide --heads)")
       ->capture_default_str();
   cmd.add_option("--mesh", flags.mesh, "the device mesh as axis=size pairs, e.g. pp=2,dp=2,cp=2,tp=2 (sets --pp, "
-                                       "--cp and --tp; pp x dp x cp x tp must equal the ranks)");
+                                       "--ep, --cp and --tp; pp x dp x ep x cp x tp must equal the ranks)");
+  cmd.add_option("--ep", o.strategy.expert_parallel, "expert parallelism: each data rank's tokens and a mixture of "
+                                                  "experts' experts spread over this many ranks, the tokens routed "
+                                                  "to their experts' ranks and back (mesh {pp, dp, ep, cp, tp}; "
+                                                  "needs --moe-experts, at least --ep experts)")
+      ->capture_default_str();
   cmd.add_option("--cp", o.strategy.context_parallel, "context parallelism: ranks each sequence is split over, through "
                                                   "attention too (mesh {pp, dp, cp, tp}; see --cp-method)")
       ->capture_default_str();
@@ -374,8 +379,8 @@ void apply(TrainFlags& flags) {
     o.strategy.row_shares.push_back(*parsed);
   }
   if (!flags.mesh.empty()) {
-    // axis=size pairs; the mesh is {pp, dp, cp, tp} whatever the order given.
-    int pp = 1, dp = 1, cp = 1, tp = 1;
+    // axis=size pairs; the mesh is {pp, dp, ep, cp, tp} whatever the order given.
+    int pp = 1, dp = 1, ep = 1, cp = 1, tp = 1;
     std::stringstream pairs(flags.mesh);
     for (std::string pair; std::getline(pairs, pair, ',');) {
       const size_t eq = pair.find('=');
@@ -388,7 +393,8 @@ void apply(TrainFlags& flags) {
       else if (axis == "tp") tp = size;
       else if (axis == "pp") pp = size;
       else if (axis == "cp") cp = size;
-      else fail("--mesh '{}': axis '{}' is not one of pp, dp, cp, tp", flags.mesh, axis);
+      else if (axis == "ep") ep = size;
+      else fail("--mesh '{}': axis '{}' is not one of pp, dp, ep, cp, tp", flags.mesh, axis);
     }
     if (o.strategy.tensor_parallel != 1 && o.strategy.tensor_parallel != tp)
       fail("--mesh '{}' says tp={}, --tp says {}", flags.mesh, tp, o.strategy.tensor_parallel);
@@ -396,11 +402,14 @@ void apply(TrainFlags& flags) {
       fail("--mesh '{}' says pp={}, --pp says {}", flags.mesh, pp, o.strategy.pipeline_parallel);
     if (o.strategy.context_parallel != 1 && o.strategy.context_parallel != cp)
       fail("--mesh '{}' says cp={}, --cp says {}", flags.mesh, cp, o.strategy.context_parallel);
-    const int64_t mesh_ranks = int64_t{pp} * dp * cp * tp;
+    if (o.strategy.expert_parallel != 1 && o.strategy.expert_parallel != ep)
+      fail("--mesh '{}' says ep={}, --ep says {}", flags.mesh, ep, o.strategy.expert_parallel);
+    const int64_t mesh_ranks = int64_t{pp} * dp * ep * cp * tp;
     if (mesh_ranks > (1 << 20)) fail("--mesh '{}' has {} ranks, expected at most 2^20", flags.mesh, mesh_ranks);
     o.strategy.tensor_parallel = tp;
     o.strategy.pipeline_parallel = pp;
     o.strategy.context_parallel = cp;
+    o.strategy.expert_parallel = ep;
     o.strategy.mesh_ranks = static_cast<int>(mesh_ranks);
     if (o.launch.ranks != 1 && o.launch.ranks != mesh_ranks)
       fail("--mesh '{}' has {} ranks, --ranks says {}", flags.mesh, mesh_ranks, o.launch.ranks);

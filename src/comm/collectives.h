@@ -102,6 +102,13 @@ void reduce(Communicator& comm, Buffer data, Reduction op, int root,
 // input goes to rank q, arriving as block `rank` of q's output.
 void all_to_all(Communicator& comm, const void* input, Buffer output,
                 const CollectiveOptions& options = {});
+// All-to-all with a byte count per peer (MPI_Alltoallv): input holds the
+// bytes for rank 0, then rank 1, ...; output receives rank 0's, then rank
+// 1's, .... Every rank must pass the counts its peers pass for it (agree
+// on them first: a mismatch is a size error on the receive, or a wait
+// that times out, never a silent hang). Pairwise, like all_to_all.
+void all_to_all_v(Communicator& comm, const void* input, std::span<const int64_t> send_bytes, void* output,
+                  std::span<const int64_t> receive_bytes);
 void barrier(Communicator& comm, const CollectiveOptions& options = {});
 
 // float32 conveniences.

@@ -62,6 +62,11 @@ struct PlacementSignature {
   // Along its split dim the ranks exchange blocks (ring_shift): the
   // lowering's transfers do it, not the kernel, which sees one block.
   bool exchanges = false;
+  // Holds only on the expert axis (expert parallelism), where the rows a
+  // node reads are the ones a routed exchange brought to this rank's
+  // experts: the experts' weights split S(0) there, the rows' placement B
+  // (each rank's rows are its own, not copies). Never chosen elsewhere.
+  bool routed = false;
   bool operator==(const PlacementSignature&) const = default;
   std::string str() const;  // "data_parallel: (S(0), B) -> (S(0))"
 };

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "graph/precision.h"
 #include "parallel/context_parallel.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/tensor_parallel.h"
 
 namespace px::parallel {
@@ -12,19 +13,21 @@ namespace {
 
 // The request's parts on the job's ranks: mesh {pp, dp, cp, tp}.
 Strategy from_parts(const StrategyRequest& r, const CompositionInputs& in) {
-  const int tp = r.tensor_parallel, pp = r.pipeline_parallel, cp = r.context_parallel;
+  const int tp = r.tensor_parallel, pp = r.pipeline_parallel, cp = r.context_parallel, ep = r.expert_parallel;
   if (tp < 1) fail("--tp {} must be >= 1", tp);
   if (pp < 1) fail("--pp {} must be >= 1", pp);
   if (cp < 1) fail("--cp {} must be >= 1", cp);
+  if (ep < 1) fail("--ep {} must be >= 1", ep);
   if (r.mesh_ranks > 0 && r.mesh_ranks != in.ranks) fail("--mesh names {} ranks; this job has {}", r.mesh_ranks, in.ranks);
-  if (in.ranks % (tp * pp * cp) != 0)
-    fail("--pp {}{} x --tp {} does not divide the job's {} ranks", pp, cp > 1 ? fmt::format(" x --cp {}", cp) : "",
-         tp, in.ranks);
-  const int dp = in.ranks / (pp * cp * tp);
+  if (in.ranks % (tp * pp * cp * ep) != 0)
+    fail("--pp {}{}{} x --tp {} does not divide the job's {} ranks", pp, ep > 1 ? fmt::format(" x --ep {}", ep) : "",
+         cp > 1 ? fmt::format(" x --cp {}", cp) : "", tp, in.ranks);
+  const int dp = in.ranks / (pp * ep * cp * tp);
   Strategy s = tp > 1 || r.sequence_parallel
                    ? tensor_parallel(*in.graph, dp, tp, in.batch_inputs, r.sequence_parallel)
                    : data_parallel(dp, in.batch_inputs);
   if (cp > 1) s = with_context(std::move(s), *in.graph, cp, {.method = r.context_method, .balance = r.context_balance});
+  if (ep > 1) s = with_experts(std::move(s), *in.graph, ep);
   s.zero_stage = r.zero_stage;
   s.micro_batches = r.micro_batches;
   s.precision = r.precision;
@@ -57,7 +60,9 @@ Strategy from_file(const StrategyRequest& r, const CompositionInputs& in) {
 // ("" if none).
 std::string model_axis(const Strategy& s) {
   for (const PlacementSeed& seed : s.seeds)
-    if (seed.axis != s.data_axis && seed.axis != s.context.axis && s.mesh.size(seed.axis) > 1) return seed.axis;
+    if (seed.axis != s.data_axis && seed.axis != s.context.axis && seed.axis != kExpertAxis &&
+        s.mesh.size(seed.axis) > 1)
+      return seed.axis;
   return "";
 }
 
@@ -81,10 +86,35 @@ void validate_fields(const Strategy& s) {
   if (s.lowering.local_momentum < 0 || s.lowering.local_momentum >= 1)
     fail("strategy: local_momentum {} must be in [0, 1)", s.lowering.local_momentum);
   if (s.pipeline.virtual_stages < 1) fail("strategy: virtual_stages {} must be >= 1", s.pipeline.virtual_stages);
-  check_row_shares(s.row_shares, s.data_ranks(), "strategy: row_shares");
+  check_row_shares(s.row_shares, s.row_ranks(), "strategy: row_shares");
 }
 
 // Context parallelism with the other parts.
+void validate_experts(const Strategy& s) {
+  if (s.expert_ranks() <= 1) return;
+  const std::string axis(kExpertAxis);
+  if (s.data_axis == axis || s.pipeline.axis == axis || s.context.axis == axis)
+    fail("strategy: the expert axis '{}' is also the data, pipeline or context axis", axis);
+  if (s.context_ranks() > 1)
+    fail("strategy: expert parallelism (axis '{}' of {} ranks) and context parallelism (axis '{}' of {} ranks) do "
+         "not combine yet: choose one",
+         axis, s.expert_ranks(), s.context.axis, s.context_ranks());
+  if (s.zero_stage > 0)
+    fail("strategy: ZeRO-{} and expert parallelism (axis '{}' of {} ranks) do not combine yet: the expert weights "
+         "would shard over their own data group; use zero_stage 0",
+         s.zero_stage, axis, s.expert_ranks());
+  if (s.lowering.compression.lossy())
+    fail("strategy: gradient compression ({}) and expert parallelism (axis '{}') do not combine yet: choose one",
+         s.lowering.compression.to_string(), axis);
+  if (s.lowering.p3_slice_bytes > 0)
+    fail("strategy: P3 and expert parallelism (axis '{}') do not combine yet: choose one", axis);
+  for (const PlacementSeed& seed : s.seeds)
+    if (seed.axis == axis && seed.placement != Placement::S(0))
+      fail("strategy: seed '{}' is {} along the expert axis '{}'; expert weights are split S(0) there and every "
+           "other value is left B",
+           seed.value, seed.placement.str(), axis);
+}
+
 void validate_context(const Strategy& s) {
   if (s.context_ranks() <= 1) return;
   if (s.context.axis == s.data_axis) fail("strategy: the context axis '{}' is also the data axis", s.context.axis);
@@ -196,6 +226,17 @@ Strategy with_pipeline(Strategy base, int stages, PipelineOptions pipeline) {
   return base;
 }
 
+Strategy with_experts(Strategy base, const Graph& graph, int ranks) {
+  std::vector<MeshAxis> axes;
+  for (const MeshAxis& a : base.mesh.axes()) {
+    axes.push_back(a);
+    if (a.name == base.data_axis) axes.push_back({std::string(kExpertAxis), ranks});
+  }
+  base.mesh = DeviceMesh(std::move(axes));
+  for (PlacementSeed& seed : expert_parallel_seeds(graph, ranks)) base.seeds.push_back(std::move(seed));
+  return base;
+}
+
 Strategy compose(const StrategyRequest& request, const CompositionInputs& inputs) {
   PX_CHECK(inputs.graph != nullptr, "compose: no graph");
   Strategy s = request.strategy_file.empty() ? from_parts(request, inputs) : from_file(request, inputs);
@@ -231,6 +272,7 @@ void validate(const Strategy& s, const StrategyUse& use) {
          s.lowering.compression.to_string(), axis, s.mesh.size(axis));
   validate_pipeline(s);
   validate_context(s);
+  validate_experts(s);
   if (s.lowering.p3_slice_bytes > 0) validate_p3(s, use);
 }
 

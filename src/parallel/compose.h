@@ -6,8 +6,8 @@
 // uses it: P3, clipping) must obey is in validate(), each a px::Error that
 // names the parts, the bad value and what is expected.
 //
-// A request describes the mesh by its parallel degrees, {pp, dp, cp, tp}
-// with pp outermost and tp innermost (dp = ranks / (pp cp tp)), and what runs on
+// A request describes the mesh by its parallel degrees, {pp, dp, ep, cp, tp}
+// with pp outermost and tp innermost (dp = ranks / (pp ep cp tp)), and what runs on
 // it; a strategy file gives the Strategy whole instead. Either way the run
 // then decides two things here, not in the trainer: P3 lowers without a
 // global norm and with a bucket per tensor, and sparsified gradients under
@@ -43,6 +43,7 @@ struct StrategyRequest {
   bool overlap_model_gradients = false;
   int pipeline_parallel = 1;       // pipeline stages (mesh {pp, dp, cp, tp}: pp outermost)
   int context_parallel = 1;        // ranks each sequence is split over (the cp axis; Strategy::context)
+  int expert_parallel = 1;         // ranks each data rank's experts are spread over (the ep axis; parallel/expert_parallel.h)
   ContextMethod context_method = ContextMethod::ring;
   bool context_balance = true;     // the ring's zigzag split (ContextOptions::balance)
   PipelineOptions pipeline;        // schedule, virtual stages, stage cuts
@@ -91,6 +92,10 @@ Strategy tensor_parallel(const Graph& graph, int dp, int tp, const std::vector<s
 // is consecutive ranks, or consecutive tensor groups) and its seeds
 // (parallel/context_parallel.h).
 Strategy with_context(Strategy base, const Graph& graph, int ranks, ContextOptions context);
+// `base` with its data axis' ranks each spreading the experts over `ranks`
+// expert ranks: the expert axis right after the data axis, and the expert
+// weights' seeds (parallel/expert_parallel.h).
+Strategy with_experts(Strategy base, const Graph& graph, int ranks);
 // `base` (over its own mesh) repeated on `stages` pipeline ranks: the
 // pipeline axis goes first (outermost), so a stage's data and tensor groups
 // are consecutive ranks.

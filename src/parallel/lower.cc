@@ -10,6 +10,7 @@
 #include "graph/precision.h"
 #include "parallel/compose.h"
 #include "parallel/context_parallel.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/lower/passes.h"
 
 namespace px::parallel {
@@ -117,7 +118,9 @@ Propagation place(const Graph& graph, const Strategy& strategy, bool backward, s
                            .mesh = &strategy.mesh,
                            .seeds = seeds_by_value(graph, strategy, backward),
                            .targets = {},
-                           .whole_axes = std::vector<bool>(strategy.mesh.axes().size(), false)};
+                           .whole_axes = std::vector<bool>(strategy.mesh.axes().size(), false),
+                           .expert_axis = strategy.expert_ranks() > 1 ? strategy.mesh.axis(std::string(kExpertAxis))
+                                                                      : -1};
   if (strategy.pipeline_ranks() > 1)
     placing.whole_axes[static_cast<size_t>(strategy.mesh.axis(strategy.pipeline.axis))] = true;
   for (const ParamGrad& pg : grads) {
@@ -217,6 +220,7 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   set_precision(graph, strategy.precision);  // the run's precision is the strategy's
   if (strategy.context_ranks() > 1 && strategy.context.method == ContextMethod::ring)
     ring_attention(graph, strategy.context_ranks(), strategy.context.balance);
+  if (strategy.expert_ranks() > 1) route_to_experts(graph);
   int forward_nodes = static_cast<int>(graph.nodes().size());
   std::vector<ParamGrad> grads = with_backward(graph, request);
   forward_nodes += store_gemm_operands_in_bf16(graph);  // its casts follow forward nodes
@@ -236,6 +240,8 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   }
   const int axis = strategy.mesh.axis(strategy.data_axis);
   const int context_axis = strategy.context_ranks() > 1 ? strategy.mesh.axis(strategy.context.axis) : -1;
+  const int joined = joined_axis(strategy);
+  const int joined_size = joined >= 0 ? strategy.mesh.axes()[static_cast<size_t>(joined)].size : 1;
   const std::vector<int> coords = strategy.mesh.coords(rank);
 
   const size_t whole_count = request.outputs.size(), shard_end = whole_count + request.shard_outputs.size();
@@ -253,13 +259,15 @@ Program lower(const LowerRequest& request, const Strategy& strategy, int rank) {
   passes::Context context{.graph = placement.graph,
                           .strategy = strategy,
                           .coords = coords,
-                          .data_rank = joined_coordinate(strategy.mesh, coords, axis, context_axis),
-                          .data_size = strategy.data_ranks() * strategy.context_ranks(),
-                          .row_rank = coords[static_cast<size_t>(axis)],
-                          .row_ranks = strategy.data_ranks(),
+                          .data_rank = joined_coordinate(strategy.mesh, coords, axis, joined),
+                          .data_size = strategy.data_ranks() * joined_size,
+                          .row_rank = strategy.row_rank(coords),
+                          .row_ranks = strategy.row_ranks(),
                           .data_axis = axis,
                           .context_axis = context_axis,
-                          .zero_stage = strategy.data_ranks() * strategy.context_ranks() > 1 ? strategy.zero_stage : 0,
+                          .joined_axis = joined,
+                          .expert_axis = strategy.expert_ranks() > 1 ? strategy.mesh.axis(std::string(kExpertAxis)) : -1,
+                          .zero_stage = strategy.data_ranks() * joined_size > 1 ? strategy.zero_stage : 0,
                           .forward_nodes = local_forward_nodes,
                           .loss = loss,
                           .grads = grads,

@@ -115,6 +115,13 @@ struct OperationPrinter {
                        resharding_name(resharding(r.from, r.to)), g.value(node.inputs.front()).name,
                        g.spec(node.outputs.front()).str());
   }
+  std::string operator()(const Route& r) const {
+    const Graph& g = p.graph_of(instr.micro_batch);
+    const Node& node = g.nodes().at(static_cast<size_t>(r.node));
+    const bool out = node.op() == "moe_dispatch";
+    return fmt::format("route {} {} {} {} -> {}", axis_str(p, r.axis), out ? "to experts" : "back to tokens",
+                       node.name, g.spec(node.inputs.front()).str(), g.spec(node.outputs.front()).str());
+  }
   std::string operator()(const Send& s) const {
     const Graph& g = p.graph_of(instr.micro_batch);
     return fmt::format("send {} {}{} to {}:{} tag {}", g.value(s.value).name, g.spec(s.value).str(),
@@ -194,9 +201,10 @@ std::string Program::event_name(size_t i) const {
   return std::visit(
       [&](const auto& op) -> std::string {
         using Op = std::decay_t<decltype(op)>;
-        if constexpr (std::is_same_v<Op, Compute> || std::is_same_v<Op, Reshard>) {
+        if constexpr (std::is_same_v<Op, Compute> || std::is_same_v<Op, Reshard> || std::is_same_v<Op, Route>) {
           const Node& node = graph_of(instr.micro_batch).nodes()[static_cast<size_t>(op.node)];
-          if constexpr (std::is_same_v<Op, Compute>) return fmt::format("{} ({})", node.name, node.op());
+          if constexpr (std::is_same_v<Op, Compute> || std::is_same_v<Op, Route>)
+            return fmt::format("{} ({})", node.name, node.op());
           else return fmt::format("{} ({} -> {})", graph_of(instr.micro_batch).value(node.inputs.front()).name,
                                   op.from.str(), op.to.str());
         } else {

@@ -5,6 +5,7 @@
 //   Compute{node}                    run one node of the micro-batch's local graph
 //   Collective{kind, axis, op, in, out, codec}   over the mesh axis' group
 //   Reshard{node, axis, from, to}    a local value's placement changed along an axis
+//   Route{node, axis}                a mixture of experts' rows to their experts' ranks, or back
 //   Send / Recv{value, peer}         a value to / from another pipeline stage
 //   Accumulate{value -> buffer}      a gradient into its bucket (copy, then add)
 //   Norm{gradients -> norm}          this rank's squares of each parameter's gradient
@@ -178,6 +179,11 @@ struct Collective {
   // bytes, and a more urgent collective (Instr::priority) queued later runs
   // before its remaining slices. 0: whole.
   int64_t slice_bytes = 0;
+  // Over the data axis alone, not the data path's joined group: the
+  // expert weights' gradients under expert parallelism, which each expert
+  // rank holds for its own experts (parallel/expert_parallel.h). Inline
+  // on the compute lane.
+  bool expert_data = false;
   bool operator==(const Collective&) const = default;
 };
 
@@ -189,6 +195,21 @@ struct Reshard {
   int axis = 0;
   Placement from, to;
   bool operator==(const Reshard&) const = default;
+};
+
+// Expert parallelism's routed exchange (graph/ops/moe_dispatch.cc): a
+// moe_dispatch node's rows to the ranks of their experts along the expert
+// axis, or a moe_undispatch node's back to the ranks of their tokens. The
+// ranks first agree on every rank's per-expert counts (an allgather, which
+// also carries each rank's layer and expert count: a disagreement, or a
+// route to an expert that does not exist, is a named error on every rank),
+// then exchange the rows by an all-to-all-v sized by those counts; how
+// many rows arrive is known only then (the executor sizes the value by
+// it; the spec's is what a balanced routing brings).
+struct Route {
+  int node = -1;  // the moe_dispatch or moe_undispatch node of the micro-batch's local graph
+  int axis = 0;   // the expert axis
+  bool operator==(const Route&) const = default;
 };
 
 // Point-to-point between pipeline stages: a value of the micro-batch's
@@ -279,7 +300,7 @@ struct Free {
 };
 
 using Operation =
-    std::variant<Compute, Collective, Reshard, Send, Recv, Accumulate, Norm, Finite, Clip, Update, Free>;
+    std::variant<Compute, Collective, Reshard, Route, Send, Recv, Accumulate, Norm, Finite, Clip, Update, Free>;
 
 // Where an instruction runs (the header's table).
 struct Lane {
@@ -332,17 +353,18 @@ std::string lane_name(const Program& program, const Lane& lane);
 
 // The ranks a collective or reshard talks with: the ones that differ from
 // this rank only along `axis` (and, for a subgroup, sit at one of its
-// coordinates there; with a context axis, along that axis too). `key` is
+// coordinates there; with a joined axis, along that axis too). `key` is
 // equal on every member and unique to the group.
 struct CommGroup {
   int axis = 0;
   int subgroup = -1;        // Program::subgroups, or -1: the whole axis
-  // >= 0: the data axis' group joined with the context axis (context
-  // parallelism's weight gradients are summands along it too: the data
-  // path's collectives run over data x context ranks, Strategy::context).
-  int context_axis = -1;
-  // World ranks, by coordinate along the axis (with a context axis: by
-  // data coordinate, then context coordinate).
+  // >= 0: the data axis' group joined with the context or the expert axis
+  // (the weight gradients are summands along it too: the data path's
+  // collectives run over data x context or data x expert ranks,
+  // parallel::joined_axis).
+  int joined_axis = -1;
+  // World ranks, by coordinate along the axis (with a joined axis: by
+  // data coordinate, then the joined axis' coordinate).
   std::vector<int> ranks;
   int rank = 0;             // this rank's place in `ranks`
   std::string key;

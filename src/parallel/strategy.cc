@@ -48,10 +48,27 @@ int Strategy::context_ranks() const {
   return 1;
 }
 
+int Strategy::expert_ranks() const {
+  for (const MeshAxis& a : mesh.axes())
+    if (a.name == kExpertAxis) return a.size;
+  return 1;
+}
+
+int Strategy::row_rank(const std::vector<int>& coords) const {
+  const int data = mesh.axis(data_axis);
+  return joined_coordinate(mesh, coords, data, expert_ranks() > 1 ? mesh.axis(std::string(kExpertAxis)) : -1);
+}
+
+int joined_axis(const Strategy& strategy) {
+  if (strategy.context_ranks() > 1) return strategy.mesh.axis(strategy.context.axis);
+  if (strategy.expert_ranks() > 1) return strategy.mesh.axis(std::string(kExpertAxis));
+  return -1;
+}
+
 MeshGroups make_strategy_groups(comm::Communicator& world, const Strategy& strategy) {
-  if (strategy.context_ranks() <= 1) return make_mesh_groups(world, strategy.mesh);
-  return make_mesh_groups(world, strategy.mesh, strategy.mesh.axis(strategy.data_axis),
-                          strategy.mesh.axis(strategy.context.axis));
+  const int joined = joined_axis(strategy);
+  if (joined < 0) return make_mesh_groups(world, strategy.mesh);
+  return make_mesh_groups(world, strategy.mesh, strategy.mesh.axis(strategy.data_axis), joined);
 }
 
 int Strategy::pipeline_ranks() const {

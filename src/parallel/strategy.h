@@ -96,6 +96,12 @@ struct ContextOptions {
   bool operator==(const ContextOptions&) const = default;
 };
 
+// Expert parallelism (parallel/expert_parallel.h): the mesh axis of this
+// name, right after the data axis, spreads every mixture-of-experts
+// layer's experts over its ranks, which route their own rows. Off unless
+// the mesh has the axis with more than one rank.
+inline constexpr std::string_view kExpertAxis = "ep";
+
 struct LoweringOptions {
   // Gradients are fused into buckets in the order backward produces them; a
   // bucket closes once it holds at least this many bytes (0: one per tensor).
@@ -158,10 +164,18 @@ struct Strategy {
   // evenly; else one positive integer per data rank, rows in proportion
   // (ranks of different speeds: the planner sets them from the ranks'
   // rates). Exact either way: the loss is scaled by the global batch.
+  // Under expert parallelism one per data x expert rank (row_ranks()).
   std::vector<int64_t> row_shares;
 
   int data_ranks() const { return mesh.size(data_axis); }
-  RowSplit row_split() const { return {.world = data_ranks(), .shares = row_shares}; }
+  // Ranks along the expert axis (1: no expert parallelism).
+  int expert_ranks() const;
+  // The batch's rows are split over the data ranks, and under expert
+  // parallelism over each one's expert ranks too (data outer, expert
+  // inner); a rank's place among them by its mesh coordinates.
+  int row_ranks() const { return data_ranks() * expert_ranks(); }
+  int row_rank(const std::vector<int>& coords) const;
+  RowSplit row_split() const { return {.world = row_ranks(), .shares = row_shares}; }
   // Ranks along the pipeline axis (1: no pipeline).
   int pipeline_ranks() const;
   // Ranks along the context axis (1: no context parallelism).
@@ -170,9 +184,12 @@ struct Strategy {
 };
 
 // This rank's groups for the strategy's mesh, with the data path's over
-// data x context ranks under context parallelism (collective: every rank
-// of `world` calls it).
+// data x context ranks under context parallelism, data x expert ranks
+// under expert parallelism (collective: every rank of `world` calls it).
 MeshGroups make_strategy_groups(comm::Communicator& world, const Strategy& strategy);
+// The axis the data path joins the data axis with: the context axis, or
+// the expert axis (they do not combine: validate), or -1.
+int joined_axis(const Strategy& strategy);
 
 // Strategies are built and validated in parallel/compose.h.
 

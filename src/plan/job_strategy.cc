@@ -10,20 +10,28 @@ namespace px::plan {
 void validate_split(const nn::ModelConfig& model, const parallel::StrategyRequest& request, int ranks,
                     int64_t batch) {
   const int tp = request.tensor_parallel, pp = request.pipeline_parallel, cp = request.context_parallel;
+  const int ep = request.expert_parallel;
   if (tp < 1) fail("--tp {} must be >= 1", tp);
   if (pp < 1) fail("--pp {} must be >= 1", pp);
   if (cp < 1) fail("--cp {} must be >= 1", cp);
+  if (ep < 1) fail("--ep {} must be >= 1", ep);
   if (request.micro_batches <= 0) fail("micro-batches (gradient accumulation) {} must be >= 1", request.micro_batches);
   if (request.bucket_bytes < 0) fail("bucket size {} bytes must be >= 0", request.bucket_bytes);
   if (ranks < 1) fail("ranks {} must be >= 1", ranks);
   if (batch <= 0) fail("batch size {} must be positive", batch);
-  if (ranks % (tp * pp * cp) != 0)
-    fail("--pp {} x --cp {} x --tp {} does not divide the {} ranks: the mesh is {{pp: pp, dp: ranks / (pp cp tp), "
-         "cp: cp, tp: tp}}",
-         pp, cp, tp, ranks);
-  const int dp = ranks / (tp * pp * cp);
+  if (ranks % (tp * pp * ep * cp) != 0)
+    fail("--pp {} x --ep {} x --cp {} x --tp {} does not divide the {} ranks: the mesh is {{pp: pp, dp: ranks / "
+         "(pp ep cp tp), ep: ep, cp: cp, tp: tp}}",
+         pp, ep, cp, tp, ranks);
+  // The rows are split over the data ranks and each one's expert ranks.
+  const int dp = ranks / (tp * pp * cp * ep) * ep;
   if (batch < dp)
-    fail("batch size {} is smaller than the {} data-parallel ranks: expected at least one row a rank", batch, dp);
+    fail("batch size {} is smaller than the {} data-parallel{} ranks: expected at least one row a rank", batch, dp,
+         ep > 1 ? " x expert" : "");
+  if (ep > 1 && model.kind == "gpt" && model.gpt.moe_experts < ep)
+    fail("--ep {} needs a mixture of experts of at least {} experts (each expert rank holds a block of them): the "
+         "model has --moe-experts {}",
+         ep, ep, model.gpt.moe_experts);
   if (!request.row_shares.empty() && request.strategy_file.empty()) {
     parallel::check_row_shares(request.row_shares, dp, "--row-shares");
     for (int r = 0; r < dp; ++r)

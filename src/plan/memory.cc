@@ -45,6 +45,11 @@ void record_outputs(const parallel::Program& p, const parallel::Instr& instr,
     const Graph& g = p.graph_of(mb);
     const Node& node = g.nodes()[static_cast<size_t>(rs->node)];
     ledger.produce(mb, node.outputs.front(), activation_bytes(g.spec(node.outputs.front())), node.origin < 0);
+  } else if (const auto* route = std::get_if<parallel::Route>(&instr.op)) {
+    // The rows a balanced routing brings (the spec's: graph/ops/moe_dispatch.cc).
+    const Graph& g = p.graph_of(mb);
+    const Node& node = g.nodes()[static_cast<size_t>(route->node)];
+    for (ValueId out : node.outputs) ledger.produce(mb, out, activation_bytes(g.spec(out)), node.origin < 0);
   } else if (const auto* recv = std::get_if<parallel::Recv>(&instr.op)) {
     const Graph& g = p.graph_of(mb);
     ledger.produce(mb, recv->value, activation_bytes(g.spec(recv->value)),

@@ -25,6 +25,8 @@ std::optional<std::pair<std::string, std::string>> sent_by(const Program& p, con
     const std::optional<comm::Collective> kind = parallel::collective_of(parallel::resharding(rs->from, rs->to));
     if (kind) return std::pair{axis_name(rs->axis), std::string(comm::collective_name(*kind))};
   }
+  if (const auto* route = std::get_if<parallel::Route>(&instr.op))
+    return std::pair{axis_name(route->axis), std::string("routed all_to_all_v")};
   if (const auto* send = std::get_if<parallel::Send>(&instr.op)) return std::pair{axis_name(send->axis), std::string("send")};
   return std::nullopt;
 }

@@ -102,6 +102,17 @@ std::optional<CollectiveCall> Replay::call_of(const Program& p, const Instr& ins
       call.announcement_rounds = instr.announcement_rounds;
     return call;
   }
+  if (const auto* route = std::get_if<parallel::Route>(&instr.op)) {
+    // The rows a balanced routing moves (the spec's, graph/ops/moe_dispatch.cc),
+    // as an all-to-all of the rank's rows; the counts' allgather before it
+    // is a message's latency.
+    const Graph& g = p.graph_of(instr.micro_batch);
+    const Node& node = g.nodes()[static_cast<size_t>(route->node)];
+    call.kind = comm::Collective::all_to_all;
+    call.bytes = static_cast<double>(g.spec(node.inputs.front()).bytes());
+    call.axis = route->axis;
+    return call;
+  }
   const auto* rs = std::get_if<parallel::Reshard>(&instr.op);
   if (rs == nullptr) return std::nullopt;
   const Graph& g = p.graph_of(instr.micro_batch);

@@ -56,6 +56,7 @@ void attribute(const parallel::Program& program, const Simulation& sim, ProbeCos
     int node = -1;
     if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) node = c->node;
     if (const auto* r = std::get_if<parallel::Reshard>(&instr.op)) node = r->node;
+    if (const auto* r = std::get_if<parallel::Route>(&instr.op)) node = r->node;
     if (node < 0) continue;
     const bool backward = g.nodes()[static_cast<size_t>(node)].origin >= 0;
     (backward ? at(part_of(node)).backward : at(part_of(node)).forward) += e.duration;

@@ -1,8 +1,10 @@
 // The mixture-of-experts GPT against one rank (strategy_equivalence.h):
-// dropless routing under data, tensor and pipeline parallelism and ZeRO,
-// capacity routing under data parallelism (every rank routes the whole
-// batch, so it drops exactly the tokens one rank drops), a checkpoint
-// resumed under other strategies, and decoding an MoE checkpoint. The
+// dropless routing under data, tensor and pipeline parallelism, ZeRO and
+// expert parallelism (alone and with data, tensor and pipeline
+// parallelism), capacity routing under data and expert parallelism (every
+// rank routes the whole batch, so it drops exactly the tokens one rank
+// drops), a checkpoint resumed under other strategies (expert degrees
+// among them), and decoding an MoE checkpoint. The
 // bias balancing (DeepSeek-V3): the same under data parallelism, its sign
 // rule, and a load closer to even than none.
 #include <gtest/gtest.h>
@@ -41,7 +43,7 @@ JobSpec moe_job(double capacity_factor, const std::string& balance = "aux") {
 
 struct MoeCase {
   const char* name;
-  int ranks = 1, tp = 1, pp = 1, zero = 0, micro_batches = 1;
+  int ranks = 1, tp = 1, pp = 1, ep = 1, zero = 0, micro_batches = 1;
   double capacity_factor = 0;
   const char* balance = "aux";
 };
@@ -59,6 +61,7 @@ TEST_P(GptMoe, MatchesOneRank) {
   o.launch.ranks = c.ranks;
   o.strategy.tensor_parallel = c.tp;
   o.strategy.pipeline_parallel = c.pp;
+  o.strategy.expert_parallel = c.ep;
   o.strategy.zero_stage = c.zero;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, c.name);
 }
@@ -72,7 +75,13 @@ INSTANTIATE_TEST_SUITE_P(
                       MoeCase{.name = "capacity_dp2", .ranks = 2, .capacity_factor = 1.0},
                       MoeCase{.name = "capacity_dp3", .ranks = 3, .capacity_factor = 1.0},
                       MoeCase{.name = "bias_dp2", .ranks = 2, .balance = "bias"},
-                      MoeCase{.name = "bias_capacity_dp3", .ranks = 3, .capacity_factor = 1.0, .balance = "bias"}),
+                      MoeCase{.name = "bias_capacity_dp3", .ranks = 3, .capacity_factor = 1.0, .balance = "bias"},
+                      MoeCase{.name = "ep2", .ranks = 2, .ep = 2}, MoeCase{.name = "ep4", .ranks = 4, .ep = 4},
+                      MoeCase{.name = "dp2_ep2", .ranks = 4, .ep = 2},
+                      MoeCase{.name = "ep2_tp2", .ranks = 4, .tp = 2, .ep = 2},
+                      MoeCase{.name = "bias_ep2_pp2", .ranks = 4, .pp = 2, .ep = 2, .micro_batches = 2, .balance = "bias"},
+                      MoeCase{.name = "capacity_ep2", .ranks = 2, .ep = 2, .capacity_factor = 1.0},
+                      MoeCase{.name = "capacity_dp2_ep2", .ranks = 4, .ep = 2, .capacity_factor = 1.0}),
     [](const ::testing::TestParamInfo<MoeCase>& info) { return std::string(info.param.name); });
 
 // Without the load-balancing loss, whose shares a micro-batch counts over
@@ -82,9 +91,13 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(GptMoeCheckpoint, ResumesUnderOtherStrategies) {
   struct Stage {
     const char* name;
-    int ranks, tp, pp, micro_batches;
+    int ranks, tp, pp, ep, micro_batches;
   };
-  const std::vector<Stage> chain{{"1 rank", 1, 1, 1, 2}, {"dp=2 x tp=2", 4, 2, 1, 2}, {"pp=2", 2, 1, 2, 2}};
+  const std::vector<Stage> chain{{"1 rank", 1, 1, 1, 1, 2},
+                                 {"dp=2 x tp=2", 4, 2, 1, 1, 2},
+                                 {"ep=2", 2, 1, 1, 2, 2},
+                                 {"ep=4", 4, 1, 1, 4, 2},
+                                 {"pp=2", 2, 1, 2, 1, 2}};
   constexpr int kSegment = 10;
   JobSpec base = moe_job(0);
   base.model.gpt.aux_loss_coef = 0;
@@ -97,6 +110,7 @@ TEST(GptMoeCheckpoint, ResumesUnderOtherStrategies) {
     o.launch.ranks = s.ranks;
     o.strategy.tensor_parallel = s.tp;
     o.strategy.pipeline_parallel = s.pp;
+    o.strategy.expert_parallel = s.ep;
     o.strategy.micro_batches = s.micro_batches;
     links.push_back({s.name, o});
   }

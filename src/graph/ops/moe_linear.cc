@@ -15,9 +15,12 @@
 //
 // Placement: rows split any way (data, sequence); the weights' features
 // split Megatron-style (column: the first layer's output features, row: the
-// second's input features, the output then partial), the expert dim never:
-// moving tokens to where their experts live is expert parallelism's
-// routed exchange, not a resharding.
+// second's input features, the output then partial). The expert dim only
+// on the expert axis (routed signatures, graph/placement.h): there a
+// routed exchange (graph/ops/moe_dispatch.cc) has brought each rank the
+// rows of its experts, their choices as indices among its experts, so the
+// weights are this rank's block of experts and the weight gradients come
+// out split alike.
 #include "graph/ops/op_util.h"
 #include "kernels/moe.h"
 
@@ -55,6 +58,22 @@ void add_row_splits(std::vector<PlacementSignature>& s, int rank, std::vector<Pl
       if (p.is_split()) p = Placement::S(dim);
     s.push_back({fmt::format("split_rows_{}", dim), ins, outs});
   }
+}
+
+// On the expert axis: this rank's experts (the weight, or the weight
+// gradient, S(0)), its rows whole.
+PlacementSignature routed(std::vector<Placement> inputs, std::vector<Placement> outputs) {
+  PlacementSignature s{"local_experts", std::move(inputs), std::move(outputs)};
+  s.routed = true;
+  return s;
+}
+
+// A weight gradient split by experts (the routed signature): its experts
+// attribute is this rank's count.
+Attrs experts_of_output(const Attrs& attrs, const std::vector<TensorSpec>&, const std::vector<TensorSpec>& out) {
+  Attrs local = attrs;
+  local.set("experts", out[0].shape[0]);
+  return local;
 }
 
 OpDef make_moe_linear() {
@@ -113,6 +132,7 @@ OpDef make_moe_linear() {
     s.push_back({"row_parallel", {Placement::S(r - 1), Placement::S(trans ? 2 : 1), Placement::B()},
                  {Placement::P()}});
     s.push_back({"replicated", std::vector<Placement>(3, Placement::B()), {Placement::B()}});
+    s.push_back(routed({Placement::B(), Placement::S(0), Placement::B()}, {Placement::B()}));
     return s;
   };
   d.examples = [] {
@@ -169,8 +189,10 @@ OpDef make_moe_linear_grad_w() {
     s.push_back({"column_parallel", {Placement::B(), Placement::S(r - 1), Placement::B()}, {Placement::S(2)}});
     s.push_back({"row_parallel", {Placement::S(r - 1), Placement::B(), Placement::B()}, {Placement::S(1)}});
     s.push_back({"replicated", std::vector<Placement>(3, Placement::B()), {Placement::B()}});
+    s.push_back(routed(std::vector<Placement>(3, Placement::B()), {Placement::S(0)}));
     return s;
   };
+  d.localize = experts_of_output;
   d.examples = [] {
     return std::vector<OpExample>{
         {{f32({5, 2, 4}), f32({5, 2, 3}), {Shape{5, 2}, DType::i32}}, {{"experts", int64_t{3}}}, {0, 0, 3}}};
@@ -211,6 +233,7 @@ OpDef make_moe_bias_add() {
     add_row_splits(s, r, {Placement::B()}, {Placement::S(0)});
     s.push_back({"split_features", {Placement::S(r - 1), Placement::S(1), Placement::B()}, {Placement::S(r - 1)}});
     s.push_back({"replicated", std::vector<Placement>(3, Placement::B()), {Placement::B()}});
+    s.push_back(routed({Placement::B(), Placement::S(0), Placement::B()}, {Placement::B()}));
     return s;
   };
   d.examples = [] {
@@ -247,8 +270,10 @@ OpDef make_moe_bias_grad() {
       s.push_back({fmt::format("split_rows_{}", dim), {Placement::S(dim), Placement::S(dim)}, {Placement::P()}});
     s.push_back({"split_features", {Placement::S(r - 1), Placement::B()}, {Placement::S(1)}});
     s.push_back({"replicated", {Placement::B(), Placement::B()}, {Placement::B()}});
+    s.push_back(routed({Placement::B(), Placement::B()}, {Placement::S(0)}));
     return s;
   };
+  d.localize = experts_of_output;
   d.examples = [] {
     return std::vector<OpExample>{{{f32({4, 2, 5}), {Shape{4, 2}, DType::i32}}, {{"experts", int64_t{3}}}, {0, 3}}};
   };

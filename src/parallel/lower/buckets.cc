@@ -96,18 +96,21 @@ std::vector<bool> gathers_in_bf16(const Context& c, const Program& program) {
   return bf16;
 }
 
-// Parameter indices per bucket by the one bucket rule, each kind (`bf16`)
-// apart, the buckets in the order their last member's gradient is ready.
+// Parameter indices per bucket by the one bucket rule, each kind (`bf16`,
+// and under expert parallelism the expert weights, whose gradients reduce
+// over another group) apart, the buckets in the order their last member's
+// gradient is ready.
 std::vector<std::vector<int>> bucket_members(const Context& c, const Program& program, const std::vector<bool>& bf16) {
   std::vector<bool> shared(c.graph.values().size(), false);
   for (const auto& [value, group] : c.work.shared) shared[static_cast<size_t>(value)] = true;
   // A compressed gradient is exchanged alone (PowerSGD needs its matrix).
   const int64_t bucket_bytes = c.strategy.lowering.compression.lossy() ? 0 : c.strategy.lowering.bucket_bytes;
   std::vector<std::vector<int>> buckets;
-  for (bool kind : {false, true}) {
+  auto kind_of = [&](size_t i) { return (bf16[i] ? 1 : 0) + (c.expert_weight(program.params[i].value) ? 2 : 0); };
+  for (int kind = 0; kind < 4; ++kind) {
     std::vector<int> of_kind;
     for (size_t i = 0; i < program.params.size(); ++i)
-      if (bf16[i] == kind) of_kind.push_back(static_cast<int>(i));
+      if (kind_of(i) == kind) of_kind.push_back(static_cast<int>(i));
     std::vector<int64_t> counts;
     for (int i : of_kind) counts.push_back(program.params[static_cast<size_t>(i)].shape.numel());
     // A parameter pipeline stages share is a bucket alone: the stages sum

@@ -31,31 +31,32 @@
 namespace px::parallel::passes {
 namespace {
 
-// `context_axis` >= 0: the group spans that axis too (the data path under
-// context parallelism), ordered as parallel::make_mesh_groups orders it.
-int group_of(Program& p, int axis, int subgroup, int context_axis = -1) {
+// `joined_axis` >= 0: the group spans that axis too (the data path under
+// context or expert parallelism), ordered as parallel::make_mesh_groups
+// orders it.
+int group_of(Program& p, int axis, int subgroup, int joined_axis = -1) {
   for (size_t g = 0; g < p.groups.size(); ++g)
-    if (p.groups[g].axis == axis && p.groups[g].subgroup == subgroup && p.groups[g].context_axis == context_axis)
+    if (p.groups[g].axis == axis && p.groups[g].subgroup == subgroup && p.groups[g].joined_axis == joined_axis)
       return static_cast<int>(g);
   const DeviceMesh& mesh = p.strategy.mesh;
-  CommGroup group{.axis = axis, .subgroup = subgroup, .context_axis = context_axis};
+  CommGroup group{.axis = axis, .subgroup = subgroup, .joined_axis = joined_axis};
   std::vector<int> along;
   if (subgroup >= 0) along = p.subgroups.at(static_cast<size_t>(subgroup)).coords;
   else
     for (int c = 0; c < mesh.axes()[static_cast<size_t>(axis)].size; ++c) along.push_back(c);
-  const int context_size = context_axis >= 0 ? mesh.axes()[static_cast<size_t>(context_axis)].size : 1;
+  const int joined_size = joined_axis >= 0 ? mesh.axes()[static_cast<size_t>(joined_axis)].size : 1;
   std::vector<int> coords = p.coords;
   for (int c : along) {
     coords[static_cast<size_t>(axis)] = c;
-    for (int k = 0; k < context_size; ++k) {
-      if (context_axis >= 0) coords[static_cast<size_t>(context_axis)] = k;
+    for (int k = 0; k < joined_size; ++k) {
+      if (joined_axis >= 0) coords[static_cast<size_t>(joined_axis)] = k;
       if (coords == p.coords) group.rank = static_cast<int>(group.ranks.size());
       group.ranks.push_back(mesh.rank_of(coords));
     }
   }
   coords[static_cast<size_t>(axis)] = -1;
-  if (context_axis >= 0) coords[static_cast<size_t>(context_axis)] = -1;
-  group.key = context_axis >= 0 ? fmt::format("{}+{}/{}/{}", axis, context_axis, subgroup, fmt::join(coords, ","))
+  if (joined_axis >= 0) coords[static_cast<size_t>(joined_axis)] = -1;
+  group.key = joined_axis >= 0 ? fmt::format("{}+{}/{}/{}", axis, joined_axis, subgroup, fmt::join(coords, ","))
                                 : fmt::format("{}/{}/{}", axis, subgroup, fmt::join(coords, ","));
   p.groups.push_back(std::move(group));
   return static_cast<int>(p.groups.size() - 1);
@@ -74,7 +75,7 @@ struct Resolved {
 // The run's menu for `group` (its axis', or the data x context group's), or null.
 const comm::AlgorithmMenu* menu_of(const Program& p, const std::vector<comm::AlgorithmMenu>& menus,
                                    const CommGroup& group) {
-  const size_t slot = group.context_axis >= 0 ? p.strategy.mesh.axes().size() : static_cast<size_t>(group.axis);
+  const size_t slot = group.joined_axis >= 0 ? p.strategy.mesh.axes().size() : static_cast<size_t>(group.axis);
   return slot < menus.size() ? &menus[slot] : nullptr;
 }
 
@@ -141,6 +142,19 @@ void stamp_reshard(const Program& p, const std::vector<comm::AlgorithmMenu>& men
                                  .hosts = r.hosts, .node_shared_memory = r.node_shared_memory});
 }
 
+// A routed exchange as the all-to-all of the rows a balanced routing
+// moves (the input's spec); the counts' allgather before it is small.
+void stamp_route(const Program& p, const std::vector<comm::AlgorithmMenu>& menus, const Route& route, Instr& instr) {
+  const CommGroup& group = p.groups[static_cast<size_t>(instr.group)];
+  const Graph& g = p.graph_of(instr.micro_batch);
+  const Node& node = g.nodes()[static_cast<size_t>(route.node)];
+  const auto bytes = static_cast<int64_t>(g.spec(node.inputs.front()).bytes());
+  const Resolved r = resolve(p, menus, group, comm::Collective::all_to_all, bytes);
+  instr.wire = comm::wire_bytes({.collective = comm::Collective::all_to_all, .options = r.wire, .bytes = bytes,
+                                 .ranks = static_cast<int>(group.ranks.size()), .rank = group.rank,
+                                 .hosts = r.hosts, .node_shared_memory = r.node_shared_memory});
+}
+
 // How the rank's engine runs a progress-lane collective: plain float32
 // allreduces, reduce-scatters and gathers as the engine's own jobs, cut
 // into slices of the collective's slice_bytes (comm::slice_plan, the
@@ -183,10 +197,13 @@ void facts(const Context& c, Program& p, const std::vector<comm::AlgorithmMenu>&
   for (Instr& instr : p.instrs) {
     instr.lane = {};
     if (const auto* collective = std::get_if<Collective>(&instr.op)) {
-      // The data path runs over data x context ranks (Strategy::context).
+      // The data path runs over data x context or data x expert ranks
+      // (parallel::joined_axis); the expert weights' gradients over the
+      // data axis alone, the expert-data group.
       const bool data_path = collective->axis == c.data_axis && collective->subgroup < 0;
-      instr.group = group_of(p, collective->axis, collective->subgroup, data_path ? c.context_axis : -1);
-      if (data_path && c.data_size > 1)
+      instr.group = group_of(p, collective->axis, collective->subgroup,
+                             data_path && !collective->expert_data ? c.joined_axis : -1);
+      if (data_path && c.data_size > 1 && !collective->expert_data)
         instr.lane = {.kind = Lane::Kind::progress, .axis = c.data_axis};
       // A partial gradient's reduction over a model axis (Strategy::lowering.overlap_model_gradients).
       const bool model_gradient = !data_path && collective->subgroup < 0 &&
@@ -199,8 +216,14 @@ void facts(const Context& c, Program& p, const std::vector<comm::AlgorithmMenu>&
     } else if (const auto* reshard = std::get_if<Reshard>(&instr.op)) {
       const std::optional<comm::Collective> kind = collective_of(resharding(reshard->from, reshard->to));
       if (!kind) continue;  // a slice: local
-      instr.group = group_of(p, reshard->axis, -1);
+      // Under expert parallelism the data axis' rows are split over data x
+      // expert ranks: a batch value moves over that group.
+      const bool rows_joined = reshard->axis == c.data_axis && c.expert_axis >= 0;
+      instr.group = group_of(p, reshard->axis, -1, rows_joined ? c.joined_axis : -1);
       stamp_reshard(p, menus, *reshard, *kind, instr);
+    } else if (const auto* route = std::get_if<Route>(&instr.op)) {
+      instr.group = group_of(p, route->axis, -1);
+      stamp_route(p, menus, *route, instr);
     } else if (const auto* send = std::get_if<Send>(&instr.op)) {
       instr.lane = {.kind = Lane::Kind::p2p, .axis = send->axis};
       const int64_t bytes =

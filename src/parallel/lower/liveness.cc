@@ -96,6 +96,7 @@ void value_liveness(const Program& p, size_t values, Liveness& live) {
     const Instr& instr = p.instrs[static_cast<size_t>(at)];
     const int node_index = std::holds_alternative<Compute>(instr.op)   ? std::get<Compute>(instr.op).node
                            : std::holds_alternative<Reshard>(instr.op) ? std::get<Reshard>(instr.op).node
+                           : std::holds_alternative<Route>(instr.op)   ? std::get<Route>(instr.op).node
                                                                        : -1;
     if (node_index >= 0) {
       const Node& node = p.graph_of(instr.micro_batch).nodes()[static_cast<size_t>(node_index)];

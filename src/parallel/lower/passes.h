@@ -51,11 +51,20 @@ struct Context {
   std::vector<int> coords;  // this rank's, in the mesh
   // The data path's group: the data axis, joined with the context axis
   // under context parallelism (weight gradients are summands along both;
-  // ZeRO shards over both). Rows are split along the data axis alone.
+  // ZeRO shards over both), or with the expert axis under expert
+  // parallelism (each expert rank's rows are its own). Rows are split
+  // along the data axis, and the expert axis' ranks each take theirs.
   int data_rank = 0, data_size = 1;
-  int row_rank = 0, row_ranks = 1;  // along the data axis: whose rows
+  int row_rank = 0, row_ranks = 1;  // along the data (x expert) axis: whose rows
   int data_axis = 0;     // index in the mesh
   int context_axis = -1;  // index in the mesh of the context axis of more than one rank, or -1
+  int joined_axis = -1;   // the axis the data path joins: the context or the expert axis, or -1
+  int expert_axis = -1;   // index in the mesh of the expert axis of more than one rank, or -1
+  // Whether parameter `param` is an expert weight (split along the expert
+  // axis): its gradient is reduced over the data axis alone.
+  bool expert_weight(ValueId param) const {
+    return expert_axis >= 0 && placement.of_value[static_cast<size_t>(param)][static_cast<size_t>(expert_axis)].is_split();
+  }
   int zero_stage = 0;  // the strategy's, or 0 on a data axis of one rank (nothing to shard)
   int forward_nodes = 0;  // nodes [0, forward_nodes) are forward, the rest backward
   ValueId loss = kNoValue;

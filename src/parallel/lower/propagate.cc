@@ -1,5 +1,7 @@
 #include "parallel/lower/propagate.h"
 
+#include <algorithm>
+
 #include <limits>
 #include <map>
 #include <tuple>
@@ -187,7 +189,11 @@ class Propagator {
   PlacementSignature choose(const Node& node, const std::vector<ValueId>& inputs,
                             const std::vector<TensorSpec>& in_specs, const std::vector<TensorSpec>& out_specs,
                             const std::vector<PlacementSignature>& offered, int a) {
-    if (static_cast<size_t>(a) < request_.whole_axes.size() && request_.whole_axes[static_cast<size_t>(a)])
+    // The expert axis keeps every value whole but for the experts' ops
+    // (those offering routed signatures): each rank's rows are its own.
+    const bool routed_op = std::any_of(offered.begin(), offered.end(), [](const PlacementSignature& s) { return s.routed; });
+    if ((static_cast<size_t>(a) < request_.whole_axes.size() && request_.whole_axes[static_cast<size_t>(a)]) ||
+        (a == request_.expert_axis && !routed_op))
       return {"whole", std::vector<Placement>(inputs.size(), Placement::B()),
               std::vector<Placement>(node.outputs.size(), Placement::B())};
     std::vector<Placement> actual;
@@ -206,6 +212,7 @@ class Propagator {
     std::vector<Candidate> candidates;
     for (const PlacementSignature& s : offered) {
       PX_CHECK_EQ(s.inputs.size(), inputs.size());
+      if (s.routed && a != request_.expert_axis) continue;
       Candidate c{carry_groups(s, actual, node.def->signatures_see_groups), 0, 0, false};
       if (!fits(c.signature, in_specs, out_specs, mesh_.axes()[static_cast<size_t>(a)].size)) continue;
       for (size_t i = 0; i < inputs.size() && c.cost != kNever; ++i) {

@@ -51,6 +51,9 @@ struct PlacementRequest {
   // chosen: a pipeline axis, whose ranks split the graph, not its values.
   // Without this, an unseeded axis would slice values for free.
   std::vector<bool> whole_axes;
+  // The expert axis (Strategy::expert_ranks() > 1), the one axis where
+  // routed signatures hold (graph/placement.h); -1: none.
+  int expert_axis = -1;
 };
 
 struct Propagation {

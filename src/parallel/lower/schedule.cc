@@ -51,7 +51,10 @@ void emit_gradient_reduction(const Context& c, Program& p, int b, int m, std::ve
   const BucketLayout& bucket = p.buckets[static_cast<size_t>(b)];
   const ParamLayout& param = p.params[static_cast<size_t>(bucket.members.front())];
   const Transition& t = c.transition(Transition::Site::gradient, param.grad);
-  Collective reduce{.kind = collective_for(t), .axis = c.data_axis, .input = {bucket.grad_buffer, 0, bucket.count}};
+  Collective reduce{.kind = collective_for(t),
+                    .axis = c.data_axis,
+                    .input = {bucket.grad_buffer, 0, bucket.count},
+                    .expert_data = c.expert_weight(param.value)};
   if (reduce.kind == comm::Collective::reduce_scatter) {
     reduce.output = {p.grad_shard_buffer, bucket.shard_offset, bucket.block_count};
     reduce.accumulate = c.zero_stage >= 2 && m > 0;  // ZeRO-2/3 reduce every micro-batch into the shard
@@ -238,6 +241,8 @@ void Scheduler::compute_phase(const Phase& phase) {
     }
     if (deferred_node_[static_cast<size_t>(n)]) continue;  // its input was accumulated instead
     Instr compute{.op = Compute{n}, .micro_batch = m};
+    if (c_.expert_axis >= 0 && (node.op() == "moe_dispatch" || node.op() == "moe_undispatch"))
+      compute.op = Route{.node = n, .axis = c_.expert_axis};  // rows to their experts' ranks, or back
     if (node.op() == "reshard") {
       // A placement change propagation inserted: the rule's collective on the value.
       compute.op = Reshard{.node = n,

@@ -15,17 +15,17 @@ namespace {
 // micro-batch's rows. The lowering refuses micro-batches with such a
 // reshard (whose gathered rows would differ per micro-batch size), so this
 // rank's rows of the whole batch are its micro-batch's.
-Tensor reshard_batch_rows(comm::Communicator& comm, const Tensor& in, const parallel::Reshard& op,
+Tensor reshard_batch_rows(comm::Communicator* comm, const Tensor& in, const parallel::Reshard& op,
                           const Shape& out_shape, const parallel::MicroBatch& micro_batch,
                           const comm::CollectiveOptions& options) {
-  if (op.from.is_split()) return gather_batch_rows(comm, in, out_shape[0], options);
+  if (op.from.is_split()) return comm == nullptr ? in : gather_batch_rows(*comm, in, out_shape[0], options);
   return in.slice_rows(micro_batch.row_offset, micro_batch.row_offset + micro_batch.rows).clone();
 }
 
 // Whether `op` gathers or slices a batch value's rows along the data axis.
 bool batch_rows_on_data_axis(const parallel::Program& program, const parallel::Reshard& op, const Node& node) {
   const parallel::Strategy& s = program.strategy;
-  if (s.data_ranks() == 1 || op.axis != s.mesh.axis(s.data_axis)) return false;
+  if (s.row_ranks() == 1 || op.axis != s.mesh.axis(s.data_axis)) return false;
   const bool gather = op.from == Placement::S(0) && !op.to.is_split() && !op.to.is_partial();
   const bool slice = op.to == Placement::S(0) && !op.from.is_split() && !op.from.is_partial();
   const ValueId batch_value = gather ? node.inputs.front() : node.outputs.front();
@@ -42,7 +42,8 @@ void ProgramExecutor::reshard(int id, const parallel::Reshard& op, const StepInp
   std::vector<Tensor>& live = live_[static_cast<size_t>(m)];
   const Tensor& in = live[static_cast<size_t>(node.inputs.front())];
   PX_CHECK(in.defined(), "reshard #{}: its input '{}' was not computed", id, g.value(node.inputs.front()).name);
-  comm::Communicator* comm = groups_.axis(op.axis);
+  // Its group: the axis', or (expert parallelism's rows) the data path's.
+  comm::Communicator* comm = instr.group >= 0 ? groups_.communicator_of(prog(), instr) : groups_.axis(op.axis);
   const double start = comm::now_us();
   // The value with this axis' split undone: the larger of the two sides,
   // or for an all-to-all (S(d) -> S(e)) the input with dim d as the
@@ -57,10 +58,10 @@ void ProgramExecutor::reshard(int id, const parallel::Reshard& op, const StepInp
   // A slice (B -> S) runs no collective: no options to take.
   const std::optional<comm::Collective> kind = parallel::collective_of(parallel::resharding(op.from, op.to));
   const comm::CollectiveOptions options = kind ? options_of(prog(), instr, *kind) : comm::CollectiveOptions{};
-  Tensor out = comm == nullptr ? in
-               : batch_rows_on_data_axis(prog(), op, node)
-                   ? reshard_batch_rows(*comm, in, op, out_shape, prog().micro_batches[static_cast<size_t>(m)], options)
-                   : reshard_tensor(*comm, in, op.from, op.to, whole, options);
+  Tensor out = batch_rows_on_data_axis(prog(), op, node)
+                   ? reshard_batch_rows(comm, in, op, out_shape, prog().micro_batches[static_cast<size_t>(m)], options)
+               : comm == nullptr ? in
+                                 : reshard_tensor(*comm, in, op.from, op.to, whole, options);
   PX_CHECK(out.shape() == out_shape, "reshard #{} gives {}, the program expects {}", id, out.shape(), out_shape);
   live[static_cast<size_t>(node.outputs.front())] = out;
   // Held like a forward node's output when forward resharded it (the input

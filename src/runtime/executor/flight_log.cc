@@ -28,6 +28,12 @@ std::optional<FlightSite> flight_site(const parallel::Program& program, const Tr
                             .axis = axis_name(op.axis),
                             .sequence = sequence,
                             .bytes = wire};
+        } else if constexpr (std::is_same_v<T, parallel::Route>) {
+          return FlightSite{.kind = FlightKind::reshard,
+                            .what = "routed all_to_all_v",
+                            .axis = axis_name(op.axis),
+                            .sequence = sequence,
+                            .bytes = wire};
         } else if constexpr (std::is_same_v<T, parallel::Send> || std::is_same_v<T, parallel::Recv>) {
           constexpr bool sending = std::is_same_v<T, parallel::Send>;
           // A transfer is named by its tag; its bytes are the stamped wire

@@ -162,6 +162,8 @@ void ProgramExecutor::dispatch(int id, const Op& op, Step& step) {
     collective(id, op, input.step);
   } else if constexpr (std::is_same_v<Op, parallel::Reshard>) {
     reshard(id, op, input);
+  } else if constexpr (std::is_same_v<Op, parallel::Route>) {
+    route(id, op, input);
   } else if constexpr (std::is_same_v<Op, parallel::Norm>) {
     norm(op);
   } else if constexpr (std::is_same_v<Op, parallel::Finite>) {

@@ -85,6 +85,17 @@ class ProgramExecutor {
   // them after every step (a partial batch runs another Program).
   std::vector<TraceRecord> take_trace();
 
+  // --inject-fault RANK:STEP:moe-capacity | moe-expert: from now on this
+  // rank's routed exchanges (executor_route.cc) claim another capacity
+  // factor than the other expert ranks', or route a row to an expert that
+  // does not exist, as a misconfigured or buggy rank would; the exchange's
+  // agreement names it on every rank.
+  struct RoutingFault {
+    double capacity_shift = 0;
+    bool missing_expert = false;
+  };
+  void inject_routing_fault(const RoutingFault& fault) { routing_fault_ = fault; }
+
  private:
   struct Step {  // a step's state beside the members
     const StepInput& input;
@@ -128,6 +139,7 @@ class ProgramExecutor {
   void update(int id, const parallel::Update& op, double lr);
   // executor_reshard.cc, executor_pipeline.cc, executor_collectives.cc
   void reshard(int id, const parallel::Reshard& op, const StepInput& input);
+  void route(int id, const parallel::Route& op, const StepInput& input);  // executor_route.cc
   void send(int id, const parallel::Send& op);
   void recv(int id, const parallel::Recv& op, uint64_t step);
   void collective(int id, const parallel::Collective& op, uint64_t step);
@@ -150,6 +162,7 @@ class ProgramExecutor {
   FlightLog flight_;
   StepTrace trace_;
   StepState step_;
+  RoutingFault routing_fault_;
 };
 
 }  // namespace px

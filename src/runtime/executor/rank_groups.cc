@@ -27,14 +27,15 @@ RankGroups::RankGroups(const parallel::Program& program, AxisGroups groups)
     if (size == 1) axis_[a] = nullptr;
   }
   transfers_.emplace(program, axis_);
-  // Under context parallelism the data path spans the context axis too.
+  // Under context or expert parallelism the data path spans that axis too.
   const bool joined = std::any_of(program.groups.begin(), program.groups.end(),
-                                  [](const parallel::CommGroup& g) { return g.context_axis >= 0; });
+                                  [](const parallel::CommGroup& g) { return g.joined_axis >= 0; });
   if (joined) {
-    const int expected = program.strategy.data_ranks() * program.strategy.context_ranks();
+    const int axis = parallel::joined_axis(program.strategy);
+    const int expected = program.strategy.data_ranks() * (axis >= 0 ? axes[static_cast<size_t>(axis)].size : 1);
     if (joined_ == nullptr || joined_->size() != expected)
-      fail("the program's data path spans {} ranks (data x context axes), the executor was given a group of {}",
-           expected, joined_ ? joined_->size() : 0);
+      fail("the program's data path spans {} ranks (data x {} axes), the executor was given a group of {}",
+           expected, axis >= 0 ? axes[static_cast<size_t>(axis)].name : "?", joined_ ? joined_->size() : 0);
   }
   data_path_ = joined ? joined_ : axis_[static_cast<size_t>(program.strategy.mesh.axis(program.strategy.data_axis))];
 }
@@ -42,7 +43,7 @@ RankGroups::RankGroups(const parallel::Program& program, AxisGroups groups)
 comm::Communicator* RankGroups::communicator_of(const parallel::Program& program, const parallel::Instr& instr) {
   const parallel::CommGroup& group = program.groups[static_cast<size_t>(instr.group)];
   if (group.subgroup >= 0) return &transfers_->subgroup(group.subgroup);
-  return group.context_axis >= 0 ? joined_ : axis_[static_cast<size_t>(group.axis)];
+  return group.joined_axis >= 0 ? joined_ : axis_[static_cast<size_t>(group.axis)];
 }
 
 }  // namespace px

@@ -91,12 +91,9 @@ RankTrainer::RankTrainer(nn::ModelConfig model, DataOptions data, parallel::Stra
   trace_begin_ = step_ + 1;
   trace_end_ = step_ + 4;
   progress_.emplace(total_, step_, task_->unit(), run_.progress_bar, log_);
-  std::vector<int64_t> rows;  // each rank's rows of a full batch: its data rank's
-  const int data_axis = strategy_.mesh.axis(strategy_.data_axis);
+  std::vector<int64_t> rows;  // each rank's rows of a full batch: its data (x expert) rank's
   for (int r = 0; r < world_; ++r)
-    rows.push_back(strategy_.row_split()
-                       .rows_of(data_.batch, strategy_.mesh.coords(r)[static_cast<size_t>(data_axis)])
-                       .size());
+    rows.push_back(strategy_.row_split().rows_of(data_.batch, strategy_.row_rank(strategy_.mesh.coords(r))).size());
   stragglers_.emplace(group_, run_.straggler_threshold, run_.rebalance, std::move(rows), data_.batch);
   partial_strategy_ = parallel::with_stage_cuts_of(strategy_, executor_->program());
 }
@@ -130,9 +127,8 @@ void RankTrainer::lower_and_load() {
     groups = axis_groups(mesh_groups_);
     menus_ = parallel::algorithm_menus(mesh_groups_);
   }
-  const int data_axis = strategy_.mesh.axis(strategy_.data_axis);
-  data_rank_ = strategy_.mesh.coords(rank_)[static_cast<size_t>(data_axis)];
-  data_ranks_ = strategy_.data_ranks();
+  data_rank_ = strategy_.row_rank(strategy_.mesh.coords(rank_));
+  data_ranks_ = strategy_.row_ranks();
   // The collective algorithm and the bucket buffers shape the Program (its
   // wire bytes, its back-pressure edges): lowering inputs, not executor options.
   parallel::LowerRequest lowering = plan::lower_request(model_, request_);

@@ -105,7 +105,7 @@ class RankTrainer {
   // among: the lowering stamps the algorithm each collective will run.
   std::vector<comm::AlgorithmMenu> menus_;
   std::unique_ptr<ProgramExecutor> executor_;
-  int data_rank_ = 0, data_ranks_ = 1;
+  int data_rank_ = 0, data_ranks_ = 1;  // among the ranks the rows are split over (Strategy::row_rank)
   int64_t step_ = 0;  // steps done
   DataParallelResult result_;
   std::optional<MetricsLog> metrics_;
