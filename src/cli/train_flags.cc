@@ -237,9 +237,11 @@ void add_train_flags(CLI::App& cmd, TrainFlags& flags) {
       ->capture_default_str();
   cmd.add_option("--inject-delay", flags.inject_delay, "RANK:MS - that rank's steps take MS milliseconds longer (a straggler; in data parallelism MS per even share of rows it holds, as a slower host's would)");
   cmd.add_option("--inject-fault", flags.inject_fault,
-                  "RANK:STEP[:kill|hang|lost] - that rank dies (kill, the default), freezes (hang) or dies for good "
-                  "(lost: a restart continues without it) at the start of step STEP, on the first attempt only; for "
-                  "demonstrations and tests of failure detection and restarts");
+                  "RANK:STEP[:kill|hang|lost|moe-capacity|moe-expert] - that rank dies (kill, the default), freezes "
+                  "(hang) or dies for good (lost: a restart continues without it) at the start of step STEP, or "
+                  "from then on routes its mixture of experts' tokens by another capacity factor than the other "
+                  "expert ranks (moe-capacity) or to an expert that does not exist (moe-expert, under --ep); on "
+                  "the first attempt only; for demonstrations and tests of failure detection and restarts");
   cmd.add_option("--timeout", o.fault.timeout_s,
                   "seconds: a rank whose heartbeat stops this long (dead, stopped or frozen) is named by every "
                   "other, at most two watchdog periods (timeout/10, 20 ms to 1 s) later")
@@ -450,7 +452,8 @@ void apply(TrainFlags& flags) {
     const auto rank = shaped ? parse_count(parts[0]) : std::nullopt;
     const auto step = shaped ? parse_count(parts[1]) : std::nullopt;
     if (!rank || !step || *step < 1 || *rank > std::numeric_limits<int>::max())
-      fail("--inject-fault '{}' is not RANK:STEP[:kill|hang|lost] (e.g. 2:37:kill)", flags.inject_fault);
+      fail("--inject-fault '{}' is not RANK:STEP[:kill|hang|lost|moe-capacity|moe-expert] (e.g. 2:37:kill)",
+           flags.inject_fault);
     o.fault.inject_fault.rank = static_cast<int>(*rank);
     o.fault.inject_fault.step = *step;
     o.fault.inject_fault.mode = parts.size() == 3 ? std::string(parts[2]) : "kill";

@@ -49,6 +49,16 @@ MOE=("${GPT[@]}" --moe-experts 4 --moe-top-k 2 --capacity-factor 1.0)
 "${MPIRUN[@]}" "$PARALLAX" "${MOE[@]}" --metrics "$WORK/MOE-mpi.jsonl" > "$WORK/MOE-mpi.log"
 compare "$WORK/MOE-1.jsonl" "$WORK/MOE-mpi.jsonl" "an MoE GPT with a capacity at $RANKS MPI ranks"
 
+# Expert parallelism: the 4 experts spread over every MPI rank (at 3 ranks
+# blocks of 2, 1 and 1), each rank's tokens routed to them by the routed
+# all-to-all-v and back, against one rank's dropless run.
+DROPLESS=("${GPT[@]}" --moe-experts 4 --moe-top-k 2)
+"$PARALLAX" "${DROPLESS[@]}" --metrics "$WORK/EP-1.jsonl" > "$WORK/EP-1.log"
+"${MPIRUN[@]}" "$PARALLAX" "${DROPLESS[@]}" --ep "$RANKS" --metrics "$WORK/EP-mpi.jsonl" > "$WORK/EP-mpi.log"
+grep -q "ep:$RANKS" "$WORK/EP-mpi.log" ||
+  { echo "FAIL: the MPI job did not run an expert axis of $RANKS ranks:"; cat "$WORK/EP-mpi.log"; exit 1; }
+compare "$WORK/EP-1.jsonl" "$WORK/EP-mpi.jsonl" "an MoE GPT at --ep $RANKS over $RANKS MPI ranks"
+
 # An epoch's partial last batch: the MLP over 100 images in batches of 7
 # (14 batches and one of 2 rows an epoch), 2 epochs, as one rank does.
 python3 "$(dirname "${BASH_SOURCE[0]}")/../testing/fashion_subset.py" "$WORK/fashion" 100 50

@@ -26,7 +26,7 @@ void ProgramExecutor::route(int id, const parallel::Route& op, const StepInput& 
                            .capacity_factor = node.attrs.get_float("capacity_factor", 0.0) + routing_fault_.capacity_shift,
                            .bad_row = -1,
                            .bad_expert = -1};
-  const std::string where = fmt::format("layer '{}' (step {}, micro-batch {})", node.name, input.step, m);
+  const std::string where = fmt::format("layer '{}' (micro-batch {})", node.name, m);
   Tensor routed_choice;  // an injected route to a missing expert (--inject-fault RANK:STEP:moe-expert)
   const int32_t* choices = choice.data<int32_t>();
   if (routing_fault_.missing_expert && choice.numel() > 0) {

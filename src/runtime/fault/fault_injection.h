@@ -11,17 +11,27 @@
 
 namespace px {
 
-// --inject-fault RANK:STEP[:kill|hang|lost]: at the start of step `step`
-// (from 1) rank `rank` dies or freezes: under MPI by SIGKILL or SIGSTOP; in
-// process its thread stops and its heartbeat with it. `lost` dies and will
-// not come back (a restart continues with fewer ranks). The run injects it
-// on its first attempt only.
+// --inject-fault RANK:STEP[:kill|hang|lost|moe-capacity|moe-expert]: at
+// the start of step `step` (from 1) rank `rank` dies or freezes: under MPI
+// by SIGKILL or SIGSTOP; in process its thread stops and its heartbeat
+// with it. `lost` dies and will not come back (a restart continues with
+// fewer ranks); the moe- modes corrupt its routing (routing_fault). The
+// run injects it on its first attempt only.
 struct InjectedFault {
   int rank = -1;  // -1: none
   int64_t step = 0;
   std::string mode = "kill";
   bool operator==(const InjectedFault&) const = default;
 };
+
+// moe-capacity / moe-expert: the rank goes on running, but its routed
+// exchanges (expert parallelism) claim another capacity factor than the
+// other expert ranks', or route a row to an expert that does not exist,
+// from step `step` on: the exchange's agreement must name it on every rank
+// (runtime/executor/expert_exchange.h), not hang.
+inline bool routing_fault(const InjectedFault& fault) {
+  return fault.mode == "moe-capacity" || fault.mode == "moe-expert";
+}
 
 // An in-process rank that --inject-fault stopped: its thread ends quietly
 // (a dead process tells nobody), and the others must notice its silence.

@@ -53,8 +53,9 @@ void validate(const FaultOptions& o, int ranks) {
     fail("--inject-fault names rank {}, but the job has ranks 0..{}", o.inject_fault.rank, ranks - 1);
   if (o.inject_fault.rank >= 0 && o.inject_fault.step < 1)
     fail("--inject-fault step {}: steps are numbered from 1", o.inject_fault.step);
-  if (o.inject_fault.mode != "kill" && o.inject_fault.mode != "hang" && o.inject_fault.mode != "lost")
-    fail("--inject-fault mode '{}': expected kill, hang or lost", o.inject_fault.mode);
+  if (o.inject_fault.mode != "kill" && o.inject_fault.mode != "hang" && o.inject_fault.mode != "lost" &&
+      !routing_fault(o.inject_fault))
+    fail("--inject-fault mode '{}': expected kill, hang, lost, moe-capacity or moe-expert", o.inject_fault.mode);
 }
 
 }  // namespace px

@@ -40,8 +40,13 @@ void RankTrainer::run_step() {
   bad_steps_->poison_if_named(step_);
   const uint64_t seed = splitmix64(run_.seed ^ splitmix64(static_cast<uint64_t>(step_) * 1024));
   recorder_->at(step_ + 1, -1, "");  // between steps
-  if (rank_ == fault_.inject_fault.rank && step_ + 1 == fault_.inject_fault.step && launch_.attempt == 0)
-    inject_fault_now(fault_.inject_fault, launch_.mpi, fault_.run_dir, recorder_, group_);
+  if (rank_ == fault_.inject_fault.rank && step_ + 1 == fault_.inject_fault.step && launch_.attempt == 0) {
+    if (routing_fault(fault_.inject_fault))
+      executor_->inject_routing_fault({.capacity_shift = fault_.inject_fault.mode == "moe-capacity" ? 0.25 : 0.0,
+                                       .missing_expert = fault_.inject_fault.mode == "moe-expert"});
+    else
+      inject_fault_now(fault_.inject_fault, launch_.mpi, fault_.run_dir, recorder_, group_);
+  }
   // A straggler, for demonstrations (--inject-delay): its step takes MS
   // longer per even share of rows it holds, as a slower host's would.
   double delay_s = 0;

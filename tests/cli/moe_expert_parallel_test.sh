@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Expert parallelism from the command line (docs/moe.md): `parallax lower
+# --ep 2` prints the routed exchanges; `parallax train --ep 2` gives one
+# rank's losses and writes the load; and a rank that routes by another
+# capacity factor, or to an expert that does not exist
+# (--inject-fault RANK:STEP:moe-capacity | moe-expert), ends the job at
+# that step with the named error on every rank, never a hang.
+#
+#   moe_expert_parallel_test.sh PARALLAX
+set -euo pipefail
+PARALLAX=$1
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+fail() { echo "FAIL: $1"; shift; for f in "$@"; do echo "--- $f"; cat "$f"; done; exit 1; }
+MOE=(--model gpt --layers 2 --heads 2 --embd 32 --block 16 --batch 6 --moe-experts 4 --moe-top-k 2)
+RUN=(--steps 8 --eval-every 0 --eval-batches 1 --sample-tokens 0 --no-predict --progress lines)
+
+"$PARALLAX" lower "${MOE[@]}" --ranks 2 --ep 2 --cost > "$WORK/lower.txt" 2>&1 || fail "lower failed" "$WORK/lower.txt"
+[[ $(grep -c "route ep to experts" "$WORK/lower.txt") -ge 4 && $(grep -c "route ep back to tokens" "$WORK/lower.txt") -ge 4 ]] ||
+  fail "lower --ep 2 does not print a dispatch and a combine each way per layer" "$WORK/lower.txt"
+grep -q "cost: bytes ep routed all_to_all_v" "$WORK/lower.txt" || fail "the cost footer lacks the routed bytes" "$WORK/lower.txt"
+
+"$PARALLAX" train "${MOE[@]}" "${RUN[@]}" --metrics "$WORK/one.jsonl" > "$WORK/one.log" 2>&1 ||
+  fail "one rank failed" "$WORK/one.log"
+"$PARALLAX" train "${MOE[@]}" "${RUN[@]}" --ranks 2 --ep 2 --metrics "$WORK/ep.jsonl" > "$WORK/ep.log" 2>&1 ||
+  fail "--ep 2 failed" "$WORK/ep.log"
+python3 - "$WORK/one.jsonl" "$WORK/ep.jsonl" <<'PY' || fail "--ep 2 differs from one rank" "$WORK/one.jsonl" "$WORK/ep.jsonl"
+import json, sys
+def steps(path):
+    return [json.loads(l) for l in open(path) if '"train_loss"' in l]
+one, ep = steps(sys.argv[1]), steps(sys.argv[2])
+assert len(one) == len(ep) == 8, (len(one), len(ep))
+for a, b in zip(one, ep):
+    assert abs(a["train_loss"] - b["train_loss"]) <= 1e-5 * abs(a["train_loss"]), (a["train_loss"], b["train_loss"])
+    assert [l["load"] for l in a["moe"]] == [l["load"] for l in b["moe"]] or all(
+        abs(x - y) < 1e-6 for la, lb in zip(a["moe"], b["moe"]) for x, y in zip(la["load"], lb["load"])), (a["moe"], b["moe"])
+PY
+
+for fault in "1:3:moe-capacity|routes with capacity factor" "0:2:moe-expert|routes row 0 to expert 4, but the layer has 4 experts"; do
+  spec=${fault%%|*} message=${fault#*|}
+  status=0
+  timeout 120 "$PARALLAX" train "${MOE[@]}" "${RUN[@]}" --ranks 2 --ep 2 --inject-fault "$spec" \
+    > "$WORK/fault.log" 2>&1 || status=$?
+  [[ $status -ne 0 && $status -ne 124 ]] || fail "--inject-fault $spec: exit $status (124: it hung)" "$WORK/fault.log"
+  grep -q "$message" "$WORK/fault.log" || fail "--inject-fault $spec: no '$message'" "$WORK/fault.log"
+  grep -q "expert rank" "$WORK/fault.log" || fail "--inject-fault $spec: the error names no rank" "$WORK/fault.log"
+done
+echo "expert parallelism: lowered, trained as one rank, faults named"
