@@ -9,15 +9,19 @@
 # batches), MoE against dense. Speed: the median step time after the
 # warmup of each on 2 in-process ranks, as active model FLOP/s (6 x
 # active parameters x tokens a second; attention's T^2 terms are the same
-# in both and left out), MoE against dense. Expert parallelism is not
-# built yet: the MoE runs data-parallel (every rank holds every expert).
+# in both and left out): the dense model at dp=2 against the MoE at dp=2
+# (every rank holds every expert) and at ep=2 (each rank half the
+# experts, the tokens routed to them by all-to-all).
 #
 #   bench/compare_moe.sh [--steps 2000] [--seeds 1,2,3] [--speed-steps 30] [--warmup 5]
 #                        [--experts 8] [--top-k 2] [--capacity-factor 0] [--build build]
 #
+# --steps 0 runs the speed half alone.
+#
 # Targets (issue: mixture of experts): the median MoE validation loss at
-# least 1% below the dense one's; active FLOP/s at least 0.8x the dense
-# model's on the same ranks. Each run holds /tmp/px-build.lock.
+# least 1% below the dense one's; active FLOP/s at ep=2 at least 0.8x the
+# dense model's at dp=2 on the same ranks. Each run holds
+# /tmp/px-build.lock.
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -49,6 +53,7 @@ run() {  # NAME ARGS...: one training run, its metrics and log in $RESULTS
   echo "$name done" >&2
 }
 
+[[ $STEPS -gt 0 ]] || SEEDS=""
 for seed in ${SEEDS//,/ }; do
   run "dense-seed$seed" --seed "$seed" --steps "$STEPS" --eval-every 0
   run "moe-seed$seed" --seed "$seed" --steps "$STEPS" --eval-every 0 "${MOE[@]}"
@@ -56,10 +61,12 @@ done
 SPEED=(--steps $((SPEED_STEPS + WARMUP)) --eval-every 0 --eval-batches 1 --ranks 2)
 run dense-speed "${SPEED[@]}"
 run moe-speed "${SPEED[@]}" "${MOE[@]}"
+run moe-ep-speed "${SPEED[@]}" "${MOE[@]}" --ep 2
 
 python3 - "$RESULTS" "$SEEDS" "$WARMUP" "$EXPERTS" "$TOPK" <<'PY'
 import json, statistics, sys
-results, seeds, warmup, experts, k = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+results, warmup, experts, k = sys.argv[1], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+seeds = [s for s in sys.argv[2].split(",") if s]
 C, L, V, T, B = 128, 4, 256, 128, 16
 def lines(name): return [json.loads(l) for l in open(f"{results}/{name}.jsonl")]
 def final_val(name): return [m["val_loss"] for m in lines(name) if "val_loss" in m][-1]
@@ -74,16 +81,19 @@ dense_layer = 4 * C * C + 4 * C + 4 * C + 8 * C * C + 5 * C
 moe_layer = 4 * C * C + 4 * C + 4 * C + C * experts + k * (2 * C * F + F + C)
 embed = (V + T) * C + 2 * C
 active = {"dense": embed + L * dense_layer, "moe": embed + L * moe_layer}
-dense = [final_val(f"dense-seed{s}") for s in seeds]
-moe = [final_val(f"moe-seed{s}") for s in seeds]
-for s, d, m in zip(seeds, dense, moe):
-    print(f"seed {s}: validation loss dense {d:.4f}, moe {m:.4f} ({100 * (m / d - 1):+.2f}%)")
-ratio = statistics.median(moe) / statistics.median(dense)
-print(f"median validation loss: dense {statistics.median(dense):.4f}, moe {statistics.median(moe):.4f}: "
-      f"{100 * (1 - ratio):.2f}% lower (target >= 1%)")
+if seeds:
+    dense = [final_val(f"dense-seed{s}") for s in seeds]
+    moe = [final_val(f"moe-seed{s}") for s in seeds]
+    for s, d, m in zip(seeds, dense, moe):
+        print(f"seed {s}: validation loss dense {d:.4f}, moe {m:.4f} ({100 * (m / d - 1):+.2f}%)")
+    ratio = statistics.median(moe) / statistics.median(dense)
+    print(f"median validation loss: dense {statistics.median(dense):.4f}, moe {statistics.median(moe):.4f}: "
+          f"{100 * (1 - ratio):.2f}% lower (target >= 1%)")
 tokens = B * T
-rate = {name: 6 * active[name] * tokens / step_s(f"{name}-speed") for name in ("dense", "moe")}
-print(f"2 ranks (dp=2): dense {rate['dense'] / 1e9:.2f} GFLOP/s, moe {rate['moe'] / 1e9:.2f} active GFLOP/s "
-      f"(step {step_s('dense-speed') * 1e3:.0f} ms vs {step_s('moe-speed') * 1e3:.0f} ms): "
-      f"ratio {rate['moe'] / rate['dense']:.2f} (target >= 0.8; expert parallelism not built: dp=2)")
+runs = {"dense": "dense-speed", "moe dp=2": "moe-speed", "moe ep=2": "moe-ep-speed"}
+rate = {name: 6 * active["dense" if name == "dense" else "moe"] * tokens / step_s(run) for name, run in runs.items()}
+print(f"2 ranks: dense at dp=2 {rate['dense'] / 1e9:.2f} GFLOP/s (step {step_s('dense-speed') * 1e3:.0f} ms)")
+for name in ("moe dp=2", "moe ep=2"):
+    print(f"  {name}: {rate[name] / 1e9:.2f} active GFLOP/s (step {step_s(runs[name]) * 1e3:.0f} ms): "
+          f"ratio {rate[name] / rate['dense']:.2f}" + (" (target >= 0.8)" if name == "moe ep=2" else ""))
 PY

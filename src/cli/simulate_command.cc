@@ -27,6 +27,7 @@ struct SimulateFlags {
   std::string cluster = "dgx-a100";
   std::string trace;
   bool all_ranks = false;
+  double expert_imbalance = 1.0;
 };
 
 }  // namespace
@@ -46,6 +47,12 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_flag("--all-ranks", sim_flags->all_ranks,
                 "replay every rank (default: one rank per pipeline stage, which the others mirror; the trace then "
                 "holds those ranks)");
+  cmd->add_option("--expert-imbalance", sim_flags->expert_imbalance,
+                  "--ep: the rows the busiest expert rank receives over an even routing's (1: even; a run's "
+                  "metrics give it from the measured load, docs/moe.md): its exchanges and experts' GEMMs take that "
+                  "much longer, and every rank waits for it")
+      ->check(CLI::Range(1.0, 1e6))
+      ->capture_default_str();
   flags->job.run.threads = 2;
   cmd->add_option("--threads", flags->job.run.threads,
                   "--cluster local: kernel threads of a lone rank, as train's (in-process ranks use 1 each)")
@@ -81,7 +88,8 @@ void add_simulate_command(CLI::App& app) {
         {.programs = &programs,
          .cluster = &cluster,
          .execution = {.overlap = o.run.overlap, .trace = !sim_flags->trace.empty()},
-         .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.update.kind).size())},
+         .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.update.kind).size()),
+         .expert_imbalance = sim_flags->expert_imbalance},
         {.threads = o.launch.ranks > 1 ? 1 : o.run.threads, .link_gbps = o.launch.link_gbps,
          .collective = o.strategy.collective});
     const int devices = strategy.mesh.ranks();

@@ -1,5 +1,7 @@
 #include "plan/candidates.h"
 
+#include <algorithm>
+
 #include <optional>
 #include <set>
 
@@ -39,13 +41,15 @@ std::vector<int> divisors(int n) {
 }
 
 std::string describe(const parallel::Strategy& s) {
-  const int pp = s.pipeline_ranks(), dp = s.data_ranks(), cp = s.context_ranks(), tp = s.mesh.ranks() / pp / dp / cp;
+  const int pp = s.pipeline_ranks(), dp = s.data_ranks(), cp = s.context_ranks(), ep = s.expert_ranks();
+  const int tp = s.mesh.ranks() / pp / dp / cp / ep;
   bool sp = false;
   for (const parallel::PlacementSeed& seed : s.seeds)
     sp = sp || (seed.value == "embed" && seed.axis != s.context.axis);  // sequence-parallel seeds
   const std::string context =
       cp > 1 ? fmt::format(" cp={} {}", cp, parallel::context_method_name(s.context.method)) : std::string();
-  std::string text = fmt::format("pp={} dp={}{} tp={}{}", pp, dp, context, tp, sp ? " sp" : "");
+  const std::string experts = ep > 1 ? fmt::format(" ep={}", ep) : std::string();
+  std::string text = fmt::format("pp={} dp={}{}{} tp={}{}", pp, dp, experts, context, tp, sp ? " sp" : "");
   if (s.micro_batches > 1) text += fmt::format(" M={}", s.micro_batches);
   if (pp > 1) text += fmt::format(" {}", parallel::pipeline_kind_name(s.pipeline.schedule));
   if (s.zero_stage > 0) text += fmt::format(" zero={}", s.zero_stage);
@@ -61,6 +65,7 @@ namespace {
 struct ModelTraits {
   int layers = 0;
   bool attention = false;  // selective recompute and context parallelism need attention
+  int64_t experts = 0;     // the fewest experts a mixture layer has (0: none): expert parallelism's most ranks
   bool blocks = false;     // full recompute reruns "h.<i>" blocks
   bool splits[2] = {false, false};  // Megatron's rules split it (without, with sequence parallelism)
 };
@@ -70,6 +75,10 @@ ModelTraits traits_of(const Graph& graph) {
   for (const Node& n : graph.nodes()) {
     t.attention = t.attention || n.op() == "attention";
     t.blocks = t.blocks || n.name.rfind("h.", 0) == 0;
+    if (n.op() == "moe_linear") {
+      const int64_t e = graph.spec(n.inputs[1]).shape[0];
+      t.experts = t.experts == 0 ? e : std::min(t.experts, e);
+    }
   }
   for (bool sp : {false, true}) {
     try {
@@ -92,15 +101,18 @@ std::vector<GridPoint> meshes(const ModelTraits& t, const SearchSpace& space) {
       if (tp > 1 && !space.tensor) continue;
       for (int cp : divisors(space.ranks / pp / tp)) {
         if (cp > 1 && (!space.context || !t.attention)) continue;
-        // All-to-all scatters heads, which tensor parallelism splits already: not with tp.
-        std::vector<parallel::ContextMethod> methods{parallel::ContextMethod::ring};
-        if (cp > 1 && tp == 1) methods.push_back(parallel::ContextMethod::all_to_all);
-        for (parallel::ContextMethod method : methods)
-          for (bool sp : {false, true}) {
-            if (sp && (tp == 1 || !space.tensor)) continue;
-            if (tp > 1 && !t.splits[sp ? 1 : 0]) continue;
-            out.push_back({.pp = pp, .tp = tp, .cp = cp, .method = method, .sp = sp});
-          }
+        for (int ep : divisors(space.ranks / pp / tp / cp)) {
+          if (ep > 1 && (!space.experts || ep > t.experts || cp > 1)) continue;
+          // All-to-all scatters heads, which tensor parallelism splits already: not with tp.
+          std::vector<parallel::ContextMethod> methods{parallel::ContextMethod::ring};
+          if (cp > 1 && tp == 1) methods.push_back(parallel::ContextMethod::all_to_all);
+          for (parallel::ContextMethod method : methods)
+            for (bool sp : {false, true}) {
+              if (sp && (tp == 1 || !space.tensor)) continue;
+              if (tp > 1 && !t.splits[sp ? 1 : 0]) continue;
+              out.push_back({.pp = pp, .tp = tp, .cp = cp, .ep = ep, .method = method, .sp = sp});
+            }
+        }
       }
     }
   }
@@ -114,8 +126,8 @@ std::vector<GridPoint> grid_points(const Graph& graph, const SearchSpace& space)
   const ModelTraits t = traits_of(graph);
   std::vector<GridPoint> out;
   for (const GridPoint& mesh : meshes(t, space)) {
-    const int dp = space.ranks / mesh.pp / mesh.tp / mesh.cp;
-    const int64_t rows = space.batch / dp;  // a data rank's rows (the first ranks may hold one more)
+    const int dp = space.ranks / mesh.pp / mesh.tp / mesh.cp / mesh.ep;
+    const int64_t rows = space.batch / (dp * mesh.ep);  // a data (x expert) rank's rows (the first may hold one more)
     if (rows < 1) continue;
     std::vector<parallel::PipelineKind> kinds{parallel::PipelineKind::one_f_one_b};
     if (mesh.pp > 1 && space.schedules)
@@ -123,7 +135,7 @@ std::vector<GridPoint> grid_points(const Graph& graph, const SearchSpace& space)
     for (int m = 1; m <= std::min<int64_t>(rows, space.max_micro_batches); m *= 2) {
       if (mesh.pp == 1 && m > 1) continue;  // accumulation alone only slows a step down
       for (parallel::PipelineKind kind : kinds)
-        for (int zero = 0; zero <= (space.zero && dp > 1 ? 3 : 0); ++zero) {
+        for (int zero = 0; zero <= (space.zero && dp > 1 && mesh.ep == 1 ? 3 : 0); ++zero) {
           if (zero == 3 && mesh.pp > 1) continue;  // refused with stages (docs/pipeline_parallel.md)
           for (parallel::Recompute r :
                {parallel::Recompute::none, parallel::Recompute::selective, parallel::Recompute::full}) {
@@ -150,6 +162,7 @@ std::optional<parallel::Strategy> grid_strategy(const Graph& graph, const Search
                               .sequence_parallel = point.sp,
                               .pipeline_parallel = point.pp,
                               .context_parallel = point.cp,
+                              .expert_parallel = point.ep,
                               .context_method = point.method,
                               .pipeline = {.schedule = point.kind},
                               .recompute = point.recompute,

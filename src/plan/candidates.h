@@ -1,9 +1,10 @@
 // The grid of strategies the planner considers for a model on some ranks:
-// every mesh pp x dp x cp x tp that multiplies to the ranks (tensor
+// every mesh pp x dp x ep x cp x tp that multiplies to the ranks (tensor
 // parallelism only on models Megatron's rules split, with and without
 // sequence parallelism; pipelines only with at least two layers a stage;
 // context parallelism on models with attention, by the balanced ring and by
-// all-to-all), the
+// all-to-all; expert parallelism on models with a mixture of experts, up
+// to its expert count, without ZeRO or context parallelism), the
 // micro-batch counts 1, 2, 4, ... up to the rows a data rank holds, the
 // schedules, ZeRO stages and recomputation. Strategies that do not
 // validate or lower are left out by the caller that lowers them.
@@ -30,6 +31,7 @@ struct SearchSpace {
   int max_micro_batches = 16;
   bool tensor = true;      // tp > 1 (and sequence parallelism)
   bool context = true;     // cp > 1 (the ring and all-to-all)
+  bool experts = true;     // ep > 1 (models with a mixture of experts)
   bool pipeline = true;    // pp > 1
   bool zero = true;        // ZeRO stages 1-3 besides 0
   bool recompute = true;   // selective and full besides none
@@ -38,13 +40,14 @@ struct SearchSpace {
 };
 
 // What the candidate is, for tables: "pp=2 dp=1 tp=2 sp M=4 1f1b zero=1 recompute=full"
-// (with "cp=2 ring" after dp under context parallelism).
+// (with "cp=2 ring" after dp under context parallelism, "ep=2" under
+// expert parallelism).
 std::string describe(const parallel::Strategy& strategy);
 
-// One point of the grid: a mesh pp x dp x cp x tp (dp = ranks / pp / cp /
-// tp) and what runs on it.
+// One point of the grid: a mesh pp x dp x ep x cp x tp (dp = ranks / pp /
+// ep / cp / tp) and what runs on it.
 struct GridPoint {
-  int pp = 1, tp = 1, cp = 1;
+  int pp = 1, tp = 1, cp = 1, ep = 1;
   parallel::ContextMethod method = parallel::ContextMethod::ring;
   bool sp = false;  // sequence parallelism
   int micro_batches = 1;

@@ -55,7 +55,14 @@ struct LinkSpec {
   // Achieved bus bandwidth over `bandwidth` (nccl-tests' busbw over the
   // line rate): every byte costs 1 / (bandwidth · efficiency).
   double efficiency = 1;
+  // The same for an all-to-all (expert parallelism's routed exchanges),
+  // which the library runs as point-to-point pairs, not rings: nccl-tests'
+  // alltoall busbw over the line rate (0: `efficiency`).
+  double all_to_all_efficiency = 0;
   double achieved_bandwidth() const { return bandwidth * efficiency; }
+  double achieved_all_to_all_bandwidth() const {
+    return bandwidth * (all_to_all_efficiency > 0 ? all_to_all_efficiency : efficiency);
+  }
   bool operator==(const LinkSpec&) const = default;
 };
 

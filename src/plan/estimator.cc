@@ -15,10 +15,12 @@ double achieved_memory_bandwidth(const DeviceSpec& device) {
   return device.memory_bandwidth * device.efficiency.memory_fraction;
 }
 
-comm::CostModel link_model(const LinkSpec& link, const DeviceSpec& device) {
+// `all_to_all`: at the link's all-to-all bandwidth (LinkSpec::all_to_all_efficiency).
+comm::CostModel link_model(const LinkSpec& link, const DeviceSpec& device, bool all_to_all = false) {
   comm::CostModel m;
   m.backend = link.name;
-  m.transport = {.alpha = link.latency, .beta = 1 / link.achieved_bandwidth(),
+  m.transport = {.alpha = link.latency,
+                 .beta = 1 / (all_to_all ? link.achieved_all_to_all_bandwidth() : link.achieved_bandwidth()),
                  .gamma = 1 / achieved_memory_bandwidth(device)};
   // Device memory, not a CPU's last-level cache: every byte costs β.
   m.cache_bytes = std::numeric_limits<double>::infinity();
@@ -96,8 +98,11 @@ double RooflineEstimator::collective_seconds(comm::Collective kind, double bytes
     // No MPI library's own collective and no shared host memory on a GPU cluster.
     if (a == comm::Algorithm::native || a == comm::Algorithm::shared_memory || a == comm::Algorithm::hierarchical)
       continue;
-    best = std::min(best, comm::predicted_seconds(cost_model(link), {.collective = kind, .algorithm = a,
-                                                                     .bytes = bytes, .ranks = ranks}));
+    const comm::CostModel model = kind == comm::Collective::all_to_all
+                                      ? link_model(cluster_.link(link), cluster_.device, true)
+                                      : cost_model(link);
+    best = std::min(best, comm::predicted_seconds(model, {.collective = kind, .algorithm = a, .bytes = bytes,
+                                                          .ranks = ranks}));
   }
   return best;
 }

@@ -55,6 +55,18 @@ constexpr double kNvlink4Efficiency = 370.0 / 450.0;
 constexpr double kNvlink3Efficiency = kNvlink4Efficiency;
 constexpr double kInfinibandEfficiency = 96.0 / 100.0;
 
+// All-to-all (expert parallelism's exchanges) runs as point-to-point
+// pairs. NVLink 4: alltoall_perf on 4 H100 SXM of one node, 500 MB, busbw
+// 334.90 GB/s of the 450 GB/s line rate (NVIDIA/nccl issue #2169, 2025).
+// No public A100 figure was found: the same protocol over NVLink 3 is
+// assumed to reach the same fraction. InfiniBand: an all-to-all cannot
+// aggregate a node's NICs, so each GPU gets its own NIC's rate, 48-49 of
+// 50 GB/s on NDR (S. Jeaugey and A. Laddy, NVIDIA, nccl-tests issue #267,
+// 2024-2025; busbw = algbw x (n-1)/n, nccl-tests issue #130); HDR taken at
+// the same fraction.
+constexpr double kNvlinkAllToAllEfficiency = 334.90 / 450.0;
+constexpr double kInfinibandAllToAllEfficiency = 48.5 / 50.0;
+
 // Datasheets give no latencies: 3 us (NVLink) and 6 us (InfiniBand) are
 // typical per-message software latencies of NCCL-class libraries,
 // estimates rather than vendor figures.
@@ -81,9 +93,9 @@ ClusterSpec dgx_a100() {
                                     .launch_seconds = kLaunchSeconds,
                                     .collective_units = kNcclUnits}},
           .intra_node = {.name = "NVLink 3 / NVSwitch", .bandwidth = 300e9, .latency = kNvlinkLatency,
-                         .efficiency = kNvlink3Efficiency},
+                         .efficiency = kNvlink3Efficiency, .all_to_all_efficiency = kNvlinkAllToAllEfficiency},
           .inter_node = {.name = "8x HDR InfiniBand 200 Gb/s", .bandwidth = 25e9, .latency = kInfinibandLatency,
-                         .efficiency = kInfinibandEfficiency},
+                         .efficiency = kInfinibandEfficiency, .all_to_all_efficiency = kInfinibandAllToAllEfficiency},
           .host = "2x AMD EPYC 7742"};
 }
 
@@ -108,9 +120,9 @@ ClusterSpec dgx_h100() {
                                     .launch_seconds = kLaunchSeconds,
                                     .collective_units = kNcclUnits}},
           .intra_node = {.name = "NVLink 4 / NVSwitch", .bandwidth = 450e9, .latency = kNvlinkLatency,
-                         .efficiency = kNvlink4Efficiency},
+                         .efficiency = kNvlink4Efficiency, .all_to_all_efficiency = kNvlinkAllToAllEfficiency},
           .inter_node = {.name = "8x NDR InfiniBand 400 Gb/s", .bandwidth = 50e9, .latency = kInfinibandLatency,
-                         .efficiency = kInfinibandEfficiency},
+                         .efficiency = kInfinibandEfficiency, .all_to_all_efficiency = kInfinibandAllToAllEfficiency},
           .host = "2x Intel Xeon Platinum 8480C"};
 }
 

@@ -109,7 +109,7 @@ std::optional<CollectiveCall> Replay::call_of(const Program& p, const Instr& ins
     const Graph& g = p.graph_of(instr.micro_batch);
     const Node& node = g.nodes()[static_cast<size_t>(route->node)];
     call.kind = comm::Collective::all_to_all;
-    call.bytes = static_cast<double>(g.spec(node.inputs.front()).bytes());
+    call.bytes = static_cast<double>(g.spec(node.inputs.front()).bytes()) * request_.expert_imbalance;
     call.axis = route->axis;
     return call;
   }
@@ -221,7 +221,9 @@ std::optional<double> Replay::main_instruction(int rank, size_t pos, double star
   if (const auto* c = std::get_if<parallel::Compute>(&instr.op)) {
     const Graph& g = p.graph_of(instr.micro_batch);
     const Node& node = g.nodes()[static_cast<size_t>(c->node)];
-    const double alone = estimator_.compute_seconds(g, node) / speed;
+    // The busiest expert rank's experts hold everyone up (SimulationRequest::expert_imbalance).
+    const bool expert_work = p.strategy.expert_ranks() > 1 && node.op().rfind("moe_linear", 0) == 0;
+    const double alone = estimator_.compute_seconds(g, node) / speed * (expert_work ? request_.expert_imbalance : 1.0);
     const double end =
         start + (s.collective_until > start
                      ? seconds_beside_collective(start, alone, estimator_.compute_seconds_beside_collective(g, node) / speed,

@@ -153,8 +153,12 @@ class Planner {
 
  private:
   // auto: alpa on large grids of models of blocks; else the grid when it
-  // fits the budget (its first candidate timed to tell).
+  // fits the budget (its first candidate timed to tell). A grid with
+  // expert parallelism in it is walked as far as the budget goes: alpa's
+  // per-block costs have no routed exchanges, the grid's Programs do.
   std::string choose() {
+    const bool experts = std::any_of(points_.begin(), points_.end(), [](const GridPoint& p) { return p.ep > 1; });
+    if (experts) return "grid";
     if (has_blocks(model_.graph) && points_.size() > 1000) return "alpa";
     const auto probe_start = std::chrono::steady_clock::now();
     while (all_.empty() && next_ < points_.size() && walk_grid(next_ + 1)) {}

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/block.h"
 #include "core/error.h"
 #include "plan/replay.h"
 
@@ -80,6 +81,22 @@ Simulation simulate_sharing_cores(SimulationRequest request, const ProfiledEstim
   for (std::optional<AssumedPiece>* piece : {&sim.assumed.gemm, &sim.assumed.attention})
     if (*piece) (*piece)->peak *= cores;
   return sim;
+}
+
+double expert_imbalance(const std::vector<double>& load, int ranks) {
+  PX_CHECK(ranks >= 1 && static_cast<int>(load.size()) >= ranks, "expert_imbalance: {} experts over {} ranks",
+           load.size(), ranks);
+  double total = 0, busiest = 0;
+  for (double share : load) total += share;
+  if (total <= 0) return 1.0;
+  for (int r = 0; r < ranks; ++r) {
+    const Block b = block(static_cast<int64_t>(load.size()), ranks, r);
+    double held = 0;
+    for (int64_t e = b.begin; e < b.begin + b.count; ++e) held += load[static_cast<size_t>(e)];
+    // Against the rank's even share: its experts' fraction of all of them.
+    busiest = std::max(busiest, held / total / (static_cast<double>(b.count) / static_cast<double>(load.size())));
+  }
+  return busiest;
 }
 
 Simulation simulate(const SimulationRequest& request) {

@@ -50,9 +50,21 @@ struct SimulationRequest {
   // progress-lane collectives overlap the main thread; trace: keep events).
   parallel::ExecutionOptions execution;
   int optimizer_slots = 2;   // float32 state per updated element (AdamW: 2, SGD momentum: 1)
+  // Expert parallelism: the rows the busiest expert rank receives over a
+  // balanced routing's (1: even). Its routed exchanges move that many
+  // times the rows, and its experts' GEMMs take that many times as long:
+  // every rank waits for it at the exchange back. From a run's measured
+  // load (expert_imbalance()) or assumed.
+  double expert_imbalance = 1.0;
   // A planner's: the replay is given up (DeadlinePassed) once it passes.
   const Deadline* deadline = nullptr;
 };
+
+// The busiest of `ranks` expert ranks' share of the choices over an even
+// share, from a layer's per-expert shares (a metrics line's "moe" load;
+// they sum to 1): the experts in core/block.h's blocks, as the ranks hold
+// them. 1 for an even load.
+double expert_imbalance(const std::vector<double>& load, int ranks);
 
 // One timed piece of the replay; `instr` is the executor's instruction id.
 struct SimulatedEvent {
