@@ -136,6 +136,8 @@ ExpertRows group_rows_by_expert(int64_t rows, int64_t experts, const int32_t* ch
   std::vector<int64_t> next(out.offset.begin(), out.offset.end() - 1);
   for (int64_t r = 0; r < rows; ++r)
     if (choice[r] >= 0) out.rows[static_cast<size_t>(next[static_cast<size_t>(choice[r])]++)] = r;
+  out.in_place = static_cast<int64_t>(out.rows.size()) == rows;
+  for (int64_t i = 0; i < rows && out.in_place; ++i) out.in_place = out.rows[static_cast<size_t>(i)] == i;
   return out;
 }
 

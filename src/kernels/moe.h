@@ -62,6 +62,10 @@ void moe_balance_loss_backward(int64_t rows, int64_t experts, const float* logit
 struct ExpertRows {
   std::vector<int64_t> offset;  // E + 1
   std::vector<int64_t> rows;
+  // rows[i] == i for every row: all routed, already grouped by expert (as
+  // a routed exchange delivers them), so a group is a contiguous block of
+  // rows and needs no gather or scatter.
+  bool in_place = false;
   int64_t count(int64_t expert) const {
     return offset[static_cast<size_t>(expert + 1)] - offset[static_cast<size_t>(expert)];
   }

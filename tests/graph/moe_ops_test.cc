@@ -45,6 +45,33 @@ TEST(MoeOps, GroupedGemmMatchesThePerRowReferenceWithDroppedRowsAndIdleExperts) 
   }
 }
 
+// Rows already grouped by expert (a routed exchange's arrivals): the GEMMs
+// read them in place, and the weight gradient too, as the gathered path.
+TEST(MoeOps, RowsGroupedByExpertRunInPlaceAsTheGatheredPathDoes) {
+  Rng rng(4);
+  const int64_t R = 29, E = 4, P = 16, Q = 24;
+  std::vector<int32_t> c(R);
+  for (int64_t r = 0; r < R; ++r) c[static_cast<size_t>(r)] = static_cast<int32_t>(r < 10 ? 0 : r < 11 ? 2 : 3);
+  EXPECT_TRUE(kernels::group_rows_by_expert(R, E, c.data()).in_place);
+  const Tensor w = normal_tensor({E, P, Q}, rng), x = normal_tensor({R, P}, rng), dy = normal_tensor({R, Q}, rng);
+  const auto got = run_op(OpRegistry::instance().get("moe_linear"), {}, {x, w, choices(c)});
+  Tensor expected = Tensor::empty({R, Q});
+  kernels::ref::moe_linear(R, E, P, Q, false, x.f32(), w.f32(), c.data(), expected.f32());
+  EXPECT_LT(max_relative_diff(got[0], expected), 1e-5);
+  // The weight gradient: in place against the rows shuffled (gathered).
+  std::vector<int32_t> shuffled(c.rbegin(), c.rend());
+  Tensor xr = Tensor::empty({R, P}), dyr = Tensor::empty({R, Q});
+  for (int64_t r = 0; r < R; ++r) {
+    std::copy_n(x.f32() + (R - 1 - r) * P, P, xr.f32() + r * P);
+    std::copy_n(dy.f32() + (R - 1 - r) * Q, Q, dyr.f32() + r * Q);
+  }
+  EXPECT_FALSE(kernels::group_rows_by_expert(R, E, shuffled.data()).in_place);
+  const OpDef& grad_w = OpRegistry::instance().get("moe_linear_grad_w");
+  const auto in_place = run_op(grad_w, {{"experts", E}}, {x, dy, choices(c)});
+  const auto gathered = run_op(grad_w, {{"experts", E}}, {xr, dyr, choices(shuffled)});
+  EXPECT_LT(max_relative_diff(in_place[0], gathered[0]), 1e-5);
+}
+
 TEST(MoeRouting, CapacityAdmitsEveryTokensFirstChoiceBeforeAnySecond) {
   // Four tokens all prefer expert 0, then expert 1 (E = 3, k = 2); capacity 2.
   const std::vector<float> logits = {3, 2, 0, 3, 2, 0, 3, 2, 0, 3, 2, 0};

@@ -5,7 +5,9 @@
 # `parallax train` must give one rank's per-step losses (1e-5, over
 # PX_TEST_STEPS, default 50) for data parallelism, ZeRO-3, dp=2 x tp=2 (tp
 # inside a host), pp=2 x dp=2 (the stages on different hosts) and pp=2 x
-# tp=2 (also with a flat ring allreduce); host 0's link must carry the
+# tp=2 (also with a flat ring allreduce), and a mixture of experts at
+# ep=4 (every expert exchange across the hosts) and dp=2 x ep=2 (inside a
+# host) against one rank's MoE; host 0's link must carry the
 # bytes a step its ranks' Programs account between hosts (within 10%:
 # dp's hierarchical allreduce, the ring, tp's resharding, pp's sends),
 # hierarchical about 2/3 of the ring's; and teardown must leave no
@@ -93,6 +95,18 @@ traffic_matches_accounting tp "{dp:2, tp:2}" --mesh dp=2,tp=2
 case_on_two_hosts pp "{pp:2, dp:2}" --mesh pp=2,dp=2 --micro-batches 2
 traffic_matches_accounting pp "{pp:2, dp:2}" --mesh pp=2,dp=2 --micro-batches 2
 case_on_two_hosts pptp "{pp:2, dp:1, tp:2}" --mesh pp=2,tp=2 --micro-batches 2
+
+# Expert parallelism: the routed exchanges' counts agreed and their rows
+# moved across the 1 Gb/s links, against one rank's dropless MoE.
+MOE=(--moe-experts 4 --moe-top-k 2)
+"$PARALLAX" "${GPT[@]}" "${MOE[@]}" --steps "$STEPS" --metrics "$WORK/moe-one.jsonl" > "$WORK/moe-one.log"
+for ep in "ep4|{dp:1, ep:4}|--ep 4" "dp2ep2|{dp:2, ep:2}|--mesh dp=2,ep=2"; do
+  IFS='|' read -r name mesh flags <<< "$ep"
+  # shellcheck disable=SC2086  # the flags split into words
+  run_on_two_hosts "$name" "$STEPS" "$mesh" "${MOE[@]}" $flags
+  python3 "$(dirname "${BASH_SOURCE[0]}")/../parallel/compare_losses.py" "$WORK/moe-one.jsonl" "$WORK/$name.jsonl" \
+    "an MoE at $mesh on 2 hosts x 2 ranks"
+done
 
 # Hierarchical (automatic's pick across two hosts) sends 2(L-1)/L n = n
 # between the L = 2 hosts from each host's leader; a flat ring 2(p-1)/p n

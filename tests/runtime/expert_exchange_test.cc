@@ -2,7 +2,7 @@
 // against what it must do, computed directly: comm::all_to_all_v on odd
 // and even rank counts with uneven (and zero) counts; a dispatch brings
 // every rank exactly the rows its block of experts was chosen for, by
-// source rank, then expert, then row, and undispatch puts each back
+// expert, then source rank, then row, and undispatch puts each back
 // (dropped rows zero), with experts that do not divide by the ranks; and a
 // rank that routes to a missing expert or by another capacity is the same
 // named error on every rank, not a hang.
@@ -64,11 +64,11 @@ TEST(RoutePlan, DispatchBringsEachRankItsExpertsRowsAndUndispatchPutsThemBack) {
       const RoutePlan plan(comm, {.site = 7, .experts = kExperts}, choice.data(), kRows, "layer 'test'");
       Tensor local;
       const Tensor arrived = plan.dispatch(comm, x, local);
-      // Expected: by source, then expert of this rank's block, then row.
+      // Expected: by expert of this rank's block, then source, then row.
       const Block mine = block(kExperts, ranks, r);
       int64_t at = 0;
-      for (int s = 0; s < ranks; ++s)
-        for (int64_t e = mine.begin; e < mine.begin + mine.count; ++e)
+      for (int64_t e = mine.begin; e < mine.begin + mine.count; ++e)
+        for (int s = 0; s < ranks; ++s)
           for (int64_t i = 0; i < kRows; ++i) {
             if (choice_of(s, i, kExperts) != e) continue;
             ASSERT_LT(at, arrived.dim(0));

@@ -95,6 +95,16 @@ OpDef make_moe_linear() {
     const Tensor &x = *in[0], &w = *in[1];
     const ExpertGemm m = expert_gemm_of(x.shape(), w.shape(), a.get_int("trans_w", 0) != 0);
     const kernels::ExpertRows groups = kernels::group_rows_by_expert(m.rows, m.experts, in[2]->data<int32_t>());
+    if (groups.in_place) {  // each expert's rows a block already: no copies
+      const Tensor rows = x.reshape({m.rows, m.in()});
+      for (int64_t e = 0; e < m.experts; ++e) {
+        const int64_t begin = groups.offset[static_cast<size_t>(e)], end = groups.offset[static_cast<size_t>(e + 1)];
+        if (begin < end)
+          gemm(a, false, m.trans, end - begin, m.out(), m.in(), rows.slice_rows(begin, end), m.in(),
+               w.slice_rows(e, e + 1), m.Q, out[0]->f32() + begin * m.out(), m.out());
+      }
+      return;
+    }
     out[0]->zero();
     Tensor xs = Tensor::empty({groups.largest(), m.in()}), ys = Tensor::empty({groups.largest(), m.out()});
     for (int64_t e = 0; e < m.experts; ++e) {
@@ -168,6 +178,16 @@ OpDef make_moe_linear_grad_w() {
     const int64_t E = out[0]->dim(0);
     const kernels::ExpertRows groups = kernels::group_rows_by_expert(rows, E, in[2]->data<int32_t>());
     out[0]->zero();
+    if (groups.in_place) {  // each expert's rows a block already: no copies
+      const Tensor a_rows = in[0]->reshape({rows, P}), c_rows = in[1]->reshape({rows, Q});
+      for (int64_t e = 0; e < E; ++e) {
+        const int64_t begin = groups.offset[static_cast<size_t>(e)], end = groups.offset[static_cast<size_t>(e + 1)];
+        if (begin < end)
+          gemm(a, true, false, P, Q, end - begin, a_rows.slice_rows(begin, end), P, c_rows.slice_rows(begin, end), Q,
+               out[0]->f32() + e * P * Q, Q);
+      }
+      return;
+    }
     Tensor as = Tensor::empty({groups.largest(), P}), cs = Tensor::empty({groups.largest(), Q});
     for (int64_t e = 0; e < E; ++e) {
       const int64_t begin = groups.offset[static_cast<size_t>(e)], end = groups.offset[static_cast<size_t>(e + 1)];

@@ -105,16 +105,36 @@ Tensor RoutePlan::dispatch(comm::Communicator& group, const Tensor& x, Tensor& l
     receive[static_cast<size_t>(d)] = rows_between(d, first_expert(rank_), end_expert(rank_)) * row_bytes;
   }
   const int64_t arrive = arriving();
+  Tensor by_source = Tensor::empty({arrive, width}, x.dtype());
+  comm::all_to_all_v(group, sending.raw(), send, by_source.raw(), receive);
   Tensor out = Tensor::empty({arrive, width}, x.dtype());
-  comm::all_to_all_v(group, sending.raw(), send, out.raw(), receive);
+  reorder(by_source, out, row_bytes, true);
   local_expert = Tensor::empty({arrive}, DType::i32);
   int32_t* ids = local_expert.data<int32_t>();
   int64_t at = 0;
   const int64_t first = first_expert(rank_);
-  for (int s = 0; s < ranks_; ++s)
-    for (int64_t e = first; e < end_expert(rank_); ++e)
+  for (int64_t e = first; e < end_expert(rank_); ++e)
+    for (int s = 0; s < ranks_; ++s)
       for (int64_t n = count(s, e); n > 0; --n) ids[at++] = static_cast<int32_t>(e - first);
   return out;
+}
+
+void RoutePlan::reorder(const Tensor& from, Tensor& to, int64_t row_bytes, bool to_expert_major) const {
+  // Where each (source, expert) run starts in either layout.
+  const int64_t first = first_expert(rank_), end = end_expert(rank_);
+  std::vector<int64_t> source_at(static_cast<size_t>(ranks_) + 1, 0);
+  for (int s = 0; s < ranks_; ++s) source_at[static_cast<size_t>(s) + 1] = source_at[static_cast<size_t>(s)] + rows_between(s, first, end);
+  int64_t expert_at = 0;
+  for (int64_t e = first; e < end; ++e)
+    for (int s = 0; s < ranks_; ++s) {
+      const int64_t n = count(s, e);
+      const int64_t at_source = source_at[static_cast<size_t>(s)] + rows_between(s, first, e);
+      const int64_t src = to_expert_major ? at_source : expert_at, dst = to_expert_major ? expert_at : at_source;
+      if (n > 0)
+        std::memcpy(static_cast<char*>(to.raw()) + dst * row_bytes,
+                    static_cast<const char*>(from.raw()) + src * row_bytes, static_cast<size_t>(n * row_bytes));
+      expert_at += n;
+    }
 }
 
 Tensor RoutePlan::undispatch(comm::Communicator& group, const Tensor& yd, const Shape& shape) const {
@@ -128,8 +148,10 @@ Tensor RoutePlan::undispatch(comm::Communicator& group, const Tensor& yd, const 
     receive[static_cast<size_t>(d)] = rows_between(rank_, first_expert(d), end_expert(d)) * row_bytes;
   }
   const auto routed = static_cast<int64_t>(mine_.rows.size());
+  Tensor by_source = Tensor::empty({arriving(), width}, yd.dtype());
+  reorder(yd, by_source, row_bytes, false);
   Tensor back = Tensor::empty({routed, width}, yd.dtype());
-  comm::all_to_all_v(group, yd.raw(), send, back.raw(), receive);
+  comm::all_to_all_v(group, by_source.raw(), send, back.raw(), receive);
   Tensor out = Tensor::zeros(shape, yd.dtype());
   for (int64_t i = 0; i < routed; ++i)
     std::memcpy(static_cast<char*>(out.raw()) + mine_.rows[static_cast<size_t>(i)] * row_bytes,

@@ -47,7 +47,8 @@ class RoutePlan {
   }
 
   // x (rows, C) -> (arriving, C), and this rank's expert (among its own)
-  // of each arriving row: by source rank, then expert, then row.
+  // of each arriving row: by expert, then source rank, then row, so each
+  // expert's rows are one block (the experts' GEMMs read them in place).
   Tensor dispatch(comm::Communicator& group, const Tensor& x, Tensor& local_expert) const;
   // yd (arriving, C) -> (rows, C): each row back where dispatch took it
   // from, dropped rows zero.
@@ -61,6 +62,9 @@ class RoutePlan {
   int64_t first_expert(int rank) const;
   int64_t end_expert(int rank) const;
   int64_t rows_between(int from, int64_t begin, int64_t end) const;
+  // The arriving rows between the exchange's layout (by source rank, then
+  // expert) and the experts' (by expert, then source rank).
+  void reorder(const Tensor& from, Tensor& to, int64_t row_bytes, bool to_expert_major) const;
 };
 
 }  // namespace px
