@@ -34,7 +34,7 @@ assert_error unknown-model "resnet" -- train --model resnet
 assert_error heads-divide "n_head=3" -- train "${tiny[@]}" --heads 3
 assert_error zero-batch "batch size 0" -- train "${tiny[@]}" --batch 0
 assert_error keep-last-zero "--keep-last 0" -- train "${tiny[@]}" --steps 2 --keep-last 0
-assert_error inject-fault-mode "expected kill, hang or lost" -- train "${tiny[@]}" --steps 2 --inject-fault 0:1:boom
+assert_error inject-fault-mode "expected kill, hang, lost, moe-capacity or moe-expert" -- train "${tiny[@]}" --steps 2 --inject-fault 0:1:boom
 assert_error min-ranks-above "--min-ranks 3" -- train "${tiny[@]}" --steps 2 --ranks 2 --min-ranks 3
 # A wait's own timeout is the backstop after the watchdog's verdict (--timeout 2: by 2.4 s), never before it.
 assert_error wait-timeout-races-verdict "--wait-timeout 2 s must be longer than 2.4 s" -- train "${tiny[@]}" --steps 2 --ranks 2 --timeout 2 --wait-timeout 2

@@ -119,5 +119,31 @@ TEST(RoutePlan, AMissingExpertOrAnotherCapacityIsTheSameNamedErrorOnEveryRank) {
   for (const std::string& e : capacity) EXPECT_NE(e.find("capacity factor"), std::string::npos) << e;
 }
 
+// Dropless routing's hot rank: every row to expert 0 (rank 0's), so rank 0
+// would receive 3 ranks x 4 rows, 8 beyond its plan of 4; at 1 GiB a row
+// against 2 GiB available, every rank refuses before the exchange, naming
+// rank 0, expert 0 and the rows.
+TEST(RoutePlan, AHotRankBeyondItsMemoryIsRefusedOnEveryRankWithTheExpertAndTheCount) {
+  std::mutex mutex;
+  std::vector<std::string> errors;
+  comm::run_inproc(3, [&](comm::Communicator& comm) {
+    const std::vector<int32_t> choice{0, 0, 0, 0};
+    const RouteHeader header{.site = 1, .experts = 3, .planned_rows = 4, .bytes_per_row = double(1 << 30),
+                             .available_bytes = 2.0 * (1 << 30)};
+    try {
+      const RoutePlan plan(comm, header, choice.data(), 4, "layer 'h.0.mlp.dispatch.routed'");
+    } catch (const Error& e) {
+      std::lock_guard lock(mutex);
+      errors.push_back(e.what());
+    }
+  });
+  ASSERT_EQ(errors.size(), 3u);
+  for (const std::string& e : errors)
+    EXPECT_NE(e.find("expert rank 0 would receive 12 rows, 8 beyond the 4 its Program planned for (expert 0 alone "
+                     "gets 12): 8.00 GiB more than the 2.00 GiB"),
+              std::string::npos)
+        << e;
+}
+
 }  // namespace
 }  // namespace px

@@ -1,6 +1,8 @@
 #include "runtime/executor/expert_exchange.h"
 
+#include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include "comm/collectives.h"
 #include "core/block.h"
@@ -10,12 +12,13 @@ namespace px {
 namespace {
 
 // The header as floats, then the counts (exact below 2^24 rows).
-constexpr size_t kHeaderFloats = 6;
+constexpr size_t kHeaderFloats = 8;
 
 std::vector<float> pack(const RouteHeader& h, const std::vector<int64_t>& counts) {
-  std::vector<float> out{static_cast<float>(h.site),     static_cast<float>(h.experts),
+  std::vector<float> out{static_cast<float>(h.site),         static_cast<float>(h.experts),
                          static_cast<float>(h.capacity_factor), static_cast<float>(h.bad_row),
-                         static_cast<float>(h.bad_expert), 0.0f};
+                         static_cast<float>(h.bad_expert),   static_cast<float>(h.planned_rows),
+                         static_cast<float>(h.bytes_per_row), static_cast<float>(h.available_bytes)};
   for (int64_t c : counts) out.push_back(static_cast<float>(c));
   return out;
 }
@@ -25,7 +28,10 @@ RouteHeader unpack(const float* f) {
           .experts = static_cast<int64_t>(f[1]),
           .capacity_factor = f[2],
           .bad_row = static_cast<int64_t>(f[3]),
-          .bad_expert = static_cast<int64_t>(f[4])};
+          .bad_expert = static_cast<int64_t>(f[4]),
+          .planned_rows = static_cast<int64_t>(f[5]),
+          .bytes_per_row = f[6],
+          .available_bytes = f[7]};
 }
 
 }  // namespace
@@ -69,6 +75,29 @@ RoutePlan::RoutePlan(comm::Communicator& group, const RouteHeader& header, const
       counts_[static_cast<size_t>(s * experts_ + e)] =
           static_cast<int64_t>(all[static_cast<size_t>(s) * stride + kHeaderFloats + static_cast<size_t>(e)]);
   mine_ = kernels::group_rows_by_expert(rows, experts_, choice);
+  // Dropless routing's hot rank: what it would receive beyond the plan, against its machine.
+  for (int s = 0; s < ranks_; ++s) {
+    const RouteHeader h = unpack(all.data() + static_cast<size_t>(s) * stride);
+    const int64_t arriving_at_s = [&] {
+      int64_t n = 0;
+      for (int q = 0; q < ranks_; ++q) n += rows_between(q, first_expert(s), end_expert(s));
+      return n;
+    }();
+    const double beyond = static_cast<double>(std::max<int64_t>(arriving_at_s - h.planned_rows, 0)) * h.bytes_per_row;
+    if (h.available_bytes <= 0 || beyond <= h.available_bytes) continue;
+    int64_t busiest = first_expert(s), most = -1;
+    for (int64_t e = first_expert(s); e < end_expert(s); ++e) {
+      int64_t n = 0;
+      for (int q = 0; q < ranks_; ++q) n += count(q, e);
+      if (n > most) std::tie(busiest, most) = std::pair{e, n};
+    }
+    fail("expert parallelism: at {} expert rank {} would receive {} rows, {} beyond the {} its Program planned for "
+         "(expert {} alone gets {}): {:.2f} GiB more than the {:.2f} GiB its machine has available. Refused before "
+         "allocating: balance the load (--moe-aux-loss, --moe-balance bias), bound it (--capacity-factor) or "
+         "spread the experts wider (--ep)",
+         where, s, arriving_at_s, arriving_at_s - h.planned_rows, h.planned_rows, busiest, most,
+         beyond / double(1 << 30), h.available_bytes / double(1 << 30));
+  }
 }
 
 int64_t RoutePlan::first_expert(int rank) const { return block(experts_, ranks_, rank).begin; }

@@ -28,6 +28,14 @@ struct RouteHeader {
   double capacity_factor = 0;    // the router's (0: dropless)
   int64_t bad_row = -1;          // a row routed to an expert >= E (-1: none)
   int64_t bad_expert = -1;
+  // The memory check of a dispatch (0: none): the rows the Program planned
+  // for (a balanced routing's), what each row beyond them holds until the
+  // layer's exchange back, and what this rank's machine has available. A
+  // rank that would receive more than fits is refused on every rank,
+  // naming it, its busiest expert and the rows, before anything allocates.
+  int64_t planned_rows = 0;
+  double bytes_per_row = 0;
+  double available_bytes = 0;
 };
 
 // This rank's rows and everyone's counts, agreed.
