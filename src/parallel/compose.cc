@@ -99,10 +99,6 @@ void validate_experts(const Strategy& s) {
     fail("strategy: expert parallelism (axis '{}' of {} ranks) and context parallelism (axis '{}' of {} ranks) do "
          "not combine yet: choose one",
          axis, s.expert_ranks(), s.context.axis, s.context_ranks());
-  if (s.zero_stage > 0)
-    fail("strategy: ZeRO-{} and expert parallelism (axis '{}' of {} ranks) do not combine yet: the expert weights "
-         "would shard over their own data group; use zero_stage 0",
-         s.zero_stage, axis, s.expert_ranks());
   if (s.lowering.compression.lossy())
     fail("strategy: gradient compression ({}) and expert parallelism (axis '{}') do not combine yet: choose one",
          s.lowering.compression.to_string(), axis);

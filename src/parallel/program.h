@@ -127,6 +127,10 @@ struct BucketLayout {
   int64_t block_count = 0;
   int grad_buffer = -1;   // its Buffer::Kind::grad_bucket
   int param_buffer = -1;  // ZeRO-3: its Buffer::Kind::param_bucket
+  // Expert weights (expert parallelism): reduced, and under ZeRO sharded
+  // and gathered, over the data axis alone (the expert-data group), not
+  // the data path's data x expert ranks.
+  bool experts = false;
   bool operator==(const BucketLayout&) const = default;
 };
 

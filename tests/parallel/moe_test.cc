@@ -1,7 +1,7 @@
 // The mixture-of-experts GPT against one rank (strategy_equivalence.h):
 // dropless routing under data, tensor and pipeline parallelism, ZeRO and
 // expert parallelism (alone and with data, tensor and pipeline
-// parallelism), capacity routing under data and expert parallelism (every
+// parallelism and ZeRO, whose expert shards are the data axis'), capacity routing under data and expert parallelism (every
 // rank routes the whole batch, so it drops exactly the tokens one rank
 // drops), a checkpoint resumed under other strategies (expert degrees
 // among them), and decoding an MoE checkpoint. The
@@ -81,7 +81,10 @@ INSTANTIATE_TEST_SUITE_P(
                       MoeCase{.name = "ep2_tp2", .ranks = 4, .tp = 2, .ep = 2},
                       MoeCase{.name = "bias_ep2_pp2", .ranks = 4, .pp = 2, .ep = 2, .micro_batches = 2, .balance = "bias"},
                       MoeCase{.name = "capacity_ep2", .ranks = 2, .ep = 2, .capacity_factor = 1.0},
-                      MoeCase{.name = "capacity_dp2_ep2", .ranks = 4, .ep = 2, .capacity_factor = 1.0}),
+                      MoeCase{.name = "capacity_dp2_ep2", .ranks = 4, .ep = 2, .capacity_factor = 1.0},
+                      MoeCase{.name = "ep2_zero2", .ranks = 2, .ep = 2, .zero = 2},
+                      MoeCase{.name = "dp2_ep2_zero1", .ranks = 4, .ep = 2, .zero = 1},
+                      MoeCase{.name = "dp2_ep2_zero3", .ranks = 4, .ep = 2, .zero = 3}),
     [](const ::testing::TestParamInfo<MoeCase>& info) { return std::string(info.param.name); });
 
 // Without the load-balancing loss, whose shares a micro-batch counts over
@@ -91,13 +94,14 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(GptMoeCheckpoint, ResumesUnderOtherStrategies) {
   struct Stage {
     const char* name;
-    int ranks, tp, pp, ep, micro_batches;
+    int ranks, tp, pp, ep, zero, micro_batches;
   };
-  const std::vector<Stage> chain{{"1 rank", 1, 1, 1, 1, 2},
-                                 {"dp=2 x tp=2", 4, 2, 1, 1, 2},
-                                 {"ep=2", 2, 1, 1, 2, 2},
-                                 {"ep=4", 4, 1, 1, 4, 2},
-                                 {"pp=2", 2, 1, 2, 1, 2}};
+  const std::vector<Stage> chain{{"1 rank", 1, 1, 1, 1, 0, 2},
+                                 {"dp=2 x tp=2", 4, 2, 1, 1, 0, 2},
+                                 {"ep=2", 2, 1, 1, 2, 0, 2},
+                                 {"dp=2 x ep=2, ZeRO-3", 4, 1, 1, 2, 3, 1},
+                                 {"ep=4", 4, 1, 1, 4, 0, 2},
+                                 {"pp=2", 2, 1, 2, 1, 0, 2}};
   constexpr int kSegment = 10;
   JobSpec base = moe_job(0);
   base.model.gpt.aux_loss_coef = 0;
@@ -111,6 +115,7 @@ TEST(GptMoeCheckpoint, ResumesUnderOtherStrategies) {
     o.strategy.tensor_parallel = s.tp;
     o.strategy.pipeline_parallel = s.pp;
     o.strategy.expert_parallel = s.ep;
+    o.strategy.zero_stage = s.zero;
     o.strategy.micro_batches = s.micro_batches;
     links.push_back({s.name, o});
   }

@@ -58,6 +58,9 @@ DROPLESS=("${GPT[@]}" --moe-experts 4 --moe-top-k 2)
 grep -q "ep:$RANKS" "$WORK/EP-mpi.log" ||
   { echo "FAIL: the MPI job did not run an expert axis of $RANKS ranks:"; cat "$WORK/EP-mpi.log"; exit 1; }
 compare "$WORK/EP-1.jsonl" "$WORK/EP-mpi.jsonl" "an MoE GPT at --ep $RANKS over $RANKS MPI ranks"
+# With ZeRO-3: the other weights sharded over every rank, each expert rank's own whole.
+"${MPIRUN[@]}" "$PARALLAX" "${DROPLESS[@]}" --ep "$RANKS" --zero 3 --metrics "$WORK/EPZ-mpi.jsonl" > "$WORK/EPZ-mpi.log"
+compare "$WORK/EP-1.jsonl" "$WORK/EPZ-mpi.jsonl" "an MoE GPT at --ep $RANKS with ZeRO-3 over $RANKS MPI ranks"
 
 # An epoch's partial last batch: the MLP over 100 images in batches of 7
 # (14 batches and one of 2 rows an epoch), 2 epochs, as one rank does.

@@ -92,7 +92,11 @@ std::vector<bool> gathers_in_bf16(const Context& c, const Program& program) {
   std::vector<bool> bf16(program.params.size(), false);
   if (c.zero_stage < 3 || c.data_size <= 1) return bf16;
   const std::vector<bool> only = read_only_at_bf16(c.graph);
-  for (size_t i = 0; i < bf16.size(); ++i) bf16[i] = only[static_cast<size_t>(program.params[i].value)];
+  for (size_t i = 0; i < bf16.size(); ++i) {
+    // An expert weight on one data rank is gathered over nobody: it stays float32.
+    const ValueId v = program.params[i].value;
+    bf16[i] = only[static_cast<size_t>(v)] && !(c.expert_weight(v) && c.strategy.data_ranks() == 1);
+  }
   return bf16;
 }
 
@@ -150,6 +154,7 @@ void cut_buckets(const Context& c, Program& program, std::vector<bool>& bf16) {
   for (const std::vector<int>& bucket : members) {
     BucketLayout b{.offset = program.params[static_cast<size_t>(next)].offset, .count = 0,
                    .priority = std::numeric_limits<int>::max()};
+    b.experts = c.expert_weight(program.params[static_cast<size_t>(next)].value);
     for (size_t k = 0; k < bucket.size(); ++k, ++next) {
       ParamLayout& p = program.params[static_cast<size_t>(next)];
       p.bucket = static_cast<int>(program.buckets.size());
@@ -158,7 +163,10 @@ void cut_buckets(const Context& c, Program& program, std::vector<bool>& bf16) {
       b.priority = std::min(b.priority, p.forward_order);
     }
     if (sharded) {
-      const comm::Block block = comm::block(b.count, c.data_size, c.data_rank);
+      // An expert bucket's shards are its expert-data group's: the data axis alone.
+      const int data_coord = c.coords[static_cast<size_t>(c.data_axis)];
+      const comm::Block block = b.experts ? comm::block(b.count, c.strategy.data_ranks(), data_coord)
+                                          : comm::block(b.count, c.data_size, c.data_rank);
       b.block_begin = block.begin;
       b.block_count = block.count;
       b.shard_offset = program.shard_count;

@@ -150,7 +150,13 @@ void optimizer(const Context& c, Program& p) {
     if (static_cast<int>(a) != c.data_axis && static_cast<int>(a) != c.context_axis &&
         c.strategy.mesh.axes()[a].size > 1)
       model_axes.push_back(static_cast<int>(a));
-  const int norm = c.strategy.lowering.global_norm ? emit_norm(c, p, reduced, pieces, model_axes, sharded) : -1;
+  // Sharded under expert parallelism, the data path's sum of the squares
+  // spans the expert ranks already: each element sits in one rank's shard
+  // of the data x expert ranks (an expert bucket's in its data rank's of
+  // its expert rank's experts).
+  std::vector<int> norm_axes = model_axes;
+  if (sharded) std::erase(norm_axes, c.expert_axis);
+  const int norm = c.strategy.lowering.global_norm ? emit_norm(c, p, reduced, pieces, norm_axes, sharded) : -1;
   if (!c.strategy.lowering.updates) return;
   for (size_t b = 0; b < p.buckets.size(); ++b) {
     const BucketLayout& bucket = p.buckets[b];
@@ -169,7 +175,8 @@ void optimizer(const Context& c, Program& p) {
     emit(p, {.op = Collective{.kind = comm::Collective::allgather,
                               .axis = c.data_axis,
                               .input = {p.params_buffer, bucket.offset + bucket.block_begin, bucket.block_count},
-                              .output = {p.params_buffer, bucket.offset, bucket.count}},
+                              .output = {p.params_buffer, bucket.offset, bucket.count},
+                              .expert_data = bucket.experts},
              .after = updates,
              .name = fmt::format("gather updated bucket {}", b)});
   }

@@ -54,7 +54,7 @@ void emit_gradient_reduction(const Context& c, Program& p, int b, int m, std::ve
   Collective reduce{.kind = collective_for(t),
                     .axis = c.data_axis,
                     .input = {bucket.grad_buffer, 0, bucket.count},
-                    .expert_data = c.expert_weight(param.value)};
+                    .expert_data = bucket.experts};
   if (reduce.kind == comm::Collective::reduce_scatter) {
     reduce.output = {p.grad_shard_buffer, bucket.shard_offset, bucket.block_count};
     reduce.accumulate = c.zero_stage >= 2 && m > 0;  // ZeRO-2/3 reduce every micro-batch into the shard
@@ -338,7 +338,8 @@ int Scheduler::emit_gather(int b, const Phase& phase, Gathers& g) {
              emit(p_, {.op = Collective{.kind = collective_for(t),
                                         .axis = c_.data_axis,
                                         .input = {p_.param_shard_buffer, bucket.shard_offset, bucket.block_count},
-                                        .output = {bucket.param_buffer, 0, bucket.count}},
+                                        .output = {bucket.param_buffer, 0, bucket.count},
+                                        .expert_data = bucket.experts},
                        .micro_batch = phase.micro,
                        .name = fmt::format("gather bucket {} ({})", b, phase.backward ? "backward" : "forward")});
 }

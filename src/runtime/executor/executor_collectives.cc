@@ -1,7 +1,10 @@
 // Collective instructions: handed to their lane (collective_lanes.h), plain
 // or through their gradient's codec (gradient_codecs.h), and what the step
 // sent, per mesh axis and for its gradients.
+#include <algorithm>
+
 #include "comm/wire_bytes.h"
+#include "kernels/elementwise.h"
 #include "runtime/executor/program_executor.h"
 
 namespace px {
@@ -11,7 +14,20 @@ using parallel::Buffer;
 void ProgramExecutor::collective(int id, const parallel::Collective& op, uint64_t step) {
   const parallel::Program& p = prog();
   comm::Communicator* group = groups_.communicator_of(p, p.instrs[static_cast<size_t>(id)]);
-  if (group == nullptr) return;  // an axis of one rank
+  if (group == nullptr) {  // a group of one rank: a reduce-scatter or gather to another buffer is a copy
+    if (op.output.buffer < 0) return;
+    if (p.buffers[static_cast<size_t>(op.input.buffer)].kind == Buffer::Kind::grad_bucket)
+      buffers_.zero_unwritten(op.input.buffer);
+    PX_CHECK_EQ(op.input.count, op.output.count);
+    PX_CHECK(p.buffers[static_cast<size_t>(op.output.buffer)].dtype == DType::f32,
+             "collective #{}: a group of one copies float32 buffers only", id);
+    const float* from = buffers_.data(op.input);
+    float* into = buffers_.data(op.output);
+    if (from == into) return;
+    if (op.accumulate) kernels::add_inplace(op.input.count, from, into);
+    else std::copy_n(from, op.input.count, into);
+    return;
+  }
   if (p.buffers[static_cast<size_t>(op.input.buffer)].kind == Buffer::Kind::grad_bucket)
     buffers_.zero_unwritten(op.input.buffer);
   const double start = comm::now_us();

@@ -63,12 +63,16 @@ Tensor whole_of(const parallel::Program& program, RankGroups& groups, const Tens
   return t;
 }
 
-// ZeRO-3: every rank's blocks into `flat` (the parameter layout), collective over the data path.
+// ZeRO-3: every rank's blocks into `flat` (the parameter layout), collective over the data path
+// (an expert bucket's over the data axis alone: BucketLayout::experts).
 void gather_buckets(const parallel::Program& program, RankGroups& groups, std::vector<float>& flat) {
   std::vector<float> mine;
+  const int data_axis = program.strategy.mesh.axis(program.strategy.data_axis);
   for (const parallel::BucketLayout& b : program.buckets) {
+    comm::Communicator* group = b.experts ? groups.axis(data_axis) : groups.data_path();
+    if (group == nullptr) continue;  // one rank holds the whole bucket
     mine.assign(flat.begin() + b.offset + b.block_begin, flat.begin() + b.offset + b.block_begin + b.block_count);
-    comm::allgather(*groups.data_path(), mine.data(),
+    comm::allgather(*group, mine.data(),
                     comm::Buffer(std::span<float>(flat.data() + b.offset, static_cast<size_t>(b.count))),
                     comm::options_for(program.collective, comm::Collective::allgather));
   }

@@ -45,6 +45,8 @@ parallel::ShardRun run_of(const parallel::Program& program, const parallel::Para
 bool writes_copy(const parallel::Program& program, const parallel::ParamLayout& param, bool split_over_data,
                  bool every_copy) {
   const int data_axis = program.strategy.mesh.axis(program.strategy.data_axis);
+  // ZeRO shards over the data path, which joins the context or expert axis.
+  const int joined = parallel::joined_axis(program.strategy);
   for (size_t a = 0; a < program.coords.size(); ++a) {
     if (static_cast<int>(a) == program.pipeline.axis) {
       // Stages hold different parameters; one sharing a parameter with another is not its owner.
@@ -52,7 +54,9 @@ bool writes_copy(const parallel::Program& program, const parallel::ParamLayout& 
         if (p.name == param.name && p.owner != program.coords[a]) return false;
       continue;
     }
-    const bool split = static_cast<int>(a) == data_axis ? split_over_data : param.placement[a].is_split();
+    const bool split = static_cast<int>(a) == data_axis ? split_over_data
+                       : static_cast<int>(a) == joined  ? split_over_data || param.placement[a].is_split()
+                                                        : param.placement[a].is_split();
     if (!split && !every_copy && program.coords[a] != 0) return false;
   }
   return true;

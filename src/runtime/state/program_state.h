@@ -28,7 +28,8 @@ parallel::ShardRun run_of(const parallel::Program& program, const parallel::Para
                           int64_t end);
 // Whether this rank writes its copy of `param`'s run to a checkpoint: it
 // sits at coordinate 0 of every axis that replicates it (`split_over_data`:
-// ZeRO gives each data rank its own run; `every_copy`: every copy it holds,
+// ZeRO gives each rank of the data path, data x context or data x expert
+// ranks, its own run; `every_copy`: every copy it holds,
 // for a directory other hosts do not see). Pipeline stages write the
 // parameters they own.
 bool writes_copy(const parallel::Program& program, const parallel::ParamLayout& param, bool split_over_data,
