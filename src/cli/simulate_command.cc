@@ -7,7 +7,11 @@
 // --trace the replay as a Chrome trace whose events carry the instruction
 // ids `parallax lower` prints; and what the prediction assumed for the
 // largest GEMM, attention and collective (plan/assumptions.h).
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/local_cluster.h"
@@ -28,7 +32,30 @@ struct SimulateFlags {
   std::string trace;
   bool all_ranks = false;
   double expert_imbalance = 1.0;
+  std::string expert_load;  // a run directory or its metrics.jsonl
 };
+
+// The measured imbalance of a run: its last step's "moe" load (the metrics
+// line, docs/moe.md), the busiest expert rank of the worst layer over
+// `ranks` expert ranks (plan::expert_imbalance).
+double measured_imbalance(const std::string& where, int ranks) {
+  const std::string path = std::filesystem::is_directory(where) ? where + "/metrics.jsonl" : where;
+  std::ifstream in(path);
+  if (!in) fail("--expert-load '{}': cannot read '{}' (a run directory or its metrics.jsonl)", where, path);
+  nlohmann::json last;
+  for (std::string line; std::getline(in, line);)
+    if (line.find("\"moe\"") != std::string::npos) last = nlohmann::json::parse(line, nullptr, false);
+  if (last.is_discarded() || !last.contains("moe"))
+    fail("--expert-load '{}': no step in '{}' reports a mixture of experts' load (\"moe\")", where, path);
+  double worst = 1.0;
+  for (const nlohmann::json& layer : last.at("moe")) {
+    const std::vector<double> load = layer.at("load").get<std::vector<double>>();
+    if (static_cast<int>(load.size()) < ranks)
+      fail("--expert-load '{}': a layer of {} experts cannot spread over {} expert ranks", where, load.size(), ranks);
+    worst = std::max(worst, plan::expert_imbalance(load, ranks));
+  }
+  return worst;
+}
 
 }  // namespace
 
@@ -53,6 +80,9 @@ void add_simulate_command(CLI::App& app) {
                   "much longer, and every rank waits for it")
       ->check(CLI::Range(1.0, 1e6))
       ->capture_default_str();
+  cmd->add_option("--expert-load", sim_flags->expert_load,
+                  "--ep: the imbalance measured by a run (its directory or metrics.jsonl): the last step's expert "
+                  "load, its worst layer's busiest expert rank (instead of --expert-imbalance)");
   flags->job.run.threads = 2;
   cmd->add_option("--threads", flags->job.run.threads,
                   "--cluster local: kernel threads of a lone rank, as train's (in-process ranks use 1 each)")
@@ -71,6 +101,12 @@ void add_simulate_command(CLI::App& app) {
     if (o.strategy.mesh_ranks > 0) o.launch.ranks = o.strategy.mesh_ranks;  // --mesh names the ranks
     if (o.launch.ranks == 1) o.launch.ranks = o.strategy.pipeline_parallel * o.strategy.expert_parallel * o.strategy.context_parallel *
                                                  o.strategy.tensor_parallel;
+    double imbalance = sim_flags->expert_imbalance;
+    if (!sim_flags->expert_load.empty()) {
+      if (imbalance != 1.0) fail("--expert-load and --expert-imbalance both give the imbalance: choose one");
+      imbalance = measured_imbalance(sim_flags->expert_load, std::max(o.strategy.expert_parallel, 1));
+      std::cout << fmt::format("expert imbalance {:.3f}, measured by '{}'\n", imbalance, sim_flags->expert_load);
+    }
     const plan::ClusterSpec cluster = plan::cluster_named(sim_flags->cluster, local_cluster_path());
     const Precision precision = precisions_to_model(flags->precision, cluster, false).front();
     o.strategy.precision = precision;
@@ -89,7 +125,7 @@ void add_simulate_command(CLI::App& app) {
          .cluster = &cluster,
          .execution = {.overlap = o.run.overlap, .trace = !sim_flags->trace.empty()},
          .optimizer_slots = static_cast<int>(optimizer_slot_names(o.optimizer.update.kind).size()),
-         .expert_imbalance = sim_flags->expert_imbalance},
+         .expert_imbalance = imbalance},
         {.threads = o.launch.ranks > 1 ? 1 : o.run.threads, .link_gbps = o.launch.link_gbps,
          .collective = o.strategy.collective});
     const int devices = strategy.mesh.ranks();

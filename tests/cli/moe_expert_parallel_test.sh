@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Expert parallelism from the command line (docs/moe.md): `parallax lower
 # --ep 2` prints the routed exchanges; `parallax train --ep 2` gives one
-# rank's losses and writes the load; and a rank that routes by another
+# rank's losses and writes the load, which `parallax simulate
+# --expert-load` turns into the busiest rank's imbalance; and a rank that routes by another
 # capacity factor, or to an expert that does not exist
 # (--inject-fault RANK:STEP:moe-capacity | moe-expert), ends the job at
 # that step with the named error on every rank, never a hang.
@@ -34,6 +35,17 @@ for a, b in zip(one, ep):
     assert abs(a["train_loss"] - b["train_loss"]) <= 1e-5 * abs(a["train_loss"]), (a["train_loss"], b["train_loss"])
     assert [l["load"] for l in a["moe"]] == [l["load"] for l in b["moe"]] or all(
         abs(x - y) < 1e-6 for la, lb in zip(a["moe"], b["moe"]) for x, y in zip(la["load"], lb["load"])), (a["moe"], b["moe"])
+PY
+
+# The planner reads the run's measured load: its busiest expert rank's share over an even one.
+"$PARALLAX" simulate "${MOE[@]}" --ranks 2 --ep 2 --cluster dgx-a100 --expert-load "$WORK/ep.jsonl" > "$WORK/sim.log" 2>&1 ||
+  fail "simulate --expert-load failed" "$WORK/sim.log"
+python3 - "$WORK/ep.jsonl" "$WORK/sim.log" <<'PY' || fail "simulate's measured imbalance is not the run's" "$WORK/sim.log"
+import json, re, sys
+last = [json.loads(l) for l in open(sys.argv[1]) if '"moe"' in l][-1]
+worst = max(max(sum(l["load"][:2]), sum(l["load"][2:])) * 2 for l in last["moe"])
+said = float(re.search(r"expert imbalance ([0-9.]+), measured by", open(sys.argv[2]).read()).group(1))
+assert abs(said - max(worst, 1.0)) < 1e-3, (said, worst)
 PY
 
 for fault in "1:3:moe-capacity|routes with capacity factor" "0:2:moe-expert|routes row 0 to expert 4, but the layer has 4 experts"; do
