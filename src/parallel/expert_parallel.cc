@@ -8,28 +8,25 @@
 namespace px::parallel {
 namespace {
 
-// The ops that read an expert weight, and where.
-bool reads_expert_weight(const Node& node, size_t input) {
-  return input == 1 && (node.op() == "moe_linear" || node.op() == "moe_bias_add");
-}
+// The ops that read an expert weight, as their input 1.
+bool reads_expert_weight(const Node& node) { return node.op() == "moe_linear" || node.op() == "moe_bias_add"; }
 
 }  // namespace
 
 std::vector<PlacementSeed> expert_parallel_seeds(const Graph& graph, int ranks) {
   std::vector<PlacementSeed> seeds;
   std::set<ValueId> seeded;
-  for (const Node& node : graph.nodes())
-    for (size_t i = 0; i < node.inputs.size(); ++i) {
-      const ValueId w = node.inputs[i];
-      if (!reads_expert_weight(node, i) || graph.value(w).kind != Value::Kind::param || !seeded.insert(w).second)
-        continue;
-      const int64_t experts = graph.spec(w).shape[0];
-      if (experts < ranks)
-        fail("expert parallelism: '{}' holds {} experts, fewer than the {} expert ranks (--ep): each rank needs a "
-             "block of at least one expert",
-             graph.value(w).name, experts, ranks);
-      seeds.push_back({graph.value(w).name, std::string(kExpertAxis), Placement::S(0)});
-    }
+  for (const Node& node : graph.nodes()) {
+    if (!reads_expert_weight(node)) continue;
+    const ValueId w = node.inputs[1];
+    if (graph.value(w).kind != Value::Kind::param || !seeded.insert(w).second) continue;
+    const int64_t experts = graph.spec(w).shape[0];
+    if (experts < ranks)
+      fail("expert parallelism: '{}' holds {} experts, fewer than the {} expert ranks (--ep): each rank needs a "
+           "block of at least one expert",
+           graph.value(w).name, experts, ranks);
+    seeds.push_back({graph.value(w).name, std::string(kExpertAxis), Placement::S(0)});
+  }
   if (seeds.empty())
     fail("expert parallelism (--ep {}): the model has no experts to spread over the ranks (a GPT needs "
          "--moe-experts)",

@@ -88,22 +88,33 @@ TEST(RoutePlan, DispatchBringsEachRankItsExpertsRowsAndUndispatchPutsThemBack) {
     });
 }
 
-// Every rank's error, for one exchange where `odd` rank 1 differs.
-std::vector<std::string> errors_when(int ranks, const std::function<void(RouteHeader&, std::vector<int32_t>&)>& odd) {
+// Every rank's error agreeing on one exchange at `where`, each rank's
+// header and choices from `setup` (given the rank).
+std::vector<std::string> agreement_errors(int ranks, const std::string& where,
+                                          const std::function<void(int, RouteHeader&, std::vector<int32_t>&)>& setup) {
   std::mutex mutex;
   std::vector<std::string> errors;
   comm::run_inproc(ranks, [&](comm::Communicator& comm) {
-    std::vector<int32_t> choice{0, 1, 2, 3};
-    RouteHeader header{.site = 3, .experts = 4, .capacity_factor = 1.25};
-    if (comm.rank() == 1) odd(header, choice);
+    RouteHeader header;
+    std::vector<int32_t> choice;
+    setup(comm.rank(), header, choice);
     try {
-      const RoutePlan plan(comm, header, choice.data(), 4, "layer 'h.1.mlp.dispatch'");
+      const RoutePlan plan(comm, header, choice.data(), static_cast<int64_t>(choice.size()), where);
     } catch (const Error& e) {
       std::lock_guard lock(mutex);
       errors.push_back(e.what());
     }
   });
   return errors;
+}
+
+// Every rank's error, for one exchange where `odd` rank 1 differs.
+std::vector<std::string> errors_when(int ranks, const std::function<void(RouteHeader&, std::vector<int32_t>&)>& odd) {
+  return agreement_errors(ranks, "layer 'h.1.mlp.dispatch'", [&](int rank, RouteHeader& h, std::vector<int32_t>& c) {
+    c = {0, 1, 2, 3};
+    h = {.site = 3, .experts = 4, .capacity_factor = 1.25};
+    if (rank == 1) odd(h, c);
+  });
 }
 
 TEST(RoutePlan, AMissingExpertOrAnotherCapacityIsTheSameNamedErrorOnEveryRank) {
@@ -124,19 +135,12 @@ TEST(RoutePlan, AMissingExpertOrAnotherCapacityIsTheSameNamedErrorOnEveryRank) {
 // against 2 GiB available, every rank refuses before the exchange, naming
 // rank 0, expert 0 and the rows.
 TEST(RoutePlan, AHotRankBeyondItsMemoryIsRefusedOnEveryRankWithTheExpertAndTheCount) {
-  std::mutex mutex;
-  std::vector<std::string> errors;
-  comm::run_inproc(3, [&](comm::Communicator& comm) {
-    const std::vector<int32_t> choice{0, 0, 0, 0};
-    const RouteHeader header{.site = 1, .experts = 3, .planned_rows = 4, .bytes_per_row = double(1 << 30),
-                             .available_bytes = 2.0 * (1 << 30)};
-    try {
-      const RoutePlan plan(comm, header, choice.data(), 4, "layer 'h.0.mlp.dispatch.routed'");
-    } catch (const Error& e) {
-      std::lock_guard lock(mutex);
-      errors.push_back(e.what());
-    }
-  });
+  const std::vector<std::string> errors =
+      agreement_errors(3, "layer 'h.0.mlp.dispatch.routed'", [](int, RouteHeader& h, std::vector<int32_t>& c) {
+        c = {0, 0, 0, 0};
+        h = {.site = 1, .experts = 3, .planned_rows = 4, .bytes_per_row = double(1 << 30),
+             .available_bytes = 2.0 * (1 << 30)};
+      });
   ASSERT_EQ(errors.size(), 3u);
   for (const std::string& e : errors)
     EXPECT_NE(e.find("expert rank 0 would receive 12 rows, 8 beyond the 4 its Program planned for (expert 0 alone "

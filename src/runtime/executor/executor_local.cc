@@ -40,20 +40,19 @@ void ProgramExecutor::compute(int id, const parallel::Compute& op, const StepInp
   // The rows a routed exchange brought (executor_route.cc) are as many as
   // arrived, not the spec's: the outputs then follow the op's shape rule
   // on the inputs as they are.
-  std::vector<TensorSpec> out_specs;
-  for (ValueId v : node.outputs) out_specs.push_back(g.spec(v));
   bool resized = false;
   for (size_t i = 0; i < node.inputs.size(); ++i) resized = resized || in[i]->shape() != g.spec(node.inputs[i]).shape;
+  std::vector<TensorSpec> resized_outputs;  // empty unless an input is not its spec's shape
   if (resized) {
     std::vector<TensorSpec> actual;
     for (size_t i = 0; i < node.inputs.size(); ++i) actual.push_back({in[i]->shape(), g.spec(node.inputs[i]).dtype});
-    const std::vector<TensorSpec> inferred = node.def->infer(actual, node.attrs);
-    for (size_t o = 0; o < out_specs.size(); ++o) out_specs[o].shape = inferred[o].shape;
+    resized_outputs = node.def->infer(actual, node.attrs);
+    for (size_t o = 0; o < resized_outputs.size(); ++o) resized_outputs[o].dtype = g.spec(node.outputs[o]).dtype;
   }
   std::vector<Tensor*> out;
   for (size_t i = 0; i < node.outputs.size(); ++i) {
     const ValueId v = node.outputs[i];
-    const TensorSpec& spec = out_specs[i];
+    const TensorSpec& spec = resized ? resized_outputs[i] : g.spec(v);
     const bool view = i == 0 && node.def->output_is_view;
     live[static_cast<size_t>(v)] = view ? in[0]->reshape(spec.shape) : Tensor::empty(spec.shape, spec.dtype);
     // Forward nodes have no origin; a view shares its input's storage.

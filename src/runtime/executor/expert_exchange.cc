@@ -53,9 +53,11 @@ RoutePlan::RoutePlan(comm::Communicator& group, const RouteHeader& header, const
   std::vector<float> all(packed.size() * static_cast<size_t>(ranks_));
   comm::allgather(group, packed.data(), comm::Buffer(std::span<float>(all)));
   const size_t stride = packed.size();
+  std::vector<RouteHeader> headers;
+  for (int s = 0; s < ranks_; ++s) headers.push_back(unpack(all.data() + static_cast<size_t>(s) * stride));
   // Every rank checks every header alike, so all fail together.
   for (int s = 0; s < ranks_; ++s) {
-    const RouteHeader h = unpack(all.data() + static_cast<size_t>(s) * stride);
+    const RouteHeader& h = headers[static_cast<size_t>(s)];
     if (h.bad_row >= 0)
       fail("expert parallelism: at {} expert rank {} routes row {} to expert {}, but the layer has {} experts "
            "(0 to {})",
@@ -77,12 +79,8 @@ RoutePlan::RoutePlan(comm::Communicator& group, const RouteHeader& header, const
   mine_ = kernels::group_rows_by_expert(rows, experts_, choice);
   // Dropless routing's hot rank: what it would receive beyond the plan, against its machine.
   for (int s = 0; s < ranks_; ++s) {
-    const RouteHeader h = unpack(all.data() + static_cast<size_t>(s) * stride);
-    const int64_t arriving_at_s = [&] {
-      int64_t n = 0;
-      for (int q = 0; q < ranks_; ++q) n += rows_between(q, first_expert(s), end_expert(s));
-      return n;
-    }();
+    const RouteHeader& h = headers[static_cast<size_t>(s)];
+    const int64_t arriving_at_s = arriving(s);
     const double beyond = static_cast<double>(std::max<int64_t>(arriving_at_s - h.planned_rows, 0)) * h.bytes_per_row;
     if (h.available_bytes <= 0 || beyond <= h.available_bytes) continue;
     int64_t busiest = first_expert(s), most = -1;
@@ -112,10 +110,22 @@ int64_t RoutePlan::rows_between(int from, int64_t begin, int64_t end) const {
   return n;
 }
 
-int64_t RoutePlan::arriving() const {
+int64_t RoutePlan::arriving(int rank) const {
   int64_t n = 0;
-  for (int s = 0; s < ranks_; ++s) n += rows_between(s, first_expert(rank_), end_expert(rank_));
+  for (int s = 0; s < ranks_; ++s) n += rows_between(s, first_expert(rank), end_expert(rank));
   return n;
+}
+
+std::pair<std::vector<int64_t>, std::vector<int64_t>> RoutePlan::bytes_each_way(int64_t row_bytes,
+                                                                                bool to_experts) const {
+  std::vector<int64_t> mine_to(static_cast<size_t>(ranks_)), theirs_to_me(static_cast<size_t>(ranks_));
+  for (int d = 0; d < ranks_; ++d) {
+    mine_to[static_cast<size_t>(d)] = rows_between(rank_, first_expert(d), end_expert(d)) * row_bytes;
+    theirs_to_me[static_cast<size_t>(d)] = rows_between(d, first_expert(rank_), end_expert(rank_)) * row_bytes;
+  }
+  // Dispatch sends this rank's rows for d's experts; the trip back returns d's rows of this rank's experts.
+  if (to_experts) return {mine_to, theirs_to_me};
+  return {theirs_to_me, mine_to};
 }
 
 Tensor RoutePlan::dispatch(comm::Communicator& group, const Tensor& x, Tensor& local_expert) const {
@@ -128,11 +138,7 @@ Tensor RoutePlan::dispatch(comm::Communicator& group, const Tensor& x, Tensor& l
     std::memcpy(static_cast<char*>(sending.raw()) + i * row_bytes,
                 static_cast<const char*>(x.raw()) + mine_.rows[static_cast<size_t>(i)] * row_bytes,
                 static_cast<size_t>(row_bytes));
-  std::vector<int64_t> send(static_cast<size_t>(ranks_)), receive(static_cast<size_t>(ranks_));
-  for (int d = 0; d < ranks_; ++d) {
-    send[static_cast<size_t>(d)] = rows_between(rank_, first_expert(d), end_expert(d)) * row_bytes;
-    receive[static_cast<size_t>(d)] = rows_between(d, first_expert(rank_), end_expert(rank_)) * row_bytes;
-  }
+  const auto [send, receive] = bytes_each_way(row_bytes, true);
   const int64_t arrive = arriving();
   Tensor by_source = Tensor::empty({arrive, width}, x.dtype());
   comm::all_to_all_v(group, sending.raw(), send, by_source.raw(), receive);
@@ -171,11 +177,7 @@ Tensor RoutePlan::undispatch(comm::Communicator& group, const Tensor& yd, const 
   const int64_t row_bytes = width * static_cast<int64_t>(dtype_size(yd.dtype()));
   PX_CHECK(yd.numel() == arriving() * width, "undispatch: {} elements arrive, {} rows of {} expected", yd.numel(),
            arriving(), width);
-  std::vector<int64_t> send(static_cast<size_t>(ranks_)), receive(static_cast<size_t>(ranks_));
-  for (int d = 0; d < ranks_; ++d) {
-    send[static_cast<size_t>(d)] = rows_between(d, first_expert(rank_), end_expert(rank_)) * row_bytes;
-    receive[static_cast<size_t>(d)] = rows_between(rank_, first_expert(d), end_expert(d)) * row_bytes;
-  }
+  const auto [send, receive] = bytes_each_way(row_bytes, false);
   const auto routed = static_cast<int64_t>(mine_.rows.size());
   Tensor by_source = Tensor::empty({arriving(), width}, yd.dtype());
   reorder(yd, by_source, row_bytes, false);

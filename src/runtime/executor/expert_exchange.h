@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -46,9 +47,9 @@ class RoutePlan {
   RoutePlan(comm::Communicator& group, const RouteHeader& header, const int32_t* choice, int64_t rows,
             const std::string& where);
 
-  int64_t experts() const { return experts_; }
-  // Rows this rank receives by dispatch (the rows of its experts).
-  int64_t arriving() const;
+  // Rows rank `rank` (this one by default) receives by dispatch: the rows of its experts.
+  int64_t arriving(int rank) const;
+  int64_t arriving() const { return arriving(rank_); }
   // How many rows rank `from` routes to expert `expert`.
   int64_t count(int from, int64_t expert) const {
     return counts_[static_cast<size_t>(from * experts_ + expert)];
@@ -70,6 +71,9 @@ class RoutePlan {
   int64_t first_expert(int rank) const;
   int64_t end_expert(int rank) const;
   int64_t rows_between(int from, int64_t begin, int64_t end) const;
+  // Bytes this rank sends each rank and receives from it, rows `row_bytes`
+  // long: to the experts' ranks (dispatch) or back to the tokens' ranks.
+  std::pair<std::vector<int64_t>, std::vector<int64_t>> bytes_each_way(int64_t row_bytes, bool to_experts) const;
   // The arriving rows between the exchange's layout (by source rank, then
   // expert) and the experts' (by expert, then source rank).
   void reorder(const Tensor& from, Tensor& to, int64_t row_bytes, bool to_expert_major) const;
