@@ -186,6 +186,10 @@ void add_parallel_flags(CLI::App& cmd, TrainFlags& flags) {
   cmd.add_flag("--overlap-model-grads", o.strategy.overlap_model_gradients,
                "gradients a model axis sums (--sequence-parallel's LayerNorms) reduced over it on a progress thread "
                "once backward completes their bucket, while backward continues, instead of inline as each is made");
+  cmd.add_flag("--overlap-experts", o.strategy.overlap_expert_exchanges,
+               "with --ep and --micro-batches >= 2: two micro-batches run interleaved, each one's routed exchanges on "
+               "a progress thread while the other computes (both micro-batches' activations alive at once; not with "
+               "--pp or ZeRO-2/3)");
   cmd.add_option("--strategy", o.strategy.strategy_file, "a strategy JSON file (mesh, placement seeds, ZeRO, micro-batches, "
                                                 "buckets, compression; `parallax lower --print-strategy` writes one) "
                                                 "instead of the flags above");

@@ -35,6 +35,7 @@ Strategy from_parts(const StrategyRequest& r, const CompositionInputs& in) {
   s.lowering.compression = r.compression;
   s.lowering.recompute = r.recompute;
   s.lowering.overlap_model_gradients = r.overlap_model_gradients;
+  s.lowering.overlap_expert_exchanges = r.overlap_expert_exchanges;
   s.pipeline = r.pipeline;  // without stages validate names what needs them
   if (pp > 1) s = with_pipeline(std::move(s), pp, r.pipeline);
   // P3 updates each parameter as soon as its own gradient is in, and every
@@ -90,7 +91,29 @@ void validate_fields(const Strategy& s) {
 }
 
 // Context parallelism with the other parts.
+void validate_expert_overlap(const Strategy& s) {
+  if (!s.lowering.overlap_expert_exchanges) return;
+  const std::string axis(kExpertAxis);
+  if (s.expert_ranks() <= 1)
+    fail("strategy: overlapping expert exchanges (--overlap-experts) needs expert parallelism: an expert axis '{}' of "
+         "at least 2 ranks (--ep), not {}",
+         axis, s.expert_ranks());
+  if (s.micro_batches < 2)
+    fail("strategy: overlapping expert exchanges (--overlap-experts) interleaves two micro-batches: expected "
+         "--micro-batches >= 2, got {}",
+         s.micro_batches);
+  if (s.pipeline_ranks() > 1)
+    fail("strategy: overlapping expert exchanges (--overlap-experts) does not combine with a pipeline ({} stages) "
+         "yet: its schedule orders the micro-batches",
+         s.pipeline_ranks());
+  if (s.zero_stage >= 2 && s.data_ranks() * s.expert_ranks() > 1)
+    fail("strategy: overlapping expert exchanges (--overlap-experts) and ZeRO-{} do not combine: ZeRO-2/3 reduce "
+         "each micro-batch's gradients before the next one's begin (ZeRO-1 or 0 do)",
+         s.zero_stage);
+}
+
 void validate_experts(const Strategy& s) {
+  validate_expert_overlap(s);
   if (s.expert_ranks() <= 1) return;
   const std::string axis(kExpertAxis);
   if (s.data_axis == axis || s.pipeline.axis == axis || s.context.axis == axis)

@@ -41,6 +41,9 @@ struct StrategyRequest {
   // Partial gradients reduced over model axes on their progress lane
   // (LoweringOptions::overlap_model_gradients).
   bool overlap_model_gradients = false;
+  // Two micro-batches interleaved so expert exchanges overlap compute
+  // (LoweringOptions::overlap_expert_exchanges).
+  bool overlap_expert_exchanges = false;
   int pipeline_parallel = 1;       // pipeline stages (mesh {pp, dp, cp, tp}: pp outermost)
   int context_parallel = 1;        // ranks each sequence is split over (the cp axis; Strategy::context)
   int expert_parallel = 1;         // ranks each data rank's experts are spread over (the ep axis; parallel/expert_parallel.h)

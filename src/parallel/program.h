@@ -209,10 +209,14 @@ struct Reshard {
 // route to an expert that does not exist, is a named error on every rank),
 // then exchange the rows by an all-to-all-v sized by those counts; how
 // many rows arrive is known only then (the executor sizes the value by
-// it; the spec's is what a balanced routing brings).
+// it; the spec's is what a balanced routing brings). `overlapped`: the
+// schedule interleaves two micro-batches, so the other one's compute runs
+// while this exchange is in flight: it goes on the expert axis' progress
+// lane, and its outputs' readers wait for it (`after`).
 struct Route {
   int node = -1;  // the moe_dispatch or moe_undispatch node of the micro-batch's local graph
   int axis = 0;   // the expert axis
+  bool overlapped = false;
   bool operator==(const Route&) const = default;
 };
 

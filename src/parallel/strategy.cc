@@ -102,6 +102,7 @@ nlohmann::json to_json(const Strategy& s) {
             {"virtual_stages", s.pipeline.virtual_stages},
             {"stage_cuts", s.pipeline.stage_cuts}}}};
   if (s.lowering.overlap_model_gradients) json["lowering"]["overlap_model_gradients"] = true;
+  if (s.lowering.overlap_expert_exchanges) json["lowering"]["overlap_expert_exchanges"] = true;
   json["precision"] = std::string(precision_name(s.precision));
   if (!s.row_shares.empty()) json["row_shares"] = s.row_shares;
   if (s.context_ranks() > 1)
@@ -139,7 +140,7 @@ Strategy strategy_from_json(const nlohmann::json& json) {
     const nlohmann::json& l = json.at("lowering");
     json_fields::check_keys("strategy", l, "lowering",
                {"bucket_bytes", "global_norm", "updates", "compression", "local_momentum", "recompute",
-                                 "p3_slice_bytes", "overlap_model_gradients"});
+                                 "p3_slice_bytes", "overlap_model_gradients", "overlap_expert_exchanges"});
     s.lowering.bucket_bytes = json_fields::field<int64_t>("strategy", l, "lowering", "bucket_bytes", s.lowering.bucket_bytes);
     s.lowering.global_norm = json_fields::field<bool>("strategy", l, "lowering", "global_norm", s.lowering.global_norm);
     s.lowering.updates = json_fields::field<bool>("strategy", l, "lowering", "updates", s.lowering.updates);
@@ -150,6 +151,8 @@ Strategy strategy_from_json(const nlohmann::json& json) {
         json_fields::field<int64_t>("strategy", l, "lowering", "p3_slice_bytes", s.lowering.p3_slice_bytes);
     s.lowering.overlap_model_gradients = json_fields::field<bool>("strategy", l, "lowering", "overlap_model_gradients",
                                                                   s.lowering.overlap_model_gradients);
+    s.lowering.overlap_expert_exchanges = json_fields::field<bool>(
+        "strategy", l, "lowering", "overlap_expert_exchanges", s.lowering.overlap_expert_exchanges);
   }
   if (json.contains("pipeline")) {
     const nlohmann::json& pl = json.at("pipeline");

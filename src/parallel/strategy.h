@@ -135,6 +135,13 @@ struct LoweringOptions {
   // that axis on its progress lane once backward completes their bucket,
   // while backward goes on; off, each is reduced inline as it is made.
   bool overlap_model_gradients = false;
+  // Expert parallelism with two or more micro-batches (and no pipeline,
+  // ZeRO-2/3): two micro-batches' forwards, then their backwards, run
+  // interleaved at their routed exchanges, each exchange a job of the
+  // expert axis' progress lane while the other micro-batch computes
+  // (Route::overlapped). Two micro-batches' activations are alive at once,
+  // as with one micro-batch of both: off, they run one after the other.
+  bool overlap_expert_exchanges = false;
   bool operator==(const LoweringOptions&) const = default;
 };
 

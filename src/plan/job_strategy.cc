@@ -28,6 +28,13 @@ void validate_split(const nn::ModelConfig& model, const parallel::StrategyReques
   if (batch < dp)
     fail("batch size {} is smaller than the {} data-parallel{} ranks: expected at least one row a rank", batch, dp,
          ep > 1 ? " x expert" : "");
+  // Every expert rank takes part in every micro-batch's exchanges (its
+  // experts serve the other ranks' rows): none may be without rows.
+  if (ep > 1 && batch < static_cast<int64_t>(dp) * request.micro_batches)
+    fail("batch size {} leaves a micro-batch without rows on some of the {} data-parallel x expert ranks with {} "
+         "micro-batches: every expert rank joins every micro-batch's exchanges, so expected a batch of at least {} "
+         "(or fewer micro-batches)",
+         batch, dp, request.micro_batches, static_cast<int64_t>(dp) * request.micro_batches);
   if (ep > 1 && model.kind == "gpt" && model.gpt.moe_experts < ep)
     fail("--ep {} needs a mixture of experts of at least {} experts (each expert rank holds a block of them): the "
          "model has --moe-experts {}",

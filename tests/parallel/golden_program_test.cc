@@ -6,7 +6,10 @@
 // zero bubble's last, two micro-batches) and one rank recomputing every
 // layer, ZeRO-3 in bf16 (GEMM weights gathered in bf16 buckets), and a
 // 1-layer GPT under context parallelism (cp=2, the balanced ring's
-// sends and receives and all-to-all's exchanges of heads),
+// sends and receives and all-to-all's exchanges of heads), and a 1-layer
+// mixture of experts under expert parallelism (ep=2, two micro-batches
+// interleaved so each one's routed exchanges run on the expert axis'
+// progress lane while the other computes),
 // printed by Program::str() with plan::program_footer() — the form
 // `parallax lower --cost` shows — and checked in under golden/. A change
 // to the lowering shows up as a diff of these files that a reviewer reads:
@@ -49,6 +52,9 @@ struct Golden {
   Precision precision = Precision::fp32;
   int cp = 1;  // context parallelism (ranks counts them too)
   ContextMethod method = ContextMethod::ring;
+  int ep = 1;           // expert parallelism (ranks counts them too)
+  int64_t experts = 0;  // a mixture of this many experts (top-2) in every MLP
+  bool overlap_experts = false;  // two micro-batches interleaved at their expert exchanges
 };
 
 std::string read_file(const std::string& path) {
@@ -63,15 +69,19 @@ class GoldenProgram : public ::testing::TestWithParam<Golden> {};
 TEST_P(GoldenProgram, PrintsAsCheckedIn) {
   const Golden& g = GetParam();
   // (B=4, T=8), vocabulary 64, C=16: small shapes, every op of the real model.
-  const nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = g.layers, .n_head = 2, .n_embd = 16, .dropout = 0.1};
+  nn::GptConfig config{.vocab = 64, .block = 8, .n_layer = g.layers, .n_head = 2, .n_embd = 16, .dropout = 0.1};
+  config.moe_experts = g.experts;
+  config.moe_top_k = 2;
   nn::Model model = nn::build_gpt(config, 4, config.block, true);
   const Strategy strategy = compose({.bucket_bytes = 4096,  // several buckets, so their order and priorities show
                                      .zero_stage = g.zero_stage,
                                      .p3_slice_bytes = g.p3_slice_bytes,
                                      .tensor_parallel = g.tp,
                                      .sequence_parallel = g.sequence_parallel,
+                                     .overlap_expert_exchanges = g.overlap_experts,
                                      .pipeline_parallel = g.pp,
                                      .context_parallel = g.cp,
+                                     .expert_parallel = g.ep,
                                      .context_method = g.method,
                                      .pipeline = {.schedule = pipeline_kind_from_name(g.schedule)},
                                      .recompute = g.recompute,
@@ -128,7 +138,10 @@ INSTANTIATE_TEST_SUITE_P(Gpt2Layers, GoldenProgram,
                                                   Recompute::none, 0, Precision::fp32, 2, ContextMethod::ring},
                                            Golden{"gpt1l_cp2_alltoall_rank1.program", 2, 0, 1, 1, 1, 1, false, 1,
                                                   "1f1b", Recompute::none, 0, Precision::fp32, 2,
-                                                  ContextMethod::all_to_all}),
+                                                  ContextMethod::all_to_all},
+                                           Golden{.file = "gpt1l_moe_ep2_mb2_rank1.program", .ranks = 2, .zero_stage = 0,
+                                                  .rank = 1, .micro_batches = 2, .layers = 1, .ep = 2, .experts = 4,
+                                                  .overlap_experts = true}),
                          [](const ::testing::TestParamInfo<Golden>& info) {
                            std::string name = info.param.file;
                            return name.substr(0, name.find('.'));

@@ -1,7 +1,8 @@
 // The mixture-of-experts GPT against one rank (strategy_equivalence.h):
 // dropless routing under data, tensor and pipeline parallelism, ZeRO and
 // expert parallelism (alone and with data, tensor and pipeline
-// parallelism and ZeRO, whose expert shards are the data axis'), capacity routing under data and expert parallelism (every
+// parallelism and ZeRO, whose expert shards are the data axis'; with
+// micro-batches interleaved so the exchanges overlap compute), capacity routing under data and expert parallelism (every
 // rank routes the whole batch, so it drops exactly the tokens one rank
 // drops), a checkpoint resumed under other strategies (expert degrees
 // among them), and decoding an MoE checkpoint. The
@@ -46,6 +47,7 @@ struct MoeCase {
   int ranks = 1, tp = 1, pp = 1, ep = 1, zero = 0, micro_batches = 1;
   double capacity_factor = 0;
   const char* balance = "aux";
+  bool overlap_experts = false;  // micro-batches interleaved (LoweringOptions::overlap_expert_exchanges)
 };
 
 class GptMoe : public ::testing::TestWithParam<MoeCase> {};
@@ -63,6 +65,7 @@ TEST_P(GptMoe, MatchesOneRank) {
   o.strategy.pipeline_parallel = c.pp;
   o.strategy.expert_parallel = c.ep;
   o.strategy.zero_stage = c.zero;
+  o.strategy.overlap_expert_exchanges = c.overlap_experts;
   testing::expect_same_losses(single, testing::train_losses(o), kEquivalenceTolerance, c.name);
 }
 
@@ -84,7 +87,17 @@ INSTANTIATE_TEST_SUITE_P(
                       MoeCase{.name = "capacity_dp2_ep2", .ranks = 4, .ep = 2, .capacity_factor = 1.0},
                       MoeCase{.name = "ep2_zero2", .ranks = 2, .ep = 2, .zero = 2},
                       MoeCase{.name = "dp2_ep2_zero1", .ranks = 4, .ep = 2, .zero = 1},
-                      MoeCase{.name = "dp2_ep2_zero3", .ranks = 4, .ep = 2, .zero = 3}),
+                      MoeCase{.name = "dp2_ep2_zero3", .ranks = 4, .ep = 2, .zero = 3},
+                      // Two micro-batches interleaved, their exchanges on the expert axis'
+                      // engine; three leave the last one alone. Balanced by the bias: the
+                      // auxiliary loss of a micro-batch spread over ranks counts other tokens
+                      // than one rank's micro-batch does (as does capacity's drop).
+                      MoeCase{.name = "bias_ep2_mb2", .ranks = 2, .ep = 2, .micro_batches = 2, .balance = "bias", .overlap_experts = true},
+                      MoeCase{.name = "bias_ep2_tp2_mb2", .ranks = 4, .tp = 2, .ep = 2, .micro_batches = 2,
+                              .balance = "bias", .overlap_experts = true},
+                      MoeCase{.name = "bias_dp2_ep2_zero1_mb2", .ranks = 4, .ep = 2, .zero = 1, .micro_batches = 2,
+                              .balance = "bias", .overlap_experts = true},
+                      MoeCase{.name = "bias_ep2_mb3", .ranks = 2, .ep = 2, .micro_batches = 3, .balance = "bias", .overlap_experts = true}),
     [](const ::testing::TestParamInfo<MoeCase>& info) { return std::string(info.param.name); });
 
 // Without the load-balancing loss, whose shares a micro-batch counts over

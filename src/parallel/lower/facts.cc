@@ -6,7 +6,10 @@
 // compute, which is what data parallelism's buckets are for. Every other
 // collective (a model axis', the pipeline's loss, a subgroup's sum) and
 // every reshard block the main thread where they stand: the value is
-// needed next. Sends and receives are the pipeline axis' p2p lane.
+// needed next. So does a Route, unless the schedule interleaved two
+// micro-batches around it (Route::overlapped): then it is a job of the
+// expert axis' progress lane. Sends and receives are the pipeline axis'
+// p2p lane.
 //
 // Groups and sequence numbers: a collective or reshard that moves data
 // names its group (the ranks differing from this one only along its axis,
@@ -224,6 +227,12 @@ void facts(const Context& c, Program& p, const std::vector<comm::AlgorithmMenu>&
     } else if (const auto* route = std::get_if<Route>(&instr.op)) {
       instr.group = group_of(p, route->axis, -1);
       stamp_route(p, menus, *route, instr);
+      if (route->overlapped) {  // a custom job of the expert axis' engine, run whole
+        instr.lane = {.kind = Lane::Kind::progress, .axis = route->axis};
+        instr.job = comm::JobKind::custom;
+        instr.slices = comm::SlicePlan{}.slices;
+        instr.announcement_rounds = comm::announcement_rounds(comm::SlicePlan{});
+      }
     } else if (const auto* send = std::get_if<Send>(&instr.op)) {
       instr.lane = {.kind = Lane::Kind::p2p, .axis = send->axis};
       const int64_t bytes =

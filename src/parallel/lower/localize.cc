@@ -33,15 +33,18 @@ LocalGraph localize_graph(const Context& c, int64_t batch_rows) {
     if (p[static_cast<size_t>(c.data_axis)] == Placement::S(0)) p[static_cast<size_t>(c.data_axis)] = Placement::B();
     return p;
   };
+  // A batch value's rows are the micro-batch's first, then cut like any
+  // dim by the model axes that split them too (a tensor-parallel slice of
+  // the router's choices).
   auto local_spec = [&](size_t v) {
     TensorSpec spec = values[v].spec;
     const Placement& data = c.placement.of_value[v][static_cast<size_t>(c.data_axis)];
-    spec.shape = local_shape(spec.shape, placement_without_batch(v), mesh, c.coords);
     if (data == Placement::S(0)) {
       std::vector<int64_t> dims = spec.shape.dims();
       dims[0] = batch_rows;
       spec.shape = Shape(dims);
     }
+    spec.shape = local_shape(spec.shape, placement_without_batch(v), mesh, c.coords);
     return spec;
   };
   for (size_t v = 0; v < values.size(); ++v) {

@@ -21,10 +21,16 @@ struct Phase {
   std::vector<ValueId> values;  // send / recv
   std::vector<uint32_t> tags;   // send / recv: per value
   int peer = -1;                // send / recv: the other stage's pipeline coordinate
+  // compute: run interleaved with the next phase (the same nodes of the
+  // next micro-batch) at its Routes, so each micro-batch's expert
+  // exchanges overlap the other's compute (expert parallelism).
+  bool interleaved_with_next = false;
 };
 
 // What this rank runs (lower/pipeline.cc): without a pipeline, every
-// micro-batch's forward and backward; with one, its stages' nodes in its
+// micro-batch's forward and backward (overlapping expert parallelism's
+// exchanges, two micro-batches' forwards then their backwards,
+// interleaved); with one, its stages' nodes in its
 // schedule's order with the transfers between stages.
 struct RankWork {
   std::vector<Phase> phases;

@@ -92,10 +92,23 @@ RankWork without_pipeline(const Context& c, const Program& p) {
   const std::vector<int> nodes = needed_nodes(c.graph, wanted);
   std::vector<int> forward, backward;
   for (int n : nodes) (n < c.forward_nodes ? forward : backward).push_back(n);
-  for (int m = 0; m < c.strategy.micro_batches; ++m) {
-    work.phases.push_back({.kind = Phase::Kind::compute, .micro = m, .backward = false, .nodes = forward});
-    if (!backward.empty())
-      work.phases.push_back({.kind = Phase::Kind::compute, .micro = m, .backward = true, .nodes = backward});
+  // Expert parallelism's exchanges overlap compute when two micro-batches
+  // run interleaved (LoweringOptions::overlap_expert_exchanges): m's rows
+  // travel to their experts while m + 1's attention runs, and back while
+  // m + 1's experts run. Not under ZeRO-2/3,
+  // whose buckets and gathers are per micro-batch (one micro-batch's
+  // gradient parts must be complete before the next one's start).
+  const int M = c.strategy.micro_batches;
+  const bool pairs = c.strategy.lowering.overlap_expert_exchanges && c.expert_axis >= 0 && M >= 2 && c.zero_stage <= 1;
+  for (int m = 0; m < M; m += pairs ? 2 : 1) {
+    const int together = pairs && m + 1 < M ? 2 : 1;
+    for (int k = 0; k < together; ++k)
+      work.phases.push_back({.kind = Phase::Kind::compute, .micro = m + k, .backward = false, .nodes = forward,
+                             .interleaved_with_next = k + 1 < together});
+    if (backward.empty()) continue;
+    for (int k = 0; k < together; ++k)
+      work.phases.push_back({.kind = Phase::Kind::compute, .micro = m + k, .backward = true, .nodes = backward,
+                             .interleaved_with_next = k + 1 < together});
   }
   work.holds.assign(c.graph.values().size(), false);
   for (const ParamGrad& pg : c.grads) work.holds[static_cast<size_t>(pg.param)] = true;

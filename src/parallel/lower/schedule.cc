@@ -55,6 +55,9 @@ void emit_gradient_reduction(const Context& c, Program& p, int b, int m, std::ve
                     .axis = c.data_axis,
                     .input = {bucket.grad_buffer, 0, bucket.count},
                     .expert_data = bucket.experts};
+  // An expert bucket is reduced over the data axis alone: on one data rank
+  // there is nothing to sum (a reduce-scatter still copies into the shard).
+  if (bucket.experts && c.strategy.data_ranks() == 1 && reduce.kind == comm::Collective::allreduce) return;
   if (reduce.kind == comm::Collective::reduce_scatter) {
     reduce.output = {p.grad_shard_buffer, bucket.shard_offset, bucket.block_count};
     reduce.accumulate = c.zero_stage >= 2 && m > 0;  // ZeRO-2/3 reduce every micro-batch into the shard
@@ -109,16 +112,34 @@ class Scheduler {
 
  private:
   void transfers(const Phase& phase);
-  void compute_phase(const Phase& phase);
   // ZeRO-3: the gathers a node's parameters need before it (one bucket ahead).
   struct Gathers {
     std::vector<int> gathered;  // per bucket: this phase's gather instruction
     std::vector<bool> used;     // per bucket: read by a node of this phase yet
     size_t next = 0;
   };
+  // A compute phase being emitted: whole, or in runs that end at its
+  // Routes when it is interleaved with another micro-batch's phase.
+  struct PhaseRun {
+    const Phase& phase;
+    bool interleaved = false;
+    Gathers gathers;
+    size_t next = 0;  // its next node
+  };
+  PhaseRun start(const Phase& phase, bool interleaved);
+  // Emits the phase's nodes up to the next Route (interleaved) or its end.
+  void emit_nodes(PhaseRun& run);
+  void end(const PhaseRun& run);
+  // Two micro-batches' phases of the same nodes, a run of one then a run of
+  // the other: a micro-batch's Route is in flight while the other computes.
+  void interleaved_phases(const Phase& a, const Phase& b);
+  bool routes(const Node& node) const {
+    return c_.expert_axis >= 0 && (node.op() == "moe_dispatch" || node.op() == "moe_undispatch");
+  }
   void gather_for(const Node& node, const Phase& phase, Gathers& g, Instr& compute);
   int emit_gather(int b, const Phase& phase, Gathers& g);
   void produced(ValueId out, int m, bool computes);
+  void accumulate_part(ValueId out, int m, int param, bool computes);
   // Bucket b's gradient complete for micro-batch m (or the step): the
   // reductions over model axes its partial members need, then the data path's.
   void bucket_complete(int b, int m, int after);
@@ -152,10 +173,21 @@ class Scheduler {
   std::vector<int> missing_, last_accumulate_;
   std::vector<std::vector<int>> missing_of_micro_;
   std::vector<int> deferred_;  // shared buckets: reduced at the end of the step
+  // Per micro-batch and program param: its gradient parts not made yet;
+  // parts made but not accumulated (an earlier micro-batch's are to come).
+  std::vector<std::vector<int>> parts_to_come_;
+  struct HeldPart {
+    ValueId value;
+    int micro, param;
+    bool computes;
+  };
+  std::vector<HeldPart> held_;
   int last_loss_ = -1;
   std::map<ValueId, Instr> pending_receives_;  // ring_shift outputs not read yet
   std::map<ValueId, const Node*> waiting_shifts_;  // this phase's ring_shifts, by their input, not sent yet
   std::map<int, uint32_t> shift_index_;         // ring_shift node -> its place among them (tags)
+  // (micro-batch, value) -> the overlapped Route that makes it: its readers wait for it.
+  std::map<std::pair<int, ValueId>, int> routed_;
 };
 
 Scheduler::Scheduler(const Context& c, Program& p)
@@ -184,6 +216,10 @@ Scheduler::Scheduler(const Context& c, Program& p)
   }
   if (c.strategy.lowering.overlap_model_gradients) defer_model_reductions();
   const size_t micro = p.micro_batches.size();
+  std::vector<int> parts_per_param(p.params.size(), 0);
+  for (int i : part_of_)
+    if (i >= 0) ++parts_per_param[static_cast<size_t>(i)];
+  parts_to_come_.assign(micro, parts_per_param);
   missing_of_micro_.assign(micro, parts_per_micro);
   for (size_t b = 0; b < p.buckets.size(); ++b) missing_[b] = parts_per_micro[b] * static_cast<int>(micro);
   if (p.param_shard_buffer < 0) return;
@@ -199,9 +235,19 @@ Scheduler::Scheduler(const Context& c, Program& p)
 }
 
 void Scheduler::run() {
-  for (const Phase& phase : c_.work.phases) {
-    if (phase.kind == Phase::Kind::compute) compute_phase(phase);
-    else transfers(phase);
+  const std::vector<Phase>& phases = c_.work.phases;
+  for (size_t i = 0; i < phases.size(); ++i) {
+    const Phase& phase = phases[i];
+    if (phase.kind != Phase::Kind::compute) {
+      transfers(phase);
+    } else if (phase.interleaved_with_next) {
+      PX_CHECK(i + 1 < phases.size() && phases[i + 1].nodes == phase.nodes, "phase {} interleaves with no twin", i);
+      interleaved_phases(phase, phases[++i]);
+    } else {
+      PhaseRun whole = start(phase, false);
+      emit_nodes(whole);
+      end(whole);
+    }
   }
   finish();
 }
@@ -221,17 +267,25 @@ void Scheduler::transfers(const Phase& phase) {
   }
 }
 
-void Scheduler::compute_phase(const Phase& phase) {
-  const int m = phase.micro;
-  const bool computes = p_.micro_batches[static_cast<size_t>(m)].rows > 0;
-  Gathers gathers{.gathered = std::vector<int>(p_.buckets.size(), -1),
-                  .used = std::vector<bool>(p_.buckets.size(), false)};
+Scheduler::PhaseRun Scheduler::start(const Phase& phase, bool interleaved) {
   waiting_shifts_.clear();
   for (int n : phase.nodes) {
     const Node& node = c_.graph.nodes()[static_cast<size_t>(n)];
     if (node.op() == "ring_shift" && exchange_axis(node) >= 0) waiting_shifts_[node.inputs.front()] = &node;
   }
-  for (int n : phase.nodes) {
+  PX_CHECK(!interleaved || waiting_shifts_.empty(), "a context-parallel ring in interleaved micro-batches");
+  return {.phase = phase,
+          .interleaved = interleaved,
+          .gathers = {.gathered = std::vector<int>(p_.buckets.size(), -1),
+                      .used = std::vector<bool>(p_.buckets.size(), false)}};
+}
+
+void Scheduler::emit_nodes(PhaseRun& run) {
+  const Phase& phase = run.phase;
+  const int m = phase.micro;
+  const bool computes = p_.micro_batches[static_cast<size_t>(m)].rows > 0;
+  while (run.next < phase.nodes.size()) {
+    const int n = phase.nodes[run.next++];
     const Node& node = c_.graph.nodes()[static_cast<size_t>(n)];
     if (computes) receive_inputs(node, m);
     if (const int axis = node.op() == "ring_shift" ? exchange_axis(node) : -1; axis >= 0) {
@@ -241,8 +295,8 @@ void Scheduler::compute_phase(const Phase& phase) {
     }
     if (deferred_node_[static_cast<size_t>(n)]) continue;  // its input was accumulated instead
     Instr compute{.op = Compute{n}, .micro_batch = m};
-    if (c_.expert_axis >= 0 && (node.op() == "moe_dispatch" || node.op() == "moe_undispatch"))
-      compute.op = Route{.node = n, .axis = c_.expert_axis};  // rows to their experts' ranks, or back
+    if (routes(node))  // rows to their experts' ranks, or back
+      compute.op = Route{.node = n, .axis = c_.expert_axis, .overlapped = run.interleaved};
     if (node.op() == "reshard") {
       // A placement change propagation inserted: the rule's collective on the value.
       compute.op = Reshard{.node = n,
@@ -250,13 +304,26 @@ void Scheduler::compute_phase(const Phase& phase) {
                            .from = placement_from_string(node.attrs.get_string("from")),
                            .to = placement_from_string(node.attrs.get_string("to"))};
     }
-    if (p_.param_shard_buffer >= 0) gather_for(node, phase, gathers, compute);
-    if (computes) emit(p_, std::move(compute));
+    if (p_.param_shard_buffer >= 0) gather_for(node, phase, run.gathers, compute);
+    // What an overlapped Route makes is there once its job is done.
+    for (ValueId in : node.inputs)
+      if (auto it = routed_.find({m, in}); it != routed_.end()) compute.after.push_back(it->second);
+    std::sort(compute.after.begin(), compute.after.end());
+    compute.after.erase(std::unique(compute.after.begin(), compute.after.end()), compute.after.end());
+    const bool overlapped = computes && run.interleaved && routes(node);
+    const int id = computes ? emit(p_, std::move(compute)) : -1;
+    if (overlapped)
+      for (ValueId out : node.outputs) routed_[{m, out}] = id;
     for (ValueId out : node.outputs) {
       produced(out, m, computes);
       send_when_made(out, m);
     }
+    if (run.interleaved && routes(node)) return;  // the other micro-batch's turn
   }
+}
+
+void Scheduler::end(const PhaseRun& run) {
+  const int m = run.phase.micro;
   // A block no node of the phase read still arrives: the sender posted it.
   for (auto it = pending_receives_.begin(); it != pending_receives_.end();)
     if (it->second.micro_batch == m) {
@@ -265,6 +332,16 @@ void Scheduler::compute_phase(const Phase& phase) {
     } else {
       ++it;
     }
+}
+
+void Scheduler::interleaved_phases(const Phase& a, const Phase& b) {
+  PhaseRun first = start(a, true), second = start(b, true);
+  while (first.next < a.nodes.size() || second.next < b.nodes.size()) {
+    emit_nodes(first);
+    emit_nodes(second);
+  }
+  end(first);
+  end(second);
 }
 
 int Scheduler::exchange_axis(const Node& node) const {
@@ -346,11 +423,34 @@ int Scheduler::emit_gather(int b, const Phase& phase, Gathers& g) {
 
 // A value a node made: the loss or a gradient part accumulated, and a
 // bucket's reduction once its last part of the step (or micro-batch) is in.
+// A parameter's parts are added in micro-batch order, as one rank adds
+// them, whatever the interleaving (a float sum depends on its order): a
+// part of a micro-batch waits while an earlier one's parts of the same
+// parameter are still to come (interleaved micro-batches, lower/pipeline.cc).
 void Scheduler::produced(ValueId out, int m, bool computes) {
   if (out == c_.loss && computes)
     last_loss_ = emit(p_, {.op = Accumulate{out, {p_.loss_buffer, 0, 1}}, .micro_batch = m});
   const int i = part_of_[static_cast<size_t>(out)];
   if (i < 0) return;
+  --parts_to_come_[static_cast<size_t>(m)][static_cast<size_t>(i)];
+  held_.push_back({.value = out, .micro = m, .param = i, .computes = computes});
+  // Every held part whose earlier micro-batches are done with its parameter, in the order they were made.
+  for (bool added = true; added;) {
+    added = false;
+    for (auto it = held_.begin(); it != held_.end(); ++it) {
+      bool earlier = false;
+      for (int e = 0; e < it->micro; ++e) earlier = earlier || parts_to_come_[static_cast<size_t>(e)][static_cast<size_t>(it->param)] > 0;
+      if (earlier) continue;
+      const HeldPart part = *it;
+      held_.erase(it);
+      accumulate_part(part.value, part.micro, part.param, part.computes);
+      added = true;
+      break;
+    }
+  }
+}
+
+void Scheduler::accumulate_part(ValueId out, int m, int i, bool computes) {
   const ParamLayout& param = p_.params[static_cast<size_t>(i)];
   const int b = param.bucket;
   const BucketLayout& bucket = p_.buckets[static_cast<size_t>(b)];
@@ -440,6 +540,7 @@ std::vector<int> Scheduler::model_axis_reductions(int b, int m, int after) {
 
 // Shared buckets' sums over their stages, the loss's collectives.
 void Scheduler::finish() {
+  PX_CHECK(held_.empty(), "{} gradient parts never accumulated", held_.size());
   const int axis = c_.work.pipeline_axis;
   // Parameters pipeline stages share: their gradient summed over those
   // stages, then reduced over the data axis like any other.

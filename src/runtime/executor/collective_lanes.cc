@@ -114,22 +114,31 @@ comm::CollectiveOptions options_of(const parallel::Program& program, const paral
 bool CollectiveLanes::run(const parallel::Program& program, int id, const parallel::Collective& op,
                           BufferPool& buffers, comm::Communicator& group,
                           std::function<void(comm::Communicator&)> exchange) {
+  std::span<float> input(buffers.data(op.input), static_cast<size_t>(op.input.count));
+  if (exchange) return submit(program, id, std::move(exchange), group, static_cast<int64_t>(input.size() * sizeof(float)));
   const parallel::Instr& instr = program.instrs[static_cast<size_t>(id)];
   const int lane = lane_of_[static_cast<size_t>(id)];
-  comm::CommEngine* engine = lane >= 0 ? lanes_[static_cast<size_t>(lane)].engine.get() : nullptr;
-  std::span<float> input(buffers.data(op.input), static_cast<size_t>(op.input.count));
-  JobId& job = job_[static_cast<size_t>(id)];
-  if (exchange) {
-    const auto bytes = static_cast<int64_t>(input.size() * sizeof(float));
-    if (engine) job = engine->submit(instr.priority, instr.name, std::move(exchange), bytes);
-    else exchange(group);
-  } else {
-    const comm::Buffer output = op.output.buffer >= 0 ? buffers.comm_buffer(op.output) : comm::Buffer();
-    job = dense(op, instr, options_of(program, instr, op.kind), input, output, lane,
-                parallel::gather_staging_bytes(program, op) > 0, group);
+  const comm::Buffer output = op.output.buffer >= 0 ? buffers.comm_buffer(op.output) : comm::Buffer();
+  const JobId job = job_[static_cast<size_t>(id)] = dense(op, instr, options_of(program, instr, op.kind), input, output,
+                                                          lane, parallel::gather_staging_bytes(program, op) > 0, group);
+  if (lane >= 0) instr_of_job_[{lane, job}] = id;
+  return lane >= 0;
+}
+
+bool CollectiveLanes::submit(const parallel::Program& program, int id, std::function<void(comm::Communicator&)> work,
+                             comm::Communicator& group, int64_t bytes) {
+  const parallel::Instr& instr = program.instrs[static_cast<size_t>(id)];
+  const int lane = lane_of_[static_cast<size_t>(id)];
+  if (lane < 0) {
+    work(group);
+    return false;
   }
-  if (engine) instr_of_job_[{lane, job}] = id;
-  return engine != nullptr;
+  // Named alike on every rank (the engine's contract): the event's name, not the instruction's.
+  const std::string name = instr.name.empty() ? program.event_name(static_cast<size_t>(id)) : instr.name;
+  const JobId job = job_[static_cast<size_t>(id)] =
+      lanes_[static_cast<size_t>(lane)].engine->submit(instr.priority, name, std::move(work), bytes);
+  instr_of_job_[{lane, job}] = id;
+  return true;
 }
 
 // A plain collective: queued on lane `lane`'s engine (its job), or run

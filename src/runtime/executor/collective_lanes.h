@@ -47,6 +47,12 @@ class CollectiveLanes final : public RunningJobs {
   bool run(const parallel::Program& program, int id, const parallel::Collective& op, BufferPool& buffers,
            comm::Communicator& group, std::function<void(comm::Communicator&)> exchange);
 
+  // Instruction `id`'s exchange `work` (a Route's): queued on its lane's
+  // engine as a job run whole (returns true), or run here over `group`.
+  // `bytes` names its size in the trace.
+  bool submit(const parallel::Program& program, int id, std::function<void(comm::Communicator&)> work,
+              comm::Communicator& group, int64_t bytes);
+
   bool has_job(int id) const { return id >= 0 && job_[static_cast<size_t>(id)] >= 0; }
   bool finished(int id) const;  // it had a job this step, now done
   bool running(int id) const override { return has_job(id) && !finished(id); }

@@ -63,6 +63,7 @@ void ProgramExecutor::begin_step(const StepInput& input) {
   step_.poison = input.poison;
   step_.local_loss_bad = step_.poisoned = step_.skip_updates = false;
   live_.assign(micro, {});
+  routes_in_flight_.clear();  // a failed step's
   ledger_.reset(parallel::ActivationLedger::values_of(p));
   for (size_t m = 0; m < micro; ++m) {
     const parallel::MicroBatch& mb = p.micro_batches[m];
@@ -101,9 +102,15 @@ void ProgramExecutor::wait_for(int id) {
     lanes_.wait(id);
   } catch (const Error& e) {
     flight_.done(id, false);
+    routes_in_flight_.erase(id);
     throw in_context(prog(), step_.step, id, flight_.site_of(id), e);
   }
   flight_.done(id);
+  if (auto it = routes_in_flight_.find(id); it != routes_in_flight_.end()) {
+    std::shared_ptr<std::vector<Tensor>> outputs = std::move(it->second);
+    routes_in_flight_.erase(it);
+    routed(id, std::move(*outputs), true);
+  }
 }
 
 // One instruction of the step on the calling thread (or queued on its lane).

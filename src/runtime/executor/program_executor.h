@@ -9,6 +9,7 @@
 // activations counted by the memory ledger (parallel/memory_ledger.h).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -139,7 +140,10 @@ class ProgramExecutor {
   void update(int id, const parallel::Update& op, double lr);
   // executor_reshard.cc, executor_pipeline.cc, executor_collectives.cc
   void reshard(int id, const parallel::Reshard& op, const StepInput& input);
-  void route(int id, const parallel::Route& op, const StepInput& input);  // executor_route.cc
+  // executor_route.cc: a Route's exchange, and its outputs made values of
+  // its micro-batch (`late`: by an engine's job, after the loop went on).
+  void route(int id, const parallel::Route& op, const StepInput& input);
+  void routed(int id, std::vector<Tensor> outputs, bool late);
   void send(int id, const parallel::Send& op);
   void recv(int id, const parallel::Recv& op, uint64_t step);
   void collective(int id, const parallel::Collective& op, uint64_t step);
@@ -163,6 +167,9 @@ class ProgramExecutor {
   StepTrace trace_;
   StepState step_;
   RoutingFault routing_fault_;
+  // Overlapped Routes running on the expert axis' engine: per instruction,
+  // where its job puts the node's outputs (routed() once it is waited for).
+  std::map<int, std::shared_ptr<std::vector<Tensor>>> routes_in_flight_;
 };
 
 }  // namespace px
