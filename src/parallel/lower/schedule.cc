@@ -1,8 +1,11 @@
 // schedule: the step's instructions up to the reduced gradients.
 //
 // The phases plan_work chose, in order: a compute phase's nodes of the
-// local graph (a Compute each, a Reshard for a reshard node), a transfer
-// phase's Sends or Recvs. Each gradient part is accumulated into its bucket
+// local graph (a Compute each, a Reshard for a reshard node, a Route for
+// an expert exchange), a transfer phase's Sends or Recvs. Two phases
+// plan_work interleaved (Phase::interleaved_with_next) go in runs, one
+// micro-batch's up to its next Route, then the other's: those Routes are
+// overlapped (Route::overlapped), and their outputs' readers wait for them. Each gradient part is accumulated into its bucket
 // as it is produced; a bucket's gradient collective (the transition's:
 // allreduce P -> B, or reduce-scatter P -> S into the shard) follows its
 // last gradient part of the step (ZeRO-2/3: of every micro-batch, each
