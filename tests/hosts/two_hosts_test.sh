@@ -6,7 +6,8 @@
 # PX_TEST_STEPS, default 50) for data parallelism, ZeRO-3, dp=2 x tp=2 (tp
 # inside a host), pp=2 x dp=2 (the stages on different hosts) and pp=2 x
 # tp=2 (also with a flat ring allreduce), and a mixture of experts at
-# ep=4 (every expert exchange across the hosts) and dp=2 x ep=2 (inside a
+# ep=4 (every expert exchange across the hosts; also overlapped with two
+# interleaved micro-batches) and dp=2 x ep=2 (inside a
 # host) against one rank's MoE; host 0's link must carry the
 # bytes a step its ranks' Programs account between hosts (within 10%:
 # dp's hierarchical allreduce, the ring, tp's resharding, pp's sends),
@@ -107,6 +108,13 @@ for ep in "ep4|{dp:1, ep:4}|--ep 4" "dp2ep2|{dp:2, ep:2}|--mesh dp=2,ep=2"; do
   python3 "$(dirname "${BASH_SOURCE[0]}")/../parallel/compare_losses.py" "$WORK/moe-one.jsonl" "$WORK/$name.jsonl" \
     "an MoE at $mesh on 2 hosts x 2 ranks"
 done
+# Two micro-batches interleaved, their exchanges on the expert axis'
+# progress thread while the other computes (bias balancing: see moe_test.cc).
+OVERLAP=("${MOE[@]}" --moe-balance bias --micro-batches 2)
+"$PARALLAX" "${GPT[@]}" "${OVERLAP[@]}" --steps "$STEPS" --metrics "$WORK/moe-one2.jsonl" > "$WORK/moe-one2.log"
+run_on_two_hosts ep4overlap "$STEPS" "{dp:1, ep:4}" "${OVERLAP[@]}" --ep 4 --overlap-experts
+python3 "$(dirname "${BASH_SOURCE[0]}")/../parallel/compare_losses.py" "$WORK/moe-one2.jsonl" "$WORK/ep4overlap.jsonl" \
+  "an MoE at {dp:1, ep:4}, exchanges overlapped, on 2 hosts x 2 ranks"
 
 # Hierarchical (automatic's pick across two hosts) sends 2(L-1)/L n = n
 # between the L = 2 hosts from each host's leader; a flat ring 2(p-1)/p n

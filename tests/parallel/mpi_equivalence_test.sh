@@ -61,6 +61,13 @@ compare "$WORK/EP-1.jsonl" "$WORK/EP-mpi.jsonl" "an MoE GPT at --ep $RANKS over 
 # With ZeRO-3: the other weights sharded over every rank, each expert rank's own whole.
 "${MPIRUN[@]}" "$PARALLAX" "${DROPLESS[@]}" --ep "$RANKS" --zero 3 --metrics "$WORK/EPZ-mpi.jsonl" > "$WORK/EPZ-mpi.log"
 compare "$WORK/EP-1.jsonl" "$WORK/EPZ-mpi.jsonl" "an MoE GPT at --ep $RANKS with ZeRO-3 over $RANKS MPI ranks"
+# Two micro-batches interleaved, each one's exchanges on the expert axis'
+# progress thread (its own MPI communicator) while the other computes.
+OVERLAP=("${DROPLESS[@]}" --moe-balance bias --micro-batches 2)
+"$PARALLAX" "${OVERLAP[@]}" --metrics "$WORK/EPO-1.jsonl" > "$WORK/EPO-1.log"
+"${MPIRUN[@]}" "$PARALLAX" "${OVERLAP[@]}" --ep "$RANKS" --overlap-experts --metrics "$WORK/EPO-mpi.jsonl" \
+  > "$WORK/EPO-mpi.log"
+compare "$WORK/EPO-1.jsonl" "$WORK/EPO-mpi.jsonl" "an MoE GPT at --ep $RANKS, exchanges overlapped, over $RANKS MPI ranks"
 
 # An epoch's partial last batch: the MLP over 100 images in batches of 7
 # (14 batches and one of 2 rows an epoch), 2 epochs, as one rank does.
