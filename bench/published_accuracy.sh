@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GPU presets against published end-to-end training runs: every run of
-# bench/published_runs.json (its sources and configurations are there)
+# bench/published_runs.json, the development set the efficiency model was
+# revised against (its sources and configurations are there; the held-out
+# set, bench/published_heldout.json, is frozen and not scored yet)
 # replayed by `parallax simulate` on its preset and node count, printed as
 # predicted against published iteration time (and teraFLOP/s a GPU by the
 # Megatron count where the source gives that), then the median and worst
