@@ -11,6 +11,9 @@
 #
 #   bench/published_accuracy.sh [--cluster dgx-a100] [--only ID] [--build build]
 #
+# tests/plan/published_scale_test.cc pins the same predictions as each
+# run's `scored` entry (PX_UPDATE_GOLDEN=1 writes them).
+#
 # Target (docs/planner.md, "Published scale"): median |error| <= 10%, worst
 # <= 20%. Simulation only, one core: each run holds /tmp/px-cpu.lock.
 set -euo pipefail

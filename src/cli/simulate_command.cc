@@ -18,6 +18,7 @@
 #include "cli/precision_choice.h"
 #include "cli/train_flags.h"
 #include "parallel/lower.h"
+#include "plan/published_checks.h"
 #include "plan/simulate.h"
 #include "runtime/optimizer/optimizer.h"
 #include "nn/build_model.h"
@@ -155,6 +156,19 @@ void add_simulate_command(CLI::App& app) {
                              peak_dtype == DType::bf16 ? "bf16" : "f32");
     if (const std::string assumed = plan::describe(sim.assumed); !assumed.empty())
       std::cout << "assumed for the step's largest pieces (why the step takes what it does):\n" << assumed;
+    // On a GPU preset: how far off the simulator was on the published runs nearest this one's shape.
+    if (!cluster.profile.has_value()) {
+      double parameters = 0;
+      for (ValueId v : model.graph.params()) parameters += static_cast<double>(model.graph.spec(v).shape.numel());
+      const plan::RunShape shape{.gpus = devices,
+                                 .tp = devices / (strategy.pipeline_ranks() * strategy.row_ranks() *
+                                                  strategy.context_ranks()),
+                                 .pp = strategy.pipeline_ranks(),
+                                 .parameters = parameters};
+      std::cout << "checked against published runs of similar shape (the development set, bench/published_runs.json; "
+                   "docs/planner.md):\n"
+                << plan::describe_checked(plan::nearest_checked_runs(shape));
+    }
     if (!sim_flags->trace.empty()) {
       plan::write_simulated_trace(sim_flags->trace, sim, devices);
       std::cout << fmt::format("wrote the simulated step to '{}' (open it in https://ui.perfetto.dev)\n",

@@ -1,0 +1,82 @@
+#include "plan/published_checks.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace px::plan {
+
+extern const char* const kPublishedRunsJson;  // published_runs_data.cc, generated from bench/published_runs.json
+
+namespace {
+
+// Narayanan et al.'s count of an iteration's FLOPs with full recomputation,
+// by which the sources give teraFLOP/s a GPU.
+double megatron_flops(const CheckedRun& r) {
+  const auto B = static_cast<double>(r.batch), s = static_cast<double>(r.sequence), l = static_cast<double>(r.layers),
+             h = static_cast<double>(r.embd), V = static_cast<double>(r.vocab);
+  return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+}
+
+}  // namespace
+
+double CheckedRun::parameters() const {
+  const auto l = static_cast<double>(layers), h = static_cast<double>(embd);
+  return l * (12 * h * h + 13 * h) + static_cast<double>(vocab + sequence) * h + 2 * h;
+}
+
+std::vector<CheckedRun> checked_runs(const std::string& text) {
+  const nlohmann::json json = nlohmann::json::parse(text);
+  const int64_t sequence = json.value("sequence", 2048), vocab = json.value("vocab", 51200);
+  std::vector<CheckedRun> runs;
+  for (const nlohmann::json& j : json.at("runs")) {
+    CheckedRun r{.id = j.at("id"), .preset = j.value("preset", std::string("dgx-a100")), .layers = j.at("layers"),
+                 .heads = j.at("heads"), .embd = j.at("embd"), .batch = j.at("batch"), .sequence = sequence,
+                 .vocab = vocab, .gpus = j.at("gpus"), .tp = j.at("tp"), .pp = j.at("pp"),
+                 .recompute = j.at("recompute"), .sequence_parallel = j.value("sequence_parallel", false),
+                 .overlap = j.value("overlap", true)};
+    const nlohmann::json& p = j.at("published");
+    r.published_seconds = p.contains("iteration_seconds")
+                              ? p.at("iteration_seconds").get<double>()
+                              : megatron_flops(r) / (p.at("tflops_per_gpu").get<double>() * 1e12 * r.gpus);
+    if (j.contains("scored")) r.predicted_seconds = j.at("scored").at("predicted_seconds").get<double>();
+    runs.push_back(std::move(r));
+  }
+  return runs;
+}
+
+std::vector<CheckedRun> checked_runs() { return checked_runs(kPublishedRunsJson); }
+
+std::vector<CheckedRun> nearest_checked_runs(const RunShape& shape, size_t count) {
+  PX_CHECK(shape.gpus >= 1 && shape.tp >= 1 && shape.pp >= 1 && shape.parameters > 0, "a run shape of {} GPUs",
+           shape.gpus);
+  auto distance = [&](const CheckedRun& r) {
+    return std::abs(std::log(static_cast<double>(r.gpus) / shape.gpus)) +
+           std::abs(std::log(static_cast<double>(r.tp) / shape.tp)) +
+           std::abs(std::log(static_cast<double>(r.pp) / shape.pp)) +
+           std::abs(std::log(r.parameters() / shape.parameters));
+  };
+  std::vector<CheckedRun> runs;
+  for (CheckedRun& r : checked_runs())
+    if (r.predicted_seconds > 0) runs.push_back(std::move(r));
+  std::stable_sort(runs.begin(), runs.end(),
+                   [&](const CheckedRun& a, const CheckedRun& b) { return distance(a) < distance(b); });
+  if (runs.size() > count) runs.resize(count);
+  return runs;
+}
+
+std::string describe_checked(const std::vector<CheckedRun>& runs) {
+  std::string s;
+  for (const CheckedRun& r : runs)
+    s += fmt::format("  {}: {} GPUs, tp {} pp {}, {:.1f}B parameters on {}: predicted {:.2f} s, published {:.2f} s "
+                     "({:+.1f}%)\n",
+                     r.id, r.gpus, r.tp, r.pp, r.parameters() / 1e9, r.preset, r.predicted_seconds,
+                     r.published_seconds, 100 * r.error());
+  return s;
+}
+
+}  // namespace px::plan
