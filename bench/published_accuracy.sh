@@ -10,6 +10,12 @@
 # src/plan/presets.cc; none is fitted to these runs.
 #
 #   bench/published_accuracy.sh [--cluster dgx-a100] [--only ID] [--build build]
+#   bench/published_accuracy.sh --held-out-commands
+#
+# --held-out-commands prints, without simulating anything, the `parallax
+# simulate` command each run of the frozen held-out set
+# (bench/published_heldout.json) maps to, with its published iteration
+# seconds: the mapping, reviewable before the set is scored once (issue 50).
 #
 # tests/plan/published_scale_test.cc pins the same predictions as each
 # run's `scored` entry (PX_UPDATE_GOLDEN=1 writes them).
@@ -25,11 +31,40 @@ while [[ $# -gt 0 ]]; do
   case $1 in
     --cluster) PRESET=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
+    --held-out-commands) HELD_OUT_COMMANDS=1; shift ;;
     --build) BUILD=$(cd "$2" && pwd); shift 2 ;;
     -h|--help) usage 0 ;;
     *) echo "error: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+if [[ -n ${HELD_OUT_COMMANDS:-} ]]; then
+  python3 - "$REPO/bench/published_heldout.json" <<'PY'
+import json, sys
+held = json.load(open(sys.argv[1]))
+def megatron_model_flops(r):  # training.py's num_floating_point_operations at f2e5db4, multi-head attention
+    B, s, l, h, V = r["batch"], r["seq"], r["layers"], r["embd"], r["vocab"]
+    return 12 * B * s * l * h * h * ((1 + 1 + s / h) + r["ffn"] / h + V / (2 * l * h))
+def narayanan_hardware_flops(r):
+    B, s, l, h, V = r["batch"], r["seq"], r["layers"], r["embd"], r["vocab"]
+    return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+count = {"megatron_model_flops": megatron_model_flops, "narayanan_hardware_flops": narayanan_hardware_flops}
+print(f"# held-out set, frozen {held['frozen']['date']}, scored: {held['frozen']['scored']}")
+for r in held["runs"]:
+    assert r["ffn"] == 4 * r["embd"], f"{r['id']}: the simulator's GPT has an FFN of 4 x embd"
+    p = r["published"]
+    seconds = p["iteration_seconds"] if "iteration_seconds" in p else \
+        count[p["flop_count"]](r) / (p["tflops_per_gpu"] * 1e12 * r["gpus"])
+    micro = r["batch"] // (r["dp"] * r["micro_batch"])
+    flags = (f"--model gpt --layers {r['layers']} --heads {r['heads']} --embd {r['embd']} --block {r['seq']} "
+             f"--vocab {r['vocab']} --batch {r['batch']} --mesh pp={r['pp']},dp={r['dp']},tp={r['tp']} "
+             f"--micro-batches {micro} --zero {r['zero']} --recompute {r['recompute']} "
+             f"--cluster {r['cluster']}:{(r['gpus'] + 7) // 8}"
+             + (" --sequence-parallel" if r.get("sequence_parallel") else "")
+             + ("" if r.get("overlap", True) else " --no-overlap"))
+    print(f"{r['id']}|parallax simulate {flags}|published {seconds:.3f} s")
+PY
+  exit 0
+fi
 require_parallax
 make_results published-accuracy
 RUNS=$REPO/bench/published_runs.json

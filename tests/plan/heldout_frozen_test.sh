@@ -8,7 +8,9 @@
 # data-parallel/FSDP-only runs on 64 or more GPUs and at least 4 with 4 or
 # more pipeline stages; every run consistent (dp x tp x pp = GPUs, the
 # global batch whole micro-batches on every data rank) and its source's
-# citation, quotes and mapping present.
+# citation, quotes and mapping present; and bench/published_accuracy.sh
+# --held-out-commands maps every run to a simulate command (without
+# simulating it).
 #
 #   heldout_frozen_test.sh REPO
 set -euo pipefail
@@ -35,3 +37,8 @@ for name, s in sources.items():
     assert s["citation"] and s["quotes"] and s["mapping"], name
 print(f"held-out set frozen: {len(runs)} runs from {len(sources)} sources, scored: {held['frozen']['scored']}")
 PY
+# The mapping to `parallax simulate` commands, printed without simulating: one line a run.
+lines=$(bash "$1/bench/published_accuracy.sh" --held-out-commands | grep -c "|parallax simulate --model gpt ")
+runs=$(python3 -c "import json, sys; print(len(json.load(open(sys.argv[1]))['runs']))" "$1/bench/published_heldout.json")
+[[ $lines -eq $runs ]] || { echo "FAIL: --held-out-commands printed $lines commands for $runs runs"; exit 1; }
+
