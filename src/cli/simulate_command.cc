@@ -158,13 +158,11 @@ void add_simulate_command(CLI::App& app) {
       std::cout << "assumed for the step's largest pieces (why the step takes what it does):\n" << assumed;
     // On a GPU preset: how far off the simulator was on the published runs nearest this one's shape.
     if (!cluster.profile.has_value()) {
-      double parameters = 0;
-      for (ValueId v : model.graph.params()) parameters += static_cast<double>(model.graph.spec(v).shape.numel());
       const plan::RunShape shape{.gpus = devices,
                                  .tp = devices / (strategy.pipeline_ranks() * strategy.row_ranks() *
                                                   strategy.context_ranks()),
                                  .pp = strategy.pipeline_ranks(),
-                                 .parameters = parameters};
+                                 .parameters = static_cast<double>(model.graph.param_count())};
       std::cout << "checked against published runs of similar shape (the development set, bench/published_runs.json; "
                    "docs/planner.md):\n"
                 << plan::describe_checked(plan::nearest_checked_runs(shape));

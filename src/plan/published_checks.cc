@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "nn/gpt.h"
 
 namespace px::plan {
 
@@ -25,8 +26,8 @@ double megatron_flops(const CheckedRun& r) {
 }  // namespace
 
 double CheckedRun::parameters() const {
-  const auto l = static_cast<double>(layers), h = static_cast<double>(embd);
-  return l * (12 * h * h + 13 * h) + static_cast<double>(vocab + sequence) * h + 2 * h;
+  return static_cast<double>(
+      nn::parameter_count({.vocab = vocab, .block = sequence, .n_layer = layers, .n_head = heads, .n_embd = embd}));
 }
 
 std::vector<CheckedRun> checked_runs(const std::string& text) {

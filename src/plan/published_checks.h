@@ -22,7 +22,7 @@ struct CheckedRun {
   bool overlap = true;  // gradient reduction overlapped with backward
   double published_seconds = 0;  // the source's iteration time, or its teraFLOP/s by Narayanan et al.'s count
   double predicted_seconds = 0;  // the simulator's, when last scored (0: never)
-  double parameters() const;     // the GPT-2 block's count
+  double parameters() const;     // the GPT-2 block's count (nn::parameter_count)
   double error() const { return predicted_seconds / published_seconds - 1; }  // signed: + slow, - fast
 };
 

@@ -437,20 +437,14 @@ void Scheduler::produced(ValueId out, int m, bool computes) {
   if (i < 0) return;
   --parts_to_come_[static_cast<size_t>(m)][static_cast<size_t>(i)];
   held_.push_back({.value = out, .micro = m, .param = i, .computes = computes});
-  // Every held part whose earlier micro-batches are done with its parameter, in the order they were made.
-  for (bool added = true; added;) {
-    added = false;
-    for (auto it = held_.begin(); it != held_.end(); ++it) {
-      bool earlier = false;
-      for (int e = 0; e < it->micro; ++e) earlier = earlier || parts_to_come_[static_cast<size_t>(e)][static_cast<size_t>(it->param)] > 0;
-      if (earlier) continue;
-      const HeldPart part = *it;
-      held_.erase(it);
-      accumulate_part(part.value, part.micro, part.param, part.computes);
-      added = true;
-      break;
-    }
-  }
+  // Every held part whose earlier micro-batches are done with its parameter,
+  // in the order they were made (accumulating one readies no other).
+  std::erase_if(held_, [this](const HeldPart& part) {
+    for (int e = 0; e < part.micro; ++e)
+      if (parts_to_come_[static_cast<size_t>(e)][static_cast<size_t>(part.param)] > 0) return false;
+    accumulate_part(part.value, part.micro, part.param, part.computes);
+    return true;
+  });
 }
 
 void Scheduler::accumulate_part(ValueId out, int m, int i, bool computes) {
