@@ -7,20 +7,9 @@
 
 namespace px::nn {
 
-void validate(const GptConfig& c) {
-  auto positive = [](const char* what, int64_t v) {
-    if (v <= 0) fail("gpt: {}={} must be positive", what, v);
-  };
-  positive("vocab", c.vocab);
-  positive("block", c.block);
-  positive("n_layer", c.n_layer);
-  positive("n_head", c.n_head);
-  positive("n_embd", c.n_embd);
-  if (c.n_embd % c.n_head != 0)
-    fail("gpt: n_embd={} is not divisible by n_head={} (each head gets n_embd/n_head channels)", c.n_embd,
-         c.n_head);
-  if (!(c.dropout >= 0 && c.dropout < 1)) fail("gpt: dropout={} must be in [0, 1)", c.dropout);
-  if (c.moe_experts == 0) return;
+namespace {
+
+void validate_mixture(const GptConfig& c) {
   if (c.moe_experts < 0) fail("gpt: moe_experts={} must be >= 0 (0: a dense MLP)", c.moe_experts);
   if (c.moe_top_k < 1 || c.moe_top_k > c.moe_experts)
     fail("gpt: moe_top_k={} must be in [1, moe_experts={}]", c.moe_top_k, c.moe_experts);
@@ -39,6 +28,25 @@ void validate(const GptConfig& c) {
   if (!(c.z_loss_coef >= 0)) fail("gpt: z_loss_coef={} must be >= 0", c.z_loss_coef);
 }
 
+}  // namespace
+
+void validate(const GptConfig& c) {
+  auto positive = [](const char* what, int64_t v) {
+    if (v <= 0) fail("gpt: {}={} must be positive", what, v);
+  };
+  positive("vocab", c.vocab);
+  positive("block", c.block);
+  positive("n_layer", c.n_layer);
+  positive("n_head", c.n_head);
+  positive("n_embd", c.n_embd);
+  if (c.n_embd % c.n_head != 0)
+    fail("gpt: n_embd={} is not divisible by n_head={} (each head gets n_embd/n_head channels)", c.n_embd,
+         c.n_head);
+  if (!(c.dropout >= 0 && c.dropout < 1)) fail("gpt: dropout={} must be in [0, 1)", c.dropout);
+  if (c.moe_experts != 0) validate_mixture(c);
+  parameter_count(c);  // names a model too large to count
+}
+
 bool is_moe_layer(const GptConfig& c, int64_t layer) {
   return c.moe_experts > 0 && layer % c.moe_every == c.moe_every - 1;
 }
@@ -50,22 +58,40 @@ int64_t expert_width(const GptConfig& c) {
 namespace {
 
 // Parameters with `experts_counted` experts per mixture.
-int64_t parameters_with(const GptConfig& c, int64_t experts_counted) {
-  const int64_t C = c.n_embd, F = expert_width(c);
-  const int64_t attention = 3 * C * C + 3 * C + C * C + C, norms = 4 * C;
-  const int64_t dense_mlp = 4 * C * C + 4 * C + 4 * C * C + C;
-  const int64_t router = (C + (c.moe_balance == "bias" ? 1 : 0)) * c.moe_experts;
-  const int64_t mixture = router + experts_counted * (C * F + F + F * C + C);
-  int64_t total = (c.vocab + c.block) * C + 2 * C;
-  for (int64_t i = 0; i < c.n_layer; ++i) total += attention + norms + (is_moe_layer(c, i) ? mixture : dense_mlp);
-  return total;
+// Counted in double, in closed form: a config from the command line may
+// ask for 10^15 blocks, which must be named (below), not looped over or
+// overflowed.
+double parameters_with(const GptConfig& c, int64_t experts_counted) {
+  const double C = static_cast<double>(c.n_embd), F = static_cast<double>(expert_width(c));
+  const double attention = 3 * C * C + 3 * C + C * C + C, norms = 4 * C;
+  const double dense_mlp = 4 * C * C + 4 * C + 4 * C * C + C;
+  const double router = (C + (c.moe_balance == "bias" ? 1 : 0)) * static_cast<double>(c.moe_experts);
+  const double mixture = router + static_cast<double>(experts_counted) * (C * F + F + F * C + C);
+  // Block i is a mixture when i % every == every - 1: every `every`-th one.
+  const int64_t mixtures = c.moe_experts > 0 && c.moe_every > 0 ? c.n_layer / c.moe_every : 0;
+  const auto dense = static_cast<double>(c.n_layer - mixtures);
+  return (static_cast<double>(c.vocab) + static_cast<double>(c.block)) * C + 2 * C +
+         static_cast<double>(c.n_layer) * (attention + norms) + dense * dense_mlp +
+         static_cast<double>(mixtures) * mixture;
+}
+
+// Past 2^53 a double no longer counts parameters one by one, and a tensor
+// of that many elements is beyond any machine.
+constexpr double kMaxParameters = 9007199254740992.0;
+
+int64_t counted(const GptConfig& c, int64_t experts_counted) {
+  const double n = parameters_with(c, experts_counted);
+  if (!(n <= kMaxParameters))
+    fail("gpt: {} blocks of width {} (vocab {}, block {}) make {:.3g} parameters; expected at most 2^53 = {:.3g}",
+         c.n_layer, c.n_embd, c.vocab, c.block, n, kMaxParameters);
+  return static_cast<int64_t>(n);
 }
 
 }  // namespace
 
-int64_t parameter_count(const GptConfig& c) { return parameters_with(c, c.moe_experts); }
+int64_t parameter_count(const GptConfig& c) { return counted(c, c.moe_experts); }
 int64_t active_parameter_count(const GptConfig& c) {
-  return parameters_with(c, c.moe_experts > 0 ? c.moe_top_k : 0);
+  return counted(c, c.moe_experts > 0 ? c.moe_top_k : 0);
 }
 
 Model build_gpt(const GptConfig& c, int64_t batch, int64_t T, bool training) {
