@@ -55,9 +55,18 @@ for r in held["runs"]:
     seconds = p["iteration_seconds"] if "iteration_seconds" in p else \
         count[p["flop_count"]](r) / (p["tflops_per_gpu"] * 1e12 * r["gpus"])
     micro = r["batch"] // (r["dp"] * r["micro_batch"])
+    # Gradient buckets as each framework cuts them (--bucket-mb counts 4-byte
+    # elements): FSDP one flat parameter per wrapped transformer block
+    # (llm-foundry wraps each block); Megatron-Core r0.8 max(40M, 1M x dp)
+    # parameters (megatron/core/distributed/distributed_data_parallel.py at
+    # core_r0.8.0); DeepSpeed's default reduce_bucket_size, 5e8 elements.
+    block = 12 * r["embd"] ** 2  # a block's four matrices (its vectors are bucketed apart, in fp32)
+    bucket = {"llm_foundry": block, "megatron_core_2024": max(40_000_000, 1_000_000 * r["dp"]),
+              "bigscience_bloom": 500_000_000}[r["source"]]
     flags = (f"--model gpt --layers {r['layers']} --heads {r['heads']} --embd {r['embd']} --block {r['seq']} "
              f"--vocab {r['vocab']} --batch {r['batch']} --mesh pp={r['pp']},dp={r['dp']},tp={r['tp']} "
              f"--micro-batches {micro} --zero {r['zero']} --recompute {r['recompute']} "
+             f"--bucket-mb {bucket * 4 / 2**20:.2f} "
              f"--cluster {r['cluster']}:{(r['gpus'] + 7) // 8}"
              + (" --sequence-parallel" if r.get("sequence_parallel") else "")
              + ("" if r.get("overlap", True) else " --no-overlap"))

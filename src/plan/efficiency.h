@@ -16,6 +16,12 @@
 //   memory      bytes / (memory_bandwidth · memory_fraction)
 //   launch      no kernel takes less than launch_seconds (launches are
 //               asynchronous: a floor, not a cost added to every kernel)
+//   attention   a fused attention kernel (no T x T scores in memory) at
+//               the forward+backward rate FlashAttention's benchmark
+//               measured on the device at the node's head dimension,
+//               sequence and mask (AttentionRate; interpolated between
+//               the measured points). Without such a table: as a GEMM
+//               whose output is the T x T scores.
 //   overlap     while a collective runs beside it, a GEMM has
 //               units - collective_units tile slots: the collective's
 //               kernels hold SMs of their own (NCCL: a thread block a
@@ -27,6 +33,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -41,8 +48,21 @@ struct GemmEfficiency {
   bool operator==(const GemmEfficiency&) const = default;
 };
 
+// One measured point of a fused attention kernel, forward and backward
+// together, in FlashAttention's benchmark accounting
+// (benchmarks/benchmark_flash_attention.py): forward 4·B·H·T²·D FLOPs,
+// halved under the causal mask; backward 2.5x forward; `flops` is that
+// count over the measured time.
+struct AttentionRate {
+  int64_t head_dim = 0, seq = 0;
+  bool causal = true;
+  double flops = 0;  // FLOP/s
+  bool operator==(const AttentionRate&) const = default;
+};
+
 struct KernelEfficiency {
   GemmEfficiency gemm;
+  std::vector<AttentionRate> attention;  // empty: attention costed as a GEMM
   double memory_fraction = 1;  // achievable / datasheet memory bandwidth
   double launch_seconds = 0;   // the least time a kernel takes
   int64_t collective_units = 0;  // GEMM units a collective running beside it holds
@@ -53,6 +73,15 @@ struct KernelEfficiency {
 // keeps busy: M·N·batch over (waves · units · tile_m · tile_n). 1 for the
 // identity model.
 double gemm_quantisation(const GemmEfficiency& gemm, double m, double n, double batch = 1);
+
+// The attention rate at (head_dim, seq, causal): linear in the head
+// dimension and in log2 of the sequence between the measured points of
+// that mask, clamped beyond them; 0 when there are none.
+double attention_rate(const std::vector<AttentionRate>& rates, double head_dim, double seq, bool causal);
+
+// The FLOPs of an attention forward (backward: 2.5x) of B·H heads over T
+// tokens of width D, as FlashAttention's benchmark counts them.
+double flash_attention_forward_flops(double batch_heads, double seq, double head_dim, bool causal);
 
 // The GEMM efficiency while a collective runs beside it: collective_units
 // fewer units, each still a 1/units share of the peak.

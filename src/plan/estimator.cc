@@ -82,9 +82,28 @@ double RooflineEstimator::compute_seconds(const Graph& graph, const Node& node, 
   // At the rate of the dtype the node computes in (the lowering's stamp),
   // its bytes those of its tensors' dtypes (bf16 where the Program stores them so).
   const DType computes_in = precision_of(node.attrs) == Precision::bf16 ? DType::bf16 : DType::f32;
+  const double bytes_seconds = (c.bytes_read + c.bytes_written) / achieved_memory_bandwidth(device);
+  const double fused = fused_attention_seconds(graph, node, gemm, computes_in);
+  if (fused > 0) return std::max({device.efficiency.launch_seconds, fused, bytes_seconds});
   const double flops_rate = device.flops(computes_in) * gemm.peak_fraction * gemm_tiles(graph, node).quantisation(gemm);
-  return std::max({device.efficiency.launch_seconds, c.flops / flops_rate,
-                   (c.bytes_read + c.bytes_written) / achieved_memory_bandwidth(device)});
+  return std::max({device.efficiency.launch_seconds, c.flops / flops_rate, bytes_seconds});
+}
+
+double RooflineEstimator::fused_attention_seconds(const Graph& graph, const Node& node, const GemmEfficiency& gemm,
+                                                  DType computes_in) const {
+  const DeviceSpec& device = cluster_.device;
+  const std::string_view op = node.op();
+  if (device.efficiency.attention.empty() || (op != "attention" && op != "attention_grad")) return 0;
+  // qkv (B, T, 3, H, D). The measured rates are 16-bit kernels'; an fp32
+  // attention runs at the fp32 share of them. Beside a collective, at the
+  // share of the units it leaves (the GEMM's peak fraction scaled alike).
+  const Shape& qkv = graph.spec(node.inputs.front()).shape;
+  const double T = static_cast<double>(qkv[1]), D = static_cast<double>(qkv[4]);
+  const bool causal = node.attrs.get_int("causal", 1) != 0;
+  const double rate = attention_rate(device.efficiency.attention, D, T, causal) * device.flops(computes_in) /
+                      device.flops(DType::bf16) * gemm.peak_fraction / device.efficiency.gemm.peak_fraction;
+  const double forward = flash_attention_forward_flops(static_cast<double>(qkv[0] * qkv[3]), T, D, causal);
+  return (op == "attention" ? forward : 2.5 * forward) / rate;
 }
 
 double RooflineEstimator::memory_seconds(double bytes) const {

@@ -79,8 +79,13 @@ class RooflineEstimator : public CostEstimator {
   // The link's cost model (what collective_seconds uses).
   const comm::CostModel& cost_model(LinkClass link) const;
 
+
  private:
   double compute_seconds(const Graph& graph, const Node& node, const GemmEfficiency& gemm) const;
+  // An attention node at the device's measured fused-attention rate
+  // (KernelEfficiency::attention); 0 for other nodes or without rates.
+  double fused_attention_seconds(const Graph& graph, const Node& node, const GemmEfficiency& gemm,
+                                 DType computes_in) const;
 
   ClusterSpec cluster_;
   comm::CostModel intra_, inter_;

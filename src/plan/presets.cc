@@ -25,6 +25,43 @@ struct Mamf {
 constexpr Mamf kA100Mamf{.flops = 267.9e12, .m = 6912, .n = 16384};  // CUDA 12.1, 6912x2048x16384
 constexpr Mamf kH100Mamf{.flops = 792.1e12, .m = 6144, .n = 17920};  // CUDA 12.1, 6144x2816x17920
 
+// Fused attention, forward + backward, bf16: FlashAttention-2's benchmark
+// on an A100 80GB SXM4 and an H100 80GB SXM5 (Dao-AILab/flash-attention,
+// assets/flash2_a100_fwd_bwd_benchmark.png and
+// flash2_h100_fwd_bwd_benchmark.png, the README's figures; bar labels in
+// TFLOP/s at sequence 512 to 16k, batch x sequence = 16k tokens, 2048
+// wide, in the benchmark's accounting: plan/efficiency.h AttentionRate).
+// Labels the legend hides (A100 without the mask at 1k, and at 512 for
+// head dimension 128) are left out. A run on another kernel (cuDNN's,
+// FlashAttention-3) is faster on H100: these are FlashAttention-2's rates,
+// the kernel llm-foundry's and most PyTorch runs use.
+constexpr int64_t kSeqs[] = {512, 1024, 2048, 4096, 8192, 16384};
+struct AttentionRow {
+  int64_t head_dim;
+  bool causal;
+  double tflops[6];  // at kSeqs; 0: not read
+};
+std::vector<AttentionRate> attention_rates(std::initializer_list<AttentionRow> rows) {
+  std::vector<AttentionRate> out;
+  for (const AttentionRow& row : rows)
+    for (int i = 0; i < 6; ++i)
+      if (row.tflops[i] > 0)
+        out.push_back({.head_dim = row.head_dim, .seq = kSeqs[i], .causal = row.causal, .flops = row.tflops[i] * 1e12});
+  return out;
+}
+const std::vector<AttentionRate> kA100FlashAttention2 = attention_rates({
+    {64, true, {88, 119, 140, 156, 165, 171}},
+    {128, true, {99, 133, 155, 173, 182, 189}},
+    {64, false, {132, 0, 162, 171, 175, 176}},
+    {128, false, {0, 0, 187, 196, 201, 203}},
+});
+const std::vector<AttentionRate> kH100FlashAttention2 = attention_rates({
+    {64, true, {141, 192, 232, 257, 273, 284}},
+    {128, true, {163, 221, 265, 294, 308, 328}},
+    {64, false, {215, 254, 274, 288, 294, 296}},
+    {128, false, {248, 294, 320, 326, 335, 338}},
+});
+
 // Sustained HBM bandwidth over the datasheet's: STREAM-class copy and triad
 // kernels reach about 90% on A100 and H100 (BabelStream-style
 // measurements; H100 SXM: 3.0-3.1 of 3.35 TB/s). The least precisely
@@ -89,6 +126,7 @@ ClusterSpec dgx_a100() {
                      .memory_bytes = 80e9,
                      .memory_bandwidth = 2039e9,
                      .efficiency = {.gemm = gemm,
+                                    .attention = kA100FlashAttention2,
                                     .memory_fraction = kHbmFraction,
                                     .launch_seconds = kLaunchSeconds,
                                     .collective_units = kNcclUnits}},
@@ -116,6 +154,7 @@ ClusterSpec dgx_h100() {
                      .memory_bytes = 80e9,
                      .memory_bandwidth = 3350e9,
                      .efficiency = {.gemm = gemm,
+                                    .attention = kH100FlashAttention2,
                                     .memory_fraction = kHbmFraction,
                                     .launch_seconds = kLaunchSeconds,
                                     .collective_units = kNcclUnits}},

@@ -5,9 +5,13 @@
 // roofline estimator's ring allreduce is the α-β-γ formula on the link.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
+#include "graph/autodiff.h"
 #include "nn/gpt.h"
 #include "nn/mlp.h"
 #include "parallel/compose.h"
@@ -209,6 +213,52 @@ TEST(Simulate, AGemmBesideACollectiveRunsOnFewerUnits) {
   const Simulation alone = simulate({.programs = &programs, .cluster = &apart, .estimator = &apart_estimator});
   EXPECT_GT(beside.step_seconds, alone.step_seconds);
   EXPECT_LT(beside.step_seconds - alone.step_seconds, alone.progress_busy.front());
+}
+
+// Attention on a preset runs at FlashAttention-2's measured rate
+// (plan/presets.cc): at a measured point exactly its figure, between
+// points linear in the head dimension and in log2 of the sequence, beyond
+// them clamped; forward and backward share the rate in FlashAttention's
+// accounting (backward 2.5x forward's FLOPs, causal halves both). The
+// table round-trips through a cluster file and a bad point is named.
+TEST(Simulate, AttentionRunsAtTheMeasuredFusedRate) {
+  const ClusterSpec a100 = cluster_named("dgx-a100");
+  const std::vector<AttentionRate>& rates = a100.device.efficiency.attention;
+  EXPECT_DOUBLE_EQ(attention_rate(rates, 128, 2048, true), 155e12);
+  EXPECT_DOUBLE_EQ(attention_rate(rates, 64, 4096, true), 156e12);
+  EXPECT_DOUBLE_EQ(attention_rate(rates, 96, 2048, true), (140e12 + 155e12) / 2);
+  EXPECT_NEAR(attention_rate(rates, 128, std::sqrt(2048.0 * 4096.0), true), (155e12 + 173e12) / 2, 1e3);
+  EXPECT_DOUBLE_EQ(attention_rate(rates, 256, 65536, true), 189e12);  // clamped at 128 and 16k
+  EXPECT_DOUBLE_EQ(attention_rate(rates, 32, 128, true), 88e12);
+  EXPECT_EQ(attention_rate({}, 128, 2048, true), 0);
+
+  // GPT-2's attention at head dimension 64, T = 1024, bf16: 4·B·H·T²·D / 2
+  // forward FLOPs at 119 TFLOP/s, and 2.5x that backward.
+  nn::Model m = nn::build_gpt({.vocab = 256, .block = 1024, .n_layer = 1, .n_head = 12, .n_embd = 768}, 2, 1024, true);
+  build_backward(m.graph, m.loss, m.graph.params());
+  set_precision(m.graph, Precision::bf16);
+  const RooflineEstimator estimator(a100);
+  const double forward = 4.0 * 2 * 12 * 1024 * 1024 * 64 / 2;
+  int seen = 0;
+  for (const Node& node : m.graph.nodes()) {
+    const double scale = node.op() == "attention" ? 1 : node.op() == "attention_grad" ? 2.5 : 0;
+    if (scale == 0) continue;
+    EXPECT_NEAR(estimator.compute_seconds(m.graph, node), scale * forward / 119e12, 1e-12) << node.op();
+    ++seen;
+  }
+  EXPECT_EQ(seen, 2);
+
+  ClusterSpec copy = cluster_from_json(to_json(a100));
+  EXPECT_EQ(copy.device.efficiency.attention, rates);
+  nlohmann::json bad = to_json(a100);
+  bad["device"]["efficiency"]["attention"][0]["flops"] = -1;
+  try {
+    cluster_from_json(bad);
+    FAIL() << "a negative attention rate was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("device.efficiency.attention[0] has head_dim 64, seq 512, flops -1"),
+              std::string::npos) << e.what();
+  }
 }
 
 TEST(Simulate, AReceiveNobodySendsIsNamed) {
