@@ -65,6 +65,7 @@ def foundry_model_flops(r):  # the benchmark README's mfu numerator: 3 x (6 N + 
 GPU = {"dgx-a100": "A100", "dgx-h100": "H100"}
 if which in ("development", "both"):
     S, V = 2048, 51200
+    kernel = dev.get("attention_kernel", "flash")
     for r in dev["runs"]:
         if only and r["id"] != only:
             continue
@@ -75,7 +76,7 @@ if which in ("development", "both"):
         dp = r["gpus"] // (r["tp"] * r["pp"])
         flags = (f"--model gpt --layers {l} --heads {r['heads']} --embd {h} --block {S} --vocab {V} --batch {B} "
                  f"--mesh pp={r['pp']},dp={dp},tp={r['tp']} --micro-batches {B // dp} --recompute {r['recompute']} "
-                 f"--cluster dgx-a100:{(r['gpus'] + 7) // 8}"
+                 f"--cluster dgx-a100:{(r['gpus'] + 7) // 8} --attention-kernel {r.get('attention_kernel', kernel)}"
                  + (" --sequence-parallel" if r.get("sequence_parallel") else "")
                  + ("" if r.get("overlap", True) else " --no-overlap"))
         print(f"development|{r['id']}|{flags}|{seconds}|{p.get('tflops_per_gpu', '-')}|{flops}|{r['gpus']}|A100")
@@ -101,11 +102,17 @@ if which in ("held-out", "both"):
         # (deepspeed/runtime/pipe/schedule.py, TrainSchedule: ReduceTiedGrads,
         # ReduceGrads, OptimizerStep after the last backward), not beside it.
         overlap = r.get("overlap", True) and r["source"] != "bigscience_bloom"
+        # The attention kernel each framework ran: Megatron-Core r0.8's
+        # TransformerEngine fused attention and llm-foundry's FlashAttention-2
+        # (its README: "our models use Flash Attention"; flash-attn 2.4.2)
+        # as flash; BLOOM's Megatron-DeepSpeed (2022) wrote the scores and ran
+        # its fused scale-mask-softmax and dropout over them: standard.
+        kernel = "standard" if r["source"] == "bigscience_bloom" else "flash"
         flags = (f"--model gpt --layers {r['layers']} --heads {r['heads']} --embd {r['embd']} --block {r['seq']} "
                  f"--vocab {r['vocab']} --batch {r['batch']} --mesh pp={r['pp']},dp={r['dp']},tp={r['tp']} "
                  f"--micro-batches {micro} --zero {r['zero']} --recompute {r['recompute']} "
                  f"--bucket-mb {bucket * 4 / 2**20:.2f} "
-                 f"--cluster {r['cluster']}:{(r['gpus'] + 7) // 8}"
+                 f"--cluster {r['cluster']}:{(r['gpus'] + 7) // 8} --attention-kernel {kernel}"
                  + (" --sequence-parallel" if r.get("sequence_parallel") else "")
                  + ("" if overlap else " --no-overlap"))
         tflops = p.get("tflops_per_gpu", "-")

@@ -32,6 +32,7 @@ struct PlanFlags {
   int top = 10;
   bool no_pipeline = false, no_tensor = false, no_zero = false, no_recompute = false, no_context = false;
   bool full_simulation = false;
+  std::string attention_kernel;  // empty: the cluster's
 };
 
 std::string seconds_text(double seconds) {
@@ -173,10 +174,15 @@ void add_plan_command(CLI::App& app) {
   cmd->add_flag("--no-context", pf->no_context, "leave context parallelism (--cp) out of the search");
   cmd->add_flag("--full-simulation", pf->full_simulation,
                 "mcmc: re-simulate every task of every proposal instead of the delta (to compare their rates)");
+  cmd->add_option("--attention-kernel", pf->attention_kernel,
+                  "the GPU attention kernel the candidates are costed with: flash (the presets' default) or standard "
+                  "(as parallax simulate's)")
+      ->check(CLI::IsMember({"flash", "standard"}));
   cmd->callback([flags, pf] {
     apply(*flags);
     JobSpec& o = flags->job;
-    const plan::ClusterSpec cluster = plan::cluster_named(pf->cluster, local_cluster_path());
+    plan::ClusterSpec cluster = plan::cluster_named(pf->cluster, local_cluster_path());
+    if (!pf->attention_kernel.empty()) cluster = plan::with_attention_kernel(std::move(cluster), pf->attention_kernel);
     const int ranks = pf->ranks > 0 ? pf->ranks : cluster.devices();
     if (cluster.devices_share_memory && pf->ranks <= 0)
       fail("--cluster {}: give --ranks (in-process ranks share the host; its {} devices are a limit, not a count)",

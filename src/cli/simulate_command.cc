@@ -34,6 +34,7 @@ struct SimulateFlags {
   bool all_ranks = false;
   double expert_imbalance = 1.0;
   std::string expert_load;  // a run directory or its metrics.jsonl
+  std::string attention_kernel;  // empty: the cluster's
 };
 
 // The measured imbalance of a run: its last step's "moe" load (the metrics
@@ -72,6 +73,11 @@ void add_simulate_command(CLI::App& app) {
                   "JSON file")
       ->capture_default_str();
   cmd->add_option("--trace", sim_flags->trace, "write the simulated step as a Chrome trace");
+  cmd->add_option("--attention-kernel", sim_flags->attention_kernel,
+                  "the GPU attention kernel the replay costs, at its measured rates (plan/presets.cc): flash "
+                  "(FlashAttention-2, the presets' default) or standard (the T x T scores written and passed over "
+                  "apart, as Megatron-LM's 2021-22 runs)")
+      ->check(CLI::IsMember({"flash", "standard"}));
   cmd->add_flag("--all-ranks", sim_flags->all_ranks,
                 "replay every rank (default: one rank per pipeline stage, which the others mirror; the trace then "
                 "holds those ranks)");
@@ -108,7 +114,9 @@ void add_simulate_command(CLI::App& app) {
       imbalance = measured_imbalance(sim_flags->expert_load, std::max(o.strategy.expert_parallel, 1));
       std::cout << fmt::format("expert imbalance {:.3f}, measured by '{}'\n", imbalance, sim_flags->expert_load);
     }
-    const plan::ClusterSpec cluster = plan::cluster_named(sim_flags->cluster, local_cluster_path());
+    plan::ClusterSpec cluster = plan::cluster_named(sim_flags->cluster, local_cluster_path());
+    if (!sim_flags->attention_kernel.empty())
+      cluster = plan::with_attention_kernel(std::move(cluster), sim_flags->attention_kernel);
     const Precision precision = precisions_to_model(flags->precision, cluster, false).front();
     o.strategy.precision = precision;
     nn::validate(o.model);

@@ -51,14 +51,14 @@ void consider_compute(Assumptions& assumed, const Graph& graph, const Node& node
 }
 
 void consider_collective(Assumptions& assumed, const CostEstimator& estimator, comm::Collective kind, double bytes,
-                         int ranks, LinkClass link, double link_bandwidth) {
+                         int ranks, LinkClass link, int ranks_per_node, double link_bandwidth) {
   if (ranks <= 1) return;
   const double bus = bytes * comm::bus_factor(kind, ranks);  // nccl-tests' bus bytes
   if (assumed.collective && assumed.collective->work >= bus) return;
   assumed.collective = AssumedPiece{.name = fmt::format("{} over {} ranks", comm::collective_name(kind), ranks),
                                     .shape = fmt::format("{:.3g} MB on {}", bytes / 1e6, link_class_name(link)),
                                     .work = bus,
-                                    .seconds = estimator.collective_seconds(kind, bytes, ranks, link),
+                                    .seconds = estimator.collective_seconds(kind, bytes, ranks, link, ranks_per_node),
                                     .peak = link_bandwidth,
                                     .collective = true};
 }

@@ -43,7 +43,7 @@ void consider_compute(Assumptions& assumed, const Graph& graph, const Node& node
 // `link` if it moves more than the one held, timed by `estimator` only
 // then (the replay calls this for every collective of the step).
 void consider_collective(Assumptions& assumed, const CostEstimator& estimator, comm::Collective kind, double bytes,
-                         int ranks, LinkClass link, double link_bandwidth);
+                         int ranks, LinkClass link, int ranks_per_node, double link_bandwidth);
 
 // One line per piece held, each starting with `indent`; "" when none.
 std::string describe(const Assumptions& assumed, const std::string& indent = "  ");

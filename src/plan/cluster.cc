@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -71,6 +72,20 @@ void validate_device(const DeviceSpec& d, const std::string& cluster, const std:
 
 }  // namespace
 
+int ClusterSpec::fewest_ranks_on_a_node(const std::vector<int>& members) const {
+  std::map<int, int> on_node;
+  for (int r : members) ++on_node[node_of(r)];
+  int fewest = static_cast<int>(members.size());
+  for (const auto& [node, count] : on_node) fewest = std::min(fewest, count);
+  return std::max(fewest, 1);
+}
+
+int ClusterSpec::fewest_ranks_on_a_node(int count, int stride) const {
+  std::vector<int> members;
+  for (int i = 0; i < count; ++i) members.push_back(i * stride);
+  return fewest_ranks_on_a_node(members);
+}
+
 std::string_view link_class_name(LinkClass link) {
   return link == LinkClass::intra_node ? "intra-node" : "inter-node";
 }
@@ -137,6 +152,21 @@ ClusterSpec cluster_from_json(const nlohmann::json& json) {
   if (json.contains("profile")) c.profile = profile_from_json(json.at("profile"));
   validate(c);
   return c;
+}
+
+ClusterSpec with_attention_kernel(ClusterSpec cluster, const std::string& kernel) {
+  if (cluster.profile)
+    fail("--attention-kernel {}: cluster '{}' is calibrated on this host, whose profile times its own attention "
+         "kernel; the kernels are the GPU presets' (and cluster files' device.efficiency.attention)",
+         kernel, cluster.name);
+  if (cluster.device.efficiency.attention.empty())
+    fail("--attention-kernel {}: cluster '{}' gives no measured attention rates (device.efficiency.attention), so "
+         "its attention is costed as a GEMM of the T x T scores whatever the kernel",
+         kernel, cluster.name);
+  cluster.device.efficiency.attention_kernel = kernel;
+  for (DeviceSpec& device : cluster.node_devices) device.efficiency.attention_kernel = kernel;
+  validate(cluster);
+  return cluster;
 }
 
 ClusterSpec cluster_named(const std::string& spec, const std::string& local_path) {

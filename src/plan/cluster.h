@@ -111,6 +111,19 @@ struct ClusterSpec {
     const int spanned = std::min(ranks, nodes);
     return (ranks + spanned - 1) / spanned;
   }
+  // The fewest of `members` any node holding some of them holds: the NICs
+  // a collective among them that crosses nodes drives at once.
+  int fewest_ranks_on_a_node(const std::vector<int>& members) const;
+  // The same for the group {0, stride, 2·stride, ...} of `count` ranks (a
+  // mesh axis's group of rank 0).
+  int fewest_ranks_on_a_node(int count, int stride) const;
+  // The line rate a collective's bytes move at on `link` with
+  // `ranks_per_node` members on each node: across nodes, that many NICs at
+  // once up to the node's own link (RooflineEstimator::collective_seconds).
+  double line_rate(LinkClass link, int ranks_per_node) const {
+    if (link == LinkClass::intra_node || ranks_per_node <= 1) return this->link(link).bandwidth;
+    return std::min(ranks_per_node * inter_node.bandwidth, intra_node.bandwidth);
+  }
   // The link a group of ranks talks over: the network once it spans nodes.
   LinkClass link_between(int a, int b) const {
     return node_of(a) == node_of(b) ? LinkClass::intra_node : LinkClass::inter_node;
@@ -131,6 +144,12 @@ ClusterSpec cluster_from_json(const nlohmann::json& json);
 // gives: cli/local_cluster.h), or a path to a cluster JSON file.
 // px::Error names the presets otherwise.
 ClusterSpec cluster_named(const std::string& spec, const std::string& local_path = "");
+
+// The cluster with every device running `kernel` for attention ("flash"
+// or "standard": KernelEfficiency::attention_kernel); throws naming the
+// cluster when its devices have no measured rates for it (a calibrated
+// host times its own attention kernel).
+ClusterSpec with_attention_kernel(ClusterSpec cluster, const std::string& kernel);
 
 // The named preset of one node (plan/presets.cc, where every figure names
 // its source), or nullopt.

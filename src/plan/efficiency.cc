@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -43,11 +44,12 @@ double interpolate(const std::vector<std::pair<double, double>>& points, double 
 
 }  // namespace
 
-double attention_rate(const std::vector<AttentionRate>& rates, double head_dim, double seq, bool causal) {
+double attention_rate(const std::vector<AttentionRate>& rates, const std::string& kernel, double head_dim, double seq,
+                      bool causal) {
   // Per measured head dimension, the rate at log2(seq); then across head dimensions.
   std::map<int64_t, std::vector<std::pair<double, double>>> by_head_dim;
   for (const AttentionRate& r : rates)
-    if (r.causal == causal) by_head_dim[r.head_dim].emplace_back(std::log2(static_cast<double>(r.seq)), r.flops);
+    if (r.kernel == kernel && r.causal == causal) by_head_dim[r.head_dim].emplace_back(std::log2(static_cast<double>(r.seq)), r.flops);
   if (by_head_dim.empty()) return 0;
   std::vector<std::pair<double, double>> at_seq;
   for (auto& [dim, points] : by_head_dim) {
@@ -75,14 +77,16 @@ nlohmann::json to_json(const KernelEfficiency& e) {
                          {"launch_seconds", e.launch_seconds}};
   if (e.collective_units != 0) json["collective_units"] = e.collective_units;
   for (const AttentionRate& r : e.attention)
-    json["attention"].push_back({{"head_dim", r.head_dim}, {"seq", r.seq}, {"causal", r.causal}, {"flops", r.flops}});
+    json["attention"].push_back(
+        {{"kernel", r.kernel}, {"head_dim", r.head_dim}, {"seq", r.seq}, {"causal", r.causal}, {"flops", r.flops}});
+  if (!e.attention.empty()) json["attention_kernel"] = e.attention_kernel;
   return json;
 }
 
 KernelEfficiency kernel_efficiency_from_json(const nlohmann::json& json) {
   const std::string doc = "cluster";
   json_fields::check_keys(doc, json, "device.efficiency",
-                          {"gemm", "attention", "memory_fraction", "launch_seconds", "collective_units"});
+                          {"gemm", "attention", "attention_kernel", "memory_fraction", "launch_seconds", "collective_units"});
   KernelEfficiency e;
   if (json.contains("gemm")) {
     const nlohmann::json& g = json.at("gemm");
@@ -96,17 +100,19 @@ KernelEfficiency kernel_efficiency_from_json(const nlohmann::json& json) {
   if (json.contains("attention")) {
     const nlohmann::json& list = json.at("attention");
     if (!list.is_array())
-      fail("cluster: device.efficiency.attention is {}; expected a list of {{head_dim, seq, causal, flops}}",
+      fail("cluster: device.efficiency.attention is {}; expected a list of {{kernel, head_dim, seq, causal, flops}}",
            list.dump());
     for (size_t i = 0; i < list.size(); ++i) {
       const std::string where = fmt::format("device.efficiency.attention[{}]", i);
-      json_fields::check_keys(doc, list[i], where, {"head_dim", "seq", "causal", "flops"});
-      e.attention.push_back({.head_dim = json_fields::field<int64_t>(doc, list[i], where, "head_dim", 0),
+      json_fields::check_keys(doc, list[i], where, {"kernel", "head_dim", "seq", "causal", "flops"});
+      e.attention.push_back({.kernel = json_fields::field<std::string>(doc, list[i], where, "kernel", "flash"),
+                             .head_dim = json_fields::field<int64_t>(doc, list[i], where, "head_dim", 0),
                              .seq = json_fields::field<int64_t>(doc, list[i], where, "seq", 0),
                              .causal = json_fields::field<bool>(doc, list[i], where, "causal", true),
                              .flops = json_fields::field<double>(doc, list[i], where, "flops", 0)});
     }
   }
+  e.attention_kernel = json_fields::field<std::string>(doc, json, "device.efficiency", "attention_kernel", "flash");
   e.memory_fraction = json_fields::field<double>(doc, json, "device.efficiency", "memory_fraction", 1);
   e.launch_seconds = json_fields::field<double>(doc, json, "device.efficiency", "launch_seconds", 0);
   e.collective_units = json_fields::field<int64_t>(doc, json, "device.efficiency", "collective_units", 0);
@@ -128,6 +134,17 @@ void validate(const KernelEfficiency& e, const std::string& cluster) {
     if (r.head_dim < 1 || r.seq < 1 || !(r.flops > 0))
       fail("cluster '{}': device.efficiency.attention[{}] has head_dim {}, seq {}, flops {}; expected each > 0",
            cluster, i, r.head_dim, r.seq, r.flops);
+  }
+  if (!e.attention.empty()) {
+    std::set<std::string> kernels;
+    for (const AttentionRate& r : e.attention) kernels.insert(r.kernel);
+    if (!kernels.count(e.attention_kernel)) {
+      std::string list;
+      for (const std::string& k : kernels) list += (list.empty() ? "" : ", ") + k;
+      fail("cluster '{}': device.efficiency.attention_kernel '{}' has no rates in device.efficiency.attention "
+           "(expected one of: {})",
+           cluster, e.attention_kernel, list);
+    }
   }
   if (e.collective_units < 0 || e.collective_units >= e.gemm.units)
     fail("cluster '{}': device.efficiency.collective_units {} must be in [0, {}) (gemm.units: a GEMM keeps at least one)",

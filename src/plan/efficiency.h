@@ -16,12 +16,15 @@
 //   memory      bytes / (memory_bandwidth · memory_fraction)
 //   launch      no kernel takes less than launch_seconds (launches are
 //               asynchronous: a floor, not a cost added to every kernel)
-//   attention   a fused attention kernel (no T x T scores in memory) at
-//               the forward+backward rate FlashAttention's benchmark
-//               measured on the device at the node's head dimension,
-//               sequence and mask (AttentionRate; interpolated between
-//               the measured points). Without such a table: as a GEMM
-//               whose output is the T x T scores.
+//   attention   at the forward+backward rate FlashAttention's benchmark
+//               measured for the device's attention kernel
+//               (attention_kernel: "flash", FlashAttention-2, no T x T
+//               scores in memory; "standard", PyTorch's attention, the
+//               scores written and passed over by mask, softmax and
+//               dropout apart) at the node's head dimension, sequence and
+//               mask (AttentionRate; interpolated between the measured
+//               points). Without a table: as a GEMM whose output is the
+//               T x T scores.
 //   overlap     while a collective runs beside it, a GEMM has
 //               units - collective_units tile slots: the collective's
 //               kernels hold SMs of their own (NCCL: a thread block a
@@ -54,6 +57,7 @@ struct GemmEfficiency {
 // halved under the causal mask; backward 2.5x forward; `flops` is that
 // count over the measured time.
 struct AttentionRate {
+  std::string kernel = "flash";  // "flash" or "standard" (KernelEfficiency::attention_kernel)
   int64_t head_dim = 0, seq = 0;
   bool causal = true;
   double flops = 0;  // FLOP/s
@@ -63,6 +67,7 @@ struct AttentionRate {
 struct KernelEfficiency {
   GemmEfficiency gemm;
   std::vector<AttentionRate> attention;  // empty: attention costed as a GEMM
+  std::string attention_kernel = "flash";  // which of the table's kernels the device runs
   double memory_fraction = 1;  // achievable / datasheet memory bandwidth
   double launch_seconds = 0;   // the least time a kernel takes
   int64_t collective_units = 0;  // GEMM units a collective running beside it holds
@@ -74,10 +79,11 @@ struct KernelEfficiency {
 // identity model.
 double gemm_quantisation(const GemmEfficiency& gemm, double m, double n, double batch = 1);
 
-// The attention rate at (head_dim, seq, causal): linear in the head
+// The rate of `kernel` at (head_dim, seq, causal): linear in the head
 // dimension and in log2 of the sequence between the measured points of
-// that mask, clamped beyond them; 0 when there are none.
-double attention_rate(const std::vector<AttentionRate>& rates, double head_dim, double seq, bool causal);
+// that kernel and mask, clamped beyond them; 0 when there are none.
+double attention_rate(const std::vector<AttentionRate>& rates, const std::string& kernel, double head_dim, double seq,
+                      bool causal);
 
 // The FLOPs of an attention forward (backward: 2.5x) of B·H heads over T
 // tokens of width D, as FlashAttention's benchmark counts them.

@@ -83,25 +83,28 @@ double RooflineEstimator::compute_seconds(const Graph& graph, const Node& node, 
   // its bytes those of its tensors' dtypes (bf16 where the Program stores them so).
   const DType computes_in = precision_of(node.attrs) == Precision::bf16 ? DType::bf16 : DType::f32;
   const double bytes_seconds = (c.bytes_read + c.bytes_written) / achieved_memory_bandwidth(device);
-  const double fused = fused_attention_seconds(graph, node, gemm, computes_in);
-  if (fused > 0) return std::max({device.efficiency.launch_seconds, fused, bytes_seconds});
+  const double attention = measured_attention_seconds(graph, node, gemm, computes_in);
+  if (attention > 0) return std::max({device.efficiency.launch_seconds, attention, bytes_seconds});
   const double flops_rate = device.flops(computes_in) * gemm.peak_fraction * gemm_tiles(graph, node).quantisation(gemm);
   return std::max({device.efficiency.launch_seconds, c.flops / flops_rate, bytes_seconds});
 }
 
-double RooflineEstimator::fused_attention_seconds(const Graph& graph, const Node& node, const GemmEfficiency& gemm,
+double RooflineEstimator::measured_attention_seconds(const Graph& graph, const Node& node, const GemmEfficiency& gemm,
                                                   DType computes_in) const {
   const DeviceSpec& device = cluster_.device;
   const std::string_view op = node.op();
   if (device.efficiency.attention.empty() || (op != "attention" && op != "attention_grad")) return 0;
-  // qkv (B, T, 3, H, D). The measured rates are 16-bit kernels'; an fp32
+  // The device's attention kernel (KernelEfficiency::attention_kernel) at
+  // its measured rate. qkv (B, T, 3, H, D). The rates are 16-bit kernels'; an fp32
   // attention runs at the fp32 share of them. Beside a collective, at the
   // share of the units it leaves (the GEMM's peak fraction scaled alike).
   const Shape& qkv = graph.spec(node.inputs.front()).shape;
   const double T = static_cast<double>(qkv[1]), D = static_cast<double>(qkv[4]);
   const bool causal = node.attrs.get_int("causal", 1) != 0;
-  const double rate = attention_rate(device.efficiency.attention, D, T, causal) * device.flops(computes_in) /
-                      device.flops(DType::bf16) * gemm.peak_fraction / device.efficiency.gemm.peak_fraction;
+  const double measured = attention_rate(device.efficiency.attention, device.efficiency.attention_kernel, D, T, causal);
+  if (measured <= 0) return 0;  // no point of this kernel and mask: costed as a GEMM
+  const double rate = measured * device.flops(computes_in) / device.flops(DType::bf16) * gemm.peak_fraction /
+                      device.efficiency.gemm.peak_fraction;
   const double forward = flash_attention_forward_flops(static_cast<double>(qkv[0] * qkv[3]), T, D, causal);
   return (op == "attention" ? forward : 2.5 * forward) / rate;
 }
@@ -110,8 +113,25 @@ double RooflineEstimator::memory_seconds(double bytes) const {
   return std::max(cluster_.device.efficiency.launch_seconds, bytes / achieved_memory_bandwidth(cluster_.device));
 }
 
-double RooflineEstimator::collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const {
+double RooflineEstimator::collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link,
+                                             int ranks_per_node) const {
   if (ranks <= 1) return 0;
+  comm::CostModel across = cost_model(link);
+  if (link == LinkClass::inter_node && ranks_per_node > 1) {
+    // NCCL runs a ring (channel) per NIC, each through every node's GPUs
+    // of the group in turn, so a node's NICs carry a collective in
+    // parallel and the rings' hops inside a node ride NVLink: the group
+    // moves at min(ranks a node x one NIC's rate, the node's link).
+    // Measured: all_reduce busbw 192 GB/s on DGX A100 nodes with 8 HDR
+    // NICs of 25 GB/s each (NVIDIA/nccl issue #812); 365.84 GB/s on 4
+    // HGX H100 hosts with 8 NDR NICs each (nccl-tests issue #309), the
+    // NVLink 4 figure of 370 (nccl-tests issue #212). An all-to-all's
+    // pairs cannot share NICs this way (each GPU sends through its own:
+    // nccl-tests issue #267), nor does this apply to one rank a node.
+    const double rails = std::min(static_cast<double>(ranks_per_node) * cluster_.inter_node.achieved_bandwidth(),
+                                  cluster_.intra_node.achieved_bandwidth());
+    across.transport.beta = 1 / std::max(rails, cluster_.inter_node.achieved_bandwidth());
+  }
   double best = std::numeric_limits<double>::infinity();
   for (comm::Algorithm a : comm::algorithms_for(kind)) {
     // No MPI library's own collective and no shared host memory on a GPU cluster.
@@ -119,7 +139,7 @@ double RooflineEstimator::collective_seconds(comm::Collective kind, double bytes
       continue;
     const comm::CostModel model = kind == comm::Collective::all_to_all
                                       ? link_model(cluster_.link(link), cluster_.device, true)
-                                      : cost_model(link);
+                                      : across;
     best = std::min(best, comm::predicted_seconds(model, {.collective = kind, .algorithm = a, .bytes = bytes,
                                                           .ranks = ranks}));
   }
@@ -193,7 +213,11 @@ comm::CostQuery ProfiledEstimator::runtime_query(comm::Collective kind, double b
   return query;
 }
 
-double ProfiledEstimator::collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const {
+// `ranks_per_node` plays no part: this host's ranks share its one link to
+// another host (the namespace hosts' veth), and across_hosts_seconds
+// spreads the group over the spec's hosts itself.
+double ProfiledEstimator::collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link,
+                                             int) const {
   if (ranks <= 1) return 0;
   if (link == LinkClass::inter_node && cluster_.nodes > 1) return across_hosts_seconds(kind, bytes, ranks);
   return comm::predicted_seconds(measured_, runtime_query(kind, bytes, ranks, options_.link_gbps <= 0));
@@ -232,7 +256,7 @@ double FakeEstimator::compute_seconds(const Graph&, const Node& node) const {
   return it == per_op.end() ? per_node : it->second;
 }
 
-double FakeEstimator::collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass) const {
+double FakeEstimator::collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass, int) const {
   if (ranks <= 1) return 0;
   const comm::CostTerms ring =
       comm::cost_terms({.collective = kind, .algorithm = comm::Algorithm::ring, .bytes = bytes, .ranks = ranks});

@@ -40,8 +40,11 @@ class CostEstimator {
   // 3 to encode, 2 per payload); the profiled estimator's are measured.
   virtual double codec_seconds(comm::compression::Method method, double elements, int ranks) const;
   // A collective of `bytes` (the whole buffer, as comm's CostQuery counts
-  // it) over `ranks` ranks talking over `link`.
-  virtual double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const = 0;
+  // it) over `ranks` ranks talking over `link`, `ranks_per_node` of them
+  // on each node it spans (ClusterSpec::fewest_ranks_on_a_node; 1 when
+  // every member is on a node of its own).
+  virtual double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link,
+                                    int ranks_per_node) const = 0;
   // One point-to-point message.
   virtual double transfer_seconds(double bytes, LinkClass link) const = 0;
 };
@@ -74,7 +77,8 @@ class RooflineEstimator : public CostEstimator {
   double compute_seconds(const Graph& graph, const Node& node) const override;
   double compute_seconds_beside_collective(const Graph& graph, const Node& node) const override;
   double memory_seconds(double bytes) const override;
-  double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const override;
+  double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link,
+                            int ranks_per_node) const override;
   double transfer_seconds(double bytes, LinkClass link) const override;
   // The link's cost model (what collective_seconds uses).
   const comm::CostModel& cost_model(LinkClass link) const;
@@ -82,9 +86,9 @@ class RooflineEstimator : public CostEstimator {
 
  private:
   double compute_seconds(const Graph& graph, const Node& node, const GemmEfficiency& gemm) const;
-  // An attention node at the device's measured fused-attention rate
+  // An attention node at the device's measured attention rate
   // (KernelEfficiency::attention); 0 for other nodes or without rates.
-  double fused_attention_seconds(const Graph& graph, const Node& node, const GemmEfficiency& gemm,
+  double measured_attention_seconds(const Graph& graph, const Node& node, const GemmEfficiency& gemm,
                                  DType computes_in) const;
 
   ClusterSpec cluster_;
@@ -120,7 +124,8 @@ class ProfiledEstimator : public CostEstimator {
   double memory_seconds(double bytes) const override;
   double update_seconds(double bytes) const override;
   double codec_seconds(comm::compression::Method method, double elements, int ranks) const override;
-  double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const override;
+  double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link,
+                            int ranks_per_node) const override;
   double transfer_seconds(double bytes, LinkClass link) const override;
 
  private:
@@ -154,7 +159,8 @@ struct FakeEstimator : CostEstimator {
   double alpha = 0, beta = 0;
   double compute_seconds(const Graph& graph, const Node& node) const override;
   double memory_seconds(double bytes) const override { return bytes * per_byte; }
-  double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link) const override;
+  double collective_seconds(comm::Collective kind, double bytes, int ranks, LinkClass link,
+                            int ranks_per_node) const override;
   double transfer_seconds(double bytes, LinkClass) const override { return alpha + bytes * beta; }
 };
 

@@ -68,20 +68,20 @@ Placement gradient_of(Placement p) {
 // tp ranks. A gradient may stay partial (it is summed where it is read
 // whole), so nothing makes one partial.
 double reshard_seconds(const CostEstimator& estimator, Placement from, Placement to, double bytes, int tp,
-                       LinkClass link) {
+                       LinkClass link, int per_node) {
   if (to.is_partial()) return 0;
   const std::optional<comm::Collective> kind = parallel::collective_of(parallel::resharding(from, to));
-  return kind ? estimator.collective_seconds(*kind, bytes, tp, link) : 0.0;
+  return kind ? estimator.collective_seconds(*kind, bytes, tp, link, per_node) : 0.0;
 }
 
 }  // namespace
 
 double exchange_seconds(const CostEstimator& estimator, LayerPlacement from, LayerPlacement to, double bytes, int tp,
-                        LinkClass link) {
+                        LinkClass link, int per_node) {
   if (tp <= 1) return 0;
   const Placement given = output_of(from), taken = input_of(to);
-  return reshard_seconds(estimator, given, taken, bytes, tp, link) +
-         reshard_seconds(estimator, gradient_of(taken), gradient_of(given), bytes, tp, link);
+  return reshard_seconds(estimator, given, taken, bytes, tp, link, per_node) +
+         reshard_seconds(estimator, gradient_of(taken), gradient_of(given), bytes, tp, link, per_node);
 }
 
 }  // namespace px::plan

@@ -42,8 +42,9 @@ void seed_layer(parallel::Strategy& strategy, const parallel::SplitUnit& unit, L
 // layer's split input; its gradient from the dual of what `to` takes to
 // the dual of what `from` gives (a split gradient gathered, a partial one
 // scattered or summed; one left partial costs nothing here). Pairs take
-// and give whole activations.
+// and give whole activations. `per_node`: the tp ranks on each node the
+// group spans (CostEstimator::collective_seconds).
 double exchange_seconds(const CostEstimator& estimator, LayerPlacement from, LayerPlacement to, double bytes, int tp,
-                        LinkClass link);
+                        LinkClass link, int per_node);
 
 }  // namespace px::plan

@@ -103,20 +103,21 @@ std::vector<Candidate> search_layers(LayerSearch& search, const Deadline& deadli
     const std::vector<double> seconds = unit_seconds(table, estimator);
     const LinkClass tp_link = cluster.link_between(0, tp - 1);
     const LinkClass dp_link = cluster.link_between(0, (dp - 1) * tp);
-    auto collective = [&](comm::Collective kind, double bytes, int ranks, LinkClass link) {
-      return ranks > 1 ? estimator.collective_seconds(kind, bytes, ranks, link) : 0.0;
+    const int tp_per_node = cluster.fewest_ranks_on_a_node(tp, 1), dp_per_node = cluster.fewest_ranks_on_a_node(dp, tp);
+    auto collective = [&](comm::Collective kind, double bytes, int ranks, LinkClass link, int per_node) {
+      return ranks > 1 ? estimator.collective_seconds(kind, bytes, ranks, link, per_node) : 0.0;
     };
     auto transition = [&](LayerPlacement from, LayerPlacement to, double bytes) {
-      return exchange_seconds(estimator, from, to, bytes, tp, tp_link);
+      return exchange_seconds(estimator, from, to, bytes, tp, tp_link, tp_per_node);
     };
     auto own = [&](size_t i, LayerPlacement l) {
       const LayerUnit& layer = layers[i];
       const double share = l == LayerPlacement::replicated ? 1.0 : 1.0 / tp;
       // A split pair's row half reduces its output forward and its input's gradient backward.
       const double inside =
-          l == LayerPlacement::pair ? 2 * collective(comm::Collective::allreduce, layer.output_bytes, tp, tp_link) : 0.0;
+          l == LayerPlacement::pair ? 2 * collective(comm::Collective::allreduce, layer.output_bytes, tp, tp_link, tp_per_node) : 0.0;
       return seconds[i] * share + inside +
-             collective(comm::Collective::allreduce, 4 * layer.params * share, dp, dp_link);
+             collective(comm::Collective::allreduce, 4 * layer.params * share, dp, dp_link, dp_per_node);
     };
     const std::vector<LayerPlacement> placement = cheapest_chain(layers, own, transition, search.considered);
     if (std::all_of(placement.begin(), placement.end(), [](LayerPlacement l) { return l == LayerPlacement::replicated; }))

@@ -27,6 +27,8 @@ class Chain {
     const ClusterSpec& cluster = *request.cluster;
     tp_link_ = cluster.link_between(0, tp - 1);
     dp_link_ = cluster.link_between(0, (dp - 1) * tp);
+    tp_per_node_ = cluster.fewest_ranks_on_a_node(tp, 1);
+    dp_per_node_ = cluster.fewest_ranks_on_a_node(dp, tp);
   }
 
   const std::vector<LayerUnit>& units() const { return table_.units; }
@@ -38,22 +40,23 @@ class Chain {
     for (int n : unit.forward) t.forward += share * seconds(n);
     for (int n : unit.backward) t.backward += share * seconds(n);
     if (l == LayerPlacement::pair) {
-      const double reduce = collective(comm::Collective::allreduce, unit.output_bytes, tp_, tp_link_);
+      const double reduce = collective(comm::Collective::allreduce, unit.output_bytes, tp_, tp_link_, tp_per_node_);
       t.forward += reduce;
       t.backward += reduce;
     }
-    t.sync = collective(comm::Collective::allreduce, 4 * unit.params * share, dp_, dp_link_);
+    t.sync = collective(comm::Collective::allreduce, 4 * unit.params * share, dp_, dp_link_, dp_per_node_);
     return t;
   }
 
   // Between unit u-1 (placed `from`) and unit u (placed `to`), forward and backward.
   double exchange(size_t u, LayerPlacement from, LayerPlacement to) const {
-    return u == 0 ? 0.0 : exchange_seconds(estimator_, from, to, table_.units[u].input_bytes, tp_, tp_link_);
+    return u == 0 ? 0.0
+                  : exchange_seconds(estimator_, from, to, table_.units[u].input_bytes, tp_, tp_link_, tp_per_node_);
   }
   // After the last unit: the loss reads its output whole.
   double exit(LayerPlacement last) const {
     return exchange_seconds(estimator_, last, LayerPlacement::replicated, table_.units.back().output_bytes, tp_,
-                            tp_link_);
+                            tp_link_, tp_per_node_);
   }
 
   // The nodes no unit owns, re-timed (a full simulation does this every time).
@@ -63,7 +66,7 @@ class Chain {
     for (int n : table_.rest_backward) b += seconds(n);
     return {f, b};
   }
-  double rest_sync() const { return collective(comm::Collective::allreduce, 4 * table_.rest_params, dp_, dp_link_); }
+  double rest_sync() const { return collective(comm::Collective::allreduce, 4 * table_.rest_params, dp_, dp_link_, dp_per_node_); }
 
   // The step on one rank: forward, then backward unit by unit from the
   // last, each unit's gradient reduced on the communication stream once
@@ -85,14 +88,15 @@ class Chain {
 
  private:
   double seconds(int node) const { return estimator_.compute_seconds(graph_, graph_.nodes()[static_cast<size_t>(node)]); }
-  double collective(comm::Collective kind, double bytes, int ranks, LinkClass link) const {
-    return ranks > 1 ? estimator_.collective_seconds(kind, bytes, ranks, link) : 0.0;
+  double collective(comm::Collective kind, double bytes, int ranks, LinkClass link, int per_node) const {
+    return ranks > 1 ? estimator_.collective_seconds(kind, bytes, ranks, link, per_node) : 0.0;
   }
   const CostEstimator& estimator_;
   const UnitTable& table_;
   const Graph& graph_;
   int dp_, tp_;
   LinkClass tp_link_ = LinkClass::intra_node, dp_link_ = LinkClass::intra_node;
+  int tp_per_node_ = 1, dp_per_node_ = 1;  // ClusterSpec::fewest_ranks_on_a_node
 };
 
 std::string describe_placements(int dp, int tp, const std::vector<LayerUnit>& units,

@@ -25,18 +25,26 @@ struct Mamf {
 constexpr Mamf kA100Mamf{.flops = 267.9e12, .m = 6912, .n = 16384};  // CUDA 12.1, 6912x2048x16384
 constexpr Mamf kH100Mamf{.flops = 792.1e12, .m = 6144, .n = 17920};  // CUDA 12.1, 6144x2816x17920
 
-// Fused attention, forward + backward, bf16: FlashAttention-2's benchmark
-// on an A100 80GB SXM4 and an H100 80GB SXM5 (Dao-AILab/flash-attention,
+// Attention, forward + backward, 16-bit: FlashAttention's benchmark on an
+// A100 80GB SXM4 and an H100 80GB SXM5 (Dao-AILab/flash-attention,
 // assets/flash2_a100_fwd_bwd_benchmark.png and
-// flash2_h100_fwd_bwd_benchmark.png, the README's figures; bar labels in
-// TFLOP/s at sequence 512 to 16k, batch x sequence = 16k tokens, 2048
-// wide, in the benchmark's accounting: plan/efficiency.h AttentionRate).
-// Labels the legend hides (A100 without the mask at 1k, and at 512 for
-// head dimension 128) are left out. A run on another kernel (cuDNN's,
-// FlashAttention-3) is faster on H100: these are FlashAttention-2's rates,
-// the kernel llm-foundry's and most PyTorch runs use.
+// flash2_h100_fwd_bwd_benchmark.png, the README's figures, at 0251105a;
+// benchmarks/benchmark_flash_attention.py: batch x sequence = 16k tokens,
+// 2048 wide, its FLOP accounting is plan/efficiency.h AttentionRate's).
+// Bar labels in TFLOP/s at sequence 512 to 16k for two kernels:
+//   flash     FlashAttention-2, the kernel llm-foundry's and most PyTorch
+//             runs use (cuDNN's and FlashAttention-3 are faster on H100).
+//             Labels the legend hides (A100 without the mask at 1k, and
+//             at 512 for head dimension 128) are left out.
+//   standard  the benchmark's "Pytorch": the T x T scores written, then
+//             the mask, softmax and dropout passes over them apart, as
+//             Megatron-LM ran attention before fused kernels (its 2021-22
+//             runs, BLOOM's Megatron-DeepSpeed). At 16k it ran out of
+//             memory: clamped at 8k.
+// The preset runs flash; simulate and plan take --attention-kernel.
 constexpr int64_t kSeqs[] = {512, 1024, 2048, 4096, 8192, 16384};
 struct AttentionRow {
+  const char* kernel;
   int64_t head_dim;
   bool causal;
   double tflops[6];  // at kSeqs; 0: not read
@@ -46,20 +54,29 @@ std::vector<AttentionRate> attention_rates(std::initializer_list<AttentionRow> r
   for (const AttentionRow& row : rows)
     for (int i = 0; i < 6; ++i)
       if (row.tflops[i] > 0)
-        out.push_back({.head_dim = row.head_dim, .seq = kSeqs[i], .causal = row.causal, .flops = row.tflops[i] * 1e12});
+        out.push_back({.kernel = row.kernel, .head_dim = row.head_dim, .seq = kSeqs[i], .causal = row.causal,
+                       .flops = row.tflops[i] * 1e12});
   return out;
 }
-const std::vector<AttentionRate> kA100FlashAttention2 = attention_rates({
-    {64, true, {88, 119, 140, 156, 165, 171}},
-    {128, true, {99, 133, 155, 173, 182, 189}},
-    {64, false, {132, 0, 162, 171, 175, 176}},
-    {128, false, {0, 0, 187, 196, 201, 203}},
+const std::vector<AttentionRate> kA100Attention = attention_rates({
+    {"flash", 64, true, {88, 119, 140, 156, 165, 171}},
+    {"flash", 128, true, {99, 133, 155, 173, 182, 189}},
+    {"flash", 64, false, {132, 0, 162, 171, 175, 176}},
+    {"flash", 128, false, {0, 0, 187, 196, 201, 203}},
+    {"standard", 64, true, {15, 16, 17, 18, 18, 0}},
+    {"standard", 128, true, {23, 28, 32, 32, 34, 0}},
+    {"standard", 64, false, {36, 40, 43, 45, 46, 0}},
+    {"standard", 128, false, {53, 67, 76, 79, 86, 0}},
 });
-const std::vector<AttentionRate> kH100FlashAttention2 = attention_rates({
-    {64, true, {141, 192, 232, 257, 273, 284}},
-    {128, true, {163, 221, 265, 294, 308, 328}},
-    {64, false, {215, 254, 274, 288, 294, 296}},
-    {128, false, {248, 294, 320, 326, 335, 338}},
+const std::vector<AttentionRate> kH100Attention = attention_rates({
+    {"flash", 64, true, {141, 192, 232, 257, 273, 284}},
+    {"flash", 128, true, {163, 221, 265, 294, 308, 328}},
+    {"flash", 64, false, {215, 254, 274, 288, 294, 296}},
+    {"flash", 128, false, {248, 294, 320, 326, 335, 338}},
+    {"standard", 64, true, {26, 29, 31, 32, 32, 0}},
+    {"standard", 128, true, {40, 50, 57, 61, 63, 0}},
+    {"standard", 64, false, {62, 72, 81, 86, 87, 0}},
+    {"standard", 128, false, {93, 120, 145, 160, 167, 0}},
 });
 
 // Sustained HBM bandwidth over the datasheet's: STREAM-class copy and triad
@@ -126,7 +143,7 @@ ClusterSpec dgx_a100() {
                      .memory_bytes = 80e9,
                      .memory_bandwidth = 2039e9,
                      .efficiency = {.gemm = gemm,
-                                    .attention = kA100FlashAttention2,
+                                    .attention = kA100Attention,
                                     .memory_fraction = kHbmFraction,
                                     .launch_seconds = kLaunchSeconds,
                                     .collective_units = kNcclUnits}},
@@ -154,7 +171,7 @@ ClusterSpec dgx_h100() {
                      .memory_bytes = 80e9,
                      .memory_bandwidth = 3350e9,
                      .efficiency = {.gemm = gemm,
-                                    .attention = kH100FlashAttention2,
+                                    .attention = kH100Attention,
                                     .memory_fraction = kHbmFraction,
                                     .launch_seconds = kLaunchSeconds,
                                     .collective_units = kNcclUnits}},

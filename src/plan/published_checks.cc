@@ -39,7 +39,8 @@ std::vector<CheckedRun> checked_runs(const std::string& text) {
                  .heads = j.at("heads"), .embd = j.at("embd"), .batch = j.at("batch"), .sequence = sequence,
                  .vocab = vocab, .gpus = j.at("gpus"), .tp = j.at("tp"), .pp = j.at("pp"),
                  .recompute = j.at("recompute"), .sequence_parallel = j.value("sequence_parallel", false),
-                 .overlap = j.value("overlap", true)};
+                 .overlap = j.value("overlap", true),
+                 .attention_kernel = j.value("attention_kernel", json.value("attention_kernel", std::string("flash")))};
     const nlohmann::json& p = j.at("published");
     r.published_seconds = p.contains("iteration_seconds")
                               ? p.at("iteration_seconds").get<double>()

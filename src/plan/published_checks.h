@@ -20,6 +20,7 @@ struct CheckedRun {
   std::string recompute = "full";
   bool sequence_parallel = false;
   bool overlap = true;  // gradient reduction overlapped with backward
+  std::string attention_kernel = "flash";  // the run's attention, as simulate's --attention-kernel
   double published_seconds = 0;  // the source's iteration time, or its teraFLOP/s by Narayanan et al.'s count
   double predicted_seconds = 0;  // the simulator's, when last scored (0: never)
   double parameters() const;     // the GPT-2 block's count (nn::parameter_count)

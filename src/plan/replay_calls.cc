@@ -14,13 +14,13 @@ namespace {
 // estimator's codec_seconds; PowerSGD's instead two (rows x cols) x r
 // products and an orthogonalization, at the memory's pace.
 double compressed_allreduce_seconds(const CostEstimator& estimator, const CollectiveCall& call, int p,
-                                    LinkClass link) {
+                                    LinkClass link, int per_node) {
   using comm::compression::Method;
   const double n = call.bytes / 4;
   double seconds = 0;
   for (const comm::compression::CodecStep& step : comm::compression::codec_recipe(
            call.codec, n, static_cast<int64_t>(call.rows), static_cast<int64_t>(call.cols), p))
-    seconds += estimator.collective_seconds(step.collective, step.bytes, p, link);
+    seconds += estimator.collective_seconds(step.collective, step.bytes, p, link, per_node);
   if (call.codec.method == Method::powersgd) {
     const double small = 4 * call.codec.rank * (call.rows + call.cols);
     return seconds + estimator.memory_seconds(2 * 4 * n) + estimator.memory_seconds(3 * small);
@@ -30,7 +30,7 @@ double compressed_allreduce_seconds(const CostEstimator& estimator, const Collec
 
 }  // namespace
 
-double slice_seconds(const CostEstimator& estimator, const CollectiveCall& call, int p, LinkClass link) {
+double slice_seconds(const CostEstimator& estimator, const CollectiveCall& call, int p, LinkClass link, int per_node) {
   // In an agreement round the engine's ranks announce their jobs to each
   // other (comm/engine/agreement.h): one small message to every peer at once.
   const double rounds_per_slice = static_cast<double>(call.announcement_rounds) / call.slices;
@@ -38,8 +38,8 @@ double slice_seconds(const CostEstimator& estimator, const CollectiveCall& call,
       call.announcement_rounds > 0
           ? rounds_per_slice * estimator.transfer_seconds(static_cast<double>(sizeof(comm::Announcement)), link)
           : 0;
-  if (call.codec.lossy()) return agreement + compressed_allreduce_seconds(estimator, call, p, link);
-  return agreement + estimator.collective_seconds(call.kind, call.bytes / call.slices, p, link);
+  if (call.codec.lossy()) return agreement + compressed_allreduce_seconds(estimator, call, p, link, per_node);
+  return agreement + estimator.collective_seconds(call.kind, call.bytes / call.slices, p, link, per_node);
 }
 
 double throttle_wait(const DeviceSpec& device, int ranks) {

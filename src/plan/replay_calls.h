@@ -35,10 +35,11 @@ struct CollectiveCall {
   int announcement_rounds = 0;
 };
 
-// The time of one of `call`'s slices over a group of p ranks on `link`:
-// its share of the agreement rounds (call.announcement_rounds) and the
-// collective (a compressed allreduce by its codec's recipe).
-double slice_seconds(const CostEstimator& estimator, const CollectiveCall& call, int p, LinkClass link);
+// The time of one of `call`'s slices over a group of p ranks on `link`,
+// `per_node` of them on each node it spans: its share of the agreement
+// rounds (call.announcement_rounds) and the collective (a compressed
+// allreduce by its codec's recipe).
+double slice_seconds(const CostEstimator& estimator, const CollectiveCall& call, int p, LinkClass link, int per_node);
 
 // The expected wait of one message step at a node under a CPU quota
 // (`device.quota`, shared by its `ranks` ranks of one thread each), 0

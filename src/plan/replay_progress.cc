@@ -25,7 +25,8 @@ std::optional<double> Replay::join(int rank, size_t pos, int slice, double ready
 void Replay::complete(const CollectiveCall& call, Rendezvous& rv) {
   const LinkClass link = link_of(call.group->ranks);
   const int p = static_cast<int>(call.group->ranks.size());
-  double seconds = slice_seconds(estimator_, call, p, link);
+  const int per_node = cluster_.fewest_ranks_on_a_node(call.group->ranks);
+  double seconds = slice_seconds(estimator_, call, p, link, per_node);
   // Members on nodes under a CPU quota answer each message step late.
   double throttled = 0;
   for (const int m : call.group->ranks)
@@ -34,8 +35,8 @@ void Replay::complete(const CollectiveCall& call, Rendezvous& rv) {
   const auto& [first_member, first_pos] = *rv.posted.begin();
   const RankState& first = state_[static_cast<size_t>(first_member)];
   if (!call.codec.lossy() && first.step_of(static_cast<size_t>(first_pos)) == first.steps - 1)
-    consider_collective(out_.assumed, estimator_, call.kind, call.bytes / call.slices, p, link,
-                        cluster_.link(link).bandwidth);
+    consider_collective(out_.assumed, estimator_, call.kind, call.bytes / call.slices, p, link, per_node,
+                        cluster_.line_rate(link, per_node));
   double begin = rv.ready;
   for (const auto& [member, pos] : rv.posted) begin = std::max(begin, free_from(member, link));
   rv.finish = begin + seconds;

@@ -39,6 +39,7 @@ class StageModel {
       : request_(request), estimator_(estimator), c_(costs), l_(layout), schedule_(schedule) {
     const ClusterSpec& cluster = *request.cluster;
     dp_link_ = cluster.link_between(0, (l_.dp - 1) * l_.tp);
+    dp_per_node_ = cluster.fewest_ranks_on_a_node(l_.dp, l_.tp);
     pp_link_ = cluster.link_between(0, l_.dp * l_.tp);
     ends_link_ = cluster.link_between(0, (l_.stages - 1) * l_.dp * l_.tp);
     // Bytes a parameter element costs its rank (the memory ledger's state
@@ -68,7 +69,7 @@ class StageModel {
   // A reduction of a stage's gradients, bucket by bucket (each pays its latency).
   double reduction_seconds(comm::Collective kind, double bytes) const {
     const double buckets = std::max(1.0, std::ceil(bytes / static_cast<double>(parallel::kDefaultBucketBytes)));
-    return buckets * estimator_.collective_seconds(kind, bytes / buckets, l_.dp, dp_link_);
+    return buckets * estimator_.collective_seconds(kind, bytes / buckets, l_.dp, dp_link_, dp_per_node_);
   }
   // The collective the resharding rule runs along dp to take a stage's
   // `bytes` from `from` to `to`, bucket by bucket (0: none, or a slice).
@@ -152,7 +153,7 @@ class StageModel {
                         estimator_.transfer_seconds(c_.boundary_gradient, pp_link_));
       // The tied parameters' gradient summed between the first and the last stage, at the step's end.
       if (c_.shared_params > 0)
-        pipeline += estimator_.collective_seconds(comm::Collective::allreduce, 4 * c_.shared_params, 2, ends_link_);
+        pipeline += estimator_.collective_seconds(comm::Collective::allreduce, 4 * c_.shared_params, 2, ends_link_, 1);
     } else {
       pipeline *= l_.micro_batches;
     }
@@ -248,6 +249,7 @@ class StageModel {
   Layout l_;
   const parallel::PipelineSchedule& schedule_;
   LinkClass dp_link_ = LinkClass::intra_node, pp_link_ = LinkClass::intra_node, ends_link_ = LinkClass::intra_node;
+  int dp_per_node_ = 1;  // ClusterSpec::fewest_ranks_on_a_node of the data-parallel group
   double per_param_ = 0, capacity_ = 0;
   std::vector<double> speed_;  // each stage's slowest rank's, over the reference device's
 };

@@ -238,8 +238,8 @@ TEST(ProfiledEstimator, SlowsKernelsByContentionAndLimitsTheLink) {
   EXPECT_DOUBLE_EQ(three.compute_seconds(m.g, *m.large), t * (memory_bound ? 1.8 : 1.5));
   // A 1 Gb/s link: a 1 MB ring allreduce over 2 ranks sends 1 MB, at least 8 ms.
   const ProfiledEstimator limited(cluster, {.ranks = 2, .link_gbps = 1});
-  const double unlimited = alone.collective_seconds(comm::Collective::allreduce, 1e6, 2, LinkClass::intra_node);
-  const double slow = limited.collective_seconds(comm::Collective::allreduce, 1e6, 2, LinkClass::intra_node);
+  const double unlimited = alone.collective_seconds(comm::Collective::allreduce, 1e6, 2, LinkClass::intra_node, 1);
+  const double slow = limited.collective_seconds(comm::Collective::allreduce, 1e6, 2, LinkClass::intra_node, 1);
   EXPECT_GT(slow, 8e-3);
   EXPECT_LT(unlimited, 2e-3);
   EXPECT_NEAR(limited.transfer_seconds(1e6, LinkClass::intra_node), p.comm.transport.alpha + 8e-3, 1e-9);
@@ -262,20 +262,20 @@ TEST(ProfiledEstimator, GroupsAcrossHostsPayTheLinkBetweenThem) {
   EXPECT_LT(estimator.transfer_seconds(1e6, LinkClass::intra_node), 1e-3);
   // Allreduce over the 4 ranks: hierarchical (the runtime's pick), whose
   // leaders' ring of 2 sends n between the hosts: at least 8 ms for 1 MB.
-  const double across = estimator.collective_seconds(Collective::allreduce, 1e6, 4, LinkClass::inter_node);
+  const double across = estimator.collective_seconds(Collective::allreduce, 1e6, 4, LinkClass::inter_node, 1);
   EXPECT_GT(across, 8e-3);
   EXPECT_LT(across, 9e-3);
   // A ring reduce-scatter paces at its slowest hop: 3 steps of n/4 (and
   // the reductions, a few percent here).
   const double ring = 3 * (20e-6 + 0.25e6 / 125e6);
-  EXPECT_NEAR(estimator.collective_seconds(Collective::reduce_scatter, 1e6, 4, LinkClass::inter_node), ring,
+  EXPECT_NEAR(estimator.collective_seconds(Collective::reduce_scatter, 1e6, 4, LinkClass::inter_node, 1), ring,
               0.05 * ring);
-  EXPECT_LT(estimator.collective_seconds(Collective::allreduce, 1e6, 2, LinkClass::intra_node), 1e-3);
+  EXPECT_LT(estimator.collective_seconds(Collective::allreduce, 1e6, 2, LinkClass::intra_node, 1), 1e-3);
   // One host (the in-process spec): both classes are the host's transport.
   const ClusterSpec one = local_cluster_spec(p, "cpu", 1e10);
   const ProfiledEstimator local(one, {.ranks = 4});
-  EXPECT_DOUBLE_EQ(local.collective_seconds(Collective::allreduce, 1e6, 4, LinkClass::inter_node),
-                   local.collective_seconds(Collective::allreduce, 1e6, 4, LinkClass::intra_node));
+  EXPECT_DOUBLE_EQ(local.collective_seconds(Collective::allreduce, 1e6, 4, LinkClass::inter_node, 1),
+                   local.collective_seconds(Collective::allreduce, 1e6, 4, LinkClass::intra_node, 1));
 }
 
 TEST(Calibration, TimesEachDistinctKernelOnceAndPredictsFromThem) {

@@ -60,7 +60,8 @@ double predicted_seconds(const CheckedRun& r) {
       parallel::compose(request, {.graph = &model.graph, .batch_inputs = batch_input_names(model), .ranks = r.gpus});
   const std::vector<parallel::Program> programs =
       lower_representatives({.forward = &model.graph, .loss = model.loss}, s);
-  const ClusterSpec cluster = cluster_named(fmt::format("{}:{}", r.preset, (r.gpus + 7) / 8));
+  const ClusterSpec cluster =
+      with_attention_kernel(cluster_named(fmt::format("{}:{}", r.preset, (r.gpus + 7) / 8)), r.attention_kernel);
   const RooflineEstimator estimator(cluster);
   return simulate({.programs = &programs, .cluster = &cluster, .estimator = &estimator,
                    .execution = {.overlap = r.overlap}})

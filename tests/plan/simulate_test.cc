@@ -33,7 +33,7 @@ struct StageTimes : CostEstimator {
   std::map<const Node*, double> cost;
   double compute_seconds(const Graph&, const Node& node) const override { return cost.at(&node); }
   double memory_seconds(double) const override { return 0; }
-  double collective_seconds(comm::Collective, double, int, LinkClass) const override { return 0; }
+  double collective_seconds(comm::Collective, double, int, LinkClass, int) const override { return 0; }
   double transfer_seconds(double, LinkClass) const override { return 0; }
 };
 
@@ -224,13 +224,13 @@ TEST(Simulate, AGemmBesideACollectiveRunsOnFewerUnits) {
 TEST(Simulate, AttentionRunsAtTheMeasuredFusedRate) {
   const ClusterSpec a100 = cluster_named("dgx-a100");
   const std::vector<AttentionRate>& rates = a100.device.efficiency.attention;
-  EXPECT_DOUBLE_EQ(attention_rate(rates, 128, 2048, true), 155e12);
-  EXPECT_DOUBLE_EQ(attention_rate(rates, 64, 4096, true), 156e12);
-  EXPECT_DOUBLE_EQ(attention_rate(rates, 96, 2048, true), (140e12 + 155e12) / 2);
-  EXPECT_NEAR(attention_rate(rates, 128, std::sqrt(2048.0 * 4096.0), true), (155e12 + 173e12) / 2, 1e3);
-  EXPECT_DOUBLE_EQ(attention_rate(rates, 256, 65536, true), 189e12);  // clamped at 128 and 16k
-  EXPECT_DOUBLE_EQ(attention_rate(rates, 32, 128, true), 88e12);
-  EXPECT_EQ(attention_rate({}, 128, 2048, true), 0);
+  EXPECT_DOUBLE_EQ(attention_rate(rates, "flash", 128, 2048, true), 155e12);
+  EXPECT_DOUBLE_EQ(attention_rate(rates, "flash", 64, 4096, true), 156e12);
+  EXPECT_DOUBLE_EQ(attention_rate(rates, "flash", 96, 2048, true), (140e12 + 155e12) / 2);
+  EXPECT_NEAR(attention_rate(rates, "flash", 128, std::sqrt(2048.0 * 4096.0), true), (155e12 + 173e12) / 2, 1e3);
+  EXPECT_DOUBLE_EQ(attention_rate(rates, "flash", 256, 65536, true), 189e12);  // clamped at 128 and 16k
+  EXPECT_DOUBLE_EQ(attention_rate(rates, "flash", 32, 128, true), 88e12);
+  EXPECT_EQ(attention_rate({}, "flash", 128, 2048, true), 0);
 
   // GPT-2's attention at head dimension 64, T = 1024, bf16: 4·B·H·T²·D / 2
   // forward FLOPs at 119 TFLOP/s, and 2.5x that backward.
@@ -289,7 +289,39 @@ TEST(RooflineEstimator, RingAllreduceIsTheAlphaBetaGammaFormula) {
                                        .bytes = n, .ranks = 8}),
               expected, expected * 1e-12);
   // The cheapest algorithm is never slower than the ring.
-  EXPECT_LE(roofline.collective_seconds(comm::Collective::allreduce, n, 8, LinkClass::inter_node), expected * (1 + 1e-12));
+  EXPECT_LE(roofline.collective_seconds(comm::Collective::allreduce, n, 8, LinkClass::inter_node, 1),
+            expected * (1 + 1e-12));
+}
+
+// Across nodes, a group with k ranks on each node drives k NICs at once,
+// up to the node's own link (NCCL's rings, one a NIC): on dgx-a100, 8 ranks
+// a node move 8 x 24 = 192 GB/s, the busbw nccl#812 measured; on dgx-h100
+// 8 x 48 = 384 is capped at NVLink 4's 370. One rank a node is the NIC's
+// rate, and an all-to-all stays at it whatever the ranks a node.
+TEST(RooflineEstimator, ACollectiveAcrossNodesDrivesANicPerRankOfANode) {
+  using comm::Collective;
+  for (const char* name : {"dgx-a100:4", "dgx-h100:4"}) {
+    const ClusterSpec cluster = cluster_named(name);
+    const RooflineEstimator roofline(cluster);
+    const double n = 4e10;  // an allgather (no reduction's memory passes), large: its bandwidth term dominates
+    const double nic = roofline.collective_seconds(Collective::allgather, n, 32, LinkClass::inter_node, 1);
+    const double rails = roofline.collective_seconds(Collective::allgather, n, 32, LinkClass::inter_node, 8);
+    const double nic_rate = cluster.inter_node.achieved_bandwidth();
+    const double node_rate = std::min(8 * nic_rate, cluster.intra_node.achieved_bandwidth());
+    EXPECT_NEAR(nic / rails, node_rate / nic_rate, 0.01 * node_rate / nic_rate) << name;
+    EXPECT_DOUBLE_EQ(roofline.collective_seconds(Collective::all_to_all, n, 32, LinkClass::inter_node, 8),
+                     roofline.collective_seconds(Collective::all_to_all, n, 32, LinkClass::inter_node, 1))
+        << name;
+    EXPECT_EQ(cluster.line_rate(LinkClass::inter_node, 8), std::min(8 * cluster.inter_node.bandwidth,
+                                                                     cluster.intra_node.bandwidth));
+  }
+  EXPECT_NEAR(std::min(8 * cluster_named("dgx-a100").inter_node.achieved_bandwidth(),
+                       cluster_named("dgx-a100").intra_node.achieved_bandwidth()),
+              192e9, 1e6);
+  const ClusterSpec four = cluster_named("dgx-h100:4");
+  EXPECT_EQ(four.fewest_ranks_on_a_node(32, 1), 8);   // a data-parallel group of every rank
+  EXPECT_EQ(four.fewest_ranks_on_a_node(4, 8), 1);    // one rank a node (tp = 8)
+  EXPECT_EQ(four.fewest_ranks_on_a_node({0, 1, 8, 9, 10}), 2);
 }
 
 // bf16 mixed precision, one value from the strategy to the Program: a
