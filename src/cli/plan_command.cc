@@ -12,7 +12,9 @@
 #include "cli/local_cluster.h"
 #include "cli/precision_choice.h"
 #include "cli/train_flags.h"
+#include "nn/gpt.h"
 #include "parallel/strategy.h"
+#include "plan/published_checks.h"
 #include "plan/search.h"
 #include "plan/speed_split.h"
 #include "core/atomic_file.h"
@@ -107,8 +109,9 @@ std::string why_chosen(const plan::PlanResult& result, const plan::Candidate& be
   return why;
 }
 
+// `checked`: the published runs nearest the choice's shape (plan/published_checks.h), or null.
 nlohmann::json explain_json(const plan::PlanResult& result, const plan::Candidate& best, const std::string& why,
-                            const std::string& cluster, int ranks) {
+                            const std::string& cluster, int ranks, const nlohmann::json& checked) {
   auto candidate = [](const plan::Candidate& c) {
     return nlohmann::json{{"description", c.description},
                           {"step_s", c.step_seconds},
@@ -126,7 +129,7 @@ nlohmann::json explain_json(const plan::PlanResult& result, const plan::Candidat
           {"seconds", result.seconds}, {"considered", result.considered}, {"evaluated", result.evaluated},
           {"budget_s", result.budget_seconds}, {"cut", result.budget_exhausted}, {"coverage", result.coverage()},
           {"chosen", chosen},       {"why", why},               {"ranked", ranked},
-          {"rejected", rejected}};
+          {"rejected", rejected},   {"checked_runs", checked}};
 }
 
 }  // namespace
@@ -277,8 +280,22 @@ void add_plan_command(CLI::App& app) {
     const std::string why = why_chosen(result, best);
     std::cout << fmt::format("chose {}: {} a step, {} a device\n  why: {}\n", best.description,
                              seconds_text(best.step_seconds), bytes_text(best.peak_bytes), why);
+    // On a GPU preset, a GPT: how far off the simulator was on the published runs nearest the choice.
+    nlohmann::json checked;
+    if (!cluster.profile && o.model.kind == "gpt") {
+      const parallel::Strategy& s = best.strategy;
+      const std::vector<plan::CheckedRun> nearest = plan::nearest_checked_runs(
+          {.gpus = ranks,
+           .tp = ranks / (s.pipeline_ranks() * s.row_ranks() * s.context_ranks()),
+           .pp = s.pipeline_ranks(),
+           .parameters = static_cast<double>(nn::parameter_count(o.model.gpt)),
+           .preset = cluster.name});
+      checked = plan::checked_json(nearest);
+      std::cout << "checked against published runs of similar shape (docs/planner.md):\n"
+                << plan::describe_checked(nearest);
+    }
     if (!pf->explain.empty()) {
-      write_file_atomically(pf->explain, explain_json(result, best, why, pf->cluster, ranks).dump(1) + "\n");
+      write_file_atomically(pf->explain, explain_json(result, best, why, pf->cluster, ranks, checked).dump(1) + "\n");
       std::cout << fmt::format("wrote the search to '{}'\n", pf->explain);
     }
     if (!pf->out.empty()) {

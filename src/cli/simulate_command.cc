@@ -170,9 +170,10 @@ void add_simulate_command(CLI::App& app) {
                                  .tp = devices / (strategy.pipeline_ranks() * strategy.row_ranks() *
                                                   strategy.context_ranks()),
                                  .pp = strategy.pipeline_ranks(),
-                                 .parameters = static_cast<double>(model.graph.param_count())};
-      std::cout << "checked against published runs of similar shape (the development set, bench/published_runs.json; "
-                   "docs/planner.md):\n"
+                                 .parameters = static_cast<double>(model.graph.param_count()),
+                                 .preset = cluster.name};
+      std::cout << "checked against published runs of similar shape (bench/published_runs.json, the development "
+                   "set, and bench/published_heldout.json, scored once; docs/planner.md):\n"
                 << plan::describe_checked(plan::nearest_checked_runs(shape));
     }
     if (!sim_flags->trace.empty()) {

@@ -11,7 +11,9 @@
 
 namespace px::plan {
 
-extern const char* const kPublishedRunsJson;  // published_runs_data.cc, generated from bench/published_runs.json
+// published_runs_data.cc, generated from bench/published_runs.json and bench/published_heldout.json
+extern const char* const kPublishedRunsJson;
+extern const char* const kHeldOutRunsJson;
 
 namespace {
 
@@ -51,7 +53,41 @@ std::vector<CheckedRun> checked_runs(const std::string& text) {
   return runs;
 }
 
-std::vector<CheckedRun> checked_runs() { return checked_runs(kPublishedRunsJson); }
+std::vector<CheckedRun> held_out_runs(const std::string& text) {
+  const nlohmann::json json = nlohmann::json::parse(text);
+  const nlohmann::json scores = json.contains("scoring") ? json.at("scoring").at("predicted_seconds") : nlohmann::json();
+  std::vector<CheckedRun> runs;
+  for (const nlohmann::json& j : json.at("runs")) {
+    CheckedRun r{.id = j.at("id"), .set = "held-out", .preset = j.at("cluster"), .layers = j.at("layers"),
+                 .heads = j.at("heads"), .embd = j.at("embd"), .batch = j.at("batch"), .sequence = j.at("seq"),
+                 .vocab = j.at("vocab"), .gpus = j.at("gpus"), .tp = j.at("tp"), .pp = j.at("pp"),
+                 .recompute = j.at("recompute"), .sequence_parallel = j.value("sequence_parallel", false),
+                 .overlap = j.value("overlap", true)};
+    const nlohmann::json& p = j.at("published");
+    if (p.contains("iteration_seconds")) {
+      r.published_seconds = p.at("iteration_seconds").get<double>();
+    } else {
+      // The source's own count (bench/published_accuracy.sh gives both):
+      // Megatron-Core's model FLOPs, or Narayanan et al.'s with recomputation.
+      const auto B = static_cast<double>(r.batch), s = static_cast<double>(r.sequence),
+                 l = static_cast<double>(r.layers), h = static_cast<double>(r.embd), V = static_cast<double>(r.vocab),
+                 ffn = j.at("ffn").get<double>();
+      const double flops = p.at("flop_count") == "megatron_model_flops"
+                               ? 12 * B * s * l * h * h * ((1 + 1 + s / h) + ffn / h + V / (2 * l * h))
+                               : megatron_flops(r);
+      r.published_seconds = flops / (p.at("tflops_per_gpu").get<double>() * 1e12 * r.gpus);
+    }
+    if (scores.contains(r.id)) r.predicted_seconds = scores.at(r.id).get<double>();
+    runs.push_back(std::move(r));
+  }
+  return runs;
+}
+
+std::vector<CheckedRun> checked_runs() {
+  std::vector<CheckedRun> runs = checked_runs(kPublishedRunsJson);
+  for (CheckedRun& r : held_out_runs(kHeldOutRunsJson)) runs.push_back(std::move(r));
+  return runs;
+}
 
 std::vector<CheckedRun> nearest_checked_runs(const RunShape& shape, size_t count) {
   PX_CHECK(shape.gpus >= 1 && shape.tp >= 1 && shape.pp >= 1 && shape.parameters > 0, "a run shape of {} GPUs",
@@ -60,7 +96,8 @@ std::vector<CheckedRun> nearest_checked_runs(const RunShape& shape, size_t count
     return std::abs(std::log(static_cast<double>(r.gpus) / shape.gpus)) +
            std::abs(std::log(static_cast<double>(r.tp) / shape.tp)) +
            std::abs(std::log(static_cast<double>(r.pp) / shape.pp)) +
-           std::abs(std::log(r.parameters() / shape.parameters));
+           std::abs(std::log(r.parameters() / shape.parameters)) +
+           (shape.preset.empty() || r.preset == shape.preset ? 0.0 : 1.0);
   };
   std::vector<CheckedRun> runs;
   for (CheckedRun& r : checked_runs())
@@ -74,11 +111,27 @@ std::vector<CheckedRun> nearest_checked_runs(const RunShape& shape, size_t count
 std::string describe_checked(const std::vector<CheckedRun>& runs) {
   std::string s;
   for (const CheckedRun& r : runs)
-    s += fmt::format("  {}: {} GPUs, tp {} pp {}, {:.1f}B parameters on {}: predicted {:.2f} s, published {:.2f} s "
-                     "({:+.1f}%)\n",
-                     r.id, r.gpus, r.tp, r.pp, r.parameters() / 1e9, r.preset, r.predicted_seconds,
+    s += fmt::format("  {} ({}): {} GPUs, tp {} pp {}, {:.1f}B parameters on {}: predicted {:.2f} s, published "
+                     "{:.2f} s ({:+.1f}%)\n",
+                     r.id, r.set, r.gpus, r.tp, r.pp, r.parameters() / 1e9, r.preset, r.predicted_seconds,
                      r.published_seconds, 100 * r.error());
   return s;
+}
+
+nlohmann::json checked_json(const std::vector<CheckedRun>& runs) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const CheckedRun& r : runs)
+    out.push_back({{"id", r.id},
+                   {"set", r.set},
+                   {"preset", r.preset},
+                   {"gpus", r.gpus},
+                   {"tp", r.tp},
+                   {"pp", r.pp},
+                   {"parameters", r.parameters()},
+                   {"predicted_s", r.predicted_seconds},
+                   {"published_s", r.published_seconds},
+                   {"error", r.error()}});
+  return out;
 }
 
 }  // namespace px::plan

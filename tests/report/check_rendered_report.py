@@ -82,6 +82,7 @@ class Page(HTMLParser):
         self.charts = []      # attributes of every svg.px-chart
         self.errors_text = None
         self._in_errors = False
+        self.text = []        # every text node, in order
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -101,6 +102,7 @@ class Page(HTMLParser):
             self._in_errors = False
 
     def handle_data(self, data):
+        self.text.append(data)
         if self._in_errors:
             self.errors_text += data
 
@@ -143,6 +145,12 @@ def moe_layers(run_dir):
             for layer in m.get("moe", []) if isinstance(m, dict) else []:
                 layers.add(layer["layer"])
     return sorted(layers)
+
+
+def checked_runs(run_dir):
+    """The published runs a GPU-preset plan.json names (plan --explain's checked_runs), or []."""
+    path = Path(run_dir) / "plan.json"
+    return (json.loads(path.read_text()).get("checked_runs") or []) if path.exists() else []
 
 
 def serving_run(run_dir):
@@ -240,6 +248,12 @@ def main():
         expected = logged_points(run_dir)
         check_series(page, "loss-step", run, expected, failures)
         charts = {svg.get("data-chart") for svg in page.charts}
+        # A plan on a GPU preset: each published run it names, with its error, in a table.
+        cells = set(t.strip() for t in page.text)
+        for r in checked_runs(run_dir):
+            error = f"{'+' if r['error'] >= 0 else ''}{100 * r['error']:.1f}%"
+            if r["id"] not in cells or error not in cells:
+                failures.append(f"{run}: the plan's checked run {r['id']} ({error}) is not in the page")
         for layer in moe_layers(run_dir):  # an expert-load heat map per mixture layer
             if f"expert-load-{layer}" not in charts:
                 failures.append(f"{run}: no expert-load heat map for layer {layer}")

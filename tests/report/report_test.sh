@@ -27,6 +27,13 @@ fail() { echo "FAIL: $*"; exit 1; }
   --run-dir "$WORK/runs/planned" > "$WORK/planned.txt"
 "$PX" train "${TINY[@]}" --moe-experts 4 --ranks 2 --mesh pp=2 --schedule 1f1b --micro-batches 4 --steps 30 "${RUN[@]}" \
   --run-dir "$WORK/runs/pipeline" > "$WORK/pipeline.txt"
+# A plan on a GPU preset names the published runs nearest its choice
+# (plan/published_checks.h); as the pipeline run's plan.json, the compare
+# page below must show them (check_rendered_report.py reads plan.json).
+"$PX" plan "${TINY[@]}" --cluster dgx-a100:2 --budget-s 5 --explain "$WORK/runs/pipeline/plan.json" \
+  > "$WORK/gpu-plan.txt"
+grep -q "checked against published runs of similar shape" "$WORK/gpu-plan.txt" ||
+  { cat "$WORK/gpu-plan.txt"; fail "plan on a GPU preset named no published runs"; }
 for f in metrics.jsonl run.json strategy.json trace.json; do
   [ -s "$WORK/runs/pipeline/$f" ] || fail "the run directory has no $f"
 done

@@ -1017,6 +1017,19 @@ function planSection(parent, a, where) {
         `peak a rank, ${fmtPct(c.utilization)} utilization.`)
       : missing('The plan names no chosen strategy.'));
     if (p.why) box.append(note(`Why: ${p.why}`));
+    // On a GPU preset: how far off the simulator was on the published runs
+    // nearest the choice's shape (plan/published_checks.h).
+    const checked = Array.isArray(p.checked_runs) ? p.checked_runs : [];
+    if (checked.length) {
+      box.append(el('h4', {}, 'Checked against published runs of similar shape'),
+        el('div', {class: 'px-scroll'}, table(['run', 'set', '#GPUs', '#tp', '#pp', '#parameters', 'on',
+          '#predicted', '#published', '#error'],
+        checked.map((r) => [r.id, r.set, fmtNum(r.gpus), fmtNum(r.tp), fmtNum(r.pp),
+          `${(r.parameters / 1e9).toFixed(1)}B`, r.preset, fmtSeconds(r.predicted_s), fmtSeconds(r.published_s),
+          `${r.error >= 0 ? '+' : ''}${(100 * r.error).toFixed(1)}%`]))),
+        note('The development set is what the model was revised against; the held-out set was frozen before it ' +
+          'was scored, once (docs/planner.md, "Published scale").'));
+    }
     const ranked = Array.isArray(p.ranked) ? p.ranked : [];
     box.append(el('h4', {}, `Ranked candidates (${ranked.length})`), ranked.length
       ? el('div', {class: 'px-scroll'}, table(['#rank', 'candidate', '#step', '#peak memory', '#utilization', 'from'],
