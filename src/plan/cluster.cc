@@ -16,16 +16,19 @@ nlohmann::json link_json(const LinkSpec& l) {
   nlohmann::json json{{"name", l.name}, {"bandwidth", l.bandwidth}, {"latency", l.latency}};
   if (l.efficiency != 1) json["efficiency"] = l.efficiency;
   if (l.all_to_all_efficiency != 0) json["all_to_all_efficiency"] = l.all_to_all_efficiency;
+  if (l.all_reduce_efficiency != 0) json["all_reduce_efficiency"] = l.all_reduce_efficiency;
   return json;
 }
 
 LinkSpec link_from(const nlohmann::json& json, const std::string& where) {
-  json_fields::check_keys("cluster", json, where, {"name", "bandwidth", "latency", "efficiency", "all_to_all_efficiency"});
+  json_fields::check_keys("cluster", json, where,
+                          {"name", "bandwidth", "latency", "efficiency", "all_to_all_efficiency", "all_reduce_efficiency"});
   return {.name = json_fields::field<std::string>("cluster", json, where, "name", ""),
           .bandwidth = json_fields::field<double>("cluster", json, where, "bandwidth", 0),
           .latency = json_fields::field<double>("cluster", json, where, "latency", 0),
           .efficiency = json_fields::field<double>("cluster", json, where, "efficiency", 1),
-          .all_to_all_efficiency = json_fields::field<double>("cluster", json, where, "all_to_all_efficiency", 0)};
+          .all_to_all_efficiency = json_fields::field<double>("cluster", json, where, "all_to_all_efficiency", 0),
+          .all_reduce_efficiency = json_fields::field<double>("cluster", json, where, "all_reduce_efficiency", 0)};
 }
 
 nlohmann::json device_json(const DeviceSpec& d) {
@@ -108,6 +111,11 @@ void validate(const ClusterSpec& c) {
     if (!(link->all_to_all_efficiency >= 0 && link->all_to_all_efficiency <= 1))
       fail("cluster '{}': {}.all_to_all_efficiency {} must be in (0, 1], or 0 for efficiency's", c.name, where,
            link->all_to_all_efficiency);
+    // Above 1 only where the switch reduces (NVLS): at most twice the line rate, a ring's whole traffic halved.
+    if (!(link->all_reduce_efficiency >= 0 && link->all_reduce_efficiency <= 2))
+      fail("cluster '{}': {}.all_reduce_efficiency {} must be in (0, 2] (above 1 only where the switch reduces), or 0 "
+           "for efficiency's",
+           c.name, where, link->all_reduce_efficiency);
   }
 }
 

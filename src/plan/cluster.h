@@ -59,7 +59,14 @@ struct LinkSpec {
   // which the library runs as point-to-point pairs, not rings: nccl-tests'
   // alltoall busbw over the line rate (0: `efficiency`).
   double all_to_all_efficiency = 0;
+  // The same for an allreduce, where the switch can do the reduction
+  // (NVLink SHARP, "NVLS", on H100's NVSwitch): nccl-tests' all_reduce
+  // busbw over the line rate, which then exceeds 1 (0: `efficiency`).
+  double all_reduce_efficiency = 0;
   double achieved_bandwidth() const { return bandwidth * efficiency; }
+  double achieved_all_reduce_bandwidth() const {
+    return bandwidth * (all_reduce_efficiency > 0 ? all_reduce_efficiency : efficiency);
+  }
   double achieved_all_to_all_bandwidth() const {
     return bandwidth * (all_to_all_efficiency > 0 ? all_to_all_efficiency : efficiency);
   }

@@ -117,6 +117,13 @@ double RooflineEstimator::collective_seconds(comm::Collective kind, double bytes
                                              int ranks_per_node) const {
   if (ranks <= 1) return 0;
   comm::CostModel across = cost_model(link);
+  if (kind == comm::Collective::allreduce && link == LinkClass::intra_node &&
+      cluster_.intra_node.all_reduce_efficiency > 0) {
+    // The switch reduces (NVLS): the measured busbw is the whole
+    // collective's, with no reduction passes over the GPUs' memory.
+    across.transport.beta = 1 / cluster_.intra_node.achieved_all_reduce_bandwidth();
+    across.transport.gamma = 0;
+  }
   if (link == LinkClass::inter_node && ranks_per_node > 1) {
     // NCCL runs a ring (channel) per NIC, each through every node's GPUs
     // of the group in turn, so a node's NICs carry a collective in

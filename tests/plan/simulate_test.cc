@@ -324,6 +324,35 @@ TEST(RooflineEstimator, ACollectiveAcrossNodesDrivesANicPerRankOfANode) {
   EXPECT_EQ(four.fewest_ranks_on_a_node({0, 1, 8, 9, 10}), 2);
 }
 
+// On H100's NVSwitch the switch reduces (NVLS): an allreduce inside a node
+// moves at the 480 GB/s busbw NCCL measures, the other collectives at 370;
+// A100's NVSwitch has no SHARP. A cluster file keeps the figure, and one
+// above twice the line rate is named.
+TEST(RooflineEstimator, AnAllreduceOnH100sNvswitchIsReducedInTheSwitch) {
+  using comm::Collective;
+  const double n = 8e9;  // the bandwidth term dominates
+  const ClusterSpec h100 = cluster_named("dgx-h100");
+  const RooflineEstimator on_h100(h100);
+  const double allreduce = on_h100.collective_seconds(Collective::allreduce, n, 8, LinkClass::intra_node, 8);
+  const double gather = on_h100.collective_seconds(Collective::allgather, n, 8, LinkClass::intra_node, 8);
+  // Ring busbw: an allreduce moves 2 (p-1)/p of n per rank, an allgather (p-1)/p.
+  EXPECT_NEAR(2 * 7.0 / 8 * n / allreduce / 1e9, 480, 10);
+  EXPECT_NEAR(7.0 / 8 * n / gather / 1e9, 370, 5);
+  const ClusterSpec a100 = cluster_named("dgx-a100");
+  EXPECT_EQ(a100.intra_node.achieved_all_reduce_bandwidth(), a100.intra_node.achieved_bandwidth());
+
+  EXPECT_EQ(cluster_from_json(to_json(h100)).intra_node.all_reduce_efficiency, 480.0 / 450.0);
+  nlohmann::json bad = to_json(h100);
+  bad["intra_node"]["all_reduce_efficiency"] = 2.5;
+  try {
+    cluster_from_json(bad);
+    FAIL() << "an all_reduce_efficiency of 2.5 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("intra_node.all_reduce_efficiency 2.5 must be in (0, 2]"), std::string::npos)
+        << e.what();
+  }
+}
+
 // bf16 mixed precision, one value from the strategy to the Program: a
 // compute-bound matmul the lowering stamps bf16 runs at the bf16 rate, and
 // the replay's memory is the bf16 Program's own (the activations only
