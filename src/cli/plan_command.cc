@@ -283,13 +283,8 @@ void add_plan_command(CLI::App& app) {
     // On a GPU preset, a GPT: how far off the simulator was on the published runs nearest the choice.
     nlohmann::json checked;
     if (!cluster.profile && o.model.kind == "gpt") {
-      const parallel::Strategy& s = best.strategy;
-      const std::vector<plan::CheckedRun> nearest = plan::nearest_checked_runs(
-          {.gpus = ranks,
-           .tp = ranks / (s.pipeline_ranks() * s.row_ranks() * s.context_ranks()),
-           .pp = s.pipeline_ranks(),
-           .parameters = static_cast<double>(nn::parameter_count(o.model.gpt)),
-           .preset = cluster.name});
+      const std::vector<plan::CheckedRun> nearest = plan::nearest_checked_runs(plan::run_shape(
+          best.strategy, ranks, static_cast<double>(nn::parameter_count(o.model.gpt)), cluster.name));
       checked = plan::checked_json(nearest);
       std::cout << "checked against published runs of similar shape (docs/planner.md):\n"
                 << plan::describe_checked(nearest);

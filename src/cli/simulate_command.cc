@@ -166,12 +166,8 @@ void add_simulate_command(CLI::App& app) {
       std::cout << "assumed for the step's largest pieces (why the step takes what it does):\n" << assumed;
     // On a GPU preset: how far off the simulator was on the published runs nearest this one's shape.
     if (!cluster.profile.has_value()) {
-      const plan::RunShape shape{.gpus = devices,
-                                 .tp = devices / (strategy.pipeline_ranks() * strategy.row_ranks() *
-                                                  strategy.context_ranks()),
-                                 .pp = strategy.pipeline_ranks(),
-                                 .parameters = static_cast<double>(model.graph.param_count()),
-                                 .preset = cluster.name};
+      const plan::RunShape shape =
+          plan::run_shape(strategy, devices, static_cast<double>(model.graph.param_count()), cluster.name);
       std::cout << "checked against published runs of similar shape (bench/published_runs.json, the development "
                    "set, and bench/published_heldout.json, scored once; docs/planner.md):\n"
                 << plan::describe_checked(plan::nearest_checked_runs(shape));

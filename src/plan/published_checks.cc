@@ -89,6 +89,14 @@ std::vector<CheckedRun> checked_runs() {
   return runs;
 }
 
+RunShape run_shape(const parallel::Strategy& strategy, int gpus, double parameters, const std::string& preset) {
+  return {.gpus = gpus,
+          .tp = gpus / (strategy.pipeline_ranks() * strategy.row_ranks() * strategy.context_ranks()),
+          .pp = strategy.pipeline_ranks(),
+          .parameters = parameters,
+          .preset = preset};
+}
+
 std::vector<CheckedRun> nearest_checked_runs(const RunShape& shape, size_t count) {
   PX_CHECK(shape.gpus >= 1 && shape.tp >= 1 && shape.pp >= 1 && shape.parameters > 0, "a run shape of {} GPUs",
            shape.gpus);

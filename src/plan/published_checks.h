@@ -15,6 +15,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "parallel/strategy.h"
+
 namespace px::plan {
 
 struct CheckedRun {
@@ -48,6 +50,9 @@ struct RunShape {
   double parameters = 0;
   std::string preset;  // the cluster preset's name (dgx-a100, dgx-h100); empty: any
 };
+// The shape of `strategy` on `gpus` ranks: its tensor-parallel degree is
+// what its pipeline, row (data x expert) and context axes leave.
+RunShape run_shape(const parallel::Strategy& strategy, int gpus, double parameters, const std::string& preset);
 // The `count` scored runs nearest `shape`: by the sum of |log| ratios of
 // GPUs, tensor and pipeline degrees and parameters, plus 1 (an e-fold of
 // one of them) for a run on another preset's GPU; nearest first.
