@@ -114,7 +114,13 @@ TEST(PlanBudget, EveryMethodStopsAtTheBudgetAndSaysHowMuchItCovered) {
     EXPECT_TRUE(result.budget_exhausted) << method;
     EXPECT_EQ(result.budget_seconds, request.budget_seconds);
     EXPECT_GT(result.considered, 10000) << method;
-    if (method != "grid") EXPECT_GT(result.evaluated, 0) << method;  // a grid candidate may take the whole budget
+    // Past the budget with nothing estimated is allowed (the error below
+    // says so), but in a release build 0.3 s reaches some: alpa's first
+    // candidate takes under 0.05 s there. Not under the sanitizers, whose
+    // allocator makes the first lowerings 10x slower or more, beyond what
+    // the time scale covers on a loaded machine (CI saw 0 at 1.5 s). A grid
+    // candidate may take the whole budget.
+    if (method != "grid" && !testing::under_sanitizers()) EXPECT_GT(result.evaluated, 0) << method;
     EXPECT_LT(result.evaluated, result.considered) << method;
     EXPECT_NEAR(result.coverage(), static_cast<double>(result.evaluated) / result.considered, 1e-12);
     if (result.ranked.empty()) {  // nothing that fits among what it reached: the error says the search was cut
