@@ -104,6 +104,16 @@ std::vector<ValueId> forward_ids(const Propagation& placement, const std::vector
   return ids;
 }
 
+// The model axes (tensor and sequence parallelism's): every axis but the
+// data, pipeline, context and expert axes.
+std::vector<bool> model_axes(const Strategy& strategy) {
+  std::vector<bool> model;
+  for (const MeshAxis& axis : strategy.mesh.axes())
+    model.push_back(axis.name != strategy.data_axis && axis.name != strategy.pipeline.axis &&
+                    axis.name != strategy.context.axis && axis.name != kExpertAxis);
+  return model;
+}
+
 // Placements on every axis, the rule's reshard nodes inserted. Along the
 // model axes each gradient is resharded to where its parameter is stored,
 // and the loss and `whole_outputs` are made whole (a loss of sequence
@@ -123,6 +133,7 @@ Propagation place(const Graph& graph, const Strategy& strategy, bool backward, s
                                                                       : -1};
   if (strategy.pipeline_ranks() > 1)
     placing.whole_axes[static_cast<size_t>(strategy.mesh.axis(strategy.pipeline.axis))] = true;
+  if (strategy.precision == Precision::bf16) placing.bf16_sum_axes = model_axes(strategy);
   for (const ParamGrad& pg : grads) {
     if (pg.grad == kNoValue) continue;
     std::vector<std::optional<Placement>> where = placing.seeds[static_cast<size_t>(pg.param)];

@@ -2,7 +2,8 @@
 // parallelism and ZeRO-1, -2 and -3 (rank 1; two micro-batches each, where
 // ZeRO-1 reduces once and ZeRO-2/3 every micro-batch), and a 1-layer GPT
 // under Megatron tensor parallelism (tp=2, with and without sequence
-// parallelism; dp=2 x tp=2 with ZeRO-1), two pipeline stages (1F1B's first,
+// parallelism; dp=2 x tp=2 with ZeRO-1; in bf16 with sequence
+// parallelism, its layers' partial sums reduce-scattered in bf16), two pipeline stages (1F1B's first,
 // zero bubble's last, two micro-batches) and one rank recomputing every
 // layer, ZeRO-3 in bf16 (GEMM weights gathered in bf16 buckets), and a
 // 1-layer GPT under context parallelism (cp=2, the balanced ring's
@@ -126,6 +127,8 @@ INSTANTIATE_TEST_SUITE_P(Gpt2Layers, GoldenProgram,
                                            Golden{"gpt1l_tp2_rank1.program", 2, 0, 1, 1, 1, 2, false},
                                            Golden{"gpt1l_tp2_sp_rank1.program", 2, 0, 1, 1, 1, 2, true},
                                            Golden{"gpt1l_dp2_tp2_zero1_rank3.program", 4, 1, 3, 1, 1, 2, false},
+                                           Golden{"gpt1l_tp2_sp_bf16_rank1.program", 2, 0, 1, 1, 1, 2, true, 1, "1f1b",
+                                                  Recompute::none, 0, Precision::bf16},
                                            Golden{"gpt2l_pp2_1f1b_rank0.program", 1, 0, 0, 2, 2, 1, false, 2},
                                            Golden{"gpt2l_pp2_zbh1_rank1.program", 1, 0, 1, 2, 2, 1, false, 2, "zb-h1"},
                                            Golden{"gpt2l_recompute_full.program", 1, 0, 0, 1, 2, 1, false, 1, "1f1b",

@@ -4,9 +4,13 @@
 // ones; the shards, gradients and optimizer stay float32; the stamped wire
 // bytes and the simulator's memory model count the gathered buffers at
 // their dtype. Pipeline stages send a value in bf16 when every reader on
-// the later stages reads it at bf16 precision.
+// the later stages reads it at bf16 precision. Under tensor parallelism a
+// bf16 GEMM's partial output is reduced in bf16, as Megatron's is: half
+// the bytes of each layer's allreduces (or reduce-scatters), while the
+// loss's reductions stay float32.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "graph/precision.h"
@@ -202,6 +206,64 @@ TEST(MixedPrecisionLowering, PipelineSendsValuesOnlyGemmsReadLaterInBf16) {
     const std::vector<int64_t> half = send_bytes(bf16[r]), whole = send_bytes(fp32[r]);
     ASSERT_EQ(half.size(), whole.size());
     for (size_t k = 0; k < half.size(); ++k) EXPECT_EQ(half[k] * (r == 0 ? 2 : 1), whole[k]) << "rank " << r;
+  }
+}
+
+// Per tensor-axis reshard of a sum-partial: the GEMMs' (the blocks' and
+// the tied head's input gradient) and the rest's (the vocabulary-parallel
+// embedding's and the loss's statistics, made by fp32 nodes) wire bytes,
+// and whether every GEMM's sums bf16 words.
+struct TensorSums {
+  int64_t layer_bytes = 0, other_bytes = 0;
+  int layer_sums = 0, bf16_layer_sums = 0;
+};
+TensorSums tensor_sums(const Program& p) {
+  TensorSums sums;
+  const int tp = p.strategy.mesh.axis("tp");
+  for (const Instr& instr : p.instrs) {
+    const auto* r = std::get_if<Reshard>(&instr.op);
+    if (r == nullptr || r->axis != tp || !r->from.is_partial()) continue;
+    const Graph& g = p.graph_of(instr.micro_batch);
+    const Node& node = g.nodes()[static_cast<size_t>(r->node)];
+    const ValueId in = node.inputs.front();
+    // Made by a GEMM: the blocks' (a LayerNorm's weight gradient, "h.*.grad:", is not) and the tied head's input gradient.
+    const std::string& name = g.value(in).name;
+    const bool layer = (name.rfind("h.", 0) == 0 && name.find(".grad:") == std::string::npos) ||
+                       name.rfind("lm_head.", 0) == 0;
+    (layer ? sums.layer_bytes : sums.other_bytes) += instr.wire.total();
+    if (!layer) continue;
+    ++sums.layer_sums;
+    sums.bf16_layer_sums += g.spec(in).dtype == DType::bf16;
+    // A bf16 sum is widened back for its float32 readers (the residual add).
+    if (g.spec(in).dtype == DType::bf16)
+      for (const Node& reader : g.nodes())
+        if (std::find(reader.inputs.begin(), reader.inputs.end(), node.outputs.front()) != reader.inputs.end())
+          EXPECT_EQ(reader.op(), "to_f32") << g.value(node.outputs.front()).name;
+  }
+  return sums;
+}
+
+TEST(MixedPrecisionLowering, TensorParallelSumsTheLayersPartialsInBf16AtHalfTheBytes) {
+  const nn::Model model = two_layer_gpt();
+  for (bool sp : {false, true}) {
+    std::map<Precision, TensorSums> by;
+    for (Precision precision : {Precision::fp32, Precision::bf16}) {
+      Strategy s = tensor_parallel(model.graph, 1, 2, batch_input_names(model), sp);
+      s.precision = precision;
+      const Program p = lower({.forward = &model.graph, .loss = model.loss}, s, 1);
+      by[precision] = tensor_sums(p);
+    }
+    const TensorSums& f = by[Precision::fp32];
+    const TensorSums& h = by[Precision::bf16];
+    // Two layers x (attention out, MLP out forward; their column layers'
+    // input gradients backward), and the head's input gradient.
+    EXPECT_EQ(h.layer_sums, 9) << "sequence parallel " << sp;
+    EXPECT_EQ(h.layer_sums, f.layer_sums);
+    EXPECT_EQ(h.bf16_layer_sums, h.layer_sums) << "sequence parallel " << sp;
+    EXPECT_EQ(f.bf16_layer_sums, 0);
+    EXPECT_EQ(2 * h.layer_bytes, f.layer_bytes) << "sequence parallel " << sp;
+    EXPECT_GT(h.other_bytes, 0);
+    EXPECT_EQ(h.other_bytes, f.other_bytes) << "the embedding and the loss's statistics are summed in float32";
   }
 }
 

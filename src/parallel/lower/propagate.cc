@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "graph/precision.h"
 #include "parallel/lower/reshard.h"
 
 namespace px::parallel {
@@ -264,17 +265,36 @@ class Propagator {
              to.str());
     }
     const std::string& axis_name = mesh_.axes()[static_cast<size_t>(axis)].name;
-    const ValueId r = g.add1("reshard", {v},
+    const std::string name = fmt::format("{}.{}_{}", g.value(v).name, axis_name, to.str());
+    const bool in_bf16 = sums_in_bf16(v, axis);
+    const ValueId term = in_bf16 ? g.add1("to_bf16", {v}, {}, name + ".term") : v;
+    if (in_bf16) placed(term) = from;  // each rank's summand, rounded: still P
+    const ValueId r = g.add1("reshard", {term},
                              {{"axis", int64_t{axis}},
                               {"from", was.str()},
                               {"to", to.str()},
                               {"shape", g.spec(v).shape.dims()}},
-                             fmt::format("{}.{}_{}", g.value(v).name, axis_name, to.str()));
+                             name);
     AxisPlacements now = from;
     now[static_cast<size_t>(axis)] = to;
     placed(r) = now;
-    resharded_[key] = r;
-    return r;
+    const ValueId widened = in_bf16 ? g.add1("to_f32", {r}, {}, name + ".f32") : r;
+    if (in_bf16) placed(widened) = now;
+    resharded_[key] = widened;
+    return widened;
+  }
+
+  // Whether the reshard of `v` along `axis` sums it in bf16
+  // (PlacementRequest::bf16_sum_axes): an fp32 sum-partial there made by a
+  // node that runs in bf16.
+  bool sums_in_bf16(ValueId v, int axis) {
+    const Graph& g = out_.graph;
+    if (static_cast<size_t>(axis) >= request_.bf16_sum_axes.size() || !request_.bf16_sum_axes[static_cast<size_t>(axis)])
+      return false;
+    const Placement& was = placed(v)[static_cast<size_t>(axis)];
+    if (!was.is_partial() || was.reduce != Placement::Reduce::sum || g.spec(v).dtype != DType::f32) return false;
+    const int producer = g.value(v).producer;
+    return producer >= 0 && precision_of(g.nodes()[static_cast<size_t>(producer)].attrs) == Precision::bf16;
   }
 
   // Inner axes first: an outer axis' block holds the inner axes' blocks.

@@ -54,6 +54,16 @@ struct PlacementRequest {
   // The expert axis (Strategy::expert_ranks() > 1), the one axis where
   // routed signatures hold (graph/placement.h); -1: none.
   int expert_axis = -1;
+  // Axes along which a partial sum that a bf16 node made (a row-parallel
+  // linear's output, a column-parallel one's input gradient) is reduced in
+  // bf16: the model axes under bf16 precision. This is Megatron's recipe,
+  // whose GEMMs write bf16, so the allreduce (or, with sequence
+  // parallelism, the reduce-scatter) sums 16-bit words: half the bytes of
+  // an fp32 sum. The reshard is wrapped as to_bf16 (each rank's term
+  // rounded), the collective over bf16 (each step accumulated in fp32 and
+  // rounded again: comm/reduction.h), then to_f32 for the fp32 readers.
+  // Empty: every sum in fp32.
+  std::vector<bool> bf16_sum_axes;
 };
 
 struct Propagation {

@@ -45,10 +45,13 @@ Tensor reshard_tensor(comm::Communicator& comm, const Tensor& in, const Placemen
     parallel::copy_to_local(in, block_pieces(whole, to, p, me), out);
     return out;
   }
-  // Sums need float32; gathers and all-to-alls move bytes (a bf16 value
-  // travels in the float collectives' words, two elements a word).
-  if (from.is_partial() && in.dtype() != DType::f32)
-    fail("resharding {} -> {} sums float32 values; this one is {}", from.str(), to.str(), dtype_name(in.dtype()));
+  // Sums are of float32 or bf16 (a bf16 GEMM's term under tensor
+  // parallelism: parallel/lower/propagate.h), accumulated in float32 at
+  // each step; gathers and all-to-alls move bytes (a bf16 value travels in
+  // the float collectives' words, two elements a word).
+  if (from.is_partial() && in.dtype() != DType::f32 && in.dtype() != DType::bf16)
+    fail("resharding {} -> {} sums float32 or bf16 values; this one is {}", from.str(), to.str(),
+         dtype_name(in.dtype()));
   const size_t element = dtype_size(in.dtype());
   auto words = [element](int64_t elements) { return static_cast<size_t>((elements * static_cast<int64_t>(element) + 3) / 4); };
   // The packed exchanges below size their buffers by `whole`: the input must be this rank's block of it.
@@ -57,22 +60,22 @@ Tensor reshard_tensor(comm::Communicator& comm, const Tensor& in, const Placemen
            to.str(), in.shape(), whole, expected);
   if (from.is_partial() && !to.is_split()) {  // P -> B: allreduce
     Tensor out = in.clone();
-    comm::allreduce(comm, std::span<float>(out.f32(), static_cast<size_t>(out.numel())), reduction_of(from), options);
+    comm::allreduce(comm, comm::Buffer(out.raw(), out.numel(), out.dtype()), reduction_of(from), options);
     return out;
   }
-  if (from.is_partial()) {  // P -> S: reduce-scatter of packed blocks
+  if (from.is_partial()) {  // P -> S: reduce-scatter of packed blocks (zeros pad the short ones)
     const int64_t chunk = largest_block(whole, to, p);
-    std::vector<float> packed(static_cast<size_t>(chunk * p), 0.0f);
+    std::vector<char> packed(static_cast<size_t>(chunk * p) * element, 0);
     for (int q = 0; q < p; ++q) {
-      Tensor block = Tensor::empty(block_shape(whole, to, p, q), DType::f32);
+      Tensor block = Tensor::empty(block_shape(whole, to, p, q), in.dtype());
       parallel::copy_to_local(in, block_pieces(whole, to, p, q), block);
-      std::memcpy(packed.data() + q * chunk, block.f32(), static_cast<size_t>(block.numel()) * sizeof(float));
+      comm::copy_bytes(packed.data() + static_cast<size_t>(q * chunk) * element, block.raw(), block.nbytes());
     }
-    std::vector<float> mine(static_cast<size_t>(chunk));
-    comm::reduce_scatter(comm, packed.data(), comm::Buffer(std::span<float>(mine)), chunk * p, reduction_of(from),
-                         options);
-    Tensor out = Tensor::empty(block_shape(whole, to, p, me), DType::f32);
-    std::memcpy(out.f32(), mine.data(), static_cast<size_t>(out.numel()) * sizeof(float));
+    Tensor out = Tensor::empty(block_shape(whole, to, p, me), in.dtype());
+    std::vector<char> mine(static_cast<size_t>(chunk) * element);
+    comm::reduce_scatter(comm, packed.data(), comm::Buffer(mine.data(), chunk, in.dtype()), chunk * p,
+                         reduction_of(from), options);
+    comm::copy_bytes(out.raw(), mine.data(), out.nbytes());
     return out;
   }
   if (from.is_split() && !to.is_split()) {  // S -> B: allgather of packed blocks
