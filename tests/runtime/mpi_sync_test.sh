@@ -5,8 +5,13 @@
 #     clipping), with row shares 3:2:1;
 #  2. smaller groups train, one rank slowed down, and the slow rank is
 #     named a straggler while the job runs;
-#  3. kill -9 of rank 2 at step 15: a named error, and `parallax launch`
-#     restarts the job from the checkpoint of step 10, which finishes;
+#  3. kill -9 of rank 2 at its step 15: a named error, and `parallax launch`
+#     restarts the job from the last checkpoint (saved every 5 global
+#     steps), which finishes. A fast rank 2 may be up to the staleness
+#     bound (8) of its steps ahead of the slowest, so at its step 15 the
+#     global step (global batches of rows, whoever computed them; rank
+#     2's own 14 steps are 4.7) is past 5 but may be short of 10 (seen
+#     once in 8 runs): the checkpoint is of step 5 or 10;
 #  4. replicas that are 2-stage pipelines (-np 4, rows 3:1, 2 micro-batches)
 #     in groups of both give bulk pipeline x data parallelism's losses.
 #
@@ -55,12 +60,14 @@ grep -qE "rounds, [0-9.]+ replicas per round, largest staleness [0-9]+" "$WORK/s
 
 # 3. kill -9 of rank 2 under partial reduce: a named error, a restart from the checkpoint.
 "$PARALLAX" launch --max-restarts 1 --run-dir "$WORK/kill" -- "${MPIRUN[@]}" -np 3 "$PARALLAX" "${MLP[@]}" \
-  --sync partial-reduce --save "$WORK/kill/ckpt" --save-every 10 --inject-fault 2:15:kill \
+  --sync partial-reduce --save "$WORK/kill/ckpt" --save-every 5 --inject-fault 2:15:kill \
   --metrics "$WORK/kill.jsonl" > "$WORK/kill.log" 2>&1 || fail "the job did not finish after a restart" "$WORK/kill.log"
 grep -q "attempt 1 failed" "$WORK/kill.log" || fail "the kill did not fail the first attempt" "$WORK/kill.log"
 grep -qE "rank 2" "$WORK/kill.log" || fail "the dead rank was not named" "$WORK/kill.log"
-grep -qE "resumed from '$WORK/kill/ckpt' at step 10" "$WORK/kill.log" || fail "no resume from step 10" "$WORK/kill.log"
-grep -qE "trained 20 steps in [0-9.]+ s \(partial-reduce\)" "$WORK/kill.log" || fail "the restart did not finish" "$WORK/kill.log"
+resumed=$(grep -oE "resumed from '$WORK/kill/ckpt' at step (5|10)\b" "$WORK/kill.log" | grep -oE "[0-9]+$") ||
+  fail "no resume from step 5 or 10" "$WORK/kill.log"
+grep -qE "trained $((30 - resumed)) steps in [0-9.]+ s \(partial-reduce\)" "$WORK/kill.log" ||
+  fail "the restart did not finish the $((30 - resumed)) steps after step $resumed" "$WORK/kill.log"
 # 4. Pipeline replicas in groups of every replica against bulk pipeline x data parallelism.
 GPT=(train --model gpt --layers 2 --embd 32 --heads 2 --block 16 --batch 8 --steps 20 --optimizer sgd --momentum 0.9
      --lr 0.05 --grad-clip 0 --dropout 0 --eval-every 0 --eval-batches 1 --threads 1 --progress lines --no-predict
