@@ -28,9 +28,13 @@ std::vector<StageLayout> stage_layouts(const PlanRequest& request, int most_stag
             if (r != Recompute::none && !space.recompute) continue;
             std::vector<PipelineKind> kinds{PipelineKind::one_f_one_b};
             if (stages > 1 && space.schedules) kinds = {PipelineKind::gpipe, PipelineKind::one_f_one_b, PipelineKind::zb_h1};
+            // Interleaved: Megatron-LM's two chunks a rank, where the schedule takes M.
+            const bool interleaved = stages > 1 && space.schedules && m % stages == 0 && 2 * stages <= most_stages;
+            if (interleaved) kinds.push_back(PipelineKind::interleaved);
             for (PipelineKind kind : kinds)
               for (int zero = 0; zero <= (space.zero && dp > 1 ? 3 : 0); ++zero)
-                if (zero < 3 || stages == 1) layouts.push_back({stages, dp, tp, sp, m, r, kind, zero});
+                if (zero < 3 || stages == 1)
+                  layouts.push_back({stages, dp, tp, sp, m, r, kind, zero, kind == PipelineKind::interleaved ? 2 : 1});
           }
         }
       }

@@ -19,12 +19,16 @@ struct StageLayout {
   parallel::Recompute recompute;
   parallel::PipelineKind kind;
   int zero;
+  int virtual_stages = 1;  // model chunks per rank (interleaved: 2)
 };
 
 // Every layout of the request's space with at most `most_stages` stages
 // (a model's blocks, or the places its graph can be cut): tensor groups
 // within a node, micro-batches 1, 2, 4, ... up to a data rank's rows (and
-// max(the space's most, 8 x stages)), ZeRO-3 only without stages.
+// max(the space's most, 8 x stages)), ZeRO-3 only without stages; with
+// schedules, interleaved 1F1B of two chunks a rank too (Megatron-LM's),
+// where the micro-batches are a multiple of the stages and every chunk
+// gets a block.
 std::vector<StageLayout> stage_layouts(const PlanRequest& request, int most_stages);
 
 }  // namespace px::plan

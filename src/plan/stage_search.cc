@@ -87,11 +87,15 @@ class StageModel {
     return w;
   }
   // Micro-batches whose stash a stage holds at once: GPipe all; 1F1B P - s;
-  // zb-h1 also the inputs of up to P - s - 1 deferred weight gradients.
-  int in_flight(int s) const {
-    const int M = l_.micro_batches, P = l_.stages;
+  // zb-h1 also the inputs of up to P - s - 1 deferred weight gradients;
+  // interleaved, in the rank's whole stashes, its warm-up's forwards of a
+  // chunk each ((P - s - 1)·2 + (V - 1)·P, parallel/pipeline_schedule.cc)
+  // and the one in progress, each 1/V of the rank's blocks.
+  double in_flight(int s) const {
+    const int M = l_.micro_batches, P = l_.stages, V = l_.virtual_stages;
     if (l_.kind == PipelineKind::gpipe) return M;
     if (l_.kind == PipelineKind::zb_h1) return std::min(M, 2 * (P - s) - 1);
+    if (l_.kind == PipelineKind::interleaved) return std::min(M * V, 2 * (P - s - 1) + (V - 1) * P + 1) / double(V);
     return std::min(M, P - s);
   }
   double stage_memory(int s, int blocks) const {
@@ -149,7 +153,8 @@ class StageModel {
     }
     double pipeline = F[0] + B[0];
     if (P > 1) {
-      pipeline = replay(F, B, W, estimator_.transfer_seconds(c_.boundary, pp_link_),
+      pipeline = replay(chunk_passes(F, blocks, PassKind::forward), chunk_passes(B, blocks, PassKind::backward),
+                        chunk_passes(W, blocks, PassKind::weight), estimator_.transfer_seconds(c_.boundary, pp_link_),
                         estimator_.transfer_seconds(c_.boundary_gradient, pp_link_));
       // The tied parameters' gradient summed between the first and the last stage, at the step's end.
       if (c_.shared_params > 0)
@@ -160,17 +165,46 @@ class StageModel {
     return {.step = pipeline + sync_max, .peak = peak(blocks)};
   }
 
-  // The schedule's action lists run with each stage's costs: forward F,
-  // backward B (zb-h1: B - W, then W when the schedule runs it), a hop to
-  // the neighbour for every activation and gradient (their own times:
-  // activations may cross in bf16); sends never wait.
+  enum class PassKind { forward, backward, weight };
+  // A rank's pass split over its V chunks, by virtual stage (chunk·P +
+  // rank): each chunk its share of the rank's blocks (the first n % V
+  // one more), the embedding with virtual stage 0's and the head with the
+  // last's; the gradients' accumulation shared alike. With V = 1 the
+  // rank's own pass.
+  std::vector<double> chunk_passes(const std::vector<double>& pass, const std::vector<int>& blocks, PassKind kind) const {
+    const int P = l_.stages, V = l_.virtual_stages;
+    if (V == 1) return pass;
+    auto per_block = [&](const ProbePart& part) {
+      return kind == PassKind::forward ? part.forward : kind == PassKind::backward ? part.backward : part.weight;
+    };
+    std::vector<double> out(static_cast<size_t>(P * V));
+    for (int s = 0; s < P; ++s) {
+      const int n = blocks[static_cast<size_t>(s)];
+      const double accumulate = kind == PassKind::forward ? 0.0 : accumulate_seconds(s, n) / V;
+      for (int c = 0; c < V; ++c) {
+        const int vs = c * P + s, mine = n / V + (c < n % V ? 1 : 0);
+        double t = mine * per_block(c_.block) + accumulate;
+        if (vs == 0) t += per_block(c_.pre);
+        if (vs == P * V - 1) t += per_block(c_.post);
+        out[static_cast<size_t>(vs)] = t / speed_[static_cast<size_t>(s)];
+      }
+    }
+    return out;
+  }
+
+  // The schedule's action lists run with each virtual stage's costs
+  // (chunk_passes): forward F, backward B (zb-h1: B - W, then W when the
+  // schedule runs it), a hop to the neighbouring virtual stage for every
+  // activation and gradient (their own times: activations may cross in
+  // bf16); sends never wait.
   double replay(const std::vector<double>& F, const std::vector<double>& B, const std::vector<double>& W,
                 double activation_hop, double gradient_hop) const {
     const parallel::PipelineSchedule& schedule = schedule_;
-    const int P = schedule.stages, M = schedule.micro_batches;
-    std::vector<double> arrival(static_cast<size_t>(2 * M * P), -1);  // [gradient?][micro][to]
+    const int P = schedule.stages, M = schedule.micro_batches, V = schedule.virtual_stages;
+    // [gradient?][micro][the receiving virtual stage]
+    std::vector<double> arrival(static_cast<size_t>(2 * M * P * V), -1);
     auto slot = [&](bool gradient, int micro, int to) {
-      return static_cast<size_t>(((gradient ? 1 : 0) * M + micro) * P + to);
+      return static_cast<size_t>(((gradient ? 1 : 0) * M + micro) * P * V + to);
     };
     std::vector<size_t> pc(static_cast<size_t>(P), 0);
     std::vector<double> t(static_cast<size_t>(P), 0);
@@ -183,15 +217,17 @@ class StageModel {
         for (size_t& i = pc[s]; i < actions.size(); ++i) {
           const parallel::PipelineAction& a = actions[i];
           using parallel::PipelineOp;
-          if (a.op == PipelineOp::forward) now += F[s];
-          else if (a.op == PipelineOp::backward) now += B[s];
-          else if (a.op == PipelineOp::backward_input) now += B[s] - W[s];
-          else if (a.op == PipelineOp::backward_weight) now += W[s];
-          else if (a.op == PipelineOp::send_activation || a.op == PipelineOp::send_gradient)
-            arrival[slot(a.op == PipelineOp::send_gradient, a.micro, a.peer)] =
-                now + (a.op == PipelineOp::send_gradient ? gradient_hop : activation_hop);
-          else if (a.op == PipelineOp::recv_activation || a.op == PipelineOp::recv_gradient) {
-            const double at = arrival[slot(a.op == PipelineOp::recv_gradient, a.micro, r)];
+          const size_t vs = static_cast<size_t>(schedule.virtual_stage(r, a.chunk));
+          if (a.op == PipelineOp::forward) now += F[vs];
+          else if (a.op == PipelineOp::backward) now += B[vs];
+          else if (a.op == PipelineOp::backward_input) now += B[vs] - W[vs];
+          else if (a.op == PipelineOp::backward_weight) now += W[vs];
+          else if (a.op == PipelineOp::send_activation || a.op == PipelineOp::send_gradient) {
+            const bool gradient = a.op == PipelineOp::send_gradient;
+            arrival[slot(gradient, a.micro, static_cast<int>(vs) + (gradient ? -1 : 1))] =
+                now + (gradient ? gradient_hop : activation_hop);
+          } else if (a.op == PipelineOp::recv_activation || a.op == PipelineOp::recv_gradient) {
+            const double at = arrival[slot(a.op == PipelineOp::recv_gradient, a.micro, static_cast<int>(vs))];
             if (at < 0) break;  // waits for its neighbour
             now = std::max(now, at);
           }
@@ -214,8 +250,9 @@ class StageModel {
     for (int s = 0; s < P; ++s)
       for (int j = 0; j <= blocks; ++j) {
         if (f[static_cast<size_t>(s)][static_cast<size_t>(j)] == kNone) continue;
-        const int most = blocks - j - (P - 1 - s);  // leave a block for each later stage
-        for (int n = 1; n <= most; ++n) {
+        const int least = l_.virtual_stages;  // a block for each of the stage's chunks
+        const int most = blocks - j - least * (P - 1 - s);  // and for each later stage's
+        for (int n = least; n <= most; ++n) {
           if (s == P - 1 && n != most) continue;
           if (!fits(s, n)) break;  // more blocks only need more memory
           const double t = std::max(f[static_cast<size_t>(s)][static_cast<size_t>(j)], stage_seconds(s, n));
@@ -256,9 +293,18 @@ class StageModel {
 
 parallel::Strategy strategy_of(const PlanRequest& request, const nn::Model& model, const Layout& l,
                                const std::vector<int>& blocks) {
-  parallel::PipelineOptions pipeline{.schedule = l.kind};
-  for (size_t i = 0, start = 0; l.stages > 1 && i + 1 < blocks.size(); ++i) {
-    start += static_cast<size_t>(blocks[i]);
+  parallel::PipelineOptions pipeline{.schedule = l.kind, .virtual_stages = l.virtual_stages};
+  // Blocks by virtual stage (chunk·P + rank, in layer order): each rank's
+  // split over its chunks as chunk_passes splits them.
+  const int V = l.virtual_stages;
+  std::vector<int> by_virtual_stage(static_cast<size_t>(l.stages * V));
+  for (int s = 0; s < l.stages && l.stages > 1; ++s)
+    for (int c = 0; c < V; ++c) {
+      const int n = blocks[static_cast<size_t>(s)];
+      by_virtual_stage[static_cast<size_t>(c * l.stages + s)] = n / V + (c < n % V ? 1 : 0);
+    }
+  for (size_t i = 0, start = 0; l.stages > 1 && i + 1 < by_virtual_stage.size(); ++i) {
+    start += static_cast<size_t>(by_virtual_stage[i]);
     pipeline.stage_cuts.push_back(fmt::format("h.{}", start));
   }
   return parallel::compose({.zero_stage = l.zero,
@@ -277,6 +323,7 @@ std::string describe_layout(const Layout& l, const std::vector<int>& blocks) {
   std::string text = fmt::format("pp={} dp={} tp={}{}", l.stages, l.dp, l.tp, l.sp ? " sp" : "");
   if (l.micro_batches > 1) text += fmt::format(" M={}", l.micro_batches);
   if (l.stages > 1) text += fmt::format(" {}", parallel::pipeline_kind_name(l.kind));
+  if (l.virtual_stages > 1) text += fmt::format(" v={}", l.virtual_stages);
   if (l.zero > 0) text += fmt::format(" zero={}", l.zero);
   if (l.recompute != Recompute::none) text += fmt::format(" recompute={}", parallel::recompute_name(l.recompute));
   if (l.stages > 1) {
@@ -333,7 +380,7 @@ std::vector<Scored> score_all(StageSearch& search, const std::vector<Layout>& la
                               const std::vector<size_t>& order, int blocks, const Deadline& deadline,
                               std::map<ProbeKey, ProbeCosts>& probes) {
   const PlanRequest& request = *search.request;
-  std::map<std::tuple<PipelineKind, int, int>, parallel::PipelineSchedule> schedules;
+  std::map<std::tuple<PipelineKind, int, int, int>, parallel::PipelineSchedule> schedules;
   std::vector<Scored> scored;
   for (size_t index : order) {
     const Layout& layout = layouts[index];
@@ -357,10 +404,12 @@ std::vector<Scored> score_all(StageSearch& search, const std::vector<Layout>& la
       --search.considered;  // the sub-mesh does not lower this model
       continue;
     }
-    auto known = schedules.find({layout.kind, layout.stages, layout.micro_batches});
+    const auto schedule_key = std::tuple{layout.kind, layout.stages, layout.micro_batches, layout.virtual_stages};
+    auto known = schedules.find(schedule_key);
     if (known == schedules.end())
-      known = schedules.emplace(std::tuple{layout.kind, layout.stages, layout.micro_batches},
-                                parallel::make_pipeline_schedule(layout.kind, layout.stages, layout.micro_batches))
+      known = schedules
+                  .emplace(schedule_key, parallel::make_pipeline_schedule(layout.kind, layout.stages,
+                                                                         layout.micro_batches, layout.virtual_stages))
                   .first;
     scored.push_back(score(request, *search.estimator, index, layout, blocks, it->second, known->second));
   }

@@ -170,12 +170,16 @@ TEST(PlanStages, TheScreenAgreesWithTheReplayOfWhatItVerifies) {
       EXPECT_NEAR(c.screened_peak_bytes / c.peak_bytes, 1, 0.25) << c.description;
     }
   EXPECT_EQ(verified, 12);
-  // Every stage gets blocks; together all of them.
+  // Every stage (every chunk of an interleaved one) gets blocks; together all of them.
+  int interleaved = 0;
   for (const Candidate& c : result.ranked) {
     if (c.strategy.pipeline_ranks() <= 1) continue;
-    EXPECT_EQ(static_cast<int>(c.strategy.pipeline.stage_cuts.size()), c.strategy.pipeline_ranks() - 1)
+    interleaved += c.strategy.pipeline.schedule == parallel::PipelineKind::interleaved;
+    EXPECT_EQ(static_cast<int>(c.strategy.pipeline.stage_cuts.size()),
+              c.strategy.pipeline_ranks() * c.strategy.pipeline.virtual_stages - 1)
         << c.description;
   }
+  EXPECT_GT(interleaved, 0) << "the screen tries Megatron-LM's interleaved schedule";
 }
 
 TEST(PlanStages, ShortMemoryMovesBlocksOffTheStagesHoldingMoreMicroBatches) {
