@@ -9,6 +9,7 @@
 #include <set>
 #include <tuple>
 
+#include "core/block.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "parallel/compose.h"
@@ -167,8 +168,8 @@ class StageModel {
 
   enum class PassKind { forward, backward, weight };
   // A rank's pass split over its V chunks, by virtual stage (chunk·P +
-  // rank): each chunk its share of the rank's blocks (the first n % V
-  // one more), the embedding with virtual stage 0's and the head with the
+  // rank): each chunk its share of the rank's blocks (core/block.h's cut),
+  // the embedding with virtual stage 0's and the head with the
   // last's; the gradients' accumulation shared alike. With V = 1 the
   // rank's own pass.
   std::vector<double> chunk_passes(const std::vector<double>& pass, const std::vector<int>& blocks, PassKind kind) const {
@@ -182,8 +183,8 @@ class StageModel {
       const int n = blocks[static_cast<size_t>(s)];
       const double accumulate = kind == PassKind::forward ? 0.0 : accumulate_seconds(s, n) / V;
       for (int c = 0; c < V; ++c) {
-        const int vs = c * P + s, mine = n / V + (c < n % V ? 1 : 0);
-        double t = mine * per_block(c_.block) + accumulate;
+        const int vs = c * P + s;
+        double t = static_cast<double>(block(n, V, c).count) * per_block(c_.block) + accumulate;
         if (vs == 0) t += per_block(c_.pre);
         if (vs == P * V - 1) t += per_block(c_.post);
         out[static_cast<size_t>(vs)] = t / speed_[static_cast<size_t>(s)];
@@ -299,10 +300,9 @@ parallel::Strategy strategy_of(const PlanRequest& request, const nn::Model& mode
   const int V = l.virtual_stages;
   std::vector<int> by_virtual_stage(static_cast<size_t>(l.stages * V));
   for (int s = 0; s < l.stages && l.stages > 1; ++s)
-    for (int c = 0; c < V; ++c) {
-      const int n = blocks[static_cast<size_t>(s)];
-      by_virtual_stage[static_cast<size_t>(c * l.stages + s)] = n / V + (c < n % V ? 1 : 0);
-    }
+    for (int c = 0; c < V; ++c)
+      by_virtual_stage[static_cast<size_t>(c * l.stages + s)] =
+          static_cast<int>(block(blocks[static_cast<size_t>(s)], V, c).count);
   for (size_t i = 0, start = 0; l.stages > 1 && i + 1 < by_virtual_stage.size(); ++i) {
     start += static_cast<size_t>(by_virtual_stage[i]);
     pipeline.stage_cuts.push_back(fmt::format("h.{}", start));

@@ -68,32 +68,25 @@ TEST(ReshardTensor, PartialSumsMadeWholeOrSplitEqualThePlainSumOnOneToFourRanks)
           const Tensor out = reshard_tensor(comm, terms_of(r, dtype), Placement::P(), to, kWhole);
           ASSERT_EQ(out.dtype(), dtype) << "the sum keeps its terms' dtype";
           const std::vector<float> sum = plain_sum(ranks, dtype), got = as_floats(out);
-          // This rank's block of the whole sum, by the split rule.
+          // The plain sum and each element's tolerance, whole, then this rank's block of them by the split rule.
+          Tensor expected = Tensor::empty(kWhole, DType::f32), bound = Tensor::empty(kWhole, DType::f32);
+          for (int64_t i = 0; i < kWhole.numel(); ++i) {
+            expected.f32()[i] = sum[static_cast<size_t>(i)];
+            bound.f32()[i] = tolerance(ranks, dtype, i) + 1e-6f;
+          }
           const parallel::DeviceMesh mesh({{"axis", ranks}});
           const Shape mine = to.is_split() ? parallel::local_shape(kWhole, {to}, mesh, {r}) : kWhole;
           ASSERT_EQ(out.shape(), mine) << ranks << " ranks to " << to.str();
-          Tensor sums = Tensor::empty(kWhole, DType::f32);
-          std::copy(sum.begin(), sum.end(), sums.f32());
-          Tensor expected = sums;
-          if (to.is_split()) {
-            expected = Tensor::empty(mine, DType::f32);
-            parallel::copy_to_local(sums, parallel::shard_pieces(kWhole, {to}, mesh, {r}), expected);
-          }
-          // Element i of this rank's block is element `at` of the whole: the
-          // tolerance of the same element.
-          Tensor index = Tensor::empty(kWhole, DType::f32), local_index = expected;
-          for (int64_t i = 0; i < kWhole.numel(); ++i) index.f32()[i] = static_cast<float>(i);
-          if (to.is_split()) {
-            local_index = Tensor::empty(mine, DType::f32);
-            parallel::copy_to_local(index, parallel::shard_pieces(kWhole, {to}, mesh, {r}), local_index);
-          } else {
-            local_index = index;
-          }
-          for (int64_t i = 0; i < expected.numel(); ++i) {
-            const auto at = static_cast<int64_t>(local_index.f32()[i]);
-            EXPECT_NEAR(got[static_cast<size_t>(i)], expected.f32()[i], tolerance(ranks, dtype, at) + 1e-6f)
-                << dtype_name(dtype) << ", " << ranks << " ranks to " << to.str() << ", element " << at;
-          }
+          auto local = [&](const Tensor& whole) {
+            if (!to.is_split()) return whole;
+            Tensor part = Tensor::empty(mine, DType::f32);
+            parallel::copy_to_local(whole, parallel::shard_pieces(kWhole, {to}, mesh, {r}), part);
+            return part;
+          };
+          const Tensor want = local(expected), within = local(bound);
+          for (int64_t i = 0; i < want.numel(); ++i)
+            EXPECT_NEAR(got[static_cast<size_t>(i)], want.f32()[i], within.f32()[i])
+                << dtype_name(dtype) << ", " << ranks << " ranks to " << to.str() << ", element " << i << " of the block";
         });
 }
 
